@@ -1,0 +1,134 @@
+"""Every error meshtui raises, in one hierarchy, so one place can turn them into messages.
+
+    MeshtuiError                 base; ``exit_code`` is what the CLI returns for it
+    ├── InputError               bad input from the operator (exit 2)
+    │   ├── DeclarationError     a declaration that cannot be used: names the file, key and fix
+    │   ├── KeyFileError         a missing or unreadable key file
+    │   └── UnknownPairError     a pair id, node or module that the inventory does not know
+    ├── InventoryError           the SQLite store cannot do what was asked
+    │   └── ReadOnlyError        a write was attempted on an inventory opened read-only
+    ├── CryptoError              a sealed blob or signature did not check out
+    │   ├── UnsealError          a sealed blob could not be opened with this node's key
+    │   └── SignatureError       an envelope or report was not signed by the expected key
+    ├── WireError                a message between controller and agent was refused
+    │   └── EnvelopeError        bad signature, stale clock, replayed nonce, wrong recipient
+    ├── AgentError               a host agent could not be reached or did not do the work
+    ├── RotationError            a rotation could not start or finish
+    │   ├── NotResolvedError     an affected node did not answer or prove its identity
+    │   └── RotationBusyError    another rotation holds one of the pairs
+    ├── ManifestError            a manifest (mesh.json) that cannot be read or is invalid
+    ├── ProvisionError           the provisioner could not reconcile
+    │   └── UnsafeLoginError     a login the provisioner refuses to create (too long, NUL, ...)
+    └── LabError                 the lab (embedded PostgreSQL, namespaces) could not be built
+
+No message ever contains a secret: constructors take names and reasons, never credentials.
+"""
+
+from __future__ import annotations
+
+
+class MeshtuiError(Exception):
+    """Base of every meshtui error; ``exit_code`` is the CLI's exit status for it."""
+
+    exit_code = 1
+
+
+class InputError(MeshtuiError):
+    """The operator gave something meshtui cannot use; nothing was changed."""
+
+    exit_code = 2
+
+
+class DeclarationError(InputError):
+    """A declaration problem, reported as ``file: key: problem (fix)``."""
+
+    def __init__(self, file: str, key: str, problem: str, fix: str = "") -> None:
+        self.file, self.key, self.problem, self.fix = file, key, problem, fix
+        where = f"{file}: {key}: " if key else f"{file}: "
+        super().__init__(where + problem + (f" ({fix})" if fix else ""))
+
+
+class KeyFileError(InputError):
+    """A key file is missing, unreadable or malformed."""
+
+
+class UnknownPairError(InputError):
+    """A pair, node or module named on the command line is not in the inventory."""
+
+
+class InventoryError(MeshtuiError):
+    """The inventory cannot be opened or does not hold what was asked."""
+
+
+class ReadOnlyError(InventoryError):
+    """A write was attempted where the inventory is read-only."""
+
+    def __init__(self, action: str = "this action") -> None:
+        super().__init__(
+            f"{action} changes the inventory, but it is open read-only "
+            "(drop --read-only, or use a state folder you may write)"
+        )
+
+
+class CryptoError(MeshtuiError):
+    """A cryptographic check failed."""
+
+
+class UnsealError(CryptoError):
+    """A sealed blob could not be opened with this node's key."""
+
+
+class SignatureError(CryptoError):
+    """A signature did not verify against the expected key."""
+
+
+class WireError(MeshtuiError):
+    """A controller/agent message was refused."""
+
+
+class EnvelopeError(WireError):
+    """A signed envelope was refused: wrong key, stale, replayed or for another node."""
+
+
+class AgentError(MeshtuiError):
+    """A host agent could not be reached or failed to do its part."""
+
+    def __init__(self, node: str, reason: str) -> None:
+        self.node, self.reason = node, reason
+        super().__init__(f"node {node}: {reason}")
+
+
+class RotationError(MeshtuiError):
+    """A rotation could not start or finish."""
+
+
+class NotResolvedError(RotationError):
+    """Some affected nodes did not answer or prove their identity; nothing was minted."""
+
+    def __init__(self, reasons: dict[str, str]) -> None:
+        self.reasons = dict(reasons)
+        listed = "; ".join(f"{node}: {why}" for node, why in sorted(reasons.items()))
+        super().__init__(
+            f"not rotated, nothing was minted or sent: {listed} "
+            "(bring the node's agent back, then rotate again)"
+        )
+
+
+class RotationBusyError(RotationError):
+    """Another rotation is in progress for one of the pairs."""
+
+
+class ManifestError(MeshtuiError):
+    """A manifest cannot be read or is invalid; nothing was changed."""
+
+
+class ProvisionError(MeshtuiError):
+    """The provisioner could not reconcile its software."""
+
+
+class UnsafeLoginError(ProvisionError):
+    """A login name the provisioner refuses to create."""
+
+
+class LabError(MeshtuiError):
+    """The lab could not be built or taken down."""

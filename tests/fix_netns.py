@@ -1,0 +1,1 @@
+"""Network-namespace fixtures (filled in by the lab work)."""
