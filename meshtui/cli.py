@@ -1,0 +1,228 @@
+"""``meshtui``: argument parsing and output. Every command calls the controller (or the agent,
+provisioner, lab) and prints; errors become one line on stderr and an exit code, here only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from meshtui.errors import MeshtuiError
+
+EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, sort_keys=False, default=str))
+
+
+def _state(args: argparse.Namespace) -> Path:
+    return Path(args.state or os.environ.get("MESHTUI_STATE") or "state")
+
+
+def _controller(args: argparse.Namespace, *, read_only: bool = False) -> Any:
+    from meshtui.controller.core import Controller
+
+    return Controller.open(_state(args), read_only=read_only or getattr(args, "read_only", False))
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from meshtui.controller.core import init_keys
+
+    pub, created = init_keys(_state(args))
+    print(
+        f"{'wrote' if created else 'kept'} controller keys: {pub} (give this file to meshtui host init)"
+    )
+    return EXIT_OK
+
+
+def cmd_declare(args: argparse.Namespace) -> int:
+    with _controller(args) as ctl:
+        result = ctl.declare(args.file)
+    if args.json:
+        _print_json(result.to_json())
+    else:
+        print(
+            f"{args.file}: {len(result.new)} new, {len(result.reissued)} reissued, "
+            f"{len(result.changed)} changed, {len(result.withdrawn)} withdrawn, "
+            f"{len(result.unchanged)} unchanged"
+        )
+        for label, ids in (
+            ("new", result.new),
+            ("reissued", result.reissued),
+            ("withdrawn", result.withdrawn),
+        ):
+            for pid in ids:
+                print(f"  {label:9} {pid}")
+        if result.new or result.reissued or result.withdrawn:
+            print("run meshtui push to deliver")
+    return EXIT_OK
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    with _controller(args, read_only=True) as ctl:
+        rows = ctl.status(args.pairs or None)
+    if args.json:
+        _print_json([r.to_json() for r in rows])
+    else:
+        for r in rows:
+            gens = (
+                f"g{r.generation} c{r.consumer_generation or '-'} p{r.provider_generation or '-'}"
+            )
+            print(f"{r.state:8} {r.pair}  login={r.login} {gens}  {r.reason}")
+            print(
+                f"         holders: {r.consumer} file {r.consumer_file}; {r.provider} login {r.login}"
+            )
+        print(f"{len(rows)} pairs")
+    return EXIT_FAILED if any(r.alarm for r in rows) else EXIT_OK
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    if not (args.verify or args.json or args.export or args.list):
+        from meshtui.tui.app import run_dashboard
+
+        return run_dashboard(_state(args), read_only=True, screen="audit")
+    with _controller(args, read_only=True) as ctl:
+        if args.export:
+            sys.stdout.write(ctl.export_events(args.export))
+            return EXIT_OK
+        events = ctl.events()
+        check = ctl.verify_chain() if args.verify else None
+    if args.json:
+        out: Any = events
+        if check is not None:
+            out = {
+                "events": events,
+                "verified": check.ok,
+                "bad_event": check.bad_seq,
+                "problem": check.problem,
+            }
+        _print_json(out)
+    else:
+        if not args.verify:
+            for e in events:
+                pairs = ", ".join(e["pairs"][:3]) + (" …" if len(e["pairs"]) > 3 else "")
+                print(
+                    f"{e['seq']:>5} {e['at']} {e['operator']:<10} {e['kind']:<10} {e['outcome']:<8} {pairs}"
+                )
+        if check is not None:
+            if check.ok:
+                print(f"audit chain verified: {check.events} events")
+            else:
+                print(
+                    f"audit chain BROKEN at event {check.bad_seq}: {check.problem}", file=sys.stderr
+                )
+    return EXIT_FAILED if check is not None and not check.ok else EXIT_OK
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from meshtui.tui.app import run_dashboard
+
+    return run_dashboard(_state(args), read_only=args.read_only)
+
+
+def cmd_host_init(args: argparse.Namespace) -> int:
+    from meshtui.host.identity import init
+
+    pub, created = init(args.name, Path(args.state_dir), Path(args.controller))
+    print(
+        f"{'wrote' if created else 'kept'} keys of node {args.name}: {pub} "
+        '(name it in the declaration: keys = "...")'
+    )
+    return EXIT_OK
+
+
+def _host_parsers(sub: Any) -> None:
+    host = sub.add_parser("host", help="the agent on a node").add_subparsers(
+        dest="host_command", metavar="COMMAND", required=True
+    )
+    s = host.add_parser("init", help="write this node's keys and pin the controller key")
+    s.add_argument("--name", required=True)
+    s.add_argument("--state", dest="state_dir", required=True, help="the node's state folder")
+    s.add_argument("--controller", required=True, help="the controller's .pub file")
+    s.set_defaults(func=cmd_host_init)
+    s = host.add_parser("serve", help="run the agent")
+    s.add_argument("--state", dest="state_dir", required=True, help="the node's state folder")
+    s.add_argument("--listen", required=True, help="HOST:PORT or unix:PATH")
+    s.add_argument(
+        "--allow-loopback",
+        action="store_true",
+        help="let probes target loopback (lab fallback only)",
+    )
+    s.set_defaults(func=cmd_host_serve)
+
+
+def cmd_host_serve(args: argparse.Namespace) -> int:
+    from meshtui.host.serve import serve
+
+    return serve(Path(args.state_dir), args.listen, allow_loopback=args.allow_loopback)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line, as DESIGN "CLI" lists it."""
+    p = argparse.ArgumentParser(
+        prog="meshtui",
+        description="The operator's console for the credentials of a small service mesh.",
+    )
+    p.add_argument("--state", help="state folder (default ./state, or $MESHTUI_STATE)")
+    p.add_argument(
+        "--read-only",
+        action="store_true",
+        help="open the inventory read-only; every action is refused",
+    )
+    p.set_defaults(func=cmd_dashboard)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    s = sub.add_parser("init", help="write the controller's keys")
+    s.set_defaults(func=cmd_init)
+
+    s = sub.add_parser("declare", help="load a declaration (TOML)")
+    s.add_argument("file", type=Path)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_declare)
+
+    s = sub.add_parser("status", help="every pair, its state and who is behind")
+    s.add_argument("pairs", nargs="*", metavar="PAIR")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_status)
+
+    s = sub.add_parser("audit", help="the read-only audit view, or the log as text/JSON/CSV")
+    s.add_argument("--verify", action="store_true", help="check the hash chain; exit 1 when broken")
+    s.add_argument("--json", action="store_true")
+    s.add_argument(
+        "--list", action="store_true", help="print the events instead of opening the view"
+    )
+    s.add_argument("--export", choices=["json", "csv"], help="write every event to stdout")
+    s.set_defaults(func=cmd_audit)
+
+    for extra in EXTRA_PARSERS:
+        extra(sub)
+    return p
+
+
+EXTRA_PARSERS: list[Callable[[Any], None]] = [_host_parsers]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``meshtui`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except MeshtuiError as exc:
+        print(f"meshtui: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("meshtui: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,301 @@
+"""The controller's one front door: the CLI and the dashboard call this and nothing below it.
+
+It owns the state folder (inventory, controller keys) and enforces read-only at the place where
+actions run: a read-only controller opens the inventory ``mode=ro`` and refuses every action.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+from meshtui import crypto, declaration
+from meshtui.controller import status as status_mod
+from meshtui.controller.declare import DeclareResult, declare
+from meshtui.controller.reports import (
+    DrillReport,
+    HostView,
+    PairDetail,
+    ProbeOutcome,
+    Progress,
+    PushReport,
+    RotationPlan,
+    RotationReport,
+    Summary,
+    no_progress,
+)
+from meshtui.errors import ReadOnlyError, UnknownPairError
+from meshtui.inventory import ChainCheck, Inventory, Row
+from meshtui.model import End, PairStatus, State
+
+INVENTORY = "inventory.db"
+KEY_STEM = "controller"
+
+
+def init_keys(state_dir: Path) -> tuple[Path, bool]:
+    """Write the controller's keys once; returns the .pub path and whether it was created."""
+    pub = state_dir / f"{KEY_STEM}.pub"
+    if (state_dir / f"{KEY_STEM}.key").exists():
+        crypto.load_private(state_dir / f"{KEY_STEM}.key")  # refuses a world-readable key
+        return pub, False
+    crypto.write_keys(state_dir, KEY_STEM, crypto.PrivateKeys.generate(node=False))
+    return pub, True
+
+
+class Controller:
+    """Decides: inventory, minting, sealing, planning, rotation. Never touches a machine itself."""
+
+    def __init__(self, state_dir: Path, inventory: Inventory) -> None:
+        self.state_dir = state_dir
+        self.inventory = inventory
+        self._keys: crypto.PrivateKeys | None = None
+
+    @classmethod
+    def open(cls, state_dir: Path | str, *, read_only: bool = False) -> Controller:
+        """Open the controller on a state folder (the inventory is created when writable)."""
+        state_dir = Path(state_dir)
+        return cls(state_dir, Inventory.open(state_dir / INVENTORY, read_only=read_only))
+
+    @property
+    def read_only(self) -> bool:
+        """True when every action is refused."""
+        return self.inventory.read_only
+
+    def close(self) -> None:
+        """Close the inventory."""
+        self.inventory.close()
+
+    def __enter__(self) -> Controller:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def keys(self) -> crypto.PrivateKeys:
+        """The controller's signing keys (loaded once)."""
+        if self._keys is None:
+            self._keys = crypto.load_private(self.state_dir / f"{KEY_STEM}.key")
+        return self._keys
+
+    def _writable(self, action: str) -> None:
+        if self.read_only:
+            raise ReadOnlyError(action)
+
+    # ---- reads --------------------------------------------------------------------------
+    def status(self, ids: Iterable[str] | None = None) -> list[PairStatus]:
+        """Every pair (or the named ones) with its state and reason."""
+        if ids is not None:
+            ids = self.resolve_pairs(ids)
+        return status_mod.statuses(self.inventory, ids)
+
+    def summary(self, rows: list[PairStatus] | None = None) -> Summary:
+        """Counts by state, alarms, and when the last push ran."""
+        rows = self.status() if rows is None else rows
+        count = {s: sum(1 for r in rows if r.state is s) for s in State}
+        pushes = self.inventory.query(
+            "SELECT at FROM audit WHERE kind = 'push' ORDER BY seq DESC LIMIT 1"
+        )
+        return Summary(
+            pairs=len(rows),
+            working=count[State.WORKING],
+            stale=count[State.STALE],
+            revoked=count[State.REVOKED],
+            unknown=count[State.UNKNOWN],
+            alarms=sum(1 for r in rows if r.alarm),
+            withdrawn=sum(1 for r in rows if r.withdrawn),
+            last_push=pushes[0]["at"] if pushes else None,
+        )
+
+    def resolve_pairs(self, ids: Iterable[str]) -> list[str]:
+        """Check that every named pair exists; UnknownPairError names the first that does not."""
+        known = {r["id"] for r in self.inventory.query("SELECT id FROM pairs")}
+        out = []
+        for pid in ids:
+            if pid not in known:
+                raise UnknownPairError(f"no pair {pid!r} in the inventory (see meshtui status)")
+            out.append(pid)
+        return out
+
+    def pairs_of_provider(self, provider: str) -> list[str]:
+        """The live pairs whose provider is ``node/module``."""
+        rows = self.inventory.query(
+            "SELECT id FROM pairs WHERE provider = ? AND withdrawn_at IS NULL ORDER BY id",
+            [provider],
+        )
+        if not rows:
+            raise UnknownPairError(f"no live pairs have provider {provider!r}")
+        return [r["id"] for r in rows]
+
+    def live_pairs(self) -> list[str]:
+        """Every pair that is not withdrawn."""
+        return [
+            r["id"]
+            for r in self.inventory.query(
+                "SELECT id FROM pairs WHERE withdrawn_at IS NULL ORDER BY id"
+            )
+        ]
+
+    def pair_detail(self, pid: str) -> PairDetail:
+        """Generations, deliveries, probes, drills and holders of one pair."""
+        (row,) = self.inventory.pairs(self.resolve_pairs([pid]))
+        (st,) = status_mod.statuses(self.inventory, [pid])
+        gens = [
+            {k: g[k] for k in ("generation", "digest", "created_at", "discarded_at")}
+            for g in self.inventory.generations(pid)
+        ]
+        deliveries = {
+            end: {k: v for k, v in d.items() if k not in ("pair", "end")}
+            for (p, end), d in self.inventory.deliveries().items()
+            if p == pid
+        }
+        rotations = [
+            r for r in self.inventory.rotations() if any(i["pair"] == pid for i in r["items"])
+        ]
+        return PairDetail(
+            status=st,
+            values=dict(row["values"]),
+            reload=list(row["reload"]),
+            generations=gens,
+            deliveries=deliveries,
+            probes=self.inventory.probes(pid),
+            drills=self.inventory.drills(pid),
+            rotations=rotations,
+        )
+
+    def hosts(self, *, check: bool = False) -> list[HostView]:
+        """Every node: fingerprint, what it holds, who is behind; ``check`` asks each agent."""
+        answers: dict[str, tuple[bool, str]] = {}
+        if check:
+            from meshtui.controller.resolve import resolve_nodes
+
+            for res in resolve_nodes(self, list(self.inventory.nodes())):
+                answers[res.node] = (res.ok, res.reason)
+        rows = self.status()
+        by_node: dict[str, list[PairStatus]] = {}
+        for r in rows:
+            if not r.withdrawn:
+                by_node.setdefault(r.consumer_node, []).append(r)
+                by_node.setdefault(r.provider_node, []).append(r)
+        out = []
+        for name, n in self.inventory.nodes().items():
+            keys = crypto.PublicKeys(
+                verify=crypto.unb64(n["verify_key"]), seal=crypto.unb64(n["seal_key"])
+            )
+            mine = by_node.get(name, [])
+            behind = sorted(
+                {
+                    r.pair
+                    for r in mine
+                    if (r.consumer_node == name and r.consumer_generation != r.generation)
+                    or (r.provider_node == name and r.provider_generation != r.generation)
+                }
+            )
+            ok, why = answers.get(name, (None, "not asked"))
+            out.append(
+                HostView(
+                    name=name,
+                    address=n["address"],
+                    agent=n["agent"],
+                    fingerprint=keys.fingerprint(),
+                    declared=bool(n["declared"]),
+                    reachable=ok,
+                    reason=why,
+                    holds=len(mine),
+                    behind=behind,
+                )
+            )
+        return out
+
+    def events(self, limit: int | None = None) -> list[Row]:
+        """Audit events, oldest first."""
+        return self.inventory.events(limit)
+
+    def verify_chain(self) -> ChainCheck:
+        """Check the audit chain."""
+        return self.inventory.verify_chain()
+
+    def generation_digests(self) -> dict[tuple[str, int], str]:
+        """Digest of every generation, for comparing against what agents report."""
+        return {
+            (r["pair"], r["generation"]): r["digest"]
+            for r in self.inventory.query("SELECT pair, generation, digest FROM generations")
+        }
+
+    # ---- actions ------------------------------------------------------------------------
+    def declare(self, path: Path | str) -> DeclareResult:
+        """Load a declaration into the inventory."""
+        self._writable("declare")
+        return declare(self.inventory, declaration.load(path))
+
+    def push(self, progress: Progress = no_progress) -> PushReport:
+        """Bring every end to the generation the inventory says it must hold."""
+        self._writable("push")
+        from meshtui.controller.push import push
+
+        return push(self, progress)
+
+    def plan_rotation(self, ids: Iterable[str]) -> RotationPlan:
+        """Resolve every node a rotation of ``ids`` would touch (asks each agent)."""
+        from meshtui.controller.rotate import plan
+
+        return plan(self, self.resolve_pairs(ids))
+
+    def rotate(self, ids: Iterable[str], progress: Progress = no_progress) -> RotationReport:
+        """All-or-nothing rotation of ``ids``."""
+        self._writable("rotate")
+        from meshtui.controller.rotate import rotate
+
+        return rotate(self, self.resolve_pairs(ids), progress)
+
+    def probe(
+        self, ids: Iterable[str] | None = None, progress: Progress = no_progress
+    ) -> list[ProbeOutcome]:
+        """Live logins from each consumer's node; results stored (so not in read-only)."""
+        self._writable("probe")
+        from meshtui.controller.probe import probe
+
+        return probe(
+            self, self.resolve_pairs(ids) if ids is not None else self.live_pairs(), progress
+        )
+
+    def drill(self, ids: Iterable[str], progress: Progress = no_progress) -> list[DrillReport]:
+        """Rotation checked by three logins, per pair."""
+        self._writable("drill")
+        from meshtui.controller.drill import drill
+
+        return drill(self, self.resolve_pairs(ids), progress)
+
+    def export_events(self, fmt: str) -> str:
+        """The audit log as JSON or CSV text."""
+        import csv
+        import io
+
+        rows = self.events()
+        if fmt == "json":
+            return json.dumps(rows, indent=2)
+        buf = io.StringIO()
+        writer = csv.DictWriter(
+            buf,
+            fieldnames=[
+                "seq",
+                "at",
+                "operator",
+                "ssh_client",
+                "kind",
+                "pairs",
+                "detail",
+                "outcome",
+                "prev",
+                "hash",
+            ],
+        )
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({**r, "pairs": " ".join(r["pairs"]), "detail": json.dumps(r["detail"])})
+        return buf.getvalue()
+
+
+def end_label(end: End, pair: PairStatus) -> str:
+    """``consumer app1/gitea`` / ``provider db1/postgres``."""
+    return f"{end} {pair.consumer if end is End.CONSUMER else pair.provider}"

@@ -1,0 +1,227 @@
+"""Turn a declaration into inventory rows: new pairs minted and sealed, gone pairs withdrawn.
+
+Unchanged pairs keep their generation and their sealed blobs, so declaring the same file twice
+writes nothing. A pair is never deleted: one that leaves the declaration becomes withdrawn.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from meshtui import crypto
+from meshtui.inventory import Inventory, Row, now
+from meshtui.model import Declaration, Node, Pair
+
+
+@dataclass
+class DeclareResult:
+    """What a declaration changed, pair ids by kind."""
+
+    new: list[str] = field(default_factory=list)
+    reissued: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    withdrawn: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    nodes_changed: list[str] = field(default_factory=list)
+
+    @property
+    def touched(self) -> bool:
+        """True when the inventory was written."""
+        return bool(
+            self.new or self.reissued or self.changed or self.withdrawn or self.nodes_changed
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``declare --json`` object."""
+        return {
+            k: getattr(self, k)
+            for k in ("new", "reissued", "changed", "withdrawn", "unchanged", "nodes_changed")
+        }
+
+
+def seal_generation(pair: str, generation: int, consumer: Node, provider: Node) -> Row:
+    """Mint a credential, seal it to both ends, digest it, and drop the plaintext."""
+    secret = crypto.mint().encode("ascii")
+    row = {
+        "pair": pair,
+        "generation": generation,
+        "consumer_sealed": crypto.seal(secret, consumer.seal_key),
+        "provider_sealed": crypto.seal(secret, provider.seal_key),
+        "digest": crypto.secret_digest(secret),
+        "created_at": now(),
+        "discarded_at": None,
+    }
+    del secret
+    return row
+
+
+def _pair_row(p: Pair) -> Row:
+    return {
+        "id": p.id,
+        "provision": p.provision,
+        "consumer": p.consumer,
+        "provider": p.provider,
+        "login": p.login,
+        "file": p.file,
+        "port": p.port,
+        "values": json.dumps(dict(p.values), sort_keys=True),
+        "reload": json.dumps(list(p.reload)),
+    }
+
+
+def _node_row(n: Node) -> Row:
+    return {
+        "name": n.name,
+        "address": n.address,
+        "agent": n.agent,
+        "seal_key": crypto.b64(n.seal_key),
+        "verify_key": crypto.b64(n.verify_key),
+    }
+
+
+def _module_spec(decl: Declaration, module_id: str) -> str:
+    m = decl.modules[module_id]
+    spec = {
+        "provides": [{"name": o.name, "port": o.port} for o in m.provides],
+        "receives": dict(m.receives),
+        "grants": dict(m.grants),
+        "admin": m.admin,
+        "provisioner": list(m.provisioner),
+        "requires": [{"name": r.name, "file": r.file} for r in m.requires],
+    }
+    return json.dumps(spec, sort_keys=True)
+
+
+def declare(inv: Inventory, decl: Declaration) -> DeclareResult:
+    """Bring the inventory in line with ``decl`` in one transaction; returns what changed."""
+    inv.require_writable("declare")
+    result = DeclareResult()
+    old_nodes = inv.nodes()
+    old_modules = inv.modules()
+    old_pairs = {r["id"]: r for r in inv.query("SELECT * FROM pairs")}
+    stamp = now()
+
+    node_rows, rekeyed = [], set()
+    for node in decl.nodes.values():
+        row = _node_row(node)
+        old = old_nodes.get(node.name)
+        if old is None or any(old[k] != row[k] for k in row) or not old["declared"]:
+            result.nodes_changed.append(node.name)
+            if old is not None and old["seal_key"] != row["seal_key"]:
+                rekeyed.add(node.name)
+        node_rows.append({**row, "declared": 1, "updated_at": stamp})
+    gone_nodes = [n for n, r in old_nodes.items() if n not in decl.nodes and r["declared"]]
+    result.nodes_changed += gone_nodes
+
+    module_rows = []
+    for mid in decl.modules:
+        spec = _module_spec(decl, mid)
+        old_m = old_modules.get(mid)
+        if (
+            old_m is None
+            or json.dumps(old_m["spec"], sort_keys=True) != spec
+            or not old_m["declared"]
+        ):
+            module_rows.append(
+                {
+                    "id": mid,
+                    "node": decl.modules[mid].node,
+                    "name": decl.modules[mid].name,
+                    "spec": spec,
+                    "declared": 1,
+                }
+            )
+    gone_modules = [m for m, r in old_modules.items() if m not in decl.modules and r["declared"]]
+
+    pair_rows: list[Row] = []
+    gen_rows: list[Row] = []
+    for p in decl.pairs:
+        row = _pair_row(p)
+        old_p = old_pairs.get(p.id)
+        consumer, provider = decl.nodes[p.consumer_node], decl.nodes[p.provider_node]
+        if old_p is None:
+            result.new.append(p.id)
+            gen_rows.append(seal_generation(p.id, 1, consumer, provider))
+            pair_rows.append(
+                {
+                    **row,
+                    "generation": 1,
+                    "created_at": stamp,
+                    "rotated_at": None,
+                    "withdrawn_at": None,
+                }
+            )
+        elif old_p["withdrawn_at"] or {p.consumer_node, p.provider_node} & rekeyed:
+            # back after withdrawal (its login was removed) or a node's keys changed: the old
+            # blobs cannot serve, so the pair gets a fresh generation, delivered by the next push
+            result.reissued.append(p.id)
+            gen = old_p["generation"] + 1
+            gen_rows.append(seal_generation(p.id, gen, consumer, provider))
+            pair_rows.append(
+                {
+                    **row,
+                    "generation": gen,
+                    "created_at": old_p["created_at"],
+                    "rotated_at": stamp,
+                    "withdrawn_at": None,
+                }
+            )
+        elif any(old_p[k] != row[k] for k in row):
+            result.changed.append(p.id)
+            pair_rows.append({**{k: old_p[k] for k in old_p}, **row})
+        else:
+            result.unchanged.append(p.id)
+    declared_ids = {p.id for p in decl.pairs}
+    for pid, old_p in old_pairs.items():
+        if pid not in declared_ids and not old_p["withdrawn_at"]:
+            result.withdrawn.append(pid)
+
+    if not result.touched and not module_rows and not gone_modules:
+        return result
+    with inv.transaction("declare") as db:
+        if node_rows:
+            db["nodes"].upsert_all(node_rows, pk="name")
+        for name in gone_nodes:
+            db["nodes"].update(name, {"declared": 0, "updated_at": stamp})
+        if module_rows:
+            db["modules"].upsert_all(module_rows, pk="id")
+        for mid in gone_modules:
+            db["modules"].update(mid, {"declared": 0})
+        if gen_rows:
+            db["generations"].insert_all(gen_rows, batch_size=1000)
+        if pair_rows:
+            db["pairs"].upsert_all(pair_rows, pk="id", batch_size=1000)
+        for pid in result.withdrawn:
+            db["pairs"].update(pid, {"withdrawn_at": stamp})
+        inv.audit(
+            db,
+            "declare",
+            result.new + result.reissued + result.changed + result.withdrawn,
+            {
+                "source": decl.source,
+                "new": len(result.new),
+                "reissued": len(result.reissued),
+                "changed": len(result.changed),
+                "withdrawn": len(result.withdrawn),
+                "nodes": sorted(result.nodes_changed),
+            },
+            "ok",
+        )
+    return result
+
+
+def nodes_from_inventory(rows: Mapping[str, Row]) -> dict[str, Node]:
+    """Model nodes from inventory rows (keys decoded)."""
+    return {
+        name: Node(
+            name=name,
+            address=r["address"],
+            agent=r["agent"],
+            seal_key=crypto.unb64(r["seal_key"]),
+            verify_key=crypto.unb64(r["verify_key"]),
+        )
+        for name, r in rows.items()
+    }

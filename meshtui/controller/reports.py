@@ -1,0 +1,174 @@
+"""What controller actions return: plain dataclasses the CLI prints and the dashboard shows."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from meshtui.model import PairStatus
+
+Progress = Callable[[str, int, int], None]
+"""``progress(message, done, total)``: called from the worker doing the action, never blocks."""
+
+
+def no_progress(message: str, done: int, total: int) -> None:
+    """The default progress callback: ignore."""
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Counts for the dashboard's header and ``status``."""
+
+    pairs: int
+    working: int
+    stale: int
+    revoked: int
+    unknown: int
+    alarms: int
+    withdrawn: int
+    last_push: str | None
+
+
+@dataclass(frozen=True)
+class HostView:
+    """One node as the hosts screen shows it."""
+
+    name: str
+    address: str
+    agent: str
+    fingerprint: str
+    declared: bool
+    reachable: bool | None  # None: not asked
+    reason: str
+    holds: int  # ends (pair, end) this node should hold
+    behind: list[str] = field(default_factory=list)  # pair ids where this node's end is behind
+
+
+@dataclass(frozen=True)
+class PairDetail:
+    """Everything about one pair for its detail screen (never a secret)."""
+
+    status: PairStatus
+    values: dict[str, str]
+    reload: list[str]
+    generations: list[dict[str, Any]]  # generation, digest, created_at, discarded_at
+    deliveries: dict[str, dict[str, Any]]  # end -> generation, digest, since, error
+    probes: list[dict[str, Any]]  # newest first
+    drills: list[dict[str, Any]]  # newest first
+    rotations: list[dict[str, Any]]  # rotations that included this pair, newest first
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """Whether one node answered and proved its identity."""
+
+    node: str
+    ok: bool
+    reason: str
+    pairs: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RotationPlan:
+    """The pairs a rotation would touch and each affected node, resolved or not."""
+
+    pairs: list[str]
+    nodes: list[Resolution]
+
+    @property
+    def ok(self) -> bool:
+        """True when every affected node resolved."""
+        return bool(self.pairs) and all(r.ok for r in self.nodes)
+
+
+@dataclass(frozen=True)
+class PairOutcome:
+    """How one pair came out of a rotation or push."""
+
+    pair: str
+    ok: bool
+    generation: int
+    previous: int | None = None
+    window_ms: float | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class RotationReport:
+    """The end of a rotation: done (all new), rolled back (all old) or converging."""
+
+    rotation: int | None
+    outcome: str  # "done" | "rolled back" | "converging" | "not started"
+    pairs: list[PairOutcome]
+    reason: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """True when the rotation finished all-new."""
+        return self.outcome == "done"
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``rotate --json`` object."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class PushReport:
+    """The end of a push: what was delivered and who is still behind."""
+
+    delivered: list[PairOutcome]
+    withdrawn: list[PairOutcome]
+    behind: dict[str, str]  # pair -> reason
+
+    @property
+    def ok(self) -> bool:
+        """True when nobody is behind."""
+        return not self.behind
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``push --json`` object."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ProbeOutcome:
+    """One pair's probe as stored: the verdict and why."""
+
+    pair: str
+    verdict: str  # accepted | refused | unknown | no password demanded
+    reason: str
+    latency_ms: float | None
+    loopback: bool = False
+
+
+@dataclass(frozen=True)
+class DrillStep:
+    """One of a drill's three logins."""
+
+    name: str  # "old before", "new after", "old after"
+    expected: str  # accepted | refused
+    verdict: str
+    latency_ms: float | None
+    reason: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """True when the login came out as expected."""
+        return self.verdict == self.expected
+
+
+@dataclass(frozen=True)
+class DrillReport:
+    """A drill: rotation plus three logins, with the window."""
+
+    pair: str
+    ok: bool
+    steps: list[DrillStep]
+    window_ms: float | None
+    rotation: int | None
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``drill --json`` object."""
+        return asdict(self)

@@ -1,0 +1,178 @@
+"""Keys, minting, sealing, digests and signatures: the only module that imports PyNaCl.
+
+A credential is minted, sealed to the two nodes that need it (libsodium sealed boxes to their
+X25519 keys), digested so both ends can be compared without revealing it, and dropped. Messages
+between controller and agents are signed with Ed25519.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import secrets
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import nacl.exceptions
+import nacl.public
+import nacl.signing
+
+from meshtui.atomic import read_private, write_private
+from meshtui.errors import KeyFileError, SignatureError, UnsealError
+
+DIGEST_PERSON = b"meshtui-secret"
+
+
+def mint() -> str:
+    """A new credential: 32 random bytes, URL-safe base64 (ASCII, so SASLprep is the identity)."""
+    return secrets.token_urlsafe(32)
+
+
+def secret_digest(secret: bytes) -> str:
+    """DESIGN's digest of a secret file's exact bytes; safe to show, since secrets are random."""
+    h = hashlib.blake2b(secret, digest_size=32, person=DIGEST_PERSON)
+    return "blake2b:" + h.hexdigest()
+
+
+def b64(data: bytes) -> str:
+    """Standard base64 text of ``data``."""
+    return base64.b64encode(data).decode("ascii")
+
+
+def unb64(text: str, what: str = "value") -> bytes:
+    """Decode base64 text, raising a KeyFileError-free ValueError that names ``what``."""
+    try:
+        return base64.b64decode(text.encode("ascii"), validate=True)
+    except (ValueError, UnicodeEncodeError) as exc:
+        raise ValueError(f"{what} is not valid base64") from exc
+
+
+@dataclass(frozen=True)
+class PublicKeys:
+    """A party's public half: ``seal`` (X25519, nodes only) and ``verify`` (Ed25519)."""
+
+    verify: bytes
+    seal: bytes | None = None
+
+    def fingerprint(self) -> str:
+        """A short, stable name for these keys, for screens and audit entries."""
+        h = hashlib.blake2b((self.seal or b"") + self.verify, digest_size=8)
+        return "-".join(h.hexdigest()[i : i + 4] for i in range(0, 16, 4))
+
+    def to_toml(self) -> str:
+        """The ``.pub`` file text of DESIGN "Keys"."""
+        lines = []
+        if self.seal is not None:
+            lines.append(f'seal = "{b64(self.seal)}"')
+        lines.append(f'verify = "{b64(self.verify)}"')
+        return "\n".join(lines) + "\n"
+
+
+def parse_public(text: str, source: str, *, need_seal: bool) -> PublicKeys:
+    """Parse a ``.pub`` file's TOML; errors name the file and the key."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise KeyFileError(f"{source}: not valid TOML: {exc}") from exc
+    try:
+        verify = unb64(str(data["verify"]), "verify")
+        seal = unb64(str(data["seal"]), "seal") if "seal" in data else None
+    except KeyError as exc:
+        raise KeyFileError(f"{source}: missing key {exc.args[0]!r}") from exc
+    except ValueError as exc:
+        raise KeyFileError(f"{source}: {exc}") from exc
+    if len(verify) != 32 or (seal is not None and len(seal) != 32):
+        raise KeyFileError(f"{source}: keys must be 32 bytes each")
+    if need_seal and seal is None:
+        raise KeyFileError(f"{source}: a node's key file needs 'seal' (run meshtui host init)")
+    return PublicKeys(verify=verify, seal=seal)
+
+
+def load_public(path: Path, *, need_seal: bool = True) -> PublicKeys:
+    """Read a ``.pub`` file."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise KeyFileError(f"{path}: cannot read key file: {exc.strerror}") from exc
+    return parse_public(text, str(path), need_seal=need_seal)
+
+
+class PrivateKeys:
+    """A party's private keys: a signing key, and for nodes an unsealing key. Kept in 0600 files."""
+
+    def __init__(self, signing: bytes, unsealing: bytes | None = None) -> None:
+        self._signing = nacl.signing.SigningKey(signing)
+        self._unsealing = nacl.public.PrivateKey(unsealing) if unsealing is not None else None
+
+    @classmethod
+    def generate(cls, *, node: bool) -> PrivateKeys:
+        """Fresh keys; ``node`` adds the X25519 key that deliveries are sealed to."""
+        unsealing = bytes(nacl.public.PrivateKey.generate()) if node else None
+        return cls(bytes(nacl.signing.SigningKey.generate()), unsealing)
+
+    def public(self) -> PublicKeys:
+        """The public half, as written to the ``.pub`` file."""
+        seal = bytes(self._unsealing.public_key) if self._unsealing is not None else None
+        return PublicKeys(verify=bytes(self._signing.verify_key), seal=seal)
+
+    def sign(self, body: bytes) -> bytes:
+        """Detached Ed25519 signature of ``body``."""
+        return bytes(self._signing.sign(body).signature)
+
+    def unseal(self, blob: bytes) -> bytes:
+        """Open a sealed box addressed to this node; never says what was inside on failure."""
+        if self._unsealing is None:
+            raise UnsealError("these keys cannot unseal (controller keys have no X25519 half)")
+        try:
+            return bytes(nacl.public.SealedBox(self._unsealing).decrypt(blob))
+        except (nacl.exceptions.CryptoError, ValueError, TypeError) as exc:
+            raise UnsealError("sealed blob does not open with this node's key") from exc
+
+    def to_toml(self) -> str:
+        """The private key file text (0600 only)."""
+        lines = [f'sign = "{b64(bytes(self._signing))}"']
+        if self._unsealing is not None:
+            lines.append(f'unseal = "{b64(bytes(self._unsealing))}"')
+        return "\n".join(lines) + "\n"
+
+
+def load_private(path: Path) -> PrivateKeys:
+    """Read a private key file, refusing one that others could read."""
+    try:
+        raw = read_private(Path(path))
+    except FileNotFoundError as exc:
+        raise KeyFileError(f"{path}: no key file (run meshtui init / meshtui host init)") from exc
+    except PermissionError as exc:
+        raise KeyFileError(str(exc)) from exc
+    except OSError as exc:
+        raise KeyFileError(f"{path}: cannot read key file: {exc.strerror}") from exc
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+        signing = unb64(str(data["sign"]), "sign")
+        unsealing = unb64(str(data["unseal"]), "unseal") if "unseal" in data else None
+        return PrivateKeys(signing, unsealing)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, KeyError, ValueError) as exc:
+        raise KeyFileError(f"{path}: not a meshtui private key file") from exc
+
+
+def write_keys(folder: Path, stem: str, keys: PrivateKeys) -> tuple[Path, Path]:
+    """Write ``<stem>.key`` (0600) and ``<stem>.pub`` (0644) into ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    key_path, pub_path = folder / f"{stem}.key", folder / f"{stem}.pub"
+    write_private(key_path, keys.to_toml().encode())
+    write_private(pub_path, keys.public().to_toml().encode(), mode=0o644)
+    return key_path, pub_path
+
+
+def seal(secret: bytes, seal_key: bytes) -> bytes:
+    """Seal ``secret`` to one node's X25519 public key (anonymous sender)."""
+    return bytes(nacl.public.SealedBox(nacl.public.PublicKey(seal_key)).encrypt(secret))
+
+
+def verify(body: bytes, signature: bytes, verify_key: bytes, who: str) -> None:
+    """Check a detached Ed25519 signature; raise SignatureError naming ``who`` otherwise."""
+    try:
+        nacl.signing.VerifyKey(verify_key).verify(body, signature)
+    except (nacl.exceptions.BadSignatureError, ValueError, TypeError) as exc:
+        raise SignatureError(f"signature does not verify as {who}") from exc

@@ -1,0 +1,362 @@
+"""TOML declaration -> model: nodes, modules, and the pairs they imply.
+
+Every error names the file, the table or key, and the fix. Fan-out is per consumer module, each
+``requires`` resolves to exactly one provider module, and logins are derived here (never by the
+provider), so a collision is caught before anything is minted.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from meshtui import crypto
+from meshtui.errors import DeclarationError, KeyFileError
+from meshtui.model import (
+    BUILTIN_POSTGRES,
+    NAME_RE,
+    Declaration,
+    Module,
+    Node,
+    Offer,
+    Pair,
+    Requirement,
+)
+from meshtui.naming import derive_login
+
+NODE_KEYS = {"address", "agent", "keys"}
+MODULE_KEYS = {"provides", "requires", "receives", "grants", "admin", "provisioner"}
+REQUIRE_KEYS = {"name", "values", "file", "reload", "from"}
+PROVIDE_KEYS = {"name", "port"}
+
+
+class _Reader:
+    """Validation state for one file: resolves paths and raises errors that name it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.folder = path.parent
+
+    def fail(self, key: str, problem: str, fix: str = "") -> DeclarationError:
+        return DeclarationError(str(self.path), key, problem, fix)
+
+    def table(self, data: Any, key: str) -> dict[str, Any]:
+        if not isinstance(data, dict):
+            raise self.fail(key, "must be a table", f"write it as [{key}] or {{ ... }}")
+        return data
+
+    def string(self, data: Mapping[str, Any], key: str, where: str) -> str:
+        value = data.get(key)
+        if not isinstance(value, str) or not value:
+            raise self.fail(f"{where}.{key}", "must be a non-empty string")
+        if "\x00" in value:
+            raise self.fail(f"{where}.{key}", "contains a NUL byte")
+        return value
+
+    def path_on_node(self, data: Mapping[str, Any], key: str, where: str) -> str:
+        """A path on a node; relative paths are taken from the declaration's folder."""
+        raw = self.string(data, key, where)
+        return str(Path(raw) if Path(raw).is_absolute() else (self.folder / raw).resolve())
+
+    def unknown(self, data: Mapping[str, Any], allowed: set[str], where: str) -> None:
+        extra = sorted(set(data) - allowed)
+        if extra:
+            raise self.fail(
+                f"{where}.{extra[0]}",
+                "is not a known key",
+                "known keys: " + ", ".join(sorted(allowed)),
+            )
+
+    def name(self, value: str, key: str, what: str) -> str:
+        if not NAME_RE.match(value):
+            raise self.fail(
+                key,
+                f"{what} name {value!r} is not allowed",
+                "use 1-32 characters: lower-case letters, digits, '-' or '_', "
+                "starting with a letter or digit",
+            )
+        return value
+
+
+def load(path: Path | str) -> Declaration:
+    """Read and resolve a declaration file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise DeclarationError(str(path), "", f"cannot read: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise DeclarationError(str(path), "", "is not UTF-8 text") from exc
+    return parse(text, path)
+
+
+def parse(text: str, path: Path) -> Declaration:
+    """Resolve declaration ``text`` read from ``path``."""
+    r = _Reader(path)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise r.fail(
+            "", f"not valid TOML: {exc}", "a table declared twice is a duplicate module or node"
+        ) from exc
+    r.unknown(data, {"nodes", "modules"}, "(top level)")
+    nodes = {
+        name: _node(r, name, spec) for name, spec in r.table(data.get("nodes", {}), "nodes").items()
+    }
+    if not nodes:
+        raise r.fail("nodes", "no nodes are declared", "add a [nodes.NAME] table per machine")
+    modules: dict[str, Module] = {}
+    for key, spec in r.table(data.get("modules", {}), "modules").items():
+        module = _module(r, key, spec, nodes)
+        modules[module.id] = module
+    pairs = _pairs(r, modules, nodes)
+    return Declaration(source=str(path), nodes=nodes, modules=modules, pairs=pairs)
+
+
+def _node(r: _Reader, name: str, spec: Any) -> Node:
+    where = f"nodes.{name}"
+    r.name(name, where, "node")
+    spec = r.table(spec, where)
+    r.unknown(spec, NODE_KEYS, where)
+    address = r.string(spec, "address", where)
+    try:
+        ipaddress.ip_address(address)
+    except ValueError as exc:
+        raise r.fail(
+            f"{where}.address",
+            f"{address!r} is not an IP address",
+            "give the node's private address",
+        ) from exc
+    agent = r.string(spec, "agent", where)
+    if not agent.startswith(("http://", "https://", "unix:/")):
+        raise r.fail(
+            f"{where}.agent",
+            f"{agent!r} is not an agent URL",
+            'use "http://ADDRESS:PORT" or "unix:/PATH"',
+        )
+    if "keys" not in spec:
+        raise r.fail(
+            f"{where}.keys",
+            "node has no keys",
+            f'run meshtui host init on {name} and set keys = "path/to/{name}.pub"',
+        )
+    key_path = Path(r.string(spec, "keys", where))
+    key_path = key_path if key_path.is_absolute() else r.folder / key_path
+    try:
+        keys = crypto.load_public(key_path, need_seal=True)
+    except KeyFileError as exc:
+        raise r.fail(f"{where}.keys", str(exc), f"copy {name}'s node.pub there") from exc
+    assert keys.seal is not None
+    return Node(name=name, address=address, agent=agent, seal_key=keys.seal, verify_key=keys.verify)
+
+
+def _module(r: _Reader, key: str, spec: Any, nodes: Mapping[str, Node]) -> Module:
+    where = f'modules."{key}"'
+    node, slash, name = key.partition("/")
+    if not slash:
+        raise r.fail(
+            where, "module names read node/module", f'e.g. [modules."{next(iter(nodes))}/{key}"]'
+        )
+    r.name(node, where, "node")
+    r.name(name, where, "module")
+    if node not in nodes:
+        raise r.fail(
+            where, f"module is on undeclared node {node!r}", f"add [nodes.{node}] or fix the name"
+        )
+    spec = r.table(spec, where)
+    r.unknown(spec, MODULE_KEYS, where)
+    provides = tuple(
+        _offer(r, i, item, where) for i, item in enumerate(_list(r, spec, "provides", where))
+    )
+    requires = tuple(
+        _requirement(r, i, item, where) for i, item in enumerate(_list(r, spec, "requires", where))
+    )
+    receives = _paths(r, spec, "receives", where)
+    grants = _paths(r, spec, "grants", where)
+    for offer in provides:
+        for table, fix in (
+            (receives, "the manifest path"),
+            (grants, "the folder for secret files"),
+        ):
+            if offer.name not in table:
+                label = "receives" if table is receives else "grants"
+                raise r.fail(
+                    f"{where}.{label}",
+                    f"no entry for provided {offer.name!r}",
+                    f"add {offer.name} = {fix}",
+                )
+    provisioner: tuple[str, ...] = (BUILTIN_POSTGRES,)
+    if "provisioner" in spec:
+        raw = spec["provisioner"]
+        if raw == BUILTIN_POSTGRES:
+            provisioner = (BUILTIN_POSTGRES,)
+        elif isinstance(raw, list) and raw and all(isinstance(a, str) and a for a in raw):
+            provisioner = tuple(raw)
+        else:
+            raise r.fail(
+                f"{where}.provisioner", 'must be "builtin:postgres" or a list of strings (argv)'
+            )
+    admin = r.path_on_node(spec, "admin", where) if "admin" in spec else None
+    if provides and provisioner == (BUILTIN_POSTGRES,) and admin is None:
+        raise r.fail(
+            f"{where}.admin",
+            "the built-in provisioner needs an admin conninfo file",
+            'set admin = "/path/admin.conninfo" (a 0600 file)',
+        )
+    return Module(
+        node=node,
+        name=name,
+        provides=provides,
+        requires=requires,
+        receives=receives,
+        grants=grants,
+        admin=admin,
+        provisioner=provisioner,
+    )
+
+
+def _list(r: _Reader, spec: Mapping[str, Any], key: str, where: str) -> list[Any]:
+    value = spec.get(key, [])
+    if not isinstance(value, list):
+        raise r.fail(
+            f"{where}.{key}", "must be a list of tables", f'{key} = [{{ name = "database" }}]'
+        )
+    return value
+
+
+def _paths(r: _Reader, spec: Mapping[str, Any], key: str, where: str) -> dict[str, str]:
+    table = r.table(spec.get(key, {}), f"{where}.{key}")
+    return {name: r.path_on_node(table, name, f"{where}.{key}") for name in table}
+
+
+def _offer(r: _Reader, i: int, item: Any, where: str) -> Offer:
+    at = f"{where}.provides[{i}]"
+    item = r.table(item, at)
+    r.unknown(item, PROVIDE_KEYS, at)
+    port = item.get("port")
+    if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
+        raise r.fail(f"{at}.port", "must be a TCP port number (1-65535)")
+    return Offer(name=r.name(r.string(item, "name", at), f"{at}.name", "provision"), port=port)
+
+
+def _requirement(r: _Reader, i: int, item: Any, where: str) -> Requirement:
+    at = f"{where}.requires[{i}]"
+    item = r.table(item, at)
+    r.unknown(item, REQUIRE_KEYS, at)
+    values = r.table(item.get("values", {}), f"{at}.values")
+    for k, v in values.items():
+        if not isinstance(v, str) or not v or "\x00" in v:
+            raise r.fail(f"{at}.values.{k}", "must be a non-empty string")
+    reload = item.get("reload", [])
+    if not isinstance(reload, list) or not all(isinstance(a, str) and a for a in reload):
+        raise r.fail(
+            f"{at}.reload",
+            "must be a list of strings (argv, no shell)",
+            'reload = ["systemctl", "reload", "gitea"]',
+        )
+    source = r.string(item, "from", at) if "from" in item else None
+    return Requirement(
+        name=r.name(r.string(item, "name", at), f"{at}.name", "provision"),
+        file=r.path_on_node(item, "file", at),
+        values=dict(values),
+        reload=tuple(reload),
+        source=source,
+    )
+
+
+def _pairs(
+    r: _Reader, modules: Mapping[str, Module], nodes: Mapping[str, Node]
+) -> tuple[Pair, ...]:
+    providers: dict[str, list[Module]] = {}
+    for module in modules.values():
+        for offer in module.provides:
+            providers.setdefault(offer.name, []).append(module)
+    pairs: list[Pair] = []
+    logins: dict[tuple[str, str], str] = {}
+    files: dict[tuple[str, str], str] = {}
+    for module in modules.values():
+        for i, req in enumerate(module.requires):
+            at = f'modules."{module.id}".requires[{i}]'
+            provider = _resolve(r, at, module, req, providers, modules)
+            offer = next(o for o in provider.provides if o.name == req.name)
+            login = derive_login(module.node, module.name)
+            owner = logins.get((provider.id, login))
+            if owner is not None and owner != module.id:
+                raise r.fail(
+                    at,
+                    f"login {login!r} at {provider.id} is already {owner}'s",
+                    "rename one of the modules",
+                )
+            if owner is not None:
+                raise r.fail(
+                    at,
+                    f"{module.id} requires {req.name!r} from {provider.id} twice",
+                    "declare each requirement once",
+                )
+            logins[(provider.id, login)] = module.id
+            holder = files.setdefault((module.node, req.file), f"{module.id} ({req.name})")
+            if holder != f"{module.id} ({req.name})":
+                raise r.fail(
+                    f"{at}.file",
+                    f"{req.file} on {module.node} is already {holder}'s file",
+                    "give each requirement its own file",
+                )
+            pairs.append(
+                Pair(
+                    provision=req.name,
+                    consumer=module.id,
+                    provider=provider.id,
+                    login=login,
+                    file=req.file,
+                    port=offer.port,
+                    values=dict(req.values),
+                    reload=req.reload,
+                )
+            )
+    return tuple(sorted(pairs, key=lambda p: p.id))
+
+
+def _resolve(
+    r: _Reader,
+    at: str,
+    module: Module,
+    req: Requirement,
+    providers: Mapping[str, list[Module]],
+    modules: Mapping[str, Module],
+) -> Module:
+    candidates = providers.get(req.name, [])
+    if req.source is not None:
+        chosen = modules.get(req.source)
+        if chosen is None:
+            raise r.fail(
+                f"{at}.from",
+                f"{req.source!r} is not a declared module",
+                "name a provider as node/module",
+            )
+        if chosen not in candidates:
+            raise r.fail(
+                f"{at}.from",
+                f"{req.source} does not provide {req.name!r}",
+                "add it to that module's provides",
+            )
+    elif not candidates:
+        raise r.fail(
+            at,
+            f"nobody provides {req.name!r}",
+            f'declare a module with provides = [{{ name = "{req.name}", port = ... }}]',
+        )
+    elif len(candidates) > 1:
+        names = ", ".join(sorted(m.id for m in candidates))
+        raise r.fail(
+            at,
+            f"{req.name!r} is provided by several modules ({names})",
+            f'add from = "{candidates[0].id}"',
+        )
+    else:
+        chosen = candidates[0]
+    if chosen.id == module.id:
+        raise r.fail(at, "a module cannot require what it provides itself")
+    return chosen

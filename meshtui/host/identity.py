@@ -1,0 +1,70 @@
+"""A node's identity: its name, its keys (0600), and the controller key it pinned at init.
+
+``meshtui host init`` writes these once; the agent refuses to start without them, and refuses
+every request not signed by the pinned controller key.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from meshtui import crypto
+from meshtui.atomic import write_private
+from meshtui.errors import InputError, KeyFileError
+from meshtui.model import NAME_RE
+
+NODE_FILE = "node.toml"
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who this agent is and whom it obeys."""
+
+    name: str
+    state_dir: Path
+    keys: crypto.PrivateKeys
+    controller: crypto.PublicKeys
+
+
+def init(name: str, state_dir: Path, controller_pub: Path) -> tuple[Path, bool]:
+    """Write ``node.key``/``node.pub`` and pin the controller key; keeps existing keys."""
+    if not NAME_RE.match(name):
+        raise InputError(f"node name {name!r} is not allowed (1-32 of a-z 0-9 - _)")
+    controller = crypto.load_public(controller_pub, need_seal=False)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    state_dir.chmod(0o700)
+    pub = state_dir / "node.pub"
+    created = not (state_dir / "node.key").exists()
+    if created:
+        crypto.write_keys(state_dir, "node", crypto.PrivateKeys.generate(node=True))
+    else:
+        existing = _read_name(state_dir)
+        if existing is not None and existing != name:
+            raise InputError(
+                f"{state_dir} already belongs to node {existing!r}; use another --state"
+            )
+    write_private(state_dir / "controller.pub", controller.to_toml().encode(), mode=0o644)
+    write_private(state_dir / NODE_FILE, f'name = "{name}"\n'.encode(), mode=0o644)
+    return pub, created
+
+
+def _read_name(state_dir: Path) -> str | None:
+    try:
+        return str(tomllib.loads((state_dir / NODE_FILE).read_text())["name"])
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        return None
+
+
+def load(state_dir: Path) -> Identity:
+    """Read an initialised node state folder."""
+    name = _read_name(state_dir)
+    if name is None:
+        raise KeyFileError(f"{state_dir}: not a node state folder (run meshtui host init)")
+    return Identity(
+        name=name,
+        state_dir=state_dir,
+        keys=crypto.load_private(state_dir / "node.key"),
+        controller=crypto.load_public(state_dir / "controller.pub", need_seal=False),
+    )

@@ -1,0 +1,369 @@
+"""The SQLite inventory: nodes, modules, pairs, sealed generations, deliveries, probes, the
+rotation journal and the hash-chained audit log.
+
+It stores only sealed blobs and digests, never a plaintext credential. Opened read-only
+(``mode=ro``) it refuses every write with a clear error before SQLite would.
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from meshtui.errors import InventoryError, ReadOnlyError
+
+SCHEMA_VERSION = 1
+GENESIS = "0" * 64
+Row = dict[str, Any]
+
+
+def now() -> str:
+    """UTC timestamp with microseconds, the inventory's one time format."""
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+def operator() -> tuple[str, str | None]:
+    """Who is acting: the OS user, and the SSH client address when there is one."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    ssh = os.environ.get("SSH_CLIENT") or os.environ.get("SSH_CONNECTION")
+    return user, ssh.split()[0] if ssh else None
+
+
+def _create_v1(db: sqlite_utils.Database) -> None:
+    db.executescript(
+        """
+        CREATE TABLE nodes (name TEXT PRIMARY KEY, address TEXT NOT NULL, agent TEXT NOT NULL,
+            seal_key TEXT NOT NULL, verify_key TEXT NOT NULL, declared INTEGER NOT NULL DEFAULT 1,
+            updated_at TEXT NOT NULL);
+        CREATE TABLE modules (id TEXT PRIMARY KEY, node TEXT NOT NULL, name TEXT NOT NULL,
+            spec TEXT NOT NULL, declared INTEGER NOT NULL DEFAULT 1);
+        CREATE TABLE pairs (id TEXT PRIMARY KEY, provision TEXT NOT NULL, consumer TEXT NOT NULL,
+            provider TEXT NOT NULL, login TEXT NOT NULL, file TEXT NOT NULL, port INTEGER NOT NULL,
+            "values" TEXT NOT NULL, reload TEXT NOT NULL, generation INTEGER NOT NULL,
+            created_at TEXT NOT NULL, rotated_at TEXT, withdrawn_at TEXT);
+        CREATE INDEX pairs_provider ON pairs(provider);
+        CREATE INDEX pairs_consumer ON pairs(consumer);
+        CREATE TABLE generations (pair TEXT NOT NULL, generation INTEGER NOT NULL,
+            consumer_sealed BLOB, provider_sealed BLOB, digest TEXT NOT NULL,
+            created_at TEXT NOT NULL, discarded_at TEXT, PRIMARY KEY (pair, generation));
+        CREATE TABLE deliveries (pair TEXT NOT NULL, "end" TEXT NOT NULL, generation INTEGER,
+            digest TEXT, since TEXT, attempted_at TEXT, error TEXT, PRIMARY KEY (pair, "end"));
+        CREATE TABLE probes (id INTEGER PRIMARY KEY, pair TEXT NOT NULL, at TEXT NOT NULL,
+            generation INTEGER, verdict TEXT NOT NULL, reason TEXT NOT NULL, latency_ms REAL,
+            used_password INTEGER, loopback INTEGER NOT NULL DEFAULT 0, client_addr TEXT,
+            control TEXT, withdrawn INTEGER NOT NULL DEFAULT 0);
+        CREATE INDEX probes_pair ON probes(pair, id);
+        CREATE TABLE rotations (id INTEGER PRIMARY KEY, started_at TEXT NOT NULL,
+            finished_at TEXT, state TEXT NOT NULL, items TEXT NOT NULL, outcome TEXT,
+            reason TEXT, owner_pid INTEGER);
+        CREATE TABLE drills (id INTEGER PRIMARY KEY, pair TEXT NOT NULL, at TEXT NOT NULL,
+            rotation INTEGER, ok INTEGER NOT NULL, window_ms REAL, evidence TEXT NOT NULL);
+        CREATE INDEX drills_pair ON drills(pair, id);
+        CREATE TABLE audit (seq INTEGER PRIMARY KEY, at TEXT NOT NULL, operator TEXT NOT NULL,
+            ssh_client TEXT, kind TEXT NOT NULL, pairs TEXT NOT NULL, detail TEXT NOT NULL,
+            outcome TEXT NOT NULL, prev TEXT NOT NULL, hash TEXT NOT NULL);
+        CREATE TABLE audit_head (id INTEGER PRIMARY KEY CHECK (id = 1), seq INTEGER NOT NULL,
+            hash TEXT NOT NULL);
+        """
+    )
+
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_create_v1]
+"""``MIGRATIONS[i]`` takes the schema from version i to i+1; append, never edit."""
+
+
+def event_hash(prev: str, event: Row) -> str:
+    """The chain link: SHA-256 over the previous hash and the event's canonical JSON."""
+    body = {
+        k: event[k]
+        for k in ("seq", "at", "operator", "ssh_client", "kind", "pairs", "detail", "outcome")
+    }
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256((prev + canonical).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class ChainCheck:
+    """The result of verifying the audit chain: ok, how many events, the first bad one."""
+
+    ok: bool
+    events: int
+    bad_seq: int | None = None
+    problem: str = ""
+
+
+class Inventory:
+    """One inventory file. Use :meth:`open`; every write goes through :meth:`transaction`."""
+
+    def __init__(self, path: Path, conn: sqlite3.Connection, *, read_only: bool) -> None:
+        self.path = path
+        self.read_only = read_only
+        self.db = sqlite_utils.Database(conn)
+        self._lock = threading.RLock()
+
+    @classmethod
+    def open(cls, path: Path | str, *, read_only: bool = False) -> Inventory:
+        """Open (and when writable, create and migrate) the inventory at ``path``."""
+        path = Path(path)
+        try:
+            if read_only:
+                if not path.exists():
+                    raise InventoryError(f"{path}: no inventory here (run meshtui declare first)")
+                conn = sqlite3.connect(
+                    path.resolve().as_uri() + "?mode=ro", uri=True, check_same_thread=False
+                )
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                conn = sqlite3.connect(path, check_same_thread=False)
+                os.chmod(path, 0o600)
+            conn.execute("PRAGMA busy_timeout = 10000")
+        except sqlite3.Error as exc:
+            raise InventoryError(f"{path}: cannot open inventory: {exc}") from exc
+        inv = cls(path, conn, read_only=read_only)
+        if read_only:
+            inv._check_version()
+        else:
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            inv._migrate()
+        return inv
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.db.conn.close()
+
+    def __enter__(self) -> Inventory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- schema -------------------------------------------------------------------------
+    def version(self) -> int:
+        """The schema version the file is at (0 for a new file)."""
+        return int(self.db.execute("PRAGMA user_version").fetchone()[0])
+
+    def _check_version(self) -> None:
+        found = self.version()
+        if found != SCHEMA_VERSION:
+            raise InventoryError(
+                f"{self.path}: schema version {found}, this meshtui reads {SCHEMA_VERSION} "
+                "(open it once without --read-only to migrate, or upgrade meshtui)"
+            )
+
+    def _migrate(self) -> None:
+        with self._lock, self.db.conn:
+            self.db.execute("BEGIN IMMEDIATE")
+            found = self.version()
+            if found > SCHEMA_VERSION:
+                raise InventoryError(
+                    f"{self.path}: schema version {found} is newer than this meshtui"
+                )
+            for step in MIGRATIONS[found:]:
+                step(self.db)
+            self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    # ---- writes -------------------------------------------------------------------------
+    def require_writable(self, action: str) -> None:
+        """Raise ReadOnlyError when this inventory was opened read-only."""
+        if self.read_only:
+            raise ReadOnlyError(action)
+
+    @contextmanager
+    def transaction(self, action: str) -> Iterator[sqlite_utils.Database]:
+        """One atomic write; refused up front when read-only, SQLite errors made clear."""
+        self.require_writable(action)
+        with self._lock:
+            try:
+                with self.db.conn:
+                    self.db.execute("BEGIN IMMEDIATE")
+                    yield self.db
+            except sqlite3.OperationalError as exc:
+                if "readonly" in str(exc):
+                    raise ReadOnlyError(action) from exc
+                raise InventoryError(f"{self.path}: {action} failed: {exc}") from exc
+
+    def audit(
+        self,
+        db: sqlite_utils.Database,
+        kind: str,
+        pairs: Iterable[str],
+        detail: dict[str, Any],
+        outcome: str,
+    ) -> Row:
+        """Append one event to the chain; call inside :meth:`transaction`."""
+        last = db.execute("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1").fetchone()
+        seq, prev = (last[0] + 1, last[1]) if last else (1, GENESIS)
+        user, ssh = operator()
+        event: Row = {
+            "seq": seq,
+            "at": now(),
+            "operator": user,
+            "ssh_client": ssh,
+            "kind": kind,
+            "pairs": json.dumps(sorted(pairs)),
+            "detail": json.dumps(detail, sort_keys=True),
+            "outcome": outcome,
+            "prev": prev,
+        }
+        event["hash"] = event_hash(prev, event)
+        db["audit"].insert(event)
+        db["audit_head"].upsert({"id": 1, "seq": seq, "hash": event["hash"]}, pk="id")
+        return event
+
+    def record(self, kind: str, pairs: Iterable[str], detail: dict[str, Any], outcome: str) -> Row:
+        """A standalone audit event in its own transaction."""
+        with self.transaction(kind) as db:
+            return self.audit(db, kind, pairs, detail, outcome)
+
+    # ---- reads --------------------------------------------------------------------------
+    def query(self, sql: str, params: Iterable[Any] | dict[str, Any] = ()) -> list[Row]:
+        """Rows as dicts."""
+        with self._lock:
+            return list(self.db.query(sql, params))
+
+    def nodes(self) -> dict[str, Row]:
+        """Every node by name."""
+        return {r["name"]: r for r in self.query("SELECT * FROM nodes ORDER BY name")}
+
+    def modules(self) -> dict[str, Row]:
+        """Every module by id, with its spec decoded."""
+        out = {}
+        for r in self.query("SELECT * FROM modules ORDER BY id"):
+            r["spec"] = json.loads(r["spec"])
+            out[r["id"]] = r
+        return out
+
+    def pairs(self, ids: Iterable[str] | None = None) -> list[Row]:
+        """Pairs (all, or the named ones) with values and reload decoded."""
+        rows = self.query("SELECT * FROM pairs ORDER BY id")
+        if ids is not None:
+            wanted = set(ids)
+            rows = [r for r in rows if r["id"] in wanted]
+        for r in rows:
+            r["values"] = json.loads(r["values"])
+            r["reload"] = json.loads(r["reload"])
+        return rows
+
+    def generation(self, pair: str, generation: int) -> Row | None:
+        """One sealed generation of a pair."""
+        rows = self.query(
+            "SELECT * FROM generations WHERE pair = ? AND generation = ?", [pair, generation]
+        )
+        return rows[0] if rows else None
+
+    def generations(self, pair: str) -> list[Row]:
+        """Every generation of a pair, oldest first."""
+        return self.query("SELECT * FROM generations WHERE pair = ? ORDER BY generation", [pair])
+
+    def deliveries(self) -> dict[tuple[str, str], Row]:
+        """Which generation each end holds, by (pair, end)."""
+        return {(r["pair"], r["end"]): r for r in self.query("SELECT * FROM deliveries")}
+
+    def latest_probes(self) -> dict[str, Row]:
+        """The newest probe of every pair."""
+        rows = self.query(
+            "SELECT p.* FROM probes p JOIN (SELECT pair, MAX(id) AS id FROM probes GROUP BY pair)"
+            " m ON p.id = m.id"
+        )
+        return {r["pair"]: r for r in rows}
+
+    def probes(self, pair: str, limit: int = 50) -> list[Row]:
+        """A pair's recent probes, newest first."""
+        return self.query(
+            "SELECT * FROM probes WHERE pair = ? ORDER BY id DESC LIMIT ?", [pair, limit]
+        )
+
+    def drills(self, pair: str | None = None, limit: int = 50) -> list[Row]:
+        """Recent drills (of one pair, or all), newest first, evidence decoded."""
+        if pair is None:
+            rows = self.query("SELECT * FROM drills ORDER BY id DESC LIMIT ?", [limit])
+        else:
+            rows = self.query(
+                "SELECT * FROM drills WHERE pair = ? ORDER BY id DESC LIMIT ?", [pair, limit]
+            )
+        for r in rows:
+            r["evidence"] = json.loads(r["evidence"])
+        return rows
+
+    def open_rotations(self) -> list[Row]:
+        """Rotations journaled but not finished (a controller may have died mid-way)."""
+        rows = self.query("SELECT * FROM rotations WHERE finished_at IS NULL ORDER BY id")
+        for r in rows:
+            r["items"] = json.loads(r["items"])
+        return rows
+
+    def rotations(self, limit: int = 100) -> list[Row]:
+        """Recent rotations, newest first."""
+        rows = self.query("SELECT * FROM rotations ORDER BY id DESC LIMIT ?", [limit])
+        for r in rows:
+            r["items"] = json.loads(r["items"])
+        return rows
+
+    def events(self, limit: int | None = None) -> list[Row]:
+        """Audit events, oldest first, with pairs and detail decoded."""
+        sql = "SELECT * FROM audit ORDER BY seq"
+        rows = (
+            self.query(sql)
+            if limit is None
+            else self.query(
+                "SELECT * FROM (SELECT * FROM audit ORDER BY seq DESC LIMIT ?) ORDER BY seq",
+                [limit],
+            )
+        )
+        for r in rows:
+            r["pairs"] = json.loads(r["pairs"])
+            r["detail"] = json.loads(r["detail"])
+        return rows
+
+    def verify_chain(self) -> ChainCheck:
+        """Walk the audit chain; name the first edited, deleted or reordered event."""
+        prev, expected_seq, count = GENESIS, 1, 0
+        for row in self.query("SELECT * FROM audit ORDER BY rowid"):
+            count += 1
+            if row["seq"] != expected_seq:
+                why = "deleted or reordered" if row["seq"] > expected_seq else "reordered"
+                return ChainCheck(
+                    False,
+                    count,
+                    row["seq"],
+                    f"expected event {expected_seq} here, found {row['seq']} ({why})",
+                )
+            if row["prev"] != prev:
+                return ChainCheck(
+                    False,
+                    count,
+                    row["seq"],
+                    "does not link to the event before it (an event was deleted or swapped)",
+                )
+            if event_hash(prev, row) != row["hash"]:
+                return ChainCheck(
+                    False, count, row["seq"], "its content was edited after it was written"
+                )
+            prev, expected_seq = row["hash"], expected_seq + 1
+        head = self.query("SELECT seq, hash FROM audit_head")
+        if head and (head[0]["seq"], head[0]["hash"]) != (expected_seq - 1, prev):
+            return ChainCheck(
+                False,
+                count,
+                head[0]["seq"],
+                "the newest events were deleted (the chain ends early)",
+            )
+        if not head and count:
+            return ChainCheck(False, count, None, "the chain's head record is missing")
+        return ChainCheck(True, count)
