@@ -205,7 +205,126 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-EXTRA_PARSERS: list[Callable[[Any], None]] = [_host_parsers]
+def _printer(args: argparse.Namespace) -> Callable[[str, int, int], None]:
+    def progress(message: str, done: int, total: int) -> None:
+        if not getattr(args, "json", False) and sys.stderr.isatty():
+            print(f"  [{done}/{total}] {message}", file=sys.stderr)
+
+    return progress
+
+
+def cmd_push(args: argparse.Namespace) -> int:
+    with _controller(args) as ctl:
+        report = ctl.push(_printer(args))
+    if args.json:
+        _print_json(report.to_json())
+    else:
+        for o in report.delivered:
+            print(f"{'delivered' if o.ok else 'FAILED':9} {o.pair} g{o.generation} {o.reason}")
+        for o in report.withdrawn:
+            print(f"{'revoked' if o.ok else 'NOT REVOKED':9} {o.pair} {o.reason}")
+        if not report.delivered and not report.withdrawn:
+            print("every end already holds its generation")
+        for pid, why in sorted(report.behind.items()):
+            print(f"behind    {pid}: {why}")
+        print("all ends agree" if report.ok else f"{len(report.behind)} pairs behind")
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def _rotation_ids(ctl: Any, args: argparse.Namespace) -> list[str]:
+    chosen = [bool(args.pairs), bool(args.provider), bool(args.all)]
+    if sum(chosen) != 1:
+        from meshtui.errors import InputError
+
+        raise InputError("name pairs, or --provider NODE/MODULE, or --all (exactly one)")
+    if args.provider:
+        return list(ctl.pairs_of_provider(args.provider))
+    if args.all:
+        return list(ctl.live_pairs())
+    return list(args.pairs)
+
+
+def cmd_rotate(args: argparse.Namespace) -> int:
+    with _controller(args) as ctl:
+        ids = _rotation_ids(ctl, args)
+        if not args.yes:
+            plan = ctl.plan_rotation(ids)
+            print(f"rotate {len(plan.pairs)} pairs:")
+            for pid in plan.pairs:
+                print(f"  {pid}")
+            for r in plan.nodes:
+                print(f"  node {r.node}: {'resolved' if r.ok else 'NOT RESOLVED'} ({r.reason})")
+            if not sys.stdin.isatty():
+                print("meshtui: not a terminal; pass --yes to rotate", file=sys.stderr)
+                return EXIT_INPUT
+            if input("type yes to rotate: ").strip() != "yes":
+                print("cancelled; nothing was changed")
+                return EXIT_OK
+        report = ctl.rotate(ids, _printer(args))
+    if args.json:
+        _print_json(report.to_json())
+    else:
+        for o in report.pairs:
+            window = f" window {o.window_ms:.1f} ms" if o.window_ms is not None else ""
+            print(f"{report.outcome:11} {o.pair} g{o.previous}->g{o.generation}{window} {o.reason}")
+        if report.reason:
+            print(f"reason: {report.reason}")
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    with _controller(args) as ctl:
+        outcomes = ctl.probe(args.pairs or None, _printer(args))
+    if args.json:
+        _print_json([o.__dict__ for o in outcomes])
+    else:
+        for o in outcomes:
+            lat = f"{o.latency_ms:6.1f} ms" if o.latency_ms is not None else "       -"
+            print(f"{o.verdict:9} {lat} {o.pair}  {o.reason}")
+    return EXIT_OK if all(o.verdict == "accepted" for o in outcomes) else EXIT_FAILED
+
+
+def cmd_drill(args: argparse.Namespace) -> int:
+    with _controller(args) as ctl:
+        reports = ctl.drill(args.pairs, _printer(args))
+    if args.json:
+        _print_json([r.to_json() for r in reports])
+    else:
+        for r in reports:
+            print(f"{'PASSED' if r.ok else 'FAILED'} {r.pair}")
+            for s in r.steps:
+                lat = f"{s.latency_ms:.1f} ms" if s.latency_ms is not None else "-"
+                mark = "ok " if s.ok else "BAD"
+                print(f"  [{mark}] {s.name:10} expected {s.expected:8} got {s.verdict:8} {lat}")
+            if r.window_ms is not None:
+                print(f"  window {r.window_ms:.1f} ms (rotation {r.rotation})")
+            if r.reason:
+                print(f"  {r.reason}")
+    return EXIT_OK if all(r.ok for r in reports) else EXIT_FAILED
+
+
+def _action_parsers(sub: Any) -> None:
+    s = sub.add_parser("push", help="converge every end")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_push)
+    s = sub.add_parser("rotate", help="all-or-nothing rotation")
+    s.add_argument("pairs", nargs="*", metavar="PAIR")
+    s.add_argument("--provider", metavar="NODE/MODULE")
+    s.add_argument("--all", action="store_true")
+    s.add_argument("--yes", action="store_true", help="do not ask")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_rotate)
+    s = sub.add_parser("probe", help="live logins from each consumer's node")
+    s.add_argument("pairs", nargs="*", metavar="PAIR")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_probe)
+    s = sub.add_parser("drill", help="rotation + three logins, with the window")
+    s.add_argument("pairs", nargs="+", metavar="PAIR")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_drill)
+
+
+EXTRA_PARSERS: list[Callable[[Any], None]] = [_host_parsers, _action_parsers]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

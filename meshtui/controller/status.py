@@ -20,6 +20,8 @@ def _end_reason(end: End, held: Row | None, want: int) -> str | None:
         if held is not None and held["error"]:
             return f"{end} never received it: {held['error']}"
         return f"{end} end never delivered (run meshtui push)"
+    if held["generation"] == 0:
+        return f"{end} holds nothing: {held['error'] or 'credential gone'}"
     if held["generation"] != want:
         tail = f": {held['error']}" if held["error"] else ""
         return f"{end} holds generation {held['generation']}, expected {want}{tail}"

@@ -1,0 +1,138 @@
+"""Talking to host agents: signed requests over httpx (TCP or Unix socket), verified answers.
+
+An answer counts only if it is signed by the node key the inventory holds for that node and
+quotes the request's nonce; anything else is an AgentError that names the node and the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+
+from meshtui import crypto, wire
+from meshtui.errors import AgentError, EnvelopeError
+from meshtui.inventory import Row
+
+DEFAULT_TIMEOUT_S = 30.0
+
+
+class AgentClient:
+    """One node's agent, as the controller sees it."""
+
+    def __init__(
+        self, node: Row, keys: crypto.PrivateKeys, *, timeout: float = DEFAULT_TIMEOUT_S
+    ) -> None:
+        self.name: str = node["name"]
+        self.agent: str = node["agent"]
+        self._verify_key = crypto.unb64(node["verify_key"], "verify_key")
+        self._keys = keys
+        if self.agent.startswith("unix:"):
+            transport = httpx.HTTPTransport(uds=self.agent[len("unix:") :])
+            self._http = httpx.Client(transport=transport, base_url="http://agent", timeout=timeout)
+        else:
+            self._http = httpx.Client(base_url=self.agent, timeout=timeout)
+
+    def close(self) -> None:
+        """Close the HTTP connection pool."""
+        self._http.close()
+
+    def call(
+        self, kind: str, payload: Mapping[str, Any], *, timeout: float | None = None
+    ) -> dict[str, Any]:
+        """Send one signed request; return the verified answer's payload."""
+        env, nonce = wire.envelope(
+            kind, dict(payload), sender=wire.CONTROLLER, to=self.name, keys=self._keys
+        )
+        try:
+            kwargs: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+            resp = self._http.post("/v1", json=env, **kwargs)
+        except httpx.TimeoutException as exc:
+            raise AgentError(self.name, f"agent at {self.agent} did not answer in time") from exc
+        except httpx.HTTPError as exc:
+            raise AgentError(
+                self.name, f"agent at {self.agent} unreachable ({type(exc).__name__})"
+            ) from exc
+        try:
+            data = resp.json()
+        except ValueError as exc:
+            raise AgentError(
+                self.name, f"agent answered HTTP {resp.status_code} without JSON"
+            ) from exc
+        try:
+            msg = wire.open_envelope(
+                data,
+                verify_key=self._verify_key,
+                sender=self.name,
+                to=wire.CONTROLLER,
+                reply_to=None if resp.status_code == 403 else nonce,
+            )
+        except EnvelopeError as exc:
+            if resp.status_code != 200:
+                raise AgentError(
+                    self.name, f"agent refused the request (HTTP {resp.status_code})"
+                ) from exc
+            raise AgentError(
+                self.name, f"answer not trusted: {exc} (is this the right agent?)"
+            ) from exc
+        if resp.status_code != 200 or msg.kind == "error":
+            raise AgentError(self.name, str(msg.payload.get("error", f"HTTP {resp.status_code}")))
+        return msg.payload
+
+
+class Agents:
+    """Clients for several nodes, opened on demand, used from one thread or a pool."""
+
+    def __init__(
+        self,
+        nodes: Mapping[str, Row],
+        keys: crypto.PrivateKeys,
+        *,
+        timeout: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        self._nodes, self._keys, self._timeout = nodes, keys, timeout
+        self._clients: dict[str, AgentClient] = {}
+
+    def __enter__(self) -> Agents:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for c in self._clients.values():
+            c.close()
+
+    def client(self, node: str) -> AgentClient:
+        """The client of one node."""
+        if node not in self._clients:
+            if node not in self._nodes:
+                raise AgentError(node, "not a declared node")
+            self._clients[node] = AgentClient(self._nodes[node], self._keys, timeout=self._timeout)
+        return self._clients[node]
+
+    def call(self, node: str, kind: str, payload: Mapping[str, Any]) -> dict[str, Any]:
+        """One request to one node."""
+        return self.client(node).call(kind, payload)
+
+    def call_many(
+        self, kind: str, payloads: Mapping[str, Mapping[str, Any]]
+    ) -> dict[str, dict[str, Any] | AgentError]:
+        """The same kind of request to several nodes at once; each answer or its error."""
+        for node in payloads:
+            self.client(node)  # create clients in this thread
+        out: dict[str, dict[str, Any] | AgentError] = {}
+
+        def one(node: str) -> tuple[str, dict[str, Any] | AgentError]:
+            try:
+                return node, self._clients[node].call(kind, payloads[node])
+            except AgentError as exc:
+                return node, exc
+
+        if len(payloads) == 1:
+            node = next(iter(payloads))
+            out[node] = one(node)[1]
+            return out
+        with ThreadPoolExecutor(max_workers=min(8, len(payloads))) as pool:
+            for node, result in pool.map(one, list(payloads)):
+                out[node] = result
+        return out

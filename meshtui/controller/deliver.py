@@ -1,0 +1,277 @@
+"""Building what each node must hold, sending it, and recording which generation each end holds.
+
+A provider receives the whole manifest of one (provider module, provision): every live consumer
+at its target generation, sealed to the provider. A consumer receives its own credential, sealed
+to it. The answers are recorded per pair and per end, so the inventory always knows who is behind.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from meshtui import crypto, wire
+from meshtui.controller.client import Agents
+from meshtui.errors import AgentError, InventoryError
+from meshtui.inventory import Inventory, Row, now
+from meshtui.model import End
+
+NOTHING = 0
+"""The generation recorded for an end that holds nothing (its file is gone)."""
+
+Targets = Mapping[str, int]
+"""pair id -> the generation its ends should receive (default: the pair's generation)."""
+
+
+@dataclass
+class Delivered:
+    """What one delivery round achieved, per pair and end."""
+
+    provider_ok: dict[str, bool] = field(default_factory=dict)
+    consumer_ok: dict[str, bool] = field(default_factory=dict)
+    applied_at: dict[str, float] = field(default_factory=dict)
+    written_at: dict[str, float] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)  # pair -> first error
+
+    def window_ms(self, pair: str) -> float | None:
+        """Provider applied -> consumer holds it, in milliseconds."""
+        if pair in self.applied_at and pair in self.written_at:
+            return max(0.0, (self.written_at[pair] - self.applied_at[pair]) * 1000.0)
+        return None
+
+    def fail(self, pair: str, reason: str) -> None:
+        """Remember the first error of a pair."""
+        self.errors.setdefault(pair, reason)
+
+
+def _dbname(pair: Row) -> str:
+    values = pair["values"]
+    return str(values.get("database") or "postgres")
+
+
+def target_of(pair: Row, nodes: Mapping[str, Row]) -> dict[str, Any]:
+    """Where a probe of ``pair`` logs in: the provider node's private address and port."""
+    return {
+        "host": nodes[pair["provider"].split("/", 1)[0]]["address"],
+        "port": pair["port"],
+        "login": pair["login"],
+        "dbname": _dbname(pair),
+    }
+
+
+class Planner:
+    """Reads the inventory once and builds delivery payloads for any set of pairs and targets."""
+
+    def __init__(self, inv: Inventory) -> None:
+        self.inv = inv
+        self.nodes = inv.nodes()
+        self.modules = inv.modules()
+        self.pairs = {p["id"]: p for p in inv.pairs()}
+
+    def sealed(self, pair: str, generation: int) -> Row:
+        """One generation's sealed blobs; InventoryError when they were discarded."""
+        row = self.inv.generation(pair, generation)
+        if row is None or row["consumer_sealed"] is None or row["provider_sealed"] is None:
+            raise InventoryError(f"{pair}: generation {generation} is not held sealed any more")
+        return row
+
+    def provider_sets(
+        self, providers: Iterable[tuple[str, str]], targets: Targets
+    ) -> dict[str, list[dict[str, Any]]]:
+        """Manifest deliveries by provider node, for (provider module, provision) keys."""
+        out: dict[str, list[dict[str, Any]]] = {}
+        for provider, provision in sorted(set(providers)):
+            spec = self.modules[provider]["spec"]
+            consumers = []
+            for p in self.pairs.values():
+                if p["provider"] != provider or p["provision"] != provision or p["withdrawn_at"]:
+                    continue
+                gen = targets.get(p["id"], p["generation"])
+                row = self.sealed(p["id"], gen)
+                cnode = p["consumer"].split("/", 1)[0]
+                consumers.append(
+                    {
+                        "pair": p["id"],
+                        "as": p["login"],
+                        "node": cnode,
+                        "module": p["consumer"].split("/", 1)[1],
+                        "at": self.nodes[cnode]["address"],
+                        "values": p["values"],
+                        "generation": gen,
+                        "digest": row["digest"],
+                        "sealed": crypto.b64(row["provider_sealed"]),
+                    }
+                )
+            out.setdefault(provider.split("/", 1)[0], []).append(
+                {
+                    "provider": provider,
+                    "provision": provision,
+                    "receives": spec["receives"][provision],
+                    "grants": spec["grants"][provision],
+                    "admin": spec.get("admin"),
+                    "provisioner": spec.get("provisioner"),
+                    "consumers": consumers,
+                }
+            )
+        return out
+
+    def consumer_items(
+        self, pairs: Iterable[str], targets: Targets
+    ) -> dict[str, list[dict[str, Any]]]:
+        """Credential deliveries by consumer node."""
+        out: dict[str, list[dict[str, Any]]] = {}
+        for pid in sorted(set(pairs)):
+            p = self.pairs[pid]
+            gen = targets.get(pid, p["generation"])
+            row = self.sealed(pid, gen)
+            node = p["consumer"].split("/", 1)[0]
+            out.setdefault(node, []).append(
+                {
+                    "pair": pid,
+                    "node": node,
+                    "generation": gen,
+                    "digest": row["digest"],
+                    "file": p["file"],
+                    "reload": p["reload"],
+                    "sealed": crypto.b64(row["consumer_sealed"]),
+                }
+            )
+        return out
+
+
+def record_end(
+    inv: Inventory, rows: Iterable[tuple[str, End, int | None, str | None, str | None]]
+) -> None:
+    """Record (pair, end, generation held, digest, error); a None generation keeps the old one."""
+    stamp = now()
+    current = inv.deliveries()
+    out = []
+    for pair, end, gen, digest, error in rows:
+        old = current.get((pair, end.value), {})
+        held_gen = gen if gen is not None else old.get("generation")
+        changed = gen is not None and gen != old.get("generation")
+        out.append(
+            {
+                "pair": pair,
+                "end": end.value,
+                "generation": held_gen,
+                "digest": digest if gen is not None else old.get("digest"),
+                "since": stamp if changed or not old.get("since") else old["since"],
+                "attempted_at": stamp,
+                "error": error,
+            }
+        )
+    if out:
+        with inv.transaction("record deliveries") as db:
+            db["deliveries"].upsert_all(out, pk=("pair", "end"))
+
+
+def send_providers(
+    agents: Agents, inv: Inventory, sets: Mapping[str, list[dict[str, Any]]], result: Delivered
+) -> None:
+    """Deliver manifests to provider nodes (in parallel) and record each pair's provider end."""
+    if not sets:
+        return
+    answers = agents.call_many(wire.DELIVER, {n: {"provider": s} for n, s in sets.items()})
+    rows: list[tuple[str, End, int | None, str | None, str | None]] = []
+    for node, sent in sets.items():
+        answer = answers[node]
+        for spec in sent:
+            got = _match_provider(answer, spec)
+            outcomes = {o.get("login"): o for o in (got or {}).get("outcomes", [])}
+            for c in spec["consumers"]:
+                pid = c["pair"]
+                if isinstance(answer, AgentError):
+                    reason = answer.reason
+                elif got is None:
+                    reason = "agent did not answer for this manifest"
+                else:
+                    o = outcomes.get(c["as"], {})
+                    if o.get("outcome") in ("created", "updated", "unchanged"):
+                        result.provider_ok[pid] = True
+                        result.applied_at[pid] = float(got.get("applied_at", 0.0))
+                        rows.append((pid, End.PROVIDER, c["generation"], c["digest"], None))
+                        continue
+                    reason = got.get("error") or (
+                        f"provisioner: {o.get('outcome', 'no outcome')} {o.get('reason', '')}".strip()
+                    )
+                result.provider_ok[pid] = False
+                result.fail(pid, f"provider {spec['provider']}: {reason}")
+                rows.append((pid, End.PROVIDER, None, None, reason))
+    record_end(inv, rows)
+
+
+def _match_provider(
+    answer: dict[str, Any] | AgentError, spec: dict[str, Any]
+) -> dict[str, Any] | None:
+    if isinstance(answer, AgentError):
+        return None
+    for got in answer.get("provider", []):
+        if got.get("provider") == spec["provider"] and got.get("provision") == spec["provision"]:
+            return dict(got)
+    return None
+
+
+def send_consumers(
+    agents: Agents, inv: Inventory, items: Mapping[str, list[dict[str, Any]]], result: Delivered
+) -> None:
+    """Deliver credentials to consumer nodes (in parallel) and record each pair's consumer end."""
+    if not items:
+        return
+    answers = agents.call_many(wire.DELIVER, {n: {"consumer": i} for n, i in items.items()})
+    rows: list[tuple[str, End, int | None, str | None, str | None]] = []
+    for node, sent in items.items():
+        answer = answers[node]
+        got = (
+            {}
+            if isinstance(answer, AgentError)
+            else {g["pair"]: g for g in answer.get("consumer", [])}
+        )
+        for item in sent:
+            pid = item["pair"]
+            g = got.get(pid)
+            if g is not None and g.get("ok"):
+                result.consumer_ok[pid] = True
+                result.written_at[pid] = float(g.get("written_at", 0.0))
+                reload = g.get("reload")
+                err = f"reload {reload}" if reload and reload != "ok" else None
+                rows.append((pid, End.CONSUMER, item["generation"], item["digest"], err))
+            else:
+                reason = (
+                    answer.reason
+                    if isinstance(answer, AgentError)
+                    else ((g or {}).get("error") or "agent did not answer for this pair")
+                )
+                result.consumer_ok[pid] = False
+                result.fail(pid, f"consumer {node}: {reason}")
+                rows.append((pid, End.CONSUMER, None, None, reason))
+    record_end(inv, rows)
+
+
+def held_generations(inv: Inventory, holdings: Mapping[str, list[dict[str, Any]]]) -> None:
+    """Correct the deliveries table from agents' own ``state`` answers (by digest)."""
+    digests = {
+        (r["pair"], r["digest"]): r["generation"]
+        for r in inv.query("SELECT pair, generation, digest FROM generations")
+    }
+    rows: list[tuple[str, End, int | None, str | None, str | None]] = []
+    current = inv.deliveries()
+    for _node, held in holdings.items():
+        for h in held:
+            gen = digests.get((h["pair"], h["digest"]))
+            if gen is None:
+                continue
+            present = h.get("present", True)
+            old = current.get((h["pair"], h["end"]), {})
+            if present and old.get("generation") != gen:
+                rows.append((h["pair"], End(h["end"]), gen, h["digest"], None))
+            elif not present and old.get("generation"):
+                rows.append((h["pair"], End(h["end"]), NOTHING, None, "file missing or changed"))
+    record_end(inv, rows)
+
+
+def as_json(data: Any) -> str:
+    """Compact JSON for the journal and audit details."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))

@@ -1,0 +1,118 @@
+"""``meshtui drill``: a rotation checked by three logins from the consumer's node.
+
+The old credential logs in before; the pair is rotated; the new credential logs in after and
+the old one is refused. The old credential lives only in the consumer agent's memory for the
+drill. The evidence (each login's verdict and timing, the window) is stored and shown.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from meshtui import wire
+from meshtui.controller.client import AgentClient
+from meshtui.controller.deliver import Planner, as_json, target_of
+from meshtui.controller.reports import DrillReport, DrillStep, Progress, RotationReport
+from meshtui.controller.rotate import rotate
+from meshtui.errors import AgentError, MeshtuiError
+from meshtui.inventory import now
+
+
+def _step(name: str, expected: str, login: dict[str, Any] | None, missing: str) -> DrillStep:
+    if login is None:
+        return DrillStep(
+            name=name, expected=expected, verdict="unknown", latency_ms=None, reason=missing
+        )
+    lat = (login.get("login") or {}).get("latency_ms")
+    return DrillStep(
+        name=name,
+        expected=expected,
+        verdict=str(login["verdict"]),
+        latency_ms=lat,
+        reason=str(login["reason"]),
+    )
+
+
+def drill_one(ctl: Any, pid: str, progress: Progress) -> DrillReport:
+    """Drill one pair; always returns a report (failures are in it, not raised)."""
+    plan = Planner(ctl.inventory)
+    p = plan.pairs[pid]
+    node = p["consumer"].split("/", 1)[0]
+    drill_id = secrets.token_hex(8)
+    request = {
+        "drill": drill_id,
+        "pair": pid,
+        "file": p["file"],
+        "target": target_of(p, plan.nodes),
+    }
+    client = AgentClient(plan.nodes[node], ctl.keys())
+    steps: list[DrillStep] = []
+    report: RotationReport | None = None
+    reason = ""
+    try:
+        progress(f"{pid}: old credential before", 0, 3)
+        held = client.call(wire.DRILL_HOLD, request)
+        steps.append(_step("old before", "accepted", held.get("result"), held.get("error", "")))
+        if steps[0].ok:
+            progress(f"{pid}: rotating", 1, 3)
+            try:
+                report = rotate(ctl, [pid], lambda *_: None)
+            except MeshtuiError as exc:
+                reason = f"rotation not done: {exc}"
+            progress(f"{pid}: new and old credential after", 2, 3)
+        checked = client.call(wire.DRILL_CHECK, request)  # also makes the agent forget the old one
+        if steps[0].ok:
+            steps.append(_step("new after", "accepted", checked.get("new"), "no credential file"))
+            steps.append(
+                _step("old after", "refused", checked.get("old"), checked.get("error") or "")
+            )
+    except AgentError as exc:
+        reason = f"consumer's node unreachable: {exc.reason}"
+    finally:
+        client.close()
+    if report is not None and not report.ok:
+        reason = f"rotation {report.outcome}: {report.reason}"
+    if not reason and steps and not steps[0].ok:
+        reason = "the current credential did not log in before the rotation; nothing was rotated"
+    window = report.pairs[0].window_ms if report is not None and report.ok else None
+    ok = len(steps) == 3 and all(s.ok for s in steps) and report is not None and report.ok
+    if ok:
+        reason = "old worked before, new works after, old is refused after"
+    result = DrillReport(
+        pair=pid,
+        ok=ok,
+        steps=steps,
+        window_ms=window,
+        rotation=report.rotation if report else None,
+        reason=reason,
+    )
+    with ctl.inventory.transaction("drill") as db:
+        db["drills"].insert(
+            {
+                "pair": pid,
+                "at": now(),
+                "rotation": result.rotation,
+                "ok": int(ok),
+                "window_ms": window,
+                "evidence": as_json(result.to_json()),
+            }
+        )
+        ctl.inventory.audit(
+            db,
+            "drill",
+            [pid],
+            {
+                "window_ms": window,
+                "rotation": result.rotation,
+                "steps": {s.name: s.verdict for s in steps},
+            },
+            "ok" if ok else "failed",
+        )
+    progress(f"{pid}: {'passed' if ok else 'FAILED'}", 3, 3)
+    return result
+
+
+def drill(ctl: Any, ids: list[str], progress: Progress) -> list[DrillReport]:
+    """Drill each pair in turn."""
+    return [drill_one(ctl, pid, progress) for pid in ids]

@@ -1,0 +1,38 @@
+"""One delivering action at a time per state folder (push, rotate, drill, recovery).
+
+An advisory ``flock`` on ``<state>/deliver.lock``: the kernel drops it when the process dies, so
+a controller killed mid-rotation never leaves a lock behind, only a journal to recover.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from meshtui.errors import RotationBusyError
+
+LOCK_FILE = "deliver.lock"
+
+
+@contextmanager
+def delivering(state_dir: Path, action: str) -> Iterator[None]:
+    """Hold the state folder's delivery lock, or raise RotationBusyError naming the holder."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(state_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
+            raise RotationBusyError(
+                f"cannot {action}: a push, rotation or drill is already running ({holder}); "
+                "wait for it to finish"
+            ) from exc
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()}: {action}".encode(), 0)
+        yield
+    finally:
+        os.close(fd)

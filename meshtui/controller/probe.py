@@ -1,0 +1,90 @@
+"""``meshtui probe``: live logins from each consumer's node with the credential it holds.
+
+The controller only asks; the consumer's agent logs in over the private network, with a
+negative control, and signs the result. Results are stored per pair with the generation the
+node actually held (found by digest), which is what makes a pair working, stale or revoked.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from meshtui import wire
+from meshtui.controller.client import AgentClient
+from meshtui.controller.deliver import Planner, target_of
+from meshtui.controller.push import _probe_row
+from meshtui.controller.reports import ProbeOutcome, Progress
+from meshtui.errors import AgentError
+from meshtui.inventory import now
+
+CONCURRENCY = 8
+
+
+def probe(ctl: Any, ids: list[str], progress: Progress) -> list[ProbeOutcome]:
+    """Probe the live pairs among ``ids``; store and return each outcome."""
+    inv = ctl.inventory
+    plan = Planner(inv)
+    live = [pid for pid in ids if not plan.pairs[pid]["withdrawn_at"]]
+    by_node: dict[str, list[dict[str, Any]]] = {}
+    for pid in live:
+        p = plan.pairs[pid]
+        by_node.setdefault(p["consumer"].split("/", 1)[0], []).append(
+            {"pair": pid, "file": p["file"], **target_of(p, plan.nodes)}
+        )
+    gen_of = {
+        (r["pair"], r["digest"]): r["generation"]
+        for r in inv.query("SELECT pair, generation, digest FROM generations")
+    }
+    total, done = len(live), 0
+    rows, out = [], []
+    progress(f"probing {total} pairs", 0, total)
+    for node, items in sorted(by_node.items()):
+        stamp = now()
+        client = AgentClient(plan.nodes[node], ctl.keys(), timeout=15.0 + 0.05 * len(items))
+        try:
+            answer: dict[str, Any] | AgentError = client.call(
+                wire.PROBE, {"targets": items, "concurrency": CONCURRENCY}
+            )
+        except AgentError as exc:
+            answer = exc
+        finally:
+            client.close()
+        got = (
+            {}
+            if isinstance(answer, AgentError)
+            else {r["pair"]: r for r in answer.get("results", [])}
+        )
+        for item in items:
+            pid = item["pair"]
+            r = got.get(pid)
+            if r is None or r.get("result") is None:
+                reason = (
+                    f"consumer's node {node} unreachable: {answer.reason}"
+                    if isinstance(answer, AgentError)
+                    else (r or {}).get("error", "no result")
+                )
+                result = {"verdict": "unknown", "reason": reason, "loopback": False, "login": {}}
+            else:
+                result = r["result"]
+            generation = gen_of.get((pid, r.get("digest"))) if r else None
+            rows.append(_probe_row(pid, generation or 0, result, stamp, withdrawn=False))
+            latency = (result.get("login") or {}).get("latency_ms")
+            out.append(
+                ProbeOutcome(
+                    pair=pid,
+                    verdict=result["verdict"],
+                    reason=result["reason"],
+                    latency_ms=latency,
+                    loopback=bool(result.get("loopback")),
+                )
+            )
+        done += len(items)
+        progress(f"probed {done} of {total}", done, total)
+    if rows:
+        with inv.transaction("probe") as db:
+            db["probes"].insert_all(rows, batch_size=1000)
+            counts: dict[str, int] = {}
+            for o in out:
+                counts[o.verdict] = counts.get(o.verdict, 0) + 1
+            inv.audit(db, "probe", live, {"verdicts": counts}, "ok")
+    return out

@@ -1,0 +1,42 @@
+"""Resolving nodes: ask each agent who it is and what it holds, and trust only a signed answer.
+
+A rotation resolves every affected node first; a node that does not answer, or answers with a
+signature that is not the key the inventory holds for it, is not resolved and nothing is sent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from meshtui import wire
+from meshtui.controller.client import Agents
+from meshtui.controller.reports import Resolution
+from meshtui.errors import AgentError
+
+
+def ask_state(
+    agents: Agents, nodes: list[str]
+) -> tuple[list[Resolution], dict[str, list[dict[str, Any]]]]:
+    """Resolutions of ``nodes`` and, for those that answered, what they hold."""
+    answers = agents.call_many(wire.STATE, {n: {} for n in sorted(set(nodes))})
+    resolutions, holdings = [], {}
+    for node, answer in sorted(answers.items()):
+        if isinstance(answer, AgentError):
+            resolutions.append(Resolution(node=node, ok=False, reason=answer.reason))
+            continue
+        if answer.get("node") != node:
+            resolutions.append(
+                Resolution(node=node, ok=False, reason=f"agent says it is {answer.get('node')!r}")
+            )
+            continue
+        holdings[node] = list(answer.get("holdings", []))
+        resolutions.append(
+            Resolution(node=node, ok=True, reason=f"answered, key {answer.get('fingerprint', '?')}")
+        )
+    return resolutions, holdings
+
+
+def resolve_nodes(ctl: Any, nodes: list[str]) -> list[Resolution]:
+    """Resolve ``nodes`` with a fresh set of clients (used by the hosts view)."""
+    with Agents(ctl.inventory.nodes(), ctl.keys(), timeout=5.0) as agents:
+        return ask_state(agents, nodes)[0]

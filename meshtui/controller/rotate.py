@@ -1,0 +1,251 @@
+"""All-or-nothing rotation: resolve every affected node, mint and journal, deliver providers then
+consumers, and end all-new or all-old.
+
+The journal (``rotations`` + the new generations' sealed blobs) is written before anything is
+sent, so a controller killed mid-way is finished or rolled back by the next command
+(:func:`recover`). Old blobs are kept until the rotation is final, so a rollback can re-deliver them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from meshtui.controller.client import Agents
+from meshtui.controller.declare import nodes_from_inventory, seal_generation
+from meshtui.controller.deliver import Delivered, Planner, as_json, send_consumers, send_providers
+from meshtui.controller.lock import delivering
+from meshtui.controller.reports import PairOutcome, Progress, RotationPlan, RotationReport
+from meshtui.controller.resolve import ask_state
+from meshtui.errors import InputError, NotResolvedError
+from meshtui.inventory import Row, now
+
+
+def affected_nodes(pairs: Iterable[Row]) -> dict[str, list[str]]:
+    """Node -> the pairs it is an end of."""
+    out: dict[str, list[str]] = {}
+    for p in pairs:
+        for node in (p["consumer"].split("/", 1)[0], p["provider"].split("/", 1)[0]):
+            out.setdefault(node, []).append(p["id"])
+    return out
+
+
+def plan(ctl: Any, ids: list[str]) -> RotationPlan:
+    """The pairs and each affected node, resolved or not (asks every agent)."""
+    rows = ctl.inventory.pairs(ids)
+    nodes = affected_nodes(rows)
+    with Agents(ctl.inventory.nodes(), ctl.keys(), timeout=5.0) as agents:
+        resolutions, _ = ask_state(agents, list(nodes))
+    return RotationPlan(
+        pairs=sorted(ids),
+        nodes=[
+            type(r)(node=r.node, ok=r.ok, reason=r.reason, pairs=sorted(nodes[r.node]))
+            for r in resolutions
+        ],
+    )
+
+
+def rotate(
+    ctl: Any, ids: list[str], progress: Progress, *, drill_hook: Any = None
+) -> RotationReport:
+    """Rotate ``ids`` all-or-nothing; raises NotResolvedError (nothing minted) when a node is down."""
+    inv = ctl.inventory
+    rows = inv.pairs(ids)
+    gone = [p["id"] for p in rows if p["withdrawn_at"]]
+    if gone:
+        raise InputError(f"{gone[0]} is withdrawn; only declared pairs can be rotated")
+    if not rows:
+        raise InputError("nothing to rotate")
+    with delivering(ctl.state_dir, "rotate"), Agents(inv.nodes(), ctl.keys()) as agents:
+        recover(ctl, agents, progress)
+        progress("resolving every affected node", 0, 4)
+        nodes = affected_nodes(rows)
+        resolutions, _ = ask_state(agents, list(nodes))
+        failed = {r.node: r.reason for r in resolutions if not r.ok}
+        if failed:
+            inv.record("rotate", ids, {"refused": failed}, "not resolved")
+            raise NotResolvedError(failed)
+        if drill_hook is not None:
+            drill_hook()
+        progress("minting and journaling", 1, 4)
+        rotation = journal(ctl, rows)
+        return execute(ctl, agents, rotation, progress)
+
+
+def journal(ctl: Any, rows: list[Row]) -> Row:
+    """Mint and seal the next generation of every pair and journal the rotation, in one transaction."""
+    inv = ctl.inventory
+    model_nodes = nodes_from_inventory(inv.nodes())
+    gens, items = [], []
+    for p in rows:
+        new = p["generation"] + 1
+        while inv.generation(p["id"], new) is not None:  # a rolled-back attempt keeps its number
+            new += 1
+        gens.append(
+            seal_generation(
+                p["id"],
+                new,
+                model_nodes[p["consumer"].split("/", 1)[0]],
+                model_nodes[p["provider"].split("/", 1)[0]],
+            )
+        )
+        items.append({"pair": p["id"], "from": p["generation"], "to": new})
+    with inv.transaction("rotate") as db:
+        db["generations"].insert_all(gens)
+        rid = (
+            db["rotations"]
+            .insert(
+                {
+                    "started_at": now(),
+                    "state": "journaled",
+                    "items": as_json(items),
+                    "owner_pid": os.getpid(),
+                }
+            )
+            .last_pk
+        )
+        inv.audit(
+            db,
+            "rotate-begin",
+            [i["pair"] for i in items],
+            {"rotation": rid, "items": items},
+            "journaled",
+        )
+    return {"id": rid, "items": items}
+
+
+def _deliver(
+    ctl: Any, agents: Agents, items: list[dict[str, Any]], key: str, progress: Progress, step: int
+) -> Delivered:
+    inv = ctl.inventory
+    plan = Planner(inv)
+    targets = {i["pair"]: i[key] for i in items}
+    result = Delivered()
+    progress("delivering to providers", step, 4)
+    providers = {(plan.pairs[pid]["provider"], plan.pairs[pid]["provision"]) for pid in targets}
+    send_providers(agents, inv, plan.provider_sets(providers, targets), result)
+    if not all(result.provider_ok.get(pid, False) for pid in targets):
+        return result
+    progress("delivering to consumers", step + 1, 4)
+    send_consumers(agents, inv, plan.consumer_items(targets, targets), result)
+    return result
+
+
+def execute(ctl: Any, agents: Agents, rotation: Row, progress: Progress) -> RotationReport:
+    """Deliver a journaled rotation; finish it all-new, or roll it back to all-old."""
+    inv = ctl.inventory
+    items: list[dict[str, Any]] = rotation["items"]
+    with inv.transaction("rotate") as db:
+        db["rotations"].update(rotation["id"], {"state": "delivering", "owner_pid": os.getpid()})
+    forward = _deliver(ctl, agents, items, "to", progress, 2)
+    if all(
+        forward.provider_ok.get(i["pair"]) and forward.consumer_ok.get(i["pair"]) for i in items
+    ):
+        return _finish(ctl, rotation, forward)
+    reason = "; ".join(sorted(set(forward.errors.values()))) or "an end did not confirm"
+    progress("rolling back", 3, 4)
+    with inv.transaction("rotate") as db:
+        db["rotations"].update(rotation["id"], {"state": "rolling back", "reason": reason})
+    back = _deliver(ctl, agents, items, "from", progress, 3)
+    complete = all(
+        back.provider_ok.get(i["pair"]) and back.consumer_ok.get(i["pair"]) for i in items
+    )
+    outcome = "rolled back" if complete else "converging"
+    stamp = now()
+    with inv.transaction("rotate") as db:
+        for i in items:
+            db["generations"].update(
+                (i["pair"], i["to"]),
+                {"consumer_sealed": None, "provider_sealed": None, "discarded_at": stamp},
+            )
+        db["rotations"].update(
+            rotation["id"],
+            {"state": outcome, "finished_at": stamp, "outcome": outcome, "reason": reason},
+        )
+        inv.audit(
+            db,
+            "rotate",
+            [i["pair"] for i in items],
+            {
+                "rotation": rotation["id"],
+                "reason": reason,
+                "rollback_unreached": sorted(back.errors),
+            },
+            outcome,
+        )
+    pairs = [
+        PairOutcome(
+            pair=i["pair"],
+            ok=False,
+            generation=i["from"],
+            previous=i["from"],
+            reason=forward.errors.get(i["pair"], "rolled back with the others"),
+        )
+        for i in items
+    ]
+    note = "" if complete else " (some ends could not be rolled back yet; push converges them)"
+    return RotationReport(
+        rotation=rotation["id"], outcome=outcome, pairs=pairs, reason=reason + note
+    )
+
+
+def _finish(ctl: Any, rotation: Row, result: Delivered) -> RotationReport:
+    inv = ctl.inventory
+    items: list[dict[str, Any]] = rotation["items"]
+    stamp = now()
+    windows = {i["pair"]: result.window_ms(i["pair"]) for i in items}
+    with inv.transaction("rotate") as db:
+        for i in items:
+            db["pairs"].update(i["pair"], {"generation": i["to"], "rotated_at": stamp})
+            db["generations"].update(
+                (i["pair"], i["from"]),
+                {"consumer_sealed": None, "provider_sealed": None, "discarded_at": stamp},
+            )
+        db["rotations"].update(
+            rotation["id"], {"state": "done", "finished_at": stamp, "outcome": "done"}
+        )
+        inv.audit(
+            db,
+            "rotate",
+            [i["pair"] for i in items],
+            {
+                "rotation": rotation["id"],
+                "windows_ms": windows,
+                "generations": {i["pair"]: i["to"] for i in items},
+            },
+            "done",
+        )
+    return RotationReport(
+        rotation=rotation["id"],
+        outcome="done",
+        pairs=[
+            PairOutcome(
+                pair=i["pair"],
+                ok=True,
+                generation=i["to"],
+                previous=i["from"],
+                window_ms=windows[i["pair"]],
+            )
+            for i in items
+        ],
+    )
+
+
+def recover(ctl: Any, agents: Agents, progress: Progress) -> list[RotationReport]:
+    """Finish (or roll back) rotations a dead controller left journaled; call under the lock."""
+    reports = []
+    for rotation in ctl.inventory.open_rotations():
+        progress(f"recovering rotation {rotation['id']}", 0, 4)
+        ctl.inventory.record(
+            "rotate-recover",
+            [i["pair"] for i in rotation["items"]],
+            {
+                "rotation": rotation["id"],
+                "state": rotation["state"],
+                "owner_pid": rotation["owner_pid"],
+            },
+            "resuming",
+        )
+        reports.append(execute(ctl, agents, rotation, progress))
+    return reports

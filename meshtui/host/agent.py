@@ -1,0 +1,423 @@
+"""The host agent's work, without HTTP: verify, unseal, write files, provision, probe, report.
+
+Each request is a signed envelope from the pinned controller key; each answer is signed with
+this node's key. Secrets exist only while a request is handled (and, for a drill, in memory
+for a bounded time); they are never logged, returned or put in an exception.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from meshtui import crypto, wire
+from meshtui.atomic import remove, write_private
+from meshtui.errors import CryptoError, EnvelopeError, MeshtuiError
+from meshtui.host import probe as probe_mod
+from meshtui.host.holdings import Holdings
+from meshtui.host.identity import Identity
+
+OK_OUTCOMES = frozenset({"created", "updated", "unchanged"})
+RELOAD_TIMEOUT_S = 30.0
+PROVISION_TIMEOUT_S = 300.0
+DRILL_HOLD_S = 300.0
+Provisioner = Callable[[Path, Path], dict[str, Any]]
+
+
+def builtin_provisioner(manifest: Path, admin: Path) -> dict[str, Any]:
+    """Run the built-in PostgreSQL provisioner in-process; its report as JSON."""
+    from meshtui.provisioner.harness import reconcile
+
+    return reconcile(manifest, admin).to_json()
+
+
+def secret_name(node: str, module: str) -> str:
+    """DESIGN's secret file name beside the manifest."""
+    return f"{node}.{module}.secret"
+
+
+def _read_secret(path: Path) -> bytes | None:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    return data or None
+
+
+class Agent:
+    """One node's agent: identity, holdings, replay protection, drill memory."""
+
+    def __init__(
+        self,
+        identity: Identity,
+        *,
+        allow_loopback: bool = False,
+        provisioner: Provisioner = builtin_provisioner,
+        probe_timeout: float = 5.0,
+    ) -> None:
+        self.identity = identity
+        self.allow_loopback = allow_loopback
+        self.provisioner = provisioner
+        self.probe_timeout = probe_timeout
+        self.holdings = Holdings(identity.state_dir)
+        self.started_at = time.time()
+        self._nonces = wire.NonceCache()
+        self._drills: dict[str, tuple[bytes, float]] = {}
+        self._lock = threading.Lock()  # one delivery at a time: files and provisioner
+
+    # ---- envelope -----------------------------------------------------------------------
+    def handle(self, envelope: Any) -> tuple[int, dict[str, str]]:
+        """Verify a request, do it, and sign the answer. Returns (HTTP status, envelope)."""
+        me = self.identity.name
+        try:
+            msg = wire.open_envelope(
+                envelope,
+                verify_key=self.identity.controller.verify,
+                sender=wire.CONTROLLER,
+                to=me,
+                not_before=self.started_at - 1,
+            )
+            self._nonces.check(msg.nonce, msg.at)
+        except EnvelopeError as exc:
+            return 403, self._reply("error", {"error": str(exc)}, None)
+        handler = {
+            wire.STATE: self.state,
+            wire.DELIVER: self.deliver,
+            wire.WITHDRAW: self.withdraw,
+            wire.PROBE: self.probe,
+            wire.DRILL_HOLD: self.drill_hold,
+            wire.DRILL_CHECK: self.drill_check,
+        }.get(msg.kind)
+        if handler is None:
+            return 400, self._reply("error", {"error": f"unknown kind {msg.kind!r}"}, msg.nonce)
+        try:
+            payload = handler(msg.payload)
+        except MeshtuiError as exc:
+            return 422, self._reply("error", {"error": str(exc)}, msg.nonce)
+        except (KeyError, TypeError, ValueError) as exc:
+            return 400, self._reply(
+                "error", {"error": f"malformed {msg.kind}: {type(exc).__name__}"}, msg.nonce
+            )
+        return 200, self._reply(msg.kind, payload, msg.nonce)
+
+    def _reply(self, kind: str, payload: dict[str, Any], reply_to: str | None) -> dict[str, str]:
+        env, _ = wire.envelope(
+            kind,
+            payload,
+            sender=self.identity.name,
+            to=wire.CONTROLLER,
+            keys=self.identity.keys,
+            reply_to=reply_to,
+        )
+        return env
+
+    # ---- state --------------------------------------------------------------------------
+    def state(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """Who this is and what it holds, by digest; checks each consumer file still matches."""
+        held = self.holdings.listing()
+        for h in held:
+            if h["end"] == "consumer":
+                data = _read_secret(Path(h["file"]))
+                h["present"] = data is not None and crypto.secret_digest(data) == h["digest"]
+        return {
+            "node": self.identity.name,
+            "fingerprint": self.identity.keys.public().fingerprint(),
+            "holdings": held,
+        }
+
+    # ---- deliver ------------------------------------------------------------------------
+    def deliver(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """Provider sets first (manifest + secrets + provisioner), then consumer credentials."""
+        with self._lock:
+            providers = [self._deliver_provider(s) for s in payload.get("provider", [])]
+            consumers = [self._deliver_consumer(c) for c in payload.get("consumer", [])]
+        return {"provider": providers, "consumer": consumers}
+
+    def _unseal(self, sealed_b64: str, digest: str, pair: str) -> bytes:
+        try:
+            secret = self.identity.keys.unseal(crypto.unb64(sealed_b64, "sealed"))
+        except (CryptoError, ValueError) as exc:
+            raise CryptoError(
+                f"{pair}: sealed credential does not open with {self.identity.name}'s key"
+            ) from exc
+        if crypto.secret_digest(secret) != digest:
+            raise CryptoError(f"{pair}: sealed credential does not match its digest (tampered?)")
+        return secret
+
+    def _deliver_consumer(self, item: dict[str, Any]) -> dict[str, Any]:
+        pair, gen = str(item["pair"]), int(item["generation"])
+        out: dict[str, Any] = {"pair": pair, "generation": gen, "ok": False}
+        if item.get("node") != self.identity.name:
+            out["error"] = (
+                f"delivery is for node {item.get('node')!r}, this is {self.identity.name!r}"
+            )
+            return out
+        path = Path(str(item["file"]))
+        if not path.is_absolute():
+            out["error"] = f"credential file {path} is not an absolute path"
+            return out
+        digest = str(item["digest"])
+        try:
+            current = _read_secret(path)
+            if current is None or crypto.secret_digest(current) != digest:
+                secret = self._unseal(str(item["sealed"]), digest, pair)
+                write_private(path, secret)
+                del secret
+        except CryptoError as exc:
+            out["error"] = str(exc)
+            return out
+        except OSError as exc:
+            out["error"] = f"cannot write {path}: {exc.strerror}"
+            return out
+        out["written_at"] = time.time()
+        self.holdings.update(
+            "consumer", {pair: {"generation": gen, "digest": digest, "file": str(path)}}
+        )
+        out["ok"], out["digest"] = True, digest
+        reload = [str(a) for a in item.get("reload") or []]
+        if reload:
+            out["reload"] = _run_reload(reload)
+        return out
+
+    def _deliver_provider(self, spec: dict[str, Any]) -> dict[str, Any]:
+        provider, provision = str(spec["provider"]), str(spec["provision"])
+        out: dict[str, Any] = {
+            "provider": provider,
+            "provision": provision,
+            "ok": False,
+            "outcomes": [],
+        }
+        if provider.split("/", 1)[0] != self.identity.name:
+            out["error"] = f"manifest is for {provider}, this node is {self.identity.name!r}"
+            return out
+        manifest, grants = Path(str(spec["receives"])), Path(str(spec["grants"]))
+        consumers = list(spec["consumers"])
+        # unseal everything before writing anything, so a bad blob changes nothing
+        secrets: dict[str, bytes] = {}
+        try:
+            for c in consumers:
+                name = secret_name(str(c["node"]), str(c["module"]))
+                current = _read_secret(grants / name)
+                if current is None or crypto.secret_digest(current) != c["digest"]:
+                    secrets[name] = self._unseal(str(c["sealed"]), str(c["digest"]), str(c["pair"]))
+        except CryptoError as exc:
+            out["error"] = str(exc)
+            return out
+        try:
+            grants.mkdir(parents=True, exist_ok=True)
+            grants.chmod(0o700)
+            for name, secret in secrets.items():
+                write_private(grants / name, secret)
+            secrets.clear()
+            body = {
+                "version": 1,
+                "provision": provision,
+                "provider": provider,
+                "serial": _next_serial(manifest),
+                "consumers": [
+                    {
+                        "as": c["as"],
+                        "node": c["node"],
+                        "module": c["module"],
+                        "at": c["at"],
+                        "values": c.get("values", {}),
+                        "secret": secret_name(str(c["node"]), str(c["module"])),
+                        "digest": c["digest"],
+                    }
+                    for c in consumers
+                ],
+            }
+            write_private(manifest, json.dumps(body, indent=1).encode())
+            wanted = {secret_name(str(c["node"]), str(c["module"])) for c in consumers}
+            for stale in grants.glob("*.secret"):
+                if stale.name not in wanted:
+                    remove(stale)
+        except OSError as exc:
+            out["error"] = f"cannot write the manifest or secret files: {exc.strerror}"
+            return out
+        report = self._provision(spec, manifest)
+        out["applied_at"] = time.time()
+        out["outcomes"] = report.get("outcomes", [])
+        out["ok"] = bool(report.get("ok")) and not report.get("error")
+        if report.get("error"):
+            out["error"] = report["error"]
+        by_login = {o.get("login"): o for o in out["outcomes"]}
+        changes: dict[str, dict[str, Any] | None] = {}
+        for c in consumers:
+            outcome = by_login.get(c["as"], {}).get("outcome")
+            if outcome in OK_OUTCOMES:
+                changes[str(c["pair"])] = {
+                    "generation": int(c["generation"]),
+                    "digest": c["digest"],
+                    "provider": provider,
+                }
+        listed = {str(c["pair"]) for c in consumers}
+        for h in self.holdings.listing():
+            if h["end"] == "provider" and h.get("provider") == provider and h["pair"] not in listed:
+                changes[h["pair"]] = None
+        self.holdings.update("provider", changes)
+        return out
+
+    def _provision(self, spec: dict[str, Any], manifest: Path) -> dict[str, Any]:
+        argv = [str(a) for a in spec.get("provisioner") or ["builtin:postgres"]]
+        if argv == ["builtin:postgres"]:
+            admin = spec.get("admin")
+            if not admin:
+                return {"ok": False, "error": "no admin conninfo file declared for the provisioner"}
+            try:
+                return self.provisioner(manifest, Path(str(admin)))
+            except MeshtuiError as exc:
+                return {"ok": False, "error": str(exc)}
+        try:
+            done = subprocess.run(
+                [*argv, str(manifest)],
+                capture_output=True,
+                timeout=PROVISION_TIMEOUT_S,
+                check=False,
+                stdin=subprocess.DEVNULL,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return {"ok": False, "error": f"provisioner {argv[0]} failed to run: {exc}"}
+        try:
+            report = json.loads(done.stdout)
+            if not isinstance(report, dict):
+                raise ValueError
+        except ValueError:
+            report = {
+                "outcomes": [
+                    {
+                        "login": c["as"],
+                        "outcome": "updated" if done.returncode == 0 else "refused",
+                        "reason": "",
+                    }
+                    for c in json.loads(manifest.read_text())["consumers"]
+                ]
+            }
+        report["ok"] = done.returncode == 0 and report.get("ok", True)
+        if done.returncode != 0:
+            report["error"] = f"provisioner {argv[0]} exited {done.returncode}"
+        return report
+
+    # ---- withdraw, probe, drill ---------------------------------------------------------
+    def _target_login(
+        self, target: dict[str, Any], secret: bytes, *, control: bool
+    ) -> dict[str, Any]:
+        result = probe_mod.probe(
+            str(target["host"]),
+            int(target["port"]),
+            str(target["login"]),
+            secret.decode("ascii", "replace"),
+            str(target["dbname"]),
+            timeout=self.probe_timeout,
+            allow_loopback=self.allow_loopback,
+            control=control,
+        )
+        return result.to_json()
+
+    def withdraw(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """Per withdrawn pair: try its last credential once (must be refused), then delete it."""
+        results = []
+        for item in payload.get("consumer", []):
+            pair, path = str(item["pair"]), Path(str(item["file"]))
+            secret = _read_secret(path)
+            res: dict[str, Any] = {"pair": pair, "removed": False, "probe": None}
+            if secret is not None:
+                res["probe"] = self._target_login(item["target"], secret, control=False)
+                del secret
+                res["removed"] = remove(path)
+            self.holdings.update("consumer", {pair: None})
+            results.append(res)
+        return {"consumer": results}
+
+    def probe(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """Live logins with the credentials this node holds, a bounded number at a time."""
+        items = list(payload.get("targets", []))
+        targets, order = [], []
+        results: dict[str, dict[str, Any]] = {}
+        for item in items:
+            pair = str(item["pair"])
+            secret = _read_secret(Path(str(item["file"])))
+            if secret is None:
+                results[pair] = {
+                    "pair": pair,
+                    "digest": None,
+                    "result": None,
+                    "error": f"no credential file {item['file']} on {self.identity.name}",
+                }
+                continue
+            digest = crypto.secret_digest(secret)
+            results[pair] = {"pair": pair, "digest": digest}
+            targets.append(
+                probe_mod.ProbeTarget(
+                    host=str(item["host"]),
+                    port=int(item["port"]),
+                    user=str(item["login"]),
+                    password=secret.decode("ascii", "replace"),
+                    dbname=str(item["dbname"]),
+                )
+            )
+            order.append(pair)
+            del secret
+        found = probe_mod.probe_many(
+            targets,
+            concurrency=int(payload.get("concurrency", 8)),
+            timeout=self.probe_timeout,
+            allow_loopback=self.allow_loopback,
+        )
+        targets.clear()
+        for pair, result in zip(order, found, strict=True):
+            results[pair]["result"] = result.to_json()
+        return {"results": [results[str(i["pair"])] for i in items]}
+
+    def drill_hold(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """Log in with the current credential and keep it in memory for the drill's third login."""
+        secret = _read_secret(Path(str(payload["file"])))
+        if secret is None:
+            return {"result": None, "error": f"no credential file {payload['file']}"}
+        result = self._target_login(payload["target"], secret, control=True)
+        with self._lock:
+            now = time.time()
+            self._drills = {k: v for k, v in self._drills.items() if v[1] > now}
+            self._drills[str(payload["drill"])] = (secret, now + DRILL_HOLD_S)
+        return {"result": result, "digest": crypto.secret_digest(secret)}
+
+    def drill_check(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """Log in with the new credential, then with the held old one; forget the old one."""
+        with self._lock:
+            held = self._drills.pop(str(payload["drill"]), None)
+        secret = _read_secret(Path(str(payload["file"])))
+        new = self._target_login(payload["target"], secret, control=False) if secret else None
+        old = self._target_login(payload["target"], held[0], control=False) if held else None
+        return {
+            "new": new,
+            "old": old,
+            "digest": crypto.secret_digest(secret) if secret else None,
+            "error": None if held else "the old credential was not held (agent restarted?)",
+        }
+
+
+def _next_serial(manifest: Path) -> int:
+    try:
+        return int(json.loads(manifest.read_text())["serial"]) + 1
+    except (OSError, ValueError, KeyError, TypeError):
+        return 1
+
+
+def _run_reload(argv: list[str]) -> str:
+    """Run a consumer's reload command (no shell, bounded); a one-line outcome."""
+    try:
+        done = subprocess.run(
+            argv,
+            capture_output=True,
+            timeout=RELOAD_TIMEOUT_S,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"failed: {type(exc).__name__}"
+    return "ok" if done.returncode == 0 else f"failed: exit {done.returncode}"

@@ -1,0 +1,57 @@
+"""What this node holds, by pair and end: generation and digest, never the secret.
+
+Persisted beside the node's keys (0600 JSON) so the agent can answer ``state`` after a restart
+and the controller can find out who is behind even when a reply was lost.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+from meshtui.atomic import write_private
+
+FILE = "holdings.json"
+
+
+class Holdings:
+    """A small persistent map ``(end, pair) -> {generation, digest, ...}``."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self._path = state_dir / FILE
+        self._lock = threading.Lock()
+        try:
+            data = json.loads(self._path.read_text())
+        except (OSError, ValueError):
+            data = {}
+        self._data: dict[str, dict[str, dict[str, Any]]] = {
+            "consumer": dict(data.get("consumer", {})),
+            "provider": dict(data.get("provider", {})),
+        }
+
+    def get(self, end: str, pair: str) -> dict[str, Any] | None:
+        """What this node holds for one end of a pair."""
+        with self._lock:
+            held = self._data[end].get(pair)
+            return dict(held) if held else None
+
+    def update(self, end: str, changes: dict[str, dict[str, Any] | None]) -> None:
+        """Set (or with None, forget) several pairs of one end, then persist once."""
+        with self._lock:
+            for pair, held in changes.items():
+                if held is None:
+                    self._data[end].pop(pair, None)
+                else:
+                    self._data[end][pair] = held
+            write_private(self._path, json.dumps(self._data, sort_keys=True).encode())
+
+    def listing(self) -> list[dict[str, Any]]:
+        """Every holding as ``{end, pair, generation, digest}``."""
+        with self._lock:
+            return [
+                {"end": end, "pair": pair, **held}
+                for end, pairs in self._data.items()
+                for pair, held in sorted(pairs.items())
+            ]
