@@ -8,6 +8,7 @@ provider), so a collision is caught before anything is minted.
 from __future__ import annotations
 
 import ipaddress
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -31,6 +32,7 @@ NODE_KEYS = {"address", "agent", "keys"}
 MODULE_KEYS = {"provides", "requires", "receives", "grants", "admin", "provisioner"}
 REQUIRE_KEYS = {"name", "values", "file", "reload", "from"}
 PROVIDE_KEYS = {"name", "port"}
+_TWICE = re.compile(r"Cannot declare \((?P<key>.*)\) twice (?P<where>\(at line \d+, column \d+\))")
 
 
 class _Reader:
@@ -99,9 +101,16 @@ def parse(text: str, path: Path) -> Declaration:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise r.fail(
-            "", f"not valid TOML: {exc}", "a table declared twice is a duplicate module or node"
-        ) from exc
+        twice = _TWICE.match(str(exc))
+        if twice:
+            parts = [p.strip().strip("'\"") for p in twice["key"].split(",") if p.strip()]
+            key = ".".join(f'"{p}"' if "/" in p else p for p in parts)
+            raise r.fail(
+                key,
+                f"declared twice {twice['where']}",
+                "each node and module is one table: merge the two, or rename one",
+            ) from exc
+        raise r.fail("", f"not valid TOML: {exc}") from exc
     r.unknown(data, {"nodes", "modules"}, "(top level)")
     nodes = {
         name: _node(r, name, spec) for name, spec in r.table(data.get("nodes", {}), "nodes").items()
@@ -188,6 +197,14 @@ def _module(r: _Reader, key: str, spec: Any, nodes: Mapping[str, Node]) -> Modul
                     f"no entry for provided {offer.name!r}",
                     f"add {offer.name} = {fix}",
                 )
+    for provision, folder in grants.items():
+        manifest_dir = Path(receives.get(provision, folder)).parent
+        if not Path(folder).is_relative_to(manifest_dir):
+            raise r.fail(
+                f"{where}.grants.{provision}",
+                f"{folder} is not inside {manifest_dir}",
+                "put the secret files' folder beside or below the manifest (receives)",
+            )
     provisioner: tuple[str, ...] = (BUILTIN_POSTGRES,)
     if "provisioner" in spec:
         raw = spec["provisioner"]

@@ -7,7 +7,7 @@ actions run: a read-only controller opens the inventory ``mode=ro`` and refuses 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from meshtui import crypto, declaration
@@ -50,6 +50,7 @@ class Controller:
         self.state_dir = state_dir
         self.inventory = inventory
         self._keys: crypto.PrivateKeys | None = None
+        self.faults: dict[str, Callable[[], None]] = {}  # fault-injection seam for tests
 
     @classmethod
     def open(cls, state_dir: Path | str, *, read_only: bool = False) -> Controller:

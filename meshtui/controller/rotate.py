@@ -22,6 +22,13 @@ from meshtui.errors import InputError, NotResolvedError
 from meshtui.inventory import Row, now
 
 
+def fault(ctl: Any, point: str) -> None:
+    """The fault-injection seam: tests put callables in ``ctl.faults`` to crash or stop things."""
+    hook = getattr(ctl, "faults", {}).get(point)
+    if hook is not None:
+        hook()
+
+
 def affected_nodes(pairs: Iterable[Row]) -> dict[str, list[str]]:
     """Node -> the pairs it is an end of."""
     out: dict[str, list[str]] = {}
@@ -70,6 +77,7 @@ def rotate(
             drill_hook()
         progress("minting and journaling", 1, 4)
         rotation = journal(ctl, rows)
+        fault(ctl, "after-journal")
         return execute(ctl, agents, rotation, progress)
 
 
@@ -127,6 +135,7 @@ def _deliver(
     send_providers(agents, inv, plan.provider_sets(providers, targets), result)
     if not all(result.provider_ok.get(pid, False) for pid in targets):
         return result
+    fault(ctl, f"after-providers:{key}")
     progress("delivering to consumers", step + 1, 4)
     send_consumers(agents, inv, plan.consumer_items(targets, targets), result)
     return result

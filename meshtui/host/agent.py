@@ -33,7 +33,7 @@ def builtin_provisioner(manifest: Path, admin: Path) -> dict[str, Any]:
     """Run the built-in PostgreSQL provisioner in-process; its report as JSON."""
     from meshtui.provisioner.harness import reconcile
 
-    return reconcile(manifest, admin).to_json()
+    return reconcile(manifest, admin).as_dict()
 
 
 def secret_name(node: str, module: str) -> str:
@@ -196,6 +196,12 @@ class Agent:
             out["error"] = f"manifest is for {provider}, this node is {self.identity.name!r}"
             return out
         manifest, grants = Path(str(spec["receives"])), Path(str(spec["grants"]))
+        try:
+            inside = grants.relative_to(manifest.parent).as_posix()
+        except ValueError:
+            out["error"] = f"grants folder {grants} is not inside {manifest.parent}"
+            return out
+        rel = "" if inside == "." else inside + "/"
         consumers = list(spec["consumers"])
         # unseal everything before writing anything, so a bad blob changes nothing
         secrets: dict[str, bytes] = {}
@@ -226,7 +232,7 @@ class Agent:
                         "module": c["module"],
                         "at": c["at"],
                         "values": c.get("values", {}),
-                        "secret": secret_name(str(c["node"]), str(c["module"])),
+                        "secret": rel + secret_name(str(c["node"]), str(c["module"])),
                         "digest": c["digest"],
                     }
                     for c in consumers

@@ -1,0 +1,196 @@
+"""A real mesh on this machine: controller state, node key folders, a declaration, and real
+agents (``meshtui host serve`` processes on Unix sockets). The provider is the session's
+PostgreSQL through the built-in provisioner, or a command provisioner when a test asks.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from meshtui.controller.core import Controller, init_keys
+from meshtui.host import identity
+
+AGENT_START_S = 15.0
+
+
+@dataclass
+class Mesh:
+    """A running test mesh: paths, agent processes, and helpers to drive it."""
+
+    root: Path
+    state: Path
+    decl: Path
+    nodes: dict[str, Path]
+    sockets: dict[str, Path]
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    allow_loopback: bool = True
+
+    def start(self, node: str) -> None:
+        """Start (or restart) one node's agent and wait until it answers."""
+        self.stop(node)
+        log = open(self.root / f"{node}.agent.log", "ab")  # noqa: SIM115
+        argv = [
+            sys.executable,
+            "-m",
+            "meshtui.cli",
+            "host",
+            "serve",
+            "--state",
+            str(self.nodes[node]),
+            "--listen",
+            f"unix:{self.sockets[node]}",
+        ]
+        if self.allow_loopback:
+            argv.append("--allow-loopback")
+        self.procs[node] = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + AGENT_START_S
+        transport = httpx.HTTPTransport(uds=str(self.sockets[node]))
+        with httpx.Client(transport=transport, base_url="http://agent", timeout=1.0) as client:
+            while time.monotonic() < deadline:
+                try:
+                    if client.get("/health").status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
+                if self.procs[node].poll() is not None:
+                    break
+                time.sleep(0.05)
+        raise RuntimeError(
+            f"agent {node} did not start: {(self.root / f'{node}.agent.log').read_text()}"
+        )
+
+    def stop(self, node: str, sig: int = signal.SIGTERM) -> None:
+        """Stop one node's agent (SIGKILL with ``sig=signal.SIGKILL``)."""
+        proc = self.procs.pop(node, None)
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(sig)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def controller(self, *, read_only: bool = False) -> Controller:
+        """A fresh controller on the mesh's state folder (close it when done)."""
+        return Controller.open(self.state, read_only=read_only)
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """Run the real ``meshtui`` CLI against this mesh."""
+        return subprocess.run(
+            [sys.executable, "-m", "meshtui.cli", "--state", str(self.state), *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
+
+    def secret(self, relpath: str) -> str:
+        """The content of a file under the mesh root (tests only: a credential file)."""
+        return (self.root / relpath).read_text()
+
+    def agent_logs(self) -> str:
+        """Everything every agent has written to its log."""
+        return "".join(p.read_text(errors="replace") for p in self.root.glob("*.agent.log"))
+
+
+def write_declaration(
+    root: Path,
+    *,
+    port: int,
+    admin: Path | None,
+    consumers: dict[str, list[str]],
+    provisioner: list[str] | None = None,
+    address: str = "127.0.0.1",
+) -> Path:
+    """A declaration: db1 provides database; each consumer node runs the named modules."""
+    lines = []
+    for node in ["db1", *consumers]:
+        lines += [
+            f"[nodes.{node}]",
+            f'address = "{address}"',
+            f'agent = "unix:{root}/run/{node}.sock"',
+            f'keys = "nodes/{node}/node.pub"',
+            "",
+        ]
+    lines += [
+        '[modules."db1/postgres"]',
+        f'provides = [{{ name = "database", port = {port} }}]',
+        'receives = { database = "srv/db1/postgres/mesh.json" }',
+        'grants = { database = "srv/db1/postgres/grants" }',
+    ]
+    if admin is not None:
+        lines.append(f'admin = "{admin}"')
+    if provisioner is not None:
+        lines.append("provisioner = [" + ", ".join(f'"{a}"' for a in provisioner) + "]")
+    lines.append("")
+    for node, modules in consumers.items():
+        for m in modules:
+            lines += [
+                f'[modules."{node}/{m}"]',
+                f'requires = [{{ name = "database", values = {{ database = "{m}_{node}" }}, '
+                f'file = "srv/{node}/{m}/db.password" }}]',
+                "",
+            ]
+    path = root / "mesh.toml"
+    path.write_text("\n".join(lines))
+    return path
+
+
+@pytest.fixture
+def mesh_with_agents(request: pytest.FixtureRequest) -> Iterator[Callable[..., Mesh]]:
+    """Factory: ``make(consumers={"app1": ["gitea"]}, port=..., admin=..., provisioner=None)``."""
+    made: list[Mesh] = []
+
+    def make(
+        *,
+        consumers: dict[str, list[str]],
+        port: int,
+        admin: Path | None,
+        provisioner: list[str] | None = None,
+        start: bool = True,
+    ) -> Mesh:
+        root = Path(tempfile.mkdtemp(prefix="meshtui-mesh-"))
+        root.chmod(0o711)
+        state = root / "state"
+        pub, _ = init_keys(state)
+        nodes = {}
+        for node in ["db1", *consumers]:
+            nodes[node] = root / "nodes" / node
+            identity.init(node, nodes[node], pub)
+        decl = write_declaration(
+            root, port=port, admin=admin, consumers=consumers, provisioner=provisioner
+        )
+        m = Mesh(
+            root=root,
+            state=state,
+            decl=decl,
+            nodes=nodes,
+            sockets={n: root / "run" / f"{n}.sock" for n in nodes},
+        )
+        made.append(m)
+        with m.controller() as ctl:
+            ctl.declare(decl)
+        if start:
+            for node in nodes:
+                m.start(node)
+        return m
+
+    yield make
+    for m in made:
+        for node in list(m.procs):
+            m.stop(node)
+        if os.environ.get("MESHTUI_KEEP_TEST_MESH") is None:
+            import shutil
+
+            shutil.rmtree(m.root, ignore_errors=True)

@@ -1,0 +1,197 @@
+"""The host agent over real HTTP (uvicorn on a Unix socket): what it refuses, and that a
+refusal writes nothing."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import httpx
+import pytest
+
+from meshtui import crypto, wire
+from meshtui.controller.deliver import Planner
+
+GITEA = "database:app1/gitea->db1/postgres"
+
+
+@pytest.fixture
+def mesh(mesh_with_agents):
+    # a command provisioner keeps these tests about the agent, not PostgreSQL
+    return mesh_with_agents(
+        consumers={"app1": ["gitea"]}, port=5432, admin=None, provisioner=["true"]
+    )
+
+
+def post(mesh, node: str, envelope: dict) -> httpx.Response:
+    transport = httpx.HTTPTransport(uds=str(mesh.sockets[node]))
+    with httpx.Client(transport=transport, base_url="http://agent", timeout=10) as client:
+        return client.post("/v1", json=envelope)
+
+
+def consumer_delivery(mesh) -> dict:
+    with mesh.controller() as ctl:
+        return Planner(ctl.inventory).consumer_items([GITEA], {})
+
+
+def controller_keys(mesh) -> crypto.PrivateKeys:
+    return crypto.load_private(mesh.state / "controller.key")
+
+
+def files(mesh) -> dict[str, bytes]:
+    return (
+        {
+            str(p.relative_to(mesh.root)): p.read_bytes()
+            for p in (mesh.root / "srv").rglob("*")
+            if p.is_file()
+        }
+        if (mesh.root / "srv").exists()
+        else {}
+    )
+
+
+def test_a_good_delivery_is_written_and_answered_signed(mesh):
+    items = consumer_delivery(mesh)
+    env, nonce = wire.envelope(
+        wire.DELIVER,
+        {"consumer": items["app1"]},
+        sender="controller",
+        to="app1",
+        keys=controller_keys(mesh),
+    )
+    resp = post(mesh, "app1", env)
+    assert resp.status_code == 200
+    node_pub = crypto.load_public(mesh.nodes["app1"] / "node.pub")
+    msg = wire.open_envelope(
+        resp.json(), verify_key=node_pub.verify, sender="app1", to="controller", reply_to=nonce
+    )
+    (got,) = msg.payload["consumer"]
+    assert got["ok"] and got["digest"] == items["app1"][0]["digest"]
+    written = (mesh.root / "srv/app1/gitea/db.password").read_bytes()
+    assert crypto.secret_digest(written) == got["digest"]
+    assert written.decode() not in json.dumps(msg.payload)
+
+
+def test_request_signed_by_another_key_is_refused_and_writes_nothing(mesh):
+    stranger = crypto.PrivateKeys.generate(node=False)
+    env, _ = wire.envelope(
+        wire.DELIVER,
+        {"consumer": consumer_delivery(mesh)["app1"]},
+        sender="controller",
+        to="app1",
+        keys=stranger,
+    )
+    resp = post(mesh, "app1", env)
+    assert resp.status_code == 403
+    assert "not signed by controller" in resp.text or resp.status_code == 403
+    assert files(mesh) == {}
+
+
+def test_replayed_request_is_refused(mesh):
+    items = consumer_delivery(mesh)["app1"]
+    env, _ = wire.envelope(
+        wire.DELIVER,
+        {"consumer": items},
+        sender="controller",
+        to="app1",
+        keys=controller_keys(mesh),
+    )
+    assert post(mesh, "app1", env).status_code == 200
+    path = mesh.root / "srv/app1/gitea/db.password"
+    path.unlink()
+    resp = post(mesh, "app1", env)
+    assert resp.status_code == 403
+    body = json.loads(crypto.unb64(resp.json()["body"]))
+    assert "replayed" in body["payload"]["error"]
+    assert not path.exists()
+
+
+def test_tampered_sealed_blob_is_refused_and_writes_nothing(mesh):
+    items = copy.deepcopy(consumer_delivery(mesh)["app1"])
+    blob = bytearray(crypto.unb64(items[0]["sealed"]))
+    blob[-1] ^= 0x01
+    items[0]["sealed"] = crypto.b64(bytes(blob))
+    env, nonce = wire.envelope(
+        wire.DELIVER,
+        {"consumer": items},
+        sender="controller",
+        to="app1",
+        keys=controller_keys(mesh),
+    )
+    resp = post(mesh, "app1", env)
+    node_pub = crypto.load_public(mesh.nodes["app1"] / "node.pub")
+    msg = wire.open_envelope(
+        resp.json(), verify_key=node_pub.verify, sender="app1", to="controller", reply_to=nonce
+    )
+    (got,) = msg.payload["consumer"]
+    assert not got["ok"] and "does not open" in got["error"]
+    assert files(mesh) == {}
+
+
+def test_tampered_provider_blob_changes_nothing_at_the_provider(mesh):
+    with mesh.controller() as ctl:
+        assert ctl.push().ok
+        sets = Planner(ctl.inventory).provider_sets([("db1/postgres", "database")], {})
+    before = files(mesh)
+    spec = copy.deepcopy(sets["db1"])
+    blob = bytearray(crypto.unb64(spec[0]["consumers"][0]["sealed"]))
+    blob[5] ^= 0xFF
+    spec[0]["consumers"][0]["sealed"] = crypto.b64(bytes(blob))
+    spec[0]["consumers"][0]["digest"] = "blake2b:" + "0" * 64  # force the agent to unseal it
+    env, _ = wire.envelope(
+        wire.DELIVER, {"provider": spec}, sender="controller", to="db1", keys=controller_keys(mesh)
+    )
+    resp = post(mesh, "db1", env)
+    body = json.loads(crypto.unb64(resp.json()["body"]))
+    (got,) = body["payload"]["provider"]
+    assert not got["ok"] and "does not open" in got["error"]
+    assert files(mesh) == before
+
+
+def test_delivery_for_another_node_is_refused(mesh):
+    items = consumer_delivery(mesh)["app1"]
+    # addressed to db1 in the envelope: db1's agent must refuse an envelope for app1 ...
+    env, _ = wire.envelope(
+        wire.DELIVER,
+        {"consumer": items},
+        sender="controller",
+        to="app1",
+        keys=controller_keys(mesh),
+    )
+    assert post(mesh, "db1", env).status_code == 403
+    # ... and an envelope for db1 whose items are app1's credentials writes nothing either
+    env, _ = wire.envelope(
+        wire.DELIVER, {"consumer": items}, sender="controller", to="db1", keys=controller_keys(mesh)
+    )
+    body = json.loads(crypto.unb64(post(mesh, "db1", env).json()["body"]))
+    (got,) = body["payload"]["consumer"]
+    assert not got["ok"] and "for node 'app1'" in got["error"]
+    assert files(mesh) == {}
+
+
+def test_stale_clock_is_refused(mesh, monkeypatch):
+    import time
+
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() - 3600)
+    env, _ = wire.envelope(
+        wire.STATE, {}, sender="controller", to="app1", keys=controller_keys(mesh)
+    )
+    monkeypatch.setattr(time, "time", real)
+    resp = post(mesh, "app1", env)
+    assert resp.status_code == 403
+
+
+def test_state_answers_by_digest_never_the_secret(mesh):
+    with mesh.controller() as ctl:
+        assert ctl.push().ok
+    secret = mesh.secret("srv/app1/gitea/db.password")
+    env, _ = wire.envelope(
+        wire.STATE, {}, sender="controller", to="app1", keys=controller_keys(mesh)
+    )
+    resp = post(mesh, "app1", env)
+    assert resp.status_code == 200
+    assert secret not in resp.text
+    body = json.loads(crypto.unb64(resp.json()["body"]))
+    (held,) = body["payload"]["holdings"]
+    assert held["pair"] == GITEA and held["generation"] == 1 and held["present"] is True
