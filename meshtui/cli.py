@@ -324,7 +324,55 @@ def _action_parsers(sub: Any) -> None:
     s.set_defaults(func=cmd_drill)
 
 
-EXTRA_PARSERS: list[Callable[[Any], None]] = [_host_parsers, _action_parsers]
+def cmd_lab(args: argparse.Namespace) -> int:
+    from meshtui.lab import mesh as lab
+
+    state = _state(args)
+    if args.lab_command == "up":
+        built = lab.up(state, loopback=True if args.loopback else None, provisioner=args.provisioner)
+        if built.mode == "loopback":
+            print("lab is up in LOOPBACK mode (no namespaces: not root?); every probe says loopback")
+        else:
+            print(f"lab is up: namespaces {built.network}-*, private network {lab.SUBNET}")
+        for node, address in built.addresses.items():
+            print(f"  {node:6} {address:12} agent unix:{built.socket(node)} (pid {built.pids[node]})")
+        print(f"declaration: {built.declaration}")
+        print(f"next: meshtui --state {state} declare {built.declaration} && meshtui --state {state} push")
+        return EXIT_OK
+    if args.lab_command == "down":
+        for line in lab.down(state, purge=args.purge) or ["nothing was running"]:
+            print(line)
+        return EXIT_OK
+    info = lab.status(state)
+    if args.json:
+        _print_json(info)
+    elif not info["up"]:
+        print("no lab is up")
+    else:
+        print(f"lab up ({info['mode']}), PostgreSQL {'running' if info['postgres'] else 'DOWN'}")
+        for node, a in info["agents"].items():
+            print(f"  {node:6} {a['address']:12} pid {a['pid']} {'answers' if a['answers'] else 'NOT ANSWERING'}")
+    ok = info["up"] and info["postgres"] and all(a["answers"] for a in info["agents"].values())
+    return EXIT_OK if ok else EXIT_FAILED
+
+
+def _lab_parsers(sub: Any) -> None:
+    lab = sub.add_parser("lab", help="the lab alone (for scripts and tests)").add_subparsers(
+        dest="lab_command", metavar="COMMAND", required=True)
+    s = lab.add_parser("up", help="build the lab: PostgreSQL, namespaces, agents")
+    s.add_argument("--loopback", action="store_true", help="no namespaces even when root")
+    s.add_argument("--provisioner", help="a provisioner command for the database node "
+                   "(default: built-in; also $MESHTUI_LAB_PROVISIONER); {admin} is replaced by the admin file")
+    s.set_defaults(func=cmd_lab)
+    s = lab.add_parser("down", help="stop and remove every process and namespace the lab made")
+    s.add_argument("--purge", action="store_true", help="also delete the lab folder")
+    s.set_defaults(func=cmd_lab)
+    s = lab.add_parser("status", help="what is up")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_lab)
+
+
+EXTRA_PARSERS: list[Callable[[Any], None]] = [_host_parsers, _action_parsers, _lab_parsers]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -13,6 +13,7 @@ from typing import Any
 from meshtui import wire
 from meshtui.controller.client import AgentClient
 from meshtui.controller.deliver import Planner, as_json, target_of
+from meshtui.controller.push import _probe_row
 from meshtui.controller.reports import DrillReport, DrillStep, Progress, RotationReport
 from meshtui.controller.rotate import rotate
 from meshtui.errors import AgentError, MeshtuiError
@@ -50,6 +51,7 @@ def drill_one(ctl: Any, pid: str, progress: Progress) -> DrillReport:
     steps: list[DrillStep] = []
     report: RotationReport | None = None
     reason = ""
+    new_login: dict[str, Any] | None = None
     try:
         progress(f"{pid}: old credential before", 0, 3)
         held = client.call(wire.DRILL_HOLD, request)
@@ -63,7 +65,8 @@ def drill_one(ctl: Any, pid: str, progress: Progress) -> DrillReport:
             progress(f"{pid}: new and old credential after", 2, 3)
         checked = client.call(wire.DRILL_CHECK, request)  # also makes the agent forget the old one
         if steps[0].ok:
-            steps.append(_step("new after", "accepted", checked.get("new"), "no credential file"))
+            new_login = checked.get("new")
+            steps.append(_step("new after", "accepted", new_login, "no credential file"))
             steps.append(
                 _step("old after", "refused", checked.get("old"), checked.get("error") or "")
             )
@@ -88,6 +91,10 @@ def drill_one(ctl: Any, pid: str, progress: Progress) -> DrillReport:
         reason=reason,
     )
     with ctl.inventory.transaction("drill") as db:
+        if new_login is not None and report is not None and report.ok:
+            # the "new after" login is a probe of the current generation from the consumer's node
+            generation = report.pairs[0].generation
+            db["probes"].insert(_probe_row(pid, generation, new_login, now(), withdrawn=False))
         db["drills"].insert(
             {
                 "pair": pid,

@@ -1,0 +1,350 @@
+"""``meshtui lab up|down|status``: a whole mesh on this machine, for the demo and the tests.
+
+A real PostgreSQL (embedded binaries, scram-only pg_hba) inside the database node's network
+namespace, one namespace per node on a private bridge with no default route, and an agent per
+node inside its namespace, reached by the controller over a Unix socket. Without root it falls
+back to loopback and says so: every probe result then reads ``loopback``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from meshtui.atomic import write_private
+from meshtui.errors import LabError
+from meshtui.host import identity
+from meshtui.lab import netns, postgres
+
+LAB = "lab"
+SUBNET = "10.213.0.0/24"
+DEFAULT_MESH: dict[str, list[str]] = {
+    "app1": ["gitea", "keycloak", "grafana"],
+    "app2": ["wiki", "gitea"],
+}
+PROVIDER_NODE = "db1"
+PG_PORT = 5432
+AGENT_START_S = 20.0
+PROVISIONER_ENV = "MESHTUI_LAB_PROVISIONER"
+
+
+@dataclass(frozen=True)
+class Lab:
+    """What ``lab up`` built, as recorded in ``<state>/lab/lab.json``."""
+
+    folder: Path
+    mode: str  # "netns" or "loopback"
+    network: str
+    addresses: dict[str, str]
+    pids: dict[str, int]
+    declaration: Path
+    datadir: Path
+
+    def namespace(self, node: str) -> str | None:
+        """The node's namespace (None in loopback mode)."""
+        return f"{self.network}-{node}" if self.mode == "netns" else None
+
+    def socket(self, node: str) -> Path:
+        """Where the node's agent listens."""
+        return self.folder / "run" / f"{node}.sock"
+
+
+def lab_name(state_dir: Path) -> str:
+    """A short prefix for namespaces, unique to the state folder."""
+    return "mt" + hashlib.blake2b(str(state_dir.resolve()).encode(), digest_size=3).hexdigest()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _agent_answers(sock: Path) -> bool:
+    try:
+        with httpx.Client(
+            transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://agent", timeout=1.0
+        ) as client:
+            return client.get("/health").status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def load(state_dir: Path) -> Lab | None:
+    """The lab recorded in ``state_dir``, or None when none was built."""
+    folder = state_dir / LAB
+    try:
+        data = json.loads((folder / "lab.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return Lab(
+        folder=folder,
+        mode=data["mode"],
+        network=data["network"],
+        addresses=data["addresses"],
+        pids={k: int(v) for k, v in data["pids"].items()},
+        declaration=Path(data["declaration"]),
+        datadir=Path(data["datadir"]),
+    )
+
+
+def _save(lab: Lab) -> None:
+    data = {
+        "mode": lab.mode,
+        "network": lab.network,
+        "addresses": lab.addresses,
+        "pids": lab.pids,
+        "declaration": str(lab.declaration),
+        "datadir": str(lab.datadir),
+    }
+    write_private(lab.folder / "lab.json", json.dumps(data, indent=1).encode())
+
+
+def up(
+    state_dir: Path,
+    *,
+    mesh: dict[str, list[str]] | None = None,
+    loopback: bool | None = None,
+    provisioner: str | None = None,
+) -> Lab:
+    """Build (or complete) the lab; safe to run twice. Returns what is running."""
+    from meshtui.controller.core import init_keys
+
+    mesh = mesh or DEFAULT_MESH
+    state_dir = state_dir.resolve()
+    folder = state_dir / LAB
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o711)
+    use_netns = netns.available() if loopback is None else not loopback
+    if use_netns and os.geteuid() != 0:
+        raise LabError("network namespaces need root; run as root or pass --loopback")
+    previous = load(state_dir)
+    mode = "netns" if use_netns else "loopback"
+    if previous is not None and previous.mode != mode:
+        raise LabError(f"a {previous.mode} lab is up in {folder}; run meshtui lab down first")
+    nodes = [PROVIDER_NODE, *mesh]
+    name = lab_name(state_dir)
+    if use_netns:
+        net = netns.create(name, nodes, SUBNET)
+        addresses = dict(net.nodes)
+        listen, hba, port = (addresses[PROVIDER_NODE],), (net.cidr(),), PG_PORT
+    else:
+        addresses = {n: "127.0.0.1" for n in nodes}
+        old_port = _old_port(folder / "pg")
+        listen, hba, port = ("127.0.0.1",), ("127.0.0.1/32",), old_port or _free_port()
+    pub, _ = init_keys(state_dir)
+    for node in nodes:
+        identity.init(node, folder / "nodes" / node, pub)
+    cluster = postgres.create_cluster(folder / "pg", port=port, listen=listen, hba_networks=hba)
+    if not cluster.running():
+        cluster.start(netns=f"{name}-{PROVIDER_NODE}" if use_netns else None)
+    admin = cluster.write_admin_file(folder / "nodes" / PROVIDER_NODE / "admin.conninfo")
+    command = provisioner if provisioner is not None else os.environ.get(PROVISIONER_ENV)
+    decl = _write_declaration(
+        folder,
+        addresses,
+        mesh,
+        port=port,
+        admin=admin,
+        provisioner=shlex.split(command) if command else None,
+    )
+    lab = Lab(
+        folder=folder,
+        mode=mode,
+        network=name,
+        addresses=addresses,
+        pids=dict(previous.pids) if previous else {},
+        declaration=decl,
+        datadir=cluster.datadir,
+    )
+    for node in nodes:
+        if not (lab.pids.get(node) and _alive(lab.pids[node]) and _agent_answers(lab.socket(node))):
+            lab.pids[node] = _start_agent(lab, node)
+    _save(lab)
+    for node in nodes:
+        _wait_agent(lab, node)
+    return lab
+
+
+def _old_port(datadir: Path) -> int | None:
+    try:
+        return postgres.open_cluster(datadir).port
+    except LabError:
+        return None
+
+
+def _start_agent(lab: Lab, node: str) -> int:
+    sock = lab.socket(node)
+    sock.parent.mkdir(parents=True, exist_ok=True)
+    argv = [
+        sys.executable,
+        "-m",
+        "meshtui.cli",
+        "host",
+        "serve",
+        "--state",
+        str(lab.folder / "nodes" / node),
+        "--listen",
+        f"unix:{sock}",
+    ]
+    if lab.mode == "loopback":
+        argv.append("--allow-loopback")
+    log = open(lab.folder / f"{node}.agent.log", "ab")  # noqa: SIM115
+    kwargs: dict[str, Any] = {
+        "stdout": log,
+        "stderr": log,
+        "stdin": subprocess.DEVNULL,
+        "start_new_session": True,
+        "cwd": "/",
+    }
+    ns = lab.namespace(node)
+    proc = netns.spawn(ns, argv, **kwargs) if ns else subprocess.Popen(argv, **kwargs)
+    log.close()
+    return proc.pid
+
+
+def _wait_agent(lab: Lab, node: str) -> None:
+    deadline = time.monotonic() + AGENT_START_S
+    while time.monotonic() < deadline:
+        if _agent_answers(lab.socket(node)):
+            return
+        if not _alive(lab.pids[node]):
+            break
+        time.sleep(0.05)
+    tail = (lab.folder / f"{node}.agent.log").read_text(errors="replace")[-800:]
+    raise LabError(f"the agent of {node} did not start; its log ends:\n{tail}")
+
+
+def _write_declaration(
+    folder: Path,
+    addresses: dict[str, str],
+    mesh: dict[str, list[str]],
+    *,
+    port: int,
+    admin: Path,
+    provisioner: list[str] | None,
+) -> Path:
+    srv = folder / "srv"
+    out = ["# written by meshtui lab up: the lab's nodes, reached over Unix sockets", ""]
+    for node, address in addresses.items():
+        out += [
+            f"[nodes.{node}]",
+            f'address = "{address}"',
+            f'agent = "unix:{folder / "run" / node}.sock"',
+            f'keys = "{folder / "nodes" / node / "node.pub"}"',
+            "",
+        ]
+    out += [
+        f'[modules."{PROVIDER_NODE}/postgres"]',
+        f'provides = [{{ name = "database", port = {port} }}]',
+        f'receives = {{ database = "{srv / PROVIDER_NODE / "postgres" / "mesh.json"}" }}',
+        f'grants = {{ database = "{srv / PROVIDER_NODE / "postgres" / "grants"}" }}',
+        f'admin = "{admin}"',
+    ]
+    if provisioner:
+        out.append("provisioner = [" + ", ".join(json.dumps(a) for a in provisioner) + "]")
+    out.append("")
+    databases: set[str] = set()
+    for node, modules in mesh.items():
+        for module in modules:
+            db = module if module not in databases else f"{module}_{node}"
+            databases.add(db)
+            out += [
+                f'[modules."{node}/{module}"]',
+                f'requires = [{{ name = "database", values = {{ database = "{db}" }}, '
+                f'file = "{srv / node / module / "db.password"}" }}]',
+                "",
+            ]
+    path = folder / "mesh.toml"
+    text = "\n".join(out)
+    path.write_text(text)
+    return path
+
+
+def down(state_dir: Path, *, purge: bool = False) -> list[str]:
+    """Stop every agent and PostgreSQL, remove the namespaces; ``purge`` deletes the lab folder."""
+    state_dir = state_dir.resolve()
+    lab = load(state_dir)
+    done: list[str] = []
+    if lab is not None:
+        for node, pid in lab.pids.items():
+            if _alive(pid):
+                os.kill(pid, signal.SIGTERM)
+                done.append(f"stopped agent {node} (pid {pid})")
+        deadline = time.monotonic() + 10
+        while any(_alive(p) for p in lab.pids.values()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for pid in lab.pids.values():
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        for node in lab.pids:
+            lab.socket(node).unlink(missing_ok=True)
+    folder = state_dir / LAB
+    try:
+        cluster = postgres.open_cluster(folder / "pg")
+        if cluster.running():
+            cluster.stop()
+            done.append("stopped PostgreSQL")
+    except LabError:
+        pass
+    name = lab_name(state_dir)
+    if os.geteuid() == 0 and netns.exists(name):
+        netns.destroy(name)
+        done.append(f"removed namespaces {name}-*")
+    if purge and folder.exists():
+        import shutil
+
+        shutil.rmtree(folder)
+        done.append(f"removed {folder}")
+    elif lab is not None:
+        (folder / "lab.json").unlink(missing_ok=True)
+    return done
+
+
+def status(state_dir: Path) -> dict[str, Any]:
+    """What is up: mode, namespaces, agents, PostgreSQL."""
+    lab = load(state_dir.resolve())
+    if lab is None:
+        return {"up": False}
+    try:
+        pg_up = postgres.open_cluster(lab.datadir).running()
+    except LabError:
+        pg_up = False
+    return {
+        "up": True,
+        "mode": lab.mode,
+        "network": lab.network if lab.mode == "netns" else None,
+        "declaration": str(lab.declaration),
+        "postgres": pg_up,
+        "agents": {
+            n: {
+                "pid": p,
+                "alive": _alive(p),
+                "answers": _agent_answers(lab.socket(n)),
+                "address": lab.addresses.get(n),
+            }
+            for n, p in lab.pids.items()
+        },
+    }
