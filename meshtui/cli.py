@@ -329,15 +329,23 @@ def cmd_lab(args: argparse.Namespace) -> int:
 
     state = _state(args)
     if args.lab_command == "up":
-        built = lab.up(state, loopback=True if args.loopback else None, provisioner=args.provisioner)
+        built = lab.up(
+            state, loopback=True if args.loopback else None, provisioner=args.provisioner
+        )
         if built.mode == "loopback":
-            print("lab is up in LOOPBACK mode (no namespaces: not root?); every probe says loopback")
+            print(
+                "lab is up in LOOPBACK mode (no namespaces: not root?); every probe says loopback"
+            )
         else:
             print(f"lab is up: namespaces {built.network}-*, private network {lab.SUBNET}")
         for node, address in built.addresses.items():
-            print(f"  {node:6} {address:12} agent unix:{built.socket(node)} (pid {built.pids[node]})")
+            print(
+                f"  {node:6} {address:12} agent unix:{built.socket(node)} (pid {built.pids[node]})"
+            )
         print(f"declaration: {built.declaration}")
-        print(f"next: meshtui --state {state} declare {built.declaration} && meshtui --state {state} push")
+        print(
+            f"next: meshtui --state {state} declare {built.declaration} && meshtui --state {state} push"
+        )
         return EXIT_OK
     if args.lab_command == "down":
         for line in lab.down(state, purge=args.purge) or ["nothing was running"]:
@@ -351,18 +359,24 @@ def cmd_lab(args: argparse.Namespace) -> int:
     else:
         print(f"lab up ({info['mode']}), PostgreSQL {'running' if info['postgres'] else 'DOWN'}")
         for node, a in info["agents"].items():
-            print(f"  {node:6} {a['address']:12} pid {a['pid']} {'answers' if a['answers'] else 'NOT ANSWERING'}")
+            print(
+                f"  {node:6} {a['address']:12} pid {a['pid']} {'answers' if a['answers'] else 'NOT ANSWERING'}"
+            )
     ok = info["up"] and info["postgres"] and all(a["answers"] for a in info["agents"].values())
     return EXIT_OK if ok else EXIT_FAILED
 
 
 def _lab_parsers(sub: Any) -> None:
     lab = sub.add_parser("lab", help="the lab alone (for scripts and tests)").add_subparsers(
-        dest="lab_command", metavar="COMMAND", required=True)
+        dest="lab_command", metavar="COMMAND", required=True
+    )
     s = lab.add_parser("up", help="build the lab: PostgreSQL, namespaces, agents")
     s.add_argument("--loopback", action="store_true", help="no namespaces even when root")
-    s.add_argument("--provisioner", help="a provisioner command for the database node "
-                   "(default: built-in; also $MESHTUI_LAB_PROVISIONER); {admin} is replaced by the admin file")
+    s.add_argument(
+        "--provisioner",
+        help="a provisioner command for the database node "
+        "(default: built-in; also $MESHTUI_LAB_PROVISIONER); {admin} is replaced by the admin file",
+    )
     s.set_defaults(func=cmd_lab)
     s = lab.add_parser("down", help="stop and remove every process and namespace the lab made")
     s.add_argument("--purge", action="store_true", help="also delete the lab folder")
@@ -372,7 +386,66 @@ def _lab_parsers(sub: Any) -> None:
     s.set_defaults(func=cmd_lab)
 
 
-EXTRA_PARSERS: list[Callable[[Any], None]] = [_host_parsers, _action_parsers, _lab_parsers]
+def cmd_provision(args: argparse.Namespace) -> int:
+    from meshtui.provisioner.harness import Report, reconcile, watch
+
+    manifest, admin = Path(args.manifest), Path(args.admin)
+
+    def show(report: Report) -> None:
+        if args.json:
+            print(report.to_json(), flush=True)
+        else:
+            print("\n".join(report.lines()), flush=True)
+
+    if not args.watch:
+        report = reconcile(manifest, admin)
+        show(report)
+        return EXIT_OK if report.ok else EXIT_FAILED
+    import signal
+    import threading
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+
+    def complain(exc: MeshtuiError) -> None:
+        print(f"meshtui provision: {exc}", file=sys.stderr, flush=True)
+
+    watch(
+        manifest,
+        admin,
+        interval=args.interval,
+        drift_every=args.drift_every,
+        stop=stop,
+        on_report=show,
+        on_error=complain,
+    )
+    return EXIT_OK
+
+
+def _provision_parser(sub: Any) -> None:
+    s = sub.add_parser(
+        "provision", help="reconcile one PostgreSQL with a manifest (built-in provisioner)"
+    )
+    s.add_argument("--manifest", required=True, help="the manifest (mesh.json)")
+    s.add_argument("--admin", required=True, help="a 0600 file holding the admin libpq conninfo")
+    s.add_argument(
+        "--watch", action="store_true", help="keep reconciling on change and against drift"
+    )
+    s.add_argument("--interval", type=float, default=2.0, help="seconds between polls (--watch)")
+    s.add_argument(
+        "--drift-every", type=float, default=300.0, help="seconds between drift checks (--watch)"
+    )
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_provision)
+
+
+EXTRA_PARSERS: list[Callable[[Any], None]] = [
+    _host_parsers,
+    _action_parsers,
+    _lab_parsers,
+    _provision_parser,
+]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

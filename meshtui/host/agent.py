@@ -279,6 +279,8 @@ class Agent:
                 return self.provisioner(manifest, Path(str(admin)))
             except MeshtuiError as exc:
                 return {"ok": False, "error": str(exc)}
+        admin = str(spec.get("admin") or "")
+        argv = [a.replace("{admin}", admin) for a in argv]
         try:
             done = subprocess.run(
                 [*argv, str(manifest)],
