@@ -8,15 +8,20 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from pathlib import Path
 
 
-def write_private(path: Path, data: bytes, *, mode: int = 0o600) -> None:
-    """Replace ``path`` with ``data`` atomically, created with ``mode`` from the start."""
+def write_private(path: Path, data: bytes, *, mode: int = 0o600, durable: bool = True) -> None:
+    """Replace ``path`` with ``data`` atomically, created with ``mode`` from the start.
+
+    ``durable=False`` skips the fsyncs: still atomic, but a crash may keep the previous content
+    (right for caches that can be rebuilt, wrong for credentials).
+    """
     path = Path(path)
     folder = path.parent
     folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{path.name}.{os.getpid()}.tmp"
+    tmp = folder / f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp"  # one per writer
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
     try:
         os.fchmod(fd, mode)
@@ -24,7 +29,8 @@ def write_private(path: Path, data: bytes, *, mode: int = 0o600) -> None:
         while view:
             written = os.write(fd, view)
             view = view[written:]
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     except BaseException:
         os.close(fd)
         with contextlib.suppress(FileNotFoundError):
@@ -32,7 +38,8 @@ def write_private(path: Path, data: bytes, *, mode: int = 0o600) -> None:
         raise
     os.close(fd)
     os.replace(tmp, path)
-    sync_folder(folder)
+    if durable:
+        sync_folder(folder)
 
 
 def sync_folder(folder: Path) -> None:

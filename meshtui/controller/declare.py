@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlite_utils import Database
+
 from meshtui import crypto
 from meshtui.inventory import Inventory, Row, now
 from meshtui.model import Declaration, Node, Pair
@@ -182,20 +184,21 @@ def declare(inv: Inventory, decl: Declaration) -> DeclareResult:
     if not result.touched and not module_rows and not gone_modules:
         return result
     with inv.transaction("declare") as db:
-        if node_rows:
-            db["nodes"].upsert_all(node_rows, pk="name")
-        for name in gone_nodes:
-            db["nodes"].update(name, {"declared": 0, "updated_at": stamp})
-        if module_rows:
-            db["modules"].upsert_all(module_rows, pk="id")
-        for mid in gone_modules:
-            db["modules"].update(mid, {"declared": 0})
-        if gen_rows:
-            db["generations"].insert_all(gen_rows, batch_size=1000)
-        if pair_rows:
-            db["pairs"].upsert_all(pair_rows, pk="id", batch_size=1000)
-        for pid in result.withdrawn:
-            db["pairs"].update(pid, {"withdrawn_at": stamp})
+        _upsert(db, "nodes", node_rows, "name")
+        db.conn.executemany(
+            "UPDATE nodes SET declared = 0, updated_at = ? WHERE name = ?",
+            [(stamp, name) for name in gone_nodes],
+        )
+        _upsert(db, "modules", module_rows, "id")
+        db.conn.executemany(
+            "UPDATE modules SET declared = 0 WHERE id = ?", [(mid,) for mid in gone_modules]
+        )
+        _insert(db, "generations", gen_rows)
+        _upsert(db, "pairs", pair_rows, "id")
+        db.conn.executemany(
+            "UPDATE pairs SET withdrawn_at = ? WHERE id = ?",
+            [(stamp, pid) for pid in result.withdrawn],
+        )
         inv.audit(
             db,
             "declare",
@@ -211,6 +214,37 @@ def declare(inv: Inventory, decl: Declaration) -> DeclareResult:
             "ok",
         )
     return result
+
+
+def _columns(table: str, rows: list[Row]) -> list[str]:
+    cols = list(rows[0])
+    if any(r.keys() != rows[0].keys() for r in rows):
+        raise ValueError(f"rows for {table} differ in their columns")
+    return cols
+
+
+def _insert(db: Database, table: str, rows: list[Row]) -> None:
+    """Plain INSERT of many rows (sqlite-utils' insert_all costs more than the sealing)."""
+    if rows:
+        cols = _columns(table, rows)
+        names, marks = ", ".join(f'"{c}"' for c in cols), ", ".join("?" * len(cols))
+        db.conn.executemany(
+            f'INSERT INTO "{table}" ({names}) VALUES ({marks})',
+            [tuple(r[c] for c in cols) for r in rows],
+        )
+
+
+def _upsert(db: Database, table: str, rows: list[Row], pk: str) -> None:
+    """Insert rows, or update every given column of the row already there (rowid kept)."""
+    if rows:
+        cols = _columns(table, rows)
+        names, marks = ", ".join(f'"{c}"' for c in cols), ", ".join("?" * len(cols))
+        sets = ", ".join(f'"{c}" = excluded."{c}"' for c in cols if c != pk)
+        db.conn.executemany(
+            f'INSERT INTO "{table}" ({names}) VALUES ({marks}) '
+            f'ON CONFLICT("{pk}") DO UPDATE SET {sets}',
+            [tuple(r[c] for c in cols) for r in rows],
+        )
 
 
 def nodes_from_inventory(rows: Mapping[str, Row]) -> dict[str, Node]:

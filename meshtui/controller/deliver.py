@@ -21,6 +21,9 @@ from meshtui.model import End
 NOTHING = 0
 """The generation recorded for an end that holds nothing (its file is gone)."""
 
+EndRow = tuple[str, End, int | None, str | None, str | None]
+"""(pair, end, generation held or None to keep, digest, error) for the deliveries table."""
+
 Targets = Mapping[str, int]
 """pair id -> the generation its ends should receive (default: the pair's generation)."""
 
@@ -34,6 +37,12 @@ class Delivered:
     applied_at: dict[str, float] = field(default_factory=dict)
     written_at: dict[str, float] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)  # pair -> first error
+    pending: list[EndRow] = field(default_factory=list)  # answers not yet recorded
+
+    def flush(self, inv: Inventory) -> None:
+        """Record the answers gathered so far in the deliveries table."""
+        rows, self.pending = self.pending, []
+        record_end(inv, rows)
 
     def window_ms(self, pair: str) -> float | None:
         """Provider applied -> consumer holds it, in milliseconds."""
@@ -141,9 +150,7 @@ class Planner:
         return out
 
 
-def record_end(
-    inv: Inventory, rows: Iterable[tuple[str, End, int | None, str | None, str | None]]
-) -> None:
+def record_end(inv: Inventory, rows: Iterable[EndRow]) -> None:
     """Record (pair, end, generation held, digest, error); a None generation keeps the old one."""
     stamp = now()
     current = inv.deliveries()
@@ -169,13 +176,18 @@ def record_end(
 
 
 def send_providers(
-    agents: Agents, inv: Inventory, sets: Mapping[str, list[dict[str, Any]]], result: Delivered
+    agents: Agents,
+    inv: Inventory,
+    sets: Mapping[str, list[dict[str, Any]]],
+    result: Delivered,
+    *,
+    record: bool = True,
 ) -> None:
     """Deliver manifests to provider nodes (in parallel) and record each pair's provider end."""
     if not sets:
         return
     answers = agents.call_many(wire.DELIVER, {n: {"provider": s} for n, s in sets.items()})
-    rows: list[tuple[str, End, int | None, str | None, str | None]] = []
+    rows: list[EndRow] = []
     for node, sent in sets.items():
         answer = answers[node]
         for spec in sent:
@@ -200,7 +212,9 @@ def send_providers(
                 result.provider_ok[pid] = False
                 result.fail(pid, f"provider {spec['provider']}: {reason}")
                 rows.append((pid, End.PROVIDER, None, None, reason))
-    record_end(inv, rows)
+    result.pending.extend(rows)
+    if record:
+        result.flush(inv)
 
 
 def _match_provider(
@@ -215,13 +229,18 @@ def _match_provider(
 
 
 def send_consumers(
-    agents: Agents, inv: Inventory, items: Mapping[str, list[dict[str, Any]]], result: Delivered
+    agents: Agents,
+    inv: Inventory,
+    items: Mapping[str, list[dict[str, Any]]],
+    result: Delivered,
+    *,
+    record: bool = True,
 ) -> None:
     """Deliver credentials to consumer nodes (in parallel) and record each pair's consumer end."""
     if not items:
         return
     answers = agents.call_many(wire.DELIVER, {n: {"consumer": i} for n, i in items.items()})
-    rows: list[tuple[str, End, int | None, str | None, str | None]] = []
+    rows: list[EndRow] = []
     for node, sent in items.items():
         answer = answers[node]
         got = (
@@ -247,7 +266,9 @@ def send_consumers(
                 result.consumer_ok[pid] = False
                 result.fail(pid, f"consumer {node}: {reason}")
                 rows.append((pid, End.CONSUMER, None, None, reason))
-    record_end(inv, rows)
+    result.pending.extend(rows)
+    if record:
+        result.flush(inv)
 
 
 def held_generations(inv: Inventory, holdings: Mapping[str, list[dict[str, Any]]]) -> None:
@@ -256,7 +277,7 @@ def held_generations(inv: Inventory, holdings: Mapping[str, list[dict[str, Any]]
         (r["pair"], r["digest"]): r["generation"]
         for r in inv.query("SELECT pair, generation, digest FROM generations")
     }
-    rows: list[tuple[str, End, int | None, str | None, str | None]] = []
+    rows: list[EndRow] = []
     current = inv.deliveries()
     for _node, held in holdings.items():
         for h in held:

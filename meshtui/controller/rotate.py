@@ -132,9 +132,21 @@ def _deliver(
     result = Delivered()
     progress("delivering to providers", step, 4)
     providers = {(plan.pairs[pid]["provider"], plan.pairs[pid]["provision"]) for pid in targets}
-    send_providers(agents, inv, plan.provider_sets(providers, targets), result)
+    consumer_items = plan.consumer_items(targets, targets)  # built before the window opens
+    # answers are recorded after the consumers are sent, so nothing slow sits in the window
+    send_providers(agents, inv, plan.provider_sets(providers, targets), result, record=False)
     if not all(result.provider_ok.get(pid, False) for pid in targets):
+        result.flush(inv)
         return result
+    try:
+        fault(ctl, f"after-providers:{key}")
+    except BaseException:
+        result.flush(inv)
+        raise
+    progress("delivering to consumers", step + 1, 4)
+    send_consumers(agents, inv, consumer_items, result, record=False)
+    result.flush(inv)
+    return result
     fault(ctl, f"after-providers:{key}")
     progress("delivering to consumers", step + 1, 4)
     send_consumers(agents, inv, plan.consumer_items(targets, targets), result)

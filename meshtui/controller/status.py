@@ -38,6 +38,12 @@ def pair_state(
                 return State.REVOKED, "withdrawn; login refused (28P01)", False
             if probe["verdict"] == ACCEPTED:
                 return State.STALE, "ALARM: withdrawn but its login still works", True
+            if probe["verdict"] == NO_PASSWORD:
+                return (
+                    State.STALE,
+                    "ALARM: withdrawn but its login gets in without a password",
+                    True,
+                )
             return State.STALE, f"withdrawn; revocation not verified ({probe['reason']})", False
         return State.STALE, "withdrawn; revocation not verified", False
     want = pair["generation"]
@@ -56,9 +62,9 @@ def pair_state(
     if probe["generation"] != want:
         return State.UNKNOWN, f"not probed since generation {want}", False
     loop = " over loopback" if probe["loopback"] else ""
-    if probe["verdict"] == ACCEPTED:
+    if probe["verdict"] == ACCEPTED and probe["used_password"] != 0:
         return State.WORKING, f"logged in from {probe['client_addr'] or 'consumer'}{loop}", False
-    if probe["verdict"] == NO_PASSWORD:
+    if probe["verdict"] in (ACCEPTED, NO_PASSWORD):
         return State.STALE, "ALARM: the server did not demand a password", True
     if probe["verdict"] == REFUSED:
         return State.STALE, f"probe refused: {probe['reason']}", False
@@ -69,6 +75,7 @@ def statuses(inv: Inventory, ids: Iterable[str] | None = None) -> list[PairStatu
     """The status row of every pair (or the named ones), sorted by pair id."""
     deliveries = inv.deliveries()
     probes = inv.latest_probes()
+    rotating = {i["pair"]: r["id"] for r in inv.open_rotations() for i in r["items"]}
     out = []
     for p in inv.pairs(ids):
         pid = p["id"]
@@ -76,6 +83,11 @@ def statuses(inv: Inventory, ids: Iterable[str] | None = None) -> list[PairStatu
         provider = deliveries.get((pid, End.PROVIDER.value))
         probe = probes.get(pid)
         state, reason, alarm = pair_state(p, consumer, provider, probe)
+        if pid in rotating:
+            state, reason = State.STALE, (
+                f"rotation {rotating[pid]} was interrupted; the next push or rotate finishes "
+                "or rolls it back"
+            )
         out.append(
             PairStatus(
                 pair=pid,

@@ -45,7 +45,11 @@ class Holdings:
                     self._data[end].pop(pair, None)
                 else:
                     self._data[end][pair] = held
-            write_private(self._path, json.dumps(self._data, sort_keys=True).encode())
+            # a cache of what the files hold: losing the last update to a crash only makes the
+            # controller re-deliver, so it is not worth an fsync inside a rotation's window
+            write_private(
+                self._path, json.dumps(self._data, sort_keys=True).encode(), durable=False
+            )
 
     def listing(self) -> list[dict[str, Any]]:
         """Every holding as ``{end, pair, generation, digest}``."""

@@ -1,0 +1,88 @@
+"""Drill window: 20 drills on the lab (namespaces when root), p50/p90 of the window.
+
+The window is the time in which a rotated pair's consumer could not authenticate: from the
+provider's commit of the new verifier to the consumer's credential file holding the new one.
+Baseline, side by side in the same process and lab: the same rotation done as two acts, as the
+seeds did it (the provider applies and the answer is recorded; then a separate push brings the
+consumer along). Prints both distributions and the ratio.
+
+    python benchmarks/bench_drill.py [--drills 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from meshtui.controller.client import Agents
+from meshtui.controller.core import Controller
+from meshtui.controller.deliver import Delivered, Planner, send_providers
+from meshtui.controller.rotate import journal
+from meshtui.lab import mesh as lab_mesh
+
+GOAL_MS = 20.0
+
+
+def two_acts(ctl: Controller, pid: str) -> float:
+    """Provider first, recorded; the consumer caught up by a push: the baseline window."""
+    (row,) = ctl.inventory.pairs([pid])
+    rotation = journal(ctl, [row])
+    (item,) = rotation["items"]
+    with Agents(ctl.inventory.nodes(), ctl.keys()) as agents:
+        plan = Planner(ctl.inventory)
+        result = Delivered()
+        send_providers(agents, ctl.inventory, plan.provider_sets([(row["provider"], row["provision"])],
+                                                                 {pid: item["to"]}), result)
+    with ctl.inventory.transaction("bench") as db:  # the record says the new generation is due
+        db["pairs"].update(pid, {"generation": item["to"]})
+        db["rotations"].update(rotation["id"], {"state": "done", "finished_at": "bench", "outcome": "done"})
+    ctl.push()
+    written = Path(row["file"]).stat().st_mtime
+    return (written - result.applied_at[pid]) * 1000.0
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--drills", type=int, default=20)
+    args = parser.parse_args()
+    state = Path(tempfile.mkdtemp(prefix="meshtui-bench-drill-"))
+    state.chmod(0o711)
+    try:
+        built = lab_mesh.up(state)
+        with Controller.open(state) as ctl:
+            ctl.declare(built.declaration)
+            assert ctl.push().ok
+            pairs = ctl.live_pairs()
+            ours, base, failed = [], [], 0
+            for i in range(args.drills):
+                (report,) = ctl.drill([pairs[i % len(pairs)]])
+                if report.ok and report.window_ms is not None:
+                    ours.append(report.window_ms)
+                else:
+                    failed += 1
+                base.append(two_acts(ctl, pairs[(i + 1) % len(pairs)]))
+        print(f"lab mode: {built.mode}; {args.drills} drills over {len(pairs)} pairs; {failed} failed")
+        print(f"{'':28}{'p50 ms':>10}{'p90 ms':>10}{'max ms':>10}")
+        for name, values in (("meshtui rotate (one act)", ours), ("two acts (record, then push)", base)):
+            print(f"{name:28}{statistics.median(values):10.2f}{pct(values, 0.9):10.2f}{max(values):10.2f}")
+        p50 = statistics.median(ours)
+        print(f"ratio one act / two acts (p50): {p50 / statistics.median(base):.2f}")
+        print(f"goal: p50 under {GOAL_MS:.0f} ms -> {'met' if p50 < GOAL_MS else 'NOT met'} ({p50:.2f} ms)")
+        return 0 if failed == 0 else 1
+    finally:
+        lab_mesh.down(state, purge=True)
+        shutil.rmtree(state, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
