@@ -21,9 +21,11 @@ address) and ``values`` (an object of strings) are optional. Unknown keys are ig
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -64,17 +66,24 @@ class Manifest:
     serial: int
     consumers: tuple[Consumer, ...]
 
+    @cached_property
+    def folder(self) -> str:
+        """The manifest's folder, as text (secret paths are relative to it)."""
+        return os.fspath(self.path.parent)
+
     def secret_path(self, consumer: Consumer) -> Path:
         """Where ``consumer``'s secret file lives: beside the manifest."""
         return self.path.parent / consumer.secret
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"key {key!r} appears twice")
-        out[key] = value
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _value in pairs:
+            if key in seen:
+                raise ValueError(f"key {key!r} appears twice")
+            seen.add(key)
     return out
 
 
@@ -116,16 +125,15 @@ class _Reader:
         return str(value)
 
 
-def _secret_name(reader: _Reader, name: str) -> str:
+def _secret_ok(name: str) -> bool:
     """A relative path inside the manifest's folder (the grants folder may be a subfolder)."""
-    parts = name.split("/")
-    if (
-        not name
-        or name.startswith("/")
-        or "\\" in name
-        or "\x00" in name
-        or any(not p or p.startswith(".") for p in parts)
-    ):
+    if not name or name[0] in "./" or "\\" in name or "\x00" in name:
+        return False
+    return "/" not in name or all(p and p[0] != "." for p in name.split("/"))
+
+
+def _secret_name(reader: _Reader, name: str) -> str:
+    if not _secret_ok(name):
         reader.fail(
             "secret", f"{name!r} must be a file name beside the manifest or in a folder below it"
         )
@@ -133,6 +141,30 @@ def _secret_name(reader: _Reader, name: str) -> str:
 
 
 def _consumer(source: str, index: int, obj: Any) -> Consumer:
+    """One consumer: a quick path for a well-formed entry, the careful one to name a problem."""
+    if type(obj) is dict:
+        login, node, module = obj.get("as"), obj.get("node"), obj.get("module")
+        secret, digest = obj.get("secret"), obj.get("digest")
+        at, values = obj.get("at", ""), obj.get("values", {})
+        if (
+            type(login) is str
+            and type(node) is str
+            and type(module) is str
+            and type(secret) is str
+            and type(digest) is str
+            and type(at) is str
+            and type(values) is dict
+            and node
+            and module
+            and all(type(v) is str for v in values.values())
+            and _DIGEST.fullmatch(digest)
+            and _secret_ok(secret)
+        ):
+            return Consumer(login, node, module, at, MappingProxyType(values), secret, digest)
+    return _consumer_checked(source, index, obj)
+
+
+def _consumer_checked(source: str, index: int, obj: Any) -> Consumer:
     reader = _Reader(source, f"consumers[{index}]", obj)
     login = reader.get("as", str)
     digest = reader.text("digest")

@@ -18,8 +18,7 @@ import pytest
 
 from meshtui.controller.core import Controller
 from meshtui.lab import mesh as lab_mesh
-from meshtui.lab import netns
-from meshtui.lab import postgres
+from meshtui.lab import netns, postgres
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 

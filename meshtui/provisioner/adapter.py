@@ -1,0 +1,103 @@
+"""The contract between the harness and the software a provider runs (PostgreSQL, Redis, ...).
+
+The harness decides who is present, absent or waiting; an adapter only makes one login true
+(``create``, "created" or "updated"), takes one away (``remove``, "removed" or "drop
+pending"), and answers one cheap read-only question
+(``inspect``) so an idle run can tell "unchanged" without writing. An adapter generates no
+password, derives no name and seals nothing. A Redis adapter (ACL users, a marker in the ACL
+rule text) would be one small file implementing these four methods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from meshtui.errors import ProvisionError, UnsafeLoginError
+
+MAX_NAME_BYTES = 63  # PostgreSQL's NAMEDATALEN - 1; longer names would be truncated silently
+
+Change = Literal["created", "updated"]
+Removal = Literal["removed", "drop pending"]
+
+
+@dataclass(frozen=True)
+class Done:
+    """What an adapter did for one login, with a human note when there is more to say."""
+
+    outcome: Change | Removal
+    reason: str = ""
+
+
+class Refused(ProvisionError):
+    """The adapter will not do this for this login (not ours, conflicting); nothing changed."""
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Which manifest an adapter works for: logins made for another scope are not ours."""
+
+    provider: str
+    provision: str
+
+
+@dataclass(frozen=True)
+class Held:
+    """What the software holds for one login, as far as the harness needs to know.
+
+    ``ours``: made by this provisioner for this scope (recorded in the software itself).
+    ``digest``: the secret digest of the password it provably still holds, or None when that
+    cannot be proved (then the harness rewrites). ``in_place``: the values asked for are true.
+    ``note``: why a login is not ours, for the report.
+    """
+
+    login: str
+    ours: bool
+    digest: str | None = None
+    in_place: bool = False
+    node: str = ""
+    module: str = ""
+    note: str = ""
+
+
+class Adapter(Protocol):
+    """One session with the provider's software. Not thread-safe: one per thread."""
+
+    def inspect(self, wanted: Mapping[str, Mapping[str, str]]) -> Mapping[str, Held]:
+        """Read-only: Held for every wanted login that exists, and for every login of ours."""
+        ...
+
+    def create(self, login: str, password: str, values: Mapping[str, str]) -> Done:
+        """Create ``login`` or make it true (password, values); raises Refused if not ours."""
+        ...
+
+    def remove(self, login: str) -> Done:
+        """Remove a login of ours, keeping its data; "drop pending" when it cannot finish."""
+        ...
+
+    def close(self) -> None:
+        """Release the session."""
+        ...
+
+
+AdapterFactory = Callable[[str, Scope], Adapter]
+"""Opens an adapter from the admin connection text and the manifest's scope."""
+
+
+def check_name(name: str, what: str = "login") -> str:
+    """Refuse a name that is empty, holds a NUL or exceeds 63 bytes, before any SQL is sent."""
+    if not name:
+        raise UnsafeLoginError(f"{what} is empty")
+    if "\x00" in name:
+        raise UnsafeLoginError(f"{what} {name!r} holds a NUL character")
+    size = len(name.encode("utf-8", "surrogatepass"))
+    if size > MAX_NAME_BYTES:
+        raise UnsafeLoginError(
+            f"{what} {name!r} is {size} bytes; PostgreSQL would truncate it to {MAX_NAME_BYTES}"
+        )
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UnsafeLoginError(f"{what} {name!r} is not valid Unicode text") from None
+    return name

@@ -1,0 +1,388 @@
+"""The provisioner's harness: read the manifest and its secret files, decide, drive the adapter.
+
+It decides per consumer: *present* (secret file there, digest matches: make it true),
+*waiting* (secret missing, empty or not matching its digest: touch nothing) or *refused*
+(unusable login); and which logins it made are *absent* now (remove). The adapter only does
+the work. A broken manifest raises ManifestError before anything is touched.
+
+``reconcile`` runs once (the host agent calls it right after writing the manifest; ``meshtui
+provision`` calls it too). ``watch`` polls the manifest and the secret files by digest and
+reconciles on a change and every ``drift_every`` seconds. Secrets are read right before use and
+dropped right after; nothing long-lived holds one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import stat
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import psycopg
+
+from meshtui.crypto import secret_digest
+from meshtui.errors import ManifestError, MeshtuiError, ProvisionError, UnsafeLoginError
+from meshtui.provisioner.adapter import (
+    Adapter,
+    AdapterFactory,
+    Done,
+    Held,
+    Refused,
+    Scope,
+    check_name,
+)
+from meshtui.provisioner.manifest import (
+    Consumer,
+    Manifest,
+    load_manifest,
+    parse_manifest,
+    read_manifest_bytes,
+)
+from meshtui.provisioner.postgres import PostgresAdapter
+
+OutcomeName = Literal[
+    "created", "updated", "unchanged", "waiting", "removed", "drop pending", "refused", "failed"
+]
+SUCCESS: frozenset[str] = frozenset({"created", "updated", "unchanged", "removed"})
+MAX_SECRET_BYTES = 4096
+PARALLEL_FROM = 16  # below this many writes one session is as quick as two
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What happened to one login in one run, and why when it is not plain success."""
+
+    login: str
+    node: str
+    module: str
+    outcome: OutcomeName
+    reason: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """Whether this outcome counts as success for the exit code."""
+        return self.outcome in SUCCESS
+
+
+@dataclass(frozen=True)
+class Report:
+    """The result of one reconcile: every consumer's outcome, plus every login removed."""
+
+    provision: str
+    provider: str
+    serial: int
+    outcomes: tuple[Outcome, ...]
+    ok: bool
+    elapsed: float = field(default=0.0, compare=False)
+
+    def counts(self) -> dict[str, int]:
+        """How many logins ended in each outcome."""
+        out: dict[str, int] = {}
+        for item in self.outcomes:
+            out[item.outcome] = out.get(item.outcome, 0) + 1
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (``--json``)."""
+        return {
+            "provision": self.provision,
+            "provider": self.provider,
+            "serial": self.serial,
+            "ok": self.ok,
+            "elapsed": round(self.elapsed, 4),
+            "counts": self.counts(),
+            "outcomes": [asdict(o) for o in self.outcomes],
+        }
+
+    def to_json(self) -> str:
+        """The report as one JSON document."""
+        return json.dumps(self.as_dict(), ensure_ascii=False)
+
+    def lines(self) -> list[str]:
+        """Human lines: a summary, then one line per login that is not plain "unchanged"."""
+        counts = ", ".join(f"{n} {k}" for k, n in sorted(self.counts().items())) or "nothing"
+        head = (
+            f"{self.provision} at {self.provider}, serial {self.serial}: {counts}"
+            f" ({'ok' if self.ok else 'NOT ok'}, {self.elapsed * 1000:.0f} ms)"
+        )
+        out = [head]
+        for item in self.outcomes:
+            who = f"{item.node}/{item.module}" if item.node else "-"
+            line = f"  {item.outcome:<12} {item.login:<40} {who}"
+            out.append(line + (f"  ({item.reason})" if item.reason else ""))
+        return out
+
+
+def read_admin_file(path: Path) -> str:
+    """The admin conninfo from a private (0600) regular file; never from argv or environment."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise ProvisionError(f"{path}: admin file cannot be read ({exc.strerror})") from None
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fh.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ProvisionError(f"{path}: admin file is not a regular file")
+        if info.st_mode & 0o077:
+            raise ProvisionError(
+                f"{path}: admin file is readable by others (mode {info.st_mode & 0o777:o}; "
+                f"chmod 600 {path})"
+            )
+        text = fh.read(65536).decode("utf-8", "replace").strip()
+    if not text:
+        raise ProvisionError(f"{path}: admin file is empty (write a libpq conninfo into it)")
+    return text
+
+
+def _read_secret(manifest: Manifest, consumer: Consumer) -> bytes | str:
+    """The secret's bytes when they match the consumer's digest, else why it is waiting."""
+    path = manifest.folder + "/" + consumer.secret  # a checked relative path; no pathlib
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return "secret file not delivered yet"
+    except OSError as exc:
+        return f"secret file cannot be read ({exc.strerror})"
+    try:
+        data = os.read(fd, MAX_SECRET_BYTES + 1)
+    except OSError as exc:
+        return f"secret file cannot be read ({exc.strerror})"
+    finally:
+        os.close(fd)
+    if not data:
+        return "secret file is empty"
+    if len(data) > MAX_SECRET_BYTES or secret_digest(data) != consumer.digest:
+        return "secret file does not match the manifest's digest"
+    return data
+
+
+def _password(data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Refused("the secret is not UTF-8 text") from None
+
+
+def _outcome(consumer: Consumer, name: OutcomeName, reason: str = "") -> Outcome:
+    return Outcome(consumer.login, consumer.node, consumer.module, name, reason)
+
+
+def _apply(adapter: Adapter, manifest: Manifest, consumer: Consumer) -> Outcome:
+    """Create-or-make-true one consumer; the secret lives only inside this call."""
+    secret = _read_secret(manifest, consumer)
+    if isinstance(secret, str):
+        return _outcome(consumer, "waiting", secret)
+    try:
+        done: Done = adapter.create(consumer.login, _password(secret), consumer.values)
+    except (Refused, UnsafeLoginError) as exc:
+        return _outcome(consumer, "refused", str(exc))
+    except Exception as exc:  # one consumer's failure is its outcome, not the run's end
+        return _outcome(consumer, "failed", _reason(exc))
+    finally:
+        del secret
+    return _outcome(consumer, done.outcome, done.reason)
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, psycopg.Error):
+        return (exc.diag.message_primary or str(exc).splitlines()[0]).strip()
+    if isinstance(exc, MeshtuiError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+@contextlib.contextmanager
+def _opened(factory: AdapterFactory, conninfo: str, scope: Scope) -> Iterator[Adapter]:
+    adapter = factory(conninfo, scope)
+    try:
+        yield adapter
+    finally:
+        adapter.close()
+
+
+def _apply_all(
+    factory: AdapterFactory,
+    first: Adapter,
+    conninfo: str,
+    scope: Scope,
+    manifest: Manifest,
+    todo: list[Consumer],
+    workers: int,
+) -> dict[str, Outcome]:
+    """Apply ``todo``; with many, over ``workers`` sessions so the server uses every core."""
+    if workers <= 1 or len(todo) < PARALLEL_FROM:
+        return {c.login: _apply(first, manifest, c) for c in todo}
+    lock = threading.Lock()
+    queue = iter(todo)
+    results: dict[str, Outcome] = {}
+
+    def run(adapter: Adapter) -> None:
+        while True:
+            with lock:
+                consumer = next(queue, None)
+            if consumer is None:
+                return
+            outcome = _apply(adapter, manifest, consumer)
+            with lock:
+                results[consumer.login] = outcome
+
+    def extra() -> None:
+        with _opened(factory, conninfo, scope) as adapter:
+            run(adapter)
+
+    with ThreadPoolExecutor(max_workers=workers - 1) as pool:
+        futures = [pool.submit(extra) for _ in range(workers - 1)]
+        run(first)
+        for future in futures:
+            with contextlib.suppress(ProvisionError):
+                future.result()  # a helper that could not connect leaves its share to us
+    for consumer in todo:  # anything a failed helper left undone
+        if consumer.login not in results:
+            results[consumer.login] = _apply(first, manifest, consumer)
+    return results
+
+
+def _workers() -> int:
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+def reconcile(
+    manifest_path: Path,
+    admin_file: Path,
+    *,
+    factory: AdapterFactory = PostgresAdapter,
+    workers: int | None = None,
+) -> Report:
+    """Make the provider's software match the manifest once; see the module docstring.
+
+    Raises ManifestError (nothing touched) for a broken manifest and ProvisionError when the
+    admin file or the server cannot be used. Every other problem is an outcome in the Report.
+    """
+    started = time.perf_counter()
+    manifest = load_manifest(Path(manifest_path))
+    conninfo = read_admin_file(Path(admin_file))
+    scope = Scope(provider=manifest.provider, provision=manifest.provision)
+    outcomes: dict[str, Outcome] = {}
+    ready: list[Consumer] = []
+    for consumer in manifest.consumers:
+        try:
+            check_name(consumer.login)
+        except UnsafeLoginError as exc:
+            outcomes[consumer.login] = _outcome(consumer, "refused", str(exc))
+            continue
+        secret = _read_secret(manifest, consumer)
+        if isinstance(secret, str):
+            outcomes[consumer.login] = _outcome(consumer, "waiting", secret)
+        else:
+            ready.append(consumer)
+        del secret
+    wanted: Mapping[str, Mapping[str, str]] = {c.login: c.values for c in manifest.consumers}
+    removed: list[Outcome] = []
+    with _opened(factory, conninfo, scope) as adapter:
+        try:
+            held: Mapping[str, Held] = adapter.inspect({c.login: c.values for c in ready})
+        except psycopg.Error as exc:
+            raise ProvisionError(f"cannot read the roles from PostgreSQL: {_reason(exc)}") from None
+        todo: list[Consumer] = []
+        for consumer in ready:
+            have = held.get(consumer.login)
+            if have is not None and not have.ours:
+                outcomes[consumer.login] = _outcome(consumer, "refused", have.note)
+            elif have is not None and have.digest == consumer.digest and have.in_place:
+                outcomes[consumer.login] = _outcome(consumer, "unchanged")
+            else:
+                todo.append(consumer)
+        outcomes.update(
+            _apply_all(factory, adapter, conninfo, scope, manifest, todo, workers or _workers())
+        )
+        for login in sorted(held):
+            if held[login].ours and login not in wanted:
+                removed.append(_remove(adapter, held[login]))
+    ordered = tuple(outcomes[c.login] for c in manifest.consumers) + tuple(removed)
+    return Report(
+        provision=manifest.provision,
+        provider=manifest.provider,
+        serial=manifest.serial,
+        outcomes=ordered,
+        ok=all(o.ok for o in ordered),
+        elapsed=time.perf_counter() - started,
+    )
+
+
+def _remove(adapter: Adapter, held: Held) -> Outcome:
+    try:
+        done: Done = adapter.remove(held.login)
+    except (Refused, UnsafeLoginError) as exc:
+        return Outcome(held.login, held.node, held.module, "refused", str(exc))
+    except Exception as exc:  # one login's failure is its outcome, not the run's end
+        return Outcome(held.login, held.node, held.module, "failed", _reason(exc))
+    return Outcome(held.login, held.node, held.module, done.outcome, done.reason)
+
+
+def fingerprint(manifest_path: Path) -> str:
+    """A digest of the manifest and of every secret file it names (what ``watch`` compares)."""
+    h = hashlib.blake2b(digest_size=32, person=b"meshtui-watch")
+    try:
+        data = read_manifest_bytes(Path(manifest_path))
+    except MeshtuiError as exc:
+        h.update(b"unreadable:" + str(exc).encode())
+        return h.hexdigest()
+    h.update(hashlib.blake2b(data).digest())
+    try:
+        manifest = parse_manifest(data, Path(manifest_path))
+    except MeshtuiError:
+        return h.hexdigest()
+    for consumer in manifest.consumers:
+        secret = _read_secret(manifest, consumer)
+        h.update(consumer.login.encode() + b"\x00")
+        h.update(b"ok" if not isinstance(secret, str) else secret.encode())
+        del secret
+    return h.hexdigest()
+
+
+def watch(
+    manifest_path: Path,
+    admin_file: Path,
+    *,
+    interval: float,
+    drift_every: float,
+    stop: threading.Event,
+    on_report: Callable[[Report], None],
+    on_error: Callable[[MeshtuiError], None] | None = None,
+    factory: AdapterFactory = PostgresAdapter,
+) -> None:
+    """Reconcile now, then whenever the manifest or a secret changes, and every ``drift_every``.
+
+    Polls every ``interval`` seconds and returns soon after ``stop`` is set (the CLI sets it on
+    SIGTERM). A failed attempt (manifest broken, server down) is passed to ``on_error`` (once per
+    distinct message) and retried at the next poll, except a broken manifest, which waits until
+    the files change.
+    """
+    last_seen: str | None = None
+    last_run = float("-inf")
+    failed = False
+    last_error = ""
+    while not stop.is_set():
+        seen = fingerprint(manifest_path)
+        due = time.monotonic() - last_run >= drift_every
+        if seen != last_seen or due or failed:
+            last_seen, last_run = seen, time.monotonic()
+            try:
+                report = reconcile(manifest_path, admin_file, factory=factory)
+            except MeshtuiError as exc:
+                failed = not isinstance(exc, ManifestError)  # a broken manifest waits for a fix
+                if on_error is not None and (str(exc) != last_error or due):
+                    on_error(exc)  # once per distinct problem, and again at each drift check
+                last_error = str(exc)
+            else:
+                failed, last_error = False, ""
+                on_report(report)
+        stop.wait(interval)

@@ -1,0 +1,567 @@
+"""The PostgreSQL adapter: make one login true, remove one login, tell "unchanged" in one SELECT.
+
+What "made by meshtui" means lives in PostgreSQL itself: membership in the NOLOGIN role
+``meshtui_provisioned``, granted by a superuser, plus a role COMMENT (JSON) naming the scope
+(provider, provision) and the digest of the secret. The password and the COMMENT are written by
+one transaction, so the ``pg_authid`` row and the ``pg_shdescription`` row share one ``xmin``.
+On the next run one SELECT compares, for every role, those two ``xmin`` and the digest: any
+``ALTER ROLE`` by someone else gives the role row a new ``xmin`` (so does a hand-edited
+COMMENT to its row), and a new secret changes the digest; either makes us rewrite. After every
+write the stored verifier is read back and compared inside the transaction, so a run that
+reports success has changed the password.
+
+The password never reaches the server: it goes as a client-side SCRAM verifier, through
+``psycopg.sql``, in a transaction whose first statement lowers ``log_statement``,
+``log_min_error_statement`` and the duration/sample logging (that would print statements).
+
+Removal never drops data: the login is locked (NOLOGIN, PASSWORD NULL), its sessions ended,
+whatever it owns in each database is reassigned to a per-login NOLOGIN holding role
+(``meshtui_held_<hash>``, which hands everything back if the same login is asked for again),
+its remaining privileges dropped, and the role dropped. When that cannot finish the login stays
+locked and the outcome is "drop pending"; the next run tries again. Databases are found through
+``pg_shdepend`` (exactly the databases where the login owns or is granted something).
+
+The admin connection must be a superuser: reading ``pg_authid`` needs it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+from psycopg.errors import Diagnostic
+
+from meshtui.crypto import secret_digest
+from meshtui.errors import ProvisionError, UnsafeLoginError
+from meshtui.provisioner.adapter import Change, Done, Held, Refused, Scope, check_name
+from meshtui.provisioner.scram import DEFAULT_ITERATIONS, is_plain_ascii, scram_verifier
+
+MARKER = "meshtui_provisioned"
+HELD_PREFIX = "meshtui_held_"
+KNOWN_VALUES = frozenset({"database"})
+TRUNCATED = "42622"  # name_too_long: PostgreSQL truncates the identifier and only warns
+
+# First statement of every transaction that carries a verifier: SET LOCAL (set_config with
+# is_local) of everything that could print a statement's text: log_statement, the statement
+# shown with an error (log_min_error_statement), duration and sample logging, parse-tree
+# debugging, and pg_stat_statements' copy of utility statements (a placeholder if not loaded).
+QUIET = (
+    "SELECT set_config('log_statement', 'none', true),"
+    " set_config('log_min_error_statement', 'panic', true),"
+    " set_config('log_min_duration_statement', '-1', true),"
+    " set_config('log_min_duration_sample', '-1', true),"
+    " set_config('log_transaction_sample_rate', '0', true),"
+    " set_config('debug_print_parse', 'off', true),"
+    " set_config('debug_print_rewritten', 'off', true),"
+    " set_config('debug_print_plan', 'off', true),"
+    " set_config('pg_stat_statements.track_utility', 'off', true)"
+)
+
+_INSPECT = """
+WITH marker AS (SELECT oid FROM pg_authid WHERE rolname = %(marker)s)
+SELECT a.rolname, a.xmin = d.xmin, a.rolcanlogin, d.description,
+       EXISTS (SELECT 1 FROM pg_auth_members m JOIN pg_authid g ON g.oid = m.grantor
+               WHERE m.member = a.oid AND m.roleid = (SELECT oid FROM marker) AND g.rolsuper)
+FROM pg_authid a
+LEFT JOIN pg_shdescription d ON d.objoid = a.oid AND d.classoid = 'pg_authid'::regclass
+"""
+
+_ONE_ROLE = """
+SELECT a.oid, coalesce(a.xmin = d.xmin, false), a.rolcanlogin, a.rolpassword IS NULL,
+       d.description,
+       EXISTS (SELECT 1 FROM pg_auth_members m JOIN pg_authid g ON g.oid = m.grantor
+               JOIN pg_authid k ON k.oid = m.roleid
+               WHERE m.member = a.oid AND k.rolname = %(marker)s AND g.rolsuper)
+FROM pg_authid a
+LEFT JOIN pg_shdescription d ON d.objoid = a.oid AND d.classoid = 'pg_authid'::regclass
+WHERE a.rolname = %(name)s
+"""
+
+_DIGEST_HEAD = '{"digest": "'
+DIGEST_LENGTH = len("blake2b:") + 64
+
+_EXISTS = "SELECT EXISTS (SELECT 1 FROM pg_authid WHERE rolname = %s)"
+
+_READ_BACK = """
+SELECT a.rolpassword = %(verifier)s, a.xmin = d.xmin
+FROM pg_authid a
+JOIN pg_shdescription d ON d.objoid = a.oid AND d.classoid = 'pg_authid'::regclass
+WHERE a.rolname = %(name)s
+"""
+
+_DEPENDENT_DATABASES = """
+SELECT DISTINCT db.datname, db.datallowconn
+FROM pg_shdepend s JOIN pg_database db ON db.oid = s.dbid
+WHERE s.refclassid = 'pg_authid'::regclass AND s.refobjid = %(oid)s
+"""
+
+_OWNS_ANYTHING = """
+SELECT EXISTS (SELECT 1 FROM pg_shdepend
+               WHERE refclassid = 'pg_authid'::regclass AND refobjid = %(oid)s AND deptype = 'o')
+"""
+
+
+@dataclass(frozen=True)
+class _Role:
+    """One row of ``_ONE_ROLE``: what the adapter must know before touching a role."""
+
+    oid: int
+    same_txn: bool  # pg_authid row and our record were written by one transaction
+    can_login: bool
+    no_password: bool
+    record: dict[str, Any] | None
+    marked: bool
+
+
+def held_name(login: str) -> str:
+    """The NOLOGIN role that keeps a removed login's objects until the login comes back."""
+    return HELD_PREFIX + hashlib.blake2b(login.encode("utf-8"), digest_size=8).hexdigest()
+
+
+def _record(text: str | None) -> dict[str, Any] | None:
+    """Our JSON record from a role COMMENT, or None when the comment is not ours."""
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) and "meshtui" in value else None
+
+
+def _error_text(exc: BaseException) -> str:
+    """A one-line reason from an exception; psycopg messages carry no statement text."""
+    if isinstance(exc, psycopg.Error):
+        diag = exc.diag
+        text = diag.message_primary or str(exc).strip().splitlines()[0]
+        state = diag.sqlstate or exc.sqlstate
+        return f"{text} ({state})" if state else text
+    return str(exc) or type(exc).__name__
+
+
+class PostgresAdapter:
+    """One admin session with one PostgreSQL, working for one manifest scope."""
+
+    def __init__(self, conninfo: str, scope: Scope) -> None:
+        self.scope = scope
+        self._conninfo = conninfo
+        self._notices: list[tuple[str | None, str | None]] = []
+        self._others: dict[str, psycopg.Connection[Any]] = {}
+        self.conn = self._open(conninfo)
+        self.conn.add_notice_handler(self._on_notice)
+        row = self.conn.execute(
+            "SELECT r.rolsuper, current_setting('server_version_num')::int,"
+            " current_setting('scram_iterations', true), current_database()"
+            " FROM pg_roles r WHERE r.rolname = current_user"
+        ).fetchone()
+        if row is None or not row[0]:
+            self.close()
+            raise ProvisionError(
+                "the admin connection is not a PostgreSQL superuser "
+                "(the provisioner reads pg_authid; use the postgres role over the local socket)"
+            )
+        self.server_version = int(row[1])
+        self.iterations = int(row[2]) if row[2] else DEFAULT_ITERATIONS
+        self._home_db = str(row[3])
+        self._marker_ready = False
+
+    @staticmethod
+    def _open(conninfo: str, **extra: Any) -> psycopg.Connection[Any]:
+        try:
+            full = make_conninfo(conninfo, application_name="meshtui-provisioner", **extra)
+            return psycopg.connect(full, autocommit=True, connect_timeout=10)
+        except psycopg.Error as exc:
+            raise ProvisionError(f"cannot reach PostgreSQL: {_error_text(exc)}") from None
+
+    def close(self) -> None:
+        """Close every connection this adapter opened."""
+        for other in self._others.values():
+            other.close()
+        self._others.clear()
+        self.conn.close()
+
+    def __enter__(self) -> PostgresAdapter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def _in_scope(self, record: dict[str, Any] | None) -> bool:
+        return (
+            record is not None
+            and record.get("provider") == self.scope.provider
+            and record.get("provision") == self.scope.provision
+        )
+
+    def inspect(self, wanted: Mapping[str, Mapping[str, str]]) -> dict[str, Held]:
+        """Held for each wanted login that exists and each login of ours: two SELECTs, no write."""
+        # every role: cheaper than sending the wanted names (a cluster has few roles)
+        rows = self.conn.execute(_INSPECT, {"marker": MARKER}).fetchall()
+        databases = sorted({v["database"] for v in wanted.values() if "database" in v})
+        owners: dict[str, str] = {}
+        if databases:
+            owners = dict(
+                self.conn.execute(
+                    "SELECT datname, pg_get_userbyid(datdba) FROM pg_database"
+                    " WHERE datname = ANY(%s)",
+                    [databases],
+                ).fetchall()
+            )
+        held_for: set[str] = set()
+        logins: list[tuple[str, bool, bool, dict[str, Any] | None, bool]] = []
+        # our own records have one fixed layout (sort_keys): read those without a JSON parse
+        tail = self._record_tail()
+        size = len(_DIGEST_HEAD) + DIGEST_LENGTH + len(tail)
+        for name, same_txn, can_login, comment, marked in rows:
+            if not marked and name not in wanted:
+                continue
+            if (
+                marked
+                and comment is not None
+                and len(comment) == size
+                and comment.startswith(_DIGEST_HEAD)
+                and comment.endswith(tail)
+            ):
+                digest = comment[len(_DIGEST_HEAD) : len(_DIGEST_HEAD) + DIGEST_LENGTH]
+                record: dict[str, Any] | None = {
+                    "meshtui": "login",
+                    "provider": self.scope.provider,
+                    "provision": self.scope.provision,
+                    "digest": digest,
+                }
+            else:
+                record = _record(comment)
+            if marked and record is not None and record.get("meshtui") == "held":
+                held_for.add(str(record.get("login")))
+            else:
+                logins.append((name, bool(same_txn), can_login, record, marked))
+        out: dict[str, Held] = {}
+        for name, same_txn, can_login, record, marked in logins:
+            if not marked:
+                out[name] = Held(name, ours=False, note="a role meshtui did not make")
+                continue
+            if record is not None and record.get("meshtui") == "login":
+                if not self._in_scope(record):
+                    where = f"{record.get('provision')} at {record.get('provider')}"
+                    out[name] = Held(name, ours=False, note=f"made by meshtui for {where}")
+                    continue
+                intact = can_login and same_txn
+                digest = record.get("digest") if intact else None
+                values = wanted.get(name, {})
+                in_place = name not in held_for and set(values) <= KNOWN_VALUES
+                if "database" in values:
+                    in_place = in_place and owners.get(values["database"]) == name
+                out[name] = Held(
+                    name,
+                    ours=True,
+                    digest=digest if isinstance(digest, str) else None,
+                    in_place=in_place,
+                )
+            elif name in wanted:
+                # marked as ours but its record is gone: ours to repair, never to remove
+                out[name] = Held(name, ours=True)
+        return out
+
+    def _record_text(self, digest: str) -> str:
+        """The COMMENT of a login of ours: JSON, keys sorted, so its layout never varies."""
+        record = {
+            "meshtui": "login",
+            "provider": self.scope.provider,
+            "provision": self.scope.provision,
+            "digest": digest,
+        }
+        return json.dumps(record, sort_keys=True)
+
+    def _record_tail(self) -> str:
+        """What follows the digest in :meth:`_record_text`."""
+        text = self._record_text("blake2b:" + "0" * 64)
+        return text[len(_DIGEST_HEAD) + DIGEST_LENGTH :]
+
+    def _role(self, name: str) -> _Role | None:
+        row = self.conn.execute(_ONE_ROLE, {"marker": MARKER, "name": name}).fetchone()
+        if row is None:
+            return None
+        oid, same_txn, can_login, no_password, comment, marked = row
+        return _Role(
+            int(oid),
+            bool(same_txn),
+            bool(can_login),
+            bool(no_password),
+            _record(comment),
+            bool(marked),
+        )
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _on_notice(self, diag: Diagnostic) -> None:
+        # copy now: a Diagnostic's fields are gone once the handler returns
+        self._notices.append((diag.sqlstate, diag.message_primary))
+
+    def _check_notices(self) -> None:
+        """Turn a truncation notice (42622) into an error; drop the other notices."""
+        found = [message for state, message in self._notices if state == TRUNCATED]
+        self._notices.clear()
+        if found:
+            raise UnsafeLoginError(f"PostgreSQL truncated a name: {found[0]}")
+
+    def _exec(self, query: sql.Composed | sql.SQL | str, params: Any = None) -> None:
+        self.conn.execute(query, params)
+        self._check_notices()
+
+    def _verifier(self, login: str, password: str) -> str:
+        if "\x00" in password:
+            raise Refused("the secret holds a NUL character, which PostgreSQL cannot take")
+        if is_plain_ascii(password):
+            return scram_verifier(password, iterations=self.iterations)
+        # not printable ASCII: let libpq apply SASLprep exactly as the server will
+        raw = self.conn.pgconn.encrypt_password(
+            password.encode("utf-8"), login.encode("utf-8"), b"scram-sha-256"
+        )
+        return raw.decode("ascii")
+
+    def _ensure_role(self, name: str, record: dict[str, Any]) -> None:
+        """Create a NOLOGIN role of ours (the marker or a holding role) unless it exists."""
+        existing = self._role(name)
+        if existing is not None:
+            if existing.can_login:
+                raise ProvisionError(f"role {name} can log in; refusing to use it as meshtui's")
+            if name != MARKER and not existing.marked:
+                raise ProvisionError(f"role {name} exists and was not made by meshtui")
+            return
+        try:
+            with self.conn.transaction():
+                self._exec(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(name)))
+                if name != MARKER:
+                    self._grant_marker(name)
+                self._exec(
+                    sql.SQL("COMMENT ON ROLE {} IS {}").format(
+                        sql.Identifier(name), sql.Literal(json.dumps(record, sort_keys=True))
+                    )
+                )
+        except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateObject):
+            pass  # made concurrently by another session
+
+    def _grant_marker(self, name: str) -> None:
+        options = " WITH INHERIT FALSE, SET FALSE" if self.server_version >= 160000 else ""
+        self._exec(
+            sql.SQL("GRANT {} TO {}" + options).format(sql.Identifier(MARKER), sql.Identifier(name))
+        )
+
+    def _other(self, dbname: str) -> psycopg.Connection[Any]:
+        """An admin connection to another database of the cluster, kept for this session."""
+        if dbname == self._home_db:
+            return self.conn
+        if dbname not in self._others:
+            self._others[dbname] = self._open(self._conninfo, dbname=dbname)
+        return self._others[dbname]
+
+    def _reassign_everywhere(self, source: str, target: str, oid: int) -> None:
+        """REASSIGN OWNED + DROP OWNED in every database where ``source`` has something."""
+        for dbname, allowed in self.conn.execute(_DEPENDENT_DATABASES, {"oid": oid}).fetchall():
+            if not allowed:
+                raise ProvisionError(f"database {dbname} accepts no connections")
+            conn = self._other(dbname)
+            with conn.transaction():
+                conn.execute(
+                    sql.SQL("REASSIGN OWNED BY {} TO {}").format(
+                        sql.Identifier(source), sql.Identifier(target)
+                    )
+                )
+                conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(source)))
+        # shared objects (databases, tablespaces) are moved by REASSIGN from any database
+        self.conn.execute(
+            sql.SQL("REASSIGN OWNED BY {} TO {}").format(
+                sql.Identifier(source), sql.Identifier(target)
+            )
+        )
+
+    # -- create ------------------------------------------------------------------------------
+
+    def _database_of(self, login: str, values: Mapping[str, str]) -> str | None:
+        unknown = sorted(set(values) - KNOWN_VALUES)
+        if unknown:
+            raise Refused(f"unknown values {', '.join(unknown)} (this provider knows: database)")
+        database = values.get("database")
+        if database is None:
+            return None
+        check_name(database, "database name")
+        row = self.conn.execute(
+            "SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = %s", [database]
+        ).fetchone()
+        owner = None if row is None else str(row[0])
+        if owner not in (None, login, held_name(login)):
+            raise Refused(
+                f"database {database} exists and belongs to {owner}; hand it over "
+                f"(ALTER DATABASE ... OWNER TO {login}) or ask for another name"
+            )
+        return database
+
+    def create(self, login: str, password: str, values: Mapping[str, str]) -> Done:
+        """Make ``login`` a LOGIN role of ours holding exactly ``password``, with its database.
+
+        One transaction, pipelined: lower logging, look at the role, write the verifier, the
+        marker and the record, then read back that the server stores exactly our verifier.
+        """
+        check_name(login)
+        database = self._database_of(login, values)
+        verifier = self._verifier(login, password)
+        digest = secret_digest(password.encode("utf-8"))
+        del password
+        if not self._marker_ready:
+            if self._role(MARKER) is None:
+                self._ensure_role(MARKER, {"meshtui": "marker"})
+            self._marker_ready = True
+        ident = sql.Identifier(login)
+        with self.conn.pipeline(), self.conn.transaction():
+            self.conn.execute(QUIET)
+            keeper = self.conn.execute(_EXISTS, [held_name(login)])
+            role = self._role(login)
+            returning = keeper.fetchone() == (True,)
+            self._check_notices()
+            if role is not None and not self._ours_or_repairable(role):
+                raise Refused(
+                    "a role meshtui did not make"
+                    if not role.marked
+                    else "made by meshtui for another provision or provider"
+                )
+            intact = (
+                role is not None
+                and role.can_login
+                and role.same_txn
+                and role.record is not None
+                and role.record.get("digest") == digest
+            )
+            if role is None:
+                self.conn.execute(
+                    sql.SQL("CREATE ROLE {} LOGIN PASSWORD {} VALID UNTIL 'infinity'").format(
+                        ident, sql.Literal(verifier)
+                    )
+                )
+                self._grant_marker(login)
+            elif not intact:
+                self.conn.execute(
+                    sql.SQL("ALTER ROLE {} LOGIN PASSWORD {} VALID UNTIL 'infinity'").format(
+                        ident, sql.Literal(verifier)
+                    )
+                )
+            if not intact:
+                self.conn.execute(
+                    sql.SQL("COMMENT ON ROLE {} IS {}").format(
+                        ident, sql.Literal(self._record_text(digest))
+                    )
+                )
+                # the proof: the server holds our verifier, written with the record
+                back = self.conn.execute(_READ_BACK, {"name": login, "verifier": verifier})
+                proof = back.fetchone()
+                self._check_notices()
+                if proof != (True, True):
+                    raise ProvisionError(f"PostgreSQL did not store the password of {login}")
+        del verifier
+        change: Change = "created" if role is None else "updated"
+        notes = self._hand_back(login) if returning else []
+        if database is not None:
+            notes += self._ensure_database(database, login)
+        return Done(change, "; ".join(notes))
+
+    def _ours_or_repairable(self, role: _Role) -> bool:
+        """A marked role whose record is ours for this scope, or was lost (then we repair it)."""
+        if not role.marked:
+            return False
+        return role.record is None or (
+            role.record.get("meshtui") == "login" and self._in_scope(role.record)
+        )
+
+    def _hand_back(self, login: str) -> list[str]:
+        """Give a returning login what its holding role kept, then drop the holding role."""
+        keeper = held_name(login)
+        held = self._role(keeper)
+        if held is None:
+            return []
+        record = held.record or {}
+        if not held.marked or record.get("meshtui") != "held" or record.get("login") != login:
+            return [f"role {keeper} is not meshtui's holding role for {login}; left alone"]
+        self._reassign_everywhere(keeper, login, held.oid)
+        self.conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(keeper)))
+        return ["what it owned before its removal was handed back"]
+
+    def _ensure_database(self, database: str, login: str) -> list[str]:
+        row = self.conn.execute(
+            "SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = %s", [database]
+        ).fetchone()
+        if row is not None and row[0] == login:
+            return []
+        if row is not None:
+            raise Refused(f"database {database} exists and belongs to {row[0]}")
+        try:
+            self._exec(
+                sql.SQL("CREATE DATABASE {} OWNER {}").format(
+                    sql.Identifier(database), sql.Identifier(login)
+                )
+            )
+        except psycopg.errors.DuplicateDatabase:
+            return self._ensure_database(database, login)
+        return [f"database {database} created"]
+
+    # -- remove ------------------------------------------------------------------------------
+
+    def remove(self, login: str) -> Done:
+        """Lock, disconnect, reassign (data kept) and drop a login of ours."""
+        check_name(login)
+        role = self._role(login)
+        if role is None:
+            return Done("removed", "it was already gone")
+        record = role.record or {}
+        if not role.marked or record.get("meshtui") != "login" or not self._in_scope(record):
+            raise Refused("not a login meshtui made for this provision; left alone")
+        ident = sql.Identifier(login)
+        if role.can_login or not role.no_password:
+            with self.conn.transaction():
+                self._exec(sql.SQL("ALTER ROLE {} NOLOGIN PASSWORD NULL").format(ident))
+        try:
+            self._terminate(login)
+            if self.conn.execute(_OWNS_ANYTHING, {"oid": role.oid}).fetchone() == (True,):
+                keeper = held_name(login)
+                self._ensure_role(
+                    keeper,
+                    {
+                        "meshtui": "held",
+                        "login": login,
+                        "provider": self.scope.provider,
+                        "provision": self.scope.provision,
+                    },
+                )
+            else:
+                keeper = None
+            if keeper is not None:
+                self._reassign_everywhere(login, keeper, role.oid)
+            else:
+                for dbname, allowed in self.conn.execute(
+                    _DEPENDENT_DATABASES, {"oid": role.oid}
+                ).fetchall():
+                    if allowed:
+                        self._other(dbname).execute(sql.SQL("DROP OWNED BY {}").format(ident))
+            self.conn.execute(sql.SQL("DROP ROLE {}").format(ident))
+        except (psycopg.Error, ProvisionError) as exc:
+            if isinstance(exc, psycopg.OperationalError) and self.conn.closed:
+                raise
+            return Done(
+                "drop pending", f"locked (NOLOGIN, no password), not dropped: {_error_text(exc)}"
+            )
+        return Done("removed", "its objects are kept by " + keeper if keeper else "")
+
+    def _terminate(self, login: str) -> None:
+        """End every session of ``login`` and wait until they are gone."""
+        rows = self.conn.execute(
+            "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE usename = %s",
+            [login],
+        ).fetchall()
+        if not all(r[0] for r in rows):
+            raise ProvisionError(f"sessions of {login} did not end within 5 s")

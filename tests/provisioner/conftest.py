@@ -1,0 +1,164 @@
+"""A provider folder (manifest + secret files) beside the session's real PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from meshtui.crypto import secret_digest
+from meshtui.lab.postgres import Cluster
+from meshtui.provisioner.harness import Report, reconcile
+
+PROVIDER = "db1/postgres"
+
+
+@dataclass
+class Mesh:
+    """Writes manifests and secrets like the provider's agent would, and looks at PostgreSQL."""
+
+    folder: Path
+    cluster: Cluster
+    admin: Path
+    consumers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    serial: int = 0
+
+    # -- the provider's files ----------------------------------------------------------------
+
+    def add(
+        self,
+        node: str,
+        module: str,
+        login: str | None = None,
+        *,
+        database: str | None = None,
+        secret: bytes | None = None,
+        write_secret: bool = True,
+        values: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """Add (or replace) a consumer with a fresh secret, written beside the manifest."""
+        secret = secrets.token_urlsafe(32).encode() if secret is None else secret
+        name = f"{node}.{module}.secret"
+        entry = {
+            "as": f"{module}_{node}_x" if login is None else login,
+            "node": node,
+            "module": module,
+            "at": "127.0.0.1",
+            "values": dict(values or ({"database": database} if database else {})),
+            "secret": name,
+            "digest": secret_digest(secret),
+        }
+        self.consumers[f"{node}/{module}"] = entry
+        if write_secret:
+            (self.folder / name).write_bytes(secret)
+        return entry
+
+    def rotate(self, node: str, module: str) -> None:
+        """A new secret for one consumer, in its file and in the manifest."""
+        entry = self.consumers[f"{node}/{module}"]
+        secret = secrets.token_urlsafe(32).encode()
+        (self.folder / entry["secret"]).write_bytes(secret)
+        entry["digest"] = secret_digest(secret)
+
+    def drop(self, node: str, module: str) -> None:
+        """Withdraw a consumer from the manifest (its secret file stays, as an agent may)."""
+        del self.consumers[f"{node}/{module}"]
+
+    def write(self, *, provider: str = PROVIDER, provision: str = "database") -> Path:
+        self.serial += 1
+        doc = {
+            "version": 1,
+            "provision": provision,
+            "provider": provider,
+            "serial": self.serial,
+            "consumers": list(self.consumers.values()),
+        }
+        self.manifest.write_text(json.dumps(doc, ensure_ascii=False))
+        return self.manifest
+
+    @property
+    def manifest(self) -> Path:
+        return self.folder / "mesh.json"
+
+    def reconcile(self, **kwargs: Any) -> Report:
+        self.write()
+        return reconcile(self.manifest, self.admin, **kwargs)
+
+    def password(self, node: str, module: str) -> str:
+        entry = self.consumers[f"{node}/{module}"]
+        return (self.folder / entry["secret"]).read_bytes().decode()
+
+    def login_of(self, node: str, module: str) -> str:
+        return str(self.consumers[f"{node}/{module}"]["as"])
+
+    # -- PostgreSQL ----------------------------------------------------------------------------
+
+    def admin_conn(self, dbname: str = "postgres") -> psycopg.Connection[Any]:
+        return psycopg.connect(self.cluster.admin_conninfo(), dbname=dbname, autocommit=True)
+
+    def connect_as(
+        self, login: str, password: str, dbname: str = "postgres"
+    ) -> psycopg.Connection[Any]:
+        """A consumer's login over TCP; the server must demand the password (SCRAM)."""
+        conn = psycopg.connect(
+            host="127.0.0.1",
+            port=self.cluster.port,
+            user=login,
+            password=password,
+            dbname=dbname,
+            require_auth="scram-sha-256",
+            connect_timeout=5,
+        )
+        assert conn.pgconn.used_password
+        return conn
+
+    def can_login(self, login: str, password: str, dbname: str = "postgres") -> bool:
+        """True when the login works; False only on an authentication refusal."""
+        try:
+            self.connect_as(login, password, dbname).close()
+        except psycopg.OperationalError as exc:
+            text = str(exc)
+            assert "password authentication failed" in text, text
+            return False
+        return True
+
+    def authid(self) -> dict[str, tuple[str, str | None, bool]]:
+        """Every role: (xmin, rolpassword, rolcanlogin)."""
+        with self.admin_conn() as conn:
+            rows = conn.execute(
+                "SELECT rolname, xmin::text, rolpassword, rolcanlogin FROM pg_authid"
+            ).fetchall()
+        return {r[0]: (r[1], r[2], r[3]) for r in rows}
+
+    def next_xid(self) -> int:
+        """The next transaction id; unchanged means nobody wrote anything."""
+        with self.admin_conn() as conn:
+            row = conn.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text").fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def db_owner(self, dbname: str) -> str | None:
+        with self.admin_conn() as conn:
+            row = conn.execute(
+                "SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = %s", [dbname]
+            ).fetchone()
+        return None if row is None else str(row[0])
+
+
+def outcomes(report: Report) -> dict[str, str]:
+    """login -> outcome."""
+    return {o.login: o.outcome for o in report.outcomes}
+
+
+@pytest.fixture
+def mesh(pg_clean: Cluster, tmp_path: Path) -> Iterator[Mesh]:
+    folder = tmp_path / "db1" / "postgres"
+    folder.mkdir(parents=True)
+    admin = pg_clean.write_admin_file(tmp_path / "admin.conninfo")
+    yield Mesh(folder=folder, cluster=pg_clean, admin=admin)
