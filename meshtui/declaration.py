@@ -61,7 +61,10 @@ class _Reader:
     def path_on_node(self, data: Mapping[str, Any], key: str, where: str) -> str:
         """A path on a node; relative paths are taken from the declaration's folder."""
         raw = self.string(data, key, where)
-        return str(Path(raw) if Path(raw).is_absolute() else (self.folder / raw).resolve())
+        if raw.startswith("/") and not ("//" in raw or "/./" in raw or raw.endswith(("/", "/."))):
+            return raw  # already what str(Path(raw)) gives; Path costs more than sealing here
+        path = Path(raw)
+        return str(path if path.is_absolute() else (self.folder / path).resolve())
 
     def unknown(self, data: Mapping[str, Any], allowed: set[str], where: str) -> None:
         extra = sorted(set(data) - allowed)
@@ -183,6 +186,13 @@ def _module(r: _Reader, key: str, spec: Any, nodes: Mapping[str, Node]) -> Modul
     requires = tuple(
         _requirement(r, i, item, where) for i, item in enumerate(_list(r, spec, "requires", where))
     )
+    for i, offer in enumerate(provides):
+        if offer.name in {o.name for o in provides[:i]}:
+            raise r.fail(
+                f"{where}.provides[{i}].name",
+                f"{offer.name!r} is provided twice by this module",
+                "one entry per provision",
+            )
     receives = _paths(r, spec, "receives", where)
     grants = _paths(r, spec, "grants", where)
     for offer in provides:

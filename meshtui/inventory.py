@@ -7,10 +7,10 @@ It stores only sealed blobs and digests, never a plaintext credential. Opened re
 
 from __future__ import annotations
 
-import getpass
 import hashlib
 import json
 import os
+import pwd
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -37,8 +37,8 @@ def now() -> str:
 def operator() -> tuple[str, str | None]:
     """Who is acting: the OS user, and the SSH client address when there is one."""
     try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
+        user = pwd.getpwuid(os.getuid()).pw_name  # not getpass: $USER is anyone's to set
+    except KeyError:
         user = str(os.getuid())
     ssh = os.environ.get("SSH_CLIENT") or os.environ.get("SSH_CONNECTION")
     return user, ssh.split()[0] if ssh else None
@@ -107,6 +107,23 @@ class ChainCheck:
     problem: str = ""
 
 
+def _connect_read_only(path: Path) -> sqlite3.Connection:
+    """``mode=ro``; where the folder cannot be written (a read-only mount, another user's state)
+    and no ``-wal`` exists, SQLite cannot make the ``-shm`` index a WAL file needs, so the file
+    is read as it stands (``immutable``): it was closed cleanly and holds every commit."""
+    uri = path.resolve().as_uri()
+    conn = sqlite3.connect(uri + "?mode=ro", uri=True, check_same_thread=False)
+    try:
+        conn.execute("PRAGMA busy_timeout = 10000")
+        conn.execute("PRAGMA user_version").fetchone()
+        return conn
+    except sqlite3.OperationalError:
+        conn.close()
+        if path.with_name(path.name + "-wal").exists():
+            raise
+    return sqlite3.connect(uri + "?mode=ro&immutable=1", uri=True, check_same_thread=False)
+
+
 class Inventory:
     """One inventory file. Use :meth:`open`; every write goes through :meth:`transaction`."""
 
@@ -120,27 +137,37 @@ class Inventory:
     def open(cls, path: Path | str, *, read_only: bool = False) -> Inventory:
         """Open (and when writable, create and migrate) the inventory at ``path``."""
         path = Path(path)
+        if read_only and not path.exists():
+            raise InventoryError(f"{path}: no inventory here (run meshtui declare first)")
+        conn: sqlite3.Connection | None = None
         try:
             if read_only:
-                if not path.exists():
-                    raise InventoryError(f"{path}: no inventory here (run meshtui declare first)")
-                conn = sqlite3.connect(
-                    path.resolve().as_uri() + "?mode=ro", uri=True, check_same_thread=False
-                )
+                conn = _connect_read_only(path)
+                inv = cls(path, conn, read_only=True)
+                inv._check_version()
             else:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 conn = sqlite3.connect(path, check_same_thread=False)
+                conn.execute("PRAGMA busy_timeout = 10000")
                 os.chmod(path, 0o600)
-            conn.execute("PRAGMA busy_timeout = 10000")
-        except sqlite3.Error as exc:
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA synchronous = NORMAL")
+                inv = cls(path, conn, read_only=False)
+                inv._migrate()
+        except (OSError, sqlite3.Error) as exc:
+            if conn is not None:
+                conn.close()
+            if not read_only and (isinstance(exc, OSError) or "readonly" in str(exc)):
+                why = exc.strerror if isinstance(exc, OSError) else str(exc)
+                raise InventoryError(
+                    f"{path}: cannot write the inventory ({why}); "
+                    "use --read-only to look without changing anything"
+                ) from exc
             raise InventoryError(f"{path}: cannot open inventory: {exc}") from exc
-        inv = cls(path, conn, read_only=read_only)
-        if read_only:
-            inv._check_version()
-        else:
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")
-            inv._migrate()
+        except BaseException:
+            if conn is not None:
+                conn.close()
+            raise
         return inv
 
     def close(self) -> None:
@@ -160,20 +187,26 @@ class Inventory:
 
     def _check_version(self) -> None:
         found = self.version()
+        if found > SCHEMA_VERSION:
+            raise self._newer(found)
         if found != SCHEMA_VERSION:
             raise InventoryError(
                 f"{self.path}: schema version {found}, this meshtui reads {SCHEMA_VERSION} "
-                "(open it once without --read-only to migrate, or upgrade meshtui)"
+                "(open it once without --read-only to migrate it)"
             )
+
+    def _newer(self, found: int) -> InventoryError:
+        return InventoryError(
+            f"{self.path}: schema version {found} is newer than this meshtui "
+            f"(which reads {SCHEMA_VERSION}); upgrade meshtui"
+        )
 
     def _migrate(self) -> None:
         with self._lock, self.db.conn:
             self.db.execute("BEGIN IMMEDIATE")
             found = self.version()
             if found > SCHEMA_VERSION:
-                raise InventoryError(
-                    f"{self.path}: schema version {found} is newer than this meshtui"
-                )
+                raise self._newer(found)
             for step in MIGRATIONS[found:]:
                 step(self.db)
             self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -222,8 +255,8 @@ class Inventory:
             "prev": prev,
         }
         event["hash"] = event_hash(prev, event)
-        db["audit"].insert(event)
-        db["audit_head"].upsert({"id": 1, "seq": seq, "hash": event["hash"]}, pk="id")
+        db.table("audit").insert(event)
+        db.table("audit_head").upsert({"id": 1, "seq": seq, "hash": event["hash"]}, pk="id")
         return event
 
     def record(self, kind: str, pairs: Iterable[str], detail: dict[str, Any], outcome: str) -> Row:
@@ -235,7 +268,7 @@ class Inventory:
     def query(self, sql: str, params: Iterable[Any] | dict[str, Any] = ()) -> list[Row]:
         """Rows as dicts."""
         with self._lock:
-            return list(self.db.query(sql, params))
+            return list(self.db.query(sql, params if isinstance(params, dict) else list(params)))
 
     def nodes(self) -> dict[str, Row]:
         """Every node by name."""

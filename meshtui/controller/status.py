@@ -84,9 +84,12 @@ def statuses(inv: Inventory, ids: Iterable[str] | None = None) -> list[PairStatu
         probe = probes.get(pid)
         state, reason, alarm = pair_state(p, consumer, provider, probe)
         if pid in rotating:
-            state, reason = State.STALE, (
-                f"rotation {rotating[pid]} was interrupted; the next push or rotate finishes "
-                "or rolls it back"
+            state, reason = (
+                State.STALE,
+                (
+                    f"rotation {rotating[pid]} was interrupted; the next push or rotate finishes "
+                    "or rolls it back"
+                ),
             )
         out.append(
             PairStatus(

@@ -1,0 +1,278 @@
+"""A pair's state from what the inventory holds, per DESIGN "States of a pair"."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from meshtui.controller.status import statuses
+from meshtui.inventory import Inventory, now
+from meshtui.model import PairStatus, State
+from tests.fix_mesh import Mesh, modules
+
+GITEA = "database:app1/gitea->db1/postgres"
+WIKI = "database:app1/wiki->db1/postgres"
+
+
+@dataclass
+class World:
+    mesh: Mesh
+    inv: Inventory
+
+    def deliver(
+        self, pair: str, end: str, generation: int | None, error: str | None = None
+    ) -> None:
+        with self.inv.transaction("test") as db:
+            db["deliveries"].upsert(
+                {
+                    "pair": pair,
+                    "end": end,
+                    "generation": generation,
+                    "digest": None if generation is None else f"blake2b:{generation:064x}",
+                    "since": now(),
+                    "attempted_at": now(),
+                    "error": error,
+                },
+                pk=("pair", "end"),
+            )
+
+    def both(self, pair: str, generation: int) -> None:
+        self.deliver(pair, "consumer", generation)
+        self.deliver(pair, "provider", generation)
+
+    def probe(
+        self,
+        pair: str,
+        verdict: str,
+        generation: int | None = 1,
+        *,
+        reason: str = "",
+        used_password: int | None = 1,
+        loopback: int = 0,
+        withdrawn: int = 0,
+        client_addr: str | None = "10.213.0.3",
+    ) -> None:
+        with self.inv.transaction("test") as db:
+            db["probes"].insert(
+                {
+                    "pair": pair,
+                    "at": now(),
+                    "generation": generation,
+                    "verdict": verdict,
+                    "reason": reason or verdict,
+                    "latency_ms": 4.5,
+                    "used_password": used_password,
+                    "loopback": loopback,
+                    "client_addr": client_addr,
+                    "control": None,
+                    "withdrawn": withdrawn,
+                }
+            )
+
+    def declare(self, consumers: list[str]) -> None:
+        res = self.mesh.cli("declare", self.mesh.write(self.mesh.spec(modules(consumers))))
+        assert res.code == 0, res.err
+
+    def status(self, pair: str = GITEA) -> PairStatus:
+        (row,) = statuses(self.inv, [pair])
+        return row
+
+
+@pytest.fixture
+def world(mesh: Mesh) -> Iterator[World]:
+    w = World(mesh, Inventory.open(mesh.inventory))
+    w.declare(["app1/gitea", "app1/wiki"])
+    try:
+        yield w
+    finally:
+        w.inv.close()
+
+
+def check(row: PairStatus, state: State, reason: str, *, alarm: bool = False) -> None:
+    assert (row.state, row.alarm) == (state, alarm), row
+    assert reason in row.reason, row.reason
+
+
+# ---------------------------------------------------------------------------- live pairs
+
+
+def test_never_delivered_is_stale_and_names_both_ends(world: World) -> None:
+    row = world.status()
+    check(row, State.STALE, "provider end never delivered (run meshtui push)")
+    assert "consumer end never delivered" in row.reason
+    assert row.consumer_generation is None and row.provider_generation is None
+
+
+def test_delivered_but_never_probed_is_unknown(world: World) -> None:
+    world.both(GITEA, 1)
+    row = world.status()
+    check(row, State.UNKNOWN, "never probed")
+    assert (row.consumer_generation, row.provider_generation) == (1, 1)
+    assert row.probed_at is None
+
+
+def test_working_needs_both_ends_and_an_accepted_probe_with_a_password(world: World) -> None:
+    world.both(GITEA, 1)
+    world.probe(GITEA, "accepted")
+    row = world.status()
+    check(row, State.WORKING, "logged in from 10.213.0.3")
+    assert "loopback" not in row.reason
+    assert row.probed_at is not None and row.latency_ms == 4.5
+    assert world.status(WIKI).state is State.STALE  # its neighbour is untouched
+
+
+def test_a_loopback_probe_says_so(world: World) -> None:
+    world.both(GITEA, 1)
+    world.probe(GITEA, "accepted", loopback=1, client_addr="127.0.0.1")
+    check(world.status(), State.WORKING, "over loopback")
+
+
+@pytest.mark.parametrize(
+    ("setup", "reason"),
+    [
+        (
+            lambda w: w.deliver(GITEA, "provider", 1),
+            "consumer end never delivered",
+        ),
+        (
+            lambda w: w.deliver(GITEA, "consumer", 1),
+            "provider end never delivered",
+        ),
+        (
+            lambda w: (
+                w.deliver(GITEA, "provider", 1),
+                w.deliver(GITEA, "consumer", None, "unreachable: connect refused"),
+            ),
+            "consumer never received it: unreachable: connect refused",
+        ),
+        (
+            lambda w: (
+                w.both(GITEA, 1),
+                w.probe(GITEA, "refused", reason="password authentication failed"),
+            ),
+            "probe refused: password authentication failed",
+        ),
+        (
+            lambda w: (w.both(GITEA, 1), w.probe(GITEA, "unknown", reason="app1 unreachable")),
+            "probe could not decide: app1 unreachable",
+        ),
+    ],
+    ids=["consumer-missing", "provider-missing", "delivery-error", "probe-refused", "unreachable"],
+)
+def test_stale_always_says_why(world: World, setup: Any, reason: str) -> None:
+    setup(world)
+    row = world.status()
+    check(row, State.STALE, reason)
+    assert not row.withdrawn
+
+
+def test_an_end_behind_after_a_new_generation_is_stale(world: World, mesh: Mesh) -> None:
+    world.both(GITEA, 1)
+    world.probe(GITEA, "accepted")
+    check(world.status(), State.WORKING, "logged in")
+    world.declare(["app1/wiki"])  # withdrawn ...
+    world.declare(["app1/gitea", "app1/wiki"])  # ... and back: generation 2
+    world.deliver(GITEA, "consumer", 2)
+    row = world.status()
+    assert row.generation == 2 and row.rotated_at is not None
+    check(row, State.STALE, "provider holds generation 1, expected 2")
+    world.deliver(GITEA, "provider", 2, None)
+    check(world.status(), State.UNKNOWN, "not probed since generation 2")
+    world.deliver(GITEA, "provider", 1, "agent timed out")
+    check(world.status(), State.STALE, "provider holds generation 1, expected 2: agent timed out")
+
+
+def test_probed_only_at_an_older_generation_is_not_working(world: World) -> None:
+    world.both(GITEA, 1)
+    world.probe(GITEA, "accepted")
+    world.declare(["app1/wiki"])
+    world.declare(["app1/gitea", "app1/wiki"])
+    world.both(GITEA, 2)
+    row = world.status()
+    assert row.state is not State.WORKING
+    assert "generation 2" in row.reason
+
+
+def test_no_password_demanded_is_an_alarm(world: World) -> None:
+    world.both(GITEA, 1)
+    world.probe(GITEA, "no password demanded", used_password=0)
+    check(world.status(), State.STALE, "ALARM: the server did not demand a password", alarm=True)
+
+
+def test_an_accepted_probe_that_used_no_password_is_an_alarm_not_working(world: World) -> None:
+    world.both(GITEA, 1)
+    world.probe(GITEA, "accepted", used_password=0)
+    check(world.status(), State.STALE, "did not demand a password", alarm=True)
+
+
+# ---------------------------------------------------------------------------- withdrawn pairs
+
+
+def test_withdrawn_and_not_probed_is_stale_revocation_not_verified(world: World) -> None:
+    world.both(GITEA, 1)
+    world.probe(GITEA, "accepted")  # a live probe from before the withdrawal proves nothing
+    world.declare(["app1/wiki"])
+    row = world.status()
+    assert row.withdrawn
+    check(row, State.STALE, "withdrawn; revocation not verified")
+
+
+def test_withdrawn_and_refused_is_revoked(world: World) -> None:
+    world.declare(["app1/wiki"])
+    world.probe(GITEA, "refused", withdrawn=1, reason="password authentication failed (28P01)")
+    check(world.status(), State.REVOKED, "withdrawn; login refused (28P01)")
+
+
+def test_withdrawn_and_undecided_is_not_revoked(world: World) -> None:
+    world.declare(["app1/wiki"])
+    world.probe(GITEA, "unknown", withdrawn=1, reason="app1 unreachable")
+    check(world.status(), State.STALE, "withdrawn; revocation not verified (app1 unreachable)")
+
+
+def test_withdrawn_but_still_working_is_an_alarm(world: World) -> None:
+    world.declare(["app1/wiki"])
+    world.probe(GITEA, "accepted", withdrawn=1)
+    check(world.status(), State.STALE, "ALARM: withdrawn but its login still works", alarm=True)
+
+
+def test_withdrawn_and_let_in_without_a_password_is_an_alarm(world: World) -> None:
+    world.declare(["app1/wiki"])
+    world.probe(GITEA, "no password demanded", withdrawn=1, used_password=0)
+    row = world.status()
+    assert row.alarm and row.state is State.STALE and "ALARM" in row.reason
+
+
+def test_declared_again_after_revocation_starts_over(world: World) -> None:
+    world.declare(["app1/wiki"])
+    world.probe(GITEA, "refused", withdrawn=1)
+    world.declare(["app1/gitea", "app1/wiki"])
+    world.both(GITEA, 2)
+    row = world.status()
+    assert not row.withdrawn
+    check(row, State.UNKNOWN, "never probed")
+
+
+# ---------------------------------------------------------------------------- through the CLI
+
+
+def test_status_json_carries_state_reason_and_alarm_and_exits_1_on_alarm(world: World) -> None:
+    world.both(GITEA, 1)
+    world.probe(GITEA, "accepted")
+    res = world.mesh.cli("status", "--json")
+    assert res.code == 0
+    rows = {r["pair"]: r for r in res.json()}
+    assert rows[GITEA]["state"] == "working" and rows[GITEA]["alarm"] is False
+    assert rows[GITEA]["consumer_generation"] == rows[GITEA]["provider_generation"] == 1
+    assert rows[GITEA]["probed_at"] is not None
+    assert rows[WIKI]["state"] == "stale"
+    world.declare(["app1/wiki"])
+    world.probe(GITEA, "accepted", withdrawn=1)
+    res = world.mesh.cli("status", "--json")
+    assert res.code == 1
+    rows = {r["pair"]: r for r in res.json()}
+    assert rows[GITEA]["alarm"] is True and rows[GITEA]["withdrawn"] is True
+    text = world.mesh.cli("status")
+    assert text.code == 1 and "ALARM" in text.out

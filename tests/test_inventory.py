@@ -1,0 +1,318 @@
+"""The SQLite inventory: WAL, schema versions, read-only, and the hash-chained audit log."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import pwd
+import sqlite3
+import stat
+from pathlib import Path
+
+import pytest
+
+from meshtui import declaration
+from meshtui import inventory as inventory_mod
+from meshtui.controller.core import Controller
+from meshtui.controller.declare import declare
+from meshtui.errors import InventoryError, ReadOnlyError
+from meshtui.inventory import SCHEMA_VERSION, Inventory
+from tests.fix_mesh import Mesh, dump_tables, modules
+
+TABLES = {
+    "nodes",
+    "modules",
+    "pairs",
+    "generations",
+    "deliveries",
+    "probes",
+    "rotations",
+    "drills",
+    "audit",
+    "audit_head",
+}
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def raw(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(path, isolation_level=None)
+
+
+def os_user() -> str:
+    return pwd.getpwuid(os.getuid()).pw_name
+
+
+def declared(mesh: Mesh, consumers: list[str] | None = None) -> Path:
+    path = mesh.write(mesh.spec(modules(consumers or ["app1/gitea", "app2/gitea"])))
+    res = mesh.cli("declare", path)
+    assert res.code == 0, res.err
+    return path
+
+
+# ---------------------------------------------------------------------------- opening
+
+
+def test_a_new_inventory_is_private_in_wal_mode_at_the_current_version(tmp_path: Path) -> None:
+    path = tmp_path / "st" / "inventory.db"
+    with Inventory.open(path) as inv:
+        assert inv.version() == SCHEMA_VERSION
+        assert inv.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert set(inv.db.table_names()) >= TABLES
+        inv.record("note", [], {}, "ok")
+        files = sorted(p.name for p in path.parent.iterdir())
+        assert files == ["inventory.db", "inventory.db-shm", "inventory.db-wal"]
+        for name in files:
+            assert stat.S_IMODE((path.parent / name).stat().st_mode) == 0o600, name
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    with contextlib.closing(raw(path)) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # persistent
+
+
+def test_a_v0_file_is_migrated(tmp_path: Path) -> None:
+    path = tmp_path / "inventory.db"
+    with contextlib.closing(raw(path)) as conn:
+        conn.execute("CREATE TABLE unrelated (x)")  # an older, empty file: user_version 0
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 0
+    with Inventory.open(path) as inv:
+        assert inv.version() == SCHEMA_VERSION
+        assert set(inv.db.table_names()) >= TABLES
+        inv.record("test", [], {}, "ok")
+    with Inventory.open(path) as inv:  # a second open migrates nothing and keeps data
+        assert inv.version() == SCHEMA_VERSION
+        assert len(inv.events()) == 1
+
+
+def test_a_failed_migration_leaves_the_file_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "inventory.db"
+
+    def broken(db: object) -> None:
+        raise RuntimeError("migration step failed")
+
+    monkeypatch.setattr(inventory_mod, "MIGRATIONS", [*inventory_mod.MIGRATIONS, broken])
+    monkeypatch.setattr(inventory_mod, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
+    with pytest.raises(RuntimeError, match="migration step failed"):
+        Inventory.open(path)
+    with contextlib.closing(raw(path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0
+    monkeypatch.undo()
+    with Inventory.open(path) as inv:
+        assert inv.version() == SCHEMA_VERSION
+
+
+def _set_version(path: Path, version: int) -> None:
+    with contextlib.closing(raw(path)) as conn:
+        conn.execute(f"PRAGMA user_version = {version}")
+
+
+def test_a_newer_schema_is_refused_with_a_clear_message(tmp_path: Path) -> None:
+    path = tmp_path / "inventory.db"
+    Inventory.open(path).close()
+    _set_version(path, SCHEMA_VERSION + 1)
+    before = sha(path)
+    for read_only in (False, True):
+        with pytest.raises(InventoryError) as info:
+            Inventory.open(path, read_only=read_only)
+        msg = str(info.value)
+        assert str(path) in msg and "newer" in msg and "upgrade meshtui" in msg, msg
+        assert "migrate" not in msg, msg
+    assert sha(path) == before
+
+
+def test_an_older_schema_read_only_says_how_to_migrate(tmp_path: Path) -> None:
+    path = tmp_path / "inventory.db"
+    with contextlib.closing(raw(path)) as conn:
+        conn.execute("CREATE TABLE unrelated (x)")
+    with pytest.raises(InventoryError, match="without --read-only"):
+        Inventory.open(path, read_only=True)
+
+
+def test_read_only_needs_an_existing_inventory(tmp_path: Path) -> None:
+    with pytest.raises(InventoryError, match="no inventory here"):
+        Inventory.open(tmp_path / "inventory.db", read_only=True)
+    assert not (tmp_path / "inventory.db").exists()
+
+
+def test_a_file_that_is_not_sqlite_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "inventory.db"
+    path.write_bytes(b"this is not a database" * 100)
+    for read_only in (False, True):
+        with pytest.raises(InventoryError, match=str(path)):
+            Inventory.open(path, read_only=read_only)
+
+
+# ---------------------------------------------------------------------------- read-only
+
+
+def test_read_only_refuses_every_write_and_leaves_the_file_alone(mesh: Mesh) -> None:
+    path = declared(mesh)
+    decl = declaration.load(mesh.write(mesh.spec(modules(["app1/new"]))))
+    before, tables = sha(mesh.inventory), mesh.tables()
+    with Inventory.open(mesh.inventory, read_only=True) as inv:
+        assert inv.read_only
+        assert len(inv.pairs()) == 2  # reading works
+        with pytest.raises(ReadOnlyError) as info, inv.transaction("rotate"):
+            pytest.fail("a read-only transaction must not start")
+        assert "rotate changes the inventory, but it is open read-only" in str(info.value)
+        assert "--read-only" in str(info.value)
+        with pytest.raises(ReadOnlyError):
+            inv.record("note", [], {}, "ok")
+        with pytest.raises(ReadOnlyError, match="declare"):
+            declare(inv, decl)
+        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+            inv.db.execute("DELETE FROM audit")  # even around the API, SQLite refuses (mode=ro)
+    with Controller.open(mesh.state, read_only=True) as ctl:
+        with pytest.raises(ReadOnlyError):
+            ctl.declare(path)
+        assert len(ctl.status()) == 2
+    assert sha(mesh.inventory) == before
+    assert mesh.tables() == tables
+
+
+# ---------------------------------------------------------------------------- audit
+
+
+def test_every_change_appends_an_event_with_the_operator(
+    mesh: Mesh, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SSH_CLIENT", raising=False)
+    monkeypatch.delenv("SSH_CONNECTION", raising=False)
+    declared(mesh)
+    monkeypatch.setenv("SSH_CLIENT", "192.0.2.7 51234 22")
+    declared(mesh, ["app1/gitea"])  # one withdrawn
+    with Inventory.open(mesh.inventory, read_only=True) as inv:
+        first, second = inv.events()
+    assert first["kind"] == second["kind"] == "declare"
+    assert first["operator"] == second["operator"] == os_user()
+    assert first["ssh_client"] is None
+    assert second["ssh_client"] == "192.0.2.7"
+    assert first["pairs"] == [
+        "database:app1/gitea->db1/postgres",
+        "database:app2/gitea->db1/postgres",
+    ]
+    assert first["detail"]["new"] == 2 and first["outcome"] == "ok"
+    assert second["pairs"] == ["database:app2/gitea->db1/postgres"]
+    assert second["detail"]["withdrawn"] == 1
+    assert second["prev"] == first["hash"]
+    assert first["prev"] == "0" * 64
+
+
+def test_ssh_connection_also_names_the_client(mesh: Mesh, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SSH_CLIENT", raising=False)
+    monkeypatch.setenv("SSH_CONNECTION", "198.51.100.4 40000 10.0.0.1 22")
+    with Inventory.open(mesh.inventory) as inv:
+        event = inv.record("note", ["p"], {"why": "test"}, "ok")
+    assert event["ssh_client"] == "198.51.100.4"
+
+
+def test_the_operator_is_the_os_user_not_an_environment_variable(
+    mesh: Mesh, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for var in ("USER", "LOGNAME", "LNAME", "USERNAME"):
+        monkeypatch.setenv(var, "mallory")
+    with Inventory.open(mesh.inventory) as inv:
+        event = inv.record("note", [], {}, "ok")
+    assert event["operator"] == os_user() != "mallory"
+
+
+def chain(tmp_path: Path, events: int = 5) -> Path:
+    path = tmp_path / "inventory.db"
+    with Inventory.open(path) as inv:
+        for i in range(events):
+            inv.record("note", [f"p{i}"], {"i": i}, "ok")
+        assert inv.verify_chain().ok
+        assert inv.verify_chain().events == events
+    return path
+
+
+def tamper(path: Path, *sql: str) -> None:
+    with contextlib.closing(raw(path)) as conn:
+        for statement in sql:
+            conn.execute(statement)
+
+
+def swap(path: Path, a: int, b: int) -> None:
+    """Swap the contents of two events, each keeping its place (seq)."""
+    cols = ["at", "operator", "ssh_client", "kind", "pairs", "detail", "outcome", "prev", "hash"]
+    with contextlib.closing(raw(path)) as conn:
+        rows = {
+            seq: conn.execute(
+                f"SELECT {', '.join(cols)} FROM audit WHERE seq = ?", [seq]
+            ).fetchone()
+            for seq in (a, b)
+        }
+        sets = ", ".join(f"{c} = ?" for c in cols)
+        conn.execute("BEGIN")
+        conn.execute(f"UPDATE audit SET {sets} WHERE seq = ?", [*rows[b], a])
+        conn.execute(f"UPDATE audit SET {sets} WHERE seq = ?", [*rows[a], b])
+        conn.execute("COMMIT")
+
+
+@pytest.mark.parametrize(
+    ("damage", "bad", "problem"),
+    [
+        (lambda p: tamper(p, "UPDATE audit SET detail = '{\"i\": 9}' WHERE seq = 3"), 3, "edited"),
+        (lambda p: tamper(p, "UPDATE audit SET operator = 'eve' WHERE seq = 1"), 1, "edited"),
+        (lambda p: tamper(p, "UPDATE audit SET hash = prev WHERE seq = 4"), 4, "edited"),
+        (lambda p: tamper(p, "DELETE FROM audit WHERE seq = 3"), 4, "expected event 3"),
+        (lambda p: tamper(p, "DELETE FROM audit WHERE seq = 1"), 2, "expected event 1"),
+        (lambda p: tamper(p, "DELETE FROM audit WHERE seq = 5"), 5, "newest events were deleted"),
+        (
+            lambda p: tamper(p, "DELETE FROM audit WHERE seq >= 4"),
+            5,
+            "newest events were deleted",
+        ),
+        (lambda p: tamper(p, "DELETE FROM audit_head"), None, "head record is missing"),
+        (lambda p: swap(p, 2, 3), 2, "does not link"),
+    ],
+    ids=[
+        "edited",
+        "edited-first",
+        "edited-hash",
+        "deleted-middle",
+        "deleted-first",
+        "deleted-last",
+        "deleted-last-two",
+        "head-deleted",
+        "swapped",
+    ],
+)
+def test_verify_chain_names_the_first_bad_event(
+    tmp_path: Path, damage: object, bad: int | None, problem: str
+) -> None:
+    path = chain(tmp_path)
+    damage(path)  # type: ignore[operator]
+    with Inventory.open(path, read_only=True) as inv:
+        check = inv.verify_chain()
+    assert not check.ok
+    assert check.bad_seq == bad
+    assert problem in check.problem
+
+
+def test_an_empty_chain_verifies(tmp_path: Path) -> None:
+    with Inventory.open(tmp_path / "inventory.db") as inv:
+        check = inv.verify_chain()
+    assert check.ok and check.events == 0
+
+
+def test_events_are_canonical_json(tmp_path: Path) -> None:
+    path = chain(tmp_path, 2)
+    with contextlib.closing(raw(path)) as conn:
+        detail, pairs = conn.execute("SELECT detail, pairs FROM audit WHERE seq = 2").fetchone()
+    assert json.loads(detail) == {"i": 1} and json.loads(pairs) == ["p1"]
+
+
+def test_tables_are_left_alone_by_a_read_only_open(mesh: Mesh) -> None:
+    declared(mesh)
+    before = sha(mesh.inventory)
+    for _ in range(3):
+        Inventory.open(mesh.inventory, read_only=True).close()
+    assert sha(mesh.inventory) == before
+    assert dump_tables(mesh.inventory) == mesh.tables()

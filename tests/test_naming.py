@@ -1,0 +1,106 @@
+"""Login derivation: unique, <= 63 bytes, stable, a valid identifier, independent of the rest."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from meshtui.model import NAME_RE
+from meshtui.naming import MAX_LOGIN_BYTES, derive_login, is_safe_login
+
+IDENT = re.compile(r"[a-z_][a-z0-9_]*")
+names = st.from_regex(NAME_RE, fullmatch=True)
+long_names = st.from_regex(r"[a-z0-9][a-z0-9_-]{24,31}", fullmatch=True)
+any_name = st.one_of(names, long_names)
+pairs = st.tuples(any_name, any_name)
+
+
+def _twin(name: str) -> st.SearchStrategy[str]:
+    """Names that fold to the same text as ``name``: each '-' or '_' may become the other."""
+    seps = [i for i, c in enumerate(name) if c in "-_"]
+
+    def flip(mask: list[bool]) -> str:
+        chars = list(name)
+        for i, f in zip(seps, mask, strict=True):
+            if f:
+                chars[i] = "_" if chars[i] == "-" else "-"
+        return "".join(chars)
+
+    return st.lists(st.booleans(), min_size=len(seps), max_size=len(seps)).map(flip)
+
+
+@given(pairs)
+def test_login_is_a_lower_case_identifier_of_at_most_63_bytes(pair: tuple[str, str]) -> None:
+    login = derive_login(*pair)
+    assert IDENT.fullmatch(login), login
+    assert login == login.lower()
+    assert len(login.encode()) <= MAX_LOGIN_BYTES
+    assert is_safe_login(login)
+
+
+@given(pairs)
+def test_login_is_stable(pair: tuple[str, str]) -> None:
+    assert derive_login(*pair) == derive_login(*pair)
+
+
+@settings(max_examples=50)
+@given(st.lists(pairs, min_size=2, max_size=200, unique=True))
+def test_logins_are_unique_across_many_consumers(consumers: list[tuple[str, str]]) -> None:
+    logins = [derive_login(node, module) for node, module in consumers]
+    assert len(set(logins)) == len(consumers)
+
+
+@given(st.data())
+def test_names_that_fold_alike_still_get_different_logins(data: st.DataObject) -> None:
+    node = data.draw(names)
+    module = data.draw(st.from_regex(r"[a-z][a-z0-9]{0,5}([-_][a-z0-9]{1,5}){1,4}", fullmatch=True))
+    other = data.draw(_twin(module).filter(lambda m: m != module))
+    assert derive_login(node, module) != derive_login(node, other)
+    node_twin = data.draw(_twin(node))
+    if node_twin != node:
+        assert derive_login(node, module) != derive_login(node_twin, module)
+
+
+@settings(max_examples=50)
+@given(pairs, st.lists(pairs, max_size=20))
+def test_a_login_depends_only_on_its_own_node_and_module(
+    pair: tuple[str, str], others: list[tuple[str, str]]
+) -> None:
+    alone = derive_login(*pair)
+    for o in others:
+        derive_login(*o)
+    assert derive_login(*pair) == alone
+
+
+@pytest.mark.parametrize(
+    ("node", "module"),
+    [("app1", "my-app"), ("app1", "my_app"), ("app-1", "x"), ("app_1", "x")],
+)
+def test_logins_read_module_then_node(node: str, module: str) -> None:
+    login = derive_login(node, module)
+    assert login.startswith(module.replace("-", "_") + "_" + node.replace("-", "_") + "_")
+
+
+def test_my_app_and_my_app_differ() -> None:
+    assert derive_login("app1", "my-app") != derive_login("app1", "my_app")
+    assert derive_login("app-1", "x") != derive_login("app_1", "x")
+
+
+def test_longest_names_are_shortened_not_truncated_blindly() -> None:
+    node, module = "n" * 32, "m" * 32
+    login = derive_login(node, module)
+    assert len(login) <= MAX_LOGIN_BYTES
+    assert login != derive_login(node, "m" * 31 + "x")
+    assert login.startswith("m") and "_n" in login
+
+
+def test_a_module_starting_with_a_digit_still_gives_an_identifier() -> None:
+    assert IDENT.fullmatch(derive_login("app1", "9lives"))
+
+
+@pytest.mark.parametrize("bad", ["Gitea", "1abc", "a" * 64, "a-b", "a;drop", "é", ""])
+def test_is_safe_login_refuses_what_the_mesh_would_not_derive(bad: str) -> None:
+    assert not is_safe_login(bad)
