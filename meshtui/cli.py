@@ -423,7 +423,38 @@ def cmd_provision(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    from meshtui.controller.core import Controller
+    from meshtui.lab import mesh as lab
+    from meshtui.tui.app import run_dashboard
+
+    state = _state(args)
+    print("meshtui demo: building the lab (PostgreSQL, namespaces, agents) ...", file=sys.stderr)
+    built = lab.up(state, loopback=True if args.loopback else None)
+    try:
+        if built.mode == "loopback":
+            print("LOOPBACK mode (no namespaces): every probe says loopback", file=sys.stderr)
+        with Controller.open(state) as ctl:
+            ctl.declare(built.declaration)
+            ctl.push()
+            ctl.probe()
+        return run_dashboard(state, read_only=False)
+    finally:
+        if args.keep:
+            print(
+                f"the lab is still up; meshtui --state {state} lab down removes it", file=sys.stderr
+            )
+        else:
+            for line in lab.down(state):
+                print(line, file=sys.stderr)
+
+
 def _provision_parser(sub: Any) -> None:
+    s = sub.add_parser("demo", help="embedded lab + dashboard; quitting tears the lab down")
+    s.add_argument("--loopback", action="store_true", help="no namespaces even when root")
+    s.add_argument("--keep", action="store_true", help="leave the lab up after quitting")
+    s.set_defaults(func=cmd_demo)
+
     s = sub.add_parser(
         "provision", help="reconcile one PostgreSQL with a manifest (built-in provisioner)"
     )
