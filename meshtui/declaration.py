@@ -320,8 +320,9 @@ def _pairs(
             if owner is not None:
                 raise r.fail(
                     at,
-                    f"{module.id} requires {req.name!r} from {provider.id} twice",
-                    "declare each requirement once",
+                    f"{module.id} already has a login at {provider.id}; "
+                    "a consumer module gets one login (one pair) per provider",
+                    "declare each requirement once, or split the module",
                 )
             logins[(provider.id, login)] = module.id
             holder = files.setdefault((module.node, req.file), f"{module.id} ({req.name})")

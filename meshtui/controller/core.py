@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from meshtui import crypto, declaration
+from meshtui.atomic import write_private
 from meshtui.controller import status as status_mod
 from meshtui.controller.declare import DeclareResult, declare
 from meshtui.controller.reports import (
@@ -37,7 +38,9 @@ def init_keys(state_dir: Path) -> tuple[Path, bool]:
     """Write the controller's keys once; returns the .pub path and whether it was created."""
     pub = state_dir / f"{KEY_STEM}.pub"
     if (state_dir / f"{KEY_STEM}.key").exists():
-        crypto.load_private(state_dir / f"{KEY_STEM}.key")  # refuses a world-readable key
+        keys = crypto.load_private(state_dir / f"{KEY_STEM}.key")  # refuses a world-readable key
+        if not pub.exists():  # the public half can always be rebuilt from the private one
+            write_private(pub, keys.public().to_toml().encode(), mode=0o644)
         return pub, False
     crypto.write_keys(state_dir, KEY_STEM, crypto.PrivateKeys.generate(node=False))
     return pub, True
