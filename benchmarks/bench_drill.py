@@ -36,11 +36,17 @@ def two_acts(ctl: Controller, pid: str) -> float:
     with Agents(ctl.inventory.nodes(), ctl.keys()) as agents:
         plan = Planner(ctl.inventory)
         result = Delivered()
-        send_providers(agents, ctl.inventory, plan.provider_sets([(row["provider"], row["provision"])],
-                                                                 {pid: item["to"]}), result)
+        send_providers(
+            agents,
+            ctl.inventory,
+            plan.provider_sets([(row["provider"], row["provision"])], {pid: item["to"]}),
+            result,
+        )
     with ctl.inventory.transaction("bench") as db:  # the record says the new generation is due
         db["pairs"].update(pid, {"generation": item["to"]})
-        db["rotations"].update(rotation["id"], {"state": "done", "finished_at": "bench", "outcome": "done"})
+        db["rotations"].update(
+            rotation["id"], {"state": "done", "finished_at": "bench", "outcome": "done"}
+        )
     ctl.push()
     written = Path(row["file"]).stat().st_mtime
     return (written - result.applied_at[pid]) * 1000.0
@@ -71,13 +77,22 @@ def main() -> int:
                 else:
                     failed += 1
                 base.append(two_acts(ctl, pairs[(i + 1) % len(pairs)]))
-        print(f"lab mode: {built.mode}; {args.drills} drills over {len(pairs)} pairs; {failed} failed")
+        print(
+            f"lab mode: {built.mode}; {args.drills} drills over {len(pairs)} pairs; {failed} failed"
+        )
         print(f"{'':28}{'p50 ms':>10}{'p90 ms':>10}{'max ms':>10}")
-        for name, values in (("meshtui rotate (one act)", ours), ("two acts (record, then push)", base)):
-            print(f"{name:28}{statistics.median(values):10.2f}{pct(values, 0.9):10.2f}{max(values):10.2f}")
+        for name, values in (
+            ("meshtui rotate (one act)", ours),
+            ("two acts (record, then push)", base),
+        ):
+            print(
+                f"{name:28}{statistics.median(values):10.2f}{pct(values, 0.9):10.2f}{max(values):10.2f}"
+            )
         p50 = statistics.median(ours)
         print(f"ratio one act / two acts (p50): {p50 / statistics.median(base):.2f}")
-        print(f"goal: p50 under {GOAL_MS:.0f} ms -> {'met' if p50 < GOAL_MS else 'NOT met'} ({p50:.2f} ms)")
+        print(
+            f"goal: p50 under {GOAL_MS:.0f} ms -> {'met' if p50 < GOAL_MS else 'NOT met'} ({p50:.2f} ms)"
+        )
         return 0 if failed == 0 else 1
     finally:
         lab_mesh.down(state, purge=True)

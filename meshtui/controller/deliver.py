@@ -172,7 +172,7 @@ def record_end(inv: Inventory, rows: Iterable[EndRow]) -> None:
         )
     if out:
         with inv.transaction("record deliveries") as db:
-            db["deliveries"].upsert_all(out, pk=("pair", "end"))
+            db.table("deliveries").upsert_all(out, pk=("pair", "end"))
 
 
 def send_providers(
@@ -206,9 +206,8 @@ def send_providers(
                         result.applied_at[pid] = float(got.get("applied_at", 0.0))
                         rows.append((pid, End.PROVIDER, c["generation"], c["digest"], None))
                         continue
-                    reason = got.get("error") or (
-                        f"provisioner: {o.get('outcome', 'no outcome')} {o.get('reason', '')}".strip()
-                    )
+                    said = f"{o.get('outcome', 'no outcome')} {o.get('reason', '')}".strip()
+                    reason = got.get("error") or f"provisioner: {said}"
                 result.provider_ok[pid] = False
                 result.fail(pid, f"provider {spec['provider']}: {reason}")
                 rows.append((pid, End.PROVIDER, None, None, reason))

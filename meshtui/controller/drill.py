@@ -8,7 +8,7 @@ drill. The evidence (each login's verdict and timing, the window) is stored and 
 from __future__ import annotations
 
 import secrets
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from meshtui import wire
 from meshtui.controller.client import AgentClient
@@ -18,6 +18,9 @@ from meshtui.controller.reports import DrillReport, DrillStep, Progress, Rotatio
 from meshtui.controller.rotate import rotate
 from meshtui.errors import AgentError, MeshtuiError
 from meshtui.inventory import now
+
+if TYPE_CHECKING:
+    from meshtui.controller.core import Controller
 
 
 def _step(name: str, expected: str, login: dict[str, Any] | None, missing: str) -> DrillStep:
@@ -35,7 +38,7 @@ def _step(name: str, expected: str, login: dict[str, Any] | None, missing: str) 
     )
 
 
-def drill_one(ctl: Any, pid: str, progress: Progress) -> DrillReport:
+def drill_one(ctl: Controller, pid: str, progress: Progress) -> DrillReport:
     """Drill one pair; always returns a report (failures are in it, not raised)."""
     plan = Planner(ctl.inventory)
     p = plan.pairs[pid]
@@ -94,8 +97,10 @@ def drill_one(ctl: Any, pid: str, progress: Progress) -> DrillReport:
         if new_login is not None and report is not None and report.ok:
             # the "new after" login is a probe of the current generation from the consumer's node
             generation = report.pairs[0].generation
-            db["probes"].insert(_probe_row(pid, generation, new_login, now(), withdrawn=False))
-        db["drills"].insert(
+            db.table("probes").insert(
+                _probe_row(pid, generation, new_login, now(), withdrawn=False)
+            )
+        db.table("drills").insert(
             {
                 "pair": pid,
                 "at": now(),
@@ -120,6 +125,6 @@ def drill_one(ctl: Any, pid: str, progress: Progress) -> DrillReport:
     return result
 
 
-def drill(ctl: Any, ids: list[str], progress: Progress) -> list[DrillReport]:
+def drill(ctl: Controller, ids: list[str], progress: Progress) -> list[DrillReport]:
     """Drill each pair in turn."""
     return [drill_one(ctl, pid, progress) for pid in ids]

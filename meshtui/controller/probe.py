@@ -7,7 +7,7 @@ node actually held (found by digest), which is what makes a pair working, stale 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from meshtui import wire
 from meshtui.controller.client import AgentClient
@@ -17,10 +17,13 @@ from meshtui.controller.reports import ProbeOutcome, Progress
 from meshtui.errors import AgentError
 from meshtui.inventory import now
 
+if TYPE_CHECKING:
+    from meshtui.controller.core import Controller
+
 CONCURRENCY = 8
 
 
-def probe(ctl: Any, ids: list[str], progress: Progress) -> list[ProbeOutcome]:
+def probe(ctl: Controller, ids: list[str], progress: Progress) -> list[ProbeOutcome]:
     """Probe the live pairs among ``ids``; store and return each outcome."""
     inv = ctl.inventory
     plan = Planner(inv)
@@ -63,7 +66,12 @@ def probe(ctl: Any, ids: list[str], progress: Progress) -> list[ProbeOutcome]:
                     if isinstance(answer, AgentError)
                     else (r or {}).get("error", "no result")
                 )
-                result = {"verdict": "unknown", "reason": reason, "loopback": False, "login": {}}
+                result: dict[str, Any] = {
+                    "verdict": "unknown",
+                    "reason": reason,
+                    "loopback": False,
+                    "login": {},
+                }
             else:
                 result = r["result"]
             generation = gen_of.get((pid, r.get("digest"))) if r else None
@@ -82,7 +90,7 @@ def probe(ctl: Any, ids: list[str], progress: Progress) -> list[ProbeOutcome]:
         progress(f"probed {done} of {total}", done, total)
     if rows:
         with inv.transaction("probe") as db:
-            db["probes"].insert_all(rows, batch_size=1000)
+            db.table("probes").insert_all(rows, batch_size=1000)
             counts: dict[str, int] = {}
             for o in out:
                 counts[o.verdict] = counts.get(o.verdict, 0) + 1

@@ -7,7 +7,7 @@ or rolls back a rotation a dead controller left journaled, delivers only what is
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from meshtui import wire
 from meshtui.controller import status as status_mod
@@ -27,8 +27,11 @@ from meshtui.errors import AgentError
 from meshtui.inventory import now
 from meshtui.model import End, State
 
+if TYPE_CHECKING:
+    from meshtui.controller.core import Controller
 
-def push(ctl: Any, progress: Progress) -> PushReport:
+
+def push(ctl: Controller, progress: Progress) -> PushReport:
     """Converge every end; the report names who is still behind."""
     from meshtui.controller.rotate import recover
 
@@ -121,7 +124,7 @@ def push(ctl: Any, progress: Progress) -> PushReport:
         return PushReport(delivered=delivered, withdrawn=revoked, behind=behind_now)
 
 
-def revoke(ctl: Any, agents: Agents, plan: Planner, pids: list[str]) -> list[PairOutcome]:
+def revoke(ctl: Controller, agents: Agents, plan: Planner, pids: list[str]) -> list[PairOutcome]:
     """Consumers of withdrawn pairs try their last credential once (it must fail), then drop it."""
     by_node: dict[str, list[dict[str, Any]]] = {}
     for pid in pids:
@@ -169,8 +172,8 @@ def revoke(ctl: Any, agents: Agents, plan: Planner, pids: list[str]) -> list[Pai
             )
     with ctl.inventory.transaction("record revocation probes") as db:
         if probes:
-            db["probes"].insert_all(probes)
-        db["deliveries"].delete_where(
+            db.table("probes").insert_all(probes)
+        db.table("deliveries").delete_where(
             "pair IN ({}) AND \"end\" = 'consumer'".format(",".join("?" * len(pids))), pids
         )
     return out

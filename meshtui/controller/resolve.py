@@ -6,12 +6,15 @@ signature that is not the key the inventory holds for it, is not resolved and no
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from meshtui import wire
 from meshtui.controller.client import Agents
 from meshtui.controller.reports import Resolution
 from meshtui.errors import AgentError
+
+if TYPE_CHECKING:
+    from meshtui.controller.core import Controller
 
 
 def ask_state(
@@ -36,7 +39,7 @@ def ask_state(
     return resolutions, holdings
 
 
-def resolve_nodes(ctl: Any, nodes: list[str]) -> list[Resolution]:
+def resolve_nodes(ctl: Controller, nodes: list[str]) -> list[Resolution]:
     """Resolve ``nodes`` with a fresh set of clients (used by the hosts view)."""
     with Agents(ctl.inventory.nodes(), ctl.keys(), timeout=5.0) as agents:
         return ask_state(agents, nodes)[0]

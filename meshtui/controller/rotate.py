@@ -3,14 +3,15 @@ consumers, and end all-new or all-old.
 
 The journal (``rotations`` + the new generations' sealed blobs) is written before anything is
 sent, so a controller killed mid-way is finished or rolled back by the next command
-(:func:`recover`). Old blobs are kept until the rotation is final, so a rollback can re-deliver them.
+(:func:`recover`). Old blobs are kept until the rotation is final, so a rollback can
+re-deliver them.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from meshtui.controller.client import Agents
 from meshtui.controller.declare import nodes_from_inventory, seal_generation
@@ -21,8 +22,11 @@ from meshtui.controller.resolve import ask_state
 from meshtui.errors import InputError, NotResolvedError
 from meshtui.inventory import Row, now
 
+if TYPE_CHECKING:
+    from meshtui.controller.core import Controller
 
-def fault(ctl: Any, point: str) -> None:
+
+def fault(ctl: Controller, point: str) -> None:
     """The fault-injection seam: tests put callables in ``ctl.faults`` to crash or stop things."""
     hook = getattr(ctl, "faults", {}).get(point)
     if hook is not None:
@@ -38,7 +42,7 @@ def affected_nodes(pairs: Iterable[Row]) -> dict[str, list[str]]:
     return out
 
 
-def plan(ctl: Any, ids: list[str]) -> RotationPlan:
+def plan(ctl: Controller, ids: list[str]) -> RotationPlan:
     """The pairs and each affected node, resolved or not (asks every agent)."""
     rows = ctl.inventory.pairs(ids)
     nodes = affected_nodes(rows)
@@ -53,10 +57,8 @@ def plan(ctl: Any, ids: list[str]) -> RotationPlan:
     )
 
 
-def rotate(
-    ctl: Any, ids: list[str], progress: Progress, *, drill_hook: Any = None
-) -> RotationReport:
-    """Rotate ``ids`` all-or-nothing; raises NotResolvedError (nothing minted) when a node is down."""
+def rotate(ctl: Controller, ids: list[str], progress: Progress) -> RotationReport:
+    """Rotate ``ids`` all-or-nothing; NotResolvedError (nothing minted) when a node is down."""
     inv = ctl.inventory
     rows = inv.pairs(ids)
     gone = [p["id"] for p in rows if p["withdrawn_at"]]
@@ -73,16 +75,14 @@ def rotate(
         if failed:
             inv.record("rotate", ids, {"refused": failed}, "not resolved")
             raise NotResolvedError(failed)
-        if drill_hook is not None:
-            drill_hook()
         progress("minting and journaling", 1, 4)
         rotation = journal(ctl, rows)
         fault(ctl, "after-journal")
         return execute(ctl, agents, rotation, progress)
 
 
-def journal(ctl: Any, rows: list[Row]) -> Row:
-    """Mint and seal the next generation of every pair and journal the rotation, in one transaction."""
+def journal(ctl: Controller, rows: list[Row]) -> Row:
+    """Mint and seal every pair's next generation and journal the rotation, in one transaction."""
     inv = ctl.inventory
     model_nodes = nodes_from_inventory(inv.nodes())
     gens, items = [], []
@@ -100,9 +100,9 @@ def journal(ctl: Any, rows: list[Row]) -> Row:
         )
         items.append({"pair": p["id"], "from": p["generation"], "to": new})
     with inv.transaction("rotate") as db:
-        db["generations"].insert_all(gens)
+        db.table("generations").insert_all(gens)
         rid = (
-            db["rotations"]
+            db.table("rotations")
             .insert(
                 {
                     "started_at": now(),
@@ -124,7 +124,12 @@ def journal(ctl: Any, rows: list[Row]) -> Row:
 
 
 def _deliver(
-    ctl: Any, agents: Agents, items: list[dict[str, Any]], key: str, progress: Progress, step: int
+    ctl: Controller,
+    agents: Agents,
+    items: list[dict[str, Any]],
+    key: str,
+    progress: Progress,
+    step: int,
 ) -> Delivered:
     inv = ctl.inventory
     plan = Planner(inv)
@@ -153,12 +158,14 @@ def _deliver(
     return result
 
 
-def execute(ctl: Any, agents: Agents, rotation: Row, progress: Progress) -> RotationReport:
+def execute(ctl: Controller, agents: Agents, rotation: Row, progress: Progress) -> RotationReport:
     """Deliver a journaled rotation; finish it all-new, or roll it back to all-old."""
     inv = ctl.inventory
     items: list[dict[str, Any]] = rotation["items"]
     with inv.transaction("rotate") as db:
-        db["rotations"].update(rotation["id"], {"state": "delivering", "owner_pid": os.getpid()})
+        db.table("rotations").update(
+            rotation["id"], {"state": "delivering", "owner_pid": os.getpid()}
+        )
     forward = _deliver(ctl, agents, items, "to", progress, 2)
     if all(
         forward.provider_ok.get(i["pair"]) and forward.consumer_ok.get(i["pair"]) for i in items
@@ -167,7 +174,7 @@ def execute(ctl: Any, agents: Agents, rotation: Row, progress: Progress) -> Rota
     reason = "; ".join(sorted(set(forward.errors.values()))) or "an end did not confirm"
     progress("rolling back", 3, 4)
     with inv.transaction("rotate") as db:
-        db["rotations"].update(rotation["id"], {"state": "rolling back", "reason": reason})
+        db.table("rotations").update(rotation["id"], {"state": "rolling back", "reason": reason})
     back = _deliver(ctl, agents, items, "from", progress, 3)
     complete = all(
         back.provider_ok.get(i["pair"]) and back.consumer_ok.get(i["pair"]) for i in items
@@ -176,11 +183,11 @@ def execute(ctl: Any, agents: Agents, rotation: Row, progress: Progress) -> Rota
     stamp = now()
     with inv.transaction("rotate") as db:
         for i in items:
-            db["generations"].update(
+            db.table("generations").update(
                 (i["pair"], i["to"]),
                 {"consumer_sealed": None, "provider_sealed": None, "discarded_at": stamp},
             )
-        db["rotations"].update(
+        db.table("rotations").update(
             rotation["id"],
             {"state": outcome, "finished_at": stamp, "outcome": outcome, "reason": reason},
         )
@@ -211,19 +218,19 @@ def execute(ctl: Any, agents: Agents, rotation: Row, progress: Progress) -> Rota
     )
 
 
-def _finish(ctl: Any, rotation: Row, result: Delivered) -> RotationReport:
+def _finish(ctl: Controller, rotation: Row, result: Delivered) -> RotationReport:
     inv = ctl.inventory
     items: list[dict[str, Any]] = rotation["items"]
     stamp = now()
     windows = {i["pair"]: result.window_ms(i["pair"]) for i in items}
     with inv.transaction("rotate") as db:
         for i in items:
-            db["pairs"].update(i["pair"], {"generation": i["to"], "rotated_at": stamp})
-            db["generations"].update(
+            db.table("pairs").update(i["pair"], {"generation": i["to"], "rotated_at": stamp})
+            db.table("generations").update(
                 (i["pair"], i["from"]),
                 {"consumer_sealed": None, "provider_sealed": None, "discarded_at": stamp},
             )
-        db["rotations"].update(
+        db.table("rotations").update(
             rotation["id"], {"state": "done", "finished_at": stamp, "outcome": "done"}
         )
         inv.audit(
@@ -253,7 +260,7 @@ def _finish(ctl: Any, rotation: Row, result: Delivered) -> RotationReport:
     )
 
 
-def recover(ctl: Any, agents: Agents, progress: Progress) -> list[RotationReport]:
+def recover(ctl: Controller, agents: Agents, progress: Progress) -> list[RotationReport]:
     """Finish (or roll back) rotations a dead controller left journaled; call under the lock."""
     reports = []
     for rotation in ctl.inventory.open_rotations():

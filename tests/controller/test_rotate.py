@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -181,8 +182,8 @@ def test_plaintext_in_no_agent_log_environment_or_command_line(mesh):
     secrets = [mesh.secret("srv/app1/gitea/db.password"), mesh.secret("srv/app1/wiki/db.password")]
     logs = mesh.agent_logs()
     for proc in mesh.procs.values():
-        environ = open(f"/proc/{proc.pid}/environ", "rb").read()
-        cmdline = open(f"/proc/{proc.pid}/cmdline", "rb").read()
+        environ = Path(f"/proc/{proc.pid}/environ").read_bytes()
+        cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
         for s in secrets:
             assert s.encode() not in environ and s.encode() not in cmdline
     for s in secrets:
