@@ -16,7 +16,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from meshtui.controller.client import Agents
