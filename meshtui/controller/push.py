@@ -44,6 +44,13 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
         unreachable = {r.node: r.reason for r in resolutions if not r.ok}
         held_generations(inv, holdings)
         deliveries = inv.deliveries()
+        before = dict(deliveries)
+
+        def was_behind(pid: str) -> bool:
+            want = plan.pairs[pid]["generation"]
+            return any(
+                (before.get((pid, end.value)) or {}).get("generation") != want for end in End
+            )
 
         def behind(pid: str, end: End) -> bool:
             d = deliveries.get((pid, end.value))
@@ -98,6 +105,8 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
                 reason=result.errors.get(pid, ""),
             )
             for pid in sorted(set(result.provider_ok) | set(result.consumer_ok))
+            # a manifest carries every consumer of its provider: list only the ends that moved
+            if pid in result.errors or was_behind(pid)
         ]
         rows = status_mod.statuses(inv)
         behind_now = {
