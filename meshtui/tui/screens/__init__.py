@@ -1,1 +1,1 @@
-"""tui/screens."""
+"""The dashboard's screens: main (pairs), pair, hosts, audit, job, plan, confirm, help."""

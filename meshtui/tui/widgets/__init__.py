@@ -1,1 +1,1 @@
-"""tui/widgets."""
+"""The dashboard's own widgets: the virtualised table, summary bar, age histogram, drill list."""

@@ -1,0 +1,277 @@
+"""Dashboard speed on 10,000 pairs: time to first paint, and to apply one filter keystroke.
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/bench_tui.py            # builds a 10k-pair state in a temp dir
+    .venv/bin/python benchmarks/bench_tui.py --state S  # or measures an existing state folder
+
+Both the meshtui dashboard and a baseline (the stock Textual DataTable mounting every row, the
+obvious way to write it) run in this one process on the same rows, headless at 160x50, and the
+table prints each figure with the ratio. "First paint" is from constructing the app to the first
+frame that draws pair rows (the read of the inventory included); a "keystroke" is from pressing
+a key in the filter box to the next frame drawing the filtered rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from rich.text import Text  # noqa: E402
+from textual import events  # noqa: E402
+from textual.app import App, ComposeResult  # noqa: E402
+from textual.strip import Strip  # noqa: E402
+from textual.widgets import DataTable, Input  # noqa: E402
+
+from meshtui.controller.core import Controller  # noqa: E402
+from meshtui.model import PairStatus  # noqa: E402
+from meshtui.tui.app import MeshApp  # noqa: E402
+from meshtui.tui.pairs import COLUMNS, Query, make_row  # noqa: E402
+from meshtui.tui.screens.main import MainScreen  # noqa: E402
+from tests.tui.builder import FIXED_NOW, build  # noqa: E402
+
+SIZE = (160, 50)
+KEYS = ["a", "p", "p", "1", "backspace", "space", "s", "t", "a", "l", "e"]
+"""Typed into the filter: "app1" narrows step by step, then " stale" adds a second term."""
+
+
+def send_key(app: App[Any], key: str) -> None:
+    """Hand a key to the app the way the terminal driver does (no test-harness waits)."""
+    char = {"space": " ", "backspace": None}.get(key, key)
+    event = events.Key(key, char)
+    event.set_sender(app)
+    assert app._driver is not None
+    app._driver.send_message(event)
+
+
+async def _until(predicate: Any, limit: float = 30.0) -> None:
+    end = time.perf_counter() + limit
+    while not predicate():
+        if time.perf_counter() > end:
+            raise TimeoutError("the frame never came")
+        await asyncio.sleep(0.001)
+
+
+# ---- meshtui ----------------------------------------------------------------------------
+async def bench_meshtui(state: Path) -> dict[str, Any]:
+    """First paint and per-keystroke times of the real dashboard."""
+    start = time.perf_counter()
+    app = MeshApp(state, clock=lambda: FIXED_NOW, keymap_paths=[], poll_seconds=0)
+    out: dict[str, Any] = {}
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.screen
+        assert isinstance(screen, MainScreen)
+        table = screen.table
+        await _until(lambda: table.paints > 0)
+        out["first_paint"] = time.perf_counter() - start
+        out["load"] = app.load_seconds
+        out["rows"] = len(app.model.rows)
+        await pilot.pause()
+        await pilot.press("slash")
+        await pilot.pause()
+        times, views = [], []
+        for key in KEYS:
+            before = table.paints
+            t0 = time.perf_counter()
+            send_key(app, key)
+            await _until(lambda b=before: table.paints > b)
+            times.append(time.perf_counter() - t0)
+            views.append(screen.view_seconds)
+            await pilot.pause()
+        out["keys"] = times
+        out["view"] = views
+        out["shown"] = len(table.entries)
+        # a reload that changes nothing must not redraw the table
+        before = table.paints
+        app.reload()
+        await app.workers.wait_for_complete()
+        await pilot.pause(0.05)
+        out["idle_reload_paints"] = table.paints - before
+    return out
+
+
+async def bench_ui_alone(state: Path) -> float:
+    """First paint when ``Controller.status()`` costs nothing: what the dashboard itself costs."""
+    with Controller.open(state, read_only=True) as ctl:
+        rows = ctl.status()
+    real = Controller.status
+    Controller.status = lambda self, ids=None: list(rows)  # type: ignore[method-assign]
+    try:
+        start = time.perf_counter()
+        app = MeshApp(state, clock=lambda: FIXED_NOW, keymap_paths=[], poll_seconds=0)
+        async with app.run_test(size=SIZE):
+            screen = app.screen
+            assert isinstance(screen, MainScreen)
+            await _until(lambda: screen.table.paints > 0)
+            return time.perf_counter() - start
+    finally:
+        Controller.status = real  # type: ignore[method-assign]
+
+
+# ---- baseline: the stock DataTable with every row mounted -------------------------------
+class CountingTable(DataTable[Any]):
+    """DataTable that counts drawn lines, so the benchmark sees its first frame."""
+
+    paints = 0
+
+    def render_line(self, y: int) -> Strip:
+        self.paints += 1
+        return super().render_line(y)
+
+
+class BaselineApp(App[None]):
+    """The straightforward dashboard: every pair added to a DataTable; filtering re-adds rows."""
+
+    def __init__(self, state: Path) -> None:
+        super().__init__()
+        self.state = state
+        self.rows: list[tuple[str, tuple[str, ...], str]] = []
+
+    def compose(self) -> ComposeResult:
+        yield Input(id="filter")
+        yield CountingTable(cursor_type="row", id="table")
+
+    def on_mount(self) -> None:
+        with Controller.open(self.state, read_only=True) as ctl:
+            statuses = ctl.status()
+        self.rows = [(r.key, r.cells, r.hay) for r in (make_row(s, FIXED_NOW) for s in statuses)]
+        table = self.query_one(CountingTable)
+        for column in COLUMNS:
+            table.add_column(column.label, key=column.key)
+        self.fill(self.rows)
+
+    def fill(self, rows: Iterable[tuple[str, tuple[str, ...], str]]) -> None:
+        table = self.query_one(CountingTable)
+        for key, cells, _ in rows:
+            table.add_row(*(Text(c) for c in cells), key=key)
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        words = Query.parse(event.value).words
+        table = self.query_one(CountingTable)
+        table.clear()
+        self.fill(r for r in self.rows if all(w in r[2] for w in words))
+
+
+async def bench_baseline(state: Path) -> dict[str, Any]:
+    """The same measurements on the baseline."""
+    start = time.perf_counter()
+    app = BaselineApp(state)
+    out: dict[str, Any] = {}
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(CountingTable)
+        await _until(lambda: table.paints > 0)
+        out["first_paint"] = time.perf_counter() - start
+        app.query_one(Input).focus()
+        await pilot.pause()
+        times = []
+        for key in KEYS[:4]:
+            before = table.paints
+            t0 = time.perf_counter()
+            send_key(app, key)
+            await _until(lambda b=before: table.paints > b)
+            times.append(time.perf_counter() - t0)
+            await pilot.pause()
+        out["keys"] = times
+    return out
+
+
+def bench_controller(state: Path) -> dict[str, float]:
+    """The controller reads the dashboard needs, on their own."""
+    out: dict[str, float] = {}
+    with Controller.open(state, read_only=True) as ctl:
+        runs = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            rows: list[PairStatus] = ctl.status()
+            runs.append(time.perf_counter() - t0)
+        out["status"] = statistics.median(runs)
+        t0 = time.perf_counter()
+        ctl.summary(rows)
+        out["summary"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        ctl.pair_detail(rows[len(rows) // 2].pair)
+        out["pair_detail"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        ctl.hosts()
+        out["hosts"] = time.perf_counter() - t0
+    return out
+
+
+def _fmt(seconds: float) -> str:
+    return f"{seconds * 1000:8.1f} ms"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Build or open the state, measure, print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--state", type=Path, help="an existing state folder to measure")
+    parser.add_argument(
+        "--pairs", type=int, default=10000, help="pairs to build (multiple of 1000)"
+    )
+    args = parser.parse_args(argv)
+    tmp: Path | None = None
+    state = args.state
+    if state is None:
+        tmp = Path(tempfile.mkdtemp(prefix="meshtui-bench-"))
+        t0 = time.perf_counter()
+        providers = 20
+        consumers = args.pairs // providers
+        build(
+            tmp,
+            providers=providers,
+            consumers_per_node=10,
+            consumer_nodes=max(1, consumers // 10),
+            requires_each=providers,
+        )
+        state = tmp / "st"
+        print(f"built {args.pairs} pairs in {time.perf_counter() - t0:.1f} s ({state})")
+    try:
+        ctl = bench_controller(state)
+        mine = asyncio.run(bench_meshtui(state))
+        ui_alone = statistics.median(asyncio.run(bench_ui_alone(state)) for _ in range(3))
+        base = asyncio.run(bench_baseline(state))
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    key_med, key_max = statistics.median(mine["keys"]), max(mine["keys"])
+    base_med = statistics.median(base["keys"])
+    print(f"\n{mine['rows']} pairs, headless {SIZE[0]}x{SIZE[1]}, textual DataTable as baseline\n")
+    print(f"{'measure':<42}{'meshtui':>12}{'baseline':>12}{'ratio':>8}{'goal':>10}")
+    print("-" * 84)
+    rows = [
+        ("time to first paint (incl. status read)", mine["first_paint"], base["first_paint"], 0.5),
+        ("filter keystroke, median (press → frame)", key_med, base_med, 0.05),
+        ("filter keystroke, worst", key_max, max(base["keys"]), 0.05),
+    ]
+    for name, a, b, goal in rows:
+        ok = "ok" if a < goal else "MISSED"
+        print(f"{name:<42}{_fmt(a):>12}{_fmt(b):>12}{b / a:>7.1f}x{_fmt(goal):>10} {ok}")
+    print("-" * 84)
+    view_med, view_max = statistics.median(mine["view"]), max(mine["view"])
+    print(
+        f"{'  of which view compute (median / worst)':<42}{_fmt(view_med):>12}{_fmt(view_max):>12}"
+    )
+    print(f"{'  of which controller.status() in app':<42}{_fmt(mine['load']):>12}")
+    print(f"{'first paint if status() cost nothing':<42}{_fmt(ui_alone):>12}")
+    print(f"{'lines redrawn by a no-change reload':<42}{mine['idle_reload_paints']:>12}")
+    print("\ncontroller reads alone (median of 3 for status):")
+    for name, seconds in ctl.items():
+        print(f"  {name:<20}{_fmt(seconds)}")
+    print(f"\nkeys typed: {' '.join(KEYS)}  → {mine['shown']} rows shown")
+    print("per key (ms): " + " ".join(f"{k * 1000:.1f}" for k in mine["keys"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,424 @@
+"""The dashboard application: the controller's front door seen through Textual.
+
+The app owns the state every screen shares (the pairs model, the summary, the job running) and
+the background work: every controller call runs in a thread worker that opens its own
+``Controller`` and posts a message from :mod:`meshtui.tui.messages`; ``@on`` handlers here
+turn those into UI changes. :meth:`MeshApp.report_error` is the one place an exception becomes
+something the operator reads. Read-only is enforced twice: :meth:`MeshApp.allows` hides and
+blocks every mutating action, and every controller is opened read-only, so the controller
+refuses whatever gets through.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+from typing import Any, ClassVar
+
+from textual import on
+from textual.app import App
+from textual.binding import BindingType
+from textual.screen import Screen
+from textual.worker import Worker, WorkerState
+
+from meshtui.controller.core import INVENTORY, Controller
+from meshtui.controller.reports import (
+    DrillReport,
+    ProbeOutcome,
+    PushReport,
+    RotationReport,
+    Summary,
+)
+from meshtui.errors import MeshtuiError, ReadOnlyError
+from meshtui.tui import actions
+from meshtui.tui.commands import MeshCommands
+from meshtui.tui.keymap import config_paths, load_keymap
+from meshtui.tui.messages import Job, JobFailed, JobFinished, JobProgress, Loaded
+from meshtui.tui.pairs import PairModel
+from meshtui.tui.screens.job import JobRecord, JobScreen
+
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    """The real clock (tests and screenshots pass a fixed one)."""
+    return datetime.now(UTC)
+
+
+class MeshApp(App[int]):
+    """The meshtui dashboard on one state folder."""
+
+    TITLE = "meshtui"
+    CSS_PATH = Path(__file__).parent / "meshtui.tcss"
+    BINDINGS: ClassVar[list[BindingType]] = actions.bindings("app")
+    COMMANDS = App.COMMANDS | {MeshCommands}
+    NOTIFICATION_TIMEOUT = 6
+
+    def __init__(
+        self,
+        state_dir: Path | str,
+        *,
+        read_only: bool = False,
+        screen: str | None = None,
+        clock: Clock = utc_now,
+        keymap_paths: list[Path] | None = None,
+        poll_seconds: float = 2.0,
+    ) -> None:
+        super().__init__()
+        self.state_dir = Path(state_dir)
+        self.read_only = read_only
+        self.start_screen = screen
+        self.clock = clock
+        self.poll_seconds = poll_seconds
+        self.model = PairModel()
+        self.summary: Summary | None = None
+        self.loaded_once = False
+        self.load_seconds: float | None = None
+        self.note = ""
+        self.job: Job | None = None
+        self.job_progress: tuple[str, int, int] | None = None
+        self.job_record: JobRecord | None = None
+        self._stamp: tuple[int, ...] | None = None
+        self._load_seq = 0
+        self._applied_seq = 0
+        keymap = load_keymap(
+            keymap_paths if keymap_paths is not None else config_paths(self.state_dir)
+        )
+        self.keymap = keymap.keymap
+        self.keymap_sources = keymap.sources
+        self.keymap_problems = keymap.problems
+        self.sub_title = self.state_dir.name + ("  READ-ONLY" if read_only else "")
+
+    # ---- lifecycle ----------------------------------------------------------------------
+    def get_default_screen(self) -> Screen[Any]:
+        from meshtui.tui.screens.main import MainScreen
+
+        return MainScreen()
+
+    def on_load(self) -> None:
+        # start reading the inventory before the screen is built: the read overlaps startup
+        self.reload()
+
+    def on_mount(self) -> None:
+        if self.keymap:
+            self.set_keymap(self.keymap)
+        for problem in self.keymap_problems:
+            self.notify(problem, title="keymap", severity="warning", markup=False, timeout=12)
+        if self.start_screen == "audit":
+            self.action_audit()
+        elif self.start_screen == "hosts":
+            self.action_hosts()
+        if self.poll_seconds > 0:
+            self.set_interval(self.poll_seconds, self._poll)
+
+    @property
+    def inventory_path(self) -> Path:
+        """The inventory file (its changes trigger a reload)."""
+        return self.state_dir / INVENTORY
+
+    def open_controller(self, *, reader: bool = False) -> Controller:
+        """A fresh controller for one worker; readers always open the inventory read-only."""
+        return Controller.open(self.state_dir, read_only=self.read_only or reader)
+
+    # ---- read-only ----------------------------------------------------------------------
+    def allows(self, action: str) -> bool:
+        """False for a mutating action in a read-only dashboard (hidden and refused)."""
+        return not (self.read_only and action in actions.MUTATING)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return self.allows(action)
+
+    # ---- loading ------------------------------------------------------------------------
+    def reload(self) -> None:
+        """Read every pair's status again in a thread worker (a newer load replaces an older)."""
+        self._load_seq += 1
+        self.run_worker(
+            partial(self._load, self._load_seq),
+            name="load",
+            group="load",
+            exclusive=True,
+            thread=True,
+            exit_on_error=False,
+        )
+
+    def _load(self, seq: int) -> None:
+        start = time.perf_counter()
+        if not self.inventory_path.exists():
+            note = f"no inventory in {self.state_dir}: run meshtui init, then meshtui declare FILE"
+            self.post_message(Loaded(PairModel.build([], self.clock()), None, 0.0, note, seq))
+            return
+        self._stamp = self._file_stamp()
+        with self.open_controller(reader=True) as ctl:
+            rows = ctl.status()
+            summary = ctl.summary(rows)
+        seconds = time.perf_counter() - start
+        self.post_message(Loaded(PairModel.build(rows, self.clock()), summary, seconds, "", seq))
+
+    @on(Loaded)
+    def _loaded(self, message: Loaded) -> None:
+        if message.seq < self._applied_seq:
+            return  # an older read finished after a newer one: keep the newer
+        self._applied_seq = message.seq
+        changes = self.model.merge(message.fresh)
+        self.summary = message.summary
+        self.note = message.note
+        self.load_seconds = message.seconds
+        first = not self.loaded_once
+        self.loaded_once = True
+        for screen in self.screen_stack:
+            refresh = getattr(screen, "pairs_changed", None)
+            if refresh is not None:
+                refresh(changes, first)
+
+    def _file_stamp(self) -> tuple[int, ...]:
+        out: list[int] = []
+        for suffix in ("", "-wal"):
+            try:
+                st = os.stat(str(self.inventory_path) + suffix)
+                out += [st.st_mtime_ns, st.st_size]
+            except OSError:
+                out += [0, 0]
+        return tuple(out)
+
+    def _poll(self) -> None:
+        """Reload when the inventory file changed (another process, or our own job)."""
+        if self._stamp is not None and self._file_stamp() != self._stamp:
+            self.reload()
+
+    # ---- jobs (the actions that change things) ------------------------------------------
+    def plan_job(self, job: Job) -> None:
+        """Rotation and drill: show the plan (its worker asks the agents), run on confirm."""
+        from meshtui.tui.screens.plan import PlanScreen
+
+        if not self._may_start(job):
+            return
+        self.push_screen(PlanScreen(job), callback=partial(self._confirmed, job))
+
+    def confirm_job(self, job: Job, question: str) -> None:
+        """A job with no plan (push): ask first, focus on Cancel."""
+        from meshtui.tui.screens.confirm import ConfirmScreen
+
+        if not self._may_start(job):
+            return
+        self.push_screen(
+            ConfirmScreen(job.title, question, confirm=job.title),
+            callback=partial(self._confirmed, job),
+        )
+
+    def _confirmed(self, job: Job, yes: bool | None) -> None:
+        if yes:
+            self.start_job(job)
+
+    def _may_start(self, job: Job) -> bool:
+        if not self.allows(job.kind):
+            self.report_error(ReadOnlyError(job.kind), job.kind)
+            return False
+        if self.job is not None:
+            self.notify(
+                f"{self.job.title} is still running; wait for it (o shows it)",
+                severity="warning",
+                markup=False,
+            )
+            return False
+        if not job.ids and job.kind not in ("push", "probe"):
+            self.notify("nothing selected", severity="warning")
+            return False
+        return True
+
+    def start_job(self, job: Job) -> None:
+        """Run ``job`` in a thread worker and show its progress screen."""
+        if not self._may_start(job):
+            return
+        self.job = job
+        self.job_progress = ("starting", 0, 0)
+        self.job_record = JobRecord(job)
+        self.push_screen(JobScreen(self.job_record))
+        self._refresh_summaries()
+        self.run_worker(
+            partial(self._run_job, job),
+            name=f"job:{job.kind}",
+            group="job",
+            thread=True,
+            exit_on_error=False,
+        )
+
+    def _run_job(self, job: Job) -> None:
+        start = time.perf_counter()
+
+        def progress(text: str, done: int, total: int) -> None:
+            self.post_message(JobProgress(job, text, done, total))
+
+        try:
+            with self.open_controller() as ctl:
+                result: Any
+                if job.kind == "rotate":
+                    result = ctl.rotate(job.ids, progress)
+                elif job.kind == "drill":
+                    result = ctl.drill(job.ids, progress)
+                elif job.kind == "probe":
+                    result = ctl.probe(job.ids or None, progress)
+                elif job.kind == "push":
+                    result = ctl.push(progress)
+                else:
+                    raise ValueError(f"unknown job {job.kind!r}")
+        except Exception as exc:  # the error boundary is report_error, on the UI thread
+            self.post_message(JobFailed(job, exc))
+            return
+        self.post_message(JobFinished(job, result, time.perf_counter() - start))
+
+    def _job_screens(self) -> list[JobScreen]:
+        return [s for s in self.screen_stack if isinstance(s, JobScreen)]
+
+    @on(JobProgress)
+    def _job_progress(self, message: JobProgress) -> None:
+        record = self.job_record
+        if record is None or record.job is not message.job:
+            return
+        self.job_progress = (message.text, message.done, message.total)
+        line = record.progress(message.text, message.done, message.total)
+        for screen in self._job_screens():
+            screen.progressed(line)
+        self._refresh_summaries()
+
+    @on(JobFinished)
+    @on(JobFailed)
+    def _job_ended(self, message: JobFinished | JobFailed) -> None:
+        self.job = None
+        self.job_progress = None
+        record = self.job_record
+        if record is not None and record.job is message.job:
+            record.finished = True
+            if isinstance(message, JobFinished):
+                record.result, record.seconds = message.result, message.seconds
+            else:
+                record.error = message.error
+            for screen in self._job_screens():
+                screen.finished()
+        if isinstance(message, JobFinished):
+            text, severity = job_toast(message.job, message.result)
+            self.notify(text, title=message.job.title, severity=severity, markup=False)
+        else:
+            self.report_error(message.error, message.job.title)
+        self._refresh_summaries()
+        self.reload()
+
+    def _refresh_summaries(self) -> None:
+        for screen in self.screen_stack:
+            refresh = getattr(screen, "job_changed", None)
+            if refresh is not None:
+                refresh()
+
+    # ---- the error boundary -------------------------------------------------------------
+    def report_error(self, error: BaseException, context: str) -> None:
+        """The one place an exception becomes a message: a toast, or a modal when unexpected."""
+        if isinstance(error, MeshtuiError | OSError):
+            self.notify(
+                str(error), title=f"{context} failed", severity="error", markup=False, timeout=12
+            )
+            return
+        from meshtui.tui.screens.confirm import ErrorScreen
+
+        self.notify(
+            f"{type(error).__name__}: {error}",
+            title=f"{context} failed",
+            severity="error",
+            markup=False,
+            timeout=12,
+        )
+        self.push_screen(ErrorScreen(f"{context} failed", error))
+
+    @on(Worker.StateChanged)
+    def _worker_changed(self, event: Worker.StateChanged) -> None:
+        if event.state is WorkerState.ERROR and event.worker.error is not None:
+            self.report_error(event.worker.error, event.worker.name or "background work")
+
+    # ---- navigation and small actions ---------------------------------------------------
+    def action_help(self) -> None:
+        """Every binding, by screen, with the keys in force."""
+        from meshtui.tui.screens.help import HelpScreen
+
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def action_pairs(self) -> None:
+        """Back to the main table."""
+        while len(self.screen_stack) > 1:
+            self.pop_screen()
+
+    def action_hosts(self) -> None:
+        """The hosts screen."""
+        from meshtui.tui.screens.hosts import HostsScreen
+
+        self._switch_to(HostsScreen)
+
+    def action_audit(self) -> None:
+        """The audit screen."""
+        from meshtui.tui.screens.audit import AuditScreen
+
+        self._switch_to(AuditScreen)
+
+    def _switch_to(self, kind: type[Screen[Any]]) -> None:
+        if isinstance(self.screen, kind):
+            return
+        self.action_pairs()
+        self.push_screen(kind())
+
+    def action_outcome(self) -> None:
+        """Show the last job's progress screen again."""
+        if self.job_record is None:
+            self.notify("no action has run yet", severity="information")
+        elif not self._job_screens():
+            self.push_screen(JobScreen(self.job_record))
+
+    def copy_value(self, what: str, value: str) -> None:
+        """OSC 52 copy of a non-secret value, with the value in the toast."""
+        self.copy_to_clipboard(value)
+        self.notify(value, title=f"copied {what}", timeout=4, markup=False)
+
+    def live_ids(self, keys: Iterable[str]) -> list[str]:
+        """The live (not withdrawn) pairs among ``keys``."""
+        return self.model.live(keys)
+
+
+def job_toast(job: Job, result: Any) -> tuple[str, Any]:
+    """The end-of-job toast: one line, and whether it is good news."""
+    if isinstance(result, RotationReport):
+        windows = [p.window_ms for p in result.pairs if p.window_ms is not None]
+        longest = f", longest window {max(windows):.0f} ms" if windows else ""
+        number = f" {result.rotation}" if result.rotation is not None else ""
+        text = f"rotation{number} {result.outcome}: {len(result.pairs)} pairs{longest}"
+        if result.reason:
+            text += f" ({result.reason})"
+        return text, "information" if result.ok else "warning"
+    if isinstance(result, PushReport):
+        text = f"delivered {len(result.delivered)}, withdrawn {len(result.withdrawn)}"
+        if result.behind:
+            text += f", {len(result.behind)} still behind"
+        return text, "information" if result.ok else "warning"
+    if isinstance(result, list) and all(isinstance(r, DrillReport) for r in result):
+        failed = [r for r in result if not r.ok]
+        text = f"{len(result) - len(failed)} passed" + (f", {len(failed)} FAILED" if failed else "")
+        return text, "information" if not failed else "error"
+    if isinstance(result, list) and all(isinstance(r, ProbeOutcome) for r in result):
+        verdicts: dict[str, int] = {}
+        for r in result:
+            verdicts[r.verdict] = verdicts.get(r.verdict, 0) + 1
+        text = f"probed {len(result)}: " + ", ".join(
+            f"{n} {v}" for v, n in sorted(verdicts.items())
+        )
+        bad = any(r.verdict != "accepted" for r in result)
+        return text, "warning" if bad else "information"
+    return f"{job.title}: done", "information"
+
+
+def run_dashboard(state_dir: Path, *, read_only: bool = False, screen: str | None = None) -> int:
+    """Open the dashboard on ``state_dir`` until the operator quits; the CLI's entry point."""
+    app = MeshApp(state_dir, read_only=read_only, screen=screen)
+    result = app.run()
+    if app.return_code not in (None, 0):
+        return int(app.return_code)
+    return int(result or 0)

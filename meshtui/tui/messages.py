@@ -1,0 +1,122 @@
+"""The messages background workers post to the app; ``@on`` handlers there own the UI.
+
+Workers run in threads and only compute: they call the controller and post one of these
+(``post_message`` is thread-safe). Tests capture them with ``run_test(message_hook=...)`` and
+assert on them rather than on pixels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from textual.message import Message
+
+from meshtui.controller.reports import HostView, PairDetail, RotationPlan, Summary
+from meshtui.tui.pairs import Fresh
+
+
+class Loaded(Message):
+    """A fresh read of every pair's status (already turned into display rows) and the summary."""
+
+    def __init__(
+        self, fresh: Fresh, summary: Summary | None, seconds: float, note: str = "", seq: int = 0
+    ) -> None:
+        super().__init__()
+        self.fresh, self.summary, self.seconds, self.note = fresh, summary, seconds, note
+        self.seq = seq
+
+
+class DetailLoaded(Message):
+    """One pair's detail, for the pair screen."""
+
+    def __init__(self, detail: PairDetail) -> None:
+        super().__init__()
+        self.detail = detail
+
+
+class HostsLoaded(Message):
+    """Every node as the hosts screen shows it (``checked`` when agents were asked)."""
+
+    def __init__(self, hosts: list[HostView], checked: bool) -> None:
+        super().__init__()
+        self.hosts, self.checked = hosts, checked
+
+
+class ChainVerdict(Protocol):
+    """What ``Controller.verify_chain()`` answers (only these fields are shown)."""
+
+    @property
+    def ok(self) -> bool: ...
+
+    @property
+    def events(self) -> int: ...
+
+    @property
+    def bad_seq(self) -> int | None: ...
+
+    @property
+    def problem(self) -> str: ...
+
+
+class AuditLoaded(Message):
+    """The audit events and whether the chain verifies."""
+
+    def __init__(self, events: list[dict[str, Any]], check: ChainVerdict) -> None:
+        super().__init__()
+        self.events, self.check = events, check
+
+
+class Exported(Message):
+    """The audit log was written to ``path``."""
+
+    def __init__(self, path: str, fmt: str, count: int) -> None:
+        super().__init__()
+        self.path, self.fmt, self.count = path, fmt, count
+
+
+class PlanReady(Message):
+    """A rotation plan came back (the pairs, every affected node resolved or not), or failed."""
+
+    def __init__(self, plan: RotationPlan | None, error: BaseException | None = None) -> None:
+        super().__init__()
+        self.plan, self.error = plan, error
+
+
+@dataclass(frozen=True)
+class Job:
+    """One action the operator started: what it is, on which pairs, and why those pairs."""
+
+    kind: str  # rotate | drill | probe | push
+    ids: tuple[str, ...]
+    basis: str  # "the selected pair", "3 marked pairs", ...
+
+    @property
+    def title(self) -> str:
+        """``Rotate 3 marked pairs``."""
+        verb = {"rotate": "Rotate", "drill": "Drill", "probe": "Probe", "push": "Push"}[self.kind]
+        return f"{verb} {self.basis}" if self.kind != "push" else "Push every end"
+
+
+class JobProgress(Message):
+    """The controller's ``progress(message, done, total)`` callback, carried to the UI thread."""
+
+    def __init__(self, job: Job, text: str, done: int, total: int) -> None:
+        super().__init__()
+        self.job, self.text, self.done, self.total = job, text, done, total
+
+
+class JobFinished(Message):
+    """An action ended with a report (``result`` is the controller's return value)."""
+
+    def __init__(self, job: Job, result: Any, seconds: float) -> None:
+        super().__init__()
+        self.job, self.result, self.seconds = job, result, seconds
+
+
+class JobFailed(Message):
+    """An action raised; ``error`` is what the one error boundary turns into a message."""
+
+    def __init__(self, job: Job, error: BaseException) -> None:
+        super().__init__()
+        self.job, self.error = job, error

@@ -1,0 +1,328 @@
+"""The pairs table's model: status rows kept by pair id, and the filtered, sorted, grouped view.
+
+No widget lives here. :class:`PairModel` turns the controller's ``PairStatus`` rows into display
+rows, diffs a fresh load against what it holds (so the table redraws only what changed), and
+computes the view for a filter, a sort column and a grouping in a few milliseconds for 10,000
+pairs: every row carries a lower-case search text and precomputed sort keys.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from meshtui.model import PairStatus, State
+from meshtui.tui.widgets.line_table import Column, Entry, GroupHeader
+
+COLUMNS: tuple[Column, ...] = (
+    Column("state", "state", min_width=7, max_width=8),
+    Column("provision", "provision", max_width=16),
+    Column("consumer", "consumer", max_width=28),
+    Column("provider", "provider", max_width=28),
+    Column("login", "login", max_width=40),
+    Column("generation", "gen", align="right", max_width=5),
+    Column("consumer_generation", "c.gen", align="right", max_width=5),
+    Column("provider_generation", "p.gen", align="right", max_width=5),
+    Column("age", "age", align="right", max_width=6),
+    Column("probed", "probed", align="right", max_width=8),
+    Column("reason", "reason", max_width=60),
+)
+"""The main table's columns, in order; their keys are what ``s`` cycles through."""
+
+SORT_KEYS = tuple(c.key for c in COLUMNS)
+GROUPINGS = ("none", "provider", "node")
+"""``g`` cycles these: no groups, one group per provider module, one per consumer node."""
+
+STATE_ORDER = {State.STALE: 0, State.UNKNOWN: 1, State.WORKING: 2, State.REVOKED: 3}
+"""Sorting by state puts what needs attention first."""
+
+TONES = {State.WORKING: "good", State.STALE: "warn", State.REVOKED: "muted", State.UNKNOWN: "info"}
+FILTER_FIELDS = ("state", "provision", "consumer", "provider", "login", "node", "reason", "gen")
+
+
+def parse_time(text: str | None) -> datetime | None:
+    """An inventory timestamp, or None."""
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return None
+
+
+def short_time(text: str | None) -> str:
+    """An inventory timestamp as ``2026-05-04 11:00:00`` (UTC, to the second)."""
+    when = parse_time(text)
+    return "-" if when is None else when.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def short_age(seconds: float | None) -> str:
+    """``45s``, ``12m``, ``5h``, ``3d``, ``2y``: an age that fits in six cells."""
+    if seconds is None:
+        return "-"
+    s = max(0, int(seconds))
+    for unit, size in (("y", 365 * 86400), ("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{s // size}{unit}"
+    return f"{s}s"
+
+
+def _gen(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class PairRow:
+    """One pair as the table shows it, with what filtering and sorting need precomputed."""
+
+    key: str
+    cells: tuple[str, ...]
+    tone: str
+    status: PairStatus
+    age_s: float | None
+    probed_s: float | None
+    hay: str
+
+    def sort_value(self, column: str) -> Any:
+        """The value a column sorts by (numbers sort as numbers, unknown last)."""
+        st = self.status
+        if column == "state":
+            return (0 if st.alarm else 1, STATE_ORDER[st.state], st.pair)
+        if column in ("generation", "consumer_generation", "provider_generation"):
+            value = getattr(st, column)
+            return (value is None, value or 0, st.pair)
+        if column == "age":
+            return (self.age_s is None, self.age_s or 0.0, st.pair)
+        if column == "probed":
+            return (self.probed_s is None, self.probed_s or 0.0, st.pair)
+        return (str(getattr(st, column)), st.pair)
+
+
+def make_row(st: PairStatus, now: datetime) -> PairRow:
+    """The display row of one status."""
+    born = parse_time(st.rotated_at or st.created_at)
+    probed = parse_time(st.probed_at)
+    age_s = (now - born).total_seconds() if born else None
+    probed_s = (now - probed).total_seconds() if probed else None
+    state = "ALARM" if st.alarm else str(st.state)
+    if st.withdrawn and st.state is not State.REVOKED:
+        state = f"{state}*"
+    cells = (
+        state,
+        st.provision,
+        st.consumer,
+        st.provider,
+        st.login,
+        str(st.generation),
+        _gen(st.consumer_generation),
+        _gen(st.provider_generation),
+        short_age(age_s),
+        short_age(probed_s) if probed_s is not None else "never",
+        st.reason,
+    )
+    hay = "\n".join((st.pair, st.login, str(st.state), st.reason, st.consumer_file)).lower()
+    return PairRow(
+        key=st.pair,
+        cells=cells,
+        tone="alarm" if st.alarm else TONES[st.state],
+        status=st,
+        age_s=age_s,
+        probed_s=probed_s,
+        hay=hay,
+    )
+
+
+@dataclass(frozen=True)
+class Fresh:
+    """A load turned into display rows (in id order) and the column widths they need."""
+
+    rows: dict[str, PairRow]
+    widths: list[int]
+
+
+@dataclass(frozen=True)
+class Changes:
+    """What a load changed, by pair id."""
+
+    added: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+
+    @property
+    def any(self) -> bool:
+        """True when something must be redrawn."""
+        return bool(self.added or self.changed or self.removed)
+
+    @property
+    def keys_changed(self) -> bool:
+        """True when rows came or went (the view must be recomputed, not just redrawn)."""
+        return bool(self.added or self.removed)
+
+
+@dataclass(frozen=True)
+class Query:
+    """A parsed filter: ``field:value`` terms match one column, bare words match anywhere.
+
+    Every term must match (AND). Fields: state, provision, consumer, provider, login, node
+    (either end's node), reason, gen. Matching is case-insensitive substring matching, except
+    ``state:`` and ``node:`` and ``gen:``, which must match exactly.
+    """
+
+    words: tuple[str, ...] = ()
+    fields: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> Query:
+        """Split the filter box's text into terms."""
+        words: list[str] = []
+        fields: list[tuple[str, str]] = []
+        for term in text.lower().split():
+            name, colon, value = term.partition(":")
+            if colon and name in FILTER_FIELDS and value:
+                fields.append((name, value))
+            else:
+                words.append(term)
+        return cls(tuple(words), tuple(fields))
+
+    @property
+    def empty(self) -> bool:
+        """True when nothing is filtered out."""
+        return not (self.words or self.fields)
+
+    def matcher(self) -> Callable[[PairRow], bool]:
+        """A fast predicate for this query."""
+        words, fields = self.words, self.fields
+
+        def match(row: PairRow) -> bool:
+            hay = row.hay
+            for word in words:
+                if word not in hay:
+                    return False
+            if fields:
+                st = row.status
+                for name, value in fields:
+                    if not _field_match(st, name, value):
+                        return False
+            return True
+
+        return match
+
+
+def _field_match(st: PairStatus, name: str, value: str) -> bool:
+    if name == "state":
+        return str(st.state) == value or (value == "alarm" and st.alarm)
+    if name == "node":
+        return value in (st.consumer_node.lower(), st.provider_node.lower())
+    if name == "gen":
+        return str(st.generation) == value
+    return value in str(getattr(st, name)).lower()
+
+
+class PairModel:
+    """Every pair's display row by id, and the view the table shows."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, PairRow] = {}
+        self.widths: list[int] = [max(c.min_width, len(c.label)) for c in COLUMNS]
+
+    @staticmethod
+    def build(statuses: Iterable[PairStatus], now: datetime) -> Fresh:
+        """Display rows and column widths for a load; pure, so a worker thread can do it."""
+        rows = {st.pair: make_row(st, now) for st in statuses}
+        return Fresh(dict(sorted(rows.items())), PairModel._measure(rows.values()))
+
+    def merge(self, fresh: Fresh) -> Changes:
+        """Take a fresh load; keep unchanged rows as they are and report the differences."""
+        old, new = self.rows, fresh.rows
+        changes = Changes(
+            added=[k for k in new if k not in old],
+            changed=[k for k, r in new.items() if k in old and old[k].cells != r.cells],
+            removed=[k for k in old if k not in new],
+        )
+        if changes.keys_changed:
+            self.rows = new  # id order, which is the unsorted view's order
+        else:
+            for k in changes.changed:
+                old[k] = new[k]
+        if changes.any:
+            self.widths = fresh.widths
+        return changes
+
+    def apply(self, statuses: Iterable[PairStatus], now: datetime) -> Changes:
+        """:meth:`build` then :meth:`merge`, in one go."""
+        return self.merge(self.build(statuses, now))
+
+    @staticmethod
+    def _measure(rows: Iterable[PairRow]) -> list[int]:
+        widths = [max(c.min_width, len(c.label)) for c in COLUMNS]
+        limits = [c.max_width for c in COLUMNS]
+        for row in rows:
+            for i, text in enumerate(row.cells):
+                n = len(text)
+                if n > widths[i]:
+                    widths[i] = min(n, limits[i])
+        return widths
+
+    def filtered(self, query: Query) -> list[PairRow]:
+        """The rows the query keeps, in id order."""
+        if query.empty:
+            return list(self.rows.values())
+        match = query.matcher()
+        return [r for r in self.rows.values() if match(r)]
+
+    def view(
+        self,
+        query: Query,
+        *,
+        sort: str | None = None,
+        reverse: bool = False,
+        group: str = "none",
+        collapsed: frozenset[str] = frozenset(),
+    ) -> list[Entry]:
+        """What the table shows: filtered, sorted, optionally under group headers."""
+        rows = self.filtered(query)
+        if sort is not None:
+            rows.sort(key=lambda r: r.sort_value(sort), reverse=reverse)
+        elif reverse:
+            rows.reverse()
+        if group == "none":
+            return [r.key for r in rows]
+        groups: dict[str, list[PairRow]] = {}
+        for r in rows:
+            name = r.status.provider if group == "provider" else r.status.consumer_node
+            groups.setdefault(name, []).append(r)
+        entries: list[Entry] = []
+        for name in sorted(groups):
+            members = groups[name]
+            header = GroupHeader(
+                name=name,
+                label=group_label(group, name, members),
+                keys=tuple(r.key for r in members),
+                collapsed=name in collapsed,
+            )
+            entries.append(header)
+            if not header.collapsed:
+                entries.extend(header.keys)
+        return entries
+
+    def counts(self) -> Counter[str]:
+        """How many rows are in each state (and how many alarm)."""
+        c: Counter[str] = Counter(str(r.status.state) for r in self.rows.values())
+        c["alarm"] = sum(1 for r in self.rows.values() if r.status.alarm)
+        return c
+
+    def live(self, keys: Iterable[str]) -> list[str]:
+        """The keys that name pairs which are not withdrawn (only those can be acted on)."""
+        return [k for k in keys if k in self.rows and not self.rows[k].status.withdrawn]
+
+
+def group_label(group: str, name: str, members: Sequence[PairRow]) -> str:
+    """``provider db1/postgres · 12 pairs · 10 working · 2 stale``."""
+    counts = Counter(str(r.status.state) for r in members)
+    parts = [f"{n} {s}" for s in ("working", "stale", "revoked", "unknown") if (n := counts[s])]
+    word = "provider" if group == "provider" else "node"
+    plural = "pair" if len(members) == 1 else "pairs"
+    return " · ".join([f"{word} {name}", f"{len(members)} {plural}", *parts])

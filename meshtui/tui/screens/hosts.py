@@ -1,0 +1,190 @@
+"""The hosts screen: every node, whether its agent answered, its key fingerprint, how many pair
+ends it should hold and which pairs it is behind on.
+
+Reachability is only known after ``k`` asks every agent (a read: nothing is written), so by
+default the column says "not asked" rather than guessing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import BindingType
+from textual.widgets import Footer, Label, Static
+
+from meshtui.controller.reports import HostView
+from meshtui.tui import actions
+from meshtui.tui.messages import HostsLoaded
+from meshtui.tui.pairs import Changes
+from meshtui.tui.screens.base import MeshScreen
+from meshtui.tui.widgets.line_table import Column, LineTable, TableRow
+
+COLUMNS = (
+    Column("name", "node", max_width=20),
+    Column("reachable", "reachable", max_width=12),
+    Column("address", "address", max_width=16),
+    Column("fingerprint", "key", max_width=24),
+    Column("holds", "holds", align="right", max_width=6),
+    Column("behind", "behind", align="right", max_width=6),
+    Column("agent", "agent", max_width=40),
+    Column("reason", "answer", max_width=50),
+)
+
+
+def host_row(h: HostView) -> TableRow:
+    """A node as a table row, toned by reachability and whether it is behind."""
+    reach = {True: "yes", False: "NO", None: "not asked"}[h.reachable]
+    tone = (
+        "bad" if h.reachable is False else "warn" if h.behind else "good" if h.reachable else "info"
+    )
+    name = h.name if h.declared else f"{h.name} (undeclared)"
+    return TableRow(
+        h.name,
+        (
+            name,
+            reach,
+            h.address,
+            h.fingerprint,
+            str(h.holds),
+            str(len(h.behind)),
+            h.agent,
+            h.reason,
+        ),
+        tone,
+    )
+
+
+class HostsScreen(MeshScreen):
+    """Every node."""
+
+    SCOPE = "hosts"
+    BINDINGS: ClassVar[list[BindingType]] = actions.bindings("hosts")
+    AUTO_FOCUS = "#hosts"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hosts: dict[str, HostView] = {}
+        self.checked = False
+
+    def compose(self) -> ComposeResult:
+        yield Label(Text("Hosts", style="bold"), id="hosts-title")
+        yield LineTable(COLUMNS, empty_text="reading the nodes…", id="hosts")
+        yield Static(id="host-detail")
+        yield Footer(compact=True)
+
+    @property
+    def table(self) -> LineTable:
+        """The nodes table."""
+        return self.query_one("#hosts", LineTable)
+
+    def on_mount(self) -> None:
+        self.load(check=False)
+
+    def load(self, *, check: bool) -> None:
+        """Read the nodes (``check``: ask every agent too) in a thread."""
+        self.run_worker(
+            lambda: self._load(check),
+            name="hosts",
+            group="hosts",
+            exclusive=True,
+            thread=True,
+            exit_on_error=False,
+        )
+
+    def _load(self, check: bool) -> None:
+        with self.mesh.open_controller(reader=True) as ctl:
+            hosts = ctl.hosts(check=check)
+        self.post_message(HostsLoaded(hosts, check))
+
+    def on_worker_state_changed(self, event: Any) -> None:
+        from textual.worker import WorkerState
+
+        if event.state is WorkerState.ERROR and event.worker.error is not None:
+            self.mesh.report_error(event.worker.error, "hosts")
+
+    def pairs_changed(self, changes: Changes, first: bool) -> None:
+        if changes.any:
+            self.load(check=False)
+
+    @on(HostsLoaded)
+    def _loaded(self, message: HostsLoaded) -> None:
+        message.stop()
+        fresh = {h.name: h for h in message.hosts}
+        if not message.checked and self.checked:
+            # keep what the agents said last time; only holdings are re-read
+            fresh = {
+                n: replace(h, reachable=self.hosts[n].reachable, reason=self.hosts[n].reason)
+                if n in self.hosts
+                else h
+                for n, h in fresh.items()
+            }
+        self.checked = self.checked or message.checked
+        self.hosts = fresh
+        rows = {n: host_row(h) for n, h in fresh.items()}
+        table = self.table
+        table.set_rows(rows)
+        table.set_view(list(rows))
+        self._show_detail()
+        if message.checked:
+            down = [h.name for h in message.hosts if h.reachable is False]
+            self.notify(
+                f"{len(down)} of {len(message.hosts)} nodes did not answer: {', '.join(down)}"
+                if down
+                else f"all {len(message.hosts)} nodes answered",
+                severity="warning" if down else "information",
+                markup=False,
+            )
+
+    @on(LineTable.Highlighted, "#hosts")
+    def _highlighted(self, event: LineTable.Highlighted) -> None:
+        self._show_detail()
+
+    def _show_detail(self) -> None:
+        key = self.table.current_key
+        host = self.hosts.get(key) if key else None
+        if host is None:
+            self.query_one("#host-detail", Static).update("")
+            return
+        text = Text()
+        text.append(f"{host.name}", "bold")
+        text.append(f" holds {host.holds} pair ends; ")
+        if host.behind:
+            text.append(f"behind on {len(host.behind)}: ", "bold")
+            text.append(", ".join(host.behind[:6]) + (" …" if len(host.behind) > 6 else ""))
+        else:
+            text.append("behind on none")
+        self.query_one("#host-detail", Static).update(text)
+
+    def action_check(self) -> None:
+        """Ask every agent whether it answers (reads only)."""
+        self.notify("asking every agent…", timeout=3)
+        self.load(check=True)
+
+    def action_open(self) -> None:
+        """Show the node's pairs on the main screen."""
+        key = self.table.current_key
+        if key is None:
+            return
+        self.mesh.action_pairs()
+        main = self.app.screen
+        set_filter = getattr(main, "set_filter", None)
+        if set_filter is not None:
+            set_filter(f"node:{key}")
+
+    @on(LineTable.Activated, "#hosts")
+    def _activated(self, event: LineTable.Activated) -> None:
+        self.action_open()
+
+    def action_copy_fingerprint(self) -> None:
+        """Copy the node's key fingerprint."""
+        key = self.table.current_key
+        if key is not None and key in self.hosts:
+            self.mesh.copy_value("key fingerprint", self.hosts[key].fingerprint)
+
+    def action_refresh(self) -> None:
+        """Read the nodes again (without asking agents)."""
+        self.load(check=False)

@@ -1,0 +1,197 @@
+"""An action's progress and outcome: the controller's progress as a bar and a log, then the
+result (each rotated pair with its window, each drill as a checklist, each probe's verdict).
+
+The app keeps a :class:`JobRecord` of the last job and tells the screen when it changes, so the
+screen can be closed while the job runs (the summary bar keeps the progress) and shown again
+with ``o``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import BindingType
+from textual.containers import Vertical, VerticalScroll
+from textual.widgets import Footer, Label, Log, ProgressBar, Static
+
+from meshtui.controller.reports import DrillReport, ProbeOutcome, PushReport, RotationReport
+from meshtui.tui import actions
+from meshtui.tui.messages import Job
+from meshtui.tui.screens.base import MeshScreen
+from meshtui.tui.widgets.drill_checklist import DrillChecklist
+from meshtui.tui.widgets.line_table import Column, LineTable, TableRow
+
+
+def clock() -> float:
+    """Seconds for the job log (its own name, so tests can freeze it alone)."""
+    return time.monotonic()
+
+
+@dataclass
+class JobRecord:
+    """Everything the job screen shows, kept by the app while the screen comes and goes."""
+
+    job: Job
+    started: float = field(default_factory=lambda: clock())
+    lines: list[str] = field(default_factory=list)
+    step: str = "starting"
+    done: int = 0
+    total: int = 0
+    finished: bool = False
+    result: Any = None
+    error: BaseException | None = None
+    seconds: float | None = None
+
+    def progress(self, text: str, done: int, total: int) -> str:
+        """Record one progress call; returns its log line."""
+        self.step, self.done, self.total = text, done, total
+        line = f"{clock() - self.started:6.2f}s  {text}"
+        self.lines.append(line)
+        return line
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} ms"
+
+
+def outcome_rows(result: Any) -> tuple[tuple[Column, ...], list[TableRow]]:
+    cols: tuple[Column, ...]
+    """The outcome table's columns and rows for a rotation, probe or push result."""
+    if isinstance(result, RotationReport):
+        cols = (
+            Column("pair", "pair", max_width=60),
+            Column("ok", "ok", max_width=4),
+            Column("gen", "generation", max_width=12),
+            Column("window", "window", align="right", max_width=10),
+            Column("reason", "reason", max_width=60),
+        )
+        rows = [
+            TableRow(
+                p.pair,
+                (
+                    p.pair,
+                    "✓" if p.ok else "✗",
+                    f"{p.previous if p.previous is not None else '-'} → {p.generation}",
+                    _ms(p.window_ms),
+                    p.reason,
+                ),
+                "good" if p.ok else "bad",
+            )
+            for p in result.pairs
+        ]
+        return cols, rows
+    if isinstance(result, PushReport):
+        cols = (
+            Column("pair", "pair", max_width=60),
+            Column("what", "what", max_width=10),
+            Column("gen", "gen", align="right", max_width=5),
+            Column("reason", "reason", max_width=60),
+        )
+        rows = [
+            TableRow(f"d:{p.pair}", (p.pair, "delivered", str(p.generation), p.reason), "good")
+            for p in result.delivered
+        ]
+        rows += [
+            TableRow(f"w:{p.pair}", (p.pair, "withdrawn", str(p.generation), p.reason), "muted")
+            for p in result.withdrawn
+        ]
+        rows += [
+            TableRow(f"b:{pid}", (pid, "behind", "", why), "warn")
+            for pid, why in sorted(result.behind.items())
+        ]
+        return cols, rows
+    cols = (
+        Column("pair", "pair", max_width=60),
+        Column("verdict", "verdict", max_width=20),
+        Column("latency", "latency", align="right", max_width=10),
+        Column("reason", "reason", max_width=60),
+    )
+    rows = []
+    for o in result if isinstance(result, list) else []:
+        if isinstance(o, ProbeOutcome):
+            verdict = o.verdict + (" (loopback)" if o.loopback else "")
+            tone = "good" if o.verdict == "accepted" else "warn"
+            rows.append(TableRow(o.pair, (o.pair, verdict, _ms(o.latency_ms), o.reason), tone))
+    return cols, rows
+
+
+class JobScreen(MeshScreen):
+    """Progress, then outcome, of one job."""
+
+    SCOPE = "job"
+    BINDINGS: ClassVar[list[BindingType]] = actions.bindings("job")
+
+    def __init__(self, record: JobRecord) -> None:
+        super().__init__()
+        self.record = record
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="job"):
+            yield Label(Text(self.record.job.title, style="bold"), id="job-title")
+            yield ProgressBar(total=None, show_eta=False, id="job-bar")
+            yield Label(Text(""), id="job-step")
+            yield Log(id="job-log", max_lines=2000)
+            yield VerticalScroll(id="job-outcome")
+        yield Footer(compact=True)
+
+    def on_mount(self) -> None:
+        log = self.query_one(Log)
+        log.write_lines(self.record.lines)
+        self._show_progress()
+        if self.record.finished:
+            self._show_outcome()
+
+    def progressed(self, line: str) -> None:
+        """The job reported progress (called by the app)."""
+        if self.is_mounted:
+            self.query_one(Log).write_line(line)
+            self._show_progress()
+
+    def finished(self) -> None:
+        """The job ended (called by the app)."""
+        if self.is_mounted:
+            self._show_progress()
+            self._show_outcome()
+
+    def _show_progress(self) -> None:
+        r = self.record
+        bar = self.query_one(ProgressBar)
+        if r.finished:
+            bar.update(total=max(1, r.total), progress=max(1, r.total))
+        elif r.total:
+            bar.update(total=r.total, progress=r.done)
+        step = r.step if not r.finished else self._end_line()
+        of = f" ({r.done}/{r.total})" if r.total and not r.finished else ""
+        self.query_one("#job-step", Label).update(Text(step + of))
+
+    def _end_line(self) -> str:
+        r = self.record
+        took = f" in {r.seconds:.1f} s" if r.seconds is not None else ""
+        if r.error is not None:
+            return f"FAILED: {r.error}"
+        if isinstance(r.result, RotationReport):
+            return f"rotation {r.result.rotation or ''} {r.result.outcome}{took}".replace("  ", " ")
+        return f"finished{took} (escape closes)"
+
+    def _show_outcome(self) -> None:
+        area = self.query_one("#job-outcome", VerticalScroll)
+        area.remove_children()
+        r = self.record
+        if r.error is not None:
+            area.mount(Static(Text(f"{type(r.error).__name__}: {r.error}", style="bold red")))
+            return
+        result = r.result
+        if isinstance(result, list) and result and all(isinstance(x, DrillReport) for x in result):
+            area.mount_all(DrillChecklist(report) for report in result)
+            return
+        if isinstance(result, RotationReport) and result.reason:
+            area.mount(Static(Text(result.reason)))
+        columns, rows = outcome_rows(result)
+        table = LineTable(columns, empty_text="no pairs", id="job-table")
+        area.mount(table)
+        table.set_rows({row.key: row for row in rows})
+        table.set_view([row.key for row in rows])
