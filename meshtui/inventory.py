@@ -131,7 +131,7 @@ class Inventory:
         self.path = path
         self.read_only = read_only
         self.db = sqlite_utils.Database(conn)
-        self._lock = threading.RLock()
+        self.lock = threading.RLock()
 
     @classmethod
     def open(cls, path: Path | str, *, read_only: bool = False) -> Inventory:
@@ -202,7 +202,7 @@ class Inventory:
         )
 
     def _migrate(self) -> None:
-        with self._lock, self.db.conn:
+        with self.lock, self.db.conn:
             self.db.execute("BEGIN IMMEDIATE")
             found = self.version()
             if found > SCHEMA_VERSION:
@@ -221,7 +221,7 @@ class Inventory:
     def transaction(self, action: str) -> Iterator[sqlite_utils.Database]:
         """One atomic write; refused up front when read-only, SQLite errors made clear."""
         self.require_writable(action)
-        with self._lock:
+        with self.lock:
             try:
                 with self.db.conn:
                     self.db.execute("BEGIN IMMEDIATE")
@@ -267,7 +267,7 @@ class Inventory:
     # ---- reads --------------------------------------------------------------------------
     def query(self, sql: str, params: Iterable[Any] | dict[str, Any] = ()) -> list[Row]:
         """Rows as dicts."""
-        with self._lock:
+        with self.lock:
             return list(self.db.query(sql, params if isinstance(params, dict) else list(params)))
 
     def nodes(self) -> dict[str, Row]:
@@ -284,10 +284,17 @@ class Inventory:
 
     def pairs(self, ids: Iterable[str] | None = None) -> list[Row]:
         """Pairs (all, or the named ones) with values and reload decoded."""
-        rows = self.query("SELECT * FROM pairs ORDER BY id")
-        if ids is not None:
-            wanted = set(ids)
-            rows = [r for r in rows if r["id"] in wanted]
+        if ids is None:
+            rows = self.query("SELECT * FROM pairs ORDER BY id")
+        else:
+            wanted = sorted(set(ids))
+            rows = []
+            for i in range(0, len(wanted), 500):  # stay under SQLite's variable limit
+                chunk = wanted[i : i + 500]
+                rows += self.query(
+                    "SELECT * FROM pairs WHERE id IN (" + ",".join("?" * len(chunk)) + ")", chunk
+                )
+            rows.sort(key=lambda r: str(r["id"]))
         for r in rows:
             r["values"] = json.loads(r["values"])
             r["reload"] = json.loads(r["reload"])
@@ -304,9 +311,13 @@ class Inventory:
         """Every generation of a pair, oldest first."""
         return self.query("SELECT * FROM generations WHERE pair = ? ORDER BY generation", [pair])
 
-    def deliveries(self) -> dict[tuple[str, str], Row]:
-        """Which generation each end holds, by (pair, end)."""
-        return {(r["pair"], r["end"]): r for r in self.query("SELECT * FROM deliveries")}
+    def deliveries(self, pair: str | None = None) -> dict[tuple[str, str], Row]:
+        """Which generation each end holds, by (pair, end); all pairs or one."""
+        if pair is None:
+            rows = self.query("SELECT * FROM deliveries")
+        else:
+            rows = self.query("SELECT * FROM deliveries WHERE pair = ?", [pair])
+        return {(r["pair"], r["end"]): r for r in rows}
 
     def latest_probes(self) -> dict[str, Row]:
         """The newest probe of every pair."""

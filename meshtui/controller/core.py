@@ -113,7 +113,8 @@ class Controller:
 
     def resolve_pairs(self, ids: Iterable[str]) -> list[str]:
         """Check that every named pair exists; UnknownPairError names the first that does not."""
-        known = {r["id"] for r in self.inventory.query("SELECT id FROM pairs")}
+        ids = list(ids)
+        known = {r["id"] for r in self.inventory.pairs(ids)}
         out = []
         for pid in ids:
             if pid not in known:
@@ -150,8 +151,7 @@ class Controller:
         ]
         deliveries = {
             end: {k: v for k, v in d.items() if k not in ("pair", "end")}
-            for (p, end), d in self.inventory.deliveries().items()
-            if p == pid
+            for (_, end), d in self.inventory.deliveries(pid).items()
         }
         rotations = [
             r for r in self.inventory.rotations() if any(i["pair"] == pid for i in r["items"])

@@ -71,45 +71,104 @@ def pair_state(
     return State.STALE, f"probe could not decide: {probe['reason']}", False
 
 
+STATUS_SQL = """
+SELECT p.id, p.provision, p.consumer, p.provider, p.login, p.file, p.generation, p.created_at,
+       p.rotated_at, p.withdrawn_at,
+       c.generation, c.error, v.generation, v.error,
+       pr.verdict, pr.reason, pr.at, pr.generation, pr.loopback, pr.client_addr, pr.withdrawn,
+       pr.latency_ms, pr.used_password
+FROM pairs p
+LEFT JOIN deliveries c ON c.pair = p.id AND c."end" = 'consumer'
+LEFT JOIN deliveries v ON v.pair = p.id AND v."end" = 'provider'
+LEFT JOIN probes pr ON pr.id = (SELECT MAX(id) FROM probes WHERE pair = p.id)
+"""
+
+
 def statuses(inv: Inventory, ids: Iterable[str] | None = None) -> list[PairStatus]:
-    """The status row of every pair (or the named ones), sorted by pair id."""
-    deliveries = inv.deliveries()
-    probes = inv.latest_probes()
+    """The status row of every pair (or the named ones), sorted by pair id: one query."""
     rotating = {i["pair"]: r["id"] for r in inv.open_rotations() for i in r["items"]}
+    sql, params = STATUS_SQL, []
+    if ids is not None:
+        wanted = sorted(set(ids))
+        if not wanted:
+            return []
+        sql += " WHERE p.id IN (" + ",".join("?" * len(wanted)) + ")"
+        params = wanted
+    sql += " ORDER BY p.id"
+    with inv.lock:
+        rows = inv.db.conn.execute(sql, params).fetchall()
     out = []
-    for p in inv.pairs(ids):
-        pid = p["id"]
-        consumer = deliveries.get((pid, End.CONSUMER.value))
-        provider = deliveries.get((pid, End.PROVIDER.value))
-        probe = probes.get(pid)
-        state, reason, alarm = pair_state(p, consumer, provider, probe)
+    for (
+        pid,
+        provision,
+        consumer_id,
+        provider_id,
+        login,
+        file,
+        generation,
+        created_at,
+        rotated_at,
+        withdrawn_at,
+        c_gen,
+        c_err,
+        v_gen,
+        v_err,
+        verdict,
+        why,
+        probed_at,
+        pr_gen,
+        loopback,
+        client_addr,
+        pr_withdrawn,
+        latency,
+        used_password,
+    ) in rows:
+        pair = {"generation": generation, "withdrawn_at": withdrawn_at}
+        consumer = (
+            None if c_gen is None and c_err is None else {"generation": c_gen, "error": c_err}
+        )
+        provider = (
+            None if v_gen is None and v_err is None else {"generation": v_gen, "error": v_err}
+        )
+        probe = (
+            None
+            if verdict is None
+            else {
+                "verdict": verdict,
+                "reason": why,
+                "generation": pr_gen,
+                "loopback": loopback,
+                "client_addr": client_addr,
+                "withdrawn": pr_withdrawn,
+                "used_password": used_password,
+            }
+        )
+        state, reason, alarm = pair_state(pair, consumer, provider, probe)
         if pid in rotating:
-            state, reason = (
-                State.STALE,
-                (
-                    f"rotation {rotating[pid]} was interrupted; the next push or rotate finishes "
-                    "or rolls it back"
-                ),
+            state = State.STALE
+            reason = (
+                f"rotation {rotating[pid]} was interrupted; the next push or rotate "
+                "finishes or rolls it back"
             )
         out.append(
             PairStatus(
                 pair=pid,
-                provision=p["provision"],
-                consumer=p["consumer"],
-                provider=p["provider"],
-                login=p["login"],
-                generation=p["generation"],
-                consumer_generation=consumer["generation"] if consumer else None,
-                provider_generation=provider["generation"] if provider else None,
-                withdrawn=bool(p["withdrawn_at"]),
+                provision=provision,
+                consumer=consumer_id,
+                provider=provider_id,
+                login=login,
+                generation=generation,
+                consumer_generation=c_gen,
+                provider_generation=v_gen,
+                withdrawn=bool(withdrawn_at),
                 state=state,
                 reason=reason,
-                probed_at=probe["at"] if probe else None,
-                rotated_at=p["rotated_at"],
-                consumer_file=p["file"],
-                created_at=p["created_at"],
+                probed_at=probed_at,
+                rotated_at=rotated_at,
+                consumer_file=file,
+                created_at=created_at,
                 alarm=alarm,
-                latency_ms=probe["latency_ms"] if probe else None,
+                latency_ms=latency,
             )
         )
     return out
