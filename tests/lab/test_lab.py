@@ -293,3 +293,21 @@ def test_loopback_lab_with_a_pluggable_provisioner(tmp_path):
     finally:
         lab_mesh.down(state, purge=True)
         shutil.rmtree(state, ignore_errors=True)
+
+
+def test_lab_down_leaves_no_process_namespace_or_server(lab):
+    """Runs last in this module: the fixture's own teardown then finds nothing to do."""
+    state, built = lab
+    pids = dict(built.pids)
+    done = lab_mesh.down(state)
+    assert any("stopped PostgreSQL" in line for line in done)
+    for node, pid in pids.items():
+        assert not Path(f"/proc/{pid}").exists(), f"agent {node} still runs"
+    left = subprocess.run(
+        ["ip", "netns", "list"], capture_output=True, text=True, check=True
+    ).stdout
+    assert f"{built.network}-" not in left
+    assert not postgres.open_cluster(built.datadir).running()
+    assert not any(built.socket(n).exists() for n in pids)
+    assert lab_mesh.status(state) == {"up": False}
+    assert lab_mesh.down(state) == []  # twice is safe
