@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import threading
 from pathlib import Path
 
@@ -21,8 +22,17 @@ def write_private(path: Path, data: bytes, *, mode: int = 0o600, durable: bool =
     path = Path(path)
     folder = path.parent
     folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp"  # one per writer
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    while True:  # a fresh name each try: never write into a file someone else created
+        tmp = (
+            folder
+            / f".{path.name}.{os.getpid()}.{threading.get_ident()}.{secrets.token_hex(4)}.tmp"
+        )
+        try:
+            fd = os.open(tmp, flags, mode)
+            break
+        except FileExistsError:
+            continue
     try:
         os.fchmod(fd, mode)
         view = memoryview(data)

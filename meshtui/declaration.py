@@ -61,6 +61,10 @@ class _Reader:
     def path_on_node(self, data: Mapping[str, Any], key: str, where: str) -> str:
         """A path on a node; relative paths are taken from the declaration's folder."""
         raw = self.string(data, key, where)
+        if ".." in raw.split("/"):
+            raise self.fail(
+                f"{where}.{key}", f"{raw!r} climbs out with '..'", "write the path without '..'"
+            )
         if raw.startswith("/") and not ("//" in raw or "/./" in raw or raw.endswith(("/", "/."))):
             return raw  # already what str(Path(raw)) gives; Path costs more than sealing here
         path = Path(raw)
@@ -124,8 +128,25 @@ def parse(text: str, path: Path) -> Declaration:
     for key, spec in r.table(data.get("modules", {}), "modules").items():
         module = _module(r, key, spec, nodes)
         modules[module.id] = module
+    _unique_paths(r, modules)
     pairs = _pairs(r, modules, nodes)
     return Declaration(source=str(path), nodes=nodes, modules=modules, pairs=pairs)
+
+
+def _unique_paths(r: _Reader, modules: Mapping[str, Module]) -> None:
+    """Two provisions sharing a manifest or a grants folder would delete each other's secrets."""
+    seen: dict[tuple[str, str], str] = {}
+    for module in modules.values():
+        for label, table in (("receives", module.receives), ("grants", module.grants)):
+            for provision, path in table.items():
+                key = f'modules."{module.id}".{label}.{provision}'
+                other = seen.setdefault((module.node, path), key)
+                if other != key:
+                    raise r.fail(
+                        key,
+                        f"{path} on {module.node} is already {other}",
+                        "give every provision its own manifest and grants folder",
+                    )
 
 
 def _node(r: _Reader, name: str, spec: Any) -> Node:

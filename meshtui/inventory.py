@@ -230,6 +230,11 @@ class Inventory:
                 if "readonly" in str(exc):
                     raise ReadOnlyError(action) from exc
                 raise InventoryError(f"{self.path}: {action} failed: {exc}") from exc
+            except sqlite3.IntegrityError as exc:
+                raise InventoryError(
+                    f"{self.path}: {action} conflicts with what is stored ({exc}); nothing was "
+                    "written (run meshtui push, then try again)"
+                ) from exc
 
     def audit(
         self,

@@ -46,11 +46,15 @@ def test_write_private_never_follows_a_planted_symlink(tmp_path: Path) -> None:
     target = tmp_path / "elsewhere"
     target.write_bytes(b"keep")
     path = tmp_path / "secret"
+    # plant links at every name a writer of this process could have used before: temp names
+    # are now unpredictable and opened O_EXCL|O_NOFOLLOW, so no planted file is ever written
     (tmp_path / f".secret.{os.getpid()}.{threading.get_ident()}.tmp").symlink_to(target)
-    with pytest.raises(OSError):
-        write_private(path, b"x")
+    write_private(path, b"x")
     assert target.read_bytes() == b"keep"
-    assert not path.exists()
+    assert path.read_bytes() == b"x" and not path.is_symlink()
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == [
+        f".secret.{os.getpid()}.{threading.get_ident()}.tmp"
+    ]
 
 
 def test_read_private_refuses_group_or_world_readable(tmp_path: Path) -> None:

@@ -17,6 +17,10 @@ from meshtui.errors import AgentError, EnvelopeError
 from meshtui.inventory import Row
 
 DEFAULT_TIMEOUT_S = 30.0
+DELIVER_TIMEOUT_S = 360.0
+"""Longer than the agent lets a provisioner run (300 s): never give up on a delivery that may
+still apply, or the record and the node disagree."""
+STATE_TIMEOUT_S = 10.0
 
 
 class AgentClient:
@@ -115,16 +119,22 @@ class Agents:
         return self.client(node).call(kind, payload)
 
     def call_many(
-        self, kind: str, payloads: Mapping[str, Mapping[str, Any]]
+        self,
+        kind: str,
+        payloads: Mapping[str, Mapping[str, Any]],
+        *,
+        timeout: float | None = None,
     ) -> dict[str, dict[str, Any] | AgentError]:
         """The same kind of request to several nodes at once; each answer or its error."""
+        if not payloads:
+            return {}
         for node in payloads:
             self.client(node)  # create clients in this thread
         out: dict[str, dict[str, Any] | AgentError] = {}
 
         def one(node: str) -> tuple[str, dict[str, Any] | AgentError]:
             try:
-                return node, self._clients[node].call(kind, payloads[node])
+                return node, self._clients[node].call(kind, payloads[node], timeout=timeout)
             except AgentError as exc:
                 return node, exc
 

@@ -26,7 +26,7 @@ from meshtui.controller.reports import (
     Summary,
     no_progress,
 )
-from meshtui.errors import ReadOnlyError, UnknownPairError
+from meshtui.errors import ReadOnlyError, RotationBusyError, UnknownPairError
 from meshtui.inventory import ChainCheck, Inventory, Row
 from meshtui.model import End, PairStatus, State
 
@@ -230,7 +230,17 @@ class Controller:
     def declare(self, path: Path | str) -> DeclareResult:
         """Load a declaration into the inventory."""
         self._writable("declare")
-        return declare(self.inventory, declaration.load(path))
+        decl = declaration.load(path)
+        from meshtui.controller.lock import delivering
+
+        with delivering(self.state_dir, "declare"):  # never while a rotation delivers
+            interrupted = self.inventory.open_rotations()
+            if interrupted:
+                raise RotationBusyError(
+                    f"rotation {interrupted[0]['id']} was interrupted; run meshtui push to "
+                    "finish or roll it back, then declare again"
+                )
+            return declare(self.inventory, decl)
 
     def push(self, progress: Progress = no_progress) -> PushReport:
         """Bring every end to the generation the inventory says it must hold."""

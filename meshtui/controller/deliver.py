@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from meshtui import crypto, wire
-from meshtui.controller.client import Agents
+from meshtui.controller.client import DELIVER_TIMEOUT_S, Agents
 from meshtui.errors import AgentError, InventoryError
 from meshtui.inventory import Inventory, Row, now
 from meshtui.model import End
@@ -186,7 +186,9 @@ def send_providers(
     """Deliver manifests to provider nodes (in parallel) and record each pair's provider end."""
     if not sets:
         return
-    answers = agents.call_many(wire.DELIVER, {n: {"provider": s} for n, s in sets.items()})
+    answers = agents.call_many(
+        wire.DELIVER, {n: {"provider": s} for n, s in sets.items()}, timeout=DELIVER_TIMEOUT_S
+    )
     rows: list[EndRow] = []
     for node, sent in sets.items():
         answer = answers[node]
@@ -238,7 +240,9 @@ def send_consumers(
     """Deliver credentials to consumer nodes (in parallel) and record each pair's consumer end."""
     if not items:
         return
-    answers = agents.call_many(wire.DELIVER, {n: {"consumer": i} for n, i in items.items()})
+    answers = agents.call_many(
+        wire.DELIVER, {n: {"consumer": i} for n, i in items.items()}, timeout=DELIVER_TIMEOUT_S
+    )
     rows: list[EndRow] = []
     for node, sent in items.items():
         answer = answers[node]
@@ -285,7 +289,7 @@ def held_generations(inv: Inventory, holdings: Mapping[str, list[dict[str, Any]]
                 continue
             present = h.get("present", True)
             old = current.get((h["pair"], h["end"]), {})
-            if present and old.get("generation") != gen:
+            if present and (old.get("generation") != gen or old.get("error")):
                 rows.append((h["pair"], End(h["end"]), gen, h["digest"], None))
             elif not present and old.get("generation"):
                 rows.append((h["pair"], End(h["end"]), NOTHING, None, "file missing or changed"))

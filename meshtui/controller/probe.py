@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from meshtui.controller.core import Controller
 
 CONCURRENCY = 8
+PROBE_LOGIN_TIMEOUT_S = 5.0  # the agent's per-login timeout; a probe is at most two logins
 
 
 def probe(ctl: Controller, ids: list[str], progress: Progress) -> list[ProbeOutcome]:
@@ -43,7 +44,11 @@ def probe(ctl: Controller, ids: list[str], progress: Progress) -> list[ProbeOutc
     progress(f"probing {total} pairs", 0, total)
     for node, items in sorted(by_node.items()):
         stamp = now()
-        client = AgentClient(plan.nodes[node], ctl.keys(), timeout=15.0 + 0.05 * len(items))
+        client = AgentClient(
+            plan.nodes[node],
+            ctl.keys(),
+            timeout=15.0 + 2 * PROBE_LOGIN_TIMEOUT_S * -(-len(items) // CONCURRENCY),
+        )
         try:
             answer: dict[str, Any] | AgentError = client.call(
                 wire.PROBE, {"targets": items, "concurrency": CONCURRENCY}

@@ -77,15 +77,27 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
                     result.fail(c["pair"], f"provider {node}: {unreachable[node]}")
         deliveries = inv.deliveries()
         progress("delivering to consumers", 2, 4)
+        # a consumer never moves ahead of its provider: it would hold a password nobody accepts
         todo = [
             p["id"]
             for p in live
-            if behind(p["id"], End.CONSUMER) and p["consumer"].split("/", 1)[0] not in unreachable
+            if behind(p["id"], End.CONSUMER)
+            and not behind(p["id"], End.PROVIDER)
+            and p["consumer"].split("/", 1)[0] not in unreachable
         ]
+        for p in live:
+            if behind(p["id"], End.CONSUMER) and behind(p["id"], End.PROVIDER):
+                result.fail(p["id"], "consumer waits until its provider holds the generation")
         send_consumers(agents, inv, plan.consumer_items(todo, {}), result)
         progress("revoking withdrawn pairs", 3, 4)
         held_by_consumer = {
             h["pair"] for hs in holdings.values() for h in hs if h["end"] == "consumer"
+        }
+        # only once the provider no longer holds a withdrawn pair is its login gone: ask again
+        providers_now = {p["provider"].split("/", 1)[0] for p in withdrawn} - set(unreachable)
+        _, after = ask_state(agents, sorted(providers_now))
+        still_at_provider = {
+            h["pair"] for hs in after.values() for h in hs if h["end"] == "provider"
         }
         revoked = revoke(
             ctl,
@@ -94,7 +106,10 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
             [
                 p["id"]
                 for p in withdrawn
-                if p["id"] in held_by_consumer and p["consumer"].split("/", 1)[0] not in unreachable
+                if p["id"] in held_by_consumer
+                and p["id"] not in still_at_provider
+                and p["provider"].split("/", 1)[0] in after
+                and p["consumer"].split("/", 1)[0] not in unreachable
             ],
         )
         delivered = [
@@ -134,7 +149,7 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
 
 
 def revoke(ctl: Controller, agents: Agents, plan: Planner, pids: list[str]) -> list[PairOutcome]:
-    """Consumers of withdrawn pairs try their last credential once (it must fail), then drop it."""
+    """Consumers of withdrawn pairs try their last credential once; only a refusal deletes it."""
     by_node: dict[str, list[dict[str, Any]]] = {}
     for pid in pids:
         p = plan.pairs[pid]
@@ -144,7 +159,7 @@ def revoke(ctl: Controller, agents: Agents, plan: Planner, pids: list[str]) -> l
     if not by_node:
         return []
     answers = agents.call_many(wire.WITHDRAW, {n: {"consumer": i} for n, i in by_node.items()})
-    out, probes = [], []
+    out, probes, gone = [], [], []
     stamp = now()
     for node, items in by_node.items():
         answer = answers[node]
@@ -165,6 +180,8 @@ def revoke(ctl: Controller, agents: Agents, plan: Planner, pids: list[str]) -> l
                 )
                 continue
             probe = g.get("probe")
+            if g.get("removed") or probe is None:
+                gone.append(pid)  # refused and deleted, or nothing was held any more
             verdict = probe["verdict"] if probe else "unknown"
             reason = probe["reason"] if probe else "no credential was held"
             if probe:
@@ -182,9 +199,10 @@ def revoke(ctl: Controller, agents: Agents, plan: Planner, pids: list[str]) -> l
     with ctl.inventory.transaction("record revocation probes") as db:
         if probes:
             db.table("probes").insert_all(probes)
-        db.table("deliveries").delete_where(
-            "pair IN ({}) AND \"end\" = 'consumer'".format(",".join("?" * len(pids))), pids
-        )
+        if gone:
+            db.table("deliveries").delete_where(
+                "pair IN ({}) AND \"end\" = 'consumer'".format(",".join("?" * len(gone))), gone
+            )
     return out
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from meshtui import wire
-from meshtui.controller.client import Agents
+from meshtui.controller.client import STATE_TIMEOUT_S, Agents
 from meshtui.controller.reports import Resolution
 from meshtui.errors import AgentError
 
@@ -21,7 +21,9 @@ def ask_state(
     agents: Agents, nodes: list[str]
 ) -> tuple[list[Resolution], dict[str, list[dict[str, Any]]]]:
     """Resolutions of ``nodes`` and, for those that answered, what they hold."""
-    answers = agents.call_many(wire.STATE, {n: {} for n in sorted(set(nodes))})
+    answers = agents.call_many(
+        wire.STATE, {n: {} for n in sorted(set(nodes))}, timeout=STATE_TIMEOUT_S
+    )
     resolutions, holdings = [], {}
     for node, answer in sorted(answers.items()):
         if isinstance(answer, AgentError):

@@ -25,6 +25,8 @@ def _end_reason(end: End, held: Row | None, want: int) -> str | None:
     if held["generation"] != want:
         tail = f": {held['error']}" if held["error"] else ""
         return f"{end} holds generation {held['generation']}, expected {want}{tail}"
+    if held["error"]:  # holds the right generation, but the last attempt failed (or its reload)
+        return f"{end}: last delivery failed: {held['error']}"
     return None
 
 

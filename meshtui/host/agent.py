@@ -21,6 +21,7 @@ from meshtui.errors import CryptoError, EnvelopeError, MeshtuiError
 from meshtui.host import probe as probe_mod
 from meshtui.host.holdings import Holdings
 from meshtui.host.identity import Identity
+from meshtui.model import NAME_RE
 
 OK_OUTCOMES = frozenset({"created", "updated", "unchanged"})
 RELOAD_TIMEOUT_S = 30.0
@@ -69,6 +70,7 @@ class Agent:
         self._nonces = wire.NonceCache()
         self._drills: dict[str, tuple[bytes, float]] = {}
         self._lock = threading.Lock()  # one delivery at a time: files and provisioner
+        self._drill_lock = threading.Lock()
 
     # ---- envelope -----------------------------------------------------------------------
     def handle(self, envelope: Any) -> tuple[int, dict[str, str]]:
@@ -100,9 +102,14 @@ class Agent:
         except MeshtuiError as exc:
             return 422, self._reply("error", {"error": str(exc)}, msg.nonce)
         except (KeyError, TypeError, ValueError) as exc:
-            return 400, self._reply(
-                "error", {"error": f"malformed {msg.kind}: {type(exc).__name__}"}, msg.nonce
+            what = f"missing key {exc.args[0]!r}" if isinstance(exc, KeyError) else str(exc)
+            return 400, self._reply("error", {"error": f"malformed {msg.kind}: {what}"}, msg.nonce)
+        except OSError as exc:
+            return 500, self._reply(
+                "error", {"error": f"{msg.kind} failed on {me}: {exc.strerror}"}, msg.nonce
             )
+        finally:
+            self._forget_expired_drills()
         return 200, self._reply(msg.kind, payload, msg.nonce)
 
     def _reply(self, kind: str, payload: dict[str, Any], reply_to: str | None) -> dict[str, str]:
@@ -115,6 +122,11 @@ class Agent:
             reply_to=reply_to,
         )
         return env
+
+    def _forget_expired_drills(self) -> None:
+        with self._drill_lock:
+            now = time.time()
+            self._drills = {k: v for k, v in self._drills.items() if v[1] > now}
 
     # ---- state --------------------------------------------------------------------------
     def state(self, payload: dict[str, Any]) -> dict[str, Any]:
@@ -157,9 +169,10 @@ class Agent:
                 f"delivery is for node {item.get('node')!r}, this is {self.identity.name!r}"
             )
             return out
-        path = Path(str(item["file"]))
-        if not path.is_absolute():
-            out["error"] = f"credential file {path} is not an absolute path"
+        try:
+            path = node_path(item["file"], "credential file")
+        except ValueError as exc:
+            out["error"] = str(exc)
             return out
         digest = str(item["digest"])
         try:
@@ -195,11 +208,16 @@ class Agent:
         if provider.split("/", 1)[0] != self.identity.name:
             out["error"] = f"manifest is for {provider}, this node is {self.identity.name!r}"
             return out
-        manifest, grants = Path(str(spec["receives"])), Path(str(spec["grants"]))
         try:
+            manifest = node_path(spec["receives"], "manifest")
+            grants = node_path(spec["grants"], "grants folder")
             inside = grants.relative_to(manifest.parent).as_posix()
-        except ValueError:
-            out["error"] = f"grants folder {grants} is not inside {manifest.parent}"
+            for c in spec["consumers"]:
+                for name in (str(c["node"]), str(c["module"])):
+                    if not NAME_RE.match(name):
+                        raise ValueError(f"consumer name {name!r} is not a node or module name")
+        except ValueError as exc:
+            out["error"] = f"{provider}: {exc}"
             return out
         rel = "" if inside == "." else inside + "/"
         consumers = list(spec["consumers"])
@@ -261,11 +279,15 @@ class Agent:
                     "generation": int(c["generation"]),
                     "digest": c["digest"],
                     "provider": provider,
+                    "login": c["as"],
                 }
         listed = {str(c["pair"]) for c in consumers}
         for h in self.holdings.listing():
             if h["end"] == "provider" and h.get("provider") == provider and h["pair"] not in listed:
-                changes[h["pair"]] = None
+                # a withdrawn pair stays held until its login is gone ("drop pending" is not gone)
+                gone = by_login.get(h.get("login"), {}).get("outcome", "removed") == "removed"
+                if gone and out["ok"]:
+                    changes[h["pair"]] = None
         self.holdings.update("provider", changes)
         return out
 
@@ -291,25 +313,7 @@ class Agent:
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             return {"ok": False, "error": f"provisioner {argv[0]} failed to run: {exc}"}
-        try:
-            report = json.loads(done.stdout)
-            if not isinstance(report, dict):
-                raise ValueError
-        except ValueError:
-            report = {
-                "outcomes": [
-                    {
-                        "login": c["as"],
-                        "outcome": "updated" if done.returncode == 0 else "refused",
-                        "reason": "",
-                    }
-                    for c in json.loads(manifest.read_text())["consumers"]
-                ]
-            }
-        report["ok"] = done.returncode == 0 and report.get("ok", True)
-        if done.returncode != 0:
-            report["error"] = f"provisioner {argv[0]} exited {done.returncode}"
-        return report
+        return command_report(argv[0], done.returncode, done.stdout, manifest)
 
     # ---- withdraw, probe, drill ---------------------------------------------------------
     def _target_login(
@@ -331,16 +335,28 @@ class Agent:
         """Per withdrawn pair: try its last credential once (must be refused), then delete it."""
         results = []
         for item in payload.get("consumer", []):
-            pair, path = str(item["pair"]), Path(str(item["file"]))
-            secret = _read_secret(path)
+            pair = str(item["pair"])
             res: dict[str, Any] = {"pair": pair, "removed": False, "probe": None}
+            path = self._held_file(pair, item.get("file"))
+            secret = _read_secret(path) if path is not None else None
             if secret is not None:
                 res["probe"] = self._target_login(item["target"], secret, control=False)
                 del secret
-                res["removed"] = remove(path)
+                if res["probe"]["verdict"] != "refused":
+                    # not proven revoked: keep the file so the next push can try again
+                    results.append(res)
+                    continue
+                res["removed"] = remove(path) if path is not None else False
             self.holdings.update("consumer", {pair: None})
             results.append(res)
         return {"consumer": results}
+
+    def _held_file(self, pair: str, named: Any) -> Path | None:
+        """The credential file this node wrote for ``pair``; None unless it matches ``named``."""
+        held = self.holdings.get("consumer", pair)
+        if held is None or (named is not None and str(named) != held.get("file")):
+            return None
+        return Path(str(held["file"]))
 
     def probe(self, payload: dict[str, Any]) -> dict[str, Any]:
         """Live logins with the credentials this node holds, a bounded number at a time."""
@@ -349,13 +365,15 @@ class Agent:
         results: dict[str, dict[str, Any]] = {}
         for item in items:
             pair = str(item["pair"])
-            secret = _read_secret(Path(str(item["file"])))
+            path = self._held_file(pair, item.get("file"))
+            secret = _read_secret(path) if path is not None else None
             if secret is None:
                 results[pair] = {
                     "pair": pair,
                     "digest": None,
                     "result": None,
-                    "error": f"no credential file {item['file']} on {self.identity.name}",
+                    "error": f"{self.identity.name} holds no credential for this pair "
+                    f"(its file {item.get('file')} is missing or was not written by this agent)",
                 }
                 continue
             digest = crypto.secret_digest(secret)
@@ -384,21 +402,21 @@ class Agent:
 
     def drill_hold(self, payload: dict[str, Any]) -> dict[str, Any]:
         """Log in with the current credential and keep it in memory for the drill's third login."""
-        secret = _read_secret(Path(str(payload["file"])))
+        path = self._held_file(str(payload["pair"]), payload.get("file"))
+        secret = _read_secret(path) if path is not None else None
         if secret is None:
-            return {"result": None, "error": f"no credential file {payload['file']}"}
+            return {"result": None, "error": f"holds no credential for {payload['pair']}"}
         result = self._target_login(payload["target"], secret, control=True)
-        with self._lock:
-            now = time.time()
-            self._drills = {k: v for k, v in self._drills.items() if v[1] > now}
-            self._drills[str(payload["drill"])] = (secret, now + DRILL_HOLD_S)
+        with self._drill_lock:
+            self._drills[str(payload["drill"])] = (secret, time.time() + DRILL_HOLD_S)
         return {"result": result, "digest": crypto.secret_digest(secret)}
 
     def drill_check(self, payload: dict[str, Any]) -> dict[str, Any]:
         """Log in with the new credential, then with the held old one; forget the old one."""
-        with self._lock:
+        with self._drill_lock:
             held = self._drills.pop(str(payload["drill"]), None)
-        secret = _read_secret(Path(str(payload["file"])))
+        path = self._held_file(str(payload["pair"]), payload.get("file"))
+        secret = _read_secret(path) if path is not None else None
         new = self._target_login(payload["target"], secret, control=False) if secret else None
         old = self._target_login(payload["target"], held[0], control=False) if held else None
         return {
@@ -407,6 +425,50 @@ class Agent:
             "digest": crypto.secret_digest(secret) if secret else None,
             "error": None if held else "the old credential was not held (agent restarted?)",
         }
+
+
+def node_path(raw: Any, what: str) -> Path:
+    """A path the controller names on this node: absolute and without '..', or ValueError."""
+    text = str(raw)
+    if not text.startswith("/") or ".." in text.split("/") or "\x00" in text:
+        raise ValueError(f"{what} {text!r} must be an absolute path without '..'")
+    return Path(text)
+
+
+MAX_REASON = 300
+
+
+def command_report(name: str, returncode: int, stdout: bytes, manifest: Path) -> dict[str, Any]:
+    """What a declared provisioner command reported, kept to login, outcome and a short reason.
+
+    Without a JSON report an exit 0 counts as applied ("updated, unverified"); the probes are
+    what prove it. Anything else in its output is dropped, since it is shown and stored.
+    """
+    consumers = [str(c["as"]) for c in json.loads(manifest.read_text())["consumers"]]
+    try:
+        report = json.loads(stdout)
+        given = report["outcomes"] if isinstance(report, dict) else None
+        if not isinstance(given, list):
+            raise ValueError
+        outcomes = [
+            {
+                "login": str(o.get("login", "")),
+                "outcome": str(o.get("outcome", "failed")),
+                "reason": str(o.get("reason", ""))[:MAX_REASON],
+            }
+            for o in given
+            if isinstance(o, dict)
+        ]
+        ok = bool(report.get("ok", returncode == 0))
+    except (ValueError, KeyError, TypeError):
+        outcome = "updated" if returncode == 0 else "failed"
+        reason = "no JSON report; exit 0 taken as applied (unverified)" if returncode == 0 else ""
+        outcomes = [{"login": c, "outcome": outcome, "reason": reason} for c in consumers]
+        ok = returncode == 0
+    out: dict[str, Any] = {"ok": ok and returncode == 0, "outcomes": outcomes}
+    if returncode != 0:
+        out["error"] = f"provisioner {name} exited {returncode}"
+    return out
 
 
 def _next_serial(manifest: Path) -> int:

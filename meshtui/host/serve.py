@@ -7,7 +7,9 @@ thread so the event loop keeps answering. Access logs are off: nothing about a r
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
@@ -27,9 +29,16 @@ def build_app(agent: Agent) -> Starlette:
     """The agent's HTTP surface: ``POST /v1`` (signed envelopes) and ``GET /health``."""
 
     async def message(request: Request) -> Response:
-        body = await request.body()
-        if len(body) > MAX_BODY:
-            return JSONResponse({"error": "request too large"}, status_code=413)
+        declared = request.headers.get("content-length", "")
+        if not declared.isdigit() or int(declared) > MAX_BODY:
+            return JSONResponse({"error": "request too large or without a length"}, status_code=413)
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_BODY:
+                return JSONResponse({"error": "request too large"}, status_code=413)
+            chunks.append(chunk)
+        body = b"".join(chunks)
         try:
             data = json.loads(body)
         except ValueError:
@@ -68,6 +77,15 @@ def uvicorn_config(app: Starlette, listen: str) -> uvicorn.Config:
 def serve(state_dir: Path, listen: str, *, allow_loopback: bool = False) -> int:
     """Run the agent until SIGTERM/SIGINT."""
     agent = Agent(identity.load(state_dir), allow_loopback=allow_loopback)
-    server = uvicorn.Server(uvicorn_config(build_app(agent), listen))
+    server = _Server(uvicorn_config(build_app(agent), listen))
     server.run()
     return 0
+
+
+class _Server(uvicorn.Server):
+    """uvicorn makes a Unix socket 0666; only this user (the controller's) may connect."""
+
+    async def startup(self, sockets: list[Any] | None = None) -> None:
+        await super().startup(sockets)
+        if self.config.uds:
+            os.chmod(self.config.uds, 0o600)

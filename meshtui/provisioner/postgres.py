@@ -175,7 +175,18 @@ class PostgresAdapter:
     def _open(conninfo: str, **extra: Any) -> psycopg.Connection[Any]:
         try:
             full = make_conninfo(conninfo, application_name="meshtui-provisioner", **extra)
+        except psycopg.Error:
+            # libpq quotes pieces of the text it cannot parse, and the text may hold a password
+            raise ProvisionError(
+                "the admin file is not a valid libpq conninfo (its text is not shown); "
+                "write e.g. host=/run/postgresql user=postgres dbname=postgres"
+            ) from None
+        try:
             return psycopg.connect(full, autocommit=True, connect_timeout=10)
+        except psycopg.ProgrammingError:
+            raise ProvisionError(
+                "the admin file is not a valid libpq conninfo (its text is not shown)"
+            ) from None
         except psycopg.Error as exc:
             raise ProvisionError(f"cannot reach PostgreSQL: {_error_text(exc)}") from None
 

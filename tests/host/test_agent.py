@@ -195,3 +195,65 @@ def test_state_answers_by_digest_never_the_secret(mesh):
     body = json.loads(crypto.unb64(resp.json()["body"]))
     (held,) = body["payload"]["holdings"]
     assert held["pair"] == GITEA and held["generation"] == 1 and held["present"] is True
+
+
+def test_paths_that_climb_are_refused_and_nothing_is_written(mesh):
+    items = copy.deepcopy(consumer_delivery(mesh)["app1"])
+    items[0]["file"] = str(mesh.root / "srv/app1/../../escape/db.password")
+    env, _ = wire.envelope(
+        wire.DELIVER,
+        {"consumer": items},
+        sender="controller",
+        to="app1",
+        keys=controller_keys(mesh),
+    )
+    body = json.loads(crypto.unb64(post(mesh, "app1", env).json()["body"]))
+    (got,) = body["payload"]["consumer"]
+    assert not got["ok"] and "'..'" in got["error"]
+    assert not (mesh.root / "escape").exists() and files(mesh) == {}
+
+
+def test_probe_reads_only_files_this_agent_wrote(mesh, tmp_path):
+    planted = tmp_path / "not-a-credential"
+    planted.write_text("something private")
+    env, _ = wire.envelope(
+        wire.PROBE,
+        {
+            "targets": [
+                {
+                    "pair": GITEA,
+                    "file": str(planted),
+                    "host": "127.0.0.1",
+                    "port": 9,
+                    "login": "x",
+                    "dbname": "x",
+                }
+            ]
+        },
+        sender="controller",
+        to="app1",
+        keys=controller_keys(mesh),
+    )
+    body = json.loads(crypto.unb64(post(mesh, "app1", env).json()["body"]))
+    (res,) = body["payload"]["results"]
+    assert res["result"] is None and res["digest"] is None
+    assert "holds no credential" in res["error"]
+
+
+def test_agent_socket_is_private(mesh):
+    import stat
+
+    mode = stat.S_IMODE(mesh.sockets["app1"].stat().st_mode)
+    assert mode == 0o600
+
+
+def test_a_body_without_length_or_too_large_is_refused_unread(mesh):
+    import socket
+
+    for header in (f"Content-Length: {10**12}\r\n", "Transfer-Encoding: chunked\r\n"):
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.settimeout(10)
+            sock.connect(str(mesh.sockets["app1"]))
+            sock.sendall(f"POST /v1 HTTP/1.1\r\nHost: agent\r\n{header}\r\n".encode())
+            answer = sock.recv(4096).decode()
+        assert answer.startswith("HTTP/1.1 413"), answer

@@ -83,3 +83,20 @@ def test_watch_reconciles_a_change_and_exits_cleanly_on_sigterm(mesh):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_malformed_admin_file_is_never_echoed(mesh, tmp_path):
+    mesh.add("app1", "gitea", database="gitea")
+    manifest = mesh.write()
+    bad = tmp_path / "bad.conninfo"
+    bad.write_text("host=/tmp hunter2xyz user=postgres")
+    bad.chmod(0o600)
+    done = subprocess.run(
+        [*ARGV, "--manifest", str(manifest), "--admin", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert "hunter2xyz" not in done.stdout + done.stderr
+    assert "not a valid libpq conninfo" in done.stdout + done.stderr

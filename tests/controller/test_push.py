@@ -1,0 +1,78 @@
+"""Push with real agents: what it refuses to do while a provider is away, and what it then does."""
+
+from __future__ import annotations
+
+import pytest
+
+from meshtui.errors import RotationBusyError
+
+GITEA = "database:app1/gitea->db1/postgres"
+WIKI = "database:app1/wiki->db1/postgres"
+
+
+@pytest.fixture
+def mesh(mesh_with_agents, pg, pg_clean, pg_admin_file):
+    m = mesh_with_agents(consumers={"app1": ["gitea", "wiki"]}, port=pg.port, admin=pg_admin_file)
+    with m.controller() as ctl:
+        assert ctl.push().ok
+    return m
+
+
+def without(mesh, module: str):
+    text = mesh.decl.read_text()
+    start = text.index(f'[modules."app1/{module}"]')
+    end = text.find("[modules.", start + 5)
+    trimmed = mesh.root / f"without-{module}.toml"
+    trimmed.write_text(text[:start] + (text[end:] if end != -1 else ""))
+    return trimmed
+
+
+def test_no_revocation_probe_while_the_provider_still_holds_the_login(mesh, pg):
+    cred = mesh.root / "srv/app1/wiki/db.password"
+    with mesh.controller() as ctl:
+        ctl.declare(without(mesh, "wiki"))
+    mesh.stop("db1")
+    with mesh.controller() as ctl:
+        report = ctl.push()
+        assert not report.withdrawn  # the consumer was not asked: the login may still work
+        row = {r.pair: r for r in ctl.status()}[WIKI]
+        assert row.state.value == "stale" and "not verified" in row.reason and not row.alarm
+    assert cred.exists()
+    mesh.start("db1")
+    with mesh.controller() as ctl:
+        report = ctl.push()
+        assert [o.pair for o in report.withdrawn] == [WIKI] and report.withdrawn[0].ok
+        assert {r.pair: r for r in ctl.status()}[WIKI].state.value == "revoked"
+    assert not cred.exists()
+
+
+def test_a_consumer_never_moves_ahead_of_its_provider(mesh):
+    cred = mesh.root / "srv/app1/gitea/db.password"
+    old = cred.read_bytes()
+    with mesh.controller() as ctl:  # withdraw and declare back: a new generation is due
+        ctl.declare(without(mesh, "gitea"))
+        ctl.declare(mesh.decl)
+    mesh.stop("db1")
+    with mesh.controller() as ctl:
+        report = ctl.push()
+        assert not report.ok
+        assert "waits until its provider" in " ".join(o.reason for o in report.delivered) or (
+            GITEA in report.behind
+        )
+    assert cred.read_bytes() == old
+    mesh.start("db1")
+    with mesh.controller() as ctl:
+        assert ctl.push().ok
+    assert cred.read_bytes() != old
+
+
+def test_declare_waits_for_an_interrupted_rotation(mesh):
+    with mesh.controller() as ctl:
+        rows = ctl.inventory.pairs([GITEA])
+        from meshtui.controller.rotate import journal
+
+        journal(ctl, rows)  # as if a controller died right after journaling
+        with pytest.raises(RotationBusyError, match="interrupted"):
+            ctl.declare(mesh.decl)
+        assert ctl.push().ok  # push finishes it
+        ctl.declare(mesh.decl)
