@@ -67,7 +67,8 @@ def rotate(ctl: Controller, ids: list[str], progress: Progress) -> RotationRepor
     if not rows:
         raise InputError("nothing to rotate")
     with delivering(ctl.state_dir, "rotate"), Agents(inv.nodes(), ctl.keys()) as agents:
-        recover(ctl, agents, progress)
+        if recover(ctl, agents, progress):
+            rows = inv.pairs(ids)  # a recovered rotation moved generations: start from those
         progress("resolving every affected node", 0, 4)
         nodes = affected_nodes(rows)
         resolutions, _ = ask_state(agents, list(nodes))

@@ -76,3 +76,16 @@ def test_declare_waits_for_an_interrupted_rotation(mesh):
             ctl.declare(mesh.decl)
         assert ctl.push().ok  # push finishes it
         ctl.declare(mesh.decl)
+
+
+def test_rotate_after_an_interrupted_rotation_starts_from_the_recovered_generation(mesh, pg):
+    from meshtui.controller.rotate import journal
+
+    with mesh.controller() as ctl:
+        journal(ctl, ctl.inventory.pairs([GITEA]))  # generation 2 journaled, nothing sent
+        report = ctl.rotate([GITEA])  # recovery finishes 1 -> 2, then this rotates 2 -> 3
+        assert report.ok, report.reason
+        assert (report.pairs[0].previous, report.pairs[0].generation) == (2, 3)
+        row = {r.pair: r for r in ctl.status()}[GITEA]
+        assert (row.generation, row.consumer_generation, row.provider_generation) == (3, 3, 3)
+        assert ctl.inventory.open_rotations() == []
