@@ -246,6 +246,10 @@ def _rotation_ids(ctl: Any, args: argparse.Namespace) -> list[str]:
 
 def cmd_rotate(args: argparse.Namespace) -> int:
     with _controller(args) as ctl:
+        if ctl.read_only:
+            from meshtui.errors import ReadOnlyError
+
+            raise ReadOnlyError("rotate")
         ids = _rotation_ids(ctl, args)
         if not args.yes:
             plan = ctl.plan_rotation(ids)

@@ -41,7 +41,7 @@ def b64(data: bytes) -> str:
 
 
 def unb64(text: str, what: str = "value") -> bytes:
-    """Decode base64 text, raising a KeyFileError-free ValueError that names ``what``."""
+    """Decode base64 text; a ValueError names ``what`` when it is not base64."""
     try:
         return base64.b64decode(text.encode("ascii"), validate=True)
     except (ValueError, UnicodeEncodeError) as exc:

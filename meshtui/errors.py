@@ -15,7 +15,7 @@
     ├── AgentError               a host agent could not be reached or did not do the work
     ├── RotationError            a rotation could not start or finish
     │   ├── NotResolvedError     an affected node did not answer or prove its identity
-    │   └── RotationBusyError    another rotation holds one of the pairs
+    │   └── RotationBusyError    a push, rotation or drill already holds the state folder
     ├── ManifestError            a manifest (mesh.json) that cannot be read or is invalid
     ├── ProvisionError           the provisioner could not reconcile
     │   └── UnsafeLoginError     a login the provisioner refuses to create (too long, NUL, ...)
@@ -115,7 +115,7 @@ class NotResolvedError(RotationError):
 
 
 class RotationBusyError(RotationError):
-    """Another rotation is in progress for one of the pairs."""
+    """A push, rotation or drill already delivers from this state folder (or one was interrupted)."""
 
 
 class ManifestError(MeshtuiError):

@@ -2,7 +2,8 @@
 
 Every message is JSON inside an envelope signed with the sender's Ed25519 key. The body names
 sender and recipient, carries a timestamp and a fresh nonce, and a reply quotes the nonce of the
-request it answers, so a message cannot be replayed, redirected or answered out of turn.
+request it answers, so a message cannot be replayed or redirected, and an answer cannot be
+passed off as the answer to another request.
 Sealed blobs travel base64-encoded; nothing in a message is ever a plaintext credential.
 """
 

@@ -256,6 +256,7 @@ def test_status_and_audit_work_on_a_read_only_filesystem(mesh: Mesh) -> None:
     assert sorted(p.name for p in mesh.state.iterdir()) == [
         "controller.key",
         "controller.pub",
+        "deliver.lock",
         "inventory.db",
     ], "a clean close leaves no -wal or -shm"
     before = sha(mesh.inventory)

@@ -219,13 +219,6 @@ class Controller:
         """Check the audit chain."""
         return self.inventory.verify_chain()
 
-    def generation_digests(self) -> dict[tuple[str, int], str]:
-        """Digest of every generation, for comparing against what agents report."""
-        return {
-            (r["pair"], r["generation"]): r["digest"]
-            for r in self.inventory.query("SELECT pair, generation, digest FROM generations")
-        }
-
     # ---- actions ------------------------------------------------------------------------
     def declare(self, path: Path | str) -> DeclareResult:
         """Load a declaration into the inventory."""

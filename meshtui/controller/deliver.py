@@ -299,3 +299,24 @@ def held_generations(inv: Inventory, holdings: Mapping[str, list[dict[str, Any]]
 def as_json(data: Any) -> str:
     """Compact JSON for the journal and audit details."""
     return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+def probe_row(
+    pid: str, generation: int, probe: dict[str, Any], at: str, *, withdrawn: bool
+) -> dict[str, Any]:
+    """A probe result as the inventory stores it (verdict, reason, timing; never a secret)."""
+    login = probe.get("login") or {}
+    control = probe.get("control")
+    return {
+        "pair": pid,
+        "at": at,
+        "generation": generation,
+        "verdict": probe["verdict"],
+        "reason": probe["reason"],
+        "latency_ms": login.get("latency_ms"),
+        "used_password": login.get("used_password"),
+        "loopback": int(bool(probe.get("loopback"))),
+        "client_addr": login.get("client_addr"),
+        "control": control["verdict"] if control else None,
+        "withdrawn": int(withdrawn),
+    }

@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from meshtui import wire
 from meshtui.controller.client import AgentClient
-from meshtui.controller.deliver import Planner, as_json, target_of
-from meshtui.controller.push import _probe_row
+from meshtui.controller.deliver import Planner, as_json, probe_row, target_of
 from meshtui.controller.reports import DrillReport, DrillStep, Progress, RotationReport
 from meshtui.controller.rotate import rotate
 from meshtui.errors import AgentError, MeshtuiError
@@ -97,9 +96,7 @@ def drill_one(ctl: Controller, pid: str, progress: Progress) -> DrillReport:
         if new_login is not None and report is not None and report.ok:
             # the "new after" login is a probe of the current generation from the consumer's node
             generation = report.pairs[0].generation
-            db.table("probes").insert(
-                _probe_row(pid, generation, new_login, now(), withdrawn=False)
-            )
+            db.table("probes").insert(probe_row(pid, generation, new_login, now(), withdrawn=False))
         db.table("drills").insert(
             {
                 "pair": pid,

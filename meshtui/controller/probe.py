@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from meshtui import wire
 from meshtui.controller.client import AgentClient
-from meshtui.controller.deliver import Planner, target_of
-from meshtui.controller.push import _probe_row
+from meshtui.controller.deliver import Planner, probe_row, target_of
 from meshtui.controller.reports import ProbeOutcome, Progress
 from meshtui.errors import AgentError
 from meshtui.inventory import now
@@ -80,7 +79,7 @@ def probe(ctl: Controller, ids: list[str], progress: Progress) -> list[ProbeOutc
             else:
                 result = r["result"]
             generation = gen_of.get((pid, r.get("digest"))) if r else None
-            rows.append(_probe_row(pid, generation or 0, result, stamp, withdrawn=False))
+            rows.append(probe_row(pid, generation or 0, result, stamp, withdrawn=False))
             latency = (result.get("login") or {}).get("latency_ms")
             out.append(
                 ProbeOutcome(

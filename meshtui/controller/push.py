@@ -16,6 +16,7 @@ from meshtui.controller.deliver import (
     Delivered,
     Planner,
     held_generations,
+    probe_row,
     send_consumers,
     send_providers,
     target_of,
@@ -186,7 +187,7 @@ def revoke(ctl: Controller, agents: Agents, plan: Planner, pids: list[str]) -> l
             reason = probe["reason"] if probe else "no credential was held"
             if probe:
                 probes.append(
-                    _probe_row(pid, plan.pairs[pid]["generation"], probe, stamp, withdrawn=True)
+                    probe_row(pid, plan.pairs[pid]["generation"], probe, stamp, withdrawn=True)
                 )
             out.append(
                 PairOutcome(
@@ -204,23 +205,3 @@ def revoke(ctl: Controller, agents: Agents, plan: Planner, pids: list[str]) -> l
                 "pair IN ({}) AND \"end\" = 'consumer'".format(",".join("?" * len(gone))), gone
             )
     return out
-
-
-def _probe_row(
-    pid: str, generation: int, probe: dict[str, Any], at: str, *, withdrawn: bool
-) -> dict[str, Any]:
-    login = probe.get("login") or {}
-    control = probe.get("control")
-    return {
-        "pair": pid,
-        "at": at,
-        "generation": generation,
-        "verdict": probe["verdict"],
-        "reason": probe["reason"],
-        "latency_ms": login.get("latency_ms"),
-        "used_password": login.get("used_password"),
-        "loopback": int(bool(probe.get("loopback"))),
-        "client_addr": login.get("client_addr"),
-        "control": control["verdict"] if control else None,
-        "withdrawn": int(withdrawn),
-    }

@@ -153,10 +153,6 @@ def _deliver(
     send_consumers(agents, inv, consumer_items, result, record=False)
     result.flush(inv)
     return result
-    fault(ctl, f"after-providers:{key}")
-    progress("delivering to consumers", step + 1, 4)
-    send_consumers(agents, inv, plan.consumer_items(targets, targets), result)
-    return result
 
 
 def execute(ctl: Controller, agents: Agents, rotation: Row, progress: Progress) -> RotationReport:
@@ -171,7 +167,7 @@ def execute(ctl: Controller, agents: Agents, rotation: Row, progress: Progress) 
     if all(
         forward.provider_ok.get(i["pair"]) and forward.consumer_ok.get(i["pair"]) for i in items
     ):
-        return _finish(ctl, rotation, forward)
+        return _finish(ctl, rotation, forward, progress)
     reason = "; ".join(sorted(set(forward.errors.values()))) or "an end did not confirm"
     progress("rolling back", 3, 4)
     with inv.transaction("rotate") as db:
@@ -213,13 +209,24 @@ def execute(ctl: Controller, agents: Agents, rotation: Row, progress: Progress) 
         )
         for i in items
     ]
+    for n, i in enumerate(items, 1):
+        pid, why = i["pair"], forward.errors.get(i["pair"])
+        if back.provider_ok.get(pid) and back.consumer_ok.get(pid):
+            line = f"{pid}: rolled back to generation {i['from']}"
+            line += f" ({why})" if why else " with the others"
+        else:
+            left = back.errors.get(pid, "an end did not confirm")
+            line = f"{pid}: NOT rolled back yet ({left}); push converges it"
+        progress(line, n, len(items))
     note = "" if complete else " (some ends could not be rolled back yet; push converges them)"
     return RotationReport(
         rotation=rotation["id"], outcome=outcome, pairs=pairs, reason=reason + note
     )
 
 
-def _finish(ctl: Controller, rotation: Row, result: Delivered) -> RotationReport:
+def _finish(
+    ctl: Controller, rotation: Row, result: Delivered, progress: Progress
+) -> RotationReport:
     inv = ctl.inventory
     items: list[dict[str, Any]] = rotation["items"]
     stamp = now()
@@ -245,6 +252,10 @@ def _finish(ctl: Controller, rotation: Row, result: Delivered) -> RotationReport
             },
             "done",
         )
+    for n, i in enumerate(items, 1):
+        window = windows[i["pair"]]
+        took = f"window {window:.1f} ms" if window is not None else "window not measured"
+        progress(f"{i['pair']}: generation {i['from']}->{i['to']}, {took}", n, len(items))
     return RotationReport(
         rotation=rotation["id"],
         outcome="done",
