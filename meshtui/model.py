@@ -78,6 +78,11 @@ class Module:
         return f"{self.node}/{self.name}"
 
 
+def node_of(module_id: str) -> str:
+    """The node of a ``node/module`` id."""
+    return module_id.split("/", 1)[0]
+
+
 def pair_id(provision: str, consumer: str, provider: str) -> str:
     """``database:app1/gitea->db1/postgres``."""
     return f"{provision}:{consumer}->{provider}"
@@ -113,12 +118,12 @@ class Pair:
     @property
     def consumer_node(self) -> str:
         """The node the consumer module runs on."""
-        return self.consumer.split("/", 1)[0]
+        return node_of(self.consumer)
 
     @property
     def provider_node(self) -> str:
         """The node the provider module runs on."""
-        return self.provider.split("/", 1)[0]
+        return node_of(self.provider)
 
 
 @dataclass(frozen=True)
@@ -156,12 +161,12 @@ class PairStatus:
     @property
     def consumer_node(self) -> str:
         """The consumer's node."""
-        return self.consumer.split("/", 1)[0]
+        return node_of(self.consumer)
 
     @property
     def provider_node(self) -> str:
         """The provider's node."""
-        return self.provider.split("/", 1)[0]
+        return node_of(self.provider)
 
     def to_json(self) -> dict[str, object]:
         """The ``status --json`` object."""

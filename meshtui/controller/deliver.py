@@ -16,7 +16,7 @@ from meshtui import crypto, wire
 from meshtui.controller.client import DELIVER_TIMEOUT_S, Agents
 from meshtui.errors import AgentError, InventoryError
 from meshtui.inventory import Inventory, Row, now
-from meshtui.model import End
+from meshtui.model import End, node_of
 
 NOTHING = 0
 """The generation recorded for an end that holds nothing (its file is gone)."""
@@ -63,7 +63,7 @@ def _dbname(pair: Row) -> str:
 def target_of(pair: Row, nodes: Mapping[str, Row]) -> dict[str, Any]:
     """Where a probe of ``pair`` logs in: the provider node's private address and port."""
     return {
-        "host": nodes[pair["provider"].split("/", 1)[0]]["address"],
+        "host": nodes[node_of(pair["provider"])]["address"],
         "port": pair["port"],
         "login": pair["login"],
         "dbname": _dbname(pair),
@@ -99,7 +99,7 @@ class Planner:
                     continue
                 gen = targets.get(p["id"], p["generation"])
                 row = self.sealed(p["id"], gen)
-                cnode = p["consumer"].split("/", 1)[0]
+                cnode = node_of(p["consumer"])
                 consumers.append(
                     {
                         "pair": p["id"],
@@ -113,7 +113,7 @@ class Planner:
                         "sealed": crypto.b64(row["provider_sealed"]),
                     }
                 )
-            out.setdefault(provider.split("/", 1)[0], []).append(
+            out.setdefault(node_of(provider), []).append(
                 {
                     "provider": provider,
                     "provision": provision,
@@ -135,7 +135,7 @@ class Planner:
             p = self.pairs[pid]
             gen = targets.get(pid, p["generation"])
             row = self.sealed(pid, gen)
-            node = p["consumer"].split("/", 1)[0]
+            node = node_of(p["consumer"])
             out.setdefault(node, []).append(
                 {
                     "pair": pid,

@@ -17,6 +17,7 @@ from meshtui.controller.reports import DrillReport, DrillStep, Progress, Rotatio
 from meshtui.controller.rotate import rotate
 from meshtui.errors import AgentError, MeshtuiError
 from meshtui.inventory import now
+from meshtui.model import node_of
 
 if TYPE_CHECKING:
     from meshtui.controller.core import Controller
@@ -41,7 +42,7 @@ def drill_one(ctl: Controller, pid: str, progress: Progress) -> DrillReport:
     """Drill one pair; always returns a report (failures are in it, not raised)."""
     plan = Planner(ctl.inventory)
     p = plan.pairs[pid]
-    node = p["consumer"].split("/", 1)[0]
+    node = node_of(p["consumer"])
     drill_id = secrets.token_hex(8)
     request = {
         "drill": drill_id,

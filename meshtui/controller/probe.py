@@ -15,6 +15,7 @@ from meshtui.controller.deliver import Planner, probe_row, target_of
 from meshtui.controller.reports import ProbeOutcome, Progress
 from meshtui.errors import AgentError
 from meshtui.inventory import now
+from meshtui.model import node_of
 
 if TYPE_CHECKING:
     from meshtui.controller.core import Controller
@@ -31,7 +32,7 @@ def probe(ctl: Controller, ids: list[str], progress: Progress) -> list[ProbeOutc
     by_node: dict[str, list[dict[str, Any]]] = {}
     for pid in live:
         p = plan.pairs[pid]
-        by_node.setdefault(p["consumer"].split("/", 1)[0], []).append(
+        by_node.setdefault(node_of(p["consumer"]), []).append(
             {"pair": pid, "file": p["file"], **target_of(p, plan.nodes)}
         )
     gen_of = {

@@ -26,7 +26,7 @@ from meshtui.controller.reports import PairOutcome, Progress, PushReport
 from meshtui.controller.resolve import ask_state
 from meshtui.errors import AgentError
 from meshtui.inventory import now
-from meshtui.model import End, State
+from meshtui.model import End, State, node_of
 
 if TYPE_CHECKING:
     from meshtui.controller.core import Controller
@@ -84,7 +84,7 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
             for p in live
             if behind(p["id"], End.CONSUMER)
             and not behind(p["id"], End.PROVIDER)
-            and p["consumer"].split("/", 1)[0] not in unreachable
+            and node_of(p["consumer"]) not in unreachable
         ]
         for p in live:
             if behind(p["id"], End.CONSUMER) and behind(p["id"], End.PROVIDER):
@@ -95,7 +95,7 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
             h["pair"] for hs in holdings.values() for h in hs if h["end"] == "consumer"
         }
         # only once the provider no longer holds a withdrawn pair is its login gone: ask again
-        providers_now = {p["provider"].split("/", 1)[0] for p in withdrawn} - set(unreachable)
+        providers_now = {node_of(p["provider"]) for p in withdrawn} - set(unreachable)
         _, after = ask_state(agents, sorted(providers_now))
         still_at_provider = {
             h["pair"] for hs in after.values() for h in hs if h["end"] == "provider"
@@ -109,8 +109,8 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
                 for p in withdrawn
                 if p["id"] in held_by_consumer
                 and p["id"] not in still_at_provider
-                and p["provider"].split("/", 1)[0] in after
-                and p["consumer"].split("/", 1)[0] not in unreachable
+                and node_of(p["provider"]) in after
+                and node_of(p["consumer"]) not in unreachable
             ],
         )
         delivered = [
@@ -154,7 +154,7 @@ def revoke(ctl: Controller, agents: Agents, plan: Planner, pids: list[str]) -> l
     by_node: dict[str, list[dict[str, Any]]] = {}
     for pid in pids:
         p = plan.pairs[pid]
-        by_node.setdefault(p["consumer"].split("/", 1)[0], []).append(
+        by_node.setdefault(node_of(p["consumer"]), []).append(
             {"pair": pid, "file": p["file"], "target": target_of(p, plan.nodes)}
         )
     if not by_node:

@@ -21,6 +21,7 @@ from meshtui.controller.reports import PairOutcome, Progress, RotationPlan, Rota
 from meshtui.controller.resolve import ask_state
 from meshtui.errors import InputError, NotResolvedError
 from meshtui.inventory import Row, now
+from meshtui.model import node_of
 
 if TYPE_CHECKING:
     from meshtui.controller.core import Controller
@@ -37,7 +38,7 @@ def affected_nodes(pairs: Iterable[Row]) -> dict[str, list[str]]:
     """Node -> the pairs it is an end of."""
     out: dict[str, list[str]] = {}
     for p in pairs:
-        for node in (p["consumer"].split("/", 1)[0], p["provider"].split("/", 1)[0]):
+        for node in (node_of(p["consumer"]), node_of(p["provider"])):
             out.setdefault(node, []).append(p["id"])
     return out
 
@@ -95,8 +96,8 @@ def journal(ctl: Controller, rows: list[Row]) -> Row:
             seal_generation(
                 p["id"],
                 new,
-                model_nodes[p["consumer"].split("/", 1)[0]],
-                model_nodes[p["provider"].split("/", 1)[0]],
+                model_nodes[node_of(p["consumer"])],
+                model_nodes[node_of(p["provider"])],
             )
         )
         items.append({"pair": p["id"], "from": p["generation"], "to": new})
