@@ -42,8 +42,10 @@ from meshtui.tui.screens.main import MainScreen  # noqa: E402
 from tests.tui.builder import FIXED_NOW, build  # noqa: E402
 
 SIZE = (160, 50)
-KEYS = ["a", "p", "p", "1", "backspace", "space", "s", "t", "a", "l", "e"]
-"""Typed into the filter: "app1" narrows step by step, then " stale" adds a second term."""
+TYPED = ["a", "p", "p", "1", "backspace", "space", "s", "t", "a", "l", "e"]
+KEYS = [*TYPED, *["backspace"] * 9]
+"""Typed into the filter: "app1" narrows step by step, then " stale" adds a second term; then
+backspace to an empty filter, so the view widens again key by key back to every pair."""
 
 
 def send_key(app: App[Any], key: str) -> None:
@@ -175,7 +177,7 @@ async def bench_baseline(state: Path) -> dict[str, Any]:
         app.query_one(Input).focus()
         await pilot.pause()
         times = []
-        for key in KEYS[:4]:
+        for key in TYPED[:4]:
             before = table.paints
             t0 = time.perf_counter()
             send_key(app, key)

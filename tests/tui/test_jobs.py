@@ -4,11 +4,14 @@ outcome reach the screen as messages, and one error boundary turns failures into
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
-from textual.widgets import Button
+import pytest
+from textual.widgets import Button, Label, Log
 
-from meshtui.controller.reports import RotationReport
+from meshtui.controller.core import Controller
+from meshtui.controller.reports import PairOutcome, RotationReport
 from meshtui.errors import NotResolvedError
 from meshtui.tui.messages import Job, JobFailed, JobFinished, JobProgress, PlanReady
 from meshtui.tui.screens.confirm import ConfirmScreen
@@ -219,3 +222,74 @@ async def test_one_job_at_a_time(make_app: Any, fake: FakeActions) -> None:
         await pilot.press("p")
         await pilot.pause()
         assert "still running" in app.toast_text() and fake.calls == []
+
+
+async def test_each_pairs_outcome_shows_while_the_rotation_runs(
+    make_app: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = threading.Event()
+
+    def rotate(ctl: Controller, ids: Any, progress: Any = None) -> RotationReport:
+        progress(f"{GITEA}: generation 1->2, window 12.5 ms", 1, 2)
+        gate.wait(10)  # the test looks at the screen while the job is still running
+        return RotationReport(
+            rotation=7, outcome="done", pairs=[PairOutcome(GITEA, True, 2, 1, 12.5)]
+        )
+
+    monkeypatch.setattr(Controller, "rotate", rotate)
+    app = make_app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settle(pilot)
+        app.start_job(Job("rotate", (GITEA,), f"pair {GITEA}"))
+        try:
+            for _ in range(200):
+                await pilot.pause(0.02)
+                screen = app.screen
+                if isinstance(screen, JobScreen) and screen.query_one(Log).line_count:
+                    break
+            assert app.job is not None  # still running
+            screen = app.screen
+            assert isinstance(screen, JobScreen)
+            (line,) = screen.query_one(Log).lines
+            assert line.endswith(f"{GITEA}: generation 1->2, window 12.5 ms")
+            step = str(screen.query_one("#job-step", Label).render())
+            assert step == f"{GITEA}: generation 1->2, window 12.5 ms (1/2)"
+        finally:
+            gate.set()
+        await settle(pilot)
+        assert app.job is None and "rotation 7 done" in app.toast_text()
+
+
+async def test_a_burst_of_progress_lines_is_drawn_in_batches(
+    make_app: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    texts = [
+        f"database:app{i}/x->db1/postgres: generation 1->2, window 1.0 ms" for i in range(1500)
+    ]
+
+    def rotate(ctl: Controller, ids: Any, progress: Any = None) -> RotationReport:
+        for n, text in enumerate(texts, 1):
+            progress(text, n, len(texts))
+        return RotationReport(rotation=8, outcome="done", pairs=[])
+
+    draws: list[int] = []
+    real = JobScreen.progressed
+
+    def progressed(self: JobScreen) -> None:
+        draws.append(len(self.record.lines))
+        real(self)
+
+    monkeypatch.setattr(Controller, "rotate", rotate)
+    monkeypatch.setattr(JobScreen, "progressed", progressed)
+    app = make_app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settle(pilot)
+        app.start_job(Job("rotate", (GITEA,), f"pair {GITEA}"))
+        await settle(pilot)
+        assert app.job is None
+        screen = app.screen
+        assert isinstance(screen, JobScreen)
+        lines = screen.query_one(Log).lines
+        assert len(lines) == len(texts) and lines[-1].endswith(texts[-1])
+        assert [line.split("s  ", 1)[1] for line in lines] == texts  # each once, in order
+        assert 1 <= len(draws) < len(texts) // 10  # drawn in batches, not once per line

@@ -3,13 +3,15 @@ PostgreSQL through the built-in provisioner, and the keys an operator would pres
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 import pytest
-from textual.widgets import Button
+from textual.widgets import Button, Log
 
+from meshtui.controller.core import Controller
 from meshtui.controller.reports import DrillReport, ProbeOutcome, PushReport, RotationReport
-from meshtui.tui.messages import JobFinished, PlanReady
+from meshtui.tui.messages import Job, JobFinished, JobProgress, PlanReady
 from meshtui.tui.screens.hosts import HostsScreen
 from meshtui.tui.screens.job import JobScreen
 from meshtui.tui.screens.main import MainScreen
@@ -18,6 +20,7 @@ from meshtui.tui.widgets.drill_checklist import DrillChecklist
 from tests.tui.helpers import RecordingApp, settle
 
 GITEA = "database:app1/gitea->db1/postgres"
+WIKI = "database:app1/wiki->db1/postgres"
 
 pytestmark = pytest.mark.slow
 
@@ -78,6 +81,11 @@ async def test_push_probe_rotate_and_drill_from_the_keyboard(mesh: Any) -> None:
         assert isinstance(rotation, RotationReport) and rotation.ok, rotation
         assert rotation.pairs[0].generation == 2 and rotation.pairs[0].window_ms is not None
         assert "done" in app.toast_text()
+        # the pair's outcome came as progress, before the job ended, and the log shows it
+        outcome = f"{GITEA}: generation 1->2, window {rotation.pairs[0].window_ms:.1f} ms"
+        assert outcome in progress_before_end(messages)
+        assert isinstance(app.screen, JobScreen)
+        assert app.screen.query_one(Log).lines[-1].endswith(outcome)
         await settle(pilot)
         assert app.model.rows[GITEA].status.generation == 2
 
@@ -95,6 +103,57 @@ async def test_push_probe_rotate_and_drill_from_the_keyboard(mesh: Any) -> None:
         (check,) = app.screen.query(DrillChecklist)
         assert "✓ PASSED" in str(check.render())
         assert [s.name for s in report.steps] == ["old before", "new after", "old after"]
+
+
+def progress_before_end(messages: list[Any]) -> list[str]:
+    """The texts of the last job's progress messages that arrived before it finished."""
+    end = max(i for i, m in enumerate(messages) if isinstance(m, JobFinished))
+    start = max((i for i, m in enumerate(messages[:end]) if isinstance(m, JobFinished)), default=0)
+    return [m.text for m in messages[start:end] if isinstance(m, JobProgress)]
+
+
+class FaultyApp(RecordingApp):
+    """The dashboard, with faults injected into the controllers its jobs open."""
+
+    def __init__(self, *args: Any, faults: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.faults = faults
+
+    def open_controller(self, *, reader: bool = False) -> Controller:
+        ctl = super().open_controller(reader=reader)
+        if not reader:
+            ctl.faults.update(self.faults)
+        return ctl
+
+
+async def test_a_rolled_back_rotation_says_so_for_each_pair(mesh: Any) -> None:
+    with mesh.controller() as ctl:
+        assert ctl.push().ok
+    faults = {
+        # the consumer's node dies once the provider holds the new credential ...
+        "after-providers:to": lambda: mesh.stop("app1", signal.SIGKILL),
+        # ... and is back for the rollback, so both ends return to the old one
+        "after-providers:from": lambda: mesh.start("app1"),
+    }
+    messages: list[Any] = []
+    app = FaultyApp(mesh.state, faults=faults)
+    async with app.run_test(size=(140, 40), message_hook=messages.append) as pilot:
+        await settle(pilot)
+        app.start_job(Job("rotate", (GITEA, WIKI), "two pairs"))
+        rotation = await wait_job(app, pilot, messages)
+        assert isinstance(rotation, RotationReport), rotation
+        assert rotation.outcome == "rolled back", rotation
+        lines = [t for t in progress_before_end(messages) if ": rolled back" in t]
+        assert [line.split(": rolled back")[0] for line in lines] == [GITEA, WIKI]
+        assert all("rolled back to generation 1" in line for line in lines), lines
+        assert "app1" in lines[0]  # each line names what went wrong for that pair
+        log = app.screen.query_one(Log).lines
+        assert any(line.endswith(lines[-1]) for line in log)
+    with mesh.controller() as ctl:
+        rows = {r.pair: r for r in ctl.status([GITEA, WIKI])}
+        assert {
+            (r.generation, r.consumer_generation, r.provider_generation) for r in rows.values()
+        } == {(1, 1, 1)}
 
 
 async def test_a_stopped_agent_blocks_the_plan_and_shows_on_hosts(mesh: Any) -> None:

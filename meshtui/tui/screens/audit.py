@@ -18,13 +18,14 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import Horizontal
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Input, Static
 
 from meshtui.model import split_pair_id
 from meshtui.tui import actions
 from meshtui.tui.messages import AuditLoaded, ChainVerdict, Exported
 from meshtui.tui.pairs import Changes
 from meshtui.tui.screens.base import MeshScreen
+from meshtui.tui.widgets.footer import MeshFooter
 from meshtui.tui.widgets.line_table import Column, LineTable, TableRow
 
 COLUMNS = (
@@ -142,7 +143,7 @@ class AuditScreen(MeshScreen):
                 yield Input(placeholder=name, id=f"f-{name}", classes="audit-filter")
         yield LineTable(COLUMNS, empty_text="no events", id="events")
         yield Static(id="event-detail")
-        yield Footer(compact=True)
+        yield MeshFooter()
 
     @property
     def table(self) -> LineTable:

@@ -14,13 +14,14 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import BindingType
-from textual.widgets import Footer, Label, Static
+from textual.widgets import Label, Static
 
 from meshtui.controller.reports import HostView
 from meshtui.tui import actions
 from meshtui.tui.messages import HostsLoaded
 from meshtui.tui.pairs import Changes
 from meshtui.tui.screens.base import MeshScreen
+from meshtui.tui.widgets.footer import MeshFooter
 from meshtui.tui.widgets.line_table import Column, LineTable, TableRow
 
 COLUMNS = (
@@ -74,7 +75,7 @@ class HostsScreen(MeshScreen):
         yield Label(Text("Hosts", style="bold"), id="hosts-title")
         yield LineTable(COLUMNS, empty_text="reading the nodes…", id="hosts")
         yield Static(id="host-detail")
-        yield Footer(compact=True)
+        yield MeshFooter()
 
     @property
     def table(self) -> LineTable:

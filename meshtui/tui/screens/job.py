@@ -16,13 +16,14 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import Vertical, VerticalScroll
-from textual.widgets import Footer, Label, Log, ProgressBar, Static
+from textual.widgets import Label, Log, ProgressBar, Static
 
 from meshtui.controller.reports import DrillReport, ProbeOutcome, PushReport, RotationReport
 from meshtui.tui import actions
 from meshtui.tui.messages import Job
 from meshtui.tui.screens.base import MeshScreen
 from meshtui.tui.widgets.drill_checklist import DrillChecklist
+from meshtui.tui.widgets.footer import MeshFooter
 from meshtui.tui.widgets.line_table import Column, LineTable, TableRow
 
 
@@ -128,6 +129,8 @@ class JobScreen(MeshScreen):
     def __init__(self, record: JobRecord) -> None:
         super().__init__()
         self.record = record
+        self._written = 0
+        """How many of the record's lines the log shows."""
 
     def compose(self) -> ComposeResult:
         with Vertical(id="job"):
@@ -136,20 +139,25 @@ class JobScreen(MeshScreen):
             yield Label(Text(""), id="job-step")
             yield Log(id="job-log", max_lines=2000)
             yield VerticalScroll(id="job-outcome")
-        yield Footer(compact=True)
+        yield MeshFooter()
 
     def on_mount(self) -> None:
-        log = self.query_one(Log)
-        log.write_lines(self.record.lines)
+        self._write_new_lines()
         self._show_progress()
         if self.record.finished:
             self._show_outcome()
 
-    def progressed(self, line: str) -> None:
-        """The job reported progress (called by the app)."""
+    def progressed(self) -> None:
+        """The job reported progress, one line or many (called by the app)."""
         if self.is_mounted:
-            self.query_one(Log).write_line(line)
+            self._write_new_lines()
             self._show_progress()
+
+    def _write_new_lines(self) -> None:
+        lines = self.record.lines
+        if len(lines) > self._written:
+            self.query_one(Log).write_lines(lines[self._written :])
+            self._written = len(lines)
 
     def finished(self) -> None:
         """The job ended (called by the app)."""

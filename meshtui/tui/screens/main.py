@@ -15,13 +15,15 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import Horizontal
-from textual.widgets import Footer, Input, Label
+from textual.widgets import Label
 
 from meshtui.tui import actions
 from meshtui.tui.messages import Job
 from meshtui.tui.pairs import COLUMNS, GROUPINGS, SORT_KEYS, Changes, PairRow, Query
 from meshtui.tui.screens.base import MeshScreen
 from meshtui.tui.widgets.age_histogram import AgeHistogram
+from meshtui.tui.widgets.filter_box import FilterBox
+from meshtui.tui.widgets.footer import MeshFooter
 from meshtui.tui.widgets.line_table import GroupHeader, LineTable
 from meshtui.tui.widgets.summary import SummaryBar
 
@@ -55,14 +57,14 @@ class MainScreen(MeshScreen):
             yield AgeHistogram(id="ages")
         with Horizontal(id="filter-bar"):
             yield Label("/", id="filter-prompt")
-            yield Input(
+            yield FilterBox(
                 placeholder="filter: words, state:stale, node:app1, provider:db1/postgres",
+                on_change=self._filter_changed,
                 id="filter",
-                select_on_focus=False,
             )
             yield Label("", id="view-status")
         yield LineTable(COLUMNS, markable=True, empty_text="no pairs", id="pairs")
-        yield Footer(compact=True)
+        yield MeshFooter()
 
     @property
     def table(self) -> LineTable:
@@ -152,28 +154,28 @@ class MainScreen(MeshScreen):
         self._update_summary()
 
     # ---- filter, sort, group ------------------------------------------------------------
-    @on(Input.Changed, "#filter")
-    def _filter_changed(self, event: Input.Changed) -> None:
-        self.query_text = event.value
-        self.parsed = Query.parse(event.value)
+    def _filter_changed(self, text: str) -> None:
+        # called by the box itself, so the table and the box repaint in the same frame
+        self.query_text = text
+        self.parsed = Query.parse(text)
         self.refresh_view()
 
-    @on(Input.Submitted, "#filter")
-    def _filter_done(self, event: Input.Submitted) -> None:
+    @on(FilterBox.Submitted, "#filter")
+    def _filter_done(self, event: FilterBox.Submitted) -> None:
         self.table.focus()
 
     def set_filter(self, text: str) -> None:
         """Replace the filter (the palette's "Filter node …" commands use this)."""
-        self.query_one("#filter", Input).value = text
+        self.query_one("#filter", FilterBox).value = text
         self.table.focus()
 
     def action_filter(self) -> None:
         """Type in the filter box."""
-        self.query_one("#filter", Input).focus()
+        self.query_one("#filter", FilterBox).focus()
 
     def action_clear(self) -> None:
         """Escape: leave the filter box, else clear the filter, else clear the marks."""
-        box = self.query_one("#filter", Input)
+        box = self.query_one("#filter", FilterBox)
         if box.has_focus:
             self.table.focus()
         elif box.value:

@@ -14,7 +14,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import Vertical, VerticalScroll
-from textual.widgets import Footer, Label, LoadingIndicator, Sparkline, Static
+from textual.widgets import Label, LoadingIndicator, Sparkline, Static
 
 from meshtui.controller.reports import PairDetail
 from meshtui.model import PairStatus
@@ -23,6 +23,7 @@ from meshtui.tui.messages import DetailLoaded, Job
 from meshtui.tui.pairs import Changes, parse_time, short_age, short_time
 from meshtui.tui.screens.base import MeshScreen
 from meshtui.tui.widgets.drill_checklist import DrillChecklist, report_from_row
+from meshtui.tui.widgets.footer import MeshFooter
 
 STATE_STYLE = {"working": "green", "stale": "yellow", "revoked": "dim", "unknown": "cyan"}
 
@@ -124,7 +125,7 @@ class PairScreen(MeshScreen):
             yield Static(id="pair-deliveries")
             yield Static(id="pair-probes")
             yield Static(id="pair-rotations")
-        yield Footer(compact=True)
+        yield MeshFooter()
 
     @property
     def status(self) -> PairStatus | None:

@@ -7,6 +7,7 @@ so the picture still reads without colour.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable
 from typing import ClassVar
 
@@ -21,18 +22,15 @@ BUCKETS: tuple[tuple[str, float], ...] = (
     ("90d+", float("inf")),
 )
 BLOCKS = " ▁▂▃▄▅▆▇█"
+_LIMITS = tuple(limit for _, limit in BUCKETS)
 
 
 def bucket_counts(ages: Iterable[float | None]) -> list[int]:
     """How many ages fall in each bucket (unknown ages are left out)."""
     counts = [0] * len(BUCKETS)
     for age in ages:
-        if age is None:
-            continue
-        for i, (_, limit) in enumerate(BUCKETS):
-            if age < limit:
-                counts[i] += 1
-                break
+        if age is not None:
+            counts[bisect_right(_LIMITS, age)] += 1  # the first bucket whose limit is above
     return counts
 
 

@@ -231,10 +231,29 @@ class LineTable(ScrollView, can_focus=True):
         current = self.current_key
         self._entries = entries
         self._index = None
-        self.virtual_size = Size(self.content_width, len(entries) + 1)
+        self._set_virtual_size(Size(self.content_width, len(entries) + 1))
         target = self._find(current) if current else None
         self.cursor = max(0, target if target is not None else min(self.cursor, len(entries) - 1))
         self.refresh()
+
+    def _set_virtual_size(self, size: Size) -> None:
+        """Take a new scrollable size without a layout pass when the scrollbars stay as they are.
+
+        ``virtual_size`` is a layout reactive: setting it re-arranges the whole screen, which for
+        a ScrollView only ends in ``_scroll_update`` (scrollbar thumbs and the scroll clamp).
+        A filter keystroke changes the height nearly every time, so do that part directly and
+        ask for the layout only when a scrollbar must appear or go (the content area changes).
+        """
+        if size == self.virtual_size:
+            return
+        if not self.is_mounted or not self.container_size:
+            self.virtual_size = size  # not arranged yet: the first layout does it all
+            return
+        shown = (self.show_vertical_scrollbar, self.show_horizontal_scrollbar)
+        self.set_reactive(LineTable.virtual_size, size)
+        self._scroll_update(size)
+        if (self.show_vertical_scrollbar, self.show_horizontal_scrollbar) != shown:
+            self.refresh(layout=True)
 
     def index_of(self, key: str) -> int | None:
         """Where ``key`` is in the view (a dict is built on first lookup by key after a change)."""
