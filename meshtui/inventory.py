@@ -22,9 +22,10 @@ from typing import Any
 
 import sqlite_utils
 
-from meshtui.errors import InventoryError, ReadOnlyError
+from meshtui import crypto
+from meshtui.errors import CryptoError, InventoryError, ReadOnlyError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 GENESIS = "0" * 64
 Row = dict[str, Any]
 
@@ -83,8 +84,17 @@ def _create_v1(db: sqlite_utils.Database) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_create_v1]
+def _signed_head_v2(db: sqlite_utils.Database) -> None:
+    db.execute("ALTER TABLE audit_head ADD COLUMN sig TEXT")
+
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_create_v1, _signed_head_v2]
 """``MIGRATIONS[i]`` takes the schema from version i to i+1; append, never edit."""
+
+
+def head_message(seq: int, digest: str) -> bytes:
+    """What the controller signs: the chain's newest event number and hash."""
+    return f"meshtui-audit-head:{seq}:{digest}".encode()
 
 
 def event_hash(prev: str, event: Row) -> str:
@@ -132,6 +142,7 @@ class Inventory:
         self.read_only = read_only
         self.db = sqlite_utils.Database(conn)
         self.lock = threading.RLock()
+        self.signer: Callable[[bytes], bytes] | None = None  # signs the audit head when set
 
     @classmethod
     def open(cls, path: Path | str, *, read_only: bool = False) -> Inventory:
@@ -261,7 +272,10 @@ class Inventory:
         }
         event["hash"] = event_hash(prev, event)
         db.table("audit").insert(event)
-        db.table("audit_head").upsert({"id": 1, "seq": seq, "hash": event["hash"]}, pk="id")
+        sig = crypto.b64(self.signer(head_message(seq, event["hash"]))) if self.signer else None
+        db.table("audit_head").upsert(
+            {"id": 1, "seq": seq, "hash": event["hash"], "sig": sig}, pk="id"
+        )
         return event
 
     def record(self, kind: str, pairs: Iterable[str], detail: dict[str, Any], outcome: str) -> Row:
@@ -380,8 +394,12 @@ class Inventory:
             r["detail"] = json.loads(r["detail"])
         return rows
 
-    def verify_chain(self) -> ChainCheck:
-        """Walk the audit chain; name the first edited, deleted or reordered event."""
+    def verify_chain(self, verify_key: bytes | None = None) -> ChainCheck:
+        """Walk the audit chain; name the first edited, deleted or reordered event.
+
+        With the controller's ``verify_key`` the head must also carry its signature, so a chain
+        rewritten by someone who can write the file but has no controller key is caught.
+        """
         prev, expected_seq, count = GENESIS, 1, 0
         for row in self.query("SELECT * FROM audit ORDER BY rowid"):
             count += 1
@@ -415,4 +433,23 @@ class Inventory:
             )
         if not head and count:
             return ChainCheck(False, count, None, "the chain's head record is missing")
+        if head and verify_key is not None:
+            sig = self.query("SELECT sig FROM audit_head")[0]["sig"]
+            try:
+                if not sig:
+                    raise CryptoError("unsigned")
+                crypto.verify(
+                    head_message(head[0]["seq"], head[0]["hash"]),
+                    crypto.unb64(sig),
+                    verify_key,
+                    "controller",
+                )
+            except (CryptoError, ValueError):
+                return ChainCheck(
+                    False,
+                    count,
+                    head[0]["seq"],
+                    "the newest event is not signed by the controller key "
+                    "(the log was rewritten, or written without controller keys)",
+                )
         return ChainCheck(True, count)

@@ -198,6 +198,37 @@ def test_audit_verify_exits_1_and_names_the_first_bad_event(
     assert res.json()["verified"] is False and res.json()["bad_event"] in (2, 3, 4)
 
 
+def test_a_rewritten_chain_fails_without_the_controller_key(mesh: Mesh) -> None:
+    """Someone who can write the file edits event 3 and rebuilds every later hash and the head:
+    the chain links again, but the head is no longer signed by the controller."""
+    from meshtui.inventory import event_hash
+
+    _audited(mesh)
+    with contextlib.closing(sqlite3.connect(mesh.inventory, isolation_level=None)) as conn:
+        conn.row_factory = sqlite3.Row
+        conn.execute("UPDATE audit SET outcome = 'forged' WHERE seq = 3")
+        prev = conn.execute("SELECT hash FROM audit WHERE seq = 2").fetchone()[0]
+        for row in conn.execute("SELECT * FROM audit WHERE seq >= 3 ORDER BY seq").fetchall():
+            digest = event_hash(prev, dict(row))
+            conn.execute(
+                "UPDATE audit SET prev = ?, hash = ? WHERE seq = ?", (prev, digest, row["seq"])
+            )
+            prev = digest
+        conn.execute("UPDATE audit_head SET hash = ?", (prev,))
+    res = mesh.cli("audit", "--verify")
+    assert res.code == 1
+    assert "not signed by the controller key" in res.err, res.err
+
+
+def test_init_after_declare_signs_the_head(tmp_path: Path, mesh: Mesh) -> None:
+    _audited(mesh)
+    (mesh.state / "controller.key").unlink()
+    (mesh.state / "controller.pub").unlink()
+    assert mesh.cli("init").code == 0  # new keys: the head is re-signed, on record
+    res = mesh.cli("audit", "--verify")
+    assert res.code == 0 and "5 events" in res.out, res.out + res.err
+
+
 # ---------------------------------------------------------------------------- read-only
 
 

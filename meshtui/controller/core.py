@@ -42,7 +42,12 @@ def init_keys(state_dir: Path) -> tuple[Path, bool]:
         if not pub.exists():  # the public half can always be rebuilt from the private one
             write_private(pub, keys.public().to_toml().encode(), mode=0o644)
         return pub, False
-    crypto.write_keys(state_dir, KEY_STEM, crypto.PrivateKeys.generate(node=False))
+    keys = crypto.PrivateKeys.generate(node=False)
+    crypto.write_keys(state_dir, KEY_STEM, keys)
+    if (state_dir / INVENTORY).exists():  # re-sign the audit head with the new key, on record
+        with Inventory.open(state_dir / INVENTORY) as inv:
+            inv.signer = keys.sign
+            inv.record("init", [], {"fingerprint": keys.public().fingerprint()}, "ok")
     return pub, True
 
 
@@ -59,7 +64,11 @@ class Controller:
     def open(cls, state_dir: Path | str, *, read_only: bool = False) -> Controller:
         """Open the controller on a state folder (the inventory is created when writable)."""
         state_dir = Path(state_dir)
-        return cls(state_dir, Inventory.open(state_dir / INVENTORY, read_only=read_only))
+        ctl = cls(state_dir, Inventory.open(state_dir / INVENTORY, read_only=read_only))
+        if not read_only and (state_dir / f"{KEY_STEM}.key").exists():
+            keys = ctl.keys()
+            ctl.inventory.signer = keys.sign  # every audit head is signed by the controller
+        return ctl
 
     @property
     def read_only(self) -> bool:
@@ -216,8 +225,10 @@ class Controller:
         return self.inventory.events(limit)
 
     def verify_chain(self) -> ChainCheck:
-        """Check the audit chain."""
-        return self.inventory.verify_chain()
+        """Check the audit chain, and the controller's signature on its head when keys exist."""
+        pub = self.state_dir / f"{KEY_STEM}.pub"
+        key = crypto.load_public(pub, need_seal=False).verify if pub.exists() else None
+        return self.inventory.verify_chain(key)
 
     # ---- actions ------------------------------------------------------------------------
     def declare(self, path: Path | str) -> DeclareResult:
