@@ -15,11 +15,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
 import pytest
 
 from meshtui.controller.core import Controller, init_keys
 from meshtui.host import identity
+from meshtui.lab.mesh import agent_answers
 
 AGENT_START_S = 15.0
 
@@ -55,17 +55,12 @@ class Mesh:
             argv.append("--allow-loopback")
         self.procs[node] = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + AGENT_START_S
-        transport = httpx.HTTPTransport(uds=str(self.sockets[node]))
-        with httpx.Client(transport=transport, base_url="http://agent", timeout=1.0) as client:
-            while time.monotonic() < deadline:
-                try:
-                    if client.get("/health").status_code == 200:
-                        return
-                except httpx.HTTPError:
-                    pass
-                if self.procs[node].poll() is not None:
-                    break
-                time.sleep(0.05)
+        while time.monotonic() < deadline:
+            if agent_answers(self.sockets[node]):
+                return
+            if self.procs[node].poll() is not None:
+                break
+            time.sleep(0.05)
         raise RuntimeError(
             f"agent {node} did not start: {(self.root / f'{node}.agent.log').read_text()}"
         )

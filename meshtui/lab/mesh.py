@@ -82,7 +82,8 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _agent_answers(sock: Path) -> bool:
+def agent_answers(sock: Path) -> bool:
+    """True when an agent answers ``/health`` on the Unix socket ``sock``."""
     try:
         with httpx.Client(
             transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://agent", timeout=1.0
@@ -180,7 +181,7 @@ def up(
         datadir=cluster.datadir,
     )
     for node in nodes:
-        if not (lab.pids.get(node) and _alive(lab.pids[node]) and _agent_answers(lab.socket(node))):
+        if not (lab.pids.get(node) and _alive(lab.pids[node]) and agent_answers(lab.socket(node))):
             lab.pids[node] = _start_agent(lab, node)
     _save(lab)
     for node in nodes:
@@ -228,7 +229,7 @@ def _start_agent(lab: Lab, node: str) -> int:
 def _wait_agent(lab: Lab, node: str) -> None:
     deadline = time.monotonic() + AGENT_START_S
     while time.monotonic() < deadline:
-        if _agent_answers(lab.socket(node)):
+        if agent_answers(lab.socket(node)):
             return
         if not _alive(lab.pids[node]):
             break
@@ -342,7 +343,7 @@ def status(state_dir: Path) -> dict[str, Any]:
             n: {
                 "pid": p,
                 "alive": _alive(p),
-                "answers": _agent_answers(lab.socket(n)),
+                "answers": agent_answers(lab.socket(n)),
                 "address": lab.addresses.get(n),
             }
             for n, p in lab.pids.items()
