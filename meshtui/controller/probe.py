@@ -7,6 +7,7 @@ node actually held (found by digest), which is what makes a pair working, stale 
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from meshtui import wire
@@ -42,21 +43,31 @@ def probe(ctl: Controller, ids: list[str], progress: Progress) -> list[ProbeOutc
     total, done = len(live), 0
     rows, out = [], []
     progress(f"probing {total} pairs", 0, total)
-    for node, items in sorted(by_node.items()):
-        stamp = now()
+    keys = ctl.keys()
+
+    def ask(node: str) -> tuple[str, str, dict[str, Any] | AgentError]:
+        """One node's probes; nodes are asked in parallel, each bounds its own logins."""
+        items = by_node[node]
         client = AgentClient(
             plan.nodes[node],
-            ctl.keys(),
+            keys,
             timeout=15.0 + 2 * PROBE_LOGIN_TIMEOUT_S * -(-len(items) // CONCURRENCY),
         )
         try:
-            answer: dict[str, Any] | AgentError = client.call(
-                wire.PROBE, {"targets": items, "concurrency": CONCURRENCY}
+            return (
+                node,
+                now(),
+                client.call(wire.PROBE, {"targets": items, "concurrency": CONCURRENCY}),
             )
         except AgentError as exc:
-            answer = exc
+            return node, now(), exc
         finally:
             client.close()
+
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(by_node)))) as pool:
+        answers = list(pool.map(ask, sorted(by_node)))
+    for node, stamp, answer in answers:
+        items = by_node[node]
         got = (
             {}
             if isinstance(answer, AgentError)
