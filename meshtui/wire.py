@@ -31,7 +31,6 @@ WITHDRAW = "withdraw"  # try a withdrawn pair's last credential once, then delet
 PROBE = "probe"  # live logins with the credentials the node holds
 DRILL_HOLD = "drill-hold"  # log in with the current credential and keep it in memory
 DRILL_CHECK = "drill-check"  # log in with the new and the held credential, then forget it
-KINDS = frozenset({STATE, DELIVER, WITHDRAW, PROBE, DRILL_HOLD, DRILL_CHECK})
 
 
 @dataclass(frozen=True)

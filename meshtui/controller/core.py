@@ -28,7 +28,7 @@ from meshtui.controller.reports import (
 )
 from meshtui.errors import ReadOnlyError, RotationBusyError, UnknownPairError
 from meshtui.inventory import ChainCheck, Inventory, Row
-from meshtui.model import End, PairStatus, State
+from meshtui.model import PairStatus, State
 
 INVENTORY = "inventory.db"
 KEY_STEM = "controller"
@@ -312,8 +312,3 @@ class Controller:
         for r in rows:
             writer.writerow({**r, "pairs": " ".join(r["pairs"]), "detail": json.dumps(r["detail"])})
         return buf.getvalue()
-
-
-def end_label(end: End, pair: PairStatus) -> str:
-    """``consumer app1/gitea`` / ``provider db1/postgres``."""
-    return f"{end} {pair.consumer if end is End.CONSUMER else pair.provider}"

@@ -13,6 +13,8 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from sqlite_utils import Database
+
 from meshtui.controller.client import Agents
 from meshtui.controller.declare import nodes_from_inventory, seal_generation
 from meshtui.controller.deliver import Delivered, Planner, as_json, send_consumers, send_providers
@@ -181,10 +183,7 @@ def execute(ctl: Controller, agents: Agents, rotation: Row, progress: Progress) 
     stamp = now()
     with inv.transaction("rotate") as db:
         for i in items:
-            db.table("generations").update(
-                (i["pair"], i["to"]),
-                {"consumer_sealed": None, "provider_sealed": None, "discarded_at": stamp},
-            )
+            _discard(db, i["pair"], i["to"], stamp)
         db.table("rotations").update(
             rotation["id"],
             {"state": outcome, "finished_at": stamp, "outcome": outcome, "reason": reason},
@@ -235,10 +234,7 @@ def _finish(
     with inv.transaction("rotate") as db:
         for i in items:
             db.table("pairs").update(i["pair"], {"generation": i["to"], "rotated_at": stamp})
-            db.table("generations").update(
-                (i["pair"], i["from"]),
-                {"consumer_sealed": None, "provider_sealed": None, "discarded_at": stamp},
-            )
+            _discard(db, i["pair"], i["from"], stamp)
         db.table("rotations").update(
             rotation["id"], {"state": "done", "finished_at": stamp, "outcome": "done"}
         )
@@ -270,6 +266,14 @@ def _finish(
             )
             for i in items
         ],
+    )
+
+
+def _discard(db: Database, pair: str, generation: int, stamp: str) -> None:
+    """Drop a generation's sealed blobs once no end may need it again (its digest stays)."""
+    db.table("generations").update(
+        (pair, generation),
+        {"consumer_sealed": None, "provider_sealed": None, "discarded_at": stamp},
     )
 
 

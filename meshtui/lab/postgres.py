@@ -19,7 +19,6 @@ import importlib.util
 import json
 import os
 import pwd
-import shutil
 import stat
 import subprocess
 import time
@@ -471,11 +470,3 @@ def open_cluster(datadir: Path) -> Cluster:
             f"{datadir} holds no cluster made by meshtui ({type(exc).__name__}: {exc}); "
             "create it with create_cluster"
         ) from None
-
-
-def remove_cluster(datadir: Path) -> None:
-    """Stop the cluster in ``datadir`` if it runs and delete the folder (lab teardown)."""
-    datadir = Path(os.path.abspath(datadir))
-    if (datadir / META_NAME).exists():
-        open_cluster(datadir).stop()
-    shutil.rmtree(datadir, ignore_errors=True)
