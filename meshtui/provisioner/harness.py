@@ -308,11 +308,11 @@ def reconcile(
             if held[login].ours and login not in wanted:
                 removed.append(_remove(adapter, held[login]))
     ordered = tuple(outcomes[c.login] for c in manifest.consumers) + tuple(removed)
-    if manifest.pin:  # pg_hba.conf: each login only from its consumer's address
-        pin = pin_manifest(conninfo, manifest, {o.login: o.outcome for o in ordered})
-        if pin.changed or pin.error:
-            name: OutcomeName = "failed" if pin.error else "updated"
-            ordered += (Outcome("pg_hba.conf", "", "", name, pin.error or pin.note),)
+    # pg_hba.conf: with pin, each login only from its consumer's address; without, no block left
+    pin = pin_manifest(conninfo, manifest, {o.login: o.outcome for o in ordered})
+    if pin.changed or (pin.error and manifest.pin):
+        name: OutcomeName = "failed" if pin.error else "updated"
+        ordered += (Outcome("pg_hba.conf", "", "", name, pin.error or pin.note),)
     return Report(
         provision=manifest.provision,
         provider=manifest.provider,

@@ -169,9 +169,9 @@ def check_pin(login: str, address: str) -> str:
     return ""
 
 
-def wanted(manifest: Manifest, outcomes: Mapping[str, str], before: Mapping[str, str]) -> dict[
-    str, str
-]:
+def wanted(
+    manifest: Manifest, outcomes: Mapping[str, str], before: Mapping[str, str]
+) -> dict[str, str]:
     """Which logins get a line now: those in place, and those already pinned that may still exist.
 
     A login made true this run is pinned to its consumer's ``at``; a waiting or failed one keeps
@@ -226,7 +226,9 @@ def _open_folder(path: str) -> int:
 
 def _read(folder: int, name: str, path: str) -> tuple[str, os.stat_result]:
     try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder)
+        fd = os.open(
+            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder
+        )
     except OSError as exc:
         raise ProvisionError(f"{path}: cannot be opened ({exc.strerror})") from None
     with os.fdopen(fd, "rb") as fh:
@@ -352,6 +354,8 @@ def _reload(conn: psycopg.Connection[Any], conninfo: str) -> None:
 def pin_manifest(conninfo: str, manifest: Manifest, outcomes: Mapping[str, str]) -> PinResult:
     """Make the manifest's block of pg_hba.conf true, given this run's outcome per login.
 
+    Without ``pin`` the block is taken away if there is one (pin turned off must not leave
+    logins confined to addresses nobody keeps up to date); the caller ignores errors then.
     Never raises for a problem with the file or the server: the result carries the error, and
     the file then holds what it held before.
     """
@@ -374,7 +378,7 @@ def _pin(
         text, info = _read(folder, name, path)
         layout = parse(text, path)
         before = pinned(layout.blocks.get(scope, ()))
-        pins = wanted(manifest, outcomes, before)
+        pins = wanted(manifest, outcomes, before) if manifest.pin else {}
         problems = [p for p in (check_pin(login, at) for login, at in pins.items()) if p]
         if problems:
             raise ProvisionError(f"{path}: not pinned: {'; '.join(problems)} (nothing was changed)")

@@ -57,7 +57,10 @@ def test_pin_allows_the_consumers_address_only(mesh: Mesh, hba: Path) -> None:
     away["at"] = "127.0.0.2"  # its consumer lives elsewhere
     report = pinned_run(mesh)
     assert report.ok, report.lines()
-    assert pin_outcome(report) == ("updated", f"{hba}: 2 logins pinned, 2 added, 0 removed, 0 moved")
+    assert pin_outcome(report) == (
+        "updated",
+        f"{hba}: 2 logins pinned, 2 added, 0 removed, 0 moved",
+    )
     gitea, wiki = mesh.login_of("app1", "gitea"), mesh.login_of("app2", "wiki")
     assert mesh.can_login(gitea, mesh.password("app1", "gitea"))
     # the right password from the wrong address: refused before any password is asked
@@ -92,11 +95,25 @@ def test_removal_takes_the_line_away(mesh: Mesh, hba: Path) -> None:
     mesh.drop("app2", "wiki")
     report = pinned_run(mesh)
     assert outcomes(report)[wiki] == "removed"
-    assert pin_outcome(report) == ("updated", f"{hba}: 1 logins pinned, 0 added, 1 removed, 0 moved")
+    assert pin_outcome(report) == (
+        "updated",
+        f"{hba}: 1 logins pinned, 0 added, 1 removed, 0 moved",
+    )
     assert wiki not in hba.read_text()
     mesh.drop("app1", "gitea")
     pinned_run(mesh)
     assert hba.read_text() == original  # nothing of ours left, every other byte as it was
+
+
+def test_pin_turned_off_takes_the_block_away(mesh: Mesh, hba: Path) -> None:
+    original = hba.read_text()
+    mesh.add("app1", "gitea")
+    assert pinned_run(mesh).ok
+    assert hba.read_text() != original
+    report = mesh.reconcile()  # the manifest no longer says pin
+    assert report.ok and pin_outcome(report) is not None
+    assert hba.read_text() == original
+    assert pin_outcome(mesh.reconcile()) is None  # and a provider without pin sees nothing
 
 
 def test_a_broken_pg_hba_conf_changes_nothing_and_is_reported(mesh: Mesh, hba: Path) -> None:

@@ -22,6 +22,7 @@ from tests.provisioner.test_pg_hba_cluster import (  # noqa: F401  (collected he
     test_a_rotation_leaves_pg_hba_conf_alone,
     test_pg_hba_file_rules_sees_our_lines_on_this_server,
     test_pin_allows_the_consumers_address_only,
+    test_pin_turned_off_takes_the_block_away,
     test_removal_takes_the_line_away,
 )
 
@@ -32,7 +33,9 @@ PG15_BIN = Path("/usr/lib/postgresql/15/bin")
 def pg15() -> Iterator[Cluster]:
     """A started PostgreSQL 15 cluster for this module, from Debian's binaries."""
     if not (PG15_BIN / "postgres").exists():
-        pytest.skip(f"Debian's PostgreSQL 15 is not installed ({PG15_BIN}; apt-get install postgresql-15)")
+        pytest.skip(
+            f"Debian's PostgreSQL 15 is not installed ({PG15_BIN}; apt-get install postgresql-15)"
+        )
     if "bindir" not in inspect.signature(create_cluster).parameters:
         pytest.skip("meshtui.lab.postgres.create_cluster has no bindir option yet (another branch)")
     base = Path(tempfile.mkdtemp(prefix="meshtui-pg15-"))
