@@ -50,6 +50,9 @@ KEEP_WHEN = frozenset({"drop pending", "failed", "refused", "waiting"})
 """Outcomes that keep a line already written (the login may still exist; never unpin it)."""
 CONFIRMED = frozenset({"created", "updated", "unchanged"})
 _NAME_OK = re.compile(r'[^\s"#,\\\x00-\x1f\x7f]+')
+_UNPINNED: set[tuple[str, str]] = set()
+"""(conninfo, scope) seen without a block by a run without pin in this process: a long-lived
+agent checks once, not at every delivery; any pin run for the scope forgets it."""
 _ALLOW = re.compile(r'^host all "(?P<login>[^"]+)" (?P<address>\S+)/\d+ scram-sha-256$')
 
 
@@ -251,7 +254,10 @@ def _write(folder: int, name: str, text: str, like: os.stat_result, path: str) -
     try:
         fd = os.open(tmp, flags, 0o600, dir_fd=folder)
     except OSError as exc:
-        raise ProvisionError(f"{path}: cannot write beside it ({exc.strerror})") from None
+        raise ProvisionError(
+            f"{path}: cannot write beside it ({exc.strerror}); run the provisioner on the "
+            "database's machine as root or as the server's user (nothing was changed)"
+        ) from None
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(text.encode("utf-8"))
@@ -359,10 +365,20 @@ def pin_manifest(conninfo: str, manifest: Manifest, outcomes: Mapping[str, str])
     Never raises for a problem with the file or the server: the result carries the error, and
     the file then holds what it held before.
     """
+    seen = (conninfo, scope_key(manifest.provider, manifest.provision))
+    if manifest.pin:
+        _UNPINNED.discard(seen)
+    elif seen in _UNPINNED:
+        return PinResult(changed=False)
     try:
         with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn:
-            return _pin(conn, conninfo, manifest, outcomes)
-    except ProvisionError as exc:
+            result = _pin(conn, conninfo, manifest, outcomes)
+        if not manifest.pin:
+            _UNPINNED.add(seen)
+        return result
+    except ProvisionError as exc:  # lasting: no rights, not on this machine, broken markers
+        if not manifest.pin:
+            _UNPINNED.add(seen)
         return PinResult(changed=False, error=str(exc))
     except (psycopg.Error, OSError) as exc:
         return PinResult(changed=False, error=f"pg_hba.conf not pinned: {_first_line(exc)}")
