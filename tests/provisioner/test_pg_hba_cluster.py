@@ -144,6 +144,23 @@ def test_broken_markers_change_nothing_and_are_reported(mesh: Mesh, hba: Path) -
     assert hba.read_bytes() == broken
 
 
+def test_root_never_writes_through_a_link_the_server_user_planted(
+    mesh: Mesh, hba: Path, tmp_path: Path
+) -> None:
+    """The server's user swaps pg_hba.conf for a link to a root file: that file stays as it was."""
+    victim = tmp_path / "root-only.conf"
+    victim.write_text("root's own file\n")
+    victim.chmod(0o600)
+    hba.unlink()
+    hba.symlink_to(victim)
+    mesh.add("app1", "gitea")
+    report = pinned_run(mesh)
+    outcome, reason = pin_outcome(report) or ("", "")
+    assert outcome == "failed" and "cannot be opened" in reason
+    assert victim.read_text() == "root's own file\n"
+    assert hba.is_symlink()
+
+
 def test_a_failed_reload_puts_the_old_file_back(
     mesh: Mesh, hba: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
