@@ -243,6 +243,7 @@ class Agent:
                 "provision": provision,
                 "provider": provider,
                 "serial": _next_serial(manifest),
+                "pin": bool(spec.get("pin", False)),
                 "consumers": [
                     {
                         "as": c["as"],

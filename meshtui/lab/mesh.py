@@ -263,6 +263,7 @@ def _write_declaration(
         f'receives = {{ database = "{srv / PROVIDER_NODE / "postgres" / "mesh.json"}" }}',
         f'grants = {{ database = "{srv / PROVIDER_NODE / "postgres" / "grants"}" }}',
         f'admin = "{admin}"',
+        "pin = true",
     ]
     if provisioner:
         out.append("provisioner = [" + ", ".join(json.dumps(a) for a in provisioner) + "]")
