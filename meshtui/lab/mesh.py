@@ -26,7 +26,7 @@ import httpx
 from meshtui.atomic import write_private
 from meshtui.errors import LabError
 from meshtui.host import identity
-from meshtui.lab import netns, postgres
+from meshtui.lab import foreign, netns, postgres
 
 LAB = "lab"
 SUBNET = "10.213.0.0/24"
@@ -315,9 +315,8 @@ def down(state_dir: Path, *, purge: bool = False) -> list[str]:
         netns.destroy(name)
         done.append(f"removed namespaces {name}-*")
     if purge and folder.exists():
-        import shutil
-
-        shutil.rmtree(folder)
+        # the data directory inside is the server user's: never follow what it left there
+        foreign.remove_tree(folder)
         done.append(f"removed {folder}")
     elif lab is not None:
         (folder / "lab.json").unlink(missing_ok=True)

@@ -93,9 +93,7 @@ def as_server_user(cluster: Cluster, shell: str) -> None:
     """Run ``shell`` in the data directory as the server's OS user, the way its SQL superuser
     can: ``COPY ... TO PROGRAM`` (the backend's working directory is the data directory)."""
     with psycopg.connect(cluster.admin_conninfo(), autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("COPY (SELECT 1) TO PROGRAM {}").format(sql.Literal(shell))
-        )
+        conn.execute(sql.SQL("COPY (SELECT 1) TO PROGRAM {}").format(sql.Literal(shell)))
 
 
 def server_user_runs(*argv: str) -> None:
@@ -173,7 +171,14 @@ def test_postgresql_conf_symlinked_to_a_root_file_is_refused_and_not_read(
 
 
 def test_postgresql_conf_as_a_fifo_is_refused_without_hanging(running: Cluster) -> None:
-    as_server_user(running, "rm -f postgresql.conf && mkfifo -m 600 postgresql.conf")
+    as_server_user(running, "mv postgresql.conf keep.conf && mkfifo -m 600 postgresql.conf")
+    try:
+        _refused_without_hanging(running)
+    finally:  # pg_ctl itself (as the server user) would block on that FIFO at teardown
+        as_server_user(running, "rm -f postgresql.conf && mv keep.conf postgresql.conf")
+
+
+def _refused_without_hanging(running: Cluster) -> None:
     outcome: list[BaseException | None] = []
 
     def again() -> None:
