@@ -163,9 +163,11 @@ class ForeignDir:
             finally:
                 os.close(fd)
             os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
-        except BaseException:
+        except BaseException as exc:
             with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=self.fd)
+            if isinstance(exc, OSError):
+                raise LabError(f"cannot write {self.path / name}: {exc.strerror or exc}") from None
             raise
 
 

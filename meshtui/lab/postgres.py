@@ -21,7 +21,6 @@ and socket are is trusted: those come from the folder's owner and location.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
 import os
@@ -481,8 +480,12 @@ def _prepare_datadir(datadir: Path, pw: pwd.struct_passwd | None) -> bool:
     """Whether ``datadir`` already holds a cluster; if not, make it an empty 0700 folder of the
     server user. A link at ``datadir`` is refused, never followed: its parent may be shared."""
     owner = pw.pw_uid if pw is not None else os.geteuid()
-    with contextlib.suppress(FileExistsError):
+    try:
         os.mkdir(datadir, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise LabError(f"cannot create {datadir}: {exc.strerror or exc}") from None
     fd = open_dir(datadir)
     try:
         st = os.fstat(fd)

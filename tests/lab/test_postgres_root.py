@@ -288,3 +288,16 @@ def test_lab_down_purge_never_follows_what_the_server_user_left(scratch: Path) -
     victim.unchanged()
     kept.unchanged()
     assert stat.S_IMODE(os.stat(keep).st_mode) == 0o700
+
+
+def test_a_folder_planted_at_a_config_name_is_refused_by_name_and_leaves_no_temp(
+    running: Cluster,
+) -> None:
+    as_server_user(running, "mv pg_ident.conf keep.conf && mkdir pg_ident.conf")
+    try:
+        with pytest.raises(LabError) as err:
+            create_cluster(running.datadir, port=running.port)
+        assert str(running.datadir / "pg_ident.conf") in str(err.value)
+        assert not [n for n in os.listdir(running.datadir) if ".meshtui-" in n]
+    finally:
+        as_server_user(running, "rmdir pg_ident.conf && mv keep.conf pg_ident.conf")
