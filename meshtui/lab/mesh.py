@@ -19,7 +19,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import httpx
 
@@ -212,7 +212,7 @@ def _start_agent(lab: Lab, node: str) -> int:
     ]
     if lab.mode == "loopback":
         argv.append("--allow-loopback")
-    log = open(lab.folder / f"{node}.agent.log", "ab")  # noqa: SIM115
+    log = _open_log(lab.folder / f"{node}.agent.log")
     kwargs: dict[str, Any] = {
         "stdout": log,
         "stderr": log,
@@ -224,6 +224,14 @@ def _start_agent(lab: Lab, node: str) -> int:
     proc = netns.spawn(ns, argv, **kwargs) if ns else subprocess.Popen(argv, **kwargs)
     log.close()
     return proc.pid
+
+
+def _open_log(path: Path) -> BinaryIO:
+    """Open an agent's log for appending, 0600 whatever the umask (the lab folder is 0711)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(path, flags, 0o600)
+    os.fchmod(fd, 0o600)
+    return os.fdopen(fd, "ab")
 
 
 def _wait_agent(lab: Lab, node: str) -> None:
@@ -280,7 +288,7 @@ def _write_declaration(
             ]
     path = folder / "mesh.toml"
     text = "\n".join(out)
-    path.write_text(text)
+    write_private(path, text.encode())
     return path
 
 

@@ -301,3 +301,19 @@ def test_a_folder_planted_at_a_config_name_is_refused_by_name_and_leaves_no_temp
         assert not [n for n in os.listdir(running.datadir) if ".meshtui-" in n]
     finally:
         as_server_user(running, "rmdir pg_ident.conf && mv keep.conf pg_ident.conf")
+
+
+def test_lab_files_are_private_under_a_permissive_umask(scratch: Path) -> None:
+    """The lab folder is 0711 (the server user must traverse it), so every file root leaves
+    there by a guessable name is 0600: the agents' logs and the declaration."""
+    state = scratch / "state"
+    state.mkdir(mode=0o711)
+    old = os.umask(0o022)
+    try:
+        built = lab_mesh.up(state, loopback=True, mesh={"app1": ["gitea"]})
+        private = [built.declaration] + [built.folder / f"{n}.agent.log" for n in built.pids]
+        for path in private:
+            assert stat.S_IMODE(os.lstat(path).st_mode) == 0o600, path
+    finally:
+        os.umask(old)
+        lab_mesh.down(state, purge=True)
