@@ -91,9 +91,13 @@ def running(scratch: Path) -> Iterator[Cluster]:
 
 def as_server_user(cluster: Cluster, shell: str) -> None:
     """Run ``shell`` in the data directory as the server's OS user, the way its SQL superuser
-    can: ``COPY ... TO PROGRAM`` (the backend's working directory is the data directory)."""
+    can: ``COPY ... TO PROGRAM`` (the backend's working directory is the data directory).
+
+    The program drains the copied row first: one that exits before reading it would make the
+    server fail the COPY with a broken pipe, at random."""
+    program = f"cat >/dev/null; {shell}"
     with psycopg.connect(cluster.admin_conninfo(), autocommit=True) as conn:
-        conn.execute(sql.SQL("COPY (SELECT 1) TO PROGRAM {}").format(sql.Literal(shell)))
+        conn.execute(sql.SQL("COPY (SELECT 1) TO PROGRAM {}").format(sql.Literal(program)))
 
 
 def server_user_runs(*argv: str) -> None:
