@@ -2,7 +2,7 @@
 node, operator and kind, and export to JSON or CSV.
 
 Nothing here writes to the inventory, so the whole screen works read-only (``meshtui audit``).
-An export is a new file in the current directory (or the state folder when the current
+An export is a new 0600 file in the current directory (or the state folder when the current
 directory cannot be written); the toast says which.
 """
 
@@ -20,6 +20,7 @@ from textual.binding import BindingType
 from textual.containers import Horizontal
 from textual.widgets import Input, Static
 
+from meshtui.controller.export import write_export
 from meshtui.model import split_pair_id
 from meshtui.tui import actions
 from meshtui.tui.messages import AuditLoaded, ChainVerdict, Exported
@@ -270,8 +271,7 @@ class AuditScreen(MeshScreen):
             if path is None:
                 continue
             try:
-                with open(path, "x", encoding="utf-8") as out:
-                    out.write(body)
+                write_export(path, body)
             except OSError as exc:
                 last = exc
                 continue
