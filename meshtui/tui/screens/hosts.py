@@ -2,7 +2,8 @@
 ends it should hold and which pairs it is behind on.
 
 Reachability is only known after ``k`` asks every agent (a read: nothing is written), so by
-default the column says "not asked" rather than guessing.
+default the column says "not asked" rather than guessing. A read-only dashboard shows the nodes
+as the inventory declares them and never asks: its controller has no key to ask with.
 """
 
 from __future__ import annotations
@@ -73,6 +74,14 @@ class HostsScreen(MeshScreen):
 
     def compose(self) -> ComposeResult:
         yield Label(Text("Hosts", style="bold"), id="hosts-title")
+        yield Static(
+            Text(
+                "read-only: agent checks are off; these are the nodes as declared in the "
+                "inventory, and none of them is contacted",
+                style="bold",
+            ),
+            id="hosts-note",
+        )
         yield LineTable(COLUMNS, empty_text="reading the nodes…", id="hosts")
         yield Static(id="host-detail")
         yield MeshFooter()
@@ -83,6 +92,7 @@ class HostsScreen(MeshScreen):
         return self.query_one("#hosts", LineTable)
 
     def on_mount(self) -> None:
+        self.query_one("#hosts-note", Static).display = self.mesh.read_only
         self.load(check=False)
 
     def load(self, *, check: bool) -> None:
@@ -97,7 +107,7 @@ class HostsScreen(MeshScreen):
         )
 
     def _load(self, check: bool) -> None:
-        with self.mesh.open_controller(reader=True) as ctl:
+        with self.mesh.open_controller(reader=not check) as ctl:  # a check asks the agents
             hosts = ctl.hosts(check=check)
         self.post_message(HostsLoaded(hosts, check))
 
