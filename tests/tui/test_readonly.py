@@ -1,5 +1,8 @@
-"""Read-only is real: mutating actions are absent from keys, footer, help and palette, nothing
-reaches the inventory file through any of them, and the controller refuses what gets through."""
+"""Read-only is real: the actions that change things or ask an agent are absent from keys,
+footer, help and palette, nothing reaches the inventory file through any of them, and the
+controller refuses what gets through. Against real agents that count every request: every
+action of the registry and every palette command, hidden or let through by a UI bug, sends
+nothing, writes nothing in the state folder and never opens ``controller.key``."""
 
 from __future__ import annotations
 
