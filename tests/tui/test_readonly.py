@@ -291,6 +291,8 @@ async def test_read_only_hosts_shows_the_declared_nodes_without_asking(mesh: Cou
         assert screen.hosts["db1"].holds == 3 and screen.hosts["app1"].holds == 2
         note = str(screen.query_one("#hosts-note", Static).render())
         assert "read-only" in note and "checks are off" in note
+        row = screen.table.rows["db1"].cells
+        assert row[1] == "off" and row[-1] == "checks are off (read-only)"
         assert "check" not in shown_actions(app)
         await pilot.press("k")
         await settle_all(pilot)

@@ -37,9 +37,10 @@ COLUMNS = (
 )
 
 
-def host_row(h: HostView) -> TableRow:
-    """A node as a table row, toned by reachability and whether it is behind."""
-    reach = {True: "yes", False: "NO", None: "not asked"}[h.reachable]
+def host_row(h: HostView, *, checks_off: bool = False) -> TableRow:
+    """A node as a table row, toned by reachability and whether it is behind (``checks_off``:
+    a read-only dashboard, which never asks, says so instead of "not asked")."""
+    reach = {True: "yes", False: "NO", None: "off" if checks_off else "not asked"}[h.reachable]
     tone = (
         "bad" if h.reachable is False else "warn" if h.behind else "good" if h.reachable else "info"
     )
@@ -54,7 +55,7 @@ def host_row(h: HostView) -> TableRow:
             str(h.holds),
             str(len(h.behind)),
             h.agent,
-            h.reason,
+            "checks are off (read-only)" if checks_off and h.reachable is None else h.reason,
         ),
         tone,
     )
@@ -135,7 +136,7 @@ class HostsScreen(MeshScreen):
             }
         self.checked = self.checked or message.checked
         self.hosts = fresh
-        rows = {n: host_row(h) for n, h in fresh.items()}
+        rows = {n: host_row(h, checks_off=self.mesh.read_only) for n, h in fresh.items()}
         table = self.table
         table.set_rows(rows)
         table.set_view(list(rows))
