@@ -252,7 +252,9 @@ class AuditScreen(MeshScreen):
 
     def action_export(self, fmt: str) -> None:
         """Write every event as ``fmt`` (json or csv) to a new file."""
-        folders = self.export_folders or [Path.cwd(), self.mesh.state_dir]
+        folders = self.export_folders or [Path.cwd()]
+        if not self.export_folders and not self.mesh.read_only:
+            folders.append(self.mesh.state_dir)  # read-only never writes into the state folder
         self.run_worker(
             lambda: self._export(fmt, folders),
             name=f"export {fmt}",
