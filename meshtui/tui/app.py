@@ -42,6 +42,7 @@ from meshtui.tui.commands import MeshCommands
 from meshtui.tui.keymap import config_paths, load_keymap
 from meshtui.tui.messages import Job, JobFailed, JobFinished, JobProgress, Loaded
 from meshtui.tui.pairs import PairModel
+from meshtui.tui.screens import job as job_screen
 from meshtui.tui.screens.job import JobRecord, JobScreen
 
 Clock = Callable[[], datetime]
@@ -286,7 +287,7 @@ class MeshApp(App[int]):
         )
 
     def _run_job(self, job: Job) -> None:
-        start = time.perf_counter()
+        start = job_screen.clock()  # the job log's clock, so a frozen one freezes both
 
         def progress(text: str, done: int, total: int) -> None:
             self.post_message(JobProgress(job, text, done, total))
@@ -307,7 +308,7 @@ class MeshApp(App[int]):
         except Exception as exc:  # the error boundary is report_error, on the UI thread
             self.post_message(JobFailed(job, exc))
             return
-        self.post_message(JobFinished(job, result, time.perf_counter() - start))
+        self.post_message(JobFinished(job, result, job_screen.clock() - start))
 
     def _job_screens(self) -> list[JobScreen]:
         return [s for s in self.screen_stack if isinstance(s, JobScreen)]
