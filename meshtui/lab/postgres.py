@@ -63,7 +63,9 @@ def _checked_binaries(bindir: Path) -> Path:
     bindir = Path(os.path.abspath(bindir))
     for tool in ("initdb", "pg_ctl", "postgres"):
         if not os.access(bindir / tool, os.X_OK):
-            raise LabError(f"{bindir / tool} is missing or not executable (a PostgreSQL bin folder?)")
+            raise LabError(
+                f"{bindir / tool} is missing or not executable (a PostgreSQL bin folder?)"
+            )
     return bindir
 
 

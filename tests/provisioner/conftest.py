@@ -115,7 +115,12 @@ class Mesh:
     # -- PostgreSQL ----------------------------------------------------------------------------
 
     def admin_conn(self, dbname: str = "postgres") -> psycopg.Connection[Any]:
-        return psycopg.connect(self.cluster.admin_conninfo(), dbname=dbname, autocommit=True)
+        return self.admin_of(self.cluster, dbname)
+
+    @staticmethod
+    def admin_of(cluster: Cluster, dbname: str = "postgres") -> psycopg.Connection[Any]:
+        """A superuser session on ``cluster`` (autocommit)."""
+        return psycopg.connect(cluster.admin_conninfo(), dbname=dbname, autocommit=True)
 
     def connect_as(
         self, login: str, password: str, dbname: str = "postgres"
