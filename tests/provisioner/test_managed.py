@@ -20,9 +20,7 @@ ADMIN_PASSWORD = "managed-admin-pw-1"
 def managed(mesh: Mesh) -> Mesh:
     """The mesh, provisioned by ``meshadmin`` (CREATEROLE CREATEDB, no superuser) over TCP."""
     with mesh.admin_conn() as conn:
-        conn.execute(
-            f"CREATE ROLE meshadmin LOGIN CREATEROLE CREATEDB PASSWORD '{ADMIN_PASSWORD}'"
-        )
+        conn.execute(f"CREATE ROLE meshadmin LOGIN CREATEROLE CREATEDB PASSWORD '{ADMIN_PASSWORD}'")
     mesh.admin.write_text(
         f"host=127.0.0.1 port={mesh.cluster.port} user=meshadmin"
         f" password={ADMIN_PASSWORD} dbname=postgres\n"

@@ -402,7 +402,9 @@ def test_admin_must_be_superuser_or_createrole(mesh: Mesh) -> None:
     )
     mesh.add("app1", "gitea")
     mesh.write()
-    with pytest.raises(ProvisionError, match="neither a PostgreSQL superuser nor a role with CREATEROLE"):
+    with pytest.raises(
+        ProvisionError, match="neither a PostgreSQL superuser nor a role with CREATEROLE"
+    ):
         reconcile(mesh.manifest, mesh.admin)
 
 
