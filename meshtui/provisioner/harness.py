@@ -317,6 +317,80 @@ def reconcile(
     )
 
 
+Verdict = Literal["matches", "changed", "missing", "unknown", "waiting", "refused"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What the provider's software holds for one consumer, compared with its secret file.
+
+    ``matches``: the login holds the secret file's password and its values. ``changed``: it was
+    made by meshtui but no longer holds that (changed outside meshtui). ``missing``: no such
+    login. ``unknown``: the admin cannot see it. ``waiting``/``refused``: as in reconcile.
+    """
+
+    login: str
+    node: str
+    module: str
+    verdict: Verdict
+    reason: str = ""
+
+
+def inspect(
+    manifest_path: Path, admin_file: Path, *, factory: AdapterFactory = PostgresAdapter
+) -> tuple[Finding, ...]:
+    """Read-only: does the software still hold what the manifest's secret files say? No write.
+
+    Raises ManifestError or ProvisionError like :func:`reconcile`; reads each secret file only
+    to compare its digest, and sends nothing secret to the server.
+    """
+    manifest = load_manifest(Path(manifest_path))
+    conninfo = read_admin_file(Path(admin_file))
+    scope = Scope(provider=manifest.provider, provision=manifest.provision)
+    found: dict[str, Finding] = {}
+    ready: list[Consumer] = []
+    for consumer in manifest.consumers:
+        try:
+            check_name(consumer.login)
+        except UnsafeLoginError as exc:
+            found[consumer.login] = _finding(consumer, "refused", str(exc))
+            continue
+        secret = _read_secret(manifest, consumer)
+        if isinstance(secret, str):
+            found[consumer.login] = _finding(consumer, "waiting", secret)
+        else:
+            ready.append(consumer)
+        del secret
+    with _opened(factory, conninfo, scope) as adapter:
+        try:
+            held = adapter.inspect({c.login: c.values for c in ready})
+        except psycopg.Error as exc:
+            raise ProvisionError(f"cannot read the roles from PostgreSQL: {_reason(exc)}") from None
+    for consumer in ready:
+        found[consumer.login] = _compare(consumer, held.get(consumer.login))
+    return tuple(found[c.login] for c in manifest.consumers)
+
+
+def _finding(consumer: Consumer, verdict: Verdict, reason: str = "") -> Finding:
+    return Finding(consumer.login, consumer.node, consumer.module, verdict, reason)
+
+
+def _compare(consumer: Consumer, have: Held | None) -> Finding:
+    if have is None:
+        return _finding(consumer, "missing", "the login does not exist")
+    if not have.ours:
+        return _finding(consumer, "refused", have.note)
+    if not have.verified:
+        return _finding(consumer, "unknown", "the admin cannot read what the server holds")
+    if have.digest is None:
+        return _finding(consumer, "changed", "its password, login right or record was changed")
+    if have.digest != consumer.digest:
+        return _finding(consumer, "changed", "it holds another password")
+    if not have.in_place:
+        return _finding(consumer, "changed", "its database is gone, not its own or open to all")
+    return _finding(consumer, "matches")
+
+
 def _remove(adapter: Adapter, held: Held) -> Outcome:
     try:
         done: Done = adapter.remove(held.login)

@@ -350,6 +350,7 @@ class PostgresAdapter:
                     ours=True,
                     digest=digest if isinstance(digest, str) else None,
                     in_place=in_place,
+                    verified=self.superuser,
                 )
             elif name in wanted:
                 # marked as ours but its record is gone: ours to repair, never to remove
