@@ -49,9 +49,15 @@ def pair_state(
 ) -> tuple[State, str, bool]:
     """(state, reason, alarm) for one pair; a provider's repaired drift is added to the reason."""
     note = _note(provider) if not pair["withdrawn_at"] else ""
-    if note and provider is not None and probe is not None and not probe["withdrawn"]:
-        if str(probe["at"] or "") < str(provider["attempted_at"] or ""):
-            probe = None  # that probe saw the server before the re-apply
+    seen_before = (
+        note
+        and provider is not None
+        and probe is not None
+        and not probe["withdrawn"]
+        and str(probe["at"] or "") < str(provider["attempted_at"] or "")
+    )
+    if seen_before:
+        probe = None  # that probe saw the server before the re-apply
     state, reason, alarm = _pair_state(pair, consumer, provider, probe)
     if note and state is State.UNKNOWN and probe is None:
         reason = "not probed since the provider was re-applied"
