@@ -82,6 +82,7 @@ class Report:
     outcomes: tuple[Outcome, ...]
     ok: bool
     elapsed: float = field(default=0.0, compare=False)
+    limits: tuple[str, ...] = ()  # what the admin cannot do with the rights it has
 
     def counts(self) -> dict[str, int]:
         """How many logins ended in each outcome."""
@@ -100,6 +101,7 @@ class Report:
             "elapsed": round(self.elapsed, 4),
             "counts": self.counts(),
             "outcomes": [asdict(o) for o in self.outcomes],
+            "limits": list(self.limits),
         }
 
     def to_json(self) -> str:
@@ -113,7 +115,7 @@ class Report:
             f"{self.provision} at {self.provider}, serial {self.serial}: {counts}"
             f" ({'ok' if self.ok else 'NOT ok'}, {self.elapsed * 1000:.0f} ms)"
         )
-        out = [head]
+        out = [head] + [f"  note: {limit}" for limit in self.limits]
         for item in self.outcomes:
             who = f"{item.node}/{item.module}" if item.node else "-"
             line = f"  {item.outcome:<12} {item.login:<40} {who}"
@@ -287,6 +289,7 @@ def reconcile(
     wanted: Mapping[str, Mapping[str, str]] = {c.login: c.values for c in manifest.consumers}
     removed: list[Outcome] = []
     with _opened(factory, conninfo, scope) as adapter:
+        limits = tuple(str(x) for x in getattr(adapter, "limits", ()))  # optional in the contract
         try:
             held: Mapping[str, Held] = adapter.inspect({c.login: c.values for c in ready})
         except psycopg.Error as exc:
@@ -314,6 +317,7 @@ def reconcile(
         outcomes=ordered,
         ok=all(o.ok for o in ordered),
         elapsed=time.perf_counter() - started,
+        limits=limits,
     )
 
 

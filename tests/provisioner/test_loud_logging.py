@@ -9,8 +9,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from psycopg import sql
 
 from meshtui.lab.postgres import Cluster
+from meshtui.provisioner.pg_quiet import LOWER
 from tests.fix_pg import BINARIES, reset_cluster, start_cluster
 
 from .conftest import Mesh, outcomes, server_version
@@ -114,3 +116,58 @@ def test_every_logging_setting_on_leaks_no_verifier_and_no_password(loud_mesh: M
         assert "LOGIN PASSWORD '" not in where.upper()  # the DBA's own ALTER ROLE is there
         for password in passwords:
             assert password not in where
+
+
+def test_a_managed_admin_under_every_logging_setting(loud_mesh: Mesh) -> None:
+    """An admin that is not a superuser cannot lower these settings: it sets no password and
+    names them; granted SET on them, it sets passwords and nothing is recorded."""
+    mesh = loud_mesh
+    log = mesh.cluster.log_path
+    with mesh.admin_conn() as conn:
+        conn.execute("CREATE ROLE meshadmin LOGIN CREATEROLE CREATEDB PASSWORD 'managed-pw-1'")
+        conn.execute("SELECT pg_stat_statements_reset()")
+    mesh.admin.write_text(
+        f"host=127.0.0.1 port={mesh.cluster.port} user=meshadmin password=managed-pw-1"
+        " dbname=postgres\n"
+    )
+    offset = log.stat().st_size
+    mesh.add("app1", "gitea", database="gitea")
+    (refused,) = mesh.reconcile().outcomes
+    assert refused.outcome == "refused"
+    for name in ("log_statement=all", "auto_explain.log_min_duration=0"):
+        assert name in refused.reason
+    assert "GRANT SET ON PARAMETER" in refused.reason
+    with mesh.admin_conn() as conn:
+        names = [
+            str(r[0])
+            for r in conn.execute(
+                "SELECT name FROM pg_settings WHERE name = ANY(%s) AND context <> 'user'",
+                [[name for name, _ in LOWER]],
+            ).fetchall()
+        ]
+        for name in names:
+            conn.execute(
+                sql.SQL("GRANT SET ON PARAMETER {} TO meshadmin").format(sql.Identifier(name))
+            )
+    try:
+        assert outcomes(mesh.reconcile()) == {"gitea_app1_x": "created"}
+        mesh.rotate("app1", "gitea")
+        assert outcomes(mesh.reconcile()) == {"gitea_app1_x": "updated"}
+        assert mesh.can_login("gitea_app1_x", mesh.password("app1", "gitea"), "gitea")
+    finally:
+        with mesh.admin_conn() as conn:
+            for name in names:
+                conn.execute(
+                    sql.SQL("REVOKE SET ON PARAMETER {} FROM meshadmin").format(
+                        sql.Identifier(name)
+                    )
+                )
+    text = log.read_bytes()[offset:].decode("utf-8", "replace")
+    with mesh.admin_conn() as conn:
+        statements = "\n".join(
+            str(r[0]) for r in conn.execute("SELECT query FROM pg_stat_statements").fetchall()
+        )
+    assert "statement: " in text and "meshtui_password" in text
+    for where in (text, statements):
+        assert "SCRAM-SHA-256$" not in where
+        assert mesh.password("app1", "gitea") not in where
