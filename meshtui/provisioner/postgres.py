@@ -450,6 +450,21 @@ class PostgresAdapter:
         except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateObject):
             pass  # made concurrently by another session
 
+    def _check_marker_grantable(self) -> None:
+        """On 16+, an admin that is not a superuser may mark a login only with ADMIN OPTION on
+        the marker, which it has when it made the marker; say so when another admin did."""
+        if self.superuser or self.server_version < 160000:
+            return  # on 15, CREATEROLE may grant any role that is not a superuser's
+        row = self.conn.execute(
+            "SELECT pg_has_role(%s, 'MEMBER WITH ADMIN OPTION')", [MARKER]
+        ).fetchone()
+        if row != (True,):
+            raise ProvisionError(
+                f"role {MARKER} was made by another admin and {self.admin_role} has no ADMIN "
+                f"OPTION on it (nor on the logins that admin made); keep one admin per server, "
+                f"or have a superuser GRANT {MARKER} TO {self.admin_role} WITH ADMIN OPTION"
+            )
+
     def _grant_marker(self, name: str) -> None:
         options = " WITH INHERIT FALSE, SET FALSE" if self.server_version >= 160000 else ""
         self._exec(
@@ -522,6 +537,7 @@ class PostgresAdapter:
         if not self._marker_ready:
             if self._role(MARKER) is None:
                 self._ensure_role(MARKER, {"meshtui": "marker"})
+            self._check_marker_grantable()
             self._marker_ready = True
         if not self.superuser and not self._function_ready:
             try:

@@ -11,7 +11,7 @@ import pytest
 from meshtui.provisioner.adapter import Scope
 from meshtui.provisioner.postgres import PostgresAdapter, held_name
 
-from .conftest import PROVIDER, Mesh, outcomes
+from .conftest import PROVIDER, Mesh, outcomes, server_version
 
 ADMIN_PASSWORD = "managed-admin-pw-1"
 
@@ -131,3 +131,25 @@ def test_managed_admin_sends_no_verifier_a_log_would_keep(managed: Mesh) -> None
     assert "read-only transaction" in text
     assert "SCRAM-SHA-256$" not in text  # ... and never a verifier
     assert mesh.password("app1", "gitea") not in text
+
+
+def test_a_second_admin_on_the_same_server(mesh: Mesh) -> None:
+    """Logins a superuser admin made, then a CREATEROLE admin: on 16+ it holds no ADMIN OPTION
+    on them and says so (nothing changes); on 15, CREATEROLE alone may alter them."""
+    mesh.add("app1", "gitea")
+    mesh.reconcile()
+    password = mesh.password("app1", "gitea")
+    with mesh.admin_conn() as conn:
+        conn.execute(f"CREATE ROLE meshadmin LOGIN CREATEROLE PASSWORD '{ADMIN_PASSWORD}'")
+    mesh.admin.write_text(
+        f"host=127.0.0.1 port={mesh.cluster.port} user=meshadmin"
+        f" password={ADMIN_PASSWORD} dbname=postgres\n"
+    )
+    mesh.rotate("app1", "gitea")
+    (only,) = mesh.reconcile().outcomes
+    if server_version(mesh.cluster) >= 160000:
+        assert only.outcome == "failed" and "has no ADMIN OPTION" in only.reason
+        assert mesh.can_login("gitea_app1_x", password)
+    else:
+        assert only.outcome == "updated"
+        assert mesh.can_login("gitea_app1_x", mesh.password("app1", "gitea"))
