@@ -9,6 +9,7 @@ revokes withdrawn pairs. Run twice, it changes nothing.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from meshtui import wire
@@ -29,7 +30,7 @@ from meshtui.controller.lock import delivering
 from meshtui.controller.reports import PairOutcome, Progress, PushReport
 from meshtui.controller.resolve import ask_state
 from meshtui.errors import AgentError
-from meshtui.inventory import Inventory, now
+from meshtui.inventory import Inventory, Row, now
 from meshtui.model import End, State, node_of
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
         resolutions, holdings = ask_state(agents, sorted(plan.nodes))
         unreachable = {r.node: r.reason for r in resolutions if not r.ok}
         held_generations(inv, holdings)
-        drift = _drift(agents, plan, sorted(set(holdings)))
+        drift = _drift(agents, plan, sorted(set(holdings)), inv.deliveries())
         _record_drift(inv, plan, drift)
         deliveries = inv.deliveries()
         before = dict(deliveries)
@@ -161,17 +162,28 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
         return PushReport(delivered=delivered, withdrawn=revoked, behind=behind_now)
 
 
-def _drift(agents: Agents, plan: Planner, answered: list[str]) -> dict[str, str]:
+def _drift(
+    agents: Agents,
+    plan: Planner,
+    answered: list[str],
+    deliveries: Mapping[tuple[str, str], Row],
+) -> dict[str, str]:
     """pair id -> what a provider's server was found holding instead of what meshtui delivered.
 
     Asks each provider node that answered for its provisioner's read-only inspection of every
     live manifest it serves; a login its server no longer holds as delivered (password, login
     right, record or database changed, or the login gone) is drift, stamped with the time.
+    Only ends recorded as holding their generation count: one still behind is delivered anyway.
     """
     specs: dict[str, list[dict[str, Any]]] = {}
     by_login: dict[tuple[str, str, str], str] = {}
     for p in plan.pairs.values():
-        if p["withdrawn_at"] or node_of(p["provider"]) not in answered:
+        held = deliveries.get((p["id"], End.PROVIDER.value)) or {}
+        if (
+            p["withdrawn_at"]
+            or node_of(p["provider"]) not in answered
+            or held.get("generation") != p["generation"]
+        ):
             continue
         by_login[(p["provider"], p["provision"], p["login"])] = p["id"]
         spec = plan.modules[p["provider"]]["spec"]
