@@ -177,7 +177,11 @@ class Agent:
 
     # ---- state --------------------------------------------------------------------------
     def state(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """Who this is and what it holds, by digest; checks each consumer file still matches."""
+        """Who this is and what it holds, by digest; checks each consumer file still matches.
+
+        Asked with ``inspect`` (provider manifests), it also answers what each provider's server
+        holds, from the provisioner's read-only inspection (:func:`inspect_provider`).
+        """
         held = self.holdings.listing()
         for h in held:
             if h["end"] == "consumer":

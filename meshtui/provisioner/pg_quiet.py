@@ -5,11 +5,12 @@ statement per write, and that statement runs in a transaction whose first statem
 ``SET LOCAL`` (``set_config(..., true)``), every setting that could print or keep its text or
 its parameters: statement, duration and sample logging, the statement attached to an error,
 parameter logging, the parse-tree debug output, ``auto_explain``, ``pg_stat_statements`` and
-``pg_stat_activity``'s copy of the running statement, plus the timeouts whose cancel would print
-an error context. A superuser lowers them all. An admin that is not a superuser lowers what it
-may (user settings and those it was granted ``SET`` on); any setting that stays loud *and*
-would expose the verifier on its path is named in :attr:`QuietPlan.unlowered`, and no verifier
-is sent.
+``pg_stat_activity``'s copy of the running statement. (A cancelled statement prints its text
+only as the statement of an error, which is lowered; the nested one's error context is dropped
+by the function that runs it.) A superuser lowers them all. An admin that is not a superuser
+lowers what it may (user settings and those it was granted ``SET`` on); any setting that stays
+loud *and* would expose the verifier on its path is named in :attr:`QuietPlan.unlowered`, and
+no verifier is sent.
 """
 
 from __future__ import annotations
@@ -32,8 +33,6 @@ LOWER: tuple[tuple[str, str], ...] = (
     ("debug_print_rewritten", "off"),
     ("debug_print_plan", "off"),
     ("track_activities", "off"),
-    ("statement_timeout", "0"),
-    ("lock_timeout", "0"),
     ("auto_explain.log_min_duration", "-1"),
     ("auto_explain.log_parameter_max_length", "0"),
     ("pg_stat_statements.track", "none"),

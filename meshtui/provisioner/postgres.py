@@ -1,14 +1,14 @@
 """The PostgreSQL adapter: make one login true, remove one login, tell "unchanged" in one SELECT.
 
 What "made by meshtui" means lives in PostgreSQL itself: membership in the NOLOGIN role
-``meshtui_provisioned``, granted by a superuser, plus a role COMMENT (JSON) naming the scope
+``meshtui_provisioned``, granted by a superuser or by this very admin, plus a role COMMENT (JSON) naming the scope
 (provider, provision) and the digest of the secret. The password and the COMMENT are written by
 one transaction, so the ``pg_authid`` row and the ``pg_shdescription`` row share one ``xmin``.
 On the next run one SELECT compares, for every role, those two ``xmin`` and the digest: any
 ``ALTER ROLE`` by someone else gives the role row a new ``xmin`` (so does a hand-edited
 COMMENT to its row), and a new secret changes the digest; either makes us rewrite. After every
-write the stored verifier is read back and compared inside the transaction, so a run that
-reports success has changed the password.
+write (by a superuser) the stored verifier is read back and compared inside the transaction, so
+a run that reports success has changed the password.
 
 The password never reaches the server: it goes as a client-side SCRAM verifier, and the
 verifier (a secret too) is never a bind parameter of a statement a superuser sends, nor in any
