@@ -48,8 +48,9 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
         plan = Planner(inv)
         resolutions, holdings = ask_state(agents, sorted(plan.nodes))
         unreachable = {r.node: r.reason for r in resolutions if not r.ok}
+        found_before = inv.deliveries()  # a drift still unrepaired keeps the time it was found
         held_generations(inv, holdings)
-        drift = _drift(agents, plan, sorted(set(holdings)), inv.deliveries())
+        drift = _drift(agents, plan, sorted(set(holdings)), inv.deliveries(), found_before)
         _record_drift(inv, plan, drift)
         deliveries = inv.deliveries()
         before = dict(deliveries)
@@ -167,6 +168,7 @@ def _drift(
     plan: Planner,
     answered: list[str],
     deliveries: Mapping[tuple[str, str], Row],
+    found_before: Mapping[tuple[str, str], Row],
 ) -> dict[str, str]:
     """pair id -> what a provider's server was found holding instead of what meshtui delivered.
 
@@ -212,7 +214,12 @@ def _drift(
                 key3 = (str(got.get("provider")), str(got.get("provision")), found.get("login"))
                 pid = by_login.get(key3)
                 if pid is not None and found.get("verdict") in ("changed", "missing"):
-                    out[pid] = f"{status_mod.DRIFT}{stamp} ({found.get('reason') or 'gone'})"
+                    earlier = (found_before.get((pid, End.PROVIDER.value)) or {}).get("error")
+                    if earlier and str(earlier).startswith(status_mod.DRIFT):
+                        out[pid] = str(earlier).split("; ", 1)[0]
+                    else:
+                        why = found.get("reason") or "gone"
+                        out[pid] = f"{status_mod.DRIFT}{stamp} ({why})"
     return out
 
 

@@ -143,6 +143,8 @@ def test_drift_that_cannot_be_reapplied_is_shown_in_status(mesh, pg):
             row = {r.pair: r for r in ctl.status()}[GITEA]
             assert row.state.value == "stale"
             assert "changed outside meshtui at " in row.reason, row.reason
+            ctl.push()  # found again: it keeps the time it was first found
+            assert {r.pair: r for r in ctl.status()}[GITEA].reason == row.reason
     finally:
         with psycopg.connect(pg.admin_conninfo(), autocommit=True) as conn:
             conn.execute("ALTER SYSTEM RESET default_transaction_read_only")
