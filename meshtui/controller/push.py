@@ -1,22 +1,27 @@
 """``meshtui push``: bring every end to the generation the inventory says it must hold.
 
-It first asks every node what it holds (so a lost reply or a deleted file is noticed), finishes
-or rolls back a rotation a dead controller left journaled, delivers only what is behind
-(providers first, then consumers), and revokes withdrawn pairs. Run twice, it changes nothing.
+It first asks every node what it holds (so a lost reply or a deleted file is noticed), and every
+provider node what its server holds (the provisioner's read-only inspection, so a password
+changed outside meshtui is noticed and re-applied), finishes or rolls back a rotation a dead
+controller left journaled, delivers only what is behind (providers first, then consumers), and
+revokes withdrawn pairs. Run twice, it changes nothing.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from meshtui import wire
 from meshtui.controller import status as status_mod
-from meshtui.controller.client import Agents
+from meshtui.controller.client import STATE_TIMEOUT_S, Agents
 from meshtui.controller.deliver import (
     Delivered,
+    EndRow,
     Planner,
     held_generations,
     probe_row,
+    record_end,
     send_consumers,
     send_providers,
     target_of,
@@ -25,7 +30,7 @@ from meshtui.controller.lock import delivering
 from meshtui.controller.reports import PairOutcome, Progress, PushReport
 from meshtui.controller.resolve import ask_state
 from meshtui.errors import AgentError
-from meshtui.inventory import now
+from meshtui.inventory import Inventory, Row, now
 from meshtui.model import End, State, node_of
 
 if TYPE_CHECKING:
@@ -43,7 +48,10 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
         plan = Planner(inv)
         resolutions, holdings = ask_state(agents, sorted(plan.nodes))
         unreachable = {r.node: r.reason for r in resolutions if not r.ok}
+        found_before = inv.deliveries()  # a drift still unrepaired keeps the time it was found
         held_generations(inv, holdings)
+        drift = _drift(agents, plan, sorted(set(holdings)), inv.deliveries(), found_before)
+        _record_drift(inv, plan, drift)
         deliveries = inv.deliveries()
         before = dict(deliveries)
 
@@ -68,10 +76,14 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
         sets_needed |= {
             (p["provider"], p["provision"]) for p in withdrawn if p["id"] in held_by_provider
         }
+        sets_needed |= {
+            (plan.pairs[pid]["provider"], plan.pairs[pid]["provision"]) for pid in drift
+        }
         result = Delivered()
         progress("delivering to providers", 1, 4)
         sets = plan.provider_sets(sets_needed, {})
         send_providers(agents, inv, {n: s for n, s in sets.items() if n not in unreachable}, result)
+        _record_repairs(inv, plan, drift, result)
         for node in set(sets) & set(unreachable):
             for spec in sets[node]:
                 for c in spec["consumers"]:
@@ -118,11 +130,12 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
                 pair=pid,
                 ok=result.provider_ok.get(pid, True) and result.consumer_ok.get(pid, True),
                 generation=plan.pairs[pid]["generation"],
-                reason=result.errors.get(pid, ""),
+                reason=result.errors.get(pid, "")
+                or (f"re-applied: {drift[pid]}" if pid in drift else ""),
             )
             for pid in sorted(set(result.provider_ok) | set(result.consumer_ok))
             # a manifest carries every consumer of its provider: list only the ends that moved
-            if pid in result.errors or was_behind(pid)
+            if pid in result.errors or was_behind(pid) or pid in drift
         ]
         rows = status_mod.statuses(inv)
         behind_now = {
@@ -142,11 +155,93 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
                 "revoked": len(revoked),
                 "behind": len(behind_now),
                 "unreachable": sorted(unreachable),
+                "changed_outside": sorted(drift),
             },
             "ok" if not behind_now else "behind",
         )
         progress("done", 4, 4)
         return PushReport(delivered=delivered, withdrawn=revoked, behind=behind_now)
+
+
+def _drift(
+    agents: Agents,
+    plan: Planner,
+    answered: list[str],
+    deliveries: Mapping[tuple[str, str], Row],
+    found_before: Mapping[tuple[str, str], Row],
+) -> dict[str, str]:
+    """pair id -> what a provider's server was found holding instead of what meshtui delivered.
+
+    Asks each provider node that answered for its provisioner's read-only inspection of every
+    live manifest it serves; a login its server no longer holds as delivered (password, login
+    right, record or database changed, or the login gone) is drift, stamped with the time.
+    Only ends recorded as holding their generation count: one still behind is delivered anyway.
+    """
+    specs: dict[str, list[dict[str, Any]]] = {}
+    by_login: dict[tuple[str, str, str], str] = {}
+    for p in plan.pairs.values():
+        held = deliveries.get((p["id"], End.PROVIDER.value)) or {}
+        if (
+            p["withdrawn_at"]
+            or node_of(p["provider"]) not in answered
+            or held.get("generation") != p["generation"]
+        ):
+            continue
+        by_login[(p["provider"], p["provision"], p["login"])] = p["id"]
+        spec = plan.modules[p["provider"]]["spec"]
+        key = {
+            "provider": p["provider"],
+            "provision": p["provision"],
+            "receives": spec["receives"][p["provision"]],
+            "admin": spec.get("admin"),
+            "provisioner": spec.get("provisioner"),
+        }
+        wanted = specs.setdefault(node_of(p["provider"]), [])
+        if key not in wanted:
+            wanted.append(key)
+    if not specs:
+        return {}
+    answers = agents.call_many(
+        wire.STATE, {n: {"inspect": s} for n, s in specs.items()}, timeout=STATE_TIMEOUT_S
+    )
+    stamp = now()
+    out: dict[str, str] = {}
+    for answer in answers.values():
+        if isinstance(answer, AgentError):
+            continue  # unreachable now: the delivery round reports it
+        for got in answer.get("inspected", []):
+            for found in got.get("logins", []):
+                key3 = (str(got.get("provider")), str(got.get("provision")), found.get("login"))
+                pid = by_login.get(key3)
+                if pid is not None and found.get("verdict") in ("changed", "missing"):
+                    earlier = (found_before.get((pid, End.PROVIDER.value)) or {}).get("error")
+                    if earlier and str(earlier).startswith(status_mod.DRIFT):
+                        out[pid] = str(earlier).split("; ", 1)[0]
+                    else:
+                        why = found.get("reason") or "gone"
+                        out[pid] = f"{status_mod.DRIFT}{stamp} ({why})"
+    return out
+
+
+def _record_drift(inv: Inventory, plan: Planner, drift: dict[str, str]) -> None:
+    """The provider end of each drifted pair is behind until re-applied: record why."""
+    record_end(inv, [(pid, End.PROVIDER, None, None, why) for pid, why in drift.items()])
+
+
+def _record_repairs(
+    inv: Inventory, plan: Planner, drift: dict[str, str], result: Delivered
+) -> None:
+    """Keep the drift's time in the provider end's row: repaired (a note) or still failing."""
+    rows: list[EndRow] = []
+    for pid, why in drift.items():
+        if result.provider_ok.get(pid):
+            gen = plan.pairs[pid]["generation"]
+            digest = (inv.deliveries().get((pid, End.PROVIDER.value)) or {}).get("digest")
+            rows.append((pid, End.PROVIDER, gen, digest, f"{status_mod.REPAIRED}{why}"))
+        else:
+            failed = result.errors.get(pid, "not re-applied")
+            rows.append((pid, End.PROVIDER, None, None, f"{why}; {failed}"))
+    record_end(inv, rows)
 
 
 def revoke(ctl: Controller, agents: Agents, plan: Planner, pids: list[str]) -> list[PairOutcome]:

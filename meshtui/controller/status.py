@@ -12,6 +12,16 @@ from meshtui.inventory import Inventory, Row
 from meshtui.model import End, PairStatus, State
 
 ACCEPTED, REFUSED, NO_PASSWORD = "accepted", "refused", "no password demanded"
+DRIFT = "changed outside meshtui at "
+"""How push records a provider end whose server no longer holds what meshtui delivered."""
+REPAIRED = "re-applied after it was "
+"""The prefix of a provider end's note once push re-applied it (not an error)."""
+
+
+def _note(held: Row | None) -> str:
+    """A provider end's repaired-drift note, for the reason of a pair that is fine now."""
+    error = held["error"] if held is not None else None
+    return str(error) if error and str(error).startswith(REPAIRED) else ""
 
 
 def _end_reason(end: End, held: Row | None, want: int) -> str | None:
@@ -25,6 +35,10 @@ def _end_reason(end: End, held: Row | None, want: int) -> str | None:
     if held["generation"] != want:
         tail = f": {held['error']}" if held["error"] else ""
         return f"{end} holds generation {held['generation']}, expected {want}{tail}"
+    if held["error"] and str(held["error"]).startswith(REPAIRED):
+        return None  # drift found and re-applied: a note, not a failure
+    if held["error"] and str(held["error"]).startswith(DRIFT):
+        return f"{end}: {held['error']}"
     if held["error"]:  # holds the right generation, but the last attempt failed (or its reload)
         return f"{end}: last delivery failed: {held['error']}"
     return None
@@ -33,7 +47,26 @@ def _end_reason(end: End, held: Row | None, want: int) -> str | None:
 def pair_state(
     pair: Row, consumer: Row | None, provider: Row | None, probe: Row | None
 ) -> tuple[State, str, bool]:
-    """(state, reason, alarm) for one pair."""
+    """(state, reason, alarm) for one pair; a provider's repaired drift is added to the reason."""
+    note = _note(provider) if not pair["withdrawn_at"] else ""
+    seen_before = (
+        note
+        and provider is not None
+        and probe is not None
+        and not probe["withdrawn"]
+        and str(probe["at"] or "") < str(provider["attempted_at"] or "")
+    )
+    if seen_before:
+        probe = None  # that probe saw the server before the re-apply
+    state, reason, alarm = _pair_state(pair, consumer, provider, probe)
+    if note and state is State.UNKNOWN and probe is None:
+        reason = "not probed since the provider was re-applied"
+    return state, (f"{reason}; provider {note}" if note else reason), alarm
+
+
+def _pair_state(
+    pair: Row, consumer: Row | None, provider: Row | None, probe: Row | None
+) -> tuple[State, str, bool]:
     if pair["withdrawn_at"]:
         if probe is not None and probe["withdrawn"]:
             if probe["verdict"] == REFUSED:
@@ -78,7 +111,7 @@ SELECT p.id, p.provision, p.consumer, p.provider, p.login, p.file, p.generation,
        p.rotated_at, p.withdrawn_at,
        c.generation, c.error, v.generation, v.error,
        pr.verdict, pr.reason, pr.at, pr.generation, pr.loopback, pr.client_addr, pr.withdrawn,
-       pr.latency_ms, pr.used_password
+       pr.latency_ms, pr.used_password, v.attempted_at
 FROM pairs p
 LEFT JOIN deliveries c ON c.pair = p.id AND c."end" = 'consumer'
 LEFT JOIN deliveries v ON v.pair = p.id AND v."end" = 'provider'
@@ -124,13 +157,16 @@ def statuses(inv: Inventory, ids: Iterable[str] | None = None) -> list[PairStatu
         pr_withdrawn,
         latency,
         used_password,
+        v_attempted,
     ) in rows:
         pair = {"generation": generation, "withdrawn_at": withdrawn_at}
         consumer = (
             None if c_gen is None and c_err is None else {"generation": c_gen, "error": c_err}
         )
         provider = (
-            None if v_gen is None and v_err is None else {"generation": v_gen, "error": v_err}
+            None
+            if v_gen is None and v_err is None
+            else {"generation": v_gen, "error": v_err, "attempted_at": v_attempted}
         )
         probe = (
             None
@@ -143,6 +179,7 @@ def statuses(inv: Inventory, ids: Iterable[str] | None = None) -> list[PairStatu
                 "client_addr": client_addr,
                 "withdrawn": pr_withdrawn,
                 "used_password": used_password,
+                "at": probed_at,
             }
         )
         state, reason, alarm = pair_state(pair, consumer, provider, probe)

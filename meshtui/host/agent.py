@@ -12,6 +12,8 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ from meshtui.model import NAME_RE
 OK_OUTCOMES = frozenset({"created", "updated", "unchanged"})
 RELOAD_TIMEOUT_S = 30.0
 PROVISION_TIMEOUT_S = 300.0
+INSPECT_TIMEOUT_S = 5.0  # within the controller's STATE_TIMEOUT_S
 DRILL_HOLD_S = 300.0
 Provisioner = Callable[[Path, Path], dict[str, Any]]
 
@@ -35,6 +38,50 @@ def builtin_provisioner(manifest: Path, admin: Path) -> dict[str, Any]:
     from meshtui.provisioner.harness import reconcile
 
     return reconcile(manifest, admin).as_dict()
+
+
+def inspect_provider(spec: dict[str, Any]) -> dict[str, Any]:
+    """The built-in provisioner's read-only inspection of one manifest, within a time bound.
+
+    Per login: ``matches``, ``changed`` (changed outside meshtui), ``missing``, ``unknown``,
+    ``waiting`` or ``refused``. Nothing is written; a declared command provisioner cannot be
+    asked, so it answers no logins.
+    """
+    from meshtui.provisioner.harness import inspect
+
+    out: dict[str, Any] = {
+        "provider": str(spec["provider"]),
+        "provision": str(spec["provision"]),
+        "ok": False,
+        "logins": [],
+    }
+    if [str(a) for a in spec.get("provisioner") or ["builtin:postgres"]] != ["builtin:postgres"]:
+        out["error"] = "a declared provisioner command cannot be inspected"
+        return out
+    if not spec.get("admin"):
+        out["error"] = "no admin conninfo file declared for the provisioner"
+        return out
+    try:
+        manifest = node_path(spec["receives"], "manifest")
+        admin = node_path(spec["admin"], "admin file")
+    except ValueError as exc:
+        out["error"] = str(exc)
+        return out
+    pool = ThreadPoolExecutor(max_workers=1)
+    future = pool.submit(inspect, manifest, admin)
+    pool.shutdown(wait=False)  # a hung server must not hold up the answer
+    try:
+        found = future.result(timeout=INSPECT_TIMEOUT_S)
+    except FutureTimeout:
+        out["error"] = f"PostgreSQL did not answer within {INSPECT_TIMEOUT_S:.0f} s"
+        return out
+    except Exception as exc:  # the inspection's failure is this answer, not the agent's
+        text = str(exc).strip().splitlines()  # psycopg and our errors carry no secret
+        out["error"] = text[0] if text else type(exc).__name__
+        return out
+    out["ok"] = True
+    out["logins"] = [{"login": f.login, "verdict": f.verdict, "reason": f.reason} for f in found]
+    return out
 
 
 def secret_name(node: str, module: str) -> str:
@@ -130,17 +177,24 @@ class Agent:
 
     # ---- state --------------------------------------------------------------------------
     def state(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """Who this is and what it holds, by digest; checks each consumer file still matches."""
+        """Who this is and what it holds, by digest; checks each consumer file still matches.
+
+        Asked with ``inspect`` (provider manifests), it also answers what each provider's server
+        holds, from the provisioner's read-only inspection (:func:`inspect_provider`).
+        """
         held = self.holdings.listing()
         for h in held:
             if h["end"] == "consumer":
                 data = _read_secret(Path(h["file"]))
                 h["present"] = data is not None and crypto.secret_digest(data) == h["digest"]
-        return {
+        out: dict[str, Any] = {
             "node": self.identity.name,
             "fingerprint": self.identity.keys.public().fingerprint(),
             "holdings": held,
         }
+        if payload.get("inspect"):  # a provider: what its server holds, read-only
+            out["inspected"] = [inspect_provider(spec) for spec in payload["inspect"]]
+        return out
 
     # ---- deliver ------------------------------------------------------------------------
     def deliver(self, payload: dict[str, Any]) -> dict[str, Any]:

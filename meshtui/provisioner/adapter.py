@@ -49,7 +49,9 @@ class Held:
     ``ours``: made by this provisioner for this scope (recorded in the software itself).
     ``digest``: the secret digest of the password it provably still holds, or None when that
     cannot be proved (then the harness rewrites). ``in_place``: the values asked for are true.
-    ``note``: why a login is not ours, for the report.
+    ``note``: why a login is not ours, for the report. ``verified``: False when the adapter
+    cannot see what the software holds (an admin without the rights to read it); then
+    ``digest`` is None and the harness sets the password every time.
     """
 
     login: str
@@ -59,6 +61,7 @@ class Held:
     node: str = ""
     module: str = ""
     note: str = ""
+    verified: bool = True
 
 
 class Adapter(Protocol):

@@ -83,6 +83,7 @@ class Report:
     outcomes: tuple[Outcome, ...]
     ok: bool
     elapsed: float = field(default=0.0, compare=False)
+    limits: tuple[str, ...] = ()  # what the admin cannot do with the rights it has
 
     def counts(self) -> dict[str, int]:
         """How many logins ended in each outcome."""
@@ -101,6 +102,7 @@ class Report:
             "elapsed": round(self.elapsed, 4),
             "counts": self.counts(),
             "outcomes": [asdict(o) for o in self.outcomes],
+            "limits": list(self.limits),
         }
 
     def to_json(self) -> str:
@@ -114,7 +116,7 @@ class Report:
             f"{self.provision} at {self.provider}, serial {self.serial}: {counts}"
             f" ({'ok' if self.ok else 'NOT ok'}, {self.elapsed * 1000:.0f} ms)"
         )
-        out = [head]
+        out = [head] + [f"  note: {limit}" for limit in self.limits]
         for item in self.outcomes:
             who = f"{item.node}/{item.module}" if item.node else "-"
             line = f"  {item.outcome:<12} {item.login:<40} {who}"
@@ -288,6 +290,7 @@ def reconcile(
     wanted: Mapping[str, Mapping[str, str]] = {c.login: c.values for c in manifest.consumers}
     removed: list[Outcome] = []
     with _opened(factory, conninfo, scope) as adapter:
+        limits = tuple(str(x) for x in getattr(adapter, "limits", ()))  # optional in the contract
         try:
             held: Mapping[str, Held] = adapter.inspect({c.login: c.values for c in ready})
         except psycopg.Error as exc:
@@ -320,7 +323,82 @@ def reconcile(
         outcomes=ordered,
         ok=all(o.ok for o in ordered),
         elapsed=time.perf_counter() - started,
+        limits=limits,
     )
+
+
+Verdict = Literal["matches", "changed", "missing", "unknown", "waiting", "refused"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What the provider's software holds for one consumer, compared with its secret file.
+
+    ``matches``: the login holds the secret file's password and its values. ``changed``: it was
+    made by meshtui but no longer holds that (changed outside meshtui). ``missing``: no such
+    login. ``unknown``: the admin cannot see it. ``waiting``/``refused``: as in reconcile.
+    """
+
+    login: str
+    node: str
+    module: str
+    verdict: Verdict
+    reason: str = ""
+
+
+def inspect(
+    manifest_path: Path, admin_file: Path, *, factory: AdapterFactory = PostgresAdapter
+) -> tuple[Finding, ...]:
+    """Read-only: does the software still hold what the manifest's secret files say? No write.
+
+    Raises ManifestError or ProvisionError like :func:`reconcile`; reads each secret file only
+    to compare its digest, and sends nothing secret to the server.
+    """
+    manifest = load_manifest(Path(manifest_path))
+    conninfo = read_admin_file(Path(admin_file))
+    scope = Scope(provider=manifest.provider, provision=manifest.provision)
+    found: dict[str, Finding] = {}
+    ready: list[Consumer] = []
+    for consumer in manifest.consumers:
+        try:
+            check_name(consumer.login)
+        except UnsafeLoginError as exc:
+            found[consumer.login] = _finding(consumer, "refused", str(exc))
+            continue
+        secret = _read_secret(manifest, consumer)
+        if isinstance(secret, str):
+            found[consumer.login] = _finding(consumer, "waiting", secret)
+        else:
+            ready.append(consumer)
+        del secret
+    with _opened(factory, conninfo, scope) as adapter:
+        try:
+            held = adapter.inspect({c.login: c.values for c in ready})
+        except psycopg.Error as exc:
+            raise ProvisionError(f"cannot read the roles from PostgreSQL: {_reason(exc)}") from None
+    for consumer in ready:
+        found[consumer.login] = _compare(consumer, held.get(consumer.login))
+    return tuple(found[c.login] for c in manifest.consumers)
+
+
+def _finding(consumer: Consumer, verdict: Verdict, reason: str = "") -> Finding:
+    return Finding(consumer.login, consumer.node, consumer.module, verdict, reason)
+
+
+def _compare(consumer: Consumer, have: Held | None) -> Finding:
+    if have is None:
+        return _finding(consumer, "missing", "the login does not exist")
+    if not have.ours:
+        return _finding(consumer, "refused", have.note)
+    if not have.verified:
+        return _finding(consumer, "unknown", "the admin cannot read what the server holds")
+    if have.digest is None:
+        return _finding(consumer, "changed", "its password, login right or record was changed")
+    if have.digest != consumer.digest:
+        return _finding(consumer, "changed", "it holds another password")
+    if not have.in_place:
+        return _finding(consumer, "changed", "its database is gone, not its own or open to all")
+    return _finding(consumer, "matches")
 
 
 def _remove(adapter: Adapter, held: Held) -> Outcome:

@@ -1,18 +1,20 @@
 """The PostgreSQL adapter: make one login true, remove one login, tell "unchanged" in one SELECT.
 
 What "made by meshtui" means lives in PostgreSQL itself: membership in the NOLOGIN role
-``meshtui_provisioned``, granted by a superuser, plus a role COMMENT (JSON) naming the scope
+``meshtui_provisioned``, granted by a superuser or by this very admin, plus a role COMMENT (JSON) naming the scope
 (provider, provision) and the digest of the secret. The password and the COMMENT are written by
 one transaction, so the ``pg_authid`` row and the ``pg_shdescription`` row share one ``xmin``.
 On the next run one SELECT compares, for every role, those two ``xmin`` and the digest: any
 ``ALTER ROLE`` by someone else gives the role row a new ``xmin`` (so does a hand-edited
 COMMENT to its row), and a new secret changes the digest; either makes us rewrite. After every
-write the stored verifier is read back and compared inside the transaction, so a run that
-reports success has changed the password.
+write (by a superuser) the stored verifier is read back and compared inside the transaction, so
+a run that reports success has changed the password.
 
-The password never reaches the server: it goes as a client-side SCRAM verifier, through
-``psycopg.sql``, in a transaction whose first statement lowers ``log_statement``,
-``log_min_error_statement`` and the duration/sample logging (that would print statements).
+The password never reaches the server: it goes as a client-side SCRAM verifier, and the
+verifier (a secret too) is never a bind parameter of a statement a superuser sends, nor in any
+statement text a log could keep: it travels once, in ``ALTER``/``CREATE ROLE ... PASSWORD``,
+in a transaction whose first statement lowers every logging setting (:mod:`pg_quiet`). The
+read-back fetches ``rolpassword`` and compares on this side, in constant time.
 
 Removal never drops data: the login is locked (NOLOGIN, PASSWORD NULL), its sessions ended,
 whatever it owns in each database is reassigned to a per-login NOLOGIN holding role
@@ -21,12 +23,22 @@ its remaining privileges dropped, and the role dropped. When that cannot finish 
 locked and the outcome is "drop pending"; the next run tries again. Databases are found through
 ``pg_shdepend`` (exactly the databases where the login owns or is granted something).
 
-The admin connection must be a superuser: reading ``pg_authid`` needs it.
+Databases meshtui creates are confined: PUBLIC loses CONNECT and TEMP, the owner keeps them,
+and a COMMENT records that meshtui made it (the only databases whose rights it ever changes).
+
+The admin is a superuser, or (managed PostgreSQL) a role with CREATEROLE, and CREATEDB when a
+database is asked for. Such an admin cannot read ``pg_authid``: it cannot see a verifier or its
+row's ``xmin``, so it sets every password on every run ("set every time", never "unchanged");
+it sends the verifier as a bind parameter of a session-local function that runs the
+``ALTER ROLE`` nested (so neither the statement log nor pg_stat_statements keeps its text), and
+refuses to send it at all while a setting it cannot lower would record it. It makes itself a
+member of a login of ours only to act as that login's owner (its database, removal).
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -40,6 +52,7 @@ from psycopg.errors import Diagnostic
 from meshtui.crypto import secret_digest
 from meshtui.errors import ProvisionError, UnsafeLoginError
 from meshtui.provisioner.adapter import Change, Done, Held, Refused, Scope, check_name
+from meshtui.provisioner.pg_quiet import QuietPlan, quiet_plan
 from meshtui.provisioner.scram import DEFAULT_ITERATIONS, is_plain_ascii, scram_verifier
 
 MARKER = "meshtui_provisioned"
@@ -47,38 +60,28 @@ HELD_PREFIX = "meshtui_held_"
 KNOWN_VALUES = frozenset({"database"})
 TRUNCATED = "42622"  # name_too_long: PostgreSQL truncates the identifier and only warns
 
-# First statement of every transaction that carries a verifier: SET LOCAL (set_config with
-# is_local) of everything that could print a statement's text: log_statement, the statement
-# shown with an error (log_min_error_statement), duration and sample logging, parse-tree
-# debugging, and pg_stat_statements' copy of utility statements (a placeholder if not loaded).
-QUIET = (
-    "SELECT set_config('log_statement', 'none', true),"
-    " set_config('log_min_error_statement', 'panic', true),"
-    " set_config('log_min_duration_statement', '-1', true),"
-    " set_config('log_min_duration_sample', '-1', true),"
-    " set_config('log_transaction_sample_rate', '0', true),"
-    " set_config('debug_print_parse', 'off', true),"
-    " set_config('debug_print_rewritten', 'off', true),"
-    " set_config('debug_print_plan', 'off', true),"
-    " set_config('pg_stat_statements.track_utility', 'off', true)"
-)
+# "Marked" means a member of the marker role by a grant of a superuser or of this very admin
+# (the only roles that hold ADMIN OPTION on a marker this admin made). {roles} is pg_authid for
+# a superuser; pg_roles (no xmin, no verifier) for an admin that is not one.
+_TRUSTED_GRANTOR = "(g.rolsuper OR g.rolname = current_user)"
 
 _INSPECT = """
-WITH marker AS (SELECT oid FROM pg_authid WHERE rolname = %(marker)s)
-SELECT a.rolname, a.xmin = d.xmin, a.rolcanlogin, d.description,
-       EXISTS (SELECT 1 FROM pg_auth_members m JOIN pg_authid g ON g.oid = m.grantor
-               WHERE m.member = a.oid AND m.roleid = (SELECT oid FROM marker) AND g.rolsuper)
-FROM pg_authid a
+WITH marker AS (SELECT oid FROM pg_roles WHERE rolname = %(marker)s)
+SELECT a.rolname, {same_txn}, a.rolcanlogin, d.description,
+       EXISTS (SELECT 1 FROM pg_auth_members m JOIN pg_roles g ON g.oid = m.grantor
+               WHERE m.member = a.oid AND m.roleid = (SELECT oid FROM marker)
+               AND {trusted})
+FROM {roles} a
 LEFT JOIN pg_shdescription d ON d.objoid = a.oid AND d.classoid = 'pg_authid'::regclass
 """
 
 _ONE_ROLE = """
-SELECT a.oid, coalesce(a.xmin = d.xmin, false), a.rolcanlogin, a.rolpassword IS NULL,
+SELECT a.oid, coalesce({same_txn}, false), a.rolcanlogin, {no_password},
        d.description,
-       EXISTS (SELECT 1 FROM pg_auth_members m JOIN pg_authid g ON g.oid = m.grantor
-               JOIN pg_authid k ON k.oid = m.roleid
-               WHERE m.member = a.oid AND k.rolname = %(marker)s AND g.rolsuper)
-FROM pg_authid a
+       EXISTS (SELECT 1 FROM pg_auth_members m JOIN pg_roles g ON g.oid = m.grantor
+               JOIN pg_roles k ON k.oid = m.roleid
+               WHERE m.member = a.oid AND k.rolname = %(marker)s AND {trusted})
+FROM {roles} a
 LEFT JOIN pg_shdescription d ON d.objoid = a.oid AND d.classoid = 'pg_authid'::regclass
 WHERE a.rolname = %(name)s
 """
@@ -86,13 +89,40 @@ WHERE a.rolname = %(name)s
 _DIGEST_HEAD = '{"digest": "'
 DIGEST_LENGTH = len("blake2b:") + 64
 
-_EXISTS = "SELECT EXISTS (SELECT 1 FROM pg_authid WHERE rolname = %s)"
+_EXISTS = "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = %s)"
 
+# the stored verifier comes back as a result row (never logged); only the name is sent
 _READ_BACK = """
-SELECT a.rolpassword = %(verifier)s, a.xmin = d.xmin
+SELECT a.rolpassword, a.xmin = d.xmin
 FROM pg_authid a
 JOIN pg_shdescription d ON d.objoid = a.oid AND d.classoid = 'pg_authid'::regclass
 WHERE a.rolname = %(name)s
+"""
+
+# An admin that is not a superuser sends the verifier as a parameter of this function, so the
+# statement that holds it runs nested (not in the statement log, not in pg_stat_statements'
+# top level); an error inside is re-raised without the nested statement in its context.
+_PASSWORD_FUNCTION = """
+CREATE OR REPLACE FUNCTION pg_temp.meshtui_password(verb text, login text, verifier text)
+RETURNS void LANGUAGE plpgsql AS $meshtui$
+BEGIN
+    IF verb NOT IN ('CREATE', 'ALTER') THEN
+        RAISE EXCEPTION 'unknown verb';
+    END IF;
+    EXECUTE format('%s ROLE %I LOGIN PASSWORD %L VALID UNTIL %L',
+                   verb, login, verifier, 'infinity');
+EXCEPTION WHEN query_canceled OR others THEN
+    RAISE EXCEPTION USING ERRCODE = SQLSTATE, MESSAGE = SQLERRM;
+END
+$meshtui$
+"""
+
+# Databases: owner, whether meshtui made it (its COMMENT), and whether PUBLIC may still enter
+_DATABASES = """
+SELECT datname, pg_get_userbyid(datdba), shobj_description(oid, 'pg_database'),
+       has_database_privilege('public', oid, 'CONNECT')
+       OR has_database_privilege('public', oid, 'TEMP')
+FROM pg_database WHERE datname = ANY(%s)
 """
 
 _DEPENDENT_DATABASES = """
@@ -105,6 +135,19 @@ _OWNS_ANYTHING = """
 SELECT EXISTS (SELECT 1 FROM pg_shdepend
                WHERE refclassid = 'pg_authid'::regclass AND refobjid = %(oid)s AND deptype = 'o')
 """
+
+
+@dataclass(frozen=True)
+class _Database:
+    """One database a consumer asked for: its owner, whether meshtui made it, PUBLIC's rights."""
+
+    owner: str
+    ours: bool  # its COMMENT says meshtui created it
+    public: bool  # PUBLIC may still CONNECT or create TEMP tables
+
+    def in_place(self, login: str) -> bool:
+        """Owned by ``login`` and, when meshtui made it, closed to everyone else."""
+        return self.owner == login and not (self.ours and self.public)
 
 
 @dataclass(frozen=True)
@@ -157,19 +200,58 @@ class PostgresAdapter:
         self.conn.add_notice_handler(self._on_notice)
         row = self.conn.execute(
             "SELECT r.rolsuper, current_setting('server_version_num')::int,"
-            " current_setting('scram_iterations', true), current_database()"
+            " current_setting('scram_iterations', true), current_database(),"
+            " r.rolcreaterole, r.rolcreatedb, r.rolname"
             " FROM pg_roles r WHERE r.rolname = current_user"
         ).fetchone()
-        if row is None or not row[0]:
+        if row is None or not (row[0] or row[4]):
             self.close()
             raise ProvisionError(
-                "the admin connection is not a PostgreSQL superuser "
-                "(the provisioner reads pg_authid; use the postgres role over the local socket)"
+                "the admin connection is neither a PostgreSQL superuser nor a role with "
+                "CREATEROLE (use the postgres role over the local socket, or on a managed "
+                "service a role with CREATEROLE, and CREATEDB when databases are asked for)"
             )
+        self.superuser = bool(row[0])
+        self.can_create_db = bool(row[0] or row[5])
+        self.admin_role = str(row[6])
         self.server_version = int(row[1])
         self.iterations = int(row[2]) if row[2] else DEFAULT_ITERATIONS
         self._home_db = str(row[3])
         self._marker_ready = False
+        self._function_ready = False
+        self._acting_as: set[str] = set()
+        self._quiet: QuietPlan = quiet_plan(
+            self.conn, superuser=self.superuser, version=self.server_version
+        )
+        roles = "pg_authid" if self.superuser else "pg_roles"
+        same_txn = "a.xmin = d.xmin" if self.superuser else "false"
+        no_password = "a.rolpassword IS NULL" if self.superuser else "false"
+        self._inspect_sql = _INSPECT.format(
+            roles=roles, same_txn=same_txn, trusted=_TRUSTED_GRANTOR
+        )
+        self._one_role_sql = _ONE_ROLE.format(
+            roles=roles, same_txn=same_txn, no_password=no_password, trusted=_TRUSTED_GRANTOR
+        )
+
+    @property
+    def limits(self) -> list[str]:
+        """What this admin cannot do with the rights it has, for the report and ``doctor``."""
+        if self.superuser:
+            return []
+        out = [
+            "not a superuser: it cannot read pg_authid, so every password is set on every run "
+            "(drift is repaired by the next run, never reported as unchanged)",
+            "it ends a login's sessions only after making itself a member of that login",
+        ]
+        if not self.can_create_db:
+            out.append("no CREATEDB: it cannot create the databases consumers ask for")
+        if self._quiet.unlowered:
+            out.append(
+                "it cannot lower " + ", ".join(self._quiet.unlowered) + ", which would record "
+                "the password's verifier; no password is set until a superuser turns that off "
+                f"or runs GRANT SET ON PARAMETER <name> TO {self.admin_role}"
+            )
+        return out
 
     @staticmethod
     def _open(conninfo: str, **extra: Any) -> psycopg.Connection[Any]:
@@ -215,17 +297,9 @@ class PostgresAdapter:
     def inspect(self, wanted: Mapping[str, Mapping[str, str]]) -> dict[str, Held]:
         """Held for each wanted login that exists and each login of ours: two SELECTs, no write."""
         # every role: cheaper than sending the wanted names (a cluster has few roles)
-        rows = self.conn.execute(_INSPECT, {"marker": MARKER}).fetchall()
+        rows = self.conn.execute(self._inspect_sql, {"marker": MARKER}).fetchall()
         databases = sorted({v["database"] for v in wanted.values() if "database" in v})
-        owners: dict[str, str] = {}
-        if databases:
-            owners = dict(
-                self.conn.execute(
-                    "SELECT datname, pg_get_userbyid(datdba) FROM pg_database"
-                    " WHERE datname = ANY(%s)",
-                    [databases],
-                ).fetchall()
-            )
+        found = self._databases(databases)
         held_for: set[str] = set()
         logins: list[tuple[str, bool, bool, dict[str, Any] | None, bool]] = []
         # our own records have one fixed layout (sort_keys): read those without a JSON parse
@@ -269,17 +343,33 @@ class PostgresAdapter:
                 values = wanted.get(name, {})
                 in_place = name not in held_for and set(values) <= KNOWN_VALUES
                 if "database" in values:
-                    in_place = in_place and owners.get(values["database"]) == name
+                    db = found.get(values["database"])
+                    in_place = in_place and db is not None and db.in_place(name)
                 out[name] = Held(
                     name,
                     ours=True,
                     digest=digest if isinstance(digest, str) else None,
                     in_place=in_place,
+                    verified=self.superuser,
                 )
             elif name in wanted:
                 # marked as ours but its record is gone: ours to repair, never to remove
                 out[name] = Held(name, ours=True)
         return out
+
+    def _databases(self, names: list[str]) -> dict[str, _Database]:
+        if not names:
+            return {}
+        rows = self.conn.execute(_DATABASES, [names]).fetchall()
+        return {
+            str(name): _Database(str(owner), self._database_record(comment), bool(public))
+            for name, owner, comment, public in rows
+        }
+
+    @staticmethod
+    def _database_record(comment: str | None) -> bool:
+        record = _record(comment)
+        return record is not None and record.get("meshtui") == "database"
 
     def _record_text(self, digest: str) -> str:
         """The COMMENT of a login of ours: JSON, keys sorted, so its layout never varies."""
@@ -297,7 +387,7 @@ class PostgresAdapter:
         return text[len(_DIGEST_HEAD) + DIGEST_LENGTH :]
 
     def _role(self, name: str) -> _Role | None:
-        row = self.conn.execute(_ONE_ROLE, {"marker": MARKER, "name": name}).fetchone()
+        row = self.conn.execute(self._one_role_sql, {"marker": MARKER, "name": name}).fetchone()
         if row is None:
             return None
         oid, same_txn, can_login, no_password, comment, marked = row
@@ -360,6 +450,21 @@ class PostgresAdapter:
         except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateObject):
             pass  # made concurrently by another session
 
+    def _check_marker_grantable(self) -> None:
+        """On 16+, an admin that is not a superuser may mark a login only with ADMIN OPTION on
+        the marker, which it has when it made the marker; say so when another admin did."""
+        if self.superuser or self.server_version < 160000:
+            return  # on 15, CREATEROLE may grant any role that is not a superuser's
+        row = self.conn.execute(
+            "SELECT pg_has_role(%s, 'MEMBER WITH ADMIN OPTION')", [MARKER]
+        ).fetchone()
+        if row != (True,):
+            raise ProvisionError(
+                f"role {MARKER} was made by another admin and {self.admin_role} has no ADMIN "
+                f"OPTION on it (nor on the logins that admin made); keep one admin per server, "
+                f"or have a superuser GRANT {MARKER} TO {self.admin_role} WITH ADMIN OPTION"
+            )
+
     def _grant_marker(self, name: str) -> None:
         options = " WITH INHERIT FALSE, SET FALSE" if self.server_version >= 160000 else ""
         self._exec(
@@ -419,20 +524,33 @@ class PostgresAdapter:
         """Make ``login`` a LOGIN role of ours holding exactly ``password``, with its database.
 
         One transaction, pipelined: lower logging, look at the role, write the verifier, the
-        marker and the record, then read back that the server stores exactly our verifier.
+        marker and the record, then (a superuser) read back that the server stores exactly our
+        verifier, comparing here.
         """
         check_name(login)
         database = self._database_of(login, values)
+        if not self.superuser and self._quiet.unlowered:
+            raise Refused(self.limits[-1])
         verifier = self._verifier(login, password)
         digest = secret_digest(password.encode("utf-8"))
         del password
         if not self._marker_ready:
             if self._role(MARKER) is None:
                 self._ensure_role(MARKER, {"meshtui": "marker"})
+            self._check_marker_grantable()
             self._marker_ready = True
-        ident = sql.Identifier(login)
+        if not self.superuser and not self._function_ready:
+            try:
+                self.conn.execute(_PASSWORD_FUNCTION)
+            except psycopg.errors.InsufficientPrivilege:
+                raise ProvisionError(
+                    f"the admin {self.admin_role} may not create temporary objects in database "
+                    f"{self._home_db} (GRANT TEMP ON DATABASE {self._home_db} TO "
+                    f"{self.admin_role}); it needs that to set passwords unlogged"
+                ) from None
+            self._function_ready = True
         with self.conn.pipeline(), self.conn.transaction():
-            self.conn.execute(QUIET)
+            self.conn.execute(self._quiet.statement)
             keeper = self.conn.execute(_EXISTS, [held_name(login)])
             role = self._role(login)
             returning = keeper.fetchone() == (True,)
@@ -450,37 +568,47 @@ class PostgresAdapter:
                 and role.record is not None
                 and role.record.get("digest") == digest
             )
-            if role is None:
-                self.conn.execute(
-                    sql.SQL("CREATE ROLE {} LOGIN PASSWORD {} VALID UNTIL 'infinity'").format(
-                        ident, sql.Literal(verifier)
-                    )
-                )
-                self._grant_marker(login)
-            elif not intact:
-                self.conn.execute(
-                    sql.SQL("ALTER ROLE {} LOGIN PASSWORD {} VALID UNTIL 'infinity'").format(
-                        ident, sql.Literal(verifier)
-                    )
-                )
             if not intact:
+                self._set_password(login, verifier, create=role is None)
+                if role is None:
+                    self._grant_marker(login)
                 self.conn.execute(
                     sql.SQL("COMMENT ON ROLE {} IS {}").format(
-                        ident, sql.Literal(self._record_text(digest))
+                        sql.Identifier(login), sql.Literal(self._record_text(digest))
                     )
                 )
-                # the proof: the server holds our verifier, written with the record
-                back = self.conn.execute(_READ_BACK, {"name": login, "verifier": verifier})
-                proof = back.fetchone()
-                self._check_notices()
-                if proof != (True, True):
-                    raise ProvisionError(f"PostgreSQL did not store the password of {login}")
+                if self.superuser:
+                    self._read_back(login, verifier)
         del verifier
         change: Change = "created" if role is None else "updated"
         notes = self._hand_back(login) if returning else []
         if database is not None:
             notes += self._ensure_database(database, login)
         return Done(change, "; ".join(notes))
+
+    def _set_password(self, login: str, verifier: str, *, create: bool) -> None:
+        """The one statement that carries the verifier (inside the quiet transaction)."""
+        if self.superuser:
+            verb = "CREATE" if create else "ALTER"
+            self.conn.execute(
+                sql.SQL(verb + " ROLE {} LOGIN PASSWORD {} VALID UNTIL 'infinity'").format(
+                    sql.Identifier(login), sql.Literal(verifier)
+                )
+            )
+        else:
+            self.conn.execute(
+                "SELECT pg_temp.meshtui_password(%s, %s, %s)",
+                ["CREATE" if create else "ALTER", login, verifier],
+            )
+
+    def _read_back(self, login: str, verifier: str) -> None:
+        """The proof: the server holds our verifier, written with the record (compared here)."""
+        proof = self.conn.execute(_READ_BACK, {"name": login}).fetchone()
+        self._check_notices()
+        stored = "" if proof is None or proof[0] is None else str(proof[0])
+        same = hmac.compare_digest(stored.encode("ascii", "replace"), verifier.encode("ascii"))
+        if not (same and proof is not None and proof[1]):
+            raise ProvisionError(f"PostgreSQL did not store the password of {login}")
 
     def _ours_or_repairable(self, role: _Role) -> bool:
         """A marked role whose record is ours for this scope, or was lost (then we repair it)."""
@@ -499,27 +627,74 @@ class PostgresAdapter:
         record = held.record or {}
         if not held.marked or record.get("meshtui") != "held" or record.get("login") != login:
             return [f"role {keeper} is not meshtui's holding role for {login}; left alone"]
+        self._act_as(keeper)
+        self._act_as(login)
         self._reassign_everywhere(keeper, login, held.oid)
         self.conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(keeper)))
+        self._acting_as.discard(keeper)
         return ["what it owned before its removal was handed back"]
 
-    def _ensure_database(self, database: str, login: str) -> list[str]:
-        row = self.conn.execute(
-            "SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = %s", [database]
-        ).fetchone()
-        if row is not None and row[0] == login:
-            return []
-        if row is not None:
-            raise Refused(f"database {database} exists and belongs to {row[0]}")
+    def _act_as(self, role: str) -> None:
+        """An admin that is not a superuser becomes a member of a role of ours (INHERIT, SET),
+        so it may act as that role's owner: create its database, reassign, end its sessions."""
+        if self.superuser or role in self._acting_as:
+            return
+        options = " WITH INHERIT TRUE, SET TRUE" if self.server_version >= 160000 else ""
         try:
             self._exec(
-                sql.SQL("CREATE DATABASE {} OWNER {}").format(
-                    sql.Identifier(database), sql.Identifier(login)
+                sql.SQL("GRANT {} TO {}" + options).format(
+                    sql.Identifier(role), sql.Identifier(self.admin_role)
                 )
             )
-        except psycopg.errors.DuplicateDatabase:
-            return self._ensure_database(database, login)
-        return [f"database {database} created"]
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise ProvisionError(
+                f"the admin {self.admin_role} cannot act as {role} ({_error_text(exc)}); "
+                "it needs ADMIN OPTION on the roles it made (CREATEROLE)"
+            ) from None
+        self._acting_as.add(role)
+
+    def _ensure_database(self, database: str, login: str) -> list[str]:
+        """Create the database (owned by ``login``, closed to PUBLIC) or repair its rights."""
+        found = self._databases([database]).get(database)
+        if found is not None and found.owner != login:
+            raise Refused(f"database {database} exists and belongs to {found.owner}")
+        if found is not None and found.in_place(login):
+            return []
+        if found is None:
+            if not self.can_create_db:
+                raise Refused(
+                    f"database {database} does not exist and the admin {self.admin_role} has no "
+                    "CREATEDB; create it (owned by the login) or grant CREATEDB"
+                )
+            self._act_as(login)
+            try:
+                self._exec(
+                    sql.SQL("CREATE DATABASE {} OWNER {}").format(
+                        sql.Identifier(database), sql.Identifier(login)
+                    )
+                )
+            except psycopg.errors.DuplicateDatabase:
+                return self._ensure_database(database, login)
+            note = f"database {database} created"
+        elif not found.ours:
+            return []  # a database meshtui did not create keeps its rights
+        else:
+            note = f"database {database}: PUBLIC's rights revoked again"
+        self._act_as(login)
+        db, owner = sql.Identifier(database), sql.Identifier(login)
+        record = {"meshtui": "database", "login": login, **self._scope_record()}
+        with self.conn.transaction():
+            self._exec(sql.SQL("REVOKE ALL ON DATABASE {} FROM PUBLIC").format(db))
+            self._exec(sql.SQL("GRANT CONNECT, TEMPORARY ON DATABASE {} TO {}").format(db, owner))
+            self._exec(
+                sql.SQL("COMMENT ON DATABASE {} IS {}").format(
+                    db, sql.Literal(json.dumps(record, sort_keys=True))
+                )
+            )
+        return [note]
+
+    def _scope_record(self) -> dict[str, str]:
+        return {"provider": self.scope.provider, "provision": self.scope.provision}
 
     # -- remove ------------------------------------------------------------------------------
 
@@ -537,6 +712,7 @@ class PostgresAdapter:
             with self.conn.transaction():
                 self._exec(sql.SQL("ALTER ROLE {} NOLOGIN PASSWORD NULL").format(ident))
         try:
+            self._act_as(login)
             self._terminate(login)
             if self.conn.execute(_OWNS_ANYTHING, {"oid": role.oid}).fetchone() == (True,):
                 keeper = held_name(login)
@@ -552,6 +728,7 @@ class PostgresAdapter:
             else:
                 keeper = None
             if keeper is not None:
+                self._act_as(keeper)
                 self._reassign_everywhere(login, keeper, role.oid)
             else:
                 for dbname, allowed in self.conn.execute(
@@ -560,6 +737,7 @@ class PostgresAdapter:
                     if allowed:
                         self._other(dbname).execute(sql.SQL("DROP OWNED BY {}").format(ident))
             self.conn.execute(sql.SQL("DROP ROLE {}").format(ident))
+            self._acting_as.discard(login)
         except (psycopg.Error, ProvisionError) as exc:
             if isinstance(exc, psycopg.OperationalError) and self.conn.closed:
                 raise

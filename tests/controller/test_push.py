@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from meshtui.errors import RotationBusyError
@@ -89,3 +91,64 @@ def test_rotate_after_an_interrupted_rotation_starts_from_the_recovered_generati
         row = {r.pair: r for r in ctl.status()}[GITEA]
         assert (row.generation, row.consumer_generation, row.provider_generation) == (3, 3, 3)
         assert ctl.inventory.open_rotations() == []
+
+
+def _alter_by_hand(pg, login: str) -> None:
+    import psycopg
+
+    with psycopg.connect(pg.admin_conninfo(), autocommit=True) as conn:
+        conn.execute(f"ALTER ROLE {login} PASSWORD 'typed-by-a-dba'")
+
+
+def test_push_reapplies_a_password_changed_outside_meshtui(mesh, pg):
+    """Finding 9.6: a DBA's ALTER ROLE is found by the provider's read-only inspection,
+    re-applied by the next push, and status says what was found and when."""
+    with mesh.controller() as ctl:
+        login = {r.pair: r for r in ctl.status()}[GITEA].login
+        assert [p.verdict for p in ctl.probe([GITEA])] == ["accepted"]
+    _alter_by_hand(pg, login)
+    with mesh.controller() as ctl:
+        assert [p.verdict for p in ctl.probe([GITEA])] == ["refused"]
+        report = ctl.push()
+        assert report.ok, report.behind
+        (moved,) = [o for o in report.delivered if o.pair == GITEA]
+        assert moved.ok and "changed outside meshtui at " in moved.reason
+        assert [o.pair for o in report.delivered] == [GITEA]  # wiki was not touched
+        assert [p.verdict for p in ctl.probe([GITEA])] == ["accepted"]  # logs in again
+        row = {r.pair: r for r in ctl.status()}[GITEA]
+        assert row.state.value == "working"
+        assert "re-applied after it was changed outside meshtui at " in row.reason
+        events = [e for e in ctl.events() if e["kind"] == "push"]
+        assert GITEA in json.dumps(events[-1])
+        # nothing drifted since: the next push has nothing to do
+        again = ctl.push()
+        assert again.ok and not again.delivered
+
+
+def test_drift_that_cannot_be_reapplied_is_shown_in_status(mesh, pg):
+    with mesh.controller() as ctl:
+        login = {r.pair: r for r in ctl.status()}[GITEA].login
+    _alter_by_hand(pg, login)
+    import psycopg
+
+    # the server takes no writes: the drift is found but cannot be re-applied
+
+    with psycopg.connect(pg.admin_conninfo(), autocommit=True) as conn:
+        conn.execute("ALTER SYSTEM SET default_transaction_read_only = on")
+        conn.execute("SELECT pg_reload_conf()")
+    try:
+        with mesh.controller() as ctl:
+            report = ctl.push()
+            assert GITEA in report.behind
+            row = {r.pair: r for r in ctl.status()}[GITEA]
+            assert row.state.value == "stale"
+            assert "changed outside meshtui at " in row.reason, row.reason
+            ctl.push()  # found again: it keeps the time it was first found
+            assert {r.pair: r for r in ctl.status()}[GITEA].reason == row.reason
+    finally:
+        with psycopg.connect(pg.admin_conninfo(), autocommit=True) as conn:
+            conn.execute("ALTER SYSTEM RESET default_transaction_read_only")
+            conn.execute("SELECT pg_reload_conf()")
+    with mesh.controller() as ctl:
+        assert ctl.push().ok
+        assert [p.verdict for p in ctl.probe([GITEA])] == ["accepted"]

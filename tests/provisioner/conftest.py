@@ -15,8 +15,23 @@ import pytest
 from meshtui.crypto import secret_digest
 from meshtui.lab.postgres import Cluster
 from meshtui.provisioner.harness import Report, reconcile
+from tests.fix_pg import BINARIES, Clusters
 
 PROVIDER = "db1/postgres"
+
+
+@pytest.fixture(scope="session", params=sorted(BINARIES, reverse=True))
+def pg(request: pytest.FixtureRequest, pg_clusters: Clusters) -> Cluster:
+    """Every provisioner test runs against each server version (embedded 18, Debian's 15)."""
+    return pg_clusters.get(str(request.param))
+
+
+def server_version(cluster: Cluster) -> int:
+    """``server_version_num`` of a running cluster, e.g. 150020 or 180006."""
+    with psycopg.connect(cluster.admin_conninfo(), autocommit=True) as conn:
+        row = conn.execute("SELECT current_setting('server_version_num')::int").fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 @dataclass
@@ -100,7 +115,12 @@ class Mesh:
     # -- PostgreSQL ----------------------------------------------------------------------------
 
     def admin_conn(self, dbname: str = "postgres") -> psycopg.Connection[Any]:
-        return psycopg.connect(self.cluster.admin_conninfo(), dbname=dbname, autocommit=True)
+        return self.admin_of(self.cluster, dbname)
+
+    @staticmethod
+    def admin_of(cluster: Cluster, dbname: str = "postgres") -> psycopg.Connection[Any]:
+        """A superuser session on ``cluster`` (autocommit)."""
+        return psycopg.connect(cluster.admin_conninfo(), dbname=dbname, autocommit=True)
 
     def connect_as(
         self, login: str, password: str, dbname: str = "postgres"

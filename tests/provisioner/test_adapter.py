@@ -72,6 +72,7 @@ class MemoryAdapter:
 
 
 def test_harness_drives_any_adapter(mesh: Mesh, tmp_path: Path) -> None:
+    MemoryAdapter.users = {}  # a fresh "server" for each parametrized run
     adapter: Adapter = MemoryAdapter("", SCOPE)  # satisfies the Protocol
     assert adapter.inspect({}) == {}
     MemoryAdapter.users = {"someone_else": ("blake2b:" + "0" * 64, "db9/redis")}

@@ -393,7 +393,7 @@ def test_admin_file_must_be_private(mesh: Mesh) -> None:
     assert "gitea_app1_x" not in mesh.authid()
 
 
-def test_admin_must_be_superuser(mesh: Mesh) -> None:
+def test_admin_must_be_superuser_or_createrole(mesh: Mesh) -> None:
     with mesh.admin_conn() as conn:
         conn.execute("CREATE ROLE weak_admin LOGIN PASSWORD 'weak-admin-pw'")
     mesh.admin.write_text(
@@ -402,7 +402,9 @@ def test_admin_must_be_superuser(mesh: Mesh) -> None:
     )
     mesh.add("app1", "gitea")
     mesh.write()
-    with pytest.raises(ProvisionError, match="not a PostgreSQL superuser"):
+    with pytest.raises(
+        ProvisionError, match="neither a PostgreSQL superuser nor a role with CREATEROLE"
+    ):
         reconcile(mesh.manifest, mesh.admin)
 
 
