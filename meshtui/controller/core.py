@@ -13,6 +13,7 @@ from pathlib import Path
 from meshtui import crypto, declaration
 from meshtui.atomic import write_private
 from meshtui.controller import status as status_mod
+from meshtui.controller.client import sequence_of
 from meshtui.controller.declare import DeclareResult, declare
 from meshtui.controller.reports import (
     DrillReport,
@@ -58,6 +59,7 @@ class Controller:
         self.state_dir = state_dir
         self.inventory = inventory
         self._keys: crypto.PrivateKeys | None = None
+        self.sequence = sequence_of(state_dir)  # numbers every request to an agent
         self.faults: dict[str, Callable[[], None]] = {}  # fault-injection seam for tests
 
     @classmethod
