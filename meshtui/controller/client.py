@@ -30,6 +30,15 @@ BUSY_RETRIES = (0.2, 0.5, 1.0, 2.0)
 """Waits before sending again when an agent answered 503 busy (it read nothing of the request)."""
 
 
+UNSIGNED_REFUSALS = {
+    413: "the request is larger than the agent reads (16 MiB); deliver fewer pairs at once",
+    503: "the agent is busy with other requests; try again",
+    408: "the agent did not receive the whole request in time",
+    400: "the agent could not read the request",
+}
+"""What an unsigned refusal (before the agent knew who asked) means, by HTTP status."""
+
+
 def sequence_of(state_dir: Path) -> wire.Sequence:
     """The controller's request numbers, shared by every process on one state folder."""
     return wire.Sequence(state_dir / SEQUENCE_FILE)
@@ -65,14 +74,20 @@ class AgentClient:
         self, kind: str, payload: Mapping[str, Any], *, timeout: float | None = None
     ) -> dict[str, Any]:
         """Send one signed request; return the verified answer's payload."""
-        env, nonce = wire.envelope(
-            kind,
-            dict(payload),
-            sender=wire.CONTROLLER,
-            to=self.name,
-            keys=self._keys,
-            sequence=self._sequence,
-        )
+        try:
+            env, nonce = wire.envelope(
+                kind,
+                dict(payload),
+                sender=wire.CONTROLLER,
+                to=self.name,
+                keys=self._keys,
+                sequence=self._sequence,
+            )
+        except OSError as exc:
+            where = self._sequence.path if self._sequence else "the sequence file"
+            raise AgentError(
+                self.name, f"cannot number the request in {where}: {exc.strerror}"
+            ) from exc
         kwargs: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
         for wait in (*BUSY_RETRIES, None):
             resp = self._post(env, kwargs)
@@ -95,9 +110,8 @@ class AgentClient:
             )
         except EnvelopeError as exc:
             if resp.status_code != 200:
-                raise AgentError(
-                    self.name, f"agent refused the request (HTTP {resp.status_code})"
-                ) from exc
+                why = UNSIGNED_REFUSALS.get(resp.status_code, "agent refused the request")
+                raise AgentError(self.name, f"{why} (HTTP {resp.status_code})") from exc
             raise AgentError(
                 self.name, f"answer not trusted: {exc} (is this the right agent?)"
             ) from exc

@@ -90,12 +90,15 @@ class Agent:
                 sender=wire.CONTROLLER,
                 to=me,
             )
+        except EnvelopeError as exc:
+            return 403, self._reply("error", {"error": str(exc)}, None)
+        try:
             self.accepted.admit(msg.seq)  # durably recorded before anything is done
         except EnvelopeError as exc:
             return 403, self._reply("error", {"error": str(exc)}, None)
         except OSError as exc:
-            return 503, self._reply(
-                "error", {"error": f"{me} cannot record the request: {exc.strerror}"}, None
+            return 500, self._reply(
+                "error", {"error": f"{me} cannot record the request: {exc.strerror}"}, msg.nonce
             )
         handler = {
             wire.STATE: self.state,
