@@ -34,7 +34,14 @@ RECENT_LIMIT = 10_000
 """At most this many numbers are kept; past it the floor rises (a refusal, never a replay)."""
 
 
-def _load(path: Path) -> dict[str, Any] | None:
+REQUESTS_ADVICE = (
+    "delete it once the agent has been stopped for over a minute (every request captured "
+    "before is then refused by the clock limit)"
+)
+GENERATIONS_ADVICE = "delete it to start again from what holdings.json says this node holds"
+
+
+def _load(path: Path, advice: str) -> dict[str, Any] | None:
     """A record, None when it does not exist yet; WireError when it exists but cannot be read."""
     try:
         data = json.loads(path.read_bytes())
@@ -43,11 +50,10 @@ def _load(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError) as exc:
         raise WireError(
             f"{path} cannot be read ({exc}); the agent will not run without knowing what it "
-            "accepted. Restore it from a backup, or delete it only if this node's agent "
-            "never ran since its keys were made"
+            f"accepted: {advice}"
         ) from exc
     if not isinstance(data, dict):
-        raise WireError(f"{path} is not a JSON object; restore it or see the agent's docs")
+        raise WireError(f"{path} is not a JSON object: {advice}")
     return data
 
 
@@ -57,12 +63,14 @@ class AcceptedRequests:
     def __init__(self, state_dir: Path) -> None:
         self._path = state_dir / REQUESTS
         self._lock = threading.Lock()
-        data = _load(self._path) or {}
+        data = _load(self._path, REQUESTS_ADVICE) or {}
         try:
             self._floor = int(data.get("floor", 0))
             self._recent = {int(s) for s in data.get("recent", [])}
         except (TypeError, ValueError) as exc:
-            raise WireError(f"{self._path}: 'floor' and 'recent' must be integers") from exc
+            raise WireError(
+                f"{self._path}: 'floor' and 'recent' must be integers: {REQUESTS_ADVICE}"
+            ) from exc
 
     def admit(self, seq: int) -> None:
         """Accept ``seq`` once (recorded durably) or raise EnvelopeError saying why not."""
@@ -99,7 +107,7 @@ class AcceptedGenerations:
     def __init__(self, state_dir: Path, node: str, held: list[dict[str, Any]]) -> None:
         self._path = state_dir / GENERATIONS
         self._node = node
-        data = _load(self._path)
+        data = _load(self._path, GENERATIONS_ADVICE)
         if data is None:  # first run of this version: start from what the node holds
             data = {"consumer": {}, "provider": {}}
             for h in held:
@@ -110,7 +118,9 @@ class AcceptedGenerations:
                 for end in ("consumer", "provider")
             }
         except (TypeError, ValueError) as exc:
-            raise WireError(f"{self._path}: generations must be integers") from exc
+            raise WireError(
+                f"{self._path}: generations must be integers: {GENERATIONS_ADVICE}"
+            ) from exc
 
     def get(self, end: str, pair: str) -> int | None:
         """The newest generation accepted for one end of a pair."""

@@ -212,3 +212,81 @@ def test_concurrent_requests_to_one_node_are_all_accepted(mesh):
     for t in threads:
         t.join()
     assert errors == []
+
+
+def test_the_high_water_mark_does_not_depend_on_either_clock(mesh, tmp_path):
+    """The controller's numbers ran ahead of its clock (it was 10 minutes fast, then fixed):
+    its state folder's sequence carries on above them, and a number below the agent's
+    high-water mark is refused even though its timestamp is fresh."""
+    keys = controller_keys(mesh)
+    ahead = tmp_path / "sequence"
+    ahead.write_text(f"{int((time.time() + 600) * 1_000_000):020d}\n")
+    carried = wire.Sequence(ahead)
+    env, _ = wire.envelope(
+        wire.STATE, {}, sender="controller", to="app1", keys=keys, sequence=carried
+    )
+    assert post(mesh, "app1", env).status_code == 200
+    mesh.start("app1")
+    env, _ = wire.envelope(
+        wire.STATE, {}, sender="controller", to="app1", keys=keys, sequence=wire.Sequence(ahead)
+    )
+    assert post(mesh, "app1", env).status_code == 200  # another process on the same folder
+    stale, _ = wire.envelope(
+        wire.STATE, {}, sender="controller", to="app1", keys=keys, sequence=wire.Sequence()
+    )
+    resp = post(mesh, "app1", stale)
+    assert resp.status_code == 403
+    assert "older than the requests this agent already accepted" in answer(resp)["error"]
+
+
+def test_a_sequence_file_never_repeats_across_processes_or_a_clock_stepping_back(tmp_path):
+    path = tmp_path / "sequence"
+    now = [1_000.0]
+    first, second = wire.Sequence(path, clock=lambda: now[0]), wire.Sequence(path)
+    seen = [first.next()[0]]
+    now[0] = 900.0  # stepped back
+    for _ in range(100):
+        seen += [first.next()[0], second.next()[0]]
+    assert seen == sorted(seen) and len(set(seen)) == len(seen)
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+
+
+def test_an_upgraded_agent_starts_from_the_generations_it_holds(tmp_path):
+    from meshtui.host.guard import AcceptedGenerations
+
+    held = [{"end": "consumer", "pair": GITEA, "generation": 3, "digest": "x"}]
+    accepted = AcceptedGenerations(tmp_path, "app1", held)
+    item = {"pair": GITEA, "node": "app1", "generation": 2}
+    (refusal,) = accepted.admit({"consumer": [item]})
+    assert "generation 2 is older than generation 3" in refusal.reason
+    assert accepted.admit({"consumer": [{**item, "generation": 4}]}) == []
+    assert AcceptedGenerations(tmp_path, "app1", []).get("consumer", GITEA) == 4
+
+
+def test_an_agent_that_cannot_read_what_it_accepted_does_not_start(mesh):
+    import subprocess
+    import sys
+
+    mesh.stop("app1")
+    record = mesh.nodes["app1"] / "requests.json"
+    record.write_text("{not json")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "meshtui.cli",
+            "host",
+            "serve",
+            "--state",
+            str(mesh.nodes["app1"]),
+            "--listen",
+            f"unix:{mesh.sockets['app1']}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert str(record) in done.stderr and "stopped for over a minute" in done.stderr
