@@ -21,7 +21,7 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -110,6 +110,8 @@ def build_app(agent: Agent) -> Starlette:
                 return _refuse(413, "request body longer than declared")
             except TimeoutError:
                 return _refuse(408, f"request body not received within {BODY_TIMEOUT_S:.0f}s")
+            except ClientDisconnect:
+                return _refuse(400, "the client went away")  # nobody reads it; nothing logged
             box = [body]  # handed over, so the raw bytes go as soon as they are parsed
             del body
             status, envelope = await run_in_threadpool(_handle, agent, box)

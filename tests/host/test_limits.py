@@ -130,6 +130,7 @@ def test_a_flood_of_unsigned_oversize_posts_gets_413_and_memory_stays_flat(mesh)
     assert sum(a.startswith("HTTP/1.1 413") for a in answers) >= 12, answers
     assert all(a.split()[1] in {"413", "400", "503"} for a in answers if a != "no answer")
     assert post(mesh, "app1", state_request(mesh)).status_code == 200
+    assert "Traceback" not in mesh.agent_logs()
 
 
 def test_too_many_requests_at_once_get_503_quickly(mesh):
@@ -156,6 +157,7 @@ def test_too_many_requests_at_once_get_503_quickly(mesh):
             break
         time.sleep(0.1)
     assert resp.status_code == 200
+    assert "Traceback" not in mesh.agent_logs()
 
 
 def test_a_legitimate_request_over_a_mebibyte_is_accepted(mesh):
