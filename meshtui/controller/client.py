@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -25,7 +24,6 @@ DELIVER_TIMEOUT_S = 360.0
 """Longer than the agent lets a provisioner run (300 s): never give up on a delivery that may
 still apply, or the record and the node disagree."""
 STATE_TIMEOUT_S = 10.0
-SEQUENCE_FILE = "sequence"
 BUSY_RETRIES = (0.2, 0.5, 1.0, 2.0)
 """Waits before sending again when an agent answered 503 busy (it read nothing of the request)."""
 
@@ -37,11 +35,6 @@ UNSIGNED_REFUSALS = {
     400: "the agent could not read the request",
 }
 """What an unsigned refusal (before the agent knew who asked) means, by HTTP status."""
-
-
-def sequence_of(state_dir: Path) -> wire.Sequence:
-    """The controller's request numbers, shared by every process on one state folder."""
-    return wire.Sequence(state_dir / SEQUENCE_FILE)
 
 
 class AgentClient:
