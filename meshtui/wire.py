@@ -1,26 +1,31 @@
 """The messages between the controller and host agents, and their signed envelope.
 
 Every message is JSON inside an envelope signed with the sender's Ed25519 key. The body names
-sender and recipient, carries a timestamp and a fresh nonce, and a reply quotes the nonce of the
-request it answers, so a message cannot be replayed or redirected, and an answer cannot be
-passed off as the answer to another request.
+sender and recipient, carries a timestamp, a fresh nonce and the sender's sequence number (strictly
+increasing, see :class:`Sequence`), and a reply quotes the nonce of the request it answers, so a
+message cannot be redirected and an answer cannot be passed off as the answer to another request.
+The agent refuses a replay by remembering, on disk, the sequence numbers it accepted
+(:mod:`meshtui.host.guard`).
 Sealed blobs travel base64-encoded; nothing in a message is ever a plaintext credential.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import secrets
 import threading
 import time
-from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from meshtui import crypto
 from meshtui.errors import EnvelopeError, SignatureError
 
-VERSION = 1
+VERSION = 2  # 2: every body carries "seq"
 MAX_SKEW_S = 30.0
 CONTROLLER = "controller"
 
@@ -42,8 +47,58 @@ class Message:
     to: str
     at: float
     nonce: str
+    seq: int
     payload: dict[str, Any]
     reply_to: str | None = None
+
+
+def wall_clock() -> float:
+    """The clock a :class:`Sequence` reads by default (looked up per call, so tests can skew it)."""
+    return time.time()
+
+
+class Sequence:
+    """The sender's request numbers: strictly increasing, and never below its clock in µs.
+
+    Starting from the clock means numbers from two controller processes interleave in time, so
+    an agent can accept them slightly out of order; counting up from the last number means a
+    clock that steps back never makes a number repeat or go down. With ``path`` the last number
+    is kept in that file (under ``flock``, so every process on one state folder shares one
+    sequence), which carries the guarantee across restarts. The file is not fsynced: a number
+    lost to a crash is only ever re-issued if the clock also stepped back, and then the agent
+    refuses it as a replay, never accepts it twice.
+    """
+
+    def __init__(self, path: Path | None = None, clock: Callable[[], float] | None = None) -> None:
+        self.path = path
+        self.clock = clock if clock is not None else wall_clock
+        self._last = 0
+        self._lock = threading.Lock()
+
+    def next(self) -> tuple[int, float]:
+        """The next number and the clock reading it was made at."""
+        with self._lock:
+            at = float(self.clock())
+            floor = int(at * 1_000_000)
+            if self.path is None:
+                self._last = max(self._last + 1, floor)
+                return self._last, at
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                try:
+                    stored = int(os.pread(fd, 32, 0).split()[0])
+                except (ValueError, IndexError):
+                    stored = 0  # a new (or unreadable) file: the clock floor still holds
+                self._last = max(self._last + 1, stored + 1, floor)
+                os.pwrite(fd, f"{self._last:020d}\n".encode(), 0)
+            finally:
+                os.close(fd)  # releases the flock
+            return self._last, at
+
+
+PROCESS_SEQUENCE = Sequence()
+"""The in-memory sequence of a process that was not given one (agents' replies, tests)."""
 
 
 def envelope(
@@ -54,15 +109,18 @@ def envelope(
     to: str,
     keys: crypto.PrivateKeys,
     reply_to: str | None = None,
+    sequence: Sequence | None = None,
 ) -> tuple[dict[str, str], str]:
-    """Sign a message; returns the envelope (JSON-ready) and its nonce."""
+    """Sign a message numbered by ``sequence``; returns the envelope (JSON-ready) and its nonce."""
     nonce = secrets.token_hex(16)
+    seq, at = (sequence or PROCESS_SEQUENCE).next()
     body = {
         "v": VERSION,
         "kind": kind,
         "from": sender,
         "to": to,
-        "at": time.time(),
+        "at": at,
+        "seq": seq,
         "nonce": nonce,
         "reply_to": reply_to,
         "payload": payload,
@@ -79,7 +137,6 @@ def open_envelope(
     to: str,
     reply_to: str | None = None,
     max_skew: float = MAX_SKEW_S,
-    not_before: float = 0.0,
 ) -> Message:
     """Verify and decode an envelope; EnvelopeError says why it was refused."""
     try:
@@ -93,20 +150,24 @@ def open_envelope(
         raise EnvelopeError(f"refused: not signed by {sender}'s key") from exc
     try:
         body = json.loads(raw)
+        version = body["v"]
+        if version != VERSION:
+            raise EnvelopeError(
+                f"refused: message version {version}, expected {VERSION} "
+                "(update meshtui on the controller and on every node)"
+            )
         msg = Message(
             kind=str(body["kind"]),
             sender=str(body["from"]),
             to=str(body["to"]),
             at=float(body["at"]),
             nonce=str(body["nonce"]),
+            seq=_integer(body["seq"]),
             payload=dict(body["payload"]),
             reply_to=body.get("reply_to"),
         )
-        version = body["v"]
     except (ValueError, KeyError, TypeError) as exc:
         raise EnvelopeError("refused: signed body is malformed") from exc
-    if version != VERSION:
-        raise EnvelopeError(f"refused: message version {version}, expected {VERSION}")
     if msg.sender != sender:
         raise EnvelopeError(f"refused: message says it is from {msg.sender!r}, expected {sender!r}")
     if msg.to != to:
@@ -118,27 +179,10 @@ def open_envelope(
         raise EnvelopeError(
             f"refused: message is {skew:+.0f}s off this clock (limit {max_skew:.0f}s)"
         )
-    if msg.at < not_before:
-        raise EnvelopeError("refused: message is older than this agent (replayed?)")
     return msg
 
 
-class NonceCache:
-    """Nonces seen inside the clock window; a second sighting is a replay."""
-
-    def __init__(self, window: float = 2 * MAX_SKEW_S, limit: int = 100_000) -> None:
-        self._seen: OrderedDict[str, float] = OrderedDict()
-        self._window, self._limit = window, limit
-        self._lock = threading.Lock()
-
-    def check(self, nonce: str, at: float) -> None:
-        """Remember ``nonce``; raise EnvelopeError if it was already used."""
-        with self._lock:
-            cutoff = time.time() - self._window
-            while self._seen and (
-                next(iter(self._seen.values())) < cutoff or len(self._seen) > self._limit
-            ):
-                self._seen.popitem(last=False)
-            if nonce in self._seen:
-                raise EnvelopeError("refused: replayed request (nonce already used)")
-            self._seen[nonce] = max(at, time.time())
+def _integer(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError("seq must be a non-negative integer")
+    return value

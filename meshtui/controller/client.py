@@ -2,10 +2,13 @@
 
 An answer counts only if it is signed by the node key the inventory holds for that node and
 quotes the request's nonce; anything else is an AgentError that names the node and the reason.
+Every request carries the next number of the controller's :class:`~meshtui.wire.Sequence` (kept
+in its state folder), which the agent uses to refuse replays, even after it restarts.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -21,15 +24,32 @@ DELIVER_TIMEOUT_S = 360.0
 """Longer than the agent lets a provisioner run (300 s): never give up on a delivery that may
 still apply, or the record and the node disagree."""
 STATE_TIMEOUT_S = 10.0
+BUSY_RETRIES = (0.2, 0.5, 1.0, 2.0)
+"""Waits before sending again when an agent answered 503 busy (it read nothing of the request)."""
+
+
+UNSIGNED_REFUSALS = {
+    413: "the request is larger than the agent reads (16 MiB); deliver fewer pairs at once",
+    503: "the agent is busy with other requests; try again",
+    408: "the agent did not receive the whole request in time",
+    400: "the agent could not read the request",
+}
+"""What an unsigned refusal (before the agent knew who asked) means, by HTTP status."""
 
 
 class AgentClient:
     """One node's agent, as the controller sees it."""
 
     def __init__(
-        self, node: Row, keys: crypto.PrivateKeys, *, timeout: float = DEFAULT_TIMEOUT_S
+        self,
+        node: Row,
+        keys: crypto.PrivateKeys,
+        *,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        sequence: wire.Sequence | None = None,
     ) -> None:
         self.name: str = node["name"]
+        self._sequence = sequence
         self.agent: str = node["agent"]
         self._verify_key = crypto.unb64(node["verify_key"], "verify_key")
         self._keys = keys
@@ -47,18 +67,26 @@ class AgentClient:
         self, kind: str, payload: Mapping[str, Any], *, timeout: float | None = None
     ) -> dict[str, Any]:
         """Send one signed request; return the verified answer's payload."""
-        env, nonce = wire.envelope(
-            kind, dict(payload), sender=wire.CONTROLLER, to=self.name, keys=self._keys
-        )
         try:
-            kwargs: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
-            resp = self._http.post("/v1", json=env, **kwargs)
-        except httpx.TimeoutException as exc:
-            raise AgentError(self.name, f"agent at {self.agent} did not answer in time") from exc
-        except httpx.HTTPError as exc:
+            env, nonce = wire.envelope(
+                kind,
+                dict(payload),
+                sender=wire.CONTROLLER,
+                to=self.name,
+                keys=self._keys,
+                sequence=self._sequence,
+            )
+        except OSError as exc:
+            where = self._sequence.path if self._sequence else "the sequence file"
             raise AgentError(
-                self.name, f"agent at {self.agent} unreachable ({type(exc).__name__})"
+                self.name, f"cannot number the request in {where}: {exc.strerror}"
             ) from exc
+        kwargs: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+        for wait in (*BUSY_RETRIES, None):
+            resp = self._post(env, kwargs)
+            if resp.status_code != 503 or "retry-after" not in resp.headers or wait is None:
+                break
+            time.sleep(wait)  # busy: it read nothing, so the same envelope is still unused
         try:
             data = resp.json()
         except ValueError as exc:
@@ -75,15 +103,24 @@ class AgentClient:
             )
         except EnvelopeError as exc:
             if resp.status_code != 200:
-                raise AgentError(
-                    self.name, f"agent refused the request (HTTP {resp.status_code})"
-                ) from exc
+                why = UNSIGNED_REFUSALS.get(resp.status_code, "agent refused the request")
+                raise AgentError(self.name, f"{why} (HTTP {resp.status_code})") from exc
             raise AgentError(
                 self.name, f"answer not trusted: {exc} (is this the right agent?)"
             ) from exc
         if resp.status_code != 200 or msg.kind == "error":
             raise AgentError(self.name, str(msg.payload.get("error", f"HTTP {resp.status_code}")))
         return msg.payload
+
+    def _post(self, env: dict[str, str], kwargs: dict[str, Any]) -> httpx.Response:
+        try:
+            return self._http.post("/v1", json=env, **kwargs)
+        except httpx.TimeoutException as exc:
+            raise AgentError(self.name, f"agent at {self.agent} did not answer in time") from exc
+        except httpx.HTTPError as exc:
+            raise AgentError(
+                self.name, f"agent at {self.agent} unreachable ({type(exc).__name__})"
+            ) from exc
 
 
 class Agents:
@@ -95,8 +132,10 @@ class Agents:
         keys: crypto.PrivateKeys,
         *,
         timeout: float = DEFAULT_TIMEOUT_S,
+        sequence: wire.Sequence | None = None,
     ) -> None:
         self._nodes, self._keys, self._timeout = nodes, keys, timeout
+        self._sequence = sequence
         self._clients: dict[str, AgentClient] = {}
 
     def __enter__(self) -> Agents:
@@ -111,7 +150,9 @@ class Agents:
         if node not in self._clients:
             if node not in self._nodes:
                 raise AgentError(node, "not a declared node")
-            self._clients[node] = AgentClient(self._nodes[node], self._keys, timeout=self._timeout)
+            self._clients[node] = AgentClient(
+                self._nodes[node], self._keys, timeout=self._timeout, sequence=self._sequence
+            )
         return self._clients[node]
 
     def call(self, node: str, kind: str, payload: Mapping[str, Any]) -> dict[str, Any]:

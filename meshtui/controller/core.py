@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from meshtui import crypto, declaration
+from meshtui import crypto, declaration, wire
 from meshtui.atomic import write_private
 from meshtui.controller import status as status_mod
 from meshtui.controller.declare import DeclareResult, declare
@@ -39,6 +39,8 @@ from meshtui.model import PairStatus, State, node_of
 
 INVENTORY = "inventory.db"
 KEY_STEM = "controller"
+SEQUENCE_FILE = "sequence"
+"""The last number of the controller's requests (see :class:`meshtui.wire.Sequence`)."""
 
 
 def init_keys(state_dir: Path) -> tuple[Path, bool]:
@@ -65,6 +67,7 @@ class Controller:
         self.state_dir = state_dir
         self.inventory = inventory
         self._keys: crypto.PrivateKeys | None = None
+        self.sequence = wire.Sequence(state_dir / SEQUENCE_FILE)  # numbers every agent request
         self.faults: dict[str, Callable[[], None]] = {}  # fault-injection seam for tests
 
     @classmethod

@@ -3,6 +3,11 @@
 A provider receives the whole manifest of one (provider module, provision): every live consumer
 at its target generation, sealed to the provider. A consumer receives its own credential, sealed
 to it. The answers are recorded per pair and per end, so the inventory always knows who is behind.
+
+An agent never goes back to an older generation on its own: an item whose generation is below
+one this inventory minted for the pair (a rotation's rollback, or a push converging an end the
+rollback could not reach) says so in its signed ``rollback`` note, naming the abandoned
+generations and their rotations.
 """
 
 from __future__ import annotations
@@ -78,6 +83,29 @@ class Planner:
         self.nodes = inv.nodes()
         self.modules = inv.modules()
         self.pairs = {p["id"]: p for p in inv.pairs()}
+        self.minted: dict[str, list[int]] = {}
+        for r in inv.query("SELECT pair, generation FROM generations ORDER BY generation"):
+            self.minted.setdefault(r["pair"], []).append(int(r["generation"]))
+        self.rotation_of: dict[tuple[str, int], int] = {}
+        for r in inv.query("SELECT id, items FROM rotations"):
+            for i in json.loads(r["items"]):
+                self.rotation_of[(str(i["pair"]), int(i["to"]))] = int(r["id"])
+
+    def rollback(self, pair: str, generation: int) -> dict[str, Any] | None:
+        """The signed note that delivering ``generation`` abandons newer minted ones, or None.
+
+        Generation numbers are never reused, so every minted generation above the target is one
+        a rotation gave up; an end that accepted one of them may go back only on this word.
+        """
+        abandoned = [g for g in self.minted.get(pair, []) if g > generation]
+        if not abandoned:
+            return None
+        rotations = {self.rotation_of.get((pair, g)) for g in abandoned}
+        return {"from": abandoned, "rotations": sorted(r for r in rotations if r is not None)}
+
+    def _with_rollback(self, item: dict[str, Any]) -> dict[str, Any]:
+        note = self.rollback(item["pair"], item["generation"])
+        return item if note is None else {**item, "rollback": note}
 
     def sealed(self, pair: str, generation: int) -> Row:
         """One generation's sealed blobs; InventoryError when they were discarded."""
@@ -101,17 +129,19 @@ class Planner:
                 row = self.sealed(p["id"], gen)
                 cnode = node_of(p["consumer"])
                 consumers.append(
-                    {
-                        "pair": p["id"],
-                        "as": p["login"],
-                        "node": cnode,
-                        "module": p["consumer"].split("/", 1)[1],
-                        "at": self.nodes[cnode]["address"],
-                        "values": p["values"],
-                        "generation": gen,
-                        "digest": row["digest"],
-                        "sealed": crypto.b64(row["provider_sealed"]),
-                    }
+                    self._with_rollback(
+                        {
+                            "pair": p["id"],
+                            "as": p["login"],
+                            "node": cnode,
+                            "module": p["consumer"].split("/", 1)[1],
+                            "at": self.nodes[cnode]["address"],
+                            "values": p["values"],
+                            "generation": gen,
+                            "digest": row["digest"],
+                            "sealed": crypto.b64(row["provider_sealed"]),
+                        }
+                    )
                 )
             out.setdefault(node_of(provider), []).append(
                 {
@@ -138,15 +168,17 @@ class Planner:
             row = self.sealed(pid, gen)
             node = node_of(p["consumer"])
             out.setdefault(node, []).append(
-                {
-                    "pair": pid,
-                    "node": node,
-                    "generation": gen,
-                    "digest": row["digest"],
-                    "file": p["file"],
-                    "reload": p["reload"],
-                    "sealed": crypto.b64(row["consumer_sealed"]),
-                }
+                self._with_rollback(
+                    {
+                        "pair": pid,
+                        "node": node,
+                        "generation": gen,
+                        "digest": row["digest"],
+                        "file": p["file"],
+                        "reload": p["reload"],
+                        "sealed": crypto.b64(row["consumer_sealed"]),
+                    }
+                )
             )
         return out
 

@@ -50,7 +50,7 @@ def drill_one(ctl: Controller, pid: str, progress: Progress) -> DrillReport:
         "file": p["file"],
         "target": target_of(p, plan.nodes),
     }
-    client = AgentClient(plan.nodes[node], ctl.keys())
+    client = AgentClient(plan.nodes[node], ctl.keys(), sequence=ctl.sequence)
     steps: list[DrillStep] = []
     report: RotationReport | None = None
     reason = ""

@@ -52,6 +52,7 @@ def probe(ctl: Controller, ids: list[str], progress: Progress) -> list[ProbeOutc
             plan.nodes[node],
             keys,
             timeout=15.0 + 2 * PROBE_LOGIN_TIMEOUT_S * -(-len(items) // CONCURRENCY),
+            sequence=ctl.sequence,
         )
         try:
             return (

@@ -42,7 +42,10 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
     from meshtui.controller.rotate import recover
 
     inv = ctl.inventory
-    with delivering(ctl.state_dir, "push"), Agents(inv.nodes(), ctl.keys()) as agents:
+    with (
+        delivering(ctl.state_dir, "push"),
+        Agents(inv.nodes(), ctl.keys(), sequence=ctl.sequence) as agents,
+    ):
         recover(ctl, agents, progress)
         progress("asking every node what it holds", 0, 4)
         plan = Planner(inv)

@@ -4,7 +4,9 @@ consumers, and end all-new or all-old.
 The journal (``rotations`` + the new generations' sealed blobs) is written before anything is
 sent, so a controller killed mid-way is finished or rolled back by the next command
 (:func:`recover`). Old blobs are kept until the rotation is final, so a rollback can
-re-deliver them.
+re-deliver them. An agent refuses an older generation unless told: the rollback's items carry a
+signed note naming the generation they roll back from and this rotation
+(:meth:`Planner.rollback`), which the journal makes known before anything is sent.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ def plan(ctl: Controller, ids: list[str]) -> RotationPlan:
     """The pairs and each affected node, resolved or not (asks every agent)."""
     rows = ctl.inventory.pairs(ids)
     nodes = affected_nodes(rows)
-    with Agents(ctl.inventory.nodes(), ctl.keys(), timeout=5.0) as agents:
+    with Agents(ctl.inventory.nodes(), ctl.keys(), timeout=5.0, sequence=ctl.sequence) as agents:
         resolutions, _ = ask_state(agents, list(nodes))
     return RotationPlan(
         pairs=sorted(ids),
@@ -69,7 +71,10 @@ def rotate(ctl: Controller, ids: list[str], progress: Progress) -> RotationRepor
         raise InputError(f"{gone[0]} is withdrawn; only declared pairs can be rotated")
     if not rows:
         raise InputError("nothing to rotate")
-    with delivering(ctl.state_dir, "rotate"), Agents(inv.nodes(), ctl.keys()) as agents:
+    with (
+        delivering(ctl.state_dir, "rotate"),
+        Agents(inv.nodes(), ctl.keys(), sequence=ctl.sequence) as agents,
+    ):
         if recover(ctl, agents, progress):
             rows = inv.pairs(ids)  # a recovered rotation moved generations: start from those
         progress("resolving every affected node", 0, 4)

@@ -21,6 +21,7 @@ from meshtui import crypto, wire
 from meshtui.atomic import remove, write_private
 from meshtui.errors import CryptoError, EnvelopeError, MeshtuiError
 from meshtui.host import probe as probe_mod
+from meshtui.host.guard import AcceptedGenerations, AcceptedRequests
 from meshtui.host.holdings import Holdings
 from meshtui.host.identity import Identity
 from meshtui.model import NAME_RE
@@ -98,7 +99,11 @@ def _read_secret(path: Path) -> bytes | None:
 
 
 class Agent:
-    """One node's agent: identity, holdings, replay protection, drill memory."""
+    """One node's agent: identity, holdings, replay protection, drill memory.
+
+    Replay protection survives restarts: the controller's sequence numbers and each pair end's
+    generation are recorded on disk before a request is acted on (:mod:`meshtui.host.guard`).
+    """
 
     def __init__(
         self,
@@ -113,8 +118,10 @@ class Agent:
         self.provisioner = provisioner
         self.probe_timeout = probe_timeout
         self.holdings = Holdings(identity.state_dir)
-        self.started_at = time.time()
-        self._nonces = wire.NonceCache()
+        self.accepted = AcceptedRequests(identity.state_dir)
+        self.generations = AcceptedGenerations(
+            identity.state_dir, identity.name, self.holdings.listing()
+        )
         self._drills: dict[str, tuple[bytes, float]] = {}
         self._lock = threading.Lock()  # one delivery at a time: files and provisioner
         self._drill_lock = threading.Lock()
@@ -129,11 +136,17 @@ class Agent:
                 verify_key=self.identity.controller.verify,
                 sender=wire.CONTROLLER,
                 to=me,
-                not_before=self.started_at - 1,
             )
-            self._nonces.check(msg.nonce, msg.at)
         except EnvelopeError as exc:
             return 403, self._reply("error", {"error": str(exc)}, None)
+        try:
+            self.accepted.admit(msg.seq)  # durably recorded before anything is done
+        except EnvelopeError as exc:
+            return 403, self._reply("error", {"error": str(exc)}, None)
+        except OSError as exc:
+            return 500, self._reply(
+                "error", {"error": f"{me} cannot record the request: {exc.strerror}"}, msg.nonce
+            )
         handler = {
             wire.STATE: self.state,
             wire.DELIVER: self.deliver,
@@ -198,10 +211,25 @@ class Agent:
 
     # ---- deliver ------------------------------------------------------------------------
     def deliver(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """Provider sets first (manifest + secrets + provisioner), then consumer credentials."""
+        """Provider sets first (manifest + secrets + provisioner), then consumer credentials.
+
+        An item of an older generation than this node accepted is refused first (unless it is
+        the controller's rollback from that generation); nothing of a refused item is written.
+        """
         with self._lock:
-            providers = [self._deliver_provider(s) for s in payload.get("provider", [])]
-            consumers = [self._deliver_consumer(c) for c in payload.get("consumer", [])]
+            refused = {r.key: r.reason for r in self.generations.admit(payload)}
+            providers = [
+                _refused_provider(s, why)
+                if (why := refused.get(f"provider:{s['provider']}:{s['provision']}"))
+                else self._deliver_provider(s)
+                for s in payload.get("provider", [])
+            ]
+            consumers = [
+                _refused_consumer(c, why)
+                if (why := refused.get(f"consumer:{c['pair']}"))
+                else self._deliver_consumer(c)
+                for c in payload.get("consumer", [])
+            ]
         return {"provider": providers, "consumer": consumers}
 
     def _unseal(self, sealed_b64: str, digest: str, pair: str) -> bytes:
@@ -480,6 +508,25 @@ class Agent:
             "digest": crypto.secret_digest(secret) if secret else None,
             "error": None if held else "the old credential was not held (agent restarted?)",
         }
+
+
+def _refused_provider(spec: dict[str, Any], why: str) -> dict[str, Any]:
+    return {
+        "provider": str(spec["provider"]),
+        "provision": str(spec["provision"]),
+        "ok": False,
+        "outcomes": [],
+        "error": why,
+    }
+
+
+def _refused_consumer(item: dict[str, Any], why: str) -> dict[str, Any]:
+    return {
+        "pair": str(item["pair"]),
+        "generation": int(item["generation"]),
+        "ok": False,
+        "error": why,
+    }
 
 
 def node_path(raw: Any, what: str) -> Path:

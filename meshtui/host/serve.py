@@ -2,10 +2,17 @@
 
 One endpoint takes signed envelopes; the blocking work (files, provisioner, probes) runs in a
 thread so the event loop keeps answering. Access logs are off: nothing about a request is logged.
+
+Everything before the signature check is bounded, since anyone who can connect gets that far: a
+body must declare its length and stay under :data:`MAX_BODY` (413 before a byte of it is read),
+at most :data:`MAX_REQUESTS` are handled at once and only :data:`MAX_LARGE` of them may carry a
+body over :data:`SMALL_BODY` (one more gets 503 at once), and a body must arrive within
+:data:`BODY_TIMEOUT_S`. Memory under a flood is therefore bounded by a few large bodies.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from pathlib import Path
@@ -14,7 +21,7 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -22,29 +29,95 @@ from meshtui.errors import InputError
 from meshtui.host import identity
 from meshtui.host.agent import Agent
 
-MAX_BODY = 64 * 1024 * 1024
+MiB = 1024 * 1024
+MAX_BODY = 16 * MiB
+"""The largest request body read. A provider delivery of 10,000 pairs built by the controller
+measured 5.2 MiB (tests/host/test_limits.py); the rest is room for long names and values."""
+SMALL_BODY = 1 * MiB
+"""Bodies up to this size (every state, probe and consumer delivery) need no large slot."""
+MAX_REQUESTS = 8
+"""Requests handled at once; the controller sends one per node at a time, a few when a
+dashboard and a command run together."""
+MAX_LARGE = 1
+"""Requests with a body over SMALL_BODY handled at once (provider deliveries are serialized by
+the agent anyway)."""
+BODY_TIMEOUT_S = 30.0
+MAX_CONNECTIONS = 64
+"""uvicorn's own cap on open connections and tasks (a backstop; it answers 503 past it)."""
+
+
+class _TooLarge(Exception):
+    """The body grew past what it declared or past MAX_BODY while it was read."""
+
+
+class Slots:
+    """How many requests (and how many large ones) are being handled; one event loop, no lock."""
+
+    def __init__(self) -> None:
+        self.busy = 0
+        self.large = 0
+
+    def take(self, large: bool) -> bool:
+        """Take a slot (and the large one if ``large``); False when none is free."""
+        if self.busy >= MAX_REQUESTS or (large and self.large >= MAX_LARGE):
+            return False
+        self.busy += 1
+        self.large += int(large)
+        return True
+
+    def give(self, large: bool) -> None:
+        """Give back what :meth:`take` took."""
+        self.busy -= 1
+        self.large -= int(large)
+
+
+def _refuse(status: int, error: str, **headers: str) -> Response:
+    # "Connection: close": the unread rest of the body is never read, the connection just ends
+    return JSONResponse(
+        {"error": error}, status_code=status, headers={"connection": "close", **headers}
+    )
+
+
+async def _read_body(request: Request, length: int) -> bytearray:
+    """The body, at most ``length`` bytes (and never over MAX_BODY), within BODY_TIMEOUT_S."""
+    body = bytearray()
+    async with asyncio.timeout(BODY_TIMEOUT_S):
+        async for chunk in request.stream():
+            if len(body) + len(chunk) > min(length, MAX_BODY):
+                raise _TooLarge
+            body += chunk
+    return body
 
 
 def build_app(agent: Agent) -> Starlette:
     """The agent's HTTP surface: ``POST /v1`` (signed envelopes) and ``GET /health``."""
+    slots = Slots()
 
     async def message(request: Request) -> Response:
         declared = request.headers.get("content-length", "")
-        if not declared.isdigit() or int(declared) > MAX_BODY:
-            return JSONResponse({"error": "request too large or without a length"}, status_code=413)
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > MAX_BODY:
-                return JSONResponse({"error": "request too large"}, status_code=413)
-            chunks.append(chunk)
-        body = b"".join(chunks)
+        if "transfer-encoding" in request.headers or not declared.isdigit():
+            return _refuse(413, "a request must declare its length (Content-Length, not chunked)")
+        length = int(declared)
+        if length > MAX_BODY:
+            return _refuse(413, f"request too large (limit {MAX_BODY} bytes)")
+        large = length > SMALL_BODY
+        if not slots.take(large):
+            return _refuse(503, "agent busy; try again", **{"retry-after": "1"})
         try:
-            data = json.loads(body)
-        except ValueError:
-            return JSONResponse({"error": "not JSON"}, status_code=400)
-        status, envelope = await run_in_threadpool(agent.handle, data)
-        return JSONResponse(envelope, status_code=status)
+            try:
+                body = await _read_body(request, length)
+            except _TooLarge:
+                return _refuse(413, "request body longer than declared")
+            except TimeoutError:
+                return _refuse(408, f"request body not received within {BODY_TIMEOUT_S:.0f}s")
+            except ClientDisconnect:
+                return _refuse(400, "the client went away")  # nobody reads it; nothing logged
+            box = [body]  # handed over, so the raw bytes go as soon as they are parsed
+            del body
+            status, envelope = await run_in_threadpool(_handle, agent, box)
+            return JSONResponse(envelope, status_code=status)
+        finally:
+            slots.give(large)
 
     async def health(request: Request) -> Response:
         return JSONResponse({"node": agent.identity.name})
@@ -54,6 +127,15 @@ def build_app(agent: Agent) -> Starlette:
     )
 
 
+def _handle(agent: Agent, box: list[bytearray]) -> tuple[int, dict[str, Any]]:
+    """Parse and handle one request body (in a worker thread: parsing 16 MiB takes a while)."""
+    try:
+        data = json.loads(box.pop())
+    except ValueError:
+        return 400, {"error": "not JSON"}
+    return agent.handle(data)
+
+
 def uvicorn_config(app: Starlette, listen: str) -> uvicorn.Config:
     """A uvicorn config for ``HOST:PORT`` or ``unix:PATH``, quiet and without access logs."""
     common = {
@@ -61,6 +143,7 @@ def uvicorn_config(app: Starlette, listen: str) -> uvicorn.Config:
         "access_log": False,
         "lifespan": "off",
         "timeout_graceful_shutdown": 5,
+        "limit_concurrency": MAX_CONNECTIONS,
     }
     if listen.startswith("unix:"):
         path = Path(listen[len("unix:") :])

@@ -1,0 +1,292 @@
+"""Replays and stale deliveries against real agents (uvicorn processes on Unix sockets): a
+captured request is refused even after the agent restarts, an older generation is never
+delivered again unless the signed request is a rollback from the generation the node holds, and
+a controller whose clock is a few seconds behind is not locked out by an agent restart."""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from meshtui import crypto, wire
+from meshtui.controller.client import AgentClient
+from meshtui.controller.deliver import Planner
+
+GITEA = "database:app1/gitea->db1/postgres"
+CREDENTIAL = "srv/app1/gitea/db.password"
+
+
+@pytest.fixture
+def mesh(mesh_with_agents):
+    # a command provisioner keeps these tests about the agent, not PostgreSQL
+    return mesh_with_agents(
+        consumers={"app1": ["gitea"]}, port=5432, admin=None, provisioner=["true"]
+    )
+
+
+def post(mesh, node: str, envelope: dict[str, Any]) -> httpx.Response:
+    transport = httpx.HTTPTransport(uds=str(mesh.sockets[node]))
+    with httpx.Client(transport=transport, base_url="http://agent", timeout=10) as client:
+        return client.post("/v1", json=envelope)
+
+
+def payload_of(envelope: dict[str, Any]) -> dict[str, Any]:
+    return dict(json.loads(crypto.unb64(envelope["body"]))["payload"])
+
+
+def answer(resp: httpx.Response) -> dict[str, Any]:
+    return payload_of(resp.json())
+
+
+def controller_keys(mesh) -> crypto.PrivateKeys:
+    return crypto.load_private(mesh.state / "controller.key")
+
+
+def holdings(mesh, node: str) -> dict[str, Any]:
+    return dict(json.loads((mesh.nodes[node] / "holdings.json").read_text()))
+
+
+class Wiretap:
+    """Records every envelope the controller posts (what an attacker on the path would see)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.sent: list[tuple[str, dict[str, Any]]] = []
+        real_post = httpx.Client.post
+
+        def post(client: httpx.Client, url: str, **kwargs: Any) -> httpx.Response:
+            if "json" in kwargs:
+                self.sent.append((str(client.base_url), copy.deepcopy(kwargs["json"])))
+            return real_post(client, url, **kwargs)
+
+        monkeypatch.setattr(httpx.Client, "post", post)
+
+    def deliveries(self, to: str) -> list[dict[str, Any]]:
+        out = []
+        for _, env in self.sent:
+            body = json.loads(crypto.unb64(env["body"]))
+            if body["kind"] == wire.DELIVER and body["to"] == to:
+                out.append(env)
+        return out
+
+
+def skew_controller_clock(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """The controller runs in this process, every agent in its own: only the controller's clock
+    moves."""
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + seconds)
+
+
+def test_captured_delivery_replayed_after_agent_restart_is_refused(mesh, monkeypatch):
+    # a controller 20 s ahead is inside the clock limit, so the captured message stays "fresh"
+    # for the agent's clock long enough to outlive a restart
+    skew_controller_clock(monkeypatch, 20)
+    tap = Wiretap(monkeypatch)
+    with mesh.controller() as ctl:
+        assert ctl.push().ok
+    (gen1,) = tap.deliveries("app1")
+    assert payload_of(gen1)["consumer"][0]["generation"] == 1
+    gen1_secret = mesh.secret(CREDENTIAL)
+    with mesh.controller() as ctl:
+        report = ctl.rotate([GITEA])
+    assert report.outcome == "done", report.reason
+    gen2_secret = mesh.secret(CREDENTIAL)
+    assert gen2_secret != gen1_secret
+    mesh.start("app1")  # restart: everything in memory is gone
+
+    resp = post(mesh, "app1", gen1)
+
+    assert resp.status_code == 403, resp.text
+    assert "replayed" in answer(resp)["error"]
+    assert mesh.secret(CREDENTIAL) == gen2_secret
+    assert holdings(mesh, "app1")["consumer"][GITEA]["generation"] == 2
+
+
+def test_captured_state_request_replayed_after_agent_restart_is_refused(mesh, monkeypatch):
+    skew_controller_clock(monkeypatch, 20)
+    env, _ = wire.envelope(
+        wire.STATE, {}, sender="controller", to="app1", keys=controller_keys(mesh)
+    )
+    assert post(mesh, "app1", env).status_code == 200
+    mesh.start("app1")
+    resp = post(mesh, "app1", env)
+    assert resp.status_code == 403 and "replayed" in answer(resp)["error"]
+
+
+def test_fresh_signed_delivery_of_an_older_generation_is_refused_unless_a_rollback(mesh):
+    with mesh.controller() as ctl:
+        assert ctl.push().ok
+        old_items = Planner(ctl.inventory).consumer_items([GITEA], {})["app1"]
+        assert ctl.rotate([GITEA]).outcome == "done"
+    gen2_secret = mesh.secret(CREDENTIAL)
+    keys = controller_keys(mesh)
+    # a correctly signed, never-seen request carrying generation 1 (an out-of-date inventory)
+    env, _ = wire.envelope(
+        wire.DELIVER, {"consumer": old_items}, sender="controller", to="app1", keys=keys
+    )
+    resp = post(mesh, "app1", env)
+    assert resp.status_code == 200
+    (got,) = answer(resp)["consumer"]
+    assert not got["ok"]
+    assert "generation 1 is older than generation 2" in got["error"]
+    assert mesh.secret(CREDENTIAL) == gen2_secret
+    assert holdings(mesh, "app1")["consumer"][GITEA]["generation"] == 2
+
+    # a rollback that names another generation is no rollback of what this node holds
+    wrong = [{**i, "rollback": {"from": [7]}} for i in old_items]
+    env, _ = wire.envelope(
+        wire.DELIVER, {"consumer": wrong}, sender="controller", to="app1", keys=keys
+    )
+    (got,) = answer(post(mesh, "app1", env))["consumer"]
+    assert not got["ok"] and mesh.secret(CREDENTIAL) == gen2_secret
+
+    # the controller's explicit rollback from generation 2 is obeyed
+    back = [{**i, "rollback": {"from": [2], "rotation": 1}} for i in old_items]
+    env, _ = wire.envelope(
+        wire.DELIVER, {"consumer": back}, sender="controller", to="app1", keys=keys
+    )
+    (got,) = answer(post(mesh, "app1", env))["consumer"]
+    assert got["ok"], got
+    assert holdings(mesh, "app1")["consumer"][GITEA]["generation"] == 1
+
+
+def test_agent_restart_does_not_lock_out_a_controller_5s_behind(mesh, monkeypatch):
+    with mesh.controller() as ctl:
+        assert ctl.push().ok
+    for node in mesh.nodes:
+        mesh.start(node)
+    skew_controller_clock(monkeypatch, -5)
+    with mesh.controller() as ctl:
+        report = ctl.push()
+        assert report.ok, report.behind
+        assert ctl.rotate([GITEA]).outcome == "done"
+    # and a controller process that starts fresh, without the state folder's last number
+    env, _ = wire.envelope(
+        wire.STATE,
+        {},
+        sender="controller",
+        to="app1",
+        keys=controller_keys(mesh),
+        sequence=wire.Sequence(),
+    )
+    assert post(mesh, "app1", env).status_code == 200
+
+
+def test_concurrent_requests_to_one_node_are_all_accepted(mesh):
+    """Two controller processes (two sequences) and many threads at once, arriving in any order."""
+    with mesh.controller() as ctl:
+        assert ctl.push().ok
+        node = ctl.inventory.nodes()["app1"]
+    keys = controller_keys(mesh)
+    first, second = wire.Sequence(), wire.Sequence()
+    # signed in one order, delivered in the other
+    early, _ = wire.envelope(
+        wire.STATE, {}, sender="controller", to="app1", keys=keys, sequence=first
+    )
+    late, _ = wire.envelope(
+        wire.STATE, {}, sender="controller", to="app1", keys=keys, sequence=second
+    )
+    assert post(mesh, "app1", late).status_code == 200
+    assert post(mesh, "app1", early).status_code == 200
+
+    errors: list[str] = []
+
+    def ask(seq: wire.Sequence) -> None:
+        client = AgentClient(node, keys, sequence=seq)
+        try:
+            for _ in range(5):
+                client.call(wire.STATE, {})
+        except Exception as exc:  # noqa: BLE001 - collected and asserted below
+            errors.append(repr(exc))
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=ask, args=(s,)) for s in [first, second] * 3]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_the_high_water_mark_does_not_depend_on_either_clock(mesh, tmp_path):
+    """The controller's numbers ran ahead of its clock (it was 10 minutes fast, then fixed):
+    its state folder's sequence carries on above them, and a number below the agent's
+    high-water mark is refused even though its timestamp is fresh."""
+    keys = controller_keys(mesh)
+    ahead = tmp_path / "sequence"
+    ahead.write_text(f"{int((time.time() + 600) * 1_000_000):020d}\n")
+    carried = wire.Sequence(ahead)
+    env, _ = wire.envelope(
+        wire.STATE, {}, sender="controller", to="app1", keys=keys, sequence=carried
+    )
+    assert post(mesh, "app1", env).status_code == 200
+    mesh.start("app1")
+    env, _ = wire.envelope(
+        wire.STATE, {}, sender="controller", to="app1", keys=keys, sequence=wire.Sequence(ahead)
+    )
+    assert post(mesh, "app1", env).status_code == 200  # another process on the same folder
+    stale, _ = wire.envelope(
+        wire.STATE, {}, sender="controller", to="app1", keys=keys, sequence=wire.Sequence()
+    )
+    resp = post(mesh, "app1", stale)
+    assert resp.status_code == 403
+    assert "older than the requests this agent already accepted" in answer(resp)["error"]
+
+
+def test_a_sequence_file_never_repeats_across_processes_or_a_clock_stepping_back(tmp_path):
+    path = tmp_path / "sequence"
+    now = [1_000.0]
+    first, second = wire.Sequence(path, clock=lambda: now[0]), wire.Sequence(path)
+    seen = [first.next()[0]]
+    now[0] = 900.0  # stepped back
+    for _ in range(100):
+        seen += [first.next()[0], second.next()[0]]
+    assert seen == sorted(seen) and len(set(seen)) == len(seen)
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+
+
+def test_an_upgraded_agent_starts_from_the_generations_it_holds(tmp_path):
+    from meshtui.host.guard import AcceptedGenerations
+
+    held = [{"end": "consumer", "pair": GITEA, "generation": 3, "digest": "x"}]
+    accepted = AcceptedGenerations(tmp_path, "app1", held)
+    item = {"pair": GITEA, "node": "app1", "generation": 2}
+    (refusal,) = accepted.admit({"consumer": [item]})
+    assert "generation 2 is older than generation 3" in refusal.reason
+    assert accepted.admit({"consumer": [{**item, "generation": 4}]}) == []
+    assert AcceptedGenerations(tmp_path, "app1", []).get("consumer", GITEA) == 4
+
+
+def test_an_agent_that_cannot_read_what_it_accepted_does_not_start(mesh):
+    import subprocess
+    import sys
+
+    mesh.stop("app1")
+    record = mesh.nodes["app1"] / "requests.json"
+    record.write_text("{not json")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "meshtui.cli",
+            "host",
+            "serve",
+            "--state",
+            str(mesh.nodes["app1"]),
+            "--listen",
+            f"unix:{mesh.sockets['app1']}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert str(record) in done.stderr and "stopped for over a minute" in done.stderr
