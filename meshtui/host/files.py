@@ -239,9 +239,10 @@ def _check(here: Path, st: os.stat_result, *, last: bool, own: bool, work_in: bo
             f"{user_name(me)} {here})"
         )
     if st.st_uid not in (0, me):
+        trusted = "root" if me == 0 else f"root or {user_name(me)}"
         raise HostFileError(
             f"{here} is owned by {user_name(st.st_uid)}; the agent works only through folders "
-            f"owned by root or {user_name(me)}, since their owner could swap what it writes "
+            f"owned by {trusted}, since their owner could swap what it writes "
             "(chown it, or choose another path)"
         )
     loose = st.st_mode & 0o022

@@ -303,3 +303,41 @@ def test_a_credential_folder_another_user_can_write_is_refused(mesh, users):
     assert f"{folder} can be written by group {users['group']}" in rows[GITEA].reason
     assert list(folder.iterdir()) == []
     assert rows[WIKI].consumer_generation == rows[WIKI].generation
+
+
+# ------------------------------------------------------- siblings: state folder and socket
+
+
+def test_a_node_state_folder_reached_through_a_link_or_writable_by_others_is_refused(
+    tmp_path: Path,
+) -> None:
+    from meshtui.controller.core import init_keys
+    from meshtui.errors import KeyFileError
+    from meshtui.host import identity
+
+    pub, _ = init_keys(tmp_path / "controller")
+    real = tmp_path / "node"
+    identity.init("app1", real, pub)
+    assert identity.load(real).name == "app1"
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    with pytest.raises(KeyFileError, match="is a symbolic link"):
+        identity.load(link)
+    with pytest.raises(KeyFileError, match="is a symbolic link"):
+        identity.init("app1", link, pub)
+    real.chmod(0o777)
+    with pytest.raises(KeyFileError, match="can be written by other users"):
+        identity.load(real)
+
+
+def test_the_agent_socket_folder_must_be_one_nobody_else_can_write(tmp_path: Path) -> None:
+    from meshtui.errors import HostFileError
+    from meshtui.host.serve import uvicorn_config
+
+    shared = tmp_path / "run"
+    shared.mkdir()
+    shared.chmod(0o777)  # another user could swap the socket for a link before its chmod
+    with pytest.raises(HostFileError, match="can be written by other users"):
+        uvicorn_config(None, f"unix:{shared}/app1.sock")  # type: ignore[arg-type]
+    shared.chmod(0o755)
+    assert uvicorn_config(None, f"unix:{shared}/app1.sock").uds == f"{shared}/app1.sock"  # type: ignore[arg-type]
