@@ -44,11 +44,13 @@ def secret_name(node: str, module: str) -> str:
     return f"{node}.{module}.secret"
 
 
-def _read_secret(path: Path) -> tuple[bytes | None, str | None]:
+def _read_secret(
+    path: Path, ancestors: files.Ancestors | None = None
+) -> tuple[bytes | None, str | None]:
     """A held credential (None when missing) and, when it cannot be used, why: a link, a FIFO,
     a device, an oversize file or an unsafe folder. Never blocks, never follows a link."""
     try:
-        return files.read_file(path), None
+        return files.read_file(path, ancestors=ancestors), None
     except HostFileError as exc:
         return None, str(exc)
     except OSError as exc:
@@ -172,12 +174,13 @@ class Agent:
     def state(self, payload: dict[str, Any]) -> dict[str, Any]:
         """Who this is and what it holds, by digest; checks each consumer file still matches."""
         held = self.holdings.listing()
-        for h in held:
-            if h["end"] == "consumer":
-                data, error = _read_secret(Path(h["file"]))
-                h["present"] = data is not None and crypto.secret_digest(data) == h["digest"]
-                if error:
-                    h["error"] = error
+        with files.Ancestors() as ancestors:
+            for h in held:
+                if h["end"] == "consumer":
+                    data, error = _read_secret(Path(h["file"]), ancestors)
+                    h["present"] = data is not None and crypto.secret_digest(data) == h["digest"]
+                    if error:
+                        h["error"] = error
         return {
             "node": self.identity.name,
             "fingerprint": self.identity.keys.public().fingerprint(),
@@ -458,34 +461,35 @@ class Agent:
         items = list(payload.get("targets", []))
         targets, order = [], []
         results: dict[str, dict[str, Any]] = {}
-        for item in items:
-            pair = str(item["pair"])
-            path = self._held_file(pair, item.get("file"))
-            secret, error = _read_secret(path) if path is not None else (None, None)
-            if secret is None:
-                results[pair] = {
-                    "pair": pair,
-                    "digest": None,
-                    "result": None,
-                    "error": f"{self.identity.name}: {error}"
-                    if error
-                    else f"{self.identity.name} holds no credential for this pair "
-                    f"(its file {item.get('file')} is missing or was not written by this agent)",
-                }
-                continue
-            digest = crypto.secret_digest(secret)
-            results[pair] = {"pair": pair, "digest": digest}
-            targets.append(
-                probe_mod.ProbeTarget(
-                    host=str(item["host"]),
-                    port=int(item["port"]),
-                    user=str(item["login"]),
-                    password=secret.decode("ascii", "replace"),
-                    dbname=str(item["dbname"]),
+        with files.Ancestors() as ancestors:
+            for item in items:
+                pair = str(item["pair"])
+                path = self._held_file(pair, item.get("file"))
+                secret, error = _read_secret(path, ancestors) if path is not None else (None, None)
+                if secret is None:
+                    results[pair] = {
+                        "pair": pair,
+                        "digest": None,
+                        "result": None,
+                        "error": f"{self.identity.name}: {error}"
+                        if error
+                        else f"{self.identity.name} holds no credential for this pair "
+                        f"(its file {item.get('file')} is missing or was not written by this agent)",
+                    }
+                    continue
+                digest = crypto.secret_digest(secret)
+                results[pair] = {"pair": pair, "digest": digest}
+                targets.append(
+                    probe_mod.ProbeTarget(
+                        host=str(item["host"]),
+                        port=int(item["port"]),
+                        user=str(item["login"]),
+                        password=secret.decode("ascii", "replace"),
+                        dbname=str(item["dbname"]),
+                    )
                 )
-            )
-            order.append(pair)
-            del secret
+                order.append(pair)
+                del secret
         found = probe_mod.probe_many(
             targets,
             concurrency=int(payload.get("concurrency", 8)),

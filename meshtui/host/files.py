@@ -89,7 +89,7 @@ class Folder:
         self, name: str, *, limit: int = MAX_SECRET
     ) -> tuple[bytes, os.stat_result] | None:
         """:meth:`read`, with the file's stat (owner, group, mode) from its open descriptor."""
-        path = self.child(name)
+        path = f"{self.path}/{name}"
         try:
             seen = os.stat(name, dir_fd=self.fd, follow_symlinks=False)
         except FileNotFoundError:
@@ -142,17 +142,19 @@ class Folder:
             return False
 
 
-def read_file(path: Path, *, limit: int = MAX_SECRET) -> bytes | None:
+def read_file(
+    path: Path, *, limit: int = MAX_SECRET, ancestors: Ancestors | None = None
+) -> bytes | None:
     """A credential file's bytes, through checked folders (None when it or its folder is
     missing); HostFileError naming the file or folder when the agent must not read it."""
-    folder = open_folder(path.parent)
+    folder = open_folder(path.parent, ancestors=ancestors)
     if folder is None:
         return None
     with folder:
         return folder.read(path.name, limit=limit)
 
 
-def _require_regular(path: Path, mode: int) -> None:
+def _require_regular(path: str, mode: int) -> None:
     if not stat.S_ISREG(mode):
         raise HostFileError(
             f"{path} is {kind(mode)}, not a regular file (remove it; the next push writes the "
@@ -160,12 +162,48 @@ def _require_regular(path: Path, mode: int) -> None:
         )
 
 
-def _too_large(path: Path, limit: int) -> str:
+def _too_large(path: str, limit: int) -> str:
     return f"{path} is larger than {limit} bytes, so it is not a credential meshtui wrote"
 
 
+class Ancestors:
+    """Folders already checked on the way during one request, kept open (a bounded number)
+    so that files in sibling folders share the walk from ``/``. Close it when done."""
+
+    LIMIT = 64
+
+    def __init__(self) -> None:
+        self.fds: dict[str, int] = {}
+
+    def __enter__(self) -> Ancestors:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+
+    def start(self, parts: list[str]) -> tuple[int, int]:
+        """A descriptor of the longest checked proper ancestor and how many parts it covers."""
+        for i in range(len(parts) - 1, -1, -1):
+            fd = self.fds.get("/" + "/".join(parts[:i]))
+            if fd is not None:
+                return os.dup(fd), i
+        return -1, 0
+
+    def keep(self, here: str, fd: int) -> None:
+        """Remember a checked pass-through folder."""
+        if here not in self.fds and len(self.fds) < self.LIMIT:
+            self.fds[here] = os.dup(fd)
+
+
 def open_folder(
-    path: Path, *, create: int | None = None, own: bool = False, work_in: bool = True
+    path: Path,
+    *,
+    create: int | None = None,
+    own: bool = False,
+    work_in: bool = True,
+    ancestors: Ancestors | None = None,
 ) -> Folder | None:
     """Open ``path`` from ``/`` one folder at a time, never through a link, checking each.
 
@@ -173,19 +211,25 @@ def open_folder(
     sticky folder (``/tmp``) may be passed through but not worked in (``work_in``). With
     ``create`` the missing folders are made with that mode; without it a missing folder gives
     None. ``own`` requires the last folder to be the agent's user's own (a grants folder).
+    ``ancestors`` lets one request's reads share the folders already checked on the way.
     HostFileError names the folder and what to do.
     """
     if not path.is_absolute():
         raise HostFileError(f"{path} is not an absolute path")
-    parts = [p for p in path.parts[1:] if p not in ("", ".")]
+    parts = [p for p in str(path).split("/") if p not in ("", ".")]  # no pathlib: it is the cost
     if ".." in parts:
         raise HostFileError(f"{path} climbs with '..'")
-    fd = os.open("/", _DIR)
-    here = Path("/")
+    fd, done = ancestors.start(parts) if ancestors is not None else (-1, 0)
+    if fd < 0:
+        fd = os.open("/", _DIR)
+        _check("/", os.fstat(fd), last=not parts, own=own and not parts, work_in=work_in)
+    here = "/" + "/".join(parts[:done])
     try:
-        _check(here, os.fstat(fd), last=not parts, own=own and not parts, work_in=work_in)
-        for i, part in enumerate(parts):
-            here = here / part
+        for i in range(done, len(parts)):
+            part = parts[i]
+            if ancestors is not None:
+                ancestors.keep(here, fd)
+            here = here.rstrip("/") + "/" + part
             last = i == len(parts) - 1
             made = False
             try:
@@ -213,7 +257,7 @@ def open_folder(
     return Folder(path, fd)
 
 
-def _open_step(fd: int, part: str, here: Path) -> int:
+def _open_step(fd: int, part: str, here: str) -> int:
     """Open one folder below ``fd``, or say why it is not one the agent goes through."""
     try:
         return os.open(part, _DIR, dir_fd=fd)
@@ -230,7 +274,7 @@ def _open_step(fd: int, part: str, here: Path) -> int:
         raise HostFileError(f"{here} is {kind(st.st_mode)}, not a folder") from None
 
 
-def _check(here: Path, st: os.stat_result, *, last: bool, own: bool, work_in: bool) -> None:
+def _check(here: str, st: os.stat_result, *, last: bool, own: bool, work_in: bool) -> None:
     me = os.geteuid()
     if own and st.st_uid != me:
         raise HostFileError(

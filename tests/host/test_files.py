@@ -341,3 +341,34 @@ def test_the_agent_socket_folder_must_be_one_nobody_else_can_write(tmp_path: Pat
         uvicorn_config(None, f"unix:{shared}/app1.sock")  # type: ignore[arg-type]
     shared.chmod(0o755)
     assert uvicorn_config(None, f"unix:{shared}/app1.sock").uds == f"{shared}/app1.sock"  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ the walk itself
+
+
+def test_a_link_anywhere_on_the_way_is_refused_and_shared_ancestors_change_nothing(
+    tmp_path: Path,
+) -> None:
+    from meshtui.errors import HostFileError
+    from meshtui.host import files
+
+    root = tmp_path / "srv"
+    for i in range(3):
+        (root / "app1" / f"m{i}").mkdir(parents=True)
+        (root / "app1" / f"m{i}" / "db.password").write_bytes(b"s%d" % i)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "db.password").write_bytes(b"not this")
+    (root / "app1" / "m3").symlink_to(elsewhere)
+    (root / "app2").symlink_to(root / "app1")
+    with files.Ancestors() as ancestors:
+        for i in range(3):
+            path = root / "app1" / f"m{i}" / "db.password"
+            assert files.read_file(path, ancestors=ancestors) == b"s%d" % i
+        assert len(ancestors.fds) >= 3  # /, tmp..., srv, app1 shared by the three reads
+        for bad in (root / "app1/m3/db.password", root / "app2/m0/db.password"):
+            with pytest.raises(HostFileError, match="is a symbolic link"):
+                files.read_file(bad, ancestors=ancestors)
+            with pytest.raises(HostFileError, match="is a symbolic link"):
+                files.read_file(bad)
+        assert files.read_file(root / "app1/m9/db.password", ancestors=ancestors) is None
