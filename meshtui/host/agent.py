@@ -44,54 +44,6 @@ def secret_name(node: str, module: str) -> str:
     return f"{node}.{module}.secret"
 
 
-def _read_secret(
-    path: Path, ancestors: files.Ancestors | None = None
-) -> tuple[bytes | None, str | None]:
-    """A held credential (None when missing) and, when it cannot be used, why: a link, a FIFO,
-    a device, an oversize file or an unsafe folder. Never blocks, never follows a link."""
-    try:
-        return files.read_file(path, ancestors=ancestors), None
-    except HostFileError as exc:
-        return None, str(exc)
-    except OSError as exc:
-        return None, f"{path} cannot be read ({exc.strerror})"
-
-
-def _remove_credential(path: Path) -> bool:
-    """Unlink a withdrawn credential file through its checked folder; True when it was there."""
-    folder = files.open_folder(path.parent)
-    if folder is None:
-        return False
-    with folder:
-        return folder.remove(path.name)
-
-
-def _read_in(folder: files.Folder, name: str) -> tuple[bytes | None, str | None]:
-    """:func:`_read_secret` for a file in a folder already open."""
-    try:
-        return folder.read(name), None
-    except HostFileError as exc:
-        return None, str(exc)
-
-
-def _write_credential(
-    path: Path, want: files.FileAccess, digest: str, unseal: Callable[[], bytes]
-) -> None:
-    """Write a consumer's credential unless the file already holds it with the declared owner,
-    group and mode. A file the agent must not read (a FIFO, a link) is refused, not replaced."""
-    folder = files.open_folder(path.parent, create=0o755)
-    assert folder is not None
-    with folder:
-        current = folder.read_with_stat(path.name)
-        if current is not None:
-            data, st = current
-            if crypto.secret_digest(data) == digest and want.matches(st):
-                return
-        secret = unseal()
-        folder.write(path.name, secret, want.access)
-        del secret
-
-
 class Agent:
     """One node's agent: identity, holdings, replay protection, drill memory."""
 
@@ -177,7 +129,7 @@ class Agent:
         with files.Ancestors() as ancestors:
             for h in held:
                 if h["end"] == "consumer":
-                    data, error = _read_secret(Path(h["file"]), ancestors)
+                    data, error = files.read_credential(Path(h["file"]), ancestors)
                     h["present"] = data is not None and crypto.secret_digest(data) == h["digest"]
                     if error:
                         h["error"] = error
@@ -228,7 +180,7 @@ class Agent:
         where = f"node {self.identity.name}: {consumer} requires {provision}"
         try:
             want = files.resolve_access(item.get("owner"), item.get("group"), item.get("mode"))
-            _write_credential(
+            files.write_credential(
                 path, want, digest, lambda: self._unseal(str(item["sealed"]), digest, pair)
             )
         except HostFileError as exc:
@@ -349,7 +301,7 @@ class Agent:
                 secrets: dict[str, bytes] = {}
                 for c in consumers:
                     name = secret_name(str(c["node"]), str(c["module"]))
-                    current, _ = _read_in(gdir, name)
+                    current, _ = files.read_in(gdir, name)
                     if current is None or crypto.secret_digest(current) != c["digest"]:
                         secrets[name] = self._unseal(
                             str(c["sealed"]), str(c["digest"]), str(c["pair"])
@@ -431,7 +383,7 @@ class Agent:
             pair = str(item["pair"])
             res: dict[str, Any] = {"pair": pair, "removed": False, "probe": None}
             path = self._held_file(pair, item.get("file"))
-            secret, error = _read_secret(path) if path is not None else (None, None)
+            secret, error = files.read_credential(path) if path is not None else (None, None)
             if error:
                 res["error"] = error  # not ours to delete: a FIFO, a link, another's folder
             if secret is not None and path is not None:
@@ -442,7 +394,7 @@ class Agent:
                     results.append(res)
                     continue
                 try:
-                    res["removed"] = _remove_credential(path)
+                    res["removed"] = files.remove_credential(path)
                 except HostFileError as exc:
                     res["error"] = str(exc)
             self.holdings.update("consumer", {pair: None})
@@ -465,7 +417,9 @@ class Agent:
             for item in items:
                 pair = str(item["pair"])
                 path = self._held_file(pair, item.get("file"))
-                secret, error = _read_secret(path, ancestors) if path is not None else (None, None)
+                secret, error = (
+                    files.read_credential(path, ancestors) if path is not None else (None, None)
+                )
                 if secret is None:
                     results[pair] = {
                         "pair": pair,
@@ -504,7 +458,7 @@ class Agent:
     def drill_hold(self, payload: dict[str, Any]) -> dict[str, Any]:
         """Log in with the current credential and keep it in memory for the drill's third login."""
         path = self._held_file(str(payload["pair"]), payload.get("file"))
-        secret, error = _read_secret(path) if path is not None else (None, None)
+        secret, error = files.read_credential(path) if path is not None else (None, None)
         if secret is None:
             return {
                 "result": None,
@@ -520,7 +474,7 @@ class Agent:
         with self._drill_lock:
             held = self._drills.pop(str(payload["drill"]), None)
         path = self._held_file(str(payload["pair"]), payload.get("file"))
-        secret, _ = _read_secret(path) if path is not None else (None, None)
+        secret, _ = files.read_credential(path) if path is not None else (None, None)
         new = self._target_login(payload["target"], secret, control=False) if secret else None
         old = self._target_login(payload["target"], held[0], control=False) if held else None
         return {

@@ -15,10 +15,12 @@ import grp
 import os
 import pwd
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from meshtui.atomic import Access, remove_at, write_at
+from meshtui.crypto import secret_digest
 from meshtui.errors import HostFileError
 from meshtui.model import file_mode
 
@@ -350,3 +352,51 @@ def resolve_access(owner: str | None, group: str | None, mode: str | None) -> Fi
     return FileAccess(
         owner=owner, group=group, mode=text, access=Access(mode=bits, uid=uid, gid=gid)
     )
+
+
+def read_credential(
+    path: Path, ancestors: Ancestors | None = None
+) -> tuple[bytes | None, str | None]:
+    """A held credential (None when missing) and, when it cannot be used, why: a link, a FIFO,
+    a device, an oversize file or an unsafe folder. Never blocks, never follows a link."""
+    try:
+        return read_file(path, ancestors=ancestors), None
+    except HostFileError as exc:
+        return None, str(exc)
+    except OSError as exc:
+        return None, f"{path} cannot be read ({exc.strerror})"
+
+
+def remove_credential(path: Path) -> bool:
+    """Unlink a withdrawn credential file through its checked folder; True when it was there."""
+    folder = open_folder(path.parent)
+    if folder is None:
+        return False
+    with folder:
+        return folder.remove(path.name)
+
+
+def read_in(folder: Folder, name: str) -> tuple[bytes | None, str | None]:
+    """:func:`read_credential` for a file in a folder already open."""
+    try:
+        return folder.read(name), None
+    except HostFileError as exc:
+        return None, str(exc)
+
+
+def write_credential(
+    path: Path, want: FileAccess, digest: str, unseal: Callable[[], bytes]
+) -> None:
+    """Write a consumer's credential unless the file already holds it with the declared owner,
+    group and mode. A file the agent must not read (a FIFO, a link) is refused, not replaced."""
+    folder = open_folder(path.parent, create=0o755)
+    assert folder is not None
+    with folder:
+        current = folder.read_with_stat(path.name)
+        if current is not None:
+            data, st = current
+            if secret_digest(data) == digest and want.matches(st):
+                return
+        secret = unseal()
+        folder.write(path.name, secret, want.access)
+        del secret
