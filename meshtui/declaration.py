@@ -32,7 +32,7 @@ from meshtui.model import (
 from meshtui.naming import derive_login
 
 NODE_KEYS = {"address", "agent", "keys"}
-MODULE_KEYS = {"provides", "requires", "receives", "grants", "admin", "provisioner"}
+MODULE_KEYS = {"provides", "requires", "receives", "grants", "admin", "provisioner", "pin"}
 REQUIRE_KEYS = {"name", "values", "file", "reload", "from", "owner", "group", "mode"}
 PROVIDE_KEYS = {"name", "port"}
 _TWICE = re.compile(r"Cannot declare \((?P<key>.*)\) twice (?P<where>\(at line \d+, column \d+\))")
@@ -257,6 +257,15 @@ def _module(r: _Reader, key: str, spec: Any, nodes: Mapping[str, Node]) -> Modul
             "the built-in provisioner needs an admin conninfo file",
             'set admin = "/path/admin.conninfo" (a 0600 file)',
         )
+    pin = spec.get("pin", False)
+    if not isinstance(pin, bool):
+        raise r.fail(f"{where}.pin", f"must be true or false, not {pin!r}", "write pin = true")
+    if pin and not provides:
+        raise r.fail(
+            f"{where}.pin",
+            "pin confines a provider's logins, but this module provides nothing",
+            "move pin = true to the module that provides the database",
+        )
     return Module(
         node=node,
         name=name,
@@ -266,6 +275,7 @@ def _module(r: _Reader, key: str, spec: Any, nodes: Mapping[str, Node]) -> Modul
         grants=grants,
         admin=admin,
         provisioner=provisioner,
+        pin=pin,
     )
 
 

@@ -7,6 +7,7 @@
     │   └── UnknownPairError     a pair id, node or module that the inventory does not know
     ├── InventoryError           the SQLite store cannot do what was asked
     │   └── ReadOnlyError        a write was attempted on an inventory opened read-only
+    │       └── ReadOnlyContactError  a read-only controller was asked to reach an agent
     ├── CryptoError              a sealed blob or signature did not check out
     │   ├── UnsealError          a sealed blob could not be opened with this node's key
     │   └── SignatureError       an envelope or report was not signed by the expected key
@@ -68,6 +69,20 @@ class ReadOnlyError(InventoryError):
         super().__init__(
             f"{action} changes the inventory, but it is open read-only "
             "(drop --read-only, or use a state folder you may write)"
+        )
+
+
+class ReadOnlyContactError(ReadOnlyError):
+    """A read-only controller was asked to do something that would send a request to an agent.
+
+    Refused before the controller's key is read: read-only means no key and no contact."""
+
+    def __init__(self, action: str, nodes: list[str]) -> None:
+        InventoryError.__init__(
+            self,
+            f"read-only: {action} would contact {', '.join(nodes) or 'an agent'}; this "
+            "controller is open read-only and never loads its key, so nothing was sent "
+            "(drop --read-only to do it)",
         )
 
 

@@ -95,6 +95,7 @@ class Module:
     grants: Mapping[str, str] = field(default_factory=dict)
     admin: str | None = None
     provisioner: tuple[str, ...] = (BUILTIN_POSTGRES,)
+    pin: bool = False  # provider only: one pg_hba line per login, from its consumer's address
 
     @property
     def id(self) -> str:

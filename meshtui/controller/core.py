@@ -1,7 +1,9 @@
 """The controller's one front door: the CLI and the dashboard call this and nothing below it.
 
 It owns the state folder (inventory, controller keys) and enforces read-only at the place where
-actions run: a read-only controller opens the inventory ``mode=ro`` and refuses every action.
+actions run: a read-only controller opens the inventory ``mode=ro``, refuses every action, and
+never loads its key: :meth:`Controller.contact` is the one gate to the agents (nothing reaches
+one without a request signed by that key), and read-only refuses there, naming the nodes.
 """
 
 from __future__ import annotations
@@ -26,9 +28,14 @@ from meshtui.controller.reports import (
     Summary,
     no_progress,
 )
-from meshtui.errors import ReadOnlyError, RotationBusyError, UnknownPairError
+from meshtui.errors import (
+    ReadOnlyContactError,
+    ReadOnlyError,
+    RotationBusyError,
+    UnknownPairError,
+)
 from meshtui.inventory import ChainCheck, Inventory, Row
-from meshtui.model import PairStatus, State
+from meshtui.model import PairStatus, State, node_of
 
 INVENTORY = "inventory.db"
 KEY_STEM = "controller"
@@ -72,7 +79,7 @@ class Controller:
 
     @property
     def read_only(self) -> bool:
-        """True when every action is refused."""
+        """True when every action and every contact with an agent is refused."""
         return self.inventory.read_only
 
     def close(self) -> None:
@@ -85,11 +92,36 @@ class Controller:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def keys(self) -> crypto.PrivateKeys:
-        """The controller's signing keys (loaded once)."""
+    def contact(
+        self, action: str, nodes: Iterable[str] | Callable[[], Iterable[str]]
+    ) -> crypto.PrivateKeys:
+        """The one gate to the agents: the key that signs every request to one (loaded once).
+
+        Every path that reaches an agent needs this key (the client signs with it), so a
+        read-only controller refuses here, before the key file is opened: ReadOnlyContactError
+        names ``action`` and ``nodes`` (a callable is only asked when refusing).
+        """
+        if self.read_only:
+            named = nodes() if callable(nodes) else nodes
+            raise ReadOnlyContactError(action, sorted(set(named)))
         if self._keys is None:
             self._keys = crypto.load_private(self.state_dir / f"{KEY_STEM}.key")
         return self._keys
+
+    def keys(self) -> crypto.PrivateKeys:
+        """The controller's signing keys, through the gate (refused when read-only)."""
+        return self.contact("this call", [])
+
+    def _ends(self, ids: Iterable[str], *, consumers_only: bool = False) -> list[str]:
+        """The nodes holding an end of the live pairs among ``ids`` (for refusals)."""
+        out = set()
+        for p in self.inventory.pairs(list(ids)):
+            if p["withdrawn_at"]:
+                continue
+            out.add(node_of(p["consumer"]))
+            if not consumers_only:
+                out.add(node_of(p["provider"]))
+        return sorted(out)
 
     def _writable(self, action: str) -> None:
         if self.read_only:
@@ -182,7 +214,9 @@ class Controller:
         if check:
             from meshtui.controller.resolve import resolve_nodes
 
-            for res in resolve_nodes(self, list(self.inventory.nodes())):
+            nodes = list(self.inventory.nodes())
+            self.contact("checking the agents", nodes)
+            for res in resolve_nodes(self, nodes):
                 answers[res.node] = (res.ok, res.reason)
         rows = self.status()
         by_node: dict[str, list[PairStatus]] = {}
@@ -248,6 +282,7 @@ class Controller:
 
     def push(self, progress: Progress = no_progress) -> PushReport:
         """Bring every end to the generation the inventory says it must hold."""
+        self.contact("push", lambda: list(self.inventory.nodes()))
         self._writable("push")
         from meshtui.controller.push import push
 
@@ -257,32 +292,38 @@ class Controller:
         """Resolve every node a rotation of ``ids`` would touch (asks each agent)."""
         from meshtui.controller.rotate import plan
 
-        return plan(self, self.resolve_pairs(ids))
+        ids = self.resolve_pairs(ids)
+        self.contact("planning a rotation", lambda: self._ends(ids))
+        return plan(self, ids)
 
     def rotate(self, ids: Iterable[str], progress: Progress = no_progress) -> RotationReport:
         """All-or-nothing rotation of ``ids``."""
-        self._writable("rotate")
         from meshtui.controller.rotate import rotate
 
-        return rotate(self, self.resolve_pairs(ids), progress)
+        ids = self.resolve_pairs(ids)
+        self.contact("rotate", lambda: self._ends(ids))
+        self._writable("rotate")
+        return rotate(self, ids, progress)
 
     def probe(
         self, ids: Iterable[str] | None = None, progress: Progress = no_progress
     ) -> list[ProbeOutcome]:
         """Live logins from each consumer's node; results stored (so not in read-only)."""
-        self._writable("probe")
         from meshtui.controller.probe import probe
 
-        return probe(
-            self, self.resolve_pairs(ids) if ids is not None else self.live_pairs(), progress
-        )
+        chosen = self.resolve_pairs(ids) if ids is not None else self.live_pairs()
+        self.contact("probe", lambda: self._ends(chosen, consumers_only=True))
+        self._writable("probe")
+        return probe(self, chosen, progress)
 
     def drill(self, ids: Iterable[str], progress: Progress = no_progress) -> list[DrillReport]:
         """Rotation checked by three logins, per pair."""
-        self._writable("drill")
         from meshtui.controller.drill import drill
 
-        return drill(self, self.resolve_pairs(ids), progress)
+        ids = self.resolve_pairs(ids)
+        self.contact("drill", lambda: self._ends(ids))
+        self._writable("drill")
+        return drill(self, ids, progress)
 
     def export_events(self, fmt: str) -> str:
         """The audit log as JSON or CSV text."""

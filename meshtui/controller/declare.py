@@ -99,6 +99,7 @@ def _module_spec(decl: Declaration, module_id: str) -> str:
         "admin": m.admin,
         "provisioner": list(m.provisioner),
         "requires": [{"name": r.name, "file": r.file} for r in m.requires],
+        **({"pin": True} if m.pin else {}),  # absent when false: older specs stay equal
     }
     return _sorted_json(spec)
 

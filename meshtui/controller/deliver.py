@@ -121,6 +121,7 @@ class Planner:
                     "grants": spec["grants"][provision],
                     "admin": spec.get("admin"),
                     "provisioner": spec.get("provisioner"),
+                    "pin": bool(spec.get("pin", False)),
                     "consumers": consumers,
                 }
             )

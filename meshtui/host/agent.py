@@ -237,9 +237,7 @@ class Agent:
         rel = "" if inside == "." else inside + "/"
         consumers = list(spec["consumers"])
         try:
-            error = self._write_provider_files(
-                manifest, grants, rel, provision, provider, consumers
-            )
+            error = self._write_provider_files(manifest, grants, rel, spec, consumers)
         except HostFileError as exc:
             error = f"node {self.identity.name}: {provider} {provision}: {exc}"
         except CryptoError as exc:
@@ -281,8 +279,7 @@ class Agent:
         manifest: Path,
         grants: Path,
         rel: str,
-        provision: str,
-        provider: str,
+        spec: dict[str, Any],
         consumers: list[dict[str, Any]],
     ) -> str | None:
         """Secret files into the grants folder, then the manifest beside it; stale secrets go.
@@ -311,9 +308,10 @@ class Agent:
                 secrets.clear()
                 body = {
                     "version": 1,
-                    "provision": provision,
-                    "provider": provider,
+                    "provision": str(spec["provision"]),
+                    "provider": str(spec["provider"]),
                     "serial": _next_serial(mdir, manifest.name),
+                    "pin": bool(spec.get("pin", False)),
                     "consumers": [
                         {
                             "as": c["as"],

@@ -19,14 +19,14 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import httpx
 
 from meshtui.atomic import write_private
 from meshtui.errors import LabError
 from meshtui.host import identity
-from meshtui.lab import netns, postgres
+from meshtui.lab import foreign, netns, postgres
 
 LAB = "lab"
 SUBNET = "10.213.0.0/24"
@@ -212,7 +212,7 @@ def _start_agent(lab: Lab, node: str) -> int:
     ]
     if lab.mode == "loopback":
         argv.append("--allow-loopback")
-    log = open(lab.folder / f"{node}.agent.log", "ab")  # noqa: SIM115
+    log = _open_log(lab.folder / f"{node}.agent.log")
     kwargs: dict[str, Any] = {
         "stdout": log,
         "stderr": log,
@@ -224,6 +224,14 @@ def _start_agent(lab: Lab, node: str) -> int:
     proc = netns.spawn(ns, argv, **kwargs) if ns else subprocess.Popen(argv, **kwargs)
     log.close()
     return proc.pid
+
+
+def _open_log(path: Path) -> BinaryIO:
+    """Open an agent's log for appending, 0600 whatever the umask (the lab folder is 0711)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(path, flags, 0o600)
+    os.fchmod(fd, 0o600)
+    return os.fdopen(fd, "ab")
 
 
 def _wait_agent(lab: Lab, node: str) -> None:
@@ -263,6 +271,7 @@ def _write_declaration(
         f'receives = {{ database = "{srv / PROVIDER_NODE / "postgres" / "mesh.json"}" }}',
         f'grants = {{ database = "{srv / PROVIDER_NODE / "postgres" / "grants"}" }}',
         f'admin = "{admin}"',
+        "pin = true",
     ]
     if provisioner:
         out.append("provisioner = [" + ", ".join(json.dumps(a) for a in provisioner) + "]")
@@ -280,7 +289,7 @@ def _write_declaration(
             ]
     path = folder / "mesh.toml"
     text = "\n".join(out)
-    path.write_text(text)
+    write_private(path, text.encode())
     return path
 
 
@@ -315,9 +324,8 @@ def down(state_dir: Path, *, purge: bool = False) -> list[str]:
         netns.destroy(name)
         done.append(f"removed namespaces {name}-*")
     if purge and folder.exists():
-        import shutil
-
-        shutil.rmtree(folder)
+        # the data directory inside is the server user's: never follow what it left there
+        foreign.remove_tree(folder)
         done.append(f"removed {folder}")
     elif lab is not None:
         (folder / "lab.json").unlink(missing_ok=True)

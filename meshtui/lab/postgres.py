@@ -11,6 +11,12 @@ Layout of a cluster made here: everything lives in the data directory (0700): th
 files, the Unix socket, ``server.log``, ``meshtui.conf`` (our settings, included from
 ``postgresql.conf`` so ``ALTER SYSTEM`` stays free for :meth:`Cluster.set_config`) and
 ``meshtui-cluster.json`` (what :func:`open_cluster` reads back).
+
+The data directory belongs to the server's OS user, whose SQL superuser can run programs as
+that user (``COPY ... TO PROGRAM``), so root treats it as hostile ground: every read, write and
+check in it goes through :mod:`meshtui.lab.foreign` (a directory descriptor, no link followed,
+no FIFO opened, capped reads), and nothing it says about who runs the tools or where the log
+and socket are is trusted: those come from the folder's owner and location.
 """
 
 from __future__ import annotations
@@ -31,7 +37,9 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
+from meshtui.atomic import write_private
 from meshtui.errors import LabError
+from meshtui.lab.foreign import ForeignDir, open_dir
 
 SERVER_USER = "meshtui_pg"
 META_NAME = "meshtui-cluster.json"
@@ -40,6 +48,9 @@ CONF_NAME = "meshtui.conf"
 _INSTALL_FIX = "pip install 'meshtui[lab]'"
 _ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 _SOCKET_MAX = 100  # sun_path is 108 bytes; leave room for "/.s.PGSQL.NNNNN"
+_CONF_MAX = 1 << 20  # initdb's postgresql.conf is about 30 KiB
+_META_MAX = 64 << 10
+_LOG_TAIL = 8 << 10
 
 
 def find_binaries() -> Path:
@@ -122,15 +133,26 @@ def _check_path_open(target: Path, user: pwd.struct_passwd, what: str) -> None:
 
 
 def _mkdirs_open(path: Path) -> None:
-    """Create ``path`` and its missing parents, making only the ones we create 0755."""
+    """Create ``path`` and its missing parents, making only the ones we create 0755.
+
+    The mode is set on the folder we just made, through a descriptor opened without following
+    a link, so a name swapped in by another user (in /tmp, say) is never chmod-ed.
+    """
     missing: list[Path] = []
     probe = path
-    while not probe.exists():
+    while not os.path.lexists(probe):
         missing.append(probe)
         probe = probe.parent
     for folder in reversed(missing):
-        folder.mkdir(exist_ok=True)
-        folder.chmod(0o755)
+        try:
+            os.mkdir(folder, 0o700)
+        except FileExistsError:
+            continue  # someone else made it meanwhile: not ours to open up
+        fd = open_dir(folder, owner=os.geteuid())
+        try:
+            os.fchmod(fd, 0o755)
+        finally:
+            os.close(fd)
 
 
 def _quote_conf(value: str | int) -> str:
@@ -195,12 +217,26 @@ class Cluster:
             [str(find_binaries() / "pg_ctl"), "-D", str(self.datadir), *args], netns=netns
         )
 
+    def _folder(self) -> ForeignDir:
+        """The data directory, opened as hostile ground (see :mod:`meshtui.lab.foreign`)."""
+        owner = pwd.getpwnam(self.system_user).pw_uid if self.system_user else os.geteuid()
+        return ForeignDir(self.datadir, owner=owner)
+
     def _log_tail(self, lines: int = 15) -> str:
+        """The end of the server's log, read without following a link or opening a FIFO."""
         try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
+            with ForeignDir(self.log_path.parent) as folder:
+                text = folder.tail(self.log_path.name, _LOG_TAIL).decode(errors="replace")
+        except (OSError, LabError) as exc:
+            return f"(log not shown: {exc})"
         return "\n".join(text.splitlines()[-lines:])
+
+    def _pid_file_present(self) -> bool:
+        try:
+            with self._folder() as folder:
+                return folder.mode_of("postmaster.pid") is not None
+        except (OSError, LabError, KeyError):
+            return False
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -215,7 +251,7 @@ class Cluster:
 
     def stop(self) -> None:
         """Stop the server with a fast shutdown; doing nothing when it is not running."""
-        if not (self.datadir / "postmaster.pid").exists() or not self.running():
+        if not self.running():
             return
         done = self._pg_ctl("-w", "-t", "60", "-m", "fast", "stop")
         if done.returncode != 0 and self.running():
@@ -223,7 +259,7 @@ class Cluster:
 
     def running(self) -> bool:
         """Whether a postmaster is alive for this data directory."""
-        if not (self.datadir / "postmaster.pid").exists():
+        if not self._pid_file_present():
             return False
         return self._pg_ctl("status").returncode == 0
 
@@ -237,11 +273,7 @@ class Cluster:
 
     def write_admin_file(self, path: Path) -> Path:
         """Write :meth:`admin_conninfo` to ``path`` as a 0600 file (the provisioner's --admin)."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(self.admin_conninfo() + "\n")
-        path.chmod(0o600)
+        write_private(path, (self.admin_conninfo() + "\n").encode())
         return path
 
     def _connect(self) -> psycopg.Connection[Any]:
@@ -277,7 +309,7 @@ class Cluster:
 
     def set_hba(self, lines: list[str]) -> None:
         """Replace ``pg_hba.conf`` with ``lines`` and reload (keep an admin line or lose access)."""
-        self._write_owned(self.datadir / "pg_hba.conf", "".join(line + "\n" for line in lines))
+        self._write_owned("pg_hba.conf", "".join(line + "\n" for line in lines))
         self._reload()
 
     def set_config(self, **settings: str | int | float | bool | None) -> None:
@@ -300,16 +332,17 @@ class Cluster:
                 )
         self._reload()
 
-    def _write_owned(self, path: Path, text: str) -> None:
-        """Write a configuration file 0600, owned by the server user."""
-        tmp = path.with_name(path.name + ".meshtui-tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        if self.system_user is not None:
-            pw = pwd.getpwnam(self.system_user)
-            os.chown(tmp, pw.pw_uid, pw.pw_gid)
-        os.replace(tmp, path)
+    def _write_owned(self, name: str, text: str) -> None:
+        """Replace the data directory's file ``name`` with ``text``: 0600, owned by the server
+        user, written through the folder's descriptor (a link planted there is never followed)."""
+        pw = pwd.getpwnam(self.system_user) if self.system_user is not None else None
+        with self._folder() as folder:
+            folder.write(
+                name,
+                text.encode(),
+                uid=pw.pw_uid if pw else None,
+                gid=pw.pw_gid if pw else None,
+            )
 
     def _meta(self, hba_networks: tuple[str, ...]) -> dict[str, Any]:
         return {
@@ -346,11 +379,11 @@ def _ident_lines(server_user: str) -> list[str]:
 
 def _include_base_conf(cluster: Cluster) -> None:
     """Make ``postgresql.conf`` include our settings file once (ALTER SYSTEM still overrides)."""
-    main = cluster.datadir / "postgresql.conf"
-    text = main.read_text()
+    with cluster._folder() as folder:
+        text = folder.read("postgresql.conf", _CONF_MAX).decode(errors="replace")
     line = f"include '{CONF_NAME}'"
     if line not in text.splitlines():
-        cluster._write_owned(main, text.rstrip("\n") + "\n" + line + "\n")
+        cluster._write_owned("postgresql.conf", text.rstrip("\n") + "\n" + line + "\n")
 
 
 def _base_conf(cluster: Cluster) -> str:
@@ -413,14 +446,7 @@ def create_cluster(
         log_path=datadir / LOG_NAME,
         system_user=pw.pw_name if pw is not None else None,
     )
-    initialised = (datadir / "PG_VERSION").exists()
-    if not initialised:
-        if datadir.exists() and any(datadir.iterdir()):
-            raise LabError(f"{datadir} is not empty and holds no PostgreSQL cluster")
-        datadir.mkdir(mode=0o700, exist_ok=True)
-        datadir.chmod(0o700)
-        if pw is not None:
-            os.chown(datadir, pw.pw_uid, pw.pw_gid)
+    if not _prepare_datadir(datadir, pw):
         done = cluster._run(
             [
                 str(bindir / "initdb"),
@@ -438,35 +464,94 @@ def create_cluster(
         )
         if done.returncode != 0:
             raise LabError(f"initdb in {datadir} failed: {done.stderr.strip()}")
-    elif pw is not None and datadir.stat().st_uid != pw.pw_uid:
-        raise LabError(f"{datadir} belongs to uid {datadir.stat().st_uid}, not to {pw.pw_name}")
     server_user = pw.pw_name if pw is not None else _caller_name()
-    cluster._write_owned(datadir / "pg_hba.conf", "\n".join(_hba_lines(hba_networks)) + "\n")
-    cluster._write_owned(datadir / "pg_ident.conf", "\n".join(_ident_lines(server_user)) + "\n")
-    cluster._write_owned(datadir / CONF_NAME, _base_conf(cluster))
+    cluster._write_owned("pg_hba.conf", "\n".join(_hba_lines(hba_networks)) + "\n")
+    cluster._write_owned("pg_ident.conf", "\n".join(_ident_lines(server_user)) + "\n")
+    cluster._write_owned(CONF_NAME, _base_conf(cluster))
     _include_base_conf(cluster)
     meta = json.dumps(cluster._meta(tuple(hba_networks)), indent=2) + "\n"
-    cluster._write_owned(datadir / META_NAME, meta)
+    cluster._write_owned(META_NAME, meta)
     if cluster.running():
         cluster._reload()
     return cluster
 
 
+def _prepare_datadir(datadir: Path, pw: pwd.struct_passwd | None) -> bool:
+    """Whether ``datadir`` already holds a cluster; if not, make it an empty 0700 folder of the
+    server user. A link at ``datadir`` is refused, never followed: its parent may be shared."""
+    owner = pw.pw_uid if pw is not None else os.geteuid()
+    try:
+        os.mkdir(datadir, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise LabError(f"cannot create {datadir}: {exc.strerror or exc}") from None
+    fd = open_dir(datadir)
+    try:
+        st = os.fstat(fd)
+        entries = os.listdir(fd)
+        if "PG_VERSION" in entries:
+            if st.st_uid != owner:
+                who = pw.pw_name if pw is not None else _caller_name()
+                raise LabError(f"{datadir} belongs to uid {st.st_uid}, not to {who}")
+            return True
+        if entries:
+            raise LabError(f"{datadir} is not empty and holds no PostgreSQL cluster")
+        if st.st_uid not in (os.geteuid(), owner):
+            raise LabError(
+                f"{datadir} belongs to uid {st.st_uid}; remove it or choose another folder"
+            )
+        os.fchmod(fd, 0o700)
+        if pw is not None:
+            os.fchown(fd, pw.pw_uid, pw.pw_gid)
+        return False
+    finally:
+        os.close(fd)
+
+
+def _read_meta(folder: ForeignDir) -> tuple[int, tuple[str, ...]]:
+    """The port and listen addresses from the record in the data directory (checked)."""
+    meta = json.loads(folder.read(META_NAME, _META_MAX))
+    port = meta["port"]
+    listen = meta["listen"]
+    if not isinstance(port, int) or not isinstance(listen, list):
+        raise ValueError("port must be a number and listen a list")
+    if not all(isinstance(x, str) for x in listen):
+        raise ValueError("listen must hold addresses")
+    _validate(port, tuple(listen), ())
+    return port, tuple(listen)
+
+
 def open_cluster(datadir: Path) -> Cluster:
-    """Reattach to a cluster made earlier by :func:`create_cluster` (it need not be running)."""
+    """Reattach to a cluster made earlier by :func:`create_cluster` (it need not be running).
+
+    The record in the data directory is the server user's to rewrite, so only the port and the
+    listen addresses come from it; who runs the tools is the folder's owner (as root), and the
+    socket and log are where :func:`create_cluster` always puts them.
+    """
     datadir = Path(os.path.abspath(datadir))
     try:
-        meta = json.loads((datadir / META_NAME).read_text())
-        return Cluster(
-            datadir=datadir,
-            port=int(meta["port"]),
-            socket_dir=Path(meta["socket_dir"]),
-            listen=tuple(str(x) for x in meta["listen"]),
-            log_path=Path(meta["log_path"]),
-            system_user=meta["system_user"],
-        )
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        with ForeignDir(datadir) as folder:
+            port, listen = _read_meta(folder)
+            owner = folder.owner
+    except (OSError, ValueError, KeyError, TypeError, LabError) as exc:
         raise LabError(
             f"{datadir} holds no cluster made by meshtui ({type(exc).__name__}: {exc}); "
             "create it with create_cluster"
         ) from None
+    system_user: str | None = None
+    if _is_root():
+        if owner == 0:
+            raise LabError(f"{datadir} belongs to root; a lab cluster belongs to its server user")
+        try:
+            system_user = pwd.getpwuid(owner).pw_name
+        except KeyError:
+            raise LabError(f"{datadir} belongs to uid {owner}, which has no user name") from None
+    return Cluster(
+        datadir=datadir,
+        port=port,
+        socket_dir=datadir,
+        listen=listen,
+        log_path=datadir / LOG_NAME,
+        system_user=system_user,
+    )

@@ -46,6 +46,7 @@ from meshtui.provisioner.manifest import (
     parse_manifest,
     read_manifest_bytes,
 )
+from meshtui.provisioner.pg_hba import pin_manifest
 from meshtui.provisioner.postgres import PostgresAdapter
 
 OutcomeName = Literal[
@@ -307,6 +308,11 @@ def reconcile(
             if held[login].ours and login not in wanted:
                 removed.append(_remove(adapter, held[login]))
     ordered = tuple(outcomes[c.login] for c in manifest.consumers) + tuple(removed)
+    # pg_hba.conf: with pin, each login only from its consumer's address; without, no block left
+    pin = pin_manifest(conninfo, manifest, {o.login: o.outcome for o in ordered})
+    if pin.changed or (pin.error and manifest.pin):
+        name: OutcomeName = "failed" if pin.error else "updated"
+        ordered += (Outcome("pg_hba.conf", "", "", name, pin.error or pin.note),)
     return Report(
         provision=manifest.provision,
         provider=manifest.provider,

@@ -15,7 +15,8 @@ manifest: it parses, and the harness refuses that consumer alone before any SQL.
 
 Required keys: top level ``version``, ``provision``, ``provider``, ``serial``, ``consumers``;
 per consumer ``as``, ``node``, ``module``, ``secret``, ``digest``. ``at`` (the consumer's
-address) and ``values`` (an object of strings) are optional. Unknown keys are ignored.
+address) and ``values`` (an object of strings) are optional, and so is the top-level ``pin``
+(a boolean: confine each login to its ``at`` in pg_hba.conf). Unknown keys are ignored.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ class Manifest:
     provider: str
     serial: int
     consumers: tuple[Consumer, ...]
+    pin: bool = False  # keep one pg_hba line per login: only from its consumer's address
 
     @cached_property
     def folder(self) -> str:
@@ -221,6 +223,7 @@ def parse_manifest(data: bytes, path: Path) -> Manifest:
         provider=top.text("provider"),
         serial=serial,
         consumers=consumers,
+        pin=bool(top.get("pin", bool, required=False)),
     )
 
 

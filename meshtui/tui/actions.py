@@ -2,7 +2,8 @@
 
 Bindings (with ids, so a keymap can move them), the footer, the ``?`` help screen and the
 command palette are all built from :data:`ACTIONS`; an action missing here cannot be bound,
-listed or found. ``mutating`` marks the actions a read-only dashboard hides and refuses.
+listed or found. ``mutating`` marks the actions that change things and ``contacts`` the ones
+that ask the agents; a read-only dashboard hides and refuses both (its controller has no key).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class Act:
     help: str
     scopes: tuple[str, ...]
     mutating: bool = False
+    contacts: bool = False
     show: bool = True
     priority: bool = False
 
@@ -208,7 +210,15 @@ ACTIONS: tuple[Act, ...] = (
         show=False,
     ),
     # hosts
-    Act("check", "k", "check", "Check agents", "Ask every node's agent (reads only)", ("hosts",)),
+    Act(
+        "check",
+        "k",
+        "check",
+        "Check agents",
+        "Ask every node's agent (reads only)",
+        ("hosts",),
+        contacts=True,
+    ),
     Act(
         "copy-fingerprint",
         "c",
@@ -241,7 +251,11 @@ ACTIONS: tuple[Act, ...] = (
 )
 
 MUTATING: frozenset[str] = frozenset(a.action for a in ACTIONS if a.mutating)
-"""Action names a read-only dashboard hides from keys, footer and palette, and refuses."""
+"""Action names that change the inventory or a node."""
+
+READ_ONLY_OFF: frozenset[str] = frozenset(a.action for a in ACTIONS if a.mutating or a.contacts)
+"""Action names a read-only dashboard hides from keys, footer, help and palette, and refuses:
+the mutating ones and the ones that send anything to an agent."""
 
 IDS: frozenset[str] = frozenset(a.id for a in ACTIONS)
 """Every binding id a keymap may name."""

@@ -5,8 +5,9 @@ the background work: every controller call runs in a thread worker that opens it
 ``Controller`` and posts a message from :mod:`meshtui.tui.messages`; ``@on`` handlers here
 turn those into UI changes. :meth:`MeshApp.report_error` is the one place an exception becomes
 something the operator reads. Read-only is enforced twice: :meth:`MeshApp.allows` hides and
-blocks every mutating action, and every controller is opened read-only, so the controller
-refuses whatever gets through.
+blocks every action that changes things or asks an agent, and every controller is opened
+read-only, so it never loads its key and refuses whatever gets through (a toast naming the
+nodes it would have contacted).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from meshtui.tui.commands import MeshCommands
 from meshtui.tui.keymap import config_paths, load_keymap
 from meshtui.tui.messages import Job, JobFailed, JobFinished, JobProgress, Loaded
 from meshtui.tui.pairs import PairModel
+from meshtui.tui.screens import job as job_screen
 from meshtui.tui.screens.job import JobRecord, JobScreen
 
 Clock = Callable[[], datetime]
@@ -131,13 +133,18 @@ class MeshApp(App[int]):
         return self.state_dir / INVENTORY
 
     def open_controller(self, *, reader: bool = False) -> Controller:
-        """A fresh controller for one worker; readers always open the inventory read-only."""
+        """A fresh controller for one worker; readers always open the inventory read-only.
+
+        A read-only controller never contacts an agent, so work that asks agents (a plan, a
+        check of the hosts) is not a reader: it opens the dashboard's own kind of controller.
+        """
         return Controller.open(self.state_dir, read_only=self.read_only or reader)
 
     # ---- read-only ----------------------------------------------------------------------
     def allows(self, action: str) -> bool:
-        """False for a mutating action in a read-only dashboard (hidden and refused)."""
-        return not (self.read_only and action in actions.MUTATING)
+        """False, in a read-only dashboard, for an action that changes things or asks an agent
+        (hidden and refused)."""
+        return not (self.read_only and action in actions.READ_ONLY_OFF)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         return self.allows(action)
@@ -280,7 +287,7 @@ class MeshApp(App[int]):
         )
 
     def _run_job(self, job: Job) -> None:
-        start = time.perf_counter()
+        start = job_screen.clock()  # the job log's clock, so a frozen one freezes both
 
         def progress(text: str, done: int, total: int) -> None:
             self.post_message(JobProgress(job, text, done, total))
@@ -301,7 +308,7 @@ class MeshApp(App[int]):
         except Exception as exc:  # the error boundary is report_error, on the UI thread
             self.post_message(JobFailed(job, exc))
             return
-        self.post_message(JobFinished(job, result, time.perf_counter() - start))
+        self.post_message(JobFinished(job, result, job_screen.clock() - start))
 
     def _job_screens(self) -> list[JobScreen]:
         return [s for s in self.screen_stack if isinstance(s, JobScreen)]

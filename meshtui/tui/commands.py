@@ -2,7 +2,8 @@
 nodes (rotate a provider's pairs, filter to a node, group, sort).
 
 A command runs through ``run_action``, so ``check_action`` decides again when it runs; in a
-read-only dashboard the mutating commands are not even offered.
+read-only dashboard the commands that change things or ask an agent are not even offered (and
+the controller refuses them if they were).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 node, operator and kind, and export to JSON or CSV.
 
 Nothing here writes to the inventory, so the whole screen works read-only (``meshtui audit``).
-An export is a new file in the current directory (or the state folder when the current
+An export is a new 0600 file in the current directory (or the state folder when the current
 directory cannot be written); the toast says which.
 """
 
@@ -20,6 +20,7 @@ from textual.binding import BindingType
 from textual.containers import Horizontal
 from textual.widgets import Input, Static
 
+from meshtui.controller.export import write_export
 from meshtui.model import split_pair_id
 from meshtui.tui import actions
 from meshtui.tui.messages import AuditLoaded, ChainVerdict, Exported
@@ -251,7 +252,9 @@ class AuditScreen(MeshScreen):
 
     def action_export(self, fmt: str) -> None:
         """Write every event as ``fmt`` (json or csv) to a new file."""
-        folders = self.export_folders or [Path.cwd(), self.mesh.state_dir]
+        folders = self.export_folders or [Path.cwd()]
+        if not self.export_folders and not self.mesh.read_only:
+            folders.append(self.mesh.state_dir)  # read-only never writes into the state folder
         self.run_worker(
             lambda: self._export(fmt, folders),
             name=f"export {fmt}",
@@ -270,8 +273,7 @@ class AuditScreen(MeshScreen):
             if path is None:
                 continue
             try:
-                with open(path, "x", encoding="utf-8") as out:
-                    out.write(body)
+                write_export(path, body)
             except OSError as exc:
                 last = exc
                 continue

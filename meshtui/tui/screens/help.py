@@ -36,7 +36,7 @@ def help_table(keymap: dict[str, str], read_only: bool) -> Table:
         acts = [
             a
             for a in actions.in_scope(scope)
-            if not (read_only and a.mutating) and a.id not in listed
+            if not (read_only and a.action in actions.READ_ONLY_OFF) and a.id not in listed
         ]
         listed.update(a.id for a in acts)
         if not acts:
@@ -65,8 +65,9 @@ class HelpScreen(ModalScreen[None]):
                 if mesh.read_only:
                     yield Static(
                         Text(
-                            "READ-ONLY: rotate, drill, probe and push do not exist here; "
-                            "the inventory is open read-only and the controller refuses them.",
+                            "READ-ONLY: rotate, drill, probe, push and agent checks do not "
+                            "exist here; the controller never loads its key and refuses "
+                            "anything that would contact an agent.",
                             style="bold",
                         ),
                         id="help-readonly",

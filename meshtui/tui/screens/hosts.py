@@ -2,7 +2,8 @@
 ends it should hold and which pairs it is behind on.
 
 Reachability is only known after ``k`` asks every agent (a read: nothing is written), so by
-default the column says "not asked" rather than guessing.
+default the column says "not asked" rather than guessing. A read-only dashboard shows the nodes
+as the inventory declares them and never asks: its controller has no key to ask with.
 """
 
 from __future__ import annotations
@@ -36,9 +37,10 @@ COLUMNS = (
 )
 
 
-def host_row(h: HostView) -> TableRow:
-    """A node as a table row, toned by reachability and whether it is behind."""
-    reach = {True: "yes", False: "NO", None: "not asked"}[h.reachable]
+def host_row(h: HostView, *, checks_off: bool = False) -> TableRow:
+    """A node as a table row, toned by reachability and whether it is behind (``checks_off``:
+    a read-only dashboard, which never asks, says so instead of "not asked")."""
+    reach = {True: "yes", False: "NO", None: "off" if checks_off else "not asked"}[h.reachable]
     tone = (
         "bad" if h.reachable is False else "warn" if h.behind else "good" if h.reachable else "info"
     )
@@ -53,7 +55,7 @@ def host_row(h: HostView) -> TableRow:
             str(h.holds),
             str(len(h.behind)),
             h.agent,
-            h.reason,
+            "checks are off (read-only)" if checks_off and h.reachable is None else h.reason,
         ),
         tone,
     )
@@ -73,6 +75,14 @@ class HostsScreen(MeshScreen):
 
     def compose(self) -> ComposeResult:
         yield Label(Text("Hosts", style="bold"), id="hosts-title")
+        yield Static(
+            Text(
+                "read-only: agent checks are off; these are the nodes as declared in the "
+                "inventory, and none of them is contacted",
+                style="bold",
+            ),
+            id="hosts-note",
+        )
         yield LineTable(COLUMNS, empty_text="reading the nodes…", id="hosts")
         yield Static(id="host-detail")
         yield MeshFooter()
@@ -83,6 +93,7 @@ class HostsScreen(MeshScreen):
         return self.query_one("#hosts", LineTable)
 
     def on_mount(self) -> None:
+        self.query_one("#hosts-note", Static).display = self.mesh.read_only
         self.load(check=False)
 
     def load(self, *, check: bool) -> None:
@@ -97,7 +108,7 @@ class HostsScreen(MeshScreen):
         )
 
     def _load(self, check: bool) -> None:
-        with self.mesh.open_controller(reader=True) as ctl:
+        with self.mesh.open_controller(reader=not check) as ctl:  # a check asks the agents
             hosts = ctl.hosts(check=check)
         self.post_message(HostsLoaded(hosts, check))
 
@@ -125,7 +136,7 @@ class HostsScreen(MeshScreen):
             }
         self.checked = self.checked or message.checked
         self.hosts = fresh
-        rows = {n: host_row(h) for n, h in fresh.items()}
+        rows = {n: host_row(h, checks_off=self.mesh.read_only) for n, h in fresh.items()}
         table = self.table
         table.set_rows(rows)
         table.set_view(list(rows))

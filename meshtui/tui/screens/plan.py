@@ -85,7 +85,7 @@ class PlanScreen(MeshModal):
 
     def _plan(self) -> None:
         try:
-            with self.mesh.open_controller(reader=True) as ctl:
+            with self.mesh.open_controller() as ctl:  # asks every agent: not a reader
                 plan = ctl.plan_rotation(self.job.ids)
         except Exception as exc:  # shown here and by the app's error boundary
             self.post_message(PlanReady(None, exc))

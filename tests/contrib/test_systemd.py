@@ -1,0 +1,65 @@
+"""The service units in contrib/systemd: hardened, and valid for systemd's own checker."""
+
+from __future__ import annotations
+
+import configparser
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+UNITS = sorted((Path(__file__).parents[2] / "contrib" / "systemd").glob("*.service"))
+HARDENING = {
+    "ProtectSystem": "strict",
+    "NoNewPrivileges": "true",
+    "PrivateTmp": "true",
+}
+
+
+def _service(unit: Path) -> configparser.SectionProxy:
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    parser.read_string(unit.read_text())
+    return parser["Service"]
+
+
+def test_units_exist() -> None:
+    names = {u.name for u in UNITS}
+    assert {"meshtui-agent.service", "meshtui-provision@.service"} <= names
+
+
+@pytest.mark.parametrize("unit", UNITS, ids=lambda u: u.name)
+def test_unit_is_hardened(unit: Path) -> None:
+    service = _service(unit)
+    for key, value in HARDENING.items():
+        assert service.get(key) == value, f"{unit.name}: {key}={value} missing"
+    assert "meshtui" in service["ExecStart"]
+    # every unit says where it may write; nothing else is writable under ProtectSystem=strict
+    assert any(k in service for k in ("ReadWritePaths", "ReadOnlyPaths", "StateDirectory"))
+    # a unit that keeps root keeps no capability beyond the ones it names
+    if "User" not in service:
+        assert "CapabilityBoundingSet" in service, f"{unit.name} runs as root with every capability"
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
+@pytest.mark.parametrize("unit", UNITS, ids=lambda u: u.name)
+def test_systemd_analyze_verify(unit: Path, tmp_path: Path) -> None:
+    # verify wants the ExecStart binary to exist: point it at this venv's meshtui
+    meshtui = Path(sys.executable).with_name("meshtui")
+    name = unit.name.replace("@.", "@lab.")
+    copy = tmp_path / name
+    copy.write_text(unit.read_text().replace("/usr/local/bin/meshtui", str(meshtui)))
+    done = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", str(copy)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    problems = [
+        line
+        for line in (done.stdout + done.stderr).splitlines()
+        if name in line or "Unknown" in line or "Invalid" in line
+    ]
+    assert done.returncode == 0 and not problems, "\n".join(problems) or done.stderr

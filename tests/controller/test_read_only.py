@@ -1,0 +1,149 @@
+"""A read-only controller never loads ``controller.key`` and never reaches an agent.
+
+Every public method of :class:`Controller` either answers from the inventory or raises
+ReadOnlyError; the ones that would reach an agent say so and name the nodes. The agents are
+real (real sockets) and write down every request they receive; opens of the key are recorded by
+an audit hook, and the same calls behave the same with the key gone from the state folder.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from meshtui.controller import drill as drill_mod
+from meshtui.controller import probe as probe_mod
+from meshtui.controller import push as push_mod
+from meshtui.controller import rotate as rotate_mod
+from meshtui.controller.core import Controller
+from meshtui.controller.reports import no_progress
+from meshtui.controller.resolve import resolve_nodes
+from meshtui.errors import ReadOnlyError
+from tests.fix_counted_agents import (
+    GITEA,
+    GRAFANA,
+    CountedMesh,
+    counted_mesh,
+    folder_digest,
+    watch_key_opens,
+    written,
+)
+
+pytestmark = pytest.mark.slow
+
+ALL = "app1, app2, db1"
+
+
+@pytest.fixture
+def mesh() -> Iterator[CountedMesh]:
+    yield from counted_mesh()
+
+
+def calls(mesh: CountedMesh) -> dict[str, list[tuple[Callable[[Controller], Any], str | None]]]:
+    """Per public method: the calls to make, and None (answers) or the nodes a refusal names
+    ("" for a refusal that contacts nobody, such as declare, which only writes)."""
+    return {
+        "open": [(lambda c: Controller.open(mesh.state, read_only=True).close(), None)],
+        "close": [(lambda c: c.close(), None)],
+        "read_only": [(lambda c: c.read_only, None)],
+        "status": [(lambda c: c.status(), None), (lambda c: c.status([GITEA]), None)],
+        "summary": [(lambda c: c.summary(), None)],
+        "resolve_pairs": [(lambda c: c.resolve_pairs([GITEA, GRAFANA]), None)],
+        "pairs_of_provider": [(lambda c: c.pairs_of_provider("db1/postgres"), None)],
+        "live_pairs": [(lambda c: c.live_pairs(), None)],
+        "pair_detail": [(lambda c: c.pair_detail(GITEA), None)],
+        "hosts": [(lambda c: c.hosts(), None), (lambda c: c.hosts(check=True), ALL)],
+        "events": [(lambda c: c.events(), None), (lambda c: c.events(2), None)],
+        "verify_chain": [(lambda c: c.verify_chain(), None)],
+        "export_events": [(lambda c: c.export_events("json"), None)]
+        + [(lambda c: c.export_events("csv"), None)],
+        "keys": [(lambda c: c.keys(), "an agent")],
+        "contact": [(lambda c: c.contact("a test", ["db1"]), "db1")],
+        "declare": [(lambda c: c.declare(mesh.decl), "")],
+        "push": [(lambda c: c.push(), ALL)],
+        "plan_rotation": [(lambda c: c.plan_rotation([GITEA]), "app1, db1")],
+        "rotate": [(lambda c: c.rotate([GITEA, GRAFANA]), ALL)],
+        "probe": [(lambda c: c.probe(), "app1, app2"), (lambda c: c.probe([GITEA]), "app1")],
+        "drill": [(lambda c: c.drill([GRAFANA]), "app2, db1")],
+    }
+
+
+def run_every_method(mesh: CountedMesh) -> list[str]:
+    """Call every public method read-only; returns what each did, in words."""
+    table = calls(mesh)
+    public = {name for name, _ in inspect.getmembers(Controller) if not name.startswith("_")}
+    assert public <= set(table), f"add these to the table: {sorted(public - set(table))}"
+    seen = []
+    for name in sorted(public):
+        for call, refusal in table[name]:
+            with Controller.open(mesh.state, read_only=True) as ctl:
+                try:
+                    result = call(ctl)
+                except ReadOnlyError as exc:
+                    text = str(exc)
+                    assert refusal is not None, f"{name} refused: {text}"
+                    if refusal:
+                        assert text.startswith("read-only: "), text
+                        assert f"would contact {refusal};" in text, text
+                    seen.append(f"{name}: {text}")
+                    continue
+                assert refusal is None, f"{name} answered {result!r} instead of refusing"
+                seen.append(f"{name}: {result!r}")
+    return seen
+
+
+def test_every_public_method_answers_or_refuses_without_the_key(mesh: CountedMesh) -> None:
+    before = mesh.requests()
+    state = folder_digest(mesh.state)
+    opened = watch_key_opens()
+
+    with_key = run_every_method(mesh)
+    assert opened == [], "a read-only controller opened controller.key"
+
+    key = mesh.state / "controller.key"
+    aside = mesh.root / "controller.key.aside"
+    key.rename(aside)
+    try:
+        without_key = run_every_method(mesh)
+    finally:
+        aside.rename(key)
+    assert without_key == with_key  # the key's absence changes nothing
+
+    assert opened == []
+    assert mesh.requests() == before, "an agent received a request"
+    assert written(state, folder_digest(mesh.state)) == {}
+
+
+def test_the_gate_is_below_the_public_methods(mesh: CountedMesh) -> None:
+    """Code that skips the public methods and calls an action's module still meets the gate."""
+    before = mesh.requests()
+    opened = watch_key_opens()
+    direct: list[Callable[[Controller], Any]] = [
+        lambda c: resolve_nodes(c, ["app1", "db1"]),
+        lambda c: rotate_mod.plan(c, [GITEA]),
+        lambda c: rotate_mod.rotate(c, [GITEA], no_progress),
+        lambda c: push_mod.push(c, no_progress),
+        lambda c: probe_mod.probe(c, [GITEA], no_progress),
+        lambda c: drill_mod.drill_one(c, GITEA, no_progress),
+    ]
+    for call in direct:
+        with Controller.open(mesh.state, read_only=True) as ctl, pytest.raises(ReadOnlyError):
+            call(ctl)
+    assert opened == []
+    assert mesh.requests() == before
+
+
+def test_the_counters_count(mesh: CountedMesh) -> None:
+    """The control: a writable controller's check reaches every agent and reads the key."""
+    before = mesh.requests()
+    opened = watch_key_opens()
+    with Controller.open(mesh.state) as ctl:
+        hosts = ctl.hosts(check=True)
+    assert {h.name: h.reachable for h in hosts} == {"app1": True, "app2": True, "db1": True}
+    after = mesh.requests()
+    assert all(len(after[n]) == len(before[n]) + 1 for n in after), after
+    assert after["db1"][-1] == "POST /v1"
+    assert opened and all(p.endswith("controller.key") for p in opened)
