@@ -9,8 +9,10 @@ temp file behind.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
+import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,11 +125,28 @@ def remove(path: Path) -> bool:
     return True
 
 
+MAX_PRIVATE = 64 * 1024
+"""Keys and conninfo files are a few hundred bytes."""
+
+
 def read_private(path: Path) -> bytes:
-    """Read a file that must not be readable by group or others (keys, credentials, conninfo)."""
-    st = os.stat(path)
-    if st.st_mode & 0o077:
-        raise PermissionError(
-            f"{path} is readable by others (mode {st.st_mode & 0o777:o}); chmod 600 {path}"
-        )
-    return Path(path).read_bytes()
+    """Read a file that must not be readable by group or others (keys, credentials, conninfo).
+
+    Opened without following a link and without blocking; the checks are made on the open
+    descriptor, so what is checked is what is read: a regular file, private, and small.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, f"{path} is not a regular file")
+        if st.st_mode & 0o077:
+            raise PermissionError(
+                f"{path} is readable by others (mode {st.st_mode & 0o777:o}); chmod 600 {path}"
+            )
+        data = os.read(fd, MAX_PRIVATE + 1)
+        if len(data) > MAX_PRIVATE:
+            raise OSError(errno.EFBIG, f"{path} is larger than {MAX_PRIVATE} bytes")
+        return data
+    finally:
+        os.close(fd)

@@ -187,3 +187,16 @@ def test_write_at_refuses_names_with_a_slash(tmp_path: Path) -> None:
                 write_at(folder, bad, b"x")
     finally:
         os.close(folder)
+
+
+def test_read_private_never_follows_a_link_nor_waits_on_a_fifo(tmp_path: Path) -> None:
+    key = tmp_path / "node.key"
+    write_private(key, b"k")
+    link = tmp_path / "link.key"
+    link.symlink_to(key)
+    with pytest.raises(OSError):
+        read_private(link)
+    fifo = tmp_path / "fifo.key"
+    os.mkfifo(fifo, 0o600)
+    with pytest.raises(OSError, match="not a regular file"):
+        read_private(fifo)  # returns at once: opened O_NONBLOCK, refused on fstat
