@@ -1,55 +1,98 @@
-"""Atomic, private file writes: temp file, fsync, rename, fsync of the folder, mode 0600.
+"""Atomic, private file writes: temp file, owner and mode, fsync, rename, fsync of the folder.
 
 Used for keys, credentials, manifests and secret files, so a reader never sees half a file and no
-other user can read one even for an instant.
+other user can read one even for an instant. :func:`write_at` works inside a folder the caller
+opened once (a descriptor), so nothing is looked up by path twice; a failed write leaves no
+temp file behind.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
+import stat
 import threading
+from dataclasses import dataclass
 from pathlib import Path
+
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+@dataclass(frozen=True)
+class Access:
+    """Who may read a written file: its mode, and its owner and group ids (-1 keeps the
+    writer's own, as ``fchown`` does)."""
+
+    mode: int = 0o600
+    uid: int = -1
+    gid: int = -1
+
+
+PRIVATE = Access()
+
+
+def write_at(
+    folder_fd: int,
+    name: str,
+    data: bytes,
+    *,
+    access: Access = PRIVATE,
+    durable: bool = True,
+) -> None:
+    """Replace ``name`` inside the open folder ``folder_fd`` with ``data``, atomically.
+
+    The temp file is created ``O_EXCL|O_NOFOLLOW`` under a fresh random name, given its owner,
+    group and mode on the descriptor before a byte is written, fsynced, then renamed over
+    ``name`` (a rename never follows a link planted there). Whatever fails, the temp file is
+    removed. ``durable=False`` skips the fsyncs: still atomic, but a crash may keep the
+    previous content (right for caches that can be rebuilt, wrong for credentials).
+    """
+    if "/" in name or name in ("", ".", ".."):
+        raise ValueError(f"{name!r} is not a file name")
+    while True:  # a fresh name each try: never write into a file someone else created
+        tmp = f".{name}.{os.getpid()}.{threading.get_ident()}.{secrets.token_hex(4)}.tmp"
+        try:
+            fd = os.open(tmp, _CREATE, 0o600, dir_fd=folder_fd)
+            break
+        except FileExistsError:
+            continue
+    try:
+        try:
+            os.fchmod(fd, 0o600)
+            if access.uid != -1 or access.gid != -1:
+                os.fchown(fd, access.uid, access.gid)
+            os.fchmod(fd, access.mode)  # after fchown, which may clear mode bits
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
+        if durable:
+            os.fsync(folder_fd)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=folder_fd)
+        raise
 
 
 def write_private(path: Path, data: bytes, *, mode: int = 0o600, durable: bool = True) -> None:
     """Replace ``path`` with ``data`` atomically, created with ``mode`` from the start.
 
-    ``durable=False`` skips the fsyncs: still atomic, but a crash may keep the previous content
-    (right for caches that can be rebuilt, wrong for credentials).
+    For paths the caller trusts (its own state folder): the folder is created when missing and
+    opened once; the write itself is :func:`write_at`.
     """
     path = Path(path)
-    folder = path.parent
-    folder.mkdir(parents=True, exist_ok=True)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-    while True:  # a fresh name each try: never write into a file someone else created
-        tmp = (
-            folder
-            / f".{path.name}.{os.getpid()}.{threading.get_ident()}.{secrets.token_hex(4)}.tmp"
-        )
-        try:
-            fd = os.open(tmp, flags, mode)
-            break
-        except FileExistsError:
-            continue
+    path.parent.mkdir(parents=True, exist_ok=True)
+    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        os.fchmod(fd, mode)
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        if durable:
-            os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        raise
-    os.close(fd)
-    os.replace(tmp, path)
-    if durable:
-        sync_folder(folder)
+        write_at(folder, path.name, data, access=Access(mode=mode), durable=durable)
+    finally:
+        os.close(folder)
 
 
 def sync_folder(folder: Path) -> None:
@@ -59,6 +102,17 @@ def sync_folder(folder: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def remove_at(folder_fd: int, name: str) -> bool:
+    """Unlink ``name`` inside the open folder (a link is removed, never followed) and sync the
+    folder; True when something was removed."""
+    try:
+        os.unlink(name, dir_fd=folder_fd)
+    except FileNotFoundError:
+        return False
+    os.fsync(folder_fd)
+    return True
 
 
 def remove(path: Path) -> bool:
@@ -71,11 +125,28 @@ def remove(path: Path) -> bool:
     return True
 
 
+MAX_PRIVATE = 64 * 1024
+"""Keys and conninfo files are a few hundred bytes."""
+
+
 def read_private(path: Path) -> bytes:
-    """Read a file that must not be readable by group or others (keys, credentials, conninfo)."""
-    st = os.stat(path)
-    if st.st_mode & 0o077:
-        raise PermissionError(
-            f"{path} is readable by others (mode {st.st_mode & 0o777:o}); chmod 600 {path}"
-        )
-    return Path(path).read_bytes()
+    """Read a file that must not be readable by group or others (keys, credentials, conninfo).
+
+    Opened without following a link and without blocking; the checks are made on the open
+    descriptor, so what is checked is what is read: a regular file, private, and small.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, f"{path} is not a regular file")
+        if st.st_mode & 0o077:
+            raise PermissionError(
+                f"{path} is readable by others (mode {st.st_mode & 0o777:o}); chmod 600 {path}"
+            )
+        data = os.read(fd, MAX_PRIVATE + 1)
+        if len(data) > MAX_PRIVATE:
+            raise OSError(errno.EFBIG, f"{path} is larger than {MAX_PRIVATE} bytes")
+        return data
+    finally:
+        os.close(fd)

@@ -17,7 +17,9 @@ from typing import Any
 from meshtui import crypto
 from meshtui.errors import DeclarationError, KeyFileError
 from meshtui.model import (
+    ACCOUNT_RE,
     BUILTIN_POSTGRES,
+    DEFAULT_MODE,
     NAME_RE,
     Declaration,
     Module,
@@ -25,12 +27,13 @@ from meshtui.model import (
     Offer,
     Pair,
     Requirement,
+    file_mode,
 )
 from meshtui.naming import derive_login
 
 NODE_KEYS = {"address", "agent", "keys"}
 MODULE_KEYS = {"provides", "requires", "receives", "grants", "admin", "provisioner", "pin"}
-REQUIRE_KEYS = {"name", "values", "file", "reload", "from"}
+REQUIRE_KEYS = {"name", "values", "file", "reload", "from", "owner", "group", "mode"}
 PROVIDE_KEYS = {"name", "port"}
 _TWICE = re.compile(r"Cannot declare \((?P<key>.*)\) twice (?P<where>\(at line \d+, column \d+\))")
 
@@ -316,13 +319,41 @@ def _requirement(r: _Reader, i: int, item: Any, where: str) -> Requirement:
             'reload = ["systemctl", "reload", "gitea"]',
         )
     source = r.string(item, "from", at) if "from" in item else None
+    file = r.path_on_node(item, "file", at)
+    owner, group = (_account(r, item, key, at) for key in ("owner", "group"))
+    mode = r.string(item, "mode", at) if "mode" in item else DEFAULT_MODE
+    try:
+        file_mode(mode)
+    except ValueError as exc:
+        raise r.fail(
+            f"{at}.mode",
+            f"{file}: {exc}",
+            'use "0600", or "0640" with a group; never a mode for "other"',
+        ) from exc
     return Requirement(
         name=r.name(r.string(item, "name", at), f"{at}.name", "provision"),
-        file=r.path_on_node(item, "file", at),
+        file=file,
         values=dict(values),
         reload=tuple(reload),
         source=source,
+        owner=owner,
+        group=group,
+        mode=mode,
     )
+
+
+def _account(r: _Reader, item: Mapping[str, Any], key: str, at: str) -> str | None:
+    """A credential file's owner or group: a user or group name on the consumer's node."""
+    if key not in item:
+        return None
+    value = r.string(item, key, at)
+    if not ACCOUNT_RE.match(value):
+        raise r.fail(
+            f"{at}.{key}",
+            f"{value!r} is not a {'user' if key == 'owner' else 'group'} name",
+            'give the name as on the consumer\'s node, e.g. "git"',
+        )
+    return value
 
 
 def _pairs(
@@ -373,6 +404,9 @@ def _pairs(
                     port=offer.port,
                     values=dict(req.values),
                     reload=req.reload,
+                    owner=req.owner,
+                    group=req.group,
+                    mode=req.mode,
                 )
             )
     return tuple(sorted(pairs, key=lambda p: p.id))

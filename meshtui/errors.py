@@ -14,6 +14,7 @@
     ├── WireError                a message between controller and agent was refused
     │   └── EnvelopeError        bad signature, stale clock, replayed nonce, wrong recipient
     ├── AgentError               a host agent could not be reached or did not do the work
+    ├── HostFileError            a node's file or folder the agent must not trust or cannot use
     ├── RotationError            a rotation could not start or finish
     │   ├── NotResolvedError     an affected node did not answer or prove its identity
     │   └── RotationBusyError    a push, rotation or drill already holds the state folder
@@ -111,6 +112,11 @@ class AgentError(MeshtuiError):
     def __init__(self, node: str, reason: str) -> None:
         self.node, self.reason = node, reason
         super().__init__(f"node {node}: {reason}")
+
+
+class HostFileError(MeshtuiError):
+    """A file or folder on a node that the agent refuses to use: a link, a FIFO, another
+    user's folder, a folder others can write, an unknown owner. Nothing was written."""
 
 
 class RotationError(MeshtuiError):

@@ -25,7 +25,7 @@ import sqlite_utils
 from meshtui import crypto
 from meshtui.errors import CryptoError, InventoryError, ReadOnlyError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 GENESIS = "0" * 64
 Row = dict[str, Any]
 
@@ -88,7 +88,22 @@ def _signed_head_v2(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE audit_head ADD COLUMN sig TEXT")
 
 
-MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_create_v1, _signed_head_v2]
+def _file_access_v3(db: sqlite_utils.Database) -> None:
+    """Who may read each consumer's credential file: owner, group (None: the agent's) and mode."""
+    db.executescript(
+        """
+        ALTER TABLE pairs ADD COLUMN file_owner TEXT;
+        ALTER TABLE pairs ADD COLUMN file_group TEXT;
+        ALTER TABLE pairs ADD COLUMN file_mode TEXT NOT NULL DEFAULT '0600';
+        """
+    )
+
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
+    _create_v1,
+    _signed_head_v2,
+    _file_access_v3,
+]
 """``MIGRATIONS[i]`` takes the schema from version i to i+1; append, never edit."""
 
 

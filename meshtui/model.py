@@ -12,6 +12,27 @@ NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 
 BUILTIN_POSTGRES = "builtin:postgres"
 
+DEFAULT_MODE = "0600"
+"""A credential file's mode when its ``requires`` entry names none."""
+
+ACCOUNT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
+"""A user or group name as a declaration may give it for a credential file's owner or group."""
+
+
+def file_mode(text: str) -> int:
+    """A credential file's mode from its declared string ("0640"); ValueError saying why not.
+
+    Never anything for "other", never set-id or sticky bits, and the owner can always read it.
+    """
+    if not re.fullmatch(r"0?[0-7]{3}", text):
+        raise ValueError(f'{text!r} is not a file mode (write it like "0640")')
+    mode = int(text, 8)
+    if mode & 0o007:
+        raise ValueError(f"{text} lets every user on the node read or change the credential")
+    if not mode & 0o400:
+        raise ValueError(f"{text} does not let the file's owner read it")
+    return mode
+
 
 class State(StrEnum):
     """A pair's state, as DESIGN "States of a pair" defines it."""
@@ -57,6 +78,9 @@ class Requirement:
     values: Mapping[str, str] = field(default_factory=dict)
     reload: tuple[str, ...] = ()
     source: str | None = None  # the `from` key: which provider, when several provide it
+    owner: str | None = None  # the credential file's owner on the node (None: the agent's user)
+    group: str | None = None  # its group (None: the agent's group)
+    mode: str = DEFAULT_MODE  # its mode, as declared ("0640")
 
 
 @dataclass(frozen=True)
@@ -110,6 +134,9 @@ class Pair:
     port: int
     values: Mapping[str, str] = field(default_factory=dict)
     reload: tuple[str, ...] = ()
+    owner: str | None = None  # the consumer's credential file: owner, group and mode
+    group: str | None = None
+    mode: str = DEFAULT_MODE
 
     @property
     def id(self) -> str:

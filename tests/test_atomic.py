@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from meshtui.atomic import read_private, remove, write_private
+from meshtui.atomic import Access, read_private, remove, write_at, write_private
 
 
 def mode(path: Path) -> int:
@@ -99,3 +99,104 @@ def test_two_threads_writing_one_file_both_succeed_and_one_wins(tmp_path: Path) 
         assert errors == []
         assert path.read_bytes() in blobs
     assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest"]
+
+
+def test_a_failed_rename_leaves_no_plaintext_temp_file(tmp_path: Path) -> None:
+    """Finding 10: a folder at the credential path made os.replace fail, twice, and each time
+    a 0600 temp file holding the plaintext stayed behind."""
+    (tmp_path / "db.password").mkdir()
+    for _ in range(2):
+        with pytest.raises(OSError):
+            write_private(tmp_path / "db.password", b"plaintext")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["db.password"]
+
+
+@pytest.mark.parametrize("failing", ["write", "fsync", "fchown"])
+def test_every_failure_removes_the_temp_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str
+) -> None:
+    import meshtui.atomic as atomic
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(atomic.os, failing, broken)
+    folder = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with pytest.raises(OSError, match="Input/output"):
+            write_at(folder, "db.password", b"plaintext", access=Access(mode=0o640, uid=0, gid=0))
+    finally:
+        os.close(folder)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failed_folder_fsync_after_the_rename_leaves_only_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import meshtui.atomic as atomic
+
+    real = os.fsync
+    folder = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+
+    def fsync(fd: int) -> None:
+        if fd == folder:
+            raise OSError(5, "Input/output error")
+        real(fd)
+
+    monkeypatch.setattr(atomic.os, "fsync", fsync)
+    try:
+        with pytest.raises(OSError):
+            write_at(folder, "db.password", b"x")
+    finally:
+        os.close(folder)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["db.password"]
+
+
+def test_write_at_sets_owner_group_and_mode_before_the_file_appears(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rename is the moment the file appears; owner, group and mode are on it by then,
+    so a watcher never sees the credential with the writer's owner or a looser mode."""
+    seen: list[tuple[int, int, int]] = []
+    real = os.replace
+
+    def replace(src: str, dst: str, **kwargs: int) -> None:
+        st = os.stat(src, dir_fd=kwargs["src_dir_fd"])
+        seen.append((stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid))
+        real(src, dst, **kwargs)
+
+    import meshtui.atomic as atomic
+
+    monkeypatch.setattr(atomic.os, "replace", replace)
+    folder = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        write_at(folder, "db.password", b"x", access=Access(mode=0o640, uid=65534, gid=65534))
+    finally:
+        os.close(folder)
+    st = (tmp_path / "db.password").stat()
+    assert seen == [(0o640, 65534, 65534)]
+    assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (0o640, 65534, 65534)
+    assert (tmp_path / "db.password").read_bytes() == b"x"
+
+
+def test_write_at_refuses_names_with_a_slash(tmp_path: Path) -> None:
+    folder = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for bad in ("../x", "a/b", "", ".."):
+            with pytest.raises(ValueError):
+                write_at(folder, bad, b"x")
+    finally:
+        os.close(folder)
+
+
+def test_read_private_never_follows_a_link_nor_waits_on_a_fifo(tmp_path: Path) -> None:
+    key = tmp_path / "node.key"
+    write_private(key, b"k")
+    link = tmp_path / "link.key"
+    link.symlink_to(key)
+    with pytest.raises(OSError):
+        read_private(link)
+    fifo = tmp_path / "fifo.key"
+    os.mkfifo(fifo, 0o600)
+    with pytest.raises(OSError, match="not a regular file"):
+        read_private(fifo)  # returns at once: opened O_NONBLOCK, refused on fstat

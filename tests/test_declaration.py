@@ -59,6 +59,17 @@ def test_from_picks_one_of_several_providers(mesh: Mesh) -> None:
     assert len(decl.pairs) == 2
 
 
+def test_credential_file_owner_group_and_mode_reach_the_pair(mesh: Mesh) -> None:
+    spec = good_spec(mesh)
+    spec["modules"]["app1/gitea"]["requires"][0].update(owner="git", group="git", mode="0640")
+    decl = declaration.load(mesh.write(spec))
+    by_id = {p.id: p for p in decl.pairs}
+    gitea = by_id["database:app1/gitea->db1/postgres"]
+    assert (gitea.owner, gitea.group, gitea.mode) == ("git", "git", "0640")
+    wiki = by_id["database:app1/wiki->db1/postgres"]
+    assert (wiki.owner, wiki.group, wiki.mode) == (None, None, "0600")
+
+
 def test_from_is_allowed_with_a_single_provider(mesh: Mesh) -> None:
     mods = modules([])
     mods["app1/gitea"] = consumer("app1/gitea", source="db1/postgres")
@@ -214,6 +225,14 @@ def _provided_twice(mesh: Mesh, spec: Spec) -> str:
     return ""
 
 
+def _file_access(**given: str) -> Case:
+    def case(mesh: Mesh, spec: Spec) -> str:
+        spec["modules"]["app1/gitea"]["requires"][0].update(given)
+        return ""
+
+    return case
+
+
 LONG = "n" * 70
 
 
@@ -281,6 +300,21 @@ ERRORS: list[tuple[str, Case, list[str]]] = [
         ['modules."db1/postgres".provides[1].name', "twice", "one entry per provision"],
     ),
     ("two requirements share a file", _shared_file, ["requires[0].file", "own file"]),
+    (
+        "credential mode for other users",
+        _file_access(mode="0644"),
+        ['modules."app1/gitea".requires[0].mode', "/srv/app1/gitea/", "every user", "0640"],
+    ),
+    ("credential mode 0604", _file_access(mode="0604"), ["requires[0].mode", "every user"]),
+    ("credential mode set-uid", _file_access(mode="4600"), ["requires[0].mode", "not a file mode"]),
+    (
+        "credential mode as digits",
+        _file_access(mode="640x"),
+        ["requires[0].mode", "not a file mode"],
+    ),
+    ("credential mode owner blind", _file_access(mode="0040"), ["requires[0].mode", "owner read"]),
+    ("credential owner", _file_access(owner="git:git"), ["requires[0].owner", "not a user name"]),
+    ("credential group", _file_access(group="a b"), ["requires[0].group", "not a group name"]),
     ("typo at the top", _typo_top, ["(top level).node", "not a known key", "nodes"]),
     ("typo in a node", _typo_node, ["nodes.app1.adress", "not a known key", "address"]),
     ("typo in a module", _typo_module, ['modules."app1/gitea".require', "requires"]),

@@ -12,6 +12,7 @@ import stat
 from pathlib import Path
 
 import pytest
+import sqlite_utils
 
 from meshtui import declaration
 from meshtui import inventory as inventory_mod
@@ -85,6 +86,21 @@ def test_a_v0_file_is_migrated(tmp_path: Path) -> None:
     with Inventory.open(path) as inv:  # a second open migrates nothing and keeps data
         assert inv.version() == SCHEMA_VERSION
         assert len(inv.events()) == 1
+
+
+def test_a_v2_file_gains_credential_file_access_with_the_0600_default(tmp_path: Path) -> None:
+    path = tmp_path / "inventory.db"
+    with contextlib.closing(raw(path)) as conn, conn:
+        for step in inventory_mod.MIGRATIONS[:2]:
+            step(sqlite_utils.Database(conn))
+        conn.execute("PRAGMA user_version = 2")
+        conn.execute(
+            "INSERT INTO pairs VALUES ('p', 'database', 'app1/gitea', 'db1/postgres', 'l', "
+            "'/etc/gitea/db.password', 5432, '{}', '[]', 1, 'now', NULL, NULL)"
+        )
+    with Inventory.open(path) as inv:
+        (row,) = inv.pairs()
+        assert (row["file_owner"], row["file_group"], row["file_mode"]) == (None, None, "0600")
 
 
 def test_a_failed_migration_leaves_the_file_as_it_was(

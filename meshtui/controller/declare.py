@@ -74,6 +74,9 @@ def _pair_row(p: Pair) -> Row:
         "port": p.port,
         "values": _sorted_json(dict(p.values)),
         "reload": json.dumps(list(p.reload)),
+        "file_owner": p.owner,
+        "file_group": p.group,
+        "file_mode": p.mode,
     }
 
 

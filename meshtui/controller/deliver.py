@@ -175,6 +175,9 @@ class Planner:
                         "generation": gen,
                         "digest": row["digest"],
                         "file": p["file"],
+                        "owner": p["file_owner"],
+                        "group": p["file_group"],
+                        "mode": p["file_mode"],
                         "reload": p["reload"],
                         "sealed": crypto.b64(row["consumer_sealed"]),
                     }
@@ -307,11 +310,24 @@ def send_consumers(
         result.flush(inv)
 
 
+HELD_FILE = {"file": "file", "owner": "file_owner", "group": "file_group", "mode": "file_mode"}
+"""A consumer holding's file keys (as the agent reports them) -> the pairs table's columns."""
+
+
 def held_generations(inv: Inventory, holdings: Mapping[str, list[dict[str, Any]]]) -> None:
-    """Correct the deliveries table from agents' own ``state`` answers (by digest)."""
+    """Correct the deliveries table from agents' own ``state`` answers (by digest).
+
+    A consumer file that is missing, unreadable (the agent names why), or no longer where or
+    as the declaration wants it (file, owner, group, mode) counts as holding nothing, so the
+    next push writes it again.
+    """
     digests = {
         (r["pair"], r["digest"]): r["generation"]
         for r in inv.query("SELECT pair, generation, digest FROM generations")
+    }
+    declared = {
+        r["id"]: r
+        for r in inv.query("SELECT id, file, file_owner, file_group, file_mode FROM pairs")
     }
     rows: list[EndRow] = []
     current = inv.deliveries()
@@ -321,11 +337,23 @@ def held_generations(inv: Inventory, holdings: Mapping[str, list[dict[str, Any]]
             if gen is None:
                 continue
             present = h.get("present", True)
+            why = h.get("error") or "file missing or changed"
+            want = declared.get(h["pair"])
+            moved = [
+                key
+                for key, column in HELD_FILE.items()
+                if h["end"] == End.CONSUMER.value
+                and want is not None
+                and key in h
+                and h[key] != want[column]
+            ]
+            if present and moved:
+                present, why = False, f"declared {', '.join(moved)} changed; push writes it again"
             old = current.get((h["pair"], h["end"]), {})
             if present and (old.get("generation") != gen or old.get("error")):
                 rows.append((h["pair"], End(h["end"]), gen, h["digest"], None))
-            elif not present and old.get("generation"):
-                rows.append((h["pair"], End(h["end"]), NOTHING, None, "file missing or changed"))
+            elif not present and (old.get("generation") or old.get("error") != why):
+                rows.append((h["pair"], End(h["end"]), NOTHING, None, why))
     record_end(inv, rows)
 
 

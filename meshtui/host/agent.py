@@ -8,6 +8,7 @@ for a bounded time); they are never logged, returned or put in an exception.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import threading
 import time
@@ -18,13 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from meshtui import crypto, wire
-from meshtui.atomic import remove, write_private
-from meshtui.errors import CryptoError, EnvelopeError, MeshtuiError
+from meshtui.atomic import PRIVATE
+from meshtui.errors import CryptoError, EnvelopeError, HostFileError, MeshtuiError
+from meshtui.host import files
 from meshtui.host import probe as probe_mod
 from meshtui.host.guard import AcceptedGenerations, AcceptedRequests
 from meshtui.host.holdings import Holdings
 from meshtui.host.identity import Identity
-from meshtui.model import NAME_RE
+from meshtui.model import NAME_RE, split_pair_id
 
 OK_OUTCOMES = frozenset({"created", "updated", "unchanged"})
 RELOAD_TIMEOUT_S = 30.0
@@ -88,14 +90,6 @@ def inspect_provider(spec: dict[str, Any]) -> dict[str, Any]:
 def secret_name(node: str, module: str) -> str:
     """DESIGN's secret file name beside the manifest."""
     return f"{node}.{module}.secret"
-
-
-def _read_secret(path: Path) -> bytes | None:
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return None
-    return data or None
 
 
 class Agent:
@@ -196,10 +190,13 @@ class Agent:
         holds, from the provisioner's read-only inspection (:func:`inspect_provider`).
         """
         held = self.holdings.listing()
-        for h in held:
-            if h["end"] == "consumer":
-                data = _read_secret(Path(h["file"]))
-                h["present"] = data is not None and crypto.secret_digest(data) == h["digest"]
+        with files.Ancestors() as ancestors:
+            for h in held:
+                if h["end"] == "consumer":
+                    data, error = files.read_credential(Path(h["file"]), ancestors)
+                    h["present"] = data is not None and crypto.secret_digest(data) == h["digest"]
+                    if error:
+                        h["error"] = error
         out: dict[str, Any] = {
             "node": self.identity.name,
             "fingerprint": self.identity.keys.public().fingerprint(),
@@ -258,20 +255,38 @@ class Agent:
             return out
         digest = str(item["digest"])
         try:
-            current = _read_secret(path)
-            if current is None or crypto.secret_digest(current) != digest:
-                secret = self._unseal(str(item["sealed"]), digest, pair)
-                write_private(path, secret)
-                del secret
+            provision, consumer, _ = split_pair_id(pair)
+        except ValueError as exc:
+            out["error"] = str(exc)
+            return out
+        where = f"node {self.identity.name}: {consumer} requires {provision}"
+        try:
+            want = files.resolve_access(item.get("owner"), item.get("group"), item.get("mode"))
+            files.write_credential(
+                path, want, digest, lambda: self._unseal(str(item["sealed"]), digest, pair)
+            )
+        except HostFileError as exc:
+            out["error"] = f"{where}: {exc}"
+            return out
         except CryptoError as exc:
             out["error"] = str(exc)
             return out
         except OSError as exc:
-            out["error"] = f"cannot write {path}: {exc.strerror}"
+            out["error"] = f"{where}: cannot write {path}: {exc.strerror}"
             return out
         out["written_at"] = time.time()
         self.holdings.update(
-            "consumer", {pair: {"generation": gen, "digest": digest, "file": str(path)}}
+            "consumer",
+            {
+                pair: {
+                    "generation": gen,
+                    "digest": digest,
+                    "file": str(path),
+                    "owner": want.owner,
+                    "group": want.group,
+                    "mode": want.mode,
+                }
+            },
         )
         out["ok"], out["digest"] = True, digest
         reload = [str(a) for a in item.get("reload") or []]
@@ -303,49 +318,16 @@ class Agent:
             return out
         rel = "" if inside == "." else inside + "/"
         consumers = list(spec["consumers"])
-        # unseal everything before writing anything, so a bad blob changes nothing
-        secrets: dict[str, bytes] = {}
         try:
-            for c in consumers:
-                name = secret_name(str(c["node"]), str(c["module"]))
-                current = _read_secret(grants / name)
-                if current is None or crypto.secret_digest(current) != c["digest"]:
-                    secrets[name] = self._unseal(str(c["sealed"]), str(c["digest"]), str(c["pair"]))
+            error = self._write_provider_files(manifest, grants, rel, spec, consumers)
+        except HostFileError as exc:
+            error = f"node {self.identity.name}: {provider} {provision}: {exc}"
         except CryptoError as exc:
-            out["error"] = str(exc)
-            return out
-        try:
-            grants.mkdir(parents=True, exist_ok=True)
-            grants.chmod(0o700)
-            for name, secret in secrets.items():
-                write_private(grants / name, secret)
-            secrets.clear()
-            body = {
-                "version": 1,
-                "provision": provision,
-                "provider": provider,
-                "serial": _next_serial(manifest),
-                "pin": bool(spec.get("pin", False)),
-                "consumers": [
-                    {
-                        "as": c["as"],
-                        "node": c["node"],
-                        "module": c["module"],
-                        "at": c["at"],
-                        "values": c.get("values", {}),
-                        "secret": rel + secret_name(str(c["node"]), str(c["module"])),
-                        "digest": c["digest"],
-                    }
-                    for c in consumers
-                ],
-            }
-            write_private(manifest, json.dumps(body, indent=1).encode())
-            wanted = {secret_name(str(c["node"]), str(c["module"])) for c in consumers}
-            for stale in grants.glob("*.secret"):
-                if stale.name not in wanted:
-                    remove(stale)
+            error = str(exc)
         except OSError as exc:
-            out["error"] = f"cannot write the manifest or secret files: {exc.strerror}"
+            error = f"cannot write the manifest or secret files: {exc.strerror}"
+        if error:
+            out["error"] = error
             return out
         report = self._provision(spec, manifest)
         out["applied_at"] = time.time()
@@ -374,6 +356,65 @@ class Agent:
         self.holdings.update("provider", changes)
         return out
 
+    def _write_provider_files(
+        self,
+        manifest: Path,
+        grants: Path,
+        rel: str,
+        spec: dict[str, Any],
+        consumers: list[dict[str, Any]],
+    ) -> str | None:
+        """Secret files into the grants folder, then the manifest beside it; stale secrets go.
+
+        Both folders are opened once, checked (real folders, the agent's own, nobody else may
+        write them) and worked in by descriptor. Every blob is unsealed before anything is
+        written, so a bad one changes nothing; an unsafe folder is refused before any write.
+        """
+        mdir = files.open_folder(manifest.parent, create=0o755)
+        assert mdir is not None
+        with mdir:
+            gdir = files.open_folder(grants, create=0o700, own=True)
+            assert gdir is not None
+            with gdir:
+                os.fchmod(gdir.fd, 0o700)
+                secrets: dict[str, bytes] = {}
+                for c in consumers:
+                    name = secret_name(str(c["node"]), str(c["module"]))
+                    current, _ = files.read_in(gdir, name)
+                    if current is None or crypto.secret_digest(current) != c["digest"]:
+                        secrets[name] = self._unseal(
+                            str(c["sealed"]), str(c["digest"]), str(c["pair"])
+                        )
+                for name, secret in secrets.items():
+                    gdir.write(name, secret, PRIVATE)
+                secrets.clear()
+                body = {
+                    "version": 1,
+                    "provision": str(spec["provision"]),
+                    "provider": str(spec["provider"]),
+                    "serial": _next_serial(mdir, manifest.name),
+                    "pin": bool(spec.get("pin", False)),
+                    "consumers": [
+                        {
+                            "as": c["as"],
+                            "node": c["node"],
+                            "module": c["module"],
+                            "at": c["at"],
+                            "values": c.get("values", {}),
+                            "secret": rel + secret_name(str(c["node"]), str(c["module"])),
+                            "digest": c["digest"],
+                        }
+                        for c in consumers
+                    ],
+                }
+                mdir.write(manifest.name, json.dumps(body, indent=1).encode(), PRIVATE)
+                wanted = {secret_name(str(c["node"]), str(c["module"])) for c in consumers}
+                for stale in gdir.names():
+                    old = stale.endswith(".secret") and stale not in wanted
+                    if old and not gdir.is_folder(stale):
+                        gdir.remove(stale)
+        return None
+
     def _provision(self, spec: dict[str, Any], manifest: Path) -> dict[str, Any]:
         argv = [str(a) for a in spec.get("provisioner") or ["builtin:postgres"]]
         if argv == ["builtin:postgres"]:
@@ -396,7 +437,8 @@ class Agent:
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             return {"ok": False, "error": f"provisioner {argv[0]} failed to run: {exc}"}
-        return command_report(argv[0], done.returncode, done.stdout, manifest)
+        logins = [str(c["as"]) for c in spec["consumers"]]
+        return command_report(argv[0], done.returncode, done.stdout, logins)
 
     # ---- withdraw, probe, drill ---------------------------------------------------------
     def _target_login(
@@ -421,15 +463,20 @@ class Agent:
             pair = str(item["pair"])
             res: dict[str, Any] = {"pair": pair, "removed": False, "probe": None}
             path = self._held_file(pair, item.get("file"))
-            secret = _read_secret(path) if path is not None else None
-            if secret is not None:
+            secret, error = files.read_credential(path) if path is not None else (None, None)
+            if error:
+                res["error"] = error  # not ours to delete: a FIFO, a link, another's folder
+            if secret is not None and path is not None:
                 res["probe"] = self._target_login(item["target"], secret, control=False)
                 del secret
                 if res["probe"]["verdict"] != "refused":
                     # not proven revoked: keep the file so the next push can try again
                     results.append(res)
                     continue
-                res["removed"] = remove(path) if path is not None else False
+                try:
+                    res["removed"] = files.remove_credential(path)
+                except HostFileError as exc:
+                    res["error"] = str(exc)
             self.holdings.update("consumer", {pair: None})
             results.append(res)
         return {"consumer": results}
@@ -446,32 +493,37 @@ class Agent:
         items = list(payload.get("targets", []))
         targets, order = [], []
         results: dict[str, dict[str, Any]] = {}
-        for item in items:
-            pair = str(item["pair"])
-            path = self._held_file(pair, item.get("file"))
-            secret = _read_secret(path) if path is not None else None
-            if secret is None:
-                results[pair] = {
-                    "pair": pair,
-                    "digest": None,
-                    "result": None,
-                    "error": f"{self.identity.name} holds no credential for this pair "
-                    f"(its file {item.get('file')} is missing or was not written by this agent)",
-                }
-                continue
-            digest = crypto.secret_digest(secret)
-            results[pair] = {"pair": pair, "digest": digest}
-            targets.append(
-                probe_mod.ProbeTarget(
-                    host=str(item["host"]),
-                    port=int(item["port"]),
-                    user=str(item["login"]),
-                    password=secret.decode("ascii", "replace"),
-                    dbname=str(item["dbname"]),
+        with files.Ancestors() as ancestors:
+            for item in items:
+                pair = str(item["pair"])
+                path = self._held_file(pair, item.get("file"))
+                secret, error = (
+                    files.read_credential(path, ancestors) if path is not None else (None, None)
                 )
-            )
-            order.append(pair)
-            del secret
+                if secret is None:
+                    results[pair] = {
+                        "pair": pair,
+                        "digest": None,
+                        "result": None,
+                        "error": f"{self.identity.name}: {error}"
+                        if error
+                        else f"{self.identity.name} holds no credential for this pair "
+                        f"(its file {item.get('file')} is missing or was not written by this agent)",
+                    }
+                    continue
+                digest = crypto.secret_digest(secret)
+                results[pair] = {"pair": pair, "digest": digest}
+                targets.append(
+                    probe_mod.ProbeTarget(
+                        host=str(item["host"]),
+                        port=int(item["port"]),
+                        user=str(item["login"]),
+                        password=secret.decode("ascii", "replace"),
+                        dbname=str(item["dbname"]),
+                    )
+                )
+                order.append(pair)
+                del secret
         found = probe_mod.probe_many(
             targets,
             concurrency=int(payload.get("concurrency", 8)),
@@ -486,9 +538,12 @@ class Agent:
     def drill_hold(self, payload: dict[str, Any]) -> dict[str, Any]:
         """Log in with the current credential and keep it in memory for the drill's third login."""
         path = self._held_file(str(payload["pair"]), payload.get("file"))
-        secret = _read_secret(path) if path is not None else None
+        secret, error = files.read_credential(path) if path is not None else (None, None)
         if secret is None:
-            return {"result": None, "error": f"holds no credential for {payload['pair']}"}
+            return {
+                "result": None,
+                "error": error or f"holds no credential for {payload['pair']}",
+            }
         result = self._target_login(payload["target"], secret, control=True)
         with self._drill_lock:
             self._drills[str(payload["drill"])] = (secret, time.time() + DRILL_HOLD_S)
@@ -499,7 +554,7 @@ class Agent:
         with self._drill_lock:
             held = self._drills.pop(str(payload["drill"]), None)
         path = self._held_file(str(payload["pair"]), payload.get("file"))
-        secret = _read_secret(path) if path is not None else None
+        secret, _ = files.read_credential(path) if path is not None else (None, None)
         new = self._target_login(payload["target"], secret, control=False) if secret else None
         old = self._target_login(payload["target"], held[0], control=False) if held else None
         return {
@@ -540,13 +595,13 @@ def node_path(raw: Any, what: str) -> Path:
 MAX_REASON = 300
 
 
-def command_report(name: str, returncode: int, stdout: bytes, manifest: Path) -> dict[str, Any]:
+def command_report(name: str, returncode: int, stdout: bytes, logins: list[str]) -> dict[str, Any]:
     """What a declared provisioner command reported, kept to login, outcome and a short reason.
 
     Without a JSON report an exit 0 counts as applied ("updated, unverified"); the probes are
     what prove it. Anything else in its output is dropped, since it is shown and stored.
     """
-    consumers = [str(c["as"]) for c in json.loads(manifest.read_text())["consumers"]]
+    consumers = logins
     try:
         report = json.loads(stdout)
         given = report["outcomes"] if isinstance(report, dict) else None
@@ -573,10 +628,12 @@ def command_report(name: str, returncode: int, stdout: bytes, manifest: Path) ->
     return out
 
 
-def _next_serial(manifest: Path) -> int:
+def _next_serial(folder: files.Folder, name: str) -> int:
+    """The manifest's next serial: one more than the one written before (1 when unreadable)."""
     try:
-        return int(json.loads(manifest.read_text())["serial"]) + 1
-    except (OSError, ValueError, KeyError, TypeError):
+        data = folder.read(name, limit=files.MAX_MANIFEST)
+        return int(json.loads(data or b"{}")["serial"]) + 1
+    except (HostFileError, OSError, ValueError, KeyError, TypeError):
         return 1
 
 

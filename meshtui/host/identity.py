@@ -6,13 +6,15 @@ every request not signed by the pinned controller key.
 
 from __future__ import annotations
 
+import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from meshtui import crypto
 from meshtui.atomic import write_private
-from meshtui.errors import InputError, KeyFileError
+from meshtui.errors import HostFileError, InputError, KeyFileError
+from meshtui.host import files
 from meshtui.model import NAME_RE
 
 NODE_FILE = "node.toml"
@@ -33,8 +35,7 @@ def init(name: str, state_dir: Path, controller_pub: Path) -> tuple[Path, bool]:
     if not NAME_RE.match(name):
         raise InputError(f"node name {name!r} is not allowed (1-32 of a-z 0-9 - _)")
     controller = crypto.load_public(controller_pub, need_seal=False)
-    state_dir.mkdir(parents=True, exist_ok=True)
-    state_dir.chmod(0o700)
+    _own_folder(state_dir, create=True)
     pub = state_dir / "node.pub"
     created = not (state_dir / "node.key").exists()
     if created:
@@ -57,8 +58,24 @@ def _read_name(state_dir: Path) -> str | None:
         return None
 
 
+def _own_folder(state_dir: Path, *, create: bool) -> bool:
+    """Check (or make) the node's state folder: a real folder of the agent's own, 0700, that
+    nobody else can write, so its keys and holdings can be read and replaced by path."""
+    try:
+        folder = files.open_folder(state_dir.absolute(), create=0o700 if create else None, own=True)
+    except HostFileError as exc:
+        raise KeyFileError(f"node state folder: {exc}") from None
+    if folder is None:
+        return False
+    with folder:
+        os.fchmod(folder.fd, 0o700)
+    return True
+
+
 def load(state_dir: Path) -> Identity:
     """Read an initialised node state folder."""
+    if not _own_folder(state_dir, create=False):
+        raise KeyFileError(f"{state_dir}: not a node state folder (run meshtui host init)")
     name = _read_name(state_dir)
     if name is None:
         raise KeyFileError(f"{state_dir}: not a node state folder (run meshtui host init)")

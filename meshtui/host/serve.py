@@ -26,7 +26,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from meshtui.errors import InputError
-from meshtui.host import identity
+from meshtui.host import files, identity
 from meshtui.host.agent import Agent
 
 MiB = 1024 * 1024
@@ -146,8 +146,11 @@ def uvicorn_config(app: Starlette, listen: str) -> uvicorn.Config:
         "limit_concurrency": MAX_CONNECTIONS,
     }
     if listen.startswith("unix:"):
-        path = Path(listen[len("unix:") :])
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path = Path(listen[len("unix:") :]).absolute()
+        # the socket is chmod-ed by path after bind: only in a folder nobody else can write
+        folder = files.open_folder(path.parent, create=0o755)
+        if folder is not None:
+            folder.close()
         if path.exists():
             path.unlink()
         return uvicorn.Config(app, uds=str(path), **common)  # type: ignore[arg-type]
