@@ -215,9 +215,7 @@ def test_consumer_agent_killed_makes_pairs_unknown_and_alerts_then_back(mesh):
         )
         assert set(down[0]) == {"event", "pair", "from", "to", "reason", "time"}
         assert down[0]["from"] == "working" and "app2" in down[0]["reason"]
-        text = wait_for(
-            "node_up 0", lambda: (t := scrape(port)) if "node=\"app2\"} 0.0" in t else None
-        )
+        text = scrape_until(port, 'meshtui_node_up{node="app2"} 0.0')
         assert sample(text, 'meshtui_pairs{state="unknown"}') == 1.0
         assert sample(text, 'meshtui_node_up{node="app1"}') == 1.0
         assert states(mesh)[GITEA] == "working"  # the others are untouched
@@ -227,9 +225,7 @@ def test_consumer_agent_killed_makes_pairs_unknown_and_alerts_then_back(mesh):
             "an alert unknown -> working",
             lambda: [a for a in alerts(out) if a["pair"] == OTHER and a["to"] == "working"],
         )
-        text = wait_for(
-            "node_up 1", lambda: (t := scrape(port)) if "node=\"app2\"} 1.0" in t else None
-        )
+        text = scrape_until(port, 'meshtui_node_up{node="app2"} 1.0')
         assert sample(text, 'meshtui_pairs{state="working"}') == 3.0
         assert sample(text, "meshtui_probe_latency_seconds_count") >= 3
     finally:
@@ -241,6 +237,16 @@ def test_consumer_agent_killed_makes_pairs_unknown_and_alerts_then_back(mesh):
     beat = Heartbeat.read(mesh.state)
     assert beat is not None and not beat.running() and beat.cycles > 3
     audit_verifies(mesh)
+
+
+def scrape_until(port: int, line: str) -> str:
+    """Scrape until the page has ``line``; the page."""
+
+    def check() -> str | None:
+        text = _try_scrape(port)
+        return text if text is not None and line in text.splitlines() else None
+
+    return str(wait_for(line, check))
 
 
 def _try_scrape(port: int) -> str | None:
@@ -270,13 +276,10 @@ def test_provider_agent_killed_due_rotations_fail_old_credential_works_overdue(m
         for pid in ALL:  # still on the old, still-working credential
             assert mesh.secret(FILES[pid]) == old[pid]
             assert can_login(pg, login_of(mesh, pid), old[pid], DBS[pid]) is True
-        assert set(states(mesh).values()) == {"working"}
+        wait_for("probed working", lambda: set(states(mesh).values()) == {"working"})
         due = mesh.cli("status", "--due")
         assert due.returncode == 1 and due.stdout.count("OVERDUE") == 3
-        text = wait_for(
-            "metrics",
-            lambda: (t := _try_scrape(port)) and sample(t, "meshtui_pairs_overdue") == 3.0 and t,
-        )
+        text = scrape_until(port, "meshtui_pairs_overdue 3.0")
         assert sample(text, 'meshtui_node_up{node="db1"}') == 0.0
         assert sample(text, 'meshtui_failures_total{step="rotate"}') >= 1
         assert sample(text, "meshtui_next_rotation_due_seconds") < 0
