@@ -10,6 +10,7 @@ watch, had it been able to, would have rotated it by then.
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -29,6 +30,14 @@ def spread_offset(pair: str, interval: float) -> float:
     """A stable offset in ``[0, interval * SPREAD)`` derived from the pair id."""
     digest = hashlib.blake2b(pair.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") / 2**64 * interval * SPREAD
+
+
+def probe_slot(pair: str, interval: float, after: float) -> float:
+    """The pair's next probe time after ``after``: its own stable phase within each interval,
+    so N pairs probed every ``interval`` make N/interval probes a second, never a burst."""
+    digest = hashlib.blake2b(pair.encode(), digest_size=8, person=b"probe-slot").digest()
+    phase = int.from_bytes(digest, "big") / 2**64 * interval
+    return phase + interval * (math.floor((after - phase) / interval) + 1)
 
 
 @dataclass(frozen=True)

@@ -26,11 +26,11 @@ from meshtui.controller import lock
 from meshtui.controller.core import Controller
 from meshtui.controller.metrics import CycleView, Metrics
 from meshtui.controller.notify import Alert
-from meshtui.controller.schedule import SPREAD, PairDue, epoch, schedule
+from meshtui.controller.schedule import SPREAD, PairDue, epoch, probe_slot, schedule
 from meshtui.controller.status import statuses
 from meshtui.errors import MeshtuiError, NotResolvedError, RotationBusyError
 from meshtui.inventory import now as stamp_now
-from meshtui.model import PairStatus, State, node_of, split_pair_id
+from meshtui.model import DEFAULT_PROBE_EVERY_S, PairStatus, State, node_of, split_pair_id
 
 ACTOR = "watch"
 HEARTBEAT = "watch.json"
@@ -143,6 +143,7 @@ class Watch:
         self.states: dict[str, tuple[State, str]] | None = None
         self.overdue: set[str] = set()
         self.waiting: str | None = None
+        self._cache: tuple[int, list[PairStatus], list[PairDue]] | None = None
         ctl.inventory.actor = ACTOR
         lock.WHO = ACTOR
 
@@ -172,10 +173,8 @@ class Watch:
 
     def cycle(self) -> CycleReport:
         """One pass: recover and push, probe what is due, rotate what is due, alert, measure."""
-        inv = self.ctl.inventory
         now = self.clock()
-        rows = statuses(inv)
-        plan = schedule(inv)
+        rows, plan, fresh = self._read(force=False)
         if self.states is None:
             self.states = {r.pair: (r.state, r.reason) for r in rows if not r.withdrawn}
         ok, acted = True, False
@@ -195,9 +194,9 @@ class Watch:
             acted = acted or bool(rotated or failed)
             ok = ok and not failed
         if acted:
-            rows, plan = statuses(inv), schedule(inv)
+            rows, plan, fresh = self._read(force=True)
         now = self.clock()
-        alerts += self._changes(rows, plan, now)
+        alerts += self._changes(rows, plan, now, fresh)
         for alert in alerts:
             self.log(
                 f"alert {alert.event}: {alert.pair} {alert.from_} -> {alert.to}: {alert.reason}"
@@ -227,6 +226,17 @@ class Watch:
             waited_for=self.waiting,
             ok=ok,
         )
+
+    def _read(self, *, force: bool) -> tuple[list[PairStatus], list[PairDue], bool]:
+        """Every pair's status and schedule, read again only when the inventory changed (another
+        process committed, or this watch acted): an idle cycle costs a pragma, not a scan."""
+        inv = self.ctl.inventory
+        with inv.lock:
+            version = inv.db.conn.execute("PRAGMA data_version").fetchone()[0]
+        if force or self._cache is None or version != self._cache[0]:
+            self._cache = (version, statuses(inv), schedule(inv))
+            return self._cache[1], self._cache[2], True
+        return self._cache[1], self._cache[2], False
 
     # ---- the lock -----------------------------------------------------------------------
     def _lock_free(self, action: str) -> bool:
@@ -280,17 +290,20 @@ class Watch:
         return len(report.delivered) + len(report.withdrawn), report.ok
 
     def _probe(self, rows: list[PairStatus], plan: list[PairDue]) -> tuple[int, bool]:
-        """Probe the live pairs whose probe is due (jittered, at most PROBE_BATCH a cycle)."""
+        """Probe the live pairs whose probe is due, at most PROBE_BATCH a cycle. Each pair has its
+        own slot in the interval (:func:`probe_slot`), so the load on each provider is even."""
         now = self.clock()
         every = {d.pair: d.policy.probe_every for d in plan}
         live = [r for r in rows if not r.withdrawn]
         for r in live:
             if r.pair not in self.next_probe:
-                interval = every.get(r.pair, 300.0)
+                interval = every.get(r.pair, DEFAULT_PROBE_EVERY_S)
                 last = _epoch_or_none(r.probed_at)
-                due = now if last is None else last + interval
-                if due <= now:  # spread what is already due over a tenth of the interval
+                if last is None or last + interval <= now:
+                    # never probed, or late: catch up, spread over a tenth of the interval
                     due = now + self.rng.uniform(0, interval * SPREAD)
+                else:
+                    due = probe_slot(r.pair, interval, last)
                 self.next_probe[r.pair] = due
         due_ids = sorted(
             (p for p in (r.pair for r in live) if self.next_probe[p] <= now),
@@ -308,10 +321,8 @@ class Watch:
                 f"consumer's node {node} {UNREACHABLE}"
             )
             answered[node] = answered.get(node, False) or not lost
-            interval = every.get(o.pair, 300.0)
-            self.next_probe[o.pair] = after + interval * self.rng.uniform(
-                1 - SPREAD / 2, 1 + SPREAD / 2
-            )
+            interval = every.get(o.pair, DEFAULT_PROBE_EVERY_S)
+            self.next_probe[o.pair] = probe_slot(o.pair, interval, after + interval / 2)
         for node, up in answered.items():
             if up:
                 self._node_up(node)
@@ -385,18 +396,23 @@ class Watch:
         return False, f"rotation {report.outcome}: {report.reason}"
 
     # ---- alerts -------------------------------------------------------------------------
-    def _changes(self, rows: list[PairStatus], plan: list[PairDue], now: float) -> list[Alert]:
-        """State changes since the last cycle, and pairs that just became overdue."""
+    def _changes(
+        self, rows: list[PairStatus], plan: list[PairDue], now: float, fresh: bool
+    ) -> list[Alert]:
+        """State changes since the last cycle (only a fresh read can hold one), and pairs that
+        just became overdue."""
         assert self.states is not None
         when = stamp_now()
         out = []
-        current = {r.pair: (r.state, r.reason) for r in rows if not r.withdrawn}
-        for pid, (state, reason) in current.items():
-            before = self.states.get(pid)
-            if before is not None and before[0] is not state:
-                out.append(Alert("state", pid, str(before[0]), str(state), reason, when))
-        self.states = current
-        overdue = {d.pair for d in plan if d.is_overdue(now)}
+        if fresh:
+            current = {r.pair: (r.state, r.reason) for r in rows if not r.withdrawn}
+            for pid, (state, reason) in current.items():
+                before = self.states.get(pid)
+                if before is not None and before[0] is not state:
+                    out.append(Alert("state", pid, str(before[0]), str(state), reason, when))
+            self.states = current
+        current = self.states
+        overdue = {d.pair for d in plan if d.overdue_at is not None and d.is_overdue(now)}
         for d in plan:
             if d.pair in overdue - self.overdue and d.overdue_at is not None:
                 held = str(current.get(d.pair, (State.UNKNOWN, ""))[0])
