@@ -245,9 +245,7 @@ def _rotation_ids(ctl: Any, args: argparse.Namespace) -> list[str]:
     if args.due:
         import time
 
-        from meshtui.controller.schedule import schedule
-
-        return [d.pair for d in schedule(ctl.inventory) if d.is_due(time.time())]
+        return [d.pair for d in ctl.schedule() if d.is_due(time.time())]
     if args.provider:
         return list(ctl.pairs_of_provider(args.provider))
     if args.all:
@@ -493,15 +491,12 @@ def _provision_parser(sub: Any) -> None:
 def cmd_status_due(args: argparse.Namespace) -> int:
     import time
 
-    from meshtui.controller.schedule import schedule
     from meshtui.model import format_duration
 
     with _controller(args, read_only=True) as ctl:
         wanted = set(ctl.resolve_pairs(args.pairs)) if args.pairs else None
         rows = [
-            d
-            for d in schedule(ctl.inventory)
-            if not d.withdrawn and (wanted is None or d.pair in wanted)
+            d for d in ctl.schedule() if not d.withdrawn and (wanted is None or d.pair in wanted)
         ]
     now = time.time()
     if args.json:

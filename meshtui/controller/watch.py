@@ -19,11 +19,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from meshtui.atomic import write_private
 from meshtui.controller import lock
 from meshtui.controller.core import Controller
+from meshtui.controller.heartbeat import HEARTBEAT, Heartbeat
 from meshtui.controller.metrics import CycleView, Metrics
 from meshtui.controller.notify import Alert
 from meshtui.controller.schedule import SPREAD, PairDue, epoch, probe_slot, schedule
@@ -33,7 +33,6 @@ from meshtui.inventory import now as stamp_now
 from meshtui.model import DEFAULT_PROBE_EVERY_S, PairStatus, State, node_of, split_pair_id
 
 ACTOR = "watch"
-HEARTBEAT = "watch.json"
 TICK_S = 1.0
 """The longest the loop sleeps between two looks at the clock."""
 BACKOFF_MIN_S, BACKOFF_MAX_S = 2.0, 300.0
@@ -42,39 +41,6 @@ PROBE_BATCH = 2000
 ROTATE_BATCH = 200
 """At most this many pairs in one all-or-nothing rotation."""
 UNREACHABLE = "unreachable"
-
-
-@dataclass(frozen=True)
-class Heartbeat:
-    """What the watch writes to ``<state>/watch.json`` each cycle, for the dashboard."""
-
-    pid: int
-    started_at: str
-    last_cycle_at: str | None
-    last_ok_at: str | None
-    cycles: int
-    stopped_at: str | None = None
-
-    @classmethod
-    def read(cls, state_dir: Path) -> Heartbeat | None:
-        """The heartbeat file, or None when there is none (or it cannot be read)."""
-        try:
-            data = json.loads((state_dir / HEARTBEAT).read_text())
-            return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})
-        except (OSError, ValueError, TypeError):
-            return None
-
-    def running(self) -> bool:
-        """True when the process that wrote it still runs and has not said it stopped."""
-        if self.stopped_at is not None:
-            return False
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True  # another user's process: alive
-        return True
 
 
 @dataclass
