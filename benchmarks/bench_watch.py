@@ -28,6 +28,7 @@ from meshtui.controller.core import Controller, init_keys
 from meshtui.controller.schedule import epoch
 from meshtui.controller.status import statuses
 from meshtui.controller.watch import Watch
+from meshtui.errors import LabError
 from meshtui.host import identity
 from meshtui.inventory import now
 from meshtui.lab.postgres import Cluster, create_cluster
@@ -177,7 +178,7 @@ def probe_load(pairs: int) -> None:
             per_second: list[int] = []
             before = sessions(cluster)
             t0 = time.perf_counter()
-            for _ in range(int(interval) + 1):  # one whole interval, one cycle a second
+            for _ in range(int(interval)):  # one whole interval, one cycle a second
                 report = watch.cycle()
                 per_second.append(report.probed)
                 fake[0] += 1.0
@@ -206,7 +207,12 @@ def probe_load(pairs: int) -> None:
         if mesh is not None:
             for node in list(mesh.procs):
                 mesh.stop(node)
-        cluster.stop()
+        for attempt in range(3):  # a loaded machine can make a fast shutdown outlast 60 s
+            try:
+                cluster.stop()
+                break
+            except LabError as exc:
+                print(f"warning: {exc} (attempt {attempt + 1})", file=sys.stderr)
         shutil.rmtree(base, ignore_errors=True)
 
 
