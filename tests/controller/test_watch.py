@@ -128,10 +128,13 @@ def test_pairs_past_their_policy_are_rotated_and_still_work(mesh, pg):
     host, port = metrics.serve("127.0.0.1", 0)
     try:
         with mesh.controller() as ctl:
-            watch = Watch(ctl, metrics=metrics, log=print)
+            since = max(d.since for d in ctl.schedule())
+            shift = [since + 1.0 - time.time()]  # the clock seam: first, 1 s after declaring
+            watch = Watch(ctl, metrics=metrics, log=print, clock=lambda: time.time() + shift[0])
             first = watch.cycle()
             assert first.rotated == [] and first.probed == 0  # nothing due yet; probes jittered
-            time.sleep(3 * 1.1 + 0.1)  # past every pair's place in the spread window
+            shift[0] = 0.0
+            time.sleep(max(0.0, max(d.due_at for d in ctl.schedule()) - time.time()) + 0.1)
             report = watch.cycle()
             assert sorted(report.rotated) == sorted(ALL) and report.failed_rotations == []
             rows = {r.pair: r for r in ctl.status()}
