@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 HEARTBEAT = "watch.json"
+MAX_BYTES = 4096
 
 
 @dataclass(frozen=True)
@@ -29,10 +31,22 @@ class Heartbeat:
     def read(cls, state_dir: Path) -> Heartbeat | None:
         """The heartbeat file, or None when there is none (or it cannot be read)."""
         try:
-            data = json.loads((state_dir / HEARTBEAT).read_text())
-            return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})
-        except (OSError, ValueError, TypeError):
+            # no symlink, no FIFO: the dashboard may run as root on another user's folder
+            fd = os.open(state_dir / HEARTBEAT, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
             return None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            data = json.loads(os.read(fd, MAX_BYTES))
+            beat = cls(**{k: data.get(k) for k in cls.__dataclass_fields__})
+        except (OSError, ValueError, TypeError, AttributeError):
+            return None
+        finally:
+            os.close(fd)
+        if not isinstance(beat.pid, int) or beat.pid <= 0 or not isinstance(beat.cycles, int):
+            return None
+        return beat
 
     def running(self) -> bool:
         """True when the process that wrote it still runs and has not said it stopped."""

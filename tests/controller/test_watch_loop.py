@@ -136,3 +136,22 @@ def test_cli_watch_refuses_a_remote_bind_before_doing_anything(declared: Mesh) -
 def test_cli_rotate_due_is_one_choice_among_the_others(declared: Mesh) -> None:
     result = declared.cli("rotate", "--due", "--all", "--yes")
     assert result.code == 2 and "exactly one" in result.err
+
+
+def test_heartbeat_is_not_read_through_a_symlink_or_a_fifo(tmp_path: Any) -> None:
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text('{"pid": 1, "started_at": "x", "cycles": 1}')
+    state = tmp_path / "state"
+    state.mkdir()
+    assert Heartbeat.read(state) is None  # none written yet
+    (state / "watch.json").symlink_to(elsewhere)
+    assert Heartbeat.read(state) is None
+    (state / "watch.json").unlink()
+    os.mkfifo(state / "watch.json")
+    assert Heartbeat.read(state) is None  # and it did not block
+    (state / "watch.json").unlink()
+    (state / "watch.json").write_text('{"pid": 0, "started_at": "x", "cycles": 1}')
+    assert Heartbeat.read(state) is None  # pid 0 would name our own process group
+    (state / "watch.json").write_bytes(elsewhere.read_bytes())
+    beat = Heartbeat.read(state)
+    assert beat is not None and beat.pid == 1 and beat.running()
