@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import psycopg
 
-from meshtui.controller.core import Controller, init_keys
+from meshtui.controller.core import INVENTORY, Controller, init_keys
 from meshtui.controller.schedule import epoch
 from meshtui.controller.status import statuses
 from meshtui.controller.watch import Watch
@@ -103,20 +104,30 @@ def idle_cycle(pairs: int, repeat: int) -> dict[str, tuple[float, float]]:
             watch = Watch(ctl, log=quiet, clock=lambda: frozen)
             first = watch.cycle()  # learns every pair's probe slot
             assert not (first.rotated or first.probed or first.pushed), first
+            other = sqlite3.connect(state / INVENTORY)  # another process's commit, say a declare
+
+            def touch() -> None:
+                with other:
+                    other.execute("UPDATE nodes SET updated_at = ?", [now()])
+
             out: dict[str, tuple[float, float]] = {}
-            for name, step in (
-                ("status read", lambda: statuses(ctl.inventory)),
-                ("watch cycle", watch.cycle),
+            for name, step, before in (
+                ("status read", lambda: statuses(ctl.inventory), None),
+                ("watch cycle", watch.cycle, None),
+                ("cycle, changed", watch.cycle, touch),
             ):
                 walls, cpus = [], []
                 for _ in range(repeat):
+                    if before is not None:
+                        before()
                     w0, c0 = time.perf_counter(), time.process_time()
                     got = step()
                     walls.append(time.perf_counter() - w0)
                     cpus.append(time.process_time() - c0)
-                    if name == "watch cycle":
+                    if name != "status read":
                         assert not (got.rotated or got.probed or got.pushed), got  # type: ignore[union-attr]
                 out[name] = (statistics.median(walls), statistics.median(cpus))
+            other.close()
     return out
 
 
@@ -172,7 +183,9 @@ def probe_load(pairs: int) -> None:
             plain_sessions = sessions(cluster) - before - 1
             assert all(o.verdict == "accepted" for o in outcomes), outcomes[:3]
 
-            fake = [time.time()]
+            # steady state: a probe's next slot is at least half an interval after it, so the
+            # interval measured starts half an interval after the plain probe
+            fake = [time.time() + 150.0]
             watch = Watch(ctl, log=quiet, clock=lambda: fake[0])
             interval = 300.0
             per_second: list[int] = []
@@ -224,14 +237,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-load", action="store_true", help="only the idle cycle")
     args = ap.parse_args(argv)
     print(f"idle cycle: nothing due; median of {args.repeat}")
-    head = f"{'pairs':>7}  {'run':<13}{'wall ms':>9}{'cpu ms':>9}{'x status (wall)':>17}"
+    head = f"{'pairs':>7}  {'run':<15}{'wall ms':>9}{'cpu ms':>9}{'x status (wall)':>17}"
     print(head)
     print("-" * len(head))
     for n in args.sizes:
         got = idle_cycle(n, args.repeat)
         floor = got["status read"][0]
         for name, (wall, cpu) in got.items():
-            print(f"{n:>7}  {name:<13}{wall * 1e3:>9.1f}{cpu * 1e3:>9.1f}{wall / floor:>17.2f}")
+            print(f"{n:>7}  {name:<15}{wall * 1e3:>9.1f}{cpu * 1e3:>9.1f}{wall / floor:>17.2f}")
     if not args.skip_load:
         probe_load(args.pairs)
     return 0

@@ -268,8 +268,8 @@ class Watch:
                 if last is None or last + interval <= now:
                     # never probed, or late: catch up, spread over a tenth of the interval
                     due = now + self.rng.uniform(0, interval * SPREAD)
-                else:
-                    due = probe_slot(r.pair, interval, last)
+                else:  # the pair's first slot at least half an interval after its last probe
+                    due = probe_slot(r.pair, interval, last + interval / 2)
                 self.next_probe[r.pair] = due
         due_ids = sorted(
             (p for p in (r.pair for r in live) if self.next_probe[p] <= now),
