@@ -152,6 +152,7 @@ class Watch:
             acted = True
             pushed, push_ok = self._push()
             ok = ok and push_ok
+            rows, plan, _ = self._read(force=True)  # a recovered rotation moved generations
         if not self.stop.is_set():
             count, probe_ok = self._probe(rows, plan)
             probed, acted, ok = count, acted or count > 0, ok and probe_ok
