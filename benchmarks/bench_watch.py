@@ -183,11 +183,14 @@ def probe_load(pairs: int) -> None:
             plain_sessions = sessions(cluster) - before - 1
             assert all(o.verdict == "accepted" for o in outcomes), outcomes[:3]
 
-            # steady state: a probe's next slot is at least half an interval after it, so the
-            # interval measured starts half an interval after the plain probe
-            fake = [time.time() + 150.0]
+            # steady state: the watch starts right after the plain probe; the first half
+            # interval (pairs whose slot came before the watch did) is warm-up, not counted
+            fake = [time.time()]
             watch = Watch(ctl, log=quiet, clock=lambda: fake[0])
             interval = 300.0
+            for _ in range(int(interval / 2)):
+                watch.cycle()
+                fake[0] += 1.0
             per_second: list[int] = []
             before = sessions(cluster)
             t0 = time.perf_counter()
