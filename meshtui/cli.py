@@ -65,6 +65,8 @@ def cmd_declare(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    if getattr(args, "due", False):
+        return cmd_status_due(args)
     with _controller(args, read_only=True) as ctl:
         rows = ctl.status(args.pairs or None)
     if args.json:
@@ -189,6 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("status", help="every pair, its state and who is behind")
     s.add_argument("pairs", nargs="*", metavar="PAIR")
     s.add_argument("--json", action="store_true")
+    s.add_argument(
+        "--due", action="store_true", help="each pair's policy, age and when it is due (overdue)"
+    )
     s.set_defaults(func=cmd_status)
 
     s = sub.add_parser("audit", help="the read-only audit view, or the log as text/JSON/CSV")
@@ -232,11 +237,15 @@ def cmd_push(args: argparse.Namespace) -> int:
 
 
 def _rotation_ids(ctl: Any, args: argparse.Namespace) -> list[str]:
-    chosen = [bool(args.pairs), bool(args.provider), bool(args.all)]
+    chosen = [bool(args.pairs), bool(args.provider), bool(args.all), bool(args.due)]
     if sum(chosen) != 1:
         from meshtui.errors import InputError
 
-        raise InputError("name pairs, or --provider NODE/MODULE, or --all (exactly one)")
+        raise InputError("name pairs, or --provider NODE/MODULE, or --all, or --due (exactly one)")
+    if args.due:
+        import time
+
+        return [d.pair for d in ctl.schedule() if d.is_due(time.time())]
     if args.provider:
         return list(ctl.pairs_of_provider(args.provider))
     if args.all:
@@ -251,6 +260,9 @@ def cmd_rotate(args: argparse.Namespace) -> int:
 
             raise ReadOnlyError("rotate")
         ids = _rotation_ids(ctl, args)
+        if args.due and not ids:
+            print("no pair is due for rotation")
+            return EXIT_OK
         if not args.yes:
             plan = ctl.plan_rotation(ids)
             print(f"rotate {len(plan.pairs)} pairs:")
@@ -315,6 +327,7 @@ def _action_parsers(sub: Any) -> None:
     s.add_argument("pairs", nargs="*", metavar="PAIR")
     s.add_argument("--provider", metavar="NODE/MODULE")
     s.add_argument("--all", action="store_true")
+    s.add_argument("--due", action="store_true", help="the pairs whose policy says rotate now")
     s.add_argument("--yes", action="store_true", help="do not ask")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_rotate)
@@ -475,11 +488,102 @@ def _provision_parser(sub: Any) -> None:
     s.set_defaults(func=cmd_provision)
 
 
+def cmd_status_due(args: argparse.Namespace) -> int:
+    import time
+
+    from meshtui.model import format_duration
+
+    with _controller(args, read_only=True) as ctl:
+        wanted = set(ctl.resolve_pairs(args.pairs)) if args.pairs else None
+        rows = [
+            d for d in ctl.schedule() if not d.withdrawn and (wanted is None or d.pair in wanted)
+        ]
+    now = time.time()
+    if args.json:
+        _print_json([d.to_json(now) for d in rows])
+    else:
+        for d in rows:
+            age = format_duration(d.age(now))
+            if d.due_at is None:
+                when = "never (no rotation policy)"
+            elif d.is_overdue(now):
+                when = f"OVERDUE by {format_duration(now - d.due_at)}"
+            elif d.is_due(now):
+                when = "due now"
+            else:
+                when = f"due in {format_duration(d.due_at - now)}"
+            print(f"{when:28} {d.pair}  age {age}  {d.policy.describe()}")
+        late = sum(1 for d in rows if d.is_overdue(now))
+        print(f"{len(rows)} pairs, {sum(1 for d in rows if d.is_due(now))} due, {late} overdue")
+    return EXIT_FAILED if any(d.is_overdue(now) for d in rows) else EXIT_OK
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    import signal
+
+    from meshtui.controller.metrics import Metrics, parse_listen
+    from meshtui.controller.notify import Notifier
+    from meshtui.controller.watch import Watch, log_line
+
+    listen = (
+        parse_listen(args.metrics, allow_remote=args.metrics_allow_remote) if args.metrics else None
+    )
+    notifier = Notifier(args.notify, log_line, timeout=args.notify_timeout) if args.notify else None
+    metrics = Metrics() if listen else None
+    with _controller(args) as ctl:
+        if ctl.read_only:
+            from meshtui.errors import ReadOnlyError
+
+            raise ReadOnlyError("watch")
+        if metrics is not None and listen is not None:
+            try:
+                host, port = metrics.serve(*listen)
+            except OSError as exc:
+                from meshtui.errors import InputError
+
+                raise InputError(
+                    f"--metrics {args.metrics}: cannot listen: {exc.strerror}"
+                ) from exc
+            log_line(f"metrics at http://{host}:{port}/metrics")
+        watch = Watch(ctl, notify=notifier, metrics=metrics, tick=args.tick)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: watch.stop.set())
+        try:
+            return watch.run()
+        finally:
+            if notifier is not None:
+                notifier.close()
+            if metrics is not None:
+                metrics.close()
+
+
+def _watch_parser(sub: Any) -> None:
+    s = sub.add_parser("watch", help="the unattended loop: rotate by policy, probe, converge")
+    s.add_argument(
+        "--notify",
+        nargs="+",
+        metavar="CMD",
+        help="argv run (no shell) on every alert, the alert as JSON on stdin; put it last",
+    )
+    s.add_argument("--notify-timeout", type=float, default=10.0, help="seconds (default 10)")
+    s.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus text at /metrics")
+    s.add_argument(
+        "--metrics-allow-remote",
+        action="store_true",
+        help="let --metrics bind an address other than loopback",
+    )
+    s.add_argument(
+        "--tick", type=float, default=1.0, help="longest sleep between two looks (seconds)"
+    )
+    s.set_defaults(func=cmd_watch)
+
+
 EXTRA_PARSERS: list[Callable[[Any], None]] = [
     _host_parsers,
     _action_parsers,
     _lab_parsers,
     _provision_parser,
+    _watch_parser,
 ]
 
 

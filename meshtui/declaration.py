@@ -26,8 +26,12 @@ from meshtui.model import (
     Node,
     Offer,
     Pair,
+    PolicySettings,
     Requirement,
+    effective_policy,
     file_mode,
+    format_duration,
+    parse_duration,
 )
 from meshtui.naming import derive_login
 
@@ -35,6 +39,8 @@ NODE_KEYS = {"address", "agent", "keys"}
 MODULE_KEYS = {"provides", "requires", "receives", "grants", "admin", "provisioner", "pin"}
 REQUIRE_KEYS = {"name", "values", "file", "reload", "from", "owner", "group", "mode"}
 PROVIDE_KEYS = {"name", "port"}
+POLICY_KEYS = {"rotate_every", "probe_every"}
+"""Allowed in [policy], on a provider module (all its pairs) and on a requires entry."""
 _TWICE = re.compile(r"Cannot declare \((?P<key>.*)\) twice (?P<where>\(at line \d+, column \d+\))")
 
 
@@ -121,7 +127,8 @@ def parse(text: str, path: Path) -> Declaration:
                 "each node and module is one table: merge the two, or rename one",
             ) from exc
         raise r.fail("", f"not valid TOML: {exc}") from exc
-    r.unknown(data, {"nodes", "modules"}, "(top level)")
+    r.unknown(data, {"nodes", "modules", "policy"}, "(top level)")
+    top = _policy(r, r.table(data.get("policy", {}), "policy"), "policy")
     nodes = {
         name: _node(r, name, spec) for name, spec in r.table(data.get("nodes", {}), "nodes").items()
     }
@@ -132,8 +139,8 @@ def parse(text: str, path: Path) -> Declaration:
         module = _module(r, key, spec, nodes)
         modules[module.id] = module
     _unique_paths(r, modules)
-    pairs = _pairs(r, modules, nodes)
-    return Declaration(source=str(path), nodes=nodes, modules=modules, pairs=pairs)
+    pairs = _pairs(r, modules, nodes, top)
+    return Declaration(source=str(path), nodes=nodes, modules=modules, pairs=pairs, policy=top)
 
 
 def _unique_paths(r: _Reader, modules: Mapping[str, Module]) -> None:
@@ -203,7 +210,7 @@ def _module(r: _Reader, key: str, spec: Any, nodes: Mapping[str, Node]) -> Modul
             where, f"module is on undeclared node {node!r}", f"add [nodes.{node}] or fix the name"
         )
     spec = r.table(spec, where)
-    r.unknown(spec, MODULE_KEYS, where)
+    r.unknown(spec, MODULE_KEYS | POLICY_KEYS, where)
     provides = tuple(
         _offer(r, i, item, where) for i, item in enumerate(_list(r, spec, "provides", where))
     )
@@ -266,6 +273,13 @@ def _module(r: _Reader, key: str, spec: Any, nodes: Mapping[str, Node]) -> Modul
             "pin confines a provider's logins, but this module provides nothing",
             "move pin = true to the module that provides the database",
         )
+    if not provides and POLICY_KEYS & set(spec):
+        key = sorted(POLICY_KEYS & set(spec))[0]
+        raise r.fail(
+            f"{where}.{key}",
+            "a module's policy applies to the pairs it provides, and it provides nothing",
+            "put the key on its requires entry (one consumer) or in [policy]",
+        )
     return Module(
         node=node,
         name=name,
@@ -276,6 +290,7 @@ def _module(r: _Reader, key: str, spec: Any, nodes: Mapping[str, Node]) -> Modul
         admin=admin,
         provisioner=provisioner,
         pin=pin,
+        policy=_policy(r, spec, where),
     )
 
 
@@ -306,7 +321,7 @@ def _offer(r: _Reader, i: int, item: Any, where: str) -> Offer:
 def _requirement(r: _Reader, i: int, item: Any, where: str) -> Requirement:
     at = f"{where}.requires[{i}]"
     item = r.table(item, at)
-    r.unknown(item, REQUIRE_KEYS, at)
+    r.unknown(item, REQUIRE_KEYS | POLICY_KEYS, at)
     values = r.table(item.get("values", {}), f"{at}.values")
     for k, v in values.items():
         if not isinstance(v, str) or not v or "\x00" in v:
@@ -339,6 +354,7 @@ def _requirement(r: _Reader, i: int, item: Any, where: str) -> Requirement:
         owner=owner,
         group=group,
         mode=mode,
+        policy=_policy(r, item, at),
     )
 
 
@@ -356,8 +372,35 @@ def _account(r: _Reader, item: Mapping[str, Any], key: str, at: str) -> str | No
     return value
 
 
+def _policy(r: _Reader, spec: Mapping[str, Any], where: str) -> PolicySettings:
+    """The policy keys of one table (the [policy] table, a provider module, a requires entry)."""
+    if where == "policy":
+        r.unknown(spec, POLICY_KEYS, where)
+    found: dict[str, float] = {}
+    for key in sorted(POLICY_KEYS & set(spec)):
+        raw = spec[key]
+        if not isinstance(raw, str):
+            raise r.fail(f"{where}.{key}", "must be a duration string", f'{key} = "90d"')
+        try:
+            found[key] = parse_duration(raw)
+        except ValueError as exc:
+            raise r.fail(f"{where}.{key}", str(exc)) from exc
+    settings = PolicySettings(found.get("rotate_every"), found.get("probe_every"))
+    if (
+        settings.rotate_every is not None
+        and settings.probe_every is not None
+        and settings.probe_every > settings.rotate_every
+    ):
+        raise r.fail(
+            f"{where}.probe_every",
+            f"{spec['probe_every']} is longer than rotate_every {spec['rotate_every']}",
+            "probe at least as often as the credential rotates",
+        )
+    return settings
+
+
 def _pairs(
-    r: _Reader, modules: Mapping[str, Module], nodes: Mapping[str, Node]
+    r: _Reader, modules: Mapping[str, Module], nodes: Mapping[str, Node], top: PolicySettings
 ) -> tuple[Pair, ...]:
     providers: dict[str, list[Module]] = {}
     for module in modules.values():
@@ -394,6 +437,16 @@ def _pairs(
                     f"{req.file} on {module.node} is already {holder}'s file",
                     "give each requirement its own file",
                 )
+            policy = effective_policy(top, provider.policy, req.policy)
+            if policy.rotate_every is not None and policy.probe_every > policy.rotate_every:
+                raise r.fail(
+                    f"{at}.probe_every" if req.policy.probe_every else at,
+                    f"probe_every {format_duration(policy.probe_every)} "
+                    f"({policy.probe_source}) is longer than rotate_every "
+                    f"{format_duration(policy.rotate_every)} ({policy.rotate_source})",
+                    "probe at least as often as the credential rotates: "
+                    "set probe_every here or shorten it where it is declared",
+                )
             pairs.append(
                 Pair(
                     provision=req.name,
@@ -407,6 +460,7 @@ def _pairs(
                     owner=req.owner,
                     group=req.group,
                     mode=req.mode,
+                    policy=policy,
                 )
             )
     return tuple(sorted(pairs, key=lambda p: p.id))

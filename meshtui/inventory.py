@@ -24,8 +24,9 @@ import sqlite_utils
 
 from meshtui import crypto
 from meshtui.errors import CryptoError, InventoryError, ReadOnlyError
+from meshtui.model import Policy, PolicySource
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 GENESIS = "0" * 64
 Row = dict[str, Any]
 
@@ -99,10 +100,18 @@ def _file_access_v3(db: sqlite_utils.Database) -> None:
     )
 
 
+def _policies_v4(db: sqlite_utils.Database) -> None:
+    db.execute(
+        "CREATE TABLE policies (pair TEXT PRIMARY KEY, rotate_every REAL, probe_every REAL NOT "
+        "NULL, rotate_source TEXT NOT NULL, probe_source TEXT NOT NULL)"
+    )
+
+
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _create_v1,
     _signed_head_v2,
     _file_access_v3,
+    _policies_v4,
 ]
 """``MIGRATIONS[i]`` takes the schema from version i to i+1; append, never edit."""
 
@@ -158,6 +167,7 @@ class Inventory:
         self.db = sqlite_utils.Database(conn)
         self.lock = threading.RLock()
         self.signer: Callable[[bytes], bytes] | None = None  # signs the audit head when set
+        self.actor: str | None = None  # the audit's operator when not a person (``watch``)
 
     @classmethod
     def open(cls, path: Path | str, *, read_only: bool = False) -> Inventory:
@@ -274,6 +284,8 @@ class Inventory:
         last = db.execute("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1").fetchone()
         seq, prev = (last[0] + 1, last[1]) if last else (1, GENESIS)
         user, ssh = operator()
+        if self.actor is not None:
+            user, ssh = self.actor, None
         event: Row = {
             "seq": seq,
             "at": now(),
@@ -333,6 +345,20 @@ class Inventory:
             r["values"] = json.loads(r["values"])
             r["reload"] = json.loads(r["reload"])
         return rows
+
+    def policies(self) -> dict[str, Policy]:
+        """Every pair's effective policy as declare stored it (pairs without a row: default)."""
+        return {
+            pid: Policy(
+                rotate_every=rotate,
+                probe_every=probe,
+                rotate_source=PolicySource(rsrc),
+                probe_source=PolicySource(psrc),
+            )
+            for pid, rotate, probe, rsrc, psrc in self.db.conn.execute(
+                "SELECT pair, rotate_every, probe_every, rotate_source, probe_source FROM policies"
+            )
+        }
 
     def generation(self, pair: str, generation: int) -> Row | None:
         """One sealed generation of a pair."""

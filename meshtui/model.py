@@ -50,6 +50,94 @@ class End(StrEnum):
     PROVIDER = "provider"
 
 
+DEFAULT_PROBE_EVERY_S = 300.0
+"""Without a policy pairs are still probed, every five minutes; they are never rotated."""
+
+_DURATION_RE = re.compile(r"^([1-9][0-9]{0,9})(s|m|h|d)$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> float:
+    """``"90d"``, ``"12h"``, ``"5m"``, ``"30s"`` -> seconds; ValueError saying what is allowed."""
+    found = _DURATION_RE.match(text)
+    if found is None:
+        raise ValueError(
+            f"{text!r} is not a duration: write a whole number and one unit, "
+            'like "90d", "12h", "5m" or "30s"'
+        )
+    return float(int(found[1]) * _UNIT_S[found[2]])
+
+
+def format_duration(seconds: float) -> str:
+    """Seconds as the largest whole unit (``7776000`` -> ``"90d"``); odd values in seconds."""
+    whole = int(seconds)
+    for unit in ("d", "h", "m"):
+        if whole and whole % _UNIT_S[unit] == 0:
+            return f"{whole // _UNIT_S[unit]}{unit}"
+    return f"{whole}s"
+
+
+class PolicySource(StrEnum):
+    """Where a pair's effective policy value came from."""
+
+    DEFAULT = "default"  # nothing declared: no rotation, probe every DEFAULT_PROBE_EVERY_S
+    GLOBAL = "global"  # the top-level [policy] table
+    PROVIDER = "provider"  # the provider module's rotate_every / probe_every
+    CONSUMER = "consumer"  # the requires entry's rotate_every / probe_every
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    """``rotate_every`` / ``probe_every`` as declared at one level, in seconds (None: not set)."""
+
+    rotate_every: float | None = None
+    probe_every: float | None = None
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A pair's effective policy and where each value came from."""
+
+    rotate_every: float | None = None  # None: never rotated automatically
+    probe_every: float = DEFAULT_PROBE_EVERY_S
+    rotate_source: PolicySource = PolicySource.DEFAULT
+    probe_source: PolicySource = PolicySource.DEFAULT
+
+    def describe(self) -> str:
+        """``rotate 90d (provider), probe 5m (default)``."""
+        rotate = (
+            "no rotation"
+            if self.rotate_every is None
+            else f"rotate {format_duration(self.rotate_every)}"
+        )
+        return (
+            f"{rotate} ({self.rotate_source}), "
+            f"probe {format_duration(self.probe_every)} ({self.probe_source})"
+        )
+
+
+def effective_policy(
+    top: PolicySettings, provider: PolicySettings, consumer: PolicySettings
+) -> Policy:
+    """The most specific level wins, per key: consumer, then provider, then global."""
+    rotate: tuple[float | None, PolicySource] = (None, PolicySource.DEFAULT)
+    probe: tuple[float, PolicySource] = (DEFAULT_PROBE_EVERY_S, PolicySource.DEFAULT)
+    for source, settings in (
+        (PolicySource.GLOBAL, top),
+        (PolicySource.PROVIDER, provider),
+        (PolicySource.CONSUMER, consumer),
+    ):
+        if settings.rotate_every is not None:
+            rotate = (settings.rotate_every, source)
+        if settings.probe_every is not None:
+            probe = (settings.probe_every, source)
+    if probe[1] is PolicySource.DEFAULT and rotate[0] is not None and rotate[0] < probe[0]:
+        probe = (rotate[0], PolicySource.DEFAULT)  # never probe less often than it rotates
+    return Policy(
+        rotate_every=rotate[0], probe_every=probe[0], rotate_source=rotate[1], probe_source=probe[1]
+    )
+
+
 @dataclass(frozen=True)
 class Node:
     """A machine: private address (probes go there), agent URL, and its two public keys."""
@@ -81,6 +169,7 @@ class Requirement:
     owner: str | None = None  # the credential file's owner on the node (None: the agent's user)
     group: str | None = None  # its group (None: the agent's group)
     mode: str = DEFAULT_MODE  # its mode, as declared ("0640")
+    policy: PolicySettings = field(default_factory=lambda: PolicySettings())
 
 
 @dataclass(frozen=True)
@@ -96,6 +185,7 @@ class Module:
     admin: str | None = None
     provisioner: tuple[str, ...] = (BUILTIN_POSTGRES,)
     pin: bool = False  # provider only: one pg_hba line per login, from its consumer's address
+    policy: PolicySettings = field(default_factory=lambda: PolicySettings())
 
     @property
     def id(self) -> str:
@@ -137,6 +227,7 @@ class Pair:
     owner: str | None = None  # the consumer's credential file: owner, group and mode
     group: str | None = None
     mode: str = DEFAULT_MODE
+    policy: Policy = field(default_factory=lambda: Policy())
 
     @property
     def id(self) -> str:
@@ -162,6 +253,7 @@ class Declaration:
     nodes: Mapping[str, Node]
     modules: Mapping[str, Module]
     pairs: tuple[Pair, ...]
+    policy: PolicySettings = field(default_factory=lambda: PolicySettings())
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,10 @@ from pathlib import Path
 
 from meshtui import crypto, declaration, wire
 from meshtui.atomic import write_private
+from meshtui.controller import schedule as schedule_mod
 from meshtui.controller import status as status_mod
 from meshtui.controller.declare import DeclareResult, declare
+from meshtui.controller.heartbeat import Heartbeat
 from meshtui.controller.reports import (
     DrillReport,
     HostView,
@@ -28,6 +30,7 @@ from meshtui.controller.reports import (
     Summary,
     no_progress,
 )
+from meshtui.controller.schedule import PairDue
 from meshtui.errors import (
     ReadOnlyContactError,
     ReadOnlyError,
@@ -154,6 +157,14 @@ class Controller:
             withdrawn=sum(1 for r in rows if r.withdrawn),
             last_push=pushes[0]["at"] if pushes else None,
         )
+
+    def schedule(self) -> list[PairDue]:
+        """Every pair's policy and when it is due for rotation."""
+        return schedule_mod.schedule(self.inventory)
+
+    def watch_heartbeat(self) -> Heartbeat | None:
+        """What the last ``meshtui watch`` on this state folder wrote, if any."""
+        return Heartbeat.read(self.state_dir)
 
     def resolve_pairs(self, ids: Iterable[str]) -> list[str]:
         """Check that every named pair exists; UnknownPairError names the first that does not."""

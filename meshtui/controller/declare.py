@@ -80,6 +80,17 @@ def _pair_row(p: Pair) -> Row:
     }
 
 
+def _policy_row(p: Pair) -> Row:
+    """The pair's effective policy, as the inventory stores it for status and watch."""
+    return {
+        "pair": p.id,
+        "rotate_every": p.policy.rotate_every,
+        "probe_every": p.policy.probe_every,
+        "rotate_source": str(p.policy.rotate_source),
+        "probe_source": str(p.policy.probe_source),
+    }
+
+
 def _node_row(n: Node) -> Row:
     return {
         "name": n.name,
@@ -188,6 +199,19 @@ def _declare(inv: Inventory, db: Database, decl: Declaration) -> DeclareResult:
             pair_rows.append({**{k: old_p[k] for k in old_p}, **row})
         else:
             result.unchanged.append(p.id)
+    old_policies = {
+        r["pair"]: r
+        for r in inv.query(
+            "SELECT pair, rotate_every, probe_every, rotate_source, probe_source FROM policies"
+        )
+    }
+    policy_rows = [
+        row for row in (_policy_row(p) for p in decl.pairs) if old_policies.get(row["pair"]) != row
+    ]
+    moved = set(result.new) | set(result.reissued) | set(result.changed)
+    repoliced = {r["pair"] for r in policy_rows} - moved
+    result.changed += sorted(repoliced)
+    result.unchanged = [pid for pid in result.unchanged if pid not in repoliced]
     declared_ids = {p.id for p in decl.pairs}
     for pid, old_p in old_pairs.items():
         if pid not in declared_ids and not old_p["withdrawn_at"]:
@@ -206,6 +230,7 @@ def _declare(inv: Inventory, db: Database, decl: Declaration) -> DeclareResult:
     )
     _insert(db, "generations", gen_rows)
     _upsert(db, "pairs", pair_rows, "id")
+    _upsert(db, "policies", policy_rows, "pair")
     db.conn.executemany(
         "UPDATE pairs SET withdrawn_at = ? WHERE id = ?",
         [(stamp, pid) for pid in result.withdrawn],

@@ -15,6 +15,26 @@ from pathlib import Path
 from meshtui.errors import RotationBusyError
 
 LOCK_FILE = "deliver.lock"
+WHO: str | None = None
+"""Who takes the lock in this process when it is not an operator's command (the watch sets
+``"watch"``), so whoever finds it busy reads ``pid 12: watch rotate``."""
+
+
+def holder(state_dir: Path) -> str | None:
+    """Who holds the lock now (``pid 12: rotate``), or None when it is free."""
+    try:
+        fd = os.open(state_dir / LOCK_FILE, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
 
 
 @contextmanager
@@ -32,7 +52,8 @@ def delivering(state_dir: Path, action: str) -> Iterator[None]:
                 "wait for it to finish"
             ) from exc
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()}: {action}".encode(), 0)
+        label = f"{WHO} {action}" if WHO else action
+        os.pwrite(fd, f"pid {os.getpid()}: {label}".encode(), 0)
         yield
     finally:
         os.close(fd)

@@ -95,6 +95,8 @@ def _pair_state(
     if probe is None or probe["withdrawn"]:
         return State.UNKNOWN, "never probed", False
     if probe["generation"] != want:
+        if probe["verdict"] == "unknown" and not probe["generation"]:  # the probe never ran
+            return State.UNKNOWN, f"cannot probe: {probe['reason']}", False
         return State.UNKNOWN, f"not probed since generation {want}", False
     loop = " over loopback" if probe["loopback"] else ""
     if probe["verdict"] == ACCEPTED and probe["used_password"] != 0:

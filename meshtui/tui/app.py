@@ -29,6 +29,7 @@ from textual.timer import Timer
 from textual.worker import Worker, WorkerState
 
 from meshtui.controller.core import INVENTORY, Controller
+from meshtui.controller.heartbeat import Heartbeat
 from meshtui.controller.reports import (
     DrillReport,
     ProbeOutcome,
@@ -41,7 +42,7 @@ from meshtui.tui import actions
 from meshtui.tui.commands import MeshCommands
 from meshtui.tui.keymap import config_paths, load_keymap
 from meshtui.tui.messages import Job, JobFailed, JobFinished, JobProgress, Loaded
-from meshtui.tui.pairs import PairModel
+from meshtui.tui.pairs import PairModel, parse_time, short_age
 from meshtui.tui.screens import job as job_screen
 from meshtui.tui.screens.job import JobRecord, JobScreen
 
@@ -92,6 +93,7 @@ class MeshApp(App[int]):
         self.job_progress: tuple[str, int, int] | None = None
         self.job_record: JobRecord | None = None
         self._stamp: tuple[int, ...] | None = None
+        self.watch_line = ""  # "watch running · last cycle 2s ago", or "" without a watch
         self._load_seq = 0
         self._applied_seq = 0
         self._heap_frozen = False
@@ -116,6 +118,7 @@ class MeshApp(App[int]):
         self.reload()
 
     def on_mount(self) -> None:
+        self._read_heartbeat()
         if self.keymap:
             self.set_keymap(self.keymap)
         for problem in self.keymap_problems:
@@ -172,8 +175,10 @@ class MeshApp(App[int]):
         with self.open_controller(reader=True) as ctl:
             rows = ctl.status()
             summary = ctl.summary(rows)
+            dues = {d.pair: d for d in ctl.schedule()}
         seconds = time.perf_counter() - start
-        self.post_message(Loaded(PairModel.build(rows, self.clock()), summary, seconds, "", seq))
+        fresh = PairModel.build(rows, self.clock(), dues)
+        self.post_message(Loaded(fresh, summary, seconds, "", seq))
 
     @on(Loaded)
     def _loaded(self, message: Loaded) -> None:
@@ -228,6 +233,14 @@ class MeshApp(App[int]):
         """Reload when the inventory file changed (another process, or our own job)."""
         if self._stamp is not None and self._file_stamp() != self._stamp:
             self.reload()
+        self._read_heartbeat()
+
+    def _read_heartbeat(self) -> None:
+        """Whether a ``meshtui watch`` runs on this state folder, for the header (a tiny file)."""
+        line = watch_line(Heartbeat.read(self.state_dir), self.clock())
+        if line != self.watch_line:
+            self.watch_line = line
+            self._refresh_summaries()
 
     # ---- jobs (the actions that change things) ------------------------------------------
     def plan_job(self, job: Job) -> None:
@@ -436,6 +449,20 @@ class MeshApp(App[int]):
     def live_ids(self, keys: Iterable[str]) -> list[str]:
         """The live (not withdrawn) pairs among ``keys``."""
         return self.model.live(keys)
+
+
+def watch_line(beat: Heartbeat | None, now: datetime) -> str:
+    """The header's words about the watch: running and its last cycle, or stopped, or ""."""
+    if beat is None:
+        return ""
+    if not beat.running():
+        when = parse_time(beat.stopped_at or beat.last_cycle_at)
+        ago = f" {short_age((now - when).total_seconds())} ago" if when else ""
+        return f"watch stopped{ago}"
+    when = parse_time(beat.last_cycle_at)
+    if when is None:
+        return "watch starting"
+    return f"watch running · last cycle {short_age((now - when).total_seconds())} ago"
 
 
 def job_toast(job: Job, result: Any) -> tuple[str, Any]:

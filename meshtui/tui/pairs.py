@@ -9,12 +9,13 @@ pairs: every row carries a lower-case search text and precomputed sort keys.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from meshtui.model import PairStatus, State
+from meshtui.controller.schedule import PairDue
+from meshtui.model import PairStatus, State, format_duration, parse_duration
 from meshtui.tui.widgets.line_table import Column, Entry, GroupHeader
 
 COLUMNS: tuple[Column, ...] = (
@@ -26,7 +27,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("generation", "gen", align="right", max_width=5),
     Column("consumer_generation", "c.gen", align="right", max_width=5),
     Column("provider_generation", "p.gen", align="right", max_width=5),
-    Column("age", "age", align="right", max_width=6),
+    Column("age", "age", align="right", max_width=16),  # "3d of 90d", "OVERDUE 2d" with a policy
     Column("probed", "probed", align="right", max_width=8),
     Column("reason", "reason", max_width=60),
 )
@@ -40,7 +41,11 @@ STATE_ORDER = {State.STALE: 0, State.UNKNOWN: 1, State.WORKING: 2, State.REVOKED
 """Sorting by state puts what needs attention first."""
 
 TONES = {State.WORKING: "good", State.STALE: "warn", State.REVOKED: "muted", State.UNKNOWN: "info"}
-FILTER_FIELDS = ("state", "provision", "consumer", "provider", "login", "node", "reason", "gen")
+FILTER_FIELDS = (
+    "state", "provision", "consumer", "provider", "login", "node", "reason", "gen", "due",
+)  # fmt: skip
+OVERDUE_WORD = "overdue"
+"""A bare ``overdue`` in the filter keeps the pairs past their rotation policy."""
 
 
 def parse_time(text: str | None) -> datetime | None:
@@ -108,6 +113,9 @@ class PairRow:
     age_s: float | None
     probed_s: float | None
     hay: str
+    due: PairDue | None = None
+    due_in_s: float | None = None  # seconds until the policy's rotation (negative: late)
+    overdue: bool = False
 
     def sort_value(self, column: str) -> Any:
         """The value a column sorts by (numbers sort as numbers, unknown last)."""
@@ -124,11 +132,24 @@ class PairRow:
         return (str(getattr(st, column)), st.pair)
 
 
-def make_row(st: PairStatus, now: datetime, ages: Ages | None = None) -> PairRow:
+def due_text(age: str, due: PairDue | None, now_s: float) -> tuple[str, float | None, bool]:
+    """The age cell with the policy (``3d of 90d``, ``OVERDUE 2d``), seconds to due, overdue."""
+    if due is None or due.due_at is None or due.withdrawn or due.policy.rotate_every is None:
+        return age, None, False
+    due_in = due.due_at - now_s
+    if due.is_overdue(now_s):
+        return f"OVERDUE {short_age(-due_in)}", due_in, True
+    return f"{age} of {format_duration(due.policy.rotate_every)}", due_in, False
+
+
+def make_row(
+    st: PairStatus, now: datetime, ages: Ages | None = None, due: PairDue | None = None
+) -> PairRow:
     """The display row of one status (``ages``: a memo shared by the rows of one load)."""
     if ages is None:
         ages = {}
     age_s, age = _age(st.rotated_at or st.created_at, now, ages)
+    age, due_in, overdue = due_text(age, due, now.timestamp()) if due else (age, None, False)
     probed_s, probed = _age(st.probed_at, now, ages)
     state = str(st.state)
     shown = "ALARM" if st.alarm else state
@@ -149,7 +170,9 @@ def make_row(st: PairStatus, now: datetime, ages: Ages | None = None) -> PairRow
     )
     hay = "\n".join((st.pair, st.login, state, st.reason, st.consumer_file)).lower()
     tone = "alarm" if st.alarm else TONES[st.state]
-    return PairRow(st.pair, cells, tone, st, age_s, probed_s, hay)  # positional: the fast path
+    if due is None:
+        return PairRow(st.pair, cells, tone, st, age_s, probed_s, hay)  # positional: fast path
+    return PairRow(st.pair, cells, tone, st, age_s, probed_s, hay, due, due_in, overdue)
 
 
 @dataclass(frozen=True)
@@ -190,42 +213,63 @@ class Query:
 
     words: tuple[str, ...] = ()
     fields: tuple[tuple[str, str], ...] = ()
+    overdue: bool = False
 
     @classmethod
     def parse(cls, text: str) -> Query:
         """Split the filter box's text into terms."""
         words: list[str] = []
         fields: list[tuple[str, str]] = []
+        overdue = False
         for term in text.lower().split():
             name, colon, value = term.partition(":")
             if colon and name in FILTER_FIELDS and value:
                 fields.append((name, value))
+            elif term == OVERDUE_WORD:
+                overdue = True
             else:
                 words.append(term)
-        return cls(tuple(words), tuple(fields))
+        return cls(tuple(words), tuple(fields), overdue)
 
     @property
     def empty(self) -> bool:
         """True when nothing is filtered out."""
-        return not (self.words or self.fields)
+        return not (self.words or self.fields or self.overdue)
 
     def matcher(self) -> Callable[[PairRow], bool]:
         """A fast predicate for this query."""
-        words, fields = self.words, self.fields
+        words, fields, overdue = self.words, self.fields, self.overdue
 
         def match(row: PairRow) -> bool:
             hay = row.hay
             for word in words:
                 if word not in hay:
                     return False
+            if overdue and not row.overdue:
+                return False
             if fields:
                 st = row.status
                 for name, value in fields:
-                    if not _field_match(st, name, value):
+                    if name == "due":
+                        if not _due_match(row, value):
+                            return False
+                    elif not _field_match(st, name, value):
                         return False
             return True
 
         return match
+
+
+def _due_match(row: PairRow, value: str) -> bool:
+    """``due:<7d`` (due within 7 days, late ones too), ``due:>7d``; no policy never matches."""
+    if row.due_in_s is None:
+        return False
+    op, amount = (value[0], value[1:]) if value[0] in "<>" else ("<", value)
+    try:
+        limit = parse_duration(amount)
+    except ValueError:
+        return False
+    return row.due_in_s < limit if op == "<" else row.due_in_s > limit
 
 
 def _field_match(st: PairStatus, name: str, value: str) -> bool:
@@ -246,10 +290,15 @@ class PairModel:
         self.widths: list[int] = [max(c.min_width, len(c.label)) for c in COLUMNS]
 
     @staticmethod
-    def build(statuses: Iterable[PairStatus], now: datetime) -> Fresh:
+    def build(
+        statuses: Iterable[PairStatus], now: datetime, dues: Mapping[str, PairDue] | None = None
+    ) -> Fresh:
         """Display rows and column widths for a load; pure, so a worker thread can do it."""
         ages: Ages = {}
-        rows = {st.pair: make_row(st, now, ages) for st in statuses}
+        if dues:
+            rows = {st.pair: make_row(st, now, ages, dues.get(st.pair)) for st in statuses}
+        else:
+            rows = {st.pair: make_row(st, now, ages) for st in statuses}
         return Fresh(dict(sorted(rows.items())), PairModel._measure(rows.values()))
 
     def merge(self, fresh: Fresh) -> Changes:

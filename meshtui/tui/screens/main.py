@@ -142,11 +142,13 @@ class MainScreen(MeshScreen):
             self._shown() if not self.parsed.empty else None,
             len(self.table.marked),
             (job.title, *progress) if job and progress else None,
+            self.mesh.watch_line,
         )
         if state == self._summary_state:
             return  # nothing it shows changed: no redraw
         self._summary_state = state
-        summary.summary, summary.note, summary.shown, summary.marked, summary.job = state
+        summary.summary, summary.note, summary.shown, summary.marked, summary.job = state[:5]
+        summary.watch_text = self.mesh.watch_line
         summary.now = self.mesh.clock()
         summary.refresh()
 

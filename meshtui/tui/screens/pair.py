@@ -17,7 +17,8 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Label, LoadingIndicator, Sparkline, Static
 
 from meshtui.controller.reports import PairDetail
-from meshtui.model import PairStatus
+from meshtui.controller.schedule import PairDue
+from meshtui.model import PairStatus, PolicySource
 from meshtui.tui import actions
 from meshtui.tui.messages import DetailLoaded, Job
 from meshtui.tui.pairs import Changes, parse_time, short_age, short_time
@@ -56,8 +57,27 @@ def small_table(title: str, headers: Sequence[str], rows: Iterable[Sequence[Any]
     return table
 
 
-def overview_text(st: PairStatus, now: Any) -> Text:
-    """State, reason, generations and times in a few lines."""
+def policy_text(due: PairDue | None, now: Any) -> Text:
+    """The pair's policy and where each value comes from (empty when nothing is declared)."""
+    p = due.policy if due is not None else None
+    if due is None or p is None or PolicySource.DEFAULT == p.rotate_source == p.probe_source:
+        return Text()
+    text = Text("\n")
+    text.append("policy    ", "bold")
+    text.append(p.describe())
+    if due.due_at is not None and not due.withdrawn:
+        late = now.timestamp() - due.due_at
+        if due.is_overdue(now.timestamp()):
+            text.append(f" · OVERDUE by {short_age(late)}", "bold")
+        elif late >= 0:
+            text.append(" · due now")
+        else:
+            text.append(f" · due in {short_age(-late)}")
+    return text
+
+
+def overview_text(st: PairStatus, now: Any, due: PairDue | None = None) -> Text:
+    """State, reason, generations, times and the policy in a few lines."""
     text = Text()
     text.append(
         f"{'ALARM ' if st.alarm else ''}{st.state}", f"bold {STATE_STYLE.get(str(st.state), '')}"
@@ -78,6 +98,7 @@ def overview_text(st: PairStatus, now: Any) -> Text:
         when = parse_time(stamp)
         age = short_age((now - when).total_seconds()) + " ago" if when else "never"
         text.append(f"{label} {age}   ", "dim")
+    text.append_text(policy_text(due, now))
     return text
 
 
@@ -168,7 +189,10 @@ class PairScreen(MeshScreen):
         st = self.detail.status if self.detail else self.status
         if st is None:
             return
-        self.query_one("#pair-overview", Static).update(overview_text(st, self.mesh.clock()))
+        row = self.mesh.model.rows.get(self.pair)
+        self.query_one("#pair-overview", Static).update(
+            overview_text(st, self.mesh.clock(), row.due if row else None)
+        )
         self.query_one("#pair-holders", Static).update(holders_text(st, self.detail))
 
     @on(DetailLoaded)

@@ -51,6 +51,7 @@ class SummaryBar(Widget):
         self.now: datetime | None = None
         self.note = ""
         self.job: tuple[str, str, int, int] | None = None
+        self.watch_text = ""  # whether a meshtui watch runs, and its last cycle ("" without one)
 
     def _s(self, name: str) -> Style:
         return self.get_component_rich_style(f"summary--{name}")
@@ -91,6 +92,10 @@ class SummaryBar(Widget):
                 text.append(f" · {self.shown} shown", self._s("muted"))
             if self.marked:
                 text.append(f" · {self.marked} marked", self._s("warn"))
+            if self.watch_text:
+                tone = "good" if self.watch_text.startswith("watch running") else "warn"
+                text.append(" · ", self._s("muted"))
+                text.append(self.watch_text, self._s(tone))
         return text
 
     def _ago(self, stamp: str | None) -> str:

@@ -1,0 +1,104 @@
+"""The dashboard knows about the watch: the header says whether one runs and its last cycle,
+pair rows show the policy and when each is due, the filter understands ``due:<7d`` and
+``overdue``, and the pair screen names the policy's source."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import timedelta
+from typing import Any
+
+from meshtui.controller.core import Controller
+from meshtui.controller.heartbeat import HEARTBEAT
+from meshtui.controller.schedule import schedule
+from meshtui.tui.screens.main import MainScreen
+from meshtui.tui.screens.pair import PairScreen
+from tests.tui.builder import FIXED_NOW, Built
+from tests.tui.helpers import settle
+
+
+def set_policy(built: Built, rotate_s: float, source: str = "global") -> dict[str, Any]:
+    """Every pair gets ``rotate_s`` (as declare would store it); returns each pair's schedule."""
+    with Controller.open(built.state) as ctl:
+        with ctl.inventory.transaction("test policy") as db:
+            db["policies"].upsert_all(
+                [
+                    {"pair": pid, "rotate_every": rotate_s, "probe_every": 300.0,
+                     "rotate_source": source, "probe_source": "default"}
+                    for pid in built.pairs
+                ],
+                pk="pair",
+            )  # fmt: skip
+        return {d.pair: d for d in schedule(ctl.inventory)}
+
+
+def beat(built: Built, **fields: Any) -> None:
+    body = {"pid": os.getpid(), "started_at": FIXED_NOW.isoformat(), "cycles": 7,
+            "last_cycle_at": None, "last_ok_at": None, "stopped_at": None} | fields  # fmt: skip
+    (built.state / HEARTBEAT).write_text(json.dumps(body))
+
+
+async def test_rows_show_policy_and_the_filter_finds_due_and_overdue(
+    make_app: Any, built: Built
+) -> None:
+    plan = set_policy(built, 90 * 86400.0)
+    now = FIXED_NOW.timestamp()
+    overdue = {p for p, d in plan.items() if d.is_overdue(now)}
+    soon = {p for p, d in plan.items() if d.due_at is not None and d.due_at - now < 30 * 86400}
+    assert overdue and soon > overdue and soon != set(built.pairs)  # the data tests something
+    app = make_app()
+    async with app.run_test(size=(200, 40)) as pilot:
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, MainScreen)
+        cells = {k: r.cells[COL_AGE] for k, r in app.model.rows.items()}
+        assert all(cells[p].startswith("OVERDUE ") for p in overdue)
+        assert all(cells[p].endswith(" of 90d") for p in set(built.pairs) - overdue)
+        await pilot.press("slash", *"overdue")
+        await settle(pilot)
+        assert set(screen.table.entries) == overdue
+        await pilot.press("enter", "escape", "slash", *keys("due:<30d"))
+        await settle(pilot)
+        assert set(screen.table.entries) == soon, screen.query_one("#filter").value
+        await pilot.press("enter", "escape", "slash", *keys("due:>30d"))
+        await settle(pilot)
+        assert set(screen.table.entries) == set(built.pairs) - soon
+
+
+COL_AGE = 8
+
+
+def keys(text: str) -> list[str]:
+    """Key names for typing ``text`` (Textual names '<' and '>' and ':')."""
+    names = {"<": "less_than_sign", ">": "greater_than_sign", ":": "colon"}
+    return [names.get(c, c) for c in text]
+
+
+async def test_header_says_whether_a_watch_runs(make_app: Any, built: Built) -> None:
+    app = make_app()
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(pilot)
+        summary = str(app.screen.query_one("#summary").render())
+        assert "watch" not in summary  # no heartbeat: nothing claimed
+        beat(built, last_cycle_at=(FIXED_NOW - timedelta(seconds=3)).isoformat())
+        app._read_heartbeat()
+        await settle(pilot)
+        assert "watch running · last cycle 3s ago" in str(app.screen.query_one("#summary").render())
+        beat(built, stopped_at=(FIXED_NOW - timedelta(minutes=5)).isoformat())
+        app._read_heartbeat()
+        await settle(pilot)
+        assert "watch stopped 5m ago" in str(app.screen.query_one("#summary").render())
+
+
+async def test_pair_screen_names_the_policy_source(make_app: Any, built: Built) -> None:
+    set_policy(built, 30 * 86400.0, source="provider")
+    pid = built.pairs[0]
+    app = make_app()
+    async with app.run_test(size=(160, 50)) as pilot:
+        await settle(pilot)
+        app.push_screen(PairScreen(pid))
+        await settle(pilot)
+        text = str(app.screen.query_one("#pair-overview").render())
+        assert "policy    rotate 30d (provider), probe 5m (default)" in text
+        assert "due in" in text or "OVERDUE" in text
