@@ -17,7 +17,7 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,7 +103,7 @@ PROCESS_SEQUENCE = Sequence()
 
 def envelope(
     kind: str,
-    payload: dict[str, Any],
+    payload: Mapping[str, object],
     *,
     sender: str,
     to: str,

@@ -15,12 +15,24 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from meshtui import crypto, wire
+from meshtui import crypto, messages
 from meshtui.controller.client import DELIVER_TIMEOUT_S, Agents
 from meshtui.errors import AgentError, InventoryError
 from meshtui.inventory import Inventory, Row, now
+from meshtui.messages import (
+    ConsumerItem,
+    DeliverAnswer,
+    DeliverRequest,
+    Holding,
+    ManifestEntry,
+    ProbeReport,
+    ProviderOutcome,
+    ProviderSet,
+    Rollback,
+    Target,
+)
 from meshtui.model import End, node_of
 
 NOTHING = 0
@@ -31,6 +43,8 @@ EndRow = tuple[str, End, int | None, str | None, str | None]
 
 Targets = Mapping[str, int]
 """pair id -> the generation its ends should receive (default: the pair's generation)."""
+
+Item = TypeVar("Item", ConsumerItem, ManifestEntry)
 
 
 @dataclass
@@ -65,7 +79,7 @@ def _dbname(pair: Row) -> str:
     return str(values.get("database") or "postgres")
 
 
-def target_of(pair: Row, nodes: Mapping[str, Row]) -> dict[str, Any]:
+def target_of(pair: Row, nodes: Mapping[str, Row]) -> Target:
     """Where a probe of ``pair`` logs in: the provider node's private address and port."""
     return {
         "host": nodes[node_of(pair["provider"])]["address"],
@@ -91,7 +105,7 @@ class Planner:
             for i in json.loads(r["items"]):
                 self.rotation_of[(str(i["pair"]), int(i["to"]))] = int(r["id"])
 
-    def rollback(self, pair: str, generation: int) -> dict[str, Any] | None:
+    def rollback(self, pair: str, generation: int) -> Rollback | None:
         """The signed note that delivering ``generation`` abandons newer minted ones, or None.
 
         Generation numbers are never reused, so every minted generation above the target is one
@@ -103,9 +117,11 @@ class Planner:
         rotations = {self.rotation_of.get((pair, g)) for g in abandoned}
         return {"from": abandoned, "rotations": sorted(r for r in rotations if r is not None)}
 
-    def _with_rollback(self, item: dict[str, Any]) -> dict[str, Any]:
+    def _with_rollback(self, item: Item) -> Item:
         note = self.rollback(item["pair"], item["generation"])
-        return item if note is None else {**item, "rollback": note}
+        if note is not None:
+            item["rollback"] = note
+        return item
 
     def sealed(self, pair: str, generation: int) -> Row:
         """One generation's sealed blobs; InventoryError when they were discarded."""
@@ -116,33 +132,30 @@ class Planner:
 
     def provider_sets(
         self, providers: Iterable[tuple[str, str]], targets: Targets
-    ) -> dict[str, list[dict[str, Any]]]:
+    ) -> dict[str, list[ProviderSet]]:
         """Manifest deliveries by provider node, for (provider module, provision) keys."""
-        out: dict[str, list[dict[str, Any]]] = {}
+        out: dict[str, list[ProviderSet]] = {}
         for provider, provision in sorted(set(providers)):
             spec = self.modules[provider]["spec"]
-            consumers = []
+            consumers: list[ManifestEntry] = []
             for p in self.pairs.values():
                 if p["provider"] != provider or p["provision"] != provision or p["withdrawn_at"]:
                     continue
                 gen = targets.get(p["id"], p["generation"])
                 row = self.sealed(p["id"], gen)
                 cnode = node_of(p["consumer"])
-                consumers.append(
-                    self._with_rollback(
-                        {
-                            "pair": p["id"],
-                            "as": p["login"],
-                            "node": cnode,
-                            "module": p["consumer"].split("/", 1)[1],
-                            "at": self.nodes[cnode]["address"],
-                            "values": p["values"],
-                            "generation": gen,
-                            "digest": row["digest"],
-                            "sealed": crypto.b64(row["provider_sealed"]),
-                        }
-                    )
-                )
+                entry: ManifestEntry = {
+                    "pair": p["id"],
+                    "as": p["login"],
+                    "node": cnode,
+                    "module": p["consumer"].split("/", 1)[1],
+                    "at": self.nodes[cnode]["address"],
+                    "values": p["values"],
+                    "generation": gen,
+                    "digest": row["digest"],
+                    "sealed": crypto.b64(row["provider_sealed"]),
+                }
+                consumers.append(self._with_rollback(entry))
             out.setdefault(node_of(provider), []).append(
                 {
                     "provider": provider,
@@ -159,9 +172,9 @@ class Planner:
 
     def consumer_items(
         self, pairs: Iterable[str], targets: Targets
-    ) -> dict[str, list[dict[str, Any]]]:
+    ) -> dict[str, list[ConsumerItem]]:
         """Credential deliveries by consumer node."""
-        out: dict[str, list[dict[str, Any]]] = {}
+        out: dict[str, list[ConsumerItem]] = {}
         for pid in sorted(set(pairs)):
             p = self.pairs[pid]
             gen = targets.get(pid, p["generation"])
@@ -169,18 +182,18 @@ class Planner:
             node = node_of(p["consumer"])
             out.setdefault(node, []).append(
                 self._with_rollback(
-                    {
-                        "pair": pid,
-                        "node": node,
-                        "generation": gen,
-                        "digest": row["digest"],
-                        "file": p["file"],
-                        "owner": p["file_owner"],
-                        "group": p["file_group"],
-                        "mode": p["file_mode"],
-                        "reload": p["reload"],
-                        "sealed": crypto.b64(row["consumer_sealed"]),
-                    }
+                    ConsumerItem(
+                        pair=pid,
+                        node=node,
+                        generation=gen,
+                        digest=row["digest"],
+                        file=p["file"],
+                        owner=p["file_owner"],
+                        group=p["file_group"],
+                        mode=p["file_mode"],
+                        reload=p["reload"],
+                        sealed=crypto.b64(row["consumer_sealed"]),
+                    )
                 )
             )
         return out
@@ -214,7 +227,7 @@ def record_end(inv: Inventory, rows: Iterable[EndRow]) -> None:
 def send_providers(
     agents: Agents,
     inv: Inventory,
-    sets: Mapping[str, list[dict[str, Any]]],
+    sets: Mapping[str, list[ProviderSet]],
     result: Delivered,
     *,
     record: bool = True,
@@ -223,14 +236,16 @@ def send_providers(
     if not sets:
         return
     answers = agents.call_many(
-        wire.DELIVER, {n: {"provider": s} for n, s in sets.items()}, timeout=DELIVER_TIMEOUT_S
+        messages.DELIVER,
+        {n: DeliverRequest(provider=s) for n, s in sets.items()},
+        timeout=DELIVER_TIMEOUT_S,
     )
     rows: list[EndRow] = []
     for node, sent in sets.items():
         answer = answers[node]
         for spec in sent:
             got = _match_provider(answer, spec)
-            outcomes = {o.get("login"): o for o in (got or {}).get("outcomes", [])}
+            outcomes = {o["login"]: o for o in got["outcomes"]} if got else {}
             for c in spec["consumers"]:
                 pid = c["pair"]
                 if isinstance(answer, AgentError):
@@ -238,13 +253,13 @@ def send_providers(
                 elif got is None:
                     reason = "agent did not answer for this manifest"
                 else:
-                    o = outcomes.get(c["as"], {})
-                    if o.get("outcome") in ("created", "updated", "unchanged"):
+                    o = outcomes.get(c["as"])
+                    if o is not None and o["outcome"] in ("created", "updated", "unchanged"):
                         result.provider_ok[pid] = True
                         result.applied_at[pid] = float(got.get("applied_at", 0.0))
                         rows.append((pid, End.PROVIDER, c["generation"], c["digest"], None))
                         continue
-                    said = f"{o.get('outcome', 'no outcome')} {o.get('reason', '')}".strip()
+                    said = f"{o['outcome']} {o['reason']}".strip() if o else "no outcome"
                     reason = got.get("error") or f"provisioner: {said}"
                 result.provider_ok[pid] = False
                 result.fail(pid, f"provider {spec['provider']}: {reason}")
@@ -255,20 +270,20 @@ def send_providers(
 
 
 def _match_provider(
-    answer: dict[str, Any] | AgentError, spec: dict[str, Any]
-) -> dict[str, Any] | None:
+    answer: DeliverAnswer | AgentError, spec: ProviderSet
+) -> ProviderOutcome | None:
     if isinstance(answer, AgentError):
         return None
-    for got in answer.get("provider", []):
-        if got.get("provider") == spec["provider"] and got.get("provision") == spec["provision"]:
-            return dict(got)
+    for got in answer["provider"]:
+        if got["provider"] == spec["provider"] and got["provision"] == spec["provision"]:
+            return got
     return None
 
 
 def send_consumers(
     agents: Agents,
     inv: Inventory,
-    items: Mapping[str, list[dict[str, Any]]],
+    items: Mapping[str, list[ConsumerItem]],
     result: Delivered,
     *,
     record: bool = True,
@@ -277,20 +292,18 @@ def send_consumers(
     if not items:
         return
     answers = agents.call_many(
-        wire.DELIVER, {n: {"consumer": i} for n, i in items.items()}, timeout=DELIVER_TIMEOUT_S
+        messages.DELIVER,
+        {n: DeliverRequest(consumer=i) for n, i in items.items()},
+        timeout=DELIVER_TIMEOUT_S,
     )
     rows: list[EndRow] = []
     for node, sent in items.items():
         answer = answers[node]
-        got = (
-            {}
-            if isinstance(answer, AgentError)
-            else {g["pair"]: g for g in answer.get("consumer", [])}
-        )
+        got = {} if isinstance(answer, AgentError) else {g["pair"]: g for g in answer["consumer"]}
         for item in sent:
             pid = item["pair"]
             g = got.get(pid)
-            if g is not None and g.get("ok"):
+            if g is not None and g["ok"]:
                 result.consumer_ok[pid] = True
                 result.written_at[pid] = float(g.get("written_at", 0.0))
                 reload = g.get("reload")
@@ -300,7 +313,7 @@ def send_consumers(
                 reason = (
                     answer.reason
                     if isinstance(answer, AgentError)
-                    else ((g or {}).get("error") or "agent did not answer for this pair")
+                    else (g.get("error") if g else None) or "agent did not answer for this pair"
                 )
                 result.consumer_ok[pid] = False
                 result.fail(pid, f"consumer {node}: {reason}")
@@ -314,7 +327,7 @@ HELD_FILE = {"file": "file", "owner": "file_owner", "group": "file_group", "mode
 """A consumer holding's file keys (as the agent reports them) -> the pairs table's columns."""
 
 
-def held_generations(inv: Inventory, holdings: Mapping[str, list[dict[str, Any]]]) -> None:
+def held_generations(inv: Inventory, holdings: Mapping[str, list[Holding]]) -> None:
     """Correct the deliveries table from agents' own ``state`` answers (by digest).
 
     A consumer file that is missing, unreadable (the agent names why), or no longer where or
@@ -339,13 +352,14 @@ def held_generations(inv: Inventory, holdings: Mapping[str, list[dict[str, Any]]
             present = h.get("present", True)
             why = h.get("error") or "file missing or changed"
             want = declared.get(h["pair"])
+            reported: Mapping[str, object] = h
             moved = [
                 key
                 for key, column in HELD_FILE.items()
                 if h["end"] == End.CONSUMER.value
                 and want is not None
-                and key in h
-                and h[key] != want[column]
+                and key in reported
+                and reported[key] != want[column]
             ]
             if present and moved:
                 present, why = False, f"declared {', '.join(moved)} changed; push writes it again"
@@ -363,21 +377,32 @@ def as_json(data: Any) -> str:
 
 
 def probe_row(
-    pid: str, generation: int, probe: dict[str, Any], at: str, *, withdrawn: bool
+    pid: str, generation: int, probe: ProbeReport | str, at: str, *, withdrawn: bool
 ) -> dict[str, Any]:
-    """A probe result as the inventory stores it (verdict, reason, timing; never a secret)."""
-    login = probe.get("login") or {}
-    control = probe.get("control")
-    return {
-        "pair": pid,
-        "at": at,
-        "generation": generation,
+    """A probe result as the inventory stores it (verdict, reason, timing; never a secret).
+
+    A probe that could not be made at all is given as the reason why (verdict ``unknown``).
+    """
+    row: dict[str, Any] = {"pair": pid, "at": at, "generation": generation}
+    if isinstance(probe, str):
+        return row | {
+            "verdict": "unknown",
+            "reason": probe,
+            "latency_ms": None,
+            "used_password": None,
+            "loopback": 0,
+            "client_addr": None,
+            "control": None,
+            "withdrawn": int(withdrawn),
+        }
+    login, control = probe["login"], probe["control"]
+    return row | {
         "verdict": probe["verdict"],
         "reason": probe["reason"],
-        "latency_ms": login.get("latency_ms"),
-        "used_password": login.get("used_password"),
-        "loopback": int(bool(probe.get("loopback"))),
-        "client_addr": login.get("client_addr"),
+        "latency_ms": login["latency_ms"],
+        "used_password": login["used_password"],
+        "loopback": int(probe["loopback"]),
+        "client_addr": login["client_addr"],
         "control": control["verdict"] if control else None,
         "withdrawn": int(withdrawn),
     }
