@@ -238,7 +238,7 @@ class Agent:
             for name, secret in secrets.items():
                 write_private(grants / name, secret)
             secrets.clear()
-            body = {
+            body: dict[str, Any] = {
                 "version": 1,
                 "provision": provision,
                 "provider": provider,
@@ -256,6 +256,8 @@ class Agent:
                     for c in consumers
                 ],
             }
+            if spec.get("kind", "postgres") != "postgres":
+                body["kind"] = str(spec["kind"])  # the harness picks its adapter by this
             write_private(manifest, json.dumps(body, indent=1).encode())
             wanted = {secret_name(str(c["node"]), str(c["module"])) for c in consumers}
             for stale in grants.glob("*.secret"):
