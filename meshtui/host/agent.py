@@ -321,12 +321,8 @@ class Agent:
     def _target_login(
         self, target: dict[str, Any], secret: bytes, *, control: bool
     ) -> dict[str, Any]:
-        result = probe_mod.probe(
-            str(target["host"]),
-            int(target["port"]),
-            str(target["login"]),
-            secret.decode("ascii", "replace"),
-            str(target["dbname"]),
+        result = probe_mod.probe_target(
+            _probe_target(target, secret),
             timeout=self.probe_timeout,
             allow_loopback=self.allow_loopback,
             control=control,
@@ -380,15 +376,7 @@ class Agent:
                 continue
             digest = crypto.secret_digest(secret)
             results[pair] = {"pair": pair, "digest": digest}
-            targets.append(
-                probe_mod.ProbeTarget(
-                    host=str(item["host"]),
-                    port=int(item["port"]),
-                    user=str(item["login"]),
-                    password=secret.decode("ascii", "replace"),
-                    dbname=str(item["dbname"]),
-                )
-            )
+            targets.append(_probe_target(item, secret))
             order.append(pair)
             del secret
         found = probe_mod.probe_many(
@@ -427,6 +415,21 @@ class Agent:
             "digest": crypto.secret_digest(secret) if secret else None,
             "error": None if held else "the old credential was not held (agent restarted?)",
         }
+
+
+def _probe_target(item: dict[str, Any], secret: bytes) -> probe_mod.ProbeTarget:
+    """A probe target from the controller's item (kind, CA and TLS for a Redis)."""
+    ca = item.get("ca")
+    return probe_mod.ProbeTarget(
+        host=str(item["host"]),
+        port=int(item["port"]),
+        user=str(item["login"]),
+        password=secret.decode("ascii", "replace"),
+        dbname=str(item.get("dbname") or "postgres"),
+        kind=str(item.get("kind") or "postgres"),
+        ca=str(ca) if ca else None,
+        tls=bool(item.get("tls", True)),
+    )
 
 
 def node_path(raw: Any, what: str) -> Path:

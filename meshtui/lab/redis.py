@@ -80,10 +80,9 @@ class RedisServer:
         """The running server's pid, or None."""
         try:
             pid = int(self.pidfile.read_text().strip())
-            os.kill(pid, 0)
         except (OSError, ValueError):
             return None
-        return pid
+        return None if _gone(pid) else pid
 
     def running(self) -> bool:
         """Whether the server is alive and answers TLS on its port."""
@@ -132,12 +131,26 @@ class RedisServer:
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
+            if _gone(pid):
                 return
             time.sleep(0.05)
         os.kill(pid, signal.SIGKILL)
+        _gone(pid)
+
+
+def _gone(pid: int) -> bool:
+    """Whether ``pid`` has ended (reaping it when it is our child, so no zombie lingers)."""
+    try:
+        done, _status = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return True
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
 
 
 def _openssl(folder: Path, *args: str) -> None:
