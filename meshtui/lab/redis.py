@@ -16,8 +16,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
-import ssl
 import subprocess
 import time
 from dataclasses import dataclass
@@ -85,20 +83,24 @@ class RedisServer:
         return None if _gone(pid) else pid
 
     def running(self) -> bool:
-        """Whether the server is alive and answers TLS on its port."""
-        return self.pid() is not None and self._answers()
+        """Whether the server is alive and said it accepts connections.
 
-    def _answers(self) -> bool:
-        context = ssl.create_default_context(cafile=str(self.ca))
+        Read from its pid and its log, not by connecting: in the lab it listens inside the
+        provider's namespace, which the machine's own network cannot reach.
+        """
+        pid = self.pid()
+        return pid is not None and self._ready(pid)
+
+    def _ready(self, pid: int) -> bool:
         try:
-            with (
-                socket.create_connection((self.address, self.port), timeout=1.0) as raw,
-                context.wrap_socket(raw, server_hostname=self.address) as tls,
-            ):
-                tls.sendall(b"PING\r\n")
-                return tls.recv(64).startswith(b"-NOAUTH")
+            text = self.log.read_text(errors="replace")
         except OSError:
             return False
+        head = f"{pid}:M "
+        return any(
+            line.startswith(head) and "Ready to accept connections" in line
+            for line in text.splitlines()
+        )
 
     def start(self, netns: str | None = None) -> None:
         """Start redis-server (inside ``netns`` when given) and wait until it answers."""
@@ -115,9 +117,9 @@ class RedisServer:
         proc = lab_netns.spawn(netns, argv, **kwargs) if netns else subprocess.Popen(argv, **kwargs)
         deadline = time.monotonic() + START_S
         while time.monotonic() < deadline:
-            if proc.poll() is not None and proc.returncode != 0:
+            if proc.poll() is not None:
                 break
-            if self._answers():
+            if self._ready(proc.pid):
                 return
             time.sleep(0.05)
         tail = self.log.read_text(errors="replace")[-800:] if self.log.exists() else ""
@@ -237,3 +239,34 @@ def create(folder: Path, *, address: str, port: int) -> RedisServer:
     ]
     write_private(server.folder / "redis.conf", ("\n".join(conf) + "\n").encode())
     return server
+
+
+def existing(folder: Path) -> RedisServer | None:
+    """The lab Redis whose files are in ``folder`` (from its redis.conf), or None."""
+    try:
+        lines = (folder / "redis.conf").read_text().splitlines()
+    except OSError:
+        return None
+    conf = dict(line.split(" ", 1) for line in lines if " " in line)
+    try:
+        return RedisServer(folder.resolve(), conf["bind"], int(conf["tls-port"]))
+    except (KeyError, ValueError):
+        return None
+
+
+def declaration_lines(server: RedisServer, srv: Path) -> list[str]:
+    """The provider module ``db1/redis`` of the lab's declaration (TOML lines)."""
+    return [
+        '[modules."db1/redis"]',
+        f'provides = [{{ name = "cache", kind = "redis", port = {server.port}, '
+        f'ca = "{server.ca}" }}]',
+        f'receives = {{ cache = "{srv / "mesh.json"}" }}',
+        f'grants = {{ cache = "{srv / "grants"}" }}',
+        f'admin = "{server.admin_file}"',
+        "",
+    ]
+
+
+def requirement(file: Path) -> str:
+    """A consumer's ``requires`` entry for the lab's Redis (an inline TOML table)."""
+    return f'{{ name = "cache", file = "{file}" }}'

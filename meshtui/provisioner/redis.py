@@ -35,7 +35,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
 from redis.connection import parse_url
+from redis.retry import Retry
 
 from meshtui.crypto import secret_digest
 from meshtui.errors import ProvisionError, UnsafeLoginError
@@ -184,7 +186,12 @@ class RedisAdapter:
         self._learned: dict[str, tuple[tuple[str, ...], str]] = {}  # commands -> normal form
         self.dirty = False
         try:
-            pool = redis.ConnectionPool(**_admin_kwargs(url), decode_responses=True, protocol=2)
+            pool = redis.ConnectionPool(
+                **_admin_kwargs(url),
+                decode_responses=True,
+                protocol=2,
+                retry=Retry(NoBackoff(), 0),  # a refused admin is said at once, not in seconds
+            )
             self.client = redis.Redis(connection_pool=pool, single_connection_client=True)
         except (TypeError, redis.RedisError) as exc:
             raise ProvisionError(

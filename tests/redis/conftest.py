@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from meshtui.crypto import secret_digest
 from meshtui.lab import redis as lab_redis
@@ -58,7 +60,7 @@ def client_as(server: lab_redis.RedisServer, login: str, password: str) -> redis
         decode_responses=True,
         protocol=2,
         socket_timeout=5,
-        retry_on_error=[],
+        retry=Retry(NoBackoff(), 0),
     )
     return client
 
