@@ -170,6 +170,7 @@ class PairStatus:
     created_at: str
     alarm: bool = False
     latency_ms: float | None = None
+    kind: str = POSTGRES  # the provider's software (its provides entry's kind)
 
     @property
     def consumer_node(self) -> str:
@@ -200,6 +201,7 @@ class PairStatus:
             "created_at": self.created_at,
             "alarm": self.alarm,
             "latency_ms": self.latency_ms,
+            "kind": self.kind,
             "holders": {
                 "consumer": {
                     "node": self.consumer_node,

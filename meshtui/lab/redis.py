@@ -113,6 +113,7 @@ class RedisServer:
             "stderr": subprocess.DEVNULL,
             "start_new_session": True,
             "cwd": str(self.folder),
+            "umask": 0o077,  # what ACL SAVE writes (the aclfile with every hash) stays 0600
         }
         proc = lab_netns.spawn(netns, argv, **kwargs) if netns else subprocess.Popen(argv, **kwargs)
         deadline = time.monotonic() + START_S

@@ -138,7 +138,7 @@ def make_row(st: PairStatus, now: datetime, ages: Ages | None = None) -> PairRow
         shown,
         st.provision,
         st.consumer,
-        st.provider,
+        st.provider if st.kind == "postgres" else f"{st.provider} ({st.kind})",
         st.login,
         str(st.generation),
         _gen(st.consumer_generation),

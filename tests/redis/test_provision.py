@@ -202,6 +202,7 @@ def test_persisted_across_a_restart(rmesh: RMesh) -> None:
     assert rmesh.reconcile().ok
     text = rmesh.server.aclfile.read_text()
     assert rmesh.login_of("app1", "worker") in text
+    assert rmesh.server.aclfile.stat().st_mode & 0o777 == 0o600  # rewritten by ACL SAVE
     rmesh.server.stop()
     rmesh.server.start()
     assert rmesh.can_auth("app1", "worker")
