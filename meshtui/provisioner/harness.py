@@ -278,6 +278,8 @@ def reconcile(
     started = time.perf_counter()
     manifest = load_manifest(Path(manifest_path))
     factory = factory or adapter_for(manifest)
+    if workers is None and manifest.kind == "redis":
+        workers = 1  # one Redis thread serves every session: a second only adds contention
     conninfo = read_admin_file(Path(admin_file))
     scope = Scope(provider=manifest.provider, provision=manifest.provision)
     outcomes: dict[str, Outcome] = {}

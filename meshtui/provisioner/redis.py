@@ -4,23 +4,23 @@ What "made by meshtui" means lives in the ACL itself: every user of ours carries
 selector*, ``(%R~meshtui:1:<provider>:<provision>:<values>:<rules>:<digest> -@all)``. A selector
 with ``-@all`` grants nothing; it is stored with the user (ACL LIST, the aclfile, CONFIG
 REWRITE), only an ACL admin can write it, and no hand-made user has one. It names the scope, a
-hash of the values asked for, a hash of the user's whole ACL as Redis printed it right after
-our write (flags, password hashes, keys, channels, commands, other selectors) and the digest of
-the secret. On the next run one ``ACL USERS`` and one pipelined ``ACL GETUSER`` per user tell
-"unchanged" without writing: a password set or a rule changed behind our back changes the
-rules hash, a new secret changes the digest; either makes us rewrite (drift restored).
+hash of the values asked for, a hash of the user's whole ACL as Redis prints it (flags, password
+hashes, keys, channels, commands, other selectors: its ``ACL LIST`` line without the marker)
+and the digest of the secret. On the next run one ``ACL LIST`` tells "unchanged" without
+writing: a password set or a rule changed behind our back changes the rules hash, a new secret
+changes the digest; either makes us rewrite (drift restored).
 
-Every write is one ``ACL SETUSER <login> reset on #<sha256> ...`` pipelined with the read-back
-``ACL GETUSER`` that proves Redis stores exactly our hash. The password itself never leaves
-this process, so no server log, ``ACL LOG``, ``SLOWLOG``, ``MONITOR`` or aclfile can hold it.
-Redis prints rules in its own normal form; the first write for a set of values learns that
-form from the read-back (and rewrites only the marker), later ones predict it.
+Every write is one ``ACL SETUSER <login> reset on #<sha256> ... (marker)``; Redis applies it
+whole or not at all. The password itself never leaves this process, so no server log, ``ACL
+LOG``, ``SLOWLOG``, ``MONITOR`` or aclfile can hold it. Redis prints rules in its own normal
+form; the first write for a set of rules is read back to learn that form (and only its marker
+rewritten if the prediction was off), later ones predict it: one round trip per login.
 
 Removal is ``ACL DELUSER`` (Redis ends that user's connections); keys are never touched. A run
 that changed anything ends with ``ACL SAVE`` (server started with an aclfile) or ``CONFIG
 REWRITE`` (started with a config file); a server that has neither is named in every outcome.
-The ownership check uses the state read by :meth:`RedisAdapter.inspect` in the same session
-when it has it (one round trip per login instead of two).
+The ownership check uses the state read by :meth:`RedisAdapter.inspect` in the same reconcile
+when it has it (see ``_SNAPSHOTS``), else one ``ACL GETUSER``.
 """
 
 from __future__ import annotations
@@ -60,6 +60,10 @@ Every session of one reconcile (the harness may open more than one) checks owner
 it instead of one more round trip per login. Each entry is used once and only for
 ``SNAPSHOT_S`` seconds; a user an ACL admin makes in between is overwritten by that run.
 """
+
+
+def _form_key(rules: Rules) -> tuple[str, ...]:
+    return (*rules.channels, "|", *rules.commands)
 
 
 def _command(target: Any, *args: str) -> Any:
@@ -117,7 +121,11 @@ def _text(value: Any) -> str:
 
 
 def parse_user(name: str, reply: Any) -> User | None:
-    """A User from a raw RESP2 ``ACL GETUSER`` reply (None when the user does not exist)."""
+    """A User from a raw RESP2 ``ACL GETUSER`` reply (None when the user does not exist).
+
+    Used to tell who owns a user (its marker); its rules hash is not comparable with the one
+    taken from ``ACL LIST`` (see :func:`parse_line`), which is what the marker records.
+    """
     if not reply:
         return None
     data = _pairs(reply)
@@ -138,6 +146,77 @@ def parse_user(name: str, reply: Any) -> User | None:
         keys=_text(data.get("keys")),
         channels=_text(data.get("channels")),
         selectors=tuple(selectors),
+        marker=marker,
+    )
+
+
+def _selectors(tokens: Sequence[str]) -> tuple[list[str], list[tuple[str, ...]]]:
+    """Root rule tokens and the selectors (``(...)`` groups) of an ACL LIST line."""
+    root: list[str] = []
+    selectors: list[tuple[str, ...]] = []
+    current: list[str] | None = None
+    for token in tokens:
+        if current is None and token.startswith("("):
+            current, token = [], token[1:]
+        if current is None:
+            root.append(token)
+            continue
+        if token.endswith(")"):
+            current.append(token[:-1])
+            selectors.append(tuple(current))
+            current = None
+        else:
+            current.append(token)
+    if current is not None:
+        selectors.append(tuple(current))
+    return root, selectors
+
+
+def parse_line(line: str) -> User | None:
+    """A User from one ``ACL LIST`` line: Redis's own text of everything the user may do.
+
+    The rules hash is taken over this text (split into flags, password hashes, keys, channels
+    and commands), so it covers whatever anyone changed, in whatever way Redis prints it.
+    """
+    tokens = line.split(" ")
+    if len(tokens) < 2 or tokens[0] != "user":
+        return None
+    root, selectors = _selectors(tokens[2:])
+    flags: list[str] = []
+    passwords: list[str] = []
+    keys: list[str] = []
+    channels: list[str] = []
+    commands: list[str] = []
+    for token in root:
+        if token.startswith("#"):
+            passwords.append(token[1:])
+        elif token.startswith(("~", "%")) or token in ("allkeys", "resetkeys"):
+            keys.append(token)
+        elif token.startswith("&") or token in ("allchannels", "resetchannels"):
+            channels.append(token)
+        elif token.startswith(("+", "-")):
+            commands.append(token)
+        else:
+            flags.append(token)
+    marker: Marker | None = None
+    others: list[tuple[str, ...]] = []
+    for selector in selectors:
+        found = [t for t in selector if _MARKER.fullmatch(t)]
+        rest = [t for t in selector if t not in found and t != "resetchannels"]
+        if marker is None and len(found) == 1 and rest == ["-@all"]:
+            hit = _MARKER.fullmatch(found[0])
+            assert hit is not None
+            marker = Marker(**hit.groupdict())
+        else:
+            others.append(selector)
+    return User(
+        name=tokens[1],
+        flags=tuple(flags),
+        passwords=tuple(passwords),
+        commands=" ".join(commands),
+        keys=" ".join(keys),
+        channels=" ".join(channels),
+        selectors=tuple(others),
         marker=marker,
     )
 
@@ -183,7 +262,9 @@ class RedisAdapter:
 
     def __init__(self, url: str, scope: Scope) -> None:
         self.scope = scope
-        self._learned: dict[str, tuple[tuple[str, ...], str]] = {}  # commands -> normal form
+        # how Redis prints rules: (channels, commands asked) -> (flags, channels, commands)
+        self._learned: dict[tuple[str, ...], tuple[tuple[str, ...], str, str]] = {}
+        self._keys_verbatim = False
         self.dirty = False
         try:
             pool = redis.ConnectionPool(
@@ -270,10 +351,10 @@ class RedisAdapter:
     def inspect(self, wanted: Mapping[str, Mapping[str, str]]) -> dict[str, Held]:
         """Held for each wanted user that exists and each user of ours; no write."""
         try:
-            names = [str(n) for n in _command(self.client, "ACL", "USERS")]
+            lines = [str(line) for line in _command(self.client, "ACL", "LIST")]
         except redis.RedisError as exc:
             raise ProvisionError(f"cannot list the ACL users of Redis: {_why(exc)}") from None
-        users = {u.name: u for u in self._users(names) if u is not None}
+        users = {u.name: u for u in map(parse_line, lines) if u is not None}
         with _SNAPSHOT_LOCK:
             _SNAPSHOTS[self._snapshot_key] = (
                 time.monotonic(),
@@ -329,44 +410,45 @@ class RedisAdapter:
             f"{vhash}:{rules_hash}:{digest.removeprefix('blake2b:')}"
         )
 
-    def _predict(self, login: str, sha: str, rules: Rules) -> str:
-        """The rules hash Redis will print for this write (its normal form learned per commands)."""
-        wanted = " ".join(rules.commands)
-        flags, commands = self._learned.get(wanted, (("on",), wanted))
-        guess = User(
-            login,
-            flags,
-            (sha,),
-            commands,
-            " ".join(f"~{k}" for k in rules.keys),
-            " ".join(f"&{c}" for c in rules.channels),
-            (),
-            None,
-        )
-        return guess.rules_hash()
+    def _predict(self, login: str, sha: str, rules: Rules) -> str | None:
+        """The rules hash Redis will print for this write, or None when not yet learned.
 
-    def _write(self, login: str, args: Sequence[str], *, read_back: bool) -> User | None:
-        """One ACL SETUSER, and with ``read_back`` its ACL GETUSER in the same round trip."""
-        pipe = self.client.pipeline(transaction=False)
-        _command(pipe, "ACL", "SETUSER", login, *args)
-        if read_back:
-            _command(pipe, "ACL", "GETUSER", login)
+        Redis prints flags, channels and commands in its own normal form, the same for every
+        user with the same rules; keys it prints as given (checked once per session).
+        """
+        form = self._learned.get(_form_key(rules))
+        if form is None or not self._keys_verbatim:
+            return None
+        flags, channels, commands = form
+        keys = " ".join(f"~{k}" for k in rules.keys)
+        return User(login, flags, (sha,), commands, keys, channels, (), None).rules_hash()
+
+    def _read_back(self, login: str) -> User | None:
         try:
-            replies = pipe.execute()
+            lines = _command(self.client, "ACL", "LIST")
+        except redis.RedisError as exc:
+            raise ProvisionError(f"cannot read back the ACL user {login}: {_why(exc)}") from None
+        head = f"user {login} "
+        return next((parse_line(str(x)) for x in lines if str(x).startswith(head)), None)
+
+    def _write(self, login: str, args: Sequence[str]) -> None:
+        """One ACL SETUSER; Redis applies it whole or not at all."""
+        try:
+            _command(self.client, "ACL", "SETUSER", login, *args)
         except redis.ResponseError as exc:
             raise Refused(f"Redis refused the ACL rules: {_why(exc)}") from None
         except redis.RedisError as exc:
             raise ProvisionError(f"cannot write the ACL user {login}: {_why(exc)}") from None
         finally:
             self.dirty = True
-        return parse_user(login, replies[1]) if read_back else None
 
     def create(self, login: str, password: str, values: Mapping[str, str]) -> Done:
         """Make ``login`` an ACL user of ours holding exactly ``password`` and its rules.
 
-        Redis applies an ACL SETUSER whole or not at all, so its OK proves the hash is set. The
-        first write for a set of commands is read back to learn how Redis prints them (and its
-        marker rewritten if the prediction was off); later ones are one round trip each.
+        Redis applies an ACL SETUSER whole or not at all, so its OK proves the hash is set.
+        Until this session has learned how Redis prints these rules, the write is read back
+        (ACL LIST) and, if the marker's rules hash was off, the marker alone rewritten; later
+        writes are one round trip each.
         """
         self._check(login)
         rules = self._rules(login, values)
@@ -382,16 +464,19 @@ class RedisAdapter:
             if foreign is not None:
                 raise Refused(foreign)
         vhash = values_hash(rules)
-        commands = " ".join(rules.commands)
-        learned = commands in self._learned
-        root = ["reset", "on", f"#{sha}", *rules.args()]
-        marker = self._marker(vhash, self._predict(login, sha, rules), digest)
-        back = self._write(login, [*root, f"({marker} -@all)"], read_back=not learned)
-        if back is not None:
-            self._learned[commands] = (back.flags, back.commands)
-            if back.marker is not None and back.rules_hash() != back.marker.rules:
+        predicted = self._predict(login, sha, rules)
+        marker = self._marker(vhash, predicted or "0" * 12, digest)
+        self._write(login, ["reset", "on", f"#{sha}", *rules.args(), f"({marker} -@all)"])
+        if predicted is None:
+            back = self._read_back(login)
+            if back is None or back.marker is None:
+                raise ProvisionError(f"Redis did not store the ACL user {login}")
+            self._learned[_form_key(rules)] = (back.flags, back.channels, back.commands)
+            self._keys_verbatim = back.keys == " ".join(f"~{k}" for k in rules.keys)
+            if back.rules_hash() != back.marker.rules:
                 marker = self._marker(vhash, back.rules_hash(), digest)
-                back = self._write(login, ["clearselectors", f"({marker} -@all)"], read_back=True)
+                self._write(login, ["clearselectors", f"({marker} -@all)"])
+                back = self._read_back(login)
             if (
                 back is None
                 or back.passwords != (sha,)
