@@ -273,11 +273,17 @@ class RedisAdapter:
                 protocol=2,
                 retry=Retry(NoBackoff(), 0),  # a refused admin is said at once, not in seconds
             )
-            self.client = redis.Redis(connection_pool=pool, single_connection_client=True)
-        except (TypeError, redis.RedisError) as exc:
+            pool.make_connection()  # checks the arguments the URL gave (TypeError), sends nothing
+        except (TypeError, ValueError, redis.RedisError) as exc:
             raise ProvisionError(
-                f"the admin Redis URL cannot be used ({type(exc).__name__}; its text is not shown)"
+                f"the admin Redis URL cannot be used ({type(exc).__name__}; its text is not "
+                "shown): rediss:// takes ssl_ca_certs, redis:// and unix:// do not"
             ) from None
+        try:
+            self.client = redis.Redis(connection_pool=pool, single_connection_client=True)
+        except redis.RedisError as exc:
+            pool.disconnect()
+            raise ProvisionError(f"cannot reach Redis as the admin user: {_why(exc)}") from None
         try:
             self.admin = str(_command(self.client, "ACL", "WHOAMI"))
             self.categories = {str(c) for c in _command(self.client, "ACL", "CAT")}

@@ -95,12 +95,17 @@ def test_drift_is_restored(rmesh: RMesh) -> None:
     assert outcomes(report) == {login: "updated"}, report.lines()
     assert rmesh.can_auth("app1", "worker")
     assert not rmesh.can_auth("app1", "worker", "changed-behind-our-back")
-    # a rule widened behind our back is drift too
-    with rmesh.redis() as admin:
-        admin.execute_command("ACL", "SETUSER", login, "allkeys")
-    assert outcomes(rmesh.reconcile()) == {login: "updated"}
-    with rmesh.redis() as admin:
-        assert admin.acl_getuser(login)["keys"] == [f"~{login}:*"]
+    # a rule widened behind our back is drift too, and so is a selector added to the user
+    for change in (["allkeys"], ["(~* +@all)"], ["nopass"], [">a-second-password"]):
+        with rmesh.redis() as admin:
+            admin.execute_command("ACL", "SETUSER", login, *change)
+        assert outcomes(rmesh.reconcile()) == {login: "updated"}, change
+        with rmesh.redis() as admin:
+            user = admin.acl_getuser(login)
+        assert user["keys"] == [f"~{login}:*"] and len(user["selectors"]) == 1, change
+        assert len(user["passwords"]) == 1 and "nopass" not in user["flags"], change
+    assert rmesh.can_auth("app1", "worker")
+    assert not rmesh.can_auth("app1", "worker", "a-second-password")
 
 
 def test_removal_keeps_keys_and_ends_sessions(rmesh: RMesh) -> None:
@@ -233,6 +238,17 @@ def test_a_server_that_cannot_persist_is_reported(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_a_wrong_admin_password_is_said_at_once_without_the_url(rmesh: RMesh) -> None:
+    url = rmesh.server.admin_file.read_text()
+    password = url.split(":", 2)[2].split("@", 1)[0]
+    started = time.monotonic()
+    with pytest.raises(ProvisionError) as info:
+        RedisAdapter(url.replace(password, "not-" + password), Scope(PROVIDER, PROVISION))
+    assert time.monotonic() - started < 3
+    assert password not in str(info.value) and "not-" not in str(info.value)
+    assert "admin" in str(info.value)
 
 
 @pytest.mark.parametrize(
