@@ -23,6 +23,9 @@ from __future__ import annotations
 
 import importlib.util
 import ipaddress
+import os
+import socket
+import ssl
 import time
 from typing import Any
 
@@ -69,6 +72,35 @@ class _ProbeParser(_RESP2Parser):
         "NOAUTH": NoAuth,
         "WRONGPASS": WrongPass,
     }
+
+
+_CONTEXTS: dict[tuple[str, int, int], ssl.SSLContext] = {}
+
+
+def tls_context(ca: str) -> ssl.SSLContext:
+    """A client context trusting the declared CA and nothing else (no system store, no
+    SSL_CERT_FILE), checking the host name; built once per CA file version."""
+    info = os.stat(ca)
+    key = (ca, info.st_mtime_ns, info.st_size)
+    context = _CONTEXTS.get(key)
+    if context is None:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # CERT_REQUIRED, check_hostname
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_verify_locations(cafile=ca)
+        _CONTEXTS[key] = context
+    return context
+
+
+class _MeshTLS(SSLConnection):
+    """redis-py's TLS connection, but wrapped with our context instead of one that starts from
+    the system's trust store (redis-py's own begins with ``ssl.create_default_context()``)."""
+
+    def __init__(self, *, context: ssl.SSLContext, **kwargs: Any) -> None:
+        self._mesh_context = context
+        super().__init__(**kwargs)
+
+    def _wrap_socket_with_ssl(self, sock: socket.socket) -> ssl.SSLSocket:
+        return self._mesh_context.wrap_socket(sock, server_hostname=self.host)
 
 
 def _result(
@@ -169,10 +201,18 @@ def login(
     # redis-py's connection classes are untyped: hold them as Any
     conn: Any
     if tls:
-        tls_class: Any = SSLConnection
-        conn = tls_class(
-            **common, ssl_ca_certs=ca, ssl_cert_reqs="required", ssl_check_hostname=True
-        )
+        assert ca is not None
+        try:
+            context = tls_context(ca)
+        except (OSError, ssl.SSLError) as exc:
+            return _result(
+                Verdict.UNKNOWN,
+                f"not run: the CA file {ca} cannot be used: {exc}",
+                None,
+                loopback=loopback,
+            )
+        tls_class: Any = _MeshTLS
+        conn = tls_class(context=context, **common)
     else:
         plain_class: Any = Connection
         conn = plain_class(**common)

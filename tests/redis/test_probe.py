@@ -145,3 +145,27 @@ def test_a_server_accepting_any_password_is_no_password(tmp_path: Path) -> None:
 def test_bad_input_is_not_run(rmesh: RMesh, password: str) -> None:
     result = _probe(rmesh, "worker", password)
     assert result.verdict() is Verdict.UNKNOWN and "not run" in result.reason()
+
+
+def test_only_the_declared_ca_is_trusted(
+    rmesh: RMesh, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server's certificate is signed by a CA the machine trusts (SSL_CERT_FILE), not by
+    the one the declaration names: the probe must not accept it."""
+    from meshtui.lab import redis as lab_redis
+
+    rmesh.add("app1", "worker")
+    assert rmesh.reconcile().ok
+    other = tmp_path / "declared"
+    other.mkdir()
+    lab_redis.make_certificates(other, "127.0.0.1")
+    monkeypatch.setenv("SSL_CERT_FILE", str(rmesh.server.ca))
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    result = _probe(
+        rmesh,
+        rmesh.login_of("app1", "worker"),
+        rmesh.password("app1", "worker"),
+        ca=str(other / "ca.pem"),
+    )
+    assert result.verdict() is Verdict.UNKNOWN, result.reason()
+    assert "certificate" in result.reason().lower()
