@@ -253,7 +253,7 @@ def revoke(ctl: Controller, agents: Agents, plan: Planner, pids: list[str]) -> l
     for pid in pids:
         p = plan.pairs[pid]
         by_node.setdefault(node_of(p["consumer"]), []).append(
-            {"pair": pid, "file": p["file"], "target": target_of(p, plan.nodes)}
+            {"pair": pid, "file": p["file"], "target": target_of(p, plan.nodes, plan.modules)}
         )
     if not by_node:
         return []
