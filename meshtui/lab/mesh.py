@@ -137,10 +137,10 @@ def up(
 ) -> Lab:
     """Build (or complete) the lab; safe to run twice. Returns what is running.
 
-    ``redis`` (default: on for the default mesh) adds a Redis provider with TLS, ``db1/redis``,
-    required by the REDIS_CONSUMERS that are in the mesh.
+    ``redis`` (default: on for the default mesh when redis-server and openssl are installed)
+    adds a Redis provider with TLS, ``db1/redis``, required by the REDIS_CONSUMERS in the mesh.
     """
-    with_redis = (mesh is None) if redis is None else redis
+    with_redis = (mesh is None and lab_redis.available()) if redis is None else redis
     from meshtui.controller.core import init_keys
 
     mesh = mesh or DEFAULT_MESH

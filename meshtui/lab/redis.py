@@ -41,6 +41,15 @@ def find_server() -> str:
     return found
 
 
+def available() -> bool:
+    """Whether the lab can run a Redis here (Debian's redis-server and openssl for its CA)."""
+    try:
+        find_server()
+    except LabError:
+        return False
+    return shutil.which("openssl") is not None
+
+
 @dataclass(frozen=True)
 class RedisServer:
     """One lab Redis: where it listens and where its files are."""
