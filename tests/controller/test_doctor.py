@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -18,8 +19,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
+from psycopg import sql
 
+from meshtui.atomic import write_private
 from meshtui.controller.client import Agents
 from meshtui.controller.core import Controller
 from meshtui.host import identity
@@ -227,6 +231,43 @@ def test_a_node_that_answers_with_another_key(lab: tuple[Path, lab_mesh.Lab]) ->
     (p,) = report["problems"]
     assert "does not answer with the declared key" in p["problem"]
     assert "node.pub" in p["fix"]
+
+
+def test_an_admin_without_the_rights_the_provisioner_needs(
+    lab: tuple[Path, lab_mesh.Lab],
+) -> None:
+    """A managed-style admin over the private network: named for each right it lacks."""
+    state, built = lab
+    admin = state / "lab" / "nodes" / "db1" / "admin.conninfo"
+    original = admin.read_text()
+    password = secrets.token_urlsafe(16)
+    with psycopg.connect(original.strip(), autocommit=True) as conn:
+        conn.execute("DROP ROLE IF EXISTS doctor_admin")
+        conn.execute(
+            sql.SQL("CREATE ROLE doctor_admin LOGIN PASSWORD {}").format(sql.Literal(password))
+        )
+    weak = f"host={built.addresses['db1']} port=5432 user=doctor_admin dbname=postgres"
+    write_private(admin, f"{weak} password={password}\n".encode())
+    try:
+        _, login_only, _ = doctor(state)
+        with psycopg.connect(original.strip(), autocommit=True) as conn:
+            conn.execute("ALTER ROLE doctor_admin CREATEROLE CREATEDB")
+        _, managed, _ = doctor(state)
+    finally:
+        write_private(admin, original.encode())
+        with psycopg.connect(original.strip(), autocommit=True) as conn:
+            conn.execute("DROP ROLE doctor_admin")
+    said = [p["problem"] for p in login_only["problems"]]
+    assert problems(login_only) == [("db1", "admin-rights", "db1/postgres")] * 4, said
+    assert "doctor_admin is neither a superuser nor has CREATEROLE" in said[0]
+    assert "has no CREATEDB, and consumers ask for databases" in said[1]
+    assert "pin = true, but admin role doctor_admin cannot see hba_file" in said[2]
+    assert "may not run pg_reload_conf()" in said[3]
+    assert all(password not in json.dumps(r) for r in (login_only, managed))
+    # CREATEROLE and CREATEDB are enough for the logins; pin still needs the server's files
+    said = [p["problem"] for p in managed["problems"]]
+    assert len(said) == 2 and "cannot see hba_file" in said[0], said
+    assert doctor(state)[0] == 0
 
 
 def test_read_only_refuses_doctor(lab: tuple[Path, lab_mesh.Lab]) -> None:
