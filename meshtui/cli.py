@@ -135,8 +135,9 @@ def _print_anchors(anchors: Any) -> None:
         print(
             "audit chain DISAGREES with what nodes saw: "
             + ", ".join(anchors.disagreeing)
-            + " (events were deleted or rewritten; restore the inventory from a backup that "
-            "holds them, and find out who changed it)",
+            + " (events were deleted or rewritten: restore the inventory from a backup that "
+            "holds them, and find out who changed it; only if it was started anew on purpose, "
+            "delete audit-head.json in those nodes' state folders)",
             file=sys.stderr,
         )
     elif not anchors.answered:

@@ -78,8 +78,8 @@ def consumer(item: ConsumerItem) -> Found:
                 "folder",
                 item.pair,
                 f"credential folder {folder} {why}",
-                f"create it (mkdir -p {folder}) owned by root or by the app's user, "
-                "writable by nobody else",
+                f"make every folder on the way to {folder} a real folder owned by root and "
+                f"writable by nobody else (mkdir -p {folder} when it is missing)",
             )
         )
     else:
@@ -127,18 +127,33 @@ def consumer(item: ConsumerItem) -> Found:
 
 
 def _folder_problem(folder: str) -> str | None:
-    try:
-        st = os.lstat(folder)
-    except FileNotFoundError:
-        return "does not exist"
-    except OSError as exc:
-        return f"cannot be looked at ({exc.strerror})"
-    if stat.S_ISLNK(st.st_mode):
-        return "is a symbolic link (the agent never writes through one)"
-    if not stat.S_ISDIR(st.st_mode):
-        return "is not a folder"
-    if st.st_mode & 0o002 and not st.st_mode & stat.S_ISVTX:
-        return "can be written by every user"
+    """Why the agent could not work in ``folder``, walking from ``/`` as it does, or None.
+
+    Every folder on the way must be a real folder (no link) that only root or the agent's
+    user may change; a sticky folder (``/tmp``) may be passed through but not worked in.
+    """
+    here = "/"
+    parts = [p for p in folder.split("/") if p]
+    for i, part in enumerate(["", *parts]):
+        here = os.path.join(here, part) if part else "/"
+        last = i == len(parts)
+        try:
+            st = os.lstat(here)
+        except FileNotFoundError:
+            return "does not exist" if last else f"does not exist ({here} is missing)"
+        except OSError as exc:
+            return f"cannot be looked at ({here}: {exc.strerror})"
+        if stat.S_ISLNK(st.st_mode):
+            return f"is reached through a symbolic link ({here}; the agent never follows one)"
+        if not stat.S_ISDIR(st.st_mode):
+            return f"is not a folder ({here})"
+        if st.st_uid not in (0, os.geteuid()):
+            return f"is in a folder another user owns ({here}, uid {st.st_uid})"
+        writable = st.st_mode & 0o022
+        if writable and (last or not st.st_mode & stat.S_ISVTX):
+            return (
+                f"is in a folder other users can write to ({here}, mode {st.st_mode & 0o7777:04o})"
+            )
     return None
 
 

@@ -114,6 +114,22 @@ def test_a_missing_credential_folder(lab: tuple[Path, lab_mesh.Lab]) -> None:
     assert "mkdir -p" in p["fix"]
 
 
+def test_a_credential_folder_other_users_can_write(lab: tuple[Path, lab_mesh.Lab]) -> None:
+    state, _ = lab
+    folder = state / "lab" / "srv" / "app1" / "gitea"
+    mode = folder.stat().st_mode & 0o7777
+    folder.chmod(0o777)
+    try:
+        code, report, _ = doctor(state)
+    finally:
+        folder.chmod(mode)
+    assert code == 1
+    assert problems(report) == [("app1", "folder", GITEA)]
+    assert f"is in a folder other users can write to ({folder}, mode 0777)" in str(
+        report["problems"][0]["problem"]
+    )
+
+
 def test_a_reload_that_cannot_run(lab: tuple[Path, lab_mesh.Lab]) -> None:
     state, built = lab
     script = state / "lab" / "reload-gitea.sh"
