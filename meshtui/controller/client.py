@@ -151,7 +151,7 @@ class AgentClient:
                 reply_to=None if resp.status_code == 403 else nonce,
             )
         except EnvelopeError as exc:
-            if resp.status_code != 200:
+            if resp.status_code != 200 and "off this clock" not in str(exc):  # say clock skew
                 why = UNSIGNED_REFUSALS.get(resp.status_code, "agent refused the request")
                 raise AgentError(self.name, f"{why} (HTTP {resp.status_code})") from exc
             raise AgentError(
