@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from meshtui import crypto, wire
+from meshtui.controller.client import http_client, read_anchor
 from meshtui.controller.core import INVENTORY
+from meshtui.errors import AgentError, EnvelopeError
 from meshtui.host.agent import Agent
 from meshtui.host.anchor import ANCHOR
 from meshtui.host.identity import load
@@ -168,3 +170,31 @@ def test_the_agent_keeps_only_a_longer_head_signed_by_the_controller(mesh: Mesh)
     assert show(head(held.seq + 1, keys), keys) == 200
     assert kept(mesh, "app1") == held.seq + 1
     assert Agent(load(folder)).anchor.head == head(held.seq + 1, keys)
+
+
+def test_the_unsigned_read_changes_nothing_and_its_answer_is_the_nodes(mesh: Mesh) -> None:
+    """No key asks; the node signs the answer and quotes the fresh nonce; nothing is recorded."""
+    folder = mesh.nodes["db1"]
+    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    with mesh.controller(read_only=True) as ctl:
+        row = ctl.inventory.nodes()["db1"]
+        head = read_anchor(row)
+        assert head is not None and head.seq == kept(mesh, "db1")
+        assert head.verifies(
+            crypto.load_public(mesh.state / "controller.pub", need_seal=False).verify
+        )
+        # an answer for another node's key is not trusted: app1's row pointed at db1's socket
+        wrong = {**ctl.inventory.nodes()["app1"], "agent": row["agent"]}
+        with pytest.raises(AgentError, match="answer not trusted"):
+            read_anchor(wrong)
+    with http_client(str(row["agent"]), 5.0) as http:
+        assert http.get("/v1/anchor").status_code == 400  # no nonce
+        assert http.get("/v1/anchor", params={"nonce": "x" * 32}).status_code == 400
+        answer = http.get("/v1/anchor", params={"nonce": "ab" * 16}).json()
+    verify_key = crypto.unb64(row["verify_key"])
+    with pytest.raises(EnvelopeError, match="does not answer this request"):
+        wire.open_envelope(
+            answer, verify_key=verify_key, sender="db1", to=wire.CONTROLLER, reply_to="cd" * 16
+        )
+    after = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    assert after == before

@@ -22,7 +22,7 @@ from meshtui.atomic import remove, write_private
 from meshtui.errors import CryptoError, EnvelopeError, MeshtuiError
 from meshtui.host import checks as checks_mod
 from meshtui.host import probe as probe_mod
-from meshtui.host.anchor import AuditAnchor
+from meshtui.host.anchor import AuditAnchor, is_nonce
 from meshtui.host.guard import AcceptedGenerations, AcceptedRequests
 from meshtui.host.holdings import Holdings
 from meshtui.host.identity import Identity
@@ -193,7 +193,7 @@ class Agent:
         invent, inside an answer signed by this node that quotes the asker's fresh nonce.
         Nothing is recorded or changed.
         """
-        if not checks_mod.is_nonce(nonce):
+        if not is_nonce(nonce):
             return 400, {"error": "nonce must be 32 to 64 hex characters"}
         head = self.anchor.head
         payload = {"node": self.identity.name, "head": head.to_json() if head else None}

@@ -11,6 +11,7 @@ number and a hash, no secret), answered signed by this node's key.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from pathlib import Path
 
@@ -23,6 +24,13 @@ ADVICE = (
     "delete it to start again from the next head the controller shows (the node then forgets "
     "what it saw, so a wipe before that is no longer caught by this node)"
 )
+
+_NONCE = re.compile(r"[0-9a-f]{32,64}")
+
+
+def is_nonce(text: str) -> bool:
+    """True for a nonce as the controller makes them (hex, 32 to 64 characters)."""
+    return bool(_NONCE.fullmatch(text))
 
 
 class AuditAnchor:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import grp
 import os
 import pwd
-import re
 import shutil
 import socket
 import stat
@@ -34,12 +33,6 @@ from meshtui.preflight import (
 CONNECT_TIMEOUT_S = 3.0
 """A TCP connect or an admin login that takes longer is reported as not reachable."""
 PARALLEL = 8
-_NONCE = re.compile(r"[0-9a-f]{32,64}")
-
-
-def is_nonce(text: str) -> bool:
-    """True for a nonce as the controller makes them (hex, 32 to 64 characters)."""
-    return bool(_NONCE.fullmatch(text))
 
 
 def run(node: str, payload: dict[str, Any]) -> CheckAnswer:
