@@ -42,12 +42,19 @@ from meshtui.errors import MessageError
 
 
 class Target(TypedDict):
-    """Where a probe logs in: the provider node's private address, the login and database."""
+    """Where a probe logs in: the provider node's private address, the login and database.
+
+    A provider that is not PostgreSQL names its ``kind`` (``redis``), the CA file its TLS is
+    verified with, and whether it speaks TLS at all; absent, the target is PostgreSQL.
+    """
 
     host: str
     port: int
     login: str
     dbname: str
+    kind: NotRequired[str]
+    ca: NotRequired[str | None]
+    tls: NotRequired[bool]
 
 
 Rollback = TypedDict("Rollback", {"from": list[int], "rotations": list[int]})
@@ -182,6 +189,7 @@ class ProviderSet(TypedDict):
     provisioner: list[str] | None
     pin: bool
     consumers: list[ManifestEntry]
+    kind: NotRequired[str]  # the provider's kind when it is not PostgreSQL (redis)
 
 
 class ConsumerItem(TypedDict):
@@ -340,6 +348,66 @@ class DrillCheckAnswer(TypedDict):
     error: str | None
 
 
+# ---- check (meshtui doctor) -----------------------------------------------------------------
+# the node's side of the preflight; meshtui.preflight turns these into its dataclasses
+
+
+class CheckConsumer(TypedDict):
+    """A consumer end on the node: its credential file, who must read it, its reload."""
+
+    pair: str
+    file: str
+    owner: str | None
+    group: str | None
+    reload: list[str]
+
+
+class CheckProvider(TypedDict):
+    """A provider module on the node: its admin file and what its provisioner needs."""
+
+    provider: str
+    admin: str | None
+    builtin: bool
+    databases: bool
+    pin: bool
+
+
+class CheckPort(TypedDict):
+    """A provider's address and port, to be reached by TCP from this node."""
+
+    host: str
+    port: int
+    provider: str
+    pairs: list[str]
+
+
+class CheckRequest(TypedDict):
+    """``check``: everything one node is asked to check (nothing is written)."""
+
+    consumers: list[CheckConsumer]
+    providers: list[CheckProvider]
+    ports: list[CheckPort]
+
+
+class Finding(TypedDict):
+    """One problem a node found: what was checked, about what, what is wrong, what to do."""
+
+    check: str
+    subject: str
+    problem: str
+    fix: str
+
+
+class CheckAnswer(TypedDict):
+    """The node's clock, how many checks passed, and every problem found."""
+
+    node: str
+    at: float
+    passed: int
+    findings: list[Finding]
+    elapsed_ms: float
+
+
 # ---- the strict mirror ----------------------------------------------------------------------
 
 _MIRRORS: dict[object, object] = {}
@@ -421,10 +489,11 @@ DRILL_HOLD: Kind[DrillRequest, DrillHoldAnswer] = Kind(
 DRILL_CHECK: Kind[DrillRequest, DrillCheckAnswer] = Kind(
     wire.DRILL_CHECK, DrillRequest, DrillCheckAnswer
 )
+CHECK: Kind[CheckRequest, CheckAnswer] = Kind(wire.CHECK, CheckRequest, CheckAnswer)
 ERROR: Kind[ErrorAnswer, ErrorAnswer] = Kind("error", ErrorAnswer, ErrorAnswer)
 """The reply kind of a refusal (never a request)."""
 
 KINDS: dict[str, Kind[Mapping[str, object], Mapping[str, object]]] = {
-    k.name: k for k in (STATE, DELIVER, WITHDRAW, PROBE, DRILL_HOLD, DRILL_CHECK)
+    k.name: k for k in (STATE, DELIVER, WITHDRAW, PROBE, DRILL_HOLD, DRILL_CHECK, CHECK)
 }
 """Every request kind the agent serves, by wire name."""

@@ -45,9 +45,11 @@ def drill_one(ctl: Controller, pid: str, progress: Progress) -> DrillReport:
     node = node_of(p["consumer"])
     drill_id = secrets.token_hex(8)
     request = DrillRequest(
-        drill=drill_id, pair=pid, file=p["file"], target=target_of(p, plan.nodes)
+        drill=drill_id, pair=pid, file=p["file"], target=target_of(p, plan.nodes, plan.modules)
     )
-    client = AgentClient(plan.nodes[node], ctl.keys(), sequence=ctl.sequence)
+    client = AgentClient(
+        plan.nodes[node], ctl.keys(), sequence=ctl.sequence, head=ctl.inventory.signed_head
+    )
     steps: list[DrillStep] = []
     report: RotationReport | None = None
     reason = ""

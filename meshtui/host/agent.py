@@ -21,12 +21,16 @@ from typing import Any, Generic, NotRequired, Protocol, TypedDict, TypeVar, cast
 from meshtui import crypto, messages, wire
 from meshtui.atomic import PRIVATE
 from meshtui.errors import CryptoError, EnvelopeError, HostFileError, MeshtuiError, MessageError
+from meshtui.host import checks as checks_mod
 from meshtui.host import files
 from meshtui.host import probe as probe_mod
+from meshtui.host.anchor import AuditAnchor, is_nonce
 from meshtui.host.guard import AcceptedGenerations, AcceptedRequests
 from meshtui.host.holdings import Holdings
 from meshtui.host.identity import Identity
 from meshtui.messages import (
+    CheckAnswer,
+    CheckRequest,
     ConsumerItem,
     ConsumerOutcome,
     DeliverAnswer,
@@ -188,6 +192,7 @@ class Agent:
         self.generations = AcceptedGenerations(
             identity.state_dir, identity.name, self.holdings.listing()
         )
+        self.anchor = AuditAnchor(identity.state_dir, identity.controller.verify)
         self._drills: dict[str, tuple[bytes, float]] = {}
         self._lock = threading.Lock()  # one delivery at a time: files and provisioner
         self._drill_lock = threading.Lock()
@@ -200,6 +205,7 @@ class Agent:
                 Route(messages.PROBE, self.probe),
                 Route(messages.DRILL_HOLD, self.drill_hold),
                 Route(messages.DRILL_CHECK, self.drill_check),
+                Route(messages.CHECK, self.check),
             )
         }
 
@@ -224,6 +230,15 @@ class Agent:
             return 500, self._reply(
                 "error", {"error": f"{me} cannot record the request: {exc.strerror}"}, msg.nonce
             )
+        if msg.head is not None:
+            try:
+                self.anchor.offer(msg.head)  # kept durably before the request is acted on
+            except OSError as exc:
+                return 500, self._reply(
+                    "error",
+                    {"error": f"{me} cannot keep the audit head: {exc.strerror}"},
+                    msg.nonce,
+                )
         route = self._routes.get(msg.kind)
         if route is None:
             return 400, self._reply("error", {"error": f"unknown kind {msg.kind!r}"}, msg.nonce)
@@ -242,6 +257,24 @@ class Agent:
         finally:
             self._forget_expired_drills()
         return 200, self._reply(msg.kind, payload, msg.nonce)
+
+    def read_anchor(self, nonce: str) -> tuple[int, dict[str, str]]:
+        """Answer an unsigned read of the kept audit head, signed and quoting ``nonce``.
+
+        No key is needed to ask (a read-only controller verifies with the public keys only):
+        the answer is a number and a hash signed by the controller, which this node cannot
+        invent, inside an answer signed by this node that quotes the asker's fresh nonce.
+        Nothing is recorded or changed.
+        """
+        if not is_nonce(nonce):
+            return 400, {"error": "nonce must be 32 to 64 hex characters"}
+        head = self.anchor.head
+        payload = {"node": self.identity.name, "head": head.to_json() if head else None}
+        return 200, self._reply(wire.ANCHOR, payload, nonce)
+
+    def check(self, payload: CheckRequest) -> CheckAnswer:
+        """The node's side of ``meshtui doctor`` (reads and connects only; nothing is written)."""
+        return checks_mod.run(self.identity.name, payload).to_json()
 
     def _reply(
         self, kind: str, payload: Mapping[str, object], reply_to: str | None
@@ -480,6 +513,8 @@ class Agent:
                         for c in consumers
                     ],
                 }
+                if spec.get("kind", "postgres") != "postgres":  # absent: PostgreSQL
+                    body["kind"] = spec["kind"]  # the harness picks its adapter by this
                 mdir.write(manifest.name, json.dumps(body, indent=1).encode(), PRIVATE)
                 wanted = {secret_name(c["node"], c["module"]) for c in consumers}
                 for stale in gdir.names():
@@ -519,12 +554,8 @@ class Agent:
 
     # ---- withdraw, probe, drill ---------------------------------------------------------
     def _target_login(self, target: Target, secret: bytes, *, control: bool) -> ProbeReport:
-        result = probe_mod.probe(
-            target["host"],
-            target["port"],
-            target["login"],
-            secret.decode("ascii", "replace"),
-            target["dbname"],
+        result = probe_mod.probe_target(
+            _probe_target(target, secret),
             timeout=self.probe_timeout,
             allow_loopback=self.allow_loopback,
             control=control,
@@ -588,15 +619,7 @@ class Agent:
                     continue
                 digest = crypto.secret_digest(secret)
                 results[pair] = {"pair": pair, "digest": digest, "result": None}
-                targets.append(
-                    probe_mod.ProbeTarget(
-                        host=item["host"],
-                        port=item["port"],
-                        user=item["login"],
-                        password=secret.decode("ascii", "replace"),
-                        dbname=item["dbname"],
-                    )
-                )
+                targets.append(_probe_target(item, secret))
                 order.append(pair)
                 del secret
         found = probe_mod.probe_many(
@@ -657,6 +680,20 @@ def _refused_consumer(item: ConsumerItem, why: str) -> ConsumerOutcome:
         "ok": False,
         "error": why,
     }
+
+
+def _probe_target(item: Target, secret: bytes) -> probe_mod.ProbeTarget:
+    """A probe target from the controller's item (kind, CA and TLS for a Redis)."""
+    return probe_mod.ProbeTarget(
+        host=item["host"],
+        port=item["port"],
+        user=item["login"],
+        password=secret.decode("ascii", "replace"),
+        dbname=item["dbname"] or "postgres",
+        kind=item.get("kind", "postgres"),  # absent: PostgreSQL
+        ca=item.get("ca") or None,
+        tls=item.get("tls", True),
+    )
 
 
 def node_path(text: str, what: str) -> Path:
