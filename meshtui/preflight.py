@@ -8,8 +8,10 @@ Shared by :mod:`meshtui.controller.doctor` (which builds the request and reads t
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, cast
+
+import msgspec
 
 from meshtui import messages
 
@@ -56,7 +58,7 @@ class CheckRequest:
 
     def to_json(self) -> messages.CheckRequest:
         """The request's payload (its shape: :class:`meshtui.messages.CheckRequest`)."""
-        return cast(messages.CheckRequest, asdict(self))
+        return cast(messages.CheckRequest, _as_json(self))
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CheckRequest:
@@ -116,7 +118,7 @@ class CheckAnswer:
 
     def to_json(self) -> messages.CheckAnswer:
         """The answer's payload (its shape: :class:`meshtui.messages.CheckAnswer`)."""
-        return cast(messages.CheckAnswer, asdict(self))
+        return cast(messages.CheckAnswer, _as_json(self))
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CheckAnswer:
@@ -136,6 +138,11 @@ class CheckAnswer:
             ),
             elapsed_ms=float(data.get("elapsed_ms", 0.0)),
         )
+
+
+def _as_json(shape: object) -> object:
+    """A dataclass as the JSON it travels as (tuples become lists, as on the other side)."""
+    return msgspec.json.decode(msgspec.json.encode(shape))
 
 
 def _optional(value: Any) -> str | None:

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from meshtui import crypto, messages, wire
+from meshtui.controller import doctor
 from meshtui.controller.client import Agents
 from meshtui.controller.deliver import Planner, target_of
 from meshtui.errors import AgentError, MessageError
@@ -49,7 +50,14 @@ def planned(mesh) -> tuple[dict, dict, dict, dict]:
         pair = plan.pairs[GITEA]
         sets = plan.provider_sets([(pair["provider"], pair["provision"])], {})
         items = plan.consumer_items([GITEA], {})
-        return sets, items, pair, target_of(pair, plan.nodes)
+        return sets, items, pair, target_of(pair, plan.nodes, plan.modules)
+
+
+def doctor_asks(mesh) -> dict:
+    """What ``meshtui doctor`` asks each node (its real producer)."""
+    with mesh.controller() as ctl:
+        inv = ctl.inventory
+        return doctor.requests(inv.nodes(), inv.modules(), inv.pairs())
 
 
 def agents(mesh) -> Agents:
@@ -95,6 +103,8 @@ def test_every_kind_round_trips_through_real_agents(mesh):
             WithdrawRequest(consumer=[WithdrawItem(pair=GITEA, file=pair["file"], target=target)]),
         ),
     ]
+    asks = doctor_asks(mesh)
+    requests += [(node, messages.CHECK, ask.to_json()) for node, ask in sorted(asks.items())]
     seen = set()
     with agents(mesh) as client:
         for node, kind, request in requests:
@@ -115,6 +125,8 @@ def test_every_kind_round_trips_through_real_agents(mesh):
                 assert got["result"] is not None and got["result"]["verdict"] == "unknown"
             if kind is messages.DRILL_CHECK:
                 assert answer["error"] is None and answer["old"] is not None
+            if kind is messages.CHECK:
+                assert answer["node"] == node
             if kind is messages.WITHDRAW:
                 (got,) = answer["consumer"]
                 assert got["probe"] is not None and not got["removed"]  # not proven refused
