@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from meshtui import crypto, wire
+from meshtui import crypto, messages, wire
 from meshtui.controller.client import AgentClient
 from meshtui.controller.deliver import Planner
 
@@ -200,7 +200,7 @@ def test_concurrent_requests_to_one_node_are_all_accepted(mesh):
         client = AgentClient(node, keys, sequence=seq)
         try:
             for _ in range(5):
-                client.call(wire.STATE, {})
+                client.call(messages.STATE, {})
         except Exception as exc:  # noqa: BLE001 - collected and asserted below
             errors.append(repr(exc))
         finally:
