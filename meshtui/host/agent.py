@@ -250,6 +250,10 @@ class Agent:
             payload = work()
         except MeshtuiError as exc:
             return 422, self._reply("error", {"error": str(exc)}, msg.nonce)
+        except ValueError as exc:  # a value that has the shape but not the meaning
+            return 400, self._reply(
+                "error", {"error": f"{me} refused {msg.kind}: {exc}"}, msg.nonce
+            )
         except OSError as exc:
             return 500, self._reply(
                 "error", {"error": f"{msg.kind} failed on {me}: {exc.strerror}"}, msg.nonce
