@@ -7,7 +7,6 @@ provider), so a collision is caught before anything is minted.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 import tomllib
 from collections.abc import Mapping
@@ -21,6 +20,7 @@ from meshtui.model import (
     BUILTIN_POSTGRES,
     DEFAULT_MODE,
     NAME_RE,
+    plain_address,
     Declaration,
     Module,
     Node,
@@ -165,14 +165,12 @@ def _node(r: _Reader, name: str, spec: Any) -> Node:
     spec = r.table(spec, where)
     r.unknown(spec, NODE_KEYS, where)
     address = r.string(spec, "address", where)
-    try:
-        ipaddress.ip_address(address)
-    except ValueError as exc:
+    if not plain_address(address):
         raise r.fail(
             f"{where}.address",
-            f"{address!r} is not an IP address",
+            f"{address!r} is not an IP address (an IPv6 scope id such as '%eth0' is not taken)",
             "give the node's private address",
-        ) from exc
+        )
     agent = r.string(spec, "agent", where)
     if not agent.startswith(("http://", "https://", "unix:/")):
         raise r.fail(

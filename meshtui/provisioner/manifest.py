@@ -32,6 +32,7 @@ from types import MappingProxyType
 from typing import Any
 
 from meshtui.errors import ManifestError
+from meshtui.model import NAME_RE, plain_address
 
 VERSION = 1
 MAX_MANIFEST_BYTES = 64 * 1024 * 1024
@@ -142,6 +143,21 @@ def _secret_name(reader: _Reader, name: str) -> str:
     return name
 
 
+def _provider_ok(text: str) -> bool:
+    node, _, module = text.partition("/")
+    return bool(NAME_RE.match(node) and NAME_RE.match(module))
+
+
+def _plain(top: _Reader) -> tuple[str, str]:
+    """The provision and provider names: plain, since they reach pg_hba.conf's marker lines."""
+    provision, provider = top.text("provision"), top.text("provider")
+    if not NAME_RE.match(provision):
+        top.fail("provision", f"{provision!r} is not a provision name (letters, digits, '-', '_')")
+    if not _provider_ok(provider):
+        top.fail("provider", f"{provider!r} is not a provider module (node/module)")
+    return provision, provider
+
+
 def _consumer(source: str, index: int, obj: Any) -> Consumer:
     """One consumer: a quick path for a well-formed entry, the careful one to name a problem."""
     if type(obj) is dict:
@@ -161,6 +177,7 @@ def _consumer(source: str, index: int, obj: Any) -> Consumer:
             and all(type(v) is str for v in values.values())
             and _DIGEST.fullmatch(digest)
             and _secret_ok(secret)
+            and (not at or plain_address(at))
         ):
             return Consumer(login, node, module, at, MappingProxyType(values), secret, digest)
     return _consumer_checked(source, index, obj)
@@ -178,11 +195,14 @@ def _consumer_checked(source: str, index: int, obj: Any) -> Consumer:
         if not isinstance(value, str):
             reader.fail(f"values.{key}", f"must be a string, not {type(value).__name__}")
         values[key] = value
+    at = reader.text("at", required=False, allow_empty=True)
+    if at and not plain_address(at):
+        reader.fail("at", f"{at!r} is not an IP address (an IPv6 scope id is not taken)")
     return Consumer(
         login=login,
         node=reader.text("node"),
         module=reader.text("module"),
-        at=reader.text("at", required=False, allow_empty=True),
+        at=at,
         values=MappingProxyType(values),
         secret=_secret_name(reader, reader.text("secret")),
         digest=digest,
@@ -204,6 +224,7 @@ def parse_manifest(data: bytes, path: Path) -> Manifest:
     serial = top.get("serial", int)
     if serial < 0:
         top.fail("serial", "must not be negative")
+    provision, provider = _plain(top)
     consumers_raw = top.get("consumers", list)
     consumers = tuple(_consumer(source, i, c) for i, c in enumerate(consumers_raw))
     seen_logins: dict[str, int] = {}
@@ -219,8 +240,8 @@ def parse_manifest(data: bytes, path: Path) -> Manifest:
     return Manifest(
         path=path,
         version=version,
-        provision=top.text("provision"),
-        provider=top.text("provider"),
+        provision=provision,
+        provider=provider,
         serial=serial,
         consumers=consumers,
         pin=bool(top.get("pin", bool, required=False)),
