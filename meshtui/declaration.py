@@ -20,7 +20,6 @@ from meshtui.model import (
     BUILTIN_POSTGRES,
     DEFAULT_MODE,
     NAME_RE,
-    plain_address,
     Declaration,
     Module,
     Node,
@@ -32,6 +31,7 @@ from meshtui.model import (
     file_mode,
     format_duration,
     parse_duration,
+    plain_address,
 )
 from meshtui.naming import derive_login
 

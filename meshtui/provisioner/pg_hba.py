@@ -80,7 +80,9 @@ def scope_key(provider: str, provision: str) -> str:
     newline or a '#' are refused: the marker is a line of its own and must stay one comment."""
     scope = f"{provider} {provision}"
     if not _SCOPE_OK.fullmatch(scope):
-        raise ProvisionError(f"provider {provider!r} or provision {provision!r} is not a plain name")
+        raise ProvisionError(
+            f"provider {provider!r} or provision {provision!r} is not a plain name"
+        )
     return scope
 
 

@@ -16,8 +16,12 @@ from tests.fix_mesh import MeshFactory, consumer, provider
 
 def test_a_provision_name_with_a_trailing_newline_is_refused(mesh_factory: MeshFactory) -> None:
     mesh = mesh_factory()
-    spec = mesh.spec({"db1/postgres": provider(provision="database\n"),
-                      "app1/gitea": consumer("app1/gitea", "database\n")})
+    spec = mesh.spec(
+        {
+            "db1/postgres": provider(provision="database\n"),
+            "app1/gitea": consumer("app1/gitea", "database\n"),
+        }
+    )
     with pytest.raises(DeclarationError, match="not allowed"):
         declaration.load(mesh.write(spec))
 

@@ -36,8 +36,12 @@ def _superuser_without_password(mesh: Mesh) -> bool:
     assert row is not None
     try:
         psycopg.connect(
-            host="127.0.0.1", port=mesh.cluster.port, user=str(row[0]), dbname="postgres",
-            password="", connect_timeout=5,
+            host="127.0.0.1",
+            port=mesh.cluster.port,
+            user=str(row[0]),
+            dbname="postgres",
+            password="",
+            connect_timeout=5,
         ).close()
     except psycopg.OperationalError:
         return False
