@@ -116,6 +116,7 @@ class Agent:
         self.generations = AcceptedGenerations(
             identity.state_dir, identity.name, self.holdings.listing()
         )
+        self._state = own_state(identity.state_dir)
         self._drills: dict[str, tuple[bytes, float]] = {}
         self._lock = threading.Lock()  # one delivery at a time: files and provisioner
         self._drill_lock = threading.Lock()
@@ -250,6 +251,7 @@ class Agent:
             return out
         try:
             path = node_path(item["file"], "credential file")
+            self._outside_state(path.parent, "credential file")
         except ValueError as exc:
             out["error"] = str(exc)
             return out
@@ -309,6 +311,8 @@ class Agent:
             manifest = node_path(spec["receives"], "manifest")
             grants = node_path(spec["grants"], "grants folder")
             inside = grants.relative_to(manifest.parent).as_posix()
+            self._outside_state(manifest.parent, "manifest")
+            self._outside_state(grants, "grants folder")
             for c in spec["consumers"]:
                 for name in (str(c["node"]), str(c["module"])):
                     if not NAME_RE.match(name):
@@ -439,6 +443,26 @@ class Agent:
             return {"ok": False, "error": f"provisioner {argv[0]} failed to run: {exc}"}
         logins = [str(c["as"]) for c in spec["consumers"]]
         return command_report(argv[0], done.returncode, done.stdout, logins)
+
+    def _outside_state(self, folder: Path, what: str) -> None:
+        """ValueError when ``folder`` is this agent's state folder or below it: a declaration
+        must never make the agent overwrite its own key, pinned controller key or replay guard.
+
+        The walk to any folder refuses links, so its path is its real path and a comparison of
+        paths is enough; the folder's device and inode also catch a bind mount of the state.
+        """
+        path, ident = self._state
+        if folder == path or path in folder.parents:
+            raise ValueError(
+                f"{what} {folder} is inside this agent's state folder {path}; "
+                "choose a path outside it"
+            )
+        try:
+            st = os.stat(folder, follow_symlinks=False)
+        except OSError:
+            return
+        if (st.st_dev, st.st_ino) == ident:
+            raise ValueError(f"{what} {folder} is this agent's state folder {path}; choose another")
 
     # ---- withdraw, probe, drill ---------------------------------------------------------
     def _target_login(
@@ -582,6 +606,13 @@ def _refused_consumer(item: dict[str, Any], why: str) -> dict[str, Any]:
         "ok": False,
         "error": why,
     }
+
+
+def own_state(state_dir: Path) -> tuple[Path, tuple[int, int]]:
+    """The agent's state folder as an absolute path and its (device, inode)."""
+    path = Path(os.path.abspath(state_dir))
+    st = os.stat(path)
+    return path, (st.st_dev, st.st_ino)
 
 
 def node_path(raw: Any, what: str) -> Path:
