@@ -41,3 +41,25 @@ def test_an_address_with_a_scope_id_is_refused(mesh_factory: MeshFactory, addres
     spec["nodes"]["app1"]["address"] = address
     with pytest.raises(DeclarationError, match="nodes.app1.address"):
         declaration.load(mesh.write(spec))
+
+
+@pytest.mark.parametrize(
+    ("where", "why"),
+    [
+        ("srv/db1/postgres/mesh.json", "manifest"),
+        ("srv/db1/postgres/grants/app1.gitea.secret", "grants folder"),
+        ("srv/db1/postgres/grants/sub/x.password", "grants folder"),
+        ("srv/db1/postgres/admin.conninfo", "admin"),
+    ],
+)
+def test_a_credential_file_over_a_providers_files_is_refused(
+    mesh_factory: MeshFactory, where: str, why: str
+) -> None:
+    """A consumer on the provider's node whose credential file is the provider's manifest, a
+    file in its grants folder (where the agent also deletes stale secrets) or its admin file:
+    one delivery would overwrite the other's file, or the provider would delete the credential."""
+    mesh = mesh_factory()
+    spec = mesh.spec({"db1/postgres": provider(), "db1/backup": consumer("db1/backup", file=where)})
+    path = mesh.write(spec)
+    with pytest.raises(DeclarationError, match=why):
+        declaration.load(path)
