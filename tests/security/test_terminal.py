@@ -33,3 +33,17 @@ def test_a_reason_with_escape_sequences_reaches_the_terminal_as_text(
         shown = done.stdout + done.stderr
         assert "\x1b" not in shown and "\x07" not in shown, repr(shown)
     assert "\\x1b" in mesh.cli("status").stdout + mesh.cli("push").stdout
+
+
+def test_a_nodes_reason_in_the_rotation_plan_is_shown_not_obeyed() -> None:
+    """The dashboard's rotation plan shows each node's reason, which its agent wrote."""
+    from meshtui.controller.reports import Resolution, RotationPlan
+    from meshtui.tui.screens.plan import plan_text
+
+    plan = RotationPlan(
+        pairs=["database:app1/gitea->db1/postgres"],
+        nodes=[Resolution(node="app1", ok=False, reason=ESCAPES)],
+    )
+    plain = plan_text(plan).plain
+    assert "\x1b" not in plain and "\x07" not in plain
+    assert "\\x1b]52" in plain
