@@ -7,6 +7,7 @@ for a bounded time); they are never logged, returned or put in an exception.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -16,7 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from meshtui import crypto, wire
 from meshtui.atomic import PRIVATE
@@ -28,6 +29,9 @@ from meshtui.host.holdings import Holdings
 from meshtui.host.identity import Identity
 from meshtui.model import NAME_RE, split_pair_id
 
+if TYPE_CHECKING:
+    from meshtui.provisioner.warm import WarmSessions
+
 OK_OUTCOMES = frozenset({"created", "updated", "unchanged"})
 RELOAD_TIMEOUT_S = 30.0
 PROVISION_TIMEOUT_S = 300.0
@@ -37,10 +41,22 @@ Provisioner = Callable[[Path, Path], dict[str, Any]]
 
 
 def builtin_provisioner(manifest: Path, admin: Path) -> dict[str, Any]:
-    """Run the built-in PostgreSQL provisioner in-process; its report as JSON."""
+    """Run the built-in PostgreSQL provisioner in-process; its report as JSON.
+
+    Its admin sessions are kept warm between deliveries (:mod:`meshtui.provisioner.warm`):
+    each is checked and its settings read again before it is used.
+    """
     from meshtui.provisioner.harness import reconcile
 
-    return reconcile(manifest, admin).as_dict()
+    return reconcile(manifest, admin, factory=_warm_sessions().open).as_dict()
+
+
+@functools.cache
+def _warm_sessions() -> WarmSessions:
+    """The agent process's kept admin sessions (one pool for every manifest it provisions)."""
+    from meshtui.provisioner.warm import WarmSessions
+
+    return WarmSessions()
 
 
 def inspect_provider(spec: dict[str, Any]) -> dict[str, Any]:

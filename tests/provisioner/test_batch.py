@@ -1,7 +1,8 @@
-"""Many logins in one transaction, each proven by the read-back."""
+"""Many logins in one transaction (each proven by the read-back), and admin sessions kept warm."""
 
 from __future__ import annotations
 
+from meshtui.provisioner.warm import WarmSessions
 from tests.provisioner.conftest import Mesh, outcomes
 
 
@@ -30,3 +31,31 @@ def test_a_foreign_role_in_a_batch_costs_only_itself(mesh: Mesh) -> None:
     assert mesh.can_login("theirs_app1_x", "kept-by-them")
     for i in range(3):
         assert mesh.can_login(mesh.login_of("app1", f"m{i}"), mesh.password("app1", f"m{i}"))
+
+
+def _backend_pids(mesh: Mesh) -> set[int]:
+    with mesh.admin_conn() as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = 'meshtui-provisioner'"
+        ).fetchall()
+    return {int(r[0]) for r in rows}
+
+
+def test_a_kept_session_is_reused_and_a_dead_one_replaced(mesh: Mesh) -> None:
+    warm = WarmSessions()
+    try:
+        mesh.add("app1", "gitea")
+        assert outcomes(mesh.reconcile(factory=warm.open)) == {"gitea_app1_x": "created"}
+        (kept,) = _backend_pids(mesh)
+        mesh.rotate("app1", "gitea")
+        assert outcomes(mesh.reconcile(factory=warm.open)) == {"gitea_app1_x": "updated"}
+        assert _backend_pids(mesh) == {kept}  # the same session, no new login
+        with mesh.admin_conn() as conn:
+            conn.execute("SELECT pg_terminate_backend(%s, 5000)", [kept])
+        mesh.rotate("app1", "gitea")
+        assert outcomes(mesh.reconcile(factory=warm.open)) == {"gitea_app1_x": "updated"}
+        assert mesh.can_login("gitea_app1_x", mesh.password("app1", "gitea"))
+        assert kept not in _backend_pids(mesh)
+    finally:
+        warm.close()
+    assert _backend_pids(mesh) == set()
