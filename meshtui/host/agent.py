@@ -206,6 +206,11 @@ class Agent:
         Asked with ``inspect`` (provider manifests), it also answers what each provider's server
         holds, from the provisioner's read-only inspection (:func:`inspect_provider`).
         """
+        if payload.get("holdings") is False:  # only who this is (a rotation resolving it)
+            return {
+                "node": self.identity.name,
+                "fingerprint": self.identity.keys.public().fingerprint(),
+            }
         held = self.holdings.listing()
         with files.Ancestors() as ancestors:
             for h in held:
