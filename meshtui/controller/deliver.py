@@ -218,24 +218,32 @@ def record_end(inv: Inventory, rows: Iterable[EndRow]) -> None:
     else:
         current = inv.deliveries()
     out = []
+    same: list[tuple[str, str, str]] = []  # (stamp, pair, end): only the attempt is new
     for pair, end, gen, digest, error in rows:
         old = current.get((pair, end.value), {})
         held_gen = gen if gen is not None else old.get("generation")
         changed = gen is not None and gen != old.get("generation")
-        out.append(
-            {
-                "pair": pair,
-                "end": end.value,
-                "generation": held_gen,
-                "digest": digest if gen is not None else old.get("digest"),
-                "since": stamp if changed or not old.get("since") else old["since"],
-                "attempted_at": stamp,
-                "error": error,
-            }
-        )
-    if out:
+        row = {
+            "pair": pair,
+            "end": end.value,
+            "generation": held_gen,
+            "digest": digest if gen is not None else old.get("digest"),
+            "since": stamp if changed or not old.get("since") else old["since"],
+            "attempted_at": stamp,
+            "error": error,
+        }
+        if old and all(row[k] == old.get(k) for k in ("generation", "digest", "since", "error")):
+            same.append((stamp, pair, end.value))
+        else:
+            out.append(row)
+    if out or same:
         with inv.transaction("record deliveries") as db:
-            db.table("deliveries").upsert_all(out, pk=("pair", "end"))
+            if out:
+                db.table("deliveries").upsert_all(out, pk=("pair", "end"))
+            if same:  # the other consumers of a re-sent manifest: one plain statement
+                db.conn.executemany(
+                    'UPDATE deliveries SET attempted_at = ? WHERE pair = ? AND "end" = ?', same
+                )
 
 
 def send_providers(
