@@ -37,6 +37,8 @@ RELOAD_TIMEOUT_S = 30.0
 PROVISION_TIMEOUT_S = 300.0
 INSPECT_TIMEOUT_S = 5.0  # within the controller's STATE_TIMEOUT_S
 DRILL_HOLD_S = 300.0
+CONSUMER_WRITERS = 8
+"""Credential files of one delivery written at once (their fsyncs then share commits)."""
 Provisioner = Callable[[Path, Path], dict[str, Any]]
 
 
@@ -243,12 +245,20 @@ class Agent:
                 else self._deliver_provider(s)
                 for s in payload.get("provider", [])
             ]
-            consumers = [
-                _refused_consumer(c, why)
-                if (why := refused.get(f"consumer:{c['pair']}"))
-                else self._deliver_consumer(c)
-                for c in payload.get("consumer", [])
-            ]
+            held: dict[str, dict[str, Any] | None] = {}
+
+            def one(c: dict[str, Any]) -> dict[str, Any]:
+                why = refused.get(f"consumer:{c['pair']}")
+                return _refused_consumer(c, why) if why else self._deliver_consumer(c, held)
+
+            items = list(payload.get("consumer", []))
+            if len(items) < 2:
+                consumers = [one(c) for c in items]
+            else:  # each file in its own folder: fsynced in parallel, committed together
+                with ThreadPoolExecutor(max_workers=CONSUMER_WRITERS) as pool:
+                    consumers = list(pool.map(one, items))
+            if held:
+                self.holdings.update("consumer", held)  # once, not once per credential
         return {"provider": providers, "consumer": consumers}
 
     def _unseal(self, sealed_b64: str, digest: str, pair: str) -> bytes:
@@ -262,7 +272,9 @@ class Agent:
             raise CryptoError(f"{pair}: sealed credential does not match its digest (tampered?)")
         return secret
 
-    def _deliver_consumer(self, item: dict[str, Any]) -> dict[str, Any]:
+    def _deliver_consumer(
+        self, item: dict[str, Any], held: dict[str, dict[str, Any] | None]
+    ) -> dict[str, Any]:
         pair, gen = str(item["pair"]), int(item["generation"])
         out: dict[str, Any] = {"pair": pair, "generation": gen, "ok": False}
         if item.get("node") != self.identity.name:
@@ -297,19 +309,14 @@ class Agent:
             out["error"] = f"{where}: cannot write {path}: {exc.strerror}"
             return out
         out["written_at"] = time.time()
-        self.holdings.update(
-            "consumer",
-            {
-                pair: {
-                    "generation": gen,
-                    "digest": digest,
-                    "file": str(path),
-                    "owner": want.owner,
-                    "group": want.group,
-                    "mode": want.mode,
-                }
-            },
-        )
+        held[pair] = {
+            "generation": gen,
+            "digest": digest,
+            "file": str(path),
+            "owner": want.owner,
+            "group": want.group,
+            "mode": want.mode,
+        }
         out["ok"], out["digest"] = True, digest
         reload = [str(a) for a in item.get("reload") or []]
         if reload:
@@ -407,8 +414,7 @@ class Agent:
                         secrets[name] = self._unseal(
                             str(c["sealed"]), str(c["digest"]), str(c["pair"])
                         )
-                for name, secret in secrets.items():
-                    gdir.write(name, secret, PRIVATE)
+                gdir.write_many(secrets, PRIVATE)
                 secrets.clear()
                 serial = self._next_serial(mdir, manifest)
                 body = {
