@@ -102,6 +102,9 @@ WHERE a.rolname = ANY(%(names)s)
 
 _EXISTING = "SELECT rolname FROM pg_roles WHERE rolname = ANY(%s)"
 
+STATEMENTS_PER_TRIP = 600
+"""Statements of a batch sent in one message (about 200 logins: some 100 KiB of text)."""
+
 Batch = Sequence[Wanted]
 """Logins to make true together (:meth:`PostgresAdapter.create_many`)."""
 
@@ -505,9 +508,12 @@ class PostgresAdapter:
             )
 
     def _grant_marker(self, name: str) -> None:
+        self._exec(self._marker_grant(name))
+
+    def _marker_grant(self, name: str) -> sql.Composed:
         options = " WITH INHERIT FALSE, SET FALSE" if self.server_version >= 160000 else ""
-        self._exec(
-            sql.SQL("GRANT {} TO {}" + options).format(sql.Identifier(MARKER), sql.Identifier(name))
+        return sql.SQL("GRANT {} TO {}" + options).format(
+            sql.Identifier(MARKER), sql.Identifier(name)
         )
 
     def _other(self, dbname: str) -> psycopg.Connection[Any]:
@@ -633,8 +639,9 @@ class PostgresAdapter:
         """:meth:`create` for many logins in one transaction, each one proven by the read-back.
 
         A superuser writes every verifier (computed beforehand, on every core) and record in one
-        pipelined transaction, then reads all the stored verifiers back in one SELECT (names
-        sent, verifiers compared here) before it commits. Should anything in it fail, nothing
+        transaction (a few hundred statements a round trip, in the quiet transaction, so no
+        log keeps them), then reads all the stored verifiers back in one SELECT (names sent,
+        verifiers compared here) before it commits. Should anything in it fail, nothing
         of it stays and each login is made true alone, so one bad login costs only itself. An
         admin that is not a superuser, or a batch of one, takes the one-by-one path. Returns,
         per login, what :meth:`create` returned or raised.
@@ -712,12 +719,13 @@ class PostgresAdapter:
         names = [w.login for w, _ in ready]
         changes: dict[str, Change] = {}
         written: dict[str, str] = {}
-        with self.conn.pipeline(), self.conn.transaction():
+        with self.conn.transaction():
             self.conn.execute(self._quiet.statement)
             keepers = self.conn.execute(_EXISTING, [[held_name(n) for n in names]])
-            roles = self._roles(names)
             returning = {str(r[0]) for r in keepers.fetchall()}
+            roles = self._roles(names)
             self._check_notices()
+            statements: list[sql.Composable] = []
             for wanted, _ in ready:
                 login = wanted.login
                 role = roles.get(login)
@@ -739,15 +747,26 @@ class PostgresAdapter:
                 )
                 if intact:
                     continue
-                self._set_password(login, verifiers[login], create=role is None)
+                ident = sql.Identifier(login)
+                verb = "CREATE" if role is None else "ALTER"
+                statements.append(
+                    sql.SQL(verb + " ROLE {} LOGIN PASSWORD {} VALID UNTIL 'infinity'").format(
+                        ident, sql.Literal(verifiers[login])
+                    )
+                )
                 if role is None:
-                    self._grant_marker(login)
-                self.conn.execute(
+                    statements.append(self._marker_grant(login))
+                statements.append(
                     sql.SQL("COMMENT ON ROLE {} IS {}").format(
-                        sql.Identifier(login), sql.Literal(self._record_text(digest))
+                        ident, sql.Literal(self._record_text(digest))
                     )
                 )
                 written[login] = verifiers[login]
+            for start in range(0, len(statements), STATEMENTS_PER_TRIP):
+                # no parameters: one simple-protocol message, one round trip, for many
+                chunk = statements[start : start + STATEMENTS_PER_TRIP]
+                self._exec(sql.SQL("; ").join(chunk))
+            statements.clear()
             self._read_back_many(written)
         return changes, returning
 
