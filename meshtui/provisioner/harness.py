@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -36,6 +36,7 @@ from meshtui.provisioner.adapter import (
     Held,
     Refused,
     Scope,
+    Wanted,
     check_name,
 )
 from meshtui.provisioner.files import SecretFiles, read_admin
@@ -55,6 +56,7 @@ OutcomeName = Literal[
 SUCCESS: frozenset[str] = frozenset({"created", "updated", "unchanged", "removed"})
 MAX_SECRET_BYTES = 4096
 PARALLEL_FROM = 16  # below this many writes one session is as quick as two
+BATCH_FROM = 2  # from this many writes, one transaction for all (when the adapter can)
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,16 @@ class Report:
             "ok": self.ok,
             "elapsed": round(self.elapsed, 4),
             "counts": self.counts(),
-            "outcomes": [asdict(o) for o in self.outcomes],
+            "outcomes": [  # by hand: dataclasses.asdict deep-copies, 40 ms for 1,000
+                {
+                    "login": o.login,
+                    "node": o.node,
+                    "module": o.module,
+                    "outcome": o.outcome,
+                    "reason": o.reason,
+                }
+                for o in self.outcomes
+            ],
             "limits": list(self.limits),
         }
 
@@ -188,6 +199,39 @@ def _opened(factory: AdapterFactory, conninfo: str, scope: Scope) -> Iterator[Ad
         adapter.close()
 
 
+def _apply_batch(adapter: Adapter, manifest: Manifest, todo: list[Consumer]) -> dict[str, Outcome]:
+    """Make ``todo`` true through the adapter's one-transaction batch; secrets read right
+    before and dropped with the batch."""
+    results: dict[str, Outcome] = {}
+    batch: list[Wanted] = []
+    by_login: dict[str, Consumer] = {}
+    for consumer in todo:
+        secret = _read_secret(manifest, consumer)
+        if isinstance(secret, str):
+            results[consumer.login] = _outcome(consumer, "waiting", secret)
+            continue
+        try:
+            batch.append(Wanted(consumer.login, _password(secret), consumer.values))
+            by_login[consumer.login] = consumer
+        except Refused as exc:
+            results[consumer.login] = _outcome(consumer, "refused", str(exc))
+        del secret
+    create_many = getattr(adapter, "create_many")  # noqa: B009
+    done: dict[str, Done | Exception] = create_many(batch)
+    batch.clear()
+    for login, consumer in by_login.items():
+        got = done.get(login)
+        if isinstance(got, Done):
+            results[login] = _outcome(consumer, got.outcome, got.reason)
+        elif isinstance(got, Refused | UnsafeLoginError):
+            results[login] = _outcome(consumer, "refused", str(got))
+        else:
+            results[login] = _outcome(
+                consumer, "failed", _reason(got or ProvisionError("no outcome"))
+            )
+    return results
+
+
 def _apply_all(
     factory: AdapterFactory,
     first: Adapter,
@@ -197,7 +241,10 @@ def _apply_all(
     todo: list[Consumer],
     workers: int,
 ) -> dict[str, Outcome]:
-    """Apply ``todo``; with many, over ``workers`` sessions so the server uses every core."""
+    """Apply ``todo``: in one batch when the adapter can (one transaction, verifiers computed on
+    every core); else, with many, over ``workers`` sessions so the server uses every core."""
+    if len(todo) >= BATCH_FROM and hasattr(first, "create_many"):
+        return _apply_batch(first, manifest, todo)
     if workers <= 1 or len(todo) < PARALLEL_FROM:
         return {c.login: _apply(first, secrets, c) for c in todo}
     lock = threading.Lock()
@@ -249,6 +296,7 @@ def reconcile(
     *,
     factory: AdapterFactory | None = None,
     workers: int | None = None,
+    postgres: AdapterFactory | None = None,
 ) -> Report:
     """Make the provider's software match the manifest once; see the module docstring.
 
@@ -258,6 +306,8 @@ def reconcile(
     started = time.perf_counter()
     manifest = load_manifest(Path(manifest_path))
     factory = factory or adapter_for(manifest)
+    if postgres is not None and factory is PostgresAdapter:
+        factory = postgres  # e.g. a process's kept sessions (meshtui.provisioner.warm)
     if workers is None and manifest.kind == "redis":
         workers = 1  # one Redis thread serves every session: a second only adds contention
     conninfo = read_admin_file(Path(admin_file))
