@@ -199,14 +199,16 @@ def _opened(factory: AdapterFactory, conninfo: str, scope: Scope) -> Iterator[Ad
         adapter.close()
 
 
-def _apply_batch(adapter: Adapter, manifest: Manifest, todo: list[Consumer]) -> dict[str, Outcome]:
+def _apply_batch(
+    adapter: Adapter, secrets: SecretFiles, todo: list[Consumer]
+) -> dict[str, Outcome]:
     """Make ``todo`` true through the adapter's one-transaction batch; secrets read right
     before and dropped with the batch."""
     results: dict[str, Outcome] = {}
     batch: list[Wanted] = []
     by_login: dict[str, Consumer] = {}
     for consumer in todo:
-        secret = _read_secret(manifest, consumer)
+        secret = _read_secret(secrets, consumer)
         if isinstance(secret, str):
             results[consumer.login] = _outcome(consumer, "waiting", secret)
             continue
@@ -244,7 +246,7 @@ def _apply_all(
     """Apply ``todo``: in one batch when the adapter can (one transaction, verifiers computed on
     every core); else, with many, over ``workers`` sessions so the server uses every core."""
     if len(todo) >= BATCH_FROM and hasattr(first, "create_many"):
-        return _apply_batch(first, manifest, todo)
+        return _apply_batch(first, secrets, todo)
     if workers <= 1 or len(todo) < PARALLEL_FROM:
         return {c.login: _apply(first, secrets, c) for c in todo}
     lock = threading.Lock()
