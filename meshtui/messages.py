@@ -103,8 +103,10 @@ class InspectSpec(TypedDict):
 
 
 class StateRequest(TypedDict):
-    """``state``: what the node holds; with ``inspect``, also what each provider's server holds."""
+    """``state``: who the node is and what it holds (``holdings: False``: only who it is, as a
+    rotation resolving its nodes asks); with ``inspect``, also what each provider's server holds."""
 
+    holdings: NotRequired[bool]
     inspect: NotRequired[list[InspectSpec]]
 
 
@@ -153,7 +155,7 @@ class StateAnswer(TypedDict):
 
     node: str
     fingerprint: str
-    holdings: list[Holding]
+    holdings: NotRequired[list[Holding]]  # absent when asked with ``holdings: False``
     inspected: NotRequired[list[Inspection]]
 
 

@@ -31,6 +31,8 @@ CONTROLLER = "controller"
 
 # message kinds (controller -> agent); every one is answered by a signed reply
 STATE = "state"  # which pairs and generations the node holds, by digest
+
+
 DELIVER = "deliver"  # consumer credentials and provider manifests (sealed)
 WITHDRAW = "withdraw"  # try a withdrawn pair's last credential once, then delete it
 PROBE = "probe"  # live logins with the credentials the node holds

@@ -19,11 +19,13 @@ if TYPE_CHECKING:
 
 
 def ask_state(
-    agents: Agents, nodes: list[str]
+    agents: Agents, nodes: list[str], *, listing: bool = True
 ) -> tuple[list[Resolution], dict[str, list[Holding]]]:
-    """Resolutions of ``nodes`` and, for those that answered, what they hold."""
+    """Resolutions of ``nodes`` and, for those that answered, what they hold (nothing when
+    ``listing`` is False: a rotation only needs to know each node answers as itself)."""
+    ask = StateRequest() if listing else StateRequest(holdings=False)
     answers = agents.call_many(
-        messages.STATE, {n: StateRequest() for n in sorted(set(nodes))}, timeout=STATE_TIMEOUT_S
+        messages.STATE, {n: ask for n in sorted(set(nodes))}, timeout=STATE_TIMEOUT_S
     )
     resolutions: list[Resolution] = []
     holdings: dict[str, list[Holding]] = {}
@@ -36,7 +38,7 @@ def ask_state(
                 Resolution(node=node, ok=False, reason=f"agent says it is {answer['node']!r}")
             )
             continue
-        holdings[node] = answer["holdings"]
+        holdings[node] = answer.get("holdings", [])  # absent when not asked for
         resolutions.append(
             Resolution(node=node, ok=True, reason=f"answered, key {answer['fingerprint']}")
         )
