@@ -190,6 +190,7 @@ def up(
         provisioner=shlex.split(command) if command else None,
         cache=cache,
     )
+    _make_credential_folders(folder / "srv", mesh)
     lab = Lab(
         folder=folder,
         mode=mode,
@@ -274,6 +275,15 @@ def _wait_agent(lab: Lab, node: str) -> None:
         time.sleep(0.05)
     tail = (lab.folder / f"{node}.agent.log").read_text(errors="replace")[-800:]
     raise LabError(f"the agent of {node} did not start; its log ends:\n{tail}")
+
+
+def _make_credential_folders(srv: Path, mesh: dict[str, list[str]]) -> None:
+    """Each consumer's credential folder, as an operator makes it on a real node (root, 0755),
+    so ``meshtui doctor`` on a fresh lab has nothing to report."""
+    for node, modules in mesh.items():
+        for module in modules:
+            for folder in (srv, srv / node, srv / node / module):
+                folder.mkdir(mode=0o755, exist_ok=True)
 
 
 def _write_declaration(
