@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from meshtui.errors import MeshtuiError
+from meshtui.model import Verdict
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
 
@@ -297,7 +298,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         for o in outcomes:
             lat = f"{o.latency_ms:6.1f} ms" if o.latency_ms is not None else "       -"
             print(f"{o.verdict:9} {lat} {o.pair}  {o.reason}")
-    return EXIT_OK if all(o.verdict == "accepted" for o in outcomes) else EXIT_FAILED
+    return EXIT_OK if all(o.verdict == Verdict.ACCEPTED for o in outcomes) else EXIT_FAILED
 
 
 def cmd_drill(args: argparse.Namespace) -> int:

@@ -21,7 +21,7 @@ from meshtui import crypto, wire
 from meshtui.controller.client import DELIVER_TIMEOUT_S, Agents
 from meshtui.errors import AgentError, InventoryError
 from meshtui.inventory import Inventory, Row, now
-from meshtui.model import End, node_of
+from meshtui.model import APPLIED, End, node_of
 
 NOTHING = 0
 """The generation recorded for an end that holds nothing (its file is gone)."""
@@ -239,7 +239,7 @@ def send_providers(
                     reason = "agent did not answer for this manifest"
                 else:
                     o = outcomes.get(c["as"], {})
-                    if o.get("outcome") in ("created", "updated", "unchanged"):
+                    if o.get("outcome") in APPLIED:
                         result.provider_ok[pid] = True
                         result.applied_at[pid] = float(got.get("applied_at", 0.0))
                         rows.append((pid, End.PROVIDER, c["generation"], c["digest"], None))

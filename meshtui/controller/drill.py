@@ -17,7 +17,7 @@ from meshtui.controller.reports import DrillReport, DrillStep, Progress, Rotatio
 from meshtui.controller.rotate import rotate
 from meshtui.errors import AgentError, MeshtuiError
 from meshtui.inventory import now
-from meshtui.model import node_of
+from meshtui.model import Verdict, node_of
 
 if TYPE_CHECKING:
     from meshtui.controller.core import Controller
@@ -58,7 +58,9 @@ def drill_one(ctl: Controller, pid: str, progress: Progress) -> DrillReport:
     try:
         progress(f"{pid}: old credential before", 0, 3)
         held = client.call(wire.DRILL_HOLD, request)
-        steps.append(_step("old before", "accepted", held.get("result"), held.get("error", "")))
+        steps.append(
+            _step("old before", Verdict.ACCEPTED, held.get("result"), held.get("error", ""))
+        )
         if steps[0].ok:
             progress(f"{pid}: rotating", 1, 3)
             try:
@@ -69,9 +71,9 @@ def drill_one(ctl: Controller, pid: str, progress: Progress) -> DrillReport:
         checked = client.call(wire.DRILL_CHECK, request)  # also makes the agent forget the old one
         if steps[0].ok:
             new_login = checked.get("new")
-            steps.append(_step("new after", "accepted", new_login, "no credential file"))
+            steps.append(_step("new after", Verdict.ACCEPTED, new_login, "no credential file"))
             steps.append(
-                _step("old after", "refused", checked.get("old"), checked.get("error") or "")
+                _step("old after", Verdict.REFUSED, checked.get("old"), checked.get("error") or "")
             )
     except AgentError as exc:
         reason = f"consumer's node unreachable: {exc.reason}"

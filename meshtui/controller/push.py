@@ -31,7 +31,7 @@ from meshtui.controller.reports import PairOutcome, Progress, PushReport
 from meshtui.controller.resolve import ask_state
 from meshtui.errors import AgentError
 from meshtui.inventory import Inventory, Row, now
-from meshtui.model import End, State, node_of
+from meshtui.model import Drift, End, State, node_of
 
 if TYPE_CHECKING:
     from meshtui.controller.core import Controller
@@ -216,7 +216,7 @@ def _drift(
             for found in got.get("logins", []):
                 key3 = (str(got.get("provider")), str(got.get("provision")), found.get("login"))
                 pid = by_login.get(key3)
-                if pid is not None and found.get("verdict") in ("changed", "missing"):
+                if pid is not None and found.get("verdict") in (Drift.CHANGED, Drift.MISSING):
                     earlier = (found_before.get((pid, End.PROVIDER.value)) or {}).get("error")
                     if earlier and str(earlier).startswith(status_mod.DRIFT):
                         out[pid] = str(earlier).split("; ", 1)[0]

@@ -26,9 +26,8 @@ from meshtui.host import probe as probe_mod
 from meshtui.host.guard import AcceptedGenerations, AcceptedRequests
 from meshtui.host.holdings import Holdings
 from meshtui.host.identity import Identity
-from meshtui.model import NAME_RE, split_pair_id
+from meshtui.model import APPLIED, NAME_RE, OutcomeName, Verdict, split_pair_id
 
-OK_OUTCOMES = frozenset({"created", "updated", "unchanged"})
 RELOAD_TIMEOUT_S = 30.0
 PROVISION_TIMEOUT_S = 300.0
 INSPECT_TIMEOUT_S = 5.0  # within the controller's STATE_TIMEOUT_S
@@ -339,7 +338,7 @@ class Agent:
         changes: dict[str, dict[str, Any] | None] = {}
         for c in consumers:
             outcome = by_login.get(c["as"], {}).get("outcome")
-            if outcome in OK_OUTCOMES:
+            if outcome in APPLIED:
                 changes[str(c["pair"])] = {
                     "generation": int(c["generation"]),
                     "digest": c["digest"],
@@ -350,7 +349,10 @@ class Agent:
         for h in self.holdings.listing():
             if h["end"] == "provider" and h.get("provider") == provider and h["pair"] not in listed:
                 # a withdrawn pair stays held until its login is gone ("drop pending" is not gone)
-                gone = by_login.get(h.get("login"), {}).get("outcome", "removed") == "removed"
+                gone = (
+                    by_login.get(h.get("login"), {}).get("outcome", "removed")
+                    == OutcomeName.REMOVED
+                )
                 if gone and out["ok"]:
                     changes[h["pair"]] = None
         self.holdings.update("provider", changes)
@@ -469,7 +471,7 @@ class Agent:
             if secret is not None and path is not None:
                 res["probe"] = self._target_login(item["target"], secret, control=False)
                 del secret
-                if res["probe"]["verdict"] != "refused":
+                if res["probe"]["verdict"] != Verdict.REFUSED:
                     # not proven revoked: keep the file so the next push can try again
                     results.append(res)
                     continue
@@ -618,7 +620,7 @@ def command_report(name: str, returncode: int, stdout: bytes, logins: list[str])
         ]
         ok = bool(report.get("ok", returncode == 0))
     except (ValueError, KeyError, TypeError):
-        outcome = "updated" if returncode == 0 else "failed"
+        outcome = OutcomeName.UPDATED if returncode == 0 else OutcomeName.FAILED
         reason = "no JSON report; exit 0 taken as applied (unverified)" if returncode == 0 else ""
         outcomes = [{"login": c, "outcome": outcome, "reason": reason} for c in consumers]
         ok = returncode == 0

@@ -38,10 +38,11 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
 import psycopg
+
+from meshtui.model import Verdict
 
 SCRAM = "scram-sha-256"
 APPLICATION_NAME = "meshtui-probe"
@@ -62,15 +63,6 @@ _PREFIX = re.compile(
     r'on socket "[^"]*") failed: )+'
 )
 _HINT = re.compile(r" Is the server running (?:on that host|locally) and accepting [^?]*\?")
-
-
-class Verdict(StrEnum):
-    """What one login (or one probe) showed."""
-
-    ACCEPTED = "accepted"
-    REFUSED = "refused"
-    UNKNOWN = "unknown"
-    NO_PASSWORD = "no password demanded"
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from meshtui.controller.reports import (
     Summary,
 )
 from meshtui.errors import MeshtuiError, ReadOnlyError
+from meshtui.model import Verdict
 from meshtui.tui import actions
 from meshtui.tui.commands import MeshCommands
 from meshtui.tui.keymap import config_paths, load_keymap
@@ -491,7 +492,7 @@ def job_toast(job: Job, result: Any) -> tuple[str, Any]:
         text = f"probed {len(result)}: " + ", ".join(
             f"{n} {v}" for v, n in sorted(verdicts.items())
         )
-        bad = any(r.verdict != "accepted" for r in result)
+        bad = any(r.verdict != Verdict.ACCEPTED for r in result)
         return text, "warning" if bad else "information"
     return f"{job.title}: done", "information"
 

@@ -18,7 +18,7 @@ from textual.widgets import Label, LoadingIndicator, Sparkline, Static
 
 from meshtui.controller.reports import PairDetail
 from meshtui.controller.schedule import PairDue
-from meshtui.model import PairStatus, PolicySource
+from meshtui.model import PairStatus, PolicySource, State
 from meshtui.tui import actions
 from meshtui.tui.messages import DetailLoaded, Job
 from meshtui.tui.pairs import Changes, parse_time, short_age, short_time
@@ -26,7 +26,12 @@ from meshtui.tui.screens.base import MeshScreen
 from meshtui.tui.widgets.drill_checklist import DrillChecklist, report_from_row
 from meshtui.tui.widgets.footer import MeshFooter
 
-STATE_STYLE = {"working": "green", "stale": "yellow", "revoked": "dim", "unknown": "cyan"}
+STATE_STYLE = {
+    State.WORKING: "green",
+    State.STALE: "yellow",
+    State.REVOKED: "dim",
+    State.UNKNOWN: "cyan",
+}
 
 
 def _cell(value: Any) -> Text:
@@ -80,7 +85,7 @@ def overview_text(st: PairStatus, now: Any, due: PairDue | None = None) -> Text:
     """State, reason, generations, times and the policy in a few lines."""
     text = Text()
     text.append(
-        f"{'ALARM ' if st.alarm else ''}{st.state}", f"bold {STATE_STYLE.get(str(st.state), '')}"
+        f"{'ALARM ' if st.alarm else ''}{st.state}", f"bold {STATE_STYLE.get(st.state, '')}"
     )
     text.append("  ")
     text.append(st.reason)
