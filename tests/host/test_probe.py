@@ -164,7 +164,7 @@ def test_probe_many_keeps_order_and_bounds_concurrency(monkeypatch: pytest.Monke
     lock = threading.Lock()
     active = peak = 0
 
-    def fake(host: str, port: int, user: str, password: str, dbname: str, **kw: Any) -> Any:
+    def fake(target: ProbeTarget, options: p.ProbeOptions) -> Any:
         nonlocal active, peak
         with lock:
             active += 1
@@ -172,9 +172,9 @@ def test_probe_many_keeps_order_and_bounds_concurrency(monkeypatch: pytest.Monke
         time.sleep(0.01)
         with lock:
             active -= 1
-        return ProbeResult(LoginResult(A, user, 1.0, True, None, False), None)
+        return ProbeResult(LoginResult(A, target.user, 1.0, True, None, False), None)
 
-    monkeypatch.setattr(p, "probe", fake)
+    monkeypatch.setattr(p, "probe_one", fake)
     targets = [ProbeTarget("10.213.0.2", 5432, f"u{i}", PW, "db") for i in range(40)]
     out = p.probe_many(targets, concurrency=3)
     assert [r.login.reason for r in out] == [f"u{i}" for i in range(40)]
@@ -385,8 +385,8 @@ def test_post_login_check_catches_a_local_login(netns: lab_netns.Network, db: Cl
     # Where binding cannot tell (ip_nonlocal_bind), client == server address still does.
     code = (
         "import sys, json\n"
-        "from meshtui.host import probe as p\n"
-        "p._own_address = lambda addr: False\n"
+        "from meshtui.host import probe as p, probe_postgres\n"
+        "probe_postgres.own_address = lambda addr: False\n"
         "a = json.load(sys.stdin)\n"
         "print(json.dumps(p.probe(**a).to_json()))"
     )
