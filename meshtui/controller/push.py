@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from meshtui import wire
 from meshtui.controller import status as status_mod
-from meshtui.controller.client import STATE_TIMEOUT_S, Agents
+from meshtui.controller.client import STATE_TIMEOUT_S, Agents, missing_reason, per_pair
 from meshtui.controller.deliver import (
     Delivered,
     EndRow,
@@ -262,16 +262,12 @@ def revoke(ctl: Controller, agents: Agents, plan: Planner, pids: list[str]) -> l
     stamp = now()
     for node, items in by_node.items():
         answer = answers[node]
-        got = (
-            {}
-            if isinstance(answer, AgentError)
-            else {g["pair"]: g for g in answer.get("consumer", [])}
-        )
+        got = per_pair(answer, "consumer")
         for item in items:
             pid = item["pair"]
             g = got.get(pid)
             if g is None:
-                reason = answer.reason if isinstance(answer, AgentError) else "no answer"
+                reason = missing_reason(answer, None, "no answer")
                 out.append(
                     PairOutcome(
                         pair=pid, ok=False, generation=plan.pairs[pid]["generation"], reason=reason
