@@ -65,14 +65,29 @@ def _dbname(pair: Row) -> str:
     return str(values.get("database") or "postgres")
 
 
-def target_of(pair: Row, nodes: Mapping[str, Row]) -> dict[str, Any]:
-    """Where a probe of ``pair`` logs in: the provider node's private address and port."""
-    return {
+def offer_of(pair: Row, modules: Mapping[str, Row] | None) -> dict[str, Any]:
+    """The provider's ``provides`` entry for ``pair`` as stored (``{}`` when unknown)."""
+    spec = (modules or {}).get(pair["provider"], {}).get("spec", {})
+    for offer in spec.get("provides", []):
+        if offer.get("name") == pair["provision"]:
+            return dict(offer)
+    return {}
+
+
+def target_of(
+    pair: Row, nodes: Mapping[str, Row], modules: Mapping[str, Row] | None = None
+) -> dict[str, Any]:
+    """Where a probe of ``pair`` logs in: the provider node's private address, port and kind."""
+    target = {
         "host": nodes[node_of(pair["provider"])]["address"],
         "port": pair["port"],
         "login": pair["login"],
         "dbname": _dbname(pair),
     }
+    offer = offer_of(pair, modules)
+    if offer.get("kind", "postgres") != "postgres":
+        target.update(kind=offer["kind"], ca=offer.get("ca"), tls=offer.get("tls", True))
+    return target
 
 
 class Planner:
@@ -121,6 +136,10 @@ class Planner:
         out: dict[str, list[dict[str, Any]]] = {}
         for provider, provision in sorted(set(providers)):
             spec = self.modules[provider]["spec"]
+            kind = next(
+                (o.get("kind") for o in spec.get("provides", []) if o.get("name") == provision),
+                None,
+            )
             consumers = []
             for p in self.pairs.values():
                 if p["provider"] != provider or p["provision"] != provision or p["withdrawn_at"]:
@@ -143,18 +162,19 @@ class Planner:
                         }
                     )
                 )
-            out.setdefault(node_of(provider), []).append(
-                {
-                    "provider": provider,
-                    "provision": provision,
-                    "receives": spec["receives"][provision],
-                    "grants": spec["grants"][provision],
-                    "admin": spec.get("admin"),
-                    "provisioner": spec.get("provisioner"),
-                    "pin": bool(spec.get("pin", False)),
-                    "consumers": consumers,
-                }
-            )
+            delivery = {
+                "provider": provider,
+                "provision": provision,
+                "receives": spec["receives"][provision],
+                "grants": spec["grants"][provision],
+                "admin": spec.get("admin"),
+                "provisioner": spec.get("provisioner"),
+                "pin": bool(spec.get("pin", False)),
+                "consumers": consumers,
+            }
+            if kind is not None and kind != "postgres":
+                delivery["kind"] = kind
+            out.setdefault(node_of(provider), []).append(delivery)
         return out
 
     def consumer_items(

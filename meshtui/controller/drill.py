@@ -48,7 +48,7 @@ def drill_one(ctl: Controller, pid: str, progress: Progress) -> DrillReport:
         "drill": drill_id,
         "pair": pid,
         "file": p["file"],
-        "target": target_of(p, plan.nodes),
+        "target": target_of(p, plan.nodes, plan.modules),
     }
     client = AgentClient(plan.nodes[node], ctl.keys(), sequence=ctl.sequence)
     steps: list[DrillStep] = []

@@ -34,7 +34,7 @@ def probe(ctl: Controller, ids: list[str], progress: Progress) -> list[ProbeOutc
     for pid in live:
         p = plan.pairs[pid]
         by_node.setdefault(node_of(p["consumer"]), []).append(
-            {"pair": pid, "file": p["file"], **target_of(p, plan.nodes)}
+            {"pair": pid, "file": p["file"], **target_of(p, plan.nodes, plan.modules)}
         )
     gen_of = {
         (r["pair"], r["digest"]): r["generation"]

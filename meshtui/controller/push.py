@@ -31,7 +31,7 @@ from meshtui.controller.reports import PairOutcome, Progress, PushReport
 from meshtui.controller.resolve import ask_state
 from meshtui.errors import AgentError
 from meshtui.inventory import Inventory, Row, now
-from meshtui.model import Drift, End, State, node_of
+from meshtui.model import Drift, End, State, Verdict, node_of
 
 if TYPE_CHECKING:
     from meshtui.controller.core import Controller
@@ -253,7 +253,7 @@ def revoke(ctl: Controller, agents: Agents, plan: Planner, pids: list[str]) -> l
     for pid in pids:
         p = plan.pairs[pid]
         by_node.setdefault(node_of(p["consumer"]), []).append(
-            {"pair": pid, "file": p["file"], "target": target_of(p, plan.nodes)}
+            {"pair": pid, "file": p["file"], "target": target_of(p, plan.nodes, plan.modules)}
         )
     if not by_node:
         return []
@@ -277,7 +277,7 @@ def revoke(ctl: Controller, agents: Agents, plan: Planner, pids: list[str]) -> l
             probe = g.get("probe")
             if g.get("removed") or probe is None:
                 gone.append(pid)  # refused and deleted, or nothing was held any more
-            verdict = probe["verdict"] if probe else "unknown"
+            verdict = probe["verdict"] if probe else Verdict.UNKNOWN
             reason = probe["reason"] if probe else "no credential was held"
             if probe:
                 probes.append(
@@ -286,7 +286,7 @@ def revoke(ctl: Controller, agents: Agents, plan: Planner, pids: list[str]) -> l
             out.append(
                 PairOutcome(
                     pair=pid,
-                    ok=verdict == "refused",
+                    ok=verdict == Verdict.REFUSED,
                     generation=plan.pairs[pid]["generation"],
                     reason=f"{verdict}: {reason}",
                 )

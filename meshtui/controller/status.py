@@ -6,6 +6,7 @@ looking at a stale pair needs to know which end is behind and why.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 
 from meshtui.inventory import Inventory, Row
@@ -69,7 +70,8 @@ def _pair_state(
     if pair["withdrawn_at"]:
         if probe is not None and probe["withdrawn"]:
             if probe["verdict"] == Verdict.REFUSED:
-                return State.REVOKED, "withdrawn; login refused (28P01)", False
+                code = "WRONGPASS" if "WRONGPASS" in (probe["reason"] or "") else "28P01"
+                return State.REVOKED, f"withdrawn; login refused ({code})", False
             if probe["verdict"] == Verdict.ACCEPTED:
                 return State.STALE, "ALARM: withdrawn but its login still works", True
             if probe["verdict"] == Verdict.NO_PASSWORD:
@@ -133,6 +135,7 @@ def statuses(inv: Inventory, ids: Iterable[str] | None = None) -> list[PairStatu
     sql += " ORDER BY p.id"
     with inv.lock:
         rows = inv.db.conn.execute(sql, params).fetchall()
+    kinds = provider_kinds(inv)
     out = []
     for (
         pid,
@@ -209,6 +212,17 @@ def statuses(inv: Inventory, ids: Iterable[str] | None = None) -> list[PairStatu
                 created_at=created_at,
                 alarm=alarm,
                 latency_ms=latency,
+                kind=kinds.get((provider_id, provision), "postgres"),
             )
         )
+    return out
+
+
+def provider_kinds(inv: Inventory) -> dict[tuple[str, str], str]:
+    """(provider module, provision) -> kind, for the providers that are not PostgreSQL."""
+    out: dict[tuple[str, str], str] = {}
+    for r in inv.query("SELECT id, spec FROM modules WHERE spec LIKE '%\"kind\"%'"):
+        for offer in json.loads(r["spec"]).get("provides", []):
+            if offer.get("kind"):
+                out[(r["id"], offer["name"])] = str(offer["kind"])
     return out

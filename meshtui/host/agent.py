@@ -409,6 +409,8 @@ class Agent:
                         for c in consumers
                     ],
                 }
+                if spec.get("kind", "postgres") != "postgres":
+                    body["kind"] = str(spec["kind"])  # the harness picks its adapter by this
                 mdir.write(manifest.name, json.dumps(body, indent=1).encode(), PRIVATE)
                 wanted = {secret_name(str(c["node"]), str(c["module"])) for c in consumers}
                 for stale in gdir.names():
@@ -446,12 +448,8 @@ class Agent:
     def _target_login(
         self, target: dict[str, Any], secret: bytes, *, control: bool
     ) -> dict[str, Any]:
-        result = probe_mod.probe(
-            str(target["host"]),
-            int(target["port"]),
-            str(target["login"]),
-            secret.decode("ascii", "replace"),
-            str(target["dbname"]),
+        result = probe_mod.probe_target(
+            _probe_target(target, secret),
             timeout=self.probe_timeout,
             allow_loopback=self.allow_loopback,
             control=control,
@@ -515,15 +513,7 @@ class Agent:
                     continue
                 digest = crypto.secret_digest(secret)
                 results[pair] = {"pair": pair, "digest": digest}
-                targets.append(
-                    probe_mod.ProbeTarget(
-                        host=str(item["host"]),
-                        port=int(item["port"]),
-                        user=str(item["login"]),
-                        password=secret.decode("ascii", "replace"),
-                        dbname=str(item["dbname"]),
-                    )
-                )
+                targets.append(_probe_target(item, secret))
                 order.append(pair)
                 del secret
         found = probe_mod.probe_many(
@@ -584,6 +574,21 @@ def _refused_consumer(item: dict[str, Any], why: str) -> dict[str, Any]:
         "ok": False,
         "error": why,
     }
+
+
+def _probe_target(item: dict[str, Any], secret: bytes) -> probe_mod.ProbeTarget:
+    """A probe target from the controller's item (kind, CA and TLS for a Redis)."""
+    ca = item.get("ca")
+    return probe_mod.ProbeTarget(
+        host=str(item["host"]),
+        port=int(item["port"]),
+        user=str(item["login"]),
+        password=secret.decode("ascii", "replace"),
+        dbname=str(item.get("dbname") or "postgres"),
+        kind=str(item.get("kind") or "postgres"),
+        ca=str(ca) if ca else None,
+        tls=bool(item.get("tls", True)),
+    )
 
 
 def node_path(raw: Any, what: str) -> Path:

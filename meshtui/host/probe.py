@@ -31,18 +31,17 @@ probe_postgres.py. None of them imports the controller, the inventory, Textual o
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
-from meshtui.host import probe_address, probe_postgres
+from meshtui.host import probe_postgres
 from meshtui.host.probe_types import (
-    REASON_MAX,
     LoginResult,
     ProbeOptions,
     ProbeResult,
     ProbeTarget,
+    control_password,
 )
 from meshtui.model import Verdict
 
@@ -56,32 +55,38 @@ __all__ = [
     "probe",
     "probe_many",
     "probe_one",
+    "probe_target",
 ]
 
 SCRAM = probe_postgres.SCRAM
 APPLICATION_NAME = probe_postgres.APPLICATION_NAME
 
-# The names other probes (and tests) imported from here before the split.
-_REASON_MAX = REASON_MAX
-_classify = probe_postgres.classify
-_scrub = probe_postgres.scrub_libpq
-_loopback_host = probe_address.loopback_host
-_loopback_addr = probe_address.loopback_addr
-_own_address = probe_address.own_address
-_resolve = probe_address.resolve
-_same_addr = probe_address.same_addr
-
-
-def _control_password(password: str) -> str:
-    """A fresh random password that is not ``password`` (the negative control's)."""
-    while True:
-        wrong = secrets.token_urlsafe(32)
-        if wrong != password:
-            return wrong
-
 
 def probe_one(target: ProbeTarget, options: ProbeOptions) -> ProbeResult:
-    """Log in with the held credential; if it got in, log in again with a random wrong one.
+    """Probe one target with the probe of its provider's kind (PostgreSQL or Redis)."""
+    if target.kind == "redis":
+        from meshtui.host import probe_redis  # it builds on the shared probe modules
+
+        return probe_redis.probe(
+            target.host,
+            target.port,
+            target.user,
+            target.password,
+            ca=target.ca,
+            tls=target.tls,
+            timeout=options.timeout,
+            allow_loopback=options.allow_loopback,
+            control=options.control,
+            expect_client_addr=options.expect_client_addr,
+        )
+    if target.kind != "postgres":
+        why = f"not run: unknown provider kind {target.kind!r}"
+        return ProbeResult(LoginResult(Verdict.UNKNOWN, why, 0.0, None, None, False), None)
+    return probe_postgres_target(target, options)
+
+
+def probe_postgres_target(target: ProbeTarget, options: ProbeOptions) -> ProbeResult:
+    """Log in to a PostgreSQL with the held credential; if it got in, again with a wrong one.
 
     The negative control runs only after an accepted login (there is nothing to contrast
     otherwise) and unless ``options.control`` is False; ``ProbeResult.control`` is None when it
@@ -90,7 +95,7 @@ def probe_one(target: ProbeTarget, options: ProbeOptions) -> ProbeResult:
     first = probe_postgres.login(target, options)
     if not options.control or first.verdict is not Verdict.ACCEPTED:
         return ProbeResult(first, None)
-    wrong = replace(target, password=_control_password(target.password))
+    wrong = replace(target, password=control_password(target.password))
     return ProbeResult(first, probe_postgres.login(wrong, options))
 
 
@@ -124,11 +129,23 @@ def probe(
     control: bool = True,
     expect_client_addr: str | None = None,
 ) -> ProbeResult:
-    """:func:`probe_one` from loose values."""
-    return probe_one(
+    """:func:`probe_postgres_target` from loose values."""
+    return probe_postgres_target(
         ProbeTarget(host, port, user, password, dbname),
         ProbeOptions(timeout, allow_loopback, control, expect_client_addr),
     )
+
+
+def probe_target(
+    t: ProbeTarget,
+    *,
+    timeout: float = 5.0,
+    allow_loopback: bool = False,
+    control: bool = True,
+    expect_client_addr: str | None = None,
+) -> ProbeResult:
+    """:func:`probe_one` with the options as keywords."""
+    return probe_one(t, ProbeOptions(timeout, allow_loopback, control, expect_client_addr))
 
 
 def probe_many(

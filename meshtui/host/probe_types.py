@@ -8,6 +8,7 @@ Shared by the PostgreSQL login (probe_postgres.py) and any other kind's login; n
 from __future__ import annotations
 
 import re
+import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,6 +29,9 @@ class ProbeTarget:
     user: str
     password: str = field(repr=False)
     dbname: str
+    kind: str = "postgres"  # "redis": meshtui.host.probe_redis logs in
+    ca: str | None = None  # Redis: the CA that signed the server's certificate
+    tls: bool = True
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,14 @@ class ProbeOptions:
     allow_loopback: bool = False
     control: bool = True
     expect_client_addr: str | None = None
+
+
+def control_password(password: str) -> str:
+    """A fresh random password that is not ``password``: the negative control's."""
+    while True:
+        wrong = secrets.token_urlsafe(32)
+        if wrong != password:
+            return wrong
 
 
 def mark_loopback(reason: str, loopback: bool) -> str:

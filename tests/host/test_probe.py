@@ -22,6 +22,7 @@ import pytest
 from psycopg import sql
 
 from meshtui.host import probe as p
+from meshtui.host import probe_address, probe_postgres, probe_types
 from meshtui.host.probe import LoginResult, ProbeResult, ProbeTarget, Verdict
 from meshtui.lab import netns as lab_netns
 from meshtui.lab.postgres import Cluster, create_cluster
@@ -52,7 +53,7 @@ def test_loopback_targets_are_not_run(host: str) -> None:
 
 @pytest.mark.parametrize("host", ["10.213.0.2", "192.0.2.7", "fd00::2", "db1.example"])
 def test_private_targets_are_not_loopback(host: str) -> None:
-    assert p._loopback_host(host) is False
+    assert probe_address.loopback_host(host) is False
 
 
 def test_multiple_hosts_and_empty_passwords_are_not_run() -> None:
@@ -104,17 +105,17 @@ PREFIX = 'connection failed: connection to server at "10.213.0.2", port 5432 fai
     ],
 )
 def test_only_an_authentication_refusal_is_refused(message: str, verdict: str) -> None:
-    got, reason = p._classify(message)
+    got, reason = probe_postgres.classify(message)
     assert got == Verdict(verdict)
     assert reason
 
 
 def test_scrub_removes_the_password_and_noise() -> None:
     text = PREFIX + f"FATAL: oops {PW} here\n\tIs the server running on that host and x?"
-    clean = p._scrub(text, PW)
+    clean = probe_postgres.scrub_libpq(text, PW)
     assert PW not in clean and "***" in clean and "\n" not in clean
     assert not clean.startswith("connection")
-    assert len(p._scrub("x" * 1000, PW)) <= p._REASON_MAX
+    assert len(probe_postgres.scrub_libpq("x" * 1000, PW)) <= probe_types.REASON_MAX
 
 
 def _lr(verdict: Verdict, *, loopback: bool = False) -> LoginResult:
