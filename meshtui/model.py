@@ -1,4 +1,4 @@
-"""The words of DESIGN.md as plain dataclasses: nodes, modules, pairs, states. No I/O here."""
+"""The words of docs/ARCHITECTURE.md as plain dataclasses: nodes, modules, pairs, states. No I/O here."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def file_mode(text: str) -> int:
 
 
 class State(StrEnum):
-    """A pair's state, as DESIGN "States of a pair" defines it."""
+    """A pair's state, as docs/ARCHITECTURE.md "States of a pair" defines it."""
 
     WORKING = "working"
     STALE = "stale"

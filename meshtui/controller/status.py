@@ -1,6 +1,6 @@
 """Every pair's state, derived from the inventory: who holds which generation, the last probe.
 
-States follow DESIGN "States of a pair". The reason is always filled in, because an operator
+States follow docs/ARCHITECTURE.md "States of a pair". The reason is always filled in, because an operator
 looking at a stale pair needs to know which end is behind and why.
 """
 

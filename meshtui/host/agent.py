@@ -87,7 +87,7 @@ def inspect_provider(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def secret_name(node: str, module: str) -> str:
-    """DESIGN's secret file name beside the manifest."""
+    """The secret file's name beside the manifest (docs/ARCHITECTURE.md, the manifest)."""
     return f"{node}.{module}.secret"
 
 
