@@ -25,6 +25,7 @@ import sqlite_utils
 from meshtui import crypto
 from meshtui.errors import CryptoError, InventoryError, ReadOnlyError
 from meshtui.model import Policy, PolicySource
+from meshtui.wire import SignedHead, head_message
 
 SCHEMA_VERSION = 4
 GENESIS = "0" * 64
@@ -114,11 +115,6 @@ MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _policies_v4,
 ]
 """``MIGRATIONS[i]`` takes the schema from version i to i+1; append, never edit."""
-
-
-def head_message(seq: int, digest: str) -> bytes:
-    """What the controller signs: the chain's newest event number and hash."""
-    return f"meshtui-audit-head:{seq}:{digest}".encode()
 
 
 def event_hash(prev: str, event: Row) -> str:
@@ -434,6 +430,18 @@ class Inventory:
             r["pairs"] = json.loads(r["pairs"])
             r["detail"] = json.loads(r["detail"])
         return rows
+
+    def signed_head(self) -> SignedHead | None:
+        """The chain's head with the controller's signature (None: no events, or unsigned)."""
+        rows = self.query("SELECT seq, hash, sig FROM audit_head")
+        if not rows or not rows[0]["sig"]:
+            return None
+        return SignedHead(seq=int(rows[0]["seq"]), hash=str(rows[0]["hash"]), sig=rows[0]["sig"])
+
+    def event_hash_at(self, seq: int) -> str | None:
+        """The stored hash of audit event ``seq`` (None when there is no such event)."""
+        rows = self.query("SELECT hash FROM audit WHERE seq = ?", [seq])
+        return str(rows[0]["hash"]) if rows else None
 
     def verify_chain(self, verify_key: bytes | None = None) -> ChainCheck:
         """Walk the audit chain; name the first edited, deleted or reordered event.

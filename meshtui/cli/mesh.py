@@ -69,14 +69,16 @@ def cmd_audit(args: argparse.Namespace) -> int:
             return EXIT_OK
         events = ctl.events()
         check = ctl.verify_chain() if args.verify else None
+        anchors = ctl.verify_anchors() if args.verify else None
     if args.json:
         out: Any = events
-        if check is not None:
+        if check is not None and anchors is not None:
             out = {
                 "events": events,
-                "verified": check.ok,
+                "verified": check.ok and anchors.ok,
                 "bad_event": check.bad_seq,
                 "problem": check.problem,
+                "anchors": anchors.to_json(),
             }
         render.print_json(out)
     else:
@@ -84,7 +86,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
             render.events(events)
         if check is not None:
             render.chain(check)
-    return EXIT_FAILED if check is not None and not check.ok else EXIT_OK
+        if anchors is not None:
+            render.anchors(anchors)
+    broken = (check is not None and not check.ok) or (anchors is not None and not anchors.ok)
+    return EXIT_FAILED if broken else EXIT_OK
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:

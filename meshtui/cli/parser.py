@@ -1,7 +1,7 @@
 """The whole command line as one argparse tree; each command's handler is its ``func``.
 
 Handlers live in one module per group (mesh.py, actions.py, host.py, lab.py, provision.py,
-watch.py); this module only says which words and options exist and what they mean.
+watch.py, doctor.py); this module only says which words and options exist and what they mean.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from meshtui.cli import actions, host, lab, mesh, provision, watch
+from meshtui.cli import actions, doctor, host, lab, mesh, provision, watch
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -164,6 +164,14 @@ def _watch(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.set_defaults(func=watch.cmd_watch)
 
 
+def _doctor(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    s = sub.add_parser(
+        "doctor", help="preflight: keys, folders, users, reloads, admin, ports, clocks"
+    )
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=doctor.cmd_doctor)
+
+
 GROUPS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
     _mesh,
     _host,
@@ -171,5 +179,6 @@ GROUPS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], Non
     _lab,
     _provision,
     _watch,
+    _doctor,
 ]
 """The groups of commands, in the order ``meshtui --help`` lists them."""

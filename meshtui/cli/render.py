@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any
 from meshtui.model import PairStatus, format_duration
 
 if TYPE_CHECKING:
+    from meshtui.controller.anchors import AnchorCheck
     from meshtui.controller.declare import DeclareResult
+    from meshtui.controller.doctor import DoctorReport
     from meshtui.controller.reports import (
         DrillReport,
         ProbeOutcome,
@@ -86,6 +88,42 @@ def chain(check: ChainCheck) -> None:
         print(f"audit chain verified: {check.events} events")
     else:
         print(f"audit chain BROKEN at event {check.bad_seq}: {check.problem}", file=sys.stderr)
+
+
+def anchors(check: AnchorCheck) -> None:
+    """Each node's kept audit head against the chain; disagreements on stderr."""
+    for n in check.nodes:
+        out = sys.stderr if n.disagrees else sys.stdout
+        mark = "DISAGREES" if n.disagrees else n.verdict
+        print(f"  node {n.node:<12} {mark:<11} {n.reason}", file=out)
+    if not check.ok:
+        print(
+            "audit chain DISAGREES with what nodes saw: "
+            + ", ".join(check.disagreeing)
+            + " (events were deleted or rewritten: restore the inventory from a backup that "
+            "holds them, and find out who changed it; only if it was started anew on purpose, "
+            "delete audit-head.json in those nodes' state folders)",
+            file=sys.stderr,
+        )
+    elif not check.answered:
+        print("no node answered: the chain is not checked against what the nodes saw")
+
+
+def doctor(report: DoctorReport) -> None:
+    """The problems as a table (node, check, subject, problem -> what to do), then a summary."""
+    if report.problems:
+        rows = [("node", "check", "subject", "problem", "what to do")]
+        rows += [(p.node, p.check, p.subject, p.problem, p.fix) for p in report.problems]
+        widths = [min(40, max(len(r[i]) for r in rows)) for i in range(3)]
+        for r in rows:
+            cells = "  ".join(c.ljust(w) for c, w in zip(r[:3], widths, strict=True))
+            print(f"{cells}  {r[3]}  -> {r[4]}")
+    answered = [n for n in report.nodes if n.answered]
+    passed = sum(n.passed for n in answered)
+    print(
+        f"{len(report.problems)} problems; {len(answered)} of {len(report.nodes)} nodes answered, "
+        f"{passed} checks passed ({report.elapsed_ms / 1000:.2f} s)"
+    )
 
 
 def pushed(report: PushReport) -> None:

@@ -50,7 +50,9 @@ def drill_one(ctl: Controller, pid: str, progress: Progress) -> DrillReport:
         "file": p["file"],
         "target": target_of(p, plan.nodes, plan.modules),
     }
-    client = AgentClient(plan.nodes[node], ctl.keys(), sequence=ctl.sequence)
+    client = AgentClient(
+        plan.nodes[node], ctl.keys(), sequence=ctl.sequence, head=ctl.inventory.signed_head
+    )
     steps: list[DrillStep] = []
     report: RotationReport | None = None
     reason = ""

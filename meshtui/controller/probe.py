@@ -53,6 +53,7 @@ def probe(ctl: Controller, ids: list[str], progress: Progress) -> list[ProbeOutc
             keys,
             timeout=15.0 + 2 * PROBE_LOGIN_TIMEOUT_S * -(-len(items) // CONCURRENCY),
             sequence=ctl.sequence,
+            head=ctl.inventory.signed_head,
         )
         try:
             return (

@@ -21,8 +21,10 @@ from typing import Any
 from meshtui import crypto, wire
 from meshtui.atomic import PRIVATE
 from meshtui.errors import CryptoError, EnvelopeError, HostFileError, MeshtuiError
+from meshtui.host import checks as checks_mod
 from meshtui.host import files
 from meshtui.host import probe as probe_mod
+from meshtui.host.anchor import AuditAnchor, is_nonce
 from meshtui.host.guard import AcceptedGenerations, AcceptedRequests
 from meshtui.host.holdings import Holdings
 from meshtui.host.identity import Identity
@@ -115,6 +117,7 @@ class Agent:
         self.generations = AcceptedGenerations(
             identity.state_dir, identity.name, self.holdings.listing()
         )
+        self.anchor = AuditAnchor(identity.state_dir, identity.controller.verify)
         self._drills: dict[str, tuple[bytes, float]] = {}
         self._lock = threading.Lock()  # one delivery at a time: files and provisioner
         self._drill_lock = threading.Lock()
@@ -140,6 +143,15 @@ class Agent:
             return 500, self._reply(
                 "error", {"error": f"{me} cannot record the request: {exc.strerror}"}, msg.nonce
             )
+        if msg.head is not None:
+            try:
+                self.anchor.offer(msg.head)  # kept durably before the request is acted on
+            except OSError as exc:
+                return 500, self._reply(
+                    "error",
+                    {"error": f"{me} cannot keep the audit head: {exc.strerror}"},
+                    msg.nonce,
+                )
         handler = {
             wire.STATE: self.state,
             wire.DELIVER: self.deliver,
@@ -147,6 +159,7 @@ class Agent:
             wire.PROBE: self.probe,
             wire.DRILL_HOLD: self.drill_hold,
             wire.DRILL_CHECK: self.drill_check,
+            wire.CHECK: self.check,
         }.get(msg.kind)
         if handler is None:
             return 400, self._reply("error", {"error": f"unknown kind {msg.kind!r}"}, msg.nonce)
@@ -164,6 +177,24 @@ class Agent:
         finally:
             self._forget_expired_drills()
         return 200, self._reply(msg.kind, payload, msg.nonce)
+
+    def read_anchor(self, nonce: str) -> tuple[int, dict[str, str]]:
+        """Answer an unsigned read of the kept audit head, signed and quoting ``nonce``.
+
+        No key is needed to ask (a read-only controller verifies with the public keys only):
+        the answer is a number and a hash signed by the controller, which this node cannot
+        invent, inside an answer signed by this node that quotes the asker's fresh nonce.
+        Nothing is recorded or changed.
+        """
+        if not is_nonce(nonce):
+            return 400, {"error": "nonce must be 32 to 64 hex characters"}
+        head = self.anchor.head
+        payload = {"node": self.identity.name, "head": head.to_json() if head else None}
+        return 200, self._reply(wire.ANCHOR, payload, nonce)
+
+    def check(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """The node's side of ``meshtui doctor`` (reads and connects only; nothing is written)."""
+        return checks_mod.run(self.identity.name, payload).to_json()
 
     def _reply(self, kind: str, payload: dict[str, Any], reply_to: str | None) -> dict[str, str]:
         env, _ = wire.envelope(
