@@ -23,6 +23,9 @@ from meshtui.errors import AgentError, InventoryError
 from meshtui.inventory import Inventory, Row, now
 from meshtui.model import APPLIED, End, node_of
 
+FEW = 32
+"""Up to this many pairs, recording answers reads those pairs' rows one by one."""
+
 NOTHING = 0
 """The generation recorded for an end that holds nothing (its file is gone)."""
 
@@ -101,10 +104,19 @@ class Planner:
         self.minted: dict[str, list[int]] = {}
         for r in inv.query("SELECT pair, generation FROM generations ORDER BY generation"):
             self.minted.setdefault(r["pair"], []).append(int(r["generation"]))
-        self.rotation_of: dict[tuple[str, int], int] = {}
-        for r in inv.query("SELECT id, items FROM rotations"):
-            for i in json.loads(r["items"]):
-                self.rotation_of[(str(i["pair"]), int(i["to"]))] = int(r["id"])
+        self._rotation_of: dict[tuple[str, int], int] | None = None  # read when first needed
+        self._sealed: dict[tuple[str, int], Row] | None = None
+
+    @property
+    def rotation_of(self) -> dict[tuple[str, int], int]:
+        """(pair, generation) -> the rotation that minted it; read only when a rollback note
+        is written (the rotations table grows with history, a delivery must not)."""
+        if self._rotation_of is None:
+            self._rotation_of = {}
+            for r in self.inv.query("SELECT id, items FROM rotations"):
+                for i in json.loads(r["items"]):
+                    self._rotation_of[(str(i["pair"]), int(i["to"]))] = int(r["id"])
+        return self._rotation_of
 
     def rollback(self, pair: str, generation: int) -> dict[str, Any] | None:
         """The signed note that delivering ``generation`` abandons newer minted ones, or None.
@@ -124,7 +136,15 @@ class Planner:
 
     def sealed(self, pair: str, generation: int) -> Row:
         """One generation's sealed blobs; InventoryError when they were discarded."""
-        row = self.inv.generation(pair, generation)
+        if self._sealed is None:  # one read for every payload this planner builds
+            self._sealed = {
+                (r["pair"], int(r["generation"])): r
+                for r in self.inv.query(
+                    "SELECT pair, generation, digest, consumer_sealed, provider_sealed"
+                    " FROM generations WHERE discarded_at IS NULL"
+                )
+            }
+        row = self._sealed.get((pair, generation)) or self.inv.generation(pair, generation)
         if row is None or row["consumer_sealed"] is None or row["provider_sealed"] is None:
             raise InventoryError(f"{pair}: generation {generation} is not held sealed any more")
         return row
@@ -209,26 +229,41 @@ class Planner:
 def record_end(inv: Inventory, rows: Iterable[EndRow]) -> None:
     """Record (pair, end, generation held, digest, error); a None generation keeps the old one."""
     stamp = now()
-    current = inv.deliveries()
+    rows = list(rows)
+    pairs = sorted({r[0] for r in rows})
+    if len(pairs) <= FEW:  # a rotation of a few pairs reads their rows, not the mesh's
+        current: dict[tuple[str, str], Row] = {}
+        for pid in pairs:
+            current.update(inv.deliveries(pid))
+    else:
+        current = inv.deliveries()
     out = []
+    same: list[tuple[str, str, str]] = []  # (stamp, pair, end): only the attempt is new
     for pair, end, gen, digest, error in rows:
         old = current.get((pair, end.value), {})
         held_gen = gen if gen is not None else old.get("generation")
         changed = gen is not None and gen != old.get("generation")
-        out.append(
-            {
-                "pair": pair,
-                "end": end.value,
-                "generation": held_gen,
-                "digest": digest if gen is not None else old.get("digest"),
-                "since": stamp if changed or not old.get("since") else old["since"],
-                "attempted_at": stamp,
-                "error": error,
-            }
-        )
-    if out:
+        row = {
+            "pair": pair,
+            "end": end.value,
+            "generation": held_gen,
+            "digest": digest if gen is not None else old.get("digest"),
+            "since": stamp if changed or not old.get("since") else old["since"],
+            "attempted_at": stamp,
+            "error": error,
+        }
+        if old and all(row[k] == old.get(k) for k in ("generation", "digest", "since", "error")):
+            same.append((stamp, pair, end.value))
+        else:
+            out.append(row)
+    if out or same:
         with inv.transaction("record deliveries") as db:
-            db.table("deliveries").upsert_all(out, pk=("pair", "end"))
+            if out:
+                db.table("deliveries").upsert_all(out, pk=("pair", "end"))
+            if same:  # the other consumers of a re-sent manifest: one plain statement
+                db.conn.executemany(
+                    'UPDATE deliveries SET attempted_at = ? WHERE pair = ? AND "end" = ?', same
+                )
 
 
 def send_providers(
