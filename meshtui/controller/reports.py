@@ -46,20 +46,6 @@ class HostView:
 
 
 @dataclass(frozen=True)
-class PairDetail:
-    """Everything about one pair for its detail screen (never a secret)."""
-
-    status: PairStatus
-    values: dict[str, str]
-    reload: list[str]
-    generations: list[dict[str, Any]]  # generation, digest, created_at, discarded_at
-    deliveries: dict[str, dict[str, Any]]  # end -> generation, digest, since, error
-    probes: list[dict[str, Any]]  # newest first
-    drills: list[dict[str, Any]]  # newest first
-    rotations: list[dict[str, Any]]  # rotations that included this pair, newest first
-
-
-@dataclass(frozen=True)
 class Resolution:
     """Whether one node answered and proved its identity."""
 
@@ -172,3 +158,71 @@ class DrillReport:
     def to_json(self) -> dict[str, Any]:
         """The ``drill --json`` object."""
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class GenerationView:
+    """One generation of a pair's credential: its digest (never the secret) and its life."""
+
+    generation: int
+    digest: str
+    created_at: str
+    discarded_at: str | None
+
+
+@dataclass(frozen=True)
+class DeliveryView:
+    """What one end holds: the generation delivered, since when, and the last attempt's error."""
+
+    end: str
+    generation: int | None
+    digest: str | None
+    since: str | None
+    attempted_at: str | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class ProbeView:
+    """One stored probe of a pair: when, which generation, its verdict and evidence."""
+
+    at: str
+    generation: int | None
+    verdict: str
+    reason: str
+    latency_ms: float | None
+    client_addr: str | None
+    loopback: bool
+
+
+@dataclass(frozen=True)
+class RotationView:
+    """One rotation that included a pair: when, how far it got, and how it ended."""
+
+    id: int
+    started_at: str
+    state: str
+    outcome: str | None
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class DrillRecord:
+    """A stored drill: when it ran, and its report."""
+
+    at: str | None
+    report: DrillReport
+
+
+@dataclass(frozen=True)
+class PairDetail:
+    """Everything about one pair for its detail screen (never a secret); lists newest first."""
+
+    status: PairStatus
+    values: dict[str, str]
+    reload: list[str]
+    generations: list[GenerationView]  # oldest first
+    deliveries: list[DeliveryView]  # by end
+    probes: list[ProbeView]
+    drills: list[DrillRecord]
+    rotations: list[RotationView]

@@ -1,6 +1,6 @@
 """Every pair's state, derived from the inventory: who holds which generation, the last probe.
 
-States follow DESIGN "States of a pair". The reason is always filled in, because an operator
+States follow docs/ARCHITECTURE.md "States of a pair". The reason is always filled in, because an operator
 looking at a stale pair needs to know which end is behind and why.
 """
 
@@ -10,9 +10,8 @@ import json
 from collections.abc import Iterable
 
 from meshtui.inventory import Inventory, Row
-from meshtui.model import End, PairStatus, State
+from meshtui.model import End, PairStatus, State, Verdict
 
-ACCEPTED, REFUSED, NO_PASSWORD = "accepted", "refused", "no password demanded"
 DRIFT = "changed outside meshtui at "
 """How push records a provider end whose server no longer holds what meshtui delivered."""
 REPAIRED = "re-applied after it was "
@@ -70,12 +69,12 @@ def _pair_state(
 ) -> tuple[State, str, bool]:
     if pair["withdrawn_at"]:
         if probe is not None and probe["withdrawn"]:
-            if probe["verdict"] == REFUSED:
+            if probe["verdict"] == Verdict.REFUSED:
                 code = "WRONGPASS" if "WRONGPASS" in (probe["reason"] or "") else "28P01"
                 return State.REVOKED, f"withdrawn; login refused ({code})", False
-            if probe["verdict"] == ACCEPTED:
+            if probe["verdict"] == Verdict.ACCEPTED:
                 return State.STALE, "ALARM: withdrawn but its login still works", True
-            if probe["verdict"] == NO_PASSWORD:
+            if probe["verdict"] == Verdict.NO_PASSWORD:
                 return (
                     State.STALE,
                     "ALARM: withdrawn but its login gets in without a password",
@@ -101,11 +100,11 @@ def _pair_state(
             return State.UNKNOWN, f"cannot probe: {probe['reason']}", False
         return State.UNKNOWN, f"not probed since generation {want}", False
     loop = " over loopback" if probe["loopback"] else ""
-    if probe["verdict"] == ACCEPTED and probe["used_password"] != 0:
+    if probe["verdict"] == Verdict.ACCEPTED and probe["used_password"] != 0:
         return State.WORKING, f"logged in from {probe['client_addr'] or 'consumer'}{loop}", False
-    if probe["verdict"] in (ACCEPTED, NO_PASSWORD):
+    if probe["verdict"] in (Verdict.ACCEPTED, Verdict.NO_PASSWORD):
         return State.STALE, "ALARM: the server did not demand a password", True
-    if probe["verdict"] == REFUSED:
+    if probe["verdict"] == Verdict.REFUSED:
         return State.STALE, f"probe refused: {probe['reason']}", False
     return State.STALE, f"probe could not decide: {probe['reason']}", False
 
