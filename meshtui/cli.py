@@ -32,7 +32,7 @@ def _controller(args: argparse.Namespace, *, read_only: bool = False) -> Any:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from meshtui.controller.core import init_keys
+    from meshtui.keys import init_keys
 
     pub, created = init_keys(_state(args))
     print(

@@ -17,7 +17,7 @@ import httpx
 
 from meshtui import crypto, wire
 from meshtui.errors import AgentError, EnvelopeError
-from meshtui.inventory import Row
+from meshtui.inventory.rows import NodeRow
 
 DEFAULT_TIMEOUT_S = 30.0
 DELIVER_TIMEOUT_S = 360.0
@@ -42,7 +42,7 @@ class AgentClient:
 
     def __init__(
         self,
-        node: Row,
+        node: NodeRow,
         keys: crypto.PrivateKeys,
         *,
         timeout: float = DEFAULT_TIMEOUT_S,
@@ -128,7 +128,7 @@ class Agents:
 
     def __init__(
         self,
-        nodes: Mapping[str, Row],
+        nodes: Mapping[str, NodeRow],
         keys: crypto.PrivateKeys,
         *,
         timeout: float = DEFAULT_TIMEOUT_S,

@@ -13,13 +13,14 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from meshtui import crypto, declaration, wire
-from meshtui.atomic import write_private
 from meshtui.controller import schedule as schedule_mod
 from meshtui.controller import status as status_mod
 from meshtui.controller.declare import DeclareResult, declare
 from meshtui.controller.heartbeat import Heartbeat
 from meshtui.controller.reports import (
     DrillReport,
+    EndView,
+    GenerationView,
     HostView,
     PairDetail,
     ProbeOutcome,
@@ -37,30 +38,15 @@ from meshtui.errors import (
     RotationBusyError,
     UnknownPairError,
 )
-from meshtui.inventory import ChainCheck, Inventory, Row
+from meshtui.inventory import ChainCheck, Inventory
+from meshtui.inventory.rows import EventRow
+from meshtui.keys import INVENTORY, KEY_STEM, init_keys
 from meshtui.model import PairStatus, State, node_of
 
-INVENTORY = "inventory.db"
-KEY_STEM = "controller"
+__all__ = ["INVENTORY", "KEY_STEM", "SEQUENCE_FILE", "Controller", "init_keys"]
+
 SEQUENCE_FILE = "sequence"
 """The last number of the controller's requests (see :class:`meshtui.wire.Sequence`)."""
-
-
-def init_keys(state_dir: Path) -> tuple[Path, bool]:
-    """Write the controller's keys once; returns the .pub path and whether it was created."""
-    pub = state_dir / f"{KEY_STEM}.pub"
-    if (state_dir / f"{KEY_STEM}.key").exists():
-        keys = crypto.load_private(state_dir / f"{KEY_STEM}.key")  # refuses a world-readable key
-        if not pub.exists():  # the public half can always be rebuilt from the private one
-            write_private(pub, keys.public().to_toml().encode(), mode=0o644)
-        return pub, False
-    keys = crypto.PrivateKeys.generate(node=False)
-    crypto.write_keys(state_dir, KEY_STEM, keys)
-    if (state_dir / INVENTORY).exists():  # re-sign the audit head with the new key, on record
-        with Inventory.open(state_dir / INVENTORY) as inv:
-            inv.signer = keys.sign
-            inv.record("init", [], {"fingerprint": keys.public().fingerprint()}, "ok")
-    return pub, True
 
 
 class Controller:
@@ -144,9 +130,7 @@ class Controller:
         """Counts by state, alarms, and when the last push ran."""
         rows = self.status() if rows is None else rows
         count = {s: sum(1 for r in rows if r.state is s) for s in State}
-        pushes = self.inventory.query(
-            "SELECT at FROM audit WHERE kind = 'push' ORDER BY seq DESC LIMIT 1"
-        )
+        last_push = self.inventory.last_event("push")
         return Summary(
             pairs=len(rows),
             working=count[State.WORKING],
@@ -155,7 +139,7 @@ class Controller:
             unknown=count[State.UNKNOWN],
             alarms=sum(1 for r in rows if r.alarm),
             withdrawn=sum(1 for r in rows if r.withdrawn),
-            last_push=pushes[0]["at"] if pushes else None,
+            last_push=last_push["at"] if last_push else None,
         )
 
     def schedule(self) -> list[PairDue]:
@@ -179,33 +163,36 @@ class Controller:
 
     def pairs_of_provider(self, provider: str) -> list[str]:
         """The live pairs whose provider is ``node/module``."""
-        rows = self.inventory.query(
-            "SELECT id FROM pairs WHERE provider = ? AND withdrawn_at IS NULL ORDER BY id",
-            [provider],
-        )
-        if not rows:
+        ids = self.inventory.live_pair_ids(provider)
+        if not ids:
             raise UnknownPairError(f"no live pairs have provider {provider!r}")
-        return [r["id"] for r in rows]
+        return ids
 
     def live_pairs(self) -> list[str]:
         """Every pair that is not withdrawn."""
-        return [
-            r["id"]
-            for r in self.inventory.query(
-                "SELECT id FROM pairs WHERE withdrawn_at IS NULL ORDER BY id"
-            )
-        ]
+        return self.inventory.live_pair_ids()
 
     def pair_detail(self, pid: str) -> PairDetail:
         """Generations, deliveries, probes, drills and holders of one pair."""
         (row,) = self.inventory.pairs(self.resolve_pairs([pid]))
         (st,) = status_mod.statuses(self.inventory, [pid])
         gens = [
-            {k: g[k] for k in ("generation", "digest", "created_at", "discarded_at")}
+            GenerationView(
+                generation=g["generation"],
+                digest=g["digest"],
+                created_at=g["created_at"],
+                discarded_at=g["discarded_at"],
+            )
             for g in self.inventory.generations(pid)
         ]
         deliveries = {
-            end: {k: v for k, v in d.items() if k not in ("pair", "end")}
+            end: EndView(
+                generation=d["generation"],
+                digest=d["digest"],
+                since=d["since"],
+                attempted_at=d["attempted_at"],
+                error=d["error"],
+            )
             for (_, end), d in self.inventory.deliveries(pid).items()
         }
         rotations = [
@@ -268,7 +255,7 @@ class Controller:
             )
         return out
 
-    def events(self, limit: int | None = None) -> list[Row]:
+    def events(self, limit: int | None = None) -> list[EventRow]:
         """Audit events, oldest first."""
         return self.inventory.events(limit)
 

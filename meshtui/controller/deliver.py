@@ -15,12 +15,18 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 from meshtui import crypto, wire
 from meshtui.controller.client import DELIVER_TIMEOUT_S, Agents
 from meshtui.errors import AgentError, InventoryError
-from meshtui.inventory import Inventory, Row, now
+from meshtui.inventory import Inventory, now
+from meshtui.inventory.rows import (
+    DeliveryRow,
+    NodeRow,
+    PairRow,
+    ProbeRecord,
+)
 from meshtui.model import End, node_of
 
 NOTHING = 0
@@ -60,12 +66,12 @@ class Delivered:
         self.errors.setdefault(pair, reason)
 
 
-def _dbname(pair: Row) -> str:
+def _dbname(pair: PairRow) -> str:
     values = pair["values"]
     return str(values.get("database") or "postgres")
 
 
-def target_of(pair: Row, nodes: Mapping[str, Row]) -> dict[str, Any]:
+def target_of(pair: PairRow, nodes: Mapping[str, NodeRow]) -> dict[str, Any]:
     """Where a probe of ``pair`` logs in: the provider node's private address and port."""
     return {
         "host": nodes[node_of(pair["provider"])]["address"],
@@ -73,6 +79,14 @@ def target_of(pair: Row, nodes: Mapping[str, Row]) -> dict[str, Any]:
         "login": pair["login"],
         "dbname": _dbname(pair),
     }
+
+
+class Sealed(NamedTuple):
+    """A generation still held sealed: its digest and the blob for each end."""
+
+    digest: str
+    consumer: bytes
+    provider: bytes
 
 
 class Planner:
@@ -83,12 +97,10 @@ class Planner:
         self.nodes = inv.nodes()
         self.modules = inv.modules()
         self.pairs = {p["id"]: p for p in inv.pairs()}
-        self.minted: dict[str, list[int]] = {}
-        for r in inv.query("SELECT pair, generation FROM generations ORDER BY generation"):
-            self.minted.setdefault(r["pair"], []).append(int(r["generation"]))
+        self.minted = inv.minted()
         self.rotation_of: dict[tuple[str, int], int] = {}
-        for r in inv.query("SELECT id, items FROM rotations"):
-            for i in json.loads(r["items"]):
+        for r in inv.rotations(limit=None):
+            for i in r["items"]:
                 self.rotation_of[(str(i["pair"]), int(i["to"]))] = int(r["id"])
 
     def rollback(self, pair: str, generation: int) -> dict[str, Any] | None:
@@ -107,12 +119,12 @@ class Planner:
         note = self.rollback(item["pair"], item["generation"])
         return item if note is None else {**item, "rollback": note}
 
-    def sealed(self, pair: str, generation: int) -> Row:
+    def sealed(self, pair: str, generation: int) -> Sealed:
         """One generation's sealed blobs; InventoryError when they were discarded."""
         row = self.inv.generation(pair, generation)
         if row is None or row["consumer_sealed"] is None or row["provider_sealed"] is None:
             raise InventoryError(f"{pair}: generation {generation} is not held sealed any more")
-        return row
+        return Sealed(row["digest"], row["consumer_sealed"], row["provider_sealed"])
 
     def provider_sets(
         self, providers: Iterable[tuple[str, str]], targets: Targets
@@ -138,8 +150,8 @@ class Planner:
                             "at": self.nodes[cnode]["address"],
                             "values": p["values"],
                             "generation": gen,
-                            "digest": row["digest"],
-                            "sealed": crypto.b64(row["provider_sealed"]),
+                            "digest": row.digest,
+                            "sealed": crypto.b64(row.provider),
                         }
                     )
                 )
@@ -173,13 +185,13 @@ class Planner:
                         "pair": pid,
                         "node": node,
                         "generation": gen,
-                        "digest": row["digest"],
+                        "digest": row.digest,
                         "file": p["file"],
                         "owner": p["file_owner"],
                         "group": p["file_group"],
                         "mode": p["file_mode"],
                         "reload": p["reload"],
-                        "sealed": crypto.b64(row["consumer_sealed"]),
+                        "sealed": crypto.b64(row.consumer),
                     }
                 )
             )
@@ -190,25 +202,26 @@ def record_end(inv: Inventory, rows: Iterable[EndRow]) -> None:
     """Record (pair, end, generation held, digest, error); a None generation keeps the old one."""
     stamp = now()
     current = inv.deliveries()
-    out = []
+    out: list[DeliveryRow] = []
     for pair, end, gen, digest, error in rows:
-        old = current.get((pair, end.value), {})
-        held_gen = gen if gen is not None else old.get("generation")
-        changed = gen is not None and gen != old.get("generation")
+        old = current.get((pair, end.value))
+        old_gen = old["generation"] if old else None
+        old_since = old["since"] if old else None
+        changed = gen is not None and gen != old_gen
         out.append(
-            {
-                "pair": pair,
-                "end": end.value,
-                "generation": held_gen,
-                "digest": digest if gen is not None else old.get("digest"),
-                "since": stamp if changed or not old.get("since") else old["since"],
-                "attempted_at": stamp,
-                "error": error,
-            }
+            DeliveryRow(
+                pair=pair,
+                end=end.value,
+                generation=gen if gen is not None else old_gen,
+                digest=digest if gen is not None else (old["digest"] if old else None),
+                since=stamp if changed or not old_since else old_since,
+                attempted_at=stamp,
+                error=error,
+            )
         )
     if out:
-        with inv.transaction("record deliveries") as db:
-            db.table("deliveries").upsert_all(out, pk=("pair", "end"))
+        with inv.transaction("record deliveries") as tx:
+            tx.put_deliveries(out)
 
 
 def send_providers(
@@ -310,7 +323,12 @@ def send_consumers(
         result.flush(inv)
 
 
-HELD_FILE = {"file": "file", "owner": "file_owner", "group": "file_group", "mode": "file_mode"}
+HELD_FILE: dict[str, Literal["file", "file_owner", "file_group", "file_mode"]] = {
+    "file": "file",
+    "owner": "file_owner",
+    "group": "file_group",
+    "mode": "file_mode",
+}
 """A consumer holding's file keys (as the agent reports them) -> the pairs table's columns."""
 
 
@@ -321,14 +339,8 @@ def held_generations(inv: Inventory, holdings: Mapping[str, list[dict[str, Any]]
     as the declaration wants it (file, owner, group, mode) counts as holding nothing, so the
     next push writes it again.
     """
-    digests = {
-        (r["pair"], r["digest"]): r["generation"]
-        for r in inv.query("SELECT pair, generation, digest FROM generations")
-    }
-    declared = {
-        r["id"]: r
-        for r in inv.query("SELECT id, file, file_owner, file_group, file_mode FROM pairs")
-    }
+    digests = inv.generation_by_digest()
+    declared = inv.consumer_files()
     rows: list[EndRow] = []
     current = inv.deliveries()
     for _node, held in holdings.items():
@@ -349,10 +361,11 @@ def held_generations(inv: Inventory, holdings: Mapping[str, list[dict[str, Any]]
             ]
             if present and moved:
                 present, why = False, f"declared {', '.join(moved)} changed; push writes it again"
-            old = current.get((h["pair"], h["end"]), {})
-            if present and (old.get("generation") != gen or old.get("error")):
+            old = current.get((h["pair"], h["end"]))
+            old_gen, old_error = (old["generation"], old["error"]) if old else (None, None)
+            if present and (old_gen != gen or old_error):
                 rows.append((h["pair"], End(h["end"]), gen, h["digest"], None))
-            elif not present and (old.get("generation") or old.get("error") != why):
+            elif not present and (old_gen or old_error != why):
                 rows.append((h["pair"], End(h["end"]), NOTHING, None, why))
     record_end(inv, rows)
 
@@ -364,20 +377,20 @@ def as_json(data: Any) -> str:
 
 def probe_row(
     pid: str, generation: int, probe: dict[str, Any], at: str, *, withdrawn: bool
-) -> dict[str, Any]:
+) -> ProbeRecord:
     """A probe result as the inventory stores it (verdict, reason, timing; never a secret)."""
     login = probe.get("login") or {}
     control = probe.get("control")
-    return {
-        "pair": pid,
-        "at": at,
-        "generation": generation,
-        "verdict": probe["verdict"],
-        "reason": probe["reason"],
-        "latency_ms": login.get("latency_ms"),
-        "used_password": login.get("used_password"),
-        "loopback": int(bool(probe.get("loopback"))),
-        "client_addr": login.get("client_addr"),
-        "control": control["verdict"] if control else None,
-        "withdrawn": int(withdrawn),
-    }
+    return ProbeRecord(
+        pair=pid,
+        at=at,
+        generation=generation,
+        verdict=probe["verdict"],
+        reason=probe["reason"],
+        latency_ms=login.get("latency_ms"),
+        used_password=login.get("used_password"),
+        loopback=int(bool(probe.get("loopback"))),
+        client_addr=login.get("client_addr"),
+        control=control["verdict"] if control else None,
+        withdrawn=int(withdrawn),
+    )

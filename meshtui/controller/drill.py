@@ -17,6 +17,7 @@ from meshtui.controller.reports import DrillReport, DrillStep, Progress, Rotatio
 from meshtui.controller.rotate import rotate
 from meshtui.errors import AgentError, MeshtuiError
 from meshtui.inventory import now
+from meshtui.inventory.rows import DrillRecord
 from meshtui.model import node_of
 
 if TYPE_CHECKING:
@@ -93,23 +94,22 @@ def drill_one(ctl: Controller, pid: str, progress: Progress) -> DrillReport:
         rotation=report.rotation if report else None,
         reason=reason,
     )
-    with ctl.inventory.transaction("drill") as db:
+    with ctl.inventory.transaction("drill") as tx:
         if new_login is not None and report is not None and report.ok:
             # the "new after" login is a probe of the current generation from the consumer's node
             generation = report.pairs[0].generation
-            db.table("probes").insert(probe_row(pid, generation, new_login, now(), withdrawn=False))
-        db.table("drills").insert(
-            {
-                "pair": pid,
-                "at": now(),
-                "rotation": result.rotation,
-                "ok": int(ok),
-                "window_ms": window,
-                "evidence": as_json(result.to_json()),
-            }
+            tx.add_probes([probe_row(pid, generation, new_login, now(), withdrawn=False)])
+        tx.add_drill(
+            DrillRecord(
+                pair=pid,
+                at=now(),
+                rotation=result.rotation,
+                ok=int(ok),
+                window_ms=window,
+                evidence=as_json(result.to_json()),
+            )
         )
-        ctl.inventory.audit(
-            db,
+        tx.audit(
             "drill",
             [pid],
             {

@@ -36,10 +36,7 @@ def probe(ctl: Controller, ids: list[str], progress: Progress) -> list[ProbeOutc
         by_node.setdefault(node_of(p["consumer"]), []).append(
             {"pair": pid, "file": p["file"], **target_of(p, plan.nodes)}
         )
-    gen_of = {
-        (r["pair"], r["digest"]): r["generation"]
-        for r in inv.query("SELECT pair, generation, digest FROM generations")
-    }
+    gen_of = inv.generation_by_digest()
     total, done = len(live), 0
     rows, out = [], []
     progress(f"probing {total} pairs", 0, total)
@@ -106,10 +103,10 @@ def probe(ctl: Controller, ids: list[str], progress: Progress) -> list[ProbeOutc
         done += len(items)
         progress(f"probed {done} of {total}", done, total)
     if rows:
-        with inv.transaction("probe") as db:
-            db.table("probes").insert_all(rows, batch_size=1000)
+        with inv.transaction("probe") as tx:
+            tx.add_probes(rows)
             counts: dict[str, int] = {}
             for o in out:
                 counts[o.verdict] = counts.get(o.verdict, 0) + 1
-            inv.audit(db, "probe", live, {"verdicts": counts}, "ok")
+            tx.audit("probe", live, {"verdicts": counts}, "ok")
     return out

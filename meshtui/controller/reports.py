@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
+from meshtui.inventory.rows import DrillRow, EventRow, ProbeRow, RotationRow
 from meshtui.model import PairStatus
+
+__all__ = ["DrillRow", "EventRow", "ProbeRow", "RotationRow"]  # the rows reports carry
 
 Progress = Callable[[str, int, int], None]
 """``progress(message, done, total)``: called from the worker doing the action, never blocks."""
@@ -45,6 +48,25 @@ class HostView:
     behind: list[str] = field(default_factory=list)  # pair ids where this node's end is behind
 
 
+class GenerationView(TypedDict):
+    """One generation of a pair as shown: its digest and times, never its sealed blobs."""
+
+    generation: int
+    digest: str
+    created_at: str
+    discarded_at: str | None
+
+
+class EndView(TypedDict):
+    """What one end of a pair holds, as recorded by the last delivery or state answer."""
+
+    generation: int | None
+    digest: str | None
+    since: str | None
+    attempted_at: str | None
+    error: str | None
+
+
 @dataclass(frozen=True)
 class PairDetail:
     """Everything about one pair for its detail screen (never a secret)."""
@@ -52,11 +74,11 @@ class PairDetail:
     status: PairStatus
     values: dict[str, str]
     reload: list[str]
-    generations: list[dict[str, Any]]  # generation, digest, created_at, discarded_at
-    deliveries: dict[str, dict[str, Any]]  # end -> generation, digest, since, error
-    probes: list[dict[str, Any]]  # newest first
-    drills: list[dict[str, Any]]  # newest first
-    rotations: list[dict[str, Any]]  # rotations that included this pair, newest first
+    generations: list[GenerationView]  # oldest first
+    deliveries: dict[str, EndView]  # by end
+    probes: list[ProbeRow]  # newest first
+    drills: list[DrillRow]  # newest first
+    rotations: list[RotationRow]  # rotations that included this pair, newest first
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from meshtui.inventory import Inventory, Row
+from meshtui.inventory import Inventory
+from meshtui.inventory.rows import StatusRow
 from meshtui.model import End, PairStatus, State
 
 ACCEPTED, REFUSED, NO_PASSWORD = "accepted", "refused", "no password demanded"
@@ -18,173 +19,100 @@ REPAIRED = "re-applied after it was "
 """The prefix of a provider end's note once push re-applied it (not an error)."""
 
 
-def _note(held: Row | None) -> str:
+def _note(error: str | None) -> str:
     """A provider end's repaired-drift note, for the reason of a pair that is fine now."""
-    error = held["error"] if held is not None else None
     return str(error) if error and str(error).startswith(REPAIRED) else ""
 
 
-def _end_reason(end: End, held: Row | None, want: int) -> str | None:
+def _end_reason(end: End, generation: int | None, error: str | None, want: int) -> str | None:
     """Why an end is behind, or None when it holds ``want``."""
-    if held is None or held["generation"] is None:
-        if held is not None and held["error"]:
-            return f"{end} never received it: {held['error']}"
+    if generation is None:
+        if error:
+            return f"{end} never received it: {error}"
         return f"{end} end never delivered (run meshtui push)"
-    if held["generation"] == 0:
-        return f"{end} holds nothing: {held['error'] or 'credential gone'}"
-    if held["generation"] != want:
-        tail = f": {held['error']}" if held["error"] else ""
-        return f"{end} holds generation {held['generation']}, expected {want}{tail}"
-    if held["error"] and str(held["error"]).startswith(REPAIRED):
+    if generation == 0:
+        return f"{end} holds nothing: {error or 'credential gone'}"
+    if generation != want:
+        tail = f": {error}" if error else ""
+        return f"{end} holds generation {generation}, expected {want}{tail}"
+    if error and str(error).startswith(REPAIRED):
         return None  # drift found and re-applied: a note, not a failure
-    if held["error"] and str(held["error"]).startswith(DRIFT):
-        return f"{end}: {held['error']}"
-    if held["error"]:  # holds the right generation, but the last attempt failed (or its reload)
-        return f"{end}: last delivery failed: {held['error']}"
+    if error and str(error).startswith(DRIFT):
+        return f"{end}: {error}"
+    if error:  # holds the right generation, but the last attempt failed (or its reload)
+        return f"{end}: last delivery failed: {error}"
     return None
 
 
-def pair_state(
-    pair: Row, consumer: Row | None, provider: Row | None, probe: Row | None
-) -> tuple[State, str, bool]:
+def pair_state(row: StatusRow) -> tuple[State, str, bool]:
     """(state, reason, alarm) for one pair; a provider's repaired drift is added to the reason."""
-    note = _note(provider) if not pair["withdrawn_at"] else ""
+    note = _note(row.provider_error) if not row.withdrawn_at else ""
+    probed = row.verdict is not None
     seen_before = (
         note
-        and provider is not None
-        and probe is not None
-        and not probe["withdrawn"]
-        and str(probe["at"] or "") < str(provider["attempted_at"] or "")
+        and probed
+        and not row.probe_withdrawn
+        and str(row.probed_at or "") < str(row.provider_attempted_at or "")
     )
     if seen_before:
-        probe = None  # that probe saw the server before the re-apply
-    state, reason, alarm = _pair_state(pair, consumer, provider, probe)
-    if note and state is State.UNKNOWN and probe is None:
+        probed = False  # that probe saw the server before the re-apply
+    state, reason, alarm = _pair_state(row, probed)
+    if note and state is State.UNKNOWN and not probed:
         reason = "not probed since the provider was re-applied"
     return state, (f"{reason}; provider {note}" if note else reason), alarm
 
 
-def _pair_state(
-    pair: Row, consumer: Row | None, provider: Row | None, probe: Row | None
-) -> tuple[State, str, bool]:
-    if pair["withdrawn_at"]:
-        if probe is not None and probe["withdrawn"]:
-            if probe["verdict"] == REFUSED:
+def _pair_state(row: StatusRow, probed: bool) -> tuple[State, str, bool]:
+    verdict = row.verdict
+    if row.withdrawn_at:
+        if probed and row.probe_withdrawn:
+            if verdict == REFUSED:
                 return State.REVOKED, "withdrawn; login refused (28P01)", False
-            if probe["verdict"] == ACCEPTED:
+            if verdict == ACCEPTED:
                 return State.STALE, "ALARM: withdrawn but its login still works", True
-            if probe["verdict"] == NO_PASSWORD:
+            if verdict == NO_PASSWORD:
                 return (
                     State.STALE,
                     "ALARM: withdrawn but its login gets in without a password",
                     True,
                 )
-            return State.STALE, f"withdrawn; revocation not verified ({probe['reason']})", False
+            return State.STALE, f"withdrawn; revocation not verified ({row.reason})", False
         return State.STALE, "withdrawn; revocation not verified", False
-    want = pair["generation"]
+    want = row.generation
     behind = [
         r
         for r in (
-            _end_reason(End.PROVIDER, provider, want),
-            _end_reason(End.CONSUMER, consumer, want),
+            _end_reason(End.PROVIDER, row.provider_generation, row.provider_error, want),
+            _end_reason(End.CONSUMER, row.consumer_generation, row.consumer_error, want),
         )
         if r
     ]
     if behind:
         return State.STALE, "; ".join(behind), False
-    if probe is None or probe["withdrawn"]:
+    if not probed or row.probe_withdrawn:
         return State.UNKNOWN, "never probed", False
-    if probe["generation"] != want:
-        if probe["verdict"] == "unknown" and not probe["generation"]:  # the probe never ran
-            return State.UNKNOWN, f"cannot probe: {probe['reason']}", False
+    if row.probe_generation != want:
+        if verdict == "unknown" and not row.probe_generation:  # the probe never ran
+            return State.UNKNOWN, f"cannot probe: {row.reason}", False
         return State.UNKNOWN, f"not probed since generation {want}", False
-    loop = " over loopback" if probe["loopback"] else ""
-    if probe["verdict"] == ACCEPTED and probe["used_password"] != 0:
-        return State.WORKING, f"logged in from {probe['client_addr'] or 'consumer'}{loop}", False
-    if probe["verdict"] in (ACCEPTED, NO_PASSWORD):
+    loop = " over loopback" if row.loopback else ""
+    if verdict == ACCEPTED and row.used_password != 0:
+        return State.WORKING, f"logged in from {row.client_addr or 'consumer'}{loop}", False
+    if verdict in (ACCEPTED, NO_PASSWORD):
         return State.STALE, "ALARM: the server did not demand a password", True
-    if probe["verdict"] == REFUSED:
-        return State.STALE, f"probe refused: {probe['reason']}", False
-    return State.STALE, f"probe could not decide: {probe['reason']}", False
-
-
-STATUS_SQL = """
-SELECT p.id, p.provision, p.consumer, p.provider, p.login, p.file, p.generation, p.created_at,
-       p.rotated_at, p.withdrawn_at,
-       c.generation, c.error, v.generation, v.error,
-       pr.verdict, pr.reason, pr.at, pr.generation, pr.loopback, pr.client_addr, pr.withdrawn,
-       pr.latency_ms, pr.used_password, v.attempted_at
-FROM pairs p
-LEFT JOIN deliveries c ON c.pair = p.id AND c."end" = 'consumer'
-LEFT JOIN deliveries v ON v.pair = p.id AND v."end" = 'provider'
-LEFT JOIN probes pr ON pr.id = (SELECT MAX(id) FROM probes WHERE pair = p.id)
-"""
+    if verdict == REFUSED:
+        return State.STALE, f"probe refused: {row.reason}", False
+    return State.STALE, f"probe could not decide: {row.reason}", False
 
 
 def statuses(inv: Inventory, ids: Iterable[str] | None = None) -> list[PairStatus]:
     """The status row of every pair (or the named ones), sorted by pair id: one query."""
     rotating = {i["pair"]: r["id"] for r in inv.open_rotations() for i in r["items"]}
-    sql, params = STATUS_SQL, []
-    if ids is not None:
-        wanted = sorted(set(ids))
-        if not wanted:
-            return []
-        sql += " WHERE p.id IN (" + ",".join("?" * len(wanted)) + ")"
-        params = wanted
-    sql += " ORDER BY p.id"
-    with inv.lock:
-        rows = inv.db.conn.execute(sql, params).fetchall()
+    rows = inv.status_rows(ids)
     out = []
-    for (
-        pid,
-        provision,
-        consumer_id,
-        provider_id,
-        login,
-        file,
-        generation,
-        created_at,
-        rotated_at,
-        withdrawn_at,
-        c_gen,
-        c_err,
-        v_gen,
-        v_err,
-        verdict,
-        why,
-        probed_at,
-        pr_gen,
-        loopback,
-        client_addr,
-        pr_withdrawn,
-        latency,
-        used_password,
-        v_attempted,
-    ) in rows:
-        pair = {"generation": generation, "withdrawn_at": withdrawn_at}
-        consumer = (
-            None if c_gen is None and c_err is None else {"generation": c_gen, "error": c_err}
-        )
-        provider = (
-            None
-            if v_gen is None and v_err is None
-            else {"generation": v_gen, "error": v_err, "attempted_at": v_attempted}
-        )
-        probe = (
-            None
-            if verdict is None
-            else {
-                "verdict": verdict,
-                "reason": why,
-                "generation": pr_gen,
-                "loopback": loopback,
-                "client_addr": client_addr,
-                "withdrawn": pr_withdrawn,
-                "used_password": used_password,
-                "at": probed_at,
-            }
-        )
-        state, reason, alarm = pair_state(pair, consumer, provider, probe)
+    for row in rows:
+        pid = row.id
+        state, reason, alarm = pair_state(row)
         if pid in rotating:
             state = State.STALE
             reason = (
@@ -194,22 +122,22 @@ def statuses(inv: Inventory, ids: Iterable[str] | None = None) -> list[PairStatu
         out.append(
             PairStatus(
                 pair=pid,
-                provision=provision,
-                consumer=consumer_id,
-                provider=provider_id,
-                login=login,
-                generation=generation,
-                consumer_generation=c_gen,
-                provider_generation=v_gen,
-                withdrawn=bool(withdrawn_at),
+                provision=row.provision,
+                consumer=row.consumer,
+                provider=row.provider,
+                login=row.login,
+                generation=row.generation,
+                consumer_generation=row.consumer_generation,
+                provider_generation=row.provider_generation,
+                withdrawn=bool(row.withdrawn_at),
                 state=state,
                 reason=reason,
-                probed_at=probed_at,
-                rotated_at=rotated_at,
-                consumer_file=file,
-                created_at=created_at,
+                probed_at=row.probed_at,
+                rotated_at=row.rotated_at,
+                consumer_file=row.file,
+                created_at=row.created_at,
                 alarm=alarm,
-                latency_ms=latency,
+                latency_ms=row.latency_ms,
             )
         )
     return out

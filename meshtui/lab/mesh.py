@@ -131,7 +131,7 @@ def up(
     provisioner: str | None = None,
 ) -> Lab:
     """Build (or complete) the lab; safe to run twice. Returns what is running."""
-    from meshtui.controller.core import init_keys
+    from meshtui.keys import init_keys
 
     mesh = mesh or DEFAULT_MESH
     state_dir = state_dir.resolve()

@@ -201,7 +201,7 @@ class PairScreen(MeshScreen):
         d = self.detail = message.detail
         self.query_one("#pair-loading", LoadingIndicator).display = False
         self._show_status()
-        latencies = [p["latency_ms"] for p in reversed(d.probes) if p.get("latency_ms") is not None]
+        latencies = [ms for p in reversed(d.probes) if (ms := p["latency_ms"]) is not None]
         self.query_one(Sparkline).data = latencies or [0.0]
         caption = (
             f"{len(latencies)} probes · min {min(latencies):.1f} ms · max {max(latencies):.1f} ms"
