@@ -46,13 +46,12 @@ def _end_reason(end: End, generation: int | None, error: str | None, want: int) 
 
 def pair_state(row: StatusRow) -> tuple[State, str, bool]:
     """(state, reason, alarm) for one pair; a provider's repaired drift is added to the reason."""
-    note = _note(row.provider_error) if not row.withdrawn_at else ""
-    probed = row.verdict is not None
+    withdrawn_at, v_err, verdict, probed_at = row[9], row[13], row[14], row[16]
+    pr_withdrawn, v_attempted = row[20], row[23]
+    note = _note(v_err) if not withdrawn_at else ""
+    probed = verdict is not None
     seen_before = (
-        note
-        and probed
-        and not row.probe_withdrawn
-        and str(row.probed_at or "") < str(row.provider_attempted_at or "")
+        note and probed and not pr_withdrawn and str(probed_at or "") < str(v_attempted or "")
     )
     if seen_before:
         probed = False  # that probe saw the server before the re-apply
@@ -63,9 +62,34 @@ def pair_state(row: StatusRow) -> tuple[State, str, bool]:
 
 
 def _pair_state(row: StatusRow, probed: bool) -> tuple[State, str, bool]:
-    verdict = row.verdict
-    if row.withdrawn_at:
-        if probed and row.probe_withdrawn:
+    (
+        _pid,
+        _provision,
+        _consumer,
+        _provider,
+        _login,
+        _file,
+        want,
+        _created_at,
+        _rotated_at,
+        withdrawn_at,
+        c_gen,
+        c_err,
+        v_gen,
+        v_err,
+        verdict,
+        why,
+        _probed_at,
+        pr_gen,
+        loopback,
+        client_addr,
+        pr_withdrawn,
+        _latency,
+        used_password,
+        _v_attempted,
+    ) = row
+    if withdrawn_at:
+        if probed and pr_withdrawn:
             if verdict == REFUSED:
                 return State.REVOKED, "withdrawn; login refused (28P01)", False
             if verdict == ACCEPTED:
@@ -76,33 +100,32 @@ def _pair_state(row: StatusRow, probed: bool) -> tuple[State, str, bool]:
                     "ALARM: withdrawn but its login gets in without a password",
                     True,
                 )
-            return State.STALE, f"withdrawn; revocation not verified ({row.reason})", False
+            return State.STALE, f"withdrawn; revocation not verified ({why})", False
         return State.STALE, "withdrawn; revocation not verified", False
-    want = row.generation
     behind = [
         r
         for r in (
-            _end_reason(End.PROVIDER, row.provider_generation, row.provider_error, want),
-            _end_reason(End.CONSUMER, row.consumer_generation, row.consumer_error, want),
+            _end_reason(End.PROVIDER, v_gen, v_err, want),
+            _end_reason(End.CONSUMER, c_gen, c_err, want),
         )
         if r
     ]
     if behind:
         return State.STALE, "; ".join(behind), False
-    if not probed or row.probe_withdrawn:
+    if not probed or pr_withdrawn:
         return State.UNKNOWN, "never probed", False
-    if row.probe_generation != want:
-        if verdict == "unknown" and not row.probe_generation:  # the probe never ran
-            return State.UNKNOWN, f"cannot probe: {row.reason}", False
+    if pr_gen != want:
+        if verdict == "unknown" and not pr_gen:  # the probe never ran
+            return State.UNKNOWN, f"cannot probe: {why}", False
         return State.UNKNOWN, f"not probed since generation {want}", False
-    loop = " over loopback" if row.loopback else ""
-    if verdict == ACCEPTED and row.used_password != 0:
-        return State.WORKING, f"logged in from {row.client_addr or 'consumer'}{loop}", False
+    loop = " over loopback" if loopback else ""
+    if verdict == ACCEPTED and used_password != 0:
+        return State.WORKING, f"logged in from {client_addr or 'consumer'}{loop}", False
     if verdict in (ACCEPTED, NO_PASSWORD):
         return State.STALE, "ALARM: the server did not demand a password", True
     if verdict == REFUSED:
-        return State.STALE, f"probe refused: {row.reason}", False
-    return State.STALE, f"probe could not decide: {row.reason}", False
+        return State.STALE, f"probe refused: {why}", False
+    return State.STALE, f"probe could not decide: {why}", False
 
 
 def statuses(inv: Inventory, ids: Iterable[str] | None = None) -> list[PairStatus]:
@@ -111,7 +134,32 @@ def statuses(inv: Inventory, ids: Iterable[str] | None = None) -> list[PairStatu
     rows = inv.status_rows(ids)
     out = []
     for row in rows:
-        pid = row.id
+        (
+            pid,
+            provision,
+            consumer,
+            provider,
+            login,
+            file,
+            generation,
+            created_at,
+            rotated_at,
+            withdrawn_at,
+            c_gen,
+            _c_err,
+            v_gen,
+            _v_err,
+            _verdict,
+            _why,
+            probed_at,
+            _pr_gen,
+            _loopback,
+            _client_addr,
+            _pr_withdrawn,
+            latency,
+            _used_password,
+            _v_attempted,
+        ) = row
         state, reason, alarm = pair_state(row)
         if pid in rotating:
             state = State.STALE
@@ -122,22 +170,22 @@ def statuses(inv: Inventory, ids: Iterable[str] | None = None) -> list[PairStatu
         out.append(
             PairStatus(
                 pair=pid,
-                provision=row.provision,
-                consumer=row.consumer,
-                provider=row.provider,
-                login=row.login,
-                generation=row.generation,
-                consumer_generation=row.consumer_generation,
-                provider_generation=row.provider_generation,
-                withdrawn=bool(row.withdrawn_at),
+                provision=provision,
+                consumer=consumer,
+                provider=provider,
+                login=login,
+                generation=generation,
+                consumer_generation=c_gen,
+                provider_generation=v_gen,
+                withdrawn=bool(withdrawn_at),
                 state=state,
                 reason=reason,
-                probed_at=row.probed_at,
-                rotated_at=row.rotated_at,
-                consumer_file=row.file,
-                created_at=row.created_at,
+                probed_at=probed_at,
+                rotated_at=rotated_at,
+                consumer_file=file,
+                created_at=created_at,
                 alarm=alarm,
-                latency_ms=row.latency_ms,
+                latency_ms=latency,
             )
         )
     return out

@@ -9,7 +9,7 @@ out (``values``, ``reload``, ``spec``, ``items``, ``evidence``, ``pairs``, ``det
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 
 class NodeRow(TypedDict):
@@ -275,44 +275,39 @@ class HeadRow(TypedDict):
     sig: str | None
 
 
-class StatusRow(NamedTuple):
-    """One pair joined with both ends' deliveries and its newest probe (status's one query)."""
+StatusRow = tuple[
+    str,  # id
+    str,  # provision
+    str,  # consumer
+    str,  # provider
+    str,  # login
+    str,  # file
+    int,  # generation
+    str,  # created_at
+    str | None,  # rotated_at
+    str | None,  # withdrawn_at
+    int | None,  # consumer end: generation held
+    str | None,  # consumer end: error
+    int | None,  # provider end: generation held
+    str | None,  # provider end: error
+    str | None,  # newest probe: verdict (None: never probed)
+    str | None,  # newest probe: reason
+    str | None,  # newest probe: at
+    int | None,  # newest probe: generation
+    int | None,  # newest probe: loopback
+    str | None,  # newest probe: client_addr
+    int | None,  # newest probe: withdrawn
+    float | None,  # newest probe: latency_ms
+    int | None,  # newest probe: used_password
+    str | None,  # provider end: attempted_at
+]
+"""One pair joined with both ends' deliveries and its newest probe (status's one query). A plain
+tuple, unpacked where it is read: status reads every pair on every refresh."""
 
-    id: str
-    provision: str
-    consumer: str
-    provider: str
-    login: str
-    file: str
-    generation: int
-    created_at: str
-    rotated_at: str | None
-    withdrawn_at: str | None
-    consumer_generation: int | None
-    consumer_error: str | None
-    provider_generation: int | None
-    provider_error: str | None
-    verdict: str | None
-    reason: str | None
-    probed_at: str | None
-    probe_generation: int | None
-    loopback: int | None
-    client_addr: str | None
-    probe_withdrawn: int | None
-    latency_ms: float | None
-    used_password: int | None
-    provider_attempted_at: str | None
 
-
-class ScheduleRow(NamedTuple):
-    """One pair with its policy (None columns: no policy row) and when its generation began."""
-
-    id: str
-    provider: str
-    consumer: str
-    withdrawn_at: str | None
-    since: str
-    rotate_every: float | None
-    probe_every: float | None
-    rotate_source: str | None
-    probe_source: str | None
+ScheduleRow = tuple[
+    str, str, str, str | None, str, float | None, float | None, str | None, str | None
+]
+"""One pair with its policy (None columns: no policy row) and when its generation began:
+(id, provider, consumer, withdrawn_at, since, rotate_every, probe_every, rotate_source,
+probe_source). A plain tuple: the watch reads it every cycle for every pair."""

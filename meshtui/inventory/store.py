@@ -589,11 +589,11 @@ class Inventory:
                 return []
             sql += f" WHERE p.id IN ({_marks(len(params))})"
         sql += " ORDER BY p.id"
-        return list(map(StatusRow._make, self._tuples(sql, params)))
+        return cast(list[StatusRow], self._tuples(sql, params))
 
     def schedule_rows(self) -> list[ScheduleRow]:
         """Every pair with its policy and when its current generation began, by id."""
-        return list(map(ScheduleRow._make, self._tuples(SCHEDULE_SQL)))
+        return cast(list[ScheduleRow], self._tuples(SCHEDULE_SQL))
 
     def verify_chain(self, verify_key: bytes | None = None) -> ChainCheck:
         """Walk the audit chain; name the first edited, deleted or reordered event.
@@ -617,11 +617,11 @@ LEFT JOIN deliveries c ON c.pair = p.id AND c."end" = 'consumer'
 LEFT JOIN deliveries v ON v.pair = p.id AND v."end" = 'provider'
 LEFT JOIN probes pr ON pr.id = (SELECT MAX(id) FROM probes WHERE pair = p.id)
 """
-"""One row per pair, in :class:`~meshtui.inventory.rows.StatusRow`'s column order."""
+"""One row per pair, in :data:`~meshtui.inventory.rows.StatusRow`'s column order."""
 
 SCHEDULE_SQL = """
 SELECT p.id, p.provider, p.consumer, p.withdrawn_at, COALESCE(p.rotated_at, p.created_at),
        o.rotate_every, o.probe_every, o.rotate_source, o.probe_source
 FROM pairs p LEFT JOIN policies o ON o.pair = p.id ORDER BY p.id
 """
-"""One row per pair, in :class:`~meshtui.inventory.rows.ScheduleRow`'s column order."""
+"""One row per pair, in :data:`~meshtui.inventory.rows.ScheduleRow`'s column order."""
