@@ -95,14 +95,16 @@ def cmd_audit(args: argparse.Namespace) -> int:
             return EXIT_OK
         events = ctl.events()
         check = ctl.verify_chain() if args.verify else None
+        anchors = ctl.verify_anchors() if args.verify else None
     if args.json:
         out: Any = events
-        if check is not None:
+        if check is not None and anchors is not None:
             out = {
                 "events": events,
-                "verified": check.ok,
+                "verified": check.ok and anchors.ok,
                 "bad_event": check.bad_seq,
                 "problem": check.problem,
+                "anchors": anchors.to_json(),
             }
         _print_json(out)
     else:
@@ -119,7 +121,29 @@ def cmd_audit(args: argparse.Namespace) -> int:
                 print(
                     f"audit chain BROKEN at event {check.bad_seq}: {check.problem}", file=sys.stderr
                 )
-    return EXIT_FAILED if check is not None and not check.ok else EXIT_OK
+        if anchors is not None:
+            _print_anchors(anchors)
+    broken = (check is not None and not check.ok) or (anchors is not None and not anchors.ok)
+    return EXIT_FAILED if broken else EXIT_OK
+
+
+def _print_anchors(anchors: Any) -> None:
+    """Each node's kept audit head against the chain; disagreements on stderr."""
+    for n in anchors.nodes:
+        out = sys.stderr if n.disagrees else sys.stdout
+        mark = "DISAGREES" if n.disagrees else n.verdict
+        print(f"  node {n.node:<12} {mark:<11} {n.reason}", file=out)
+    if not anchors.ok:
+        print(
+            "audit chain DISAGREES with what nodes saw: "
+            + ", ".join(anchors.disagreeing)
+            + " (events were deleted or rewritten: restore the inventory from a backup that "
+            "holds them, and find out who changed it; only if it was started anew on purpose, "
+            "delete audit-head.json in those nodes' state folders)",
+            file=sys.stderr,
+        )
+    elif not anchors.answered:
+        print("no node answered: the chain is not checked against what the nodes saw")
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
@@ -578,12 +602,43 @@ def _watch_parser(sub: Any) -> None:
     s.set_defaults(func=cmd_watch)
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    with _controller(args) as ctl:
+        report = ctl.doctor(_printer(args))
+    if args.json:
+        _print_json(report.to_json())
+        return EXIT_OK if report.ok else EXIT_FAILED
+    if report.problems:
+        rows = [("node", "check", "subject", "problem", "what to do")]
+        rows += [(p.node, p.check, p.subject, p.problem, p.fix) for p in report.problems]
+        widths = [min(40, max(len(r[i]) for r in rows)) for i in range(3)]
+        for r in rows:
+            cells = "  ".join(c.ljust(w) for c, w in zip(r[:3], widths, strict=True))
+            print(f"{cells}  {r[3]}  -> {r[4]}")
+    answered = [n for n in report.nodes if n.answered]
+    passed = sum(n.passed for n in answered)
+    print(
+        f"{len(report.problems)} problems; {len(answered)} of {len(report.nodes)} nodes answered, "
+        f"{passed} checks passed ({report.elapsed_ms / 1000:.2f} s)"
+    )
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def _doctor_parser(sub: Any) -> None:
+    s = sub.add_parser(
+        "doctor", help="preflight: keys, folders, users, reloads, admin, ports, clocks"
+    )
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_doctor)
+
+
 EXTRA_PARSERS: list[Callable[[Any], None]] = [
     _host_parsers,
     _action_parsers,
     _lab_parsers,
     _provision_parser,
     _watch_parser,
+    _doctor_parser,
 ]
 
 

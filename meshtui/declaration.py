@@ -20,7 +20,10 @@ from meshtui.model import (
     ACCOUNT_RE,
     BUILTIN_POSTGRES,
     DEFAULT_MODE,
+    KINDS,
     NAME_RE,
+    POSTGRES,
+    REDIS,
     Declaration,
     Module,
     Node,
@@ -34,11 +37,12 @@ from meshtui.model import (
     parse_duration,
 )
 from meshtui.naming import derive_login
+from meshtui.redis_acl import ValuesError, rules_for
 
 NODE_KEYS = {"address", "agent", "keys"}
 MODULE_KEYS = {"provides", "requires", "receives", "grants", "admin", "provisioner", "pin"}
 REQUIRE_KEYS = {"name", "values", "file", "reload", "from", "owner", "group", "mode"}
-PROVIDE_KEYS = {"name", "port"}
+PROVIDE_KEYS = {"name", "port", "kind", "ca", "tls"}
 POLICY_KEYS = {"rotate_every", "probe_every"}
 """Allowed in [policy], on a provider module (all its pairs) and on a requires entry."""
 _TWICE = re.compile(r"Cannot declare \((?P<key>.*)\) twice (?P<where>\(at line \d+, column \d+\))")
@@ -259,6 +263,12 @@ def _module(r: _Reader, key: str, spec: Any, nodes: Mapping[str, Node]) -> Modul
             )
     admin = r.path_on_node(spec, "admin", where) if "admin" in spec else None
     if provides and provisioner == (BUILTIN_POSTGRES,) and admin is None:
+        if any(o.kind == REDIS for o in provides):
+            raise r.fail(
+                f"{where}.admin",
+                "the built-in provisioner needs an admin file holding a Redis URL",
+                'set admin = "/path/admin.url" (a 0600 file: rediss://ADMIN:PASSWORD@HOST:PORT)',
+            )
         raise r.fail(
             f"{where}.admin",
             "the built-in provisioner needs an admin conninfo file",
@@ -279,6 +289,12 @@ def _module(r: _Reader, key: str, spec: Any, nodes: Mapping[str, Node]) -> Modul
             f"{where}.{key}",
             "a module's policy applies to the pairs it provides, and it provides nothing",
             "put the key on its requires entry (one consumer) or in [policy]",
+        )
+    if len({o.kind for o in provides}) > 1 and provisioner == (BUILTIN_POSTGRES,):
+        raise r.fail(
+            f"{where}.provides",
+            "one module provides both PostgreSQL and Redis, but has one admin file",
+            "declare the Redis server as its own module",
         )
     return Module(
         node=node,
@@ -315,7 +331,37 @@ def _offer(r: _Reader, i: int, item: Any, where: str) -> Offer:
     port = item.get("port")
     if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
         raise r.fail(f"{at}.port", "must be a TCP port number (1-65535)")
-    return Offer(name=r.name(r.string(item, "name", at), f"{at}.name", "provision"), port=port)
+    kind = item.get("kind", POSTGRES)
+    if kind not in KINDS:
+        raise r.fail(
+            f"{at}.kind", f"{kind!r} is not a provider kind", 'write kind = "postgres" or "redis"'
+        )
+    tls = item.get("tls", True)
+    if not isinstance(tls, bool):
+        raise r.fail(f"{at}.tls", "must be true or false")
+    if kind != REDIS:
+        for key in ("ca", "tls"):
+            if key in item:
+                raise r.fail(f"{at}.{key}", 'is only for kind = "redis"', f"remove {key}")
+    ca = None
+    if kind == REDIS and tls:
+        if "ca" not in item:
+            raise r.fail(
+                f"{at}.ca",
+                "a Redis provider with TLS needs the CA that signed its certificate",
+                'set ca = "/path/on/each/consumer/node/ca.pem", or tls = false for a '
+                "plain-text Redis (its AUTH then crosses the network readable)",
+            )
+        ca = r.path_on_node(item, "ca", at)
+    elif "ca" in item:
+        raise r.fail(f"{at}.ca", "is not used with tls = false", "remove ca, or set tls = true")
+    return Offer(
+        name=r.name(r.string(item, "name", at), f"{at}.name", "provision"),
+        port=port,
+        kind=kind,
+        ca=ca,
+        tls=tls,
+    )
 
 
 def _requirement(r: _Reader, i: int, item: Any, where: str) -> Requirement:
@@ -415,6 +461,11 @@ def _pairs(
             provider = _resolve(r, at, module, req, providers, modules)
             offer = next(o for o in provider.provides if o.name == req.name)
             login = derive_login(module.node, module.name)
+            if offer.kind == REDIS:
+                try:
+                    rules_for(login, req.values)
+                except ValuesError as exc:
+                    raise r.fail(f"{at}.values", str(exc), f"{provider.id} is a Redis") from exc
             owner = logins.get((provider.id, login))
             if owner is not None and owner != module.id:
                 raise r.fail(

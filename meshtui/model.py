@@ -11,6 +11,12 @@ NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 """Node and module names: they become file names, login stems and path parts, so keep them plain."""
 
 BUILTIN_POSTGRES = "builtin:postgres"
+"""The built-in provisioner; it reconciles whichever kind the manifest names."""
+
+POSTGRES = "postgres"
+REDIS = "redis"
+KINDS = (POSTGRES, REDIS)
+"""What a provider's software is (``kind`` of a ``provides`` entry); PostgreSQL by default."""
 
 DEFAULT_MODE = "0600"
 """A credential file's mode when its ``requires`` entry names none."""
@@ -151,10 +157,17 @@ class Node:
 
 @dataclass(frozen=True)
 class Offer:
-    """A provision a module provides, with the port it listens on."""
+    """A provision a module provides: the port it listens on and what kind of software it is.
+
+    ``ca`` (Redis) is the CA certificate, a path on each consumer's node, that probes verify the
+    server's certificate against; ``tls`` False means a plain-text Redis (see docs/redis.md).
+    """
 
     name: str
     port: int
+    kind: str = POSTGRES
+    ca: str | None = None
+    tls: bool = True
 
 
 @dataclass(frozen=True)
@@ -277,6 +290,7 @@ class PairStatus:
     created_at: str
     alarm: bool = False
     latency_ms: float | None = None
+    kind: str = POSTGRES  # the provider's software (its provides entry's kind)
 
     @property
     def consumer_node(self) -> str:
@@ -307,6 +321,7 @@ class PairStatus:
             "created_at": self.created_at,
             "alarm": self.alarm,
             "latency_ms": self.latency_ms,
+            "kind": self.kind,
             "holders": {
                 "consumer": {
                     "node": self.consumer_node,

@@ -36,6 +36,57 @@ WITHDRAW = "withdraw"  # try a withdrawn pair's last credential once, then delet
 PROBE = "probe"  # live logins with the credentials the node holds
 DRILL_HOLD = "drill-hold"  # log in with the current credential and keep it in memory
 DRILL_CHECK = "drill-check"  # log in with the new and the held credential, then forget it
+CHECK = "check"  # doctor: the node's side of the preflight (folders, users, reloads, admin, ports)
+ANCHOR = "anchor"  # the agent's answer to an unsigned read of the audit head it keeps
+
+
+def head_message(seq: int, digest: str) -> bytes:
+    """What the controller signs for the audit chain's head: its newest event number and hash."""
+    return f"meshtui-audit-head:{seq}:{digest}".encode()
+
+
+@dataclass(frozen=True)
+class SignedHead:
+    """The audit chain's head as the controller signed it: event number, its hash, signature.
+
+    The controller shows it to every agent on every request; each agent keeps the longest one
+    it was shown (:mod:`meshtui.host.anchor`), so a wiped or cut-back inventory is caught.
+    """
+
+    seq: int
+    hash: str
+    sig: str  # base64 Ed25519 signature of :func:`head_message` by the controller key
+
+    def verifies(self, controller_verify_key: bytes) -> bool:
+        """True when the controller's key signed exactly this sequence number and hash."""
+        try:
+            crypto.verify(
+                head_message(self.seq, self.hash),
+                crypto.unb64(self.sig, "sig"),
+                controller_verify_key,
+                CONTROLLER,
+            )
+        except (SignatureError, ValueError):
+            return False
+        return True
+
+    def to_json(self) -> dict[str, Any]:
+        """The head as it travels."""
+        return {"seq": self.seq, "hash": self.hash, "sig": self.sig}
+
+    @classmethod
+    def from_json(cls, data: Any) -> SignedHead:
+        """A head from its JSON form; ValueError when the shape is wrong."""
+        if not isinstance(data, dict):
+            raise ValueError("an audit head must be an object")
+        seq, digest, sig = data.get("seq"), data.get("hash"), data.get("sig")
+        if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
+            raise ValueError("an audit head's seq must be a positive integer")
+        if not isinstance(digest, str) or len(digest) != 64:
+            raise ValueError("an audit head's hash must be 64 hex characters")
+        if not isinstance(sig, str) or not sig:
+            raise ValueError("an audit head must carry the controller's signature")
+        return cls(seq=seq, hash=digest, sig=sig)
 
 
 @dataclass(frozen=True)
@@ -50,6 +101,7 @@ class Message:
     seq: int
     payload: dict[str, Any]
     reply_to: str | None = None
+    head: SignedHead | None = None  # the controller's audit head, shown on a request
 
 
 def wall_clock() -> float:
@@ -110,8 +162,12 @@ def envelope(
     keys: crypto.PrivateKeys,
     reply_to: str | None = None,
     sequence: Sequence | None = None,
+    head: SignedHead | None = None,
 ) -> tuple[dict[str, str], str]:
-    """Sign a message numbered by ``sequence``; returns the envelope (JSON-ready) and its nonce."""
+    """Sign a message numbered by ``sequence``; returns the envelope (JSON-ready) and its nonce.
+
+    ``head``: the controller's audit head, shown to the agent with the request (no extra trip).
+    """
     nonce = secrets.token_hex(16)
     seq, at = (sequence or PROCESS_SEQUENCE).next()
     body = {
@@ -125,6 +181,8 @@ def envelope(
         "reply_to": reply_to,
         "payload": payload,
     }
+    if head is not None:
+        body["head"] = head.to_json()
     raw = json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
     return {"body": crypto.b64(raw), "sig": crypto.b64(keys.sign(raw))}, nonce
 
@@ -165,6 +223,7 @@ def open_envelope(
             seq=_integer(body["seq"]),
             payload=dict(body["payload"]),
             reply_to=body.get("reply_to"),
+            head=SignedHead.from_json(body["head"]) if body.get("head") is not None else None,
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise EnvelopeError("refused: signed body is malformed") from exc

@@ -3,8 +3,10 @@
 The floors, bottom up:
 
 - the core (:data:`CORE`): ``model``, ``naming``, ``errors``, ``crypto``, ``wire``, ``atomic``,
-  ``declaration`` (and ``messages`` once the typed agent messages live there): the words, the
-  shapes and the pure functions everyone shares. The core imports nothing of meshtui above it.
+  ``declaration``, ``redis_acl`` (what a Redis consumer's values mean: the declaration checks
+  it, the provisioner applies it) and ``messages`` once the typed agent messages live there:
+  the words, the shapes and the pure functions everyone shares. The core imports nothing of
+  meshtui above it.
 - the inventory (``meshtui/inventory/``): the only code that imports ``sqlite3`` or
   ``sqlite_utils``, and the only place an inventory SQL statement is written.
 - the controller (``meshtui/controller/``) decides; the hands (``host/``, ``provisioner/``) act
@@ -66,6 +68,7 @@ CORE = (
     "meshtui.wire",
     "meshtui.atomic",
     "meshtui.declaration",
+    "meshtui.redis_acl",
     "meshtui.messages",
 )
 """The bottom floor (see the module docstring)."""

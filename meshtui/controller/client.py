@@ -8,8 +8,9 @@ in its state folder), which the agent uses to refuse replays, even after it rest
 
 from __future__ import annotations
 
+import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -36,6 +37,55 @@ UNSIGNED_REFUSALS = {
 }
 """What an unsigned refusal (before the agent knew who asked) means, by HTTP status."""
 
+HeadSource = Callable[[], wire.SignedHead | None]
+"""Where a client reads the audit head it shows the agent with each request (read per request)."""
+
+
+def http_client(agent: str, timeout: float) -> httpx.Client:
+    """An HTTP client for an agent URL: ``http(s)://…`` or ``unix:/path``."""
+    if agent.startswith("unix:"):
+        transport = httpx.HTTPTransport(uds=agent[len("unix:") :])
+        return httpx.Client(transport=transport, base_url="http://agent", timeout=timeout)
+    return httpx.Client(base_url=agent, timeout=timeout)
+
+
+def read_anchor(node: NodeRow, *, timeout: float = STATE_TIMEOUT_S) -> wire.SignedHead | None:
+    """The audit head a node keeps, asked without a key (see the agent's ``read_anchor``).
+
+    The answer counts only when signed by the node key the inventory holds and quoting this
+    call's fresh nonce; AgentError otherwise. The head inside is the node's claim of what the
+    controller showed it: check its controller signature before believing it.
+    """
+    name = str(node["name"])
+    nonce = secrets.token_hex(16)
+    verify_key = crypto.unb64(node["verify_key"], "verify_key")
+    with http_client(str(node["agent"]), timeout) as http:
+        try:
+            resp = http.get("/v1/anchor", params={"nonce": nonce})
+        except httpx.TimeoutException as exc:
+            raise AgentError(name, f"agent at {node['agent']} did not answer in time") from exc
+        except httpx.HTTPError as exc:
+            raise AgentError(
+                name, f"agent at {node['agent']} unreachable ({type(exc).__name__})"
+            ) from exc
+    if resp.status_code == 404:
+        raise AgentError(name, "the agent does not keep an audit head (update meshtui there)")
+    try:
+        msg = wire.open_envelope(
+            resp.json(), verify_key=verify_key, sender=name, to=wire.CONTROLLER, reply_to=nonce
+        )
+    except (ValueError, EnvelopeError) as exc:
+        raise AgentError(
+            name, f"answer not trusted (HTTP {resp.status_code}): {exc} (is this the right agent?)"
+        ) from exc
+    if msg.kind != wire.ANCHOR:
+        raise AgentError(name, f"answered {msg.kind!r} to a read of its audit head")
+    raw = msg.payload.get("head")
+    try:
+        return None if raw is None else wire.SignedHead.from_json(raw)
+    except ValueError as exc:
+        raise AgentError(name, f"its audit head is malformed: {exc}") from exc
+
 
 class AgentClient:
     """One node's agent, as the controller sees it."""
@@ -47,17 +97,15 @@ class AgentClient:
         *,
         timeout: float = DEFAULT_TIMEOUT_S,
         sequence: wire.Sequence | None = None,
+        head: HeadSource | None = None,
     ) -> None:
         self.name: str = node["name"]
         self._sequence = sequence
+        self._head = head
         self.agent: str = node["agent"]
         self._verify_key = crypto.unb64(node["verify_key"], "verify_key")
         self._keys = keys
-        if self.agent.startswith("unix:"):
-            transport = httpx.HTTPTransport(uds=self.agent[len("unix:") :])
-            self._http = httpx.Client(transport=transport, base_url="http://agent", timeout=timeout)
-        else:
-            self._http = httpx.Client(base_url=self.agent, timeout=timeout)
+        self._http = http_client(self.agent, timeout)
 
     def close(self) -> None:
         """Close the HTTP connection pool."""
@@ -75,6 +123,7 @@ class AgentClient:
                 to=self.name,
                 keys=self._keys,
                 sequence=self._sequence,
+                head=self._head() if self._head is not None else None,
             )
         except OSError as exc:
             where = self._sequence.path if self._sequence else "the sequence file"
@@ -102,7 +151,7 @@ class AgentClient:
                 reply_to=None if resp.status_code == 403 else nonce,
             )
         except EnvelopeError as exc:
-            if resp.status_code != 200:
+            if resp.status_code != 200 and "off this clock" not in str(exc):  # say clock skew
                 why = UNSIGNED_REFUSALS.get(resp.status_code, "agent refused the request")
                 raise AgentError(self.name, f"{why} (HTTP {resp.status_code})") from exc
             raise AgentError(
@@ -133,9 +182,10 @@ class Agents:
         *,
         timeout: float = DEFAULT_TIMEOUT_S,
         sequence: wire.Sequence | None = None,
+        head: HeadSource | None = None,
     ) -> None:
         self._nodes, self._keys, self._timeout = nodes, keys, timeout
-        self._sequence = sequence
+        self._sequence, self._head = sequence, head
         self._clients: dict[str, AgentClient] = {}
 
     def __enter__(self) -> Agents:
@@ -151,7 +201,11 @@ class Agents:
             if node not in self._nodes:
                 raise AgentError(node, "not a declared node")
             self._clients[node] = AgentClient(
-                self._nodes[node], self._keys, timeout=self._timeout, sequence=self._sequence
+                self._nodes[node],
+                self._keys,
+                timeout=self._timeout,
+                sequence=self._sequence,
+                head=self._head,
             )
         return self._clients[node]
 

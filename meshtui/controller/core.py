@@ -4,6 +4,9 @@ It owns the state folder (inventory, controller keys) and enforces read-only at 
 actions run: a read-only controller opens the inventory ``mode=ro``, refuses every action, and
 never loads its key: :meth:`Controller.contact` is the one gate to the agents (nothing reaches
 one without a request signed by that key), and read-only refuses there, naming the nodes.
+The one exception is :meth:`Controller.verify_anchors`, which reads the audit head each node
+keeps without a key (an unsigned read that changes nothing; the answer is signed by the node
+and the head inside by the controller), so a read-only ``audit --verify`` can check it.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from meshtui import crypto, declaration, wire
 from meshtui.controller import schedule as schedule_mod
@@ -42,6 +46,10 @@ from meshtui.inventory import ChainCheck, Inventory
 from meshtui.inventory.rows import EventRow
 from meshtui.keys import INVENTORY, KEY_STEM, init_keys
 from meshtui.model import PairStatus, State, node_of
+
+if TYPE_CHECKING:  # httpx stays out of the import of core (see controller.client)
+    from meshtui.controller.anchors import AnchorCheck
+    from meshtui.controller.doctor import DoctorReport
 
 __all__ = ["INVENTORY", "KEY_STEM", "SEQUENCE_FILE", "Controller", "init_keys"]
 
@@ -264,6 +272,26 @@ class Controller:
         pub = self.state_dir / f"{KEY_STEM}.pub"
         key = crypto.load_public(pub, need_seal=False).verify if pub.exists() else None
         return self.inventory.verify_chain(key)
+
+    def verify_anchors(self) -> AnchorCheck:
+        """Ask every declared node for the audit head it keeps; fails when the chain lacks it.
+
+        Allowed read-only: the read is unsigned (needs no key, changes nothing on the node) and
+        its answer is checked with the node's public key and controller.pub only.
+        """
+        from meshtui.controller.anchors import check_anchors
+
+        pub = self.state_dir / f"{KEY_STEM}.pub"
+        key = crypto.load_public(pub, need_seal=False).verify if pub.exists() else None
+        nodes = {n: row for n, row in self.inventory.nodes().items() if row["declared"]}
+        return check_anchors(self.inventory, nodes, key)
+
+    def doctor(self, progress: Progress = no_progress) -> DoctorReport:
+        """The preflight: every node's key, folders, users, reloads, admin files, ports, clocks."""
+        from meshtui.controller.doctor import doctor
+
+        self.contact("doctor", lambda: list(self.inventory.nodes()))
+        return doctor(self, progress)
 
     # ---- actions ------------------------------------------------------------------------
     def declare(self, path: Path | str) -> DeclareResult:

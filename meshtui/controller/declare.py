@@ -21,7 +21,7 @@ from meshtui.inventory.rows import (
     PairRecord,
     PolicyRecord,
 )
-from meshtui.model import Declaration, Node, Pair
+from meshtui.model import POSTGRES, Declaration, Node, Offer, Pair
 
 _sorted_json = json.JSONEncoder(sort_keys=True).encode
 """``json.dumps(x, sort_keys=True)`` without building an encoder per call (10,000 pairs)."""
@@ -117,10 +117,18 @@ def _differs(old: Mapping[str, object], new: Mapping[str, object], keys: Iterabl
     return any(old[k] != new[k] for k in keys)
 
 
+def _offer_spec(o: Offer) -> dict[str, object]:
+    """A provides entry as stored; PostgreSQL's stays {name, port} (older specs unchanged)."""
+    spec: dict[str, object] = {"name": o.name, "port": o.port}
+    if o.kind != POSTGRES:
+        spec.update(kind=o.kind, ca=o.ca, tls=o.tls)
+    return spec
+
+
 def _module_spec(decl: Declaration, module_id: str) -> str:
     m = decl.modules[module_id]
     spec = {
-        "provides": [{"name": o.name, "port": o.port} for o in m.provides],
+        "provides": [_offer_spec(o) for o in m.provides],
         "receives": dict(m.receives),
         "grants": dict(m.grants),
         "admin": m.admin,

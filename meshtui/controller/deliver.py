@@ -23,7 +23,9 @@ from meshtui.errors import AgentError, InventoryError
 from meshtui.inventory import Inventory, now
 from meshtui.inventory.rows import (
     DeliveryRow,
+    ModuleRow,
     NodeRow,
+    OfferSpec,
     PairRow,
     ProbeRecord,
 )
@@ -71,14 +73,30 @@ def _dbname(pair: PairRow) -> str:
     return str(values.get("database") or "postgres")
 
 
-def target_of(pair: PairRow, nodes: Mapping[str, NodeRow]) -> dict[str, Any]:
-    """Where a probe of ``pair`` logs in: the provider node's private address and port."""
-    return {
+def offer_of(pair: PairRow, modules: Mapping[str, ModuleRow] | None) -> OfferSpec | None:
+    """The provider's ``provides`` entry for ``pair`` as stored (None when unknown)."""
+    module = (modules or {}).get(pair["provider"])
+    for offer in module["spec"]["provides"] if module else []:
+        if offer["name"] == pair["provision"]:
+            return offer
+    return None
+
+
+def target_of(
+    pair: PairRow, nodes: Mapping[str, NodeRow], modules: Mapping[str, ModuleRow] | None = None
+) -> dict[str, Any]:
+    """Where a probe of ``pair`` logs in: the provider node's private address, port and kind."""
+    target: dict[str, Any] = {
         "host": nodes[node_of(pair["provider"])]["address"],
         "port": pair["port"],
         "login": pair["login"],
         "dbname": _dbname(pair),
     }
+    offer = offer_of(pair, modules)
+    kind = offer.get("kind", "postgres") if offer is not None else "postgres"
+    if offer is not None and kind != "postgres":
+        target.update(kind=kind, ca=offer.get("ca"), tls=offer.get("tls", True))
+    return target
 
 
 class Sealed(NamedTuple):
@@ -133,6 +151,10 @@ class Planner:
         out: dict[str, list[dict[str, Any]]] = {}
         for provider, provision in sorted(set(providers)):
             spec = self.modules[provider]["spec"]
+            kind = next(
+                (o.get("kind") for o in spec.get("provides", []) if o.get("name") == provision),
+                None,
+            )
             consumers = []
             for p in self.pairs.values():
                 if p["provider"] != provider or p["provision"] != provision or p["withdrawn_at"]:
@@ -155,18 +177,19 @@ class Planner:
                         }
                     )
                 )
-            out.setdefault(node_of(provider), []).append(
-                {
-                    "provider": provider,
-                    "provision": provision,
-                    "receives": spec["receives"][provision],
-                    "grants": spec["grants"][provision],
-                    "admin": spec.get("admin"),
-                    "provisioner": spec.get("provisioner"),
-                    "pin": bool(spec.get("pin", False)),
-                    "consumers": consumers,
-                }
-            )
+            delivery = {
+                "provider": provider,
+                "provision": provision,
+                "receives": spec["receives"][provision],
+                "grants": spec["grants"][provision],
+                "admin": spec.get("admin"),
+                "provisioner": spec.get("provisioner"),
+                "pin": bool(spec.get("pin", False)),
+                "consumers": consumers,
+            }
+            if kind is not None and kind != "postgres":
+                delivery["kind"] = kind
+            out.setdefault(node_of(provider), []).append(delivery)
         return out
 
     def consumer_items(

@@ -49,9 +49,11 @@ def drill_one(ctl: Controller, pid: str, progress: Progress) -> DrillReport:
         "drill": drill_id,
         "pair": pid,
         "file": p["file"],
-        "target": target_of(p, plan.nodes),
+        "target": target_of(p, plan.nodes, plan.modules),
     }
-    client = AgentClient(plan.nodes[node], ctl.keys(), sequence=ctl.sequence)
+    client = AgentClient(
+        plan.nodes[node], ctl.keys(), sequence=ctl.sequence, head=ctl.inventory.signed_head
+    )
     steps: list[DrillStep] = []
     report: RotationReport | None = None
     reason = ""

@@ -34,7 +34,7 @@ def probe(ctl: Controller, ids: list[str], progress: Progress) -> list[ProbeOutc
     for pid in live:
         p = plan.pairs[pid]
         by_node.setdefault(node_of(p["consumer"]), []).append(
-            {"pair": pid, "file": p["file"], **target_of(p, plan.nodes)}
+            {"pair": pid, "file": p["file"], **target_of(p, plan.nodes, plan.modules)}
         )
     gen_of = inv.generation_by_digest()
     total, done = len(live), 0
@@ -50,6 +50,7 @@ def probe(ctl: Controller, ids: list[str], progress: Progress) -> list[ProbeOutc
             keys,
             timeout=15.0 + 2 * PROBE_LOGIN_TIMEOUT_S * -(-len(items) // CONCURRENCY),
             sequence=ctl.sequence,
+            head=ctl.inventory.signed_head,
         )
         try:
             return (

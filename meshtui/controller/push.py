@@ -45,7 +45,7 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
     inv = ctl.inventory
     with (
         delivering(ctl.state_dir, "push"),
-        Agents(inv.nodes(), ctl.keys(), sequence=ctl.sequence) as agents,
+        Agents(inv.nodes(), ctl.keys(), sequence=ctl.sequence, head=inv.signed_head) as agents,
     ):
         recover(ctl, agents, progress)
         progress("asking every node what it holds", 0, 4)
@@ -258,7 +258,7 @@ def revoke(ctl: Controller, agents: Agents, plan: Planner, pids: list[str]) -> l
     for pid in pids:
         p = plan.pairs[pid]
         by_node.setdefault(node_of(p["consumer"]), []).append(
-            {"pair": pid, "file": p["file"], "target": target_of(p, plan.nodes)}
+            {"pair": pid, "file": p["file"], "target": target_of(p, plan.nodes, plan.modules)}
         )
     if not by_node:
         return []

@@ -91,7 +91,8 @@ def _pair_state(row: StatusRow, probed: bool) -> tuple[State, str, bool]:
     if withdrawn_at:
         if probed and pr_withdrawn:
             if verdict == REFUSED:
-                return State.REVOKED, "withdrawn; login refused (28P01)", False
+                code = "WRONGPASS" if "WRONGPASS" in (why or "") else "28P01"
+                return State.REVOKED, f"withdrawn; login refused ({code})", False
             if verdict == ACCEPTED:
                 return State.STALE, "ALARM: withdrawn but its login still works", True
             if verdict == NO_PASSWORD:
@@ -132,6 +133,7 @@ def statuses(inv: Inventory, ids: Iterable[str] | None = None) -> list[PairStatu
     """The status row of every pair (or the named ones), sorted by pair id: one query."""
     rotating = {i["pair"]: r["id"] for r in inv.open_rotations() for i in r["items"]}
     rows = inv.status_rows(ids)
+    kinds = inv.provider_kinds()
     out = []
     for row in rows:
         (
@@ -186,6 +188,7 @@ def statuses(inv: Inventory, ids: Iterable[str] | None = None) -> list[PairStatu
                 created_at=created_at,
                 alarm=alarm,
                 latency_ms=latency,
+                kind=kinds.get((provider, provision), "postgres"),
             )
         )
     return out

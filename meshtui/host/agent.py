@@ -21,8 +21,10 @@ from typing import Any
 from meshtui import crypto, wire
 from meshtui.atomic import PRIVATE
 from meshtui.errors import CryptoError, EnvelopeError, HostFileError, MeshtuiError
+from meshtui.host import checks as checks_mod
 from meshtui.host import files
 from meshtui.host import probe as probe_mod
+from meshtui.host.anchor import AuditAnchor, is_nonce
 from meshtui.host.guard import AcceptedGenerations, AcceptedRequests
 from meshtui.host.holdings import Holdings
 from meshtui.host.identity import Identity
@@ -116,6 +118,7 @@ class Agent:
         self.generations = AcceptedGenerations(
             identity.state_dir, identity.name, self.holdings.listing()
         )
+        self.anchor = AuditAnchor(identity.state_dir, identity.controller.verify)
         self._drills: dict[str, tuple[bytes, float]] = {}
         self._lock = threading.Lock()  # one delivery at a time: files and provisioner
         self._drill_lock = threading.Lock()
@@ -141,6 +144,15 @@ class Agent:
             return 500, self._reply(
                 "error", {"error": f"{me} cannot record the request: {exc.strerror}"}, msg.nonce
             )
+        if msg.head is not None:
+            try:
+                self.anchor.offer(msg.head)  # kept durably before the request is acted on
+            except OSError as exc:
+                return 500, self._reply(
+                    "error",
+                    {"error": f"{me} cannot keep the audit head: {exc.strerror}"},
+                    msg.nonce,
+                )
         handler = {
             wire.STATE: self.state,
             wire.DELIVER: self.deliver,
@@ -148,6 +160,7 @@ class Agent:
             wire.PROBE: self.probe,
             wire.DRILL_HOLD: self.drill_hold,
             wire.DRILL_CHECK: self.drill_check,
+            wire.CHECK: self.check,
         }.get(msg.kind)
         if handler is None:
             return 400, self._reply("error", {"error": f"unknown kind {msg.kind!r}"}, msg.nonce)
@@ -165,6 +178,24 @@ class Agent:
         finally:
             self._forget_expired_drills()
         return 200, self._reply(msg.kind, payload, msg.nonce)
+
+    def read_anchor(self, nonce: str) -> tuple[int, dict[str, str]]:
+        """Answer an unsigned read of the kept audit head, signed and quoting ``nonce``.
+
+        No key is needed to ask (a read-only controller verifies with the public keys only):
+        the answer is a number and a hash signed by the controller, which this node cannot
+        invent, inside an answer signed by this node that quotes the asker's fresh nonce.
+        Nothing is recorded or changed.
+        """
+        if not is_nonce(nonce):
+            return 400, {"error": "nonce must be 32 to 64 hex characters"}
+        head = self.anchor.head
+        payload = {"node": self.identity.name, "head": head.to_json() if head else None}
+        return 200, self._reply(wire.ANCHOR, payload, nonce)
+
+    def check(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """The node's side of ``meshtui doctor`` (reads and connects only; nothing is written)."""
+        return checks_mod.run(self.identity.name, payload).to_json()
 
     def _reply(self, kind: str, payload: dict[str, Any], reply_to: str | None) -> dict[str, str]:
         env, _ = wire.envelope(
@@ -407,6 +438,8 @@ class Agent:
                         for c in consumers
                     ],
                 }
+                if spec.get("kind", "postgres") != "postgres":
+                    body["kind"] = str(spec["kind"])  # the harness picks its adapter by this
                 mdir.write(manifest.name, json.dumps(body, indent=1).encode(), PRIVATE)
                 wanted = {secret_name(str(c["node"]), str(c["module"])) for c in consumers}
                 for stale in gdir.names():
@@ -444,12 +477,8 @@ class Agent:
     def _target_login(
         self, target: dict[str, Any], secret: bytes, *, control: bool
     ) -> dict[str, Any]:
-        result = probe_mod.probe(
-            str(target["host"]),
-            int(target["port"]),
-            str(target["login"]),
-            secret.decode("ascii", "replace"),
-            str(target["dbname"]),
+        result = probe_mod.probe_target(
+            _probe_target(target, secret),
             timeout=self.probe_timeout,
             allow_loopback=self.allow_loopback,
             control=control,
@@ -513,15 +542,7 @@ class Agent:
                     continue
                 digest = crypto.secret_digest(secret)
                 results[pair] = {"pair": pair, "digest": digest}
-                targets.append(
-                    probe_mod.ProbeTarget(
-                        host=str(item["host"]),
-                        port=int(item["port"]),
-                        user=str(item["login"]),
-                        password=secret.decode("ascii", "replace"),
-                        dbname=str(item["dbname"]),
-                    )
-                )
+                targets.append(_probe_target(item, secret))
                 order.append(pair)
                 del secret
         found = probe_mod.probe_many(
@@ -582,6 +603,21 @@ def _refused_consumer(item: dict[str, Any], why: str) -> dict[str, Any]:
         "ok": False,
         "error": why,
     }
+
+
+def _probe_target(item: dict[str, Any], secret: bytes) -> probe_mod.ProbeTarget:
+    """A probe target from the controller's item (kind, CA and TLS for a Redis)."""
+    ca = item.get("ca")
+    return probe_mod.ProbeTarget(
+        host=str(item["host"]),
+        port=int(item["port"]),
+        user=str(item["login"]),
+        password=secret.decode("ascii", "replace"),
+        dbname=str(item.get("dbname") or "postgres"),
+        kind=str(item.get("kind") or "postgres"),
+        ca=str(ca) if ca else None,
+        tls=bool(item.get("tls", True)),
+    )
 
 
 def node_path(raw: Any, what: str) -> Path:

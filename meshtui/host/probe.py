@@ -183,6 +183,9 @@ class ProbeTarget:
     user: str
     password: str = field(repr=False)
     dbname: str
+    kind: str = "postgres"  # "redis": meshtui.host.probe_redis logs in
+    ca: str | None = None  # Redis: the CA that signed the server's certificate
+    tls: bool = True
 
 
 # --------------------------------------------------------------------------- targets
@@ -538,6 +541,48 @@ def probe(
     return ProbeResult(first, second)
 
 
+def probe_target(
+    t: ProbeTarget,
+    *,
+    timeout: float = 5.0,
+    allow_loopback: bool = False,
+    control: bool = True,
+    expect_client_addr: str | None = None,
+) -> ProbeResult:
+    """Probe one target with the probe of its provider's kind (PostgreSQL or Redis)."""
+    if t.kind == "redis":
+        from meshtui.host import probe_redis  # it builds on this module
+
+        return probe_redis.probe(
+            t.host,
+            t.port,
+            t.user,
+            t.password,
+            ca=t.ca,
+            tls=t.tls,
+            timeout=timeout,
+            allow_loopback=allow_loopback,
+            control=control,
+            expect_client_addr=expect_client_addr,
+        )
+    if t.kind != "postgres":
+        unknown = LoginResult(
+            Verdict.UNKNOWN, f"not run: unknown provider kind {t.kind!r}", 0.0, None, None, False
+        )
+        return ProbeResult(unknown, None)
+    return probe(
+        t.host,
+        t.port,
+        t.user,
+        t.password,
+        t.dbname,
+        timeout=timeout,
+        allow_loopback=allow_loopback,
+        control=control,
+        expect_client_addr=expect_client_addr,
+    )
+
+
 def probe_many(
     targets: Sequence[ProbeTarget],
     *,
@@ -558,12 +603,8 @@ def probe_many(
         return []
 
     def one(t: ProbeTarget) -> ProbeResult:
-        return probe(
-            t.host,
-            t.port,
-            t.user,
-            t.password,
-            t.dbname,
+        return probe_target(
+            t,
             timeout=timeout,
             allow_loopback=allow_loopback,
             control=control,

@@ -90,7 +90,8 @@ async def _read_body(request: Request, length: int) -> bytearray:
 
 
 def build_app(agent: Agent) -> Starlette:
-    """The agent's HTTP surface: ``POST /v1`` (signed envelopes) and ``GET /health``."""
+    """The agent's HTTP surface: ``POST /v1`` (signed envelopes), ``GET /v1/anchor`` (the audit
+    head this node keeps, answered signed) and ``GET /health``."""
     slots = Slots()
 
     async def message(request: Request) -> Response:
@@ -122,8 +123,22 @@ def build_app(agent: Agent) -> Starlette:
     async def health(request: Request) -> Response:
         return JSONResponse({"node": agent.identity.name})
 
+    async def anchor(request: Request) -> Response:
+        # unsigned, no body: the kept audit head, signed by this node (see Agent.read_anchor)
+        if not slots.take(False):
+            return _refuse(503, "agent busy; try again", **{"retry-after": "1"})
+        try:
+            status, envelope = agent.read_anchor(request.query_params.get("nonce", ""))
+            return JSONResponse(envelope, status_code=status)
+        finally:
+            slots.give(False)
+
     return Starlette(
-        routes=[Route("/v1", message, methods=["POST"]), Route("/health", health, methods=["GET"])]
+        routes=[
+            Route("/v1", message, methods=["POST"]),
+            Route("/v1/anchor", anchor, methods=["GET"]),
+            Route("/health", health, methods=["GET"]),
+        ]
     )
 
 

@@ -7,9 +7,10 @@ Only this package imports ``sqlite3`` or ``sqlite_utils``.
 
 from __future__ import annotations
 
-from meshtui.inventory.audit import GENESIS, ChainCheck, event_hash, head_message, operator
+from meshtui.inventory.audit import GENESIS, ChainCheck, event_hash, operator
 from meshtui.inventory.schema import MIGRATIONS, SCHEMA_VERSION
 from meshtui.inventory.store import Inventory, Transaction, now
+from meshtui.wire import head_message
 
 __all__ = [
     "GENESIS",

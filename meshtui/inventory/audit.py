@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from meshtui import crypto
 from meshtui.errors import CryptoError
 from meshtui.inventory.rows import AuditRecord, HeadRow
+from meshtui.wire import head_message
 
 GENESIS = "0" * 64
 """The ``prev`` of the first event."""
@@ -33,11 +34,6 @@ def operator() -> tuple[str, str | None]:
         user = str(os.getuid())
     ssh = os.environ.get("SSH_CLIENT") or os.environ.get("SSH_CONNECTION")
     return user, ssh.split()[0] if ssh else None
-
-
-def head_message(seq: int, digest: str) -> bytes:
-    """What the controller signs: the chain's newest event number and hash."""
-    return f"meshtui-audit-head:{seq}:{digest}".encode()
 
 
 def event_hash(prev: str, event: Mapping[str, object]) -> str:

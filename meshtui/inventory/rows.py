@@ -24,14 +24,17 @@ class NodeRow(TypedDict):
     updated_at: str
 
 
-class Offer(TypedDict):
-    """One provision a module offers, in its stored spec."""
+class OfferSpec(TypedDict):
+    """One provision a module offers, in its stored spec (kind, ca, tls: not PostgreSQL only)."""
 
     name: str
     port: int
+    kind: NotRequired[str]
+    ca: NotRequired[str | None]
+    tls: NotRequired[bool]
 
 
-class Need(TypedDict):
+class NeedSpec(TypedDict):
     """One provision a module requires, and the file it wants it in."""
 
     name: str
@@ -41,12 +44,12 @@ class Need(TypedDict):
 class ModuleSpec(TypedDict):
     """A module's declared spec, as stored (canonical JSON) and decoded."""
 
-    provides: list[Offer]
+    provides: list[OfferSpec]
     receives: dict[str, str]
     grants: dict[str, str]
     admin: str | None
     provisioner: list[str]
-    requires: list[Need]
+    requires: list[NeedSpec]
     pin: NotRequired[bool]
 
 

@@ -49,6 +49,7 @@ from meshtui.inventory.rows import (
     StatusRow,
 )
 from meshtui.model import Policy, PolicySource
+from meshtui.wire import SignedHead, head_message
 
 CHUNK = 500
 """Ids per ``IN (...)``: stays under SQLite's variable limit."""
@@ -145,7 +146,7 @@ class Transaction:
         )
         _insert(self._conn, "audit", [event])
         signer = self._inv.signer
-        message = audit_mod.head_message(event["seq"], event["hash"])
+        message = head_message(event["seq"], event["hash"])
         sig = crypto.b64(signer(message)) if signer else None
         _upsert(
             self._conn,
@@ -594,6 +595,32 @@ class Inventory:
     def schedule_rows(self) -> list[ScheduleRow]:
         """Every pair with its policy and when its current generation began, by id."""
         return cast(list[ScheduleRow], self._tuples(SCHEDULE_SQL))
+
+    def last_seq(self) -> int:
+        """The number of the newest audit event (0: none yet)."""
+        return int(self._tuples("SELECT MAX(seq) FROM audit")[0][0] or 0)
+
+    def signed_head(self) -> SignedHead | None:
+        """The chain's head with the controller's signature (None: no events, or unsigned)."""
+        rows = self._tuples("SELECT seq, hash, sig FROM audit_head")
+        if not rows or not rows[0][2]:
+            return None
+        return SignedHead(seq=int(rows[0][0]), hash=str(rows[0][1]), sig=rows[0][2])
+
+    def event_hash_at(self, seq: int) -> str | None:
+        """The stored hash of audit event ``seq`` (None when there is no such event)."""
+        rows = self._tuples("SELECT hash FROM audit WHERE seq = ?", [seq])
+        return str(rows[0][0]) if rows else None
+
+    def provider_kinds(self) -> dict[tuple[str, str], str]:
+        """(provider module, provision) -> kind, for the providers that are not PostgreSQL."""
+        out: dict[tuple[str, str], str] = {}
+        rows = self._tuples("SELECT id, spec FROM modules WHERE spec LIKE '%\"kind\"%'")
+        for mid, spec in rows:
+            for offer in json.loads(spec).get("provides", []):
+                if offer.get("kind"):
+                    out[(mid, offer["name"])] = str(offer["kind"])
+        return out
 
     def verify_chain(self, verify_key: bytes | None = None) -> ChainCheck:
         """Walk the audit chain; name the first edited, deleted or reordered event.

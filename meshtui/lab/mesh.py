@@ -27,6 +27,7 @@ from meshtui.atomic import write_private
 from meshtui.errors import LabError
 from meshtui.host import identity
 from meshtui.lab import foreign, netns, postgres
+from meshtui.lab import redis as lab_redis
 
 LAB = "lab"
 SUBNET = "10.213.0.0/24"
@@ -36,6 +37,9 @@ DEFAULT_MESH: dict[str, list[str]] = {
 }
 PROVIDER_NODE = "db1"
 PG_PORT = 5432
+REDIS_PORT = 6379
+REDIS_CONSUMERS = frozenset({("app1", "gitea"), ("app2", "wiki")})
+"""Who requires the demo's Redis (``cache`` at ``db1/redis``), when they are in the mesh."""
 AGENT_START_S = 20.0
 PROVISIONER_ENV = "MESHTUI_LAB_PROVISIONER"
 
@@ -129,8 +133,14 @@ def up(
     mesh: dict[str, list[str]] | None = None,
     loopback: bool | None = None,
     provisioner: str | None = None,
+    redis: bool | None = None,
 ) -> Lab:
-    """Build (or complete) the lab; safe to run twice. Returns what is running."""
+    """Build (or complete) the lab; safe to run twice. Returns what is running.
+
+    ``redis`` (default: on for the default mesh when redis-server and openssl are installed)
+    adds a Redis provider with TLS, ``db1/redis``, required by the REDIS_CONSUMERS in the mesh.
+    """
+    with_redis = (mesh is None and lab_redis.available()) if redis is None else redis
     from meshtui.keys import init_keys
 
     mesh = mesh or DEFAULT_MESH
@@ -162,6 +172,14 @@ def up(
     if not cluster.running():
         cluster.start(netns=f"{name}-{PROVIDER_NODE}" if use_netns else None)
     admin = cluster.write_admin_file(folder / "nodes" / PROVIDER_NODE / "admin.conninfo")
+    cache: lab_redis.RedisServer | None = None
+    if with_redis:
+        cache = lab_redis.create(
+            folder / "redis",
+            address=addresses[PROVIDER_NODE],
+            port=REDIS_PORT if use_netns else _redis_port(folder / "redis"),
+        )
+        cache.start(netns=f"{name}-{PROVIDER_NODE}" if use_netns else None)
     command = provisioner if provisioner is not None else os.environ.get(PROVISIONER_ENV)
     decl = _write_declaration(
         folder,
@@ -170,6 +188,7 @@ def up(
         port=port,
         admin=admin,
         provisioner=shlex.split(command) if command else None,
+        cache=cache,
     )
     lab = Lab(
         folder=folder,
@@ -187,6 +206,17 @@ def up(
     for node in nodes:
         _wait_agent(lab, node)
     return lab
+
+
+def _redis_port(folder: Path) -> int:
+    """The loopback lab Redis's port: the one it was given before, else a free one."""
+    try:
+        for line in (folder / "redis.conf").read_text().splitlines():
+            if line.startswith("tls-port "):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return _free_port()
 
 
 def _old_port(datadir: Path) -> int | None:
@@ -254,6 +284,7 @@ def _write_declaration(
     port: int,
     admin: Path,
     provisioner: list[str] | None,
+    cache: lab_redis.RedisServer | None = None,
 ) -> Path:
     srv = folder / "srv"
     out = ["# written by meshtui lab up: the lab's nodes, reached over Unix sockets", ""]
@@ -276,15 +307,20 @@ def _write_declaration(
     if provisioner:
         out.append("provisioner = [" + ", ".join(json.dumps(a) for a in provisioner) + "]")
     out.append("")
+    if cache is not None:
+        out += lab_redis.declaration_lines(cache, srv / PROVIDER_NODE / "redis")
     databases: set[str] = set()
     for node, modules in mesh.items():
         for module in modules:
             db = module if module not in databases else f"{module}_{node}"
             databases.add(db)
+            extra = ""
+            if cache is not None and (node, module) in REDIS_CONSUMERS:
+                extra = ", " + lab_redis.requirement(srv / node / module / "cache.password")
             out += [
                 f'[modules."{node}/{module}"]',
                 f'requires = [{{ name = "database", values = {{ database = "{db}" }}, '
-                f'file = "{srv / node / module / "db.password"}" }}]',
+                f'file = "{srv / node / module / "db.password"}" }}{extra}]',
                 "",
             ]
     path = folder / "mesh.toml"
@@ -312,6 +348,10 @@ def down(state_dir: Path, *, purge: bool = False) -> list[str]:
         for node in lab.pids:
             lab.socket(node).unlink(missing_ok=True)
     folder = state_dir / LAB
+    cache = lab_redis.existing(folder / "redis")
+    if cache is not None and cache.pid() is not None:
+        cache.stop()
+        done.append("stopped Redis")
     try:
         cluster = postgres.open_cluster(folder / "pg")
         if cluster.running():
@@ -332,6 +372,12 @@ def down(state_dir: Path, *, purge: bool = False) -> list[str]:
     return done
 
 
+def _redis_up(folder: Path) -> bool | None:
+    """Whether the lab's Redis answers (None when the lab has none)."""
+    cache = lab_redis.existing(folder)
+    return None if cache is None else cache.running()
+
+
 def status(state_dir: Path) -> dict[str, Any]:
     """What is up: mode, namespaces, agents, PostgreSQL."""
     lab = load(state_dir.resolve())
@@ -347,6 +393,7 @@ def status(state_dir: Path) -> dict[str, Any]:
         "network": lab.network if lab.mode == "netns" else None,
         "declaration": str(lab.declaration),
         "postgres": pg_up,
+        "redis": _redis_up(lab.folder / "redis"),
         "agents": {
             n: {
                 "pid": p,

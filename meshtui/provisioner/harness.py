@@ -257,11 +257,20 @@ def _workers() -> int:
     return max(1, min(2, os.cpu_count() or 1))
 
 
+def adapter_for(manifest: Manifest) -> AdapterFactory:
+    """The adapter for the manifest's kind (PostgreSQL unless it says ``"kind": "redis"``)."""
+    if manifest.kind == "redis":
+        from meshtui.provisioner.redis import RedisAdapter
+
+        return RedisAdapter
+    return PostgresAdapter
+
+
 def reconcile(
     manifest_path: Path,
     admin_file: Path,
     *,
-    factory: AdapterFactory = PostgresAdapter,
+    factory: AdapterFactory | None = None,
     workers: int | None = None,
 ) -> Report:
     """Make the provider's software match the manifest once; see the module docstring.
@@ -271,6 +280,9 @@ def reconcile(
     """
     started = time.perf_counter()
     manifest = load_manifest(Path(manifest_path))
+    factory = factory or adapter_for(manifest)
+    if workers is None and manifest.kind == "redis":
+        workers = 1  # one Redis thread serves every session: a second only adds contention
     conninfo = read_admin_file(Path(admin_file))
     scope = Scope(provider=manifest.provider, provision=manifest.provision)
     outcomes: dict[str, Outcome] = {}
@@ -441,7 +453,7 @@ def watch(
     stop: threading.Event,
     on_report: Callable[[Report], None],
     on_error: Callable[[MeshtuiError], None] | None = None,
-    factory: AdapterFactory = PostgresAdapter,
+    factory: AdapterFactory | None = None,
 ) -> None:
     """Reconcile now, then whenever the manifest or a secret changes, and every ``drift_every``.
 

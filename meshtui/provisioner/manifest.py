@@ -15,8 +15,10 @@ manifest: it parses, and the harness refuses that consumer alone before any SQL.
 
 Required keys: top level ``version``, ``provision``, ``provider``, ``serial``, ``consumers``;
 per consumer ``as``, ``node``, ``module``, ``secret``, ``digest``. ``at`` (the consumer's
-address) and ``values`` (an object of strings) are optional, and so is the top-level ``pin``
-(a boolean: confine each login to its ``at`` in pg_hba.conf). Unknown keys are ignored.
+address) and ``values`` (an object of strings) are optional, and so are the top-level ``pin``
+(a boolean: confine each login to its ``at`` in pg_hba.conf) and ``kind`` (``"postgres"``, the
+default, or ``"redis"``): which adapter the harness drives. An unknown kind is a broken manifest.
+Unknown keys are ignored.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import Any
 from meshtui.errors import ManifestError
 
 VERSION = 1
+KINDS = ("postgres", "redis")
 MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 _DIGEST = re.compile(r"blake2b:[0-9a-f]{64}")
 
@@ -67,6 +70,7 @@ class Manifest:
     serial: int
     consumers: tuple[Consumer, ...]
     pin: bool = False  # keep one pg_hba line per login: only from its consumer's address
+    kind: str = "postgres"
 
     @cached_property
     def folder(self) -> str:
@@ -204,6 +208,9 @@ def parse_manifest(data: bytes, path: Path) -> Manifest:
     serial = top.get("serial", int)
     if serial < 0:
         top.fail("serial", "must not be negative")
+    kind = top.text("kind", required=False) or "postgres"
+    if kind not in KINDS:
+        top.fail("kind", f"is {kind!r}; this provisioner knows {', '.join(KINDS)}")
     consumers_raw = top.get("consumers", list)
     consumers = tuple(_consumer(source, i, c) for i, c in enumerate(consumers_raw))
     seen_logins: dict[str, int] = {}
@@ -224,6 +231,7 @@ def parse_manifest(data: bytes, path: Path) -> Manifest:
         serial=serial,
         consumers=consumers,
         pin=bool(top.get("pin", bool, required=False)),
+        kind=kind,
     )
 
 

@@ -220,6 +220,15 @@ ACTIONS: tuple[Act, ...] = (
         contacts=True,
     ),
     Act(
+        "doctor",
+        "d",
+        "doctor",
+        "Doctor",
+        "Preflight every node: key, folders, users, reloads, admin files, ports, clocks",
+        ("hosts",),
+        contacts=True,
+    ),
+    Act(
         "copy-fingerprint",
         "c",
         "copy_fingerprint",

@@ -159,7 +159,7 @@ def make_row(
         shown,
         st.provision,
         st.consumer,
-        st.provider,
+        st.provider if st.kind == "postgres" else f"{st.provider} ({st.kind})",
         st.login,
         str(st.generation),
         _gen(st.consumer_generation),

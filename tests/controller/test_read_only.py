@@ -1,7 +1,9 @@
-"""A read-only controller never loads ``controller.key`` and never reaches an agent.
+"""A read-only controller never loads ``controller.key`` and never sends an agent a request.
 
 Every public method of :class:`Controller` either answers from the inventory or raises
-ReadOnlyError; the ones that would reach an agent say so and name the nodes. The agents are
+ReadOnlyError; the ones that would reach an agent say so and name the nodes. The one read it
+does make is ``verify_anchors``: an unsigned ``GET /v1/anchor`` (the audit head each node
+keeps), which needs no key and changes nothing; it is counted apart. The agents are
 real (real sockets) and write down every request they receive; opens of the key are recorded by
 an audit hook, and the same calls behave the same with the key gone from the state folder.
 """
@@ -58,6 +60,8 @@ def calls(mesh: CountedMesh) -> dict[str, list[tuple[Callable[[Controller], Any]
         "hosts": [(lambda c: c.hosts(), None), (lambda c: c.hosts(check=True), ALL)],
         "events": [(lambda c: c.events(), None), (lambda c: c.events(2), None)],
         "verify_chain": [(lambda c: c.verify_chain(), None)],
+        "verify_anchors": [(lambda c: c.verify_anchors(), None)],
+        "doctor": [(lambda c: c.doctor(), ALL)],
         "export_events": [(lambda c: c.export_events("json"), None)]
         + [(lambda c: c.export_events("csv"), None)],
         "keys": [(lambda c: c.keys(), "an agent")],
@@ -113,8 +117,25 @@ def test_every_public_method_answers_or_refuses_without_the_key(mesh: CountedMes
     assert without_key == with_key  # the key's absence changes nothing
 
     assert opened == []
-    assert mesh.requests() == before, "an agent received a request"
+    after = mesh.requests()
+    assert signed(after) == signed(before), "an agent received a signed request"
+    # the one unsigned read: verify_anchors asked each node for its audit head, twice
+    assert {n: reads(after[n]) - reads(before[n]) for n in after} == {
+        "app1": 2,
+        "app2": 2,
+        "db1": 2,
+    }
     assert written(state, folder_digest(mesh.state)) == {}
+
+
+def signed(requests: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Every request but the unsigned read of the audit head (``GET /v1/anchor``)."""
+    return {n: [r for r in rs if r != "GET /v1/anchor"] for n, rs in requests.items()}
+
+
+def reads(requests: list[str]) -> int:
+    """How many unsigned reads of the audit head a node received."""
+    return requests.count("GET /v1/anchor")
 
 
 def test_the_gate_is_below_the_public_methods(mesh: CountedMesh) -> None:

@@ -2,19 +2,21 @@
 ends it should hold and which pairs it is behind on.
 
 Reachability is only known after ``k`` asks every agent (a read: nothing is written), so by
-default the column says "not asked" rather than guessing. A read-only dashboard shows the nodes
+default the column says "not asked" rather than guessing. ``d`` runs ``meshtui doctor`` in a
+worker and shows its lines, one per problem, under the table. A read-only dashboard shows the nodes
 as the inventory declares them and never asks: its controller has no key to ask with.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import BindingType
+from textual.message import Message
 from textual.widgets import Label, Static
 
 from meshtui.controller.reports import HostView
@@ -24,6 +26,9 @@ from meshtui.tui.pairs import Changes
 from meshtui.tui.screens.base import MeshScreen
 from meshtui.tui.widgets.footer import MeshFooter
 from meshtui.tui.widgets.line_table import Column, LineTable, TableRow
+
+if TYPE_CHECKING:  # the doctor (and httpx) load only when it runs
+    from meshtui.controller.doctor import DoctorReport
 
 COLUMNS = (
     Column("name", "node", max_width=20),
@@ -61,6 +66,30 @@ def host_row(h: HostView, *, checks_off: bool = False) -> TableRow:
     )
 
 
+class DoctorDone(Message):
+    """``meshtui doctor`` finished (in a worker)."""
+
+    def __init__(self, report: DoctorReport) -> None:
+        super().__init__()
+        self.report = report
+
+
+def doctor_text(report: DoctorReport) -> Text:
+    """Doctor's lines as the CLI prints them: one per problem, with what to do."""
+    text = Text()
+    answered = sum(1 for n in report.nodes if n.answered)
+    head = (
+        f"doctor: {len(report.problems)} problems; {answered} of {len(report.nodes)} nodes "
+        f"answered ({report.elapsed_ms / 1000:.2f} s)"
+    )
+    text.append(head, "bold red" if report.problems else "bold green")
+    for p in report.problems:
+        text.append(f"\n{p.node} {p.check} {p.subject}: ", "bold")
+        text.append(p.problem)
+        text.append(f" -> {p.fix}", "dim")
+    return text
+
+
 class HostsScreen(MeshScreen):
     """Every node."""
 
@@ -85,6 +114,7 @@ class HostsScreen(MeshScreen):
         )
         yield LineTable(COLUMNS, empty_text="reading the nodes…", id="hosts")
         yield Static(id="host-detail")
+        yield Static(id="host-doctor")
         yield MeshFooter()
 
     @property
@@ -175,6 +205,29 @@ class HostsScreen(MeshScreen):
         """Ask every agent whether it answers (reads only)."""
         self.notify("asking every agent…", timeout=3)
         self.load(check=True)
+
+    def action_doctor(self) -> None:
+        """Run ``meshtui doctor`` in a worker; its lines appear under the table."""
+        self.notify("doctor: checking every node…", timeout=3)
+        self.query_one("#host-doctor", Static).update(Text("doctor: checking every node…"))
+        self.run_worker(
+            self._doctor,
+            name="doctor",
+            group="doctor",
+            exclusive=True,
+            thread=True,
+            exit_on_error=False,
+        )
+
+    def _doctor(self) -> None:
+        with self.mesh.open_controller(reader=False) as ctl:
+            report = ctl.doctor()
+        self.post_message(DoctorDone(report))
+
+    @on(DoctorDone)
+    def _doctor_done(self, message: DoctorDone) -> None:
+        message.stop()
+        self.query_one("#host-doctor", Static).update(doctor_text(message.report))
 
     def action_open(self) -> None:
         """Show the node's pairs on the main screen."""

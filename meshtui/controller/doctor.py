@@ -1,0 +1,236 @@
+"""``meshtui doctor``: the preflight, before anything is pushed; one line per problem, with a fix.
+
+Every declared node is sent one signed ``check`` request (through :meth:`Controller.contact`,
+so read-only refuses) listing what that node must verify itself (:mod:`meshtui.host.checks`):
+its consumers' credential folders, owners, groups and reload commands, its providers' admin
+files and the admin's rights, and a TCP connect from it to each provider port its consumers
+use. Here: the answer must be signed by the declared key, and the node's clock (in its signed
+answer) must agree with this one within the signing window.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from meshtui import wire
+from meshtui.controller.client import Agents
+from meshtui.controller.reports import Progress
+from meshtui.errors import AgentError
+from meshtui.inventory.rows import ModuleRow, NodeRow, PairRow
+from meshtui.model import BUILTIN_POSTGRES, node_of
+from meshtui.preflight import CheckAnswer, CheckRequest, ConsumerItem, PortItem, ProviderItem
+
+if TYPE_CHECKING:
+    from meshtui.controller.core import Controller
+
+CLOCK_LIMIT_S = wire.MAX_SKEW_S / 2
+"""A node whose clock is further off than this is reported: two such nodes may already be a
+whole signing window apart, and every signed message between them would be refused."""
+CHECK_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem: on which node, which check, about what, what is wrong, what to do."""
+
+    node: str
+    check: str  # key, reach, clock, folder, owner, group, reload, admin-file, admin-rights, port
+    subject: str
+    problem: str
+    fix: str
+
+
+@dataclass(frozen=True)
+class NodeCheck:
+    """How one node answered: whether it did, its clock's offset, how many checks passed."""
+
+    node: str
+    answered: bool
+    skew_s: float | None = None
+    passed: int = 0
+    elapsed_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    """Every problem found, every node's answer, and how long the whole check took."""
+
+    problems: list[Problem] = field(default_factory=list)
+    nodes: list[NodeCheck] = field(default_factory=list)
+    elapsed_ms: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing needs doing."""
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as plain JSON (``doctor --json``)."""
+        return {
+            "ok": self.ok,
+            "problems": [asdict(p) for p in self.problems],
+            "nodes": [asdict(n) for n in self.nodes],
+            "elapsed_ms": round(self.elapsed_ms, 1),
+        }
+
+
+def requests(
+    nodes: Mapping[str, NodeRow], modules: Mapping[str, ModuleRow], pairs: list[PairRow]
+) -> dict[str, CheckRequest]:
+    """What each declared node must check, from the inventory."""
+    live = [p for p in pairs if not p["withdrawn_at"]]
+    consumers: dict[str, list[ConsumerItem]] = {n: [] for n in nodes}
+    ports: dict[str, dict[tuple[str, int], list[str]]] = {n: {} for n in nodes}
+    owner_of: dict[tuple[str, int], str] = {}
+    for p in live:
+        node = node_of(p["consumer"])
+        if node not in consumers:
+            continue
+        consumers[node].append(
+            ConsumerItem(
+                pair=p["id"],
+                file=p["file"],
+                owner=p.get("file_owner"),
+                group=p.get("file_group"),
+                reload=tuple(p["reload"]),
+            )
+        )
+        provider_node = nodes.get(node_of(p["provider"]))
+        if provider_node is not None:
+            where = (str(provider_node["address"]), int(p["port"]))
+            ports[node].setdefault(where, []).append(p["id"])
+            owner_of[where] = p["provider"]
+    providers: dict[str, list[ProviderItem]] = {n: [] for n in nodes}
+    for mid, m in modules.items():
+        spec = m["spec"]
+        if not m["declared"] or not spec.get("provides") or m["node"] not in providers:
+            continue
+        kinds = {str(o.get("kind", "postgres")) for o in spec["provides"]}
+        argv = list(spec.get("provisioner") or [BUILTIN_POSTGRES])
+        providers[m["node"]].append(
+            ProviderItem(
+                provider=mid,
+                admin=spec.get("admin"),
+                builtin=argv == [BUILTIN_POSTGRES] and kinds == {"postgres"},
+                databases=any(p["provider"] == mid and p["values"].get("database") for p in live),
+                pin=bool(spec.get("pin", False)),
+            )
+        )
+    return {
+        n: CheckRequest(
+            consumers=tuple(consumers[n]),
+            providers=tuple(providers[n]),
+            ports=tuple(
+                PortItem(host=h, port=port, provider=owner_of[(h, port)], pairs=tuple(ids))
+                for (h, port), ids in sorted(ports[n].items())
+            ),
+        )
+        for n in nodes
+    }
+
+
+def refusal(node: str, row: NodeRow, exc: AgentError) -> Problem:
+    """A node that did not give a trusted answer, in words: wrong key, clock, or unreachable."""
+    why = exc.reason
+    if "off this clock" in why:
+        return Problem(
+            node,
+            "clock",
+            node,
+            f"clock disagrees beyond the signing window ({why})",
+            "synchronise the clocks of the controller and the node (NTP)",
+        )
+    if "answer not trusted" in why:
+        return Problem(
+            node,
+            "key",
+            node,
+            f"the agent at {row['agent']} does not answer with the declared key ({why})",
+            f"give the declaration this node's own node.pub (keys = ...) and declare again, "
+            f"or point agent = at {node}'s agent",
+        )
+    if "not signed by controller" in why:
+        return Problem(
+            node,
+            "key",
+            node,
+            f"the agent refuses this controller's key ({why})",
+            f"run meshtui host init on {node} with this controller's controller.pub",
+        )
+    if "unknown kind" in why:
+        return Problem(
+            node, "reach", node, f"the agent is too old for doctor ({why})", "update meshtui there"
+        )
+    return Problem(
+        node,
+        "reach",
+        node,
+        f"the agent does not answer ({why})",
+        f"start meshtui host serve on {node}, or fix agent = {row['agent']}",
+    )
+
+
+def doctor(ctl: Controller, progress: Progress) -> DoctorReport:
+    """Ask every declared node to check its part; judge keys and clocks here."""
+    started = time.monotonic()
+    inv = ctl.inventory
+    nodes = {n: r for n, r in inv.nodes().items() if r["declared"]}
+    asks = requests(nodes, inv.modules(), inv.pairs())
+    progress(f"checking {len(asks)} nodes", 0, len(asks))
+    sent = time.time()
+    with Agents(
+        nodes,
+        ctl.keys(),
+        timeout=CHECK_TIMEOUT_S,
+        sequence=ctl.sequence,
+        head=inv.signed_head,
+    ) as agents:
+        answers = agents.call_many(wire.CHECK, {n: r.to_json() for n, r in asks.items()})
+    back = time.time()
+    problems: list[Problem] = []
+    checked: list[NodeCheck] = []
+    for node in sorted(answers):
+        answer = answers[node]
+        if isinstance(answer, AgentError):
+            problems.append(refusal(node, nodes[node], answer))
+            checked.append(NodeCheck(node, answered=False))
+            continue
+        try:
+            found = CheckAnswer.from_json(answer)
+        except (KeyError, TypeError, ValueError) as exc:
+            problems.append(
+                Problem(node, "reach", node, f"malformed check answer ({exc})", "update meshtui")
+            )
+            checked.append(NodeCheck(node, answered=False))
+            continue
+        if found.node != node:
+            problems.append(
+                Problem(
+                    node,
+                    "key",
+                    node,
+                    f"the agent says it is {found.node!r}",
+                    f"point agent = at {node}'s own agent",
+                )
+            )
+        skew = found.at - (sent + back) / 2
+        if abs(skew) > CLOCK_LIMIT_S + (back - sent) / 2:
+            problems.append(
+                Problem(
+                    node,
+                    "clock",
+                    node,
+                    f"clock is {skew:+.1f} s off the controller's (limit ±{CLOCK_LIMIT_S:.0f} s; "
+                    f"messages are refused past ±{wire.MAX_SKEW_S:.0f} s)",
+                    "synchronise the clocks of the controller and the node (NTP)",
+                )
+            )
+        problems += [Problem(node, f.check, f.subject, f.problem, f.fix) for f in found.findings]
+        checked.append(NodeCheck(node, True, round(skew, 3), found.passed, found.elapsed_ms))
+    progress("checked", len(asks), len(asks))
+    return DoctorReport(
+        problems=problems, nodes=checked, elapsed_ms=(time.monotonic() - started) * 1000
+    )

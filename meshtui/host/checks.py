@@ -1,0 +1,329 @@
+"""The node's part of ``meshtui doctor``: look, connect, report; never write anything.
+
+Per consumer end: its credential folder exists (a real folder, not a link), the declared owner
+and group exist on this node, the reload command exists and is executable. Per provider: the
+admin conninfo file is a 0600 regular file and connects with the rights the built-in
+provisioner needs. Per provider port a consumer here uses: a TCP connect from this node (so from
+its network namespace), which is what a probe and the app itself will need.
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import shutil
+import socket
+import stat
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from meshtui.errors import MeshtuiError
+from meshtui.preflight import (
+    CheckAnswer,
+    CheckRequest,
+    ConsumerItem,
+    Finding,
+    PortItem,
+    ProviderItem,
+)
+
+CONNECT_TIMEOUT_S = 3.0
+"""A TCP connect or an admin login that takes longer is reported as not reachable."""
+PARALLEL = 8
+
+
+def run(node: str, payload: dict[str, Any]) -> CheckAnswer:
+    """Every check ``payload`` asks for, at once where they wait on the network."""
+    started = time.monotonic()
+    request = CheckRequest.from_json(payload)
+    jobs: list[tuple[Any, Any]] = [(consumer, c) for c in request.consumers]
+    jobs += [(provider, p) for p in request.providers]
+    jobs += [(port, p) for p in request.ports]
+    with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
+        results = list(pool.map(lambda job: job[0](job[1]), jobs))
+    findings = [f for found in results for f in found[0]]
+    passed = sum(found[1] for found in results)
+    return CheckAnswer(
+        node=node,
+        at=time.time(),
+        passed=passed,
+        findings=tuple(findings),
+        elapsed_ms=(time.monotonic() - started) * 1000,
+    )
+
+
+Found = tuple[list[Finding], int]
+"""Problems found and how many checks passed."""
+
+
+def consumer(item: ConsumerItem) -> Found:
+    """Credential folder, owner, group and reload command of one consumer end."""
+    found: list[Finding] = []
+    passed = 0
+    folder = os.path.dirname(item.file) or "/"
+    why = _folder_problem(folder)
+    if why:
+        found.append(
+            Finding(
+                "folder",
+                item.pair,
+                f"credential folder {folder} {why}",
+                f"make every folder on the way to {folder} a real folder owned by root and "
+                f"writable by nobody else (mkdir -p {folder} when it is missing)",
+            )
+        )
+    else:
+        passed += 1
+    if item.owner is not None:
+        try:
+            pwd.getpwnam(item.owner)
+            passed += 1
+        except KeyError:
+            found.append(
+                Finding(
+                    "owner",
+                    item.pair,
+                    f"owner {item.owner!r} of {item.file} is not a user on this node",
+                    f"create the user {item.owner} or fix owner in the declaration",
+                )
+            )
+    if item.group is not None:
+        try:
+            grp.getgrnam(item.group)
+            passed += 1
+        except KeyError:
+            found.append(
+                Finding(
+                    "group",
+                    item.pair,
+                    f"group {item.group!r} of {item.file} is not a group on this node",
+                    f"create the group {item.group} or fix group in the declaration",
+                )
+            )
+    if item.reload:
+        why = _command_problem(item.reload[0])
+        if why:
+            found.append(
+                Finding(
+                    "reload",
+                    item.pair,
+                    f"reload command {item.reload[0]} {why}",
+                    "install it, chmod +x it, or fix reload in the declaration",
+                )
+            )
+        else:
+            passed += 1
+    return found, passed
+
+
+def _folder_problem(folder: str) -> str | None:
+    """Why the agent could not work in ``folder``, walking from ``/`` as it does, or None.
+
+    Every folder on the way must be a real folder (no link) that only root or the agent's
+    user may change; a sticky folder (``/tmp``) may be passed through but not worked in.
+    """
+    here = "/"
+    parts = [p for p in folder.split("/") if p]
+    for i, part in enumerate(["", *parts]):
+        here = os.path.join(here, part) if part else "/"
+        last = i == len(parts)
+        try:
+            st = os.lstat(here)
+        except FileNotFoundError:
+            return "does not exist" if last else f"does not exist ({here} is missing)"
+        except OSError as exc:
+            return f"cannot be looked at ({here}: {exc.strerror})"
+        if stat.S_ISLNK(st.st_mode):
+            return f"is reached through a symbolic link ({here}; the agent never follows one)"
+        if not stat.S_ISDIR(st.st_mode):
+            return f"is not a folder ({here})"
+        if st.st_uid not in (0, os.geteuid()):
+            return f"is in a folder another user owns ({here}, uid {st.st_uid})"
+        writable = st.st_mode & 0o022
+        if writable and (last or not st.st_mode & stat.S_ISVTX):
+            return (
+                f"is in a folder other users can write to ({here}, mode {st.st_mode & 0o7777:04o})"
+            )
+    return None
+
+
+def _command_problem(command: str) -> str | None:
+    if "/" not in command:
+        return None if shutil.which(command) else "is not found on the agent's PATH"
+    try:
+        st = os.stat(command)
+    except FileNotFoundError:
+        return "does not exist"
+    except OSError as exc:
+        return f"cannot be looked at ({exc.strerror})"
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file"
+    if not st.st_mode & 0o111 or not os.access(command, os.X_OK):
+        return f"is not executable (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def provider(item: ProviderItem) -> Found:
+    """The admin conninfo file's mode, and whether it connects with the rights needed."""
+    if item.admin is None:
+        if not item.builtin:
+            return [], 0
+        return [
+            Finding(
+                "admin-file",
+                item.provider,
+                "no admin conninfo file is declared",
+                'declare admin = "/path/admin.conninfo" (a 0600 file with a libpq conninfo)',
+            )
+        ], 0
+    path = item.admin
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        return [
+            Finding(
+                "admin-file",
+                item.provider,
+                f"admin file {path} cannot be read ({exc.strerror})",
+                f"write the admin's libpq conninfo into {path}, mode 0600",
+            )
+        ], 0
+    if not stat.S_ISREG(st.st_mode):
+        return [
+            Finding(
+                "admin-file",
+                item.provider,
+                f"admin file {path} is not a regular file",
+                "make it a regular file (not a link)",
+            )
+        ], 0
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o077:
+        return [
+            Finding(
+                "admin-file",
+                item.provider,
+                f"admin file {path} is {mode:04o}; it must be 0600",
+                f"chmod 600 {path}",
+            )
+        ], 0
+    if not item.builtin:
+        return [], 1
+    problems = _admin_rights(item, Path(path))
+    return [Finding("admin-rights", item.provider, p, f) for p, f in problems], 1 + int(
+        not problems
+    )
+
+
+def _admin_rights(item: ProviderItem, path: Path) -> list[tuple[str, str]]:
+    """What the admin lacks for the built-in provisioner, as (problem, fix) pairs."""
+    import psycopg
+    from psycopg.conninfo import make_conninfo
+
+    from meshtui.provisioner.harness import read_admin_file
+
+    try:
+        conninfo = make_conninfo(
+            read_admin_file(path),
+            application_name="meshtui-doctor",
+            connect_timeout=str(int(CONNECT_TIMEOUT_S)),
+        )
+    except MeshtuiError as exc:
+        return [(str(exc), f"fix {path}")]
+    except psycopg.Error:  # libpq may quote the text, which may hold a password
+        return [
+            (
+                f"admin file {path} is not a valid libpq conninfo (its text is not shown)",
+                "write e.g. host=/run/postgresql user=postgres dbname=postgres",
+            )
+        ]
+    try:
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            return _rights(conn, item)
+    except psycopg.Error as exc:
+        text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return [
+            (
+                f"the admin cannot log in to PostgreSQL: {text}",
+                f"check the server is up and the conninfo in {path}",
+            )
+        ]
+
+
+def _rights(conn: Any, item: ProviderItem) -> list[tuple[str, str]]:
+    row = conn.execute(
+        "SELECT rolsuper, rolcreaterole, rolcreatedb, rolname FROM pg_roles"
+        " WHERE rolname = current_user"
+    ).fetchone()
+    superuser, createrole, createdb, role = bool(row[0]), bool(row[1]), bool(row[2]), str(row[3])
+    out: list[tuple[str, str]] = []
+    if not (superuser or createrole):
+        out.append(
+            (
+                f"admin role {role} is neither a superuser nor has CREATEROLE",
+                f"ALTER ROLE {role} CREATEROLE (or use a superuser admin)",
+            )
+        )
+    if item.databases and not (superuser or createdb):
+        out.append(
+            (
+                f"admin role {role} has no CREATEDB, and consumers ask for databases",
+                f"ALTER ROLE {role} CREATEDB",
+            )
+        )
+    if item.pin and not superuser:
+        import psycopg
+
+        for what, query in (
+            ("see hba_file", "SHOW hba_file"),
+            ("read pg_hba_file_rules", "SELECT count(*) FROM pg_hba_file_rules"),
+        ):
+            try:
+                conn.execute(query)
+            except psycopg.Error:
+                out.append(
+                    (
+                        f"pin = true, but admin role {role} cannot {what}",
+                        f"GRANT pg_read_all_settings TO {role}, and let it read "
+                        "pg_hba_file_rules (or use a superuser admin)",
+                    )
+                )
+                break
+        can_reload = conn.execute(
+            "SELECT has_function_privilege('pg_reload_conf()', 'EXECUTE')"
+        ).fetchone()
+        if not (can_reload and can_reload[0]):
+            out.append(
+                (
+                    f"pin = true, but admin role {role} may not run pg_reload_conf()",
+                    f"GRANT EXECUTE ON FUNCTION pg_reload_conf() TO {role}",
+                )
+            )
+    return out
+
+
+def port(item: PortItem) -> Found:
+    """A TCP connect from this node to the provider's address and port."""
+    started = time.monotonic()
+    try:
+        with socket.create_connection((item.host, item.port), timeout=CONNECT_TIMEOUT_S):
+            return [], 1
+    except OSError as exc:
+        waited = time.monotonic() - started
+        why = exc.strerror or (
+            f"no answer in {waited:.1f} s" if isinstance(exc, TimeoutError) else type(exc).__name__
+        )
+        used_by = ", ".join(item.pairs[:3]) + (" …" if len(item.pairs) > 3 else "")
+        return [
+            Finding(
+                "port",
+                f"{item.host}:{item.port}",
+                f"{item.provider} at {item.host}:{item.port} cannot be reached from this "
+                f"node ({why}); used by {used_by}",
+                "open the port to this node (firewall, listen_addresses, routes) or fix the "
+                "declared address and port",
+            )
+        ], 0

@@ -1,0 +1,282 @@
+"""The lab's Redis: Debian's ``redis-server`` with TLS (a lab CA), an aclfile and no open door.
+
+``create`` writes, in a folder of its own (0700): a lab CA and a server certificate for the
+listening address (``openssl``, keys 0600, made once), an aclfile holding only an admin ACL user
+(``meshtui-admin``, password minted here, kept as its SHA-256) and ``default`` switched off,
+and a ``redis.conf`` with ``protected-mode yes``, TLS only (``port 0``), no RDB or AOF. The
+admin URL (``rediss://`` with the CA) goes to a 0600 file: that is the provisioner's admin
+file. In the lab the server runs as the user who runs the lab (root builds namespaces); every
+file it uses is in the folder made here, so nothing follows another user's paths.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from meshtui.atomic import write_private
+from meshtui.errors import LabError
+from meshtui.lab import netns as lab_netns
+
+ADMIN_USER = "meshtui-admin"
+SERVER = "/usr/bin/redis-server"
+START_S = 20.0
+_OPENSSL_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}
+
+
+def find_server() -> str:
+    """Debian's redis-server, or LabError saying how to get it."""
+    found = shutil.which("redis-server") or (SERVER if Path(SERVER).exists() else None)
+    if found is None:
+        raise LabError("redis-server is not installed (apt-get install redis-server)")
+    return found
+
+
+def available() -> bool:
+    """Whether the lab can run a Redis here (Debian's redis-server and openssl for its CA)."""
+    try:
+        find_server()
+    except LabError:
+        return False
+    return shutil.which("openssl") is not None
+
+
+@dataclass(frozen=True)
+class RedisServer:
+    """One lab Redis: where it listens and where its files are."""
+
+    folder: Path
+    address: str
+    port: int
+
+    @property
+    def ca(self) -> Path:
+        """The lab CA's certificate (what probes verify the server against)."""
+        return self.folder / "ca.pem"
+
+    @property
+    def aclfile(self) -> Path:
+        """The ACL file (``ACL SAVE`` writes it)."""
+        return self.folder / "users.acl"
+
+    @property
+    def log(self) -> Path:
+        """The server's log."""
+        return self.folder / "redis.log"
+
+    @property
+    def admin_file(self) -> Path:
+        """The provisioner's admin file: a rediss:// URL for the admin ACL user (0600)."""
+        return self.folder / "admin.url"
+
+    @property
+    def pidfile(self) -> Path:
+        """Where the running server's pid is kept."""
+        return self.folder / "redis.pid"
+
+    def pid(self) -> int | None:
+        """The running server's pid, or None."""
+        try:
+            pid = int(self.pidfile.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        return None if _gone(pid) else pid
+
+    def running(self) -> bool:
+        """Whether the server is alive and said it accepts connections.
+
+        Read from its pid and its log, not by connecting: in the lab it listens inside the
+        provider's namespace, which the machine's own network cannot reach.
+        """
+        pid = self.pid()
+        return pid is not None and self._ready(pid)
+
+    def _ready(self, pid: int) -> bool:
+        try:
+            text = self.log.read_text(errors="replace")
+        except OSError:
+            return False
+        head = f"{pid}:M "
+        return any(
+            line.startswith(head) and "Ready to accept connections" in line
+            for line in text.splitlines()
+        )
+
+    def start(self, netns: str | None = None) -> None:
+        """Start redis-server (inside ``netns`` when given) and wait until it answers."""
+        if self.running():
+            return
+        argv = [find_server(), str(self.folder / "redis.conf")]
+        kwargs: dict[str, Any] = {
+            "stdin": subprocess.DEVNULL,
+            "stdout": subprocess.DEVNULL,
+            "stderr": subprocess.DEVNULL,
+            "start_new_session": True,
+            "cwd": str(self.folder),
+            "umask": 0o077,  # what ACL SAVE writes (the aclfile with every hash) stays 0600
+        }
+        proc = lab_netns.spawn(netns, argv, **kwargs) if netns else subprocess.Popen(argv, **kwargs)
+        deadline = time.monotonic() + START_S
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                break
+            if self._ready(proc.pid):
+                return
+            time.sleep(0.05)
+        tail = self.log.read_text(errors="replace")[-800:] if self.log.exists() else ""
+        raise LabError(f"redis-server in {self.folder} did not start; its log ends:\n{tail}")
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL after 10 s); nothing when it is not running."""
+        pid = self.pid()
+        if pid is None:
+            return
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if _gone(pid):
+                return
+            time.sleep(0.05)
+        os.kill(pid, signal.SIGKILL)
+        _gone(pid)
+
+
+def _gone(pid: int) -> bool:
+    """Whether ``pid`` has ended (reaping it when it is our child, so no zombie lingers)."""
+    try:
+        done, _status = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return True
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _openssl(folder: Path, *args: str) -> None:
+    done = subprocess.run(
+        ["openssl", *args],
+        cwd=folder,
+        env=_OPENSSL_ENV,
+        capture_output=True,
+        text=True,
+        check=False,
+        umask=0o077,
+        stdin=subprocess.DEVNULL,
+    )
+    if done.returncode != 0:
+        raise LabError(f"openssl {args[0]} failed: {done.stderr.strip()[-400:]}")
+
+
+def make_certificates(folder: Path, address: str) -> None:
+    """A lab CA and a server certificate for ``address`` (IP SAN), unless already there."""
+    if (folder / "server.pem").exists() and (folder / "ca.pem").exists():
+        return
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    _openssl(
+        folder,
+        "req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "30",
+        "-subj", "/CN=meshtui lab CA",
+        "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+    )  # fmt: skip
+    _openssl(
+        folder, "req", *ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=redis"
+    )
+    (folder / "server.ext").write_text(
+        f"subjectAltName=IP:{address}\nbasicConstraints=CA:FALSE\n"
+        "keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n"
+    )
+    _openssl(
+        folder,
+        "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+        "-CAcreateserial", "-out", "server.pem", "-days", "30", "-extfile", "server.ext",
+    )  # fmt: skip
+    (folder / "ca.pem").chmod(0o644)  # a certificate is public; consumers' probes read it
+
+
+def create(folder: Path, *, address: str, port: int) -> RedisServer:
+    """Write the lab Redis's files into ``folder`` (once); see the module docstring."""
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o700)
+    server = RedisServer(folder.resolve(), address, port)
+    make_certificates(server.folder, address)
+    if not server.aclfile.exists() or not server.admin_file.exists():
+        password = secrets.token_urlsafe(32)
+        digest = hashlib.sha256(password.encode()).hexdigest()
+        write_private(
+            server.aclfile,
+            (
+                "user default off resetkeys resetchannels -@all\n"
+                f"user {ADMIN_USER} on #{digest} ~* &* +@all\n"
+            ).encode(),
+        )
+        url = (
+            f"rediss://{ADMIN_USER}:{quote(password, safe='')}@{address}:{port}/0"
+            f"?ssl_ca_certs={quote(str(server.ca), safe='/')}"
+        )
+        write_private(server.admin_file, url.encode())
+        del password, url
+    conf = [
+        f"bind {address}",
+        "protected-mode yes",
+        "port 0",
+        f"tls-port {port}",
+        f"tls-cert-file {server.folder / 'server.pem'}",
+        f"tls-key-file {server.folder / 'server.key'}",
+        f"tls-ca-cert-file {server.ca}",
+        "tls-auth-clients no",
+        f"aclfile {server.aclfile}",
+        f"dir {server.folder}",
+        f"logfile {server.log}",
+        f"pidfile {server.pidfile}",
+        "daemonize no",
+        'save ""',
+        "appendonly no",
+        "loglevel notice",
+    ]
+    write_private(server.folder / "redis.conf", ("\n".join(conf) + "\n").encode())
+    return server
+
+
+def existing(folder: Path) -> RedisServer | None:
+    """The lab Redis whose files are in ``folder`` (from its redis.conf), or None."""
+    try:
+        lines = (folder / "redis.conf").read_text().splitlines()
+    except OSError:
+        return None
+    conf = dict(line.split(" ", 1) for line in lines if " " in line)
+    try:
+        return RedisServer(folder.resolve(), conf["bind"], int(conf["tls-port"]))
+    except (KeyError, ValueError):
+        return None
+
+
+def declaration_lines(server: RedisServer, srv: Path) -> list[str]:
+    """The provider module ``db1/redis`` of the lab's declaration (TOML lines)."""
+    return [
+        '[modules."db1/redis"]',
+        f'provides = [{{ name = "cache", kind = "redis", port = {server.port}, '
+        f'ca = "{server.ca}" }}]',
+        f'receives = {{ cache = "{srv / "mesh.json"}" }}',
+        f'grants = {{ cache = "{srv / "grants"}" }}',
+        f'admin = "{server.admin_file}"',
+        "",
+    ]
+
+
+def requirement(file: Path) -> str:
+    """A consumer's ``requires`` entry for the lab's Redis (an inline TOML table)."""
+    return f'{{ name = "cache", file = "{file}" }}'

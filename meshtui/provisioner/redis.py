@@ -1,0 +1,520 @@
+"""The Redis adapter: ACL users made true with ``ACL SETUSER``, the password only as its SHA-256.
+
+What "made by meshtui" means lives in the ACL itself: every user of ours carries one *marker
+selector*, ``(%R~meshtui:1:<provider>:<provision>:<values>:<rules>:<digest> -@all)``. A selector
+with ``-@all`` grants nothing; it is stored with the user (ACL LIST, the aclfile, CONFIG
+REWRITE), only an ACL admin can write it, and no hand-made user has one. It names the scope, a
+hash of the values asked for, a hash of the user's whole ACL as Redis prints it (flags, password
+hashes, keys, channels, commands, other selectors: its ``ACL LIST`` line without the marker)
+and the digest of the secret. On the next run one ``ACL LIST`` tells "unchanged" without
+writing: a password set or a rule changed behind our back changes the rules hash, a new secret
+changes the digest; either makes us rewrite (drift restored).
+
+Every write is one ``ACL SETUSER <login> reset on #<sha256> ... (marker)``; Redis applies it
+whole or not at all. The password itself never leaves this process, so no server log, ``ACL
+LOG``, ``SLOWLOG``, ``MONITOR`` or aclfile can hold it. Redis prints rules in its own normal
+form; the first write for a set of rules is read back to learn that form (and only its marker
+rewritten if the prediction was off), later ones predict it: one round trip per login.
+
+Removal is ``ACL DELUSER`` (Redis ends that user's connections); keys are never touched. A run
+that changed anything ends with ``ACL SAVE`` (server started with an aclfile) or ``CONFIG
+REWRITE`` (started with a config file); a server that has neither is named in every outcome.
+The ownership check uses the state read by :meth:`RedisAdapter.inspect` in the same reconcile
+when it has it (see ``_SNAPSHOTS``), else one ``ACL GETUSER``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.connection import parse_url
+from redis.retry import Retry
+
+from meshtui.crypto import secret_digest
+from meshtui.errors import ProvisionError, UnsafeLoginError
+from meshtui.provisioner.adapter import Change, Done, Held, Refused, Scope
+from meshtui.redis_acl import Rules, ValuesError, name_problem, rules_for
+
+MARKER_HEAD = "meshtui:1:"
+_MARKER = re.compile(
+    r"%R~meshtui:1:(?P<provider>[^:\s]+):(?P<provision>[^:\s]+):(?P<values>[0-9a-f]{12}):"
+    r"(?P<rules>[0-9a-f]{12}):(?P<digest>[0-9a-f]{64})"
+)
+_HASH_ARG = re.compile(r"#[0-9a-fA-F]{64}")
+TIMEOUT_S = 10.0
+SNAPSHOT_S = 30.0
+_SNAPSHOT_LOCK = threading.Lock()
+_SNAPSHOTS: dict[tuple[str, Scope], tuple[float, dict[str, User | None]]] = {}
+"""What the last inspect of (server run id, scope) saw of each wanted login, for ``create``.
+
+Every session of one reconcile (the harness may open more than one) checks ownership against
+it instead of one more round trip per login. Each entry is used once and only for
+``SNAPSHOT_S`` seconds; a user an ACL admin makes in between is overwritten by that run.
+"""
+
+
+def _form_key(rules: Rules) -> tuple[str, ...]:
+    return (*rules.channels, "|", *rules.commands)
+
+
+def _command(target: Any, *args: str) -> Any:
+    """``execute_command`` on a client or pipeline (redis-py leaves it untyped)."""
+    return target.execute_command(*args)
+
+
+@dataclass(frozen=True)
+class Marker:
+    """What our marker selector says about a user."""
+
+    provider: str
+    provision: str
+    values: str
+    rules: str
+    digest: str
+
+
+@dataclass(frozen=True)
+class User:
+    """One ``ACL GETUSER`` reply, with our marker (if any) taken out of the selectors."""
+
+    name: str
+    flags: tuple[str, ...]
+    passwords: tuple[str, ...]
+    commands: str
+    keys: str
+    channels: str
+    selectors: tuple[tuple[str, ...], ...]
+    marker: Marker | None
+
+    def rules_hash(self) -> str:
+        """A hash of everything in this user's ACL except our marker."""
+        text = json.dumps(
+            [
+                sorted(self.flags),
+                sorted(self.passwords),
+                self.commands,
+                self.keys,
+                self.channels,
+                [list(s) for s in self.selectors],
+            ]
+        )
+        return hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
+
+
+def _pairs(reply: Sequence[Any]) -> dict[str, Any]:
+    return {str(reply[i]): reply[i + 1] for i in range(0, len(reply) - 1, 2)}
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, list):
+        return " ".join(str(v) for v in value)
+    return "" if value is None else str(value)
+
+
+def parse_user(name: str, reply: Any) -> User | None:
+    """A User from a raw RESP2 ``ACL GETUSER`` reply (None when the user does not exist).
+
+    Used to tell who owns a user (its marker); its rules hash is not comparable with the one
+    taken from ``ACL LIST`` (see :func:`parse_line`), which is what the marker records.
+    """
+    if not reply:
+        return None
+    data = _pairs(reply)
+    marker: Marker | None = None
+    selectors: list[tuple[str, ...]] = []
+    for raw in data.get("selectors") or []:
+        fields = _pairs(raw) if isinstance(raw, list) else dict(raw)
+        found = _MARKER.fullmatch(_text(fields.get("keys")))
+        if found and marker is None and _text(fields.get("commands")) == "-@all":
+            marker = Marker(**found.groupdict())
+            continue
+        selectors.append(tuple(f"{k}={_text(v)}" for k, v in sorted(fields.items())))
+    return User(
+        name=name,
+        flags=tuple(str(f) for f in data.get("flags") or []),
+        passwords=tuple(str(p) for p in data.get("passwords") or []),
+        commands=_text(data.get("commands")),
+        keys=_text(data.get("keys")),
+        channels=_text(data.get("channels")),
+        selectors=tuple(selectors),
+        marker=marker,
+    )
+
+
+def _selectors(tokens: Sequence[str]) -> tuple[list[str], list[tuple[str, ...]]]:
+    """Root rule tokens and the selectors (``(...)`` groups) of an ACL LIST line."""
+    root: list[str] = []
+    selectors: list[tuple[str, ...]] = []
+    current: list[str] | None = None
+    for token in tokens:
+        if current is None and token.startswith("("):
+            current, token = [], token[1:]
+        if current is None:
+            root.append(token)
+            continue
+        if token.endswith(")"):
+            current.append(token[:-1])
+            selectors.append(tuple(current))
+            current = None
+        else:
+            current.append(token)
+    if current is not None:
+        selectors.append(tuple(current))
+    return root, selectors
+
+
+def parse_line(line: str) -> User | None:
+    """A User from one ``ACL LIST`` line: Redis's own text of everything the user may do.
+
+    The rules hash is taken over this text (split into flags, password hashes, keys, channels
+    and commands), so it covers whatever anyone changed, in whatever way Redis prints it.
+    """
+    tokens = line.split(" ")
+    if len(tokens) < 2 or tokens[0] != "user":
+        return None
+    root, selectors = _selectors(tokens[2:])
+    flags: list[str] = []
+    passwords: list[str] = []
+    keys: list[str] = []
+    channels: list[str] = []
+    commands: list[str] = []
+    for token in root:
+        if token.startswith("#"):
+            passwords.append(token[1:])
+        elif token.startswith(("~", "%")) or token in ("allkeys", "resetkeys"):
+            keys.append(token)
+        elif token.startswith("&") or token in ("allchannels", "resetchannels"):
+            channels.append(token)
+        elif token.startswith(("+", "-")):
+            commands.append(token)
+        else:
+            flags.append(token)
+    marker: Marker | None = None
+    others: list[tuple[str, ...]] = []
+    for selector in selectors:
+        found = [t for t in selector if _MARKER.fullmatch(t)]
+        rest = [t for t in selector if t not in found and t != "resetchannels"]
+        if marker is None and len(found) == 1 and rest == ["-@all"]:
+            hit = _MARKER.fullmatch(found[0])
+            assert hit is not None
+            marker = Marker(**hit.groupdict())
+        else:
+            others.append(selector)
+    return User(
+        name=tokens[1],
+        flags=tuple(flags),
+        passwords=tuple(passwords),
+        commands=" ".join(commands),
+        keys=" ".join(keys),
+        channels=" ".join(channels),
+        selectors=tuple(others),
+        marker=marker,
+    )
+
+
+def values_hash(rules: Rules) -> str:
+    """A hash of the rules a consumer's values ask for (the marker records it)."""
+    return hashlib.blake2b(json.dumps(rules.args()).encode(), digest_size=6).hexdigest()
+
+
+def _why(exc: BaseException) -> str:
+    """One line from a redis-py error, with any password hash argument blanked."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return _HASH_ARG.sub("#…", text)[:300]
+
+
+def _admin_kwargs(url: str) -> dict[str, Any]:
+    """redis-py connection arguments from the admin URL; the URL's text is never shown."""
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        raise ProvisionError(
+            "the admin file is not a Redis URL (its text is not shown); write "
+            "rediss://ADMIN:PASSWORD@HOST:PORT/0?ssl_ca_certs=/path/ca.pem or "
+            "unix://ADMIN:PASSWORD@/run/redis/redis.sock"
+        )
+    try:
+        kwargs: dict[str, Any] = dict(parse_url(url))  # type: ignore[no-untyped-call]
+    except ValueError:
+        raise ProvisionError(
+            "the admin file is not a valid Redis URL (its text is not shown)"
+        ) from None
+    user = kwargs.get("username")
+    if not user or user == "default" or not kwargs.get("password"):
+        raise ProvisionError(
+            "the admin Redis URL must name an admin ACL user with a password, never "
+            "'default' (write rediss://ADMIN:PASSWORD@HOST:PORT)"
+        )
+    kwargs.setdefault("socket_timeout", TIMEOUT_S)
+    kwargs.setdefault("socket_connect_timeout", TIMEOUT_S)
+    return kwargs
+
+
+class RedisAdapter:
+    """One admin session with one Redis, working for one manifest scope."""
+
+    def __init__(self, url: str, scope: Scope) -> None:
+        self.scope = scope
+        # how Redis prints rules: (channels, commands asked) -> (flags, channels, commands)
+        self._learned: dict[tuple[str, ...], tuple[tuple[str, ...], str, str]] = {}
+        self._keys_verbatim = False
+        self.dirty = False
+        try:
+            pool = redis.ConnectionPool(
+                **_admin_kwargs(url),
+                decode_responses=True,
+                protocol=2,
+                retry=Retry(NoBackoff(), 0),  # a refused admin is said at once, not in seconds
+            )
+            pool.make_connection()  # checks the arguments the URL gave (TypeError), sends nothing
+        except (TypeError, ValueError, redis.RedisError) as exc:
+            raise ProvisionError(
+                f"the admin Redis URL cannot be used ({type(exc).__name__}; its text is not "
+                "shown): rediss:// takes ssl_ca_certs, redis:// and unix:// do not"
+            ) from None
+        try:
+            self.client = redis.Redis(connection_pool=pool, single_connection_client=True)
+        except redis.RedisError as exc:
+            pool.disconnect()
+            raise ProvisionError(f"cannot reach Redis as the admin user: {_why(exc)}") from None
+        try:
+            self.admin = str(_command(self.client, "ACL", "WHOAMI"))
+            self.categories = {str(c) for c in _command(self.client, "ACL", "CAT")}
+            aclfile = _text(_command(self.client, "CONFIG", "GET", "aclfile")[1:])
+            server = self.client.info("server")
+            config_file = str(server.get("config_file") or "")
+        except redis.RedisError as exc:
+            self.client.close()
+            raise ProvisionError(f"cannot use Redis as the admin user: {_why(exc)}") from None
+        self._snapshot_key = (str(server.get("run_id")), scope)
+        self.persist: tuple[str, ...] | None = (
+            ("ACL", "SAVE") if aclfile else ("CONFIG", "REWRITE") if config_file else None
+        )
+        self.note = (
+            ""
+            if self.persist
+            else "held in memory only: this Redis has no aclfile and no config file, so the "
+            "login is lost when it restarts (start it with aclfile)"
+        )
+
+    # -- session -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Persist what this session changed (ACL SAVE or CONFIG REWRITE), then disconnect."""
+        try:
+            if self.dirty and self.persist is not None:
+                self.dirty = False
+                try:
+                    _command(self.client, *self.persist)
+                except redis.RedisError as exc:
+                    raise ProvisionError(
+                        f"{' '.join(self.persist)} failed: {_why(exc)}; the changes hold until "
+                        "Redis restarts"
+                    ) from None
+        finally:
+            self.client.close()
+
+    def __enter__(self) -> RedisAdapter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _users(self, names: Sequence[str]) -> list[User | None]:
+        pipe = self.client.pipeline(transaction=False)
+        for name in names:
+            _command(pipe, "ACL", "GETUSER", name)
+        try:
+            replies = pipe.execute()
+        except redis.RedisError as exc:
+            raise ProvisionError(f"cannot read the ACL users from Redis: {_why(exc)}") from None
+        return [parse_user(n, r) for n, r in zip(names, replies, strict=True)]
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def _foreign(self, user: User) -> str | None:
+        """Why ``user`` is not ours for this scope, or None when it is."""
+        if user.name == "default":
+            return "Redis's default user; meshtui never touches it"
+        if user.name == self.admin:
+            return "the admin user of the provisioner; meshtui never touches it"
+        if user.marker is None:
+            return "a Redis user meshtui did not make"
+        if (user.marker.provider, user.marker.provision) != (
+            self.scope.provider,
+            self.scope.provision,
+        ):
+            return f"made by meshtui for {user.marker.provision} at {user.marker.provider}"
+        return None
+
+    def inspect(self, wanted: Mapping[str, Mapping[str, str]]) -> dict[str, Held]:
+        """Held for each wanted user that exists and each user of ours; no write."""
+        try:
+            lines = [str(line) for line in _command(self.client, "ACL", "LIST")]
+        except redis.RedisError as exc:
+            raise ProvisionError(f"cannot list the ACL users of Redis: {_why(exc)}") from None
+        users = {u.name: u for u in map(parse_line, lines) if u is not None}
+        with _SNAPSHOT_LOCK:
+            _SNAPSHOTS[self._snapshot_key] = (
+                time.monotonic(),
+                {name: users.get(name) for name in wanted},
+            )
+        out: dict[str, Held] = {}
+        for name, user in users.items():
+            foreign = self._foreign(user)
+            if foreign is not None:
+                if name in wanted:
+                    out[name] = Held(name, ours=False, note=foreign)
+                continue
+            assert user.marker is not None
+            intact = user.rules_hash() == user.marker.rules
+            in_place = False
+            if name in wanted:
+                try:
+                    in_place = intact and values_hash(rules_for(name, wanted[name])) == (
+                        user.marker.values
+                    )
+                except ValuesError:
+                    in_place = False
+            out[name] = Held(
+                name,
+                ours=True,
+                digest="blake2b:" + user.marker.digest if intact else None,
+                in_place=in_place,
+            )
+        return out
+
+    # -- create --------------------------------------------------------------------------------
+
+    def _check(self, login: str) -> None:
+        problem = name_problem(login)
+        if problem is not None:
+            raise UnsafeLoginError(f"login {login!r} {problem}")
+        if login in ("default", self.admin):
+            raise Refused(f"{login} is {'the default' if login == 'default' else 'the admin'} user")
+
+    def _rules(self, login: str, values: Mapping[str, str]) -> Rules:
+        try:
+            rules = rules_for(login, values)
+        except ValuesError as exc:
+            raise Refused(str(exc)) from None
+        unknown = sorted({c[2:] for c in rules.commands} - self.categories - {"all"})
+        if unknown:
+            raise Refused(f"this Redis has no ACL category {', '.join('@' + c for c in unknown)}")
+        return rules
+
+    def _marker(self, vhash: str, rules_hash: str, digest: str) -> str:
+        return (
+            f"%R~{MARKER_HEAD}{self.scope.provider}:{self.scope.provision}:"
+            f"{vhash}:{rules_hash}:{digest.removeprefix('blake2b:')}"
+        )
+
+    def _predict(self, login: str, sha: str, rules: Rules) -> str | None:
+        """The rules hash Redis will print for this write, or None when not yet learned.
+
+        Redis prints flags, channels and commands in its own normal form, the same for every
+        user with the same rules; keys it prints as given (checked once per session).
+        """
+        form = self._learned.get(_form_key(rules))
+        if form is None or not self._keys_verbatim:
+            return None
+        flags, channels, commands = form
+        keys = " ".join(f"~{k}" for k in rules.keys)
+        return User(login, flags, (sha,), commands, keys, channels, (), None).rules_hash()
+
+    def _read_back(self, login: str) -> User | None:
+        try:
+            lines = _command(self.client, "ACL", "LIST")
+        except redis.RedisError as exc:
+            raise ProvisionError(f"cannot read back the ACL user {login}: {_why(exc)}") from None
+        head = f"user {login} "
+        return next((parse_line(str(x)) for x in lines if str(x).startswith(head)), None)
+
+    def _write(self, login: str, args: Sequence[str]) -> None:
+        """One ACL SETUSER; Redis applies it whole or not at all."""
+        try:
+            _command(self.client, "ACL", "SETUSER", login, *args)
+        except redis.ResponseError as exc:
+            raise Refused(f"Redis refused the ACL rules: {_why(exc)}") from None
+        except redis.RedisError as exc:
+            raise ProvisionError(f"cannot write the ACL user {login}: {_why(exc)}") from None
+        finally:
+            self.dirty = True
+
+    def create(self, login: str, password: str, values: Mapping[str, str]) -> Done:
+        """Make ``login`` an ACL user of ours holding exactly ``password`` and its rules.
+
+        Redis applies an ACL SETUSER whole or not at all, so its OK proves the hash is set.
+        Until this session has learned how Redis prints these rules, the write is read back
+        (ACL LIST) and, if the marker's rules hash was off, the marker alone rewritten; later
+        writes are one round trip each.
+        """
+        self._check(login)
+        rules = self._rules(login, values)
+        if "\x00" in password or not password:
+            raise Refused("the secret is empty or holds a NUL character")
+        secret = password.encode("utf-8")
+        sha = hashlib.sha256(secret).hexdigest()
+        digest = secret_digest(secret)
+        del password, secret
+        before = self._before(login)
+        if before is not None:
+            foreign = self._foreign(before)
+            if foreign is not None:
+                raise Refused(foreign)
+        vhash = values_hash(rules)
+        predicted = self._predict(login, sha, rules)
+        marker = self._marker(vhash, predicted or "0" * 12, digest)
+        self._write(login, ["reset", "on", f"#{sha}", *rules.args(), f"({marker} -@all)"])
+        if predicted is None:
+            back = self._read_back(login)
+            if back is None or back.marker is None:
+                raise ProvisionError(f"Redis did not store the ACL user {login}")
+            self._learned[_form_key(rules)] = (back.flags, back.channels, back.commands)
+            self._keys_verbatim = back.keys == " ".join(f"~{k}" for k in rules.keys)
+            if back.rules_hash() != back.marker.rules:
+                marker = self._marker(vhash, back.rules_hash(), digest)
+                self._write(login, ["clearselectors", f"({marker} -@all)"])
+                back = self._read_back(login)
+            if (
+                back is None
+                or back.passwords != (sha,)
+                or back.marker is None
+                or back.rules_hash() != back.marker.rules
+            ):
+                raise ProvisionError(f"Redis did not store the password of {login}")
+        change: Change = "created" if before is None else "updated"
+        return Done(change, self.note)
+
+    def _before(self, login: str) -> User | None:
+        """The user as this run's inspect saw it, else read now."""
+        with _SNAPSHOT_LOCK:
+            seen = _SNAPSHOTS.get(self._snapshot_key)
+            if seen is not None and time.monotonic() - seen[0] < SNAPSHOT_S and login in seen[1]:
+                return seen[1].pop(login)
+        return self._users([login])[0]
+
+    # -- remove --------------------------------------------------------------------------------
+
+    def remove(self, login: str) -> Done:
+        """ACL DELUSER a user of ours (Redis ends its connections); its keys are kept."""
+        self._check(login)
+        user = self._users([login])[0]
+        if user is None:
+            return Done("removed", "it was already gone")
+        foreign = self._foreign(user)
+        if foreign is not None:
+            raise Refused(f"{foreign}; left alone")
+        try:
+            _command(self.client, "ACL", "DELUSER", login)
+        except redis.RedisError as exc:
+            raise ProvisionError(f"cannot delete the ACL user {login}: {_why(exc)}") from None
+        self.dirty = True
+        return Done("removed", "its keys are kept" + (f"; {self.note}" if self.note else ""))
