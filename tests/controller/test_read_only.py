@@ -59,6 +59,8 @@ def calls(mesh: CountedMesh) -> dict[str, list[tuple[Callable[[Controller], Any]
         "pair_detail": [(lambda c: c.pair_detail(GITEA), None)],
         "hosts": [(lambda c: c.hosts(), None), (lambda c: c.hosts(check=True), ALL)],
         "events": [(lambda c: c.events(), None), (lambda c: c.events(2), None)],
+        "schedule": [(lambda c: c.schedule(), None)],
+        "watch_heartbeat": [(lambda c: c.watch_heartbeat(), None)],
         "verify_chain": [(lambda c: c.verify_chain(), None)],
         "verify_anchors": [(lambda c: c.verify_anchors(), None)],
         "doctor": [(lambda c: c.doctor(), ALL)],
