@@ -46,19 +46,17 @@ def _end_reason(end: End, generation: int | None, error: str | None, want: int) 
 
 def pair_state(row: StatusRow) -> tuple[State, str, bool]:
     """(state, reason, alarm) for one pair; a provider's repaired drift is added to the reason."""
-    withdrawn_at, v_err, verdict, probed_at = row[9], row[13], row[14], row[16]
-    pr_withdrawn, v_attempted = row[20], row[23]
-    note = _note(v_err) if not withdrawn_at else ""
-    probed = verdict is not None
-    seen_before = (
-        note and probed and not pr_withdrawn and str(probed_at or "") < str(v_attempted or "")
-    )
-    if seen_before:
+    v_err = row[13]
+    note = _note(v_err) if v_err and not row[9] else ""
+    probed = row[14] is not None
+    if note and probed and not row[20] and str(row[16] or "") < str(row[23] or ""):
         probed = False  # that probe saw the server before the re-apply
     state, reason, alarm = _pair_state(row, probed)
-    if note and state is State.UNKNOWN and not probed:
+    if not note:
+        return state, reason, alarm
+    if state is State.UNKNOWN and not probed:
         reason = "not probed since the provider was re-applied"
-    return state, (f"{reason}; provider {note}" if note else reason), alarm
+    return state, f"{reason}; provider {note}", alarm
 
 
 def _pair_state(row: StatusRow, probed: bool) -> tuple[State, str, bool]:
