@@ -14,6 +14,7 @@ import os
 import secrets
 import stat
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +50,59 @@ def write_at(
     removed. ``durable=False`` skips the fsyncs: still atomic, but a crash may keep the
     previous content (right for caches that can be rebuilt, wrong for credentials).
     """
+    tmp = _write_temp(folder_fd, name, data, access, durable=durable)
+    try:
+        os.replace(tmp, name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
+        if durable:
+            os.fsync(folder_fd)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=folder_fd)
+        raise
+
+
+def write_many_at(folder_fd: int, files: dict[str, bytes], *, access: Access = PRIVATE) -> None:
+    """:func:`write_at` for several files of one folder, as durable, with fewer waits.
+
+    Every temp file is written and fsynced (in parallel threads, so the filesystem commits
+    them together rather than one journal commit each) before any is renamed; then each is
+    renamed over its name and the folder is fsynced once. A crash leaves each name with its old
+    or its new content, never half of one; a failure removes every temp file not yet renamed.
+    """
+    if len(files) < 2:
+        for name, data in files.items():
+            write_at(folder_fd, name, data, access=access)
+        return
+    temps: dict[str, str] = {}
+    try:
+        for name, data in files.items():
+            temps[name] = _write_temp(folder_fd, name, data, access, durable=False)
+        with ThreadPoolExecutor(max_workers=min(SYNC_THREADS, len(temps))) as pool:
+            list(pool.map(lambda tmp: _fsync_at(folder_fd, tmp), temps.values()))
+        for name in list(temps):
+            os.replace(temps[name], name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
+            del temps[name]
+        os.fsync(folder_fd)
+    except BaseException:
+        for tmp in temps.values():
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=folder_fd)
+        raise
+
+
+SYNC_THREADS = 16
+
+
+def _fsync_at(folder_fd: int, name: str) -> None:
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder_fd)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_temp(folder_fd: int, name: str, data: bytes, access: Access, *, durable: bool) -> str:
+    """A fresh temp file beside ``name`` holding ``data`` with its access; its name."""
     if "/" in name or name in ("", ".", ".."):
         raise ValueError(f"{name!r} is not a file name")
     while True:  # a fresh name each try: never write into a file someone else created
@@ -71,13 +125,11 @@ def write_at(
                 os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
-        if durable:
-            os.fsync(folder_fd)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp, dir_fd=folder_fd)
         raise
+    return tmp
 
 
 def write_private(path: Path, data: bytes, *, mode: int = 0o600, durable: bool = True) -> None:

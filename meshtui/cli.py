@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from meshtui.errors import MeshtuiError
+from meshtui.terminal import Shown
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
 
@@ -646,6 +647,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``meshtui`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = Shown(out), Shown(err)
+    try:
+        return _run(args)
+    finally:
+        sys.stdout, sys.stderr = out, err
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the chosen command; a MeshtuiError is one line on stderr and its exit code."""
     try:
         return int(args.func(args))
     except MeshtuiError as exc:

@@ -7,7 +7,6 @@ provider), so a collision is caught before anything is minted.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 import tomllib
 from collections.abc import Mapping
@@ -35,6 +34,7 @@ from meshtui.model import (
     file_mode,
     format_duration,
     parse_duration,
+    plain_address,
 )
 from meshtui.naming import derive_login
 from meshtui.redis_acl import ValuesError, rules_for
@@ -161,6 +161,38 @@ def _unique_paths(r: _Reader, modules: Mapping[str, Module]) -> None:
                         f"{path} on {module.node} is already {other}",
                         "give every provision its own manifest and grants folder",
                     )
+    _files_apart(r, modules)
+
+
+def _files_apart(r: _Reader, modules: Mapping[str, Module]) -> None:
+    """A credential file is never a provider's manifest or admin file, nor inside a grants
+    folder, on the same node: one delivery would overwrite the other's file, and the agent
+    deletes stale files in a grants folder."""
+    taken: dict[str, list[tuple[Path, str, bool]]] = {}
+    for module in modules.values():
+        where = f'modules."{module.id}"'
+        mine = taken.setdefault(module.node, [])
+        mine += [
+            (Path(p), f"{where}.receives.{k} (a manifest)", False)
+            for k, p in module.receives.items()
+        ]
+        mine += [
+            (Path(p), f"{where}.grants.{k} (a grants folder)", True)
+            for k, p in module.grants.items()
+        ]
+        if module.admin:
+            mine.append((Path(module.admin), f"{where}.admin (the admin file)", False))
+    for module in modules.values():
+        for i, req in enumerate(module.requires):
+            file = Path(req.file)
+            for path, what, folder in taken.get(module.node, []):
+                if file == path or (folder and path in file.parents):
+                    raise r.fail(
+                        f'modules."{module.id}".requires[{i}].file',
+                        f"{req.file} on {module.node} is {what}"
+                        + ("" if file == path else " or inside it"),
+                        "give the credential a file of its own, outside the provider's files",
+                    )
 
 
 def _node(r: _Reader, name: str, spec: Any) -> Node:
@@ -169,14 +201,12 @@ def _node(r: _Reader, name: str, spec: Any) -> Node:
     spec = r.table(spec, where)
     r.unknown(spec, NODE_KEYS, where)
     address = r.string(spec, "address", where)
-    try:
-        ipaddress.ip_address(address)
-    except ValueError as exc:
+    if not plain_address(address):
         raise r.fail(
             f"{where}.address",
-            f"{address!r} is not an IP address",
+            f"{address!r} is not an IP address (an IPv6 scope id such as '%eth0' is not taken)",
             "give the node's private address",
-        ) from exc
+        )
     agent = r.string(spec, "agent", where)
     if not agent.startswith(("http://", "https://", "unix:/")):
         raise r.fail(

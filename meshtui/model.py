@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}\Z")
 """Node and module names: they become file names, login stems and path parts, so keep them plain."""
 
 BUILTIN_POSTGRES = "builtin:postgres"
@@ -21,8 +22,24 @@ KINDS = (POSTGRES, REDIS)
 DEFAULT_MODE = "0600"
 """A credential file's mode when its ``requires`` entry names none."""
 
-ACCOUNT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
+ACCOUNT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}\Z")
 """A user or group name as a declaration may give it for a credential file's owner or group."""
+# ``\Z``, not ``$``: ``$`` also matches before a trailing newline, which would let "app1\n" in.
+
+
+def plain_address(text: str) -> bool:
+    """True for an IPv4 or IPv6 address written plainly: no IPv6 scope id ("fe80::1%eth0").
+
+    Python accepts any text after '%' as a scope id (tabs, '#', quotes), and addresses end up
+    in pg_hba.conf lines, so only the bare address is an address here.
+    """
+    if "%" in text:
+        return False
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def file_mode(text: str) -> int:

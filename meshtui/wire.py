@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from meshtui import crypto
 from meshtui.errors import EnvelopeError, SignatureError
@@ -31,6 +31,17 @@ CONTROLLER = "controller"
 
 # message kinds (controller -> agent); every one is answered by a signed reply
 STATE = "state"  # which pairs and generations the node holds, by digest
+
+
+class StateAsk(TypedDict, total=False):
+    """A ``state`` request's payload. ``holdings: False`` asks only who the node is (a
+    rotation resolving its nodes), so no credential file is read and no listing is sent;
+    ``inspect`` asks a provider what its server holds for these manifests."""
+
+    holdings: bool
+    inspect: list[dict[str, Any]]
+
+
 DELIVER = "deliver"  # consumer credentials and provider manifests (sealed)
 WITHDRAW = "withdraw"  # try a withdrawn pair's last credential once, then delete it
 PROBE = "probe"  # live logins with the credentials the node holds

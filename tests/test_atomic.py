@@ -200,3 +200,30 @@ def test_read_private_never_follows_a_link_nor_waits_on_a_fifo(tmp_path: Path) -
     os.mkfifo(fifo, 0o600)
     with pytest.raises(OSError, match="not a regular file"):
         read_private(fifo)  # returns at once: opened O_NONBLOCK, refused on fstat
+
+
+def test_write_many_at_replaces_each_file_and_leaves_no_temp(tmp_path):
+    import os
+
+    from meshtui.atomic import Access, write_many_at
+
+    (tmp_path / "a").write_bytes(b"old")
+    (tmp_path / "in-the-way").mkdir()
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        write_many_at(fd, {"a": b"new a", "b": b"new b"}, access=Access(mode=0o640))
+        assert (tmp_path / "a").read_bytes() == b"new a"
+        assert (tmp_path / "b").read_bytes() == b"new b"
+        assert {oct((tmp_path / n).stat().st_mode & 0o777) for n in "ab"} == {"0o640"}
+        try:
+            write_many_at(fd, {"c": b"c", "in-the-way": b"x"})
+        except OSError:
+            pass
+        else:
+            raise AssertionError("a folder in the way must fail the write")
+    finally:
+        os.close(fd)
+    assert sorted(p.name for p in tmp_path.iterdir()) in (
+        ["a", "b", "c", "in-the-way"],
+        ["a", "b", "in-the-way"],
+    )  # each name old or new; no temp file left

@@ -4,7 +4,8 @@ The floors, bottom up:
 
 - the core (:data:`CORE`): ``model``, ``naming``, ``errors``, ``crypto``, ``wire``, ``atomic``,
   ``declaration``, ``redis_acl`` (what a Redis consumer's values mean: the declaration checks
-  it, the provisioner applies it) and ``messages`` once the typed agent messages live there:
+  it, the provisioner applies it), ``terminal`` (outside text made safe to print) and
+  ``messages`` once the typed agent messages live there:
   the words, the shapes and the pure functions everyone shares. The core imports nothing of
   meshtui above it.
 - the inventory (``meshtui/inventory/``): the only code that imports ``sqlite3`` or
@@ -69,6 +70,7 @@ CORE = (
     "meshtui.atomic",
     "meshtui.declaration",
     "meshtui.redis_acl",
+    "meshtui.terminal",
     "meshtui.messages",
 )
 """The bottom floor (see the module docstring)."""

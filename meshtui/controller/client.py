@@ -8,7 +8,9 @@ in its state folder), which the agent uses to refuse replays, even after it rest
 
 from __future__ import annotations
 
+import functools
 import secrets
+import ssl
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -41,12 +43,21 @@ HeadSource = Callable[[], wire.SignedHead | None]
 """Where a client reads the audit head it shows the agent with each request (read per request)."""
 
 
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """One verifying TLS context for the process: building one reads the CA bundle (~60 ms),
+    which httpx would otherwise do for every client, i.e. every node of every command."""
+    return ssl.create_default_context()
+
+
 def http_client(agent: str, timeout: float) -> httpx.Client:
     """An HTTP client for an agent URL: ``http(s)://…`` or ``unix:/path``."""
     if agent.startswith("unix:"):
-        transport = httpx.HTTPTransport(uds=agent[len("unix:") :])
-        return httpx.Client(transport=transport, base_url="http://agent", timeout=timeout)
-    return httpx.Client(base_url=agent, timeout=timeout)
+        transport = httpx.HTTPTransport(uds=agent[len("unix:") :], verify=_tls())
+        return httpx.Client(
+            transport=transport, base_url="http://agent", timeout=timeout, verify=_tls()
+        )
+    return httpx.Client(base_url=agent, timeout=timeout, verify=_tls())
 
 
 def read_anchor(node: NodeRow, *, timeout: float = STATE_TIMEOUT_S) -> wire.SignedHead | None:

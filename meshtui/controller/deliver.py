@@ -23,6 +23,7 @@ from meshtui.errors import AgentError, InventoryError
 from meshtui.inventory import Inventory, now
 from meshtui.inventory.rows import (
     DeliveryRow,
+    GenerationRow,
     ModuleRow,
     NodeRow,
     OfferSpec,
@@ -30,6 +31,9 @@ from meshtui.inventory.rows import (
     ProbeRecord,
 )
 from meshtui.model import End, node_of
+
+FEW = 32
+"""Up to this many pairs, recording answers reads those pairs' rows one by one."""
 
 NOTHING = 0
 """The generation recorded for an end that holds nothing (its file is gone)."""
@@ -116,10 +120,19 @@ class Planner:
         self.modules = inv.modules()
         self.pairs = {p["id"]: p for p in inv.pairs()}
         self.minted = inv.minted()
-        self.rotation_of: dict[tuple[str, int], int] = {}
-        for r in inv.rotations(limit=None):
-            for i in r["items"]:
-                self.rotation_of[(str(i["pair"]), int(i["to"]))] = int(r["id"])
+        self._rotation_of: dict[tuple[str, int], int] | None = None  # read when first needed
+        self._sealed: dict[tuple[str, int], GenerationRow] | None = None
+
+    @property
+    def rotation_of(self) -> dict[tuple[str, int], int]:
+        """(pair, generation) -> the rotation that minted it; read only when a rollback note
+        is written (the rotations table grows with history, a delivery must not)."""
+        if self._rotation_of is None:
+            self._rotation_of = {}
+            for r in self.inv.rotations(limit=None):
+                for i in r["items"]:
+                    self._rotation_of[(str(i["pair"]), int(i["to"]))] = int(r["id"])
+        return self._rotation_of
 
     def rollback(self, pair: str, generation: int) -> dict[str, Any] | None:
         """The signed note that delivering ``generation`` abandons newer minted ones, or None.
@@ -139,7 +152,9 @@ class Planner:
 
     def sealed(self, pair: str, generation: int) -> Sealed:
         """One generation's sealed blobs; InventoryError when they were discarded."""
-        row = self.inv.generation(pair, generation)
+        if self._sealed is None:  # one read for every payload this planner builds
+            self._sealed = self.inv.held_generations()
+        row = self._sealed.get((pair, generation)) or self.inv.generation(pair, generation)
         if row is None or row["consumer_sealed"] is None or row["provider_sealed"] is None:
             raise InventoryError(f"{pair}: generation {generation} is not held sealed any more")
         return Sealed(row["digest"], row["consumer_sealed"], row["provider_sealed"])
@@ -224,27 +239,38 @@ class Planner:
 def record_end(inv: Inventory, rows: Iterable[EndRow]) -> None:
     """Record (pair, end, generation held, digest, error); a None generation keeps the old one."""
     stamp = now()
-    current = inv.deliveries()
+    rows = list(rows)
+    pairs = sorted({r[0] for r in rows})
+    if len(pairs) <= FEW:  # a rotation of a few pairs reads their rows, not the mesh's
+        current: dict[tuple[str, str], DeliveryRow] = {}
+        for pid in pairs:
+            current.update(inv.deliveries(pid))
+    else:
+        current = inv.deliveries()
     out: list[DeliveryRow] = []
+    same: list[tuple[str, str]] = []  # (pair, end): only the attempt is new
     for pair, end, gen, digest, error in rows:
         old = current.get((pair, end.value))
         old_gen = old["generation"] if old else None
         old_since = old["since"] if old else None
         changed = gen is not None and gen != old_gen
-        out.append(
-            DeliveryRow(
-                pair=pair,
-                end=end.value,
-                generation=gen if gen is not None else old_gen,
-                digest=digest if gen is not None else (old["digest"] if old else None),
-                since=stamp if changed or not old_since else old_since,
-                attempted_at=stamp,
-                error=error,
-            )
+        row = DeliveryRow(
+            pair=pair,
+            end=end.value,
+            generation=gen if gen is not None else old_gen,
+            digest=digest if gen is not None else (old["digest"] if old else None),
+            since=stamp if changed or not old_since else old_since,
+            attempted_at=stamp,
+            error=error,
         )
-    if out:
+        if old and all(row[k] == old[k] for k in ("generation", "digest", "since", "error")):
+            same.append((pair, end.value))
+        else:
+            out.append(row)
+    if out or same:
         with inv.transaction("record deliveries") as tx:
             tx.put_deliveries(out)
+            tx.touch_deliveries(same, stamp)  # the other consumers of a re-sent manifest
 
 
 def send_providers(

@@ -18,11 +18,13 @@ if TYPE_CHECKING:
 
 
 def ask_state(
-    agents: Agents, nodes: list[str]
+    agents: Agents, nodes: list[str], *, listing: bool = True
 ) -> tuple[list[Resolution], dict[str, list[dict[str, Any]]]]:
-    """Resolutions of ``nodes`` and, for those that answered, what they hold."""
+    """Resolutions of ``nodes`` and, for those that answered, what they hold (nothing when
+    ``listing`` is False: a rotation only needs to know each node answers as itself)."""
+    ask: wire.StateAsk = {} if listing else {"holdings": False}
     answers = agents.call_many(
-        wire.STATE, {n: {} for n in sorted(set(nodes))}, timeout=STATE_TIMEOUT_S
+        wire.STATE, {n: dict(ask) for n in sorted(set(nodes))}, timeout=STATE_TIMEOUT_S
     )
     resolutions, holdings = [], {}
     for node, answer in sorted(answers.items()):

@@ -57,7 +57,7 @@ def plan(ctl: Controller, ids: list[str]) -> RotationPlan:
         sequence=ctl.sequence,
         head=ctl.inventory.signed_head,
     ) as agents:
-        resolutions, _ = ask_state(agents, list(nodes))
+        resolutions, _ = ask_state(agents, list(nodes), listing=False)
     return RotationPlan(
         pairs=sorted(ids),
         nodes=[
@@ -84,7 +84,7 @@ def rotate(ctl: Controller, ids: list[str], progress: Progress) -> RotationRepor
             rows = inv.pairs(ids)  # a recovered rotation moved generations: start from those
         progress("resolving every affected node", 0, 4)
         nodes = affected_nodes(rows)
-        resolutions, _ = ask_state(agents, list(nodes))
+        resolutions, _ = ask_state(agents, list(nodes), listing=False)
         failed = {r.node: r.reason for r in resolutions if not r.ok}
         if failed:
             inv.record("rotate", ids, {"refused": failed}, "not resolved")

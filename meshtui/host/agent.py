@@ -7,6 +7,7 @@ for a bounded time); they are never logged, returned or put in an exception.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -16,7 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from meshtui import crypto, wire
 from meshtui.atomic import PRIVATE
@@ -30,19 +31,36 @@ from meshtui.host.holdings import Holdings
 from meshtui.host.identity import Identity
 from meshtui.model import NAME_RE, split_pair_id
 
+if TYPE_CHECKING:
+    from meshtui.provisioner.warm import WarmSessions
+
 OK_OUTCOMES = frozenset({"created", "updated", "unchanged"})
 RELOAD_TIMEOUT_S = 30.0
 PROVISION_TIMEOUT_S = 300.0
 INSPECT_TIMEOUT_S = 5.0  # within the controller's STATE_TIMEOUT_S
 DRILL_HOLD_S = 300.0
+CONSUMER_WRITERS = 8
+"""Credential files of one delivery written at once (their fsyncs then share commits)."""
 Provisioner = Callable[[Path, Path], dict[str, Any]]
 
 
 def builtin_provisioner(manifest: Path, admin: Path) -> dict[str, Any]:
-    """Run the built-in PostgreSQL provisioner in-process; its report as JSON."""
+    """Run the built-in provisioner in-process; its report as JSON.
+
+    Its PostgreSQL admin sessions are kept warm between deliveries (:mod:`meshtui.provisioner.warm`):
+    each is checked and its settings read again before it is used.
+    """
     from meshtui.provisioner.harness import reconcile
 
-    return reconcile(manifest, admin).as_dict()
+    return reconcile(manifest, admin, postgres=_warm_sessions().open).as_dict()
+
+
+@functools.cache
+def _warm_sessions() -> WarmSessions:
+    """The agent process's kept admin sessions (one pool for every manifest it provisions)."""
+    from meshtui.provisioner.warm import WarmSessions
+
+    return WarmSessions()
 
 
 def inspect_provider(spec: dict[str, Any]) -> dict[str, Any]:
@@ -118,8 +136,10 @@ class Agent:
         self.generations = AcceptedGenerations(
             identity.state_dir, identity.name, self.holdings.listing()
         )
+        self._state = own_state(identity.state_dir)
         self.anchor = AuditAnchor(identity.state_dir, identity.controller.verify)
         self._drills: dict[str, tuple[bytes, float]] = {}
+        self._serials: dict[str, int] = {}  # manifest path -> the serial written last
         self._lock = threading.Lock()  # one delivery at a time: files and provisioner
         self._drill_lock = threading.Lock()
 
@@ -220,6 +240,11 @@ class Agent:
         Asked with ``inspect`` (provider manifests), it also answers what each provider's server
         holds, from the provisioner's read-only inspection (:func:`inspect_provider`).
         """
+        if payload.get("holdings") is False:  # only who this is (a rotation resolving it)
+            return {
+                "node": self.identity.name,
+                "fingerprint": self.identity.keys.public().fingerprint(),
+            }
         held = self.holdings.listing()
         with files.Ancestors() as ancestors:
             for h in held:
@@ -252,12 +277,20 @@ class Agent:
                 else self._deliver_provider(s)
                 for s in payload.get("provider", [])
             ]
-            consumers = [
-                _refused_consumer(c, why)
-                if (why := refused.get(f"consumer:{c['pair']}"))
-                else self._deliver_consumer(c)
-                for c in payload.get("consumer", [])
-            ]
+            held: dict[str, dict[str, Any] | None] = {}
+
+            def one(c: dict[str, Any]) -> dict[str, Any]:
+                why = refused.get(f"consumer:{c['pair']}")
+                return _refused_consumer(c, why) if why else self._deliver_consumer(c, held)
+
+            items = list(payload.get("consumer", []))
+            if len(items) < 2:
+                consumers = [one(c) for c in items]
+            else:  # each file in its own folder: fsynced in parallel, committed together
+                with ThreadPoolExecutor(max_workers=CONSUMER_WRITERS) as pool:
+                    consumers = list(pool.map(one, items))
+            if held:
+                self.holdings.update("consumer", held)  # once, not once per credential
         return {"provider": providers, "consumer": consumers}
 
     def _unseal(self, sealed_b64: str, digest: str, pair: str) -> bytes:
@@ -271,7 +304,9 @@ class Agent:
             raise CryptoError(f"{pair}: sealed credential does not match its digest (tampered?)")
         return secret
 
-    def _deliver_consumer(self, item: dict[str, Any]) -> dict[str, Any]:
+    def _deliver_consumer(
+        self, item: dict[str, Any], held: dict[str, dict[str, Any] | None]
+    ) -> dict[str, Any]:
         pair, gen = str(item["pair"]), int(item["generation"])
         out: dict[str, Any] = {"pair": pair, "generation": gen, "ok": False}
         if item.get("node") != self.identity.name:
@@ -281,6 +316,7 @@ class Agent:
             return out
         try:
             path = node_path(item["file"], "credential file")
+            self._outside_state(path.parent, "credential file")
         except ValueError as exc:
             out["error"] = str(exc)
             return out
@@ -306,19 +342,14 @@ class Agent:
             out["error"] = f"{where}: cannot write {path}: {exc.strerror}"
             return out
         out["written_at"] = time.time()
-        self.holdings.update(
-            "consumer",
-            {
-                pair: {
-                    "generation": gen,
-                    "digest": digest,
-                    "file": str(path),
-                    "owner": want.owner,
-                    "group": want.group,
-                    "mode": want.mode,
-                }
-            },
-        )
+        held[pair] = {
+            "generation": gen,
+            "digest": digest,
+            "file": str(path),
+            "owner": want.owner,
+            "group": want.group,
+            "mode": want.mode,
+        }
         out["ok"], out["digest"] = True, digest
         reload = [str(a) for a in item.get("reload") or []]
         if reload:
@@ -340,6 +371,8 @@ class Agent:
             manifest = node_path(spec["receives"], "manifest")
             grants = node_path(spec["grants"], "grants folder")
             inside = grants.relative_to(manifest.parent).as_posix()
+            self._outside_state(manifest.parent, "manifest")
+            self._outside_state(grants, "grants folder")
             for c in spec["consumers"]:
                 for name in (str(c["node"]), str(c["module"])):
                     if not NAME_RE.match(name):
@@ -416,14 +449,14 @@ class Agent:
                         secrets[name] = self._unseal(
                             str(c["sealed"]), str(c["digest"]), str(c["pair"])
                         )
-                for name, secret in secrets.items():
-                    gdir.write(name, secret, PRIVATE)
+                gdir.write_many(secrets, PRIVATE)
                 secrets.clear()
+                serial = self._next_serial(mdir, manifest)
                 body = {
                     "version": 1,
                     "provision": str(spec["provision"]),
                     "provider": str(spec["provider"]),
-                    "serial": _next_serial(mdir, manifest.name),
+                    "serial": serial,
                     "pin": bool(spec.get("pin", False)),
                     "consumers": [
                         {
@@ -440,13 +473,19 @@ class Agent:
                 }
                 if spec.get("kind", "postgres") != "postgres":
                     body["kind"] = str(spec["kind"])  # the harness picks its adapter by this
-                mdir.write(manifest.name, json.dumps(body, indent=1).encode(), PRIVATE)
+                mdir.write(manifest.name, manifest_text(body), PRIVATE)
+                self._serials[str(manifest)] = serial
                 wanted = {secret_name(str(c["node"]), str(c["module"])) for c in consumers}
                 for stale in gdir.names():
                     old = stale.endswith(".secret") and stale not in wanted
                     if old and not gdir.is_folder(stale):
                         gdir.remove(stale)
         return None
+
+    def _next_serial(self, folder: files.Folder, manifest: Path) -> int:
+        """One more than the serial this agent wrote last (read from the file after a start)."""
+        last = self._serials.get(str(manifest))
+        return last + 1 if last is not None else _next_serial(folder, manifest.name)
 
     def _provision(self, spec: dict[str, Any], manifest: Path) -> dict[str, Any]:
         argv = [str(a) for a in spec.get("provisioner") or ["builtin:postgres"]]
@@ -472,6 +511,26 @@ class Agent:
             return {"ok": False, "error": f"provisioner {argv[0]} failed to run: {exc}"}
         logins = [str(c["as"]) for c in spec["consumers"]]
         return command_report(argv[0], done.returncode, done.stdout, logins)
+
+    def _outside_state(self, folder: Path, what: str) -> None:
+        """ValueError when ``folder`` is this agent's state folder or below it: a declaration
+        must never make the agent overwrite its own key, pinned controller key or replay guard.
+
+        The walk to any folder refuses links, so its path is its real path and a comparison of
+        paths is enough; the folder's device and inode also catch a bind mount of the state.
+        """
+        path, ident = self._state
+        if folder == path or path in folder.parents:
+            raise ValueError(
+                f"{what} {folder} is inside this agent's state folder {path}; "
+                "choose a path outside it"
+            )
+        try:
+            st = os.stat(folder, follow_symlinks=False)
+        except OSError:
+            return
+        if (st.st_dev, st.st_ino) == ident:
+            raise ValueError(f"{what} {folder} is this agent's state folder {path}; choose another")
 
     # ---- withdraw, probe, drill ---------------------------------------------------------
     def _target_login(
@@ -605,6 +664,13 @@ def _refused_consumer(item: dict[str, Any], why: str) -> dict[str, Any]:
     }
 
 
+def own_state(state_dir: Path) -> tuple[Path, tuple[int, int]]:
+    """The agent's state folder as an absolute path and its (device, inode)."""
+    path = Path(os.path.abspath(state_dir))
+    st = os.stat(path)
+    return path, (st.st_dev, st.st_ino)
+
+
 def _probe_target(item: dict[str, Any], secret: bytes) -> probe_mod.ProbeTarget:
     """A probe target from the controller's item (kind, CA and TLS for a Redis)."""
     ca = item.get("ca")
@@ -662,6 +728,16 @@ def command_report(name: str, returncode: int, stdout: bytes, logins: list[str])
     if returncode != 0:
         out["error"] = f"provisioner {name} exited {returncode}"
     return out
+
+
+def manifest_text(body: dict[str, Any]) -> bytes:
+    """The manifest as JSON, one consumer a line (readable, and encoded by the C encoder,
+    which ``indent`` would turn off: 10x slower for 1,000 consumers)."""
+    head = {k: v for k, v in body.items() if k != "consumers"}
+    lines = [json.dumps(c, separators=(", ", ": ")) for c in body["consumers"]]
+    inner = ",\n ".join(lines)
+    text = json.dumps(head)[:-1] + ', "consumers": [' + ("\n " + inner + "\n" if lines else "")
+    return (text + "]}\n").encode()
 
 
 def _next_serial(folder: files.Folder, name: str) -> int:

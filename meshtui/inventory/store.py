@@ -236,6 +236,13 @@ class Transaction:
         """Record which generation each end holds."""
         _upsert(self._conn, "deliveries", rows, "pair", "end")
 
+    def touch_deliveries(self, ends: Sequence[tuple[str, str]], stamp: str) -> None:
+        """Record a new attempt on (pair, end) rows that nothing else changed: one statement."""
+        self._conn.executemany(
+            'UPDATE deliveries SET attempted_at = ? WHERE pair = ? AND "end" = ?',
+            [(stamp, pair, end) for pair, end in ends],
+        )
+
     def forget_consumer_ends(self, pairs: Sequence[str]) -> None:
         """Forget the consumer ends of revoked pairs (their credential is gone)."""
         for i in range(0, len(pairs), CHUNK):
@@ -492,6 +499,11 @@ class Inventory:
         """Every generation of a pair, oldest first."""
         rows = self.query("SELECT * FROM generations WHERE pair = ? ORDER BY generation", [pair])
         return cast(list[GenerationRow], rows)
+
+    def held_generations(self) -> dict[tuple[str, int], GenerationRow]:
+        """Every generation still held sealed, by (pair, generation)."""
+        rows = self.query("SELECT * FROM generations WHERE discarded_at IS NULL")
+        return {(r["pair"], int(r["generation"])): cast(GenerationRow, r) for r in rows}
 
     def minted(self) -> dict[str, list[int]]:
         """Every pair's minted generation numbers, ascending."""

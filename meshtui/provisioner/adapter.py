@@ -64,6 +64,15 @@ class Held:
     verified: bool = True
 
 
+@dataclass(frozen=True)
+class Wanted:
+    """One login to make true in a batch: its name, its password and the values asked for."""
+
+    login: str
+    password: str
+    values: Mapping[str, str]
+
+
 class Adapter(Protocol):
     """One session with the provider's software. Not thread-safe: one per thread."""
 

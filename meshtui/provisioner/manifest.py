@@ -34,6 +34,7 @@ from types import MappingProxyType
 from typing import Any
 
 from meshtui.errors import ManifestError
+from meshtui.model import NAME_RE, plain_address
 
 VERSION = 1
 KINDS = ("postgres", "redis")
@@ -146,6 +147,21 @@ def _secret_name(reader: _Reader, name: str) -> str:
     return name
 
 
+def _provider_ok(text: str) -> bool:
+    node, _, module = text.partition("/")
+    return bool(NAME_RE.match(node) and NAME_RE.match(module))
+
+
+def _plain(top: _Reader) -> tuple[str, str]:
+    """The provision and provider names: plain, since they reach pg_hba.conf's marker lines."""
+    provision, provider = top.text("provision"), top.text("provider")
+    if not NAME_RE.match(provision):
+        top.fail("provision", f"{provision!r} is not a provision name (letters, digits, '-', '_')")
+    if not _provider_ok(provider):
+        top.fail("provider", f"{provider!r} is not a provider module (node/module)")
+    return provision, provider
+
+
 def _consumer(source: str, index: int, obj: Any) -> Consumer:
     """One consumer: a quick path for a well-formed entry, the careful one to name a problem."""
     if type(obj) is dict:
@@ -165,6 +181,7 @@ def _consumer(source: str, index: int, obj: Any) -> Consumer:
             and all(type(v) is str for v in values.values())
             and _DIGEST.fullmatch(digest)
             and _secret_ok(secret)
+            and (not at or plain_address(at))
         ):
             return Consumer(login, node, module, at, MappingProxyType(values), secret, digest)
     return _consumer_checked(source, index, obj)
@@ -182,11 +199,14 @@ def _consumer_checked(source: str, index: int, obj: Any) -> Consumer:
         if not isinstance(value, str):
             reader.fail(f"values.{key}", f"must be a string, not {type(value).__name__}")
         values[key] = value
+    at = reader.text("at", required=False, allow_empty=True)
+    if at and not plain_address(at):
+        reader.fail("at", f"{at!r} is not an IP address (an IPv6 scope id is not taken)")
     return Consumer(
         login=login,
         node=reader.text("node"),
         module=reader.text("module"),
-        at=reader.text("at", required=False, allow_empty=True),
+        at=at,
         values=MappingProxyType(values),
         secret=_secret_name(reader, reader.text("secret")),
         digest=digest,
@@ -208,6 +228,7 @@ def parse_manifest(data: bytes, path: Path) -> Manifest:
     serial = top.get("serial", int)
     if serial < 0:
         top.fail("serial", "must not be negative")
+    provision, provider = _plain(top)
     kind = top.text("kind", required=False) or "postgres"
     if kind not in KINDS:
         top.fail("kind", f"is {kind!r}; this provisioner knows {', '.join(KINDS)}")
@@ -226,8 +247,8 @@ def parse_manifest(data: bytes, path: Path) -> Manifest:
     return Manifest(
         path=path,
         version=version,
-        provision=top.text("provision"),
-        provider=top.text("provider"),
+        provision=provision,
+        provider=provider,
         serial=serial,
         consumers=consumers,
         pin=bool(top.get("pin", bool, required=False)),
@@ -236,17 +257,11 @@ def parse_manifest(data: bytes, path: Path) -> Manifest:
 
 
 def read_manifest_bytes(path: Path) -> bytes:
-    """The manifest's bytes, or ManifestError if it cannot be read."""
-    try:
-        with path.open("rb") as fh:
-            data = fh.read(MAX_MANIFEST_BYTES + 1)
-    except OSError as exc:
-        raise ManifestError(
-            f"{path}: cannot be read ({exc.strerror}); nothing was changed"
-        ) from None
-    if len(data) > MAX_MANIFEST_BYTES:
-        raise ManifestError(f"{path}: larger than {MAX_MANIFEST_BYTES} bytes; nothing was changed")
-    return data
+    """The manifest's bytes through its checked folder (no link followed, no FIFO waited on),
+    or ManifestError if it cannot be read."""
+    from meshtui.provisioner.files import read_manifest  # files imports nothing of ours back
+
+    return read_manifest(path, MAX_MANIFEST_BYTES)
 
 
 def load_manifest(path: Path) -> Manifest:

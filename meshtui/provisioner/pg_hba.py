@@ -39,6 +39,7 @@ from typing import Any
 import psycopg
 
 from meshtui.errors import ProvisionError
+from meshtui.model import plain_address
 from meshtui.provisioner.manifest import Manifest
 
 BEGIN = "# meshtui pin begin "
@@ -53,6 +54,7 @@ _NAME_OK = re.compile(r'[^\s"#,\\\x00-\x1f\x7f]+')
 _UNPINNED: set[tuple[str, str]] = set()
 """(conninfo, scope) seen without a block by a run without pin in this process: a long-lived
 agent checks once, not at every delivery; any pin run for the scope forgets it."""
+_SCOPE_OK = re.compile(r"[a-z0-9_-]+/[a-z0-9_-]+ [a-z0-9_-]+")
 _ALLOW = re.compile(r'^host all "(?P<login>[^"]+)" (?P<address>\S+)/\d+ scram-sha-256$')
 
 
@@ -74,8 +76,14 @@ class PinResult:
 
 
 def scope_key(provider: str, provision: str) -> str:
-    """The text after the marker words: ``db1/postgres database``."""
-    return f"{provider} {provision}"
+    """The text after the marker words: ``db1/postgres database``. Names with a space, a
+    newline or a '#' are refused: the marker is a line of its own and must stay one comment."""
+    scope = f"{provider} {provision}"
+    if not _SCOPE_OK.fullmatch(scope):
+        raise ProvisionError(
+            f"provider {provider!r} or provision {provision!r} is not a plain name"
+        )
+    return scope
 
 
 # -- the text ------------------------------------------------------------------------------------
@@ -165,9 +173,7 @@ def check_pin(login: str, address: str) -> str:
     """Why ``login`` from ``address`` cannot be written into pg_hba.conf, or "" when it can."""
     if not _NAME_OK.fullmatch(login):
         return f"login {login!r} holds a character pg_hba.conf cannot carry"
-    try:
-        ipaddress.ip_address(address)
-    except ValueError:
+    if not plain_address(address):
         return f"{login}: consumer address {address!r} is not an IP address"
     return ""
 
@@ -365,7 +371,10 @@ def pin_manifest(conninfo: str, manifest: Manifest, outcomes: Mapping[str, str])
     Never raises for a problem with the file or the server: the result carries the error, and
     the file then holds what it held before.
     """
-    seen = (conninfo, scope_key(manifest.provider, manifest.provision))
+    try:
+        seen = (conninfo, scope_key(manifest.provider, manifest.provision))
+    except ProvisionError as exc:
+        return PinResult(changed=False, error=str(exc))
     if manifest.pin:
         _UNPINNED.discard(seen)
     elif seen in _UNPINNED:

@@ -40,7 +40,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from collections.abc import Mapping
+import os
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,7 +53,7 @@ from psycopg.errors import Diagnostic
 
 from meshtui.crypto import secret_digest
 from meshtui.errors import ProvisionError, UnsafeLoginError
-from meshtui.provisioner.adapter import Change, Done, Held, Refused, Scope, check_name
+from meshtui.provisioner.adapter import Change, Done, Held, Refused, Scope, Wanted, check_name
 from meshtui.provisioner.pg_quiet import QuietPlan, quiet_plan
 from meshtui.provisioner.scram import DEFAULT_ITERATIONS, is_plain_ascii, scram_verifier
 
@@ -85,6 +87,26 @@ FROM {roles} a
 LEFT JOIN pg_shdescription d ON d.objoid = a.oid AND d.classoid = 'pg_authid'::regclass
 WHERE a.rolname = %(name)s
 """
+
+_MANY_ROLES = _ONE_ROLE.replace("SELECT a.oid,", "SELECT a.rolname, a.oid,").replace(
+    "WHERE a.rolname = %(name)s", "WHERE a.rolname = ANY(%(names)s)"
+)
+
+# many logins' stored verifiers at once, by name; compared on this side like _READ_BACK
+_READ_BACK_MANY = """
+SELECT a.rolname, a.rolpassword, a.xmin = d.xmin
+FROM pg_authid a
+JOIN pg_shdescription d ON d.objoid = a.oid AND d.classoid = 'pg_authid'::regclass
+WHERE a.rolname = ANY(%(names)s)
+"""
+
+_EXISTING = "SELECT rolname FROM pg_roles WHERE rolname = ANY(%s)"
+
+STATEMENTS_PER_TRIP = 600
+"""Statements of a batch sent in one message (about 200 logins: some 100 KiB of text)."""
+
+Batch = Sequence[Wanted]
+"""Logins to make true together (:meth:`PostgresAdapter.create_many`)."""
 
 _DIGEST_HEAD = '{"digest": "'
 DIGEST_LENGTH = len("blake2b:") + 64
@@ -178,6 +200,14 @@ def _record(text: str | None) -> dict[str, Any] | None:
     return value if isinstance(value, dict) and "meshtui" in value else None
 
 
+def _role_of(row: Any) -> _Role:
+    """A ``_Role`` from the columns of ``_ONE_ROLE``."""
+    oid, same_txn, can_login, no_password, comment, marked = row
+    return _Role(
+        int(oid), bool(same_txn), bool(can_login), bool(no_password), _record(comment), bool(marked)
+    )
+
+
 def _error_text(exc: BaseException) -> str:
     """A one-line reason from an exception; psycopg messages carry no statement text."""
     if isinstance(exc, psycopg.Error):
@@ -232,6 +262,18 @@ class PostgresAdapter:
         self._one_role_sql = _ONE_ROLE.format(
             roles=roles, same_txn=same_txn, no_password=no_password, trusted=_TRUSTED_GRANTOR
         )
+        self._many_roles_sql = _MANY_ROLES.format(
+            roles=roles, same_txn=same_txn, no_password=no_password, trusted=_TRUSTED_GRANTOR
+        )
+
+    def refresh(self) -> None:
+        """Before a kept session is used again: read the settings it must lower afresh and
+        forget what it assumed (marker made, memberships taken); raises psycopg.Error when the
+        session is no longer usable."""
+        self._notices.clear()
+        self._quiet = quiet_plan(self.conn, superuser=self.superuser, version=self.server_version)
+        self._marker_ready = False
+        self._acting_as = set()
 
     @property
     def limits(self) -> list[str]:
@@ -272,11 +314,16 @@ class PostgresAdapter:
         except psycopg.Error as exc:
             raise ProvisionError(f"cannot reach PostgreSQL: {_error_text(exc)}") from None
 
-    def close(self) -> None:
-        """Close every connection this adapter opened."""
+    def close_others(self) -> None:
+        """Close the sessions to other databases (kept only for one run: they would keep
+        those databases from being dropped or renamed)."""
         for other in self._others.values():
             other.close()
         self._others.clear()
+
+    def close(self) -> None:
+        """Close every connection this adapter opened."""
+        self.close_others()
         self.conn.close()
 
     def __enter__(self) -> PostgresAdapter:
@@ -386,19 +433,14 @@ class PostgresAdapter:
         text = self._record_text("blake2b:" + "0" * 64)
         return text[len(_DIGEST_HEAD) + DIGEST_LENGTH :]
 
+    def _roles(self, names: list[str]) -> dict[str, _Role]:
+        """``_role`` for many names in one SELECT."""
+        rows = self.conn.execute(self._many_roles_sql, {"marker": MARKER, "names": names})
+        return {str(r[0]): _role_of(r[1:]) for r in rows.fetchall()}
+
     def _role(self, name: str) -> _Role | None:
         row = self.conn.execute(self._one_role_sql, {"marker": MARKER, "name": name}).fetchone()
-        if row is None:
-            return None
-        oid, same_txn, can_login, no_password, comment, marked = row
-        return _Role(
-            int(oid),
-            bool(same_txn),
-            bool(can_login),
-            bool(no_password),
-            _record(comment),
-            bool(marked),
-        )
+        return None if row is None else _role_of(row)
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -466,9 +508,12 @@ class PostgresAdapter:
             )
 
     def _grant_marker(self, name: str) -> None:
+        self._exec(self._marker_grant(name))
+
+    def _marker_grant(self, name: str) -> sql.Composed:
         options = " WITH INHERIT FALSE, SET FALSE" if self.server_version >= 160000 else ""
-        self._exec(
-            sql.SQL("GRANT {} TO {}" + options).format(sql.Identifier(MARKER), sql.Identifier(name))
+        return sql.SQL("GRANT {} TO {}" + options).format(
+            sql.Identifier(MARKER), sql.Identifier(name)
         )
 
     def _other(self, dbname: str) -> psycopg.Connection[Any]:
@@ -534,21 +579,7 @@ class PostgresAdapter:
         verifier = self._verifier(login, password)
         digest = secret_digest(password.encode("utf-8"))
         del password
-        if not self._marker_ready:
-            if self._role(MARKER) is None:
-                self._ensure_role(MARKER, {"meshtui": "marker"})
-            self._check_marker_grantable()
-            self._marker_ready = True
-        if not self.superuser and not self._function_ready:
-            try:
-                self.conn.execute(_PASSWORD_FUNCTION)
-            except psycopg.errors.InsufficientPrivilege:
-                raise ProvisionError(
-                    f"the admin {self.admin_role} may not create temporary objects in database "
-                    f"{self._home_db} (GRANT TEMP ON DATABASE {self._home_db} TO "
-                    f"{self.admin_role}); it needs that to set passwords unlogged"
-                ) from None
-            self._function_ready = True
+        self._prepare()
         with self.conn.pipeline(), self.conn.transaction():
             self.conn.execute(self._quiet.statement)
             keeper = self.conn.execute(_EXISTS, [held_name(login)])
@@ -585,6 +616,174 @@ class PostgresAdapter:
         if database is not None:
             notes += self._ensure_database(database, login)
         return Done(change, "; ".join(notes))
+
+    def _prepare(self) -> None:
+        """The marker role (and, for an admin that is not a superuser, the password function)."""
+        if not self._marker_ready:
+            if self._role(MARKER) is None:
+                self._ensure_role(MARKER, {"meshtui": "marker"})
+            self._check_marker_grantable()
+            self._marker_ready = True
+        if not self.superuser and not self._function_ready:
+            try:
+                self.conn.execute(_PASSWORD_FUNCTION)
+            except psycopg.errors.InsufficientPrivilege:
+                raise ProvisionError(
+                    f"the admin {self.admin_role} may not create temporary objects in database "
+                    f"{self._home_db} (GRANT TEMP ON DATABASE {self._home_db} TO "
+                    f"{self.admin_role}); it needs that to set passwords unlogged"
+                ) from None
+            self._function_ready = True
+
+    def create_many(self, batch: Batch) -> dict[str, Done | Exception]:
+        """:meth:`create` for many logins in one transaction, each one proven by the read-back.
+
+        A superuser writes every verifier (computed beforehand, on every core) and record in one
+        transaction (a few hundred statements a round trip, in the quiet transaction, so no
+        log keeps them), then reads all the stored verifiers back in one SELECT (names sent,
+        verifiers compared here) before it commits. Should anything in it fail, nothing
+        of it stays and each login is made true alone, so one bad login costs only itself. An
+        admin that is not a superuser, or a batch of one, takes the one-by-one path. Returns,
+        per login, what :meth:`create` returned or raised.
+        """
+        out: dict[str, Done | Exception] = {}
+        if not self.superuser or len(batch) < 2:
+            for wanted in batch:
+                out[wanted.login] = self._create_one(wanted)
+            return out
+        ready: list[tuple[Wanted, str | None]] = []
+        for wanted in batch:
+            try:
+                check_name(wanted.login)
+                ready.append((wanted, self._database_of(wanted.login, wanted.values)))
+                if "\x00" in wanted.password:
+                    raise Refused("the secret holds a NUL character, which PostgreSQL cannot take")
+            except (Refused, UnsafeLoginError) as exc:
+                out[wanted.login] = exc
+                ready = [r for r in ready if r[0].login != wanted.login]
+        if not ready:
+            return out
+        verifiers = self._verifiers([w for w, _ in ready])
+        try:
+            self._prepare()
+            changes, returning = self._write_many(ready, verifiers, out)
+        except (psycopg.Error, ProvisionError):
+            if self.conn.closed:
+                raise
+            del verifiers
+            for wanted, _ in ready:  # nothing of the batch stayed: one by one
+                out[wanted.login] = self._create_one(wanted)
+            return out
+        del verifiers
+        for wanted, database in ready:
+            if wanted.login in out:
+                continue
+            login = wanted.login
+            try:
+                notes = self._hand_back(login) if held_name(login) in returning else []
+                if database is not None:
+                    notes += self._ensure_database(database, login)
+                out[login] = Done(changes[login], "; ".join(notes))
+            except (psycopg.Error, ProvisionError) as exc:
+                if self.conn.closed:
+                    raise
+                out[login] = exc
+        return out
+
+    def _create_one(self, wanted: Wanted) -> Done | Exception:
+        try:
+            return self.create(wanted.login, wanted.password, wanted.values)
+        except Exception as exc:  # one login's failure is its outcome
+            if isinstance(exc, psycopg.OperationalError) and self.conn.closed:
+                raise
+            return exc
+
+    def _verifiers(self, batch: list[Wanted]) -> dict[str, str]:
+        """Every login's verifier; PBKDF2 releases the GIL, so plain ones go over every core."""
+        plain = [w for w in batch if is_plain_ascii(w.password)]
+        out = {w.login: self._verifier(w.login, w.password) for w in batch if w not in plain}
+        workers = max(1, min(4, os.cpu_count() or 1))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            done = pool.map(lambda w: scram_verifier(w.password, iterations=self.iterations), plain)
+            out.update(zip((w.login for w in plain), done, strict=True))
+        return out
+
+    def _write_many(
+        self,
+        ready: list[tuple[Wanted, str | None]],
+        verifiers: dict[str, str],
+        out: dict[str, Done | Exception],
+    ) -> tuple[dict[str, Change], set[str]]:
+        """The batch's one transaction: per login "created" or "updated" (refusals go to
+        ``out``), and the names of the holding roles that exist (returning logins)."""
+        names = [w.login for w, _ in ready]
+        changes: dict[str, Change] = {}
+        written: dict[str, str] = {}
+        with self.conn.transaction():
+            self.conn.execute(self._quiet.statement)
+            keepers = self.conn.execute(_EXISTING, [[held_name(n) for n in names]])
+            returning = {str(r[0]) for r in keepers.fetchall()}
+            roles = self._roles(names)
+            self._check_notices()
+            statements: list[sql.Composable] = []
+            for wanted, _ in ready:
+                login = wanted.login
+                role = roles.get(login)
+                if role is not None and not self._ours_or_repairable(role):
+                    out[login] = Refused(
+                        "a role meshtui did not make"
+                        if not role.marked
+                        else "made by meshtui for another provision or provider"
+                    )
+                    continue
+                digest = secret_digest(wanted.password.encode("utf-8"))
+                changes[login] = "created" if role is None else "updated"
+                intact = (
+                    role is not None
+                    and role.can_login
+                    and role.same_txn
+                    and role.record is not None
+                    and role.record.get("digest") == digest
+                )
+                if intact:
+                    continue
+                ident = sql.Identifier(login)
+                verb = "CREATE" if role is None else "ALTER"
+                statements.append(
+                    sql.SQL(verb + " ROLE {} LOGIN PASSWORD {} VALID UNTIL 'infinity'").format(
+                        ident, sql.Literal(verifiers[login])
+                    )
+                )
+                if role is None:
+                    statements.append(self._marker_grant(login))
+                statements.append(
+                    sql.SQL("COMMENT ON ROLE {} IS {}").format(
+                        ident, sql.Literal(self._record_text(digest))
+                    )
+                )
+                written[login] = verifiers[login]
+            for start in range(0, len(statements), STATEMENTS_PER_TRIP):
+                # no parameters: one simple-protocol message, one round trip, for many
+                chunk = statements[start : start + STATEMENTS_PER_TRIP]
+                self._exec(sql.SQL("; ").join(chunk))
+            statements.clear()
+            self._read_back_many(written)
+        return changes, returning
+
+    def _read_back_many(self, written: Mapping[str, str]) -> None:
+        """The proof for a batch: each login's stored verifier is the one written (compared
+        here, in constant time), written by the same transaction as its record."""
+        if not written:
+            return
+        rows = self.conn.execute(_READ_BACK_MANY, {"names": list(written)}).fetchall()
+        self._check_notices()
+        stored = {str(r[0]): (r[1], r[2]) for r in rows}
+        for login, verifier in written.items():
+            value, same_txn = stored.get(login, (None, False))
+            text = "" if value is None else str(value)
+            same = hmac.compare_digest(text.encode("ascii", "replace"), verifier.encode("ascii"))
+            if not (same and same_txn):
+                raise ProvisionError(f"PostgreSQL did not store the password of {login}")
 
     def _set_password(self, login: str, verifier: str, *, create: bool) -> None:
         """The one statement that carries the verifier (inside the quiet transaction)."""

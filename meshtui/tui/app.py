@@ -38,6 +38,7 @@ from meshtui.controller.reports import (
     Summary,
 )
 from meshtui.errors import MeshtuiError, ReadOnlyError
+from meshtui.terminal import shown
 from meshtui.tui import actions
 from meshtui.tui.commands import MeshCommands
 from meshtui.tui.keymap import config_paths, load_keymap
@@ -367,7 +368,7 @@ class MeshApp(App[int]):
                 screen.finished()
         if isinstance(message, JobFinished):
             text, severity = job_toast(message.job, message.result)
-            self.notify(text, title=message.job.title, severity=severity, markup=False)
+            self.notify(shown(text), title=message.job.title, severity=severity, markup=False)
         else:
             self.report_error(message.error, message.job.title)
         self._refresh_summaries()
@@ -384,13 +385,17 @@ class MeshApp(App[int]):
         """The one place an exception becomes a message: a toast, or a modal when unexpected."""
         if isinstance(error, MeshtuiError | OSError):
             self.notify(
-                str(error), title=f"{context} failed", severity="error", markup=False, timeout=12
+                shown(str(error)),
+                title=f"{context} failed",
+                severity="error",
+                markup=False,
+                timeout=12,
             )
             return
         from meshtui.tui.screens.confirm import ErrorScreen
 
         self.notify(
-            f"{type(error).__name__}: {error}",
+            shown(f"{type(error).__name__}: {error}"),
             title=f"{context} failed",
             severity="error",
             markup=False,

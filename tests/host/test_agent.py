@@ -257,3 +257,17 @@ def test_a_body_without_length_or_too_large_is_refused_unread(mesh):
             sock.sendall(f"POST /v1 HTTP/1.1\r\nHost: agent\r\n{header}\r\n".encode())
             answer = sock.recv(4096).decode()
         assert answer.startswith("HTTP/1.1 413"), answer
+
+
+def test_a_state_asked_without_the_listing_reads_no_credential_file(mesh):
+    from meshtui.controller.client import Agents
+
+    with mesh.controller() as ctl:
+        assert ctl.push().ok
+        (mesh.root / "srv/app1/gitea/db.password").unlink()  # a listing would report it missing
+        with Agents(ctl.inventory.nodes(), ctl.keys(), sequence=ctl.sequence) as agents:
+            brief = agents.call("app1", wire.STATE, {"holdings": False})
+            full = agents.call("app1", wire.STATE, {})
+    assert brief["node"] == "app1" and brief["fingerprint"] == full["fingerprint"]
+    assert "holdings" not in brief
+    assert [h["present"] for h in full["holdings"]] == [False]

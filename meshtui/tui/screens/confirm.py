@@ -16,6 +16,7 @@ from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Button, Label, Static
 
+from meshtui.terminal import shown
 from meshtui.tui import actions
 from meshtui.tui.screens.base import MeshModal
 
@@ -64,9 +65,10 @@ class ErrorScreen(MeshModal):
         lines = traceback.format_exception(type(self.error), self.error, self.error.__traceback__)
         with Vertical(id="dialog", classes="error"):
             yield Label(Text(self.title_text, style="bold"), id="dialog-title")
-            yield Static(Text(f"{type(self.error).__name__}: {self.error}"), id="dialog-question")
+            said = shown(f"{type(self.error).__name__}: {self.error}")
+            yield Static(Text(said), id="dialog-question")
             with VerticalScroll(id="error-trace"):
-                yield Static(Text("".join(lines[-12:]), style="dim"))
+                yield Static(Text(shown("".join(lines[-12:])), style="dim"))
             with Horizontal(id="dialog-buttons"):
                 yield Button("Close", id="close", variant="primary")
 

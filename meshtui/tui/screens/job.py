@@ -19,6 +19,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Label, Log, ProgressBar, Static
 
 from meshtui.controller.reports import DrillReport, ProbeOutcome, PushReport, RotationReport
+from meshtui.terminal import shown
 from meshtui.tui import actions
 from meshtui.tui.messages import Job
 from meshtui.tui.screens.base import MeshScreen
@@ -190,7 +191,8 @@ class JobScreen(MeshScreen):
         area.remove_children()
         r = self.record
         if r.error is not None:
-            area.mount(Static(Text(f"{type(r.error).__name__}: {r.error}", style="bold red")))
+            said = shown(f"{type(r.error).__name__}: {r.error}")
+            area.mount(Static(Text(said, style="bold red")))
             return
         result = r.result
         if isinstance(result, list) and result and all(isinstance(x, DrillReport) for x in result):

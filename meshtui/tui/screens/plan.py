@@ -16,6 +16,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Button, Label, LoadingIndicator, Static
 
 from meshtui.controller.reports import RotationPlan
+from meshtui.terminal import shown
 from meshtui.tui import actions
 from meshtui.tui.messages import Job, PlanReady
 from meshtui.tui.screens.base import MeshModal
@@ -36,7 +37,7 @@ def plan_text(plan: RotationPlan) -> Text:
         mark, style = ("✓ resolved", "green") if node.ok else ("✗ NOT resolved", "bold red")
         text.append(f"  {mark:<15}", style)
         text.append(f"{node.node:<12} ")
-        text.append(node.reason, "dim")
+        text.append(shown(node.reason), "dim")  # an agent's words: shown, never obeyed
         n = len(node.pairs)
         text.append(f"  ({n} pair{'' if n == 1 else 's'})\n", "dim")
     if plan.ok:
@@ -99,7 +100,7 @@ class PlanScreen(MeshModal):
         status = self.query_one("#plan-status", Static)
         if message.plan is None:
             self.error = message.error
-            status.update(Text(f"The plan failed: {message.error}", style="bold red"))
+            status.update(Text(shown(f"The plan failed: {message.error}"), style="bold red"))
             if message.error is not None:
                 self.mesh.report_error(message.error, "plan")
             return

@@ -1,0 +1,265 @@
+"""Rotation at the server's speed: one pair, one pair among 1,000 others, 1,000 pairs, 1,000 new.
+
+Real agents (``meshtui host serve`` processes on Unix sockets), the embedded PostgreSQL (scram
+only, loopback: a rotation logs nobody in, so no namespace is needed) and the built-in
+provisioner, in one process with its baselines:
+
+1. rotate one pair end to end in the demo mesh (5 pairs on db1/postgres), p50 of ``--repeat``;
+2. the same pair with ``--others`` more pairs on the same provider (goal: <= 1.2x of 1);
+3. rotate those ``--others`` pairs all-or-nothing, against PostgreSQL's own cost of the same
+   verifier changes in one transaction (``ALTER ROLE ... PASSWORD`` of the plaintext, so the
+   server hashes, as the issue measured it; the write alone with verifiers computed before is
+   printed too) (goal: <= 1.5x);
+4. push ``--others`` new pairs, against PostgreSQL's own cost of creating those roles with
+   their passwords in one transaction (goal: <= 1.5x).
+
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_rotate.py [--repeat 15] [--others 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+from meshtui.controller.client import Agents
+from meshtui.controller.core import Controller, init_keys
+from meshtui.controller.resolve import ask_state
+from meshtui.errors import LabError
+from meshtui.host import identity
+from meshtui.lab.postgres import Cluster, create_cluster
+from meshtui.provisioner.scram import scram_verifier
+from tests.fix_agents import Mesh
+from tests.fix_pg import free_port
+
+DEMO = {"app1": ["gitea", "keycloak", "grafana"], "app2": ["wiki", "gitea"]}
+QUIET = (
+    "SELECT set_config('log_statement', 'none', true),"
+    " set_config('log_min_error_statement', 'panic', true)"
+)
+
+
+def declaration(root: Path, port: int, admin: Path, bulk: dict[str, int]) -> Path:
+    """The demo mesh (each consumer with its database) plus ``bulk`` nodes of plain logins."""
+    nodes = ["db1", *DEMO, *bulk]
+    out: list[str] = []
+    for node in nodes:
+        out += [
+            f"[nodes.{node}]",
+            'address = "127.0.0.1"',
+            f'agent = "unix:{root}/run/{node}.sock"',
+            f'keys = "nodes/{node}/node.pub"',
+            "",
+        ]
+    out += [
+        '[modules."db1/postgres"]',
+        f'provides = [{{ name = "database", port = {port} }}]',
+        'receives = { database = "srv/db1/postgres/mesh.json" }',
+        'grants = { database = "srv/db1/postgres/grants" }',
+        f'admin = "{admin}"',
+        "",
+    ]
+    for node, modules in DEMO.items():
+        for m in modules:
+            out += [
+                f'[modules."{node}/{m}"]',
+                f'requires = [{{ name = "database", values = {{ database = "{m}_{node}" }}, '
+                f'file = "srv/{node}/{m}/db.password" }}]',
+                "",
+            ]
+    for node, count in bulk.items():
+        for i in range(count):
+            out += [
+                f'[modules."{node}/m{i}"]',
+                f'requires = [{{ name = "database", file = "srv/{node}/m{i}/db.password" }}]',
+                "",
+            ]
+    path = root / "mesh.toml"
+    path.write_text("\n".join(out))
+    return path
+
+
+def p50_ms(runs: list[float]) -> float:
+    return statistics.median(runs) * 1000.0
+
+
+def timed(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def rotate_one(ctl: Controller, pid: str, repeat: int) -> list[float]:
+    out = []
+    for _ in range(repeat + 2):
+        t0 = time.perf_counter()
+        report = ctl.rotate([pid])
+        out.append(time.perf_counter() - t0)
+        assert report.outcome == "done", report
+    return out[2:]  # two warm-up runs
+
+
+def floor_ms(ctl: Controller, cluster: Cluster, login: str, repeat: int) -> tuple[float, float]:
+    """What no rotation of one pair can go below, p50 each: a signed brief ``state`` round
+    trip to both ends (a rotation makes three such trips one after another: resolve, provider,
+    consumer), and PostgreSQL's own commit of one new verifier (computed beforehand)."""
+    trips, commits = [], []
+    with Agents(ctl.inventory.nodes(), ctl.keys(), sequence=ctl.sequence) as agents:
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            ask_state(agents, ["db1", "app1"], listing=False)
+            trips.append(time.perf_counter() - t0)
+    with psycopg.connect(cluster.admin_conninfo(), autocommit=True) as conn:
+        for _ in range(repeat):
+            verifier = scram_verifier(secrets.token_urlsafe(32))
+            t0 = time.perf_counter()
+            with conn.transaction():
+                conn.execute(QUIET)
+                conn.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(
+                    sql.Identifier(login), sql.Literal(verifier)))  # fmt: skip
+            commits.append(time.perf_counter() - t0)
+    return p50_ms(trips), p50_ms(commits)
+
+
+def pg_alter_all(cluster: Cluster, logins: list[str], *, precomputed: bool) -> float:
+    """PostgreSQL's own cost: new passwords for ``logins`` in one transaction (quiet)."""
+    with psycopg.connect(cluster.admin_conninfo(), autocommit=True) as conn:
+        passwords = [secrets.token_urlsafe(32) for _ in logins]
+        t0 = time.perf_counter()
+        values = [scram_verifier(p) for p in passwords] if precomputed else passwords
+        with conn.transaction():
+            conn.execute(QUIET)
+            for login, value in zip(logins, values, strict=True):
+                conn.execute(
+                    sql.SQL("ALTER ROLE {} PASSWORD {}").format(
+                        sql.Identifier(login), sql.Literal(value)
+                    )
+                )
+        return time.perf_counter() - t0
+
+
+def pg_create_all(cluster: Cluster, count: int) -> float:
+    """PostgreSQL's own cost: ``count`` new login roles with passwords in one transaction."""
+    logins = [f"bench_new_{os.getpid()}_{i}" for i in range(count)]
+    with psycopg.connect(cluster.admin_conninfo(), autocommit=True) as conn:
+        t0 = time.perf_counter()
+        with conn.transaction():
+            conn.execute(QUIET)
+            for login in logins:
+                conn.execute(
+                    sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+                        sql.Identifier(login), sql.Literal(secrets.token_urlsafe(32))
+                    )
+                )
+        took = time.perf_counter() - t0
+        with conn.transaction():
+            for login in logins:
+                conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(login)))
+    return took
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--others", type=int, default=1000)
+    args = ap.parse_args(argv)
+    base = Path(tempfile.mkdtemp(prefix="meshtui-benchrot-"))
+    base.chmod(0o711)
+    cluster = create_cluster(base / "data", port=free_port())
+    mesh: Mesh | None = None
+    rows: list[tuple[str, float, float, float, float]] = []  # what, ours, base, ratio, goal
+    try:
+        cluster.start()
+        admin = cluster.write_admin_file(base / "admin.conninfo")
+        root = base / "mesh"
+        root.mkdir()
+        root.chmod(0o711)
+        state = root / "state"
+        pub, _ = init_keys(state)
+        nodes = {n: root / "nodes" / n for n in ["db1", *DEMO, "bulk1", "bulk2"]}
+        for node, folder in nodes.items():
+            identity.init(node, folder, pub)
+        mesh = Mesh(root=root, state=state, decl=root / "mesh.toml", nodes=nodes,
+                    sockets={n: root / "run" / f"{n}.sock" for n in nodes})  # fmt: skip
+        for node in nodes:
+            mesh.start(node)
+        load = os.getloadavg()
+        with Controller.open(state) as ctl:
+            ctl.declare(declaration(root, cluster.port, admin, {}))
+            assert ctl.push().ok
+            pid = "database:app1/gitea->db1/postgres"
+            one = rotate_one(ctl, pid, args.repeat)
+            demo = p50_ms(one)
+            print(f"1. rotate one pair, demo mesh (5 pairs): p50 {demo:.1f} ms "
+                  f"(min {min(one) * 1000:.1f}, max {max(one) * 1000:.1f}; {args.repeat} runs)")  # fmt: skip
+            rows.append(("rotate one pair, demo mesh (ms)", demo, 40.0, demo / 40.0, 1.0))
+            (other,) = ctl.inventory.pairs(["database:app2/wiki->db1/postgres"])
+            trip, commit = floor_ms(ctl, cluster, other["login"], args.repeat)
+            floor = 3 * trip + commit
+            print(f"   floor: brief state round trip to both ends p50 {trip:.1f} ms (x3 = "
+                  f"{3 * trip:.1f}), one verifier commit p50 {commit:.1f} ms: {floor:.1f} ms; "
+                  f"rotation / floor {demo / floor:.2f}")  # fmt: skip
+            rows.append(("  floor: 3 trips + 1 commit (ms)", demo, floor, demo / floor, 0.0))
+
+            ctl.declare(declaration(root, cluster.port, admin, {"bulk1": args.others}))
+            assert ctl.push().ok
+            many = rotate_one(ctl, pid, args.repeat)
+            among = p50_ms(many)
+            print(f"2. the same pair with {args.others} others: p50 {among:.1f} ms "
+                  f"(min {min(many) * 1000:.1f}, max {max(many) * 1000:.1f})")  # fmt: skip
+            rows.append((f"rotate one among {args.others} (ms)", among, demo, among / demo, 1.2))
+
+            bulk = [p for p in ctl.live_pairs() if "bulk1/" in p]
+            t0 = time.perf_counter()
+            assert ctl.rotate(bulk).outcome == "done"
+            ours = time.perf_counter() - t0
+            logins = [r["login"] for r in ctl.inventory.pairs(bulk)]
+            server = pg_alter_all(cluster, logins, precomputed=False)
+            write = pg_alter_all(cluster, logins, precomputed=True)
+            print(f"3. rotate {len(bulk)} pairs: {ours:.2f} s; PostgreSQL's own (plaintext, one "
+                  f"transaction) {server:.2f} s; verifiers computed first + one transaction "
+                  f"{write:.2f} s")  # fmt: skip
+            rows.append((f"rotate {len(bulk)} pairs (s)", ours, server, ours / server, 1.5))
+
+            ctl.declare(
+                declaration(root, cluster.port, admin, {"bulk1": args.others, "bulk2": args.others})
+            )
+            pushed = timed(lambda: ctl.push())
+            created = pg_create_all(cluster, args.others)
+            print(f"4. push {args.others} new pairs: {pushed:.2f} s; PostgreSQL's own CREATE ROLE "
+                  f"... PASSWORD in one transaction {created:.2f} s")  # fmt: skip
+            rows.append((f"push {args.others} new pairs (s)", pushed, created, pushed / created, 1.5))
+        print(f"\nload average at start {load[0]:.2f} (2 cores shared); after "
+              f"{os.getloadavg()[0]:.2f}")  # fmt: skip
+        head = f"{'what':<34}{'meshtui':>10}{'baseline':>10}{'ratio':>8}{'goal':>7}  met"
+        print(head)
+        print("-" * len(head))
+        for what, a, b, ratio, goal in rows:
+            met = "-" if not goal else "yes" if ratio <= goal else "NO"
+            print(f"{what:<34}{a:>10.2f}{b:>10.2f}{ratio:>8.2f}{goal:>7.2f}  {met}")
+        return 0
+    finally:
+        if mesh is not None:
+            for node in list(mesh.procs):
+                mesh.stop(node)
+        for attempt in range(3):
+            try:
+                cluster.stop()
+                break
+            except LabError as exc:
+                print(f"warning: {exc} (attempt {attempt + 1})", file=sys.stderr)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,190 @@
+"""One controller for many nodes and pairs: declare, push, status, probe, rotate-one, rotate-all.
+
+The nodes are real agents (the real :class:`~meshtui.host.agent.Agent` behind the real Starlette
+app), each on its own Unix socket with its own keys and state folder, all served by ONE helper
+process (one uvicorn server per node in one event loop): 100 Python processes would not fit on
+this machine beside the controller. Several provider nodes (``db0``, ``db1``, ...) run the
+built-in provisioner against one embedded PostgreSQL (scram only, loopback). The controller runs
+in this process; its peak memory is this process's max RSS.
+
+Baselines printed beside each figure, from the same run: PostgreSQL's own cost of setting the
+same number of passwords (plaintext, server-side hashing) in one transaction, and one signed
+``state`` round trip to every node in parallel.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_scale.py [--nodes 100] [--pairs 10000]
+    [--providers 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import resource
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+from meshtui.controller.client import Agents
+from meshtui.controller.core import Controller, init_keys
+from meshtui.controller.resolve import ask_state
+from meshtui.errors import LabError
+from meshtui.host import identity
+from meshtui.lab.mesh import agent_answers
+from meshtui.lab.postgres import Cluster, create_cluster
+from tests.fix_pg import free_port
+
+QUIET = "SELECT set_config('log_statement', 'none', true)"
+
+
+def serve(root: Path) -> None:
+    """The helper process: every node folder under ``root/nodes`` served on its socket."""
+    import uvicorn
+
+    from meshtui.host.agent import Agent
+    from meshtui.host.serve import build_app, uvicorn_config
+
+    async def run() -> None:
+        servers = []
+        for folder in sorted((root / "nodes").iterdir()):
+            agent = Agent(identity.load(folder), allow_loopback=True)
+            config = uvicorn_config(build_app(agent), f"unix:{root}/run/{folder.name}.sock")
+            servers.append(uvicorn.Server(config))
+        await asyncio.gather(*(s.serve() for s in servers))
+
+    asyncio.run(run())
+
+
+def declaration(root: Path, port: int, admin: Path, nodes: int, providers: int, pairs: int) -> Path:
+    names = [f"n{i:03d}" for i in range(nodes - providers)]
+    dbs = [f"db{i}" for i in range(providers)]
+    out: list[str] = []
+    for node in [*dbs, *names]:
+        out += [f"[nodes.{node}]", 'address = "127.0.0.1"',
+                f'agent = "unix:{root}/run/{node}.sock"', f'keys = "nodes/{node}/node.pub"', ""]  # fmt: skip
+    for db in dbs:
+        out += [f'[modules."{db}/postgres"]', f'provides = [{{ name = "database", port = {port} }}]',
+                f'receives = {{ database = "srv/{db}/mesh.json" }}',
+                f'grants = {{ database = "srv/{db}/grants" }}', f'admin = "{admin}"', ""]  # fmt: skip
+    for i in range(pairs):
+        node, db = names[i % len(names)], dbs[i % len(dbs)]
+        out += [f'[modules."{node}/m{i}"]',
+                f'requires = [{{ name = "database", from = "{db}/postgres", '
+                f'file = "srv/{node}/m{i}.password" }}]', ""]  # fmt: skip
+    path = root / "mesh.toml"
+    path.write_text("\n".join(out))
+    return path
+
+
+def pg_own(cluster: Cluster, count: int) -> float:
+    """PostgreSQL's own cost: ``count`` new login roles with passwords in one transaction."""
+    logins = [f"scale_base_{i}" for i in range(count)]
+    with psycopg.connect(cluster.admin_conninfo(), autocommit=True) as conn:
+        t0 = time.perf_counter()
+        with conn.transaction():
+            conn.execute(QUIET)
+            for login in logins:
+                conn.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+                    sql.Identifier(login), sql.Literal(secrets.token_urlsafe(32))))  # fmt: skip
+        took = time.perf_counter() - t0
+        with conn.transaction():
+            for login in logins:
+                conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(login)))
+    return took
+
+
+def timed(what: str, fn, rows: list[tuple[str, float, str]], note: str = "") -> object:  # type: ignore[no-untyped-def]
+    t0 = time.perf_counter()
+    out = fn()
+    took = time.perf_counter() - t0
+    rows.append((what, took, note))
+    print(f"  {what:<26}{took * 1000:>12.1f} ms  {note}", flush=True)
+    return out
+
+
+def run(nodes: int, providers: int, pairs: int) -> list[tuple[str, float, str]]:
+    base = Path(tempfile.mkdtemp(prefix="meshtui-benchscale-"))
+    base.chmod(0o711)
+    cluster = create_cluster(base / "data", port=free_port())
+    fleet: subprocess.Popen[bytes] | None = None
+    rows: list[tuple[str, float, str]] = []
+    try:
+        cluster.start()
+        admin = cluster.write_admin_file(base / "admin.conninfo")
+        root = base / "mesh"
+        (root / "run").mkdir(parents=True)
+        root.chmod(0o711)
+        state = root / "state"
+        pub, _ = init_keys(state)
+        decl = declaration(root, cluster.port, admin, nodes, providers, pairs)
+        for line in decl.read_text().splitlines():
+            if line.startswith("[nodes."):
+                name = line[len("[nodes.") : -1]
+                identity.init(name, root / "nodes" / name, pub)
+        log = open(base / "fleet.log", "ab")  # noqa: SIM115
+        fleet = subprocess.Popen([sys.executable, __file__, "--serve", str(root)], stdout=log,
+                                 stderr=log, stdin=subprocess.DEVNULL)  # fmt: skip
+        deadline = time.monotonic() + 120
+        while not all(agent_answers(s) for s in (root / "run").glob("*.sock")) or len(
+            list((root / "run").glob("*.sock"))
+        ) < nodes:
+            if time.monotonic() > deadline or fleet.poll() is not None:
+                raise RuntimeError((base / "fleet.log").read_text()[-2000:])
+            time.sleep(0.2)
+        print(f"{nodes} nodes ({providers} providers), {pairs} pairs; load {os.getloadavg()[0]:.1f}")
+        with Controller.open(state) as ctl:
+            timed("declare", lambda: ctl.declare(decl), rows)
+            with Agents(ctl.inventory.nodes(), ctl.keys(), sequence=ctl.sequence) as agents:
+                names = list(ctl.inventory.nodes())
+                timed("state round trip, all", lambda: ask_state(agents, names), rows,
+                      "baseline: one round trip per node in parallel")  # fmt: skip
+            report = timed("push", ctl.push, rows)
+            assert report.ok, report  # type: ignore[attr-defined]
+            own = pg_own(cluster, pairs)
+            rows.append(("pg own: create, one txn", own, "baseline for push"))
+            print(f"  {'pg own: create, one txn':<26}{own * 1000:>12.1f} ms")
+            timed("status", ctl.status, rows, "goal <= 100 ms")
+            timed("probe", ctl.probe, rows)
+            one = ctl.live_pairs()[0]
+            timed("rotate one", lambda: ctl.rotate([one]), rows)
+            timed("rotate all", lambda: ctl.rotate(ctl.live_pairs()), rows)
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        rows.append(("controller peak RSS (MiB)", peak / 1000, ""))
+        print(f"  controller peak RSS {peak:.0f} MiB; load {os.getloadavg()[0]:.1f}")
+        return rows
+    finally:
+        if fleet is not None:
+            fleet.terminate()
+            fleet.wait(30)
+        for attempt in range(3):
+            try:
+                cluster.stop()
+                break
+            except LabError as exc:
+                print(f"warning: {exc} (attempt {attempt + 1})", file=sys.stderr)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=100)
+    ap.add_argument("--providers", type=int, default=4)
+    ap.add_argument("--pairs", type=int, default=10000)
+    ap.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.serve:
+        serve(args.serve)
+        return 0
+    run(args.nodes, args.providers, args.pairs)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

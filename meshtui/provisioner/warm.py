@@ -1,0 +1,111 @@
+"""Admin sessions kept open between runs of the provisioner inside one long-lived process.
+
+Opening a session costs a SCRAM login and three reads (who the admin is, which settings it can
+lower); a host agent reconciles one manifest per delivery, so it keeps the sessions it opened
+and lends them out again. A kept session is checked before each loan: it must be open and
+idle (no transaction left behind) and answer a fresh read of its settings (the quiet plan is
+read again, so a setting turned loud since is never missed); anything else closes it and a new
+one is opened. A session idle for longer than :data:`IDLE_S` is closed rather than lent.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+
+import psycopg
+from psycopg.pq import TransactionStatus
+
+from meshtui.provisioner.adapter import Done, Held, Scope
+from meshtui.provisioner.postgres import Batch, PostgresAdapter
+
+IDLE_S = 300.0
+KEEP = 2
+"""At most this many idle sessions per (admin, scope): the harness uses two at most."""
+
+
+class Lent:
+    """A kept session on loan: an adapter whose ``close`` gives it back to its pool."""
+
+    def __init__(self, pool: WarmSessions, key: tuple[str, Scope], adapter: PostgresAdapter):
+        self._pool, self._key, self.adapter = pool, key, adapter
+
+    @property
+    def limits(self) -> list[str]:
+        """What this admin cannot do (see :attr:`PostgresAdapter.limits`)."""
+        return self.adapter.limits
+
+    def inspect(self, wanted: Mapping[str, Mapping[str, str]]) -> Mapping[str, Held]:
+        """See :meth:`PostgresAdapter.inspect`."""
+        return self.adapter.inspect(wanted)
+
+    def create(self, login: str, password: str, values: Mapping[str, str]) -> Done:
+        """See :meth:`PostgresAdapter.create`."""
+        return self.adapter.create(login, password, values)
+
+    def create_many(self, batch: Batch) -> dict[str, Done | Exception]:
+        """See :meth:`PostgresAdapter.create_many`."""
+        return self.adapter.create_many(batch)
+
+    def remove(self, login: str) -> Done:
+        """See :meth:`PostgresAdapter.remove`."""
+        return self.adapter.remove(login)
+
+    def close(self) -> None:
+        """Give the session back (or close it when it is not fit to be lent again)."""
+        self._pool.give_back(self._key, self.adapter)
+
+
+class WarmSessions:
+    """A small pool of admin sessions keyed by (admin conninfo, manifest scope); thread-safe."""
+
+    def __init__(self) -> None:
+        self._idle: dict[tuple[str, Scope], list[tuple[PostgresAdapter, float]]] = {}
+        self._lock = threading.Lock()
+
+    def open(self, conninfo: str, scope: Scope) -> Lent:
+        """A healthy kept session for ``scope``, or a new one (an AdapterFactory)."""
+        key = (conninfo, scope)
+        while True:
+            with self._lock:
+                idle = self._idle.get(key, [])
+                adapter, since = idle.pop() if idle else (None, 0.0)
+            if adapter is None:
+                return Lent(self, key, PostgresAdapter(conninfo, scope))
+            if time.monotonic() - since <= IDLE_S and _healthy(adapter):
+                return Lent(self, key, adapter)
+            adapter.close()
+
+    def give_back(self, key: tuple[str, Scope], adapter: PostgresAdapter) -> None:
+        """Keep ``adapter`` for the next loan when it is idle and open; else close it."""
+        adapter.close_others()
+        conn = adapter.conn
+        if conn.closed or conn.info.transaction_status != TransactionStatus.IDLE:
+            adapter.close()
+            return
+        with self._lock:
+            idle = self._idle.setdefault(key, [])
+            if len(idle) < KEEP:
+                idle.append((adapter, time.monotonic()))
+                return
+        adapter.close()
+
+    def close(self) -> None:
+        """Close every kept session."""
+        with self._lock:
+            kept, self._idle = self._idle, {}
+        for idle in kept.values():
+            for adapter, _ in idle:
+                adapter.close()
+
+
+def _healthy(adapter: PostgresAdapter) -> bool:
+    """Open, idle, and answering: re-reads its settings and forgets what it assumed."""
+    if adapter.conn.closed or adapter.conn.info.transaction_status != TransactionStatus.IDLE:
+        return False
+    try:
+        adapter.refresh()
+    except psycopg.Error:
+        return False
+    return True

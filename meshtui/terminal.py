@@ -1,0 +1,46 @@
+"""Text for the operator's terminal: control characters shown, never obeyed.
+
+What the CLI prints carries text from outside: an agent's error, a provisioner's reason, a
+server's message. An escape sequence in it could erase the line that says FAILED, set the
+terminal's clipboard (OSC 52) or retitle the window, so every control character except a line
+break and a tab is written as ``\\xNN``. The dashboard is not affected: Textual writes to the
+process's original stderr, not to ``sys.stdout``/``sys.stderr``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TextIO
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def shown(text: str) -> str:
+    """``text`` with control characters (not newline or tab) written as ``\\xNN``."""
+    if _CONTROL.search(text) is None:
+        return text
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+class Shown:
+    """A text stream that writes :func:`shown` text to the stream it wraps."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        """Write ``text`` with its control characters made visible."""
+        self.stream.write(shown(text))
+        return len(text)
+
+    def flush(self) -> None:
+        """Flush the wrapped stream."""
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        """Whether the wrapped stream is a terminal."""
+        return self.stream.isatty()
+
+    def fileno(self) -> int:
+        """The wrapped stream's descriptor."""
+        return self.stream.fileno()
