@@ -12,7 +12,8 @@
     │   ├── UnsealError          a sealed blob could not be opened with this node's key
     │   └── SignatureError       an envelope or report was not signed by the expected key
     ├── WireError                a message between controller and agent was refused
-    │   └── EnvelopeError        bad signature, stale clock, replayed nonce, wrong recipient
+    │   ├── EnvelopeError        bad signature, stale clock, replayed nonce, wrong recipient
+    │   └── MessageError         a payload that does not have its kind's shape (names the field)
     ├── AgentError               a host agent could not be reached or did not do the work
     ├── HostFileError            a node's file or folder the agent must not trust or cannot use
     ├── RotationError            a rotation could not start or finish
@@ -104,6 +105,10 @@ class WireError(MeshtuiError):
 
 class EnvelopeError(WireError):
     """A signed envelope was refused: wrong key, stale, replayed or for another node."""
+
+
+class MessageError(WireError):
+    """A request or answer payload does not have its kind's shape; names the field's path."""
 
 
 class AgentError(MeshtuiError):

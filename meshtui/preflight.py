@@ -7,8 +7,13 @@ Shared by :mod:`meshtui.controller.doctor` (which builds the request and reads t
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import msgspec
+
+from meshtui import messages
 
 
 @dataclass(frozen=True)
@@ -51,12 +56,12 @@ class CheckRequest:
     providers: tuple[ProviderItem, ...] = ()
     ports: tuple[PortItem, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
-        """The request's payload."""
-        return asdict(self)
+    def to_json(self) -> messages.CheckRequest:
+        """The request's payload (its shape: :class:`meshtui.messages.CheckRequest`)."""
+        return cast(messages.CheckRequest, _as_json(self))
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> CheckRequest:
+    def from_json(cls, data: Mapping[str, Any]) -> CheckRequest:
         """A request from its payload; KeyError/TypeError/ValueError when malformed."""
         return cls(
             consumers=tuple(
@@ -111,12 +116,12 @@ class CheckAnswer:
     findings: tuple[Finding, ...] = field(default_factory=tuple)
     elapsed_ms: float = 0.0
 
-    def to_json(self) -> dict[str, Any]:
-        """The answer's payload."""
-        return asdict(self)
+    def to_json(self) -> messages.CheckAnswer:
+        """The answer's payload (its shape: :class:`meshtui.messages.CheckAnswer`)."""
+        return cast(messages.CheckAnswer, _as_json(self))
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> CheckAnswer:
+    def from_json(cls, data: Mapping[str, Any]) -> CheckAnswer:
         """An answer from its payload; KeyError/TypeError/ValueError when malformed."""
         return cls(
             node=str(data["node"]),
@@ -133,6 +138,11 @@ class CheckAnswer:
             ),
             elapsed_ms=float(data.get("elapsed_ms", 0.0)),
         )
+
+
+def _as_json(shape: object) -> object:
+    """A dataclass as the JSON it travels as (tuples become lists, as on the other side)."""
+    return msgspec.json.decode(msgspec.json.encode(shape))
 
 
 def _optional(value: Any) -> str | None:

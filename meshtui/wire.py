@@ -17,10 +17,10 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
 from meshtui import crypto
 from meshtui.errors import EnvelopeError, SignatureError
@@ -31,15 +31,6 @@ CONTROLLER = "controller"
 
 # message kinds (controller -> agent); every one is answered by a signed reply
 STATE = "state"  # which pairs and generations the node holds, by digest
-
-
-class StateAsk(TypedDict, total=False):
-    """A ``state`` request's payload. ``holdings: False`` asks only who the node is (a
-    rotation resolving its nodes), so no credential file is read and no listing is sent;
-    ``inspect`` asks a provider what its server holds for these manifests."""
-
-    holdings: bool
-    inspect: list[dict[str, Any]]
 
 
 DELIVER = "deliver"  # consumer credentials and provider manifests (sealed)
@@ -166,7 +157,7 @@ PROCESS_SEQUENCE = Sequence()
 
 def envelope(
     kind: str,
-    payload: dict[str, Any],
+    payload: Mapping[str, object],
     *,
     sender: str,
     to: str,

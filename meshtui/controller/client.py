@@ -1,7 +1,8 @@
 """Talking to host agents: signed requests over httpx (TCP or Unix socket), verified answers.
 
-An answer counts only if it is signed by the node key the inventory holds for that node and
-quotes the request's nonce; anything else is an AgentError that names the node and the reason.
+An answer counts only if it is signed by the node key the inventory holds for that node, quotes
+the request's nonce and has its kind's shape (:mod:`meshtui.messages`, checked here, once);
+anything else is an AgentError that names the node and the reason (for a shape, the field).
 Every request carries the next number of the controller's :class:`~meshtui.wire.Sequence` (kept
 in its state folder), which the agent uses to refuse replays, even after it restarts.
 """
@@ -14,13 +15,17 @@ import ssl
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
-from meshtui import crypto, wire
-from meshtui.errors import AgentError, EnvelopeError
+from meshtui import crypto, messages, wire
+from meshtui.errors import AgentError, EnvelopeError, MessageError
 from meshtui.inventory.rows import NodeRow
+from meshtui.messages import Kind
+
+Req = TypeVar("Req", bound=Mapping[str, object])
+Ans = TypeVar("Ans", bound=Mapping[str, object])
 
 DEFAULT_TIMEOUT_S = 30.0
 DELIVER_TIMEOUT_S = 360.0
@@ -122,14 +127,12 @@ class AgentClient:
         """Close the HTTP connection pool."""
         self._http.close()
 
-    def call(
-        self, kind: str, payload: Mapping[str, Any], *, timeout: float | None = None
-    ) -> dict[str, Any]:
-        """Send one signed request; return the verified answer's payload."""
+    def call(self, kind: Kind[Req, Ans], payload: Req, *, timeout: float | None = None) -> Ans:
+        """Send one signed request; return the verified answer's payload, checked for its shape."""
         try:
             env, nonce = wire.envelope(
-                kind,
-                dict(payload),
+                kind.name,
+                payload,
                 sender=wire.CONTROLLER,
                 to=self.name,
                 keys=self._keys,
@@ -168,9 +171,15 @@ class AgentClient:
             raise AgentError(
                 self.name, f"answer not trusted: {exc} (is this the right agent?)"
             ) from exc
-        if resp.status_code != 200 or msg.kind == "error":
-            raise AgentError(self.name, str(msg.payload.get("error", f"HTTP {resp.status_code}")))
-        return msg.payload
+        try:
+            if resp.status_code != 200 or msg.kind == messages.ERROR.name:
+                refusal = messages.ERROR.answer_of(msg.payload)
+                raise AgentError(self.name, refusal["error"])
+            if msg.kind != kind.name:
+                raise MessageError(f"the answer is a {msg.kind!r}, not a {kind.name!r}")
+            return kind.answer_of(msg.payload)  # the one check of the answer's shape
+        except MessageError as exc:
+            raise AgentError(self.name, f"answer refused: {exc}") from None
 
     def _post(self, env: dict[str, str], kwargs: dict[str, Any]) -> httpx.Response:
         try:
@@ -220,25 +229,25 @@ class Agents:
             )
         return self._clients[node]
 
-    def call(self, node: str, kind: str, payload: Mapping[str, Any]) -> dict[str, Any]:
+    def call(self, node: str, kind: Kind[Req, Ans], payload: Req) -> Ans:
         """One request to one node."""
         return self.client(node).call(kind, payload)
 
     def call_many(
         self,
-        kind: str,
-        payloads: Mapping[str, Mapping[str, Any]],
+        kind: Kind[Req, Ans],
+        payloads: Mapping[str, Req],
         *,
         timeout: float | None = None,
-    ) -> dict[str, dict[str, Any] | AgentError]:
+    ) -> dict[str, Ans | AgentError]:
         """The same kind of request to several nodes at once; each answer or its error."""
         if not payloads:
             return {}
         for node in payloads:
             self.client(node)  # create clients in this thread
-        out: dict[str, dict[str, Any] | AgentError] = {}
+        out: dict[str, Ans | AgentError] = {}
 
-        def one(node: str) -> tuple[str, dict[str, Any] | AgentError]:
+        def one(node: str) -> tuple[str, Ans | AgentError]:
             try:
                 return node, self._clients[node].call(kind, payloads[node], timeout=timeout)
             except AgentError as exc:

@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, TypeVar
 
-from meshtui import crypto, wire
+from meshtui import crypto, messages
 from meshtui.controller.client import DELIVER_TIMEOUT_S, Agents
 from meshtui.errors import AgentError, InventoryError
 from meshtui.inventory import Inventory, now
@@ -29,6 +29,18 @@ from meshtui.inventory.rows import (
     OfferSpec,
     PairRow,
     ProbeRecord,
+)
+from meshtui.messages import (
+    ConsumerItem,
+    DeliverAnswer,
+    DeliverRequest,
+    Holding,
+    ManifestEntry,
+    ProbeReport,
+    ProviderOutcome,
+    ProviderSet,
+    Rollback,
+    Target,
 )
 from meshtui.model import End, node_of
 
@@ -43,6 +55,8 @@ EndRow = tuple[str, End, int | None, str | None, str | None]
 
 Targets = Mapping[str, int]
 """pair id -> the generation its ends should receive (default: the pair's generation)."""
+
+Item = TypeVar("Item", ConsumerItem, ManifestEntry)
 
 
 @dataclass
@@ -88,9 +102,9 @@ def offer_of(pair: PairRow, modules: Mapping[str, ModuleRow] | None) -> OfferSpe
 
 def target_of(
     pair: PairRow, nodes: Mapping[str, NodeRow], modules: Mapping[str, ModuleRow] | None = None
-) -> dict[str, Any]:
+) -> Target:
     """Where a probe of ``pair`` logs in: the provider node's private address, port and kind."""
-    target: dict[str, Any] = {
+    target: Target = {
         "host": nodes[node_of(pair["provider"])]["address"],
         "port": pair["port"],
         "login": pair["login"],
@@ -99,7 +113,8 @@ def target_of(
     offer = offer_of(pair, modules)
     kind = offer.get("kind", "postgres") if offer is not None else "postgres"
     if offer is not None and kind != "postgres":
-        target.update(kind=kind, ca=offer.get("ca"), tls=offer.get("tls", True))
+        target["kind"], target["ca"] = str(kind), offer.get("ca")
+        target["tls"] = bool(offer.get("tls", True))
     return target
 
 
@@ -134,7 +149,7 @@ class Planner:
                     self._rotation_of[(str(i["pair"]), int(i["to"]))] = int(r["id"])
         return self._rotation_of
 
-    def rollback(self, pair: str, generation: int) -> dict[str, Any] | None:
+    def rollback(self, pair: str, generation: int) -> Rollback | None:
         """The signed note that delivering ``generation`` abandons newer minted ones, or None.
 
         Generation numbers are never reused, so every minted generation above the target is one
@@ -146,9 +161,11 @@ class Planner:
         rotations = {self.rotation_of.get((pair, g)) for g in abandoned}
         return {"from": abandoned, "rotations": sorted(r for r in rotations if r is not None)}
 
-    def _with_rollback(self, item: dict[str, Any]) -> dict[str, Any]:
+    def _with_rollback(self, item: Item) -> Item:
         note = self.rollback(item["pair"], item["generation"])
-        return item if note is None else {**item, "rollback": note}
+        if note is not None:
+            item["rollback"] = note
+        return item
 
     def sealed(self, pair: str, generation: int) -> Sealed:
         """One generation's sealed blobs; InventoryError when they were discarded."""
@@ -161,38 +178,35 @@ class Planner:
 
     def provider_sets(
         self, providers: Iterable[tuple[str, str]], targets: Targets
-    ) -> dict[str, list[dict[str, Any]]]:
+    ) -> dict[str, list[ProviderSet]]:
         """Manifest deliveries by provider node, for (provider module, provision) keys."""
-        out: dict[str, list[dict[str, Any]]] = {}
+        out: dict[str, list[ProviderSet]] = {}
         for provider, provision in sorted(set(providers)):
             spec = self.modules[provider]["spec"]
             kind = next(
                 (o.get("kind") for o in spec.get("provides", []) if o.get("name") == provision),
                 None,
             )
-            consumers = []
+            consumers: list[ManifestEntry] = []
             for p in self.pairs.values():
                 if p["provider"] != provider or p["provision"] != provision or p["withdrawn_at"]:
                     continue
                 gen = targets.get(p["id"], p["generation"])
                 row = self.sealed(p["id"], gen)
                 cnode = node_of(p["consumer"])
-                consumers.append(
-                    self._with_rollback(
-                        {
-                            "pair": p["id"],
-                            "as": p["login"],
-                            "node": cnode,
-                            "module": p["consumer"].split("/", 1)[1],
-                            "at": self.nodes[cnode]["address"],
-                            "values": p["values"],
-                            "generation": gen,
-                            "digest": row.digest,
-                            "sealed": crypto.b64(row.provider),
-                        }
-                    )
-                )
-            delivery = {
+                entry: ManifestEntry = {
+                    "pair": p["id"],
+                    "as": p["login"],
+                    "node": cnode,
+                    "module": p["consumer"].split("/", 1)[1],
+                    "at": self.nodes[cnode]["address"],
+                    "values": p["values"],
+                    "generation": gen,
+                    "digest": row.digest,
+                    "sealed": crypto.b64(row.provider),
+                }
+                consumers.append(self._with_rollback(entry))
+            delivery: ProviderSet = {
                 "provider": provider,
                 "provision": provision,
                 "receives": spec["receives"][provision],
@@ -209,9 +223,9 @@ class Planner:
 
     def consumer_items(
         self, pairs: Iterable[str], targets: Targets
-    ) -> dict[str, list[dict[str, Any]]]:
+    ) -> dict[str, list[ConsumerItem]]:
         """Credential deliveries by consumer node."""
-        out: dict[str, list[dict[str, Any]]] = {}
+        out: dict[str, list[ConsumerItem]] = {}
         for pid in sorted(set(pairs)):
             p = self.pairs[pid]
             gen = targets.get(pid, p["generation"])
@@ -219,18 +233,18 @@ class Planner:
             node = node_of(p["consumer"])
             out.setdefault(node, []).append(
                 self._with_rollback(
-                    {
-                        "pair": pid,
-                        "node": node,
-                        "generation": gen,
-                        "digest": row.digest,
-                        "file": p["file"],
-                        "owner": p["file_owner"],
-                        "group": p["file_group"],
-                        "mode": p["file_mode"],
-                        "reload": p["reload"],
-                        "sealed": crypto.b64(row.consumer),
-                    }
+                    ConsumerItem(
+                        pair=pid,
+                        node=node,
+                        generation=gen,
+                        digest=row.digest,
+                        file=p["file"],
+                        owner=p["file_owner"],
+                        group=p["file_group"],
+                        mode=p["file_mode"],
+                        reload=p["reload"],
+                        sealed=crypto.b64(row.consumer),
+                    )
                 )
             )
         return out
@@ -276,7 +290,7 @@ def record_end(inv: Inventory, rows: Iterable[EndRow]) -> None:
 def send_providers(
     agents: Agents,
     inv: Inventory,
-    sets: Mapping[str, list[dict[str, Any]]],
+    sets: Mapping[str, list[ProviderSet]],
     result: Delivered,
     *,
     record: bool = True,
@@ -285,14 +299,16 @@ def send_providers(
     if not sets:
         return
     answers = agents.call_many(
-        wire.DELIVER, {n: {"provider": s} for n, s in sets.items()}, timeout=DELIVER_TIMEOUT_S
+        messages.DELIVER,
+        {n: DeliverRequest(provider=s) for n, s in sets.items()},
+        timeout=DELIVER_TIMEOUT_S,
     )
     rows: list[EndRow] = []
     for node, sent in sets.items():
         answer = answers[node]
         for spec in sent:
             got = _match_provider(answer, spec)
-            outcomes = {o.get("login"): o for o in (got or {}).get("outcomes", [])}
+            outcomes = {o["login"]: o for o in got["outcomes"]} if got else {}
             for c in spec["consumers"]:
                 pid = c["pair"]
                 if isinstance(answer, AgentError):
@@ -300,13 +316,13 @@ def send_providers(
                 elif got is None:
                     reason = "agent did not answer for this manifest"
                 else:
-                    o = outcomes.get(c["as"], {})
-                    if o.get("outcome") in ("created", "updated", "unchanged"):
+                    o = outcomes.get(c["as"])
+                    if o is not None and o["outcome"] in ("created", "updated", "unchanged"):
                         result.provider_ok[pid] = True
                         result.applied_at[pid] = float(got.get("applied_at", 0.0))
                         rows.append((pid, End.PROVIDER, c["generation"], c["digest"], None))
                         continue
-                    said = f"{o.get('outcome', 'no outcome')} {o.get('reason', '')}".strip()
+                    said = f"{o['outcome']} {o['reason']}".strip() if o else "no outcome"
                     reason = got.get("error") or f"provisioner: {said}"
                 result.provider_ok[pid] = False
                 result.fail(pid, f"provider {spec['provider']}: {reason}")
@@ -317,20 +333,20 @@ def send_providers(
 
 
 def _match_provider(
-    answer: dict[str, Any] | AgentError, spec: dict[str, Any]
-) -> dict[str, Any] | None:
+    answer: DeliverAnswer | AgentError, spec: ProviderSet
+) -> ProviderOutcome | None:
     if isinstance(answer, AgentError):
         return None
-    for got in answer.get("provider", []):
-        if got.get("provider") == spec["provider"] and got.get("provision") == spec["provision"]:
-            return dict(got)
+    for got in answer["provider"]:
+        if got["provider"] == spec["provider"] and got["provision"] == spec["provision"]:
+            return got
     return None
 
 
 def send_consumers(
     agents: Agents,
     inv: Inventory,
-    items: Mapping[str, list[dict[str, Any]]],
+    items: Mapping[str, list[ConsumerItem]],
     result: Delivered,
     *,
     record: bool = True,
@@ -339,20 +355,18 @@ def send_consumers(
     if not items:
         return
     answers = agents.call_many(
-        wire.DELIVER, {n: {"consumer": i} for n, i in items.items()}, timeout=DELIVER_TIMEOUT_S
+        messages.DELIVER,
+        {n: DeliverRequest(consumer=i) for n, i in items.items()},
+        timeout=DELIVER_TIMEOUT_S,
     )
     rows: list[EndRow] = []
     for node, sent in items.items():
         answer = answers[node]
-        got = (
-            {}
-            if isinstance(answer, AgentError)
-            else {g["pair"]: g for g in answer.get("consumer", [])}
-        )
+        got = {} if isinstance(answer, AgentError) else {g["pair"]: g for g in answer["consumer"]}
         for item in sent:
             pid = item["pair"]
             g = got.get(pid)
-            if g is not None and g.get("ok"):
+            if g is not None and g["ok"]:
                 result.consumer_ok[pid] = True
                 result.written_at[pid] = float(g.get("written_at", 0.0))
                 reload = g.get("reload")
@@ -362,7 +376,7 @@ def send_consumers(
                 reason = (
                     answer.reason
                     if isinstance(answer, AgentError)
-                    else ((g or {}).get("error") or "agent did not answer for this pair")
+                    else (g.get("error") if g else None) or "agent did not answer for this pair"
                 )
                 result.consumer_ok[pid] = False
                 result.fail(pid, f"consumer {node}: {reason}")
@@ -381,7 +395,7 @@ HELD_FILE: dict[str, Literal["file", "file_owner", "file_group", "file_mode"]] =
 """A consumer holding's file keys (as the agent reports them) -> the pairs table's columns."""
 
 
-def held_generations(inv: Inventory, holdings: Mapping[str, list[dict[str, Any]]]) -> None:
+def held_generations(inv: Inventory, holdings: Mapping[str, list[Holding]]) -> None:
     """Correct the deliveries table from agents' own ``state`` answers (by digest).
 
     A consumer file that is missing, unreadable (the agent names why), or no longer where or
@@ -400,13 +414,14 @@ def held_generations(inv: Inventory, holdings: Mapping[str, list[dict[str, Any]]
             present = h.get("present", True)
             why = h.get("error") or "file missing or changed"
             want = declared.get(h["pair"])
+            reported: Mapping[str, object] = h
             moved = [
                 key
                 for key, column in HELD_FILE.items()
                 if h["end"] == End.CONSUMER.value
                 and want is not None
-                and key in h
-                and h[key] != want[column]
+                and key in reported
+                and reported[key] != want[column]
             ]
             if present and moved:
                 present, why = False, f"declared {', '.join(moved)} changed; push writes it again"
@@ -425,21 +440,37 @@ def as_json(data: Any) -> str:
 
 
 def probe_row(
-    pid: str, generation: int, probe: dict[str, Any], at: str, *, withdrawn: bool
+    pid: str, generation: int, probe: ProbeReport | str, at: str, *, withdrawn: bool
 ) -> ProbeRecord:
-    """A probe result as the inventory stores it (verdict, reason, timing; never a secret)."""
-    login = probe.get("login") or {}
-    control = probe.get("control")
+    """A probe result as the inventory stores it (verdict, reason, timing; never a secret).
+
+    A probe that could not be made at all is given as the reason why (verdict ``unknown``).
+    """
+    if isinstance(probe, str):
+        return ProbeRecord(
+            pair=pid,
+            at=at,
+            generation=generation,
+            verdict="unknown",
+            reason=probe,
+            latency_ms=None,
+            used_password=None,
+            loopback=0,
+            client_addr=None,
+            control=None,
+            withdrawn=int(withdrawn),
+        )
+    login, control = probe["login"], probe["control"]
     return ProbeRecord(
         pair=pid,
         at=at,
         generation=generation,
         verdict=probe["verdict"],
         reason=probe["reason"],
-        latency_ms=login.get("latency_ms"),
-        used_password=login.get("used_password"),
-        loopback=int(bool(probe.get("loopback"))),
-        client_addr=login.get("client_addr"),
+        latency_ms=login["latency_ms"],
+        used_password=login["used_password"],
+        loopback=int(probe["loopback"]),
+        client_addr=login["client_addr"],
         control=control["verdict"] if control else None,
         withdrawn=int(withdrawn),
     )

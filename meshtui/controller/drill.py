@@ -8,9 +8,9 @@ drill. The evidence (each login's verdict and timing, the window) is stored and 
 from __future__ import annotations
 
 import secrets
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from meshtui import wire
+from meshtui import messages
 from meshtui.controller.client import AgentClient
 from meshtui.controller.deliver import Planner, as_json, probe_row, target_of
 from meshtui.controller.reports import DrillReport, DrillStep, Progress, RotationReport
@@ -18,24 +18,24 @@ from meshtui.controller.rotate import rotate
 from meshtui.errors import AgentError, MeshtuiError
 from meshtui.inventory import now
 from meshtui.inventory.rows import DrillRecord
+from meshtui.messages import DrillRequest, ProbeReport
 from meshtui.model import node_of
 
 if TYPE_CHECKING:
     from meshtui.controller.core import Controller
 
 
-def _step(name: str, expected: str, login: dict[str, Any] | None, missing: str) -> DrillStep:
+def _step(name: str, expected: str, login: ProbeReport | None, missing: str) -> DrillStep:
     if login is None:
         return DrillStep(
             name=name, expected=expected, verdict="unknown", latency_ms=None, reason=missing
         )
-    lat = (login.get("login") or {}).get("latency_ms")
     return DrillStep(
         name=name,
         expected=expected,
-        verdict=str(login["verdict"]),
-        latency_ms=lat,
-        reason=str(login["reason"]),
+        verdict=login["verdict"],
+        latency_ms=login["login"]["latency_ms"],
+        reason=login["reason"],
     )
 
 
@@ -45,23 +45,20 @@ def drill_one(ctl: Controller, pid: str, progress: Progress) -> DrillReport:
     p = plan.pairs[pid]
     node = node_of(p["consumer"])
     drill_id = secrets.token_hex(8)
-    request = {
-        "drill": drill_id,
-        "pair": pid,
-        "file": p["file"],
-        "target": target_of(p, plan.nodes, plan.modules),
-    }
+    request = DrillRequest(
+        drill=drill_id, pair=pid, file=p["file"], target=target_of(p, plan.nodes, plan.modules)
+    )
     client = AgentClient(
         plan.nodes[node], ctl.keys(), sequence=ctl.sequence, head=ctl.inventory.signed_head
     )
     steps: list[DrillStep] = []
     report: RotationReport | None = None
     reason = ""
-    new_login: dict[str, Any] | None = None
+    new_login: ProbeReport | None = None
     try:
         progress(f"{pid}: old credential before", 0, 3)
-        held = client.call(wire.DRILL_HOLD, request)
-        steps.append(_step("old before", "accepted", held.get("result"), held.get("error", "")))
+        held = client.call(messages.DRILL_HOLD, request)
+        steps.append(_step("old before", "accepted", held["result"], held.get("error", "")))
         if steps[0].ok:
             progress(f"{pid}: rotating", 1, 3)
             try:
@@ -69,13 +66,11 @@ def drill_one(ctl: Controller, pid: str, progress: Progress) -> DrillReport:
             except MeshtuiError as exc:
                 reason = f"rotation not done: {exc}"
             progress(f"{pid}: new and old credential after", 2, 3)
-        checked = client.call(wire.DRILL_CHECK, request)  # also makes the agent forget the old one
+        checked = client.call(messages.DRILL_CHECK, request)  # the agent forgets the old one
         if steps[0].ok:
-            new_login = checked.get("new")
+            new_login = checked["new"]
             steps.append(_step("new after", "accepted", new_login, "no credential file"))
-            steps.append(
-                _step("old after", "refused", checked.get("old"), checked.get("error") or "")
-            )
+            steps.append(_step("old after", "refused", checked["old"], checked["error"] or ""))
     except AgentError as exc:
         reason = f"consumer's node unreachable: {exc.reason}"
     finally:

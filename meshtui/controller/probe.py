@@ -8,14 +8,15 @@ node actually held (found by digest), which is what makes a pair working, stale 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from meshtui import wire
+from meshtui import messages
 from meshtui.controller.client import AgentClient
 from meshtui.controller.deliver import Planner, probe_row, target_of
 from meshtui.controller.reports import ProbeOutcome, Progress
 from meshtui.errors import AgentError
 from meshtui.inventory import now
+from meshtui.messages import ProbeAnswer, ProbeItem, ProbeReport, ProbeRequest
 from meshtui.model import node_of
 
 if TYPE_CHECKING:
@@ -30,11 +31,11 @@ def probe(ctl: Controller, ids: list[str], progress: Progress) -> list[ProbeOutc
     inv = ctl.inventory
     plan = Planner(inv)
     live = [pid for pid in ids if not plan.pairs[pid]["withdrawn_at"]]
-    by_node: dict[str, list[dict[str, Any]]] = {}
+    by_node: dict[str, list[ProbeItem]] = {}
     for pid in live:
         p = plan.pairs[pid]
         by_node.setdefault(node_of(p["consumer"]), []).append(
-            {"pair": pid, "file": p["file"], **target_of(p, plan.nodes, plan.modules)}
+            ProbeItem(pair=pid, file=p["file"], **target_of(p, plan.nodes, plan.modules))
         )
     gen_of = inv.generation_by_digest()
     total, done = len(live), 0
@@ -42,7 +43,7 @@ def probe(ctl: Controller, ids: list[str], progress: Progress) -> list[ProbeOutc
     progress(f"probing {total} pairs", 0, total)
     keys = ctl.keys()
 
-    def ask(node: str) -> tuple[str, str, dict[str, Any] | AgentError]:
+    def ask(node: str) -> tuple[str, str, ProbeAnswer | AgentError]:
         """One node's probes; nodes are asked in parallel, each bounds its own logins."""
         items = by_node[node]
         client = AgentClient(
@@ -56,7 +57,7 @@ def probe(ctl: Controller, ids: list[str], progress: Progress) -> list[ProbeOutc
             return (
                 node,
                 now(),
-                client.call(wire.PROBE, {"targets": items, "concurrency": CONCURRENCY}),
+                client.call(messages.PROBE, ProbeRequest(targets=items, concurrency=CONCURRENCY)),
             )
         except AgentError as exc:
             return node, now(), exc
@@ -67,38 +68,30 @@ def probe(ctl: Controller, ids: list[str], progress: Progress) -> list[ProbeOutc
         answers = list(pool.map(ask, sorted(by_node)))
     for node, stamp, answer in answers:
         items = by_node[node]
-        got = (
-            {}
-            if isinstance(answer, AgentError)
-            else {r["pair"]: r for r in answer.get("results", [])}
-        )
+        got = {} if isinstance(answer, AgentError) else {r["pair"]: r for r in answer["results"]}
         for item in items:
             pid = item["pair"]
             r = got.get(pid)
-            if r is None or r.get("result") is None:
+            result: ProbeReport | None = r["result"] if r else None
+            digest = r["digest"] if r else None
+            generation = gen_of.get((pid, digest)) if digest is not None else None
+            if result is None:
                 reason = (
                     f"consumer's node {node} unreachable: {answer.reason}"
                     if isinstance(answer, AgentError)
-                    else (r or {}).get("error", "no result")
+                    else (r.get("error") if r else None) or "no result"
                 )
-                result: dict[str, Any] = {
-                    "verdict": "unknown",
-                    "reason": reason,
-                    "loopback": False,
-                    "login": {},
-                }
-            else:
-                result = r["result"]
-            generation = gen_of.get((pid, r.get("digest"))) if r else None
+                rows.append(probe_row(pid, generation or 0, reason, stamp, withdrawn=False))
+                out.append(ProbeOutcome(pid, "unknown", reason, None, False))
+                continue
             rows.append(probe_row(pid, generation or 0, result, stamp, withdrawn=False))
-            latency = (result.get("login") or {}).get("latency_ms")
             out.append(
                 ProbeOutcome(
                     pair=pid,
                     verdict=result["verdict"],
                     reason=result["reason"],
-                    latency_ms=latency,
-                    loopback=bool(result.get("loopback")),
+                    latency_ms=result["login"]["latency_ms"],
+                    loopback=result["loopback"],
                 )
             )
         done += len(items)

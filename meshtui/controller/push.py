@@ -10,9 +10,9 @@ revokes withdrawn pairs. Run twice, it changes nothing.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from meshtui import wire
+from meshtui import messages
 from meshtui.controller import status as status_mod
 from meshtui.controller.client import STATE_TIMEOUT_S, Agents
 from meshtui.controller.deliver import (
@@ -32,6 +32,7 @@ from meshtui.controller.resolve import ask_state
 from meshtui.errors import AgentError
 from meshtui.inventory import Inventory, now
 from meshtui.inventory.rows import DeliveryRow, ProbeRecord
+from meshtui.messages import InspectSpec, StateRequest, WithdrawItem, WithdrawRequest
 from meshtui.model import End, State, node_of
 
 if TYPE_CHECKING:
@@ -184,7 +185,7 @@ def _drift(
     right, record or database changed, or the login gone) is drift, stamped with the time.
     Only ends recorded as holding their generation count: one still behind is delivered anyway.
     """
-    specs: dict[str, list[dict[str, Any]]] = {}
+    specs: dict[str, list[InspectSpec]] = {}
     by_login: dict[tuple[str, str, str], str] = {}
     for p in plan.pairs.values():
         if (
@@ -195,7 +196,7 @@ def _drift(
             continue
         by_login[(p["provider"], p["provision"], p["login"])] = p["id"]
         spec = plan.modules[p["provider"]]["spec"]
-        key = {
+        key: InspectSpec = {
             "provider": p["provider"],
             "provision": p["provision"],
             "receives": spec["receives"][p["provision"]],
@@ -208,24 +209,25 @@ def _drift(
     if not specs:
         return {}
     answers = agents.call_many(
-        wire.STATE, {n: {"inspect": s} for n, s in specs.items()}, timeout=STATE_TIMEOUT_S
+        messages.STATE,
+        {n: StateRequest(inspect=s) for n, s in specs.items()},
+        timeout=STATE_TIMEOUT_S,
     )
     stamp = now()
     out: dict[str, str] = {}
     for answer in answers.values():
         if isinstance(answer, AgentError):
             continue  # unreachable now: the delivery round reports it
-        for got in answer.get("inspected", []):
-            for found in got.get("logins", []):
-                key3 = (str(got.get("provider")), str(got.get("provision")), found.get("login"))
-                pid = by_login.get(key3)
-                if pid is not None and found.get("verdict") in ("changed", "missing"):
+        for got in answer.get("inspected", []):  # absent: nothing was asked of that node
+            for found in got["logins"]:
+                pid = by_login.get((got["provider"], got["provision"], found["login"]))
+                if pid is not None and found["verdict"] in ("changed", "missing"):
                     before = found_before.get((pid, End.PROVIDER.value))
                     earlier = before["error"] if before else None
                     if earlier and str(earlier).startswith(status_mod.DRIFT):
                         out[pid] = str(earlier).split("; ", 1)[0]
                     else:
-                        why = found.get("reason") or "gone"
+                        why = found["reason"] or "gone"
                         out[pid] = f"{status_mod.DRIFT}{stamp} ({why})"
     return out
 
@@ -254,26 +256,24 @@ def _record_repairs(
 
 def revoke(ctl: Controller, agents: Agents, plan: Planner, pids: list[str]) -> list[PairOutcome]:
     """Consumers of withdrawn pairs try their last credential once; only a refusal deletes it."""
-    by_node: dict[str, list[dict[str, Any]]] = {}
+    by_node: dict[str, list[WithdrawItem]] = {}
     for pid in pids:
         p = plan.pairs[pid]
         by_node.setdefault(node_of(p["consumer"]), []).append(
-            {"pair": pid, "file": p["file"], "target": target_of(p, plan.nodes, plan.modules)}
+            WithdrawItem(pair=pid, file=p["file"], target=target_of(p, plan.nodes, plan.modules))
         )
     if not by_node:
         return []
-    answers = agents.call_many(wire.WITHDRAW, {n: {"consumer": i} for n, i in by_node.items()})
+    answers = agents.call_many(
+        messages.WITHDRAW, {n: WithdrawRequest(consumer=i) for n, i in by_node.items()}
+    )
     out: list[PairOutcome] = []
     probes: list[ProbeRecord] = []
     gone: list[str] = []
     stamp = now()
     for node, items in by_node.items():
         answer = answers[node]
-        got = (
-            {}
-            if isinstance(answer, AgentError)
-            else {g["pair"]: g for g in answer.get("consumer", [])}
-        )
+        got = {} if isinstance(answer, AgentError) else {g["pair"]: g for g in answer["consumer"]}
         for item in items:
             pid = item["pair"]
             g = got.get(pid)
@@ -285,8 +285,8 @@ def revoke(ctl: Controller, agents: Agents, plan: Planner, pids: list[str]) -> l
                     )
                 )
                 continue
-            probe = g.get("probe")
-            if g.get("removed") or probe is None:
+            probe = g["probe"]
+            if g["removed"] or probe is None:
                 gone.append(pid)  # refused and deleted, or nothing was held any more
             verdict = probe["verdict"] if probe else "unknown"
             reason = probe["reason"] if probe else "no credential was held"

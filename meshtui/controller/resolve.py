@@ -6,12 +6,13 @@ signature that is not the key the inventory holds for it, is not resolved and no
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from meshtui import wire
+from meshtui import messages
 from meshtui.controller.client import STATE_TIMEOUT_S, Agents
 from meshtui.controller.reports import Resolution
 from meshtui.errors import AgentError
+from meshtui.messages import Holding, StateRequest
 
 if TYPE_CHECKING:
     from meshtui.controller.core import Controller
@@ -19,26 +20,27 @@ if TYPE_CHECKING:
 
 def ask_state(
     agents: Agents, nodes: list[str], *, listing: bool = True
-) -> tuple[list[Resolution], dict[str, list[dict[str, Any]]]]:
+) -> tuple[list[Resolution], dict[str, list[Holding]]]:
     """Resolutions of ``nodes`` and, for those that answered, what they hold (nothing when
     ``listing`` is False: a rotation only needs to know each node answers as itself)."""
-    ask: wire.StateAsk = {} if listing else {"holdings": False}
+    ask = StateRequest() if listing else StateRequest(holdings=False)
     answers = agents.call_many(
-        wire.STATE, {n: dict(ask) for n in sorted(set(nodes))}, timeout=STATE_TIMEOUT_S
+        messages.STATE, {n: ask for n in sorted(set(nodes))}, timeout=STATE_TIMEOUT_S
     )
-    resolutions, holdings = [], {}
+    resolutions: list[Resolution] = []
+    holdings: dict[str, list[Holding]] = {}
     for node, answer in sorted(answers.items()):
         if isinstance(answer, AgentError):
             resolutions.append(Resolution(node=node, ok=False, reason=answer.reason))
             continue
-        if answer.get("node") != node:
+        if answer["node"] != node:
             resolutions.append(
-                Resolution(node=node, ok=False, reason=f"agent says it is {answer.get('node')!r}")
+                Resolution(node=node, ok=False, reason=f"agent says it is {answer['node']!r}")
             )
             continue
-        holdings[node] = list(answer.get("holdings", []))
+        holdings[node] = answer.get("holdings", [])  # absent when not asked for
         resolutions.append(
-            Resolution(node=node, ok=True, reason=f"answered, key {answer.get('fingerprint', '?')}")
+            Resolution(node=node, ok=True, reason=f"answered, key {answer['fingerprint']}")
         )
     return resolutions, holdings
 

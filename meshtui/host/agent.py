@@ -13,15 +13,15 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, NotRequired, Protocol, TypedDict, TypeVar, cast
 
-from meshtui import crypto, wire
+from meshtui import crypto, messages, wire
 from meshtui.atomic import PRIVATE
-from meshtui.errors import CryptoError, EnvelopeError, HostFileError, MeshtuiError
+from meshtui.errors import CryptoError, EnvelopeError, HostFileError, MeshtuiError, MessageError
 from meshtui.host import checks as checks_mod
 from meshtui.host import files
 from meshtui.host import probe as probe_mod
@@ -29,6 +29,34 @@ from meshtui.host.anchor import AuditAnchor, is_nonce
 from meshtui.host.guard import AcceptedGenerations, AcceptedRequests
 from meshtui.host.holdings import Holdings
 from meshtui.host.identity import Identity
+from meshtui.messages import (
+    CheckAnswer,
+    CheckRequest,
+    ConsumerItem,
+    ConsumerOutcome,
+    DeliverAnswer,
+    DeliverRequest,
+    DrillCheckAnswer,
+    DrillHoldAnswer,
+    DrillRequest,
+    Holding,
+    Inspection,
+    InspectSpec,
+    LoginOutcome,
+    ManifestEntry,
+    ProbeAnswer,
+    ProbedPair,
+    ProbeReport,
+    ProbeRequest,
+    ProviderOutcome,
+    ProviderSet,
+    StateAnswer,
+    StateRequest,
+    Target,
+    WithdrawAnswer,
+    WithdrawOutcome,
+    WithdrawRequest,
+)
 from meshtui.model import NAME_RE, split_pair_id
 
 if TYPE_CHECKING:
@@ -41,18 +69,41 @@ INSPECT_TIMEOUT_S = 5.0  # within the controller's STATE_TIMEOUT_S
 DRILL_HOLD_S = 300.0
 CONSUMER_WRITERS = 8
 """Credential files of one delivery written at once (their fsyncs then share commits)."""
-Provisioner = Callable[[Path, Path], dict[str, Any]]
 
 
-def builtin_provisioner(manifest: Path, admin: Path) -> dict[str, Any]:
-    """Run the built-in provisioner in-process; its report as JSON.
+class ProvisionReport(TypedDict):
+    """What a provisioner reports to the agent: ok, each login's outcome, or why not."""
+
+    ok: bool
+    outcomes: list[LoginOutcome]
+    error: NotRequired[str]
+
+
+Provisioner = Callable[[Path, Path], ProvisionReport]
+
+
+def builtin_provisioner(manifest: Path, admin: Path) -> ProvisionReport:
+    """Run the built-in provisioner in-process; its outcomes.
 
     Its PostgreSQL admin sessions are kept warm between deliveries (:mod:`meshtui.provisioner.warm`):
     each is checked and its settings read again before it is used.
     """
     from meshtui.provisioner.harness import reconcile
 
-    return reconcile(manifest, admin, postgres=_warm_sessions().open).as_dict()
+    report = reconcile(manifest, admin, postgres=_warm_sessions().open)
+    return {
+        "ok": report.ok,
+        "outcomes": [
+            {
+                "login": o.login,
+                "outcome": o.outcome,
+                "reason": o.reason,
+                "node": o.node,
+                "module": o.module,
+            }
+            for o in report.outcomes
+        ],
+    }
 
 
 @functools.cache
@@ -63,7 +114,29 @@ def _warm_sessions() -> WarmSessions:
     return WarmSessions()
 
 
-def inspect_provider(spec: dict[str, Any]) -> dict[str, Any]:
+Req = TypeVar("Req", bound=Mapping[str, object])
+Ans = TypeVar("Ans", bound=Mapping[str, object])
+
+
+class Accept(Protocol):
+    """A checked request, ready to run: ``accept(payload)()`` is the answer."""
+
+    def accept(self, payload: Mapping[str, object]) -> Callable[[], Mapping[str, object]]: ...
+
+
+class Route(Generic[Req, Ans]):
+    """One kind and its handler: the request is checked against the kind's shape, then run."""
+
+    def __init__(self, kind: messages.Kind[Req, Ans], handler: Callable[[Req], Ans]) -> None:
+        self.kind, self.handler = kind, handler
+
+    def accept(self, payload: Mapping[str, object]) -> Callable[[], Ans]:
+        """MessageError (naming the field) unless ``payload`` is this kind's request."""
+        request = self.kind.request_of(payload)
+        return lambda: self.handler(request)
+
+
+def inspect_provider(spec: InspectSpec) -> Inspection:
     """The built-in provisioner's read-only inspection of one manifest, within a time bound.
 
     Per login: ``matches``, ``changed`` (changed outside meshtui), ``missing``, ``unknown``,
@@ -72,26 +145,27 @@ def inspect_provider(spec: dict[str, Any]) -> dict[str, Any]:
     """
     from meshtui.provisioner.harness import inspect
 
-    out: dict[str, Any] = {
-        "provider": str(spec["provider"]),
-        "provision": str(spec["provision"]),
+    out: Inspection = {
+        "provider": spec["provider"],
+        "provision": spec["provision"],
         "ok": False,
         "logins": [],
     }
-    if [str(a) for a in spec.get("provisioner") or ["builtin:postgres"]] != ["builtin:postgres"]:
+    admin = spec["admin"]
+    if (spec["provisioner"] or ["builtin:postgres"]) != ["builtin:postgres"]:
         out["error"] = "a declared provisioner command cannot be inspected"
         return out
-    if not spec.get("admin"):
+    if not admin:
         out["error"] = "no admin conninfo file declared for the provisioner"
         return out
     try:
         manifest = node_path(spec["receives"], "manifest")
-        admin = node_path(spec["admin"], "admin file")
+        admin_path = node_path(admin, "admin file")
     except ValueError as exc:
         out["error"] = str(exc)
         return out
     pool = ThreadPoolExecutor(max_workers=1)
-    future = pool.submit(inspect, manifest, admin)
+    future = pool.submit(inspect, manifest, admin_path)
     pool.shutdown(wait=False)  # a hung server must not hold up the answer
     try:
         found = future.result(timeout=INSPECT_TIMEOUT_S)
@@ -142,6 +216,18 @@ class Agent:
         self._serials: dict[str, int] = {}  # manifest path -> the serial written last
         self._lock = threading.Lock()  # one delivery at a time: files and provisioner
         self._drill_lock = threading.Lock()
+        self._routes: dict[str, Accept] = {
+            r.kind.name: r
+            for r in (
+                Route(messages.STATE, self.state),
+                Route(messages.DELIVER, self.deliver),
+                Route(messages.WITHDRAW, self.withdraw),
+                Route(messages.PROBE, self.probe),
+                Route(messages.DRILL_HOLD, self.drill_hold),
+                Route(messages.DRILL_CHECK, self.drill_check),
+                Route(messages.CHECK, self.check),
+            )
+        }
 
     # ---- envelope -----------------------------------------------------------------------
     def handle(self, envelope: Any) -> tuple[int, dict[str, str]]:
@@ -173,24 +259,21 @@ class Agent:
                     {"error": f"{me} cannot keep the audit head: {exc.strerror}"},
                     msg.nonce,
                 )
-        handler = {
-            wire.STATE: self.state,
-            wire.DELIVER: self.deliver,
-            wire.WITHDRAW: self.withdraw,
-            wire.PROBE: self.probe,
-            wire.DRILL_HOLD: self.drill_hold,
-            wire.DRILL_CHECK: self.drill_check,
-            wire.CHECK: self.check,
-        }.get(msg.kind)
-        if handler is None:
+        route = self._routes.get(msg.kind)
+        if route is None:
             return 400, self._reply("error", {"error": f"unknown kind {msg.kind!r}"}, msg.nonce)
         try:
-            payload = handler(msg.payload)
+            work = route.accept(msg.payload)  # the one check of the request's shape
+        except MessageError as exc:
+            return 400, self._reply("error", {"error": f"{me} refused: {exc}"}, msg.nonce)
+        try:
+            payload = work()
         except MeshtuiError as exc:
             return 422, self._reply("error", {"error": str(exc)}, msg.nonce)
-        except (KeyError, TypeError, ValueError) as exc:
-            what = f"missing key {exc.args[0]!r}" if isinstance(exc, KeyError) else str(exc)
-            return 400, self._reply("error", {"error": f"malformed {msg.kind}: {what}"}, msg.nonce)
+        except ValueError as exc:  # a value that has the shape but not the meaning
+            return 400, self._reply(
+                "error", {"error": f"{me} refused {msg.kind}: {exc}"}, msg.nonce
+            )
         except OSError as exc:
             return 500, self._reply(
                 "error", {"error": f"{msg.kind} failed on {me}: {exc.strerror}"}, msg.nonce
@@ -213,11 +296,13 @@ class Agent:
         payload = {"node": self.identity.name, "head": head.to_json() if head else None}
         return 200, self._reply(wire.ANCHOR, payload, nonce)
 
-    def check(self, payload: dict[str, Any]) -> dict[str, Any]:
+    def check(self, payload: CheckRequest) -> CheckAnswer:
         """The node's side of ``meshtui doctor`` (reads and connects only; nothing is written)."""
         return checks_mod.run(self.identity.name, payload).to_json()
 
-    def _reply(self, kind: str, payload: dict[str, Any], reply_to: str | None) -> dict[str, str]:
+    def _reply(
+        self, kind: str, payload: Mapping[str, object], reply_to: str | None
+    ) -> dict[str, str]:
         env, _ = wire.envelope(
             kind,
             payload,
@@ -234,7 +319,7 @@ class Agent:
             self._drills = {k: v for k, v in self._drills.items() if v[1] > now}
 
     # ---- state --------------------------------------------------------------------------
-    def state(self, payload: dict[str, Any]) -> dict[str, Any]:
+    def state(self, payload: StateRequest) -> StateAnswer:
         """Who this is and what it holds, by digest; checks each consumer file still matches.
 
         Asked with ``inspect`` (provider manifests), it also answers what each provider's server
@@ -245,25 +330,25 @@ class Agent:
                 "node": self.identity.name,
                 "fingerprint": self.identity.keys.public().fingerprint(),
             }
-        held = self.holdings.listing()
+        held = cast(list[Holding], self.holdings.listing())  # the agent's own record
         with files.Ancestors() as ancestors:
             for h in held:
                 if h["end"] == "consumer":
-                    data, error = files.read_credential(Path(h["file"]), ancestors)
+                    data, error = files.read_credential(Path(h.get("file", "")), ancestors)
                     h["present"] = data is not None and crypto.secret_digest(data) == h["digest"]
                     if error:
                         h["error"] = error
-        out: dict[str, Any] = {
+        out: StateAnswer = {
             "node": self.identity.name,
             "fingerprint": self.identity.keys.public().fingerprint(),
             "holdings": held,
         }
-        if payload.get("inspect"):  # a provider: what its server holds, read-only
+        if "inspect" in payload:  # a provider: what its server holds, read-only
             out["inspected"] = [inspect_provider(spec) for spec in payload["inspect"]]
         return out
 
     # ---- deliver ------------------------------------------------------------------------
-    def deliver(self, payload: dict[str, Any]) -> dict[str, Any]:
+    def deliver(self, payload: DeliverRequest) -> DeliverAnswer:
         """Provider sets first (manifest + secrets + provisioner), then consumer credentials.
 
         An item of an older generation than this node accepted is refused first (unless it is
@@ -275,11 +360,11 @@ class Agent:
                 _refused_provider(s, why)
                 if (why := refused.get(f"provider:{s['provider']}:{s['provision']}"))
                 else self._deliver_provider(s)
-                for s in payload.get("provider", [])
+                for s in payload.get("provider", [])  # either list may be left out
             ]
             held: dict[str, dict[str, Any] | None] = {}
 
-            def one(c: dict[str, Any]) -> dict[str, Any]:
+            def one(c: ConsumerItem) -> ConsumerOutcome:
                 why = refused.get(f"consumer:{c['pair']}")
                 return _refused_consumer(c, why) if why else self._deliver_consumer(c, held)
 
@@ -305,14 +390,12 @@ class Agent:
         return secret
 
     def _deliver_consumer(
-        self, item: dict[str, Any], held: dict[str, dict[str, Any] | None]
-    ) -> dict[str, Any]:
-        pair, gen = str(item["pair"]), int(item["generation"])
-        out: dict[str, Any] = {"pair": pair, "generation": gen, "ok": False}
-        if item.get("node") != self.identity.name:
-            out["error"] = (
-                f"delivery is for node {item.get('node')!r}, this is {self.identity.name!r}"
-            )
+        self, item: ConsumerItem, held: dict[str, dict[str, Any] | None]
+    ) -> ConsumerOutcome:
+        pair, gen = item["pair"], item["generation"]
+        out: ConsumerOutcome = {"pair": pair, "generation": gen, "ok": False}
+        if item["node"] != self.identity.name:
+            out["error"] = f"delivery is for node {item['node']!r}, this is {self.identity.name!r}"
             return out
         try:
             path = node_path(item["file"], "credential file")
@@ -320,7 +403,7 @@ class Agent:
         except ValueError as exc:
             out["error"] = str(exc)
             return out
-        digest = str(item["digest"])
+        digest = item["digest"]
         try:
             provision, consumer, _ = split_pair_id(pair)
         except ValueError as exc:
@@ -328,9 +411,9 @@ class Agent:
             return out
         where = f"node {self.identity.name}: {consumer} requires {provision}"
         try:
-            want = files.resolve_access(item.get("owner"), item.get("group"), item.get("mode"))
+            want = files.resolve_access(item["owner"], item["group"], item["mode"])
             files.write_credential(
-                path, want, digest, lambda: self._unseal(str(item["sealed"]), digest, pair)
+                path, want, digest, lambda: self._unseal(item["sealed"], digest, pair)
             )
         except HostFileError as exc:
             out["error"] = f"{where}: {exc}"
@@ -351,14 +434,13 @@ class Agent:
             "mode": want.mode,
         }
         out["ok"], out["digest"] = True, digest
-        reload = [str(a) for a in item.get("reload") or []]
-        if reload:
-            out["reload"] = _run_reload(reload)
+        if item["reload"]:
+            out["reload"] = _run_reload(item["reload"])
         return out
 
-    def _deliver_provider(self, spec: dict[str, Any]) -> dict[str, Any]:
-        provider, provision = str(spec["provider"]), str(spec["provision"])
-        out: dict[str, Any] = {
+    def _deliver_provider(self, spec: ProviderSet) -> ProviderOutcome:
+        provider, provision = spec["provider"], spec["provision"]
+        out: ProviderOutcome = {
             "provider": provider,
             "provision": provision,
             "ok": False,
@@ -374,14 +456,14 @@ class Agent:
             self._outside_state(manifest.parent, "manifest")
             self._outside_state(grants, "grants folder")
             for c in spec["consumers"]:
-                for name in (str(c["node"]), str(c["module"])):
+                for name in (c["node"], c["module"]):
                     if not NAME_RE.match(name):
                         raise ValueError(f"consumer name {name!r} is not a node or module name")
         except ValueError as exc:
             out["error"] = f"{provider}: {exc}"
             return out
         rel = "" if inside == "." else inside + "/"
-        consumers = list(spec["consumers"])
+        consumers = spec["consumers"]
         try:
             error = self._write_provider_files(manifest, grants, rel, spec, consumers)
         except HostFileError as exc:
@@ -395,26 +477,25 @@ class Agent:
             return out
         report = self._provision(spec, manifest)
         out["applied_at"] = time.time()
-        out["outcomes"] = report.get("outcomes", [])
-        out["ok"] = bool(report.get("ok")) and not report.get("error")
-        if report.get("error"):
+        out["outcomes"] = report["outcomes"]
+        out["ok"] = report["ok"] and "error" not in report
+        if "error" in report:
             out["error"] = report["error"]
-        by_login = {o.get("login"): o for o in out["outcomes"]}
+        by_login = {o["login"]: o["outcome"] for o in out["outcomes"]}
         changes: dict[str, dict[str, Any] | None] = {}
         for c in consumers:
-            outcome = by_login.get(c["as"], {}).get("outcome")
-            if outcome in OK_OUTCOMES:
-                changes[str(c["pair"])] = {
-                    "generation": int(c["generation"]),
+            if by_login.get(c["as"]) in OK_OUTCOMES:
+                changes[c["pair"]] = {
+                    "generation": c["generation"],
                     "digest": c["digest"],
                     "provider": provider,
                     "login": c["as"],
                 }
-        listed = {str(c["pair"]) for c in consumers}
+        listed = {c["pair"] for c in consumers}
         for h in self.holdings.listing():
             if h["end"] == "provider" and h.get("provider") == provider and h["pair"] not in listed:
                 # a withdrawn pair stays held until its login is gone ("drop pending" is not gone)
-                gone = by_login.get(h.get("login"), {}).get("outcome", "removed") == "removed"
+                gone = by_login.get(str(h.get("login")), "removed") == "removed"
                 if gone and out["ok"]:
                     changes[h["pair"]] = None
         self.holdings.update("provider", changes)
@@ -425,8 +506,8 @@ class Agent:
         manifest: Path,
         grants: Path,
         rel: str,
-        spec: dict[str, Any],
-        consumers: list[dict[str, Any]],
+        spec: ProviderSet,
+        consumers: list[ManifestEntry],
     ) -> str | None:
         """Secret files into the grants folder, then the manifest beside it; stale secrets go.
 
@@ -443,39 +524,37 @@ class Agent:
                 os.fchmod(gdir.fd, 0o700)
                 secrets: dict[str, bytes] = {}
                 for c in consumers:
-                    name = secret_name(str(c["node"]), str(c["module"]))
+                    name = secret_name(c["node"], c["module"])
                     current, _ = files.read_in(gdir, name)
                     if current is None or crypto.secret_digest(current) != c["digest"]:
-                        secrets[name] = self._unseal(
-                            str(c["sealed"]), str(c["digest"]), str(c["pair"])
-                        )
+                        secrets[name] = self._unseal(c["sealed"], c["digest"], c["pair"])
                 gdir.write_many(secrets, PRIVATE)
                 secrets.clear()
                 serial = self._next_serial(mdir, manifest)
                 body = {
                     "version": 1,
-                    "provision": str(spec["provision"]),
-                    "provider": str(spec["provider"]),
+                    "provision": spec["provision"],
+                    "provider": spec["provider"],
                     "serial": serial,
-                    "pin": bool(spec.get("pin", False)),
+                    "pin": spec["pin"],
                     "consumers": [
                         {
                             "as": c["as"],
                             "node": c["node"],
                             "module": c["module"],
                             "at": c["at"],
-                            "values": c.get("values", {}),
-                            "secret": rel + secret_name(str(c["node"]), str(c["module"])),
+                            "values": c["values"],
+                            "secret": rel + secret_name(c["node"], c["module"]),
                             "digest": c["digest"],
                         }
                         for c in consumers
                     ],
                 }
-                if spec.get("kind", "postgres") != "postgres":
-                    body["kind"] = str(spec["kind"])  # the harness picks its adapter by this
+                if spec.get("kind", "postgres") != "postgres":  # absent: PostgreSQL
+                    body["kind"] = spec["kind"]  # the harness picks its adapter by this
                 mdir.write(manifest.name, manifest_text(body), PRIVATE)
                 self._serials[str(manifest)] = serial
-                wanted = {secret_name(str(c["node"]), str(c["module"])) for c in consumers}
+                wanted = {secret_name(c["node"], c["module"]) for c in consumers}
                 for stale in gdir.names():
                     old = stale.endswith(".secret") and stale not in wanted
                     if old and not gdir.is_folder(stale):
@@ -487,17 +566,20 @@ class Agent:
         last = self._serials.get(str(manifest))
         return last + 1 if last is not None else _next_serial(folder, manifest.name)
 
-    def _provision(self, spec: dict[str, Any], manifest: Path) -> dict[str, Any]:
-        argv = [str(a) for a in spec.get("provisioner") or ["builtin:postgres"]]
+    def _provision(self, spec: ProviderSet, manifest: Path) -> ProvisionReport:
+        argv = spec["provisioner"] or ["builtin:postgres"]
+        admin = spec["admin"] or ""
         if argv == ["builtin:postgres"]:
-            admin = spec.get("admin")
             if not admin:
-                return {"ok": False, "error": "no admin conninfo file declared for the provisioner"}
+                return {
+                    "ok": False,
+                    "outcomes": [],
+                    "error": "no admin conninfo file declared for the provisioner",
+                }
             try:
-                return self.provisioner(manifest, Path(str(admin)))
+                return self.provisioner(manifest, Path(admin))
             except MeshtuiError as exc:
-                return {"ok": False, "error": str(exc)}
-        admin = str(spec.get("admin") or "")
+                return {"ok": False, "outcomes": [], "error": str(exc)}
         argv = [a.replace("{admin}", admin) for a in argv]
         try:
             done = subprocess.run(
@@ -508,8 +590,9 @@ class Agent:
                 stdin=subprocess.DEVNULL,
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
-            return {"ok": False, "error": f"provisioner {argv[0]} failed to run: {exc}"}
-        logins = [str(c["as"]) for c in spec["consumers"]]
+            why = f"provisioner {argv[0]} failed to run: {exc}"
+            return {"ok": False, "outcomes": [], "error": why}
+        logins = [c["as"] for c in spec["consumers"]]
         return command_report(argv[0], done.returncode, done.stdout, logins)
 
     def _outside_state(self, folder: Path, what: str) -> None:
@@ -533,9 +616,7 @@ class Agent:
             raise ValueError(f"{what} {folder} is this agent's state folder {path}; choose another")
 
     # ---- withdraw, probe, drill ---------------------------------------------------------
-    def _target_login(
-        self, target: dict[str, Any], secret: bytes, *, control: bool
-    ) -> dict[str, Any]:
+    def _target_login(self, target: Target, secret: bytes, *, control: bool) -> ProbeReport:
         result = probe_mod.probe_target(
             _probe_target(target, secret),
             timeout=self.probe_timeout,
@@ -544,20 +625,20 @@ class Agent:
         )
         return result.to_json()
 
-    def withdraw(self, payload: dict[str, Any]) -> dict[str, Any]:
+    def withdraw(self, payload: WithdrawRequest) -> WithdrawAnswer:
         """Per withdrawn pair: try its last credential once (must be refused), then delete it."""
-        results = []
-        for item in payload.get("consumer", []):
-            pair = str(item["pair"])
-            res: dict[str, Any] = {"pair": pair, "removed": False, "probe": None}
-            path = self._held_file(pair, item.get("file"))
+        results: list[WithdrawOutcome] = []
+        for item in payload["consumer"]:
+            pair = item["pair"]
+            res: WithdrawOutcome = {"pair": pair, "removed": False, "probe": None}
+            path = self._held_file(pair, item["file"])
             secret, error = files.read_credential(path) if path is not None else (None, None)
             if error:
                 res["error"] = error  # not ours to delete: a FIFO, a link, another's folder
             if secret is not None and path is not None:
-                res["probe"] = self._target_login(item["target"], secret, control=False)
+                res["probe"] = probed = self._target_login(item["target"], secret, control=False)
                 del secret
-                if res["probe"]["verdict"] != "refused":
+                if probed["verdict"] != "refused":
                     # not proven revoked: keep the file so the next push can try again
                     results.append(res)
                     continue
@@ -569,22 +650,22 @@ class Agent:
             results.append(res)
         return {"consumer": results}
 
-    def _held_file(self, pair: str, named: Any) -> Path | None:
+    def _held_file(self, pair: str, named: str) -> Path | None:
         """The credential file this node wrote for ``pair``; None unless it matches ``named``."""
         held = self.holdings.get("consumer", pair)
-        if held is None or (named is not None and str(named) != held.get("file")):
+        if held is None or named != held.get("file"):
             return None
         return Path(str(held["file"]))
 
-    def probe(self, payload: dict[str, Any]) -> dict[str, Any]:
+    def probe(self, payload: ProbeRequest) -> ProbeAnswer:
         """Live logins with the credentials this node holds, a bounded number at a time."""
-        items = list(payload.get("targets", []))
+        items = payload["targets"]
         targets, order = [], []
-        results: dict[str, dict[str, Any]] = {}
+        results: dict[str, ProbedPair] = {}
         with files.Ancestors() as ancestors:
             for item in items:
-                pair = str(item["pair"])
-                path = self._held_file(pair, item.get("file"))
+                pair = item["pair"]
+                path = self._held_file(pair, item["file"])
                 secret, error = (
                     files.read_credential(path, ancestors) if path is not None else (None, None)
                 )
@@ -596,28 +677,28 @@ class Agent:
                         "error": f"{self.identity.name}: {error}"
                         if error
                         else f"{self.identity.name} holds no credential for this pair "
-                        f"(its file {item.get('file')} is missing or was not written by this agent)",
+                        f"(its file {item['file']} is missing or was not written by this agent)",
                     }
                     continue
                 digest = crypto.secret_digest(secret)
-                results[pair] = {"pair": pair, "digest": digest}
+                results[pair] = {"pair": pair, "digest": digest, "result": None}
                 targets.append(_probe_target(item, secret))
                 order.append(pair)
                 del secret
         found = probe_mod.probe_many(
             targets,
-            concurrency=int(payload.get("concurrency", 8)),
+            concurrency=payload.get("concurrency", 8),
             timeout=self.probe_timeout,
             allow_loopback=self.allow_loopback,
         )
         targets.clear()
         for pair, result in zip(order, found, strict=True):
             results[pair]["result"] = result.to_json()
-        return {"results": [results[str(i["pair"])] for i in items]}
+        return {"results": [results[i["pair"]] for i in items]}
 
-    def drill_hold(self, payload: dict[str, Any]) -> dict[str, Any]:
+    def drill_hold(self, payload: DrillRequest) -> DrillHoldAnswer:
         """Log in with the current credential and keep it in memory for the drill's third login."""
-        path = self._held_file(str(payload["pair"]), payload.get("file"))
+        path = self._held_file(payload["pair"], payload["file"])
         secret, error = files.read_credential(path) if path is not None else (None, None)
         if secret is None:
             return {
@@ -626,14 +707,14 @@ class Agent:
             }
         result = self._target_login(payload["target"], secret, control=True)
         with self._drill_lock:
-            self._drills[str(payload["drill"])] = (secret, time.time() + DRILL_HOLD_S)
+            self._drills[payload["drill"]] = (secret, time.time() + DRILL_HOLD_S)
         return {"result": result, "digest": crypto.secret_digest(secret)}
 
-    def drill_check(self, payload: dict[str, Any]) -> dict[str, Any]:
+    def drill_check(self, payload: DrillRequest) -> DrillCheckAnswer:
         """Log in with the new credential, then with the held old one; forget the old one."""
         with self._drill_lock:
-            held = self._drills.pop(str(payload["drill"]), None)
-        path = self._held_file(str(payload["pair"]), payload.get("file"))
+            held = self._drills.pop(payload["drill"], None)
+        path = self._held_file(payload["pair"], payload["file"])
         secret, _ = files.read_credential(path) if path is not None else (None, None)
         new = self._target_login(payload["target"], secret, control=False) if secret else None
         old = self._target_login(payload["target"], held[0], control=False) if held else None
@@ -645,20 +726,20 @@ class Agent:
         }
 
 
-def _refused_provider(spec: dict[str, Any], why: str) -> dict[str, Any]:
+def _refused_provider(spec: ProviderSet, why: str) -> ProviderOutcome:
     return {
-        "provider": str(spec["provider"]),
-        "provision": str(spec["provision"]),
+        "provider": spec["provider"],
+        "provision": spec["provision"],
         "ok": False,
         "outcomes": [],
         "error": why,
     }
 
 
-def _refused_consumer(item: dict[str, Any], why: str) -> dict[str, Any]:
+def _refused_consumer(item: ConsumerItem, why: str) -> ConsumerOutcome:
     return {
-        "pair": str(item["pair"]),
-        "generation": int(item["generation"]),
+        "pair": item["pair"],
+        "generation": item["generation"],
         "ok": False,
         "error": why,
     }
@@ -671,24 +752,22 @@ def own_state(state_dir: Path) -> tuple[Path, tuple[int, int]]:
     return path, (st.st_dev, st.st_ino)
 
 
-def _probe_target(item: dict[str, Any], secret: bytes) -> probe_mod.ProbeTarget:
+def _probe_target(item: Target, secret: bytes) -> probe_mod.ProbeTarget:
     """A probe target from the controller's item (kind, CA and TLS for a Redis)."""
-    ca = item.get("ca")
     return probe_mod.ProbeTarget(
-        host=str(item["host"]),
-        port=int(item["port"]),
-        user=str(item["login"]),
+        host=item["host"],
+        port=item["port"],
+        user=item["login"],
         password=secret.decode("ascii", "replace"),
-        dbname=str(item.get("dbname") or "postgres"),
-        kind=str(item.get("kind") or "postgres"),
-        ca=str(ca) if ca else None,
-        tls=bool(item.get("tls", True)),
+        dbname=item["dbname"] or "postgres",
+        kind=item.get("kind", "postgres"),  # absent: PostgreSQL
+        ca=item.get("ca") or None,
+        tls=item.get("tls", True),
     )
 
 
-def node_path(raw: Any, what: str) -> Path:
+def node_path(text: str, what: str) -> Path:
     """A path the controller names on this node: absolute and without '..', or ValueError."""
-    text = str(raw)
     if not text.startswith("/") or ".." in text.split("/") or "\x00" in text:
         raise ValueError(f"{what} {text!r} must be an absolute path without '..'")
     return Path(text)
@@ -697,7 +776,7 @@ def node_path(raw: Any, what: str) -> Path:
 MAX_REASON = 300
 
 
-def command_report(name: str, returncode: int, stdout: bytes, logins: list[str]) -> dict[str, Any]:
+def command_report(name: str, returncode: int, stdout: bytes, logins: list[str]) -> ProvisionReport:
     """What a declared provisioner command reported, kept to login, outcome and a short reason.
 
     Without a JSON report an exit 0 counts as applied ("updated, unverified"); the probes are
@@ -709,7 +788,7 @@ def command_report(name: str, returncode: int, stdout: bytes, logins: list[str])
         given = report["outcomes"] if isinstance(report, dict) else None
         if not isinstance(given, list):
             raise ValueError
-        outcomes = [
+        outcomes: list[LoginOutcome] = [
             {
                 "login": str(o.get("login", "")),
                 "outcome": str(o.get("outcome", "failed")),
@@ -724,7 +803,7 @@ def command_report(name: str, returncode: int, stdout: bytes, logins: list[str])
         reason = "no JSON report; exit 0 taken as applied (unverified)" if returncode == 0 else ""
         outcomes = [{"login": c, "outcome": outcome, "reason": reason} for c in consumers]
         ok = returncode == 0
-    out: dict[str, Any] = {"ok": ok and returncode == 0, "outcomes": outcomes}
+    out: ProvisionReport = {"ok": ok and returncode == 0, "outcomes": outcomes}
     if returncode != 0:
         out["error"] = f"provisioner {name} exited {returncode}"
     return out

@@ -16,6 +16,7 @@ import shutil
 import socket
 import stat
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ CONNECT_TIMEOUT_S = 3.0
 PARALLEL = 8
 
 
-def run(node: str, payload: dict[str, Any]) -> CheckAnswer:
+def run(node: str, payload: Mapping[str, Any]) -> CheckAnswer:
     """Every check ``payload`` asks for, at once where they wait on the network."""
     started = time.monotonic()
     request = CheckRequest.from_json(payload)

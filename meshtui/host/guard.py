@@ -23,6 +23,7 @@ from typing import Any
 
 from meshtui.atomic import write_private
 from meshtui.errors import EnvelopeError, WireError
+from meshtui.messages import ConsumerItem, DeliverRequest, ManifestEntry
 from meshtui.wire import MAX_SKEW_S
 
 REQUESTS = "requests.json"
@@ -126,25 +127,25 @@ class AcceptedGenerations:
         """The newest generation accepted for one end of a pair."""
         return self._data[end].get(pair)
 
-    def admit(self, payload: dict[str, Any]) -> list[Refusal]:
+    def admit(self, payload: DeliverRequest) -> list[Refusal]:
         """Check every item of a delivery; record the accepted generations durably, before any
         file is written. Call under the agent's delivery lock. Returns the refused items, keyed
         ``consumer:<pair>`` or ``provider:<provider>:<provision>``."""
         refused: list[Refusal] = []
         changes: list[tuple[str, str, int]] = []
         for item in payload.get("consumer", []):
-            if item.get("node") != self._node:
+            if item["node"] != self._node:
                 continue  # the delivery itself refuses it, naming the node
-            pair = str(item["pair"])
-            why = self._older(item, "consumer", pair, int(item["generation"]))
+            pair = item["pair"]
+            why = self._older(item, "consumer", pair, item["generation"])
             if why:
                 refused.append(Refusal(f"consumer:{pair}", why))
             else:
-                changes.append(("consumer", pair, int(item["generation"])))
+                changes.append(("consumer", pair, item["generation"]))
         for spec in payload.get("provider", []):
-            if str(spec["provider"]).split("/", 1)[0] != self._node:
+            if spec["provider"].split("/", 1)[0] != self._node:
                 continue
-            ends = [(str(c["pair"]), int(c["generation"]), c) for c in spec["consumers"]]
+            ends = [(c["pair"], c["generation"], c) for c in spec["consumers"]]
             whys = [w for pair, gen, c in ends if (w := self._older(c, "provider", pair, gen))]
             if whys:  # a manifest is all or nothing
                 refused.append(Refusal(f"provider:{spec['provider']}:{spec['provision']}", whys[0]))
@@ -158,13 +159,14 @@ class AcceptedGenerations:
             self._data = data
         return refused
 
-    def _older(self, item: dict[str, Any], end: str, pair: str, gen: int) -> str | None:
+    def _older(
+        self, item: ConsumerItem | ManifestEntry, end: str, pair: str, gen: int
+    ) -> str | None:
         held = self._data[end].get(pair)
         if held is None or gen >= held:
             return None
-        note = item.get("rollback") or {}
-        rolls_back = [int(g) for g in note.get("from", [])] if isinstance(note, dict) else []
-        if held in rolls_back:
+        note = item.get("rollback")
+        if note is not None and held in note["from"]:
             return None
         return (
             f"{pair}: refused: generation {gen} is older than generation {held} this node "

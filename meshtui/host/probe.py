@@ -43,6 +43,8 @@ from typing import Any
 
 import psycopg
 
+from meshtui.messages import LoginReport, ProbeReport
+
 SCRAM = "scram-sha-256"
 APPLICATION_NAME = "meshtui-probe"
 _LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"}
@@ -85,7 +87,7 @@ class LoginResult:
     loopback: bool
     system_user: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> LoginReport:
         return {
             "verdict": str(self.verdict),
             "reason": self.reason,
@@ -156,7 +158,7 @@ class ProbeResult:
     def loopback(self) -> bool:
         return self.login.loopback
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ProbeReport:
         return {
             "verdict": str(self.verdict()),
             "reason": self.reason(),

@@ -23,6 +23,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from meshtui import messages
 from meshtui.atomic import write_private
 from meshtui.controller.client import Agents
 from meshtui.controller.core import Controller
@@ -203,7 +204,7 @@ def test_an_unknown_owner_and_group_at_the_agent(lab: tuple[Path, lab_mesh.Lab])
     with Controller.open(state) as ctl:
         keys = ctl.contact("test", ["app1"])
         with Agents(ctl.inventory.nodes(), keys, sequence=ctl.sequence) as agents:
-            raw = agents.call("app1", "check", CheckRequest(consumers=(item,)).to_json())
+            raw = agents.call("app1", messages.CHECK, CheckRequest(consumers=(item,)).to_json())
     answer = CheckAnswer.from_json(raw)
     assert [(f.check, f.subject) for f in answer.findings] == [("owner", GITEA), ("group", GITEA)]
     assert "'meshtui-nobody-here'" in answer.findings[0].problem

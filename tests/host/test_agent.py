@@ -9,7 +9,7 @@ import json
 import httpx
 import pytest
 
-from meshtui import crypto, wire
+from meshtui import crypto, messages, wire
 from meshtui.controller.deliver import Planner
 
 GITEA = "database:app1/gitea->db1/postgres"
@@ -266,8 +266,8 @@ def test_a_state_asked_without_the_listing_reads_no_credential_file(mesh):
         assert ctl.push().ok
         (mesh.root / "srv/app1/gitea/db.password").unlink()  # a listing would report it missing
         with Agents(ctl.inventory.nodes(), ctl.keys(), sequence=ctl.sequence) as agents:
-            brief = agents.call("app1", wire.STATE, {"holdings": False})
-            full = agents.call("app1", wire.STATE, {})
+            brief = agents.call("app1", messages.STATE, {"holdings": False})
+            full = agents.call("app1", messages.STATE, {})
     assert brief["node"] == "app1" and brief["fingerprint"] == full["fingerprint"]
     assert "holdings" not in brief
     assert [h["present"] for h in full["holdings"]] == [False]

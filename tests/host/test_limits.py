@@ -74,9 +74,10 @@ def post(mesh, node: str, envelope: dict) -> httpx.Response:
 
 def state_request(mesh, pad: int = 0) -> dict:
     keys = crypto.load_private(mesh.state / "controller.key")
-    env, _ = wire.envelope(
-        wire.STATE, {"pad": "x" * pad}, sender="controller", to="app1", keys=keys
-    )
+    # padded inside a real field: an unknown one is refused (meshtui.messages)
+    spec = {"provider": "app1/x", "provision": "database", "receives": "/" + "x" * pad}
+    payload = {"inspect": [{**spec, "admin": None, "provisioner": ["true"]}]} if pad else {}
+    env, _ = wire.envelope(wire.STATE, payload, sender="controller", to="app1", keys=keys)
     return env
 
 

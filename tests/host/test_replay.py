@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from meshtui import crypto, wire
+from meshtui import crypto, messages, wire
 from meshtui.controller.client import AgentClient
 from meshtui.controller.deliver import Planner
 
@@ -138,7 +138,7 @@ def test_fresh_signed_delivery_of_an_older_generation_is_refused_unless_a_rollba
     assert holdings(mesh, "app1")["consumer"][GITEA]["generation"] == 2
 
     # a rollback that names another generation is no rollback of what this node holds
-    wrong = [{**i, "rollback": {"from": [7]}} for i in old_items]
+    wrong = [{**i, "rollback": {"from": [7], "rotations": []}} for i in old_items]
     env, _ = wire.envelope(
         wire.DELIVER, {"consumer": wrong}, sender="controller", to="app1", keys=keys
     )
@@ -146,7 +146,7 @@ def test_fresh_signed_delivery_of_an_older_generation_is_refused_unless_a_rollba
     assert not got["ok"] and mesh.secret(CREDENTIAL) == gen2_secret
 
     # the controller's explicit rollback from generation 2 is obeyed
-    back = [{**i, "rollback": {"from": [2], "rotation": 1}} for i in old_items]
+    back = [{**i, "rollback": {"from": [2], "rotations": [1]}} for i in old_items]
     env, _ = wire.envelope(
         wire.DELIVER, {"consumer": back}, sender="controller", to="app1", keys=keys
     )
@@ -200,7 +200,7 @@ def test_concurrent_requests_to_one_node_are_all_accepted(mesh):
         client = AgentClient(node, keys, sequence=seq)
         try:
             for _ in range(5):
-                client.call(wire.STATE, {})
+                client.call(messages.STATE, {})
         except Exception as exc:  # noqa: BLE001 - collected and asserted below
             errors.append(repr(exc))
         finally:

@@ -1,0 +1,501 @@
+"""Every request and answer between controller and agent: one typed shape per kind, checked once.
+
+The shapes are TypedDicts because the payloads are JSON and stay dicts on both sides (handlers
+index ``item["pair"]`` as before, and nothing is copied into objects), and they are validated
+with msgspec because it checks TypedDicts, lists, unions and literals in C and names the path
+of the first fault (``Expected `int`, got `str` - at `$.consumer[0].generation```), which keeps
+a 10,000-pair delivery (about 5 MiB) cheap to check.
+
+Receipt is the only place a payload is checked: the agent checks a request right after its
+envelope is verified (:meth:`Kind.request_of`), the controller checks an answer in its client
+(:meth:`Kind.answer_of`); code past those points relies on the shape. An unknown field is
+refused, not ignored: the envelope already demands that both ends run the same wire version,
+so an unknown field means a sender speaking another contract (a newer controller asking an old
+agent to probe a Redis target, say), and half-obeying a signed request is worse than a clear
+error naming the field. msgspec ignores extra keys of a TypedDict, so the check runs against a
+mirror of each shape made of ``forbid_unknown_fields`` Structs, built once from the TypedDicts
+(the shapes stay the one definition); the payload itself is handed on unchanged.
+"""
+
+import types
+from collections.abc import Mapping
+from typing import (
+    Generic,
+    Literal,
+    NotRequired,
+    TypedDict,
+    TypeVar,
+    Union,
+    cast,
+    get_args,
+    get_origin,
+    get_type_hints,
+    is_typeddict,
+)
+
+import msgspec
+
+from meshtui import wire
+from meshtui.errors import MessageError
+
+# ---- pieces used by several kinds -----------------------------------------------------------
+
+
+class Target(TypedDict):
+    """Where a probe logs in: the provider node's private address, the login and database.
+
+    A provider that is not PostgreSQL names its ``kind`` (``redis``), the CA file its TLS is
+    verified with, and whether it speaks TLS at all; absent, the target is PostgreSQL.
+    """
+
+    host: str
+    port: int
+    login: str
+    dbname: str
+    kind: NotRequired[str]
+    ca: NotRequired[str | None]
+    tls: NotRequired[bool]
+
+
+Rollback = TypedDict("Rollback", {"from": list[int], "rotations": list[int]})
+"""The signed note that an item goes back from the newer generations in ``from``."""
+
+
+class LoginReport(TypedDict):
+    """One login attempt as the agent reports it (never the password)."""
+
+    verdict: str  # the names live with the probe (host/probe.py Verdict), not twice
+    reason: str
+    latency_ms: float
+    used_password: bool | None
+    client_addr: str | None
+    loopback: bool
+    system_user: str | None
+
+
+class ProbeReport(TypedDict):
+    """A login with the held credential and its negative control, judged."""
+
+    verdict: str
+    reason: str
+    loopback: bool
+    login: LoginReport
+    control: LoginReport | None
+
+
+class ErrorAnswer(TypedDict):
+    """The payload of every refusal (reply kind ``error``)."""
+
+    error: str
+
+
+# ---- state ----------------------------------------------------------------------------------
+
+
+class InspectSpec(TypedDict):
+    """One provider manifest whose server the provisioner should inspect, read-only."""
+
+    provider: str
+    provision: str
+    receives: str
+    admin: str | None
+    provisioner: list[str] | None
+
+
+class StateRequest(TypedDict):
+    """``state``: who the node is and what it holds (``holdings: False``: only who it is, as a
+    rotation resolving its nodes asks); with ``inspect``, also what each provider's server holds."""
+
+    holdings: NotRequired[bool]
+    inspect: NotRequired[list[InspectSpec]]
+
+
+class Holding(TypedDict):
+    """One end of one pair this node holds, by generation and digest.
+
+    A consumer holding names its file (owner, group and mode since file access was added, so
+    they may be absent in an older agent's record) and whether the file still matches; a
+    provider holding names the provider module and the login.
+    """
+
+    end: Literal["consumer", "provider"]
+    pair: str
+    generation: int
+    digest: str
+    file: NotRequired[str]
+    owner: NotRequired[str | None]
+    group: NotRequired[str | None]
+    mode: NotRequired[str]
+    present: NotRequired[bool]
+    error: NotRequired[str]
+    provider: NotRequired[str]
+    login: NotRequired[str]
+
+
+class InspectedLogin(TypedDict):
+    """What a provider's server holds for one login: matches, changed, missing, ..."""
+
+    login: str
+    verdict: str
+    reason: str
+
+
+class Inspection(TypedDict):
+    """The inspection of one provider manifest; ``error`` when it could not be done."""
+
+    provider: str
+    provision: str
+    ok: bool
+    logins: list[InspectedLogin]
+    error: NotRequired[str]
+
+
+class StateAnswer(TypedDict):
+    """Who the node is (name, key fingerprint) and what it holds."""
+
+    node: str
+    fingerprint: str
+    holdings: NotRequired[list[Holding]]  # absent when asked with ``holdings: False``
+    inspected: NotRequired[list[Inspection]]
+
+
+# ---- deliver --------------------------------------------------------------------------------
+
+ManifestEntry = TypedDict(
+    "ManifestEntry",
+    {
+        "pair": str,
+        "as": str,
+        "node": str,
+        "module": str,
+        "at": str,
+        "values": dict[str, str],
+        "generation": int,
+        "digest": str,
+        "sealed": str,
+        "rollback": NotRequired[Rollback],
+    },
+)
+"""One consumer in a provider's manifest: its login (``as``), where it connects from, its
+declared values and its credential sealed to the provider."""
+
+
+class ProviderSet(TypedDict):
+    """A whole manifest for one (provider module, provision): every live consumer."""
+
+    provider: str
+    provision: str
+    receives: str
+    grants: str
+    admin: str | None
+    provisioner: list[str] | None
+    pin: bool
+    consumers: list[ManifestEntry]
+    kind: NotRequired[str]  # the provider's kind when it is not PostgreSQL (redis)
+
+
+class ConsumerItem(TypedDict):
+    """One consumer credential, sealed to the consumer's node, and where to write it."""
+
+    pair: str
+    node: str
+    generation: int
+    digest: str
+    file: str
+    owner: str | None
+    group: str | None
+    mode: str | None
+    reload: list[str]
+    sealed: str
+    rollback: NotRequired[Rollback]
+
+
+class DeliverRequest(TypedDict):
+    """``deliver``: provider manifests (applied first), consumer credentials, or both."""
+
+    provider: NotRequired[list[ProviderSet]]
+    consumer: NotRequired[list[ConsumerItem]]
+
+
+class LoginOutcome(TypedDict):
+    """What the provisioner did to one login (a command provisioner names no node/module)."""
+
+    login: str
+    outcome: str
+    reason: str
+    node: NotRequired[str]
+    module: NotRequired[str]
+
+
+class ProviderOutcome(TypedDict):
+    """One manifest's delivery: applied when, and each login's outcome."""
+
+    provider: str
+    provision: str
+    ok: bool
+    outcomes: list[LoginOutcome]
+    applied_at: NotRequired[float]
+    error: NotRequired[str]
+
+
+class ConsumerOutcome(TypedDict):
+    """One credential's delivery: written when, its digest, the reload command's outcome."""
+
+    pair: str
+    generation: int
+    ok: bool
+    digest: NotRequired[str]
+    written_at: NotRequired[float]
+    reload: NotRequired[str]
+    error: NotRequired[str]
+
+
+class DeliverAnswer(TypedDict):
+    """Per manifest and per credential, in the order they were sent."""
+
+    provider: list[ProviderOutcome]
+    consumer: list[ConsumerOutcome]
+
+
+# ---- withdraw -------------------------------------------------------------------------------
+
+
+class WithdrawItem(TypedDict):
+    """A withdrawn pair's credential file, and where its last login must now be refused."""
+
+    pair: str
+    file: str
+    target: Target
+
+
+class WithdrawRequest(TypedDict):
+    """``withdraw``: try each credential once (it must be refused), then delete it."""
+
+    consumer: list[WithdrawItem]
+
+
+class WithdrawOutcome(TypedDict):
+    """Whether the file was removed, and the probe that proved the login refused."""
+
+    pair: str
+    removed: bool
+    probe: ProbeReport | None
+    error: NotRequired[str]
+
+
+class WithdrawAnswer(TypedDict):
+    """Per withdrawn pair, in the order they were sent."""
+
+    consumer: list[WithdrawOutcome]
+
+
+# ---- probe ----------------------------------------------------------------------------------
+
+
+class ProbeItem(Target):
+    """One pair to probe: its held credential file and its target."""
+
+    pair: str
+    file: str
+
+
+class ProbeRequest(TypedDict):
+    """``probe``: live logins with the credentials the node holds, ``concurrency`` at a time."""
+
+    targets: list[ProbeItem]
+    concurrency: NotRequired[int]
+
+
+class ProbedPair(TypedDict):
+    """One pair's probe: the digest of the credential used, or why there was none."""
+
+    pair: str
+    digest: str | None
+    result: ProbeReport | None
+    error: NotRequired[str]
+
+
+class ProbeAnswer(TypedDict):
+    """Per pair, in the order they were sent."""
+
+    results: list[ProbedPair]
+
+
+# ---- drill ----------------------------------------------------------------------------------
+
+
+class DrillRequest(TypedDict):
+    """``drill-hold`` and ``drill-check``: one pair's drill, named by ``drill``."""
+
+    drill: str
+    pair: str
+    file: str
+    target: Target
+
+
+class DrillHoldAnswer(TypedDict):
+    """The old credential's login before the rotation; it is kept in memory."""
+
+    result: ProbeReport | None
+    digest: NotRequired[str]
+    error: NotRequired[str]
+
+
+class DrillCheckAnswer(TypedDict):
+    """The new credential's login and the held old one's, after the rotation."""
+
+    new: ProbeReport | None
+    old: ProbeReport | None
+    digest: str | None
+    error: str | None
+
+
+# ---- check (meshtui doctor) -----------------------------------------------------------------
+# the node's side of the preflight; meshtui.preflight turns these into its dataclasses
+
+
+class CheckConsumer(TypedDict):
+    """A consumer end on the node: its credential file, who must read it, its reload."""
+
+    pair: str
+    file: str
+    owner: str | None
+    group: str | None
+    reload: list[str]
+
+
+class CheckProvider(TypedDict):
+    """A provider module on the node: its admin file and what its provisioner needs."""
+
+    provider: str
+    admin: str | None
+    builtin: bool
+    databases: bool
+    pin: bool
+
+
+class CheckPort(TypedDict):
+    """A provider's address and port, to be reached by TCP from this node."""
+
+    host: str
+    port: int
+    provider: str
+    pairs: list[str]
+
+
+class CheckRequest(TypedDict):
+    """``check``: everything one node is asked to check (nothing is written)."""
+
+    consumers: list[CheckConsumer]
+    providers: list[CheckProvider]
+    ports: list[CheckPort]
+
+
+class Finding(TypedDict):
+    """One problem a node found: what was checked, about what, what is wrong, what to do."""
+
+    check: str
+    subject: str
+    problem: str
+    fix: str
+
+
+class CheckAnswer(TypedDict):
+    """The node's clock, how many checks passed, and every problem found."""
+
+    node: str
+    at: float
+    passed: int
+    findings: list[Finding]
+    elapsed_ms: float
+
+
+# ---- the strict mirror ----------------------------------------------------------------------
+
+_MIRRORS: dict[object, object] = {}
+
+
+def _mirror(shape: object) -> object:
+    """The type msgspec checks ``shape`` with: each TypedDict becomes a Struct that refuses
+    unknown fields (NotRequired fields default to UNSET); lists, dicts and unions are mirrored
+    element by element; plain types and literals stay as they are."""
+    if is_typeddict(shape):
+        if shape not in _MIRRORS:
+            fields: list[tuple[str, object] | tuple[str, object, object]] = []
+            for key, hint in get_type_hints(shape, include_extras=True).items():
+                if get_origin(hint) is NotRequired:
+                    (inner,) = get_args(hint)
+                    fields.append((key, _mirror(inner) | msgspec.UnsetType, msgspec.UNSET))
+                else:
+                    fields.append((key, _mirror(hint)))
+            name = getattr(shape, "__name__", "Shape")
+            _MIRRORS[shape] = msgspec.defstruct(
+                name, fields, kw_only=True, forbid_unknown_fields=True
+            )
+        return _MIRRORS[shape]
+    origin, args = get_origin(shape), get_args(shape)
+    if origin is list:
+        return types.GenericAlias(list, (_mirror(args[0]),))
+    if origin is dict:
+        return types.GenericAlias(dict, (args[0], _mirror(args[1])))
+    if origin is Union or origin is types.UnionType:
+        return Union.__getitem__(tuple(_mirror(a) for a in args))
+    return shape
+
+
+def _check(mirror: object, payload: Mapping[str, object], what: str) -> None:
+    try:
+        msgspec.convert(payload, type=mirror)
+    except msgspec.ValidationError as exc:
+        text = str(exc)
+        raise MessageError(f"{what}: {text if ' - at `' in text else text + ' - at `$`'}") from None
+
+
+# ---- kinds ----------------------------------------------------------------------------------
+
+Request = TypeVar("Request", bound=Mapping[str, object], covariant=True)
+Answer = TypeVar("Answer", bound=Mapping[str, object], covariant=True)
+
+
+class Kind(Generic[Request, Answer]):
+    """One kind of message: its wire name, its request shape and its answer shape."""
+
+    def __init__(self, name: str, request: object, answer: object) -> None:
+        self.name = name
+        self._request = _mirror(request)
+        self._answer = _mirror(answer)
+
+    def request_of(self, payload: Mapping[str, object]) -> Request:
+        """The payload as this kind's request; MessageError naming the field when it is not."""
+        _check(self._request, payload, f"{self.name} request")
+        return cast(Request, payload)
+
+    def answer_of(self, payload: Mapping[str, object]) -> Answer:
+        """The payload as this kind's answer; MessageError naming the field when it is not."""
+        _check(self._answer, payload, f"{self.name} answer")
+        return cast(Answer, payload)
+
+    def __repr__(self) -> str:
+        return f"Kind({self.name!r})"
+
+
+STATE: Kind[StateRequest, StateAnswer] = Kind(wire.STATE, StateRequest, StateAnswer)
+DELIVER: Kind[DeliverRequest, DeliverAnswer] = Kind(wire.DELIVER, DeliverRequest, DeliverAnswer)
+WITHDRAW: Kind[WithdrawRequest, WithdrawAnswer] = Kind(
+    wire.WITHDRAW, WithdrawRequest, WithdrawAnswer
+)
+PROBE: Kind[ProbeRequest, ProbeAnswer] = Kind(wire.PROBE, ProbeRequest, ProbeAnswer)
+DRILL_HOLD: Kind[DrillRequest, DrillHoldAnswer] = Kind(
+    wire.DRILL_HOLD, DrillRequest, DrillHoldAnswer
+)
+DRILL_CHECK: Kind[DrillRequest, DrillCheckAnswer] = Kind(
+    wire.DRILL_CHECK, DrillRequest, DrillCheckAnswer
+)
+CHECK: Kind[CheckRequest, CheckAnswer] = Kind(wire.CHECK, CheckRequest, CheckAnswer)
+ERROR: Kind[ErrorAnswer, ErrorAnswer] = Kind("error", ErrorAnswer, ErrorAnswer)
+"""The reply kind of a refusal (never a request)."""
+
+KINDS: dict[str, Kind[Mapping[str, object], Mapping[str, object]]] = {
+    k.name: k for k in (STATE, DELIVER, WITHDRAW, PROBE, DRILL_HOLD, DRILL_CHECK, CHECK)
+}
+"""Every request kind the agent serves, by wire name."""

@@ -1,0 +1,265 @@
+"""The typed messages: every kind round-trips between a real controller client and real agents;
+a request that does not have its kind's shape is a 400 naming the field (and writes nothing);
+an answer that does not have its kind's shape is an AgentError naming the node and the field."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from meshtui import crypto, messages, wire
+from meshtui.controller import doctor
+from meshtui.controller.client import Agents
+from meshtui.controller.deliver import Planner, target_of
+from meshtui.errors import AgentError, MessageError
+from meshtui.lab.mesh import agent_answers
+from meshtui.messages import (
+    DeliverRequest,
+    DrillRequest,
+    InspectSpec,
+    ProbeItem,
+    ProbeRequest,
+    StateRequest,
+    WithdrawItem,
+    WithdrawRequest,
+)
+from meshtui.model import node_of
+
+GITEA = "database:app1/gitea->db1/postgres"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def mesh(mesh_with_agents):
+    # a command provisioner and a closed port: real agents, no PostgreSQL needed
+    return mesh_with_agents(consumers={"app1": ["gitea"]}, port=1, admin=None, provisioner=["true"])
+
+
+def planned(mesh) -> tuple[dict, dict, dict, dict]:
+    """The real producers' payloads: provider sets, consumer items, the pair, its target."""
+    with mesh.controller() as ctl:
+        plan = Planner(ctl.inventory)
+        pair = plan.pairs[GITEA]
+        sets = plan.provider_sets([(pair["provider"], pair["provision"])], {})
+        items = plan.consumer_items([GITEA], {})
+        return sets, items, pair, target_of(pair, plan.nodes, plan.modules)
+
+
+def doctor_asks(mesh) -> dict:
+    """What ``meshtui doctor`` asks each node (its real producer)."""
+    with mesh.controller() as ctl:
+        inv = ctl.inventory
+        return doctor.requests(inv.nodes(), inv.modules(), inv.pairs())
+
+
+def agents(mesh) -> Agents:
+    with mesh.controller() as ctl:
+        nodes, keys = ctl.inventory.nodes(), ctl.keys()
+    return Agents(nodes, keys)
+
+
+def folder(path: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(path.rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_every_kind_round_trips_through_real_agents(mesh):
+    sets, items, pair, target = planned(mesh)
+    drill = DrillRequest(drill="d1", pair=GITEA, file=pair["file"], target=target)
+    spec = sets["db1"][0]
+    inspect = InspectSpec(
+        provider=spec["provider"],
+        provision=spec["provision"],
+        receives=spec["receives"],
+        admin=spec["admin"],
+        provisioner=spec["provisioner"],
+    )
+    requests = [
+        ("db1", messages.STATE, StateRequest()),
+        ("db1", messages.STATE, StateRequest(inspect=[inspect])),
+        ("db1", messages.DELIVER, DeliverRequest(provider=sets["db1"])),
+        ("app1", messages.DELIVER, DeliverRequest(consumer=items["app1"])),
+        (
+            "app1",
+            messages.PROBE,
+            ProbeRequest(targets=[ProbeItem(pair=GITEA, file=pair["file"], **target)]),
+        ),
+        ("app1", messages.DRILL_HOLD, drill),
+        ("app1", messages.DRILL_CHECK, drill),
+        (
+            "app1",
+            messages.WITHDRAW,
+            WithdrawRequest(consumer=[WithdrawItem(pair=GITEA, file=pair["file"], target=target)]),
+        ),
+    ]
+    asks = doctor_asks(mesh)
+    requests += [(node, messages.CHECK, ask.to_json()) for node, ask in sorted(asks.items())]
+    seen = set()
+    with agents(mesh) as client:
+        for node, kind, request in requests:
+            # what the producer built is its kind's request, also after a trip through JSON
+            assert kind.request_of(json.loads(json.dumps(request))) == request
+            answer = client.call(node, kind, request)  # the client checked it
+            assert kind.answer_of(json.loads(json.dumps(answer))) == answer
+            seen.add(kind.name)
+            if kind is messages.STATE and "inspect" in request:
+                (got,) = answer["inspected"]
+                assert not got["ok"] and "cannot be inspected" in got["error"]
+            if kind is messages.DELIVER and node == "db1":
+                assert answer["provider"][0]["ok"] and answer["consumer"] == []
+            if kind is messages.DELIVER and node == "app1":
+                assert answer["consumer"][0]["ok"]
+            if kind is messages.PROBE:
+                (got,) = answer["results"]
+                assert got["result"] is not None and got["result"]["verdict"] == "unknown"
+            if kind is messages.DRILL_CHECK:
+                assert answer["error"] is None and answer["old"] is not None
+            if kind is messages.CHECK:
+                assert answer["node"] == node
+            if kind is messages.WITHDRAW:
+                (got,) = answer["consumer"]
+                assert got["probe"] is not None and not got["removed"]  # not proven refused
+    assert seen == set(messages.KINDS)
+
+
+def post(mesh, node: str, payload: dict) -> tuple[int, str]:
+    """Send ``payload`` as a signed deliver request over the agent's real socket."""
+    keys = crypto.load_private(mesh.state / "controller.key")
+    env, nonce = wire.envelope(wire.DELIVER, payload, sender="controller", to=node, keys=keys)
+    transport = httpx.HTTPTransport(uds=str(mesh.sockets[node]))
+    with httpx.Client(transport=transport, base_url="http://agent", timeout=10) as http:
+        resp = http.post("/v1", json=env)
+    node_pub = crypto.load_public(mesh.nodes[node] / "node.pub")
+    msg = wire.open_envelope(
+        resp.json(), verify_key=node_pub.verify, sender=node, to="controller", reply_to=nonce
+    )
+    return resp.status_code, str(msg.payload.get("error", ""))
+
+
+def spoil_missing(item: dict) -> str:
+    del item["digest"]
+    return "Object missing required field `digest` - at `$.consumer[0]`"
+
+
+def spoil_type(item: dict) -> str:
+    item["generation"] = "1"
+    return "Expected `int`, got `str` - at `$.consumer[0].generation`"
+
+
+def spoil_extra(item: dict) -> str:
+    item["colour"] = "blue"
+    return "Object contains unknown field `colour` - at `$.consumer[0]`"
+
+
+def spoil_nested(item: dict) -> str:
+    item["rollback"] = {"from": [1, "2"], "rotations": []}
+    return "Expected `int`, got `str` - at `$.consumer[0].rollback.from[1]`"
+
+
+@pytest.mark.parametrize("spoil", [spoil_missing, spoil_type, spoil_extra, spoil_nested])
+def test_a_misshapen_request_is_a_400_naming_the_field_and_writes_nothing(mesh, spoil):
+    _, items, _, _ = planned(mesh)
+    (item,) = items["app1"]
+    bad = copy.deepcopy(dict(item))
+    where = spoil(bad)
+    node_before = {k: v for k, v in folder(mesh.nodes["app1"]).items() if k != "requests.json"}
+    status, error = post(mesh, "app1", {"consumer": [bad]})
+    assert status == 400
+    assert error == f"app1 refused: deliver request: {where}"
+    assert not (mesh.root / "srv").exists()  # no credential file, no folder
+    after = {k: v for k, v in folder(mesh.nodes["app1"]).items() if k != "requests.json"}
+    assert after == node_before  # no holding, no accepted generation
+    # the same payload sent by the controller's client: an AgentError naming node and field
+    with agents(mesh) as client, pytest.raises(AgentError) as caught:
+        client.call("app1", messages.DELIVER, {"consumer": [bad]})  # type: ignore[typeddict-item]
+    assert caught.value.node == "app1" and where in caught.value.reason
+    # and the untouched item is still delivered: the refusals spent nothing
+    status, error = post(mesh, "app1", {"consumer": [item]})
+    assert status == 200, error
+
+
+def test_an_unknown_top_level_field_is_refused_naming_it(mesh):
+    status, error = post(mesh, "app1", {"consumer": [], "delta": True})
+    assert status == 400
+    assert error == "app1 refused: deliver request: Object contains unknown field `delta` - at `$`"
+
+
+MISWIRED = "login"
+
+
+def serve_miswired(state: Path, listen: str) -> None:
+    """The real agent, whose provisioner seam reports a login that is not a string."""
+    from meshtui.host import identity
+    from meshtui.host.agent import Agent
+    from meshtui.host.serve import _Server, build_app, uvicorn_config
+
+    def provisioner(manifest: Path, admin: Path) -> dict:
+        logins = json.loads(manifest.read_text())["consumers"]
+        outcomes = [{"login": 7, "outcome": "updated", "reason": ""} for _ in logins]
+        return {"ok": True, "outcomes": outcomes}
+
+    agent = Agent(identity.load(state), allow_loopback=True, provisioner=provisioner)  # type: ignore[arg-type]
+    _Server(uvicorn_config(build_app(agent), listen)).run()  # type: ignore[arg-type]
+
+
+def test_a_misshapen_answer_is_an_agent_error_naming_node_and_field(mesh, tmp_path):
+    sets, _, pair, _ = planned(mesh)
+    for spec in sets["db1"]:
+        spec["provisioner"], spec["admin"] = None, str(tmp_path / "admin")  # the built-in seam
+    mesh.stop("db1")
+    err = open(tmp_path / "db1.err", "ab")  # noqa: SIM115
+    sock = mesh.sockets["db1"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.test_messages", str(mesh.nodes["db1"]), f"unix:{sock}"],
+        cwd=ROOT,
+        stdout=err,
+        stderr=err,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 15
+        while not agent_answers(sock):
+            assert proc.poll() is None and time.monotonic() < deadline, (
+                tmp_path / "db1.err"
+            ).read_text()
+            time.sleep(0.05)
+        with agents(mesh) as client, pytest.raises(AgentError) as caught:
+            client.call("db1", messages.DELIVER, DeliverRequest(provider=sets["db1"]))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        err.close()
+    assert caught.value.node == "db1"
+    assert caught.value.reason == (
+        "answer refused: deliver answer: Expected `str`, got `int` - at "
+        "`$.provider[0].outcomes[0].login`"
+    )
+    assert node_of(pair["provider"]) == "db1"
+
+
+def test_validation_names_the_path_without_an_agent():
+    with pytest.raises(MessageError, match=r"probe request: .* at `\$.targets\[0\]`"):
+        messages.PROBE.request_of({"targets": [{"pair": "p"}]})
+    with pytest.raises(MessageError, match=r"state answer: Invalid enum value 'both'"):
+        messages.STATE.answer_of(
+            {
+                "node": "n",
+                "fingerprint": "f",
+                "holdings": [{"end": "both", "pair": "p", "generation": 1, "digest": "d"}],
+            }
+        )
+
+
+if __name__ == "__main__":
+    serve_miswired(Path(sys.argv[1]), sys.argv[2])
