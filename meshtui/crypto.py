@@ -30,7 +30,7 @@ def mint() -> str:
 
 
 def secret_digest(secret: bytes) -> str:
-    """DESIGN's digest of a secret file's exact bytes; safe to show, since secrets are random."""
+    """The digest of a secret file's exact bytes (docs/ARCHITECTURE.md); safe to show, since secrets are random."""
     h = hashlib.blake2b(secret, digest_size=32, person=DIGEST_PERSON)
     return "blake2b:" + h.hexdigest()
 
@@ -61,7 +61,7 @@ class PublicKeys:
         return "-".join(h.hexdigest()[i : i + 4] for i in range(0, 16, 4))
 
     def to_toml(self) -> str:
-        """The ``.pub`` file text of DESIGN "Keys"."""
+        """The ``.pub`` file text of docs/ARCHITECTURE.md "Keys"."""
         lines = []
         if self.seal is not None:
             lines.append(f'seal = "{b64(self.seal)}"')

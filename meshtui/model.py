@@ -1,4 +1,4 @@
-"""The words of DESIGN.md as plain dataclasses: nodes, modules, pairs, states. No I/O here."""
+"""The words of docs/ARCHITECTURE.md as plain dataclasses: nodes, modules, pairs, states. No I/O here."""
 
 from __future__ import annotations
 
@@ -58,12 +58,59 @@ def file_mode(text: str) -> int:
 
 
 class State(StrEnum):
-    """A pair's state, as DESIGN "States of a pair" defines it."""
+    """A pair's state, as docs/ARCHITECTURE.md "States of a pair" defines it."""
 
     WORKING = "working"
     STALE = "stale"
     REVOKED = "revoked"
     UNKNOWN = "unknown"
+
+
+class Verdict(StrEnum):
+    """What one login (or one probe of a pair) showed; the evidence behind a pair's state."""
+
+    ACCEPTED = "accepted"
+    REFUSED = "refused"
+    UNKNOWN = "unknown"
+    NO_PASSWORD = "no password demanded"
+
+
+class OutcomeName(StrEnum):
+    """What a provisioner run did to one login (the ``outcome`` of its report)."""
+
+    CREATED = "created"
+    UPDATED = "updated"
+    UNCHANGED = "unchanged"
+    WAITING = "waiting"  # its secret file is not there (yet)
+    REMOVED = "removed"
+    DROP_PENDING = "drop pending"  # locked, not dropped: the next run tries again
+    REFUSED = "refused"  # not ours, or an unsafe name
+    FAILED = "failed"
+
+
+APPLIED: frozenset[str] = frozenset(
+    {OutcomeName.CREATED, OutcomeName.UPDATED, OutcomeName.UNCHANGED}
+)
+"""Outcomes after which the login holds the credential the manifest names."""
+
+SUCCESS: frozenset[str] = APPLIED | {OutcomeName.REMOVED}
+"""Outcomes that count as success for a provisioner's exit code."""
+
+KEEP_PINNED: frozenset[str] = frozenset(
+    {OutcomeName.DROP_PENDING, OutcomeName.FAILED, OutcomeName.REFUSED, OutcomeName.WAITING}
+)
+"""Outcomes after which the login may still exist as it was (never unpin or forget it)."""
+
+
+class Drift(StrEnum):
+    """What a read-only inspection found for one login, compared with its secret file."""
+
+    MATCHES = "matches"
+    CHANGED = "changed"  # made by meshtui, changed outside it
+    MISSING = "missing"
+    UNKNOWN = "unknown"  # the admin cannot see it
+    WAITING = "waiting"
+    REFUSED = "refused"
 
 
 class End(StrEnum):

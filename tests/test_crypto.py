@@ -1,4 +1,4 @@
-"""Keys on disk as DESIGN "Keys" says, minting, sealing, digests and signatures."""
+"""Keys on disk as docs/ARCHITECTURE.md "Keys" says, minting, sealing, digests and signatures."""
 
 from __future__ import annotations
 

@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from meshtui import crypto, declaration, wire
+from meshtui.controller import detail as detail_mod
 from meshtui.controller import schedule as schedule_mod
 from meshtui.controller import status as status_mod
 from meshtui.controller.declare import DeclareResult, declare
+from meshtui.controller.freshness import InventoryStamp, inventory_stamp
 from meshtui.controller.heartbeat import Heartbeat
 from meshtui.controller.reports import (
     DrillReport,
-    EndView,
-    GenerationView,
     HostView,
     PairDetail,
     ProbeOutcome,
@@ -76,6 +76,14 @@ class Controller:
             keys = ctl.keys()
             ctl.inventory.signer = keys.sign  # every audit head is signed by the controller
         return ctl
+
+    @staticmethod
+    def inventory_stamp(state_dir: Path | str) -> InventoryStamp | None:
+        """A token that changes whenever the inventory is written (None: there is none yet).
+
+        Cheap (two stats, no connection): a reader compares it with the one it loaded under.
+        """
+        return inventory_stamp(Path(state_dir) / INVENTORY)
 
     @property
     def read_only(self) -> bool:
@@ -182,40 +190,8 @@ class Controller:
 
     def pair_detail(self, pid: str) -> PairDetail:
         """Generations, deliveries, probes, drills and holders of one pair."""
-        (row,) = self.inventory.pairs(self.resolve_pairs([pid]))
-        (st,) = status_mod.statuses(self.inventory, [pid])
-        gens = [
-            GenerationView(
-                generation=g["generation"],
-                digest=g["digest"],
-                created_at=g["created_at"],
-                discarded_at=g["discarded_at"],
-            )
-            for g in self.inventory.generations(pid)
-        ]
-        deliveries = {
-            end: EndView(
-                generation=d["generation"],
-                digest=d["digest"],
-                since=d["since"],
-                attempted_at=d["attempted_at"],
-                error=d["error"],
-            )
-            for (_, end), d in self.inventory.deliveries(pid).items()
-        }
-        rotations = [
-            r for r in self.inventory.rotations() if any(i["pair"] == pid for i in r["items"])
-        ]
-        return PairDetail(
-            status=st,
-            values=dict(row["values"]),
-            reload=list(row["reload"]),
-            generations=gens,
-            deliveries=deliveries,
-            probes=self.inventory.probes(pid),
-            drills=self.inventory.drills(pid),
-            rotations=rotations,
-        )
+        (resolved,) = self.resolve_pairs([pid])
+        return detail_mod.pair_detail(self.inventory, resolved)
 
     def hosts(self, *, check: bool = False) -> list[HostView]:
         """Every node: fingerprint, what it holds, who is behind; ``check`` asks each agent."""

@@ -42,7 +42,7 @@ from meshtui.messages import (
     Rollback,
     Target,
 )
-from meshtui.model import End, node_of
+from meshtui.model import APPLIED, End, node_of
 
 FEW = 32
 """Up to this many pairs, recording answers reads those pairs' rows one by one."""
@@ -317,7 +317,7 @@ def send_providers(
                     reason = "agent did not answer for this manifest"
                 else:
                     o = outcomes.get(c["as"])
-                    if o is not None and o["outcome"] in ("created", "updated", "unchanged"):
+                    if o is not None and o["outcome"] in APPLIED:
                         result.provider_ok[pid] = True
                         result.applied_at[pid] = float(got.get("applied_at", 0.0))
                         rows.append((pid, End.PROVIDER, c["generation"], c["digest"], None))

@@ -19,7 +19,7 @@ from meshtui.errors import AgentError, MeshtuiError
 from meshtui.inventory import now
 from meshtui.inventory.rows import DrillRecord
 from meshtui.messages import DrillRequest, ProbeReport
-from meshtui.model import node_of
+from meshtui.model import Verdict, node_of
 
 if TYPE_CHECKING:
     from meshtui.controller.core import Controller
@@ -58,7 +58,7 @@ def drill_one(ctl: Controller, pid: str, progress: Progress) -> DrillReport:
     try:
         progress(f"{pid}: old credential before", 0, 3)
         held = client.call(messages.DRILL_HOLD, request)
-        steps.append(_step("old before", "accepted", held["result"], held.get("error", "")))
+        steps.append(_step("old before", Verdict.ACCEPTED, held["result"], held.get("error", "")))
         if steps[0].ok:
             progress(f"{pid}: rotating", 1, 3)
             try:
@@ -69,8 +69,10 @@ def drill_one(ctl: Controller, pid: str, progress: Progress) -> DrillReport:
         checked = client.call(messages.DRILL_CHECK, request)  # the agent forgets the old one
         if steps[0].ok:
             new_login = checked["new"]
-            steps.append(_step("new after", "accepted", new_login, "no credential file"))
-            steps.append(_step("old after", "refused", checked["old"], checked["error"] or ""))
+            steps.append(_step("new after", Verdict.ACCEPTED, new_login, "no credential file"))
+            steps.append(
+                _step("old after", Verdict.REFUSED, checked["old"], checked["error"] or "")
+            )
     except AgentError as exc:
         reason = f"consumer's node unreachable: {exc.reason}"
     finally:

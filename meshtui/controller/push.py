@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from meshtui import messages
 from meshtui.controller import status as status_mod
-from meshtui.controller.client import STATE_TIMEOUT_S, Agents
+from meshtui.controller.client import STATE_TIMEOUT_S, Agents, missing_reason
 from meshtui.controller.deliver import (
     Delivered,
     EndRow,
@@ -33,7 +33,7 @@ from meshtui.errors import AgentError
 from meshtui.inventory import Inventory, now
 from meshtui.inventory.rows import DeliveryRow, ProbeRecord
 from meshtui.messages import InspectSpec, StateRequest, WithdrawItem, WithdrawRequest
-from meshtui.model import End, State, node_of
+from meshtui.model import Drift, End, State, Verdict, node_of
 
 if TYPE_CHECKING:
     from meshtui.controller.core import Controller
@@ -221,7 +221,7 @@ def _drift(
         for got in answer.get("inspected", []):  # absent: nothing was asked of that node
             for found in got["logins"]:
                 pid = by_login.get((got["provider"], got["provision"], found["login"]))
-                if pid is not None and found["verdict"] in ("changed", "missing"):
+                if pid is not None and found["verdict"] in (Drift.CHANGED, Drift.MISSING):
                     before = found_before.get((pid, End.PROVIDER.value))
                     earlier = before["error"] if before else None
                     if earlier and str(earlier).startswith(status_mod.DRIFT):
@@ -278,7 +278,7 @@ def revoke(ctl: Controller, agents: Agents, plan: Planner, pids: list[str]) -> l
             pid = item["pair"]
             g = got.get(pid)
             if g is None:
-                reason = answer.reason if isinstance(answer, AgentError) else "no answer"
+                reason = missing_reason(answer, None, "no answer")
                 out.append(
                     PairOutcome(
                         pair=pid, ok=False, generation=plan.pairs[pid]["generation"], reason=reason
@@ -288,7 +288,7 @@ def revoke(ctl: Controller, agents: Agents, plan: Planner, pids: list[str]) -> l
             probe = g["probe"]
             if g["removed"] or probe is None:
                 gone.append(pid)  # refused and deleted, or nothing was held any more
-            verdict = probe["verdict"] if probe else "unknown"
+            verdict = probe["verdict"] if probe else Verdict.UNKNOWN
             reason = probe["reason"] if probe else "no credential was held"
             if probe:
                 probes.append(
@@ -297,7 +297,7 @@ def revoke(ctl: Controller, agents: Agents, plan: Planner, pids: list[str]) -> l
             out.append(
                 PairOutcome(
                     pair=pid,
-                    ok=verdict == "refused",
+                    ok=verdict == Verdict.REFUSED,
                     generation=plan.pairs[pid]["generation"],
                     reason=f"{verdict}: {reason}",
                 )

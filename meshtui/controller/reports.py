@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, TypedDict
+from typing import Any
 
-from meshtui.inventory.rows import DrillRow, EventRow, ProbeRow, RotationRow
+from meshtui.inventory.rows import EventRow
 from meshtui.model import PairStatus
 
-__all__ = ["DrillRow", "EventRow", "ProbeRow", "RotationRow"]  # the rows reports carry
+__all__ = ["EventRow"]  # the audit event rows the CLI and the dashboard read
 
 Progress = Callable[[str, int, int], None]
 """``progress(message, done, total)``: called from the worker doing the action, never blocks."""
@@ -46,39 +46,6 @@ class HostView:
     reason: str
     holds: int  # ends (pair, end) this node should hold
     behind: list[str] = field(default_factory=list)  # pair ids where this node's end is behind
-
-
-class GenerationView(TypedDict):
-    """One generation of a pair as shown: its digest and times, never its sealed blobs."""
-
-    generation: int
-    digest: str
-    created_at: str
-    discarded_at: str | None
-
-
-class EndView(TypedDict):
-    """What one end of a pair holds, as recorded by the last delivery or state answer."""
-
-    generation: int | None
-    digest: str | None
-    since: str | None
-    attempted_at: str | None
-    error: str | None
-
-
-@dataclass(frozen=True)
-class PairDetail:
-    """Everything about one pair for its detail screen (never a secret)."""
-
-    status: PairStatus
-    values: dict[str, str]
-    reload: list[str]
-    generations: list[GenerationView]  # oldest first
-    deliveries: dict[str, EndView]  # by end
-    probes: list[ProbeRow]  # newest first
-    drills: list[DrillRow]  # newest first
-    rotations: list[RotationRow]  # rotations that included this pair, newest first
 
 
 @dataclass(frozen=True)
@@ -194,3 +161,71 @@ class DrillReport:
     def to_json(self) -> dict[str, Any]:
         """The ``drill --json`` object."""
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class GenerationView:
+    """One generation of a pair's credential: its digest (never the secret) and its life."""
+
+    generation: int
+    digest: str
+    created_at: str
+    discarded_at: str | None
+
+
+@dataclass(frozen=True)
+class DeliveryView:
+    """What one end holds: the generation delivered, since when, and the last attempt's error."""
+
+    end: str
+    generation: int | None
+    digest: str | None
+    since: str | None
+    attempted_at: str | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class ProbeView:
+    """One stored probe of a pair: when, which generation, its verdict and evidence."""
+
+    at: str
+    generation: int | None
+    verdict: str
+    reason: str
+    latency_ms: float | None
+    client_addr: str | None
+    loopback: bool
+
+
+@dataclass(frozen=True)
+class RotationView:
+    """One rotation that included a pair: when, how far it got, and how it ended."""
+
+    id: int
+    started_at: str
+    state: str
+    outcome: str | None
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class DrillRecord:
+    """A stored drill: when it ran, and its report."""
+
+    at: str | None
+    report: DrillReport
+
+
+@dataclass(frozen=True)
+class PairDetail:
+    """Everything about one pair for its detail screen (never a secret); lists newest first."""
+
+    status: PairStatus
+    values: dict[str, str]
+    reload: list[str]
+    generations: list[GenerationView]  # oldest first
+    deliveries: list[DeliveryView]  # by end
+    probes: list[ProbeView]
+    drills: list[DrillRecord]
+    rotations: list[RotationView]

@@ -1,6 +1,6 @@
 """Every pair's state, derived from the inventory: who holds which generation, the last probe.
 
-States follow DESIGN "States of a pair". The reason is always filled in, because an operator
+States follow docs/ARCHITECTURE.md "States of a pair". The reason is always filled in, because an operator
 looking at a stale pair needs to know which end is behind and why.
 """
 
@@ -10,9 +10,8 @@ from collections.abc import Iterable
 
 from meshtui.inventory import Inventory
 from meshtui.inventory.rows import StatusRow
-from meshtui.model import End, PairStatus, State
+from meshtui.model import End, PairStatus, State, Verdict
 
-ACCEPTED, REFUSED, NO_PASSWORD = "accepted", "refused", "no password demanded"
 DRIFT = "changed outside meshtui at "
 """How push records a provider end whose server no longer holds what meshtui delivered."""
 REPAIRED = "re-applied after it was "
@@ -88,12 +87,12 @@ def _pair_state(row: StatusRow, probed: bool) -> tuple[State, str, bool]:
     ) = row
     if withdrawn_at:
         if probed and pr_withdrawn:
-            if verdict == REFUSED:
+            if verdict == Verdict.REFUSED:
                 code = "WRONGPASS" if "WRONGPASS" in (why or "") else "28P01"
                 return State.REVOKED, f"withdrawn; login refused ({code})", False
-            if verdict == ACCEPTED:
+            if verdict == Verdict.ACCEPTED:
                 return State.STALE, "ALARM: withdrawn but its login still works", True
-            if verdict == NO_PASSWORD:
+            if verdict == Verdict.NO_PASSWORD:
                 return (
                     State.STALE,
                     "ALARM: withdrawn but its login gets in without a password",
@@ -118,11 +117,11 @@ def _pair_state(row: StatusRow, probed: bool) -> tuple[State, str, bool]:
             return State.UNKNOWN, f"cannot probe: {why}", False
         return State.UNKNOWN, f"not probed since generation {want}", False
     loop = " over loopback" if loopback else ""
-    if verdict == ACCEPTED and used_password != 0:
+    if verdict == Verdict.ACCEPTED and used_password != 0:
         return State.WORKING, f"logged in from {client_addr or 'consumer'}{loop}", False
-    if verdict in (ACCEPTED, NO_PASSWORD):
+    if verdict in (Verdict.ACCEPTED, Verdict.NO_PASSWORD):
         return State.STALE, "ALARM: the server did not demand a password", True
-    if verdict == REFUSED:
+    if verdict == Verdict.REFUSED:
         return State.STALE, f"probe refused: {why}", False
     return State.STALE, f"probe could not decide: {why}", False
 

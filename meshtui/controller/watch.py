@@ -30,7 +30,14 @@ from meshtui.controller.schedule import SPREAD, PairDue, epoch, probe_slot, sche
 from meshtui.controller.status import statuses
 from meshtui.errors import MeshtuiError, NotResolvedError, RotationBusyError
 from meshtui.inventory import now as stamp_now
-from meshtui.model import DEFAULT_PROBE_EVERY_S, PairStatus, State, node_of, split_pair_id
+from meshtui.model import (
+    DEFAULT_PROBE_EVERY_S,
+    PairStatus,
+    State,
+    Verdict,
+    node_of,
+    split_pair_id,
+)
 
 ACTOR = "watch"
 TICK_S = 1.0
@@ -296,7 +303,7 @@ class Watch:
             self.metrics.probed(
                 o.latency_ms
                 for o in outcomes
-                if o.verdict == "accepted" and o.latency_ms is not None
+                if o.verdict == Verdict.ACCEPTED and o.latency_ms is not None
             )
         return len(outcomes), all(answered.values())
 

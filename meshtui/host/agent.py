@@ -57,12 +57,11 @@ from meshtui.messages import (
     WithdrawOutcome,
     WithdrawRequest,
 )
-from meshtui.model import NAME_RE, split_pair_id
+from meshtui.model import APPLIED, NAME_RE, OutcomeName, Verdict, split_pair_id
 
 if TYPE_CHECKING:
     from meshtui.provisioner.warm import WarmSessions
 
-OK_OUTCOMES = frozenset({"created", "updated", "unchanged"})
 RELOAD_TIMEOUT_S = 30.0
 PROVISION_TIMEOUT_S = 300.0
 INSPECT_TIMEOUT_S = 5.0  # within the controller's STATE_TIMEOUT_S
@@ -182,7 +181,7 @@ def inspect_provider(spec: InspectSpec) -> Inspection:
 
 
 def secret_name(node: str, module: str) -> str:
-    """DESIGN's secret file name beside the manifest."""
+    """The secret file's name beside the manifest (docs/ARCHITECTURE.md, the manifest)."""
     return f"{node}.{module}.secret"
 
 
@@ -484,7 +483,7 @@ class Agent:
         by_login = {o["login"]: o["outcome"] for o in out["outcomes"]}
         changes: dict[str, dict[str, Any] | None] = {}
         for c in consumers:
-            if by_login.get(c["as"]) in OK_OUTCOMES:
+            if by_login.get(c["as"]) in APPLIED:
                 changes[c["pair"]] = {
                     "generation": c["generation"],
                     "digest": c["digest"],
@@ -495,7 +494,7 @@ class Agent:
         for h in self.holdings.listing():
             if h["end"] == "provider" and h.get("provider") == provider and h["pair"] not in listed:
                 # a withdrawn pair stays held until its login is gone ("drop pending" is not gone)
-                gone = by_login.get(str(h.get("login")), "removed") == "removed"
+                gone = by_login.get(str(h.get("login")), OutcomeName.REMOVED) == OutcomeName.REMOVED
                 if gone and out["ok"]:
                     changes[h["pair"]] = None
         self.holdings.update("provider", changes)
@@ -638,7 +637,7 @@ class Agent:
             if secret is not None and path is not None:
                 res["probe"] = probed = self._target_login(item["target"], secret, control=False)
                 del secret
-                if probed["verdict"] != "refused":
+                if probed["verdict"] != Verdict.REFUSED:
                     # not proven revoked: keep the file so the next push can try again
                     results.append(res)
                     continue
@@ -799,7 +798,7 @@ def command_report(name: str, returncode: int, stdout: bytes, logins: list[str])
         ]
         ok = bool(report.get("ok", returncode == 0))
     except (ValueError, KeyError, TypeError):
-        outcome = "updated" if returncode == 0 else "failed"
+        outcome = OutcomeName.UPDATED if returncode == 0 else OutcomeName.FAILED
         reason = "no JSON report; exit 0 taken as applied (unverified)" if returncode == 0 else ""
         outcomes = [{"login": c, "outcome": outcome, "reason": reason} for c in consumers]
         ok = returncode == 0

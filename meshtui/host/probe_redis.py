@@ -33,18 +33,9 @@ import redis
 from redis._parsers import _RESP2Parser
 from redis.connection import Connection, SSLConnection
 
-from meshtui.host.probe import (
-    LoginResult,
-    ProbeResult,
-    Verdict,
-    _control_password,
-    _loopback_addr,
-    _loopback_host,
-    _own_address,
-    _resolve,
-    _same_addr,
-    _scrub,
-)
+from meshtui.host.probe_address import loopback_addr, loopback_host, own_address, resolve, same_addr
+from meshtui.host.probe_types import LoginResult, ProbeResult, control_password, scrub
+from meshtui.model import Verdict
 
 _NO_LIB_INFO: dict[str, Any] = (
     {"driver_info": None}
@@ -134,7 +125,7 @@ def _client_info(text: str) -> tuple[str | None, str | None]:
 
 
 def _error_reason(exc: BaseException, password: str) -> str:
-    return _scrub(f"{type(exc).__name__}: {exc}", password)
+    return scrub(f"{type(exc).__name__}: {exc}", password)
 
 
 def login(
@@ -150,7 +141,7 @@ def login(
     expect_client_addr: str | None = None,
 ) -> LoginResult:
     """One AUTH with ``password`` on a fresh connection; never raises, never lets it out."""
-    loopback = _loopback_host(host)
+    loopback = loopback_host(host)
     if loopback and not allow_loopback:
         return _result(
             Verdict.UNKNOWN,
@@ -171,14 +162,14 @@ def login(
             loopback=loopback,
         )
     try:
-        addresses = _resolve(host, port)
+        addresses = resolve(host, port)
     except OSError as exc:
         return _result(
             Verdict.UNKNOWN, f"host name not resolved: {exc.strerror}", None, loopback=loopback
         )
     if not addresses:
         return _result(Verdict.UNKNOWN, "host name not resolved", None, loopback=loopback)
-    if _loopback_addr(ipaddress.ip_address(addresses[0])) or _own_address(addresses[0]):
+    if loopback_addr(ipaddress.ip_address(addresses[0])) or own_address(addresses[0]):
         loopback = True
         if not allow_loopback:
             return _result(
@@ -269,7 +260,7 @@ def login(
         else ""
     )
     seen_local = client is not None and (
-        client == server or _loopback_addr(ipaddress.ip_address(client))
+        client == server or loopback_addr(ipaddress.ip_address(client))
     )
     if seen_local and not loopback:
         return _result(
@@ -281,7 +272,7 @@ def login(
             used_password=True,
             client_addr=client,
         )
-    if expect_client_addr is not None and not _same_addr(client, expect_client_addr):
+    if expect_client_addr is not None and not same_addr(client, expect_client_addr):
         return _result(
             Verdict.UNKNOWN,
             f"AUTH accepted, but seen from {client}, not {expect_client_addr}{note}",
@@ -326,5 +317,5 @@ def probe(
     first = login(host, port, user, password, **kwargs)
     if not control or first.verdict is not Verdict.ACCEPTED:
         return ProbeResult(first, None)
-    second = login(host, port, user, _control_password(password), **kwargs)
+    second = login(host, port, user, control_password(password), **kwargs)
     return ProbeResult(first, second)

@@ -16,7 +16,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -26,8 +25,9 @@ import httpx
 from meshtui.atomic import write_private
 from meshtui.errors import LabError
 from meshtui.host import identity
-from meshtui.lab import foreign, netns, postgres
+from meshtui.lab import foreign, netns, postgres, toml_writer
 from meshtui.lab import redis as lab_redis
+from meshtui.lab.wait import poll
 
 LAB = "lab"
 SUBNET = "10.213.0.0/24"
@@ -190,6 +190,7 @@ def up(
         provisioner=shlex.split(command) if command else None,
         cache=cache,
     )
+    _make_credential_folders(folder / "srv", mesh)
     lab = Lab(
         folder=folder,
         mode=mode,
@@ -265,15 +266,20 @@ def _open_log(path: Path) -> BinaryIO:
 
 
 def _wait_agent(lab: Lab, node: str) -> None:
-    deadline = time.monotonic() + AGENT_START_S
-    while time.monotonic() < deadline:
-        if agent_answers(lab.socket(node)):
-            return
-        if not _alive(lab.pids[node]):
-            break
-        time.sleep(0.05)
+    sock, pid = lab.socket(node), lab.pids[node]
+    if poll(lambda: agent_answers(sock), AGENT_START_S, unless=lambda: not _alive(pid)):
+        return
     tail = (lab.folder / f"{node}.agent.log").read_text(errors="replace")[-800:]
     raise LabError(f"the agent of {node} did not start; its log ends:\n{tail}")
+
+
+def _make_credential_folders(srv: Path, mesh: dict[str, list[str]]) -> None:
+    """Each consumer's credential folder, as an operator makes it on a real node (root, 0755),
+    so ``meshtui doctor`` on a fresh lab has nothing to report."""
+    for node, modules in mesh.items():
+        for module in modules:
+            for folder in (srv, srv / node, srv / node / module):
+                folder.mkdir(mode=0o755, exist_ok=True)
 
 
 def _write_declaration(
@@ -287,44 +293,48 @@ def _write_declaration(
     cache: lab_redis.RedisServer | None = None,
 ) -> Path:
     srv = folder / "srv"
-    out = ["# written by meshtui lab up: the lab's nodes, reached over Unix sockets", ""]
-    for node, address in addresses.items():
-        out += [
-            f"[nodes.{node}]",
-            f'address = "{address}"',
-            f'agent = "unix:{folder / "run" / node}.sock"',
-            f'keys = "{folder / "nodes" / node / "node.pub"}"',
-            "",
-        ]
-    out += [
-        f'[modules."{PROVIDER_NODE}/postgres"]',
-        f'provides = [{{ name = "database", port = {port} }}]',
-        f'receives = {{ database = "{srv / PROVIDER_NODE / "postgres" / "mesh.json"}" }}',
-        f'grants = {{ database = "{srv / PROVIDER_NODE / "postgres" / "grants"}" }}',
-        f'admin = "{admin}"',
-        "pin = true",
+    tables: list[toml_writer.Table] = [
+        (
+            ("nodes", node),
+            {
+                "address": address,
+                "agent": f"unix:{folder / 'run' / node}.sock",
+                "keys": str(folder / "nodes" / node / "node.pub"),
+            },
+        )
+        for node, address in addresses.items()
     ]
+    postgres_module: dict[str, toml_writer.Value] = {
+        "provides": [{"name": "database", "port": port}],
+        "receives": {"database": str(srv / PROVIDER_NODE / "postgres" / "mesh.json")},
+        "grants": {"database": str(srv / PROVIDER_NODE / "postgres" / "grants")},
+        "admin": str(admin),
+        "pin": True,
+    }
     if provisioner:
-        out.append("provisioner = [" + ", ".join(json.dumps(a) for a in provisioner) + "]")
-    out.append("")
+        postgres_module["provisioner"] = list(provisioner)
+    tables.append((("modules", f"{PROVIDER_NODE}/postgres"), postgres_module))
     if cache is not None:
-        out += lab_redis.declaration_lines(cache, srv / PROVIDER_NODE / "redis")
+        tables.append(lab_redis.declaration_table(cache, srv / PROVIDER_NODE / "redis"))
     databases: set[str] = set()
     for node, modules in mesh.items():
         for module in modules:
             db = module if module not in databases else f"{module}_{node}"
             databases.add(db)
-            extra = ""
-            if cache is not None and (node, module) in REDIS_CONSUMERS:
-                extra = ", " + lab_redis.requirement(srv / node / module / "cache.password")
-            out += [
-                f'[modules."{node}/{module}"]',
-                f'requires = [{{ name = "database", values = {{ database = "{db}" }}, '
-                f'file = "{srv / node / module / "db.password"}" }}{extra}]',
-                "",
+            requires: list[toml_writer.Value] = [
+                {
+                    "name": "database",
+                    "values": {"database": db},
+                    "file": str(srv / node / module / "db.password"),
+                }
             ]
+            if cache is not None and (node, module) in REDIS_CONSUMERS:
+                requires.append(lab_redis.requirement(srv / node / module / "cache.password"))
+            tables.append((("modules", f"{node}/{module}"), {"requires": requires}))
     path = folder / "mesh.toml"
-    text = "\n".join(out)
+    text = toml_writer.document(
+        tables, comment="written by meshtui lab up: the lab's nodes, reached over Unix sockets"
+    )
     write_private(path, text.encode())
     return path
 
@@ -339,9 +349,7 @@ def down(state_dir: Path, *, purge: bool = False) -> list[str]:
             if _alive(pid):
                 os.kill(pid, signal.SIGTERM)
                 done.append(f"stopped agent {node} (pid {pid})")
-        deadline = time.monotonic() + 10
-        while any(_alive(p) for p in lab.pids.values()) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        poll(lambda: not any(_alive(p) for p in lab.pids.values()), 10)
         for pid in lab.pids.values():
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)

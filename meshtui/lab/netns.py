@@ -28,12 +28,12 @@ import re
 import shutil
 import signal
 import subprocess
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from meshtui.errors import LabError
+from meshtui.lab.wait import poll
 
 DEFAULT_SUBNET = "10.213.0.0/24"
 BRIDGE_NODE = "net"  # the namespace "<name>-net" holds the bridge; no node may take this name
@@ -326,12 +326,9 @@ def _end_processes(ns: str) -> None:
             os.kill(pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
-    deadline = time.monotonic() + _KILL_GRACE
-    while time.monotonic() < deadline:
-        pids = _pids(ns)
-        if not pids:
-            return
-        time.sleep(0.05)
+    if poll(lambda: not _pids(ns), _KILL_GRACE):
+        return
+    pids = _pids(ns)
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)

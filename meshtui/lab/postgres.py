@@ -40,6 +40,7 @@ from psycopg.conninfo import make_conninfo
 from meshtui.atomic import write_private
 from meshtui.errors import LabError
 from meshtui.lab.foreign import ForeignDir, open_dir
+from meshtui.lab.wait import wait_until
 
 SERVER_USER = "meshtui_pg"
 META_NAME = "meshtui-cluster.json"
@@ -311,18 +312,19 @@ class Cluster:
                 raise LabError(f"reload failed: {done.stderr.strip()}") from None
             time.sleep(0.2)
             return
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
+
+        def reloaded() -> bool:
             try:
                 with self._connect() as conn:
                     row = conn.execute("SELECT pg_conf_load_time()").fetchone()
-                if row and row[0] != before:
-                    return
             except psycopg.OperationalError:
                 time.sleep(0.2)  # the new rules may lock the admin out; give the reload time
-                return
-            time.sleep(0.01)
-        raise LabError(f"PostgreSQL in {self.datadir} did not reload its configuration")
+                return True
+            return bool(row and row[0] != before)
+
+        wait_until(
+            reloaded, 10, f"PostgreSQL in {self.datadir} to reload its configuration", every=0.01
+        )
 
     def set_hba(self, lines: list[str]) -> None:
         """Replace ``pg_hba.conf`` with ``lines`` and reload (keep an admin line or lose access)."""

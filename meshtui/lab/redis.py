@@ -17,7 +17,6 @@ import secrets
 import shutil
 import signal
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,8 @@ from urllib.parse import quote
 from meshtui.atomic import write_private
 from meshtui.errors import LabError
 from meshtui.lab import netns as lab_netns
+from meshtui.lab import toml_writer
+from meshtui.lab.wait import poll
 
 ADMIN_USER = "meshtui-admin"
 SERVER = "/usr/bin/redis-server"
@@ -125,13 +126,8 @@ class RedisServer:
             "umask": 0o077,  # what ACL SAVE writes (the aclfile with every hash) stays 0600
         }
         proc = lab_netns.spawn(netns, argv, **kwargs) if netns else subprocess.Popen(argv, **kwargs)
-        deadline = time.monotonic() + START_S
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                break
-            if self._ready(proc.pid):
-                return
-            time.sleep(0.05)
+        if poll(lambda: self._ready(proc.pid), START_S, unless=lambda: proc.poll() is not None):
+            return
         tail = self.log.read_text(errors="replace")[-800:] if self.log.exists() else ""
         raise LabError(f"redis-server in {self.folder} did not start; its log ends:\n{tail}")
 
@@ -141,11 +137,8 @@ class RedisServer:
         if pid is None:
             return
         os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if _gone(pid):
-                return
-            time.sleep(0.05)
+        if poll(lambda: _gone(pid), 10):
+            return
         os.kill(pid, signal.SIGKILL)
         _gone(pid)
 
@@ -264,19 +257,21 @@ def existing(folder: Path) -> RedisServer | None:
         return None
 
 
-def declaration_lines(server: RedisServer, srv: Path) -> list[str]:
-    """The provider module ``db1/redis`` of the lab's declaration (TOML lines)."""
-    return [
-        '[modules."db1/redis"]',
-        f'provides = [{{ name = "cache", kind = "redis", port = {server.port}, '
-        f'ca = "{server.ca}" }}]',
-        f'receives = {{ cache = "{srv / "mesh.json"}" }}',
-        f'grants = {{ cache = "{srv / "grants"}" }}',
-        f'admin = "{server.admin_file}"',
-        "",
-    ]
+def declaration_table(server: RedisServer, srv: Path) -> toml_writer.Table:
+    """The provider module ``db1/redis`` of the lab's declaration (a TOML table)."""
+    return (
+        ("modules", "db1/redis"),
+        {
+            "provides": [
+                {"name": "cache", "kind": "redis", "port": server.port, "ca": str(server.ca)}
+            ],
+            "receives": {"cache": str(srv / "mesh.json")},
+            "grants": {"cache": str(srv / "grants")},
+            "admin": str(server.admin_file),
+        },
+    )
 
 
-def requirement(file: Path) -> str:
+def requirement(file: Path) -> dict[str, toml_writer.Value]:
     """A consumer's ``requires`` entry for the lab's Redis (an inline TOML table)."""
-    return f'{{ name = "cache", file = "{file}" }}'
+    return {"name": "cache", "file": str(file)}

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from meshtui.errors import ProvisionError, UnsafeLoginError
+from meshtui.model import OutcomeName
 
 MAX_NAME_BYTES = 63  # PostgreSQL's NAMEDATALEN - 1; longer names would be truncated silently
 
-Change = Literal["created", "updated"]
-Removal = Literal["removed", "drop pending"]
+Change = Literal[OutcomeName.CREATED, OutcomeName.UPDATED]
+Removal = Literal[OutcomeName.REMOVED, OutcomeName.DROP_PENDING]
 
 
 @dataclass(frozen=True)

@@ -23,12 +23,13 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import psycopg
 
 from meshtui.crypto import secret_digest
 from meshtui.errors import ManifestError, MeshtuiError, ProvisionError, UnsafeLoginError
+from meshtui.model import SUCCESS, Drift, OutcomeName
 from meshtui.provisioner.adapter import (
     Adapter,
     AdapterFactory,
@@ -50,10 +51,6 @@ from meshtui.provisioner.manifest import (
 from meshtui.provisioner.pg_hba import pin_manifest
 from meshtui.provisioner.postgres import PostgresAdapter
 
-OutcomeName = Literal[
-    "created", "updated", "unchanged", "waiting", "removed", "drop pending", "refused", "failed"
-]
-SUCCESS: frozenset[str] = frozenset({"created", "updated", "unchanged", "removed"})
 MAX_SECRET_BYTES = 4096
 PARALLEL_FROM = 16  # below this many writes one session is as quick as two
 BATCH_FROM = 2  # from this many writes, one transaction for all (when the adapter can)
@@ -170,13 +167,13 @@ def _apply(adapter: Adapter, secrets: SecretFiles, consumer: Consumer) -> Outcom
     """Create-or-make-true one consumer; the secret lives only inside this call."""
     secret = _read_secret(secrets, consumer)
     if isinstance(secret, str):
-        return _outcome(consumer, "waiting", secret)
+        return _outcome(consumer, OutcomeName.WAITING, secret)
     try:
         done: Done = adapter.create(consumer.login, _password(secret), consumer.values)
     except (Refused, UnsafeLoginError) as exc:
-        return _outcome(consumer, "refused", str(exc))
+        return _outcome(consumer, OutcomeName.REFUSED, str(exc))
     except Exception as exc:  # one consumer's failure is its outcome, not the run's end
-        return _outcome(consumer, "failed", _reason(exc))
+        return _outcome(consumer, OutcomeName.FAILED, _reason(exc))
     finally:
         del secret
     return _outcome(consumer, done.outcome, done.reason)
@@ -210,13 +207,13 @@ def _apply_batch(
     for consumer in todo:
         secret = _read_secret(secrets, consumer)
         if isinstance(secret, str):
-            results[consumer.login] = _outcome(consumer, "waiting", secret)
+            results[consumer.login] = _outcome(consumer, OutcomeName.WAITING, secret)
             continue
         try:
             batch.append(Wanted(consumer.login, _password(secret), consumer.values))
             by_login[consumer.login] = consumer
         except Refused as exc:
-            results[consumer.login] = _outcome(consumer, "refused", str(exc))
+            results[consumer.login] = _outcome(consumer, OutcomeName.REFUSED, str(exc))
         del secret
     create_many = getattr(adapter, "create_many")  # noqa: B009
     done: dict[str, Done | Exception] = create_many(batch)
@@ -226,10 +223,10 @@ def _apply_batch(
         if isinstance(got, Done):
             results[login] = _outcome(consumer, got.outcome, got.reason)
         elif isinstance(got, Refused | UnsafeLoginError):
-            results[login] = _outcome(consumer, "refused", str(got))
+            results[login] = _outcome(consumer, OutcomeName.REFUSED, str(got))
         else:
             results[login] = _outcome(
-                consumer, "failed", _reason(got or ProvisionError("no outcome"))
+                consumer, OutcomeName.FAILED, _reason(got or ProvisionError("no outcome"))
             )
     return results
 
@@ -321,7 +318,7 @@ def reconcile(
     # pg_hba.conf: with pin, each login only from its consumer's address; without, no block left
     pin = pin_manifest(conninfo, manifest, {o.login: o.outcome for o in ordered})
     if pin.changed or (pin.error and manifest.pin):
-        name: OutcomeName = "failed" if pin.error else "updated"
+        name = OutcomeName.FAILED if pin.error else OutcomeName.UPDATED
         ordered += (Outcome("pg_hba.conf", "", "", name, pin.error or pin.note),)
     return Report(
         provision=manifest.provision,
@@ -349,11 +346,11 @@ def _reconcile(
         try:
             check_name(consumer.login)
         except UnsafeLoginError as exc:
-            outcomes[consumer.login] = _outcome(consumer, "refused", str(exc))
+            outcomes[consumer.login] = _outcome(consumer, OutcomeName.REFUSED, str(exc))
             continue
         secret = _read_secret(secrets, consumer)
         if isinstance(secret, str):
-            outcomes[consumer.login] = _outcome(consumer, "waiting", secret)
+            outcomes[consumer.login] = _outcome(consumer, OutcomeName.WAITING, secret)
         else:
             ready.append(consumer)
         del secret
@@ -369,9 +366,9 @@ def _reconcile(
         for consumer in ready:
             have = held.get(consumer.login)
             if have is not None and not have.ours:
-                outcomes[consumer.login] = _outcome(consumer, "refused", have.note)
+                outcomes[consumer.login] = _outcome(consumer, OutcomeName.REFUSED, have.note)
             elif have is not None and have.digest == consumer.digest and have.in_place:
-                outcomes[consumer.login] = _outcome(consumer, "unchanged")
+                outcomes[consumer.login] = _outcome(consumer, OutcomeName.UNCHANGED)
             else:
                 todo.append(consumer)
         outcomes.update(_apply_all(factory, adapter, conninfo, scope, secrets, todo, workers))
@@ -379,9 +376,6 @@ def _reconcile(
             if held[login].ours and login not in wanted:
                 removed.append(_remove(adapter, held[login]))
     return tuple(outcomes[c.login] for c in manifest.consumers) + tuple(removed), limits
-
-
-Verdict = Literal["matches", "changed", "missing", "unknown", "waiting", "refused"]
 
 
 @dataclass(frozen=True)
@@ -396,7 +390,7 @@ class Finding:
     login: str
     node: str
     module: str
-    verdict: Verdict
+    verdict: Drift
     reason: str = ""
 
 
@@ -418,11 +412,11 @@ def inspect(
             try:
                 check_name(consumer.login)
             except UnsafeLoginError as exc:
-                found[consumer.login] = _finding(consumer, "refused", str(exc))
+                found[consumer.login] = _finding(consumer, Drift.REFUSED, str(exc))
                 continue
             secret = _read_secret(secrets, consumer)
             if isinstance(secret, str):
-                found[consumer.login] = _finding(consumer, "waiting", secret)
+                found[consumer.login] = _finding(consumer, Drift.WAITING, secret)
             else:
                 ready.append(consumer)
             del secret
@@ -436,33 +430,33 @@ def inspect(
     return tuple(found[c.login] for c in manifest.consumers)
 
 
-def _finding(consumer: Consumer, verdict: Verdict, reason: str = "") -> Finding:
+def _finding(consumer: Consumer, verdict: Drift, reason: str = "") -> Finding:
     return Finding(consumer.login, consumer.node, consumer.module, verdict, reason)
 
 
 def _compare(consumer: Consumer, have: Held | None) -> Finding:
     if have is None:
-        return _finding(consumer, "missing", "the login does not exist")
+        return _finding(consumer, Drift.MISSING, "the login does not exist")
     if not have.ours:
-        return _finding(consumer, "refused", have.note)
+        return _finding(consumer, Drift.REFUSED, have.note)
     if not have.verified:
-        return _finding(consumer, "unknown", "the admin cannot read what the server holds")
+        return _finding(consumer, Drift.UNKNOWN, "the admin cannot read what the server holds")
     if have.digest is None:
-        return _finding(consumer, "changed", "its password, login right or record was changed")
+        return _finding(consumer, Drift.CHANGED, "its password, login right or record was changed")
     if have.digest != consumer.digest:
-        return _finding(consumer, "changed", "it holds another password")
+        return _finding(consumer, Drift.CHANGED, "it holds another password")
     if not have.in_place:
-        return _finding(consumer, "changed", "its database is gone, not its own or open to all")
-    return _finding(consumer, "matches")
+        return _finding(consumer, Drift.CHANGED, "its database is gone, not its own or open to all")
+    return _finding(consumer, Drift.MATCHES)
 
 
 def _remove(adapter: Adapter, held: Held) -> Outcome:
     try:
         done: Done = adapter.remove(held.login)
     except (Refused, UnsafeLoginError) as exc:
-        return Outcome(held.login, held.node, held.module, "refused", str(exc))
+        return Outcome(held.login, held.node, held.module, OutcomeName.REFUSED, str(exc))
     except Exception as exc:  # one login's failure is its outcome, not the run's end
-        return Outcome(held.login, held.node, held.module, "failed", _reason(exc))
+        return Outcome(held.login, held.node, held.module, OutcomeName.FAILED, _reason(exc))
     return Outcome(held.login, held.node, held.module, done.outcome, done.reason)
 
 

@@ -39,7 +39,7 @@ from typing import Any
 import psycopg
 
 from meshtui.errors import ProvisionError
-from meshtui.model import plain_address
+from meshtui.model import APPLIED, KEEP_PINNED, plain_address
 from meshtui.provisioner.manifest import Manifest
 
 BEGIN = "# meshtui pin begin "
@@ -47,9 +47,6 @@ END = "# meshtui pin end "
 NOTE = "# written by meshtui provision: each login only from its consumer's address; do not edit"
 MAX_HBA_BYTES = 16 * 1024 * 1024
 RELOAD_WAIT_S = 10.0
-KEEP_WHEN = frozenset({"drop pending", "failed", "refused", "waiting"})
-"""Outcomes that keep a line already written (the login may still exist; never unpin it)."""
-CONFIRMED = frozenset({"created", "updated", "unchanged"})
 _NAME_OK = re.compile(r'[^\s"#,\\\x00-\x1f\x7f]+')
 _UNPINNED: set[tuple[str, str]] = set()
 """(conninfo, scope) seen without a block by a run without pin in this process: a long-lived
@@ -189,11 +186,11 @@ def wanted(
     out: dict[str, str] = {}
     for consumer in manifest.consumers:
         outcome = outcomes.get(consumer.login, "")
-        if outcome in CONFIRMED or (outcome in KEEP_WHEN and consumer.login in before):
+        if outcome in APPLIED or (outcome in KEEP_PINNED and consumer.login in before):
             out[consumer.login] = consumer.at
     asked = {c.login for c in manifest.consumers}
     for login, address in before.items():
-        if login not in asked and outcomes.get(login, "") in KEEP_WHEN:
+        if login not in asked and outcomes.get(login, "") in KEEP_PINNED:
             out[login] = address
     return out
 

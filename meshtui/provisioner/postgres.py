@@ -53,6 +53,7 @@ from psycopg.errors import Diagnostic
 
 from meshtui.crypto import secret_digest
 from meshtui.errors import ProvisionError, UnsafeLoginError
+from meshtui.model import OutcomeName
 from meshtui.provisioner.adapter import Change, Done, Held, Refused, Scope, Wanted, check_name
 from meshtui.provisioner.pg_quiet import QuietPlan, quiet_plan
 from meshtui.provisioner.scram import DEFAULT_ITERATIONS, is_plain_ascii, scram_verifier
@@ -611,7 +612,7 @@ class PostgresAdapter:
                 if self.superuser:
                     self._read_back(login, verifier)
         del verifier
-        change: Change = "created" if role is None else "updated"
+        change: Change = OutcomeName.CREATED if role is None else OutcomeName.UPDATED
         notes = self._hand_back(login) if returning else []
         if database is not None:
             notes += self._ensure_database(database, login)
@@ -737,7 +738,7 @@ class PostgresAdapter:
                     )
                     continue
                 digest = secret_digest(wanted.password.encode("utf-8"))
-                changes[login] = "created" if role is None else "updated"
+                changes[login] = OutcomeName.CREATED if role is None else OutcomeName.UPDATED
                 intact = (
                     role is not None
                     and role.can_login
@@ -902,7 +903,7 @@ class PostgresAdapter:
         check_name(login)
         role = self._role(login)
         if role is None:
-            return Done("removed", "it was already gone")
+            return Done(OutcomeName.REMOVED, "it was already gone")
         record = role.record or {}
         if not role.marked or record.get("meshtui") != "login" or not self._in_scope(record):
             raise Refused("not a login meshtui made for this provision; left alone")
@@ -941,9 +942,10 @@ class PostgresAdapter:
             if isinstance(exc, psycopg.OperationalError) and self.conn.closed:
                 raise
             return Done(
-                "drop pending", f"locked (NOLOGIN, no password), not dropped: {_error_text(exc)}"
+                OutcomeName.DROP_PENDING,
+                f"locked (NOLOGIN, no password), not dropped: {_error_text(exc)}",
             )
-        return Done("removed", "its objects are kept by " + keeper if keeper else "")
+        return Done(OutcomeName.REMOVED, "its objects are kept by " + keeper if keeper else "")
 
     def _terminate(self, login: str) -> None:
         """End every session of ``login`` and wait until they are gone."""

@@ -41,6 +41,7 @@ from redis.retry import Retry
 
 from meshtui.crypto import secret_digest
 from meshtui.errors import ProvisionError, UnsafeLoginError
+from meshtui.model import OutcomeName
 from meshtui.provisioner.adapter import Change, Done, Held, Refused, Scope
 from meshtui.redis_acl import Rules, ValuesError, name_problem, rules_for
 
@@ -490,7 +491,7 @@ class RedisAdapter:
                 or back.rules_hash() != back.marker.rules
             ):
                 raise ProvisionError(f"Redis did not store the password of {login}")
-        change: Change = "created" if before is None else "updated"
+        change: Change = OutcomeName.CREATED if before is None else OutcomeName.UPDATED
         return Done(change, self.note)
 
     def _before(self, login: str) -> User | None:
@@ -508,7 +509,7 @@ class RedisAdapter:
         self._check(login)
         user = self._users([login])[0]
         if user is None:
-            return Done("removed", "it was already gone")
+            return Done(OutcomeName.REMOVED, "it was already gone")
         foreign = self._foreign(user)
         if foreign is not None:
             raise Refused(f"{foreign}; left alone")
@@ -517,4 +518,6 @@ class RedisAdapter:
         except redis.RedisError as exc:
             raise ProvisionError(f"cannot delete the ACL user {login}: {_why(exc)}") from None
         self.dirty = True
-        return Done("removed", "its keys are kept" + (f"; {self.note}" if self.note else ""))
+        return Done(
+            OutcomeName.REMOVED, "its keys are kept" + (f"; {self.note}" if self.note else "")
+        )

@@ -13,7 +13,6 @@ nodes it would have contacted).
 from __future__ import annotations
 
 import gc
-import os
 import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
@@ -28,21 +27,24 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.worker import Worker, WorkerState
 
-from meshtui.controller.core import INVENTORY, Controller
+from meshtui.controller.core import Controller
+from meshtui.controller.freshness import InventoryStamp
 from meshtui.controller.heartbeat import Heartbeat
 from meshtui.controller.reports import (
     DrillReport,
     ProbeOutcome,
+    Progress,
     PushReport,
     RotationReport,
     Summary,
 )
 from meshtui.errors import MeshtuiError, ReadOnlyError
+from meshtui.model import Verdict
 from meshtui.terminal import shown
 from meshtui.tui import actions
 from meshtui.tui.commands import MeshCommands
 from meshtui.tui.keymap import config_paths, load_keymap
-from meshtui.tui.messages import Job, JobFailed, JobFinished, JobProgress, Loaded
+from meshtui.tui.messages import Job, JobFailed, JobFinished, JobKind, JobProgress, Loaded
 from meshtui.tui.pairs import PairModel, parse_time, short_age
 from meshtui.tui.screens import job as job_screen
 from meshtui.tui.screens.job import JobRecord, JobScreen
@@ -53,6 +55,16 @@ PROGRESS_PERIOD = 0.05
 """Seconds between two redraws of a job's progress. A rotation reports one line per pair, all
 at once when it ends (10,000 lines for 10,000 pairs): lines are kept as they come and drawn in
 batches, so the dashboard keeps up instead of redrawing once per line."""
+
+
+JobRun = Callable[[Controller, tuple[str, ...], Progress], object]
+JOB_RUNS: dict[JobKind, JobRun] = {
+    JobKind.ROTATE: lambda ctl, ids, progress: ctl.rotate(ids, progress),
+    JobKind.DRILL: lambda ctl, ids, progress: ctl.drill(ids, progress),
+    JobKind.PROBE: lambda ctl, ids, progress: ctl.probe(ids or None, progress),
+    JobKind.PUSH: lambda ctl, ids, progress: ctl.push(progress),
+}
+"""What each kind of job runs on a fresh controller: its pairs and the progress callback."""
 
 
 def utc_now() -> datetime:
@@ -93,7 +105,7 @@ class MeshApp(App[int]):
         self.job: Job | None = None
         self.job_progress: tuple[str, int, int] | None = None
         self.job_record: JobRecord | None = None
-        self._stamp: tuple[int, ...] | None = None
+        self._stamp: InventoryStamp | None = None
         self.watch_line = ""  # "watch running · last cycle 2s ago", or "" without a watch
         self._load_seq = 0
         self._applied_seq = 0
@@ -131,11 +143,6 @@ class MeshApp(App[int]):
         if self.poll_seconds > 0:
             self.set_interval(self.poll_seconds, self._poll)
 
-    @property
-    def inventory_path(self) -> Path:
-        """The inventory file (its changes trigger a reload)."""
-        return self.state_dir / INVENTORY
-
     def open_controller(self, *, reader: bool = False) -> Controller:
         """A fresh controller for one worker; readers always open the inventory read-only.
 
@@ -168,11 +175,12 @@ class MeshApp(App[int]):
 
     def _load(self, seq: int) -> None:
         start = time.perf_counter()
-        if not self.inventory_path.exists():
+        stamp = Controller.inventory_stamp(self.state_dir)
+        if stamp is None:
             note = f"no inventory in {self.state_dir}: run meshtui init, then meshtui declare FILE"
             self.post_message(Loaded(PairModel.build([], self.clock()), None, 0.0, note, seq))
             return
-        self._stamp = self._file_stamp()
+        self._stamp = stamp
         with self.open_controller(reader=True) as ctl:
             rows = ctl.status()
             summary = ctl.summary(rows)
@@ -220,19 +228,9 @@ class MeshApp(App[int]):
             gc.unfreeze()  # what this app leaves behind becomes collectable again
             self._heap_frozen = False
 
-    def _file_stamp(self) -> tuple[int, ...]:
-        out: list[int] = []
-        for suffix in ("", "-wal"):
-            try:
-                st = os.stat(str(self.inventory_path) + suffix)
-                out += [st.st_mtime_ns, st.st_size]
-            except OSError:
-                out += [0, 0]
-        return tuple(out)
-
     def _poll(self) -> None:
         """Reload when the inventory file changed (another process, or our own job)."""
-        if self._stamp is not None and self._file_stamp() != self._stamp:
+        if self._stamp is not None and Controller.inventory_stamp(self.state_dir) != self._stamp:
             self.reload()
         self._read_heartbeat()
 
@@ -278,7 +276,7 @@ class MeshApp(App[int]):
                 markup=False,
             )
             return False
-        if not job.ids and job.kind not in ("push", "probe"):
+        if not job.ids and job.kind.needs_pairs:
             self.notify("nothing selected", severity="warning")
             return False
         return True
@@ -308,17 +306,7 @@ class MeshApp(App[int]):
 
         try:
             with self.open_controller() as ctl:
-                result: Any
-                if job.kind == "rotate":
-                    result = ctl.rotate(job.ids, progress)
-                elif job.kind == "drill":
-                    result = ctl.drill(job.ids, progress)
-                elif job.kind == "probe":
-                    result = ctl.probe(job.ids or None, progress)
-                elif job.kind == "push":
-                    result = ctl.push(progress)
-                else:
-                    raise ValueError(f"unknown job {job.kind!r}")
+                result = JOB_RUNS[job.kind](ctl, job.ids, progress)
         except Exception as exc:  # the error boundary is report_error, on the UI thread
             self.post_message(JobFailed(job, exc))
             return
@@ -496,7 +484,7 @@ def job_toast(job: Job, result: Any) -> tuple[str, Any]:
         text = f"probed {len(result)}: " + ", ".join(
             f"{n} {v}" for v, n in sorted(verdicts.items())
         )
-        bad = any(r.verdict != "accepted" for r in result)
+        bad = any(r.verdict != Verdict.ACCEPTED for r in result)
         return text, "warning" if bad else "information"
     return f"{job.title}: done", "information"
 

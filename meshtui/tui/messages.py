@@ -8,6 +8,7 @@ assert on them rather than on pixels.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Protocol
 
 from textual.message import Message
@@ -83,19 +84,37 @@ class PlanReady(Message):
         self.plan, self.error = plan, error
 
 
+class JobKind(StrEnum):
+    """What a job runs (the app's table JOB_RUNS says how); also the name of its action."""
+
+    ROTATE = "rotate"
+    DRILL = "drill"
+    PROBE = "probe"
+    PUSH = "push"
+
+    @property
+    def needs_pairs(self) -> bool:
+        """Whether the job is refused with nothing selected (push and probe run on all)."""
+        return self not in (JobKind.PUSH, JobKind.PROBE)
+
+
 @dataclass(frozen=True)
 class Job:
     """One action the operator started: what it is, on which pairs, and why those pairs."""
 
-    kind: str  # rotate | drill | probe | push
+    kind: JobKind
     ids: tuple[str, ...]
     basis: str  # "the selected pair", "3 marked pairs", ...
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", JobKind(self.kind))  # ValueError for an unknown kind
 
     @property
     def title(self) -> str:
         """``Rotate 3 marked pairs``."""
-        verb = {"rotate": "Rotate", "drill": "Drill", "probe": "Probe", "push": "Push"}[self.kind]
-        return f"{verb} {self.basis}" if self.kind != "push" else "Push every end"
+        if self.kind is JobKind.PUSH:
+            return "Push every end"
+        return f"{self.kind.value.capitalize()} {self.basis}"
 
 
 class JobProgress(Message):

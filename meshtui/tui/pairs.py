@@ -387,7 +387,7 @@ class PairModel:
 def group_label(group: str, name: str, members: Sequence[PairRow]) -> str:
     """``provider db1/postgres · 12 pairs · 10 working · 2 stale``."""
     counts = Counter(str(r.status.state) for r in members)
-    parts = [f"{n} {s}" for s in ("working", "stale", "revoked", "unknown") if (n := counts[s])]
+    parts = [f"{n} {s}" for s in State if (n := counts[s])]
     word = "provider" if group == "provider" else "node"
     plural = "pair" if len(members) == 1 else "pairs"
     return " · ".join([f"{word} {name}", f"{len(members)} {plural}", *parts])

@@ -57,6 +57,7 @@ def calls(mesh: CountedMesh) -> dict[str, list[tuple[Callable[[Controller], Any]
         "pairs_of_provider": [(lambda c: c.pairs_of_provider("db1/postgres"), None)],
         "live_pairs": [(lambda c: c.live_pairs(), None)],
         "pair_detail": [(lambda c: c.pair_detail(GITEA), None)],
+        "inventory_stamp": [(lambda c: c.inventory_stamp(mesh.state), None)],
         "hosts": [(lambda c: c.hosts(), None), (lambda c: c.hosts(check=True), ALL)],
         "events": [(lambda c: c.events(), None), (lambda c: c.events(2), None)],
         "schedule": [(lambda c: c.schedule(), None)],

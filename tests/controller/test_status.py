@@ -1,4 +1,4 @@
-"""A pair's state from what the inventory holds, per DESIGN "States of a pair"."""
+"""A pair's state from what the inventory holds, per docs/ARCHITECTURE.md "States of a pair"."""
 
 from __future__ import annotations
 

@@ -22,6 +22,7 @@ import pytest
 from psycopg import sql
 
 from meshtui.host import probe as p
+from meshtui.host import probe_address, probe_postgres, probe_types
 from meshtui.host.probe import LoginResult, ProbeResult, ProbeTarget, Verdict
 from meshtui.lab import netns as lab_netns
 from meshtui.lab.postgres import Cluster, create_cluster
@@ -52,7 +53,7 @@ def test_loopback_targets_are_not_run(host: str) -> None:
 
 @pytest.mark.parametrize("host", ["10.213.0.2", "192.0.2.7", "fd00::2", "db1.example"])
 def test_private_targets_are_not_loopback(host: str) -> None:
-    assert p._loopback_host(host) is False
+    assert probe_address.loopback_host(host) is False
 
 
 def test_multiple_hosts_and_empty_passwords_are_not_run() -> None:
@@ -104,17 +105,17 @@ PREFIX = 'connection failed: connection to server at "10.213.0.2", port 5432 fai
     ],
 )
 def test_only_an_authentication_refusal_is_refused(message: str, verdict: str) -> None:
-    got, reason = p._classify(message)
+    got, reason = probe_postgres.classify(message)
     assert got == Verdict(verdict)
     assert reason
 
 
 def test_scrub_removes_the_password_and_noise() -> None:
     text = PREFIX + f"FATAL: oops {PW} here\n\tIs the server running on that host and x?"
-    clean = p._scrub(text, PW)
+    clean = probe_postgres.scrub_libpq(text, PW)
     assert PW not in clean and "***" in clean and "\n" not in clean
     assert not clean.startswith("connection")
-    assert len(p._scrub("x" * 1000, PW)) <= p._REASON_MAX
+    assert len(probe_postgres.scrub_libpq("x" * 1000, PW)) <= probe_types.REASON_MAX
 
 
 def _lr(verdict: Verdict, *, loopback: bool = False) -> LoginResult:
@@ -164,7 +165,7 @@ def test_probe_many_keeps_order_and_bounds_concurrency(monkeypatch: pytest.Monke
     lock = threading.Lock()
     active = peak = 0
 
-    def fake(host: str, port: int, user: str, password: str, dbname: str, **kw: Any) -> Any:
+    def fake(target: ProbeTarget, options: p.ProbeOptions) -> Any:
         nonlocal active, peak
         with lock:
             active += 1
@@ -172,9 +173,9 @@ def test_probe_many_keeps_order_and_bounds_concurrency(monkeypatch: pytest.Monke
         time.sleep(0.01)
         with lock:
             active -= 1
-        return ProbeResult(LoginResult(A, user, 1.0, True, None, False), None)
+        return ProbeResult(LoginResult(A, target.user, 1.0, True, None, False), None)
 
-    monkeypatch.setattr(p, "probe", fake)
+    monkeypatch.setattr(p, "probe_one", fake)
     targets = [ProbeTarget("10.213.0.2", 5432, f"u{i}", PW, "db") for i in range(40)]
     out = p.probe_many(targets, concurrency=3)
     assert [r.login.reason for r in out] == [f"u{i}" for i in range(40)]
@@ -385,8 +386,8 @@ def test_post_login_check_catches_a_local_login(netns: lab_netns.Network, db: Cl
     # Where binding cannot tell (ip_nonlocal_bind), client == server address still does.
     code = (
         "import sys, json\n"
-        "from meshtui.host import probe as p\n"
-        "p._own_address = lambda addr: False\n"
+        "from meshtui.host import probe as p, probe_postgres\n"
+        "probe_postgres.own_address = lambda addr: False\n"
         "a = json.load(sys.stdin)\n"
         "print(json.dumps(p.probe(**a).to_json()))"
     )

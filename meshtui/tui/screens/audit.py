@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from rich.text import Text
 from textual import on
@@ -156,26 +156,9 @@ class AuditScreen(MeshScreen):
 
     def load(self) -> None:
         """Read every event and verify the chain, in a thread."""
-        self.run_worker(
-            self._load,
-            name="audit",
-            group="audit",
-            exclusive=True,
-            thread=True,
-            exit_on_error=False,
+        self.read_in_background(
+            lambda ctl: AuditLoaded(ctl.events(), ctl.verify_chain()), name="audit", context="audit"
         )
-
-    def _load(self) -> None:
-        with self.mesh.open_controller(reader=True) as ctl:
-            events = ctl.events()
-            check = ctl.verify_chain()
-        self.post_message(AuditLoaded(events, check))
-
-    def on_worker_state_changed(self, event: Any) -> None:
-        from textual.worker import WorkerState
-
-        if event.state is WorkerState.ERROR and event.worker.error is not None:
-            self.mesh.report_error(event.worker.error, event.worker.name or "audit")
 
     def pairs_changed(self, changes: Changes, first: bool) -> None:
         if changes.any and not first:

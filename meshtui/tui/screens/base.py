@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
+from textual.message import Message
 from textual.screen import ModalScreen, Screen
+from textual.worker import Worker, WorkerState
 
 if TYPE_CHECKING:
+    from meshtui.controller.core import Controller
     from meshtui.tui.app import MeshApp
 
 
@@ -15,6 +19,10 @@ class MeshScreen(Screen[Any]):
 
     SCOPE: ClassVar[str] = ""
 
+    def __init__(self, name: str | None = None, id: str | None = None) -> None:
+        super().__init__(name=name, id=id)
+        self._contexts: dict[str, str] = {}  # background read's name -> what its error says
+
     @property
     def mesh(self) -> MeshApp:
         """The app, typed."""
@@ -22,6 +30,39 @@ class MeshScreen(Screen[Any]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         return self.mesh.allows(action)
+
+    def read_in_background(
+        self,
+        read: Callable[[Controller], Message],
+        *,
+        name: str,
+        context: str,
+        reader: bool = True,
+    ) -> None:
+        """Run ``read`` with a fresh controller in a thread and post the message it returns.
+
+        A newer read of the same ``name`` replaces an older one; an error is reported once, by
+        the app's error boundary, as "``context`` failed". ``reader`` False: the read asks the
+        agents, so it opens the dashboard's own kind of controller.
+        """
+        self._contexts[name] = context
+
+        def work() -> None:
+            with self.mesh.open_controller(reader=reader) as ctl:
+                message = read(ctl)
+            self.post_message(message)
+
+        self.run_worker(
+            work, name=name, group=name, exclusive=True, thread=True, exit_on_error=False
+        )
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        worker: Worker[Any] = event.worker
+        if event.state is WorkerState.ERROR and worker.error is not None:
+            name = worker.name or ""
+            self.mesh.report_error(
+                worker.error, self._contexts.get(name, name or "background work")
+            )
 
     def pairs_changed(self, changes: Any, first: bool) -> None:
         """A fresh load arrived (screens showing pairs override this)."""

@@ -10,7 +10,7 @@ as the inventory declares them and never asks: its controller has no key to ask 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
 from textual import on
@@ -128,25 +128,12 @@ class HostsScreen(MeshScreen):
 
     def load(self, *, check: bool) -> None:
         """Read the nodes (``check``: ask every agent too) in a thread."""
-        self.run_worker(
-            lambda: self._load(check),
+        self.read_in_background(
+            lambda ctl: HostsLoaded(ctl.hosts(check=check), check),
             name="hosts",
-            group="hosts",
-            exclusive=True,
-            thread=True,
-            exit_on_error=False,
+            context="hosts",
+            reader=not check,  # a check asks the agents
         )
-
-    def _load(self, check: bool) -> None:
-        with self.mesh.open_controller(reader=not check) as ctl:  # a check asks the agents
-            hosts = ctl.hosts(check=check)
-        self.post_message(HostsLoaded(hosts, check))
-
-    def on_worker_state_changed(self, event: Any) -> None:
-        from textual.worker import WorkerState
-
-        if event.state is WorkerState.ERROR and event.worker.error is not None:
-            self.mesh.report_error(event.worker.error, "hosts")
 
     def pairs_changed(self, changes: Changes, first: bool) -> None:
         if changes.any:
@@ -210,19 +197,9 @@ class HostsScreen(MeshScreen):
         """Run ``meshtui doctor`` in a worker; its lines appear under the table."""
         self.notify("doctor: checking every node…", timeout=3)
         self.query_one("#host-doctor", Static).update(Text("doctor: checking every node…"))
-        self.run_worker(
-            self._doctor,
-            name="doctor",
-            group="doctor",
-            exclusive=True,
-            thread=True,
-            exit_on_error=False,
+        self.read_in_background(
+            lambda ctl: DoctorDone(ctl.doctor()), name="doctor", context="doctor", reader=False
         )
-
-    def _doctor(self) -> None:
-        with self.mesh.open_controller(reader=False) as ctl:
-            report = ctl.doctor()
-        self.post_message(DoctorDone(report))
 
     @on(DoctorDone)
     def _doctor_done(self, message: DoctorDone) -> None:

@@ -19,6 +19,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Label, Log, ProgressBar, Static
 
 from meshtui.controller.reports import DrillReport, ProbeOutcome, PushReport, RotationReport
+from meshtui.model import Verdict
 from meshtui.terminal import shown
 from meshtui.tui import actions
 from meshtui.tui.messages import Job
@@ -116,7 +117,7 @@ def outcome_rows(result: Any) -> tuple[tuple[Column, ...], list[TableRow]]:
     for o in result if isinstance(result, list) else []:
         if isinstance(o, ProbeOutcome):
             verdict = o.verdict + (" (loopback)" if o.loopback else "")
-            tone = "good" if o.verdict == "accepted" else "warn"
+            tone = "good" if o.verdict == Verdict.ACCEPTED else "warn"
             rows.append(TableRow(o.pair, (o.pair, verdict, _ms(o.latency_ms), o.reason), tone))
     return cols, rows
 

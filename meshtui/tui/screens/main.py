@@ -18,7 +18,7 @@ from textual.containers import Horizontal
 from textual.widgets import Label
 
 from meshtui.tui import actions
-from meshtui.tui.messages import Job
+from meshtui.tui.messages import Job, JobKind
 from meshtui.tui.pairs import COLUMNS, GROUPINGS, SORT_KEYS, Changes, PairRow, Query
 from meshtui.tui.screens.base import MeshScreen
 from meshtui.tui.widgets.age_histogram import AgeHistogram
@@ -309,7 +309,7 @@ class MainScreen(MeshScreen):
         ids = [k for k, r in self.mesh.model.rows.items() if r.status.provider == provider]
         return ids, f"every pair of provider {provider}"
 
-    def _job(self, kind: str, ids: list[str], basis: str) -> Job | None:
+    def _job(self, kind: JobKind, ids: list[str], basis: str) -> Job | None:
         live = self.mesh.live_ids(ids)
         if not live:
             self.notify(
@@ -330,45 +330,45 @@ class MainScreen(MeshScreen):
             return
         else:
             ids, basis = [entry], f"pair {entry}"
-        job = self._job("rotate", ids, basis)
+        job = self._job(JobKind.ROTATE, ids, basis)
         if job:
             self.mesh.plan_job(job)
 
     def action_rotate_set(self) -> None:
         """``R``: rotate a set (see :meth:`set_selection`), after the plan."""
-        job = self._job("rotate", *self.set_selection())
+        job = self._job(JobKind.ROTATE, *self.set_selection())
         if job:
             self.mesh.plan_job(job)
 
     def rotate_provider(self, provider: str) -> None:
         """The palette's "Rotate provider …"."""
         if self.mesh.allows("rotate_set"):
-            job = self._job("rotate", *self._provider_pairs(provider))
+            job = self._job(JobKind.ROTATE, *self._provider_pairs(provider))
             if job:
                 self.mesh.plan_job(job)
 
     def action_drill(self) -> None:
         """``d``: drill the selection, after the plan."""
-        job = self._job("drill", *self.selection())
+        job = self._job(JobKind.DRILL, *self.selection())
         if job:
             self.mesh.plan_job(job)
 
     def action_probe(self) -> None:
         """``p``: probe the selection."""
-        job = self._job("probe", *self.selection())
+        job = self._job(JobKind.PROBE, *self.selection())
         if job:
             self.mesh.start_job(job)
 
     def action_probe_all(self) -> None:
         """``P``: probe every live pair."""
-        job = self._job("probe", list(self.mesh.model.rows), "every live pair")
+        job = self._job(JobKind.PROBE, list(self.mesh.model.rows), "every live pair")
         if job:
             self.mesh.start_job(job)
 
     def action_push(self) -> None:
         """``u``: deliver to every end what it must hold (asks first)."""
         self.mesh.confirm_job(
-            Job("push", (), "every end"),
+            Job(JobKind.PUSH, (), "every end"),
             "Deliver to every node the generation each end must hold, and revoke withdrawn "
             "pairs. Nodes that cannot be reached are left behind and retried next time.",
         )

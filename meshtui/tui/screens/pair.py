@@ -18,15 +18,20 @@ from textual.widgets import Label, LoadingIndicator, Sparkline, Static
 
 from meshtui.controller.reports import PairDetail
 from meshtui.controller.schedule import PairDue
-from meshtui.model import PairStatus, PolicySource
+from meshtui.model import PairStatus, PolicySource, State
 from meshtui.tui import actions
-from meshtui.tui.messages import DetailLoaded, Job
+from meshtui.tui.messages import DetailLoaded, Job, JobKind
 from meshtui.tui.pairs import Changes, parse_time, short_age, short_time
 from meshtui.tui.screens.base import MeshScreen
-from meshtui.tui.widgets.drill_checklist import DrillChecklist, report_from_row
+from meshtui.tui.widgets.drill_checklist import DrillChecklist
 from meshtui.tui.widgets.footer import MeshFooter
 
-STATE_STYLE = {"working": "green", "stale": "yellow", "revoked": "dim", "unknown": "cyan"}
+STATE_STYLE = {
+    State.WORKING: "green",
+    State.STALE: "yellow",
+    State.REVOKED: "dim",
+    State.UNKNOWN: "cyan",
+}
 
 
 def _cell(value: Any) -> Text:
@@ -80,7 +85,7 @@ def overview_text(st: PairStatus, now: Any, due: PairDue | None = None) -> Text:
     """State, reason, generations, times and the policy in a few lines."""
     text = Text()
     text.append(
-        f"{'ALARM ' if st.alarm else ''}{st.state}", f"bold {STATE_STYLE.get(str(st.state), '')}"
+        f"{'ALARM ' if st.alarm else ''}{st.state}", f"bold {STATE_STYLE.get(st.state, '')}"
     )
     text.append("  ")
     text.append(st.reason)
@@ -160,25 +165,11 @@ class PairScreen(MeshScreen):
 
     def load(self) -> None:
         """Read the pair's detail in a thread."""
-        self.run_worker(
-            self._load,
+        self.read_in_background(
+            lambda ctl: DetailLoaded(ctl.pair_detail(self.pair)),
             name="detail",
-            group="detail",
-            exclusive=True,
-            thread=True,
-            exit_on_error=False,
+            context=f"reading {self.pair}",
         )
-
-    def _load(self) -> None:
-        with self.mesh.open_controller(reader=True) as ctl:
-            detail = ctl.pair_detail(self.pair)
-        self.post_message(DetailLoaded(detail))
-
-    def on_worker_state_changed(self, event: Any) -> None:
-        from textual.worker import WorkerState
-
-        if event.state is WorkerState.ERROR and event.worker.error is not None:
-            self.mesh.report_error(event.worker.error, f"reading {self.pair}")
 
     def pairs_changed(self, changes: Changes, first: bool) -> None:
         if first or self.pair in changes.changed or self.pair in changes.removed:
@@ -201,7 +192,7 @@ class PairScreen(MeshScreen):
         d = self.detail = message.detail
         self.query_one("#pair-loading", LoadingIndicator).display = False
         self._show_status()
-        latencies = [ms for p in reversed(d.probes) if (ms := p["latency_ms"]) is not None]
+        latencies = [p.latency_ms for p in reversed(d.probes) if p.latency_ms is not None]
         self.query_one(Sparkline).data = latencies or [0.0]
         caption = (
             f"{len(latencies)} probes · min {min(latencies):.1f} ms · max {max(latencies):.1f} ms"
@@ -216,10 +207,10 @@ class PairScreen(MeshScreen):
                 ("gen", "digest", "created", "discarded"),
                 (
                     (
-                        g["generation"],
-                        _short_digest(g["digest"]),
-                        short_time(g["created_at"]),
-                        short_time(g["discarded_at"]) if g["discarded_at"] else None,
+                        g.generation,
+                        _short_digest(g.digest),
+                        short_time(g.created_at),
+                        short_time(g.discarded_at) if g.discarded_at else None,
                     )
                     for g in d.generations
                 ),
@@ -231,13 +222,13 @@ class PairScreen(MeshScreen):
                 ("end", "gen", "since", "attempted", "error"),
                 (
                     (
-                        end,
-                        v.get("generation"),
-                        short_time(v.get("since")),
-                        short_time(v.get("attempted_at")),
-                        v.get("error"),
+                        v.end,
+                        v.generation,
+                        short_time(v.since),
+                        short_time(v.attempted_at),
+                        v.error,
                     )
-                    for end, v in sorted(d.deliveries.items())
+                    for v in d.deliveries
                 ),
             )
         )
@@ -247,12 +238,12 @@ class PairScreen(MeshScreen):
                 ("at", "gen", "verdict", "latency ms", "from", "reason"),
                 (
                     (
-                        short_time(p["at"]),
-                        p["generation"],
-                        p["verdict"] + (" (loopback)" if p.get("loopback") else ""),
-                        p.get("latency_ms"),
-                        p.get("client_addr"),
-                        p["reason"],
+                        short_time(p.at),
+                        p.generation,
+                        p.verdict + (" (loopback)" if p.loopback else ""),
+                        p.latency_ms,
+                        p.client_addr,
+                        p.reason,
                     )
                     for p in d.probes[:15]
                 ),
@@ -262,8 +253,7 @@ class PairScreen(MeshScreen):
         drills.remove_children()
         if d.drills:
             drills.mount_all(
-                DrillChecklist(report_from_row(row), when=short_time(row.get("at")))
-                for row in d.drills[:5]
+                DrillChecklist(record.report, when=short_time(record.at)) for record in d.drills[:5]
             )
         else:
             drills.mount(Static(Text("no drill yet (d runs one)", style="dim")))
@@ -273,11 +263,11 @@ class PairScreen(MeshScreen):
                 ("id", "started", "state", "outcome", "reason"),
                 (
                     (
-                        r["id"],
-                        short_time(r["started_at"]),
-                        r["state"],
-                        r.get("outcome"),
-                        r.get("reason"),
+                        r.id,
+                        short_time(r.started_at),
+                        r.state,
+                        r.outcome,
+                        r.reason,
                     )
                     for r in d.rotations[:10]
                 ),
@@ -285,7 +275,7 @@ class PairScreen(MeshScreen):
         )
 
     # ---- actions ------------------------------------------------------------------------
-    def _job(self, kind: str) -> Job | None:
+    def _job(self, kind: JobKind) -> Job | None:
         if not self.mesh.live_ids([self.pair]):
             self.notify(
                 "this pair is withdrawn: it cannot be rotated, drilled or probed",
@@ -296,17 +286,17 @@ class PairScreen(MeshScreen):
 
     def action_rotate(self) -> None:
         """Rotate this pair (plan first)."""
-        if job := self._job("rotate"):
+        if job := self._job(JobKind.ROTATE):
             self.mesh.plan_job(job)
 
     def action_drill(self) -> None:
         """Drill this pair (plan first)."""
-        if job := self._job("drill"):
+        if job := self._job(JobKind.DRILL):
             self.mesh.plan_job(job)
 
     def action_probe(self) -> None:
         """Probe this pair."""
-        if job := self._job("probe"):
+        if job := self._job(JobKind.PROBE):
             self.mesh.start_job(job)
 
     def action_copy_login(self) -> None:

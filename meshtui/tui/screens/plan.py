@@ -18,7 +18,7 @@ from textual.widgets import Button, Label, LoadingIndicator, Static
 from meshtui.controller.reports import RotationPlan
 from meshtui.terminal import shown
 from meshtui.tui import actions
-from meshtui.tui.messages import Job, PlanReady
+from meshtui.tui.messages import Job, JobKind, PlanReady
 from meshtui.tui.screens.base import MeshModal
 
 SHOWN_PAIRS = 12
@@ -64,7 +64,7 @@ class PlanScreen(MeshModal):
         self.error: BaseException | None = None
 
     def compose(self) -> ComposeResult:
-        verb = "Drill" if self.job.kind == "drill" else "Rotate"
+        verb = "Drill" if self.job.kind is JobKind.DRILL else "Rotate"
         with Vertical(id="dialog", classes="plan"):
             yield Label(Text(f"{self.job.title}?", style="bold"), id="dialog-title")
             yield Static(

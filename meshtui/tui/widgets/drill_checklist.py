@@ -7,44 +7,14 @@ reads the same with or without colour.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from rich.text import Text
 from textual.widgets import Static
 
-from meshtui.controller.reports import DrillReport, DrillStep
+from meshtui.controller.reports import DrillReport
 
 STEP_NAMES = ("old before", "new after", "old after")
-
-
-def steps_of(evidence: Mapping[str, Any]) -> list[DrillStep]:
-    """The steps stored in a drill's evidence (the DrillReport's JSON)."""
-    out = []
-    for s in evidence.get("steps", []):
-        out.append(
-            DrillStep(
-                name=str(s.get("name", "?")),
-                expected=str(s.get("expected", "?")),
-                verdict=str(s.get("verdict", "?")),
-                latency_ms=s.get("latency_ms"),
-                reason=str(s.get("reason", "") or ""),
-            )
-        )
-    return out
-
-
-def report_from_row(row: Mapping[str, Any]) -> DrillReport:
-    """A stored drill row (``drills`` table, evidence decoded) as a report."""
-    evidence = row.get("evidence") or {}
-    return DrillReport(
-        pair=str(evidence.get("pair", row.get("pair", "?"))),
-        ok=bool(row.get("ok")),
-        steps=steps_of(evidence),
-        window_ms=row.get("window_ms"),
-        rotation=row.get("rotation"),
-        reason=str(evidence.get("reason", "") or ""),
-    )
 
 
 def drill_text(report: DrillReport, *, when: str = "") -> Text:

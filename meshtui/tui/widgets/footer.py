@@ -11,6 +11,8 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.widgets import Footer
 
+from meshtui.tui.textual_private import fill_footer_now, footer_ready
+
 
 class MeshFooter(Footer):
     """A compact ``Footer`` that skips a rebuild when its keys are the same as last time."""
@@ -43,14 +45,14 @@ class MeshFooter(Footer):
     def compose(self) -> ComposeResult:
         # Textual's footer starts empty and fills itself after the screen's first refresh
         # (one more layout pass, while the first load is being read): fill it at once instead
-        self.set_reactive(Footer._bindings_ready, True)
+        fill_footer_now(self)
         self._composed = self._keys_shown()
         yield from super().compose()
 
     async def recompose(self) -> None:
         if not self.is_attached:
             return
-        shown = self._keys_shown() if self._bindings_ready else None
+        shown = self._keys_shown() if footer_ready(self) else None
         if shown is not None and shown == self._composed:
             return
         self._composed = shown

@@ -27,6 +27,8 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from meshtui.tui.textual_private import update_scrollbars
+
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 ROW_STYLES = ("good", "warn", "bad", "muted", "info", "alarm")
@@ -251,7 +253,7 @@ class LineTable(ScrollView, can_focus=True):
             return
         shown = (self.show_vertical_scrollbar, self.show_horizontal_scrollbar)
         self.set_reactive(LineTable.virtual_size, size)
-        self._scroll_update(size)
+        update_scrollbars(self, size)
         if (self.show_vertical_scrollbar, self.show_horizontal_scrollbar) != shown:
             self.refresh(layout=True)
 

@@ -1,0 +1,84 @@
+"""The commands that act on the mesh through the agents: push, rotate, probe, drill."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import TYPE_CHECKING
+
+from meshtui.cli import render
+from meshtui.cli.context import EXIT_FAILED, EXIT_INPUT, EXIT_OK, controller, progress_printer
+from meshtui.errors import InputError, ReadOnlyError
+from meshtui.model import Verdict
+
+if TYPE_CHECKING:
+    from meshtui.controller.core import Controller
+
+
+def cmd_push(args: argparse.Namespace) -> int:
+    with controller(args) as ctl:
+        report = ctl.push(progress_printer(args))
+    if args.json:
+        render.print_json(report.to_json())
+    else:
+        render.pushed(report)
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def rotation_ids(ctl: Controller, args: argparse.Namespace) -> list[str]:
+    """The pairs ``rotate`` names: listed, one provider's, all live ones, or the due ones."""
+    chosen = [bool(args.pairs), bool(args.provider), bool(args.all), bool(args.due)]
+    if sum(chosen) != 1:
+        raise InputError("name pairs, or --provider NODE/MODULE, or --all, or --due (exactly one)")
+    if args.due:
+        return [d.pair for d in ctl.schedule() if d.is_due(time.time())]
+    if args.provider:
+        return list(ctl.pairs_of_provider(args.provider))
+    if args.all:
+        return list(ctl.live_pairs())
+    return list(args.pairs)
+
+
+def cmd_rotate(args: argparse.Namespace) -> int:
+    with controller(args) as ctl:
+        if ctl.read_only:
+            raise ReadOnlyError("rotate")
+        ids = rotation_ids(ctl, args)
+        if args.due and not ids:
+            print("no pair is due for rotation")
+            return EXIT_OK
+        if not args.yes:
+            render.rotation_plan(ctl.plan_rotation(ids))
+            if not sys.stdin.isatty():
+                print("meshtui: not a terminal; pass --yes to rotate", file=sys.stderr)
+                return EXIT_INPUT
+            if input("type yes to rotate: ").strip() != "yes":
+                print("cancelled; nothing was changed")
+                return EXIT_OK
+        report = ctl.rotate(ids, progress_printer(args))
+    if args.json:
+        render.print_json(report.to_json())
+    else:
+        render.rotated(report)
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    with controller(args) as ctl:
+        outcomes = ctl.probe(args.pairs or None, progress_printer(args))
+    if args.json:
+        render.print_json([o.__dict__ for o in outcomes])
+    else:
+        render.probed(outcomes)
+    return EXIT_OK if all(o.verdict == Verdict.ACCEPTED for o in outcomes) else EXIT_FAILED
+
+
+def cmd_drill(args: argparse.Namespace) -> int:
+    with controller(args) as ctl:
+        reports = ctl.drill(args.pairs, progress_printer(args))
+    if args.json:
+        render.print_json([r.to_json() for r in reports])
+    else:
+        render.drilled(reports)
+    return EXIT_OK if all(r.ok for r in reports) else EXIT_FAILED

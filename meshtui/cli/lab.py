@@ -1,0 +1,71 @@
+"""``meshtui lab`` (the lab alone, for scripts and tests) and ``meshtui demo`` (lab + dashboard)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from meshtui.cli import render
+from meshtui.cli.context import EXIT_FAILED, EXIT_OK, state_dir
+
+
+def cmd_lab(args: argparse.Namespace) -> int:
+    from meshtui.lab import mesh as lab
+
+    state = state_dir(args)
+    if args.lab_command == "up":
+        built = lab.up(
+            state, loopback=True if args.loopback else None, provisioner=args.provisioner
+        )
+        if built.mode == "loopback":
+            print(
+                "lab is up in LOOPBACK mode (no namespaces: not root?); every probe says loopback"
+            )
+        else:
+            print(f"lab is up: namespaces {built.network}-*, private network {lab.SUBNET}")
+        for node, address in built.addresses.items():
+            print(
+                f"  {node:6} {address:12} agent unix:{built.socket(node)} (pid {built.pids[node]})"
+            )
+        print(f"declaration: {built.declaration}")
+        print(
+            f"next: meshtui --state {state} declare {built.declaration} && meshtui --state {state} push"
+        )
+        return EXIT_OK
+    if args.lab_command == "down":
+        for line in lab.down(state, purge=args.purge) or ["nothing was running"]:
+            print(line)
+        return EXIT_OK
+    info = lab.status(state)
+    if args.json:
+        render.print_json(info)
+    else:
+        render.lab_status(info)
+    ok = info["up"] and info["postgres"] and all(a["answers"] for a in info["agents"].values())
+    return EXIT_OK if ok else EXIT_FAILED
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from meshtui.controller.core import Controller
+    from meshtui.lab import mesh as lab
+    from meshtui.tui.app import run_dashboard
+
+    state = state_dir(args)
+    print("meshtui demo: building the lab (PostgreSQL, namespaces, agents) ...", file=sys.stderr)
+    built = lab.up(state, loopback=True if args.loopback else None)
+    try:
+        if built.mode == "loopback":
+            print("LOOPBACK mode (no namespaces): every probe says loopback", file=sys.stderr)
+        with Controller.open(state) as ctl:
+            ctl.declare(built.declaration)
+            ctl.push()
+            ctl.probe()
+        return run_dashboard(state, read_only=False)
+    finally:
+        if args.keep:
+            print(
+                f"the lab is still up; meshtui --state {state} lab down removes it", file=sys.stderr
+            )
+        else:
+            for line in lab.down(state):
+                print(line, file=sys.stderr)

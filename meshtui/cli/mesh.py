@@ -1,0 +1,98 @@
+"""The commands that read or change the declaration and the inventory: init, declare, status,
+audit, and the dashboard (no command)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from meshtui.cli import render
+from meshtui.cli.context import EXIT_FAILED, EXIT_OK, controller, state_dir
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from meshtui.keys import init_keys
+
+    pub, created = init_keys(state_dir(args))
+    print(
+        f"{'wrote' if created else 'kept'} controller keys: {pub} (give this file to meshtui host init)"
+    )
+    return EXIT_OK
+
+
+def cmd_declare(args: argparse.Namespace) -> int:
+    with controller(args) as ctl:
+        result = ctl.declare(args.file)
+    if args.json:
+        render.print_json(result.to_json())
+    else:
+        render.declared(str(args.file), result)
+    return EXIT_OK
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    if getattr(args, "due", False):
+        return cmd_status_due(args)
+    with controller(args, read_only=True) as ctl:
+        rows = ctl.status(args.pairs or None)
+    if args.json:
+        render.print_json([r.to_json() for r in rows])
+    else:
+        render.statuses(rows)
+    return EXIT_FAILED if any(r.alarm for r in rows) else EXIT_OK
+
+
+def cmd_status_due(args: argparse.Namespace) -> int:
+    with controller(args, read_only=True) as ctl:
+        wanted = set(ctl.resolve_pairs(args.pairs)) if args.pairs else None
+        rows = [
+            d for d in ctl.schedule() if not d.withdrawn and (wanted is None or d.pair in wanted)
+        ]
+    now = time.time()
+    if args.json:
+        render.print_json([d.to_json(now) for d in rows])
+    else:
+        render.due(rows, now)
+    return EXIT_FAILED if any(d.is_overdue(now) for d in rows) else EXIT_OK
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    if not (args.verify or args.json or args.export or args.list):
+        from meshtui.tui.app import run_dashboard
+
+        return run_dashboard(state_dir(args), read_only=True, screen="audit")
+    with controller(args, read_only=True) as ctl:
+        if args.export:
+            sys.stdout.write(ctl.export_events(args.export))
+            return EXIT_OK
+        events = ctl.events()
+        check = ctl.verify_chain() if args.verify else None
+        anchors = ctl.verify_anchors() if args.verify else None
+    if args.json:
+        out: Any = events
+        if check is not None and anchors is not None:
+            out = {
+                "events": events,
+                "verified": check.ok and anchors.ok,
+                "bad_event": check.bad_seq,
+                "problem": check.problem,
+                "anchors": anchors.to_json(),
+            }
+        render.print_json(out)
+    else:
+        if not args.verify:
+            render.events(events)
+        if check is not None:
+            render.chain(check)
+        if anchors is not None:
+            render.anchors(anchors)
+    broken = (check is not None and not check.ok) or (anchors is not None and not anchors.ok)
+    return EXIT_FAILED if broken else EXIT_OK
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from meshtui.tui.app import run_dashboard
+
+    return run_dashboard(state_dir(args), read_only=args.read_only)

@@ -1,0 +1,184 @@
+"""The whole command line as one argparse tree; each command's handler is its ``func``.
+
+Handlers live in one module per group (mesh.py, actions.py, host.py, lab.py, provision.py,
+watch.py, doctor.py); this module only says which words and options exist and what they mean.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+from meshtui.cli import actions, doctor, host, lab, mesh, provision, watch
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line, as docs/ARCHITECTURE.md lists it."""
+    p = argparse.ArgumentParser(
+        prog="meshtui",
+        description="The operator's console for the credentials of a small service mesh.",
+    )
+    p.add_argument("--state", help="state folder (default ./state, or $MESHTUI_STATE)")
+    p.add_argument(
+        "--read-only",
+        action="store_true",
+        help="open the inventory read-only; every action is refused",
+    )
+    p.set_defaults(func=mesh.cmd_dashboard)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    for group in GROUPS:
+        group(sub)
+    return p
+
+
+def _mesh(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    s = sub.add_parser("init", help="write the controller's keys")
+    s.set_defaults(func=mesh.cmd_init)
+
+    s = sub.add_parser("declare", help="load a declaration (TOML)")
+    s.add_argument("file", type=Path)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=mesh.cmd_declare)
+
+    s = sub.add_parser("status", help="every pair, its state and who is behind")
+    s.add_argument("pairs", nargs="*", metavar="PAIR")
+    s.add_argument("--json", action="store_true")
+    s.add_argument(
+        "--due", action="store_true", help="each pair's policy, age and when it is due (overdue)"
+    )
+    s.set_defaults(func=mesh.cmd_status)
+
+    s = sub.add_parser("audit", help="the read-only audit view, or the log as text/JSON/CSV")
+    s.add_argument("--verify", action="store_true", help="check the hash chain; exit 1 when broken")
+    s.add_argument("--json", action="store_true")
+    s.add_argument(
+        "--list", action="store_true", help="print the events instead of opening the view"
+    )
+    s.add_argument("--export", choices=["json", "csv"], help="write every event to stdout")
+    s.set_defaults(func=mesh.cmd_audit)
+
+
+def _host(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    group = sub.add_parser("host", help="the agent on a node").add_subparsers(
+        dest="host_command", metavar="COMMAND", required=True
+    )
+    s = group.add_parser("init", help="write this node's keys and pin the controller key")
+    s.add_argument("--name", required=True)
+    s.add_argument("--state", dest="state_dir", required=True, help="the node's state folder")
+    s.add_argument("--controller", required=True, help="the controller's .pub file")
+    s.set_defaults(func=host.cmd_host_init)
+    s = group.add_parser("serve", help="run the agent")
+    s.add_argument("--state", dest="state_dir", required=True, help="the node's state folder")
+    s.add_argument("--listen", required=True, help="HOST:PORT or unix:PATH")
+    s.add_argument(
+        "--allow-loopback",
+        action="store_true",
+        help="let probes target loopback (lab fallback only)",
+    )
+    s.set_defaults(func=host.cmd_host_serve)
+
+
+def _actions(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    s = sub.add_parser("push", help="converge every end")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=actions.cmd_push)
+    s = sub.add_parser("rotate", help="all-or-nothing rotation")
+    s.add_argument("pairs", nargs="*", metavar="PAIR")
+    s.add_argument("--provider", metavar="NODE/MODULE")
+    s.add_argument("--all", action="store_true")
+    s.add_argument("--due", action="store_true", help="the pairs whose policy says rotate now")
+    s.add_argument("--yes", action="store_true", help="do not ask")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=actions.cmd_rotate)
+    s = sub.add_parser("probe", help="live logins from each consumer's node")
+    s.add_argument("pairs", nargs="*", metavar="PAIR")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=actions.cmd_probe)
+    s = sub.add_parser("drill", help="rotation + three logins, with the window")
+    s.add_argument("pairs", nargs="+", metavar="PAIR")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=actions.cmd_drill)
+
+
+def _lab(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    group = sub.add_parser("lab", help="the lab alone (for scripts and tests)").add_subparsers(
+        dest="lab_command", metavar="COMMAND", required=True
+    )
+    s = group.add_parser("up", help="build the lab: PostgreSQL, namespaces, agents")
+    s.add_argument("--loopback", action="store_true", help="no namespaces even when root")
+    s.add_argument(
+        "--provisioner",
+        help="a provisioner command for the database node "
+        "(default: built-in; also $MESHTUI_LAB_PROVISIONER); {admin} is replaced by the admin file",
+    )
+    s.set_defaults(func=lab.cmd_lab)
+    s = group.add_parser("down", help="stop and remove every process and namespace the lab made")
+    s.add_argument("--purge", action="store_true", help="also delete the lab folder")
+    s.set_defaults(func=lab.cmd_lab)
+    s = group.add_parser("status", help="what is up")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=lab.cmd_lab)
+
+
+def _provision(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    s = sub.add_parser("demo", help="embedded lab + dashboard; quitting tears the lab down")
+    s.add_argument("--loopback", action="store_true", help="no namespaces even when root")
+    s.add_argument("--keep", action="store_true", help="leave the lab up after quitting")
+    s.set_defaults(func=lab.cmd_demo)
+
+    s = sub.add_parser(
+        "provision", help="reconcile one PostgreSQL with a manifest (built-in provisioner)"
+    )
+    s.add_argument("--manifest", required=True, help="the manifest (mesh.json)")
+    s.add_argument("--admin", required=True, help="a 0600 file holding the admin libpq conninfo")
+    s.add_argument(
+        "--watch", action="store_true", help="keep reconciling on change and against drift"
+    )
+    s.add_argument("--interval", type=float, default=2.0, help="seconds between polls (--watch)")
+    s.add_argument(
+        "--drift-every", type=float, default=300.0, help="seconds between drift checks (--watch)"
+    )
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=provision.cmd_provision)
+
+
+def _watch(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    s = sub.add_parser("watch", help="the unattended loop: rotate by policy, probe, converge")
+    s.add_argument(
+        "--notify",
+        nargs="+",
+        metavar="CMD",
+        help="argv run (no shell) on every alert, the alert as JSON on stdin; put it last",
+    )
+    s.add_argument("--notify-timeout", type=float, default=10.0, help="seconds (default 10)")
+    s.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus text at /metrics")
+    s.add_argument(
+        "--metrics-allow-remote",
+        action="store_true",
+        help="let --metrics bind an address other than loopback",
+    )
+    s.add_argument(
+        "--tick", type=float, default=1.0, help="longest sleep between two looks (seconds)"
+    )
+    s.set_defaults(func=watch.cmd_watch)
+
+
+def _doctor(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    s = sub.add_parser(
+        "doctor", help="preflight: keys, folders, users, reloads, admin, ports, clocks"
+    )
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=doctor.cmd_doctor)
+
+
+GROUPS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
+    _mesh,
+    _host,
+    _actions,
+    _lab,
+    _provision,
+    _watch,
+    _doctor,
+]
+"""The groups of commands, in the order ``meshtui --help`` lists them."""

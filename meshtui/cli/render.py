@@ -1,0 +1,183 @@
+"""How the command line shows reports: JSON for ``--json``, else a few plain lines each.
+
+Every function here prints one typed report; none decides an exit code or calls anything.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from meshtui.model import PairStatus, format_duration
+
+if TYPE_CHECKING:
+    from meshtui.controller.anchors import AnchorCheck
+    from meshtui.controller.declare import DeclareResult
+    from meshtui.controller.doctor import DoctorReport
+    from meshtui.controller.reports import (
+        DrillReport,
+        ProbeOutcome,
+        PushReport,
+        RotationPlan,
+        RotationReport,
+    )
+    from meshtui.controller.schedule import PairDue
+    from meshtui.inventory import ChainCheck
+
+
+def print_json(data: Any) -> None:
+    """``data`` as indented JSON on stdout (dates and paths as text)."""
+    print(json.dumps(data, indent=2, sort_keys=False, default=str))
+
+
+def declared(file: str, result: DeclareResult) -> None:
+    print(
+        f"{file}: {len(result.new)} new, {len(result.reissued)} reissued, "
+        f"{len(result.changed)} changed, {len(result.withdrawn)} withdrawn, "
+        f"{len(result.unchanged)} unchanged"
+    )
+    for label, ids in (
+        ("new", result.new),
+        ("reissued", result.reissued),
+        ("withdrawn", result.withdrawn),
+    ):
+        for pid in ids:
+            print(f"  {label:9} {pid}")
+    if result.new or result.reissued or result.withdrawn:
+        print("run meshtui push to deliver")
+
+
+def statuses(rows: Sequence[PairStatus]) -> None:
+    for r in rows:
+        gens = f"g{r.generation} c{r.consumer_generation or '-'} p{r.provider_generation or '-'}"
+        print(f"{r.state:8} {r.pair}  login={r.login} {gens}  {r.reason}")
+        print(
+            f"         holders: {r.consumer} file {r.consumer_file}; {r.provider} login {r.login}"
+        )
+    print(f"{len(rows)} pairs")
+
+
+def due(rows: Sequence[PairDue], now: float) -> None:
+    for d in rows:
+        age = format_duration(d.age(now))
+        if d.due_at is None:
+            when = "never (no rotation policy)"
+        elif d.is_overdue(now):
+            when = f"OVERDUE by {format_duration(now - d.due_at)}"
+        elif d.is_due(now):
+            when = "due now"
+        else:
+            when = f"due in {format_duration(d.due_at - now)}"
+        print(f"{when:28} {d.pair}  age {age}  {d.policy.describe()}")
+    late = sum(1 for d in rows if d.is_overdue(now))
+    print(f"{len(rows)} pairs, {sum(1 for d in rows if d.is_due(now))} due, {late} overdue")
+
+
+def events(rows: Sequence[Mapping[str, Any]]) -> None:
+    for e in rows:
+        pairs = ", ".join(e["pairs"][:3]) + (" …" if len(e["pairs"]) > 3 else "")
+        print(
+            f"{e['seq']:>5} {e['at']} {e['operator']:<10} {e['kind']:<10} {e['outcome']:<8} {pairs}"
+        )
+
+
+def chain(check: ChainCheck) -> None:
+    if check.ok:
+        print(f"audit chain verified: {check.events} events")
+    else:
+        print(f"audit chain BROKEN at event {check.bad_seq}: {check.problem}", file=sys.stderr)
+
+
+def anchors(check: AnchorCheck) -> None:
+    """Each node's kept audit head against the chain; disagreements on stderr."""
+    for n in check.nodes:
+        out = sys.stderr if n.disagrees else sys.stdout
+        mark = "DISAGREES" if n.disagrees else n.verdict
+        print(f"  node {n.node:<12} {mark:<11} {n.reason}", file=out)
+    if not check.ok:
+        print(
+            "audit chain DISAGREES with what nodes saw: "
+            + ", ".join(check.disagreeing)
+            + " (events were deleted or rewritten: restore the inventory from a backup that "
+            "holds them, and find out who changed it; only if it was started anew on purpose, "
+            "delete audit-head.json in those nodes' state folders)",
+            file=sys.stderr,
+        )
+    elif not check.answered:
+        print("no node answered: the chain is not checked against what the nodes saw")
+
+
+def doctor(report: DoctorReport) -> None:
+    """The problems as a table (node, check, subject, problem -> what to do), then a summary."""
+    if report.problems:
+        rows = [("node", "check", "subject", "problem", "what to do")]
+        rows += [(p.node, p.check, p.subject, p.problem, p.fix) for p in report.problems]
+        widths = [min(40, max(len(r[i]) for r in rows)) for i in range(3)]
+        for r in rows:
+            cells = "  ".join(c.ljust(w) for c, w in zip(r[:3], widths, strict=True))
+            print(f"{cells}  {r[3]}  -> {r[4]}")
+    answered = [n for n in report.nodes if n.answered]
+    passed = sum(n.passed for n in answered)
+    print(
+        f"{len(report.problems)} problems; {len(answered)} of {len(report.nodes)} nodes answered, "
+        f"{passed} checks passed ({report.elapsed_ms / 1000:.2f} s)"
+    )
+
+
+def pushed(report: PushReport) -> None:
+    for o in report.delivered:
+        print(f"{'delivered' if o.ok else 'FAILED':9} {o.pair} g{o.generation} {o.reason}")
+    for o in report.withdrawn:
+        print(f"{'revoked' if o.ok else 'NOT REVOKED':9} {o.pair} {o.reason}")
+    if not report.delivered and not report.withdrawn:
+        print("every end already holds its generation")
+    for pid, why in sorted(report.behind.items()):
+        print(f"behind    {pid}: {why}")
+    print("all ends agree" if report.ok else f"{len(report.behind)} pairs behind")
+
+
+def rotation_plan(plan: RotationPlan) -> None:
+    print(f"rotate {len(plan.pairs)} pairs:")
+    for pid in plan.pairs:
+        print(f"  {pid}")
+    for r in plan.nodes:
+        print(f"  node {r.node}: {'resolved' if r.ok else 'NOT RESOLVED'} ({r.reason})")
+
+
+def rotated(report: RotationReport) -> None:
+    for o in report.pairs:
+        window = f" window {o.window_ms:.1f} ms" if o.window_ms is not None else ""
+        print(f"{report.outcome:11} {o.pair} g{o.previous}->g{o.generation}{window} {o.reason}")
+    if report.reason:
+        print(f"reason: {report.reason}")
+
+
+def probed(outcomes: Sequence[ProbeOutcome]) -> None:
+    for o in outcomes:
+        lat = f"{o.latency_ms:6.1f} ms" if o.latency_ms is not None else "       -"
+        print(f"{o.verdict:9} {lat} {o.pair}  {o.reason}")
+
+
+def drilled(reports: Sequence[DrillReport]) -> None:
+    for r in reports:
+        print(f"{'PASSED' if r.ok else 'FAILED'} {r.pair}")
+        for s in r.steps:
+            lat = f"{s.latency_ms:.1f} ms" if s.latency_ms is not None else "-"
+            mark = "ok " if s.ok else "BAD"
+            print(f"  [{mark}] {s.name:10} expected {s.expected:8} got {s.verdict:8} {lat}")
+        if r.window_ms is not None:
+            print(f"  window {r.window_ms:.1f} ms (rotation {r.rotation})")
+        if r.reason:
+            print(f"  {r.reason}")
+
+
+def lab_status(info: dict[str, Any]) -> None:
+    if not info["up"]:
+        print("no lab is up")
+        return
+    print(f"lab up ({info['mode']}), PostgreSQL {'running' if info['postgres'] else 'DOWN'}")
+    for node, a in info["agents"].items():
+        answers = "answers" if a["answers"] else "NOT ANSWERING"
+        print(f"  {node:6} {a['address']:12} pid {a['pid']} {answers}")

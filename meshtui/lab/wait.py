@@ -1,0 +1,43 @@
+"""Waiting in the lab: poll a condition until it holds, for at most a given time.
+
+Starting and stopping servers, agents and namespaces all wait the same way; the error when
+a wait runs out names what it waited for.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from meshtui.errors import LabError
+
+
+def poll(
+    ready: Callable[[], bool],
+    timeout: float,
+    *,
+    every: float = 0.05,
+    unless: Callable[[], bool] | None = None,
+) -> bool:
+    """Call ``ready`` until it returns True (then True), for at most ``timeout`` seconds.
+
+    False when time runs out, or at once when ``unless`` (asked first each round) says there
+    is no point waiting any more (the process that should get ready has exited, say).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        if unless is not None and unless():
+            return False
+        if ready():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(every)
+
+
+def wait_until(
+    ready: Callable[[], bool], timeout: float, what: str, *, every: float = 0.05
+) -> None:
+    """:func:`poll`, raising a LabError that names ``what`` when time runs out."""
+    if not poll(ready, timeout, every=every):
+        raise LabError(f"gave up after {timeout:g} s waiting for {what}")
