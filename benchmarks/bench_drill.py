@@ -41,9 +41,9 @@ def two_acts(ctl: Controller, pid: str) -> float:
             plan.provider_sets([(row["provider"], row["provision"])], {pid: item["to"]}),
             result,
         )
-    with ctl.inventory.transaction("bench") as db:  # the record says the new generation is due
-        db["pairs"].update(pid, {"generation": item["to"]})
-        db["rotations"].update(
+    with ctl.inventory.transaction("bench") as tx:  # the record says the new generation is due
+        tx.db["pairs"].update(pid, {"generation": item["to"]})
+        tx.db["rotations"].update(
             rotation["id"], {"state": "done", "finished_at": "bench", "outcome": "done"}
         )
     ctl.push()

@@ -79,14 +79,14 @@ def idle_inventory(root: Path, pairs: int) -> tuple[Path, float]:
         stamp = now()
         gens = ctl.inventory.query("SELECT pair, digest FROM generations")
         # what a push and a probe would have recorded; written directly, this is the setup
-        with ctl.inventory.transaction("bench setup") as db:
-            db.conn.executemany(
+        with ctl.inventory.transaction("bench setup") as tx:
+            tx.db.conn.executemany(
                 'INSERT INTO deliveries (pair, "end", generation, digest, since, attempted_at)'
                 " VALUES (?, ?, 1, ?, ?, ?)",
                 [(g["pair"], end, g["digest"], stamp, stamp) for g in gens for end in
                  ("consumer", "provider")],
             )  # fmt: skip
-            db.conn.executemany(
+            tx.db.conn.executemany(
                 "INSERT INTO probes (pair, at, generation, verdict, reason, latency_ms,"
                 " used_password, loopback, client_addr, withdrawn)"
                 " VALUES (?, ?, 1, 'accepted', 'ok', 3.0, 1, 0, '10.213.0.3', 0)",

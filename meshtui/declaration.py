@@ -37,7 +37,7 @@ from meshtui.model import (
     plain_address,
 )
 from meshtui.naming import derive_login
-from meshtui.provisioner.redis_acl import ValuesError, rules_for
+from meshtui.redis_acl import ValuesError, rules_for
 
 NODE_KEYS = {"address", "agent", "keys"}
 MODULE_KEYS = {"provides", "requires", "receives", "grants", "admin", "provisioner", "pin"}

@@ -15,11 +15,11 @@ import pytest
 import sqlite_utils
 
 from meshtui import declaration
-from meshtui import inventory as inventory_mod
 from meshtui.controller.core import Controller
 from meshtui.controller.declare import declare
 from meshtui.errors import InventoryError, ReadOnlyError
 from meshtui.inventory import SCHEMA_VERSION, Inventory
+from meshtui.inventory import schema as schema_mod
 from tests.fix_mesh import Mesh, dump_tables, modules
 
 TABLES = {
@@ -91,7 +91,7 @@ def test_a_v0_file_is_migrated(tmp_path: Path) -> None:
 def test_a_v2_file_gains_credential_file_access_with_the_0600_default(tmp_path: Path) -> None:
     path = tmp_path / "inventory.db"
     with contextlib.closing(raw(path)) as conn, conn:
-        for step in inventory_mod.MIGRATIONS[:2]:
+        for step in schema_mod.MIGRATIONS[:2]:
             step(sqlite_utils.Database(conn))
         conn.execute("PRAGMA user_version = 2")
         conn.execute(
@@ -111,8 +111,8 @@ def test_a_failed_migration_leaves_the_file_as_it_was(
     def broken(db: object) -> None:
         raise RuntimeError("migration step failed")
 
-    monkeypatch.setattr(inventory_mod, "MIGRATIONS", [*inventory_mod.MIGRATIONS, broken])
-    monkeypatch.setattr(inventory_mod, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
+    monkeypatch.setattr(schema_mod, "MIGRATIONS", [*schema_mod.MIGRATIONS, broken])
+    monkeypatch.setattr(schema_mod, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
     with pytest.raises(RuntimeError, match="migration step failed"):
         Inventory.open(path)
     with contextlib.closing(raw(path)) as conn:

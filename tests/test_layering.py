@@ -1,8 +1,26 @@
-"""Each folder is one room: who may import whom, checked on the source with ``ast``."""
+"""Each folder is one room: who may import whom, checked on the source with ``ast``.
+
+The floors, bottom up:
+
+- the core (:data:`CORE`): ``model``, ``naming``, ``errors``, ``crypto``, ``wire``, ``atomic``,
+  ``declaration``, ``redis_acl`` (what a Redis consumer's values mean: the declaration checks
+  it, the provisioner applies it), ``terminal`` (outside text made safe to print) and
+  ``messages`` once the typed agent messages live there:
+  the words, the shapes and the pure functions everyone shares. The core imports nothing of
+  meshtui above it.
+- the inventory (``meshtui/inventory/``): the only code that imports ``sqlite3`` or
+  ``sqlite_utils``, and the only place an inventory SQL statement is written.
+- the controller (``meshtui/controller/``) decides; the hands (``host/``, ``provisioner/``) act
+  and never import the controller or the inventory; ``lab/`` builds meshes and never imports the
+  controller (the controller's key files come from ``meshtui/keys.py``).
+- the dashboard (``meshtui/tui/``) imports only the controller, the core and itself, and is
+  the only code that imports Textual or Rich.
+"""
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -43,6 +61,38 @@ def imports(path: Path) -> set[str]:
     return found
 
 
+CORE = (
+    "meshtui.model",
+    "meshtui.naming",
+    "meshtui.errors",
+    "meshtui.crypto",
+    "meshtui.wire",
+    "meshtui.atomic",
+    "meshtui.declaration",
+    "meshtui.redis_acl",
+    "meshtui.terminal",
+    "meshtui.messages",
+)
+"""The bottom floor (see the module docstring)."""
+
+SQL = re.compile(r"\b(SELECT|INSERT INTO|DELETE FROM|PRAGMA|CREATE TABLE)\b|\bUPDATE \w+ SET\b")
+"""What an SQL statement looks like in a string (the inventory's dialect is upper case)."""
+
+INVENTORY_USERS = ("meshtui/controller/", "meshtui/tui/", "meshtui/cli.py", "meshtui/keys.py")
+"""The code that reads the inventory: it calls typed methods and writes no SQL of its own.
+(``host/``, ``provisioner/`` and ``lab/`` speak PostgreSQL's SQL to PostgreSQL, not to it.)"""
+
+
+def sql_strings(path: Path) -> list[str]:
+    """Every string constant in ``path`` that looks like an SQL statement."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    return [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and SQL.search(node.value)
+    ]
+
+
 def under(name: str, *roots: str) -> bool:
     return any(name == r or name.startswith(r + ".") for r in roots)
 
@@ -64,10 +114,23 @@ def violations(rule: str) -> list[str]:
                 bad = under(name, "meshtui.controller", "meshtui.inventory")
             elif rule == "nacl" and where != "meshtui/crypto.py":
                 bad = under(name, "nacl")
+            elif rule == "sqlite" and not where.startswith("meshtui/inventory/"):
+                bad = under(name, "sqlite3", "sqlite_utils")
+            elif rule == "tui" and where.startswith("meshtui/tui/"):
+                bad = under(name, "meshtui") and not under(
+                    name, "meshtui.tui", "meshtui.controller", *CORE
+                )
+                bad = bad and name != "meshtui"
+            elif rule == "lab" and where.startswith("meshtui/lab/"):
+                bad = under(name, "meshtui.controller")
+            elif rule == "core" and module_name(path) in CORE:
+                bad = under(name, "meshtui") and name != "meshtui" and not under(name, *CORE)
             else:
                 bad = False
             if bad:
                 out.append(f"{where} imports {name}")
+        if rule == "sql" and where.startswith(INVENTORY_USERS):
+            out += [f"{where} writes SQL: {text.strip()[:60]!r}" for text in sql_strings(path)]
     return out
 
 
@@ -101,6 +164,52 @@ def test_host_and_provisioner_never_import_controller_or_inventory() -> None:
 
 def test_only_crypto_imports_nacl() -> None:
     assert violations("nacl") == []
+
+
+def test_only_the_inventory_imports_sqlite() -> None:
+    assert violations("sqlite") == []
+
+
+def test_no_inventory_sql_outside_the_inventory() -> None:
+    assert violations("sql") == []
+
+
+def test_tui_imports_only_the_controller_and_the_core() -> None:
+    assert violations("tui") == []
+
+
+def test_lab_never_imports_the_controller() -> None:
+    assert violations("lab") == []
+
+
+def test_the_core_imports_nothing_above_it() -> None:
+    assert violations("core") == []
+
+
+INJECTED = {
+    "sqlite": ("controller/x.py", "import sqlite3\n"),
+    "sql": ("controller/x.py", 'Q = "SELECT id FROM pairs"\n'),
+    "tui": ("tui/x.py", "from meshtui.inventory import Inventory\n"),
+    "lab": ("lab/x.py", "from meshtui.controller.core import Controller\n"),
+    "core": ("model.py", "from meshtui.controller import core\n"),
+}
+
+
+@pytest.mark.parametrize("rule", sorted(INJECTED))
+def test_each_rule_fails_on_an_injected_violation(
+    rule: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = tmp_path / "meshtui"
+    where, source = INJECTED[rule]
+    (fake / where).parent.mkdir(parents=True, exist_ok=True)
+    (fake / where).write_text(source)
+    allowed = fake / "inventory" / "store.py"  # the same code inside the inventory is fine
+    allowed.parent.mkdir(parents=True, exist_ok=True)
+    allowed.write_text("import sqlite3\nQ = 'SELECT id FROM pairs'\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", fake)
+    monkeypatch.setattr(sys.modules[__name__], "FILES", sorted(fake.rglob("*.py")))
+    found = violations(rule)
+    assert found and all(f.startswith(f"meshtui/{where}") for f in found), found
 
 
 def test_importing_controller_and_cli_loads_no_ui() -> None:

@@ -17,7 +17,8 @@ from typing import Any
 from meshtui import wire
 from meshtui.controller.client import read_anchor
 from meshtui.errors import AgentError
-from meshtui.inventory import Inventory, Row
+from meshtui.inventory import Inventory
+from meshtui.inventory.rows import NodeRow
 
 ANCHOR_TIMEOUT_S = 5.0
 
@@ -81,7 +82,7 @@ def judge(inv: Inventory, node: str, head: wire.SignedHead | None, key: bytes | 
         )
     stored = inv.event_hash_at(head.seq)
     if stored is None:
-        last = inv.query("SELECT MAX(seq) AS n FROM audit")[0]["n"] or 0
+        last = inv.last_seq()
         return NodeAnchor(
             node,
             "ahead",
@@ -100,7 +101,7 @@ def judge(inv: Inventory, node: str, head: wire.SignedHead | None, key: bytes | 
     return NodeAnchor(node, "agrees", f"saw the chain at event {head.seq}; it is there", head.seq)
 
 
-def check_anchors(inv: Inventory, nodes: Mapping[str, Row], key: bytes | None) -> AnchorCheck:
+def check_anchors(inv: Inventory, nodes: Mapping[str, NodeRow], key: bytes | None) -> AnchorCheck:
     """Ask every node (in parallel) for its kept head and judge each against ``inv``."""
 
     def ask(name: str) -> NodeAnchor:

@@ -21,7 +21,7 @@ import httpx
 
 from meshtui import crypto, messages, wire
 from meshtui.errors import AgentError, EnvelopeError, MessageError
-from meshtui.inventory import Row
+from meshtui.inventory.rows import NodeRow
 from meshtui.messages import Kind
 
 Req = TypeVar("Req", bound=Mapping[str, object])
@@ -65,7 +65,7 @@ def http_client(agent: str, timeout: float) -> httpx.Client:
     return httpx.Client(base_url=agent, timeout=timeout, verify=_tls())
 
 
-def read_anchor(node: Row, *, timeout: float = STATE_TIMEOUT_S) -> wire.SignedHead | None:
+def read_anchor(node: NodeRow, *, timeout: float = STATE_TIMEOUT_S) -> wire.SignedHead | None:
     """The audit head a node keeps, asked without a key (see the agent's ``read_anchor``).
 
     The answer counts only when signed by the node key the inventory holds and quoting this
@@ -108,7 +108,7 @@ class AgentClient:
 
     def __init__(
         self,
-        node: Row,
+        node: NodeRow,
         keys: crypto.PrivateKeys,
         *,
         timeout: float = DEFAULT_TIMEOUT_S,
@@ -197,7 +197,7 @@ class Agents:
 
     def __init__(
         self,
-        nodes: Mapping[str, Row],
+        nodes: Mapping[str, NodeRow],
         keys: crypto.PrivateKeys,
         *,
         timeout: float = DEFAULT_TIMEOUT_S,

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from meshtui import crypto, declaration, wire
-from meshtui.atomic import write_private
 from meshtui.controller import detail as detail_mod
 from meshtui.controller import schedule as schedule_mod
 from meshtui.controller import status as status_mod
@@ -43,34 +42,19 @@ from meshtui.errors import (
     RotationBusyError,
     UnknownPairError,
 )
-from meshtui.inventory import ChainCheck, Inventory, Row
+from meshtui.inventory import ChainCheck, Inventory
+from meshtui.inventory.rows import EventRow
+from meshtui.keys import INVENTORY, KEY_STEM, init_keys
 from meshtui.model import PairStatus, State, node_of
 
 if TYPE_CHECKING:  # httpx stays out of the import of core (see controller.client)
     from meshtui.controller.anchors import AnchorCheck
     from meshtui.controller.doctor import DoctorReport
 
-INVENTORY = "inventory.db"
-KEY_STEM = "controller"
+__all__ = ["INVENTORY", "KEY_STEM", "SEQUENCE_FILE", "Controller", "init_keys"]
+
 SEQUENCE_FILE = "sequence"
 """The last number of the controller's requests (see :class:`meshtui.wire.Sequence`)."""
-
-
-def init_keys(state_dir: Path) -> tuple[Path, bool]:
-    """Write the controller's keys once; returns the .pub path and whether it was created."""
-    pub = state_dir / f"{KEY_STEM}.pub"
-    if (state_dir / f"{KEY_STEM}.key").exists():
-        keys = crypto.load_private(state_dir / f"{KEY_STEM}.key")  # refuses a world-readable key
-        if not pub.exists():  # the public half can always be rebuilt from the private one
-            write_private(pub, keys.public().to_toml().encode(), mode=0o644)
-        return pub, False
-    keys = crypto.PrivateKeys.generate(node=False)
-    crypto.write_keys(state_dir, KEY_STEM, keys)
-    if (state_dir / INVENTORY).exists():  # re-sign the audit head with the new key, on record
-        with Inventory.open(state_dir / INVENTORY) as inv:
-            inv.signer = keys.sign
-            inv.record("init", [], {"fingerprint": keys.public().fingerprint()}, "ok")
-    return pub, True
 
 
 class Controller:
@@ -162,9 +146,7 @@ class Controller:
         """Counts by state, alarms, and when the last push ran."""
         rows = self.status() if rows is None else rows
         count = {s: sum(1 for r in rows if r.state is s) for s in State}
-        pushes = self.inventory.query(
-            "SELECT at FROM audit WHERE kind = 'push' ORDER BY seq DESC LIMIT 1"
-        )
+        last_push = self.inventory.last_event("push")
         return Summary(
             pairs=len(rows),
             working=count[State.WORKING],
@@ -173,7 +155,7 @@ class Controller:
             unknown=count[State.UNKNOWN],
             alarms=sum(1 for r in rows if r.alarm),
             withdrawn=sum(1 for r in rows if r.withdrawn),
-            last_push=pushes[0]["at"] if pushes else None,
+            last_push=last_push["at"] if last_push else None,
         )
 
     def schedule(self) -> list[PairDue]:
@@ -197,22 +179,14 @@ class Controller:
 
     def pairs_of_provider(self, provider: str) -> list[str]:
         """The live pairs whose provider is ``node/module``."""
-        rows = self.inventory.query(
-            "SELECT id FROM pairs WHERE provider = ? AND withdrawn_at IS NULL ORDER BY id",
-            [provider],
-        )
-        if not rows:
+        ids = self.inventory.live_pair_ids(provider)
+        if not ids:
             raise UnknownPairError(f"no live pairs have provider {provider!r}")
-        return [r["id"] for r in rows]
+        return ids
 
     def live_pairs(self) -> list[str]:
         """Every pair that is not withdrawn."""
-        return [
-            r["id"]
-            for r in self.inventory.query(
-                "SELECT id FROM pairs WHERE withdrawn_at IS NULL ORDER BY id"
-            )
-        ]
+        return self.inventory.live_pair_ids()
 
     def pair_detail(self, pid: str) -> PairDetail:
         """Generations, deliveries, probes, drills and holders of one pair."""
@@ -265,7 +239,7 @@ class Controller:
             )
         return out
 
-    def events(self, limit: int | None = None) -> list[Row]:
+    def events(self, limit: int | None = None) -> list[EventRow]:
         """Audit events, oldest first."""
         return self.inventory.events(limit)
 

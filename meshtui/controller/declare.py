@@ -7,14 +7,20 @@ writes nothing. A pair is never deleted: one that leaves the declaration becomes
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlite_utils import Database
-
 from meshtui import crypto
-from meshtui.inventory import Inventory, Row, now
+from meshtui.inventory import Inventory, Transaction, now
+from meshtui.inventory.rows import (
+    GenerationRow,
+    ModuleRecord,
+    NodeRow,
+    PairFields,
+    PairRecord,
+    PolicyRecord,
+)
 from meshtui.model import POSTGRES, Declaration, Node, Offer, Pair
 
 _sorted_json = json.JSONEncoder(sort_keys=True).encode
@@ -47,58 +53,68 @@ class DeclareResult:
         }
 
 
-def seal_generation(pair: str, generation: int, consumer: Node, provider: Node) -> Row:
+def seal_generation(pair: str, generation: int, consumer: Node, provider: Node) -> GenerationRow:
     """Mint a credential, seal it to both ends, digest it, and drop the plaintext."""
     secret = crypto.mint().encode("ascii")
-    row = {
-        "pair": pair,
-        "generation": generation,
-        "consumer_sealed": crypto.seal(secret, consumer.seal_key),
-        "provider_sealed": crypto.seal(secret, provider.seal_key),
-        "digest": crypto.secret_digest(secret),
-        "created_at": now(),
-        "discarded_at": None,
-    }
+    row = GenerationRow(
+        pair=pair,
+        generation=generation,
+        consumer_sealed=crypto.seal(secret, consumer.seal_key),
+        provider_sealed=crypto.seal(secret, provider.seal_key),
+        digest=crypto.secret_digest(secret),
+        created_at=now(),
+        discarded_at=None,
+    )
     del secret
     return row
 
 
-def _pair_row(p: Pair) -> Row:
-    return {
-        "id": p.id,
-        "provision": p.provision,
-        "consumer": p.consumer,
-        "provider": p.provider,
-        "login": p.login,
-        "file": p.file,
-        "port": p.port,
-        "values": _sorted_json(dict(p.values)),
-        "reload": json.dumps(list(p.reload)),
-        "file_owner": p.owner,
-        "file_group": p.group,
-        "file_mode": p.mode,
-    }
+def _pair_row(p: Pair) -> PairFields:
+    return PairFields(
+        id=p.id,
+        provision=p.provision,
+        consumer=p.consumer,
+        provider=p.provider,
+        login=p.login,
+        file=p.file,
+        port=p.port,
+        values=_sorted_json(dict(p.values)),
+        reload=json.dumps(list(p.reload)),
+        file_owner=p.owner,
+        file_group=p.group,
+        file_mode=p.mode,
+    )
 
 
-def _policy_row(p: Pair) -> Row:
+def _policy_row(p: Pair) -> PolicyRecord:
     """The pair's effective policy, as the inventory stores it for status and watch."""
-    return {
-        "pair": p.id,
-        "rotate_every": p.policy.rotate_every,
-        "probe_every": p.policy.probe_every,
-        "rotate_source": str(p.policy.rotate_source),
-        "probe_source": str(p.policy.probe_source),
-    }
+    return PolicyRecord(
+        pair=p.id,
+        rotate_every=p.policy.rotate_every,
+        probe_every=p.policy.probe_every,
+        rotate_source=str(p.policy.rotate_source),
+        probe_source=str(p.policy.probe_source),
+    )
 
 
-def _node_row(n: Node) -> Row:
-    return {
-        "name": n.name,
-        "address": n.address,
-        "agent": n.agent,
-        "seal_key": crypto.b64(n.seal_key),
-        "verify_key": crypto.b64(n.verify_key),
-    }
+def _node_row(n: Node, stamp: str) -> NodeRow:
+    return NodeRow(
+        name=n.name,
+        address=n.address,
+        agent=n.agent,
+        seal_key=crypto.b64(n.seal_key),
+        verify_key=crypto.b64(n.verify_key),
+        declared=1,
+        updated_at=stamp,
+    )
+
+
+NODE_KEYS = ("name", "address", "agent", "seal_key", "verify_key")
+"""The node columns the declaration sets (a change in any of them is a changed node)."""
+
+
+def _differs(old: Mapping[str, object], new: Mapping[str, object], keys: Iterable[str]) -> bool:
+    return any(old[k] != new[k] for k in keys)
 
 
 def _offer_spec(o: Offer) -> dict[str, object]:
@@ -129,48 +145,49 @@ def declare(inv: Inventory, decl: Declaration) -> DeclareResult:
     What is there is read inside the same write transaction as what is written, so a
     rotation or another declare running meanwhile is waited for, never overwritten.
     """
-    with inv.transaction("declare") as db:
-        return _declare(inv, db, decl)
+    with inv.transaction("declare") as tx:
+        return _declare(inv, tx, decl)
 
 
-def _declare(inv: Inventory, db: Database, decl: Declaration) -> DeclareResult:
+def _declare(inv: Inventory, tx: Transaction, decl: Declaration) -> DeclareResult:
     result = DeclareResult()
     old_nodes = inv.nodes()
     # specs compared as stored (canonical JSON written by _module_spec), not decoded
-    old_modules = {r["id"]: r for r in inv.query("SELECT id, spec, declared FROM modules")}
-    old_pairs = {r["id"]: r for r in inv.query("SELECT * FROM pairs")}
+    old_modules = inv.module_records()
+    old_pairs = inv.pair_records()
     stamp = now()
 
-    node_rows, rekeyed = [], set()
+    node_rows: list[NodeRow] = []
+    rekeyed = set()
     for node in decl.nodes.values():
-        row = _node_row(node)
+        nrow = _node_row(node, stamp)
         old = old_nodes.get(node.name)
-        if old is None or any(old[k] != row[k] for k in row) or not old["declared"]:
+        if old is None or _differs(old, nrow, NODE_KEYS) or not old["declared"]:
             result.nodes_changed.append(node.name)
-            if old is not None and old["seal_key"] != row["seal_key"]:
+            if old is not None and old["seal_key"] != nrow["seal_key"]:
                 rekeyed.add(node.name)
-        node_rows.append({**row, "declared": 1, "updated_at": stamp})
+        node_rows.append(nrow)
     gone_nodes = [n for n, r in old_nodes.items() if n not in decl.nodes and r["declared"]]
     result.nodes_changed += gone_nodes
 
-    module_rows = []
+    module_rows: list[ModuleRecord] = []
     for mid in decl.modules:
         spec = _module_spec(decl, mid)
         old_m = old_modules.get(mid)
         if old_m is None or old_m["spec"] != spec or not old_m["declared"]:
             module_rows.append(
-                {
-                    "id": mid,
-                    "node": decl.modules[mid].node,
-                    "name": decl.modules[mid].name,
-                    "spec": spec,
-                    "declared": 1,
-                }
+                ModuleRecord(
+                    id=mid,
+                    node=decl.modules[mid].node,
+                    name=decl.modules[mid].name,
+                    spec=spec,
+                    declared=1,
+                )
             )
     gone_modules = [m for m, r in old_modules.items() if m not in decl.modules and r["declared"]]
 
-    pair_rows: list[Row] = []
-    gen_rows: list[Row] = []
+    pair_rows: list[PairRecord] = []
+    gen_rows: list[GenerationRow] = []
     for p in decl.pairs:
         row = _pair_row(p)
         old_p = old_pairs.get(p.id)
@@ -179,13 +196,9 @@ def _declare(inv: Inventory, db: Database, decl: Declaration) -> DeclareResult:
             result.new.append(p.id)
             gen_rows.append(seal_generation(p.id, 1, consumer, provider))
             pair_rows.append(
-                {
-                    **row,
-                    "generation": 1,
-                    "created_at": stamp,
-                    "rotated_at": None,
-                    "withdrawn_at": None,
-                }
+                PairRecord(
+                    **row, generation=1, created_at=stamp, rotated_at=None, withdrawn_at=None
+                )
             )
         elif old_p["withdrawn_at"] or {p.consumer_node, p.provider_node} & rekeyed:
             # back after withdrawal (its login was removed) or a node's keys changed: the old
@@ -194,25 +207,20 @@ def _declare(inv: Inventory, db: Database, decl: Declaration) -> DeclareResult:
             gen = old_p["generation"] + 1
             gen_rows.append(seal_generation(p.id, gen, consumer, provider))
             pair_rows.append(
-                {
+                PairRecord(
                     **row,
-                    "generation": gen,
-                    "created_at": old_p["created_at"],
-                    "rotated_at": stamp,
-                    "withdrawn_at": None,
-                }
+                    generation=gen,
+                    created_at=old_p["created_at"],
+                    rotated_at=stamp,
+                    withdrawn_at=None,
+                )
             )
-        elif any(old_p[k] != row[k] for k in row):
+        elif _differs(old_p, row, row):
             result.changed.append(p.id)
-            pair_rows.append({**{k: old_p[k] for k in old_p}, **row})
+            pair_rows.append({**old_p, **row})
         else:
             result.unchanged.append(p.id)
-    old_policies = {
-        r["pair"]: r
-        for r in inv.query(
-            "SELECT pair, rotate_every, probe_every, rotate_source, probe_source FROM policies"
-        )
-    }
+    old_policies = inv.policy_records()
     policy_rows = [
         row for row in (_policy_row(p) for p in decl.pairs) if old_policies.get(row["pair"]) != row
     ]
@@ -227,24 +235,15 @@ def _declare(inv: Inventory, db: Database, decl: Declaration) -> DeclareResult:
 
     if not result.touched and not module_rows and not gone_modules:
         return result
-    _upsert(db, "nodes", node_rows, "name")
-    db.conn.executemany(
-        "UPDATE nodes SET declared = 0, updated_at = ? WHERE name = ?",
-        [(stamp, name) for name in gone_nodes],
-    )
-    _upsert(db, "modules", module_rows, "id")
-    db.conn.executemany(
-        "UPDATE modules SET declared = 0 WHERE id = ?", [(mid,) for mid in gone_modules]
-    )
-    _insert(db, "generations", gen_rows)
-    _upsert(db, "pairs", pair_rows, "id")
-    _upsert(db, "policies", policy_rows, "pair")
-    db.conn.executemany(
-        "UPDATE pairs SET withdrawn_at = ? WHERE id = ?",
-        [(stamp, pid) for pid in result.withdrawn],
-    )
-    inv.audit(
-        db,
+    tx.put_nodes(node_rows)
+    tx.undeclare_nodes(gone_nodes, stamp)
+    tx.put_modules(module_rows)
+    tx.undeclare_modules(gone_modules)
+    tx.add_generations(gen_rows)
+    tx.put_pairs(pair_rows)
+    tx.put_policies(policy_rows)
+    tx.withdraw_pairs(result.withdrawn, stamp)
+    tx.audit(
         "declare",
         result.new + result.reissued + result.changed + result.withdrawn,
         {
@@ -260,38 +259,7 @@ def _declare(inv: Inventory, db: Database, decl: Declaration) -> DeclareResult:
     return result
 
 
-def _columns(table: str, rows: list[Row]) -> list[str]:
-    cols = list(rows[0])
-    if any(r.keys() != rows[0].keys() for r in rows):
-        raise ValueError(f"rows for {table} differ in their columns")
-    return cols
-
-
-def _insert(db: Database, table: str, rows: list[Row]) -> None:
-    """Plain INSERT of many rows (sqlite-utils' insert_all costs more than the sealing)."""
-    if rows:
-        cols = _columns(table, rows)
-        names, marks = ", ".join(f'"{c}"' for c in cols), ", ".join("?" * len(cols))
-        db.conn.executemany(
-            f'INSERT INTO "{table}" ({names}) VALUES ({marks})',
-            [tuple(r[c] for c in cols) for r in rows],
-        )
-
-
-def _upsert(db: Database, table: str, rows: list[Row], pk: str) -> None:
-    """Insert rows, or update every given column of the row already there (rowid kept)."""
-    if rows:
-        cols = _columns(table, rows)
-        names, marks = ", ".join(f'"{c}"' for c in cols), ", ".join("?" * len(cols))
-        sets = ", ".join(f'"{c}" = excluded."{c}"' for c in cols if c != pk)
-        db.conn.executemany(
-            f'INSERT INTO "{table}" ({names}) VALUES ({marks}) '
-            f'ON CONFLICT("{pk}") DO UPDATE SET {sets}',
-            [tuple(r[c] for c in cols) for r in rows],
-        )
-
-
-def nodes_from_inventory(rows: Mapping[str, Row]) -> dict[str, Node]:
+def nodes_from_inventory(rows: Mapping[str, NodeRow]) -> dict[str, Node]:
     """Model nodes from inventory rows (keys decoded)."""
     return {
         name: Node(

@@ -15,12 +15,21 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 from meshtui import crypto, messages
 from meshtui.controller.client import DELIVER_TIMEOUT_S, Agents
 from meshtui.errors import AgentError, InventoryError
-from meshtui.inventory import Inventory, Row, now
+from meshtui.inventory import Inventory, now
+from meshtui.inventory.rows import (
+    DeliveryRow,
+    GenerationRow,
+    ModuleRow,
+    NodeRow,
+    OfferSpec,
+    PairRow,
+    ProbeRecord,
+)
 from meshtui.messages import (
     ConsumerItem,
     DeliverAnswer,
@@ -77,22 +86,22 @@ class Delivered:
         self.errors.setdefault(pair, reason)
 
 
-def _dbname(pair: Row) -> str:
+def _dbname(pair: PairRow) -> str:
     values = pair["values"]
     return str(values.get("database") or "postgres")
 
 
-def offer_of(pair: Row, modules: Mapping[str, Row] | None) -> dict[str, Any]:
-    """The provider's ``provides`` entry for ``pair`` as stored (``{}`` when unknown)."""
-    spec = (modules or {}).get(pair["provider"], {}).get("spec", {})
-    for offer in spec.get("provides", []):
-        if offer.get("name") == pair["provision"]:
-            return dict(offer)
-    return {}
+def offer_of(pair: PairRow, modules: Mapping[str, ModuleRow] | None) -> OfferSpec | None:
+    """The provider's ``provides`` entry for ``pair`` as stored (None when unknown)."""
+    module = (modules or {}).get(pair["provider"])
+    for offer in module["spec"]["provides"] if module else []:
+        if offer["name"] == pair["provision"]:
+            return offer
+    return None
 
 
 def target_of(
-    pair: Row, nodes: Mapping[str, Row], modules: Mapping[str, Row] | None = None
+    pair: PairRow, nodes: Mapping[str, NodeRow], modules: Mapping[str, ModuleRow] | None = None
 ) -> Target:
     """Where a probe of ``pair`` logs in: the provider node's private address, port and kind."""
     target: Target = {
@@ -102,10 +111,19 @@ def target_of(
         "dbname": _dbname(pair),
     }
     offer = offer_of(pair, modules)
-    if offer.get("kind", "postgres") != "postgres":
-        target["kind"], target["ca"] = str(offer["kind"]), offer.get("ca")
+    kind = offer.get("kind", "postgres") if offer is not None else "postgres"
+    if offer is not None and kind != "postgres":
+        target["kind"], target["ca"] = str(kind), offer.get("ca")
         target["tls"] = bool(offer.get("tls", True))
     return target
+
+
+class Sealed(NamedTuple):
+    """A generation still held sealed: its digest and the blob for each end."""
+
+    digest: str
+    consumer: bytes
+    provider: bytes
 
 
 class Planner:
@@ -116,11 +134,9 @@ class Planner:
         self.nodes = inv.nodes()
         self.modules = inv.modules()
         self.pairs = {p["id"]: p for p in inv.pairs()}
-        self.minted: dict[str, list[int]] = {}
-        for r in inv.query("SELECT pair, generation FROM generations ORDER BY generation"):
-            self.minted.setdefault(r["pair"], []).append(int(r["generation"]))
+        self.minted = inv.minted()
         self._rotation_of: dict[tuple[str, int], int] | None = None  # read when first needed
-        self._sealed: dict[tuple[str, int], Row] | None = None
+        self._sealed: dict[tuple[str, int], GenerationRow] | None = None
 
     @property
     def rotation_of(self) -> dict[tuple[str, int], int]:
@@ -128,8 +144,8 @@ class Planner:
         is written (the rotations table grows with history, a delivery must not)."""
         if self._rotation_of is None:
             self._rotation_of = {}
-            for r in self.inv.query("SELECT id, items FROM rotations"):
-                for i in json.loads(r["items"]):
+            for r in self.inv.rotations(limit=None):
+                for i in r["items"]:
                     self._rotation_of[(str(i["pair"]), int(i["to"]))] = int(r["id"])
         return self._rotation_of
 
@@ -151,20 +167,14 @@ class Planner:
             item["rollback"] = note
         return item
 
-    def sealed(self, pair: str, generation: int) -> Row:
+    def sealed(self, pair: str, generation: int) -> Sealed:
         """One generation's sealed blobs; InventoryError when they were discarded."""
         if self._sealed is None:  # one read for every payload this planner builds
-            self._sealed = {
-                (r["pair"], int(r["generation"])): r
-                for r in self.inv.query(
-                    "SELECT pair, generation, digest, consumer_sealed, provider_sealed"
-                    " FROM generations WHERE discarded_at IS NULL"
-                )
-            }
+            self._sealed = self.inv.held_generations()
         row = self._sealed.get((pair, generation)) or self.inv.generation(pair, generation)
         if row is None or row["consumer_sealed"] is None or row["provider_sealed"] is None:
             raise InventoryError(f"{pair}: generation {generation} is not held sealed any more")
-        return row
+        return Sealed(row["digest"], row["consumer_sealed"], row["provider_sealed"])
 
     def provider_sets(
         self, providers: Iterable[tuple[str, str]], targets: Targets
@@ -192,8 +202,8 @@ class Planner:
                     "at": self.nodes[cnode]["address"],
                     "values": p["values"],
                     "generation": gen,
-                    "digest": row["digest"],
-                    "sealed": crypto.b64(row["provider_sealed"]),
+                    "digest": row.digest,
+                    "sealed": crypto.b64(row.provider),
                 }
                 consumers.append(self._with_rollback(entry))
             delivery: ProviderSet = {
@@ -227,13 +237,13 @@ class Planner:
                         pair=pid,
                         node=node,
                         generation=gen,
-                        digest=row["digest"],
+                        digest=row.digest,
                         file=p["file"],
                         owner=p["file_owner"],
                         group=p["file_group"],
                         mode=p["file_mode"],
                         reload=p["reload"],
-                        sealed=crypto.b64(row["consumer_sealed"]),
+                        sealed=crypto.b64(row.consumer),
                     )
                 )
             )
@@ -246,38 +256,35 @@ def record_end(inv: Inventory, rows: Iterable[EndRow]) -> None:
     rows = list(rows)
     pairs = sorted({r[0] for r in rows})
     if len(pairs) <= FEW:  # a rotation of a few pairs reads their rows, not the mesh's
-        current: dict[tuple[str, str], Row] = {}
+        current: dict[tuple[str, str], DeliveryRow] = {}
         for pid in pairs:
             current.update(inv.deliveries(pid))
     else:
         current = inv.deliveries()
-    out = []
-    same: list[tuple[str, str, str]] = []  # (stamp, pair, end): only the attempt is new
+    out: list[DeliveryRow] = []
+    same: list[tuple[str, str]] = []  # (pair, end): only the attempt is new
     for pair, end, gen, digest, error in rows:
-        old = current.get((pair, end.value), {})
-        held_gen = gen if gen is not None else old.get("generation")
-        changed = gen is not None and gen != old.get("generation")
-        row = {
-            "pair": pair,
-            "end": end.value,
-            "generation": held_gen,
-            "digest": digest if gen is not None else old.get("digest"),
-            "since": stamp if changed or not old.get("since") else old["since"],
-            "attempted_at": stamp,
-            "error": error,
-        }
-        if old and all(row[k] == old.get(k) for k in ("generation", "digest", "since", "error")):
-            same.append((stamp, pair, end.value))
+        old = current.get((pair, end.value))
+        old_gen = old["generation"] if old else None
+        old_since = old["since"] if old else None
+        changed = gen is not None and gen != old_gen
+        row = DeliveryRow(
+            pair=pair,
+            end=end.value,
+            generation=gen if gen is not None else old_gen,
+            digest=digest if gen is not None else (old["digest"] if old else None),
+            since=stamp if changed or not old_since else old_since,
+            attempted_at=stamp,
+            error=error,
+        )
+        if old and all(row[k] == old[k] for k in ("generation", "digest", "since", "error")):
+            same.append((pair, end.value))
         else:
             out.append(row)
     if out or same:
-        with inv.transaction("record deliveries") as db:
-            if out:
-                db.table("deliveries").upsert_all(out, pk=("pair", "end"))
-            if same:  # the other consumers of a re-sent manifest: one plain statement
-                db.conn.executemany(
-                    'UPDATE deliveries SET attempted_at = ? WHERE pair = ? AND "end" = ?', same
-                )
+        with inv.transaction("record deliveries") as tx:
+            tx.put_deliveries(out)
+            tx.touch_deliveries(same, stamp)  # the other consumers of a re-sent manifest
 
 
 def send_providers(
@@ -379,7 +386,12 @@ def send_consumers(
         result.flush(inv)
 
 
-HELD_FILE = {"file": "file", "owner": "file_owner", "group": "file_group", "mode": "file_mode"}
+HELD_FILE: dict[str, Literal["file", "file_owner", "file_group", "file_mode"]] = {
+    "file": "file",
+    "owner": "file_owner",
+    "group": "file_group",
+    "mode": "file_mode",
+}
 """A consumer holding's file keys (as the agent reports them) -> the pairs table's columns."""
 
 
@@ -390,14 +402,8 @@ def held_generations(inv: Inventory, holdings: Mapping[str, list[Holding]]) -> N
     as the declaration wants it (file, owner, group, mode) counts as holding nothing, so the
     next push writes it again.
     """
-    digests = {
-        (r["pair"], r["digest"]): r["generation"]
-        for r in inv.query("SELECT pair, generation, digest FROM generations")
-    }
-    declared = {
-        r["id"]: r
-        for r in inv.query("SELECT id, file, file_owner, file_group, file_mode FROM pairs")
-    }
+    digests = inv.generation_by_digest()
+    declared = inv.consumer_files()
     rows: list[EndRow] = []
     current = inv.deliveries()
     for _node, held in holdings.items():
@@ -419,10 +425,11 @@ def held_generations(inv: Inventory, holdings: Mapping[str, list[Holding]]) -> N
             ]
             if present and moved:
                 present, why = False, f"declared {', '.join(moved)} changed; push writes it again"
-            old = current.get((h["pair"], h["end"]), {})
-            if present and (old.get("generation") != gen or old.get("error")):
+            old = current.get((h["pair"], h["end"]))
+            old_gen, old_error = (old["generation"], old["error"]) if old else (None, None)
+            if present and (old_gen != gen or old_error):
                 rows.append((h["pair"], End(h["end"]), gen, h["digest"], None))
-            elif not present and (old.get("generation") or old.get("error") != why):
+            elif not present and (old_gen or old_error != why):
                 rows.append((h["pair"], End(h["end"]), NOTHING, None, why))
     record_end(inv, rows)
 
@@ -434,31 +441,36 @@ def as_json(data: Any) -> str:
 
 def probe_row(
     pid: str, generation: int, probe: ProbeReport | str, at: str, *, withdrawn: bool
-) -> dict[str, Any]:
+) -> ProbeRecord:
     """A probe result as the inventory stores it (verdict, reason, timing; never a secret).
 
     A probe that could not be made at all is given as the reason why (verdict ``unknown``).
     """
-    row: dict[str, Any] = {"pair": pid, "at": at, "generation": generation}
     if isinstance(probe, str):
-        return row | {
-            "verdict": "unknown",
-            "reason": probe,
-            "latency_ms": None,
-            "used_password": None,
-            "loopback": 0,
-            "client_addr": None,
-            "control": None,
-            "withdrawn": int(withdrawn),
-        }
+        return ProbeRecord(
+            pair=pid,
+            at=at,
+            generation=generation,
+            verdict="unknown",
+            reason=probe,
+            latency_ms=None,
+            used_password=None,
+            loopback=0,
+            client_addr=None,
+            control=None,
+            withdrawn=int(withdrawn),
+        )
     login, control = probe["login"], probe["control"]
-    return row | {
-        "verdict": probe["verdict"],
-        "reason": probe["reason"],
-        "latency_ms": login["latency_ms"],
-        "used_password": login["used_password"],
-        "loopback": int(probe["loopback"]),
-        "client_addr": login["client_addr"],
-        "control": control["verdict"] if control else None,
-        "withdrawn": int(withdrawn),
-    }
+    return ProbeRecord(
+        pair=pid,
+        at=at,
+        generation=generation,
+        verdict=probe["verdict"],
+        reason=probe["reason"],
+        latency_ms=login["latency_ms"],
+        used_password=login["used_password"],
+        loopback=int(probe["loopback"]),
+        client_addr=login["client_addr"],
+        control=control["verdict"] if control else None,
+        withdrawn=int(withdrawn),
+    )

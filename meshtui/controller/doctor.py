@@ -19,7 +19,7 @@ from meshtui import messages, wire
 from meshtui.controller.client import Agents
 from meshtui.controller.reports import Progress
 from meshtui.errors import AgentError
-from meshtui.inventory import Row
+from meshtui.inventory.rows import ModuleRow, NodeRow, PairRow
 from meshtui.model import BUILTIN_POSTGRES, node_of
 from meshtui.preflight import CheckAnswer, CheckRequest, ConsumerItem, PortItem, ProviderItem
 
@@ -78,7 +78,7 @@ class DoctorReport:
 
 
 def requests(
-    nodes: Mapping[str, Row], modules: Mapping[str, Row], pairs: list[Row]
+    nodes: Mapping[str, NodeRow], modules: Mapping[str, ModuleRow], pairs: list[PairRow]
 ) -> dict[str, CheckRequest]:
     """What each declared node must check, from the inventory."""
     live = [p for p in pairs if not p["withdrawn_at"]]
@@ -132,7 +132,7 @@ def requests(
     }
 
 
-def refusal(node: str, row: Row, exc: AgentError) -> Problem:
+def refusal(node: str, row: NodeRow, exc: AgentError) -> Problem:
     """A node that did not give a trusted answer, in words: wrong key, clock, or unreachable."""
     why = exc.reason
     if "off this clock" in why:

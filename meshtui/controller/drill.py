@@ -17,6 +17,7 @@ from meshtui.controller.reports import DrillReport, DrillStep, Progress, Rotatio
 from meshtui.controller.rotate import rotate
 from meshtui.errors import AgentError, MeshtuiError
 from meshtui.inventory import now
+from meshtui.inventory.rows import DrillRecord
 from meshtui.messages import DrillRequest, ProbeReport
 from meshtui.model import Verdict, node_of
 
@@ -69,7 +70,9 @@ def drill_one(ctl: Controller, pid: str, progress: Progress) -> DrillReport:
         if steps[0].ok:
             new_login = checked["new"]
             steps.append(_step("new after", Verdict.ACCEPTED, new_login, "no credential file"))
-            steps.append(_step("old after", Verdict.REFUSED, checked["old"], checked["error"] or ""))
+            steps.append(
+                _step("old after", Verdict.REFUSED, checked["old"], checked["error"] or "")
+            )
     except AgentError as exc:
         reason = f"consumer's node unreachable: {exc.reason}"
     finally:
@@ -90,23 +93,22 @@ def drill_one(ctl: Controller, pid: str, progress: Progress) -> DrillReport:
         rotation=report.rotation if report else None,
         reason=reason,
     )
-    with ctl.inventory.transaction("drill") as db:
+    with ctl.inventory.transaction("drill") as tx:
         if new_login is not None and report is not None and report.ok:
             # the "new after" login is a probe of the current generation from the consumer's node
             generation = report.pairs[0].generation
-            db.table("probes").insert(probe_row(pid, generation, new_login, now(), withdrawn=False))
-        db.table("drills").insert(
-            {
-                "pair": pid,
-                "at": now(),
-                "rotation": result.rotation,
-                "ok": int(ok),
-                "window_ms": window,
-                "evidence": as_json(result.to_json()),
-            }
+            tx.add_probes([probe_row(pid, generation, new_login, now(), withdrawn=False)])
+        tx.add_drill(
+            DrillRecord(
+                pair=pid,
+                at=now(),
+                rotation=result.rotation,
+                ok=int(ok),
+                window_ms=window,
+                evidence=as_json(result.to_json()),
+            )
         )
-        ctl.inventory.audit(
-            db,
+        tx.audit(
             "drill",
             [pid],
             {

@@ -37,10 +37,7 @@ def probe(ctl: Controller, ids: list[str], progress: Progress) -> list[ProbeOutc
         by_node.setdefault(node_of(p["consumer"]), []).append(
             ProbeItem(pair=pid, file=p["file"], **target_of(p, plan.nodes, plan.modules))
         )
-    gen_of = {
-        (r["pair"], r["digest"]): r["generation"]
-        for r in inv.query("SELECT pair, generation, digest FROM generations")
-    }
+    gen_of = inv.generation_by_digest()
     total, done = len(live), 0
     rows, out = [], []
     progress(f"probing {total} pairs", 0, total)
@@ -76,7 +73,8 @@ def probe(ctl: Controller, ids: list[str], progress: Progress) -> list[ProbeOutc
             pid = item["pair"]
             r = got.get(pid)
             result: ProbeReport | None = r["result"] if r else None
-            generation = gen_of.get((pid, r["digest"])) if r else None
+            digest = r["digest"] if r else None
+            generation = gen_of.get((pid, digest)) if digest is not None else None
             if result is None:
                 reason = (
                     f"consumer's node {node} unreachable: {answer.reason}"
@@ -99,10 +97,10 @@ def probe(ctl: Controller, ids: list[str], progress: Progress) -> list[ProbeOutc
         done += len(items)
         progress(f"probed {done} of {total}", done, total)
     if rows:
-        with inv.transaction("probe") as db:
-            db.table("probes").insert_all(rows, batch_size=1000)
+        with inv.transaction("probe") as tx:
+            tx.add_probes(rows)
             counts: dict[str, int] = {}
             for o in out:
                 counts[o.verdict] = counts.get(o.verdict, 0) + 1
-            inv.audit(db, "probe", live, {"verdicts": counts}, "ok")
+            tx.audit("probe", live, {"verdicts": counts}, "ok")
     return out

@@ -30,7 +30,8 @@ from meshtui.controller.lock import delivering
 from meshtui.controller.reports import PairOutcome, Progress, PushReport
 from meshtui.controller.resolve import ask_state
 from meshtui.errors import AgentError
-from meshtui.inventory import Inventory, Row, now
+from meshtui.inventory import Inventory, now
+from meshtui.inventory.rows import DeliveryRow, ProbeRecord
 from meshtui.messages import InspectSpec, StateRequest, WithdrawItem, WithdrawRequest
 from meshtui.model import Drift, End, State, Verdict, node_of
 
@@ -61,9 +62,7 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
 
         def was_behind(pid: str) -> bool:
             want = plan.pairs[pid]["generation"]
-            return any(
-                (before.get((pid, end.value)) or {}).get("generation") != want for end in End
-            )
+            return any(_held(before.get((pid, end.value))) != want for end in End)
 
         def behind(pid: str, end: End) -> bool:
             d = deliveries.get((pid, end.value))
@@ -167,12 +166,17 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
         return PushReport(delivered=delivered, withdrawn=revoked, behind=behind_now)
 
 
+def _held(end: DeliveryRow | None) -> int | None:
+    """The generation an end's row says it holds (None: no row, or never delivered)."""
+    return end["generation"] if end else None
+
+
 def _drift(
     agents: Agents,
     plan: Planner,
     answered: list[str],
-    deliveries: Mapping[tuple[str, str], Row],
-    found_before: Mapping[tuple[str, str], Row],
+    deliveries: Mapping[tuple[str, str], DeliveryRow],
+    found_before: Mapping[tuple[str, str], DeliveryRow],
 ) -> dict[str, str]:
     """pair id -> what a provider's server was found holding instead of what meshtui delivered.
 
@@ -184,11 +188,10 @@ def _drift(
     specs: dict[str, list[InspectSpec]] = {}
     by_login: dict[tuple[str, str, str], str] = {}
     for p in plan.pairs.values():
-        held = deliveries.get((p["id"], End.PROVIDER.value)) or {}
         if (
             p["withdrawn_at"]
             or node_of(p["provider"]) not in answered
-            or held.get("generation") != p["generation"]
+            or _held(deliveries.get((p["id"], End.PROVIDER.value))) != p["generation"]
         ):
             continue
         by_login[(p["provider"], p["provision"], p["login"])] = p["id"]
@@ -219,7 +222,8 @@ def _drift(
             for found in got["logins"]:
                 pid = by_login.get((got["provider"], got["provision"], found["login"]))
                 if pid is not None and found["verdict"] in (Drift.CHANGED, Drift.MISSING):
-                    earlier = (found_before.get((pid, End.PROVIDER.value)) or {}).get("error")
+                    before = found_before.get((pid, End.PROVIDER.value))
+                    earlier = before["error"] if before else None
                     if earlier and str(earlier).startswith(status_mod.DRIFT):
                         out[pid] = str(earlier).split("; ", 1)[0]
                     else:
@@ -241,7 +245,8 @@ def _record_repairs(
     for pid, why in drift.items():
         if result.provider_ok.get(pid):
             gen = plan.pairs[pid]["generation"]
-            digest = (inv.deliveries().get((pid, End.PROVIDER.value)) or {}).get("digest")
+            held = inv.deliveries().get((pid, End.PROVIDER.value))
+            digest = held["digest"] if held else None
             rows.append((pid, End.PROVIDER, gen, digest, f"{status_mod.REPAIRED}{why}"))
         else:
             failed = result.errors.get(pid, "not re-applied")
@@ -262,7 +267,9 @@ def revoke(ctl: Controller, agents: Agents, plan: Planner, pids: list[str]) -> l
     answers = agents.call_many(
         messages.WITHDRAW, {n: WithdrawRequest(consumer=i) for n, i in by_node.items()}
     )
-    out, probes, gone = [], [], []
+    out: list[PairOutcome] = []
+    probes: list[ProbeRecord] = []
+    gone: list[str] = []
     stamp = now()
     for node, items in by_node.items():
         answer = answers[node]
@@ -295,11 +302,7 @@ def revoke(ctl: Controller, agents: Agents, plan: Planner, pids: list[str]) -> l
                     reason=f"{verdict}: {reason}",
                 )
             )
-    with ctl.inventory.transaction("record revocation probes") as db:
-        if probes:
-            db.table("probes").insert_all(probes)
-        if gone:
-            db.table("deliveries").delete_where(
-                "pair IN ({}) AND \"end\" = 'consumer'".format(",".join("?" * len(gone))), gone
-            )
+    with ctl.inventory.transaction("record revocation probes") as tx:
+        tx.add_probes(probes)
+        tx.forget_consumer_ends(gone)
     return out

@@ -6,7 +6,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from meshtui.inventory.rows import EventRow
 from meshtui.model import PairStatus
+
+__all__ = ["EventRow"]  # the audit event rows the CLI and the dashboard read
 
 Progress = Callable[[str, int, int], None]
 """``progress(message, done, total)``: called from the worker doing the action, never blocks."""

@@ -13,18 +13,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
-
-from sqlite_utils import Database
+from typing import TYPE_CHECKING, Literal
 
 from meshtui.controller.client import Agents
 from meshtui.controller.declare import nodes_from_inventory, seal_generation
-from meshtui.controller.deliver import Delivered, Planner, as_json, send_consumers, send_providers
+from meshtui.controller.deliver import Delivered, Planner, send_consumers, send_providers
 from meshtui.controller.lock import delivering
 from meshtui.controller.reports import PairOutcome, Progress, RotationPlan, RotationReport
 from meshtui.controller.resolve import ask_state
 from meshtui.errors import InputError, NotResolvedError
-from meshtui.inventory import Row, now
+from meshtui.inventory import now
+from meshtui.inventory.rows import PairRow, RotationItem, RotationStart
 from meshtui.model import node_of
 
 if TYPE_CHECKING:
@@ -38,7 +37,7 @@ def fault(ctl: Controller, point: str) -> None:
         hook()
 
 
-def affected_nodes(pairs: Iterable[Row]) -> dict[str, list[str]]:
+def affected_nodes(pairs: Iterable[PairRow]) -> dict[str, list[str]]:
     """Node -> the pairs it is an end of."""
     out: dict[str, list[str]] = {}
     for p in pairs:
@@ -96,11 +95,12 @@ def rotate(ctl: Controller, ids: list[str], progress: Progress) -> RotationRepor
         return execute(ctl, agents, rotation, progress)
 
 
-def journal(ctl: Controller, rows: list[Row]) -> Row:
+def journal(ctl: Controller, rows: list[PairRow]) -> RotationStart:
     """Mint and seal every pair's next generation and journal the rotation, in one transaction."""
     inv = ctl.inventory
     model_nodes = nodes_from_inventory(inv.nodes())
-    gens, items = [], []
+    gens = []
+    items: list[RotationItem] = []
     for p in rows:
         new = p["generation"] + 1
         while inv.generation(p["id"], new) is not None:  # a rolled-back attempt keeps its number
@@ -114,22 +114,10 @@ def journal(ctl: Controller, rows: list[Row]) -> Row:
             )
         )
         items.append({"pair": p["id"], "from": p["generation"], "to": new})
-    with inv.transaction("rotate") as db:
-        db.table("generations").insert_all(gens)
-        rid = (
-            db.table("rotations")
-            .insert(
-                {
-                    "started_at": now(),
-                    "state": "journaled",
-                    "items": as_json(items),
-                    "owner_pid": os.getpid(),
-                }
-            )
-            .last_pk
-        )
-        inv.audit(
-            db,
+    with inv.transaction("rotate") as tx:
+        tx.add_generations(gens)
+        rid = tx.journal_rotation(items, os.getpid())
+        tx.audit(
             "rotate-begin",
             [i["pair"] for i in items],
             {"rotation": rid, "items": items},
@@ -141,8 +129,8 @@ def journal(ctl: Controller, rows: list[Row]) -> Row:
 def _deliver(
     ctl: Controller,
     agents: Agents,
-    items: list[dict[str, Any]],
-    key: str,
+    items: list[RotationItem],
+    key: Literal["from", "to"],
     progress: Progress,
     step: int,
 ) -> Delivered:
@@ -169,14 +157,14 @@ def _deliver(
     return result
 
 
-def execute(ctl: Controller, agents: Agents, rotation: Row, progress: Progress) -> RotationReport:
+def execute(
+    ctl: Controller, agents: Agents, rotation: RotationStart, progress: Progress
+) -> RotationReport:
     """Deliver a journaled rotation; finish it all-new, or roll it back to all-old."""
     inv = ctl.inventory
-    items: list[dict[str, Any]] = rotation["items"]
-    with inv.transaction("rotate") as db:
-        db.table("rotations").update(
-            rotation["id"], {"state": "delivering", "owner_pid": os.getpid()}
-        )
+    items = rotation["items"]
+    with inv.transaction("rotate") as tx:
+        tx.update_rotation(rotation["id"], {"state": "delivering", "owner_pid": os.getpid()})
     forward = _deliver(ctl, agents, items, "to", progress, 2)
     if all(
         forward.provider_ok.get(i["pair"]) and forward.consumer_ok.get(i["pair"]) for i in items
@@ -184,23 +172,22 @@ def execute(ctl: Controller, agents: Agents, rotation: Row, progress: Progress) 
         return _finish(ctl, rotation, forward, progress)
     reason = "; ".join(sorted(set(forward.errors.values()))) or "an end did not confirm"
     progress("rolling back", 3, 4)
-    with inv.transaction("rotate") as db:
-        db.table("rotations").update(rotation["id"], {"state": "rolling back", "reason": reason})
+    with inv.transaction("rotate") as tx:
+        tx.update_rotation(rotation["id"], {"state": "rolling back", "reason": reason})
     back = _deliver(ctl, agents, items, "from", progress, 3)
     complete = all(
         back.provider_ok.get(i["pair"]) and back.consumer_ok.get(i["pair"]) for i in items
     )
     outcome = "rolled back" if complete else "converging"
     stamp = now()
-    with inv.transaction("rotate") as db:
+    with inv.transaction("rotate") as tx:
         for i in items:
-            _discard(db, i["pair"], i["to"], stamp)
-        db.table("rotations").update(
+            tx.discard_generation(i["pair"], i["to"], stamp)
+        tx.update_rotation(
             rotation["id"],
             {"state": outcome, "finished_at": stamp, "outcome": outcome, "reason": reason},
         )
-        inv.audit(
-            db,
+        tx.audit(
             "rotate",
             [i["pair"] for i in items],
             {
@@ -236,21 +223,20 @@ def execute(ctl: Controller, agents: Agents, rotation: Row, progress: Progress) 
 
 
 def _finish(
-    ctl: Controller, rotation: Row, result: Delivered, progress: Progress
+    ctl: Controller, rotation: RotationStart, result: Delivered, progress: Progress
 ) -> RotationReport:
     inv = ctl.inventory
-    items: list[dict[str, Any]] = rotation["items"]
+    items = rotation["items"]
     stamp = now()
     windows = {i["pair"]: result.window_ms(i["pair"]) for i in items}
-    with inv.transaction("rotate") as db:
+    with inv.transaction("rotate") as tx:
         for i in items:
-            db.table("pairs").update(i["pair"], {"generation": i["to"], "rotated_at": stamp})
-            _discard(db, i["pair"], i["from"], stamp)
-        db.table("rotations").update(
+            tx.set_generation(i["pair"], i["to"], stamp)
+            tx.discard_generation(i["pair"], i["from"], stamp)
+        tx.update_rotation(
             rotation["id"], {"state": "done", "finished_at": stamp, "outcome": "done"}
         )
-        inv.audit(
-            db,
+        tx.audit(
             "rotate",
             [i["pair"] for i in items],
             {
@@ -277,14 +263,6 @@ def _finish(
             )
             for i in items
         ],
-    )
-
-
-def _discard(db: Database, pair: str, generation: int, stamp: str) -> None:
-    """Drop a generation's sealed blobs once no end may need it again (its digest stays)."""
-    db.table("generations").update(
-        (pair, generation),
-        {"consumer_sealed": None, "provider_sealed": None, "discarded_at": stamp},
     )
 
 

@@ -80,22 +80,23 @@ class PairDue:
         }
 
 
-SCHEDULE_SQL = """
-SELECT p.id, p.provider, p.consumer, p.withdrawn_at, COALESCE(p.rotated_at, p.created_at),
-       o.rotate_every, o.probe_every, o.rotate_source, o.probe_source
-FROM pairs p LEFT JOIN policies o ON o.pair = p.id ORDER BY p.id
-"""
-
-
 def schedule(inv: Inventory) -> list[PairDue]:
     """Every pair's policy and due times, sorted by pair id: one query."""
-    with inv.lock:
-        rows = inv.db.conn.execute(SCHEDULE_SQL).fetchall()
     out = []
-    for pid, provider, consumer, withdrawn_at, since_text, rotate, probe, rsrc, psrc in rows:
+    for (
+        pid,
+        provider,
+        consumer,
+        withdrawn_at,
+        since_text,
+        rotate,
+        probe,
+        rsrc,
+        psrc,
+    ) in inv.schedule_rows():
         policy = (
             Policy(None, DEFAULT_PROBE_EVERY_S)
-            if probe is None
+            if probe is None or rsrc is None or psrc is None
             else Policy(rotate, probe, PolicySource(rsrc), PolicySource(psrc))
         )
         since = epoch(since_text)

@@ -205,8 +205,7 @@ class Watch:
         """Every pair's status and schedule, read again only when the inventory changed (another
         process committed, or this watch acted): an idle cycle costs a pragma, not a scan."""
         inv = self.ctl.inventory
-        with inv.lock:
-            version = inv.db.conn.execute("PRAGMA data_version").fetchone()[0]
+        version = inv.data_version()
         if force or self._cache is None or version != self._cache[0]:
             self._cache = (version, statuses(inv), schedule(inv))
             return self._cache[1], self._cache[2], True
@@ -242,10 +241,8 @@ class Watch:
         except RotationBusyError as exc:
             self.log(f"waiting to push: {exc}")
             return 0, True
-        detail = self.ctl.inventory.query(
-            "SELECT detail FROM audit WHERE kind = 'push' ORDER BY seq DESC LIMIT 1"
-        )
-        down = json.loads(detail[0]["detail"]).get("unreachable", []) if detail else []
+        last = self.ctl.inventory.last_event("push")
+        down = last["detail"].get("unreachable", []) if last else []
         for node in self.ctl.inventory.nodes():
             if node in down:
                 self._node_down(node, now)

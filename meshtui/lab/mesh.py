@@ -141,7 +141,7 @@ def up(
     adds a Redis provider with TLS, ``db1/redis``, required by the REDIS_CONSUMERS in the mesh.
     """
     with_redis = (mesh is None and lab_redis.available()) if redis is None else redis
-    from meshtui.controller.core import init_keys
+    from meshtui.keys import init_keys
 
     mesh = mesh or DEFAULT_MESH
     state_dir = state_dir.resolve()

@@ -43,7 +43,7 @@ from meshtui.crypto import secret_digest
 from meshtui.errors import ProvisionError, UnsafeLoginError
 from meshtui.model import OutcomeName
 from meshtui.provisioner.adapter import Change, Done, Held, Refused, Scope
-from meshtui.provisioner.redis_acl import Rules, ValuesError, name_problem, rules_for
+from meshtui.redis_acl import Rules, ValuesError, name_problem, rules_for
 
 MARKER_HEAD = "meshtui:1:"
 _MARKER = re.compile(

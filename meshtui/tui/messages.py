@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from textual.message import Message
 
-from meshtui.controller.reports import HostView, PairDetail, RotationPlan, Summary
+from meshtui.controller.reports import EventRow, HostView, PairDetail, RotationPlan, Summary
 from meshtui.tui.pairs import Fresh
 
 
@@ -63,7 +63,7 @@ class ChainVerdict(Protocol):
 class AuditLoaded(Message):
     """The audit events and whether the chain verifies."""
 
-    def __init__(self, events: list[dict[str, Any]], check: ChainVerdict) -> None:
+    def __init__(self, events: list[EventRow], check: ChainVerdict) -> None:
         super().__init__()
         self.events, self.check = events, check
 

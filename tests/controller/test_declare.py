@@ -16,7 +16,7 @@ from meshtui.controller.core import Controller
 from meshtui.controller.declare import declare
 from meshtui.errors import UnsealError
 from meshtui.host import identity
-from meshtui.inventory import Inventory
+from meshtui.inventory import Inventory, Transaction
 from tests.fix_mesh import Mesh, MeshFactory, consumer, modules
 
 EIGHT = [
@@ -267,7 +267,7 @@ def test_a_failed_declare_writes_nothing(mesh: Mesh, monkeypatch: pytest.MonkeyP
         def broken_audit(*args: object, **kwargs: object) -> None:
             raise RuntimeError("disk on fire")
 
-        monkeypatch.setattr(inv, "audit", broken_audit)
+        monkeypatch.setattr(Transaction, "audit", broken_audit)
         with pytest.raises(RuntimeError, match="disk on fire"):
             declare(inv, decl)
     assert mesh.tables() == empty

@@ -25,8 +25,8 @@ class World:
     def deliver(
         self, pair: str, end: str, generation: int | None, error: str | None = None
     ) -> None:
-        with self.inv.transaction("test") as db:
-            db["deliveries"].upsert(
+        with self.inv.transaction("test") as tx:
+            tx.db["deliveries"].upsert(
                 {
                     "pair": pair,
                     "end": end,
@@ -55,8 +55,8 @@ class World:
         withdrawn: int = 0,
         client_addr: str | None = "10.213.0.3",
     ) -> None:
-        with self.inv.transaction("test") as db:
-            db["probes"].insert(
+        with self.inv.transaction("test") as tx:
+            tx.db["probes"].insert(
                 {
                     "pair": pair,
                     "at": now(),

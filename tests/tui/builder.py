@@ -150,12 +150,12 @@ def vary_states(ctl: Controller, pairs: list[str]) -> None:
                     }
                 )
     ages = {pid: _stamp(60 * 24 * ((i * 37) % 120)) for i, pid in enumerate(pairs)}
-    with ctl.inventory.transaction("test rows") as db:
-        db["deliveries"].upsert_all(deliveries, pk=("pair", "end"), batch_size=1000)
+    with ctl.inventory.transaction("test rows") as tx:
+        tx.db["deliveries"].upsert_all(deliveries, pk=("pair", "end"), batch_size=1000)
         if probes:
-            db["probes"].insert_all(probes, batch_size=1000)
+            tx.db["probes"].insert_all(probes, batch_size=1000)
         for pid, at in ages.items():
-            db.execute("UPDATE pairs SET created_at = ? WHERE id = ?", [at, pid])
+            tx.db.execute("UPDATE pairs SET created_at = ? WHERE id = ?", [at, pid])
 
 
 def add_drill(ctl: Controller, pid: str, *, ok: bool = True) -> None:
@@ -170,8 +170,8 @@ def add_drill(ctl: Controller, pid: str, *, ok: bool = True) -> None:
             "latency_ms": 2.2,
         },
     ]
-    with ctl.inventory.transaction("test rows") as db:
-        db["drills"].insert(
+    with ctl.inventory.transaction("test rows") as tx:
+        tx.db["drills"].insert(
             {
                 "pair": pid,
                 "at": _stamp(5),
@@ -185,10 +185,10 @@ def add_drill(ctl: Controller, pid: str, *, ok: bool = True) -> None:
 
 def withdraw(ctl: Controller, pid: str, *, refused: bool) -> None:
     """Mark a pair withdrawn; with ``refused`` its login was seen refused, so it is revoked."""
-    with ctl.inventory.transaction("test rows") as db:
-        db.execute("UPDATE pairs SET withdrawn_at = ? WHERE id = ?", [_stamp(30), pid])
+    with ctl.inventory.transaction("test rows") as tx:
+        tx.db.execute("UPDATE pairs SET withdrawn_at = ? WHERE id = ?", [_stamp(30), pid])
         if refused:
-            db["probes"].insert(
+            tx.db["probes"].insert(
                 {
                     "pair": pid,
                     "at": _stamp(20),
@@ -209,8 +209,8 @@ def insert_raw_pair(ctl: Controller, module: str = "x[b]y") -> str:
     """A pair whose consumer module name carries markup (the declaration would refuse it)."""
     consumer = f"app1/{module}"
     pid = f"database:{consumer}->db1/postgres"
-    with ctl.inventory.transaction("test rows") as db:
-        db["pairs"].insert(
+    with ctl.inventory.transaction("test rows") as tx:
+        tx.db["pairs"].insert(
             {
                 "id": pid,
                 "provision": "database",

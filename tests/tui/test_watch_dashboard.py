@@ -21,8 +21,8 @@ from tests.tui.helpers import settle
 def set_policy(built: Built, rotate_s: float, source: str = "global") -> dict[str, Any]:
     """Every pair gets ``rotate_s`` (as declare would store it); returns each pair's schedule."""
     with Controller.open(built.state) as ctl:
-        with ctl.inventory.transaction("test policy") as db:
-            db["policies"].upsert_all(
+        with ctl.inventory.transaction("test policy") as tx:
+            tx.db["policies"].upsert_all(
                 [
                     {"pair": pid, "rotate_every": rotate_s, "probe_every": 300.0,
                      "rotate_source": source, "probe_source": "default"}

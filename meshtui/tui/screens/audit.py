@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from rich.text import Text
 from textual import on
@@ -21,6 +21,7 @@ from textual.containers import Horizontal
 from textual.widgets import Input, Static
 
 from meshtui.controller.export import write_export
+from meshtui.controller.reports import EventRow
 from meshtui.model import split_pair_id
 from meshtui.tui import actions
 from meshtui.tui.messages import AuditLoaded, ChainVerdict, Exported
@@ -39,10 +40,9 @@ COLUMNS = (
     Column("detail", "detail", max_width=80),
 )
 FILTERS = ("pair", "node", "operator", "kind")
-Row = dict[str, Any]
 
 
-def event_nodes(event: Row) -> set[str]:
+def event_nodes(event: EventRow) -> set[str]:
     """Every node an event touches: both ends of its pairs, and nodes named in its detail."""
     nodes: set[str] = set()
     for pid in event.get("pairs", []):
@@ -62,7 +62,7 @@ def event_nodes(event: Row) -> set[str]:
     return nodes
 
 
-def event_row(event: Row) -> TableRow:
+def event_row(event: EventRow) -> TableRow:
     """One event as a row (toned by outcome)."""
     pairs = list(event.get("pairs", []))
     shown = pairs[0] + (f" +{len(pairs) - 1}" if len(pairs) > 1 else "") if pairs else "-"
@@ -84,7 +84,7 @@ def event_row(event: Row) -> TableRow:
     )
 
 
-def matches(event: Row, terms: dict[str, str]) -> bool:
+def matches(event: EventRow, terms: dict[str, str]) -> bool:
     """True when the event passes every non-empty filter (case-insensitive substrings)."""
     for name, value in terms.items():
         if not value:
@@ -132,7 +132,7 @@ class AuditScreen(MeshScreen):
 
     def __init__(self) -> None:
         super().__init__()
-        self.events: list[Row] = []
+        self.events: list[EventRow] = []
         self.check: ChainVerdict | None = None
         self.terms: dict[str, str] = {name: "" for name in FILTERS}
         self.export_folders: list[Path] | None = None
@@ -172,7 +172,7 @@ class AuditScreen(MeshScreen):
         self.table.set_rows({str(e["seq"]): event_row(e) for e in self.events})
         self.apply_filters()
 
-    def shown(self) -> list[Row]:
+    def shown(self) -> list[EventRow]:
         """The events the filters keep, newest first."""
         terms = {k: v.strip().lower() for k, v in self.terms.items()}
         return [e for e in reversed(self.events) if matches(e, terms)]

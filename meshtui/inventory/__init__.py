@@ -1,0 +1,26 @@
+"""The inventory: the one owner of the SQLite file and of every statement run against it.
+
+``store`` (the :class:`Inventory` and its :class:`Transaction`), ``schema`` (migrations and the
+version they reach), ``audit`` (the hash chain and its signed head), ``rows`` (typed rows).
+Only this package imports ``sqlite3`` or ``sqlite_utils``.
+"""
+
+from __future__ import annotations
+
+from meshtui.inventory.audit import GENESIS, ChainCheck, event_hash, operator
+from meshtui.inventory.schema import MIGRATIONS, SCHEMA_VERSION
+from meshtui.inventory.store import Inventory, Transaction, now
+from meshtui.wire import head_message
+
+__all__ = [
+    "GENESIS",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "ChainCheck",
+    "Inventory",
+    "Transaction",
+    "event_hash",
+    "head_message",
+    "now",
+    "operator",
+]

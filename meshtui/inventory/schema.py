@@ -1,0 +1,84 @@
+"""The inventory's schema: the migrations that build it, in order, and the version they reach.
+
+``MIGRATIONS[i]`` takes a file from version i to i+1, so :data:`SCHEMA_VERSION` is their count
+and cannot drift from them. Append a step for a change; never edit one that shipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import sqlite_utils
+
+
+def _create_v1(db: sqlite_utils.Database) -> None:
+    db.executescript(
+        """
+        CREATE TABLE nodes (name TEXT PRIMARY KEY, address TEXT NOT NULL, agent TEXT NOT NULL,
+            seal_key TEXT NOT NULL, verify_key TEXT NOT NULL, declared INTEGER NOT NULL DEFAULT 1,
+            updated_at TEXT NOT NULL);
+        CREATE TABLE modules (id TEXT PRIMARY KEY, node TEXT NOT NULL, name TEXT NOT NULL,
+            spec TEXT NOT NULL, declared INTEGER NOT NULL DEFAULT 1);
+        CREATE TABLE pairs (id TEXT PRIMARY KEY, provision TEXT NOT NULL, consumer TEXT NOT NULL,
+            provider TEXT NOT NULL, login TEXT NOT NULL, file TEXT NOT NULL, port INTEGER NOT NULL,
+            "values" TEXT NOT NULL, reload TEXT NOT NULL, generation INTEGER NOT NULL,
+            created_at TEXT NOT NULL, rotated_at TEXT, withdrawn_at TEXT);
+        CREATE INDEX pairs_provider ON pairs(provider);
+        CREATE INDEX pairs_consumer ON pairs(consumer);
+        CREATE TABLE generations (pair TEXT NOT NULL, generation INTEGER NOT NULL,
+            consumer_sealed BLOB, provider_sealed BLOB, digest TEXT NOT NULL,
+            created_at TEXT NOT NULL, discarded_at TEXT, PRIMARY KEY (pair, generation));
+        CREATE TABLE deliveries (pair TEXT NOT NULL, "end" TEXT NOT NULL, generation INTEGER,
+            digest TEXT, since TEXT, attempted_at TEXT, error TEXT, PRIMARY KEY (pair, "end"));
+        CREATE TABLE probes (id INTEGER PRIMARY KEY, pair TEXT NOT NULL, at TEXT NOT NULL,
+            generation INTEGER, verdict TEXT NOT NULL, reason TEXT NOT NULL, latency_ms REAL,
+            used_password INTEGER, loopback INTEGER NOT NULL DEFAULT 0, client_addr TEXT,
+            control TEXT, withdrawn INTEGER NOT NULL DEFAULT 0);
+        CREATE INDEX probes_pair ON probes(pair, id);
+        CREATE TABLE rotations (id INTEGER PRIMARY KEY, started_at TEXT NOT NULL,
+            finished_at TEXT, state TEXT NOT NULL, items TEXT NOT NULL, outcome TEXT,
+            reason TEXT, owner_pid INTEGER);
+        CREATE TABLE drills (id INTEGER PRIMARY KEY, pair TEXT NOT NULL, at TEXT NOT NULL,
+            rotation INTEGER, ok INTEGER NOT NULL, window_ms REAL, evidence TEXT NOT NULL);
+        CREATE INDEX drills_pair ON drills(pair, id);
+        CREATE TABLE audit (seq INTEGER PRIMARY KEY, at TEXT NOT NULL, operator TEXT NOT NULL,
+            ssh_client TEXT, kind TEXT NOT NULL, pairs TEXT NOT NULL, detail TEXT NOT NULL,
+            outcome TEXT NOT NULL, prev TEXT NOT NULL, hash TEXT NOT NULL);
+        CREATE TABLE audit_head (id INTEGER PRIMARY KEY CHECK (id = 1), seq INTEGER NOT NULL,
+            hash TEXT NOT NULL);
+        """
+    )
+
+
+def _signed_head_v2(db: sqlite_utils.Database) -> None:
+    db.execute("ALTER TABLE audit_head ADD COLUMN sig TEXT")
+
+
+def _file_access_v3(db: sqlite_utils.Database) -> None:
+    """Who may read each consumer's credential file: owner, group (None: the agent's) and mode."""
+    db.executescript(
+        """
+        ALTER TABLE pairs ADD COLUMN file_owner TEXT;
+        ALTER TABLE pairs ADD COLUMN file_group TEXT;
+        ALTER TABLE pairs ADD COLUMN file_mode TEXT NOT NULL DEFAULT '0600';
+        """
+    )
+
+
+def _policies_v4(db: sqlite_utils.Database) -> None:
+    db.execute(
+        "CREATE TABLE policies (pair TEXT PRIMARY KEY, rotate_every REAL, probe_every REAL NOT "
+        "NULL, rotate_source TEXT NOT NULL, probe_source TEXT NOT NULL)"
+    )
+
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
+    _create_v1,
+    _signed_head_v2,
+    _file_access_v3,
+    _policies_v4,
+]
+"""``MIGRATIONS[i]`` takes the schema from version i to i+1; append, never edit."""
+
+SCHEMA_VERSION = len(MIGRATIONS)
+"""The version this meshtui reads and writes: one per migration."""

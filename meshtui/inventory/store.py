@@ -1,0 +1,666 @@
+"""The SQLite inventory: nodes, modules, pairs, sealed generations, deliveries, probes, the
+rotation journal and the hash-chained audit log, and every SQL statement that reads or writes
+them. Callers get typed rows (:mod:`meshtui.inventory.rows`) and never see SQL.
+
+It stores only sealed blobs and digests, never a plaintext credential. Opened read-only
+(``mode=ro``) it refuses every write with a clear error before SQLite would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, cast
+
+import sqlite_utils
+
+from meshtui import crypto
+from meshtui.errors import InventoryError, ReadOnlyError
+from meshtui.inventory import audit as audit_mod
+from meshtui.inventory import schema
+from meshtui.inventory.audit import ChainCheck
+from meshtui.inventory.rows import (
+    AuditRecord,
+    DeliveryRow,
+    DrillRecord,
+    DrillRow,
+    EventRow,
+    FileAccess,
+    GenerationRow,
+    HeadRow,
+    ModuleRecord,
+    ModuleRow,
+    NodeRow,
+    PairRecord,
+    PairRow,
+    PolicyRecord,
+    ProbeRecord,
+    ProbeRow,
+    RotationItem,
+    RotationRow,
+    RotationUpdate,
+    ScheduleRow,
+    StatusRow,
+)
+from meshtui.model import Policy, PolicySource
+from meshtui.wire import SignedHead, head_message
+
+CHUNK = 500
+"""Ids per ``IN (...)``: stays under SQLite's variable limit."""
+
+
+def now() -> str:
+    """UTC timestamp with microseconds, the inventory's one time format."""
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+def _connect_read_only(path: Path) -> sqlite3.Connection:
+    """``mode=ro``; where the folder cannot be written (a read-only mount, another user's state)
+    and no ``-wal`` exists, SQLite cannot make the ``-shm`` index a WAL file needs, so the file
+    is read as it stands (``immutable``): it was closed cleanly and holds every commit."""
+    uri = path.resolve().as_uri()
+    conn = sqlite3.connect(uri + "?mode=ro", uri=True, check_same_thread=False)
+    try:
+        conn.execute("PRAGMA busy_timeout = 10000")
+        conn.execute("PRAGMA user_version").fetchone()
+        return conn
+    except sqlite3.OperationalError:
+        conn.close()
+        if path.with_name(path.name + "-wal").exists():
+            raise
+    return sqlite3.connect(uri + "?mode=ro&immutable=1", uri=True, check_same_thread=False)
+
+
+def _marks(n: int) -> str:
+    return ",".join("?" * n)
+
+
+def _columns(table: str, rows: Sequence[Mapping[str, object]]) -> list[str]:
+    cols = list(rows[0])
+    if any(r.keys() != rows[0].keys() for r in rows):
+        raise ValueError(f"rows for {table} differ in their columns")
+    return cols
+
+
+def _insert(conn: sqlite3.Connection, table: str, rows: Sequence[Mapping[str, object]]) -> None:
+    """Plain INSERT of many rows (sqlite-utils' insert_all costs more than the sealing)."""
+    if rows:
+        cols = _columns(table, rows)
+        names = ", ".join(f'"{c}"' for c in cols)
+        conn.executemany(
+            f'INSERT INTO "{table}" ({names}) VALUES ({_marks(len(cols))})',
+            [tuple(r[c] for c in cols) for r in rows],
+        )
+
+
+def _upsert(
+    conn: sqlite3.Connection, table: str, rows: Sequence[Mapping[str, object]], *pk: str
+) -> None:
+    """Insert rows, or update every given column of the row already there (rowid kept)."""
+    if rows:
+        cols = _columns(table, rows)
+        names = ", ".join(f'"{c}"' for c in cols)
+        sets = ", ".join(f'"{c}" = excluded."{c}"' for c in cols if c not in pk)
+        keys = ", ".join(f'"{k}"' for k in pk)
+        conn.executemany(
+            f'INSERT INTO "{table}" ({names}) VALUES ({_marks(len(cols))}) '
+            f"ON CONFLICT({keys}) DO UPDATE SET {sets}",
+            [tuple(r[c] for c in cols) for r in rows],
+        )
+
+
+class Transaction:
+    """The writes of one :meth:`Inventory.transaction`: every statement that changes the file."""
+
+    def __init__(self, inv: Inventory) -> None:
+        self._inv = inv
+        self.db = inv.db
+        """The raw database, for tests that build states no action writes."""
+        self._conn = inv.db.conn
+
+    # ---- audit ----------------------------------------------------------------------------
+    def audit(
+        self, kind: str, pairs: Iterable[str], detail: Mapping[str, object], outcome: str
+    ) -> AuditRecord:
+        """Append one event to the chain and move its (signed) head."""
+        got = self._conn.execute("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")
+        last = got.fetchone()
+        user, ssh = audit_mod.operator()
+        if self._inv.actor is not None:
+            user, ssh = self._inv.actor, None
+        event = audit_mod.link(
+            (int(last[0]), str(last[1])) if last else None,
+            at=now(),
+            user=user,
+            ssh=ssh,
+            kind=kind,
+            pairs=pairs,
+            detail=detail,
+            outcome=outcome,
+        )
+        _insert(self._conn, "audit", [event])
+        signer = self._inv.signer
+        message = head_message(event["seq"], event["hash"])
+        sig = crypto.b64(signer(message)) if signer else None
+        _upsert(
+            self._conn,
+            "audit_head",
+            [{"id": 1, "seq": event["seq"], "hash": event["hash"], "sig": sig}],
+            "id",
+        )
+        return event
+
+    # ---- declare --------------------------------------------------------------------------
+    def put_nodes(self, rows: Sequence[NodeRow]) -> None:
+        """Insert or update nodes."""
+        _upsert(self._conn, "nodes", rows, "name")
+
+    def undeclare_nodes(self, names: Iterable[str], stamp: str) -> None:
+        """Mark nodes that left the declaration (kept: their history stays readable)."""
+        self._conn.executemany(
+            "UPDATE nodes SET declared = 0, updated_at = ? WHERE name = ?",
+            [(stamp, name) for name in names],
+        )
+
+    def put_modules(self, rows: Sequence[ModuleRecord]) -> None:
+        """Insert or update modules."""
+        _upsert(self._conn, "modules", rows, "id")
+
+    def undeclare_modules(self, ids: Iterable[str]) -> None:
+        """Mark modules that left the declaration."""
+        self._conn.executemany(
+            "UPDATE modules SET declared = 0 WHERE id = ?", [(mid,) for mid in ids]
+        )
+
+    def put_pairs(self, rows: Sequence[PairRecord]) -> None:
+        """Insert or update pairs."""
+        _upsert(self._conn, "pairs", rows, "id")
+
+    def withdraw_pairs(self, ids: Iterable[str], stamp: str) -> None:
+        """Mark pairs that left the declaration withdrawn (a pair is never deleted)."""
+        self._conn.executemany(
+            "UPDATE pairs SET withdrawn_at = ? WHERE id = ?", [(stamp, pid) for pid in ids]
+        )
+
+    def put_policies(self, rows: Sequence[PolicyRecord]) -> None:
+        """Insert or update pairs' effective policies."""
+        _upsert(self._conn, "policies", rows, "pair")
+
+    # ---- generations and rotations --------------------------------------------------------
+    def add_generations(self, rows: Sequence[GenerationRow]) -> None:
+        """Store newly minted, sealed generations."""
+        _insert(self._conn, "generations", rows)
+
+    def set_generation(self, pair: str, generation: int, rotated_at: str) -> None:
+        """Move a pair to the generation a rotation made current."""
+        self._conn.execute(
+            "UPDATE pairs SET generation = ?, rotated_at = ? WHERE id = ?",
+            (generation, rotated_at, pair),
+        )
+
+    def discard_generation(self, pair: str, generation: int, stamp: str) -> None:
+        """Drop a generation's sealed blobs once no end may need it again (its digest stays)."""
+        self._conn.execute(
+            "UPDATE generations SET consumer_sealed = NULL, provider_sealed = NULL, "
+            "discarded_at = ? WHERE pair = ? AND generation = ?",
+            (stamp, pair, generation),
+        )
+
+    def journal_rotation(self, items: Sequence[RotationItem], owner_pid: int) -> int:
+        """Journal a rotation before anything is sent; returns its number."""
+        cur = self._conn.execute(
+            "INSERT INTO rotations (started_at, state, items, owner_pid) VALUES (?, ?, ?, ?)",
+            (now(), "journaled", _compact(items), owner_pid),
+        )
+        return int(cast(int, cur.lastrowid))
+
+    def update_rotation(self, rotation: int, fields: RotationUpdate) -> None:
+        """Record a rotation's progress (state, owner, reason, end)."""
+        cols = list(fields)
+        if cols:
+            sets = ", ".join(f'"{c}" = ?' for c in cols)
+            values = cast(Mapping[str, object], fields)
+            self._conn.execute(
+                f"UPDATE rotations SET {sets} WHERE id = ?",
+                (*(values[c] for c in cols), rotation),
+            )
+
+    # ---- deliveries, probes, drills -------------------------------------------------------
+    def put_deliveries(self, rows: Sequence[DeliveryRow]) -> None:
+        """Record which generation each end holds."""
+        _upsert(self._conn, "deliveries", rows, "pair", "end")
+
+    def touch_deliveries(self, ends: Sequence[tuple[str, str]], stamp: str) -> None:
+        """Record a new attempt on (pair, end) rows that nothing else changed: one statement."""
+        self._conn.executemany(
+            'UPDATE deliveries SET attempted_at = ? WHERE pair = ? AND "end" = ?',
+            [(stamp, pair, end) for pair, end in ends],
+        )
+
+    def forget_consumer_ends(self, pairs: Sequence[str]) -> None:
+        """Forget the consumer ends of revoked pairs (their credential is gone)."""
+        for i in range(0, len(pairs), CHUNK):
+            chunk = pairs[i : i + CHUNK]
+            self._conn.execute(
+                f"DELETE FROM deliveries WHERE pair IN ({_marks(len(chunk))}) "
+                "AND \"end\" = 'consumer'",
+                chunk,
+            )
+
+    def add_probes(self, rows: Sequence[ProbeRecord]) -> None:
+        """Store probe results."""
+        _insert(self._conn, "probes", rows)
+
+    def add_drill(self, row: DrillRecord) -> None:
+        """Store a drill's outcome and evidence."""
+        _insert(self._conn, "drills", [row])
+
+
+def _compact(data: object) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+class Inventory:
+    """One inventory file. Use :meth:`open`; every write goes through :meth:`transaction`."""
+
+    def __init__(self, path: Path, conn: sqlite3.Connection, *, read_only: bool) -> None:
+        self.path = path
+        self.read_only = read_only
+        self.db = sqlite_utils.Database(conn)
+        self.lock = threading.RLock()
+        self.signer: Callable[[bytes], bytes] | None = None  # signs the audit head when set
+        self.actor: str | None = None  # the audit's operator when not a person (``watch``)
+
+    @classmethod
+    def open(cls, path: Path | str, *, read_only: bool = False) -> Inventory:
+        """Open (and when writable, create and migrate) the inventory at ``path``."""
+        path = Path(path)
+        if read_only and not path.exists():
+            raise InventoryError(f"{path}: no inventory here (run meshtui declare first)")
+        conn: sqlite3.Connection | None = None
+        try:
+            if read_only:
+                conn = _connect_read_only(path)
+                inv = cls(path, conn, read_only=True)
+                inv._check_version()
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                conn = sqlite3.connect(path, check_same_thread=False)
+                conn.execute("PRAGMA busy_timeout = 10000")
+                os.chmod(path, 0o600)
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA synchronous = NORMAL")
+                inv = cls(path, conn, read_only=False)
+                inv._migrate()
+        except (OSError, sqlite3.Error) as exc:
+            if conn is not None:
+                conn.close()
+            if not read_only and (isinstance(exc, OSError) or "readonly" in str(exc)):
+                why = exc.strerror if isinstance(exc, OSError) else str(exc)
+                raise InventoryError(
+                    f"{path}: cannot write the inventory ({why}); "
+                    "use --read-only to look without changing anything"
+                ) from exc
+            raise InventoryError(f"{path}: cannot open inventory: {exc}") from exc
+        except BaseException:
+            if conn is not None:
+                conn.close()
+            raise
+        return inv
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.db.conn.close()
+
+    def __enter__(self) -> Inventory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- schema -------------------------------------------------------------------------
+    def version(self) -> int:
+        """The schema version the file is at (0 for a new file)."""
+        return int(self.db.execute("PRAGMA user_version").fetchone()[0])
+
+    def data_version(self) -> int:
+        """A number that changes whenever another connection commits (an idle check is cheap)."""
+        with self.lock:
+            return int(self.db.conn.execute("PRAGMA data_version").fetchone()[0])
+
+    def _check_version(self) -> None:
+        found = self.version()
+        if found > schema.SCHEMA_VERSION:
+            raise self._newer(found)
+        if found != schema.SCHEMA_VERSION:
+            raise InventoryError(
+                f"{self.path}: schema version {found}, this meshtui reads "
+                f"{schema.SCHEMA_VERSION} (open it once without --read-only to migrate it)"
+            )
+
+    def _newer(self, found: int) -> InventoryError:
+        return InventoryError(
+            f"{self.path}: schema version {found} is newer than this meshtui "
+            f"(which reads {schema.SCHEMA_VERSION}); upgrade meshtui"
+        )
+
+    def _migrate(self) -> None:
+        with self.lock, self.db.conn:
+            self.db.execute("BEGIN IMMEDIATE")
+            found = self.version()
+            if found > schema.SCHEMA_VERSION:
+                raise self._newer(found)
+            for step in schema.MIGRATIONS[found:]:
+                step(self.db)
+            self.db.execute(f"PRAGMA user_version = {int(schema.SCHEMA_VERSION)}")
+
+    # ---- writes -------------------------------------------------------------------------
+    def require_writable(self, action: str) -> None:
+        """Raise ReadOnlyError when this inventory was opened read-only."""
+        if self.read_only:
+            raise ReadOnlyError(action)
+
+    @contextmanager
+    def transaction(self, action: str) -> Iterator[Transaction]:
+        """One atomic write; refused up front when read-only, SQLite errors made clear."""
+        self.require_writable(action)
+        with self.lock:
+            try:
+                with self.db.conn:
+                    self.db.execute("BEGIN IMMEDIATE")
+                    yield Transaction(self)
+            except sqlite3.OperationalError as exc:
+                if "readonly" in str(exc):
+                    raise ReadOnlyError(action) from exc
+                raise InventoryError(f"{self.path}: {action} failed: {exc}") from exc
+            except sqlite3.IntegrityError as exc:
+                raise InventoryError(
+                    f"{self.path}: {action} conflicts with what is stored ({exc}); nothing was "
+                    "written (run meshtui push, then try again)"
+                ) from exc
+
+    def record(
+        self, kind: str, pairs: Iterable[str], detail: Mapping[str, object], outcome: str
+    ) -> AuditRecord:
+        """A standalone audit event in its own transaction."""
+        with self.transaction(kind) as tx:
+            return tx.audit(kind, pairs, detail, outcome)
+
+    # ---- reads --------------------------------------------------------------------------
+    def query(self, sql: str, params: Iterable[Any] | dict[str, Any] = ()) -> list[dict[str, Any]]:
+        """Rows as plain dicts: for tests and one-off checks; callers use the typed reads."""
+        with self.lock:
+            return list(self.db.query(sql, params if isinstance(params, dict) else list(params)))
+
+    def _tuples(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+        with self.lock:
+            return self.db.conn.execute(sql, params).fetchall()
+
+    def nodes(self) -> dict[str, NodeRow]:
+        """Every node by name."""
+        rows = cast(list[NodeRow], self.query("SELECT * FROM nodes ORDER BY name"))
+        return {r["name"]: r for r in rows}
+
+    def modules(self) -> dict[str, ModuleRow]:
+        """Every module by id, with its spec decoded."""
+        out: dict[str, ModuleRow] = {}
+        for r in self.query("SELECT * FROM modules ORDER BY id"):
+            r["spec"] = json.loads(r["spec"])
+            out[r["id"]] = cast(ModuleRow, r)
+        return out
+
+    def module_records(self) -> dict[str, ModuleRecord]:
+        """Every module by id, its spec as stored (declare compares the canonical JSON)."""
+        rows = cast(list[ModuleRecord], self.query("SELECT * FROM modules"))
+        return {r["id"]: r for r in rows}
+
+    def pairs(self, ids: Iterable[str] | None = None) -> list[PairRow]:
+        """Pairs (all, or the named ones) with values and reload decoded."""
+        if ids is None:
+            rows = self.query("SELECT * FROM pairs ORDER BY id")
+        else:
+            wanted = sorted(set(ids))
+            rows = []
+            for i in range(0, len(wanted), CHUNK):
+                chunk = wanted[i : i + CHUNK]
+                rows += self.query(f"SELECT * FROM pairs WHERE id IN ({_marks(len(chunk))})", chunk)
+            rows.sort(key=lambda r: str(r["id"]))
+        for r in rows:
+            r["values"] = json.loads(r["values"])
+            r["reload"] = json.loads(r["reload"])
+        return cast(list[PairRow], rows)
+
+    def pair_records(self) -> dict[str, PairRecord]:
+        """Every pair by id as stored (values and reload still JSON)."""
+        rows = cast(list[PairRecord], self.query("SELECT * FROM pairs"))
+        return {r["id"]: r for r in rows}
+
+    def consumer_files(self) -> dict[str, FileAccess]:
+        """Every pair's declared credential file: path, owner, group and mode."""
+        rows = self._tuples("SELECT id, file, file_owner, file_group, file_mode FROM pairs")
+        return {
+            pid: FileAccess(file=file, file_owner=owner, file_group=group, file_mode=mode)
+            for pid, file, owner, group, mode in rows
+        }
+
+    def live_pair_ids(self, provider: str | None = None) -> list[str]:
+        """The ids of every pair that is not withdrawn (of one provider module, when named)."""
+        if provider is None:
+            rows = self._tuples("SELECT id FROM pairs WHERE withdrawn_at IS NULL ORDER BY id")
+        else:
+            rows = self._tuples(
+                "SELECT id FROM pairs WHERE provider = ? AND withdrawn_at IS NULL ORDER BY id",
+                [provider],
+            )
+        return [str(r[0]) for r in rows]
+
+    def policies(self) -> dict[str, Policy]:
+        """Every pair's effective policy as declare stored it (pairs without a row: default)."""
+        return {
+            r["pair"]: Policy(
+                rotate_every=r["rotate_every"],
+                probe_every=r["probe_every"],
+                rotate_source=PolicySource(r["rotate_source"]),
+                probe_source=PolicySource(r["probe_source"]),
+            )
+            for r in self.policy_records().values()
+        }
+
+    def policy_records(self) -> dict[str, PolicyRecord]:
+        """Every stored policy row by pair."""
+        rows = self._tuples(
+            "SELECT pair, rotate_every, probe_every, rotate_source, probe_source FROM policies"
+        )
+        return {
+            pid: PolicyRecord(
+                pair=pid,
+                rotate_every=rotate,
+                probe_every=probe,
+                rotate_source=rsrc,
+                probe_source=psrc,
+            )
+            for pid, rotate, probe, rsrc, psrc in rows
+        }
+
+    def generation(self, pair: str, generation: int) -> GenerationRow | None:
+        """One sealed generation of a pair."""
+        rows = self.query(
+            "SELECT * FROM generations WHERE pair = ? AND generation = ?", [pair, generation]
+        )
+        return cast(GenerationRow, rows[0]) if rows else None
+
+    def generations(self, pair: str) -> list[GenerationRow]:
+        """Every generation of a pair, oldest first."""
+        rows = self.query("SELECT * FROM generations WHERE pair = ? ORDER BY generation", [pair])
+        return cast(list[GenerationRow], rows)
+
+    def held_generations(self) -> dict[tuple[str, int], GenerationRow]:
+        """Every generation still held sealed, by (pair, generation)."""
+        rows = self.query("SELECT * FROM generations WHERE discarded_at IS NULL")
+        return {(r["pair"], int(r["generation"])): cast(GenerationRow, r) for r in rows}
+
+    def minted(self) -> dict[str, list[int]]:
+        """Every pair's minted generation numbers, ascending."""
+        out: dict[str, list[int]] = {}
+        for pair, generation in self._tuples(
+            "SELECT pair, generation FROM generations ORDER BY generation"
+        ):
+            out.setdefault(pair, []).append(int(generation))
+        return out
+
+    def generation_by_digest(self) -> dict[tuple[str, str], int]:
+        """(pair, digest) -> the generation with that digest (what an end holds, by digest)."""
+        rows = self._tuples("SELECT pair, generation, digest FROM generations")
+        return {(pair, digest): int(generation) for pair, generation, digest in rows}
+
+    def deliveries(self, pair: str | None = None) -> dict[tuple[str, str], DeliveryRow]:
+        """Which generation each end holds, by (pair, end); all pairs or one."""
+        if pair is None:
+            rows = self.query("SELECT * FROM deliveries")
+        else:
+            rows = self.query("SELECT * FROM deliveries WHERE pair = ?", [pair])
+        return {(r["pair"], r["end"]): cast(DeliveryRow, r) for r in rows}
+
+    def latest_probes(self) -> dict[str, ProbeRow]:
+        """The newest probe of every pair."""
+        rows = self.query(
+            "SELECT p.* FROM probes p JOIN (SELECT pair, MAX(id) AS id FROM probes GROUP BY pair)"
+            " m ON p.id = m.id"
+        )
+        return {r["pair"]: cast(ProbeRow, r) for r in rows}
+
+    def probes(self, pair: str, limit: int = 50) -> list[ProbeRow]:
+        """A pair's recent probes, newest first."""
+        rows = self.query(
+            "SELECT * FROM probes WHERE pair = ? ORDER BY id DESC LIMIT ?", [pair, limit]
+        )
+        return cast(list[ProbeRow], rows)
+
+    def drills(self, pair: str | None = None, limit: int = 50) -> list[DrillRow]:
+        """Recent drills (of one pair, or all), newest first, evidence decoded."""
+        if pair is None:
+            rows = self.query("SELECT * FROM drills ORDER BY id DESC LIMIT ?", [limit])
+        else:
+            rows = self.query(
+                "SELECT * FROM drills WHERE pair = ? ORDER BY id DESC LIMIT ?", [pair, limit]
+            )
+        for r in rows:
+            r["evidence"] = json.loads(r["evidence"])
+        return cast(list[DrillRow], rows)
+
+    def open_rotations(self) -> list[RotationRow]:
+        """Rotations journaled but not finished (a controller may have died mid-way)."""
+        rows = self.query("SELECT * FROM rotations WHERE finished_at IS NULL ORDER BY id")
+        for r in rows:
+            r["items"] = json.loads(r["items"])
+        return cast(list[RotationRow], rows)
+
+    def rotations(self, limit: int | None = 100) -> list[RotationRow]:
+        """Recent rotations (all when ``limit`` is None), newest first."""
+        rows = self.query(
+            "SELECT * FROM rotations ORDER BY id DESC LIMIT ?", [-1 if limit is None else limit]
+        )
+        for r in rows:
+            r["items"] = json.loads(r["items"])
+        return cast(list[RotationRow], rows)
+
+    def events(self, limit: int | None = None) -> list[EventRow]:
+        """Audit events, oldest first, with pairs and detail decoded."""
+        rows = (
+            self.query("SELECT * FROM audit ORDER BY seq")
+            if limit is None
+            else self.query(
+                "SELECT * FROM (SELECT * FROM audit ORDER BY seq DESC LIMIT ?) ORDER BY seq",
+                [limit],
+            )
+        )
+        for r in rows:
+            r["pairs"] = json.loads(r["pairs"])
+            r["detail"] = json.loads(r["detail"])
+        return cast(list[EventRow], rows)
+
+    def last_event(self, kind: str) -> EventRow | None:
+        """The newest audit event of one kind, decoded, or None."""
+        rows = self.query("SELECT * FROM audit WHERE kind = ? ORDER BY seq DESC LIMIT 1", [kind])
+        for r in rows:
+            r["pairs"] = json.loads(r["pairs"])
+            r["detail"] = json.loads(r["detail"])
+        return cast(EventRow, rows[0]) if rows else None
+
+    def status_rows(self, ids: Iterable[str] | None = None) -> list[StatusRow]:
+        """Every pair (or the named ones) joined with its two ends and newest probe, by id."""
+        sql, params = STATUS_SQL, []
+        if ids is not None:
+            params = sorted(set(ids))
+            if not params:
+                return []
+            sql += f" WHERE p.id IN ({_marks(len(params))})"
+        sql += " ORDER BY p.id"
+        return cast(list[StatusRow], self._tuples(sql, params))
+
+    def schedule_rows(self) -> list[ScheduleRow]:
+        """Every pair with its policy and when its current generation began, by id."""
+        return cast(list[ScheduleRow], self._tuples(SCHEDULE_SQL))
+
+    def last_seq(self) -> int:
+        """The number of the newest audit event (0: none yet)."""
+        return int(self._tuples("SELECT MAX(seq) FROM audit")[0][0] or 0)
+
+    def signed_head(self) -> SignedHead | None:
+        """The chain's head with the controller's signature (None: no events, or unsigned)."""
+        rows = self._tuples("SELECT seq, hash, sig FROM audit_head")
+        if not rows or not rows[0][2]:
+            return None
+        return SignedHead(seq=int(rows[0][0]), hash=str(rows[0][1]), sig=rows[0][2])
+
+    def event_hash_at(self, seq: int) -> str | None:
+        """The stored hash of audit event ``seq`` (None when there is no such event)."""
+        rows = self._tuples("SELECT hash FROM audit WHERE seq = ?", [seq])
+        return str(rows[0][0]) if rows else None
+
+    def provider_kinds(self) -> dict[tuple[str, str], str]:
+        """(provider module, provision) -> kind, for the providers that are not PostgreSQL."""
+        out: dict[tuple[str, str], str] = {}
+        rows = self._tuples("SELECT id, spec FROM modules WHERE spec LIKE '%\"kind\"%'")
+        for mid, spec in rows:
+            for offer in json.loads(spec).get("provides", []):
+                if offer.get("kind"):
+                    out[(mid, offer["name"])] = str(offer["kind"])
+        return out
+
+    def verify_chain(self, verify_key: bytes | None = None) -> ChainCheck:
+        """Walk the audit chain; name the first edited, deleted or reordered event.
+
+        With the controller's ``verify_key`` the head must also carry its signature, so a chain
+        rewritten by someone who can write the file but has no controller key is caught.
+        """
+        events = cast(list[AuditRecord], self.query("SELECT * FROM audit ORDER BY rowid"))
+        heads = cast(list[HeadRow], self.query("SELECT seq, hash, sig FROM audit_head"))
+        return audit_mod.verify(events, heads[0] if heads else None, verify_key)
+
+
+STATUS_SQL = """
+SELECT p.id, p.provision, p.consumer, p.provider, p.login, p.file, p.generation, p.created_at,
+       p.rotated_at, p.withdrawn_at,
+       c.generation, c.error, v.generation, v.error,
+       pr.verdict, pr.reason, pr.at, pr.generation, pr.loopback, pr.client_addr, pr.withdrawn,
+       pr.latency_ms, pr.used_password, v.attempted_at
+FROM pairs p
+LEFT JOIN deliveries c ON c.pair = p.id AND c."end" = 'consumer'
+LEFT JOIN deliveries v ON v.pair = p.id AND v."end" = 'provider'
+LEFT JOIN probes pr ON pr.id = (SELECT MAX(id) FROM probes WHERE pair = p.id)
+"""
+"""One row per pair, in :data:`~meshtui.inventory.rows.StatusRow`'s column order."""
+
+SCHEDULE_SQL = """
+SELECT p.id, p.provider, p.consumer, p.withdrawn_at, COALESCE(p.rotated_at, p.created_at),
+       o.rotate_every, o.probe_every, o.rotate_source, o.probe_source
+FROM pairs p LEFT JOIN policies o ON o.pair = p.id ORDER BY p.id
+"""
+"""One row per pair, in :data:`~meshtui.inventory.rows.ScheduleRow`'s column order."""
