@@ -12,7 +12,7 @@ and the head inside by the controller), so a read-only ``audit --verify`` can ch
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -49,7 +49,9 @@ from meshtui.model import PairStatus, State, node_of
 
 if TYPE_CHECKING:  # httpx stays out of the import of core (see controller.client)
     from meshtui.controller.anchors import AnchorCheck
+    from meshtui.controller.client import Agents
     from meshtui.controller.doctor import DoctorReport
+    from meshtui.inventory.rows import NodeRow
 
 __all__ = ["INVENTORY", "KEY_STEM", "SEQUENCE_FILE", "Controller", "init_keys"]
 
@@ -119,6 +121,21 @@ class Controller:
     def keys(self) -> crypto.PrivateKeys:
         """The controller's signing keys, through the gate (refused when read-only)."""
         return self.contact("this call", [])
+
+    def agents(
+        self, *, timeout: float | None = None, nodes: Mapping[str, NodeRow] | None = None
+    ) -> Agents:
+        """Signed clients for the nodes (all by default), built in this one place: the key comes
+        through the gate, every request carries the next sequence number and the audit head."""
+        from meshtui.controller.client import DEFAULT_TIMEOUT_S, Agents
+
+        return Agents(
+            self.inventory.nodes() if nodes is None else nodes,
+            self.keys(),
+            timeout=DEFAULT_TIMEOUT_S if timeout is None else timeout,
+            sequence=self.sequence,
+            head=self.inventory.signed_head,
+        )
 
     def _ends(self, ids: Iterable[str], *, consumers_only: bool = False) -> list[str]:
         """The nodes holding an end of the live pairs among ``ids`` (for refusals)."""

@@ -16,7 +16,6 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from meshtui import messages, wire
-from meshtui.controller.client import Agents
 from meshtui.controller.reports import Progress
 from meshtui.errors import AgentError
 from meshtui.inventory.rows import ModuleRow, NodeRow, PairRow
@@ -181,13 +180,7 @@ def doctor(ctl: Controller, progress: Progress) -> DoctorReport:
     asks = requests(nodes, inv.modules(), inv.pairs())
     progress(f"checking {len(asks)} nodes", 0, len(asks))
     sent = time.time()
-    with Agents(
-        nodes,
-        ctl.keys(),
-        timeout=CHECK_TIMEOUT_S,
-        sequence=ctl.sequence,
-        head=inv.signed_head,
-    ) as agents:
+    with ctl.agents(timeout=CHECK_TIMEOUT_S, nodes=nodes) as agents:
         answers = agents.call_many(messages.CHECK, {n: r.to_json() for n, r in asks.items()})
     back = time.time()
     problems: list[Problem] = []

@@ -46,7 +46,7 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
     inv = ctl.inventory
     with (
         delivering(ctl.state_dir, "push"),
-        Agents(inv.nodes(), ctl.keys(), sequence=ctl.sequence, head=inv.signed_head) as agents,
+        ctl.agents() as agents,
     ):
         recover(ctl, agents, progress)
         progress("asking every node what it holds", 0, 4)

@@ -47,11 +47,5 @@ def ask_state(
 
 def resolve_nodes(ctl: Controller, nodes: list[str]) -> list[Resolution]:
     """Resolve ``nodes`` with a fresh set of clients (used by the hosts view)."""
-    with Agents(
-        ctl.inventory.nodes(),
-        ctl.keys(),
-        timeout=5.0,
-        sequence=ctl.sequence,
-        head=ctl.inventory.signed_head,
-    ) as agents:
+    with ctl.agents(timeout=5.0) as agents:
         return ask_state(agents, nodes)[0]

@@ -50,13 +50,7 @@ def plan(ctl: Controller, ids: list[str]) -> RotationPlan:
     """The pairs and each affected node, resolved or not (asks every agent)."""
     rows = ctl.inventory.pairs(ids)
     nodes = affected_nodes(rows)
-    with Agents(
-        ctl.inventory.nodes(),
-        ctl.keys(),
-        timeout=5.0,
-        sequence=ctl.sequence,
-        head=ctl.inventory.signed_head,
-    ) as agents:
+    with ctl.agents(timeout=5.0) as agents:
         resolutions, _ = ask_state(agents, list(nodes), listing=False)
     return RotationPlan(
         pairs=sorted(ids),
@@ -78,7 +72,7 @@ def rotate(ctl: Controller, ids: list[str], progress: Progress) -> RotationRepor
         raise InputError("nothing to rotate")
     with (
         delivering(ctl.state_dir, "rotate"),
-        Agents(inv.nodes(), ctl.keys(), sequence=ctl.sequence, head=inv.signed_head) as agents,
+        ctl.agents() as agents,
     ):
         if recover(ctl, agents, progress):
             rows = inv.pairs(ids)  # a recovered rotation moved generations: start from those

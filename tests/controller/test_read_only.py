@@ -68,6 +68,7 @@ def calls(mesh: CountedMesh) -> dict[str, list[tuple[Callable[[Controller], Any]
         "export_events": [(lambda c: c.export_events("json"), None)]
         + [(lambda c: c.export_events("csv"), None)],
         "keys": [(lambda c: c.keys(), "an agent")],
+        "agents": [(lambda c: c.agents(), "an agent")],
         "contact": [(lambda c: c.contact("a test", ["db1"]), "db1")],
         "declare": [(lambda c: c.declare(mesh.decl), "")],
         "push": [(lambda c: c.push(), ALL)],
