@@ -340,20 +340,11 @@ def _reconcile(
     workers: int,
 ) -> tuple[tuple[Outcome, ...], tuple[str, ...]]:
     """Every consumer's outcome and every removal, and what the admin cannot do."""
-    outcomes: dict[str, Outcome] = {}
-    ready: list[Consumer] = []
-    for consumer in manifest.consumers:
-        try:
-            check_name(consumer.login)
-        except UnsafeLoginError as exc:
-            outcomes[consumer.login] = _outcome(consumer, OutcomeName.REFUSED, str(exc))
-            continue
-        secret = _read_secret(secrets, consumer)
-        if isinstance(secret, str):
-            outcomes[consumer.login] = _outcome(consumer, OutcomeName.WAITING, secret)
-        else:
-            ready.append(consumer)
-        del secret
+    ready, held_back = _ready(manifest, secrets)
+    outcomes: dict[str, Outcome] = {
+        c.login: _outcome(c, OutcomeName.REFUSED if refused else OutcomeName.WAITING, why)
+        for c, refused, why in held_back
+    }
     wanted: Mapping[str, Mapping[str, str]] = {c.login: c.values for c in manifest.consumers}
     removed: list[Outcome] = []
     with _opened(factory, conninfo, scope) as adapter:
@@ -376,6 +367,28 @@ def _reconcile(
             if held[login].ours and login not in wanted:
                 removed.append(_remove(adapter, held[login]))
     return tuple(outcomes[c.login] for c in manifest.consumers) + tuple(removed), limits
+
+
+def _ready(
+    manifest: Manifest, secrets: SecretFiles
+) -> tuple[list[Consumer], list[tuple[Consumer, bool, str]]]:
+    """Consumers with a safe login and a readable secret file, and the rest held back as
+    (consumer, refused, why): refused for an unsafe login, else waiting for its secret."""
+    ready: list[Consumer] = []
+    held_back: list[tuple[Consumer, bool, str]] = []
+    for consumer in manifest.consumers:
+        try:
+            check_name(consumer.login)
+        except UnsafeLoginError as exc:
+            held_back.append((consumer, True, str(exc)))
+            continue
+        secret = _read_secret(secrets, consumer)
+        if isinstance(secret, str):
+            held_back.append((consumer, False, secret))
+        else:
+            ready.append(consumer)
+        del secret
+    return ready, held_back
 
 
 @dataclass(frozen=True)
@@ -405,21 +418,12 @@ def inspect(
     manifest = load_manifest(Path(manifest_path))
     conninfo = read_admin_file(Path(admin_file))
     scope = Scope(provider=manifest.provider, provision=manifest.provision)
-    found: dict[str, Finding] = {}
-    ready: list[Consumer] = []
     with secret_files(manifest) as secrets:
-        for consumer in manifest.consumers:
-            try:
-                check_name(consumer.login)
-            except UnsafeLoginError as exc:
-                found[consumer.login] = _finding(consumer, Drift.REFUSED, str(exc))
-                continue
-            secret = _read_secret(secrets, consumer)
-            if isinstance(secret, str):
-                found[consumer.login] = _finding(consumer, Drift.WAITING, secret)
-            else:
-                ready.append(consumer)
-            del secret
+        ready, held_back = _ready(manifest, secrets)
+    found: dict[str, Finding] = {
+        c.login: _finding(c, Drift.REFUSED if refused else Drift.WAITING, why)
+        for c, refused, why in held_back
+    }
     with _opened(factory, conninfo, scope) as adapter:
         try:
             held = adapter.inspect({c.login: c.values for c in ready})
