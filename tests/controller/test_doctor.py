@@ -8,12 +8,9 @@ unknown owner or group, a wrong node key) gives a named problem and exit 1, and 
 from __future__ import annotations
 
 import json
-import os
 import secrets
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +28,7 @@ from meshtui.host import identity
 from meshtui.lab import mesh as lab_mesh
 from meshtui.lab import netns
 from meshtui.preflight import CheckAnswer, CheckRequest, ConsumerItem
+from tests.fix_lab import running_lab
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -40,19 +38,8 @@ WIKI = "database:app2/wiki->db1/postgres"
 
 @pytest.fixture(scope="module")
 def lab() -> Iterator[tuple[Path, lab_mesh.Lab]]:
-    if os.geteuid() != 0 or not netns.available():
-        pytest.skip("needs root and network namespaces")
-    state = Path(tempfile.mkdtemp(prefix="meshtui-doctor-"))
-    state.chmod(0o711)
-    try:
-        built = lab_mesh.up(state, redis=False)  # the counts below are PostgreSQL's
-        with Controller.open(state) as ctl:
-            ctl.declare(built.declaration)
-            assert ctl.push().ok
-        yield state, built
-    finally:
-        lab_mesh.down(state, purge=True)
-        shutil.rmtree(state, ignore_errors=True)
+    with running_lab("meshtui-doctor-", redis=False) as found:  # the counts are PostgreSQL's
+        yield found
 
 
 def doctor(state: Path) -> tuple[int, dict[str, Any], float]:

@@ -18,7 +18,8 @@ import pytest
 
 from meshtui.controller.core import Controller
 from meshtui.lab import mesh as lab_mesh
-from meshtui.lab import netns, postgres
+from meshtui.lab import postgres
+from tests.fix_lab import cli, running_lab
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -27,35 +28,10 @@ KEYCLOAK = "database:app1/keycloak->db1/postgres"
 WIKI = "database:app2/wiki->db1/postgres"
 
 
-def _skip_without_netns() -> None:
-    if os.geteuid() != 0 or not netns.available():
-        pytest.skip("needs root and network namespaces")
-
-
 @pytest.fixture(scope="module")
 def lab():
-    _skip_without_netns()
-    state = Path(tempfile.mkdtemp(prefix="meshtui-lab-"))
-    state.chmod(0o711)
-    try:
-        built = lab_mesh.up(state)
-        with Controller.open(state) as ctl:
-            ctl.declare(built.declaration)
-            assert ctl.push().ok
-        yield state, built
-    finally:
-        lab_mesh.down(state, purge=True)
-        shutil.rmtree(state, ignore_errors=True)
-
-
-def cli(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "meshtui.cli", "--state", str(state), *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        stdin=subprocess.DEVNULL,
-    )
+    with running_lab("meshtui-lab-") as found:
+        yield found
 
 
 def statuses(state: Path) -> dict:

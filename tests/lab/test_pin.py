@@ -7,19 +7,15 @@ Debian's psql, not our probe code.
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from meshtui.controller.core import Controller
 from meshtui.lab import mesh as lab_mesh
-from meshtui.lab import netns
 from meshtui.provisioner import pg_hba
-from tests.lab.test_lab import cli, psql_login, statuses
+from tests.fix_lab import cli, running_lab
+from tests.lab.test_lab import psql_login, statuses
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -29,19 +25,8 @@ WIKI = "database:app2/wiki->db1/postgres"
 
 @pytest.fixture(scope="module")
 def lab() -> Iterator[tuple[Path, lab_mesh.Lab]]:
-    if os.geteuid() != 0 or not netns.available():
-        pytest.skip("needs root and network namespaces")
-    state = Path(tempfile.mkdtemp(prefix="meshtui-pin-"))
-    state.chmod(0o711)
-    try:
-        built = lab_mesh.up(state, mesh={"app1": ["gitea"], "app2": ["wiki"]})
-        with Controller.open(state) as ctl:
-            ctl.declare(built.declaration)
-            assert ctl.push().ok
-        yield state, built
-    finally:
-        lab_mesh.down(state, purge=True)
-        shutil.rmtree(state, ignore_errors=True)
+    with running_lab("meshtui-pin-", mesh={"app1": ["gitea"], "app2": ["wiki"]}) as found:
+        yield found
 
 
 def test_the_lab_declares_pin(lab: tuple[Path, lab_mesh.Lab]) -> None:

@@ -4,11 +4,6 @@ verified TLS, a drill (old refused with WRONGPASS), withdrawal revoked, status s
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,8 +12,8 @@ import pytest
 
 from meshtui.controller.core import Controller
 from meshtui.lab import mesh as lab_mesh
-from meshtui.lab import netns
 from meshtui.lab import redis as lab_redis
+from tests.fix_lab import cli, running_lab
 
 GITEA = "cache:app1/gitea->db1/redis"
 WIKI = "cache:app2/wiki->db1/redis"
@@ -28,29 +23,8 @@ pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def lab() -> Iterator[tuple[Path, Any]]:
-    if os.geteuid() != 0 or not netns.available():
-        pytest.skip("needs root and network namespaces")
-    state = Path(tempfile.mkdtemp(prefix="meshtui-rlab-"))
-    state.chmod(0o711)
-    try:
-        built = lab_mesh.up(state)
-        with Controller.open(state) as ctl:
-            ctl.declare(built.declaration)
-            assert ctl.push().ok
-        yield state, built
-    finally:
-        lab_mesh.down(state, purge=True)
-        shutil.rmtree(state, ignore_errors=True)
-
-
-def cli(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "meshtui.cli", "--state", str(state), *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        stdin=subprocess.DEVNULL,
-    )
+    with running_lab("meshtui-rlab-") as found:
+        yield found
 
 
 def test_the_lab_redis_is_locked_down(lab: tuple[Path, Any]) -> None:
