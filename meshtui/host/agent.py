@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
@@ -23,7 +23,7 @@ from meshtui.host import files
 from meshtui.host import probe as probe_mod
 from meshtui.host.anchor import AuditAnchor, is_nonce
 from meshtui.host.deliver import Deliveries
-from meshtui.host.guard import AcceptedGenerations, AcceptedRequests
+from meshtui.host.guard import Accepted, Change, Record
 from meshtui.host.holdings import Holdings
 from meshtui.host.identity import Identity
 from meshtui.host.provision import Provisioner, builtin_provisioner, inspect_provider
@@ -54,9 +54,12 @@ Ans = TypeVar("Ans", bound=Mapping[str, object])
 
 
 class Accept(Protocol):
-    """A checked request, ready to run: ``accept(payload)()`` is the answer."""
+    """A checked request, ready to run: ``accept(payload, record)()`` records the request
+    durably (:mod:`meshtui.host.guard`), then answers."""
 
-    def accept(self, payload: Mapping[str, object]) -> Callable[[], Mapping[str, object]]: ...
+    def accept(
+        self, payload: Mapping[str, object], record: Record
+    ) -> Callable[[], Mapping[str, object]]: ...
 
 
 class Route(Generic[Req, Ans]):
@@ -65,10 +68,30 @@ class Route(Generic[Req, Ans]):
     def __init__(self, kind: messages.Kind[Req, Ans], handler: Callable[[Req], Ans]) -> None:
         self.kind, self.handler = kind, handler
 
-    def accept(self, payload: Mapping[str, object]) -> Callable[[], Ans]:
+    def accept(self, payload: Mapping[str, object], record: Record) -> Callable[[], Ans]:
         """MessageError (naming the field) unless ``payload`` is this kind's request."""
         request = self.kind.request_of(payload)
-        return lambda: self.handler(request)
+
+        def work() -> Ans:
+            record(())  # durably accepted before it is acted on
+            return self.handler(request)
+
+        return work
+
+
+class RecordedRoute(Route[Req, Ans]):
+    """A kind whose handler records the request itself, once, with what it accepts (a
+    delivery: the generations, checked and recorded under its lock)."""
+
+    def __init__(
+        self, kind: messages.Kind[Req, Ans], handler: Callable[[Req, Record], Ans]
+    ) -> None:
+        super().__init__(kind, lambda request: handler(request, lambda _: None))
+        self.recorded = handler
+
+    def accept(self, payload: Mapping[str, object], record: Record) -> Callable[[], Ans]:
+        request = self.kind.request_of(payload)
+        return lambda: self.recorded(request, record)
 
 
 class Agent:
@@ -90,11 +113,8 @@ class Agent:
         self.allow_loopback = allow_loopback
         self.probe_timeout = probe_timeout
         self.holdings = Holdings(identity.state_dir)
-        self.accepted = AcceptedRequests(identity.state_dir)
-        self.generations = AcceptedGenerations(
-            identity.state_dir, identity.name, self.holdings.listing()
-        )
-        self.deliveries = Deliveries(identity, self.holdings, self.generations, provisioner)
+        self.accepted = Accepted(identity.state_dir, identity.name, self.holdings.listing())
+        self.deliveries = Deliveries(identity, self.holdings, self.accepted, provisioner)
         self.anchor = AuditAnchor(identity.state_dir, identity.controller.verify)
         self._drills: dict[str, tuple[bytes, float]] = {}
         self._drill_lock = threading.Lock()
@@ -102,7 +122,7 @@ class Agent:
             r.kind.name: r
             for r in (
                 Route(messages.STATE, self.state),
-                Route(messages.DELIVER, self.deliveries.deliver),
+                RecordedRoute(messages.DELIVER, self.deliveries.deliver),
                 Route(messages.WITHDRAW, self.withdraw),
                 Route(messages.PROBE, self.probe),
                 Route(messages.DRILL_HOLD, self.drill_hold),
@@ -125,13 +145,9 @@ class Agent:
         except EnvelopeError as exc:
             return 403, self._reply("error", {"error": str(exc)}, None)
         try:
-            self.accepted.admit(msg.seq)  # durably recorded before anything is done
+            self.accepted.take(msg.seq)  # durably recorded below, before anything is done
         except EnvelopeError as exc:
             return 403, self._reply("error", {"error": str(exc)}, None)
-        except OSError as exc:
-            return 500, self._reply(
-                "error", {"error": f"{me} cannot record the request: {exc.strerror}"}, msg.nonce
-            )
         if msg.head is not None:
             try:
                 self.anchor.offer(msg.head)  # kept durably before the request is acted on
@@ -144,21 +160,26 @@ class Agent:
         route = self._routes.get(msg.kind)
         if route is None:
             return 400, self._reply("error", {"error": f"unknown kind {msg.kind!r}"}, msg.nonce)
+        recorded: list[int] = []
+
+        def record(changes: Sequence[Change]) -> None:
+            self.accepted.record(msg.seq, changes)
+            recorded.append(msg.seq)
+
         try:
-            work = route.accept(msg.payload)  # the one check of the request's shape
+            work = route.accept(msg.payload, record)  # the one check of the request's shape
         except MessageError as exc:
             return 400, self._reply("error", {"error": f"{me} refused: {exc}"}, msg.nonce)
         try:
             payload = work()
+        except OSError as exc:
+            what = f"{msg.kind} failed on {me}" if recorded else f"{me} cannot record the request"
+            return 500, self._reply("error", {"error": f"{what}: {exc.strerror}"}, msg.nonce)
         except MeshtuiError as exc:
             return 422, self._reply("error", {"error": str(exc)}, msg.nonce)
         except ValueError as exc:  # a value that has the shape but not the meaning
             return 400, self._reply(
                 "error", {"error": f"{me} refused {msg.kind}: {exc}"}, msg.nonce
-            )
-        except OSError as exc:
-            return 500, self._reply(
-                "error", {"error": f"{msg.kind} failed on {me}: {exc.strerror}"}, msg.nonce
             )
         finally:
             self._forget_expired_drills()

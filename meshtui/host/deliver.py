@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from meshtui import crypto
 from meshtui.errors import CryptoError, HostFileError
 from meshtui.host import files
-from meshtui.host.guard import AcceptedGenerations
+from meshtui.host.guard import Accepted, Record
 from meshtui.host.holdings import Held, Holdings
 from meshtui.host.identity import Identity
 from meshtui.host.manifest import Serials, write_provider_files
@@ -43,25 +43,29 @@ class Deliveries:
         self,
         identity: Identity,
         holdings: Holdings,
-        generations: AcceptedGenerations,
+        accepted: Accepted,
         provisioner: Provisioner,
     ) -> None:
         self.identity = identity
         self.holdings = holdings
-        self.generations = generations
+        self.accepted = accepted
         self.provisioner = provisioner
         self.state = StateFolder(identity.state_dir)
         self.serials = Serials()
         self._lock = threading.Lock()
 
-    def deliver(self, payload: DeliverRequest) -> DeliverAnswer:
+    def deliver(self, payload: DeliverRequest, record: Record) -> DeliverAnswer:
         """Provider sets first (manifest + secrets + provisioner), then consumer credentials.
 
         An item of an older generation than this node accepted is refused first (unless it is
         the controller's rollback from that generation); nothing of a refused item is written.
+        The request and the generations accepted are recorded (``record``: one durable write)
+        before any file is.
         """
         with self._lock:
-            refused = {r.key: r.reason for r in self.generations.admit(payload)}
+            refusals, changes = self.accepted.check(payload)
+            record(changes)
+            refused = {r.key: r.reason for r in refusals}
             providers = [
                 _refused_provider(s, why)
                 if (why := refused.get(f"provider:{s['provider']}:{s['provision']}"))

@@ -1,22 +1,30 @@
 """What this agent has accepted, kept on disk so a restart forgets nothing an attacker could use.
 
-Two records beside the node's keys, each replaced atomically and fsynced *before* the request
-is acted on:
+One record beside the node's keys, ``accepted.log``, holds both halves of the replay guard:
 
-- ``requests.json``: the controller's sequence numbers accepted lately. A number is accepted
-  once, and only if it is above the floor (the newest accepted number minus
-  :data:`WINDOW_US`). The window lets concurrent requests (two controller processes, parallel
-  threads) arrive slightly out of order; it is measured on the controller's own sequence, never
-  against this agent's start time, so a restart locks nobody out.
-- ``generations.json``: per pair end, the generation of the newest delivery this node accepted.
-  A delivery of an older generation is refused unless its signed item says it rolls back from
-  exactly that generation.
+- the controller's sequence numbers accepted lately. A number is accepted once, and only if it
+  is above the floor (the newest accepted number minus :data:`WINDOW_US`). The window lets
+  concurrent requests (two controller processes, parallel threads) arrive slightly out of
+  order; it is measured on the controller's own sequence, never against this agent's start
+  time, so a restart locks nobody out.
+- per pair end, the generation of the newest delivery this node accepted. A delivery of an
+  older generation is refused unless its signed item says it rolls back from exactly that
+  generation.
+
+Each request adds one line (its sequence number and, for a delivery, the generations it is
+accepted with) and one ``fdatasync``, *before* the request is acted on: one durable write per
+request, where two files each replaced and fsynced twice cost four. The first line is a whole
+snapshot; the file is rewritten as one snapshot line (atomically) at start and every
+:data:`COMPACT_EVERY` lines. A torn last line (a crash inside the append, before its fdatasync
+returned, so before anything was acted on) is dropped; any other unreadable line stops the agent.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import threading
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,72 +34,29 @@ from meshtui.errors import EnvelopeError, WireError
 from meshtui.messages import ConsumerItem, DeliverRequest, Holding, ManifestEntry
 from meshtui.wire import MAX_SKEW_S
 
-REQUESTS = "requests.json"
-GENERATIONS = "generations.json"
+LEDGER = "accepted.log"
+OLD_REQUESTS = "requests.json"  # before one record held both (read once, on upgrade)
+OLD_GENERATIONS = "generations.json"
 WINDOW_US = int(2 * MAX_SKEW_S * 1_000_000)
 """How far (in the controller's sequence, microseconds of its clock) a request may trail the
 newest accepted one: the whole span the clock limit allows on both sides."""
 RECENT_LIMIT = 10_000
 """At most this many numbers are kept; past it the floor rises (a refusal, never a replay)."""
+COMPACT_EVERY = 1_000
+"""Lines appended before the record is rewritten as one snapshot."""
+ENDS = ("consumer", "provider")
 
-
-REQUESTS_ADVICE = (
+ADVICE = (
     "delete it once the agent has been stopped for over a minute (every request captured "
-    "before is then refused by the clock limit)"
+    "before is then refused by the clock limit; the generations start again from what "
+    "holdings.json says this node holds)"
 )
-GENERATIONS_ADVICE = "delete it to start again from what holdings.json says this node holds"
 
+Change = tuple[str, str, int]
+"""(end, pair, generation) a delivery is accepted with."""
 
-def _load(path: Path, advice: str) -> dict[str, Any] | None:
-    """A record, None when it does not exist yet; WireError when it exists but cannot be read."""
-    try:
-        data = json.loads(path.read_bytes())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        raise WireError(
-            f"{path} cannot be read ({exc}); the agent will not run without knowing what it "
-            f"accepted: {advice}"
-        ) from exc
-    if not isinstance(data, dict):
-        raise WireError(f"{path} is not a JSON object: {advice}")
-    return data
-
-
-class AcceptedRequests:
-    """The controller's sequence numbers this agent accepted, persisted before each is acted on."""
-
-    def __init__(self, state_dir: Path) -> None:
-        self._path = state_dir / REQUESTS
-        self._lock = threading.Lock()
-        data = _load(self._path, REQUESTS_ADVICE) or {}
-        try:
-            self._floor = int(data.get("floor", 0))
-            self._recent = {int(s) for s in data.get("recent", [])}
-        except (TypeError, ValueError) as exc:
-            raise WireError(
-                f"{self._path}: 'floor' and 'recent' must be integers: {REQUESTS_ADVICE}"
-            ) from exc
-
-    def admit(self, seq: int) -> None:
-        """Accept ``seq`` once (recorded durably) or raise EnvelopeError saying why not."""
-        with self._lock:
-            if seq <= self._floor:
-                raise EnvelopeError(
-                    "refused: request is older than the requests this agent already accepted "
-                    "(replayed?)"
-                )
-            if seq in self._recent:
-                raise EnvelopeError("refused: replayed request (sequence number already used)")
-            recent = self._recent | {seq}
-            floor = max(self._floor, max(recent) - WINDOW_US)
-            recent = {s for s in recent if s > floor}
-            if len(recent) > RECENT_LIMIT:
-                kept = sorted(recent)[-RECENT_LIMIT:]
-                floor, recent = kept[0] - 1, set(kept)
-            body = {"floor": floor, "recent": sorted(recent)}
-            write_private(self._path, json.dumps(body, separators=(",", ":")).encode())
-            self._floor, self._recent = floor, recent
+Record = Callable[[Sequence[Change]], None]
+"""Make one request's acceptance durable (with the generations a delivery is accepted with)."""
 
 
 @dataclass(frozen=True)
@@ -102,37 +67,165 @@ class Refusal:
     reason: str
 
 
-class AcceptedGenerations:
-    """Per (end, pair): the generation of the newest delivery this node accepted."""
-
-    def __init__(self, state_dir: Path, node: str, held: list[Holding]) -> None:
-        self._path = state_dir / GENERATIONS
-        self._node = node
-        data = _load(self._path, GENERATIONS_ADVICE)
-        if data is None:  # first run of this version: start from what the node holds
-            data = {"consumer": {}, "provider": {}}
-            for h in held:
-                data.setdefault(str(h["end"]), {})[str(h["pair"])] = int(h["generation"])
+def _read(path: Path) -> list[dict[str, Any]] | None:
+    """The record's lines, None when it does not exist; WireError when it cannot be read."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise WireError(f"{path} cannot be read ({exc}); the agent will not run: {ADVICE}") from exc
+    lines = raw.split(b"\n")
+    torn = lines.pop()  # after the last newline: empty, or a line whose append never finished
+    del torn
+    out: list[dict[str, Any]] = []
+    for n, line in enumerate(lines, 1):
         try:
-            self._data: dict[str, dict[str, int]] = {
-                end: {str(p): int(g) for p, g in dict(data.get(end, {})).items()}
-                for end in ("consumer", "provider")
-            }
-        except (TypeError, ValueError) as exc:
+            data = json.loads(line)
+        except ValueError as exc:
             raise WireError(
-                f"{self._path}: generations must be integers: {GENERATIONS_ADVICE}"
+                f"{path} line {n} cannot be read ({exc}); the agent will not run without "
+                f"knowing what it accepted: {ADVICE}"
             ) from exc
+        if not isinstance(data, dict):
+            raise WireError(f"{path} line {n} is not a JSON object: {ADVICE}")
+        out.append(data)
+    return out
 
+
+def _old(path: Path) -> dict[str, Any]:
+    """A record of the version before (two files), {} when absent or unreadable-as-object."""
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise WireError(f"{path} cannot be read ({exc}): {ADVICE}") from exc
+    return data if isinstance(data, dict) else {}
+
+
+class Accepted:
+    """Sequence numbers and generations this agent accepted, one durable line per request.
+
+    :meth:`take` admits a sequence number in memory (a second request with it is refused at
+    once); :meth:`record` makes it durable, with a delivery's generations, before the request is
+    acted on. A number taken but never recorded (a misshapen request) stays refused until a
+    restart, and was never acted on.
+    """
+
+    def __init__(self, state_dir: Path, node: str, held: Iterable[Holding] = ()) -> None:
+        self._path = state_dir / LEDGER
+        self._node = node
+        self._lock = threading.Lock()
+        self._floor = 0
+        self._recent: set[int] = set()
+        self._gens: dict[str, dict[str, int]] = {end: {} for end in ENDS}
+        lines = _read(self._path)
+        try:
+            if lines is None:  # first run of this version: the old files, or the holdings
+                self._upgrade(state_dir, held)
+            else:
+                for line in lines:
+                    self._replay(line)
+            self._prune()
+        except (TypeError, ValueError, AttributeError, KeyError) as exc:
+            raise WireError(
+                f"{self._path}: sequence numbers and generations must be integers: {ADVICE}"
+            ) from exc
+        self._lines = 0
+        self._fd = -1
+        self._compact()
+
+    def _upgrade(self, state_dir: Path, held: Iterable[Holding]) -> None:
+        old = _old(state_dir / OLD_REQUESTS)
+        self._replay({"floor": old.get("floor", 0), "recent": old.get("recent", [])})
+        gens = _old(state_dir / OLD_GENERATIONS)
+        if not gens:
+            for h in held:
+                gens.setdefault(str(h["end"]), {})[str(h["pair"])] = int(h["generation"])
+        self._replay({end: gens.get(end, {}) for end in ENDS})
+
+    def _replay(self, line: dict[str, Any]) -> None:
+        """Fold one line (a snapshot or a request) into memory."""
+        if "floor" in line:
+            self._floor = max(self._floor, int(line["floor"]))
+        self._recent.update(int(s) for s in line.get("recent", []))
+        if "s" in line:
+            self._recent.add(int(line["s"]))
+        for end in ENDS:
+            self._gens[end].update({str(p): int(g) for p, g in dict(line.get(end, {})).items()})
+        for end, pair, gen in line.get("g", []):
+            self._gens[str(end)][str(pair)] = int(gen)
+
+    def _prune(self) -> None:
+        if self._recent:
+            self._floor = max(self._floor, max(self._recent) - WINDOW_US)
+        self._recent = {s for s in self._recent if s > self._floor}
+        if len(self._recent) > RECENT_LIMIT:
+            kept = sorted(self._recent)[-RECENT_LIMIT:]
+            self._floor, self._recent = kept[0] - 1, set(kept)
+
+    def _compact(self) -> None:
+        """Rewrite the record as one snapshot line (atomically, durably); append from there."""
+        snapshot = {"floor": self._floor, "recent": sorted(self._recent), **self._gens}
+        write_private(self._path, json.dumps(snapshot, sort_keys=True).encode() + b"\n")
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+        self._lines = 1
+
+    def close(self) -> None:
+        """Let go of the record's descriptor."""
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+
+    # ---- sequence numbers -------------------------------------------------------------------
+    def take(self, seq: int) -> None:
+        """Admit ``seq`` once, in memory, or raise EnvelopeError saying why not."""
+        with self._lock:
+            if seq <= self._floor:
+                raise EnvelopeError(
+                    "refused: request is older than the requests this agent already accepted "
+                    "(replayed?)"
+                )
+            if seq in self._recent:
+                raise EnvelopeError("refused: replayed request (sequence number already used)")
+            self._recent.add(seq)
+            self._prune()
+
+    def record(self, seq: int, changes: Sequence[Change] = ()) -> None:
+        """Make ``seq`` (and a delivery's accepted generations) durable: one line, one
+        fdatasync. OSError when it cannot be written (then nothing of the request is done)."""
+        line: dict[str, Any] = {"s": seq}
+        if changes:
+            line["g"] = [list(c) for c in changes]
+        data = json.dumps(line, separators=(",", ":")).encode() + b"\n"
+        with self._lock:
+            if self._lines >= COMPACT_EVERY:
+                self._compact()
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._fd, view) :]
+            os.fdatasync(self._fd)
+            self._lines += 1
+            for end, pair, gen in changes:
+                self._gens[end][pair] = gen
+
+    # ---- generations ------------------------------------------------------------------------
     def get(self, end: str, pair: str) -> int | None:
         """The newest generation accepted for one end of a pair."""
-        return self._data[end].get(pair)
+        with self._lock:
+            return self._gens[end].get(pair)
 
-    def admit(self, payload: DeliverRequest) -> list[Refusal]:
-        """Check every item of a delivery; record the accepted generations durably, before any
-        file is written. Call under the agent's delivery lock. Returns the refused items, keyed
-        ``consumer:<pair>`` or ``provider:<provider>:<provision>``."""
+    def check(self, payload: DeliverRequest) -> tuple[list[Refusal], list[Change]]:
+        """Every item of a delivery against the generations accepted, nothing written: the
+        refused items (keyed ``consumer:<pair>`` or ``provider:<provider>:<provision>``) and
+        the generations the rest is accepted with (for :meth:`record`). Call under the agent's
+        delivery lock, and record before any file is written."""
         refused: list[Refusal] = []
-        changes: list[tuple[str, str, int]] = []
+        changes: list[Change] = []
         for item in payload.get("consumer", []):
             if item["node"] != self._node:
                 continue  # the delivery itself refuses it, naming the node
@@ -151,18 +244,12 @@ class AcceptedGenerations:
                 refused.append(Refusal(f"provider:{spec['provider']}:{spec['provision']}", whys[0]))
             else:
                 changes += [("provider", pair, gen) for pair, gen, _ in ends]
-        if changes:
-            data = {end: dict(pairs) for end, pairs in self._data.items()}
-            for end, pair, gen in changes:
-                data[end][pair] = gen
-            write_private(self._path, json.dumps(data, sort_keys=True).encode())
-            self._data = data
-        return refused
+        return refused, changes
 
     def _older(
         self, item: ConsumerItem | ManifestEntry, end: str, pair: str, gen: int
     ) -> str | None:
-        held = self._data[end].get(pair)
+        held = self._gens[end].get(pair)
         if held is None or gen >= held:
             return None
         note = item.get("rollback")

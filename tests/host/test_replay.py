@@ -17,6 +17,7 @@ import pytest
 from meshtui import crypto, messages, wire
 from meshtui.controller.client import AgentClient
 from meshtui.controller.deliver import Planner
+from meshtui.errors import EnvelopeError, WireError
 
 GITEA = "database:app1/gitea->db1/postgres"
 CREDENTIAL = "srv/app1/gitea/db.password"
@@ -252,15 +253,58 @@ def test_a_sequence_file_never_repeats_across_processes_or_a_clock_stepping_back
 
 
 def test_an_upgraded_agent_starts_from_the_generations_it_holds(tmp_path):
-    from meshtui.host.guard import AcceptedGenerations
+    from meshtui.host.guard import Accepted
 
     held = [{"end": "consumer", "pair": GITEA, "generation": 3, "digest": "x"}]
-    accepted = AcceptedGenerations(tmp_path, "app1", held)
+    accepted = Accepted(tmp_path, "app1", held)
     item = {"pair": GITEA, "node": "app1", "generation": 2}
-    (refusal,) = accepted.admit({"consumer": [item]})
+    (refusal,), _ = accepted.check({"consumer": [item]})
     assert "generation 2 is older than generation 3" in refusal.reason
-    assert accepted.admit({"consumer": [{**item, "generation": 4}]}) == []
-    assert AcceptedGenerations(tmp_path, "app1", []).get("consumer", GITEA) == 4
+    refused, changes = accepted.check({"consumer": [{**item, "generation": 4}]})
+    assert refused == [] and changes == [("consumer", GITEA, 4)]
+    accepted.take(7)
+    accepted.record(7, changes)
+    accepted.close()
+    again = Accepted(tmp_path, "app1", [])
+    assert again.get("consumer", GITEA) == 4
+    with pytest.raises(EnvelopeError, match="replayed"):
+        again.take(7)
+
+
+def test_an_agent_reads_the_record_of_the_version_before(tmp_path):
+    """Upgrading from two files (requests.json, generations.json) keeps what they say."""
+    from meshtui.host.guard import Accepted
+
+    (tmp_path / "requests.json").write_text(json.dumps({"floor": 5, "recent": [9]}))
+    (tmp_path / "generations.json").write_text(
+        json.dumps({"consumer": {GITEA: 6}, "provider": {}})
+    )
+    accepted = Accepted(tmp_path, "app1", [])
+    assert accepted.get("consumer", GITEA) == 6
+    for seq in (5, 9):
+        with pytest.raises(EnvelopeError):
+            accepted.take(seq)
+    accepted.take(10)
+
+
+def test_a_torn_last_line_is_dropped_and_any_other_bad_line_stops_the_agent(tmp_path):
+    """A crash inside an append (before its fdatasync returned: nothing was acted on) leaves a
+    line without its newline: dropped. A broken line before the last is not guessed at."""
+    from meshtui.host.guard import LEDGER, Accepted
+
+    accepted = Accepted(tmp_path, "app1", [])
+    accepted.take(11)
+    accepted.record(11, [("consumer", GITEA, 2)])
+    accepted.close()
+    path = tmp_path / LEDGER
+    path.write_bytes(path.read_bytes() + b'{"s":12,"g":[["consu')
+    again = Accepted(tmp_path, "app1", [])
+    assert again.get("consumer", GITEA) == 2
+    again.take(12)  # never recorded, so never acted on
+    again.close()
+    path.write_bytes(b'{"s":1\n' + path.read_bytes())
+    with pytest.raises(WireError, match="line 1 cannot be read"):
+        Accepted(tmp_path, "app1", [])
 
 
 def test_an_agent_that_cannot_read_what_it_accepted_does_not_start(mesh):
@@ -268,8 +312,8 @@ def test_an_agent_that_cannot_read_what_it_accepted_does_not_start(mesh):
     import sys
 
     mesh.stop("app1")
-    record = mesh.nodes["app1"] / "requests.json"
-    record.write_text("{not json")
+    record = mesh.nodes["app1"] / "accepted.log"
+    record.write_text("{not json\n")
     done = subprocess.run(
         [
             sys.executable,
