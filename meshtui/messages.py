@@ -17,11 +17,14 @@ mirror of each shape made of ``forbid_unknown_fields`` Structs, built once from 
 (the shapes stay the one definition); the payload itself is handed on unchanged.
 """
 
+import hashlib
+import json
 import types
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import (
     Generic,
     Literal,
+    NamedTuple,
     NotRequired,
     TypedDict,
     TypeVar,
@@ -180,8 +183,18 @@ ManifestEntry = TypedDict(
 declared values and its credential sealed to the provider."""
 
 
+class ManifestBase(TypedDict):
+    """What a delta applies to: the digest (:func:`consumer_set_digest`) of the consumer set
+    the manifest on the node must hold, as the controller's inventory says it was delivered."""
+
+    digest: str
+
+
 class ProviderSet(TypedDict):
-    """A whole manifest for one (provider module, provision): every live consumer."""
+    """A manifest for one (provider module, provision): every live consumer, or, with ``base``,
+    a delta: ``consumers`` are only the entries that changed or were added and ``removed`` the
+    logins that go; the node merges them into the manifest it holds (when that holds ``base``)
+    and writes it whole, or refuses the delta (``base_refused``) and nothing changes."""
 
     provider: str
     provision: str
@@ -192,6 +205,8 @@ class ProviderSet(TypedDict):
     pin: bool
     consumers: list[ManifestEntry]
     kind: NotRequired[str]  # the provider's kind when it is not PostgreSQL (redis)
+    base: NotRequired[ManifestBase]
+    removed: NotRequired[list[str]]
 
 
 class ConsumerItem(TypedDict):
@@ -236,6 +251,7 @@ class ProviderOutcome(TypedDict):
     outcomes: list[LoginOutcome]
     applied_at: NotRequired[float]
     error: NotRequired[str]
+    base_refused: NotRequired[str]  # a delta not applied, and why: send the whole manifest
 
 
 class ConsumerOutcome(TypedDict):
@@ -255,6 +271,28 @@ class DeliverAnswer(TypedDict):
 
     provider: list[ProviderOutcome]
     consumer: list[ConsumerOutcome]
+
+
+class ConsumerLine(NamedTuple):
+    """The part of one manifest consumer both ends know: what a delta's base is a digest of."""
+
+    login: str
+    node: str
+    module: str
+    at: str
+    values: Mapping[str, str]
+    digest: str
+
+
+def consumer_set_digest(lines: Iterable[ConsumerLine]) -> str:
+    """A digest of a manifest's consumer set, in any order (login, where from, values, the
+    credential's digest): the controller computes it from its inventory, the node from the
+    manifest it holds, and a delta is merged only when the two agree."""
+    canonical = sorted(
+        [c.login, c.node, c.module, c.at, sorted(c.values.items()), c.digest] for c in lines
+    )
+    text = json.dumps(canonical, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 # ---- withdraw -------------------------------------------------------------------------------

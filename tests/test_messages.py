@@ -263,3 +263,40 @@ def test_validation_names_the_path_without_an_agent():
 
 if __name__ == "__main__":
     serve_miswired(Path(sys.argv[1]), sys.argv[2])
+
+
+def test_a_delta_and_its_refusal_have_their_shapes(mesh):
+    """A provider set with ``base`` (and ``removed``) is a deliver request; a delta on a base the
+    node does not hold comes back as a ProviderOutcome with ``base_refused``, nothing written."""
+    sets, _, _, _ = planned(mesh)
+    with agents(mesh) as client:
+        whole = client.call("db1", messages.DELIVER, DeliverRequest(provider=sets["db1"]))
+        assert whole["provider"][0]["ok"]
+        manifest = mesh.root / "srv/db1/postgres/mesh.json"
+        before = manifest.read_bytes()
+        delta = {**sets["db1"][0], "base": {"digest": "0" * 64}, "removed": ["nobody"]}
+        request = DeliverRequest(provider=[delta])
+        assert messages.DELIVER.request_of(json.loads(json.dumps(request))) == request
+        answer = client.call("db1", messages.DELIVER, request)  # the client checked the answer
+    (got,) = answer["provider"]
+    assert not got["ok"] and got["outcomes"] == []
+    assert "does not hold the consumer set the delta applies to" in got["base_refused"]
+    assert got["error"] == got["base_refused"]
+    assert manifest.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    ("base", "where"),
+    [
+        ({}, "Object missing required field `digest` - at `$.provider[0].base`"),
+        (
+            {"digest": "x", "serial": 3},
+            "Object contains unknown field `serial` - at `$.provider[0].base`",
+        ),
+    ],
+)
+def test_a_misshapen_base_is_refused_naming_the_field(mesh, base, where):
+    sets, _, _, _ = planned(mesh)
+    with pytest.raises(MessageError) as caught:
+        messages.DELIVER.request_of({"provider": [{**sets["db1"][0], "base": base}]})
+    assert where in str(caught.value)

@@ -13,7 +13,7 @@ generations and their rotations.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, TypeVar
 
@@ -176,49 +176,97 @@ class Planner:
             raise InventoryError(f"{pair}: generation {generation} is not held sealed any more")
         return Sealed(row["digest"], row["consumer_sealed"], row["provider_sealed"])
 
+    def _entry(self, p: PairRow, gen: int) -> ManifestEntry:
+        row = self.sealed(p["id"], gen)
+        cnode = node_of(p["consumer"])
+        entry: ManifestEntry = {
+            "pair": p["id"],
+            "as": p["login"],
+            "node": cnode,
+            "module": p["consumer"].split("/", 1)[1],
+            "at": self.nodes[cnode]["address"],
+            "values": p["values"],
+            "generation": gen,
+            "digest": row.digest,
+            "sealed": crypto.b64(row.provider),
+        }
+        return self._with_rollback(entry)
+
+    def _live(self, provider: str, provision: str) -> list[PairRow]:
+        return [
+            p
+            for p in self.pairs.values()
+            if p["provider"] == provider and p["provision"] == provision and not p["withdrawn_at"]
+        ]
+
+    def _set(self, provider: str, provision: str, consumers: list[ManifestEntry]) -> ProviderSet:
+        spec = self.modules[provider]["spec"]
+        kind = next(
+            (o.get("kind") for o in spec.get("provides", []) if o.get("name") == provision),
+            None,
+        )
+        delivery: ProviderSet = {
+            "provider": provider,
+            "provision": provision,
+            "receives": spec["receives"][provision],
+            "grants": spec["grants"][provision],
+            "admin": spec.get("admin"),
+            "provisioner": spec.get("provisioner"),
+            "pin": bool(spec.get("pin", False)),
+            "consumers": consumers,
+        }
+        if kind is not None and kind != "postgres":
+            delivery["kind"] = kind
+        return delivery
+
     def provider_sets(
         self, providers: Iterable[tuple[str, str]], targets: Targets
     ) -> dict[str, list[ProviderSet]]:
         """Manifest deliveries by provider node, for (provider module, provision) keys."""
         out: dict[str, list[ProviderSet]] = {}
         for provider, provision in sorted(set(providers)):
-            spec = self.modules[provider]["spec"]
-            kind = next(
-                (o.get("kind") for o in spec.get("provides", []) if o.get("name") == provision),
-                None,
+            consumers = [
+                self._entry(p, targets.get(p["id"], p["generation"]))
+                for p in self._live(provider, provision)
+            ]
+            out.setdefault(node_of(provider), []).append(self._set(provider, provision, consumers))
+        return out
+
+    def provider_deltas(
+        self, providers: Iterable[tuple[str, str]], targets: Targets
+    ) -> dict[str, list[ProviderSet]]:
+        """:meth:`provider_sets` as deltas: only the pairs in ``targets``, with the base they
+        apply to, the consumer set the inventory says each provider end was delivered. A
+        provision with an end not on record (never delivered, or its last delivery failed)
+        is sent whole: its base is not known."""
+        delivered = {
+            pair: row for (pair, end), row in self.inv.deliveries().items() if end == "provider"
+        }
+        out: dict[str, list[ProviderSet]] = {}
+        for provider, provision in sorted(set(providers)):
+            live = self._live(provider, provision)
+            rows = [delivered.get(p["id"]) for p in live]
+            if any(r is None or r["error"] or not r["digest"] for r in rows):
+                out.setdefault(node_of(provider), []).extend(
+                    self.provider_sets([(provider, provision)], targets)[node_of(provider)]
+                )
+                continue
+            lines = (
+                messages.ConsumerLine(
+                    p["login"],
+                    node_of(p["consumer"]),
+                    p["consumer"].split("/", 1)[1],
+                    self.nodes[node_of(p["consumer"])]["address"],
+                    p["values"],
+                    str(r["digest"]),
+                )
+                for p, r in zip(live, rows, strict=True)
+                if r is not None
             )
-            consumers: list[ManifestEntry] = []
-            for p in self.pairs.values():
-                if p["provider"] != provider or p["provision"] != provision or p["withdrawn_at"]:
-                    continue
-                gen = targets.get(p["id"], p["generation"])
-                row = self.sealed(p["id"], gen)
-                cnode = node_of(p["consumer"])
-                entry: ManifestEntry = {
-                    "pair": p["id"],
-                    "as": p["login"],
-                    "node": cnode,
-                    "module": p["consumer"].split("/", 1)[1],
-                    "at": self.nodes[cnode]["address"],
-                    "values": p["values"],
-                    "generation": gen,
-                    "digest": row.digest,
-                    "sealed": crypto.b64(row.provider),
-                }
-                consumers.append(self._with_rollback(entry))
-            delivery: ProviderSet = {
-                "provider": provider,
-                "provision": provision,
-                "receives": spec["receives"][provision],
-                "grants": spec["grants"][provision],
-                "admin": spec.get("admin"),
-                "provisioner": spec.get("provisioner"),
-                "pin": bool(spec.get("pin", False)),
-                "consumers": consumers,
-            }
-            if kind is not None and kind != "postgres":
-                delivery["kind"] = kind
-            out.setdefault(node_of(provider), []).append(delivery)
+            changed = [self._entry(p, targets[p["id"]]) for p in live if p["id"] in targets]
+            spec = self._set(provider, provision, changed)
+            spec["base"] = {"digest": messages.consumer_set_digest(lines)}
+            out.setdefault(node_of(provider), []).append(spec)
         return out
 
     def consumer_items(
@@ -294,8 +342,13 @@ def send_providers(
     result: Delivered,
     *,
     record: bool = True,
+    whole: Callable[[str, str], ProviderSet] | None = None,
 ) -> None:
-    """Deliver manifests to provider nodes (in parallel) and record each pair's provider end."""
+    """Deliver manifests to provider nodes (in parallel) and record each pair's provider end.
+
+    A delta the node refuses (its manifest is not the delta's base) is sent again whole, from
+    ``whole(provider, provision)``, in the same call.
+    """
     if not sets:
         return
     answers = agents.call_many(
@@ -303,6 +356,8 @@ def send_providers(
         {n: DeliverRequest(provider=s) for n, s in sets.items()},
         timeout=DELIVER_TIMEOUT_S,
     )
+    if whole is not None:
+        sets, answers = _resend_whole(agents, sets, answers, whole)
     rows: list[EndRow] = []
     for node, sent in sets.items():
         answer = answers[node]
@@ -326,6 +381,44 @@ def send_providers(
     result.pending.extend(rows)
     if record:
         result.flush(inv)
+
+
+def _resend_whole(
+    agents: Agents,
+    sets: Mapping[str, list[ProviderSet]],
+    answers: Mapping[str, DeliverAnswer | AgentError],
+    whole: Callable[[str, str], ProviderSet],
+) -> tuple[dict[str, list[ProviderSet]], dict[str, DeliverAnswer | AgentError]]:
+    """Each refused delta's manifest sent whole; the sets and answers as finally delivered."""
+    sets_out = {node: list(sent) for node, sent in sets.items()}
+    answers_out = dict(answers)
+    again: dict[str, list[ProviderSet]] = {}
+    for node, sent in sets.items():
+        for spec in sent:
+            got = _match_provider(answers[node], spec)
+            if "base" in spec and got is not None and "base_refused" in got:
+                again.setdefault(node, []).append(whole(spec["provider"], spec["provision"]))
+    if not again:
+        return sets_out, answers_out
+    resent = agents.call_many(
+        messages.DELIVER,
+        {n: DeliverRequest(provider=s) for n, s in again.items()},
+        timeout=DELIVER_TIMEOUT_S,
+    )
+    for node, specs in again.items():
+        keys = {(s["provider"], s["provision"]) for s in specs}
+        first = answers[node]
+        kept = [s for s in sets_out[node] if (s["provider"], s["provision"]) not in keys]
+        sets_out[node] = kept + specs
+        answer = resent[node]
+        if isinstance(answer, AgentError) or isinstance(first, AgentError):
+            answers_out[node] = answer
+            continue
+        outcomes = [
+            o for o in first["provider"] if (o["provider"], o["provision"]) not in keys
+        ] + answer["provider"]
+        answers_out[node] = {"provider": outcomes, "consumer": first["consumer"]}
+    return sets_out, answers_out
 
 
 def _match_provider(

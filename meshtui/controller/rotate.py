@@ -24,6 +24,7 @@ from meshtui.controller.resolve import ask_state
 from meshtui.errors import InputError, NotResolvedError
 from meshtui.inventory import now
 from meshtui.inventory.rows import PairRow, RotationItem, RotationStart
+from meshtui.messages import ProviderSet
 from meshtui.model import node_of
 
 if TYPE_CHECKING:
@@ -135,8 +136,21 @@ def _deliver(
     progress("delivering to providers", step, 4)
     providers = {(plan.pairs[pid]["provider"], plan.pairs[pid]["provision"]) for pid in targets}
     consumer_items = plan.consumer_items(targets, targets)  # built before the window opens
+    # forward, each provider gets a delta (its manifest on disk is the base the inventory
+    # records); a rollback's base is not known (the forward delivery may or may not have
+    # landed), so it is sent whole
+    sets = (
+        plan.provider_deltas(providers, targets)
+        if key == "to"
+        else plan.provider_sets(providers, targets)
+    )
+
+    def whole(provider: str, provision: str) -> ProviderSet:
+        (spec,) = plan.provider_sets([(provider, provision)], targets)[node_of(provider)]
+        return spec
+
     # answers are recorded after the consumers are sent, so nothing slow sits in the window
-    send_providers(agents, inv, plan.provider_sets(providers, targets), result, record=False)
+    send_providers(agents, inv, sets, result, record=False, whole=whole)
     if not all(result.provider_ok.get(pid, False) for pid in targets):
         result.flush(inv)
         return result

@@ -170,7 +170,7 @@ class Deliveries:
             out["error"] = f"{provider}: {exc}"
             return out
         try:
-            write_provider_files(spec, manifest, grants, self.unseal, self.serials)
+            written = write_provider_files(spec, manifest, grants, self.unseal, self.serials)
         except HostFileError as exc:
             out["error"] = f"node {self.identity.name}: {provider} {provision_name}: {exc}"
             return out
@@ -180,7 +180,10 @@ class Deliveries:
         except OSError as exc:
             out["error"] = f"cannot write the manifest or secret files: {exc.strerror}"
             return out
-        report = provision(spec, manifest, self.provisioner)
+        if written.refused is not None:  # a delta on another base: nothing was written
+            out["error"] = out["base_refused"] = f"{provider} {provision_name}: {written.refused}"
+            return out
+        report = provision(spec, manifest, self.provisioner, written.logins)
         out["applied_at"] = time.time()
         out["outcomes"] = report["outcomes"]
         out["ok"] = report["ok"] and "error" not in report
@@ -203,7 +206,10 @@ class Deliveries:
                     "login": c["as"],
                 }
         listed = {c["pair"] for c in spec["consumers"]}
+        delta, removed = "base" in spec, set(spec.get("removed", []))
         for h in self.holdings.listing():
+            if delta and h.get("login") not in removed:
+                continue  # a delta names what goes; the rest of the manifest stays as it was
             if h["end"] == "provider" and h.get("provider") == provider and h["pair"] not in listed:
                 # a withdrawn pair stays held until its login is gone ("drop pending" is not gone)
                 gone = by_login.get(str(h.get("login")), OutcomeName.REMOVED) == OutcomeName.REMOVED

@@ -1,7 +1,8 @@
 """Writing a provider's manifest and the secret files beside it, by folder descriptor.
 
 The manifest is whole on every write (every live consumer of the provision, a serial one more
-than the last) and written after every secret it names; secret files no longer named go.
+than the last) and written after every secret it names; secret files no longer named go. A
+delta is merged into the manifest on disk first, when that is the set the delta applies to.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NotRequired, TypedDict
 
@@ -16,7 +18,7 @@ from meshtui import crypto
 from meshtui.atomic import PRIVATE
 from meshtui.errors import HostFileError
 from meshtui.host import files
-from meshtui.messages import ProviderSet
+from meshtui.messages import ConsumerLine, ManifestEntry, ProviderSet, consumer_set_digest
 
 ManifestLine = TypedDict(
     "ManifestLine",
@@ -89,21 +91,88 @@ def _serial_on_disk(folder: files.Folder, name: str) -> int:
         return 0
 
 
+@dataclass(frozen=True)
+class Written:
+    """What :func:`write_provider_files` did: the logins the provisioner must apply (None:
+    every one, a whole manifest), or why a delta was refused (then nothing was written)."""
+
+    logins: frozenset[str] | None = None
+    refused: str | None = None
+
+
+def _line(c: ManifestEntry, rel: str) -> ManifestLine:
+    return {
+        "as": c["as"],
+        "node": c["node"],
+        "module": c["module"],
+        "at": c["at"],
+        "values": c["values"],
+        "secret": rel + secret_name(c["node"], c["module"]),
+        "digest": c["digest"],
+    }
+
+
+def _held_lines(folder: files.Folder, name: str, spec: ProviderSet) -> list[ManifestLine] | str:
+    """The consumer lines of the manifest on disk when its set is the delta's base, else why
+    not (missing, unreadable, another provision's, or not the set the controller expects)."""
+    base = spec.get("base")
+    assert base is not None
+    try:
+        data = folder.read(name, limit=files.MAX_MANIFEST)
+    except (HostFileError, OSError) as exc:
+        return f"the manifest on the node cannot be read ({exc})"
+    if data is None:
+        return "the node holds no manifest to apply a delta to"
+    try:
+        body = json.loads(data)
+        if body.get("provider") != spec["provider"] or body.get("provision") != spec["provision"]:
+            return "the manifest on the node is for another provision"
+        lines: list[ManifestLine] = list(body["consumers"])
+        digest = consumer_set_digest(
+            ConsumerLine(c["as"], c["node"], c["module"], c["at"], c["values"], c["digest"])
+            for c in lines
+        )
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return "the manifest on the node is not a manifest meshtui wrote"
+    if digest != base["digest"]:
+        return (
+            "the manifest on the node does not hold the consumer set the delta applies to "
+            "(edited, behind, or written by another controller)"
+        )
+    return lines
+
+
 def write_provider_files(
     spec: ProviderSet, manifest: Path, grants: Path, unseal: Unseal, serials: Serials
-) -> None:
+) -> Written:
     """Secret files into the grants folder, then the manifest beside it; stale secrets go.
 
     Both folders are opened once, checked (real folders, the agent's own, nobody else may
     write them) and worked in by descriptor. Every blob is unsealed before anything is
     written, so a bad one changes nothing; an unsafe folder is refused before any write.
+
+    A delta (``base`` in the set) is merged into the manifest on disk when that holds the
+    base's consumer set (the result is the whole manifest a whole delivery would write), and
+    only its entries' secret files are checked; otherwise it is refused, nothing written.
     """
+    delta = "base" in spec
     consumers = spec["consumers"]
     inside = grants.relative_to(manifest.parent).as_posix()
     rel = "" if inside == "." else inside + "/"
     mdir = files.open_folder(manifest.parent, create=0o755)
     assert mdir is not None
     with mdir:
+        lines = [_line(c, rel) for c in consumers]
+        scope: frozenset[str] | None = None
+        if delta:
+            held = _held_lines(mdir, manifest.name, spec)
+            if isinstance(held, str):
+                return Written(refused=held)
+            gone = set(spec.get("removed", []))
+            changed = {line["as"]: line for line in lines}
+            merged = [changed.pop(h["as"], h) for h in held if h["as"] not in gone]
+            lines = merged + [line for line in lines if line["as"] in changed]
+            scope = frozenset(c["as"] for c in consumers) | gone
         gdir = files.open_folder(grants, create=0o700, own=True)
         assert gdir is not None
         with gdir:
@@ -123,25 +192,15 @@ def write_provider_files(
                 "provider": spec["provider"],
                 "serial": serial,
                 "pin": spec["pin"],
-                "consumers": [
-                    {
-                        "as": c["as"],
-                        "node": c["node"],
-                        "module": c["module"],
-                        "at": c["at"],
-                        "values": c["values"],
-                        "secret": rel + secret_name(c["node"], c["module"]),
-                        "digest": c["digest"],
-                    }
-                    for c in consumers
-                ],
+                "consumers": lines,
             }
             if spec.get("kind", "postgres") != "postgres":
                 body["kind"] = spec["kind"]
             mdir.write(manifest.name, manifest_text(body), PRIVATE)
             serials.wrote(manifest, serial)
-            wanted = {secret_name(c["node"], c["module"]) for c in consumers}
+            wanted = {line["secret"].rsplit("/", 1)[-1] for line in lines}
             for stale in gdir.names():
                 old = stale.endswith(".secret") and stale not in wanted
                 if old and not gdir.is_folder(stale):
                     gdir.remove(stale)
+    return Written(logins=scope)

@@ -38,18 +38,23 @@ class ProvisionReport(TypedDict):
     error: NotRequired[str]
 
 
-Provisioner = Callable[[Path, Path], ProvisionReport]
+Provisioner = Callable[[Path, Path, frozenset[str] | None], ProvisionReport]
+"""``provisioner(manifest, admin, only)``: apply the manifest (only the logins ``only`` names,
+when it names any: a delta's), and report each login's outcome."""
 
 
-def builtin_provisioner(manifest: Path, admin: Path) -> ProvisionReport:
+def builtin_provisioner(
+    manifest: Path, admin: Path, only: frozenset[str] | None = None
+) -> ProvisionReport:
     """Run the built-in provisioner in-process; its outcomes.
 
     Its PostgreSQL admin sessions are kept warm between deliveries (:mod:`meshtui.provisioner.warm`):
-    each is checked and its settings read again before it is used.
+    each is checked and its settings read again before it is used. ``only``: a delta's logins,
+    applied and read back alone (the rest of the manifest is as the last delivery left it).
     """
     from meshtui.provisioner.harness import reconcile
 
-    report = reconcile(manifest, admin, postgres=_warm_sessions().open)
+    report = reconcile(manifest, admin, postgres=_warm_sessions().open, only=only)
     return {
         "ok": report.ok,
         "outcomes": [
@@ -73,8 +78,11 @@ def _warm_sessions() -> WarmSessions:
     return WarmSessions()
 
 
-def provision(spec: ProviderSet, manifest: Path, builtin: Provisioner) -> ProvisionReport:
-    """Apply the manifest just written: ``builtin`` unless the set declares a command."""
+def provision(
+    spec: ProviderSet, manifest: Path, builtin: Provisioner, only: frozenset[str] | None = None
+) -> ProvisionReport:
+    """Apply the manifest just written: ``builtin`` unless the set declares a command (which is
+    handed the whole manifest, a delta's or not)."""
     argv = spec["provisioner"] or BUILTIN
     admin = spec["admin"] or ""
     if argv == BUILTIN:
@@ -85,7 +93,7 @@ def provision(spec: ProviderSet, manifest: Path, builtin: Provisioner) -> Provis
                 "error": "no admin conninfo file declared for the provisioner",
             }
         try:
-            return builtin(manifest, Path(admin))
+            return builtin(manifest, Path(admin), only)
         except MeshtuiError as exc:
             return {"ok": False, "outcomes": [], "error": str(exc)}
     argv = [a.replace("{admin}", admin) for a in argv]

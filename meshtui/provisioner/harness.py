@@ -14,6 +14,7 @@ dropped right after; nothing long-lived holds one.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -23,7 +24,7 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 
@@ -296,8 +297,13 @@ def reconcile(
     factory: AdapterFactory | None = None,
     workers: int | None = None,
     postgres: AdapterFactory | None = None,
+    only: frozenset[str] | None = None,
 ) -> Report:
     """Make the provider's software match the manifest once; see the module docstring.
+
+    ``only``: a delta's logins (changed, added or removed); only those are made true, read back
+    and reported, the rest of the manifest is taken as the last whole run left it. A pinned
+    manifest is always reconciled whole (its pg_hba block is written from every login).
 
     Raises ManifestError (nothing touched) for a broken manifest and ProvisionError when the
     admin file or the server cannot be used. Every other problem is an outcome in the Report.
@@ -307,6 +313,8 @@ def reconcile(
     factory = factory or adapter_for(manifest)
     if postgres is not None and factory is PostgresAdapter:
         factory = postgres  # e.g. a process's kept sessions (meshtui.provisioner.warm)
+    if only is not None and not manifest.pin:
+        manifest, factory = _scoped(manifest, factory, only)
     if workers is None and manifest.kind == "redis":
         workers = 1  # one Redis thread serves every session: a second only adds contention
     conninfo = read_admin_file(Path(admin_file))
@@ -329,6 +337,34 @@ def reconcile(
         elapsed=time.perf_counter() - started,
         limits=limits,
     )
+
+
+class _ScopedAdapter:
+    """An adapter whose inspect reports only the scope's logins, so a scoped run neither
+    checks nor removes any other (every other call goes to the adapter itself)."""
+
+    def __init__(self, adapter: Adapter, only: frozenset[str]) -> None:
+        self._adapter, self._only = adapter, only
+
+    def inspect(self, wanted: Mapping[str, Mapping[str, str]]) -> Mapping[str, Held]:
+        held = self._adapter.inspect(wanted)
+        return {login: h for login, h in held.items() if login in self._only}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._adapter, name)
+
+
+def _scoped(
+    manifest: Manifest, factory: AdapterFactory, only: frozenset[str]
+) -> tuple[Manifest, AdapterFactory]:
+    """The manifest cut to the consumers ``only`` names, and a factory of adapters that see
+    only those logins."""
+    consumers = tuple(c for c in manifest.consumers if c.login in only)
+
+    def scoped(conninfo: str, scope: Scope) -> Adapter:
+        return cast(Adapter, _ScopedAdapter(factory(conninfo, scope), only))
+
+    return dataclasses.replace(manifest, consumers=consumers), scoped
 
 
 def _reconcile(
