@@ -19,6 +19,7 @@ provisioner, in one process with its baselines:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import secrets
 import shutil
@@ -131,6 +132,37 @@ def floor_ms(ctl: Controller, cluster: Cluster, login: str, repeat: int) -> tupl
     return p50_ms(trips), p50_ms(commits)
 
 
+def fsync_ms(folder: Path, repeat: int) -> float:
+    """p50 of one small write + fsync on the filesystem the agents write to: a rotation's
+    durable writes (journal commit, guard record, audit head, secret + manifest, credential)
+    each cost at least one."""
+    path = folder / ".bench-fsync"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    runs = []
+    try:
+        for _ in range(repeat):
+            os.write(fd, b"x" * 64)
+            t0 = time.perf_counter()
+            os.fsync(fd)
+            runs.append(time.perf_counter() - t0)
+    finally:
+        os.close(fd)
+        path.unlink()
+    return p50_ms(runs)
+
+
+def manifest_ms(manifest: Path, repeat: int) -> float:
+    """p50 of reading and parsing the provider's manifest once (a delta's merge on the node and
+    the provisioner's scoped load each do it: the part of a one-pair rotation that still grows
+    with the provision's size)."""
+    runs = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        json.loads(manifest.read_bytes())
+        runs.append(time.perf_counter() - t0)
+    return p50_ms(runs)
+
+
 def pg_alter_all(cluster: Cluster, logins: list[str], *, precomputed: bool) -> float:
     """PostgreSQL's own cost: new passwords for ``logins`` in one transaction (quiet)."""
     with psycopg.connect(cluster.admin_conninfo(), autocommit=True) as conn:
@@ -172,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--others", type=int, default=1000)
+    ap.add_argument(
+        "--one", action="store_true", help="only 1 and 2 (one pair, alone and among others)"
+    )
     args = ap.parse_args(argv)
     base = Path(tempfile.mkdtemp(prefix="meshtui-benchrot-"))
     base.chmod(0o711)
@@ -205,10 +240,15 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(("rotate one pair, demo mesh (ms)", demo, 40.0, demo / 40.0, 1.0))
             (other,) = ctl.inventory.pairs(["database:app2/wiki->db1/postgres"])
             trip, commit = floor_ms(ctl, cluster, other["login"], args.repeat)
+            sync = fsync_ms(root, args.repeat)
             floor = 3 * trip + commit
             print(f"   floor: brief state round trip to both ends p50 {trip:.1f} ms (x3 = "
                   f"{3 * trip:.1f}), one verifier commit p50 {commit:.1f} ms: {floor:.1f} ms; "
                   f"rotation / floor {demo / floor:.2f}")  # fmt: skip
+            print(f"   fsync on this filesystem p50 {sync:.2f} ms; a rotation waits on at least "
+                  f"8 in sequence (journal commit; provider: guard record, audit head x2, "
+                  f"secret + manifest x2; consumer: guard record, audit head x2, credential "
+                  f"x2 -- the last five inside the window): {8 * sync:.1f} ms")  # fmt: skip
             rows.append(("  floor: 3 trips + 1 commit (ms)", demo, floor, demo / floor, 0.0))
 
             ctl.declare(declaration(root, cluster.port, admin, {"bulk1": args.others}))
@@ -217,7 +257,13 @@ def main(argv: list[str] | None = None) -> int:
             among = p50_ms(many)
             print(f"2. the same pair with {args.others} others: p50 {among:.1f} ms "
                   f"(min {min(many) * 1000:.1f}, max {max(many) * 1000:.1f})")  # fmt: skip
+            parse = manifest_ms(root / "srv/db1/postgres/mesh.json", args.repeat)
+            print(f"   floor: the {args.others + 5}-consumer manifest read + parsed once p50 "
+                  f"{parse:.1f} ms (a delta's merge and the scoped provisioner each read it; "
+                  f"the node writes it whole again)")  # fmt: skip
             rows.append((f"rotate one among {args.others} (ms)", among, demo, among / demo, 1.2))
+            if args.one:
+                return _table(rows, load)
 
             bulk = [p for p in ctl.live_pairs() if "bulk1/" in p]
             t0 = time.perf_counter()
@@ -239,15 +285,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"4. push {args.others} new pairs: {pushed:.2f} s; PostgreSQL's own CREATE ROLE "
                   f"... PASSWORD in one transaction {created:.2f} s")  # fmt: skip
             rows.append((f"push {args.others} new pairs (s)", pushed, created, pushed / created, 1.5))
-        print(f"\nload average at start {load[0]:.2f} (2 cores shared); after "
-              f"{os.getloadavg()[0]:.2f}")  # fmt: skip
-        head = f"{'what':<34}{'meshtui':>10}{'baseline':>10}{'ratio':>8}{'goal':>7}  met"
-        print(head)
-        print("-" * len(head))
-        for what, a, b, ratio, goal in rows:
-            met = "-" if not goal else "yes" if ratio <= goal else "NO"
-            print(f"{what:<34}{a:>10.2f}{b:>10.2f}{ratio:>8.2f}{goal:>7.2f}  {met}")
-        return 0
+        return _table(rows, load)
     finally:
         if mesh is not None:
             for node in list(mesh.procs):
@@ -259,6 +297,18 @@ def main(argv: list[str] | None = None) -> int:
             except LabError as exc:
                 print(f"warning: {exc} (attempt {attempt + 1})", file=sys.stderr)
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _table(rows: list[tuple[str, float, float, float, float]], load: tuple[float, ...]) -> int:
+    print(f"\nload average at start {load[0]:.2f} (2 cores shared); after "
+          f"{os.getloadavg()[0]:.2f}")  # fmt: skip
+    head = f"{'what':<34}{'meshtui':>10}{'baseline':>10}{'ratio':>8}{'goal':>7}  met"
+    print(head)
+    print("-" * len(head))
+    for what, a, b, ratio, goal in rows:
+        met = "-" if not goal else "yes" if ratio <= goal else "NO"
+        print(f"{what:<34}{a:>10.2f}{b:>10.2f}{ratio:>8.2f}{goal:>7.2f}  {met}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -207,9 +207,10 @@ class Deliveries:
                 }
         listed = {c["pair"] for c in spec["consumers"]}
         delta, removed = "base" in spec, set(spec.get("removed", []))
-        for h in self.holdings.listing():
+        # a delta names what goes; the rest of the manifest stays as it was
+        for h in self.holdings.listing() if not delta or removed else []:
             if delta and h.get("login") not in removed:
-                continue  # a delta names what goes; the rest of the manifest stays as it was
+                continue
             if h["end"] == "provider" and h.get("provider") == provider and h["pair"] not in listed:
                 # a withdrawn pair stays held until its login is gone ("drop pending" is not gone)
                 gone = by_login.get(str(h.get("login")), OutcomeName.REMOVED) == OutcomeName.REMOVED

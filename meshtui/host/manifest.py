@@ -164,11 +164,13 @@ def write_provider_files(
     with mdir:
         lines = [_line(c, rel) for c in consumers]
         scope: frozenset[str] | None = None
+        held: list[ManifestLine] = []
+        gone: set[str] = set()
         if delta:
-            held = _held_lines(mdir, manifest.name, spec)
-            if isinstance(held, str):
-                return Written(refused=held)
-            gone = set(spec.get("removed", []))
+            found = _held_lines(mdir, manifest.name, spec)
+            if isinstance(found, str):
+                return Written(refused=found)
+            held, gone = found, set(spec.get("removed", []))
             changed = {line["as"]: line for line in lines}
             merged = [changed.pop(h["as"], h) for h in held if h["as"] not in gone]
             lines = merged + [line for line in lines if line["as"] in changed]
@@ -199,7 +201,11 @@ def write_provider_files(
             mdir.write(manifest.name, manifest_text(body), PRIVATE)
             serials.wrote(manifest, serial)
             wanted = {line["secret"].rsplit("/", 1)[-1] for line in lines}
-            for stale in gdir.names():
+            # a delta can make stale only the secret files of the logins it removes
+            names = gdir.names() if not delta else [
+                secret_name(h["node"], h["module"]) for h in held if h["as"] in gone
+            ]  # fmt: skip
+            for stale in names:
                 old = stale.endswith(".secret") and stale not in wanted
                 if old and not gdir.is_folder(stale):
                     gdir.remove(stale)

@@ -309,7 +309,9 @@ def reconcile(
     admin file or the server cannot be used. Every other problem is an outcome in the Report.
     """
     started = time.perf_counter()
-    manifest = load_manifest(Path(manifest_path))
+    manifest = (
+        load_manifest(Path(manifest_path)) if only is None else _load_scoped(manifest_path, only)
+    )
     factory = factory or adapter_for(manifest)
     if postgres is not None and factory is PostgresAdapter:
         factory = postgres  # e.g. a process's kept sessions (meshtui.provisioner.warm)
@@ -337,6 +339,22 @@ def reconcile(
         elapsed=time.perf_counter() - started,
         limits=limits,
     )
+
+
+def _load_scoped(path: Path, only: frozenset[str]) -> Manifest:
+    """The manifest with only the consumers ``only`` names validated and kept (the rest were
+    checked by the whole run that wrote them); whole when it is pinned or not a JSON object
+    with a consumer list (its own error is then the whole parse's)."""
+    path = Path(path)
+    data = read_manifest_bytes(path)
+    try:
+        raw = json.loads(data)
+    except ValueError:
+        return parse_manifest(data, path)
+    if not isinstance(raw, dict) or raw.get("pin") or not isinstance(raw.get("consumers"), list):
+        return parse_manifest(data, path)
+    raw["consumers"] = [c for c in raw["consumers"] if isinstance(c, dict) and c.get("as") in only]
+    return parse_manifest(json.dumps(raw).encode(), path)
 
 
 class _ScopedAdapter:
