@@ -198,3 +198,32 @@ def test_the_unsigned_read_changes_nothing_and_its_answer_is_the_nodes(mesh: Mes
         )
     after = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
     assert after == before
+
+
+def test_the_head_is_kept_in_the_requests_own_durable_record(mesh: Mesh) -> None:
+    """The longer head is written with the request's line in the guard's record (one
+    fdatasync, before the request is acted on); ``audit-head.json`` is only a readable copy: a
+    restart with that copy behind (a crash before it reached the disk) keeps the longer head."""
+    from meshtui.host.guard import LEDGER
+
+    mesh.stop("app1")
+    folder = mesh.nodes["app1"]
+    agent = Agent(load(folder))
+    held = agent.anchor.head
+    assert held is not None
+    stale = (folder / ANCHOR).read_bytes()
+    keys = crypto.load_private(mesh.state / "controller.key")
+    digest = "cd" * 32
+    longer = wire.SignedHead(
+        held.seq + 3, digest, crypto.b64(keys.sign(wire.head_message(held.seq + 3, digest)))
+    )
+    env, _ = wire.envelope(
+        wire.STATE, {}, sender=wire.CONTROLLER, to="app1", keys=keys, head=longer
+    )
+    assert agent.handle(env)[0] == 200
+    last = json.loads((folder / LEDGER).read_bytes().splitlines()[-1])
+    assert last["h"] == longer.to_json()
+    agent.accepted.close()
+    (folder / ANCHOR).write_bytes(stale)  # the copy never reached the disk
+    assert Agent(load(folder)).anchor.head == longer
+    assert kept(mesh, "app1") == held.seq  # the copy is refreshed on the next longer head only

@@ -115,7 +115,9 @@ class Agent:
         self.holdings = Holdings(identity.state_dir)
         self.accepted = Accepted(identity.state_dir, identity.name, self.holdings.listing())
         self.deliveries = Deliveries(identity, self.holdings, self.accepted, provisioner)
-        self.anchor = AuditAnchor(identity.state_dir, identity.controller.verify)
+        self.anchor = AuditAnchor(
+            identity.state_dir, identity.controller.verify, self.accepted.head
+        )
         self._drills: dict[str, tuple[bytes, float]] = {}
         self._drill_lock = threading.Lock()
         self._routes: dict[str, Accept] = {
@@ -148,23 +150,18 @@ class Agent:
             self.accepted.take(msg.seq)  # durably recorded below, before anything is done
         except EnvelopeError as exc:
             return 403, self._reply("error", {"error": str(exc)}, None)
-        if msg.head is not None:
-            try:
-                self.anchor.offer(msg.head)  # kept durably before the request is acted on
-            except OSError as exc:
-                return 500, self._reply(
-                    "error",
-                    {"error": f"{me} cannot keep the audit head: {exc.strerror}"},
-                    msg.nonce,
-                )
         route = self._routes.get(msg.kind)
         if route is None:
             return 400, self._reply("error", {"error": f"unknown kind {msg.kind!r}"}, msg.nonce)
+        head = msg.head if msg.head is not None and self.anchor.wants(msg.head) else None
         recorded: list[int] = []
 
         def record(changes: Sequence[Change]) -> None:
-            self.accepted.record(msg.seq, changes)
+            # the audit head goes in the same durable line, before the request is acted on
+            self.accepted.record(msg.seq, changes, head.to_json() if head else None)
             recorded.append(msg.seq)
+            if head is not None:
+                self.anchor.keep(head)
 
         try:
             work = route.accept(msg.payload, record)  # the one check of the request's shape

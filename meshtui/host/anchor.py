@@ -1,8 +1,8 @@
 """The audit head this node was shown, kept so the controller's log cannot be wiped unnoticed.
 
 The controller shows its signed audit head (:class:`~meshtui.wire.SignedHead`) with every
-request. The agent keeps it in ``audit-head.json`` beside its keys when the controller's key
-signed it and it is longer than the one kept; it never goes back, so a later inventory that is
+request. The agent keeps it (in the replay guard's record, and a copy in ``audit-head.json``
+beside its keys) when the controller's key signed it and it is longer than the one kept; it never goes back, so a later inventory that is
 shorter, or that holds another event at that number, disagrees with what this node saw, and
 ``meshtui audit --verify`` says so, naming the node. Anyone may read it back (the head is a
 number and a hash, no secret), answered signed by this node's key.
@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 
 from meshtui.atomic import write_private
@@ -34,13 +35,36 @@ def is_nonce(text: str) -> bool:
 
 
 class AuditAnchor:
-    """The longest controller-signed audit head this node was shown, persisted atomically."""
+    """The longest controller-signed audit head this node was shown.
 
-    def __init__(self, state_dir: Path, controller_verify_key: bytes) -> None:
+    Durably, it is kept in the replay guard's record (:mod:`meshtui.host.guard`), in the same
+    line and the same fdatasync as the request that showed it, before the request is acted on;
+    ``audit-head.json`` is a readable copy of it (replaced atomically, not fsynced: the record
+    is what a restart trusts when the copy is behind).
+    """
+
+    def __init__(
+        self,
+        state_dir: Path,
+        controller_verify_key: bytes,
+        recorded: Mapping[str, object] | None = None,
+    ) -> None:
         self._path = state_dir / ANCHOR
         self._key = controller_verify_key
         self._lock = threading.Lock()
         self._head = self._load()
+        if recorded is not None:  # what the guard's record kept (a head it verified then)
+            try:
+                head = SignedHead.from_json(dict(recorded))
+            except ValueError as exc:
+                raise WireError(f"the audit head in the guard's record: {exc}: {ADVICE}") from exc
+            if not head.verifies(self._key):
+                raise WireError(
+                    "the audit head in the guard's record is not signed by the pinned "
+                    f"controller key: {ADVICE}"
+                )
+            if self._head is None or head.seq > self._head.seq:
+                self._head = head
 
     def _load(self) -> SignedHead | None:
         try:
@@ -62,18 +86,21 @@ class AuditAnchor:
         """The head kept (None: never shown one)."""
         return self._head
 
-    def offer(self, head: SignedHead) -> bool:
-        """Keep ``head`` when the controller signed it and it extends the kept one; True if kept.
-
-        A head at the same or a lower number is not kept (the kept one is what a later check
-        compares against); OSError when it cannot be written (nothing is kept then).
-        """
+    def wants(self, head: SignedHead) -> bool:
+        """Whether ``head`` would be kept: the controller signed it and it extends the kept one
+        (a head at the same or a lower number is not: the kept one is what a later check
+        compares against). Nothing is written."""
         with self._lock:
             if self._head is not None and head.seq <= self._head.seq:
                 return False
-            if not head.verifies(self._key):
-                return False
-            body = json.dumps(head.to_json(), sort_keys=True).encode()
-            write_private(self._path, body)
+        return head.verifies(self._key)
+
+    def keep(self, head: SignedHead) -> None:
+        """Keep ``head`` (one :meth:`wants` said yes to, already recorded durably by the guard)
+        unless a longer one came meanwhile, and refresh the readable copy."""
+        with self._lock:
+            if self._head is not None and head.seq <= self._head.seq:
+                return
             self._head = head
-            return True
+            body = json.dumps(head.to_json(), sort_keys=True).encode()
+            write_private(self._path, body, durable=False)

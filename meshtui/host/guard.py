@@ -11,9 +11,11 @@ One record beside the node's keys, ``accepted.log``, holds both halves of the re
   older generation is refused unless its signed item says it rolls back from exactly that
   generation.
 
-Each request adds one line (its sequence number and, for a delivery, the generations it is
-accepted with) and one ``fdatasync``, *before* the request is acted on: one durable write per
-request, where two files each replaced and fsynced twice cost four. The first line is a whole
+Each request adds one line (its sequence number, for a delivery the generations it is accepted
+with, and the controller's audit head when it is longer than the one kept) and one
+``fdatasync``, *before* the request is acted on: one durable write per
+request, where three files (requests, generations, audit head) each replaced and fsynced twice
+cost up to six. The first line is a whole
 snapshot; the file is rewritten as one snapshot line (atomically) at start and every
 :data:`COMPACT_EVERY` lines. A torn last line (a crash inside the append, before its fdatasync
 returned, so before anything was acted on) is dropped; any other unreadable line stops the agent.
@@ -120,6 +122,8 @@ class Accepted:
         self._floor = 0
         self._recent: set[int] = set()
         self._gens: dict[str, dict[str, int]] = {end: {} for end in ENDS}
+        self.head: dict[str, Any] | None = None
+        """The newest audit head recorded with a request (:mod:`meshtui.host.anchor`)."""
         lines = _read(self._path)
         try:
             if lines is None:  # first run of this version: the old files, or the holdings
@@ -156,6 +160,9 @@ class Accepted:
             self._gens[end].update({str(p): int(g) for p, g in dict(line.get(end, {})).items()})
         for end, pair, gen in line.get("g", []):
             self._gens[str(end)][str(pair)] = int(gen)
+        head = line.get("h", line.get("head"))
+        if isinstance(head, dict):
+            self.head = head
 
     def _prune(self) -> None:
         if self._recent:
@@ -167,7 +174,13 @@ class Accepted:
 
     def _compact(self) -> None:
         """Rewrite the record as one snapshot line (atomically, durably); append from there."""
-        snapshot = {"floor": self._floor, "recent": sorted(self._recent), **self._gens}
+        snapshot: dict[str, Any] = {
+            "floor": self._floor,
+            "recent": sorted(self._recent),
+            **self._gens,
+        }
+        if self.head is not None:
+            snapshot["head"] = self.head
         write_private(self._path, json.dumps(snapshot, sort_keys=True).encode() + b"\n")
         if self._fd >= 0:
             os.close(self._fd)
@@ -195,12 +208,17 @@ class Accepted:
             self._recent.add(seq)
             self._prune()
 
-    def record(self, seq: int, changes: Sequence[Change] = ()) -> None:
-        """Make ``seq`` (and a delivery's accepted generations) durable: one line, one
-        fdatasync. OSError when it cannot be written (then nothing of the request is done)."""
+    def record(
+        self, seq: int, changes: Sequence[Change] = (), head: dict[str, Any] | None = None
+    ) -> None:
+        """Make ``seq`` (with a delivery's accepted generations, and the audit head the request
+        showed when it is to be kept) durable: one line, one fdatasync. OSError when it cannot
+        be written (then nothing of the request is done)."""
         line: dict[str, Any] = {"s": seq}
         if changes:
             line["g"] = [list(c) for c in changes]
+        if head is not None:
+            line["h"] = head
         data = json.dumps(line, separators=(",", ":")).encode() + b"\n"
         with self._lock:
             if self._lines >= COMPACT_EVERY:
@@ -212,6 +230,8 @@ class Accepted:
             self._lines += 1
             for end, pair, gen in changes:
                 self._gens[end][pair] = gen
+            if head is not None:
+                self.head = head
 
     # ---- generations ------------------------------------------------------------------------
     def get(self, end: str, pair: str) -> int | None:
