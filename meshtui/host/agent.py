@@ -10,6 +10,7 @@ for a bounded time); they are never logged, returned or put in an exception.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -160,8 +161,6 @@ class Agent:
             # the audit head goes in the same durable line, before the request is acted on
             self.accepted.record(msg.seq, changes, head.to_json() if head else None)
             recorded.append(msg.seq)
-            if head is not None:
-                self.anchor.keep(head)
 
         try:
             work = route.accept(msg.payload, record)  # the one check of the request's shape
@@ -180,6 +179,11 @@ class Agent:
             )
         finally:
             self._forget_expired_drills()
+            if head is not None and recorded:
+                # the head is durable in the guard's line; its readable copy is written after
+                # the work (outside a rotation's window), and a failed copy loses nothing
+                with contextlib.suppress(OSError):
+                    self.anchor.keep(head)
         return 200, self._reply(msg.kind, payload, msg.nonce)
 
     def read_anchor(self, nonce: str) -> tuple[int, dict[str, str]]:
