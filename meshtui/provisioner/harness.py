@@ -368,6 +368,9 @@ def _reconcile(
         for login in sorted(held):
             if held[login].ours and login not in wanted:
                 removed.append(_remove(adapter, held[login]))
+        catch_up = getattr(adapter, "catch_up", None)  # optional: redo an earlier failed save
+        if catch_up is not None:
+            catch_up()
     return tuple(outcomes[c.login] for c in manifest.consumers) + tuple(removed), limits
 
 

@@ -22,6 +22,10 @@ batch promises), and the whole batch is one round trip.
 Removal is ``ACL DELUSER`` (Redis ends that user's connections); keys are never touched. A run
 that changed anything ends with ``ACL SAVE`` (server started with an aclfile) or ``CONFIG
 REWRITE`` (started with a config file); a server that has neither is named in every outcome.
+A save that fails is said (ProvisionError) and leaves a mark in Redis itself, the user
+``meshtui-unsaved`` (off, no rights, its own marker selector): the next reconcile sees it in
+its ``ACL LIST`` and saves even if it changes nothing, so an unsaved change is never forgotten
+(the mark lives exactly as long as the unsaved state: a restart loses both).
 The ownership check uses the state read by :meth:`RedisAdapter.inspect` in the same reconcile
 when it has it (see ``_SNAPSHOTS``), else one ``ACL GETUSER``.
 """
@@ -51,6 +55,8 @@ from meshtui.provisioner.adapter import Change, Done, Held, Refused, Scope, Want
 from meshtui.redis_acl import Rules, ValuesError, name_problem, rules_for
 
 MARKER_HEAD = "meshtui:1:"
+UNSAVED_USER = "meshtui-unsaved"
+_UNSAVED_MARK = "%R~meshtui:unsaved"
 _MARKER = re.compile(
     r"%R~meshtui:1:(?P<provider>[^:\s]+):(?P<provision>[^:\s]+):(?P<values>[0-9a-f]{12}):"
     r"(?P<rules>[0-9a-f]{12}):(?P<digest>[0-9a-f]{64})"
@@ -293,6 +299,7 @@ class RedisAdapter:
         self._learned: dict[tuple[str, ...], tuple[tuple[str, ...], str, str]] = {}
         self._keys_verbatim = False
         self.dirty = False
+        self._unsaved = False  # inspect saw the mark of an earlier run's failed save
         try:
             pool = redis.ConnectionPool(
                 **_admin_kwargs(url),
@@ -331,21 +338,46 @@ class RedisAdapter:
 
     # -- session -------------------------------------------------------------------------------
 
+    def catch_up(self) -> None:
+        """Make this run persist even if it changes nothing, when an earlier run's save failed
+        (its mark was in the inspect's ACL LIST). Called by reconcile, never by a read-only
+        inspect."""
+        if self._unsaved and self.persist is not None:
+            self.dirty = True
+
     def close(self) -> None:
-        """Persist what this session changed (ACL SAVE or CONFIG REWRITE), then disconnect."""
+        """Persist what this session changed (ACL SAVE or CONFIG REWRITE), then disconnect.
+
+        The mark of an earlier failed save is deleted first, so the file saved holds no mark;
+        a save that fails leaves the mark (again) for the next run.
+        """
         try:
             if self.dirty and self.persist is not None:
                 self.dirty = False
                 try:
+                    if self._unsaved:
+                        _command(self.client, "ACL", "DELUSER", UNSAVED_USER)
                     _command(self.client, *self.persist)
                 except redis.RedisError as exc:
+                    retried = ", and the next run retries the save" if self._mark_unsaved() else ""
                     raise ProvisionError(
                         f"{' '.join(self.persist)} failed: {_why(exc)}; the changes hold until "
-                        "Redis restarts"
+                        f"Redis restarts{retried}"
                     ) from None
         finally:
             self.client.close()
             self.client.connection_pool.disconnect()
+
+    def _mark_unsaved(self) -> bool:
+        """Leave the mark of a failed save (a user that is off and may do nothing)."""
+        try:
+            _command(
+                self.client, "ACL", "SETUSER", UNSAVED_USER, "reset", "off",
+                f"({_UNSAVED_MARK} -@all)",
+            )  # fmt: skip
+        except redis.RedisError:
+            return False
+        return True
 
     def __enter__(self) -> RedisAdapter:
         return self
@@ -387,6 +419,8 @@ class RedisAdapter:
         except redis.RedisError as exc:
             raise ProvisionError(f"cannot list the ACL users of Redis: {_why(exc)}") from None
         users = {u.name: u for u in map(parse_line, lines) if u is not None}
+        mark = users.pop(UNSAVED_USER, None)
+        self._unsaved = mark is not None and any(_UNSAVED_MARK in s for s in mark.selectors)
         with _SNAPSHOT_LOCK:
             _SNAPSHOTS[self._snapshot_key] = (
                 time.monotonic(),
@@ -425,6 +459,8 @@ class RedisAdapter:
             raise UnsafeLoginError(f"login {login!r} {problem}")
         if login in ("default", self.admin):
             raise Refused(f"{login} is {'the default' if login == 'default' else 'the admin'} user")
+        if login == UNSAVED_USER:
+            raise Refused(f"{login} is the mark meshtui leaves when an ACL SAVE failed")
 
     def _rules(self, login: str, values: Mapping[str, str]) -> Rules:
         try:
