@@ -423,7 +423,7 @@ class Finding:
 
 
 def inspect(
-    manifest_path: Path, admin_file: Path, *, factory: AdapterFactory = PostgresAdapter
+    manifest_path: Path, admin_file: Path, *, factory: AdapterFactory | None = None
 ) -> tuple[Finding, ...]:
     """Read-only: does the software still hold what the manifest's secret files say? No write.
 
@@ -431,6 +431,7 @@ def inspect(
     to compare its digest, and sends nothing secret to the server.
     """
     manifest = load_manifest(Path(manifest_path))
+    factory = factory or adapter_for(manifest)
     conninfo = read_admin_file(Path(admin_file))
     scope = Scope(provider=manifest.provider, provision=manifest.provision)
     with secret_files(manifest) as secrets:

@@ -15,7 +15,7 @@ from meshtui.errors import ManifestError, ProvisionError
 from meshtui.lab import redis as lab_redis
 from meshtui.provisioner.adapter import Scope
 from meshtui.provisioner.files import SecretFiles
-from meshtui.provisioner.harness import reconcile
+from meshtui.provisioner.harness import inspect, reconcile
 from meshtui.provisioner.redis import RedisAdapter
 
 from .conftest import (
@@ -323,3 +323,17 @@ def test_each_secret_file_is_read_once_per_run(
     report = rmesh.reconcile()
     assert outcomes(report)["worker_app1_x"] == "updated", report.lines()
     assert sorted(reads) == sorted(c["secret"] for c in rmesh.consumers.values())
+
+
+def test_the_read_only_inspect_picks_the_redis_adapter_by_itself(rmesh: RMesh) -> None:
+    rmesh.add("app1", "worker")
+    rmesh.add("app2", "web", write_secret=False)
+    assert outcomes(rmesh.reconcile())["worker_app1_x"] == "created"
+    with rmesh.redis() as admin:
+        admin.execute_command("ACL", "SETUSER", "worker_app1_x", ">changed-behind-our-back")
+        before = admin.info("commandstats")
+    found = {f.login: f.verdict for f in inspect(rmesh.manifest, rmesh.admin)}
+    assert found == {"worker_app1_x": "changed", "web_app2_x": "waiting"}
+    with rmesh.redis() as admin:
+        after = admin.info("commandstats")
+    assert after.get("cmdstat_acl|setuser") == before.get("cmdstat_acl|setuser")
