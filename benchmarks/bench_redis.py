@@ -73,16 +73,14 @@ def raw(pair):  # plain redis-py: TLS connect with the certificate checked, AUTH
     return 1
 
 import ssl
+from meshtui.host.redis_private import ContextTLSConnection
 shared = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 shared.load_verify_locations(cafile=ca)
 
-class Shared(SSLConnection):  # the same, with one context for every connection
-    def _wrap_socket_with_ssl(self, sock):
-        return shared.wrap_socket(sock, server_hostname=self.host)
-
-def raw_shared(pair):
-    conn = Shared(host=host, port=port, username=pair[0], password=pair[1],
-                  protocol=2, socket_timeout=5, socket_connect_timeout=5)
+def raw_shared(pair):  # the same, with one context for every connection
+    conn = ContextTLSConnection(context=shared, host=host, port=port, username=pair[0],
+                                password=pair[1], protocol=2, socket_timeout=5,
+                                socket_connect_timeout=5)
     try:
         conn.connect()
     finally:
