@@ -204,7 +204,7 @@ def serve_miswired(state: Path, listen: str) -> None:
     from meshtui.host.agent import Agent
     from meshtui.host.serve import _Server, build_app, uvicorn_config
 
-    def provisioner(manifest: Path, admin: Path) -> dict:
+    def provisioner(manifest: Path, admin: Path, only: frozenset[str] | None) -> dict:
         logins = json.loads(manifest.read_text())["consumers"]
         outcomes = [{"login": 7, "outcome": "updated", "reason": ""} for _ in logins]
         return {"ok": True, "outcomes": outcomes}

@@ -138,7 +138,8 @@ class Accepted:
             ) from exc
         self._lines = 0
         self._fd = -1
-        self._compact()
+        if lines is not None:  # rewritten as one snapshot (a torn last line goes); a new
+            self._compact()  # record is made by the first request
 
     def _upgrade(self, state_dir: Path, held: Iterable[Holding]) -> None:
         old = _old(state_dir / OLD_REQUESTS)
@@ -221,7 +222,7 @@ class Accepted:
             line["h"] = head
         data = json.dumps(line, separators=(",", ":")).encode() + b"\n"
         with self._lock:
-            if self._lines >= COMPACT_EVERY:
+            if self._fd < 0 or self._lines >= COMPACT_EVERY:
                 self._compact()
             view = memoryview(data)
             while view:

@@ -276,9 +276,7 @@ def test_an_agent_reads_the_record_of_the_version_before(tmp_path):
     from meshtui.host.guard import Accepted
 
     (tmp_path / "requests.json").write_text(json.dumps({"floor": 5, "recent": [9]}))
-    (tmp_path / "generations.json").write_text(
-        json.dumps({"consumer": {GITEA: 6}, "provider": {}})
-    )
+    (tmp_path / "generations.json").write_text(json.dumps({"consumer": {GITEA: 6}, "provider": {}}))
     accepted = Accepted(tmp_path, "app1", [])
     assert accepted.get("consumer", GITEA) == 6
     for seq in (5, 9):
