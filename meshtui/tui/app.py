@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 from textual import on
 from textual.app import App
 from textual.binding import BindingType
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.worker import Worker, WorkerState
@@ -31,12 +32,13 @@ from meshtui.controller.core import Controller
 from meshtui.controller.freshness import InventoryStamp
 from meshtui.controller.heartbeat import Heartbeat
 from meshtui.controller.reports import (
-    DrillReport,
-    ProbeOutcome,
+    JobResult,
     Progress,
     PushReport,
     RotationReport,
     Summary,
+    is_drills,
+    is_probes,
 )
 from meshtui.errors import MeshtuiError, ReadOnlyError
 from meshtui.model import Verdict
@@ -57,7 +59,7 @@ at once when it ends (10,000 lines for 10,000 pairs): lines are kept as they com
 batches, so the dashboard keeps up instead of redrawing once per line."""
 
 
-JobRun = Callable[[Controller, tuple[str, ...], Progress], object]
+JobRun = Callable[[Controller, tuple[str, ...], Progress], JobResult]
 JOB_RUNS: dict[JobKind, JobRun] = {
     JobKind.ROTATE: lambda ctl, ids, progress: ctl.rotate(ids, progress),
     JobKind.DRILL: lambda ctl, ids, progress: ctl.drill(ids, progress),
@@ -458,7 +460,7 @@ def watch_line(beat: Heartbeat | None, now: datetime) -> str:
     return f"watch running · last cycle {short_age((now - when).total_seconds())} ago"
 
 
-def job_toast(job: Job, result: Any) -> tuple[str, Any]:
+def job_toast(job: Job, result: JobResult) -> tuple[str, SeverityLevel]:
     """The end-of-job toast: one line, and whether it is good news."""
     if isinstance(result, RotationReport):
         windows = [p.window_ms for p in result.pairs if p.window_ms is not None]
@@ -473,11 +475,11 @@ def job_toast(job: Job, result: Any) -> tuple[str, Any]:
         if result.behind:
             text += f", {len(result.behind)} still behind"
         return text, "information" if result.ok else "warning"
-    if isinstance(result, list) and all(isinstance(r, DrillReport) for r in result):
+    if is_drills(result):
         failed = [r for r in result if not r.ok]
         text = f"{len(result) - len(failed)} passed" + (f", {len(failed)} FAILED" if failed else "")
         return text, "information" if not failed else "error"
-    if isinstance(result, list) and all(isinstance(r, ProbeOutcome) for r in result):
+    if is_probes(result):
         verdicts: dict[str, int] = {}
         for r in result:
             verdicts[r.verdict] = verdicts.get(r.verdict, 0) + 1
