@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import ClassVar
 
@@ -27,7 +28,7 @@ from meshtui.model import split_pair_id
 from meshtui.tui import actions
 from meshtui.tui.messages import AuditLoaded, Exported
 from meshtui.tui.pairs import Changes
-from meshtui.tui.screens.base import MeshScreen
+from meshtui.tui.screens.base import MeshScreen, run_in_background
 from meshtui.tui.widgets.footer import MeshFooter
 from meshtui.tui.widgets.line_table import Column, LineTable, TableRow
 
@@ -243,18 +244,16 @@ class AuditScreen(MeshScreen):
         folders = self.export_folders or [Path.cwd()]
         if not self.export_folders and not self.mesh.read_only:
             folders.append(self.mesh.state_dir)  # read-only never writes into the state folder
-        self.run_worker(
-            lambda: self._export(fmt, folders),
+        run_in_background(
+            self,
+            partial(self._export, fmt, folders),
             name=f"export {fmt}",
-            group="export",
-            thread=True,
-            exit_on_error=False,
+            context=f"export {fmt}",
+            exclusive=False,
         )
 
-    def _export(self, fmt: str, folders: list[Path]) -> None:
-        with self.mesh.open_controller(reader=True) as ctl:
-            body = ctl.export_events(fmt)
-            count = len(ctl.events())
+    def _export(self, fmt: str, folders: list[Path]) -> Exported:
+        body, count = self.mesh.read(lambda ctl: (ctl.export_events(fmt), len(ctl.events())))
         last: OSError | None = None
         for folder in folders:
             path = export_path([folder], fmt, datetime.now(UTC))
@@ -265,8 +264,7 @@ class AuditScreen(MeshScreen):
             except OSError as exc:
                 last = exc
                 continue
-            self.post_message(Exported(str(path), fmt, count))
-            return
+            return Exported(str(path), fmt, count)
         raise OSError(f"no folder to write the export to ({last})")
 
     @on(Exported)
