@@ -9,7 +9,7 @@ import os
 import pwd
 import sqlite3
 import stat
-from dataclasses import replace
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 
 import pytest
@@ -18,7 +18,7 @@ import sqlite_utils
 from meshtui import declaration
 from meshtui.controller.core import Controller
 from meshtui.controller.declare import declare
-from meshtui.controller.reports import DrillReport, DrillStep
+from meshtui.controller.reports import AuditEvent, ChainReport, DrillReport, DrillStep
 from meshtui.errors import InventoryError, ReadOnlyError
 from meshtui.inventory import SCHEMA_VERSION, Inventory, now
 from meshtui.inventory import schema as schema_mod
@@ -391,3 +391,15 @@ def test_drill_evidence_comes_out_typed_whatever_was_stored(mesh: Mesh) -> None:
         shown = [d.report for d in ctl.pair_detail(pid).drills]
     assert shown[2] == replace(report, ok=False, window_ms=None, rotation=None)
     assert shown[1].steps == [DrillStep("old after", "?", "?", None)]
+
+
+def test_audit_events_leave_the_controller_as_reports(mesh: Mesh) -> None:
+    declared(mesh)
+    with Controller.open(mesh.state, read_only=True) as ctl:
+        (event,) = ctl.events()
+        check = ctl.verify_chain()
+    assert isinstance(event, AuditEvent) and isinstance(check, ChainReport)
+    assert event.to_json() == asdict(event)  # the JSON keeps the log's column order
+    assert list(event.to_json()) == [f.name for f in fields(AuditEvent)]
+    assert event.kind == "declare" and event.detail["new"] == 2 and len(event.pairs) == 2
+    assert check == ChainReport(ok=True, events=1)

@@ -356,9 +356,9 @@ class Controller:
         import csv
         import io
 
-        rows = self.events()
+        rows = self.inventory.events()  # already JSON-shaped: no report built per event
         if fmt == "json":
-            return json.dumps([r.to_json() for r in rows], indent=2)
+            return json.dumps(rows, indent=2)
         buf = io.StringIO()
         writer = csv.DictWriter(
             buf,
@@ -377,9 +377,7 @@ class Controller:
         )
         writer.writeheader()
         for r in rows:
-            writer.writerow(
-                {**r.to_json(), "pairs": " ".join(r.pairs), "detail": json.dumps(r.detail)}
-            )
+            writer.writerow({**r, "pairs": " ".join(r["pairs"]), "detail": json.dumps(r["detail"])})
         return buf.getvalue()
 
 
@@ -391,8 +389,8 @@ def _audit_event(row: EventRow) -> AuditEvent:
         operator=row["operator"],
         ssh_client=row["ssh_client"],
         kind=row["kind"],
-        pairs=list(row["pairs"]),
-        detail=dict(row["detail"]),
+        pairs=row["pairs"],
+        detail=row["detail"],
         outcome=row["outcome"],
         prev=row["prev"],
         hash=row["hash"],

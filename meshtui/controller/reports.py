@@ -248,7 +248,18 @@ class AuditEvent:
 
     def to_json(self) -> dict[str, object]:
         """The ``audit --json`` object (and the export's), keys in the log's column order."""
-        return asdict(self)
+        return {
+            "seq": self.seq,
+            "at": self.at,
+            "operator": self.operator,
+            "ssh_client": self.ssh_client,
+            "kind": self.kind,
+            "pairs": self.pairs,
+            "detail": self.detail,
+            "outcome": self.outcome,
+            "prev": self.prev,
+            "hash": self.hash,
+        }
 
 
 @dataclass(frozen=True)

@@ -151,19 +151,23 @@ def verify(
     return ChainCheck(True, count)
 
 
-def _record(row: tuple[object, ...]) -> AuditRecord:
+StoredEvent = tuple[int, str, str, str | None, str, str, str, str, str, str]
+"""One audit row as SQLite returns it, in :data:`COLUMNS` order."""
+
+
+def _record(row: StoredEvent) -> AuditRecord:
     seq, at, user, ssh, kind, pairs, detail, outcome, prev, digest = row
     return AuditRecord(
-        seq=int(str(seq)),
-        at=str(at),
-        operator=str(user),
-        ssh_client=None if ssh is None else str(ssh),
-        kind=str(kind),
-        pairs=str(pairs),
-        detail=str(detail),
-        outcome=str(outcome),
-        prev=str(prev),
-        hash=str(digest),
+        seq=seq,
+        at=at,
+        operator=user,
+        ssh_client=ssh,
+        kind=kind,
+        pairs=pairs,
+        detail=detail,
+        outcome=outcome,
+        prev=prev,
+        hash=digest,
     )
 
 
@@ -236,14 +240,17 @@ def hash_at(conn: sqlite3.Connection, seq: int) -> str | None:
     return None if row is None else str(row[0])
 
 
-def records(
+def stored(
     conn: sqlite3.Connection, *, limit: int | None = None, kind: str | None = None
-) -> list[AuditRecord]:
+) -> list[StoredEvent]:
     """Stored events, oldest first: all, the newest ``limit``, of one ``kind`` when named."""
     where, params = ("WHERE kind = ?", [kind]) if kind is not None else ("", [])
     sql = f"{_SELECT} {where} ORDER BY seq DESC LIMIT ?"
-    rows = conn.execute(sql, [*params, -1 if limit is None else limit]).fetchall()
-    return [_record(row) for row in reversed(rows)]
+    rows: list[StoredEvent] = conn.execute(
+        sql, [*params, -1 if limit is None else limit]
+    ).fetchall()
+    rows.reverse()
+    return rows
 
 
 def walk(conn: sqlite3.Connection, verify_key: bytes | None) -> ChainCheck:

@@ -286,19 +286,20 @@ def _drill_evidence(text: str, pair: str) -> DrillEvidence:
     )
 
 
-def _decoded(event: AuditRecord) -> EventRow:
+def _decoded(row: audit_mod.StoredEvent) -> EventRow:
     """A stored audit event with its ``pairs`` and ``detail`` JSON decoded."""
+    seq, at, user, ssh, kind, pairs, detail, outcome, prev, digest = row
     return EventRow(
-        seq=event["seq"],
-        at=event["at"],
-        operator=event["operator"],
-        ssh_client=event["ssh_client"],
-        kind=event["kind"],
-        pairs=json.loads(event["pairs"]),
-        detail=json.loads(event["detail"]),
-        outcome=event["outcome"],
-        prev=event["prev"],
-        hash=event["hash"],
+        seq=seq,
+        at=at,
+        operator=user,
+        ssh_client=ssh,
+        kind=kind,
+        pairs=json.loads(pairs),
+        detail=json.loads(detail),
+        outcome=outcome,
+        prev=prev,
+        hash=digest,
     )
 
 
@@ -609,12 +610,12 @@ class Inventory:
     def events(self, limit: int | None = None) -> list[EventRow]:
         """Audit events (the newest ``limit``, or all), oldest first, pairs and detail decoded."""
         with self.lock:
-            return [_decoded(r) for r in audit_mod.records(self._db.conn, limit=limit)]
+            return [_decoded(r) for r in audit_mod.stored(self._db.conn, limit=limit)]
 
     def last_event(self, kind: str) -> EventRow | None:
         """The newest audit event of one kind, decoded, or None."""
         with self.lock:
-            rows = audit_mod.records(self._db.conn, limit=1, kind=kind)
+            rows = audit_mod.stored(self._db.conn, limit=1, kind=kind)
         return _decoded(rows[0]) if rows else None
 
     def status_rows(self, ids: Iterable[str] | None = None) -> list[StatusRow]:
