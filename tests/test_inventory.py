@@ -9,7 +9,7 @@ import os
 import pwd
 import sqlite3
 import stat
-from dataclasses import asdict, fields, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -399,7 +399,7 @@ def test_audit_events_leave_the_controller_as_reports(mesh: Mesh) -> None:
         (event,) = ctl.events()
         check = ctl.verify_chain()
     assert isinstance(event, AuditEvent) and isinstance(check, ChainReport)
-    assert event.to_json() == asdict(event)  # the JSON keeps the log's column order
-    assert list(event.to_json()) == [f.name for f in fields(AuditEvent)]
+    assert event.to_json() == event._asdict()  # the JSON keeps the log's column order
+    assert list(event.to_json()) == list(AuditEvent._fields)
     assert event.kind == "declare" and event.detail["new"] == 2 and len(event.pairs) == 2
     assert check == ChainReport(ok=True, events=1)

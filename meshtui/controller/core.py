@@ -384,14 +384,14 @@ class Controller:
 def _audit_event(row: EventRow) -> AuditEvent:
     """One decoded audit row as the report the CLI and the dashboard read."""
     return AuditEvent(
-        seq=row["seq"],
-        at=row["at"],
-        operator=row["operator"],
-        ssh_client=row["ssh_client"],
-        kind=row["kind"],
-        pairs=row["pairs"],
-        detail=row["detail"],
-        outcome=row["outcome"],
-        prev=row["prev"],
-        hash=row["hash"],
+        row["seq"],
+        row["at"],
+        row["operator"],
+        row["ssh_client"],
+        row["kind"],
+        row["pairs"],
+        row["detail"],
+        row["outcome"],
+        row["prev"],
+        row["hash"],
     )

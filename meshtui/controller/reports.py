@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, TypeGuard
+from typing import Any, NamedTuple, TypeGuard
 
 from meshtui.model import PairStatus
 
@@ -228,11 +228,12 @@ class PairDetail:
     rotations: list[RotationView]
 
 
-@dataclass(frozen=True)
-class AuditEvent:
+class AuditEvent(NamedTuple):
     """One event of the audit log as the CLI and the dashboard read it (never an inventory row).
 
-    ``detail`` is the event's free-form JSON object: each action writes its own keys.
+    ``detail`` is the event's free-form JSON object: each action writes its own keys. A named
+    tuple, not a frozen dataclass: the log is read whole, and 10,000 of these build in a third
+    of the time.
     """
 
     seq: int
