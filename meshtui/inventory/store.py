@@ -466,7 +466,9 @@ class Inventory:
             rows = []
             for i in range(0, len(wanted), CHUNK):
                 chunk = wanted[i : i + CHUNK]
-                rows += self._query(f"SELECT * FROM pairs WHERE id IN ({_marks(len(chunk))})", chunk)
+                rows += self._query(
+                    f"SELECT * FROM pairs WHERE id IN ({_marks(len(chunk))})", chunk
+                )
             rows.sort(key=lambda r: str(r["id"]))
         for r in rows:
             r["values"] = json.loads(r["values"])
@@ -666,6 +668,7 @@ class Inventory:
         """
         with self.lock:
             return audit_mod.walk(self._db.conn, verify_key)
+
 
 STATUS_SQL = """
 SELECT p.id, p.provision, p.consumer, p.provider, p.login, p.file, p.generation, p.created_at,

@@ -10,9 +10,9 @@ rule text) would be one small file implementing these four methods.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 from meshtui.errors import ProvisionError, UnsafeLoginError
 from meshtui.model import OutcomeName
@@ -91,6 +91,32 @@ class Adapter(Protocol):
 
     def close(self) -> None:
         """Release the session."""
+        ...
+
+
+@runtime_checkable
+class Batching(Protocol):
+    """An adapter that can make many logins true at once (one transaction, or one pipeline)."""
+
+    def create_many(self, batch: Sequence[Wanted]) -> dict[str, Done | Exception]:
+        """Each login's Done, or the error that stopped that login alone."""
+        ...
+
+
+@runtime_checkable
+class Limited(Protocol):
+    """An adapter whose admin may lack rights: what it cannot do, for the report and doctor."""
+
+    @property
+    def limits(self) -> Sequence[str]: ...
+
+
+@runtime_checkable
+class CatchingUp(Protocol):
+    """An adapter that may have to redo an earlier run's unfinished work (a failed save)."""
+
+    def catch_up(self) -> None:
+        """Mark this run to finish what an earlier one could not; called by reconcile only."""
         ...
 
 

@@ -35,8 +35,11 @@ from meshtui.model import SUCCESS, Drift, OutcomeName
 from meshtui.provisioner.adapter import (
     Adapter,
     AdapterFactory,
+    Batching,
+    CatchingUp,
     Done,
     Held,
+    Limited,
     Refused,
     Scope,
     Wanted,
@@ -195,7 +198,7 @@ def _opened(factory: AdapterFactory, conninfo: str, scope: Scope) -> Iterator[Ad
         adapter.close()
 
 
-def _apply_batch(adapter: Adapter, todo: list[tuple[Consumer, bytes]]) -> dict[str, Outcome]:
+def _apply_batch(adapter: Batching, todo: list[tuple[Consumer, bytes]]) -> dict[str, Outcome]:
     """Make ``todo`` true through the adapter's batch (``create_many``: one transaction, or
     one pipeline); the secrets are dropped with the batch."""
     results: dict[str, Outcome] = {}
@@ -208,8 +211,7 @@ def _apply_batch(adapter: Adapter, todo: list[tuple[Consumer, bytes]]) -> dict[s
         except Refused as exc:
             results[consumer.login] = _outcome(consumer, OutcomeName.REFUSED, str(exc))
         del secret
-    create_many = getattr(adapter, "create_many")  # noqa: B009
-    done: dict[str, Done | Exception] = create_many(batch)
+    done = adapter.create_many(batch)
     batch.clear()
     for login, consumer in by_login.items():
         got = done.get(login)
@@ -235,7 +237,7 @@ def _apply_all(
     """Apply ``todo`` (each consumer with its secret): in one batch when the adapter can (one
     transaction, verifiers computed on every core; or one Redis pipeline); else, with many, over
     ``workers`` sessions so the server uses every core."""
-    if len(todo) >= BATCH_FROM and hasattr(first, "create_many"):
+    if len(todo) >= BATCH_FROM and isinstance(first, Batching):
         return _apply_batch(first, todo)
     if workers <= 1 or len(todo) < PARALLEL_FROM:
         return {c.login: _apply(first, c, secret) for c, secret in todo}
@@ -399,7 +401,7 @@ def _reconcile(
     wanted: Mapping[str, Mapping[str, str]] = {c.login: c.values for c in manifest.consumers}
     removed: list[Outcome] = []
     with _opened(factory, conninfo, scope) as adapter:
-        limits = tuple(str(x) for x in getattr(adapter, "limits", ()))  # optional in the contract
+        limits = tuple(adapter.limits) if isinstance(adapter, Limited) else ()
         try:
             held: Mapping[str, Held] = adapter.inspect({c.login: c.values for c in safe})
         except psycopg.Error as exc:
@@ -422,9 +424,8 @@ def _reconcile(
         for login in sorted(held):
             if held[login].ours and login not in wanted:
                 removed.append(_remove(adapter, held[login]))
-        catch_up = getattr(adapter, "catch_up", None)  # optional: redo an earlier failed save
-        if catch_up is not None:
-            catch_up()
+        if isinstance(adapter, CatchingUp):  # optional: redo an earlier failed save
+            adapter.catch_up()
     return tuple(outcomes[c.login] for c in manifest.consumers) + tuple(removed), limits
 
 
