@@ -51,6 +51,11 @@ from meshtui.tui.screens.job import JobRecord, JobScreen
 
 Clock = Callable[[], datetime]
 
+FIRST_PAGE = 250
+"""Pairs read and shown first when the dashboard starts on more than this many: a screenful on
+the tallest terminal. The rest follow in the same worker a moment later; until then the summary
+says it is still reading and actions wait."""
+
 PROGRESS_PERIOD = 0.05
 """Seconds between two redraws of a job's progress. A rotation reports one line per pair, all
 at once when it ends (10,000 lines for 10,000 pairs): lines are kept as they come and drawn in
@@ -100,6 +105,7 @@ class MeshApp(App[int]):
         self.model = PairModel()
         self.summary: Summary | None = None
         self.loaded_once = False
+        self.complete = False  # every pair read (not only the first screenful)
         self.load_seconds: float | None = None
         self.note = ""
         self.job: Job | None = None
@@ -165,7 +171,7 @@ class MeshApp(App[int]):
         """Read every pair's status again in a thread worker (a newer load replaces an older)."""
         self._load_seq += 1
         self.run_worker(
-            partial(self._load, self._load_seq),
+            partial(self._load, self._load_seq, first_page=not self.loaded_once),
             name="load",
             group="load",
             exclusive=True,
@@ -173,7 +179,10 @@ class MeshApp(App[int]):
             exit_on_error=False,
         )
 
-    def _load(self, seq: int) -> None:
+    def _load(self, seq: int, *, first_page: bool = False) -> None:
+        """One read of every pair; ``first_page``: post the first screenful of pairs before it
+        (nothing is shown yet, and a screenful reads in milliseconds where 10,000 pairs take a
+        tenth of a second and more)."""
         start = time.perf_counter()
         stamp = Controller.inventory_stamp(self.state_dir)
         if stamp is None:
@@ -182,22 +191,29 @@ class MeshApp(App[int]):
             return
         self._stamp = stamp
         with self.open_controller(reader=True) as ctl:
-            rows = ctl.status()
+            rows = ctl.status(limit=FIRST_PAGE + 1) if first_page else []
+            if len(rows) > FIRST_PAGE:  # more than a screenful: show that much first
+                page = PairModel.build(rows[:FIRST_PAGE], self.clock())
+                seconds = time.perf_counter() - start
+                self.post_message(Loaded(page, None, seconds, "", seq, partial=True))
+            if not first_page or len(rows) > FIRST_PAGE:
+                rows = ctl.status()
             summary = ctl.summary(rows)
-            dues = {d.pair: d for d in ctl.schedule()}
+            dues = {d.pair: d for d in ctl.schedule(declared_only=True)}
         seconds = time.perf_counter() - start
         fresh = PairModel.build(rows, self.clock(), dues)
         self.post_message(Loaded(fresh, summary, seconds, "", seq))
 
     @on(Loaded)
     def _loaded(self, message: Loaded) -> None:
-        if message.seq < self._applied_seq:
+        if message.seq < self._applied_seq or (message.partial and self.complete):
             return  # an older read finished after a newer one: keep the newer
         self._applied_seq = message.seq
         changes = self.model.merge(message.fresh)
         self.summary = message.summary
         self.note = message.note
         self.load_seconds = message.seconds
+        self.complete = not message.partial
         first = not self.loaded_once
         self.loaded_once = True
         for screen in self.screen_stack:
@@ -268,6 +284,9 @@ class MeshApp(App[int]):
     def _may_start(self, job: Job) -> bool:
         if not self.allows(job.kind):
             self.report_error(ReadOnlyError(job.kind), job.kind)
+            return False
+        if not self.complete:  # only the first screenful is read: a set could be cut short
+            self.notify("still reading the inventory; try again in a moment", severity="warning")
             return False
         if self.job is not None:
             self.notify(
