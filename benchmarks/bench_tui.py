@@ -44,6 +44,7 @@ from meshtui.model import PairStatus  # noqa: E402
 from meshtui.tui.app import MeshApp  # noqa: E402
 from meshtui.tui.pairs import COLUMNS, Query, make_row  # noqa: E402
 from meshtui.tui.screens.main import MainScreen  # noqa: E402
+from meshtui.tui.widgets.filter_box import FilterBox  # noqa: E402
 from meshtui.tui.widgets.line_table import LineTable  # noqa: E402
 from tests.tui.builder import FIXED_NOW, build  # noqa: E402
 
@@ -74,21 +75,29 @@ async def _until(predicate: Any, limit: float = 30.0) -> None:
 # ---- meshtui ----------------------------------------------------------------------------
 async def bench_meshtui(state: Path) -> dict[str, Any]:
     """First paint and per-keystroke times of the real dashboard."""
-    draw = LineTable.render_line
-    frames: list[tuple[float, int]] = []  # when a line was drawn, and how long the view was
+    draw, draw_box = LineTable.render_line, FilterBox.render_line
+    frames: list[tuple[float, int]] = []  # when a table line was drawn, and the view's length
+    boxes: list[float] = []  # when the filter box was drawn
 
     def timed_line(self: LineTable, y: int) -> Strip:
         frames.append((time.perf_counter(), len(self.entries)))
         return draw(self, y)
 
+    def timed_box(self: FilterBox, y: int) -> Strip:
+        boxes.append(time.perf_counter())
+        return draw_box(self, y)
+
     LineTable.render_line = timed_line  # type: ignore[method-assign]
+    FilterBox.render_line = timed_box  # type: ignore[method-assign]
     try:
-        return await _bench_meshtui(state, frames)
+        return await _bench_meshtui(state, frames, boxes)
     finally:
-        LineTable.render_line = draw  # type: ignore[method-assign]
+        LineTable.render_line, FilterBox.render_line = draw, draw_box  # type: ignore[method-assign]
 
 
-async def _bench_meshtui(state: Path, frames: list[tuple[float, int]]) -> dict[str, Any]:
+async def _bench_meshtui(
+    state: Path, frames: list[tuple[float, int]], boxes: list[float]
+) -> dict[str, Any]:
     start = time.perf_counter()
     app = MeshApp(state, clock=lambda: FIXED_NOW, keymap_paths=[], poll_seconds=0)
     out: dict[str, Any] = {}
@@ -106,17 +115,23 @@ async def _bench_meshtui(state: Path, frames: list[tuple[float, int]]) -> dict[s
         await pilot.pause()
         await pilot.press("slash")
         await pilot.pause()
-        times, views = [], []
+        times, views, redrawn = [], [], []
         for key in KEYS:
-            before = table.paints
+            # the keystroke's frame: the box redraws its line, and in the same frame the
+            # table redraws the lines whose content changed (none when the screenful is the
+            # same); the view was computed before either, in the box's change callback
+            before, lines = len(boxes), table.paints
             t0 = time.perf_counter()
             send_key(app, key)
-            await _until(lambda b=before: table.paints > b)
+            await _until(lambda b=before: len(boxes) > b)
             times.append(time.perf_counter() - t0)
             views.append(screen.view_seconds)
+            redrawn.append(table.paints - lines)
+            assert list(table.entries) == app.model.view(screen.parsed)
             await pilot.pause()
         out["keys"] = times
         out["view"] = views
+        out["redrawn"] = redrawn
         out["shown"] = len(table.entries)
         # a reload that changes nothing must not redraw the table
         before = table.paints
@@ -319,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{'  of which view compute (median / worst)':<42}{_fmt(view_med):>12}{_fmt(view_max):>12}"
     )
+    print(f"{'  table lines redrawn per key (median)':<42}{statistics.median(mine['redrawn']):>12}")
     print(f"{'  rows in the first frame':<42}{mine['first_rows']:>12}")
     print(f"{'all pairs shown (whole read, summary)':<42}{_fmt(mine['complete']):>12}")
     print(f"{'  of which the whole read in its worker':<42}{_fmt(mine['load']):>12}")
