@@ -180,6 +180,42 @@ class TrivialApp(App[None]):
         yield PaintedStatic("hello")
 
 
+class BoxAlone(App[None]):
+    """The floor of a keystroke: the same filter box alone, nothing behind it."""
+
+    def compose(self) -> ComposeResult:
+        yield FilterBox(placeholder="filter")
+
+
+async def bench_box_keys() -> list[float]:
+    """Key press to the frame that draws it, for a box with nothing to filter: Textual's own
+    cost of a keystroke, including its frame pacing (a frame waits for the next 1/60 s tick)."""
+    draw = FilterBox.render_line
+    boxes: list[float] = []
+
+    def timed_box(self: FilterBox, y: int) -> Strip:
+        boxes.append(time.perf_counter())
+        return draw(self, y)
+
+    FilterBox.render_line = timed_box  # type: ignore[method-assign]
+    try:
+        app = BoxAlone()
+        async with app.run_test(size=SIZE) as pilot:
+            app.query_one(FilterBox).focus()
+            await pilot.pause()
+            times = []
+            for key in KEYS:
+                before = len(boxes)
+                t0 = time.perf_counter()
+                send_key(app, key)
+                await _until(lambda b=before: len(boxes) > b)
+                times.append(time.perf_counter() - t0)
+                await pilot.pause()
+            return times
+    finally:
+        FilterBox.render_line = draw  # type: ignore[method-assign]
+
+
 async def bench_trivial() -> float:
     """Time to the first frame of :class:`TrivialApp` at the same size."""
     start = time.perf_counter()
@@ -312,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         mine = asyncio.run(bench_meshtui(state))
         no_pairs = statistics.median(asyncio.run(bench_no_pairs(state)) for _ in range(3))
         trivial = statistics.median(asyncio.run(bench_trivial()) for _ in range(3))
+        box_keys = asyncio.run(bench_box_keys())
         base = asyncio.run(bench_baseline(state))
     finally:
         if tmp is not None:
@@ -340,6 +377,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'  of which the whole read in its worker':<42}{_fmt(mine['load']):>12}")
     print(f"{'floor: dashboard first frame, no pairs':<42}{_fmt(no_pairs):>12}")
     print(f"{'floor: Textual trivial app first frame':<42}{_fmt(trivial):>12}")
+    box_med, box_max = statistics.median(box_keys), max(box_keys)
+    print(
+        f"{'floor: keystroke, box alone (med / worst)':<42}{_fmt(box_med):>12}{_fmt(box_max):>12}"
+    )
     print(f"{'lines redrawn by a no-change reload':<42}{mine['idle_reload_paints']:>12}")
     print("\ncontroller reads alone (median of 3 for status):")
     for name, seconds in ctl.items():

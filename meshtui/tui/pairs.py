@@ -384,6 +384,8 @@ class PairModel:
         collapsed: frozenset[str] = frozenset(),
     ) -> list[Entry]:
         """What the table shows: filtered, sorted, optionally under group headers."""
+        if query.empty and sort is None and not reverse and group == "none":
+            return list(self.rows)  # every pair, in id order: the keys as they are
         rows = self.filtered(query)
         if sort is not None:
             rows.sort(key=lambda r: r.sort_value(sort), reverse=reverse)
