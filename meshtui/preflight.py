@@ -7,7 +7,6 @@ Shared by :mod:`meshtui.controller.doctor` (which builds the request and reads t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -61,8 +60,8 @@ class CheckRequest:
         return cast(messages.CheckRequest, _as_json(self))
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> CheckRequest:
-        """A request from its payload; KeyError/TypeError/ValueError when malformed."""
+    def from_json(cls, data: messages.CheckRequest) -> CheckRequest:
+        """A request from its payload, whose shape was checked on receipt (messages.CHECK)."""
         return cls(
             consumers=tuple(
                 ConsumerItem(
@@ -121,8 +120,8 @@ class CheckAnswer:
         return cast(messages.CheckAnswer, _as_json(self))
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> CheckAnswer:
-        """An answer from its payload; KeyError/TypeError/ValueError when malformed."""
+    def from_json(cls, data: messages.CheckAnswer) -> CheckAnswer:
+        """An answer from its payload, whose shape was checked on receipt (messages.CHECK)."""
         return cls(
             node=str(data["node"]),
             at=float(data["at"]),

@@ -263,18 +263,7 @@ class Agents:
         return out
 
 
-Answer = dict[str, Any] | AgentError
-"""One node's answer to a request sent to several (``call_many``), or why there is none."""
-
-
-def per_pair(answer: Answer, key: str) -> dict[str, dict[str, Any]]:
-    """The items under ``key`` of a node's answer, by their ``pair`` ({} when it did not answer)."""
-    if isinstance(answer, AgentError):
-        return {}
-    return {item["pair"]: item for item in answer.get(key, [])}
-
-
-def missing_reason(answer: object, item: Mapping[str, Any] | None, default: str) -> str:
+def missing_reason(answer: object, item: Mapping[str, object] | None, default: str) -> str:
     """Why a pair has no good result: the node's failure, else the item's error, else ``default``."""
     if isinstance(answer, AgentError):
         return answer.reason

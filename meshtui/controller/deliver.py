@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, TypeVar
 
 from meshtui import crypto, messages
-from meshtui.controller.client import DELIVER_TIMEOUT_S, Agents
+from meshtui.controller.client import DELIVER_TIMEOUT_S, Agents, missing_reason
 from meshtui.errors import AgentError, InventoryError
 from meshtui.inventory import Inventory, now
 from meshtui.inventory.rows import (
@@ -311,19 +311,15 @@ def send_providers(
             outcomes = {o["login"]: o for o in got["outcomes"]} if got else {}
             for c in spec["consumers"]:
                 pid = c["pair"]
-                if isinstance(answer, AgentError):
-                    reason = answer.reason
-                elif got is None:
-                    reason = "agent did not answer for this manifest"
-                else:
-                    o = outcomes.get(c["as"])
-                    if o is not None and o["outcome"] in APPLIED:
-                        result.provider_ok[pid] = True
-                        result.applied_at[pid] = float(got.get("applied_at", 0.0))
-                        rows.append((pid, End.PROVIDER, c["generation"], c["digest"], None))
-                        continue
-                    said = f"{o['outcome']} {o['reason']}".strip() if o else "no outcome"
-                    reason = got.get("error") or f"provisioner: {said}"
+                o = outcomes.get(c["as"])
+                if got is not None and o is not None and o["outcome"] in APPLIED:
+                    result.provider_ok[pid] = True
+                    result.applied_at[pid] = float(got.get("applied_at", 0.0))
+                    rows.append((pid, End.PROVIDER, c["generation"], c["digest"], None))
+                    continue
+                said = f"{o['outcome']} {o['reason']}".strip() if o else "no outcome"
+                default = "agent did not answer for this manifest" if got is None else None
+                reason = missing_reason(answer, got, default or f"provisioner: {said}")
                 result.provider_ok[pid] = False
                 result.fail(pid, f"provider {spec['provider']}: {reason}")
                 rows.append((pid, End.PROVIDER, None, None, reason))
@@ -373,11 +369,7 @@ def send_consumers(
                 err = f"reload {reload}" if reload and reload != "ok" else None
                 rows.append((pid, End.CONSUMER, item["generation"], item["digest"], err))
             else:
-                reason = (
-                    answer.reason
-                    if isinstance(answer, AgentError)
-                    else (g.get("error") if g else None) or "agent did not answer for this pair"
-                )
+                reason = missing_reason(answer, g, "agent did not answer for this pair")
                 result.consumer_ok[pid] = False
                 result.fail(pid, f"consumer {node}: {reason}")
                 rows.append((pid, End.CONSUMER, None, None, reason))

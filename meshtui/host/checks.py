@@ -16,11 +16,13 @@ import shutil
 import socket
 import stat
 import time
-from collections.abc import Mapping
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from meshtui import messages
 from meshtui.errors import MeshtuiError
 from meshtui.preflight import (
     CheckAnswer,
@@ -36,15 +38,15 @@ CONNECT_TIMEOUT_S = 3.0
 PARALLEL = 8
 
 
-def run(node: str, payload: Mapping[str, Any]) -> CheckAnswer:
+def run(node: str, payload: messages.CheckRequest) -> CheckAnswer:
     """Every check ``payload`` asks for, at once where they wait on the network."""
     started = time.monotonic()
     request = CheckRequest.from_json(payload)
-    jobs: list[tuple[Any, Any]] = [(consumer, c) for c in request.consumers]
-    jobs += [(provider, p) for p in request.providers]
-    jobs += [(port, p) for p in request.ports]
+    jobs: list[Callable[[], Found]] = [partial(consumer, c) for c in request.consumers]
+    jobs += [partial(provider, p) for p in request.providers]
+    jobs += [partial(port, p) for p in request.ports]
     with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
-        results = list(pool.map(lambda job: job[0](job[1]), jobs))
+        results = list(pool.map(lambda job: job(), jobs))
     findings = [f for found in results for f in found[0]]
     passed = sum(found[1] for found in results)
     return CheckAnswer(

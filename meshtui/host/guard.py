@@ -23,7 +23,7 @@ from typing import Any
 
 from meshtui.atomic import write_private
 from meshtui.errors import EnvelopeError, WireError
-from meshtui.messages import ConsumerItem, DeliverRequest, ManifestEntry
+from meshtui.messages import ConsumerItem, DeliverRequest, Holding, ManifestEntry
 from meshtui.wire import MAX_SKEW_S
 
 REQUESTS = "requests.json"
@@ -105,7 +105,7 @@ class Refusal:
 class AcceptedGenerations:
     """Per (end, pair): the generation of the newest delivery this node accepted."""
 
-    def __init__(self, state_dir: Path, node: str, held: list[dict[str, Any]]) -> None:
+    def __init__(self, state_dir: Path, node: str, held: list[Holding]) -> None:
         self._path = state_dir / GENERATIONS
         self._node = node
         data = _load(self._path, GENERATIONS_ADVICE)

@@ -9,11 +9,26 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Literal, NotRequired, TypedDict, cast
 
 from meshtui.atomic import write_private
+from meshtui.messages import Holding
 
 FILE = "holdings.json"
+End = Literal["consumer", "provider"]
+
+
+class Held(TypedDict):
+    """One end of one pair as this node records it: a consumer's file, a provider's login."""
+
+    generation: int
+    digest: str
+    file: NotRequired[str]
+    owner: NotRequired[str | None]
+    group: NotRequired[str | None]
+    mode: NotRequired[str]
+    provider: NotRequired[str]
+    login: NotRequired[str]
 
 
 class Holdings:
@@ -26,18 +41,18 @@ class Holdings:
             data = json.loads(self._path.read_text())
         except (OSError, ValueError):
             data = {}
-        self._data: dict[str, dict[str, dict[str, Any]]] = {
+        self._data: dict[End, dict[str, Held]] = {
             "consumer": dict(data.get("consumer", {})),
             "provider": dict(data.get("provider", {})),
         }
 
-    def get(self, end: str, pair: str) -> dict[str, Any] | None:
+    def get(self, end: End, pair: str) -> Held | None:
         """What this node holds for one end of a pair."""
         with self._lock:
             held = self._data[end].get(pair)
-            return dict(held) if held else None
+            return Held(**held) if held else None
 
-    def update(self, end: str, changes: dict[str, dict[str, Any] | None]) -> None:
+    def update(self, end: End, changes: dict[str, Held | None]) -> None:
         """Set (or with None, forget) several pairs of one end, then persist once."""
         with self._lock:
             for pair, held in changes.items():
@@ -51,11 +66,11 @@ class Holdings:
                 self._path, json.dumps(self._data, sort_keys=True).encode(), durable=False
             )
 
-    def listing(self) -> list[dict[str, Any]]:
-        """Every holding as ``{end, pair, generation, digest}``."""
+    def listing(self) -> list[Holding]:
+        """Every holding as ``{end, pair, generation, digest, ...}`` (each a fresh dict)."""
         with self._lock:
             return [
-                {"end": end, "pair": pair, **held}
+                cast(Holding, {"end": end, "pair": pair, **held})
                 for end, pairs in self._data.items()
                 for pair, held in sorted(pairs.items())
             ]

@@ -12,7 +12,6 @@ import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from meshtui.messages import LoginReport, ProbeReport
 from meshtui.model import Verdict
@@ -123,15 +122,17 @@ class LoginResult:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> LoginResult:
+    def from_json(cls, data: LoginReport) -> LoginResult:
+        """The result an agent reported (its shape checked on receipt); ValueError for a
+        verdict name this version does not know."""
         return cls(
             verdict=Verdict(data["verdict"]),
-            reason=str(data["reason"]),
+            reason=data["reason"],
             latency_ms=float(data["latency_ms"]),
-            used_password=data.get("used_password"),
-            client_addr=data.get("client_addr"),
-            loopback=bool(data.get("loopback", False)),
-            system_user=data.get("system_user"),
+            used_password=data["used_password"],
+            client_addr=data["client_addr"],
+            loopback=data["loopback"],
+            system_user=data["system_user"],
         )
 
 
@@ -190,8 +191,9 @@ class ProbeResult:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ProbeResult:
-        control = data.get("control")
+    def from_json(cls, data: ProbeReport) -> ProbeResult:
+        """The probe an agent reported (its shape checked on receipt)."""
+        control = data["control"]
         return cls(
             login=LoginResult.from_json(data["login"]),
             control=LoginResult.from_json(control) if control is not None else None,

@@ -142,7 +142,7 @@ def build_app(agent: Agent) -> Starlette:
     )
 
 
-def _handle(agent: Agent, box: list[bytearray]) -> tuple[int, dict[str, Any]]:
+def _handle(agent: Agent, box: list[bytearray]) -> tuple[int, dict[str, str]]:
     """Parse and handle one request body (in a worker thread: parsing 16 MiB takes a while)."""
     try:
         data = json.loads(box.pop())

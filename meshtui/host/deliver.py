@@ -1,0 +1,242 @@
+"""One node's part of a delivery: provider sets (manifest, secrets, provisioner), then consumer
+credential files, each checked against the replay guard before anything is written.
+
+Secrets exist only while a delivery is handled: each is unsealed right before its file is
+written and is never logged, returned or put in an exception.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from meshtui import crypto
+from meshtui.errors import CryptoError, HostFileError
+from meshtui.host import files
+from meshtui.host.guard import AcceptedGenerations
+from meshtui.host.holdings import Held, Holdings
+from meshtui.host.identity import Identity
+from meshtui.host.manifest import Serials, write_provider_files
+from meshtui.host.paths import StateFolder, node_path
+from meshtui.host.provision import Provisioner, provision
+from meshtui.messages import (
+    ConsumerItem,
+    ConsumerOutcome,
+    DeliverAnswer,
+    DeliverRequest,
+    ProviderOutcome,
+    ProviderSet,
+)
+from meshtui.model import APPLIED, NAME_RE, OutcomeName, split_pair_id
+
+RELOAD_TIMEOUT_S = 30.0
+CONSUMER_WRITERS = 8
+"""Credential files of one delivery written at once (their fsyncs then share commits)."""
+
+
+class Deliveries:
+    """This node's deliveries, one at a time: files and provisioner are never raced."""
+
+    def __init__(
+        self,
+        identity: Identity,
+        holdings: Holdings,
+        generations: AcceptedGenerations,
+        provisioner: Provisioner,
+    ) -> None:
+        self.identity = identity
+        self.holdings = holdings
+        self.generations = generations
+        self.provisioner = provisioner
+        self.state = StateFolder(identity.state_dir)
+        self.serials = Serials()
+        self._lock = threading.Lock()
+
+    def deliver(self, payload: DeliverRequest) -> DeliverAnswer:
+        """Provider sets first (manifest + secrets + provisioner), then consumer credentials.
+
+        An item of an older generation than this node accepted is refused first (unless it is
+        the controller's rollback from that generation); nothing of a refused item is written.
+        """
+        with self._lock:
+            refused = {r.key: r.reason for r in self.generations.admit(payload)}
+            providers = [
+                _refused_provider(s, why)
+                if (why := refused.get(f"provider:{s['provider']}:{s['provision']}"))
+                else self._provider(s)
+                for s in payload.get("provider", [])  # either list may be left out
+            ]
+            held: dict[str, Held | None] = {}
+
+            def one(c: ConsumerItem) -> ConsumerOutcome:
+                why = refused.get(f"consumer:{c['pair']}")
+                return _refused_consumer(c, why) if why else self._consumer(c, held)
+
+            items = list(payload.get("consumer", []))
+            if len(items) < 2:
+                consumers = [one(c) for c in items]
+            else:  # each file in its own folder: fsynced in parallel, committed together
+                with ThreadPoolExecutor(max_workers=CONSUMER_WRITERS) as pool:
+                    consumers = list(pool.map(one, items))
+            if held:
+                self.holdings.update("consumer", held)  # once, not once per credential
+        return {"provider": providers, "consumer": consumers}
+
+    def unseal(self, sealed_b64: str, digest: str, pair: str) -> bytes:
+        """The secret sealed to this node, checked against its digest; CryptoError naming the pair."""
+        try:
+            secret = self.identity.keys.unseal(crypto.unb64(sealed_b64, "sealed"))
+        except (CryptoError, ValueError) as exc:
+            raise CryptoError(
+                f"{pair}: sealed credential does not open with {self.identity.name}'s key"
+            ) from exc
+        if crypto.secret_digest(secret) != digest:
+            raise CryptoError(f"{pair}: sealed credential does not match its digest (tampered?)")
+        return secret
+
+    # ---- the consumer end ------------------------------------------------------------------
+    def _consumer(self, item: ConsumerItem, held: dict[str, Held | None]) -> ConsumerOutcome:
+        pair, gen = item["pair"], item["generation"]
+        out: ConsumerOutcome = {"pair": pair, "generation": gen, "ok": False}
+        if item["node"] != self.identity.name:
+            out["error"] = f"delivery is for node {item['node']!r}, this is {self.identity.name!r}"
+            return out
+        try:
+            path = node_path(item["file"], "credential file")
+            self.state.refuse_inside(path.parent, "credential file")
+            provision_name, consumer, _ = split_pair_id(pair)
+        except ValueError as exc:
+            out["error"] = str(exc)
+            return out
+        digest = item["digest"]
+        where = f"node {self.identity.name}: {consumer} requires {provision_name}"
+        try:
+            want = files.resolve_access(item["owner"], item["group"], item["mode"])
+            files.write_credential(
+                path, want, digest, lambda: self.unseal(item["sealed"], digest, pair)
+            )
+        except HostFileError as exc:
+            out["error"] = f"{where}: {exc}"
+            return out
+        except CryptoError as exc:
+            out["error"] = str(exc)
+            return out
+        except OSError as exc:
+            out["error"] = f"{where}: cannot write {path}: {exc.strerror}"
+            return out
+        out["written_at"] = time.time()
+        held[pair] = {
+            "generation": gen,
+            "digest": digest,
+            "file": str(path),
+            "owner": want.owner,
+            "group": want.group,
+            "mode": want.mode,
+        }
+        out["ok"], out["digest"] = True, digest
+        if item["reload"]:
+            out["reload"] = run_reload(item["reload"])
+        return out
+
+    # ---- the provider end ------------------------------------------------------------------
+    def _provider(self, spec: ProviderSet) -> ProviderOutcome:
+        provider, provision_name = spec["provider"], spec["provision"]
+        out: ProviderOutcome = {
+            "provider": provider,
+            "provision": provision_name,
+            "ok": False,
+            "outcomes": [],
+        }
+        if provider.split("/", 1)[0] != self.identity.name:
+            out["error"] = f"manifest is for {provider}, this node is {self.identity.name!r}"
+            return out
+        try:
+            manifest = node_path(spec["receives"], "manifest")
+            grants = node_path(spec["grants"], "grants folder")
+            grants.relative_to(manifest.parent)
+            self.state.refuse_inside(manifest.parent, "manifest")
+            self.state.refuse_inside(grants, "grants folder")
+            for c in spec["consumers"]:
+                for name in (c["node"], c["module"]):
+                    if not NAME_RE.match(name):
+                        raise ValueError(f"consumer name {name!r} is not a node or module name")
+        except ValueError as exc:
+            out["error"] = f"{provider}: {exc}"
+            return out
+        try:
+            write_provider_files(spec, manifest, grants, self.unseal, self.serials)
+        except HostFileError as exc:
+            out["error"] = f"node {self.identity.name}: {provider} {provision_name}: {exc}"
+            return out
+        except CryptoError as exc:
+            out["error"] = str(exc)
+            return out
+        except OSError as exc:
+            out["error"] = f"cannot write the manifest or secret files: {exc.strerror}"
+            return out
+        report = provision(spec, manifest, self.provisioner)
+        out["applied_at"] = time.time()
+        out["outcomes"] = report["outcomes"]
+        out["ok"] = report["ok"] and "error" not in report
+        if "error" in report:
+            out["error"] = report["error"]
+        self._record_provider(spec, out)
+        return out
+
+    def _record_provider(self, spec: ProviderSet, out: ProviderOutcome) -> None:
+        """Hold what the provisioner applied; forget a withdrawn pair once its login is gone."""
+        provider = spec["provider"]
+        by_login = {o["login"]: o["outcome"] for o in out["outcomes"]}
+        changes: dict[str, Held | None] = {}
+        for c in spec["consumers"]:
+            if by_login.get(c["as"]) in APPLIED:
+                changes[c["pair"]] = {
+                    "generation": c["generation"],
+                    "digest": c["digest"],
+                    "provider": provider,
+                    "login": c["as"],
+                }
+        listed = {c["pair"] for c in spec["consumers"]}
+        for h in self.holdings.listing():
+            if h["end"] == "provider" and h.get("provider") == provider and h["pair"] not in listed:
+                # a withdrawn pair stays held until its login is gone ("drop pending" is not gone)
+                gone = by_login.get(str(h.get("login")), OutcomeName.REMOVED) == OutcomeName.REMOVED
+                if gone and out["ok"]:
+                    changes[h["pair"]] = None
+        self.holdings.update("provider", changes)
+
+
+def _refused_provider(spec: ProviderSet, why: str) -> ProviderOutcome:
+    return {
+        "provider": spec["provider"],
+        "provision": spec["provision"],
+        "ok": False,
+        "outcomes": [],
+        "error": why,
+    }
+
+
+def _refused_consumer(item: ConsumerItem, why: str) -> ConsumerOutcome:
+    return {
+        "pair": item["pair"],
+        "generation": item["generation"],
+        "ok": False,
+        "error": why,
+    }
+
+
+def run_reload(argv: list[str]) -> str:
+    """Run a consumer's reload command (no shell, bounded); a one-line outcome."""
+    try:
+        done = subprocess.run(
+            argv,
+            capture_output=True,
+            timeout=RELOAD_TIMEOUT_S,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"failed: {type(exc).__name__}"
+    return "ok" if done.returncode == 0 else f"failed: exit {done.returncode}"

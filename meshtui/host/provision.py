@@ -1,0 +1,181 @@
+"""Making a provider accept its manifest: the built-in provisioner, or a declared command.
+
+The built-in one runs in the agent's process with warm admin sessions; a declared command runs
+without a shell, bounded in time, and only its login outcomes (short reasons) are kept, since
+they are shown and stored. The read-only inspection behind ``state`` lives here too.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import subprocess
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from pathlib import Path
+from typing import TYPE_CHECKING, NotRequired, TypedDict
+
+from meshtui.errors import MeshtuiError
+from meshtui.host.paths import node_path
+from meshtui.messages import Inspection, InspectSpec, LoginOutcome, ProviderSet
+from meshtui.model import OutcomeName
+
+if TYPE_CHECKING:
+    from meshtui.provisioner.warm import WarmSessions
+
+PROVISION_TIMEOUT_S = 300.0
+INSPECT_TIMEOUT_S = 5.0  # within the controller's STATE_TIMEOUT_S
+MAX_REASON = 300
+BUILTIN = ["builtin:postgres"]
+
+
+class ProvisionReport(TypedDict):
+    """What a provisioner reports to the agent: ok, each login's outcome, or why not."""
+
+    ok: bool
+    outcomes: list[LoginOutcome]
+    error: NotRequired[str]
+
+
+Provisioner = Callable[[Path, Path], ProvisionReport]
+
+
+def builtin_provisioner(manifest: Path, admin: Path) -> ProvisionReport:
+    """Run the built-in provisioner in-process; its outcomes.
+
+    Its PostgreSQL admin sessions are kept warm between deliveries (:mod:`meshtui.provisioner.warm`):
+    each is checked and its settings read again before it is used.
+    """
+    from meshtui.provisioner.harness import reconcile
+
+    report = reconcile(manifest, admin, postgres=_warm_sessions().open)
+    return {
+        "ok": report.ok,
+        "outcomes": [
+            {
+                "login": o.login,
+                "outcome": o.outcome,
+                "reason": o.reason,
+                "node": o.node,
+                "module": o.module,
+            }
+            for o in report.outcomes
+        ],
+    }
+
+
+@functools.cache
+def _warm_sessions() -> WarmSessions:
+    """The agent process's kept admin sessions (one pool for every manifest it provisions)."""
+    from meshtui.provisioner.warm import WarmSessions
+
+    return WarmSessions()
+
+
+def provision(spec: ProviderSet, manifest: Path, builtin: Provisioner) -> ProvisionReport:
+    """Apply the manifest just written: ``builtin`` unless the set declares a command."""
+    argv = spec["provisioner"] or BUILTIN
+    admin = spec["admin"] or ""
+    if argv == BUILTIN:
+        if not admin:
+            return {
+                "ok": False,
+                "outcomes": [],
+                "error": "no admin conninfo file declared for the provisioner",
+            }
+        try:
+            return builtin(manifest, Path(admin))
+        except MeshtuiError as exc:
+            return {"ok": False, "outcomes": [], "error": str(exc)}
+    argv = [a.replace("{admin}", admin) for a in argv]
+    try:
+        done = subprocess.run(
+            [*argv, str(manifest)],
+            capture_output=True,
+            timeout=PROVISION_TIMEOUT_S,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        why = f"provisioner {argv[0]} failed to run: {exc}"
+        return {"ok": False, "outcomes": [], "error": why}
+    logins = [c["as"] for c in spec["consumers"]]
+    return command_report(argv[0], done.returncode, done.stdout, logins)
+
+
+def command_report(name: str, returncode: int, stdout: bytes, logins: list[str]) -> ProvisionReport:
+    """What a declared provisioner command reported, kept to login, outcome and a short reason.
+
+    Without a JSON report an exit 0 counts as applied ("updated, unverified"); the probes are
+    what prove it. Anything else in its output is dropped, since it is shown and stored.
+    """
+    try:
+        report = json.loads(stdout)
+        given = report["outcomes"] if isinstance(report, dict) else None
+        if not isinstance(given, list):
+            raise ValueError
+        outcomes: list[LoginOutcome] = [
+            {
+                "login": str(o.get("login", "")),
+                "outcome": str(o.get("outcome", "failed")),
+                "reason": str(o.get("reason", ""))[:MAX_REASON],
+            }
+            for o in given
+            if isinstance(o, dict)
+        ]
+        ok = bool(report.get("ok", returncode == 0))
+    except (ValueError, KeyError, TypeError):
+        outcome = OutcomeName.UPDATED if returncode == 0 else OutcomeName.FAILED
+        reason = "no JSON report; exit 0 taken as applied (unverified)" if returncode == 0 else ""
+        outcomes = [{"login": c, "outcome": outcome, "reason": reason} for c in logins]
+        ok = returncode == 0
+    out: ProvisionReport = {"ok": ok and returncode == 0, "outcomes": outcomes}
+    if returncode != 0:
+        out["error"] = f"provisioner {name} exited {returncode}"
+    return out
+
+
+def inspect_provider(spec: InspectSpec) -> Inspection:
+    """The built-in provisioner's read-only inspection of one manifest, within a time bound.
+
+    Per login: ``matches``, ``changed`` (changed outside meshtui), ``missing``, ``unknown``,
+    ``waiting`` or ``refused``. Nothing is written; a declared command provisioner cannot be
+    asked, so it answers no logins.
+    """
+    from meshtui.provisioner.harness import inspect
+
+    out: Inspection = {
+        "provider": spec["provider"],
+        "provision": spec["provision"],
+        "ok": False,
+        "logins": [],
+    }
+    admin = spec["admin"]
+    if (spec["provisioner"] or BUILTIN) != BUILTIN:
+        out["error"] = "a declared provisioner command cannot be inspected"
+        return out
+    if not admin:
+        out["error"] = "no admin conninfo file declared for the provisioner"
+        return out
+    try:
+        manifest = node_path(spec["receives"], "manifest")
+        admin_path = node_path(admin, "admin file")
+    except ValueError as exc:
+        out["error"] = str(exc)
+        return out
+    pool = ThreadPoolExecutor(max_workers=1)
+    future = pool.submit(inspect, manifest, admin_path)
+    pool.shutdown(wait=False)  # a hung server must not hold up the answer
+    try:
+        found = future.result(timeout=INSPECT_TIMEOUT_S)
+    except FutureTimeout:
+        out["error"] = f"the provider's server did not answer within {INSPECT_TIMEOUT_S:.0f} s"
+        return out
+    except Exception as exc:  # the inspection's failure is this answer, not the agent's
+        text = str(exc).strip().splitlines()  # psycopg and our errors carry no secret
+        out["error"] = text[0] if text else type(exc).__name__
+        return out
+    out["ok"] = True
+    out["logins"] = [{"login": f.login, "verdict": f.verdict, "reason": f.reason} for f in found]
+    return out
