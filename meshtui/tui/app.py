@@ -13,6 +13,7 @@ nodes it would have contacted).
 from __future__ import annotations
 
 import gc
+import threading
 import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
@@ -55,6 +56,9 @@ FIRST_PAGE = 250
 """Pairs read and shown first when the dashboard starts on more than this many: a screenful on
 the tallest terminal. The rest follow in the same worker a moment later; until then the summary
 says it is still reading and actions wait."""
+
+PAGE_WAIT = 1.0
+"""At most this many seconds the whole read waits for the first screenful to be drawn."""
 
 PROGRESS_PERIOD = 0.05
 """Seconds between two redraws of a job's progress. A rotation reports one line per pair, all
@@ -106,6 +110,7 @@ class MeshApp(App[int]):
         self.summary: Summary | None = None
         self.loaded_once = False
         self.complete = False  # every pair read (not only the first screenful)
+        self._page_shown = threading.Event()  # the first screenful is on screen
         self.load_seconds: float | None = None
         self.note = ""
         self.job: Job | None = None
@@ -196,6 +201,9 @@ class MeshApp(App[int]):
                 page = PairModel.build(rows[:FIRST_PAGE], self.clock())
                 seconds = time.perf_counter() - start
                 self.post_message(Loaded(page, None, seconds, "", seq, partial=True))
+                # the whole read holds the interpreter most of the time it runs: let the frame
+                # that shows the first screenful be drawn before it starts
+                self._page_shown.wait(PAGE_WAIT)
             if not first_page or len(rows) > FIRST_PAGE:
                 rows = ctl.status()
             summary = ctl.summary(rows)
@@ -214,6 +222,8 @@ class MeshApp(App[int]):
         self.note = message.note
         self.load_seconds = message.seconds
         self.complete = not message.partial
+        if message.partial:
+            self.call_after_refresh(self._page_shown.set)
         first = not self.loaded_once
         self.loaded_once = True
         for screen in self.screen_stack:
