@@ -524,7 +524,8 @@ class LineTable(ScrollView, can_focus=True):
 
     @staticmethod
     def _fit(text: str, width: int, align: Literal["left", "right"]) -> str:
-        length = cell_len(text)
+        # printable ASCII (control characters were made visible) is one cell a character
+        length = len(text) if text.isascii() else cell_len(text)
         if length > width:
             return set_cell_size(text, width - 1) + "…"
         if align == "right":
