@@ -154,11 +154,14 @@ class Controller:
             raise ReadOnlyError(action)
 
     # ---- reads --------------------------------------------------------------------------
-    def status(self, ids: Iterable[str] | None = None) -> list[PairStatus]:
-        """Every pair (or the named ones) with its state and reason."""
+    def status(
+        self, ids: Iterable[str] | None = None, *, limit: int | None = None
+    ) -> list[PairStatus]:
+        """Every pair (or the named ones) with its state and reason, by id; ``limit``: only the
+        first that many (the dashboard's first screenful)."""
         if ids is not None:
             ids = self.resolve_pairs(ids)
-        return status_mod.statuses(self.inventory, ids)
+        return status_mod.statuses(self.inventory, ids, limit=limit)
 
     def summary(self, rows: list[PairStatus] | None = None) -> Summary:
         """Counts by state, alarms, and when the last push ran."""
@@ -176,9 +179,10 @@ class Controller:
             last_push=last_push["at"] if last_push else None,
         )
 
-    def schedule(self) -> list[PairDue]:
-        """Every pair's policy and when it is due for rotation."""
-        return schedule_mod.schedule(self.inventory)
+    def schedule(self, *, declared_only: bool = False) -> list[PairDue]:
+        """Every pair's policy and when it is due for rotation (``declared_only``: only the
+        pairs whose policy was declared, not the default one)."""
+        return schedule_mod.schedule(self.inventory, declared_only=declared_only)
 
     def watch_heartbeat(self) -> Heartbeat | None:
         """What the last ``meshtui watch`` on this state folder wrote, if any."""

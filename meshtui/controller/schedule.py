@@ -80,8 +80,12 @@ class PairDue:
         }
 
 
-def schedule(inv: Inventory) -> list[PairDue]:
-    """Every pair's policy and due times, sorted by pair id: one query."""
+def schedule(inv: Inventory, *, declared_only: bool = False) -> list[PairDue]:
+    """Every pair's policy and due times, sorted by pair id: one query.
+
+    ``declared_only``: leave out the pairs on the default policy (never rotated, probed at the
+    default interval), which is most of them in a mesh that declares no policy.
+    """
     out = []
     for (
         pid,
@@ -93,7 +97,7 @@ def schedule(inv: Inventory) -> list[PairDue]:
         probe,
         rsrc,
         psrc,
-    ) in inv.schedule_rows():
+    ) in inv.schedule_rows(declared_only):
         policy = (
             Policy(None, DEFAULT_PROBE_EVERY_S)
             if probe is None or rsrc is None or psrc is None

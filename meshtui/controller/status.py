@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 from meshtui.inventory import Inventory
 from meshtui.inventory.rows import StatusRow
-from meshtui.model import End, PairStatus, State, Verdict
+from meshtui.model import POSTGRES, End, PairStatus, State, Verdict
 
 DRIFT = "changed outside meshtui at "
 """How push records a provider end whose server no longer holds what meshtui delivered."""
@@ -126,66 +126,74 @@ def _pair_state(row: StatusRow, probed: bool) -> tuple[State, str, bool]:
     return State.STALE, f"probe could not decide: {why}", False
 
 
-def statuses(inv: Inventory, ids: Iterable[str] | None = None) -> list[PairStatus]:
-    """The status row of every pair (or the named ones), sorted by pair id: one query."""
+def _working(row: StatusRow) -> str | None:
+    """The reason of a pair that is plainly working, or None to take the full path.
+
+    The common case, decided in one test: both ends hold the current generation without an
+    error, and its newest probe logged in with the password. :func:`pair_state` gives the same
+    answer for these rows; this only skips its steps, since status reads every pair.
+    """
+    want = row[6]
+    if (
+        want
+        and row[10] == want
+        and row[12] == want
+        and row[17] == want
+        and row[9] is None
+        and row[11] is None
+        and row[13] is None
+        and row[14] == Verdict.ACCEPTED
+        and not row[20]
+        and row[22] != 0
+    ):
+        return f"logged in from {row[19] or 'consumer'}{' over loopback' if row[18] else ''}"
+    return None
+
+
+def statuses(
+    inv: Inventory, ids: Iterable[str] | None = None, *, limit: int | None = None
+) -> list[PairStatus]:
+    """The status row of every pair (or the named ones, or the first ``limit``), sorted by pair
+    id: one query."""
     rotating = {i["pair"]: r["id"] for r in inv.open_rotations() for i in r["items"]}
-    rows = inv.status_rows(ids)
+    rows = inv.status_rows(ids, limit)
     kinds = inv.provider_kinds()
-    out = []
+    out: list[PairStatus] = []
+    append = out.append
     for row in rows:
-        (
-            pid,
-            provision,
-            consumer,
-            provider,
-            login,
-            file,
-            generation,
-            created_at,
-            rotated_at,
-            withdrawn_at,
-            c_gen,
-            _c_err,
-            v_gen,
-            _v_err,
-            _verdict,
-            _why,
-            probed_at,
-            _pr_gen,
-            _loopback,
-            _client_addr,
-            _pr_withdrawn,
-            latency,
-            _used_password,
-            _v_attempted,
-        ) = row
-        state, reason, alarm = pair_state(row)
-        if pid in rotating:
+        pid = row[0]
+        reason = _working(row)
+        if reason is not None:
+            state, alarm = State.WORKING, False
+        else:
+            state, reason, alarm = pair_state(row)
+        if rotating and pid in rotating:
             state = State.STALE
             reason = (
                 f"rotation {rotating[pid]} was interrupted; the next push or rotate "
                 "finishes or rolls it back"
             )
-        out.append(
-            PairStatus(
-                pair=pid,
-                provision=provision,
-                consumer=consumer,
-                provider=provider,
-                login=login,
-                generation=generation,
-                consumer_generation=c_gen,
-                provider_generation=v_gen,
-                withdrawn=bool(withdrawn_at),
-                state=state,
-                reason=reason,
-                probed_at=probed_at,
-                rotated_at=rotated_at,
-                consumer_file=file,
-                created_at=created_at,
-                alarm=alarm,
-                latency_ms=latency,
-                kind=kinds.get((provider, provision), "postgres"),
+        provider, provision = row[3], row[1]
+        append(
+            PairStatus(  # positional, in the field order: the fast way to build 10,000
+                pid,
+                provision,
+                row[2],  # consumer
+                provider,
+                row[4],  # login
+                row[6],  # generation
+                row[10],  # consumer end's generation
+                row[12],  # provider end's generation
+                bool(row[9]),  # withdrawn
+                state,
+                reason,
+                row[16],  # probed_at
+                row[8],  # rotated_at
+                row[5],  # consumer file
+                row[7],  # created_at
+                alarm,
+                row[21],  # latency_ms
+                kinds.get((provider, provision), POSTGRES) if kinds else POSTGRES,
             )
         )
     return out

@@ -620,8 +620,11 @@ class Inventory:
             rows = audit_mod.stored(self._db.conn, limit=1, kind=kind)
         return _decoded(rows[0]) if rows else None
 
-    def status_rows(self, ids: Iterable[str] | None = None) -> list[StatusRow]:
-        """Every pair (or the named ones) joined with its two ends and newest probe, by id."""
+    def status_rows(
+        self, ids: Iterable[str] | None = None, limit: int | None = None
+    ) -> list[StatusRow]:
+        """Every pair (or the named ones, or the first ``limit`` by id) joined with its two ends
+        and newest probe, by id."""
         sql, params = STATUS_SQL, []
         if ids is not None:
             params = sorted(set(ids))
@@ -629,11 +632,19 @@ class Inventory:
                 return []
             sql += f" WHERE p.id IN ({_marks(len(params))})"
         sql += " ORDER BY p.id"
+        if limit is not None:
+            sql += f" LIMIT {max(0, int(limit))}"
         return cast(list[StatusRow], self._tuples(sql, params))
 
-    def schedule_rows(self) -> list[ScheduleRow]:
-        """Every pair with its policy and when its current generation began, by id."""
-        return cast(list[ScheduleRow], self._tuples(SCHEDULE_SQL))
+    def schedule_rows(self, declared_only: bool = False) -> list[ScheduleRow]:
+        """Every pair with its policy and when its current generation began, by id.
+
+        ``declared_only``: only the pairs with a policy declared at some level (the rest have
+        the default one: no rotation, the default probe interval), for readers that show only
+        those, such as the dashboard, which reads every pair's status beside it.
+        """
+        sql = SCHEDULE_SQL + (SCHEDULE_DECLARED if declared_only else "") + " ORDER BY p.id"
+        return cast(list[ScheduleRow], self._tuples(sql))
 
     def last_seq(self) -> int:
         """The number of the newest audit event (0: none yet)."""
@@ -686,6 +697,11 @@ LEFT JOIN probes pr ON pr.id = (SELECT MAX(id) FROM probes WHERE pair = p.id)
 SCHEDULE_SQL = """
 SELECT p.id, p.provider, p.consumer, p.withdrawn_at, COALESCE(p.rotated_at, p.created_at),
        o.rotate_every, o.probe_every, o.rotate_source, o.probe_source
-FROM pairs p LEFT JOIN policies o ON o.pair = p.id ORDER BY p.id
+FROM pairs p LEFT JOIN policies o ON o.pair = p.id
 """
 """One row per pair, in :data:`~meshtui.inventory.rows.ScheduleRow`'s column order."""
+
+SCHEDULE_DECLARED = """
+WHERE o.rotate_every IS NOT NULL OR o.rotate_source != 'default' OR o.probe_source != 'default'
+"""
+"""Keeps the pairs whose policy was declared somewhere (a missing policy row is the default)."""

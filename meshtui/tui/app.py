@@ -13,6 +13,7 @@ nodes it would have contacted).
 from __future__ import annotations
 
 import gc
+import threading
 import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
@@ -54,6 +55,14 @@ from meshtui.tui.screens.job import JobRecord, JobScreen
 
 Clock = Callable[[], datetime]
 Read = TypeVar("Read")
+
+FIRST_PAGE = 250
+"""Pairs read and shown first when the dashboard starts on more than this many: a screenful on
+the tallest terminal. The rest follow in the same worker a moment later; until then the summary
+says it is still reading and actions wait."""
+
+PAGE_WAIT = 1.0
+"""At most this many seconds the whole read waits for the first screenful to be drawn."""
 
 PROGRESS_PERIOD = 0.05
 """Seconds between two redraws of a job's progress. A rotation reports one line per pair, all
@@ -104,6 +113,8 @@ class MeshApp(App[int]):
         self.model = PairModel()
         self.summary: Summary | None = None
         self.loaded_once = False
+        self.complete = False  # every pair read (not only the first screenful)
+        self._page_shown = threading.Event()  # the first screenful is on screen
         self.load_seconds: float | None = None
         self.note = ""
         self.job: Job | None = None
@@ -173,10 +184,19 @@ class MeshApp(App[int]):
     def reload(self) -> None:
         """Read every pair's status again in a thread worker (a newer load replaces an older)."""
         self._load_seq += 1
-        run_in_background(self, partial(self._load, self._load_seq), name="load", context="load")
+        run_in_background(
+            self,
+            partial(self._load, self._load_seq, first_page=not self.loaded_once),
+            name="load",
+            context="load",
+        )
 
-    def _load(self, seq: int) -> Loaded:
-        """One numbered read of every pair (a worker thread); ``seq`` orders it among loads."""
+    def _load(self, seq: int, *, first_page: bool = False) -> Loaded:
+        """One numbered read of every pair (a worker thread); ``seq`` orders it among loads.
+
+        ``first_page``: post the first screenful of pairs before it (nothing is shown yet, and a
+        screenful reads in milliseconds where 10,000 pairs take a tenth of a second and more).
+        """
         start = time.perf_counter()
         stamp = Controller.inventory_stamp(self.state_dir)
         if stamp is None:
@@ -184,22 +204,34 @@ class MeshApp(App[int]):
             return Loaded(PairModel.build([], self.clock()), None, 0.0, note, seq)
         self._stamp = stamp
         with self.open_controller(reader=True) as ctl:
-            rows = ctl.status()
+            rows = ctl.status(limit=FIRST_PAGE + 1) if first_page else []
+            if len(rows) > FIRST_PAGE:  # more than a screenful: show that much first
+                page = PairModel.build(rows[:FIRST_PAGE], self.clock())
+                seconds = time.perf_counter() - start
+                self.post_message(Loaded(page, None, seconds, "", seq, partial=True))
+                # the whole read holds the interpreter most of the time it runs: let the frame
+                # that shows the first screenful be drawn before it starts
+                self._page_shown.wait(PAGE_WAIT)
+            if not first_page or len(rows) > FIRST_PAGE:
+                rows = ctl.status()
             summary = ctl.summary(rows)
-            dues = {d.pair: d for d in ctl.schedule()}
+            dues = {d.pair: d for d in ctl.schedule(declared_only=True)}
         seconds = time.perf_counter() - start
         fresh = PairModel.build(rows, self.clock(), dues)
         return Loaded(fresh, summary, seconds, "", seq)
 
     @on(Loaded)
     def _loaded(self, message: Loaded) -> None:
-        if message.seq < self._applied_seq:
+        if message.seq < self._applied_seq or (message.partial and self.complete):
             return  # an older read finished after a newer one: keep the newer
         self._applied_seq = message.seq
         changes = self.model.merge(message.fresh)
         self.summary = message.summary
         self.note = message.note
         self.load_seconds = message.seconds
+        self.complete = not message.partial
+        if message.partial:
+            self.call_after_refresh(self._page_shown.set)
         first = not self.loaded_once
         self.loaded_once = True
         for screen in self.screen_stack:
@@ -270,6 +302,9 @@ class MeshApp(App[int]):
     def _may_start(self, job: Job) -> bool:
         if not self.allows(job.kind):
             self.report_error(ReadOnlyError(job.kind), job.kind)
+            return False
+        if not self.complete:  # only the first screenful is read: a set could be cut short
+            self.notify("still reading the inventory; try again in a moment", severity="warning")
             return False
         if self.job is not None:
             self.notify(

@@ -25,14 +25,25 @@ from meshtui.tui.pairs import Fresh
 
 
 class Loaded(Message):
-    """A fresh read of every pair's status (already turned into display rows) and the summary."""
+    """A fresh read of every pair's status (already turned into display rows) and the summary.
+
+    ``partial``: only the first screenful of pairs by id, with no summary, sent ahead of the
+    whole read on start so the first frame shows pairs; the whole read follows.
+    """
 
     def __init__(
-        self, fresh: Fresh, summary: Summary | None, seconds: float, note: str = "", seq: int = 0
+        self,
+        fresh: Fresh,
+        summary: Summary | None,
+        seconds: float,
+        note: str = "",
+        seq: int = 0,
+        *,
+        partial: bool = False,
     ) -> None:
         super().__init__()
         self.fresh, self.summary, self.seconds, self.note = fresh, summary, seconds, note
-        self.seq = seq
+        self.seq, self.partial = seq, partial
 
 
 class DetailLoaded(Message):

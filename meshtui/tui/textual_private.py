@@ -1,6 +1,6 @@
 """The private Textual internals the dashboard relies on, in one place.
 
-Textual has no public way to do these two things, and each saves a whole layout or compose
+Textual has no public way to do these things, and each saves a whole layout or compose
 pass on a hot path. tests/tui/test_textual_private.py checks every name and signature used
 here against the pinned Textual (pyproject.toml), so an upgrade that changes them fails loudly
 there instead of quietly slowing the dashboard down or breaking its footer.
@@ -16,17 +16,9 @@ PINNED_TEXTUAL = "8.2.8"
 """The Textual version these internals were checked against."""
 
 
-def fill_footer_now(footer: Footer) -> None:
-    """Make a Footer compose its keys at once, not after the screen's first refresh.
-
-    Textual's Footer starts empty until its private ``_bindings_ready`` reactive turns true,
-    one more layout pass later (while the dashboard's first load is being read).
-    """
-    footer.set_reactive(Footer._bindings_ready, True)
-
-
 def footer_ready(footer: Footer) -> bool:
-    """Whether a Footer has its bindings (``_bindings_ready``)."""
+    """Whether a Footer has its bindings (``_bindings_ready``): it starts empty until then, and
+    fills itself after the screen's first refresh."""
     return bool(footer._bindings_ready)
 
 

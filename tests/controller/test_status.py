@@ -279,3 +279,44 @@ def test_status_json_carries_state_reason_and_alarm_and_exits_1_on_alarm(world: 
     assert rows[GITEA]["alarm"] is True and rows[GITEA]["withdrawn"] is True
     text = world.mesh.cli("status")
     assert text.code == 1 and "ALARM" in text.out
+
+
+# ---------------------------------------------------------------------------- fast path
+
+
+def test_the_plain_working_shortcut_agrees_with_the_full_rules() -> None:
+    """status decides the common case (both ends current, a probe that logged in with the
+    password) in one test: over every mix of the fields that test reads, it must give the
+    full rules' answer, and leave every other row to them."""
+    import itertools
+
+    from meshtui.controller.status import _working, pair_state
+
+    base: list[object] = [GITEA, "database", "app1/gitea", "db1/postgres", "gitea_app1_x",
+                          "/srv/f", 2, "2026-01-01", None, None, 2, None, 2, None,
+                          "accepted", "logged in", "2026-01-02", 2, 0, "10.0.0.3", 0, 4.5,
+                          1, "2026-01-02"]  # fmt: skip
+    choices: dict[int, list[object]] = {
+        6: [2, 0],  # generation wanted
+        9: [None, "2026-01-03"],  # withdrawn_at
+        10: [2, 1, None],  # consumer end's generation
+        11: [None, "boom"],  # consumer end's error
+        12: [2, 0, None],  # provider end's generation
+        13: [None, "re-applied after it was changed", "changed outside meshtui at x"],
+        14: ["accepted", "refused", None, "no password demanded"],  # verdict
+        17: [2, 1, None],  # probe's generation
+        18: [0, 1],  # loopback
+        19: ["10.0.0.3", None],  # client address
+        20: [0, 1],  # probe of a withdrawn pair
+        22: [1, 0, None],  # used_password
+    }
+    fast = 0
+    for values in itertools.product(*choices.values()):
+        row = list(base)
+        for index, value in zip(choices, values, strict=True):
+            row[index] = value
+        reason = _working(tuple(row))  # type: ignore[arg-type]
+        if reason is not None:
+            fast += 1
+            assert pair_state(tuple(row)) == (State.WORKING, reason, False), row  # type: ignore[arg-type]
+    assert fast > 0

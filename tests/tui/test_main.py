@@ -249,3 +249,64 @@ async def test_an_older_read_never_replaces_a_newer_one(make_app: Any) -> None:
         app.post_message(stale)
         await pilot.pause()
         assert len(app.model.rows) == 8
+
+
+async def test_the_first_screenful_shows_before_the_whole_read(
+    make_app: Any, built: Built, monkeypatch: pytest.MonkeyPatch, fake: Any
+) -> None:
+    """On more pairs than a screenful the first frame gets the first ones by id, then the whole
+    read replaces them; until it has, the summary says so and nothing can be acted on."""
+    import threading
+
+    from meshtui.tui import app as app_module
+
+    monkeypatch.setattr(app_module, "FIRST_PAGE", 3)
+    real = Controller.status
+    release = threading.Event()
+
+    def status(self: Controller, ids: Any = None, *, limit: int | None = None) -> Any:
+        if limit is None:
+            assert release.wait(10), "the test never released the whole read"
+        return real(self, ids, limit=limit)
+
+    monkeypatch.setattr(Controller, "status", status)
+    messages: list[Any] = []
+    app = make_app()
+    async with app.run_test(size=(160, 40), message_hook=messages.append) as pilot:
+        await pilot.pause(0.2)
+        screen = main(app)
+        assert list(screen.table.entries) == sorted(built.pairs)[:3]
+        assert not app.complete and app.summary is None
+        assert "reading the inventory" in str(screen.query_one("#summary").render())
+        await pilot.press("r")
+        assert "still reading the inventory" in app.toast_text()
+        assert isinstance(app.screen, MainScreen) and fake.calls == []
+        release.set()
+        await settle(pilot)
+        loaded = [m for m in messages if isinstance(m, Loaded)]
+        assert [(m.partial, len(m.fresh.rows)) for m in loaded] == [(True, 3), (False, 8)]
+        assert app.complete and list(screen.table.entries) == sorted(built.pairs)
+        assert app.summary is not None and app.summary.pairs == 8
+
+
+async def test_a_keystroke_that_leaves_the_screenful_as_it_was_redraws_no_row(
+    make_app: Any,
+) -> None:
+    app = make_app()
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(pilot)
+        screen = main(app)
+        table = screen.table
+        await pilot.press("slash")
+        await settle(pilot)
+        before = table.paints
+        await pilot.press(*"data")  # every pair id starts with "database:"
+        await pilot.pause()
+        assert len(table.entries) == 8
+        assert table.paints - before <= 4  # at most the cursor's line, once a key
+        before = table.paints
+        await pilot.press(*"base:app2")
+        await pilot.pause()
+        assert len(table.entries) == 4
+        assert table.paints - before >= 4  # the rows that did change are drawn
+        assert "app2" in table_lines(table)[1]

@@ -155,3 +155,33 @@ def test_registry_ids_are_unique_per_scope_and_every_mutating_action_is_marked()
     # nothing reachable only by a ctrl-chord
     for a in actions.ACTIONS:
         assert any(not k.startswith("ctrl+") for k in a.keys.split(",")), a.id
+
+
+def test_a_query_narrows_one_whose_terms_it_contains() -> None:
+    app = Query.parse("app")
+    assert Query.parse("app1").narrows(app) and Query.parse("app stale").narrows(app)
+    assert not app.narrows(Query.parse("app1"))
+    assert Query.parse("app state:stale").narrows(Query.parse("state:stale"))
+    assert not Query.parse("app").narrows(Query.parse("state:stale"))
+    assert not Query.parse("node:app12").narrows(Query.parse("node:app1"))  # exact field
+    assert Query.parse("gitea overdue").narrows(Query.parse("overdue"))
+    assert not Query.parse("gitea").narrows(Query.parse("gitea overdue"))
+
+
+def test_kept_filter_results_match_filtering_every_row_and_go_when_rows_change() -> None:
+    m = model()
+    typed = ["g", "gi", "gitea", "gitea app2", "gitea app", "gitea", "wiki", "", "app", "app2"]
+
+    def plain(text: str) -> list[str]:
+        match = Query.parse(text).matcher()
+        return [k for k, r in m.rows.items() if match(r)]
+
+    for text in typed + typed[::-1]:
+        assert [r.key for r in m.filtered(Query.parse(text))] == plain(text), text
+    kept = m.filtered(Query.parse("wiki"))
+    kept.clear()  # the caller's copy: sorting or clearing it leaves the kept result alone
+    assert len(m.filtered(Query.parse("wiki"))) == 1
+    renamed = [replace(ROWS[0], reason="wiki moved here"), *ROWS[1:]]
+    m.apply(renamed, FIXED_NOW)
+    assert [r.key for r in m.filtered(Query.parse("wiki"))] == plain("wiki")
+    assert len(plain("wiki")) == 2

@@ -32,7 +32,7 @@ def test_footer_bindings_ready_is_a_false_reactive() -> None:
     assert isinstance(ready, Reactive), "Footer._bindings_ready is gone or no longer a reactive"
     assert ready._default is False
     assert "_bindings_ready" in inspect.getsource(Footer.compose), (
-        "Footer.compose no longer waits for _bindings_ready: fill_footer_now may be useless"
+        "Footer.compose no longer waits for _bindings_ready: footer_ready may be useless"
     )
 
 

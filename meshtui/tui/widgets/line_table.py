@@ -200,6 +200,7 @@ class LineTable(ScrollView, can_focus=True):
         self._widths: list[int] = [c.min_width for c in self.columns]
         self._text_cache: dict[str, tuple[RowLike, str]] = {}
         self._frame: tuple[Style, Style, int, int, int] | None = None
+        self._drawn: tuple[object, ...] | None = None  # what set_view last put on screen
         self.paints = 0
         """How many data lines were drawn (the benchmark waits for the first)."""
 
@@ -212,6 +213,7 @@ class LineTable(ScrollView, can_focus=True):
     def set_rows(self, rows: Mapping[str, RowLike], widths: Sequence[int] | None = None) -> None:
         """Use ``rows`` (keyed) from now on; ``widths`` skips measuring when the owner knows."""
         self.rows = rows
+        self._drawn = None  # rows may have changed under the same keys: redraw all next time
         new_widths = list(widths) if widths is not None else self.measure(rows.values())
         if new_widths != self._widths:
             self._text_cache.clear()
@@ -229,14 +231,34 @@ class LineTable(ScrollView, can_focus=True):
         return widths
 
     def set_view(self, entries: list[Entry]) -> None:
-        """Show ``entries``; the cursor stays on the same key when it is still shown."""
+        """Show ``entries``; the cursor stays on the same key when it is still shown.
+
+        The lines on screen are drawn again only when what they show changed: a filter
+        keystroke that leaves the first screenful as it was (most do, on a large mesh) costs
+        the scrollbar and the filter box's own line, not a repaint of the whole table.
+        """
         current = self.current_key
         self._entries = entries
         self._index = None
         self._set_virtual_size(Size(self.content_width, len(entries) + 1))
         target = self._find(current) if current else None
         self.cursor = max(0, target if target is not None else min(self.cursor, len(entries) - 1))
-        self.refresh()
+        drawn = self._window()
+        if drawn != self._drawn:
+            self._drawn = drawn
+            self.refresh()
+
+    def _window(self) -> tuple[object, ...]:
+        """What the visible lines depend on besides the rows: the header's sort mark, the
+        scroll position and the entries on screen."""
+        top, height = int(self.scroll_offset.y), self._body_height
+        return (
+            self.sort_column,
+            self.sort_reverse,
+            int(self.scroll_offset.x),
+            top,
+            *self._entries[top : top + height],
+        )
 
     def _set_virtual_size(self, size: Size) -> None:
         """Take a new scrollable size without a layout pass when the scrollbars stay as they are.
@@ -367,6 +389,7 @@ class LineTable(ScrollView, can_focus=True):
 
     def on_resize(self, event: events.Resize) -> None:
         self._scroll_cursor_into_view()
+        self._drawn = self._window()  # a resize redraws every line: the screen shows this
 
     def on_focus(self, event: events.Focus) -> None:
         self.refresh_line(self.cursor + 1)
@@ -501,7 +524,8 @@ class LineTable(ScrollView, can_focus=True):
 
     @staticmethod
     def _fit(text: str, width: int, align: Literal["left", "right"]) -> str:
-        length = cell_len(text)
+        # printable ASCII (control characters were made visible) is one cell a character
+        length = len(text) if text.isascii() else cell_len(text)
         if length > width:
             return set_cell_size(text, width - 1) + "…"
         if align == "right":
