@@ -127,16 +127,29 @@ class Sealed(NamedTuple):
 
 
 class Planner:
-    """Reads the inventory once and builds delivery payloads for any set of pairs and targets."""
+    """Reads the inventory once and builds delivery payloads for any set of pairs and targets.
 
-    def __init__(self, inv: Inventory) -> None:
+    With ``focus`` (pair ids) it reads only what delivering those pairs needs: their providers'
+    pairs and modules, and those pairs' generations, so rotating one pair among 10,000 reads
+    one provider's share of the inventory, not all of it. Without, it reads the whole mesh.
+    """
+
+    def __init__(self, inv: Inventory, focus: Iterable[str] | None = None) -> None:
         self.inv = inv
         self.nodes = inv.nodes()
-        self.modules = inv.modules()
-        self.pairs = {p["id"]: p for p in inv.pairs()}
-        self.minted = inv.minted()
+        self._focus = None if focus is None else sorted(set(focus))
+        if self._focus is None:
+            self.modules = inv.modules()
+            self.pairs = {p["id"]: p for p in inv.pairs()}
+            self.minted = inv.minted()
+        else:
+            providers = {p["provider"] for p in inv.pairs(self._focus)}
+            self.pairs = {p["id"]: p for p in inv.pairs(self._focus, providers=providers)}
+            self.modules = inv.modules(providers)  # payloads read only providers' specs
+            self.minted = inv.minted(self.pairs)
         self._rotation_of: dict[tuple[str, int], int] | None = None  # read when first needed
         self._sealed: dict[tuple[str, int], GenerationRow] | None = None
+        self._sealed_scope = False  # a focused planner has read its providers' pairs too
 
     @property
     def rotation_of(self) -> dict[tuple[str, int], int]:
@@ -170,8 +183,14 @@ class Planner:
     def sealed(self, pair: str, generation: int) -> Sealed:
         """One generation's sealed blobs; InventoryError when they were discarded."""
         if self._sealed is None:  # one read for every payload this planner builds
-            self._sealed = self.inv.held_generations()
-        row = self._sealed.get((pair, generation)) or self.inv.generation(pair, generation)
+            self._sealed = self.inv.held_generations(self._focus)
+        row = self._sealed.get((pair, generation))
+        if row is None and self._focus is not None and not self._sealed_scope:
+            # a whole manifest of a focused planner: its providers' other pairs, in one read
+            self._sealed.update(self.inv.held_generations(self.pairs))
+            self._sealed_scope = True
+            row = self._sealed.get((pair, generation))
+        row = row or self.inv.generation(pair, generation)
         if row is None or row["consumer_sealed"] is None or row["provider_sealed"] is None:
             raise InventoryError(f"{pair}: generation {generation} is not held sealed any more")
         return Sealed(row["digest"], row["consumer_sealed"], row["provider_sealed"])
@@ -239,8 +258,11 @@ class Planner:
         apply to, the consumer set the inventory says each provider end was delivered. A
         provision with an end not on record (never delivered, or its last delivery failed)
         is sent whole: its base is not known."""
+        scope = None if self._focus is None else self.pairs
         delivered = {
-            pair: row for (pair, end), row in self.inv.deliveries().items() if end == "provider"
+            pair: row
+            for (pair, end), row in self.inv.deliveries(pairs=scope).items()
+            if end == "provider"
         }
         out: dict[str, list[ProviderSet]] = {}
         for provider, provision in sorted(set(providers)):

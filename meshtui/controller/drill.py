@@ -41,7 +41,7 @@ def _step(name: str, expected: str, login: ProbeReport | None, missing: str) -> 
 
 def drill_one(ctl: Controller, pid: str, progress: Progress) -> DrillReport:
     """Drill one pair; always returns a report (failures are in it, not raised)."""
-    plan = Planner(ctl.inventory)
+    plan = Planner(ctl.inventory, focus=[pid])
     p = plan.pairs[pid]
     node = node_of(p["consumer"])
     drill_id = secrets.token_hex(8)

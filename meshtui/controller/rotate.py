@@ -130,7 +130,7 @@ def _deliver(
     step: int,
 ) -> Delivered:
     inv = ctl.inventory
-    plan = Planner(inv)
+    plan = Planner(inv, focus=[i["pair"] for i in items])
     targets = {i["pair"]: i[key] for i in items}
     result = Delivered()
     progress("delivering to providers", step, 4)

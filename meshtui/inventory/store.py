@@ -444,10 +444,25 @@ class Inventory:
         rows = cast(list[NodeRow], self._query("SELECT * FROM nodes ORDER BY name"))
         return {r["name"]: r for r in rows}
 
-    def modules(self) -> dict[str, ModuleRow]:
-        """Every module by id, with its spec decoded."""
+    def _where_in(self, sql: str, column: str, values: Iterable[str]) -> list[dict[str, Any]]:
+        """``sql`` (a SELECT without WHERE) for the rows whose ``column`` is one of ``values``,
+        in chunks that stay under SQLite's parameter limit."""
+        wanted = sorted(set(values))
+        rows: list[dict[str, Any]] = []
+        for i in range(0, len(wanted), CHUNK):
+            chunk = wanted[i : i + CHUNK]
+            rows += self._query(f"{sql} WHERE {column} IN ({_marks(len(chunk))})", chunk)
+        return rows
+
+    def modules(self, ids: Iterable[str] | None = None) -> dict[str, ModuleRow]:
+        """Every module by id (or the named ones), with its spec decoded."""
         out: dict[str, ModuleRow] = {}
-        for r in self._query("SELECT * FROM modules ORDER BY id"):
+        rows = (
+            self._query("SELECT * FROM modules ORDER BY id")
+            if ids is None
+            else self._where_in("SELECT * FROM modules", "id", ids)
+        )
+        for r in rows:
             r["spec"] = json.loads(r["spec"])
             out[r["id"]] = cast(ModuleRow, r)
         return out
@@ -457,18 +472,20 @@ class Inventory:
         rows = cast(list[ModuleRecord], self._query("SELECT * FROM modules"))
         return {r["id"]: r for r in rows}
 
-    def pairs(self, ids: Iterable[str] | None = None) -> list[PairRow]:
-        """Pairs (all, or the named ones) with values and reload decoded."""
-        if ids is None:
+    def pairs(
+        self, ids: Iterable[str] | None = None, *, providers: Iterable[str] | None = None
+    ) -> list[PairRow]:
+        """Pairs (all, the named ones, or every pair of the named provider modules) with values
+        and reload decoded, by id."""
+        if ids is None and providers is None:
             rows = self._query("SELECT * FROM pairs ORDER BY id")
         else:
-            wanted = sorted(set(ids))
             rows = []
-            for i in range(0, len(wanted), CHUNK):
-                chunk = wanted[i : i + CHUNK]
-                rows += self._query(
-                    f"SELECT * FROM pairs WHERE id IN ({_marks(len(chunk))})", chunk
-                )
+            if ids is not None:
+                rows += self._where_in("SELECT * FROM pairs", "id", ids)
+            if providers is not None:
+                rows += self._where_in("SELECT * FROM pairs", "provider", providers)
+            rows = list({str(r["id"]): r for r in rows}.values())
             rows.sort(key=lambda r: str(r["id"]))
         for r in rows:
             r["values"] = json.loads(r["values"])
@@ -539,17 +556,27 @@ class Inventory:
         rows = self._query("SELECT * FROM generations WHERE pair = ? ORDER BY generation", [pair])
         return cast(list[GenerationRow], rows)
 
-    def held_generations(self) -> dict[tuple[str, int], GenerationRow]:
-        """Every generation still held sealed, by (pair, generation)."""
-        rows = self._query("SELECT * FROM generations WHERE discarded_at IS NULL")
+    def held_generations(
+        self, pairs: Iterable[str] | None = None
+    ) -> dict[tuple[str, int], GenerationRow]:
+        """Every generation still held sealed (of every pair, or the named ones), by (pair,
+        generation)."""
+        if pairs is None:
+            rows = self._query("SELECT * FROM generations WHERE discarded_at IS NULL")
+        else:
+            found = self._where_in("SELECT * FROM generations", "pair", pairs)
+            rows = [r for r in found if r["discarded_at"] is None]
         return {(r["pair"], int(r["generation"])): cast(GenerationRow, r) for r in rows}
 
-    def minted(self) -> dict[str, list[int]]:
-        """Every pair's minted generation numbers, ascending."""
+    def minted(self, pairs: Iterable[str] | None = None) -> dict[str, list[int]]:
+        """Every pair's (or the named pairs') minted generation numbers, ascending."""
         out: dict[str, list[int]] = {}
-        for pair, generation in self._tuples(
-            "SELECT pair, generation FROM generations ORDER BY generation"
-        ):
+        if pairs is None:
+            found = self._tuples("SELECT pair, generation FROM generations ORDER BY generation")
+        else:
+            rows = self._where_in("SELECT pair, generation FROM generations", "pair", pairs)
+            found = sorted(((r["pair"], r["generation"]) for r in rows), key=lambda t: t[1])
+        for pair, generation in found:
             out.setdefault(pair, []).append(int(generation))
         return out
 
@@ -558,9 +585,13 @@ class Inventory:
         rows = self._tuples("SELECT pair, generation, digest FROM generations")
         return {(pair, digest): int(generation) for pair, generation, digest in rows}
 
-    def deliveries(self, pair: str | None = None) -> dict[tuple[str, str], DeliveryRow]:
-        """Which generation each end holds, by (pair, end); all pairs or one."""
-        if pair is None:
+    def deliveries(
+        self, pair: str | None = None, *, pairs: Iterable[str] | None = None
+    ) -> dict[tuple[str, str], DeliveryRow]:
+        """Which generation each end holds, by (pair, end); all pairs, one, or the named ones."""
+        if pairs is not None:
+            rows = self._where_in("SELECT * FROM deliveries", "pair", pairs)
+        elif pair is None:
             rows = self._query("SELECT * FROM deliveries")
         else:
             rows = self._query("SELECT * FROM deliveries WHERE pair = ?", [pair])
