@@ -28,6 +28,7 @@ from meshtui.host.holdings import Holdings
 from meshtui.host.identity import Identity
 from meshtui.host.provision import Provisioner, builtin_provisioner, inspect_provider
 from meshtui.messages import (
+    AnchorAnswer,
     CheckAnswer,
     CheckRequest,
     DrillCheckAnswer,
@@ -175,8 +176,11 @@ class Agent:
         if not is_nonce(nonce):
             return 400, {"error": "nonce must be 32 to 64 hex characters"}
         head = self.anchor.head
-        payload = {"node": self.identity.name, "head": head.to_json() if head else None}
-        return 200, self._reply(wire.ANCHOR, payload, nonce)
+        payload: AnchorAnswer = {
+            "node": self.identity.name,
+            "head": head.to_json() if head else None,
+        }
+        return 200, self._reply(messages.ANCHOR.name, payload, nonce)
 
     def check(self, payload: CheckRequest) -> CheckAnswer:
         """The node's side of ``meshtui doctor`` (reads and connects only; nothing is written)."""
