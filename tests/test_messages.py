@@ -104,7 +104,7 @@ def test_every_kind_round_trips_through_real_agents(mesh):
         ),
     ]
     asks = doctor_asks(mesh)
-    requests += [(node, messages.CHECK, ask.to_json()) for node, ask in sorted(asks.items())]
+    requests += [(node, messages.CHECK, ask) for node, ask in sorted(asks.items())]
     seen = set()
     with agents(mesh) as client:
         for node, kind, request in requests:
