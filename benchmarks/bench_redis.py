@@ -12,7 +12,12 @@ holds N users with their own passwords (as SHA-256; the server never sees a pass
 * **apply**, on a second lab Redis on loopback (the provisioner runs on the provider's node):
   ``reconcile`` of a manifest of N consumers (their secret files beside it) into an empty
   Redis, the idle re-run, and a plain loop of N ``ACL SETUSER <u> reset on #<sha256> ~<u>:*
-  +@all -@dangerous -@admin`` on one connection with the same admin URL.
+  +@all -@dangerous -@admin`` on one connection with the same admin URL, then one ``ACL SAVE``
+  (timed apart). A reconcile persists what it changed (the issue asks that changes survive a
+  restart), so the like-for-like baseline is the loop *with* its ACL SAVE; the ratio against the
+  loop alone is printed too, and so is reconcile without its own ACL SAVE against the loop
+  alone (both then hold the users in memory only). For reference, not a goal: the same writes
+  pipelined by plain redis-py (what reconcile sends), the floor of any client.
 
 It prints both tables and the two ratios, then removes everything it made. Run as root:
 
@@ -35,7 +40,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import redis
 
@@ -43,6 +48,7 @@ from meshtui.crypto import secret_digest
 from meshtui.lab import netns
 from meshtui.lab import redis as lab_redis
 from meshtui.provisioner.harness import reconcile
+from meshtui.provisioner.redis import RedisAdapter
 
 PORT = 6379
 
@@ -67,16 +73,14 @@ def raw(pair):  # plain redis-py: TLS connect with the certificate checked, AUTH
     return 1
 
 import ssl
+from meshtui.host.redis_private import ContextTLSConnection
 shared = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 shared.load_verify_locations(cafile=ca)
 
-class Shared(SSLConnection):  # the same, with one context for every connection
-    def _wrap_socket_with_ssl(self, sock):
-        return shared.wrap_socket(sock, server_hostname=self.host)
-
-def raw_shared(pair):
-    conn = Shared(host=host, port=port, username=pair[0], password=pair[1],
-                  protocol=2, socket_timeout=5, socket_connect_timeout=5)
+def raw_shared(pair):  # the same, with one context for every connection
+    conn = ContextTLSConnection(context=shared, host=host, port=port, username=pair[0],
+                                password=pair[1], protocol=2, socket_timeout=5,
+                                socket_connect_timeout=5)
     try:
         conn.connect()
     finally:
@@ -221,6 +225,43 @@ def empty(server: lab_redis.RedisServer) -> None:
         admin.acl_save()
 
 
+class TimedAdapter(RedisAdapter):
+    """The real adapter, with the time its closing ACL SAVE took kept for the table."""
+
+    saves: ClassVar[list[float]] = []
+
+    def close(self) -> None:
+        started = time.perf_counter()
+        saving = self.dirty and self.persist is not None
+        try:
+            super().close()
+        finally:
+            if saving:
+                TimedAdapter.saves.append(time.perf_counter() - started)
+
+
+def plain_loop(url: str, count: int, *, pipelined: bool) -> tuple[float, float]:
+    """N plain ACL SETUSERs on one connection (each a round trip, or one pipeline), then one
+    ACL SAVE: (seconds for the writes, seconds for the save)."""
+    with redis.Redis.from_url(url, protocol=2) as admin:
+        admin.ping()
+        started = time.perf_counter()
+        target: Any = admin.pipeline(transaction=False) if pipelined else admin
+        for i in range(count):
+            login = f"m_n{i}_x"
+            sha = hashlib.sha256(secrets.token_urlsafe(32).encode()).hexdigest()
+            target.execute_command(
+                "ACL", "SETUSER", login, "reset", "on", f"#{sha}", f"~{login}:*",
+                "+@all", "-@dangerous", "-@admin",
+            )  # fmt: skip
+        if pipelined:
+            target.execute()
+        writes = time.perf_counter() - started
+        started = time.perf_counter()
+        admin.acl_save()  # what reconcile does once at the end, so the users persist
+        return writes, time.perf_counter() - started
+
+
 def bench_apply(args: argparse.Namespace, base: Path) -> None:
     server = lab_redis.create(base / "apply-redis", address="127.0.0.1", port=free_port())
     folder = base / "provider"
@@ -231,54 +272,74 @@ def bench_apply(args: argparse.Namespace, base: Path) -> None:
         url = server.admin_file.read_text()
         samples: dict[str, list[float]] = {
             "reconcile": [],
+            "  its ACL SAVE": [],
+            "  without it": [],
             "idle re-run": [],
             "ACL SETUSER loop": [],
             "  + ACL SAVE": [],
+            "pipelined loop": [],
+            "  + ACL SAVE ": [],
         }
-        for _ in range(args.repeat):
+        load = os.getloadavg()
+        for _ in range(args.repeat):  # interleaved, so drift hits every kind alike
             empty(server)
+            TimedAdapter.saves.clear()
             started = time.perf_counter()
-            report = reconcile(folder / "mesh.json", server.admin_file)
-            samples["reconcile"].append(time.perf_counter() - started)
+            report = reconcile(folder / "mesh.json", server.admin_file, factory=TimedAdapter)
+            took = time.perf_counter() - started
             assert report.counts() == {"created": args.pairs}, report.counts()
+            assert len(TimedAdapter.saves) == 1, TimedAdapter.saves
+            samples["reconcile"].append(took)
+            samples["  its ACL SAVE"].append(TimedAdapter.saves[0])
+            samples["  without it"].append(took - TimedAdapter.saves[0])
             started = time.perf_counter()
             report = reconcile(folder / "mesh.json", server.admin_file)
             samples["idle re-run"].append(time.perf_counter() - started)
             assert report.counts() == {"unchanged": args.pairs}, report.counts()
             empty(server)
-            with redis.Redis.from_url(url, protocol=2) as admin:
-                admin.ping()
-                started = time.perf_counter()
-                for i in range(args.pairs):
-                    login = f"m_n{i}_x"
-                    sha = hashlib.sha256(secrets.token_urlsafe(32).encode()).hexdigest()
-                    admin.execute_command(
-                        "ACL", "SETUSER", login, "reset", "on", f"#{sha}", f"~{login}:*",
-                        "+@all", "-@dangerous", "-@admin",
-                    )  # fmt: skip
-                samples["ACL SETUSER loop"].append(time.perf_counter() - started)
-                admin.acl_save()  # what reconcile does once at the end, so the users persist
-                samples["  + ACL SAVE"].append(time.perf_counter() - started)
+            writes, save = plain_loop(url, args.pairs, pipelined=False)
+            samples["ACL SETUSER loop"].append(writes)
+            samples["  + ACL SAVE"].append(writes + save)
+            empty(server)
+            writes, save = plain_loop(url, args.pairs, pipelined=True)
+            samples["pipelined loop"].append(writes)
+            samples["  + ACL SAVE "].append(writes + save)
+        after = os.getloadavg()
         print(
-            f"apply: {args.pairs} users into an empty Redis (TLS, loopback), median of {args.repeat}"
+            f"apply: {args.pairs} users into an empty Redis (TLS, loopback), median of "
+            f"{args.repeat}; load average {load[0]:.2f} at start, {after[0]:.2f} at end"
         )
         med = {k: statistics.median(v) for k, v in samples.items()}
         for label, seconds in med.items():
             print(
                 f"  {label:<17} {seconds * 1000:>8.0f} ms  {seconds / args.pairs * 1e6:>6.0f} us/user"
             )
-        # per-repeat ratios (the runs of one repeat are back to back), then their median
-        ratio = statistics.median(
-            r / b for r, b in zip(samples["reconcile"], samples["ACL SETUSER loop"], strict=True)
+
+        def ratio(mine: str, base: str) -> float:
+            # per-repeat ratios (the runs of one repeat are back to back), then their median
+            pairs = zip(samples[mine], samples[base], strict=True)
+            return statistics.median(r / b for r, b in pairs)
+
+        print(
+            "  ratio, the goal's (reconcile vs the plain loop + its one ACL SAVE, both persist): "
+            f"{ratio('reconcile', '  + ACL SAVE'):.2f}x"
         )
-        saved = statistics.median(
-            r / b for r, b in zip(samples["reconcile"], samples["  + ACL SAVE"], strict=True)
+        print(
+            "  ratio, nothing persisted (reconcile without its ACL SAVE vs the plain loop): "
+            f"{ratio('  without it', 'ACL SETUSER loop'):.2f}x"
         )
-        print(f"  ratio (reconcile vs plain ACL SETUSER loop): {ratio:.2f}x")
-        print(f"  ratio (reconcile vs the loop followed by one ACL SAVE): {saved:.2f}x")
+        print(
+            "  ratio, unlike work (reconcile, persisted, vs the plain loop, not persisted): "
+            f"{ratio('reconcile', 'ACL SETUSER loop'):.2f}x"
+        )
+        print(
+            "  reference: reconcile vs the same writes pipelined by plain redis-py + ACL SAVE: "
+            f"{ratio('reconcile', '  + ACL SAVE '):.2f}x"
+        )
         print(
             "  reconcile also connects (TLS), reads the manifest and every secret file, lists "
-            "the ACL (ACL LIST), checks ownership and learns Redis's rule form once"
+            "the ACL (ACL LIST), checks ownership and learns Redis's rule form once; an ACL SAVE "
+            "after N new users is mostly Redis 7.0 describing each one's rules (no fsync)"
         )
     finally:
         server.stop()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from meshtui.cli import render
 from meshtui.cli.context import EXIT_FAILED, EXIT_OK, state_dir
@@ -41,8 +42,17 @@ def cmd_lab(args: argparse.Namespace) -> int:
         render.print_json(info)
     else:
         render.lab_status(info)
-    ok = info["up"] and info["postgres"] and all(a["answers"] for a in info["agents"].values())
-    return EXIT_OK if ok else EXIT_FAILED
+    return EXIT_OK if lab_ok(info) else EXIT_FAILED
+
+
+def lab_ok(info: dict[str, Any]) -> bool:
+    """Whether ``lab status`` is all up: PostgreSQL, Redis (when the lab has one), agents."""
+    return bool(
+        info["up"]
+        and info["postgres"]
+        and info.get("redis") is not False
+        and all(a["answers"] for a in info["agents"].values())
+    )
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -51,7 +61,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from meshtui.tui.app import run_dashboard
 
     state = state_dir(args)
-    print("meshtui demo: building the lab (PostgreSQL, namespaces, agents) ...", file=sys.stderr)
+    print(
+        "meshtui demo: building the lab (PostgreSQL, Redis, namespaces, agents) ...",
+        file=sys.stderr,
+    )
     built = lab.up(state, loopback=True if args.loopback else None)
     try:
         if built.mode == "loopback":

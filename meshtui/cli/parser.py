@@ -105,7 +105,9 @@ def _lab(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     group = sub.add_parser("lab", help="the lab alone (for scripts and tests)").add_subparsers(
         dest="lab_command", metavar="COMMAND", required=True
     )
-    s = group.add_parser("up", help="build the lab: PostgreSQL, namespaces, agents")
+    s = group.add_parser(
+        "up", help="build the lab: PostgreSQL, Redis (when installed), namespaces, agents"
+    )
     s.add_argument("--loopback", action="store_true", help="no namespaces even when root")
     s.add_argument(
         "--provisioner",
@@ -116,7 +118,7 @@ def _lab(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = group.add_parser("down", help="stop and remove every process and namespace the lab made")
     s.add_argument("--purge", action="store_true", help="also delete the lab folder")
     s.set_defaults(func=lab.cmd_lab)
-    s = group.add_parser("status", help="what is up")
+    s = group.add_parser("status", help="what is up: agents, PostgreSQL, Redis")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=lab.cmd_lab)
 
@@ -128,10 +130,18 @@ def _provision(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     s.set_defaults(func=lab.cmd_demo)
 
     s = sub.add_parser(
-        "provision", help="reconcile one PostgreSQL with a manifest (built-in provisioner)"
+        "provision",
+        help="reconcile one PostgreSQL or Redis with a manifest (built-in provisioner)",
+        description="Make one PostgreSQL or Redis hold exactly the logins its manifest names "
+        "(the manifest's kind says which; PostgreSQL by default).",
     )
     s.add_argument("--manifest", required=True, help="the manifest (mesh.json)")
-    s.add_argument("--admin", required=True, help="a 0600 file holding the admin libpq conninfo")
+    s.add_argument(
+        "--admin",
+        required=True,
+        help="a 0600 file holding the admin libpq conninfo (PostgreSQL) or the admin Redis URL "
+        "(kind redis: rediss://ADMIN:PASSWORD@HOST:PORT with ?ssl_ca_certs=CA.pem)",
+    )
     s.add_argument(
         "--watch", action="store_true", help="keep reconciling on change and against drift"
     )

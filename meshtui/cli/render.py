@@ -177,7 +177,9 @@ def lab_status(info: dict[str, Any]) -> None:
     if not info["up"]:
         print("no lab is up")
         return
-    print(f"lab up ({info['mode']}), PostgreSQL {'running' if info['postgres'] else 'DOWN'}")
+    redis = info.get("redis")  # None: this lab has no Redis (redis-server not installed)
+    cache = "" if redis is None else f", Redis {'running' if redis else 'DOWN'}"
+    print(f"lab up ({info['mode']}), PostgreSQL {'running' if info['postgres'] else 'DOWN'}{cache}")
     for node, a in info["agents"].items():
         answers = "answers" if a["answers"] else "NOT ANSWERING"
         print(f"  {node:6} {a['address']:12} pid {a['pid']} {answers}")

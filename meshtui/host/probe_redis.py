@@ -16,25 +16,31 @@ Same evidence and verdicts as the PostgreSQL probe (:mod:`meshtui.host.probe`), 
 
 PING, AUTH and CLIENT INFO go in one write (one round trip after the TLS handshake). The
 password is only ever an argument of AUTH (which Redis keeps out of MONITOR and SLOWLOG); it is
-scrubbed from any error text all the same. Uses redis-py's connection classes, not its client.
+scrubbed from any error text all the same. Uses redis-py's connection classes, not its client;
+the two redis-py internals it needs (its own TLS context, reading on after NOAUTH) live in
+:mod:`meshtui.host.redis_private`.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import ipaddress
-import os
-import socket
 import ssl
 import time
 from typing import Any
 
 import redis
-from redis._parsers import _RESP2Parser
-from redis.connection import Connection, SSLConnection
+from redis.connection import Connection
 
 from meshtui.host.probe_address import loopback_addr, loopback_host, own_address, resolve, same_addr
 from meshtui.host.probe_types import LoginResult, ProbeResult, control_password, scrub
+from meshtui.host.redis_private import (
+    ContextTLSConnection,
+    NoAuth,
+    ReadOnParser,
+    WrongPass,
+    tls_context,
+)
 from meshtui.model import Verdict
 
 _NO_LIB_INFO: dict[str, Any] = (
@@ -43,55 +49,6 @@ _NO_LIB_INFO: dict[str, Any] = (
     else {"lib_name": None, "lib_version": None}  # redis-py before 7
 )
 """No CLIENT SETINFO on connect: the probe's first word to the server is its own PING."""
-
-
-class NoAuth(redis.ResponseError):
-    """``-NOAUTH``: the server wants AUTH before anything else (what we want to see first)."""
-
-
-class WrongPass(redis.ResponseError):
-    """``-WRONGPASS``: the only answer that counts as a refusal."""
-
-
-class _ProbeParser(_RESP2Parser):
-    """redis-py's RESP2 parser, but NOAUTH and WRONGPASS are replies to read on, not errors
-    that end the connection (redis-py rewinds its buffer on those, so nothing after them could
-    be read)."""
-
-    EXCEPTION_CLASSES = {
-        **_RESP2Parser.EXCEPTION_CLASSES,
-        "NOAUTH": NoAuth,
-        "WRONGPASS": WrongPass,
-    }
-
-
-_CONTEXTS: dict[tuple[str, int, int], ssl.SSLContext] = {}
-
-
-def tls_context(ca: str) -> ssl.SSLContext:
-    """A client context trusting the declared CA and nothing else (no system store, no
-    SSL_CERT_FILE), checking the host name; built once per CA file version."""
-    info = os.stat(ca)
-    key = (ca, info.st_mtime_ns, info.st_size)
-    context = _CONTEXTS.get(key)
-    if context is None:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # CERT_REQUIRED, check_hostname
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.load_verify_locations(cafile=ca)
-        _CONTEXTS[key] = context
-    return context
-
-
-class _MeshTLS(SSLConnection):
-    """redis-py's TLS connection, but wrapped with our context instead of one that starts from
-    the system's trust store (redis-py's own begins with ``ssl.create_default_context()``)."""
-
-    def __init__(self, *, context: ssl.SSLContext, **kwargs: Any) -> None:
-        self._mesh_context = context
-        super().__init__(**kwargs)
-
-    def _wrap_socket_with_ssl(self, sock: socket.socket) -> ssl.SSLSocket:
-        return self._mesh_context.wrap_socket(sock, server_hostname=self.host)
 
 
 def _result(
@@ -186,7 +143,7 @@ def login(
         "socket_connect_timeout": timeout,
         "protocol": 2,
         "decode_responses": True,
-        "parser_class": _ProbeParser,
+        "parser_class": ReadOnParser,
         **_NO_LIB_INFO,
     }
     # redis-py's connection classes are untyped: hold them as Any
@@ -202,7 +159,7 @@ def login(
                 None,
                 loopback=loopback,
             )
-        tls_class: Any = _MeshTLS
+        tls_class: Any = ContextTLSConnection
         conn = tls_class(context=context, **common)
     else:
         plain_class: Any = Connection

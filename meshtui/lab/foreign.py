@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import stat
 from pathlib import Path
 from types import TracebackType
 
+from meshtui.atomic import Access, write_at
 from meshtui.errors import LabError
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
@@ -144,31 +144,11 @@ class ForeignDir:
         """Replace ``name`` with ``data``: a fresh 0600 file, handed to ``uid``:``gid`` on its
         descriptor, renamed into place inside the folder (a link at ``name`` is replaced, never
         followed)."""
-        while True:
-            tmp = f".{name}.meshtui-{secrets.token_hex(8)}"
-            try:
-                fd = os.open(tmp, _CREATE_FLAGS, 0o600, dir_fd=self.fd)
-                break
-            except FileExistsError:
-                continue
+        access = Access(0o600, -1 if uid is None else uid, -1 if gid is None else gid)
         try:
-            try:
-                os.fchmod(fd, 0o600)
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-                if uid is not None and gid is not None:
-                    os.fchown(fd, uid, gid)
-            finally:
-                os.close(fd)
-            os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
-        except BaseException as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=self.fd)
-            if isinstance(exc, OSError):
-                raise LabError(f"cannot write {self.path / name}: {exc.strerror or exc}") from None
-            raise
+            write_at(self.fd, name, data, access=access)
+        except OSError as exc:
+            raise LabError(f"cannot write {self.path / name}: {exc.strerror or exc}") from None
 
 
 def _read_up_to(fd: int, limit: int) -> bytes:

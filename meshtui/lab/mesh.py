@@ -387,7 +387,7 @@ def _redis_up(folder: Path) -> bool | None:
 
 
 def status(state_dir: Path) -> dict[str, Any]:
-    """What is up: mode, namespaces, agents, PostgreSQL."""
+    """What is up: mode, namespaces, agents, PostgreSQL, Redis (None when the lab has none)."""
     lab = load(state_dir.resolve())
     if lab is None:
         return {"up": False}

@@ -7,8 +7,9 @@ the work. A broken manifest raises ManifestError before anything is touched.
 
 ``reconcile`` runs once (the host agent calls it right after writing the manifest; ``meshtui
 provision`` calls it too). ``watch`` polls the manifest and the secret files by digest and
-reconciles on a change and every ``drift_every`` seconds. Secrets are read right before use and
-dropped right after; nothing long-lived holds one.
+reconciles on a change and every ``drift_every`` seconds. A run reads each secret file once,
+after the adapter's inspect, and drops it once its login is made true; nothing long-lived holds
+one.
 """
 
 from __future__ import annotations
@@ -163,11 +164,8 @@ def _outcome(consumer: Consumer, name: OutcomeName, reason: str = "") -> Outcome
     return Outcome(consumer.login, consumer.node, consumer.module, name, reason)
 
 
-def _apply(adapter: Adapter, secrets: SecretFiles, consumer: Consumer) -> Outcome:
-    """Create-or-make-true one consumer; the secret lives only inside this call."""
-    secret = _read_secret(secrets, consumer)
-    if isinstance(secret, str):
-        return _outcome(consumer, OutcomeName.WAITING, secret)
+def _apply(adapter: Adapter, consumer: Consumer, secret: bytes) -> Outcome:
+    """Create-or-make-true one consumer with its secret (read once, by :func:`_reconcile`)."""
     try:
         done: Done = adapter.create(consumer.login, _password(secret), consumer.values)
     except (Refused, UnsafeLoginError) as exc:
@@ -196,19 +194,13 @@ def _opened(factory: AdapterFactory, conninfo: str, scope: Scope) -> Iterator[Ad
         adapter.close()
 
 
-def _apply_batch(
-    adapter: Adapter, secrets: SecretFiles, todo: list[Consumer]
-) -> dict[str, Outcome]:
-    """Make ``todo`` true through the adapter's one-transaction batch; secrets read right
-    before and dropped with the batch."""
+def _apply_batch(adapter: Adapter, todo: list[tuple[Consumer, bytes]]) -> dict[str, Outcome]:
+    """Make ``todo`` true through the adapter's batch (``create_many``: one transaction, or
+    one pipeline); the secrets are dropped with the batch."""
     results: dict[str, Outcome] = {}
     batch: list[Wanted] = []
     by_login: dict[str, Consumer] = {}
-    for consumer in todo:
-        secret = _read_secret(secrets, consumer)
-        if isinstance(secret, str):
-            results[consumer.login] = _outcome(consumer, OutcomeName.WAITING, secret)
-            continue
+    for consumer, secret in todo:
         try:
             batch.append(Wanted(consumer.login, _password(secret), consumer.values))
             by_login[consumer.login] = consumer
@@ -236,16 +228,16 @@ def _apply_all(
     first: Adapter,
     conninfo: str,
     scope: Scope,
-    secrets: SecretFiles,
-    todo: list[Consumer],
+    todo: list[tuple[Consumer, bytes]],
     workers: int,
 ) -> dict[str, Outcome]:
-    """Apply ``todo``: in one batch when the adapter can (one transaction, verifiers computed on
-    every core); else, with many, over ``workers`` sessions so the server uses every core."""
+    """Apply ``todo`` (each consumer with its secret): in one batch when the adapter can (one
+    transaction, verifiers computed on every core; or one Redis pipeline); else, with many, over
+    ``workers`` sessions so the server uses every core."""
     if len(todo) >= BATCH_FROM and hasattr(first, "create_many"):
-        return _apply_batch(first, secrets, todo)
+        return _apply_batch(first, todo)
     if workers <= 1 or len(todo) < PARALLEL_FROM:
-        return {c.login: _apply(first, secrets, c) for c in todo}
+        return {c.login: _apply(first, c, secret) for c, secret in todo}
     lock = threading.Lock()
     queue = iter(todo)
     results: dict[str, Outcome] = {}
@@ -253,10 +245,11 @@ def _apply_all(
     def run(adapter: Adapter) -> None:
         while True:
             with lock:
-                consumer = next(queue, None)
-            if consumer is None:
+                item = next(queue, None)
+            if item is None:
                 return
-            outcome = _apply(adapter, secrets, consumer)
+            consumer = item[0]
+            outcome = _apply(adapter, consumer, item[1])
             with lock:
                 results[consumer.login] = outcome
 
@@ -270,9 +263,9 @@ def _apply_all(
         for future in futures:
             with contextlib.suppress(ProvisionError):
                 future.result()  # a helper that could not connect leaves its share to us
-    for consumer in todo:  # anything a failed helper left undone
+    for consumer, secret in todo:  # anything a failed helper left undone
         if consumer.login not in results:
-            results[consumer.login] = _apply(first, secrets, consumer)
+            results[consumer.login] = _apply(first, consumer, secret)
     return results
 
 
@@ -339,34 +332,60 @@ def _reconcile(
     factory: AdapterFactory,
     workers: int,
 ) -> tuple[tuple[Outcome, ...], tuple[str, ...]]:
-    """Every consumer's outcome and every removal, and what the admin cannot do."""
-    ready, held_back = _ready(manifest, secrets)
+    """Every consumer's outcome and every removal, and what the admin cannot do.
+
+    The inspect asks about every consumer with a safe login; then each secret file is read
+    once: missing or not matching its digest, the consumer waits; else it is unchanged, refused
+    (not ours) or made true with the bytes just read.
+    """
+    safe, unsafe = _safe(manifest)
     outcomes: dict[str, Outcome] = {
-        c.login: _outcome(c, OutcomeName.REFUSED if refused else OutcomeName.WAITING, why)
-        for c, refused, why in held_back
+        c.login: _outcome(c, OutcomeName.REFUSED, why) for c, why in unsafe
     }
     wanted: Mapping[str, Mapping[str, str]] = {c.login: c.values for c in manifest.consumers}
     removed: list[Outcome] = []
     with _opened(factory, conninfo, scope) as adapter:
         limits = tuple(str(x) for x in getattr(adapter, "limits", ()))  # optional in the contract
         try:
-            held: Mapping[str, Held] = adapter.inspect({c.login: c.values for c in ready})
+            held: Mapping[str, Held] = adapter.inspect({c.login: c.values for c in safe})
         except psycopg.Error as exc:
             raise ProvisionError(f"cannot read the roles from PostgreSQL: {_reason(exc)}") from None
-        todo: list[Consumer] = []
-        for consumer in ready:
+        todo: list[tuple[Consumer, bytes]] = []
+        for consumer in safe:
+            secret = _read_secret(secrets, consumer)
             have = held.get(consumer.login)
-            if have is not None and not have.ours:
+            if isinstance(secret, str):
+                outcomes[consumer.login] = _outcome(consumer, OutcomeName.WAITING, secret)
+            elif have is not None and not have.ours:
                 outcomes[consumer.login] = _outcome(consumer, OutcomeName.REFUSED, have.note)
             elif have is not None and have.digest == consumer.digest and have.in_place:
                 outcomes[consumer.login] = _outcome(consumer, OutcomeName.UNCHANGED)
             else:
-                todo.append(consumer)
-        outcomes.update(_apply_all(factory, adapter, conninfo, scope, secrets, todo, workers))
+                todo.append((consumer, secret))
+            del secret
+        outcomes.update(_apply_all(factory, adapter, conninfo, scope, todo, workers))
+        todo.clear()
         for login in sorted(held):
             if held[login].ours and login not in wanted:
                 removed.append(_remove(adapter, held[login]))
+        catch_up = getattr(adapter, "catch_up", None)  # optional: redo an earlier failed save
+        if catch_up is not None:
+            catch_up()
     return tuple(outcomes[c.login] for c in manifest.consumers) + tuple(removed), limits
+
+
+def _safe(manifest: Manifest) -> tuple[list[Consumer], list[tuple[Consumer, str]]]:
+    """Consumers with a safe login, and the rest with why their login is refused."""
+    safe: list[Consumer] = []
+    unsafe: list[tuple[Consumer, str]] = []
+    for consumer in manifest.consumers:
+        try:
+            check_name(consumer.login)
+        except UnsafeLoginError as exc:
+            unsafe.append((consumer, str(exc)))
+        else:
+            safe.append(consumer)
+    return safe, unsafe
 
 
 def _ready(
@@ -375,13 +394,9 @@ def _ready(
     """Consumers with a safe login and a readable secret file, and the rest held back as
     (consumer, refused, why): refused for an unsafe login, else waiting for its secret."""
     ready: list[Consumer] = []
-    held_back: list[tuple[Consumer, bool, str]] = []
-    for consumer in manifest.consumers:
-        try:
-            check_name(consumer.login)
-        except UnsafeLoginError as exc:
-            held_back.append((consumer, True, str(exc)))
-            continue
+    safe, unsafe = _safe(manifest)
+    held_back: list[tuple[Consumer, bool, str]] = [(c, True, why) for c, why in unsafe]
+    for consumer in safe:
         secret = _read_secret(secrets, consumer)
         if isinstance(secret, str):
             held_back.append((consumer, False, secret))
@@ -408,7 +423,7 @@ class Finding:
 
 
 def inspect(
-    manifest_path: Path, admin_file: Path, *, factory: AdapterFactory = PostgresAdapter
+    manifest_path: Path, admin_file: Path, *, factory: AdapterFactory | None = None
 ) -> tuple[Finding, ...]:
     """Read-only: does the software still hold what the manifest's secret files say? No write.
 
@@ -416,6 +431,7 @@ def inspect(
     to compare its digest, and sends nothing secret to the server.
     """
     manifest = load_manifest(Path(manifest_path))
+    factory = factory or adapter_for(manifest)
     conninfo = read_admin_file(Path(admin_file))
     scope = Scope(provider=manifest.provider, provision=manifest.provision)
     with secret_files(manifest) as secrets:

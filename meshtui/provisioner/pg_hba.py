@@ -29,7 +29,6 @@ import fcntl
 import ipaddress
 import os
 import re
-import secrets
 import stat
 import time
 from collections.abc import Iterator, Mapping
@@ -38,6 +37,7 @@ from typing import Any
 
 import psycopg
 
+from meshtui.atomic import Access, write_at
 from meshtui.errors import ProvisionError
 from meshtui.model import APPLIED, KEEP_PINNED, plain_address
 from meshtui.provisioner.manifest import Manifest
@@ -252,29 +252,21 @@ def _read(folder: int, name: str, path: str) -> tuple[str, os.stat_result]:
 
 def _write(folder: int, name: str, text: str, like: os.stat_result, path: str) -> None:
     """Replace ``name`` atomically with ``text``, keeping the old file's owner, group and mode."""
-    tmp = f".{name}.meshtui-{secrets.token_hex(6)}"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    mine = (like.st_uid, like.st_gid) == (os.geteuid(), os.getegid())
+    access = Access(
+        mode=stat.S_IMODE(like.st_mode),
+        uid=-1 if mine else like.st_uid,
+        gid=-1 if mine else like.st_gid,
+    )
     try:
-        fd = os.open(tmp, flags, 0o600, dir_fd=folder)
+        write_at(folder, name, text.encode("utf-8"), access=access)
     except OSError as exc:
-        raise ProvisionError(
-            f"{path}: cannot write beside it ({exc.strerror}); run the provisioner on the "
-            "database's machine as root or as the server's user (nothing was changed)"
-        ) from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(text.encode("utf-8"))
-            fh.flush()
-            if (like.st_uid, like.st_gid) != (os.geteuid(), os.getegid()):
-                os.fchown(fh.fileno(), like.st_uid, like.st_gid)
-            os.fchmod(fh.fileno(), stat.S_IMODE(like.st_mode))
-            os.fsync(fh.fileno())
-        os.rename(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp, dir_fd=folder)
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise ProvisionError(
+                f"{path}: cannot write beside it ({exc.strerror}); run the provisioner on the "
+                "database's machine as root or as the server's user (nothing was changed)"
+            ) from None
         raise ProvisionError(f"{path}: cannot be replaced ({exc.strerror})") from None
-    os.fsync(folder)
 
 
 @contextlib.contextmanager

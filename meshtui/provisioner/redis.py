@@ -14,11 +14,18 @@ Every write is one ``ACL SETUSER <login> reset on #<sha256> ... (marker)``; Redi
 whole or not at all. The password itself never leaves this process, so no server log, ``ACL
 LOG``, ``SLOWLOG``, ``MONITOR`` or aclfile can hold it. Redis prints rules in its own normal
 form; the first write for a set of rules is read back to learn that form (and only its marker
-rewritten if the prediction was off), later ones predict it: one round trip per login.
+rewritten if the prediction was off), later ones predict it. A batch (:meth:`RedisAdapter.
+create_many`) sends its predicted writes in one pipeline, not a transaction: each ``ACL
+SETUSER`` still stands or falls alone, so one refused login costs only itself (as a PostgreSQL
+batch promises), and the whole batch is one round trip.
 
 Removal is ``ACL DELUSER`` (Redis ends that user's connections); keys are never touched. A run
 that changed anything ends with ``ACL SAVE`` (server started with an aclfile) or ``CONFIG
 REWRITE`` (started with a config file); a server that has neither is named in every outcome.
+A save that fails is said (ProvisionError) and leaves a mark in Redis itself, the user
+``meshtui-unsaved`` (off, no rights, its own marker selector): the next reconcile sees it in
+its ``ACL LIST`` and saves even if it changes nothing, so an unsaved change is never forgotten
+(the mark lives exactly as long as the unsaved state: a restart loses both).
 The ownership check uses the state read by :meth:`RedisAdapter.inspect` in the same reconcile
 when it has it (see ``_SNAPSHOTS``), else one ``ACL GETUSER``.
 """
@@ -28,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import ssl
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -41,17 +49,21 @@ from redis.retry import Retry
 
 from meshtui.crypto import secret_digest
 from meshtui.errors import ProvisionError, UnsafeLoginError
+from meshtui.host.redis_private import only_ca
 from meshtui.model import OutcomeName
-from meshtui.provisioner.adapter import Change, Done, Held, Refused, Scope
+from meshtui.provisioner.adapter import Change, Done, Held, Refused, Scope, Wanted
 from meshtui.redis_acl import Rules, ValuesError, name_problem, rules_for
 
 MARKER_HEAD = "meshtui:1:"
+UNSAVED_USER = "meshtui-unsaved"
+_UNSAVED_MARK = "%R~meshtui:unsaved"
 _MARKER = re.compile(
     r"%R~meshtui:1:(?P<provider>[^:\s]+):(?P<provision>[^:\s]+):(?P<values>[0-9a-f]{12}):"
     r"(?P<rules>[0-9a-f]{12}):(?P<digest>[0-9a-f]{64})"
 )
 _HASH_ARG = re.compile(r"#[0-9a-fA-F]{64}")
 TIMEOUT_S = 10.0
+PIPELINE_SIZE = 1000  # writes per round trip in a batch (~400 bytes each)
 SNAPSHOT_S = 30.0
 _SNAPSHOT_LOCK = threading.Lock()
 _SNAPSHOTS: dict[tuple[str, Scope], tuple[float, dict[str, User | None]]] = {}
@@ -70,6 +82,20 @@ def _form_key(rules: Rules) -> tuple[str, ...]:
 def _command(target: Any, *args: str) -> Any:
     """``execute_command`` on a client or pipeline (redis-py leaves it untyped)."""
     return target.execute_command(*args)
+
+
+@dataclass(frozen=True)
+class _Write:
+    """One ``ACL SETUSER`` to send: its arguments hold the password only as its SHA-256."""
+
+    login: str
+    args: tuple[str, ...]
+    change: Change
+    predicted: bool  # the marker's rules hash is known; else read back and learn the form
+    sha: str
+    digest: str
+    values_hash: str
+    rules: Rules
 
 
 @dataclass(frozen=True)
@@ -255,7 +281,13 @@ def _admin_kwargs(url: str) -> dict[str, Any]:
         )
     kwargs.setdefault("socket_timeout", TIMEOUT_S)
     kwargs.setdefault("socket_connect_timeout", TIMEOUT_S)
-    return kwargs
+    try:  # trust the URL's CA alone, with one context per CA file (not the system's store)
+        return only_ca(kwargs)
+    except (OSError, ssl.SSLError) as exc:
+        raise ProvisionError(
+            f"the CA file the admin Redis URL names (ssl_ca_certs) cannot be used: "
+            f"{type(exc).__name__}; its text is not shown"
+        ) from None
 
 
 class RedisAdapter:
@@ -267,24 +299,23 @@ class RedisAdapter:
         self._learned: dict[tuple[str, ...], tuple[tuple[str, ...], str, str]] = {}
         self._keys_verbatim = False
         self.dirty = False
+        self._unsaved = False  # inspect saw the mark of an earlier run's failed save
         try:
             pool = redis.ConnectionPool(
                 **_admin_kwargs(url),
                 decode_responses=True,
                 protocol=2,
+                max_connections=1,  # commands and pipelines share the one session
                 retry=Retry(NoBackoff(), 0),  # a refused admin is said at once, not in seconds
             )
-            pool.make_connection()  # checks the arguments the URL gave (TypeError), sends nothing
+            # checks the arguments the URL gave (TypeError); sends nothing, takes no pool slot
+            pool.connection_class(**pool.connection_kwargs)
         except (TypeError, ValueError, redis.RedisError) as exc:
             raise ProvisionError(
                 f"the admin Redis URL cannot be used ({type(exc).__name__}; its text is not "
                 "shown): rediss:// takes ssl_ca_certs, redis:// and unix:// do not"
             ) from None
-        try:
-            self.client = redis.Redis(connection_pool=pool, single_connection_client=True)
-        except redis.RedisError as exc:
-            pool.disconnect()
-            raise ProvisionError(f"cannot reach Redis as the admin user: {_why(exc)}") from None
+        self.client = redis.Redis(connection_pool=pool)
         try:
             self.admin = str(_command(self.client, "ACL", "WHOAMI"))
             self.categories = {str(c) for c in _command(self.client, "ACL", "CAT")}
@@ -292,7 +323,7 @@ class RedisAdapter:
             server = self.client.info("server")
             config_file = str(server.get("config_file") or "")
         except redis.RedisError as exc:
-            self.client.close()
+            pool.disconnect()
             raise ProvisionError(f"cannot use Redis as the admin user: {_why(exc)}") from None
         self._snapshot_key = (str(server.get("run_id")), scope)
         self.persist: tuple[str, ...] | None = (
@@ -307,20 +338,46 @@ class RedisAdapter:
 
     # -- session -------------------------------------------------------------------------------
 
+    def catch_up(self) -> None:
+        """Make this run persist even if it changes nothing, when an earlier run's save failed
+        (its mark was in the inspect's ACL LIST). Called by reconcile, never by a read-only
+        inspect."""
+        if self._unsaved and self.persist is not None:
+            self.dirty = True
+
     def close(self) -> None:
-        """Persist what this session changed (ACL SAVE or CONFIG REWRITE), then disconnect."""
+        """Persist what this session changed (ACL SAVE or CONFIG REWRITE), then disconnect.
+
+        The mark of an earlier failed save is deleted first, so the file saved holds no mark;
+        a save that fails leaves the mark (again) for the next run.
+        """
         try:
             if self.dirty and self.persist is not None:
                 self.dirty = False
                 try:
+                    if self._unsaved:
+                        _command(self.client, "ACL", "DELUSER", UNSAVED_USER)
                     _command(self.client, *self.persist)
                 except redis.RedisError as exc:
+                    retried = ", and the next run retries the save" if self._mark_unsaved() else ""
                     raise ProvisionError(
                         f"{' '.join(self.persist)} failed: {_why(exc)}; the changes hold until "
-                        "Redis restarts"
+                        f"Redis restarts{retried}"
                     ) from None
         finally:
             self.client.close()
+            self.client.connection_pool.disconnect()
+
+    def _mark_unsaved(self) -> bool:
+        """Leave the mark of a failed save (a user that is off and may do nothing)."""
+        try:
+            _command(
+                self.client, "ACL", "SETUSER", UNSAVED_USER, "reset", "off",
+                f"({_UNSAVED_MARK} -@all)",
+            )  # fmt: skip
+        except redis.RedisError:
+            return False
+        return True
 
     def __enter__(self) -> RedisAdapter:
         return self
@@ -362,6 +419,8 @@ class RedisAdapter:
         except redis.RedisError as exc:
             raise ProvisionError(f"cannot list the ACL users of Redis: {_why(exc)}") from None
         users = {u.name: u for u in map(parse_line, lines) if u is not None}
+        mark = users.pop(UNSAVED_USER, None)
+        self._unsaved = mark is not None and any(_UNSAVED_MARK in s for s in mark.selectors)
         with _SNAPSHOT_LOCK:
             _SNAPSHOTS[self._snapshot_key] = (
                 time.monotonic(),
@@ -400,6 +459,8 @@ class RedisAdapter:
             raise UnsafeLoginError(f"login {login!r} {problem}")
         if login in ("default", self.admin):
             raise Refused(f"{login} is {'the default' if login == 'default' else 'the admin'} user")
+        if login == UNSAVED_USER:
+            raise Refused(f"{login} is the mark meshtui leaves when an ACL SAVE failed")
 
     def _rules(self, login: str, values: Mapping[str, str]) -> Rules:
         try:
@@ -449,14 +510,8 @@ class RedisAdapter:
         finally:
             self.dirty = True
 
-    def create(self, login: str, password: str, values: Mapping[str, str]) -> Done:
-        """Make ``login`` an ACL user of ours holding exactly ``password`` and its rules.
-
-        Redis applies an ACL SETUSER whole or not at all, so its OK proves the hash is set.
-        Until this session has learned how Redis prints these rules, the write is read back
-        (ACL LIST) and, if the marker's rules hash was off, the marker alone rewritten; later
-        writes are one round trip each.
-        """
+    def _prepare(self, login: str, password: str, values: Mapping[str, str]) -> _Write:
+        """Check ``login`` is ours (or free) and its values, and build its one write."""
         self._check(login)
         rules = self._rules(login, values)
         if "\x00" in password or not password:
@@ -473,26 +528,98 @@ class RedisAdapter:
         vhash = values_hash(rules)
         predicted = self._predict(login, sha, rules)
         marker = self._marker(vhash, predicted or "0" * 12, digest)
-        self._write(login, ["reset", "on", f"#{sha}", *rules.args(), f"({marker} -@all)"])
-        if predicted is None:
-            back = self._read_back(login)
-            if back is None or back.marker is None:
-                raise ProvisionError(f"Redis did not store the ACL user {login}")
-            self._learned[_form_key(rules)] = (back.flags, back.channels, back.commands)
-            self._keys_verbatim = back.keys == " ".join(f"~{k}" for k in rules.keys)
-            if back.rules_hash() != back.marker.rules:
-                marker = self._marker(vhash, back.rules_hash(), digest)
-                self._write(login, ["clearselectors", f"({marker} -@all)"])
-                back = self._read_back(login)
-            if (
-                back is None
-                or back.passwords != (sha,)
-                or back.marker is None
-                or back.rules_hash() != back.marker.rules
-            ):
-                raise ProvisionError(f"Redis did not store the password of {login}")
         change: Change = OutcomeName.CREATED if before is None else OutcomeName.UPDATED
-        return Done(change, self.note)
+        args = ("reset", "on", f"#{sha}", *rules.args(), f"({marker} -@all)")
+        return _Write(login, args, change, predicted is not None, sha, digest, vhash, rules)
+
+    def _learn(self, write: _Write) -> None:
+        """Read back a write whose marker was a guess, learn Redis's form of its rules, and
+        rewrite the marker alone if the guess was off."""
+        login, rules = write.login, write.rules
+        back = self._read_back(login)
+        if back is None or back.marker is None:
+            raise ProvisionError(f"Redis did not store the ACL user {login}")
+        self._learned[_form_key(rules)] = (back.flags, back.channels, back.commands)
+        self._keys_verbatim = back.keys == " ".join(f"~{k}" for k in rules.keys)
+        if back.rules_hash() != back.marker.rules:
+            marker = self._marker(write.values_hash, back.rules_hash(), write.digest)
+            self._write(login, ["clearselectors", f"({marker} -@all)"])
+            back = self._read_back(login)
+        if (
+            back is None
+            or back.passwords != (write.sha,)
+            or back.marker is None
+            or back.rules_hash() != back.marker.rules
+        ):
+            raise ProvisionError(f"Redis did not store the password of {login}")
+
+    def create(self, login: str, password: str, values: Mapping[str, str]) -> Done:
+        """Make ``login`` an ACL user of ours holding exactly ``password`` and its rules.
+
+        Redis applies an ACL SETUSER whole or not at all, so its OK proves the hash is set.
+        Until this session has learned how Redis prints these rules, the write is read back
+        (ACL LIST) and, if the marker's rules hash was off, the marker alone rewritten; later
+        writes are one round trip each.
+        """
+        write = self._prepare(login, password, values)
+        del password
+        self._write(login, write.args)
+        if not write.predicted:
+            self._learn(write)
+        return Done(write.change, self.note)
+
+    def create_many(self, batch: Sequence[Wanted]) -> dict[str, Done | Exception]:
+        """:meth:`create` for many logins, their writes in one pipeline (not a transaction).
+
+        Each ``ACL SETUSER`` stands or falls alone (Redis applies each whole or not at all), so
+        a login Redis refuses costs only itself, as in a PostgreSQL batch. The first write of
+        each new set of rules goes alone (it is read back to learn Redis's form); the rest go
+        ``PIPELINE_SIZE`` a round trip. Returns, per login, what :meth:`create` returned or
+        raised.
+        """
+        out: dict[str, Done | Exception] = {}
+        writes: list[_Write] = []
+        for wanted in batch:
+            try:
+                write = self._prepare(wanted.login, wanted.password, wanted.values)
+                if not write.predicted:
+                    self._write(write.login, write.args)
+                    self._learn(write)
+                    out[write.login] = Done(write.change, self.note)
+                else:
+                    writes.append(write)
+            except (ProvisionError, UnsafeLoginError) as exc:
+                out[wanted.login] = exc
+        for first in range(0, len(writes), PIPELINE_SIZE):
+            out.update(self._write_many(writes[first : first + PIPELINE_SIZE]))
+        return out
+
+    def _write_many(self, writes: Sequence[_Write]) -> dict[str, Done | Exception]:
+        """One pipeline of ACL SETUSERs; each reply is its own login's outcome."""
+        pipe = self.client.pipeline(transaction=False)
+        for write in writes:
+            _command(pipe, "ACL", "SETUSER", write.login, *write.args)
+        self.dirty = True
+        try:
+            replies = pipe.execute(raise_on_error=False)
+        except redis.RedisError as exc:  # the session broke: which writes landed is unknown
+            return {
+                w.login: ProvisionError(f"cannot write the ACL user {w.login}: {_why(exc)}")
+                for w in writes
+            }
+        finally:
+            pipe.reset()
+        out: dict[str, Done | Exception] = {}
+        for write, reply in zip(writes, replies, strict=True):
+            if isinstance(reply, redis.ResponseError):
+                out[write.login] = Refused(f"Redis refused the ACL rules: {_why(reply)}")
+            elif isinstance(reply, Exception):
+                out[write.login] = ProvisionError(
+                    f"cannot write the ACL user {write.login}: {_why(reply)}"
+                )
+            else:
+                out[write.login] = Done(write.change, self.note)
+        return out
 
     def _before(self, login: str) -> User | None:
         """The user as this run's inspect saw it, else read now."""

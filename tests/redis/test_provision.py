@@ -14,7 +14,8 @@ import redis
 from meshtui.errors import ManifestError, ProvisionError
 from meshtui.lab import redis as lab_redis
 from meshtui.provisioner.adapter import Scope
-from meshtui.provisioner.harness import reconcile
+from meshtui.provisioner.files import SecretFiles
+from meshtui.provisioner.harness import inspect, reconcile
 from meshtui.provisioner.redis import RedisAdapter
 
 from .conftest import (
@@ -277,3 +278,62 @@ def test_the_rules_hash_is_what_redis_prints(rmesh: RMesh) -> None:
             if "worker_" in line:
                 sha = line.split("#", 1)[1].split(" ", 1)[0]
                 assert len(sha) == 64 and sha != hashlib.sha256(b"").hexdigest()
+
+
+def test_a_batch_is_pipelined_and_a_bad_login_costs_only_itself(rmesh: RMesh) -> None:
+    for node in ("app1", "app2", "app3", "app4"):
+        rmesh.add(node, "worker")
+    rmesh.add("app5", "web", values={"keys": "web:* shared:*", "channels": "news.*"})
+    rmesh.add("app6", "odd", values={"commands": "+@read +@nosuchcategory"})
+    report = rmesh.reconcile()
+    got = outcomes(report)
+    assert got.pop("odd_app6_x") == "refused", report.lines()
+    assert "no ACL category @nosuchcategory" in report.outcomes[-1].reason
+    assert set(got.values()) == {"created"}, report.lines()
+    for key in rmesh.consumers:
+        node, module = key.split("/")
+        assert rmesh.can_auth(node, module) is (module != "odd")
+    rmesh.rotate("app2", "worker")
+    rmesh.rotate("app5", "web")
+    report = rmesh.reconcile()  # a fresh session: the rule forms are learned again
+    assert outcomes(report)["worker_app2_x"] == "updated"
+    assert outcomes(report)["web_app5_x"] == "updated"
+    assert rmesh.can_auth("app2", "worker") and rmesh.can_auth("app5", "web")
+    assert set(outcomes(rmesh.reconcile()).values()) - {"refused"} == {"unchanged"}
+
+
+def test_each_secret_file_is_read_once_per_run(
+    rmesh: RMesh, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads: list[str] = []
+    real = SecretFiles.read
+
+    def counted(self: SecretFiles, name: str) -> bytes | str:
+        reads.append(name)
+        return real(self, name)
+
+    monkeypatch.setattr(SecretFiles, "read", counted)
+    for node in ("app1", "app2", "app3"):
+        rmesh.add(node, "worker")
+    rmesh.add("app4", "web", write_secret=False)
+    assert set(outcomes(rmesh.reconcile()).values()) == {"created", "waiting"}
+    assert sorted(reads) == sorted(c["secret"] for c in rmesh.consumers.values())
+    reads.clear()
+    rmesh.rotate("app1", "worker")
+    report = rmesh.reconcile()
+    assert outcomes(report)["worker_app1_x"] == "updated", report.lines()
+    assert sorted(reads) == sorted(c["secret"] for c in rmesh.consumers.values())
+
+
+def test_the_read_only_inspect_picks_the_redis_adapter_by_itself(rmesh: RMesh) -> None:
+    rmesh.add("app1", "worker")
+    rmesh.add("app2", "web", write_secret=False)
+    assert outcomes(rmesh.reconcile())["worker_app1_x"] == "created"
+    with rmesh.redis() as admin:
+        admin.execute_command("ACL", "SETUSER", "worker_app1_x", ">changed-behind-our-back")
+        before = admin.info("commandstats")
+    found = {f.login: f.verdict for f in inspect(rmesh.manifest, rmesh.admin)}
+    assert found == {"worker_app1_x": "changed", "web_app2_x": "waiting"}
+    with rmesh.redis() as admin:
+        after = admin.info("commandstats")
+    assert after.get("cmdstat_acl|setuser") == before.get("cmdstat_acl|setuser")
