@@ -22,6 +22,7 @@ from meshtui.controller.client import Agents
 from meshtui.controller.core import Controller
 from meshtui.controller.deliver import Delivered, Planner, send_providers
 from meshtui.controller.rotate import journal
+from meshtui.inventory import now
 from meshtui.lab import mesh as lab_mesh
 
 GOAL_MS = 20.0
@@ -42,8 +43,8 @@ def two_acts(ctl: Controller, pid: str) -> float:
             result,
         )
     with ctl.inventory.transaction("bench") as tx:  # the record says the new generation is due
-        tx.db["pairs"].update(pid, {"generation": item["to"]})
-        tx.db["rotations"].update(
+        tx.set_generation(pid, item["to"], now())
+        tx.update_rotation(
             rotation["id"], {"state": "done", "finished_at": "bench", "outcome": "done"}
         )
     ctl.push()

@@ -77,21 +77,24 @@ def idle_inventory(root: Path, pairs: int) -> tuple[Path, float]:
     with Controller.open(state) as ctl:
         ctl.declare(decl)
         stamp = now()
-        gens = ctl.inventory.query("SELECT pair, digest FROM generations")
+        gens = ctl.inventory.held_generations().values()
         # what a push and a probe would have recorded; written directly, this is the setup
         with ctl.inventory.transaction("bench setup") as tx:
-            tx.db.conn.executemany(
-                'INSERT INTO deliveries (pair, "end", generation, digest, since, attempted_at)'
-                " VALUES (?, ?, 1, ?, ?, ?)",
-                [(g["pair"], end, g["digest"], stamp, stamp) for g in gens for end in
-                 ("consumer", "provider")],
+            tx.put_deliveries(
+                [
+                    {"pair": g["pair"], "end": end, "generation": 1, "digest": g["digest"],
+                     "since": stamp, "attempted_at": stamp, "error": None}
+                    for g in gens for end in ("consumer", "provider")
+                ]
             )  # fmt: skip
-            tx.db.conn.executemany(
-                "INSERT INTO probes (pair, at, generation, verdict, reason, latency_ms,"
-                " used_password, loopback, client_addr, withdrawn)"
-                " VALUES (?, ?, 1, 'accepted', 'ok', 3.0, 1, 0, '10.213.0.3', 0)",
-                [(g["pair"], stamp) for g in gens],
-            )
+            tx.add_probes(
+                [
+                    {"pair": g["pair"], "at": stamp, "generation": 1, "verdict": "accepted",
+                     "reason": "ok", "latency_ms": 3.0, "used_password": 1, "loopback": 0,
+                     "client_addr": "10.213.0.3", "control": None, "withdrawn": 0}
+                    for g in gens
+                ]
+            )  # fmt: skip
     return state, epoch(stamp)
 
 

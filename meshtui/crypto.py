@@ -61,7 +61,7 @@ class PublicKeys:
         return "-".join(h.hexdigest()[i : i + 4] for i in range(0, 16, 4))
 
     def to_toml(self) -> str:
-        """The ``.pub`` file text of docs/ARCHITECTURE.md "Keys"."""
+        """The ``.pub`` file text (docs/ARCHITECTURE.md, Contracts, "Keys")."""
         lines = []
         if self.seal is not None:
             lines.append(f'seal = "{b64(self.seal)}"')

@@ -114,7 +114,7 @@ def test_a_chain_that_went_on_from_an_older_copy_diverges(mesh: Mesh) -> None:
     backup = mesh.root / "old-inventory.db"
     copy_db(mesh.state / INVENTORY, backup)
     with mesh.controller(read_only=True) as ctl:
-        last = ctl.inventory.query("SELECT MAX(seq) AS n FROM audit")[0]["n"]
+        last = ctl.inventory.last_seq()
     assert mesh.cli("push").returncode == 0  # records event last+1
     assert mesh.cli("push").returncode == 0  # shows last+1 to every agent
     copy_db(backup, mesh.state / INVENTORY)

@@ -9,6 +9,7 @@ import os
 import pwd
 import sqlite3
 import stat
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,9 +18,11 @@ import sqlite_utils
 from meshtui import declaration
 from meshtui.controller.core import Controller
 from meshtui.controller.declare import declare
+from meshtui.controller.reports import AuditEvent, ChainReport, DrillReport, DrillStep
 from meshtui.errors import InventoryError, ReadOnlyError
-from meshtui.inventory import SCHEMA_VERSION, Inventory
+from meshtui.inventory import SCHEMA_VERSION, Inventory, now
 from meshtui.inventory import schema as schema_mod
+from meshtui.inventory.rows import DrillRecord
 from tests.fix_mesh import Mesh, dump_tables, modules
 
 TABLES = {
@@ -44,6 +47,12 @@ def raw(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(path, isolation_level=None)
 
 
+def tables(path: Path) -> set[str]:
+    with contextlib.closing(raw(path)) as conn:
+        rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    return {name for (name,) in rows}
+
+
 def os_user() -> str:
     return pwd.getpwuid(os.getuid()).pw_name
 
@@ -62,8 +71,7 @@ def test_a_new_inventory_is_private_in_wal_mode_at_the_current_version(tmp_path:
     path = tmp_path / "st" / "inventory.db"
     with Inventory.open(path) as inv:
         assert inv.version() == SCHEMA_VERSION
-        assert inv.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert set(inv.db.table_names()) >= TABLES
+        assert tables(path) >= TABLES
         inv.record("note", [], {}, "ok")
         files = sorted(p.name for p in path.parent.iterdir())
         assert files == ["inventory.db", "inventory.db-shm", "inventory.db-wal"]
@@ -81,7 +89,7 @@ def test_a_v0_file_is_migrated(tmp_path: Path) -> None:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == 0
     with Inventory.open(path) as inv:
         assert inv.version() == SCHEMA_VERSION
-        assert set(inv.db.table_names()) >= TABLES
+        assert tables(path) >= TABLES
         inv.record("test", [], {}, "ok")
     with Inventory.open(path) as inv:  # a second open migrates nothing and keeps data
         assert inv.version() == SCHEMA_VERSION
@@ -167,7 +175,9 @@ def test_a_file_that_is_not_sqlite_is_a_clear_error(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------- read-only
 
 
-def test_read_only_refuses_every_write_and_leaves_the_file_alone(mesh: Mesh) -> None:
+def test_read_only_refuses_every_write_and_leaves_the_file_alone(
+    mesh: Mesh, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = declared(mesh)
     decl = declaration.load(mesh.write(mesh.spec(modules(["app1/new"]))))
     before, tables = sha(mesh.inventory), mesh.tables()
@@ -182,8 +192,10 @@ def test_read_only_refuses_every_write_and_leaves_the_file_alone(mesh: Mesh) -> 
             inv.record("note", [], {}, "ok")
         with pytest.raises(ReadOnlyError, match="declare"):
             declare(inv, decl)
-        with pytest.raises(sqlite3.OperationalError, match="readonly"):
-            inv.db.execute("DELETE FROM audit")  # even around the API, SQLite refuses (mode=ro)
+        # even with the guard gone, SQLite refuses: the connection itself is mode=ro
+        monkeypatch.setattr(inv, "require_writable", lambda action: None)
+        with pytest.raises(ReadOnlyError):
+            inv.record("note", [], {}, "ok")
     with Controller.open(mesh.state, read_only=True) as ctl:
         with pytest.raises(ReadOnlyError):
             ctl.declare(path)
@@ -332,3 +344,62 @@ def test_tables_are_left_alone_by_a_read_only_open(mesh: Mesh) -> None:
         Inventory.open(mesh.inventory, read_only=True).close()
     assert sha(mesh.inventory) == before
     assert dump_tables(mesh.inventory) == mesh.tables()
+
+
+# ---------------------------------------------------------------------------- drills
+
+
+def test_drill_evidence_comes_out_typed_whatever_was_stored(mesh: Mesh) -> None:
+    """A drill's evidence is decoded once, into its typed shape: a key an older or hand-written
+    row lacks (or holds with the wrong type) reads as unknown, and the pair's detail still
+    shows, instead of a KeyError or a string where a number belongs."""
+    declared(mesh)
+    pid = "database:app1/gitea->db1/postgres"
+    report = DrillReport(
+        pair=pid,
+        ok=True,
+        steps=[DrillStep("old before", "accepted", "accepted", 3.1)],
+        window_ms=4.0,
+        rotation=2,
+    )
+    stored = [
+        json.dumps(report.to_json()),
+        '{"steps": [{"name": "old after", "latency_ms": "fast"}, 7], "rotation": true, "ok": 1}',
+        "not json",
+    ]
+    with Inventory.open(mesh.inventory) as inv:
+        with inv.transaction("test") as tx:
+            for evidence in stored:
+                row = DrillRecord(
+                    pair=pid, at=now(), rotation=None, ok=0, window_ms=None, evidence=evidence
+                )
+                tx.add_drill(row)
+        broken, partial, full = inv.drills(pid)  # newest first
+    assert full["evidence"] == report.to_json()
+    assert partial["evidence"] == {
+        "pair": pid,
+        "ok": False,
+        "steps": [
+            {"name": "old after", "expected": "?", "verdict": "?", "latency_ms": None, "reason": ""}
+        ],
+        "window_ms": None,
+        "rotation": None,
+        "reason": "",
+    }
+    assert broken["evidence"]["pair"] == pid and broken["evidence"]["steps"] == []
+    with Controller.open(mesh.state, read_only=True) as ctl:
+        shown = [d.report for d in ctl.pair_detail(pid).drills]
+    assert shown[2] == replace(report, ok=False, window_ms=None, rotation=None)
+    assert shown[1].steps == [DrillStep("old after", "?", "?", None)]
+
+
+def test_audit_events_leave_the_controller_as_reports(mesh: Mesh) -> None:
+    declared(mesh)
+    with Controller.open(mesh.state, read_only=True) as ctl:
+        (event,) = ctl.events()
+        check = ctl.verify_chain()
+    assert isinstance(event, AuditEvent) and isinstance(check, ChainReport)
+    assert event.to_json() == event._asdict()  # the JSON keeps the log's column order
+    assert list(event.to_json()) == list(AuditEvent._fields)
+    assert event.kind == "declare" and event.detail["new"] == 2 and len(event.pairs) == 2
+    assert check == ChainReport(ok=True, events=1)

@@ -71,10 +71,11 @@ def cmd_audit(args: argparse.Namespace) -> int:
         check = ctl.verify_chain() if args.verify else None
         anchors = ctl.verify_anchors() if args.verify else None
     if args.json:
-        out: Any = events
+        listed = [e.to_json() for e in events]
+        out: Any = listed
         if check is not None and anchors is not None:
             out = {
-                "events": events,
+                "events": listed,
                 "verified": check.ok and anchors.ok,
                 "bad_event": check.bad_seq,
                 "problem": check.problem,

@@ -14,7 +14,7 @@ from meshtui.cli import actions, doctor, host, lab, mesh, provision, watch
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The whole command line, as docs/ARCHITECTURE.md lists it."""
+    """The whole command line (docs/ARCHITECTURE.md lists the commands; ``--help`` every option)."""
     p = argparse.ArgumentParser(
         prog="meshtui",
         description="The operator's console for the credentials of a small service mesh.",

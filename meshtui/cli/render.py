@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from meshtui.model import PairStatus, format_duration
@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from meshtui.controller.declare import DeclareResult
     from meshtui.controller.doctor import DoctorReport
     from meshtui.controller.reports import (
+        AuditEvent,
+        ChainReport,
         DrillReport,
         ProbeOutcome,
         PushReport,
@@ -24,7 +26,6 @@ if TYPE_CHECKING:
         RotationReport,
     )
     from meshtui.controller.schedule import PairDue
-    from meshtui.inventory import ChainCheck
 
 
 def print_json(data: Any) -> None:
@@ -75,15 +76,13 @@ def due(rows: Sequence[PairDue], now: float) -> None:
     print(f"{len(rows)} pairs, {sum(1 for d in rows if d.is_due(now))} due, {late} overdue")
 
 
-def events(rows: Sequence[Mapping[str, Any]]) -> None:
+def events(rows: Sequence[AuditEvent]) -> None:
     for e in rows:
-        pairs = ", ".join(e["pairs"][:3]) + (" …" if len(e["pairs"]) > 3 else "")
-        print(
-            f"{e['seq']:>5} {e['at']} {e['operator']:<10} {e['kind']:<10} {e['outcome']:<8} {pairs}"
-        )
+        pairs = ", ".join(e.pairs[:3]) + (" …" if len(e.pairs) > 3 else "")
+        print(f"{e.seq:>5} {e.at} {e.operator:<10} {e.kind:<10} {e.outcome:<8} {pairs}")
 
 
-def chain(check: ChainCheck) -> None:
+def chain(check: ChainReport) -> None:
     if check.ok:
         print(f"audit chain verified: {check.events} events")
     else:

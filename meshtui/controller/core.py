@@ -24,6 +24,8 @@ from meshtui.controller.declare import DeclareResult, declare
 from meshtui.controller.freshness import InventoryStamp, inventory_stamp
 from meshtui.controller.heartbeat import Heartbeat
 from meshtui.controller.reports import (
+    AuditEvent,
+    ChainReport,
     DrillReport,
     HostView,
     PairDetail,
@@ -42,8 +44,7 @@ from meshtui.errors import (
     RotationBusyError,
     UnknownPairError,
 )
-from meshtui.inventory import ChainCheck, Inventory
-from meshtui.inventory.rows import EventRow
+from meshtui.inventory import Inventory
 from meshtui.keys import INVENTORY, KEY_STEM, init_keys
 from meshtui.model import PairStatus, State, node_of
 
@@ -51,7 +52,7 @@ if TYPE_CHECKING:  # httpx stays out of the import of core (see controller.clien
     from meshtui.controller.anchors import AnchorCheck
     from meshtui.controller.client import Agents
     from meshtui.controller.doctor import DoctorReport
-    from meshtui.inventory.rows import NodeRow
+    from meshtui.inventory.rows import EventRow, NodeRow
 
 __all__ = ["INVENTORY", "KEY_STEM", "SEQUENCE_FILE", "Controller", "init_keys"]
 
@@ -256,15 +257,18 @@ class Controller:
             )
         return out
 
-    def events(self, limit: int | None = None) -> list[EventRow]:
-        """Audit events, oldest first."""
-        return self.inventory.events(limit)
+    def events(self, limit: int | None = None) -> list[AuditEvent]:
+        """Audit events (the newest ``limit``, or all), oldest first."""
+        return [_audit_event(row) for row in self.inventory.events(limit)]
 
-    def verify_chain(self) -> ChainCheck:
+    def verify_chain(self) -> ChainReport:
         """Check the audit chain, and the controller's signature on its head when keys exist."""
         pub = self.state_dir / f"{KEY_STEM}.pub"
         key = crypto.load_public(pub, need_seal=False).verify if pub.exists() else None
-        return self.inventory.verify_chain(key)
+        check = self.inventory.verify_chain(key)
+        return ChainReport(
+            ok=check.ok, events=check.events, bad_seq=check.bad_seq, problem=check.problem
+        )
 
     def verify_anchors(self) -> AnchorCheck:
         """Ask every declared node for the audit head it keeps; fails when the chain lacks it.
@@ -352,7 +356,7 @@ class Controller:
         import csv
         import io
 
-        rows = self.events()
+        rows = self.inventory.events()  # already JSON-shaped: no report built per event
         if fmt == "json":
             return json.dumps(rows, indent=2)
         buf = io.StringIO()
@@ -375,3 +379,19 @@ class Controller:
         for r in rows:
             writer.writerow({**r, "pairs": " ".join(r["pairs"]), "detail": json.dumps(r["detail"])})
         return buf.getvalue()
+
+
+def _audit_event(row: EventRow) -> AuditEvent:
+    """One decoded audit row as the report the CLI and the dashboard read."""
+    return AuditEvent(
+        row["seq"],
+        row["at"],
+        row["operator"],
+        row["ssh_client"],
+        row["kind"],
+        row["pairs"],
+        row["detail"],
+        row["outcome"],
+        row["prev"],
+        row["hash"],
+    )

@@ -1,7 +1,8 @@
 """The inventory: the one owner of the SQLite file and of every statement run against it.
 
 ``store`` (the :class:`Inventory` and its :class:`Transaction`), ``schema`` (migrations and the
-version they reach), ``audit`` (the hash chain and its signed head), ``rows`` (typed rows).
+version they reach), ``audit`` (the hash chain, its signed head, and the statements that append
+to it and walk it), ``rows`` (typed rows). No raw database or raw query leaves the package.
 Only this package imports ``sqlite3`` or ``sqlite_utils``.
 """
 

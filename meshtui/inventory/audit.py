@@ -2,7 +2,9 @@
 
 Every event hashes the one before it, so an edit, a deletion or a reordering breaks the chain at
 a named event; the head (newest number and hash) is signed by the controller key, so a chain
-rewritten by someone who can write the file but holds no controller key is caught too.
+rewritten by someone who can write the file but holds no controller key is caught too. The
+statements that append to the chain and walk it are here; the store calls them under its lock
+and inside its transactions.
 """
 
 from __future__ import annotations
@@ -11,19 +13,26 @@ import hashlib
 import json
 import os
 import pwd
-from collections.abc import Iterable, Mapping
+import sqlite3
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import cast
 
 from meshtui import crypto
 from meshtui.errors import CryptoError
 from meshtui.inventory.rows import AuditRecord, HeadRow
-from meshtui.wire import head_message
+from meshtui.wire import SignedHead, head_message
 
 GENESIS = "0" * 64
 """The ``prev`` of the first event."""
 
 CHAINED = ("seq", "at", "operator", "ssh_client", "kind", "pairs", "detail", "outcome")
 """The columns an event's hash covers."""
+
+COLUMNS = (*CHAINED, "prev", "hash")
+"""Every column of an audit event, in the table's order."""
+
+_SELECT = f"SELECT {', '.join(COLUMNS)} FROM audit"
 
 
 def operator() -> tuple[str, str | None]:
@@ -140,3 +149,111 @@ def verify(
                 "(the log was rewritten, or written without controller keys)",
             )
     return ChainCheck(True, count)
+
+
+StoredEvent = tuple[int, str, str, str | None, str, str, str, str, str, str]
+"""One audit row as SQLite returns it, in :data:`COLUMNS` order."""
+
+
+def _record(row: StoredEvent) -> AuditRecord:
+    seq, at, user, ssh, kind, pairs, detail, outcome, prev, digest = row
+    return AuditRecord(
+        seq=seq,
+        at=at,
+        operator=user,
+        ssh_client=ssh,
+        kind=kind,
+        pairs=pairs,
+        detail=detail,
+        outcome=outcome,
+        prev=prev,
+        hash=digest,
+    )
+
+
+def append(
+    conn: sqlite3.Connection,
+    *,
+    at: str,
+    actor: str | None,
+    signer: Callable[[bytes], bytes] | None,
+    kind: str,
+    pairs: Iterable[str],
+    detail: Mapping[str, object],
+    outcome: str,
+) -> AuditRecord:
+    """Append one event after the newest and move the head (signed when ``signer`` is set).
+
+    ``actor`` names the operator when it is not a person (``watch``); else the OS user and SSH
+    client are recorded. Runs inside the caller's transaction.
+    """
+    last = conn.execute("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1").fetchone()
+    user, ssh = operator() if actor is None else (actor, None)
+    event = link(
+        (int(last[0]), str(last[1])) if last else None,
+        at=at,
+        user=user,
+        ssh=ssh,
+        kind=kind,
+        pairs=pairs,
+        detail=detail,
+        outcome=outcome,
+    )
+    values = cast(Mapping[str, object], event)
+    conn.execute(
+        f"INSERT INTO audit ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
+        tuple(values[c] for c in COLUMNS),
+    )
+    sig = crypto.b64(signer(head_message(event["seq"], event["hash"]))) if signer else None
+    conn.execute(
+        "INSERT INTO audit_head (id, seq, hash, sig) VALUES (1, ?, ?, ?) "
+        "ON CONFLICT(id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, sig = excluded.sig",
+        (event["seq"], event["hash"], sig),
+    )
+    return event
+
+
+def head(conn: sqlite3.Connection) -> HeadRow | None:
+    """The chain's head record as stored (None: no event was ever written)."""
+    row = conn.execute("SELECT seq, hash, sig FROM audit_head").fetchone()
+    if row is None:
+        return None
+    return HeadRow(seq=int(row[0]), hash=str(row[1]), sig=None if row[2] is None else str(row[2]))
+
+
+def signed_head(conn: sqlite3.Connection) -> SignedHead | None:
+    """The head with the controller's signature (None: no events, or unsigned)."""
+    got = head(conn)
+    if got is None or not got["sig"]:
+        return None
+    return SignedHead(seq=got["seq"], hash=got["hash"], sig=got["sig"])
+
+
+def last_seq(conn: sqlite3.Connection) -> int:
+    """The number of the newest event (0: none yet)."""
+    return int(conn.execute("SELECT MAX(seq) FROM audit").fetchone()[0] or 0)
+
+
+def hash_at(conn: sqlite3.Connection, seq: int) -> str | None:
+    """The stored hash of event ``seq`` (None when there is no such event)."""
+    row = conn.execute("SELECT hash FROM audit WHERE seq = ?", [seq]).fetchone()
+    return None if row is None else str(row[0])
+
+
+def stored(
+    conn: sqlite3.Connection, *, limit: int | None = None, kind: str | None = None
+) -> list[StoredEvent]:
+    """Stored events, oldest first: all, the newest ``limit``, of one ``kind`` when named."""
+    where, params = ("WHERE kind = ?", [kind]) if kind is not None else ("", [])
+    sql = f"{_SELECT} {where} ORDER BY seq DESC LIMIT ?"
+    rows: list[StoredEvent] = conn.execute(
+        sql, [*params, -1 if limit is None else limit]
+    ).fetchall()
+    rows.reverse()
+    return rows
+
+
+def walk(conn: sqlite3.Connection, verify_key: bytes | None) -> ChainCheck:
+    """Read every event in the order it was written (rowid) and the head, and :func:`verify`."""
+    events = (_record(row) for row in conn.execute(f"{_SELECT} ORDER BY rowid"))
+    return verify(events, head(conn), verify_key)

@@ -186,6 +186,27 @@ class DrillRecord(TypedDict):
     evidence: str
 
 
+class DrillStepEvidence(TypedDict):
+    """One of a drill's three logins as its evidence stores it."""
+
+    name: str  # "old before", "new after", "old after"
+    expected: str  # accepted | refused
+    verdict: str
+    latency_ms: float | None
+    reason: str
+
+
+class DrillEvidence(TypedDict):
+    """A drill's evidence: its report (``DrillReport.to_json()``) as stored and decoded."""
+
+    pair: str
+    ok: bool
+    steps: list[DrillStepEvidence]
+    window_ms: float | None
+    rotation: int | None
+    reason: str
+
+
 class DrillRow(TypedDict):
     """A stored drill with its evidence decoded."""
 
@@ -195,7 +216,7 @@ class DrillRow(TypedDict):
     rotation: int | None
     ok: int
     window_ms: float | None
-    evidence: dict[str, Any]
+    evidence: DrillEvidence
 
 
 RotationItem = TypedDict("RotationItem", {"pair": str, "from": int, "to": int})

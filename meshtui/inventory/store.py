@@ -20,7 +20,6 @@ from typing import Any, cast
 
 import sqlite_utils
 
-from meshtui import crypto
 from meshtui.errors import InventoryError, ReadOnlyError
 from meshtui.inventory import audit as audit_mod
 from meshtui.inventory import schema
@@ -28,12 +27,13 @@ from meshtui.inventory.audit import ChainCheck
 from meshtui.inventory.rows import (
     AuditRecord,
     DeliveryRow,
+    DrillEvidence,
     DrillRecord,
     DrillRow,
+    DrillStepEvidence,
     EventRow,
     FileAccess,
     GenerationRow,
-    HeadRow,
     ModuleRecord,
     ModuleRow,
     NodeRow,
@@ -49,7 +49,7 @@ from meshtui.inventory.rows import (
     StatusRow,
 )
 from meshtui.model import Policy, PolicySource
-from meshtui.wire import SignedHead, head_message
+from meshtui.wire import SignedHead
 
 CHUNK = 500
 """Ids per ``IN (...)``: stays under SQLite's variable limit."""
@@ -120,41 +120,23 @@ class Transaction:
 
     def __init__(self, inv: Inventory) -> None:
         self._inv = inv
-        self.db = inv.db
-        """The raw database, for tests that build states no action writes."""
-        self._conn = inv.db.conn
+        self._conn = inv._db.conn
 
     # ---- audit ----------------------------------------------------------------------------
     def audit(
         self, kind: str, pairs: Iterable[str], detail: Mapping[str, object], outcome: str
     ) -> AuditRecord:
         """Append one event to the chain and move its (signed) head."""
-        got = self._conn.execute("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")
-        last = got.fetchone()
-        user, ssh = audit_mod.operator()
-        if self._inv.actor is not None:
-            user, ssh = self._inv.actor, None
-        event = audit_mod.link(
-            (int(last[0]), str(last[1])) if last else None,
+        return audit_mod.append(
+            self._conn,
             at=now(),
-            user=user,
-            ssh=ssh,
+            actor=self._inv.actor,
+            signer=self._inv.signer,
             kind=kind,
             pairs=pairs,
             detail=detail,
             outcome=outcome,
         )
-        _insert(self._conn, "audit", [event])
-        signer = self._inv.signer
-        message = head_message(event["seq"], event["hash"])
-        sig = crypto.b64(signer(message)) if signer else None
-        _upsert(
-            self._conn,
-            "audit_head",
-            [{"id": 1, "seq": event["seq"], "hash": event["hash"], "sig": sig}],
-            "id",
-        )
-        return event
 
     # ---- declare --------------------------------------------------------------------------
     def put_nodes(self, rows: Sequence[NodeRow]) -> None:
@@ -266,13 +248,68 @@ def _compact(data: object) -> str:
     return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _whole(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _drill_evidence(text: str, pair: str) -> DrillEvidence:
+    """A drill's stored evidence as its typed shape; a key it lacks (an older row, a row written
+    by hand) reads as unknown rather than failing the pair's whole detail."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        data = {}
+    steps = data.get("steps")
+    return DrillEvidence(
+        pair=str(data.get("pair") or pair),
+        ok=data.get("ok") is True,
+        steps=[
+            DrillStepEvidence(
+                name=str(s.get("name", "?")),
+                expected=str(s.get("expected", "?")),
+                verdict=str(s.get("verdict", "?")),
+                latency_ms=_number(s.get("latency_ms")),
+                reason=str(s.get("reason") or ""),
+            )
+            for s in (steps if isinstance(steps, list) else [])
+            if isinstance(s, dict)
+        ],
+        window_ms=_number(data.get("window_ms")),
+        rotation=_whole(data.get("rotation")),
+        reason=str(data.get("reason") or ""),
+    )
+
+
+def _decoded(row: audit_mod.StoredEvent) -> EventRow:
+    """A stored audit event with its ``pairs`` and ``detail`` JSON decoded."""
+    seq, at, user, ssh, kind, pairs, detail, outcome, prev, digest = row
+    return EventRow(
+        seq=seq,
+        at=at,
+        operator=user,
+        ssh_client=ssh,
+        kind=kind,
+        pairs=json.loads(pairs),
+        detail=json.loads(detail),
+        outcome=outcome,
+        prev=prev,
+        hash=digest,
+    )
+
+
 class Inventory:
     """One inventory file. Use :meth:`open`; every write goes through :meth:`transaction`."""
 
     def __init__(self, path: Path, conn: sqlite3.Connection, *, read_only: bool) -> None:
         self.path = path
         self.read_only = read_only
-        self.db = sqlite_utils.Database(conn)
+        self._db = sqlite_utils.Database(conn)
         self.lock = threading.RLock()
         self.signer: Callable[[bytes], bytes] | None = None  # signs the audit head when set
         self.actor: str | None = None  # the audit's operator when not a person (``watch``)
@@ -316,7 +353,7 @@ class Inventory:
 
     def close(self) -> None:
         """Close the connection."""
-        self.db.conn.close()
+        self._db.conn.close()
 
     def __enter__(self) -> Inventory:
         return self
@@ -327,12 +364,12 @@ class Inventory:
     # ---- schema -------------------------------------------------------------------------
     def version(self) -> int:
         """The schema version the file is at (0 for a new file)."""
-        return int(self.db.execute("PRAGMA user_version").fetchone()[0])
+        return int(self._db.execute("PRAGMA user_version").fetchone()[0])
 
     def data_version(self) -> int:
         """A number that changes whenever another connection commits (an idle check is cheap)."""
         with self.lock:
-            return int(self.db.conn.execute("PRAGMA data_version").fetchone()[0])
+            return int(self._db.conn.execute("PRAGMA data_version").fetchone()[0])
 
     def _check_version(self) -> None:
         found = self.version()
@@ -351,14 +388,14 @@ class Inventory:
         )
 
     def _migrate(self) -> None:
-        with self.lock, self.db.conn:
-            self.db.execute("BEGIN IMMEDIATE")
+        with self.lock, self._db.conn:
+            self._db.execute("BEGIN IMMEDIATE")
             found = self.version()
             if found > schema.SCHEMA_VERSION:
                 raise self._newer(found)
             for step in schema.MIGRATIONS[found:]:
-                step(self.db)
-            self.db.execute(f"PRAGMA user_version = {int(schema.SCHEMA_VERSION)}")
+                step(self._db)
+            self._db.execute(f"PRAGMA user_version = {int(schema.SCHEMA_VERSION)}")
 
     # ---- writes -------------------------------------------------------------------------
     def require_writable(self, action: str) -> None:
@@ -372,8 +409,8 @@ class Inventory:
         self.require_writable(action)
         with self.lock:
             try:
-                with self.db.conn:
-                    self.db.execute("BEGIN IMMEDIATE")
+                with self._db.conn:
+                    self._db.execute("BEGIN IMMEDIATE")
                     yield Transaction(self)
             except sqlite3.OperationalError as exc:
                 if "readonly" in str(exc):
@@ -393,43 +430,43 @@ class Inventory:
             return tx.audit(kind, pairs, detail, outcome)
 
     # ---- reads --------------------------------------------------------------------------
-    def query(self, sql: str, params: Iterable[Any] | dict[str, Any] = ()) -> list[dict[str, Any]]:
-        """Rows as plain dicts: for tests and one-off checks; callers use the typed reads."""
+    def _query(self, sql: str, params: Sequence[object] = ()) -> list[dict[str, Any]]:
+        """Rows as plain dicts, for the typed reads below to cast."""
         with self.lock:
-            return list(self.db.query(sql, params if isinstance(params, dict) else list(params)))
+            return list(self._db.query(sql, list(params)))
 
     def _tuples(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         with self.lock:
-            return self.db.conn.execute(sql, params).fetchall()
+            return self._db.conn.execute(sql, params).fetchall()
 
     def nodes(self) -> dict[str, NodeRow]:
         """Every node by name."""
-        rows = cast(list[NodeRow], self.query("SELECT * FROM nodes ORDER BY name"))
+        rows = cast(list[NodeRow], self._query("SELECT * FROM nodes ORDER BY name"))
         return {r["name"]: r for r in rows}
 
     def modules(self) -> dict[str, ModuleRow]:
         """Every module by id, with its spec decoded."""
         out: dict[str, ModuleRow] = {}
-        for r in self.query("SELECT * FROM modules ORDER BY id"):
+        for r in self._query("SELECT * FROM modules ORDER BY id"):
             r["spec"] = json.loads(r["spec"])
             out[r["id"]] = cast(ModuleRow, r)
         return out
 
     def module_records(self) -> dict[str, ModuleRecord]:
         """Every module by id, its spec as stored (declare compares the canonical JSON)."""
-        rows = cast(list[ModuleRecord], self.query("SELECT * FROM modules"))
+        rows = cast(list[ModuleRecord], self._query("SELECT * FROM modules"))
         return {r["id"]: r for r in rows}
 
     def pairs(self, ids: Iterable[str] | None = None) -> list[PairRow]:
         """Pairs (all, or the named ones) with values and reload decoded."""
         if ids is None:
-            rows = self.query("SELECT * FROM pairs ORDER BY id")
+            rows = self._query("SELECT * FROM pairs ORDER BY id")
         else:
             wanted = sorted(set(ids))
             rows = []
             for i in range(0, len(wanted), CHUNK):
                 chunk = wanted[i : i + CHUNK]
-                rows += self.query(f"SELECT * FROM pairs WHERE id IN ({_marks(len(chunk))})", chunk)
+                rows += self._query(f"SELECT * FROM pairs WHERE id IN ({_marks(len(chunk))})", chunk)
             rows.sort(key=lambda r: str(r["id"]))
         for r in rows:
             r["values"] = json.loads(r["values"])
@@ -438,7 +475,7 @@ class Inventory:
 
     def pair_records(self) -> dict[str, PairRecord]:
         """Every pair by id as stored (values and reload still JSON)."""
-        rows = cast(list[PairRecord], self.query("SELECT * FROM pairs"))
+        rows = cast(list[PairRecord], self._query("SELECT * FROM pairs"))
         return {r["id"]: r for r in rows}
 
     def consumer_files(self) -> dict[str, FileAccess]:
@@ -490,19 +527,19 @@ class Inventory:
 
     def generation(self, pair: str, generation: int) -> GenerationRow | None:
         """One sealed generation of a pair."""
-        rows = self.query(
+        rows = self._query(
             "SELECT * FROM generations WHERE pair = ? AND generation = ?", [pair, generation]
         )
         return cast(GenerationRow, rows[0]) if rows else None
 
     def generations(self, pair: str) -> list[GenerationRow]:
         """Every generation of a pair, oldest first."""
-        rows = self.query("SELECT * FROM generations WHERE pair = ? ORDER BY generation", [pair])
+        rows = self._query("SELECT * FROM generations WHERE pair = ? ORDER BY generation", [pair])
         return cast(list[GenerationRow], rows)
 
     def held_generations(self) -> dict[tuple[str, int], GenerationRow]:
         """Every generation still held sealed, by (pair, generation)."""
-        rows = self.query("SELECT * FROM generations WHERE discarded_at IS NULL")
+        rows = self._query("SELECT * FROM generations WHERE discarded_at IS NULL")
         return {(r["pair"], int(r["generation"])): cast(GenerationRow, r) for r in rows}
 
     def minted(self) -> dict[str, list[int]]:
@@ -522,14 +559,14 @@ class Inventory:
     def deliveries(self, pair: str | None = None) -> dict[tuple[str, str], DeliveryRow]:
         """Which generation each end holds, by (pair, end); all pairs or one."""
         if pair is None:
-            rows = self.query("SELECT * FROM deliveries")
+            rows = self._query("SELECT * FROM deliveries")
         else:
-            rows = self.query("SELECT * FROM deliveries WHERE pair = ?", [pair])
+            rows = self._query("SELECT * FROM deliveries WHERE pair = ?", [pair])
         return {(r["pair"], r["end"]): cast(DeliveryRow, r) for r in rows}
 
     def latest_probes(self) -> dict[str, ProbeRow]:
         """The newest probe of every pair."""
-        rows = self.query(
+        rows = self._query(
             "SELECT p.* FROM probes p JOIN (SELECT pair, MAX(id) AS id FROM probes GROUP BY pair)"
             " m ON p.id = m.id"
         )
@@ -537,7 +574,7 @@ class Inventory:
 
     def probes(self, pair: str, limit: int = 50) -> list[ProbeRow]:
         """A pair's recent probes, newest first."""
-        rows = self.query(
+        rows = self._query(
             "SELECT * FROM probes WHERE pair = ? ORDER BY id DESC LIMIT ?", [pair, limit]
         )
         return cast(list[ProbeRow], rows)
@@ -545,25 +582,25 @@ class Inventory:
     def drills(self, pair: str | None = None, limit: int = 50) -> list[DrillRow]:
         """Recent drills (of one pair, or all), newest first, evidence decoded."""
         if pair is None:
-            rows = self.query("SELECT * FROM drills ORDER BY id DESC LIMIT ?", [limit])
+            rows = self._query("SELECT * FROM drills ORDER BY id DESC LIMIT ?", [limit])
         else:
-            rows = self.query(
+            rows = self._query(
                 "SELECT * FROM drills WHERE pair = ? ORDER BY id DESC LIMIT ?", [pair, limit]
             )
         for r in rows:
-            r["evidence"] = json.loads(r["evidence"])
+            r["evidence"] = _drill_evidence(r["evidence"], r["pair"])
         return cast(list[DrillRow], rows)
 
     def open_rotations(self) -> list[RotationRow]:
         """Rotations journaled but not finished (a controller may have died mid-way)."""
-        rows = self.query("SELECT * FROM rotations WHERE finished_at IS NULL ORDER BY id")
+        rows = self._query("SELECT * FROM rotations WHERE finished_at IS NULL ORDER BY id")
         for r in rows:
             r["items"] = json.loads(r["items"])
         return cast(list[RotationRow], rows)
 
     def rotations(self, limit: int | None = 100) -> list[RotationRow]:
         """Recent rotations (all when ``limit`` is None), newest first."""
-        rows = self.query(
+        rows = self._query(
             "SELECT * FROM rotations ORDER BY id DESC LIMIT ?", [-1 if limit is None else limit]
         )
         for r in rows:
@@ -571,27 +608,15 @@ class Inventory:
         return cast(list[RotationRow], rows)
 
     def events(self, limit: int | None = None) -> list[EventRow]:
-        """Audit events, oldest first, with pairs and detail decoded."""
-        rows = (
-            self.query("SELECT * FROM audit ORDER BY seq")
-            if limit is None
-            else self.query(
-                "SELECT * FROM (SELECT * FROM audit ORDER BY seq DESC LIMIT ?) ORDER BY seq",
-                [limit],
-            )
-        )
-        for r in rows:
-            r["pairs"] = json.loads(r["pairs"])
-            r["detail"] = json.loads(r["detail"])
-        return cast(list[EventRow], rows)
+        """Audit events (the newest ``limit``, or all), oldest first, pairs and detail decoded."""
+        with self.lock:
+            return [_decoded(r) for r in audit_mod.stored(self._db.conn, limit=limit)]
 
     def last_event(self, kind: str) -> EventRow | None:
         """The newest audit event of one kind, decoded, or None."""
-        rows = self.query("SELECT * FROM audit WHERE kind = ? ORDER BY seq DESC LIMIT 1", [kind])
-        for r in rows:
-            r["pairs"] = json.loads(r["pairs"])
-            r["detail"] = json.loads(r["detail"])
-        return cast(EventRow, rows[0]) if rows else None
+        with self.lock:
+            rows = audit_mod.stored(self._db.conn, limit=1, kind=kind)
+        return _decoded(rows[0]) if rows else None
 
     def status_rows(self, ids: Iterable[str] | None = None) -> list[StatusRow]:
         """Every pair (or the named ones) joined with its two ends and newest probe, by id."""
@@ -610,19 +635,18 @@ class Inventory:
 
     def last_seq(self) -> int:
         """The number of the newest audit event (0: none yet)."""
-        return int(self._tuples("SELECT MAX(seq) FROM audit")[0][0] or 0)
+        with self.lock:
+            return audit_mod.last_seq(self._db.conn)
 
     def signed_head(self) -> SignedHead | None:
         """The chain's head with the controller's signature (None: no events, or unsigned)."""
-        rows = self._tuples("SELECT seq, hash, sig FROM audit_head")
-        if not rows or not rows[0][2]:
-            return None
-        return SignedHead(seq=int(rows[0][0]), hash=str(rows[0][1]), sig=rows[0][2])
+        with self.lock:
+            return audit_mod.signed_head(self._db.conn)
 
     def event_hash_at(self, seq: int) -> str | None:
         """The stored hash of audit event ``seq`` (None when there is no such event)."""
-        rows = self._tuples("SELECT hash FROM audit WHERE seq = ?", [seq])
-        return str(rows[0][0]) if rows else None
+        with self.lock:
+            return audit_mod.hash_at(self._db.conn, seq)
 
     def provider_kinds(self) -> dict[tuple[str, str], str]:
         """(provider module, provision) -> kind, for the providers that are not PostgreSQL."""
@@ -640,10 +664,8 @@ class Inventory:
         With the controller's ``verify_key`` the head must also carry its signature, so a chain
         rewritten by someone who can write the file but has no controller key is caught.
         """
-        events = cast(list[AuditRecord], self.query("SELECT * FROM audit ORDER BY rowid"))
-        heads = cast(list[HeadRow], self.query("SELECT seq, hash, sig FROM audit_head"))
-        return audit_mod.verify(events, heads[0] if heads else None, verify_key)
-
+        with self.lock:
+            return audit_mod.walk(self._db.conn, verify_key)
 
 STATUS_SQL = """
 SELECT p.id, p.provision, p.consumer, p.provider, p.login, p.file, p.generation, p.created_at,

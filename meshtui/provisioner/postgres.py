@@ -42,7 +42,6 @@ import hmac
 import json
 import os
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,7 +55,12 @@ from meshtui.errors import ProvisionError, UnsafeLoginError
 from meshtui.model import OutcomeName
 from meshtui.provisioner.adapter import Change, Done, Held, Refused, Scope, Wanted, check_name
 from meshtui.provisioner.pg_quiet import QuietPlan, quiet_plan
-from meshtui.provisioner.scram import DEFAULT_ITERATIONS, is_plain_ascii, scram_verifier
+from meshtui.provisioner.scram import (
+    DEFAULT_ITERATIONS,
+    VerifiersAhead,
+    is_plain_ascii,
+    scram_verifier,
+)
 
 MARKER = "meshtui_provisioned"
 HELD_PREFIX = "meshtui_held_"
@@ -103,8 +107,10 @@ WHERE a.rolname = ANY(%(names)s)
 
 _EXISTING = "SELECT rolname FROM pg_roles WHERE rolname = ANY(%s)"
 
-STATEMENTS_PER_TRIP = 600
-"""Statements of a batch sent in one message (about 200 logins: some 100 KiB of text)."""
+LOGINS_PER_TRIP = 64
+"""Logins of a batch written in one message (three statements each, some 25 KiB of text):
+few round trips, yet small enough that the server starts on the first ones while the next
+verifiers are computed."""
 
 Batch = Sequence[Wanted]
 """Logins to make true together (:meth:`PostgresAdapter.create_many`)."""
@@ -639,10 +645,10 @@ class PostgresAdapter:
     def create_many(self, batch: Batch) -> dict[str, Done | Exception]:
         """:meth:`create` for many logins in one transaction, each one proven by the read-back.
 
-        A superuser writes every verifier (computed beforehand, on every core) and record in one
-        transaction (a few hundred statements a round trip, in the quiet transaction, so no
-        log keeps them), then reads all the stored verifiers back in one SELECT (names sent,
-        verifiers compared here) before it commits. Should anything in it fail, nothing
+        A superuser writes every verifier and record in one transaction (a few dozen logins a
+        round trip, in the quiet transaction, so no log keeps them; the next verifiers computed
+        on the other cores meanwhile), then reads all the stored verifiers back in one SELECT
+        (names sent, verifiers compared here) before it commits. Should anything in it fail, nothing
         of it stays and each login is made true alone, so one bad login costs only itself. An
         admin that is not a superuser, or a batch of one, takes the one-by-one path. Returns,
         per login, what :meth:`create` returned or raised.
@@ -664,18 +670,15 @@ class PostgresAdapter:
                 ready = [r for r in ready if r[0].login != wanted.login]
         if not ready:
             return out
-        verifiers = self._verifiers([w for w, _ in ready])
         try:
             self._prepare()
-            changes, returning = self._write_many(ready, verifiers, out)
+            changes, returning = self._write_many(ready, out)
         except (psycopg.Error, ProvisionError):
             if self.conn.closed:
                 raise
-            del verifiers
             for wanted, _ in ready:  # nothing of the batch stayed: one by one
                 out[wanted.login] = self._create_one(wanted)
             return out
-        del verifiers
         for wanted, database in ready:
             if wanted.login in out:
                 continue
@@ -699,24 +702,15 @@ class PostgresAdapter:
                 raise
             return exc
 
-    def _verifiers(self, batch: list[Wanted]) -> dict[str, str]:
-        """Every login's verifier; PBKDF2 releases the GIL, so plain ones go over every core."""
-        plain = [w for w in batch if is_plain_ascii(w.password)]
-        out = {w.login: self._verifier(w.login, w.password) for w in batch if w not in plain}
-        workers = max(1, min(4, os.cpu_count() or 1))
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            done = pool.map(lambda w: scram_verifier(w.password, iterations=self.iterations), plain)
-            out.update(zip((w.login for w in plain), done, strict=True))
-        return out
-
     def _write_many(
-        self,
-        ready: list[tuple[Wanted, str | None]],
-        verifiers: dict[str, str],
-        out: dict[str, Done | Exception],
+        self, ready: list[tuple[Wanted, str | None]], out: dict[str, Done | Exception]
     ) -> tuple[dict[str, Change], set[str]]:
         """The batch's one transaction: per login "created" or "updated" (refusals go to
-        ``out``), and the names of the holding roles that exist (returning logins)."""
+        ``out``), and the names of the holding roles that exist (returning logins).
+
+        Only the logins that need a write get a verifier; they are sent ``LOGINS_PER_TRIP`` a
+        round trip while worker threads compute the next ones (:class:`VerifiersAhead`).
+        """
         names = [w.login for w, _ in ready]
         changes: dict[str, Change] = {}
         written: dict[str, str] = {}
@@ -726,7 +720,7 @@ class PostgresAdapter:
             returning = {str(r[0]) for r in keepers.fetchall()}
             roles = self._roles(names)
             self._check_notices()
-            statements: list[sql.Composable] = []
+            todo: list[tuple[Wanted, str, bool]] = []  # (wanted, digest, create)
             for wanted, _ in ready:
                 login = wanted.login
                 role = roles.get(login)
@@ -746,30 +740,51 @@ class PostgresAdapter:
                     and role.record is not None
                     and role.record.get("digest") == digest
                 )
-                if intact:
-                    continue
-                ident = sql.Identifier(login)
-                verb = "CREATE" if role is None else "ALTER"
-                statements.append(
-                    sql.SQL(verb + " ROLE {} LOGIN PASSWORD {} VALID UNTIL 'infinity'").format(
-                        ident, sql.Literal(verifiers[login])
-                    )
-                )
-                if role is None:
-                    statements.append(self._marker_grant(login))
-                statements.append(
-                    sql.SQL("COMMENT ON ROLE {} IS {}").format(
-                        ident, sql.Literal(self._record_text(digest))
-                    )
-                )
-                written[login] = verifiers[login]
-            for start in range(0, len(statements), STATEMENTS_PER_TRIP):
-                # no parameters: one simple-protocol message, one round trip, for many
-                chunk = statements[start : start + STATEMENTS_PER_TRIP]
-                self._exec(sql.SQL("; ").join(chunk))
-            statements.clear()
+                if not intact:
+                    todo.append((wanted, digest, role is None))
+            # not printable ASCII: libpq applies SASLprep (on this thread, it holds the session)
+            special = {
+                w.login: self._verifier(w.login, w.password)
+                for w, _, _ in todo
+                if not is_plain_ascii(w.password)
+            }
+            plain = [w.password for w, _, _ in todo if w.login not in special]
+            workers = max(1, min(4, os.cpu_count() or 1))
+            with VerifiersAhead(plain, iterations=self.iterations, workers=workers) as made:
+                del plain
+                for start in range(0, len(todo), LOGINS_PER_TRIP):
+                    statements: list[sql.Composable] = []
+                    for wanted, digest, create in todo[start : start + LOGINS_PER_TRIP]:
+                        login = wanted.login
+                        verifier = special.pop(login, None) or made.take()
+                        statements += self._write_statements(login, verifier, digest, create)
+                        written[login] = verifier
+                    # no parameters: one simple-protocol message, one round trip, for many
+                    self._exec(sql.SQL("; ").join(statements))
+                    statements.clear()
             self._read_back_many(written)
+            written.clear()
         return changes, returning
+
+    def _write_statements(
+        self, login: str, verifier: str, digest: str, create: bool
+    ) -> list[sql.Composable]:
+        """One login's writes: its verifier, the marker (a new login), our record."""
+        ident = sql.Identifier(login)
+        verb = "CREATE" if create else "ALTER"
+        out: list[sql.Composable] = [
+            sql.SQL(verb + " ROLE {} LOGIN PASSWORD {} VALID UNTIL 'infinity'").format(
+                ident, sql.Literal(verifier)
+            )
+        ]
+        if create:
+            out.append(self._marker_grant(login))
+        out.append(
+            sql.SQL("COMMENT ON ROLE {} IS {}").format(
+                ident, sql.Literal(self._record_text(digest))
+            )
+        )
+        return out
 
     def _read_back_many(self, written: Mapping[str, str]) -> None:
         """The proof for a batch: each login's stored verifier is the one written (compared

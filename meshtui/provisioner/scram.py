@@ -16,6 +16,8 @@ import base64
 import hashlib
 import hmac
 import os
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 
 PREFIX = "SCRAM-SHA-256"
 DEFAULT_ITERATIONS = 4096  # PostgreSQL's default scram_iterations
@@ -89,3 +91,42 @@ def scram_matches(verifier: str, password: str) -> bool:
     return hmac.compare_digest(want_stored, stored_key) and hmac.compare_digest(
         want_server, server_key
     )
+
+
+class VerifiersAhead:
+    """Verifiers of many printable-ASCII passwords, handed out in order while worker threads
+    compute the next ones (PBKDF2 releases the GIL).
+
+    A batch writes verifiers a few dozen a round trip; the server checks each one with a PBKDF2
+    of its own (PostgreSQL's empty-password check), so computing the next ones while it works
+    hides this side's hashing instead of adding it in front. Use it with ``with``: leaving
+    cancels what was not computed yet.
+    """
+
+    def __init__(self, passwords: Sequence[str], *, iterations: int, workers: int) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=max(1, workers))
+        self._made: list[Future[str]] = [
+            self._pool.submit(scram_verifier, p, iterations=iterations) for p in passwords
+        ]
+        self._next = 0
+
+    def __enter__(self) -> VerifiersAhead:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def take(self) -> str:
+        """The next password's verifier (waits until it is computed)."""
+        future = self._made[self._next]
+        self._made[self._next] = _DONE  # hand it out once, keep no verifier here
+        self._next += 1
+        return future.result()
+
+    def close(self) -> None:
+        """Stop computing; verifiers not taken are dropped."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._made.clear()
+
+
+_DONE: Future[str] = Future()

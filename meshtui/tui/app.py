@@ -18,11 +18,12 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from textual import on
 from textual.app import App
 from textual.binding import BindingType
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.worker import Worker, WorkerState
@@ -31,12 +32,13 @@ from meshtui.controller.core import Controller
 from meshtui.controller.freshness import InventoryStamp
 from meshtui.controller.heartbeat import Heartbeat
 from meshtui.controller.reports import (
-    DrillReport,
-    ProbeOutcome,
+    JobResult,
     Progress,
     PushReport,
     RotationReport,
     Summary,
+    is_drills,
+    is_probes,
 )
 from meshtui.errors import MeshtuiError, ReadOnlyError
 from meshtui.model import Verdict
@@ -47,9 +49,11 @@ from meshtui.tui.keymap import config_paths, load_keymap
 from meshtui.tui.messages import Job, JobFailed, JobFinished, JobKind, JobProgress, Loaded
 from meshtui.tui.pairs import PairModel, parse_time, short_age
 from meshtui.tui.screens import job as job_screen
+from meshtui.tui.screens.base import failure_context, run_in_background
 from meshtui.tui.screens.job import JobRecord, JobScreen
 
 Clock = Callable[[], datetime]
+Read = TypeVar("Read")
 
 PROGRESS_PERIOD = 0.05
 """Seconds between two redraws of a job's progress. A rotation reports one line per pair, all
@@ -57,7 +61,7 @@ at once when it ends (10,000 lines for 10,000 pairs): lines are kept as they com
 batches, so the dashboard keeps up instead of redrawing once per line."""
 
 
-JobRun = Callable[[Controller, tuple[str, ...], Progress], object]
+JobRun = Callable[[Controller, tuple[str, ...], Progress], JobResult]
 JOB_RUNS: dict[JobKind, JobRun] = {
     JobKind.ROTATE: lambda ctl, ids, progress: ctl.rotate(ids, progress),
     JobKind.DRILL: lambda ctl, ids, progress: ctl.drill(ids, progress),
@@ -151,6 +155,11 @@ class MeshApp(App[int]):
         """
         return Controller.open(self.state_dir, read_only=self.read_only or reader)
 
+    def read(self, read: Callable[[Controller], Read], *, reader: bool = True) -> Read:
+        """``read`` on a fresh controller, closed after (run in a worker thread)."""
+        with self.open_controller(reader=reader) as ctl:
+            return read(ctl)
+
     # ---- read-only ----------------------------------------------------------------------
     def allows(self, action: str) -> bool:
         """False, in a read-only dashboard, for an action that changes things or asks an agent
@@ -164,22 +173,15 @@ class MeshApp(App[int]):
     def reload(self) -> None:
         """Read every pair's status again in a thread worker (a newer load replaces an older)."""
         self._load_seq += 1
-        self.run_worker(
-            partial(self._load, self._load_seq),
-            name="load",
-            group="load",
-            exclusive=True,
-            thread=True,
-            exit_on_error=False,
-        )
+        run_in_background(self, partial(self._load, self._load_seq), name="load", context="load")
 
-    def _load(self, seq: int) -> None:
+    def _load(self, seq: int) -> Loaded:
+        """One numbered read of every pair (a worker thread); ``seq`` orders it among loads."""
         start = time.perf_counter()
         stamp = Controller.inventory_stamp(self.state_dir)
         if stamp is None:
             note = f"no inventory in {self.state_dir}: run meshtui init, then meshtui declare FILE"
-            self.post_message(Loaded(PairModel.build([], self.clock()), None, 0.0, note, seq))
-            return
+            return Loaded(PairModel.build([], self.clock()), None, 0.0, note, seq)
         self._stamp = stamp
         with self.open_controller(reader=True) as ctl:
             rows = ctl.status()
@@ -187,7 +189,7 @@ class MeshApp(App[int]):
             dues = {d.pair: d for d in ctl.schedule()}
         seconds = time.perf_counter() - start
         fresh = PairModel.build(rows, self.clock(), dues)
-        self.post_message(Loaded(fresh, summary, seconds, "", seq))
+        return Loaded(fresh, summary, seconds, "", seq)
 
     @on(Loaded)
     def _loaded(self, message: Loaded) -> None:
@@ -290,27 +292,24 @@ class MeshApp(App[int]):
         self.job_record = JobRecord(job)
         self.push_screen(JobScreen(self.job_record))
         self._refresh_summaries()
-        self.run_worker(
+        run_in_background(
+            self,
             partial(self._run_job, job),
             name=f"job:{job.kind}",
-            group="job",
-            thread=True,
-            exit_on_error=False,
+            context=job.title,
+            exclusive=False,
+            failed=partial(JobFailed, job),  # the error boundary is report_error, on the UI thread
         )
 
-    def _run_job(self, job: Job) -> None:
+    def _run_job(self, job: Job) -> JobFinished:
         start = job_screen.clock()  # the job log's clock, so a frozen one freezes both
 
         def progress(text: str, done: int, total: int) -> None:
             self.post_message(JobProgress(job, text, done, total))
 
-        try:
-            with self.open_controller() as ctl:
-                result = JOB_RUNS[job.kind](ctl, job.ids, progress)
-        except Exception as exc:  # the error boundary is report_error, on the UI thread
-            self.post_message(JobFailed(job, exc))
-            return
-        self.post_message(JobFinished(job, result, job_screen.clock() - start))
+        with self.open_controller() as ctl:
+            result = JOB_RUNS[job.kind](ctl, job.ids, progress)
+        return JobFinished(job, result, job_screen.clock() - start)
 
     def _job_screens(self) -> list[JobScreen]:
         return [s for s in self.screen_stack if isinstance(s, JobScreen)]
@@ -394,7 +393,7 @@ class MeshApp(App[int]):
     @on(Worker.StateChanged)
     def _worker_changed(self, event: Worker.StateChanged) -> None:
         if event.state is WorkerState.ERROR and event.worker.error is not None:
-            self.report_error(event.worker.error, event.worker.name or "background work")
+            self.report_error(event.worker.error, failure_context(event.worker))
 
     # ---- navigation and small actions ---------------------------------------------------
     def action_help(self) -> None:
@@ -458,7 +457,7 @@ def watch_line(beat: Heartbeat | None, now: datetime) -> str:
     return f"watch running · last cycle {short_age((now - when).total_seconds())} ago"
 
 
-def job_toast(job: Job, result: Any) -> tuple[str, Any]:
+def job_toast(job: Job, result: JobResult) -> tuple[str, SeverityLevel]:
     """The end-of-job toast: one line, and whether it is good news."""
     if isinstance(result, RotationReport):
         windows = [p.window_ms for p in result.pairs if p.window_ms is not None]
@@ -473,11 +472,11 @@ def job_toast(job: Job, result: Any) -> tuple[str, Any]:
         if result.behind:
             text += f", {len(result.behind)} still behind"
         return text, "information" if result.ok else "warning"
-    if isinstance(result, list) and all(isinstance(r, DrillReport) for r in result):
+    if is_drills(result):
         failed = [r for r in result if not r.ok]
         text = f"{len(result) - len(failed)} passed" + (f", {len(failed)} FAILED" if failed else "")
         return text, "information" if not failed else "error"
-    if isinstance(result, list) and all(isinstance(r, ProbeOutcome) for r in result):
+    if is_probes(result):
         verdicts: dict[str, int] = {}
         for r in result:
             verdicts[r.verdict] = verdicts.get(r.verdict, 0) + 1

@@ -9,11 +9,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol
 
 from textual.message import Message
 
-from meshtui.controller.reports import EventRow, HostView, PairDetail, RotationPlan, Summary
+from meshtui.controller.reports import (
+    AuditEvent,
+    ChainReport,
+    HostView,
+    JobResult,
+    PairDetail,
+    RotationPlan,
+    Summary,
+)
 from meshtui.tui.pairs import Fresh
 
 
@@ -44,26 +51,10 @@ class HostsLoaded(Message):
         self.hosts, self.checked = hosts, checked
 
 
-class ChainVerdict(Protocol):
-    """What ``Controller.verify_chain()`` answers (only these fields are shown)."""
-
-    @property
-    def ok(self) -> bool: ...
-
-    @property
-    def events(self) -> int: ...
-
-    @property
-    def bad_seq(self) -> int | None: ...
-
-    @property
-    def problem(self) -> str: ...
-
-
 class AuditLoaded(Message):
     """The audit events and whether the chain verifies."""
 
-    def __init__(self, events: list[EventRow], check: ChainVerdict) -> None:
+    def __init__(self, events: list[AuditEvent], check: ChainReport) -> None:
         super().__init__()
         self.events, self.check = events, check
 
@@ -128,7 +119,7 @@ class JobProgress(Message):
 class JobFinished(Message):
     """An action ended with a report (``result`` is the controller's return value)."""
 
-    def __init__(self, job: Job, result: Any, seconds: float) -> None:
+    def __init__(self, job: Job, result: JobResult, seconds: float) -> None:
         super().__init__()
         self.job, self.result, self.seconds = job, result, seconds
 

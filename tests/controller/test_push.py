@@ -118,8 +118,8 @@ def test_push_reapplies_a_password_changed_outside_meshtui(mesh, pg):
         row = {r.pair: r for r in ctl.status()}[GITEA]
         assert row.state.value == "working"
         assert "re-applied after it was changed outside meshtui at " in row.reason
-        events = [e for e in ctl.events() if e["kind"] == "push"]
-        assert GITEA in json.dumps(events[-1])
+        events = [e for e in ctl.events() if e.kind == "push"]
+        assert GITEA in json.dumps(events[-1].to_json())
         # nothing drifted since: the next push has nothing to do
         again = ctl.push()
         assert again.ok and not again.delivered

@@ -26,17 +26,18 @@ class World:
         self, pair: str, end: str, generation: int | None, error: str | None = None
     ) -> None:
         with self.inv.transaction("test") as tx:
-            tx.db["deliveries"].upsert(
-                {
-                    "pair": pair,
-                    "end": end,
-                    "generation": generation,
-                    "digest": None if generation is None else f"blake2b:{generation:064x}",
-                    "since": now(),
-                    "attempted_at": now(),
-                    "error": error,
-                },
-                pk=("pair", "end"),
+            tx.put_deliveries(
+                [
+                    {
+                        "pair": pair,
+                        "end": end,
+                        "generation": generation,
+                        "digest": None if generation is None else f"blake2b:{generation:064x}",
+                        "since": now(),
+                        "attempted_at": now(),
+                        "error": error,
+                    }
+                ]
             )
 
     def both(self, pair: str, generation: int) -> None:
@@ -56,20 +57,22 @@ class World:
         client_addr: str | None = "10.213.0.3",
     ) -> None:
         with self.inv.transaction("test") as tx:
-            tx.db["probes"].insert(
-                {
-                    "pair": pair,
-                    "at": now(),
-                    "generation": generation,
-                    "verdict": verdict,
-                    "reason": reason or verdict,
-                    "latency_ms": 4.5,
-                    "used_password": used_password,
-                    "loopback": loopback,
-                    "client_addr": client_addr,
-                    "control": None,
-                    "withdrawn": withdrawn,
-                }
+            tx.add_probes(
+                [
+                    {
+                        "pair": pair,
+                        "at": now(),
+                        "generation": generation,
+                        "verdict": verdict,
+                        "reason": reason or verdict,
+                        "latency_ms": 4.5,
+                        "used_password": used_password,
+                        "loopback": loopback,
+                        "client_addr": client_addr,
+                        "control": None,
+                        "withdrawn": withdrawn,
+                    }
+                ]
             )
 
     def declare(self, consumers: list[str]) -> None:

@@ -150,10 +150,10 @@ def test_pairs_past_their_policy_are_rotated_and_still_work(mesh, pg):
         assert (rows[pid].generation, rows[pid].consumer_generation) == (2, 2)
         assert can_login(pg, login_of(mesh, pid), new, DBS[pid]) is True
         assert refused(can_login(pg, login_of(mesh, pid), old[pid], DBS[pid]))
-    rotations = [e for e in events if e["kind"] == "rotate"]
-    assert len(rotations) == 1 and rotations[0]["outcome"] == "done"  # one batch per provider
-    assert rotations[0]["operator"] == "watch"
-    assert {e["operator"] for e in events if e["kind"] == "probe"} == {"watch"}
+    rotations = [e for e in events if e.kind == "rotate"]
+    assert len(rotations) == 1 and rotations[0].outcome == "done"  # one batch per provider
+    assert rotations[0].operator == "watch"
+    assert {e.operator for e in events if e.kind == "probe"} == {"watch"}
     assert sample(text, 'meshtui_rotations_total{provider="db1/postgres"}') == 3.0
     assert sample(text, "meshtui_pairs_overdue") == 0.0
     assert 5.0 < sample(text, "meshtui_next_rotation_due_seconds") <= 10.3
@@ -305,9 +305,9 @@ def test_provider_agent_killed_due_rotations_fail_old_credential_works_overdue(m
         assert can_login(pg, login_of(mesh, pid), mesh.secret(FILES[pid]), DBS[pid]) is True
     with mesh.controller(read_only=True) as ctl:
         refused_rotations = [
-            e for e in ctl.events() if e["kind"] == "rotate" and e["outcome"] == "not resolved"
+            e for e in ctl.events() if e.kind == "rotate" and e.outcome == "not resolved"
         ]
-    assert refused_rotations and all(e["operator"] == "watch" for e in refused_rotations)
+    assert refused_rotations and all(e.operator == "watch" for e in refused_rotations)
     audit_verifies(mesh)
 
 

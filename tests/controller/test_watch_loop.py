@@ -60,9 +60,9 @@ def test_silent_nodes_back_off_are_never_rotated_around_and_turn_overdue(declare
         assert watch.run() == 0
         events = ctl.events()
         gens = {r.pair: r.generation for r in ctl.status()}
-    kinds = collections.Counter(e["kind"] for e in events)
+    kinds = collections.Counter(e.kind for e in events)
     assert kinds["watch-start"] == kinds["watch-stop"] == 1
-    assert all(e["operator"] == "watch" for e in events if e["kind"] != "declare")
+    assert all(e.operator == "watch" for e in events if e.kind != "declare")
     # pushes back off: 2, 4, 8, 16, 32, 64 s between tries within two minutes, not one a second
     assert 4 <= kinds["push"] <= 8, kinds
     assert any("does not answer; retrying with backoff" in line for line in lines)

@@ -19,6 +19,20 @@ def test_rotating_many_logins_is_one_transaction_and_each_works(mesh: Mesh) -> N
         assert mesh.can_login(mesh.login_of("app1", f"m{i}"), mesh.password("app1", f"m{i}"))
 
 
+def test_a_batch_mixing_saslprep_and_ascii_secrets_gives_each_login_its_own(mesh: Mesh) -> None:
+    # the libpq-built verifier of the multibyte secret sits between computed-ahead ones
+    mesh.add("app1", "m0")
+    mesh.add("app1", "m1", secret="pässwörd-ünïcode".encode())
+    mesh.add("app1", "m2")
+    assert set(outcomes(mesh.reconcile()).values()) == {"created"}
+    for i in range(3):
+        assert mesh.can_login(mesh.login_of("app1", f"m{i}"), mesh.password("app1", f"m{i}"))
+    mesh.rotate("app1", "m0")  # m1 and m2 intact: only m0 is written
+    got = outcomes(mesh.reconcile())
+    assert got == {"m0_app1_x": "updated", "m1_app1_x": "unchanged", "m2_app1_x": "unchanged"}
+    assert mesh.can_login("m0_app1_x", mesh.password("app1", "m0"))
+
+
 def test_a_foreign_role_in_a_batch_costs_only_itself(mesh: Mesh) -> None:
     with mesh.admin_conn() as conn:
         conn.execute("CREATE ROLE theirs_app1_x LOGIN PASSWORD 'kept-by-them'")

@@ -11,6 +11,7 @@ from psycopg import sql
 
 from meshtui.lab.postgres import Cluster
 from meshtui.provisioner.scram import (
+    VerifiersAhead,
     is_plain_ascii,
     parse_verifier,
     scram_matches,
@@ -49,6 +50,20 @@ def test_needs_saslprep_is_refused(bad: str) -> None:
     assert not is_plain_ascii(bad)
     with pytest.raises(ValueError):
         scram_verifier(bad)
+
+
+def test_verifiers_ahead_come_in_order_each_of_its_password() -> None:
+    passwords = [f"password-{i}" for i in range(20)]
+    with VerifiersAhead(passwords, iterations=64, workers=3) as made:
+        got = [made.take() for _ in passwords]
+    assert all(scram_matches(v, p) for v, p in zip(got, passwords, strict=True))
+    assert all(parse_verifier(v)[0] == 64 for v in got)
+
+
+def test_verifiers_ahead_left_early_stops_cleanly() -> None:
+    with VerifiersAhead([f"p{i}" for i in range(50)], iterations=4096, workers=2) as made:
+        first = made.take()
+    assert scram_matches(first, "p0")
 
 
 @pytest.mark.parametrize("junk", ["", "SCRAM-SHA-256$x", "SCRAM-SHA-256$4096:!!$a:b", "md5abc"])

@@ -1,9 +1,9 @@
 """Build inventories for the dashboard's tests, benchmark and screenshots through the real API.
 
 A state folder is made the way an operator makes one: controller keys, one node identity per
-node, a declaration TOML, :meth:`Controller.declare`. Then rows are inserted straight into the
-inventory's deliveries, probes and drills tables, so pairs come out working, stale, revoked or
-unknown without any agent running.
+node, a declaration TOML, :meth:`Controller.declare`. Then typed rows are written through the
+inventory's own transaction (deliveries, probes, drills, backdated pairs), so pairs come out
+working, stale, revoked or unknown without any agent running.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 
 from meshtui.controller.core import Controller, init_keys
 from meshtui.host.identity import init as host_init
+from meshtui.inventory.rows import DeliveryRow, DrillRecord, PairRecord, ProbeRecord
 
 FIXED_NOW = datetime(2026, 5, 4, 12, 0, 0, tzinfo=UTC)
 """The clock every builder row is stamped against, so snapshots do not drift."""
@@ -116,7 +117,8 @@ def build(
 
 def vary_states(ctl: Controller, pairs: list[str]) -> None:
     """Deliveries and probes so pairs cycle working, working, stale, unknown; with latency."""
-    deliveries, probes = [], []
+    deliveries: list[DeliveryRow] = []
+    probes: list[ProbeRecord] = []
     for i, pid in enumerate(pairs):
         kind = i % 4
         consumer_gen = 1 if kind != 2 else None
@@ -150,12 +152,12 @@ def vary_states(ctl: Controller, pairs: list[str]) -> None:
                     }
                 )
     ages = {pid: _stamp(60 * 24 * ((i * 37) % 120)) for i, pid in enumerate(pairs)}
+    records = ctl.inventory.pair_records()
+    backdated = [PairRecord(**(records[pid] | {"created_at": at})) for pid, at in ages.items()]
     with ctl.inventory.transaction("test rows") as tx:
-        tx.db["deliveries"].upsert_all(deliveries, pk=("pair", "end"), batch_size=1000)
-        if probes:
-            tx.db["probes"].insert_all(probes, batch_size=1000)
-        for pid, at in ages.items():
-            tx.db.execute("UPDATE pairs SET created_at = ? WHERE id = ?", [at, pid])
+        tx.put_deliveries(deliveries)
+        tx.add_probes(probes)
+        tx.put_pairs(backdated)
 
 
 def add_drill(ctl: Controller, pid: str, *, ok: bool = True) -> None:
@@ -170,38 +172,48 @@ def add_drill(ctl: Controller, pid: str, *, ok: bool = True) -> None:
             "latency_ms": 2.2,
         },
     ]
+    evidence = {
+        "pair": pid,
+        "ok": ok,
+        "steps": steps,
+        "window_ms": 41.5,
+        "rotation": None,
+        "reason": "",
+    }
     with ctl.inventory.transaction("test rows") as tx:
-        tx.db["drills"].insert(
-            {
-                "pair": pid,
-                "at": _stamp(5),
-                "rotation": None,
-                "ok": int(ok),
-                "window_ms": 41.5,
-                "evidence": json.dumps({"steps": steps}),
-            }
+        tx.add_drill(
+            DrillRecord(
+                pair=pid,
+                at=_stamp(5),
+                rotation=None,
+                ok=int(ok),
+                window_ms=41.5,
+                evidence=json.dumps(evidence),
+            )
         )
 
 
 def withdraw(ctl: Controller, pid: str, *, refused: bool) -> None:
     """Mark a pair withdrawn; with ``refused`` its login was seen refused, so it is revoked."""
     with ctl.inventory.transaction("test rows") as tx:
-        tx.db.execute("UPDATE pairs SET withdrawn_at = ? WHERE id = ?", [_stamp(30), pid])
+        tx.withdraw_pairs([pid], _stamp(30))
         if refused:
-            tx.db["probes"].insert(
-                {
-                    "pair": pid,
-                    "at": _stamp(20),
-                    "generation": 1,
-                    "verdict": "refused",
-                    "reason": "28P01",
-                    "latency_ms": 1.5,
-                    "used_password": 1,
-                    "loopback": 0,
-                    "client_addr": "10.213.0.3",
-                    "control": None,
-                    "withdrawn": 1,
-                }
+            tx.add_probes(
+                [
+                    {
+                        "pair": pid,
+                        "at": _stamp(20),
+                        "generation": 1,
+                        "verdict": "refused",
+                        "reason": "28P01",
+                        "latency_ms": 1.5,
+                        "used_password": 1,
+                        "loopback": 0,
+                        "client_addr": "10.213.0.3",
+                        "control": None,
+                        "withdrawn": 1,
+                    }
+                ]
             )
 
 
@@ -210,21 +222,26 @@ def insert_raw_pair(ctl: Controller, module: str = "x[b]y") -> str:
     consumer = f"app1/{module}"
     pid = f"database:{consumer}->db1/postgres"
     with ctl.inventory.transaction("test rows") as tx:
-        tx.db["pairs"].insert(
-            {
-                "id": pid,
-                "provision": "database",
-                "consumer": consumer,
-                "provider": "db1/postgres",
-                "login": "login[/]x",
-                "file": "/srv/[red]f[/red]",
-                "port": 5432,
-                "values": "{}",
-                "reload": "[]",
-                "generation": 1,
-                "created_at": _stamp(10),
-                "rotated_at": None,
-                "withdrawn_at": None,
-            }
+        tx.put_pairs(
+            [
+                {
+                    "id": pid,
+                    "provision": "database",
+                    "consumer": consumer,
+                    "provider": "db1/postgres",
+                    "login": "login[/]x",
+                    "file": "/srv/[red]f[/red]",
+                    "port": 5432,
+                    "values": "{}",
+                    "reload": "[]",
+                    "generation": 1,
+                    "created_at": _stamp(10),
+                    "rotated_at": None,
+                    "withdrawn_at": None,
+                    "file_owner": None,
+                    "file_group": None,
+                    "file_mode": "0600",
+                }
+            ]
         )
     return pid

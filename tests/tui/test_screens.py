@@ -77,7 +77,7 @@ async def test_audit_filters_by_pair_node_operator_and_kind(make_app: Any, built
         await settle(pilot)
         screen = app.screen
         assert isinstance(screen, AuditScreen)
-        assert [e["kind"] for e in screen.shown()] == ["rotate", "probe", "declare"]
+        assert [e.kind for e in screen.shown()] == ["rotate", "probe", "declare"]
         screen.set_filter("kind", "prob")
         await pilot.pause()
         assert list(screen.table.entries) == ["2"]

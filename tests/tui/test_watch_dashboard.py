@@ -22,13 +22,12 @@ def set_policy(built: Built, rotate_s: float, source: str = "global") -> dict[st
     """Every pair gets ``rotate_s`` (as declare would store it); returns each pair's schedule."""
     with Controller.open(built.state) as ctl:
         with ctl.inventory.transaction("test policy") as tx:
-            tx.db["policies"].upsert_all(
+            tx.put_policies(
                 [
                     {"pair": pid, "rotate_every": rotate_s, "probe_every": 300.0,
                      "rotate_source": source, "probe_source": "default"}
                     for pid in built.pairs
-                ],
-                pk="pair",
+                ]
             )  # fmt: skip
         return {d.pair: d for d in schedule(ctl.inventory)}
 

@@ -9,7 +9,9 @@ directory cannot be written); the toast says which.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import ClassVar
 
@@ -21,12 +23,12 @@ from textual.containers import Horizontal
 from textual.widgets import Input, Static
 
 from meshtui.controller.export import write_export
-from meshtui.controller.reports import EventRow
+from meshtui.controller.reports import AuditEvent, ChainReport
 from meshtui.model import split_pair_id
 from meshtui.tui import actions
-from meshtui.tui.messages import AuditLoaded, ChainVerdict, Exported
+from meshtui.tui.messages import AuditLoaded, Exported
 from meshtui.tui.pairs import Changes
-from meshtui.tui.screens.base import MeshScreen
+from meshtui.tui.screens.base import MeshScreen, run_in_background
 from meshtui.tui.widgets.footer import MeshFooter
 from meshtui.tui.widgets.line_table import Column, LineTable, TableRow
 
@@ -42,41 +44,38 @@ COLUMNS = (
 FILTERS = ("pair", "node", "operator", "kind")
 
 
-def event_nodes(event: EventRow) -> set[str]:
+def event_nodes(event: AuditEvent) -> set[str]:
     """Every node an event touches: both ends of its pairs, and nodes named in its detail."""
     nodes: set[str] = set()
-    for pid in event.get("pairs", []):
+    for pid in event.pairs:
         try:
             _, consumer, provider = split_pair_id(pid)
         except ValueError:
             continue
         nodes.update((consumer.split("/", 1)[0], provider.split("/", 1)[0]))
-    detail = event.get("detail")
-    if isinstance(detail, dict):
-        for key in ("nodes", "node", "refused"):
-            value = detail.get(key)
-            if isinstance(value, str):
-                nodes.add(value)
-            elif isinstance(value, list | dict):
-                nodes.update(str(v) for v in value)
+    for key in ("nodes", "node", "refused"):
+        value = event.detail.get(key)
+        if isinstance(value, str):
+            nodes.add(value)
+        elif isinstance(value, list | dict):
+            nodes.update(str(v) for v in value)
     return nodes
 
 
-def event_row(event: EventRow) -> TableRow:
+def event_row(event: AuditEvent) -> TableRow:
     """One event as a row (toned by outcome)."""
-    pairs = list(event.get("pairs", []))
+    pairs = event.pairs
     shown = pairs[0] + (f" +{len(pairs) - 1}" if len(pairs) > 1 else "") if pairs else "-"
-    detail = json.dumps(event.get("detail", {}), sort_keys=True, separators=(",", ":"))
-    outcome = str(event.get("outcome", ""))
-    tone = "good" if outcome in ("ok", "done") else "warn"
+    detail = json.dumps(event.detail, sort_keys=True, separators=(",", ":"))
+    tone = "good" if event.outcome in ("ok", "done") else "warn"
     return TableRow(
-        str(event["seq"]),
+        str(event.seq),
         (
-            str(event["seq"]),
-            str(event["at"])[:19],
-            str(event["operator"]),
-            str(event["kind"]),
-            outcome,
+            str(event.seq),
+            event.at[:19],
+            event.operator,
+            event.kind,
+            event.outcome,
             shown,
             detail,
         ),
@@ -84,23 +83,30 @@ def event_row(event: EventRow) -> TableRow:
     )
 
 
-def matches(event: EventRow, terms: dict[str, str]) -> bool:
+FILTERED: dict[str, Callable[[AuditEvent], str]] = {
+    "operator": lambda e: e.operator,
+    "kind": lambda e: e.kind,
+}
+"""The filters that match one field of an event (pair and node look wider)."""
+
+
+def matches(event: AuditEvent, terms: dict[str, str]) -> bool:
     """True when the event passes every non-empty filter (case-insensitive substrings)."""
     for name, value in terms.items():
         if not value:
             continue
         if name == "pair":
-            if not any(value in p.lower() for p in event.get("pairs", [])):
+            if not any(value in p.lower() for p in event.pairs):
                 return False
         elif name == "node":
             if not any(value in n.lower() for n in event_nodes(event)):
                 return False
-        elif value not in str(event.get(name, "")).lower():
+        elif value not in FILTERED[name](event).lower():
             return False
     return True
 
 
-def chain_text(check: ChainVerdict) -> Text:
+def chain_text(check: ChainReport) -> Text:
     """The chain's verdict in one line."""
     if check.ok:
         return Text(
@@ -132,8 +138,8 @@ class AuditScreen(MeshScreen):
 
     def __init__(self) -> None:
         super().__init__()
-        self.events: list[EventRow] = []
-        self.check: ChainVerdict | None = None
+        self.events: list[AuditEvent] = []
+        self.check: ChainReport | None = None
         self.terms: dict[str, str] = {name: "" for name in FILTERS}
         self.export_folders: list[Path] | None = None
 
@@ -169,17 +175,17 @@ class AuditScreen(MeshScreen):
         message.stop()
         self.events, self.check = message.events, message.check
         self.query_one("#chain", Static).update(chain_text(message.check))
-        self.table.set_rows({str(e["seq"]): event_row(e) for e in self.events})
+        self.table.set_rows({str(e.seq): event_row(e) for e in self.events})
         self.apply_filters()
 
-    def shown(self) -> list[EventRow]:
+    def shown(self) -> list[AuditEvent]:
         """The events the filters keep, newest first."""
         terms = {k: v.strip().lower() for k, v in self.terms.items()}
         return [e for e in reversed(self.events) if matches(e, terms)]
 
     def apply_filters(self) -> None:
         """Show the events that pass every filter."""
-        self.table.set_view([str(e["seq"]) for e in self.shown()])
+        self.table.set_view([str(e.seq) for e in self.shown()])
         self._show_detail()
 
     @on(Input.Changed, ".audit-filter")
@@ -206,19 +212,19 @@ class AuditScreen(MeshScreen):
 
     def _show_detail(self) -> None:
         key = self.table.current_key
-        event = next((e for e in self.events if str(e["seq"]) == key), None) if key else None
+        event = next((e for e in self.events if str(e.seq) == key), None) if key else None
         if event is None:
             self.query_one("#event-detail", Static).update("")
             return
         text = Text()
-        text.append(f"event {event['seq']} ", "bold")
-        text.append(f"{event['kind']} by {event['operator']}")
-        if event.get("ssh_client"):
-            text.append(f" from {event['ssh_client']}")
-        text.append(f" at {event['at']}: {event['outcome']}\n")
-        text.append(f"pairs: {', '.join(event.get('pairs', [])) or '-'}\n", "dim")
-        text.append(json.dumps(event.get("detail", {}), sort_keys=True), "dim")
-        text.append(f"\nhash {event['hash'][:16]}… prev {event['prev'][:16]}…", "dim")
+        text.append(f"event {event.seq} ", "bold")
+        text.append(f"{event.kind} by {event.operator}")
+        if event.ssh_client:
+            text.append(f" from {event.ssh_client}")
+        text.append(f" at {event.at}: {event.outcome}\n")
+        text.append(f"pairs: {', '.join(event.pairs) or '-'}\n", "dim")
+        text.append(json.dumps(event.detail, sort_keys=True), "dim")
+        text.append(f"\nhash {event.hash[:16]}… prev {event.prev[:16]}…", "dim")
         self.query_one("#event-detail", Static).update(text)
 
     def action_open(self) -> None:
@@ -238,18 +244,16 @@ class AuditScreen(MeshScreen):
         folders = self.export_folders or [Path.cwd()]
         if not self.export_folders and not self.mesh.read_only:
             folders.append(self.mesh.state_dir)  # read-only never writes into the state folder
-        self.run_worker(
-            lambda: self._export(fmt, folders),
+        run_in_background(
+            self,
+            partial(self._export, fmt, folders),
             name=f"export {fmt}",
-            group="export",
-            thread=True,
-            exit_on_error=False,
+            context=f"export {fmt}",
+            exclusive=False,
         )
 
-    def _export(self, fmt: str, folders: list[Path]) -> None:
-        with self.mesh.open_controller(reader=True) as ctl:
-            body = ctl.export_events(fmt)
-            count = len(ctl.events())
+    def _export(self, fmt: str, folders: list[Path]) -> Exported:
+        body, count = self.mesh.read(lambda ctl: (ctl.export_events(fmt), len(ctl.events())))
         last: OSError | None = None
         for folder in folders:
             path = export_path([folder], fmt, datetime.now(UTC))
@@ -260,8 +264,7 @@ class AuditScreen(MeshScreen):
             except OSError as exc:
                 last = exc
                 continue
-            self.post_message(Exported(str(path), fmt, count))
-            return
+            return Exported(str(path), fmt, count)
         raise OSError(f"no folder to write the export to ({last})")
 
     @on(Exported)

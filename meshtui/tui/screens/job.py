@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -18,7 +18,13 @@ from textual.binding import BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Label, Log, ProgressBar, Static
 
-from meshtui.controller.reports import DrillReport, ProbeOutcome, PushReport, RotationReport
+from meshtui.controller.reports import (
+    JobResult,
+    PushReport,
+    RotationReport,
+    is_drills,
+    is_probes,
+)
 from meshtui.model import Verdict
 from meshtui.terminal import shown
 from meshtui.tui import actions
@@ -45,7 +51,7 @@ class JobRecord:
     done: int = 0
     total: int = 0
     finished: bool = False
-    result: Any = None
+    result: JobResult | None = None
     error: BaseException | None = None
     seconds: float | None = None
 
@@ -61,9 +67,9 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} ms"
 
 
-def outcome_rows(result: Any) -> tuple[tuple[Column, ...], list[TableRow]]:
-    cols: tuple[Column, ...]
+def outcome_rows(result: JobResult) -> tuple[tuple[Column, ...], list[TableRow]]:
     """The outcome table's columns and rows for a rotation, probe or push result."""
+    cols: tuple[Column, ...]
     if isinstance(result, RotationReport):
         cols = (
             Column("pair", "pair", max_width=60),
@@ -114,11 +120,10 @@ def outcome_rows(result: Any) -> tuple[tuple[Column, ...], list[TableRow]]:
         Column("reason", "reason", max_width=60),
     )
     rows = []
-    for o in result if isinstance(result, list) else []:
-        if isinstance(o, ProbeOutcome):
-            verdict = o.verdict + (" (loopback)" if o.loopback else "")
-            tone = "good" if o.verdict == Verdict.ACCEPTED else "warn"
-            rows.append(TableRow(o.pair, (o.pair, verdict, _ms(o.latency_ms), o.reason), tone))
+    for o in result if is_probes(result) else []:
+        verdict = o.verdict + (" (loopback)" if o.loopback else "")
+        tone = "good" if o.verdict == Verdict.ACCEPTED else "warn"
+        rows.append(TableRow(o.pair, (o.pair, verdict, _ms(o.latency_ms), o.reason), tone))
     return cols, rows
 
 
@@ -196,7 +201,9 @@ class JobScreen(MeshScreen):
             area.mount(Static(Text(said, style="bold red")))
             return
         result = r.result
-        if isinstance(result, list) and result and all(isinstance(x, DrillReport) for x in result):
+        if result is None:
+            return
+        if result and is_drills(result):
             area.mount_all(DrillChecklist(report) for report in result)
             return
         if isinstance(result, RotationReport) and result.reason:

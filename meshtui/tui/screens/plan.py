@@ -19,7 +19,7 @@ from meshtui.controller.reports import RotationPlan
 from meshtui.terminal import shown
 from meshtui.tui import actions
 from meshtui.tui.messages import Job, JobKind, PlanReady
-from meshtui.tui.screens.base import MeshModal
+from meshtui.tui.screens.base import MeshModal, run_in_background
 
 SHOWN_PAIRS = 12
 
@@ -82,16 +82,14 @@ class PlanScreen(MeshModal):
 
     def on_mount(self) -> None:
         self.query_one("#cancel", Button).focus()
-        self.run_worker(self._plan, name="plan", thread=True, exit_on_error=False)
-
-    def _plan(self) -> None:
-        try:
-            with self.mesh.open_controller() as ctl:  # asks every agent: not a reader
-                plan = ctl.plan_rotation(self.job.ids)
-        except Exception as exc:  # shown here and by the app's error boundary
-            self.post_message(PlanReady(None, exc))
-            return
-        self.post_message(PlanReady(plan))
+        ids, mesh = self.job.ids, self.mesh
+        run_in_background(
+            self,
+            lambda: mesh.read(lambda ctl: PlanReady(ctl.plan_rotation(ids)), reader=False),
+            name="plan",
+            context="plan",
+            failed=lambda exc: PlanReady(None, exc),  # shown here and by the app's boundary
+        )
 
     @on(PlanReady)
     def _ready(self, message: PlanReady) -> None:
