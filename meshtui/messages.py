@@ -14,16 +14,19 @@ so an unknown field means a sender speaking another contract (a newer controller
 agent to probe a Redis target, say), and half-obeying a signed request is worse than a clear
 error naming the field. msgspec ignores extra keys of a TypedDict, so the check runs against a
 mirror of each shape made of ``forbid_unknown_fields`` Structs, built once from the TypedDicts
-(the shapes stay the one definition); the payload itself is handed on unchanged.
+(the shapes stay the one definition); the payload itself is handed on unchanged, except that
+a shape holding one of the core's names (``Verdict``, ``Drift``, ``End``, ``OutcomeName``, from
+:mod:`meshtui.model`) is also converted to its TypedDict, so those fields hold the member and
+not merely a string equal to it (only answers hold them, so a delivery's request is not copied).
 """
 
+import enum
 import hashlib
 import json
 import types
 from collections.abc import Iterable, Mapping
 from typing import (
     Generic,
-    Literal,
     NamedTuple,
     NotRequired,
     TypedDict,
@@ -40,6 +43,8 @@ import msgspec
 
 from meshtui import wire
 from meshtui.errors import MessageError
+from meshtui.model import Drift, End, OutcomeName, Verdict
+from meshtui.wire import HeadJson
 
 # ---- pieces used by several kinds -----------------------------------------------------------
 
@@ -67,7 +72,7 @@ Rollback = TypedDict("Rollback", {"from": list[int], "rotations": list[int]})
 class LoginReport(TypedDict):
     """One login attempt as the agent reports it (never the password)."""
 
-    verdict: str  # the names live with the probe (host/probe.py Verdict), not twice
+    verdict: Verdict  # the names live once, in the core (meshtui/model.py)
     reason: str
     latency_ms: float
     used_password: bool | None
@@ -79,7 +84,7 @@ class LoginReport(TypedDict):
 class ProbeReport(TypedDict):
     """A login with the held credential and its negative control, judged."""
 
-    verdict: str
+    verdict: Verdict
     reason: str
     loopback: bool
     login: LoginReport
@@ -121,7 +126,7 @@ class Holding(TypedDict):
     provider holding names the provider module and the login.
     """
 
-    end: Literal["consumer", "provider"]
+    end: End
     pair: str
     generation: int
     digest: str
@@ -139,7 +144,7 @@ class InspectedLogin(TypedDict):
     """What a provider's server holds for one login: matches, changed, missing, ..."""
 
     login: str
-    verdict: str
+    verdict: Drift
     reason: str
 
 
@@ -236,7 +241,7 @@ class LoginOutcome(TypedDict):
     """What the provisioner did to one login (a command provisioner names no node/module)."""
 
     login: str
-    outcome: str
+    outcome: OutcomeName
     reason: str
     node: NotRequired[str]
     module: NotRequired[str]
@@ -389,7 +394,8 @@ class DrillCheckAnswer(TypedDict):
 
 
 # ---- check (meshtui doctor) -----------------------------------------------------------------
-# the node's side of the preflight; meshtui.preflight turns these into its dataclasses
+# the node's side of the preflight: meshtui.controller.doctor builds the request, meshtui.host.checks
+# answers it; both use these shapes as they are
 
 
 class CheckConsumer(TypedDict):
@@ -448,6 +454,21 @@ class CheckAnswer(TypedDict):
     elapsed_ms: float
 
 
+# ---- anchor ---------------------------------------------------------------------------------
+
+
+class AnchorRequest(TypedDict):
+    """``anchor``: nothing; the read is an unsigned ``GET /v1/anchor`` whose nonce is a query
+    parameter (no key is needed to ask), answered with a signed :class:`AnchorAnswer`."""
+
+
+class AnchorAnswer(TypedDict):
+    """The audit head this node keeps (None: never shown one), as the controller signed it."""
+
+    node: str
+    head: HeadJson | None
+
+
 # ---- the strict mirror ----------------------------------------------------------------------
 
 _MIRRORS: dict[object, object] = {}
@@ -481,12 +502,32 @@ def _mirror(shape: object) -> object:
     return shape
 
 
-def _check(mirror: object, payload: Mapping[str, object], what: str) -> None:
+def _holds_enum(shape: object, seen: frozenset[object] = frozenset()) -> bool:
+    """True when a field somewhere in ``shape`` is an enum (a verdict, an end, an outcome)."""
+    if isinstance(shape, type) and issubclass(shape, enum.Enum):
+        return True
+    if is_typeddict(shape):
+        if shape in seen:
+            return False
+        hints = get_type_hints(shape).values()
+        return any(_holds_enum(h, seen | {shape}) for h in hints)
+    return any(_holds_enum(a, seen) for a in get_args(shape))
+
+
+def _check(
+    mirror: object, shape: object | None, payload: Mapping[str, object], what: str
+) -> Mapping[str, object]:
+    """``payload`` checked against ``mirror``; with ``shape`` (one holding enums), converted to
+    it, so a field typed ``Verdict`` holds the member, not only a string equal to it."""
     try:
         msgspec.convert(payload, type=mirror)
+        if shape is not None:
+            converted: Mapping[str, object] = msgspec.convert(payload, type=shape)
+            return converted
     except msgspec.ValidationError as exc:
         text = str(exc)
         raise MessageError(f"{what}: {text if ' - at `' in text else text + ' - at `$`'}") from None
+    return payload
 
 
 # ---- kinds ----------------------------------------------------------------------------------
@@ -502,16 +543,18 @@ class Kind(Generic[Request, Answer]):
         self.name = name
         self._request = _mirror(request)
         self._answer = _mirror(answer)
+        self._request_enums = request if _holds_enum(request) else None
+        self._answer_enums = answer if _holds_enum(answer) else None
 
     def request_of(self, payload: Mapping[str, object]) -> Request:
         """The payload as this kind's request; MessageError naming the field when it is not."""
-        _check(self._request, payload, f"{self.name} request")
-        return cast(Request, payload)
+        checked = _check(self._request, self._request_enums, payload, f"{self.name} request")
+        return cast(Request, checked)
 
     def answer_of(self, payload: Mapping[str, object]) -> Answer:
         """The payload as this kind's answer; MessageError naming the field when it is not."""
-        _check(self._answer, payload, f"{self.name} answer")
-        return cast(Answer, payload)
+        checked = _check(self._answer, self._answer_enums, payload, f"{self.name} answer")
+        return cast(Answer, checked)
 
     def __repr__(self) -> str:
         return f"Kind({self.name!r})"
@@ -530,6 +573,8 @@ DRILL_CHECK: Kind[DrillRequest, DrillCheckAnswer] = Kind(
     wire.DRILL_CHECK, DrillRequest, DrillCheckAnswer
 )
 CHECK: Kind[CheckRequest, CheckAnswer] = Kind(wire.CHECK, CheckRequest, CheckAnswer)
+ANCHOR: Kind[AnchorRequest, AnchorAnswer] = Kind(wire.ANCHOR, AnchorRequest, AnchorAnswer)
+"""The unsigned read of a node's audit head (served at ``GET /v1/anchor``, not in :data:`KINDS`)."""
 ERROR: Kind[ErrorAnswer, ErrorAnswer] = Kind("error", ErrorAnswer, ErrorAnswer)
 """The reply kind of a refusal (never a request)."""
 

@@ -20,7 +20,9 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, TypedDict
+
+import msgspec
 
 from meshtui import crypto
 from meshtui.errors import EnvelopeError, SignatureError
@@ -45,6 +47,14 @@ ANCHOR = "anchor"  # the agent's answer to an unsigned read of the audit head it
 def head_message(seq: int, digest: str) -> bytes:
     """What the controller signs for the audit chain's head: its newest event number and hash."""
     return f"meshtui-audit-head:{seq}:{digest}".encode()
+
+
+class HeadJson(TypedDict):
+    """A signed audit head as it travels and as an agent keeps it (``audit-head.json``)."""
+
+    seq: Annotated[int, msgspec.Meta(ge=1)]
+    hash: Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
+    sig: Annotated[str, msgspec.Meta(min_length=1)]  # base64, checked by :meth:`verifies`
 
 
 @dataclass(frozen=True)
@@ -72,23 +82,22 @@ class SignedHead:
             return False
         return True
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> HeadJson:
         """The head as it travels."""
         return {"seq": self.seq, "hash": self.hash, "sig": self.sig}
 
     @classmethod
-    def from_json(cls, data: Any) -> SignedHead:
-        """A head from its JSON form; ValueError when the shape is wrong."""
-        if not isinstance(data, dict):
-            raise ValueError("an audit head must be an object")
-        seq, digest, sig = data.get("seq"), data.get("hash"), data.get("sig")
-        if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
-            raise ValueError("an audit head's seq must be a positive integer")
-        if not isinstance(digest, str) or len(digest) != 64:
-            raise ValueError("an audit head's hash must be 64 hex characters")
-        if not isinstance(sig, str) or not sig:
-            raise ValueError("an audit head must carry the controller's signature")
-        return cls(seq=seq, hash=digest, sig=sig)
+    def from_json(cls, data: object) -> SignedHead:
+        """A head from its JSON form; ValueError naming the field when it is not a head.
+
+        ``data`` is checked here whatever it came as (a kept file, a payload, the guard's
+        record): the constraints (a positive number, 64 hex characters) are part of the shape.
+        """
+        try:
+            head = msgspec.convert(data, type=HeadJson)
+        except msgspec.ValidationError as exc:
+            raise ValueError(f"not an audit head: {exc}") from None
+        return cls(seq=head["seq"], hash=head["hash"], sig=head["sig"])
 
 
 @dataclass(frozen=True)
@@ -101,9 +110,41 @@ class Message:
     at: float
     nonce: str
     seq: int
-    payload: dict[str, Any]
+    payload: Mapping[str, object]  # checked against its kind's shape by :mod:`meshtui.messages`
     reply_to: str | None = None
     head: SignedHead | None = None  # the controller's audit head, shown on a request
+
+
+class _Envelope(msgspec.Struct):
+    """What travels: the signed body and its signature, both base64."""
+
+    body: str
+    sig: str
+
+
+class _Version(msgspec.Struct):
+    """Only the body's version, read to say "update meshtui" when the rest does not fit."""
+
+    v: int | None = None
+
+
+class _Body(msgspec.Struct, forbid_unknown_fields=True):
+    """The signed body, as :func:`envelope` writes it."""
+
+    v: int
+    kind: str
+    sender: str = msgspec.field(name="from")
+    to: str
+    at: float
+    nonce: str
+    seq: Annotated[int, msgspec.Meta(ge=0)]
+    payload: dict[str, object]
+    reply_to: str | None = None
+    head: HeadJson | None = None
+
+
+_BODY = msgspec.json.Decoder(_Body)
+_VERSION = msgspec.json.Decoder(_Version)
 
 
 def wall_clock() -> float:
@@ -190,7 +231,7 @@ def envelope(
 
 
 def open_envelope(
-    data: Any,
+    data: object,
     *,
     verify_key: bytes,
     sender: str,
@@ -198,37 +239,42 @@ def open_envelope(
     reply_to: str | None = None,
     max_skew: float = MAX_SKEW_S,
 ) -> Message:
-    """Verify and decode an envelope; EnvelopeError says why it was refused."""
+    """Verify and decode an envelope; EnvelopeError says why it was refused (for a signed body
+    that does not have the body's shape: the field, as ``- at `$.seq```)."""
     try:
-        raw = crypto.unb64(data["body"], "body")
-        sig = crypto.unb64(data["sig"], "sig")
-    except (TypeError, KeyError, ValueError) as exc:
+        outer = msgspec.convert(data, type=_Envelope)
+        raw = crypto.unb64(outer.body, "body")
+        sig = crypto.unb64(outer.sig, "sig")
+    except ValueError as exc:  # msgspec.ValidationError is one
         raise EnvelopeError("not a meshtui envelope (needs body and sig)") from exc
     try:
         crypto.verify(raw, sig, verify_key, sender)
     except SignatureError as exc:
         raise EnvelopeError(f"refused: not signed by {sender}'s key") from exc
     try:
-        body = json.loads(raw)
-        version = body["v"]
-        if version != VERSION:
-            raise EnvelopeError(
-                f"refused: message version {version}, expected {VERSION} "
-                "(update meshtui on the controller and on every node)"
-            )
-        msg = Message(
-            kind=str(body["kind"]),
-            sender=str(body["from"]),
-            to=str(body["to"]),
-            at=float(body["at"]),
-            nonce=str(body["nonce"]),
-            seq=_integer(body["seq"]),
-            payload=dict(body["payload"]),
-            reply_to=body.get("reply_to"),
-            head=SignedHead.from_json(body["head"]) if body.get("head") is not None else None,
-        )
-    except (ValueError, KeyError, TypeError) as exc:
-        raise EnvelopeError("refused: signed body is malformed") from exc
+        body = _BODY.decode(raw)
+    except msgspec.ValidationError as exc:
+        _refuse_version(raw)
+        raise EnvelopeError(f"refused: signed body is malformed: {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise EnvelopeError("refused: signed body is malformed: not JSON") from exc
+    if body.v != VERSION:
+        _refuse_version(raw)
+    try:
+        head = SignedHead.from_json(body.head) if body.head is not None else None
+    except ValueError as exc:
+        raise EnvelopeError(f"refused: signed body is malformed: {exc}") from None
+    msg = Message(
+        kind=body.kind,
+        sender=body.sender,
+        to=body.to,
+        at=body.at,
+        nonce=body.nonce,
+        seq=body.seq,
+        payload=body.payload,
+        reply_to=body.reply_to,
+        head=head,
+    )
     if msg.sender != sender:
         raise EnvelopeError(f"refused: message says it is from {msg.sender!r}, expected {sender!r}")
     if msg.to != to:
@@ -243,7 +289,14 @@ def open_envelope(
     return msg
 
 
-def _integer(value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError("seq must be a non-negative integer")
-    return value
+def _refuse_version(raw: bytes) -> None:
+    """EnvelopeError saying to update meshtui when the body is of another version."""
+    try:
+        version = _VERSION.decode(raw).v
+    except msgspec.DecodeError:
+        return
+    if version is not None and version != VERSION:
+        raise EnvelopeError(
+            f"refused: message version {version}, expected {VERSION} "
+            "(update meshtui on the controller and on every node)"
+        )

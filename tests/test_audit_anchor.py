@@ -11,21 +11,27 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from meshtui import crypto, wire
+from meshtui import crypto, messages, wire
 from meshtui.controller.client import http_client, read_anchor
 from meshtui.controller.core import INVENTORY
-from meshtui.errors import AgentError, EnvelopeError
+from meshtui.errors import AgentError, EnvelopeError, MessageError
 from meshtui.host.agent import Agent
 from meshtui.host.anchor import ANCHOR
 from meshtui.host.identity import load
+from meshtui.lab.mesh import agent_answers
 from tests.fix_agents import Mesh
 
 pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
 
 NODES = ["app1", "app2", "db1"]
 
@@ -227,3 +233,60 @@ def test_the_head_is_kept_in_the_requests_own_durable_record(mesh: Mesh) -> None
     (folder / ANCHOR).write_bytes(stale)  # the copy never reached the disk
     assert Agent(load(folder)).anchor.head == longer
     assert kept(mesh, "app1") == held.seq  # the copy is refreshed on the next longer head only
+
+
+def serve_headless(state: Path, listen: str) -> None:
+    """The real agent and server, whose anchor answer names no node (an agent of another
+    contract): its answer is still signed by the node and quotes the nonce."""
+    from meshtui.host.serve import _Server, build_app, uvicorn_config
+
+    class Headless(Agent):
+        def read_anchor(self, nonce: str) -> tuple[int, dict[str, str]]:
+            head = self.anchor.head
+            assert head is not None
+            return 200, self._reply(messages.ANCHOR.name, {"head": head.to_json()}, nonce)
+
+    _Server(uvicorn_config(build_app(Headless(load(state))), listen)).run()
+
+
+def test_an_anchor_answer_without_its_shape_is_refused_naming_the_field(
+    mesh: Mesh, tmp_path: Path
+) -> None:
+    mesh.stop("db1")
+    sock = mesh.sockets["db1"]
+    log = open(tmp_path / "db1.log", "ab")  # noqa: SIM115
+    argv = [sys.executable, "-m", "tests.test_audit_anchor", str(mesh.nodes["db1"]), f"unix:{sock}"]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 15
+        while not agent_answers(sock):
+            assert proc.poll() is None and time.monotonic() < deadline, (
+                tmp_path / "db1.log"
+            ).read_text()
+            time.sleep(0.05)
+        with mesh.controller(read_only=True) as ctl, pytest.raises(AgentError) as caught:
+            read_anchor(ctl.inventory.nodes()["db1"])
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        log.close()
+    assert caught.value.node == "db1"
+    assert caught.value.reason == (
+        "answer refused: anchor answer: Object missing required field `node` - at `$`"
+    )
+
+
+def test_an_anchor_answer_is_checked_by_its_kind() -> None:
+    head = {"seq": 4, "hash": "ab" * 32, "sig": "c2ln"}
+    assert messages.ANCHOR.answer_of({"node": "db1", "head": head})["head"] == head
+    assert messages.ANCHOR.answer_of({"node": "db1", "head": None})["head"] is None
+    with pytest.raises(
+        MessageError, match=r"anchor answer: Expected `int`, got `str` - at `\$.head.seq`"
+    ):
+        messages.ANCHOR.answer_of({"node": "db1", "head": {**head, "seq": "4"}})
+    with pytest.raises(MessageError, match="anchor answer: Object contains unknown field `held`"):
+        messages.ANCHOR.answer_of({"node": "db1", "head": None, "held": 1})
+
+
+if __name__ == "__main__":
+    serve_headless(Path(sys.argv[1]), sys.argv[2])

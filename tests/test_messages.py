@@ -31,7 +31,7 @@ from meshtui.messages import (
     WithdrawItem,
     WithdrawRequest,
 )
-from meshtui.model import node_of
+from meshtui.model import Drift, End, OutcomeName, Verdict, node_of
 
 GITEA = "database:app1/gitea->db1/postgres"
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,7 +104,7 @@ def test_every_kind_round_trips_through_real_agents(mesh):
         ),
     ]
     asks = doctor_asks(mesh)
-    requests += [(node, messages.CHECK, ask.to_json()) for node, ask in sorted(asks.items())]
+    requests += [(node, messages.CHECK, ask) for node, ask in sorted(asks.items())]
     seen = set()
     with agents(mesh) as client:
         for node, kind, request in requests:
@@ -259,6 +259,72 @@ def test_validation_names_the_path_without_an_agent():
                 "holdings": [{"end": "both", "pair": "p", "generation": 1, "digest": "d"}],
             }
         )
+
+
+def login_report(verdict: str) -> dict:
+    return {
+        "verdict": verdict,
+        "reason": "r",
+        "latency_ms": 1.0,
+        "used_password": True,
+        "client_addr": None,
+        "loopback": False,
+        "system_user": None,
+    }
+
+
+def test_verdict_outcome_drift_and_end_names_are_the_cores():
+    """A name the core (meshtui/model.py) does not know is refused naming the field; a known
+    one arrives as the core's member, not a string that merely equals it."""
+    probe = {"verdict": "accepted", "reason": "r", "loopback": False, "control": None}
+    answer = {
+        "results": [
+            {"pair": "p", "digest": None, "result": {**probe, "login": login_report("maybe")}}
+        ]
+    }
+    with pytest.raises(
+        MessageError,
+        match=r"Invalid enum value 'maybe' - at `\$.results\[0\].result.login.verdict`",
+    ):
+        messages.PROBE.answer_of(answer)
+    answer["results"][0]["result"]["login"]["verdict"] = "accepted"
+    got = messages.PROBE.answer_of(answer)["results"][0]["result"]
+    assert got is not None and got["verdict"] is Verdict.ACCEPTED
+    assert got["login"]["verdict"] is Verdict.ACCEPTED
+    outcome = {"login": "l", "outcome": "sort of", "reason": ""}
+    delivered = {
+        "provider": [
+            {"provider": "db1/postgres", "provision": "x", "ok": True, "outcomes": [outcome]}
+        ],
+        "consumer": [],
+    }
+    with pytest.raises(
+        MessageError,
+        match=r"Invalid enum value 'sort of' - at `\$.provider\[0\].outcomes\[0\].outcome`",
+    ):
+        messages.DELIVER.answer_of(delivered)
+    outcome["outcome"] = "unchanged"
+    assert (
+        messages.DELIVER.answer_of(delivered)["provider"][0]["outcomes"][0]["outcome"]
+        is OutcomeName.UNCHANGED
+    )
+    inspected = {
+        "provider": "db1/postgres",
+        "provision": "x",
+        "ok": True,
+        "logins": [{"login": "l", "verdict": "fine", "reason": ""}],
+    }
+    state = {"node": "db1", "fingerprint": "f", "inspected": [inspected]}
+    with pytest.raises(
+        MessageError,
+        match=r"Invalid enum value 'fine' - at `\$.inspected\[0\].logins\[0\].verdict`",
+    ):
+        messages.STATE.answer_of(state)
+    inspected["logins"][0]["verdict"] = "changed"
+    state["holdings"] = [{"end": "provider", "pair": "p", "generation": 1, "digest": "d"}]
+    got_state = messages.STATE.answer_of(state)
+    assert got_state["inspected"][0]["logins"][0]["verdict"] is Drift.CHANGED
+    assert got_state["holdings"][0]["end"] is End.PROVIDER
 
 
 if __name__ == "__main__":

@@ -94,13 +94,16 @@ def read_anchor(node: NodeRow, *, timeout: float = STATE_TIMEOUT_S) -> wire.Sign
         raise AgentError(
             name, f"answer not trusted (HTTP {resp.status_code}): {exc} (is this the right agent?)"
         ) from exc
-    if msg.kind != wire.ANCHOR:
+    if msg.kind != messages.ANCHOR.name:
         raise AgentError(name, f"answered {msg.kind!r} to a read of its audit head")
-    raw = msg.payload.get("head")
     try:
-        return None if raw is None else wire.SignedHead.from_json(raw)
+        answer = messages.ANCHOR.answer_of(msg.payload)  # the one check of the answer's shape
+        head = answer["head"]
+        return None if head is None else wire.SignedHead.from_json(head)
+    except MessageError as exc:
+        raise AgentError(name, f"answer refused: {exc}") from None
     except ValueError as exc:
-        raise AgentError(name, f"its audit head is malformed: {exc}") from exc
+        raise AgentError(name, f"its audit head is malformed: {exc}") from None
 
 
 class AgentClient:

@@ -19,8 +19,8 @@ from meshtui import messages, wire
 from meshtui.controller.reports import Progress
 from meshtui.errors import AgentError
 from meshtui.inventory.rows import ModuleRow, NodeRow, PairRow
+from meshtui.messages import CheckConsumer, CheckProvider, CheckRequest
 from meshtui.model import BUILTIN_POSTGRES, node_of
-from meshtui.preflight import CheckAnswer, CheckRequest, ConsumerItem, PortItem, ProviderItem
 
 if TYPE_CHECKING:
     from meshtui.controller.core import Controller
@@ -81,7 +81,7 @@ def requests(
 ) -> dict[str, CheckRequest]:
     """What each declared node must check, from the inventory."""
     live = [p for p in pairs if not p["withdrawn_at"]]
-    consumers: dict[str, list[ConsumerItem]] = {n: [] for n in nodes}
+    consumers: dict[str, list[CheckConsumer]] = {n: [] for n in nodes}
     ports: dict[str, dict[tuple[str, int], list[str]]] = {n: {} for n in nodes}
     owner_of: dict[tuple[str, int], str] = {}
     for p in live:
@@ -89,20 +89,20 @@ def requests(
         if node not in consumers:
             continue
         consumers[node].append(
-            ConsumerItem(
-                pair=p["id"],
-                file=p["file"],
-                owner=p.get("file_owner"),
-                group=p.get("file_group"),
-                reload=tuple(p["reload"]),
-            )
+            {
+                "pair": p["id"],
+                "file": p["file"],
+                "owner": p.get("file_owner"),
+                "group": p.get("file_group"),
+                "reload": list(p["reload"]),
+            }
         )
         provider_node = nodes.get(node_of(p["provider"]))
         if provider_node is not None:
             where = (str(provider_node["address"]), int(p["port"]))
             ports[node].setdefault(where, []).append(p["id"])
             owner_of[where] = p["provider"]
-    providers: dict[str, list[ProviderItem]] = {n: [] for n in nodes}
+    providers: dict[str, list[CheckProvider]] = {n: [] for n in nodes}
     for mid, m in modules.items():
         spec = m["spec"]
         if not m["declared"] or not spec.get("provides") or m["node"] not in providers:
@@ -110,23 +110,25 @@ def requests(
         kinds = {str(o.get("kind", "postgres")) for o in spec["provides"]}
         argv = list(spec.get("provisioner") or [BUILTIN_POSTGRES])
         providers[m["node"]].append(
-            ProviderItem(
-                provider=mid,
-                admin=spec.get("admin"),
-                builtin=argv == [BUILTIN_POSTGRES] and kinds == {"postgres"},
-                databases=any(p["provider"] == mid and p["values"].get("database") for p in live),
-                pin=bool(spec.get("pin", False)),
-            )
+            {
+                "provider": mid,
+                "admin": spec.get("admin"),
+                "builtin": argv == [BUILTIN_POSTGRES] and kinds == {"postgres"},
+                "databases": any(
+                    p["provider"] == mid and bool(p["values"].get("database")) for p in live
+                ),
+                "pin": bool(spec.get("pin", False)),
+            }
         )
     return {
-        n: CheckRequest(
-            consumers=tuple(consumers[n]),
-            providers=tuple(providers[n]),
-            ports=tuple(
-                PortItem(host=h, port=port, provider=owner_of[(h, port)], pairs=tuple(ids))
+        n: {
+            "consumers": consumers[n],
+            "providers": providers[n],
+            "ports": [
+                {"host": h, "port": port, "provider": owner_of[(h, port)], "pairs": ids}
                 for (h, port), ids in sorted(ports[n].items())
-            ),
-        )
+            ],
+        }
         for n in nodes
     }
 
@@ -181,7 +183,7 @@ def doctor(ctl: Controller, progress: Progress) -> DoctorReport:
     progress(f"checking {len(asks)} nodes", 0, len(asks))
     sent = time.time()
     with ctl.agents(timeout=CHECK_TIMEOUT_S, nodes=nodes) as agents:
-        answers = agents.call_many(messages.CHECK, {n: r.to_json() for n, r in asks.items()})
+        answers = agents.call_many(messages.CHECK, asks)
     back = time.time()
     problems: list[Problem] = []
     checked: list[NodeCheck] = []
@@ -191,18 +193,18 @@ def doctor(ctl: Controller, progress: Progress) -> DoctorReport:
             problems.append(refusal(node, nodes[node], answer))
             checked.append(NodeCheck(node, answered=False))
             continue
-        found = CheckAnswer.from_json(answer)  # its shape was checked on receipt (client.py)
-        if found.node != node:
+        found = answer  # its shape was checked on receipt (client.py)
+        if found["node"] != node:
             problems.append(
                 Problem(
                     node,
                     "key",
                     node,
-                    f"the agent says it is {found.node!r}",
+                    f"the agent says it is {found['node']!r}",
                     f"point agent = at {node}'s own agent",
                 )
             )
-        skew = found.at - (sent + back) / 2
+        skew = found["at"] - (sent + back) / 2
         if abs(skew) > CLOCK_LIMIT_S + (back - sent) / 2:
             problems.append(
                 Problem(
@@ -214,8 +216,11 @@ def doctor(ctl: Controller, progress: Progress) -> DoctorReport:
                     "synchronise the clocks of the controller and the node (NTP)",
                 )
             )
-        problems += [Problem(node, f.check, f.subject, f.problem, f.fix) for f in found.findings]
-        checked.append(NodeCheck(node, True, round(skew, 3), found.passed, found.elapsed_ms))
+        problems += [
+            Problem(node, f["check"], f["subject"], f["problem"], f["fix"])
+            for f in found["findings"]
+        ]
+        checked.append(NodeCheck(node, True, round(skew, 3), found["passed"], found["elapsed_ms"]))
     progress("checked", len(asks), len(asks))
     return DoctorReport(
         problems=problems, nodes=checked, elapsed_ms=(time.monotonic() - started) * 1000

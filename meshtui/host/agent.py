@@ -29,6 +29,7 @@ from meshtui.host.holdings import Holdings
 from meshtui.host.identity import Identity
 from meshtui.host.provision import Provisioner, builtin_provisioner, inspect_provider
 from meshtui.messages import (
+    AnchorAnswer,
     CheckAnswer,
     CheckRequest,
     DrillCheckAnswer,
@@ -45,7 +46,7 @@ from meshtui.messages import (
     WithdrawOutcome,
     WithdrawRequest,
 )
-from meshtui.model import Verdict
+from meshtui.model import End, Verdict
 
 DRILL_HOLD_S = 300.0
 
@@ -197,12 +198,15 @@ class Agent:
         if not is_nonce(nonce):
             return 400, {"error": "nonce must be 32 to 64 hex characters"}
         head = self.anchor.head
-        payload = {"node": self.identity.name, "head": head.to_json() if head else None}
-        return 200, self._reply(wire.ANCHOR, payload, nonce)
+        payload: AnchorAnswer = {
+            "node": self.identity.name,
+            "head": head.to_json() if head else None,
+        }
+        return 200, self._reply(messages.ANCHOR.name, payload, nonce)
 
     def check(self, payload: CheckRequest) -> CheckAnswer:
         """The node's side of ``meshtui doctor`` (reads and connects only; nothing is written)."""
-        return checks_mod.run(self.identity.name, payload).to_json()
+        return checks_mod.run(self.identity.name, payload)
 
     def _reply(
         self, kind: str, payload: Mapping[str, object], reply_to: str | None
@@ -282,13 +286,13 @@ class Agent:
                     res["removed"] = files.remove_credential(path)
                 except HostFileError as exc:
                     res["error"] = str(exc)
-            self.holdings.update("consumer", {pair: None})
+            self.holdings.update(End.CONSUMER, {pair: None})
             results.append(res)
         return {"consumer": results}
 
     def _held_file(self, pair: str, named: str) -> Path | None:
         """The credential file this node wrote for ``pair``; None unless it matches ``named``."""
-        held = self.holdings.get("consumer", pair)
+        held = self.holdings.get(End.CONSUMER, pair)
         if held is None or named != held.get("file"):
             return None
         return Path(str(held["file"]))

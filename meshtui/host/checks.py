@@ -22,15 +22,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from meshtui import messages
 from meshtui.errors import MeshtuiError
-from meshtui.preflight import (
+from meshtui.messages import (
     CheckAnswer,
+    CheckConsumer,
+    CheckPort,
+    CheckProvider,
     CheckRequest,
-    ConsumerItem,
     Finding,
-    PortItem,
-    ProviderItem,
 )
 
 CONNECT_TIMEOUT_S = 3.0
@@ -38,41 +37,46 @@ CONNECT_TIMEOUT_S = 3.0
 PARALLEL = 8
 
 
-def run(node: str, payload: messages.CheckRequest) -> CheckAnswer:
-    """Every check ``payload`` asks for, at once where they wait on the network."""
+def run(node: str, request: CheckRequest) -> CheckAnswer:
+    """Every check ``request`` asks for, at once where they wait on the network."""
     started = time.monotonic()
-    request = CheckRequest.from_json(payload)
-    jobs: list[Callable[[], Found]] = [partial(consumer, c) for c in request.consumers]
-    jobs += [partial(provider, p) for p in request.providers]
-    jobs += [partial(port, p) for p in request.ports]
+    jobs: list[Callable[[], Found]] = [partial(consumer, c) for c in request["consumers"]]
+    jobs += [partial(provider, p) for p in request["providers"]]
+    jobs += [partial(port, p) for p in request["ports"]]
     with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
         results = list(pool.map(lambda job: job(), jobs))
     findings = [f for found in results for f in found[0]]
     passed = sum(found[1] for found in results)
-    return CheckAnswer(
-        node=node,
-        at=time.time(),
-        passed=passed,
-        findings=tuple(findings),
-        elapsed_ms=(time.monotonic() - started) * 1000,
-    )
+    return {
+        "node": node,
+        "at": time.time(),
+        "passed": passed,
+        "findings": findings,
+        "elapsed_ms": (time.monotonic() - started) * 1000,
+    }
 
 
 Found = tuple[list[Finding], int]
 """Problems found and how many checks passed."""
 
 
-def consumer(item: ConsumerItem) -> Found:
+def finding(check: str, subject: str, problem: str, fix: str) -> Finding:
+    """One problem: the check (folder, owner, group, reload, admin-file, admin-rights, port),
+    its subject (the pair, the provider module, or host:port), what is wrong, what to do."""
+    return {"check": check, "subject": subject, "problem": problem, "fix": fix}
+
+
+def consumer(item: CheckConsumer) -> Found:
     """Credential folder, owner, group and reload command of one consumer end."""
     found: list[Finding] = []
     passed = 0
-    folder = os.path.dirname(item.file) or "/"
+    folder = os.path.dirname(item["file"]) or "/"
     why = _folder_problem(folder)
     if why:
         found.append(
-            Finding(
+            finding(
                 "folder",
-                item.pair,
+                item["pair"],
                 f"credential folder {folder} {why}",
                 f"make every folder on the way to {folder} a real folder owned by root and "
                 f"writable by nobody else (mkdir -p {folder} when it is missing)",
@@ -80,40 +84,40 @@ def consumer(item: ConsumerItem) -> Found:
         )
     else:
         passed += 1
-    if item.owner is not None:
+    if item["owner"] is not None:
         try:
-            pwd.getpwnam(item.owner)
+            pwd.getpwnam(item["owner"])
             passed += 1
         except KeyError:
             found.append(
-                Finding(
+                finding(
                     "owner",
-                    item.pair,
-                    f"owner {item.owner!r} of {item.file} is not a user on this node",
-                    f"create the user {item.owner} or fix owner in the declaration",
+                    item["pair"],
+                    f"owner {item['owner']!r} of {item['file']} is not a user on this node",
+                    f"create the user {item['owner']} or fix owner in the declaration",
                 )
             )
-    if item.group is not None:
+    if item["group"] is not None:
         try:
-            grp.getgrnam(item.group)
+            grp.getgrnam(item["group"])
             passed += 1
         except KeyError:
             found.append(
-                Finding(
+                finding(
                     "group",
-                    item.pair,
-                    f"group {item.group!r} of {item.file} is not a group on this node",
-                    f"create the group {item.group} or fix group in the declaration",
+                    item["pair"],
+                    f"group {item['group']!r} of {item['file']} is not a group on this node",
+                    f"create the group {item['group']} or fix group in the declaration",
                 )
             )
-    if item.reload:
-        why = _command_problem(item.reload[0])
+    if item["reload"]:
+        why = _command_problem(item["reload"][0])
         if why:
             found.append(
-                Finding(
+                finding(
                     "reload",
-                    item.pair,
-                    f"reload command {item.reload[0]} {why}",
+                    item["pair"],
+                    f"reload command {item['reload'][0]} {why}",
                     "install it, chmod +x it, or fix reload in the declaration",
                 )
             )
@@ -169,36 +173,36 @@ def _command_problem(command: str) -> str | None:
     return None
 
 
-def provider(item: ProviderItem) -> Found:
+def provider(item: CheckProvider) -> Found:
     """The admin conninfo file's mode, and whether it connects with the rights needed."""
-    if item.admin is None:
-        if not item.builtin:
+    if item["admin"] is None:
+        if not item["builtin"]:
             return [], 0
         return [
-            Finding(
+            finding(
                 "admin-file",
-                item.provider,
+                item["provider"],
                 "no admin conninfo file is declared",
                 'declare admin = "/path/admin.conninfo" (a 0600 file with a libpq conninfo)',
             )
         ], 0
-    path = item.admin
+    path = item["admin"]
     try:
         st = os.lstat(path)
     except OSError as exc:
         return [
-            Finding(
+            finding(
                 "admin-file",
-                item.provider,
+                item["provider"],
                 f"admin file {path} cannot be read ({exc.strerror})",
                 f"write the admin's libpq conninfo into {path}, mode 0600",
             )
         ], 0
     if not stat.S_ISREG(st.st_mode):
         return [
-            Finding(
+            finding(
                 "admin-file",
-                item.provider,
+                item["provider"],
                 f"admin file {path} is not a regular file",
                 "make it a regular file (not a link)",
             )
@@ -206,22 +210,22 @@ def provider(item: ProviderItem) -> Found:
     mode = stat.S_IMODE(st.st_mode)
     if mode & 0o077:
         return [
-            Finding(
+            finding(
                 "admin-file",
-                item.provider,
+                item["provider"],
                 f"admin file {path} is {mode:04o}; it must be 0600",
                 f"chmod 600 {path}",
             )
         ], 0
-    if not item.builtin:
+    if not item["builtin"]:
         return [], 1
     problems = _admin_rights(item, Path(path))
-    return [Finding("admin-rights", item.provider, p, f) for p, f in problems], 1 + int(
+    return [finding("admin-rights", item["provider"], p, f) for p, f in problems], 1 + int(
         not problems
     )
 
 
-def _admin_rights(item: ProviderItem, path: Path) -> list[tuple[str, str]]:
+def _admin_rights(item: CheckProvider, path: Path) -> list[tuple[str, str]]:
     """What the admin lacks for the built-in provisioner, as (problem, fix) pairs."""
     import psycopg
     from psycopg.conninfo import make_conninfo
@@ -256,7 +260,7 @@ def _admin_rights(item: ProviderItem, path: Path) -> list[tuple[str, str]]:
         ]
 
 
-def _rights(conn: Any, item: ProviderItem) -> list[tuple[str, str]]:
+def _rights(conn: Any, item: CheckProvider) -> list[tuple[str, str]]:
     row = conn.execute(
         "SELECT rolsuper, rolcreaterole, rolcreatedb, rolname FROM pg_roles"
         " WHERE rolname = current_user"
@@ -270,14 +274,14 @@ def _rights(conn: Any, item: ProviderItem) -> list[tuple[str, str]]:
                 f"ALTER ROLE {role} CREATEROLE (or use a superuser admin)",
             )
         )
-    if item.databases and not (superuser or createdb):
+    if item["databases"] and not (superuser or createdb):
         out.append(
             (
                 f"admin role {role} has no CREATEDB, and consumers ask for databases",
                 f"ALTER ROLE {role} CREATEDB",
             )
         )
-    if item.pin and not superuser:
+    if item["pin"] and not superuser:
         import psycopg
 
         for what, query in (
@@ -308,23 +312,23 @@ def _rights(conn: Any, item: ProviderItem) -> list[tuple[str, str]]:
     return out
 
 
-def port(item: PortItem) -> Found:
+def port(item: CheckPort) -> Found:
     """A TCP connect from this node to the provider's address and port."""
     started = time.monotonic()
     try:
-        with socket.create_connection((item.host, item.port), timeout=CONNECT_TIMEOUT_S):
+        with socket.create_connection((item["host"], item["port"]), timeout=CONNECT_TIMEOUT_S):
             return [], 1
     except OSError as exc:
         waited = time.monotonic() - started
         why = exc.strerror or (
             f"no answer in {waited:.1f} s" if isinstance(exc, TimeoutError) else type(exc).__name__
         )
-        used_by = ", ".join(item.pairs[:3]) + (" …" if len(item.pairs) > 3 else "")
+        used_by = ", ".join(item["pairs"][:3]) + (" …" if len(item["pairs"]) > 3 else "")
         return [
-            Finding(
+            finding(
                 "port",
-                f"{item.host}:{item.port}",
-                f"{item.provider} at {item.host}:{item.port} cannot be reached from this "
+                f"{item['host']}:{item['port']}",
+                f"{item['provider']} at {item['host']}:{item['port']} cannot be reached from this "
                 f"node ({why}); used by {used_by}",
                 "open the port to this node (firewall, listen_addresses, routes) or fix the "
                 "declared address and port",

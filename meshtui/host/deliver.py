@@ -29,7 +29,7 @@ from meshtui.messages import (
     ProviderOutcome,
     ProviderSet,
 )
-from meshtui.model import APPLIED, NAME_RE, OutcomeName, split_pair_id
+from meshtui.model import APPLIED, NAME_RE, End, OutcomeName, split_pair_id
 
 RELOAD_TIMEOUT_S = 30.0
 CONSUMER_WRITERS = 8
@@ -85,7 +85,7 @@ class Deliveries:
                 with ThreadPoolExecutor(max_workers=CONSUMER_WRITERS) as pool:
                     consumers = list(pool.map(one, items))
             if held:
-                self.holdings.update("consumer", held)  # once, not once per credential
+                self.holdings.update(End.CONSUMER, held)  # once, not once per credential
         return {"provider": providers, "consumer": consumers}
 
     def unseal(self, sealed_b64: str, digest: str, pair: str) -> bytes:
@@ -216,7 +216,7 @@ class Deliveries:
                 gone = by_login.get(str(h.get("login")), OutcomeName.REMOVED) == OutcomeName.REMOVED
                 if gone and out["ok"]:
                     changes[h["pair"]] = None
-        self.holdings.update("provider", changes)
+        self.holdings.update(End.PROVIDER, changes)
 
 
 def _refused_provider(spec: ProviderSet, why: str) -> ProviderOutcome:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -210,7 +210,7 @@ class Accepted:
             self._prune()
 
     def record(
-        self, seq: int, changes: Sequence[Change] = (), head: dict[str, Any] | None = None
+        self, seq: int, changes: Sequence[Change] = (), head: Mapping[str, object] | None = None
     ) -> None:
         """Make ``seq`` (with a delivery's accepted generations, and the audit head the request
         showed when it is to be kept) durable: one line, one fdatasync. OSError when it cannot
@@ -232,7 +232,7 @@ class Accepted:
             for end, pair, gen in changes:
                 self._gens[end][pair] = gen
             if head is not None:
-                self.head = head
+                self.head = dict(head)
 
     # ---- generations ------------------------------------------------------------------------
     def get(self, end: str, pair: str) -> int | None:

@@ -9,13 +9,20 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
-from typing import Literal, NotRequired, TypedDict, cast
+from typing import NotRequired, TypedDict, cast
+
+import msgspec
 
 from meshtui.atomic import write_private
+from meshtui.errors import HostFileError
 from meshtui.messages import Holding
+from meshtui.model import End
 
 FILE = "holdings.json"
-End = Literal["consumer", "provider"]
+ADVICE = (
+    "move it aside and start the agent again: the node then reports holding nothing, and the "
+    "next meshtui push delivers every pair to it again (its files are rewritten, not lost)"
+)
 
 
 class Held(TypedDict):
@@ -31,20 +38,58 @@ class Held(TypedDict):
     login: NotRequired[str]
 
 
+class _Record(msgspec.Struct, forbid_unknown_fields=True):
+    """holdings.json: per end, per pair, what is held."""
+
+    consumer: dict[str, Held] = {}
+    provider: dict[str, Held] = {}
+
+
+def _fault(raw: bytes, exc: msgspec.ValidationError) -> str:
+    """What is wrong, naming the end and the pair when one pair's entry is at fault."""
+    try:
+        loose = msgspec.json.decode(raw, type=dict[str, dict[str, object]])
+    except msgspec.DecodeError:
+        return str(exc)
+    for end, pairs in loose.items():
+        for pair, held in pairs.items():
+            try:
+                msgspec.convert(held, type=Held)
+            except msgspec.ValidationError as inner:
+                return f"{end} {pair}: {inner}"
+    return str(exc)
+
+
 class Holdings:
     """A small persistent map ``(end, pair) -> {generation, digest, ...}``."""
 
     def __init__(self, state_dir: Path) -> None:
         self._path = state_dir / FILE
         self._lock = threading.Lock()
-        try:
-            data = json.loads(self._path.read_text())
-        except (OSError, ValueError):
-            data = {}
+        found = self._load()
         self._data: dict[End, dict[str, Held]] = {
-            "consumer": dict(data.get("consumer", {})),
-            "provider": dict(data.get("provider", {})),
+            End.CONSUMER: found.consumer,
+            End.PROVIDER: found.provider,
         }
+
+    def _load(self) -> _Record:
+        """The record on disk (empty when there is none); HostFileError naming the file, and
+        the field when its shape is wrong, rather than a node that forgets what it holds."""
+        try:
+            raw = self._path.read_bytes()
+        except FileNotFoundError:
+            return _Record()
+        except OSError as exc:
+            raise HostFileError(f"{self._path} cannot be read ({exc.strerror}): {ADVICE}") from exc
+        try:
+            return msgspec.json.decode(raw, type=_Record)
+        except msgspec.ValidationError as exc:
+            why = _fault(raw, exc)
+            raise HostFileError(
+                f"{self._path} is not a holdings record ({why}): {ADVICE}"
+            ) from None
+        except msgspec.DecodeError:
+            raise HostFileError(f"{self._path} is not JSON: {ADVICE}") from None
 
     def get(self, end: End, pair: str) -> Held | None:
         """What this node holds for one end of a pair."""

@@ -112,7 +112,7 @@ class LoginResult:
 
     def to_json(self) -> LoginReport:
         return {
-            "verdict": str(self.verdict),
+            "verdict": self.verdict,
             "reason": self.reason,
             "latency_ms": round(self.latency_ms, 3),
             "used_password": self.used_password,
@@ -183,7 +183,7 @@ class ProbeResult:
 
     def to_json(self) -> ProbeReport:
         return {
-            "verdict": str(self.verdict()),
+            "verdict": self.verdict(),
             "reason": self.reason(),
             "loopback": self.loopback,
             "login": self.login.to_json(),

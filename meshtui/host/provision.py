@@ -8,13 +8,15 @@ they are shown and stored. The read-only inspection behind ``state`` lives here 
 from __future__ import annotations
 
 import functools
-import json
+import re
 import subprocess
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import TYPE_CHECKING, NotRequired, TypedDict
+
+import msgspec
 
 from meshtui.errors import MeshtuiError
 from meshtui.host.paths import node_path
@@ -112,33 +114,67 @@ def provision(
     return command_report(argv[0], done.returncode, done.stdout, logins)
 
 
+class CommandOutcome(msgspec.Struct):
+    """One login's outcome as a provisioner command reports it (its other fields are dropped)."""
+
+    login: str
+    outcome: OutcomeName
+    reason: str = ""
+
+
+class CommandReport(msgspec.Struct):
+    """A provisioner command's JSON report on stdout: each login's outcome, and ``ok``."""
+
+    outcomes: list[CommandOutcome]
+    ok: bool | None = None
+
+
+_REPORT = msgspec.json.Decoder(CommandReport)
+_QUOTED = re.compile(r"'[^']*'")
+
+
 def command_report(name: str, returncode: int, stdout: bytes, logins: list[str]) -> ProvisionReport:
     """What a declared provisioner command reported, kept to login, outcome and a short reason.
 
-    Without a JSON report an exit 0 counts as applied ("updated, unverified"); the probes are
-    what prove it. Anything else in its output is dropped, since it is shown and stored.
+    Without a JSON report (its output is not a JSON object) an exit 0 counts as applied
+    ("updated, unverified"); the probes are what prove it. A report that is not a
+    :class:`CommandReport` fails every login of the manifest, with a reason naming the field.
+    Anything else in its output is dropped, since it is shown and stored.
     """
-    try:
-        report = json.loads(stdout)
-        given = report["outcomes"] if isinstance(report, dict) else None
-        if not isinstance(given, list):
-            raise ValueError
-        outcomes: list[LoginOutcome] = [
-            {
-                "login": str(o.get("login", "")),
-                "outcome": str(o.get("outcome", "failed")),
-                "reason": str(o.get("reason", ""))[:MAX_REASON],
-            }
-            for o in given
-            if isinstance(o, dict)
-        ]
-        ok = bool(report.get("ok", returncode == 0))
-    except (ValueError, KeyError, TypeError):
+    outcome: OutcomeName
+    if not stdout.lstrip().startswith(b"{"):
         outcome = OutcomeName.UPDATED if returncode == 0 else OutcomeName.FAILED
         reason = "no JSON report; exit 0 taken as applied (unverified)" if returncode == 0 else ""
-        outcomes = [{"login": c, "outcome": outcome, "reason": reason} for c in logins]
-        ok = returncode == 0
-    out: ProvisionReport = {"ok": ok and returncode == 0, "outcomes": outcomes}
+        return _reported(name, returncode, returncode == 0, logins, outcome, reason)
+    try:
+        report = _REPORT.decode(stdout)
+    except msgspec.ValidationError as exc:
+        # msgspec quotes an enum value it refuses: the command's text is not repeated here
+        why = _QUOTED.sub("", str(exc)).replace("  ", " ")
+        reason = f"provisioner {name} report refused: {why}"[:MAX_REASON]
+        return _reported(name, returncode, False, logins, OutcomeName.FAILED, reason)
+    except msgspec.DecodeError:
+        reason = f"provisioner {name} printed a report that is not JSON"
+        return _reported(name, returncode, False, logins, OutcomeName.FAILED, reason)
+    outcomes: list[LoginOutcome] = [
+        {"login": o.login, "outcome": o.outcome, "reason": o.reason[:MAX_REASON]}
+        for o in report.outcomes
+    ]
+    ok = report.ok if report.ok is not None else returncode == 0
+    return _exited(name, returncode, {"ok": ok and returncode == 0, "outcomes": outcomes})
+
+
+def _reported(
+    name: str, returncode: int, ok: bool, logins: list[str], outcome: OutcomeName, reason: str
+) -> ProvisionReport:
+    """Every login of the manifest with the same outcome and reason."""
+    outcomes: list[LoginOutcome] = [
+        {"login": c, "outcome": outcome, "reason": reason} for c in logins
+    ]
+    return _exited(name, returncode, {"ok": ok and returncode == 0, "outcomes": outcomes})
+
+
+def _exited(name: str, returncode: int, out: ProvisionReport) -> ProvisionReport:
     if returncode != 0:
         out["error"] = f"provisioner {name} exited {returncode}"
     return out

@@ -153,13 +153,8 @@ def _handle(agent: Agent, box: list[bytearray]) -> tuple[int, dict[str, str]]:
 
 def uvicorn_config(app: Starlette, listen: str) -> uvicorn.Config:
     """A uvicorn config for ``HOST:PORT`` or ``unix:PATH``, quiet and without access logs."""
-    common = {
-        "log_level": "warning",
-        "access_log": False,
-        "lifespan": "off",
-        "timeout_graceful_shutdown": 5,
-        "limit_concurrency": MAX_CONNECTIONS,
-    }
+    uds: str | None = None
+    host, port = "127.0.0.1", 8000  # uvicorn's defaults; a Unix socket ignores them
     if listen.startswith("unix:"):
         path = Path(listen[len("unix:") :]).absolute()
         # the socket is chmod-ed by path after bind: only in a folder nobody else can write
@@ -168,11 +163,23 @@ def uvicorn_config(app: Starlette, listen: str) -> uvicorn.Config:
             folder.close()
         if path.exists():
             path.unlink()
-        return uvicorn.Config(app, uds=str(path), **common)  # type: ignore[arg-type]
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit():
-        raise InputError(f"--listen {listen!r}: use HOST:PORT or unix:PATH")
-    return uvicorn.Config(app, host=host.strip("[]"), port=int(port), **common)  # type: ignore[arg-type]
+        uds = str(path)
+    else:
+        given, sep, digits = listen.rpartition(":")
+        if not sep or not digits.isdigit():
+            raise InputError(f"--listen {listen!r}: use HOST:PORT or unix:PATH")
+        host, port = given.strip("[]"), int(digits)
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        uds=uds,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=5,
+        limit_concurrency=MAX_CONNECTIONS,
+    )
 
 
 def serve(state_dir: Path, listen: str, *, allow_loopback: bool = False) -> int:

@@ -27,7 +27,7 @@ from meshtui.controller.core import Controller
 from meshtui.host import identity
 from meshtui.lab import mesh as lab_mesh
 from meshtui.lab import netns
-from meshtui.preflight import CheckAnswer, CheckRequest, ConsumerItem
+from meshtui.messages import CheckConsumer, CheckRequest
 from tests.fix_lab import running_lab
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -182,22 +182,24 @@ def test_a_consumer_namespace_that_cannot_reach_the_port(lab: tuple[Path, lab_me
 def test_an_unknown_owner_and_group_at_the_agent(lab: tuple[Path, lab_mesh.Lab]) -> None:
     """The node's part, over its real socket and a signed check: names no user on the node."""
     state, _ = lab
-    item = ConsumerItem(
-        pair=GITEA,
-        file=str(state / "lab" / "srv" / "app1" / "gitea" / "db.password"),
-        owner="meshtui-nobody-here",
-        group="meshtui-nogroup-here",
-    )
+    item: CheckConsumer = {
+        "pair": GITEA,
+        "file": str(state / "lab" / "srv" / "app1" / "gitea" / "db.password"),
+        "owner": "meshtui-nobody-here",
+        "group": "meshtui-nogroup-here",
+        "reload": [],
+    }
+    ask: CheckRequest = {"consumers": [item], "providers": [], "ports": []}
     with Controller.open(state) as ctl:
         keys = ctl.contact("test", ["app1"])
         with Agents(ctl.inventory.nodes(), keys, sequence=ctl.sequence) as agents:
-            raw = agents.call("app1", messages.CHECK, CheckRequest(consumers=(item,)).to_json())
-    answer = CheckAnswer.from_json(raw)
-    assert [(f.check, f.subject) for f in answer.findings] == [("owner", GITEA), ("group", GITEA)]
-    assert "'meshtui-nobody-here'" in answer.findings[0].problem
-    assert "is not a user on this node" in answer.findings[0].problem
-    assert "is not a group on this node" in answer.findings[1].problem
-    assert answer.passed == 1  # the folder
+            answer = agents.call("app1", messages.CHECK, ask)
+    found = answer["findings"]
+    assert [(f["check"], f["subject"]) for f in found] == [("owner", GITEA), ("group", GITEA)]
+    assert "'meshtui-nobody-here'" in found[0]["problem"]
+    assert "is not a user on this node" in found[0]["problem"]
+    assert "is not a group on this node" in found[1]["problem"]
+    assert answer["passed"] == 1  # the folder
 
 
 def test_an_unknown_owner_in_the_declaration(lab: tuple[Path, lab_mesh.Lab]) -> None:

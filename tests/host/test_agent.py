@@ -271,3 +271,34 @@ def test_a_state_asked_without_the_listing_reads_no_credential_file(mesh):
     assert brief["node"] == "app1" and brief["fingerprint"] == full["fingerprint"]
     assert "holdings" not in brief
     assert [h["present"] for h in full["holdings"]] == [False]
+
+
+def test_a_check_is_answered_in_its_one_shape_and_a_misshapen_one_is_named(mesh):
+    """doctor's check travels as messages.CheckRequest/CheckAnswer, nothing re-declares them."""
+    from meshtui.controller.client import Agents
+    from meshtui.errors import AgentError
+
+    consumer = {
+        "pair": GITEA,
+        "file": str(mesh.root / "srv/app1/gitea/db.password"),
+        "owner": None,
+        "group": None,
+        "reload": ["/nonexistent/meshtui-reload"],
+    }
+    port = {"host": "127.0.0.1", "port": 1, "provider": "db1/postgres", "pairs": [GITEA]}
+    ask = {"consumers": [consumer], "providers": [], "ports": [port]}
+    bad = {**ask, "consumers": [{**consumer, "reload": "/bin/true"}]}
+    with (
+        mesh.controller() as ctl,
+        Agents(ctl.inventory.nodes(), ctl.keys(), sequence=ctl.sequence) as agents,
+    ):
+        answer = agents.call("app1", messages.CHECK, ask)
+        with pytest.raises(AgentError) as caught:
+            agents.call("app1", messages.CHECK, bad)
+    assert set(answer) == {"node", "at", "passed", "findings", "elapsed_ms"}
+    assert answer["node"] == "app1"
+    checks = {(f["check"], f["subject"]) for f in answer["findings"]}
+    assert {("reload", GITEA), ("port", "127.0.0.1:1")} <= checks
+    assert caught.value.reason == (
+        "app1 refused: check request: Expected `array`, got `str` - at `$.consumers[0].reload`"
+    )
