@@ -29,7 +29,9 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
+
+import msgspec
 
 from meshtui.atomic import write_private
 from meshtui.errors import EnvelopeError, WireError
@@ -57,6 +59,24 @@ ADVICE = (
 Change = tuple[str, str, int]
 """(end, pair, generation) a delivery is accepted with."""
 
+
+class Line(TypedDict, total=False):
+    """One line of the record: a snapshot (``floor``, ``recent``, both ends' generations and the
+    kept ``head``) or a request (``s``, with a delivery's ``g`` and a longer ``h``)."""
+
+    floor: int
+    recent: list[int]
+    consumer: dict[str, int]
+    provider: dict[str, int]
+    head: dict[str, object]
+    s: int
+    g: list[tuple[str, str, int]]
+    h: dict[str, object]
+
+
+_LINE = msgspec.json.Decoder(Line)
+_OLD = msgspec.json.Decoder(Line)  # the two files of the version before hold the same keys
+
 Record = Callable[[Sequence[Change]], None]
 """Make one request's acceptance durable (with the generations a delivery is accepted with)."""
 
@@ -69,8 +89,9 @@ class Refusal:
     reason: str
 
 
-def _read(path: Path) -> list[dict[str, Any]] | None:
-    """The record's lines, None when it does not exist; WireError when it cannot be read."""
+def _read(path: Path) -> list[Line] | None:
+    """The record's lines, None when it does not exist; WireError (naming the line and the
+    field) when it cannot be read."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -80,30 +101,26 @@ def _read(path: Path) -> list[dict[str, Any]] | None:
     lines = raw.split(b"\n")
     torn = lines.pop()  # after the last newline: empty, or a line whose append never finished
     del torn
-    out: list[dict[str, Any]] = []
+    out: list[Line] = []
     for n, line in enumerate(lines, 1):
         try:
-            data = json.loads(line)
-        except ValueError as exc:
+            out.append(_LINE.decode(line))
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise WireError(
                 f"{path} line {n} cannot be read ({exc}); the agent will not run without "
                 f"knowing what it accepted: {ADVICE}"
             ) from exc
-        if not isinstance(data, dict):
-            raise WireError(f"{path} line {n} is not a JSON object: {ADVICE}")
-        out.append(data)
     return out
 
 
-def _old(path: Path) -> dict[str, Any]:
-    """A record of the version before (two files), {} when absent or unreadable-as-object."""
+def _old(path: Path) -> Line:
+    """A record of the version before (two files), {} when absent."""
     try:
-        data = json.loads(path.read_bytes())
+        return _OLD.decode(path.read_bytes())
     except FileNotFoundError:
         return {}
-    except (OSError, ValueError) as exc:
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise WireError(f"{path} cannot be read ({exc}): {ADVICE}") from exc
-    return data if isinstance(data, dict) else {}
 
 
 class Accepted:
@@ -122,7 +139,7 @@ class Accepted:
         self._floor = 0
         self._recent: set[int] = set()
         self._gens: dict[str, dict[str, int]] = {end: {} for end in ENDS}
-        self.head: dict[str, Any] | None = None
+        self.head: dict[str, object] | None = None
         """The newest audit head recorded with a request (:mod:`meshtui.host.anchor`)."""
         lines = _read(self._path)
         try:
@@ -132,10 +149,8 @@ class Accepted:
                 for line in lines:
                     self._replay(line)
             self._prune()
-        except (TypeError, ValueError, AttributeError, KeyError) as exc:
-            raise WireError(
-                f"{self._path}: sequence numbers and generations must be integers: {ADVICE}"
-            ) from exc
+        except ValueError as exc:
+            raise WireError(f"{self._path}: {exc}: {ADVICE}") from exc
         self._lines = 0
         self._fd = -1
         if lines is not None:  # rewritten as one snapshot (a torn last line goes); a new
@@ -146,23 +161,26 @@ class Accepted:
         self._replay({"floor": old.get("floor", 0), "recent": old.get("recent", [])})
         gens = _old(state_dir / OLD_GENERATIONS)
         if not gens:
+            by_end: dict[str, dict[str, int]] = {end: {} for end in ENDS}
             for h in held:
-                gens.setdefault(str(h["end"]), {})[str(h["pair"])] = int(h["generation"])
-        self._replay({end: gens.get(end, {}) for end in ENDS})
+                by_end[h["end"]][h["pair"]] = h["generation"]
+            gens = {"consumer": by_end["consumer"], "provider": by_end["provider"]}
+        self._replay({"consumer": gens.get("consumer", {}), "provider": gens.get("provider", {})})
 
-    def _replay(self, line: dict[str, Any]) -> None:
+    def _replay(self, line: Line) -> None:
         """Fold one line (a snapshot or a request) into memory."""
-        if "floor" in line:
-            self._floor = max(self._floor, int(line["floor"]))
-        self._recent.update(int(s) for s in line.get("recent", []))
+        self._floor = max(self._floor, line.get("floor", 0))
+        self._recent.update(line.get("recent", []))
         if "s" in line:
-            self._recent.add(int(line["s"]))
-        for end in ENDS:
-            self._gens[end].update({str(p): int(g) for p, g in dict(line.get(end, {})).items()})
+            self._recent.add(line["s"])
+        self._gens["consumer"].update(line.get("consumer", {}))
+        self._gens["provider"].update(line.get("provider", {}))
         for end, pair, gen in line.get("g", []):
-            self._gens[str(end)][str(pair)] = int(gen)
+            if end not in self._gens:
+                raise ValueError(f"unknown end {end!r} in a delivery's generations")
+            self._gens[end][pair] = gen
         head = line.get("h", line.get("head"))
-        if isinstance(head, dict):
+        if head is not None:
             self.head = head
 
     def _prune(self) -> None:
@@ -175,10 +193,11 @@ class Accepted:
 
     def _compact(self) -> None:
         """Rewrite the record as one snapshot line (atomically, durably); append from there."""
-        snapshot: dict[str, Any] = {
+        snapshot: Line = {
             "floor": self._floor,
             "recent": sorted(self._recent),
-            **self._gens,
+            "consumer": self._gens["consumer"],
+            "provider": self._gens["provider"],
         }
         if self.head is not None:
             snapshot["head"] = self.head
@@ -215,11 +234,11 @@ class Accepted:
         """Make ``seq`` (with a delivery's accepted generations, and the audit head the request
         showed when it is to be kept) durable: one line, one fdatasync. OSError when it cannot
         be written (then nothing of the request is done)."""
-        line: dict[str, Any] = {"s": seq}
+        line: Line = {"s": seq}
         if changes:
-            line["g"] = [list(c) for c in changes]
+            line["g"] = list(changes)
         if head is not None:
-            line["h"] = head
+            line["h"] = dict(head)
         data = json.dumps(line, separators=(",", ":")).encode() + b"\n"
         with self._lock:
             if self._fd < 0 or self._lines >= COMPACT_EVERY:

@@ -305,6 +305,39 @@ def test_a_torn_last_line_is_dropped_and_any_other_bad_line_stops_the_agent(tmp_
         Accepted(tmp_path, "app1", [])
 
 
+@pytest.mark.parametrize(
+    ("line", "field"),
+    [
+        (b'{"s":"13"}', "$.s"),
+        (b'{"g":[["consumer","p",2.5]]}', "$.g[0][2]"),
+        (b'{"consumer":{"p":"2"}}', "$.consumer"),
+        (b"[13]", "object"),
+    ],
+)
+def test_a_line_of_the_wrong_shape_stops_the_agent_naming_the_field(tmp_path, line, field):
+    """JSON that parses but is not a line of the record (a number as text, a fraction of a
+    generation, a list) is named, field and all, never folded in half-read."""
+    from meshtui.host.guard import LEDGER, Accepted
+
+    accepted = Accepted(tmp_path, "app1", [])
+    accepted.take(11)
+    accepted.record(11, [("consumer", GITEA, 2)])
+    accepted.close()
+    path = tmp_path / LEDGER
+    path.write_bytes(path.read_bytes() + line + b"\n")
+    with pytest.raises(WireError, match="line 3 cannot be read") as caught:  # after snapshot, 11
+        Accepted(tmp_path, "app1", [])
+    assert field in str(caught.value)
+
+
+def test_an_unknown_end_in_a_line_stops_the_agent(tmp_path):
+    from meshtui.host.guard import LEDGER, Accepted
+
+    (tmp_path / LEDGER).write_bytes(b'{"s":5,"g":[["sideways","p",2]]}\n')
+    with pytest.raises(WireError, match="unknown end 'sideways'"):
+        Accepted(tmp_path, "app1", [])
+
+
 def test_an_agent_that_cannot_read_what_it_accepted_does_not_start(mesh):
     import subprocess
     import sys
