@@ -120,6 +120,18 @@ class End(StrEnum):
     PROVIDER = "provider"
 
 
+class RotationState(StrEnum):
+    """Where a journaled rotation is. The last three are also how it ended, its outcome: all
+    new, all old again, or left for ``push`` to converge."""
+
+    JOURNALED = "journaled"
+    DELIVERING = "delivering"
+    ROLLING_BACK = "rolling back"
+    DONE = "done"
+    ROLLED_BACK = "rolled back"
+    CONVERGING = "converging"
+
+
 DEFAULT_PROBE_EVERY_S = 300.0
 """Without a policy pairs are still probed, every five minutes; they are never rotated."""
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple, TypeGuard
 
-from meshtui.model import PairStatus
+from meshtui.model import PairStatus, RotationState
 
 Progress = Callable[[str, int, int], None]
 """``progress(message, done, total)``: called from the worker doing the action, never blocks."""
@@ -85,14 +85,14 @@ class RotationReport:
     """The end of a rotation: done (all new), rolled back (all old) or converging."""
 
     rotation: int | None
-    outcome: str  # "done" | "rolled back" | "converging" | "not started"
+    outcome: RotationState  # DONE, ROLLED_BACK or CONVERGING
     pairs: list[PairOutcome]
     reason: str = ""
 
     @property
     def ok(self) -> bool:
         """True when the rotation finished all-new."""
-        return self.outcome == "done"
+        return self.outcome == RotationState.DONE
 
     def to_json(self) -> dict[str, Any]:
         """The ``rotate --json`` object."""

@@ -25,7 +25,7 @@ from meshtui.errors import InputError, NotResolvedError
 from meshtui.inventory import now
 from meshtui.inventory.rows import PairRow, RotationItem, RotationStart
 from meshtui.messages import ProviderSet
-from meshtui.model import node_of
+from meshtui.model import RotationState, node_of
 
 if TYPE_CHECKING:
     from meshtui.controller.core import Controller
@@ -116,7 +116,7 @@ def journal(ctl: Controller, rows: list[PairRow]) -> RotationStart:
             "rotate-begin",
             [i["pair"] for i in items],
             {"rotation": rid, "items": items},
-            "journaled",
+            RotationState.JOURNALED,
         )
     return {"id": rid, "items": items}
 
@@ -172,7 +172,9 @@ def execute(
     inv = ctl.inventory
     items = rotation["items"]
     with inv.transaction("rotate") as tx:
-        tx.update_rotation(rotation["id"], {"state": "delivering", "owner_pid": os.getpid()})
+        tx.update_rotation(
+            rotation["id"], {"state": RotationState.DELIVERING, "owner_pid": os.getpid()}
+        )
     forward = _deliver(ctl, agents, items, "to", progress, 2)
     if all(
         forward.provider_ok.get(i["pair"]) and forward.consumer_ok.get(i["pair"]) for i in items
@@ -181,12 +183,12 @@ def execute(
     reason = "; ".join(sorted(set(forward.errors.values()))) or "an end did not confirm"
     progress("rolling back", 3, 4)
     with inv.transaction("rotate") as tx:
-        tx.update_rotation(rotation["id"], {"state": "rolling back", "reason": reason})
+        tx.update_rotation(rotation["id"], {"state": RotationState.ROLLING_BACK, "reason": reason})
     back = _deliver(ctl, agents, items, "from", progress, 3)
     complete = all(
         back.provider_ok.get(i["pair"]) and back.consumer_ok.get(i["pair"]) for i in items
     )
-    outcome = "rolled back" if complete else "converging"
+    outcome = RotationState.ROLLED_BACK if complete else RotationState.CONVERGING
     stamp = now()
     with inv.transaction("rotate") as tx:
         for i in items:
@@ -242,7 +244,8 @@ def _finish(
             tx.set_generation(i["pair"], i["to"], stamp)
             tx.discard_generation(i["pair"], i["from"], stamp)
         tx.update_rotation(
-            rotation["id"], {"state": "done", "finished_at": stamp, "outcome": "done"}
+            rotation["id"],
+            {"state": RotationState.DONE, "finished_at": stamp, "outcome": RotationState.DONE},
         )
         tx.audit(
             "rotate",
@@ -252,7 +255,7 @@ def _finish(
                 "windows_ms": windows,
                 "generations": {i["pair"]: i["to"] for i in items},
             },
-            "done",
+            RotationState.DONE,
         )
     for n, i in enumerate(items, 1):
         window = windows[i["pair"]]
@@ -260,7 +263,7 @@ def _finish(
         progress(f"{i['pair']}: generation {i['from']}->{i['to']}, {took}", n, len(items))
     return RotationReport(
         rotation=rotation["id"],
-        outcome="done",
+        outcome=RotationState.DONE,
         pairs=[
             PairOutcome(
                 pair=i["pair"],

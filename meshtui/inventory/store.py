@@ -48,7 +48,7 @@ from meshtui.inventory.rows import (
     ScheduleRow,
     StatusRow,
 )
-from meshtui.model import Policy, PolicySource
+from meshtui.model import Policy, PolicySource, RotationState
 from meshtui.wire import SignedHead
 
 CHUNK = 500
@@ -198,7 +198,7 @@ class Transaction:
         """Journal a rotation before anything is sent; returns its number."""
         cur = self._conn.execute(
             "INSERT INTO rotations (started_at, state, items, owner_pid) VALUES (?, ?, ?, ?)",
-            (now(), "journaled", _compact(items), owner_pid),
+            (now(), RotationState.JOURNALED, _compact(items), owner_pid),
         )
         return int(cast(int, cur.lastrowid))
 

@@ -29,6 +29,7 @@ from meshtui.controller.reports import (
     RotationPlan,
     RotationReport,
 )
+from meshtui.model import RotationState
 from meshtui.tui.app import MeshApp
 from tests.tui.builder import FIXED_NOW
 
@@ -112,7 +113,7 @@ class FakeActions:
         self._act(ctl, "rotate", ids, progress)
         return RotationReport(
             rotation=7,
-            outcome="done",
+            outcome=RotationState.DONE,
             pairs=[PairOutcome(p, True, 2, previous=1, window_ms=12.5) for p in ids],
         )
 

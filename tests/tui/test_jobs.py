@@ -13,6 +13,7 @@ from textual.widgets import Button, Label, Log
 from meshtui.controller.core import Controller
 from meshtui.controller.reports import PairOutcome, RotationReport
 from meshtui.errors import NotResolvedError
+from meshtui.model import RotationState
 from meshtui.tui.messages import Job, JobFailed, JobFinished, JobProgress, PlanReady
 from meshtui.tui.screens.confirm import ConfirmScreen
 from meshtui.tui.screens.job import JobScreen
@@ -233,7 +234,7 @@ async def test_each_pairs_outcome_shows_while_the_rotation_runs(
         progress(f"{GITEA}: generation 1->2, window 12.5 ms", 1, 2)
         gate.wait(10)  # the test looks at the screen while the job is still running
         return RotationReport(
-            rotation=7, outcome="done", pairs=[PairOutcome(GITEA, True, 2, 1, 12.5)]
+            rotation=7, outcome=RotationState.DONE, pairs=[PairOutcome(GITEA, True, 2, 1, 12.5)]
         )
 
     monkeypatch.setattr(Controller, "rotate", rotate)
@@ -270,7 +271,7 @@ async def test_a_burst_of_progress_lines_is_drawn_in_batches(
     def rotate(ctl: Controller, ids: Any, progress: Any = None) -> RotationReport:
         for n, text in enumerate(texts, 1):
             progress(text, n, len(texts))
-        return RotationReport(rotation=8, outcome="done", pairs=[])
+        return RotationReport(rotation=8, outcome=RotationState.DONE, pairs=[])
 
     draws: list[int] = []
     real = JobScreen.progressed

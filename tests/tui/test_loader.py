@@ -24,6 +24,7 @@ from meshtui.controller.reports import (
     RotationReport,
 )
 from meshtui.errors import InventoryError
+from meshtui.model import RotationState
 from meshtui.tui.app import job_toast
 from meshtui.tui.messages import Job, JobKind, Loaded
 from tests.tui.helpers import settle
@@ -91,13 +92,13 @@ def step(name: str, expected: str, verdict: str) -> DrillStep:
     [
         (
             JobKind.ROTATE,
-            RotationReport(7, "done", [PairOutcome(GITEA, True, 2, 1, 12.5)]),
+            RotationReport(7, RotationState.DONE, [PairOutcome(GITEA, True, 2, 1, 12.5)]),
             "rotation 7 done: 1 pairs, longest window 12 ms",
             "information",
         ),
         (
             JobKind.ROTATE,
-            RotationReport(8, "rolled back", [], reason="db1 refused"),
+            RotationReport(8, RotationState.ROLLED_BACK, [], reason="db1 refused"),
             "rotation 8 rolled back: 0 pairs (db1 refused)",
             "warning",
         ),
