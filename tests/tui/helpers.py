@@ -17,6 +17,7 @@ from typing import Any
 from rich.console import Console
 from textual.pilot import Pilot
 from textual.widgets import Static
+from textual.worker import WorkerCancelled
 
 from meshtui.controller.core import Controller
 from meshtui.controller.reports import (
@@ -57,7 +58,10 @@ async def settle(pilot: Pilot[Any], rounds: int = 3) -> None:
     """Let workers finish and their messages land (a few rounds: handlers start new work)."""
     app = pilot.app
     for _ in range(rounds):
-        await app.workers.wait_for_complete()
+        try:
+            await app.workers.wait_for_complete()
+        except WorkerCancelled:  # a newer load replaced an older one (exclusive workers)
+            continue
         await pilot.pause(0.01)  # a thread's post_message lands on a later loop turn
 
 
