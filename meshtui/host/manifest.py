@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NotRequired, TypedDict
 
+import msgspec
+
 from meshtui import crypto
 from meshtui.atomic import PRIVATE
 from meshtui.errors import HostFileError
@@ -47,6 +49,9 @@ class ManifestBody(TypedDict):
     consumers: list[ManifestLine]
     kind: NotRequired[str]  # absent: PostgreSQL; the harness picks its adapter by this
 
+
+_MANIFEST = msgspec.json.Decoder(ManifestBody)
+"""The manifest this agent wrote, read back with its shape checked (a delta's base)."""
 
 Unseal = Callable[[str, str, str], bytes]
 """``unseal(sealed_b64, digest, pair)``: the secret, or CryptoError naming the pair."""
@@ -124,16 +129,16 @@ def _held_lines(folder: files.Folder, name: str, spec: ProviderSet) -> list[Mani
     if data is None:
         return "the node holds no manifest to apply a delta to"
     try:
-        body = json.loads(data)
-        if body.get("provider") != spec["provider"] or body.get("provision") != spec["provision"]:
-            return "the manifest on the node is for another provision"
-        lines: list[ManifestLine] = list(body["consumers"])
-        digest = consumer_set_digest(
-            ConsumerLine(c["as"], c["node"], c["module"], c["at"], c["values"], c["digest"])
-            for c in lines
-        )
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return "the manifest on the node is not a manifest meshtui wrote"
+        body = _MANIFEST.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        return f"the manifest on the node is not a manifest meshtui wrote ({exc})"
+    if body["provider"] != spec["provider"] or body["provision"] != spec["provision"]:
+        return "the manifest on the node is for another provision"
+    lines = body["consumers"]
+    digest = consumer_set_digest(
+        ConsumerLine(c["as"], c["node"], c["module"], c["at"], c["values"], c["digest"])
+        for c in lines
+    )
     if digest != base["digest"]:
         return (
             "the manifest on the node does not hold the consumer set the delta applies to "
