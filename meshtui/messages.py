@@ -118,26 +118,29 @@ class StateRequest(TypedDict):
     inspect: NotRequired[list[InspectSpec]]
 
 
-class Holding(TypedDict):
-    """One end of one pair this node holds, by generation and digest.
+class EndRecord(TypedDict):
+    """One end of one pair as its node records it, by generation and digest: a consumer's file
+    (owner, group and mode since file access was added, so they may be absent in an older
+    agent's record), a provider's module and login."""
 
-    A consumer holding names its file (owner, group and mode since file access was added, so
-    they may be absent in an older agent's record) and whether the file still matches; a
-    provider holding names the provider module and the login.
-    """
-
-    end: End
-    pair: str
     generation: int
     digest: str
     file: NotRequired[str]
     owner: NotRequired[str | None]
     group: NotRequired[str | None]
     mode: NotRequired[str]
-    present: NotRequired[bool]
-    error: NotRequired[str]
     provider: NotRequired[str]
     login: NotRequired[str]
+
+
+class Holding(EndRecord):
+    """One end of one pair this node holds, as ``state`` reports it: which end and pair, and
+    for a consumer whether its file still matches (or why it cannot be read)."""
+
+    end: End
+    pair: str
+    present: NotRequired[bool]
+    error: NotRequired[str]
 
 
 class InspectedLogin(TypedDict):

@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
-from typing import NotRequired, TypedDict, cast
+from typing import cast
 
 import msgspec
 
 from meshtui.atomic import write_private
 from meshtui.errors import HostFileError
-from meshtui.messages import Holding
+from meshtui.messages import EndRecord, Holding
 from meshtui.model import End
 
 FILE = "holdings.json"
@@ -25,17 +25,8 @@ ADVICE = (
 )
 
 
-class Held(TypedDict):
-    """One end of one pair as this node records it: a consumer's file, a provider's login."""
-
-    generation: int
-    digest: str
-    file: NotRequired[str]
-    owner: NotRequired[str | None]
-    group: NotRequired[str | None]
-    mode: NotRequired[str]
-    provider: NotRequired[str]
-    login: NotRequired[str]
+Held = EndRecord
+"""What this node records per pair end (the one shape lives with the messages)."""
 
 
 class _Record(msgspec.Struct, forbid_unknown_fields=True):
