@@ -13,7 +13,7 @@ import functools
 import secrets
 import ssl
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -264,6 +264,20 @@ class Agents:
             for node, result in pool.map(one, list(payloads)):
                 out[node] = result
         return out
+
+
+Item = TypeVar("Item", bound=Mapping[str, object])
+Answered = TypeVar("Answered")
+
+
+def by_pair(
+    answer: Answered | AgentError, items: Callable[[Answered], Iterable[Item]]
+) -> dict[str, Item]:
+    """A node's per-pair items (``items`` picks them from its answer) by their ``pair``; {} when
+    the node did not answer (then :func:`missing_reason` says why, for every pair)."""
+    if isinstance(answer, AgentError):
+        return {}
+    return {str(item["pair"]): item for item in items(answer)}
 
 
 def missing_reason(answer: object, item: Mapping[str, object] | None, default: str) -> str:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, TypeVar
 
 from meshtui import crypto, messages
-from meshtui.controller.client import DELIVER_TIMEOUT_S, Agents, missing_reason
+from meshtui.controller.client import DELIVER_TIMEOUT_S, Agents, by_pair, missing_reason
 from meshtui.errors import AgentError, InventoryError
 from meshtui.inventory import Inventory, now
 from meshtui.inventory.rows import (
@@ -473,7 +473,7 @@ def send_consumers(
     rows: list[EndRow] = []
     for node, sent in items.items():
         answer = answers[node]
-        got = {} if isinstance(answer, AgentError) else {g["pair"]: g for g in answer["consumer"]}
+        got = by_pair(answer, lambda a: a["consumer"])
         for item in sent:
             pid = item["pair"]
             g = got.get(pid)

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from meshtui import messages
-from meshtui.controller.client import AgentClient
+from meshtui.controller.client import AgentClient, by_pair
 from meshtui.controller.deliver import Planner, probe_row, target_of
 from meshtui.controller.reports import ProbeOutcome, Progress
 from meshtui.errors import AgentError
@@ -68,7 +68,7 @@ def probe(ctl: Controller, ids: list[str], progress: Progress) -> list[ProbeOutc
         answers = list(pool.map(ask, sorted(by_node)))
     for node, stamp, answer in answers:
         items = by_node[node]
-        got = {} if isinstance(answer, AgentError) else {r["pair"]: r for r in answer["results"]}
+        got = by_pair(answer, lambda a: a["results"])
         for item in items:
             pid = item["pair"]
             r = got.get(pid)

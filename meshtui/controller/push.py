@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from meshtui import messages
 from meshtui.controller import status as status_mod
-from meshtui.controller.client import STATE_TIMEOUT_S, Agents, missing_reason
+from meshtui.controller.client import STATE_TIMEOUT_S, Agents, by_pair, missing_reason
 from meshtui.controller.deliver import (
     Delivered,
     EndRow,
@@ -273,7 +273,7 @@ def revoke(ctl: Controller, agents: Agents, plan: Planner, pids: list[str]) -> l
     stamp = now()
     for node, items in by_node.items():
         answer = answers[node]
-        got = {} if isinstance(answer, AgentError) else {g["pair"]: g for g in answer["consumer"]}
+        got = by_pair(answer, lambda a: a["consumer"])
         for item in items:
             pid = item["pair"]
             g = got.get(pid)
