@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 import psycopg
+from bench_rotate import QUIET, pg_create_all  # noqa: E402  (the same baseline, one copy)
 from psycopg import sql
 
 from meshtui.controller.client import Agents
@@ -41,8 +42,6 @@ from meshtui.host import identity
 from meshtui.lab.mesh import agent_answers
 from meshtui.lab.postgres import Cluster, create_cluster
 from tests.fix_pg import free_port
-
-QUIET = "SELECT set_config('log_statement', 'none', true)"
 
 
 def serve(root: Path) -> None:
@@ -84,23 +83,6 @@ def declaration(root: Path, port: int, admin: Path, nodes: int, providers: int, 
     return path
 
 
-def pg_own(cluster: Cluster, count: int) -> float:
-    """PostgreSQL's own cost: ``count`` new login roles with passwords in one transaction."""
-    logins = [f"scale_base_{i}" for i in range(count)]
-    with psycopg.connect(cluster.admin_conninfo(), autocommit=True) as conn:
-        t0 = time.perf_counter()
-        with conn.transaction():
-            conn.execute(QUIET)
-            for login in logins:
-                conn.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
-                    sql.Identifier(login), sql.Literal(secrets.token_urlsafe(32))))  # fmt: skip
-        took = time.perf_counter() - t0
-        with conn.transaction():
-            for login in logins:
-                conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(login)))
-    return took
-
-
 def pg_own_alter(cluster: Cluster, logins: list[str]) -> float:
     """PostgreSQL's own cost of the same password changes: ``ALTER ROLE`` on every login the
     rotation changed, in one transaction (run after it, on the mesh's own roles)."""
@@ -123,9 +105,7 @@ def timed(what: str, fn, rows: list[tuple[str, float, str]], note: str = "") -> 
     return out
 
 
-def run(
-    nodes: int, providers: int, pairs: int, probe: bool = True
-) -> list[tuple[str, float, str]]:
+def run(nodes: int, providers: int, pairs: int, probe: bool = True) -> list[tuple[str, float, str]]:
     base = Path(tempfile.mkdtemp(prefix="meshtui-benchscale-"))
     base.chmod(0o711)
     cluster = create_cluster(base / "data", port=free_port())
@@ -148,13 +128,16 @@ def run(
         fleet = subprocess.Popen([sys.executable, __file__, "--serve", str(root)], stdout=log,
                                  stderr=log, stdin=subprocess.DEVNULL)  # fmt: skip
         deadline = time.monotonic() + 120
-        while not all(agent_answers(s) for s in (root / "run").glob("*.sock")) or len(
-            list((root / "run").glob("*.sock"))
-        ) < nodes:
+        while (
+            not all(agent_answers(s) for s in (root / "run").glob("*.sock"))
+            or len(list((root / "run").glob("*.sock"))) < nodes
+        ):
             if time.monotonic() > deadline or fleet.poll() is not None:
                 raise RuntimeError((base / "fleet.log").read_text()[-2000:])
             time.sleep(0.2)
-        print(f"{nodes} nodes ({providers} providers), {pairs} pairs; load {os.getloadavg()[0]:.1f}")
+        print(
+            f"{nodes} nodes ({providers} providers), {pairs} pairs; load {os.getloadavg()[0]:.1f}"
+        )
         with Controller.open(state) as ctl:
             timed("declare", lambda: ctl.declare(decl), rows)
             with Agents(ctl.inventory.nodes(), ctl.keys(), sequence=ctl.sequence) as agents:
@@ -163,7 +146,7 @@ def run(
                       "baseline: one round trip per node in parallel")  # fmt: skip
             report = timed("push", ctl.push, rows)
             assert report.ok, report  # type: ignore[attr-defined]
-            own = pg_own(cluster, pairs)
+            own = pg_create_all(cluster, pairs)
             rows.append(("pg own: create, one txn", own, "baseline for push"))
             print(f"  {'pg own: create, one txn':<26}{own * 1000:>12.1f} ms")
             timed("status", ctl.status, rows, "goal <= 100 ms")
@@ -175,7 +158,9 @@ def run(
             logins = [r.login for r in ctl.status()]
             alter = pg_own_alter(cluster, logins)
             rows.append(("pg own: alter, one txn", alter, "baseline for rotate all"))
-            print(f"  {'pg own: alter, one txn':<26}{alter * 1000:>12.1f} ms  baseline for rotate all")
+            print(
+                f"  {'pg own: alter, one txn':<26}{alter * 1000:>12.1f} ms  baseline for rotate all"
+            )
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         rows.append(("controller peak RSS (MiB)", peak / 1000, ""))
         print(f"  controller peak RSS {peak:.0f} MiB; load {os.getloadavg()[0]:.1f}")

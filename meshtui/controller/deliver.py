@@ -144,7 +144,7 @@ class Planner:
             self.minted = inv.minted()
         else:
             providers = {p["provider"] for p in inv.pairs(self._focus)}
-            self.pairs = {p["id"]: p for p in inv.pairs(self._focus, providers=providers)}
+            self.pairs = {p["id"]: p for p in inv.pairs(providers=providers)}  # focus included
             self.modules = inv.modules(providers)  # payloads read only providers' specs
             self.minted = inv.minted(self.pairs)
         self._rotation_of: dict[tuple[str, int], int] | None = None  # read when first needed

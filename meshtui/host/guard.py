@@ -75,7 +75,7 @@ class Line(TypedDict, total=False):
 
 
 _LINE = msgspec.json.Decoder(Line)
-_OLD = msgspec.json.Decoder(Line)  # the two files of the version before hold the same keys
+"""A line of the record; also reads the two files of the version before (the same keys)."""
 
 Record = Callable[[Sequence[Change]], None]
 """Make one request's acceptance durable (with the generations a delivery is accepted with)."""
@@ -116,7 +116,7 @@ def _read(path: Path) -> list[Line] | None:
 def _old(path: Path) -> Line:
     """A record of the version before (two files), {} when absent."""
     try:
-        return _OLD.decode(path.read_bytes())
+        return _LINE.decode(path.read_bytes())
     except FileNotFoundError:
         return {}
     except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:

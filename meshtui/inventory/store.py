@@ -476,17 +476,15 @@ class Inventory:
         self, ids: Iterable[str] | None = None, *, providers: Iterable[str] | None = None
     ) -> list[PairRow]:
         """Pairs (all, the named ones, or every pair of the named provider modules) with values
-        and reload decoded, by id."""
-        if ids is None and providers is None:
-            rows = self._query("SELECT * FROM pairs ORDER BY id")
-        else:
-            rows = []
-            if ids is not None:
-                rows += self._where_in("SELECT * FROM pairs", "id", ids)
-            if providers is not None:
-                rows += self._where_in("SELECT * FROM pairs", "provider", providers)
-            rows = list({str(r["id"]): r for r in rows}.values())
+        and reload decoded, by id. ``providers`` wins over ``ids``."""
+        if providers is not None:
+            rows = self._where_in("SELECT * FROM pairs", "provider", providers)
             rows.sort(key=lambda r: str(r["id"]))
+        elif ids is not None:
+            rows = self._where_in("SELECT * FROM pairs", "id", ids)
+            rows.sort(key=lambda r: str(r["id"]))
+        else:
+            rows = self._query("SELECT * FROM pairs ORDER BY id")
         for r in rows:
             r["values"] = json.loads(r["values"])
             r["reload"] = json.loads(r["reload"])
