@@ -104,6 +104,18 @@ class Batching(Protocol):
 
 
 @runtime_checkable
+class Narrowing(Protocol):
+    """An adapter that can read only the named logins (a delta's few) instead of every one."""
+
+    def inspect_only(
+        self, wanted: Mapping[str, Mapping[str, str]], logins: frozenset[str]
+    ) -> Mapping[str, Held]:
+        """What :meth:`Adapter.inspect` holds for ``logins``, asking the software about those
+        alone: Held for each of them that exists (and nothing for any other login)."""
+        ...
+
+
+@runtime_checkable
 class Limited(Protocol):
     """An adapter whose admin may lack rights: what it cannot do, for the report and doctor."""
 

@@ -40,6 +40,7 @@ from meshtui.provisioner.adapter import (
     Done,
     Held,
     Limited,
+    Narrowing,
     Refused,
     Scope,
     Wanted,
@@ -360,7 +361,11 @@ class _ScopedAdapter:
         self._adapter, self._only = adapter, only
 
     def inspect(self, wanted: Mapping[str, Mapping[str, str]]) -> Mapping[str, Held]:
-        held = self._adapter.inspect(wanted)
+        adapter = self._adapter
+        if isinstance(adapter, Narrowing):  # the scope's logins only, not the whole server
+            held = adapter.inspect_only(wanted, self._only)
+        else:
+            held = adapter.inspect(wanted)
         return {login: h for login, h in held.items() if login in self._only}
 
     def __getattr__(self, name: str) -> Any:

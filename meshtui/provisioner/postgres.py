@@ -166,6 +166,10 @@ SELECT EXISTS (SELECT 1 FROM pg_shdepend
 """
 
 
+class _MarkerNotReady(Exception):
+    """The marker role is missing, or (16+) this admin may not grant it: :meth:`_prepare`."""
+
+
 @dataclass(frozen=True)
 class _Database:
     """One database a consumer asked for: its owner, whether meshtui made it, PUBLIC's rights."""
@@ -269,6 +273,13 @@ class PostgresAdapter:
         self._one_role_sql = _ONE_ROLE.format(
             roles=roles, same_txn=same_txn, no_password=no_password, trusted=_TRUSTED_GRANTOR
         )
+        # the marker is ready when it exists and, on 16+, this admin may grant it
+        grantable = (
+            "true"
+            if self.superuser or self.server_version < 160000
+            else "pg_has_role(r.oid, 'MEMBER WITH ADMIN OPTION')"
+        )
+        self._marker_sql = f"SELECT {grantable} FROM pg_roles r WHERE r.rolname = %s"
         self._many_roles_sql = _MANY_ROLES.format(
             roles=roles, same_txn=same_txn, no_password=no_password, trusted=_TRUSTED_GRANTOR
         )
@@ -351,9 +362,32 @@ class PostgresAdapter:
     def inspect(self, wanted: Mapping[str, Mapping[str, str]]) -> dict[str, Held]:
         """Held for each wanted login that exists and each login of ours: two SELECTs, no write."""
         # every role: cheaper than sending the wanted names (a cluster has few roles)
-        rows = self.conn.execute(self._inspect_sql, {"marker": MARKER}).fetchall()
+        return self._inspected(wanted, self._inspect_sql, {"marker": MARKER})
+
+    def inspect_only(
+        self, wanted: Mapping[str, Mapping[str, str]], logins: frozenset[str]
+    ) -> dict[str, Held]:
+        """:meth:`inspect` for ``logins`` alone (a delta's few among many): only their roles
+        and their holding roles are read, so the answer does not grow with the cluster."""
+        names = sorted(logins | {held_name(login) for login in logins})
+        held = self._inspected(
+            {k: v for k, v in wanted.items() if k in logins},
+            self._inspect_sql + "WHERE a.rolname = ANY(%(names)s)\n",
+            {"marker": MARKER, "names": names},
+        )
+        return {login: h for login, h in held.items() if login in logins}
+
+    def _inspected(
+        self, wanted: Mapping[str, Mapping[str, str]], query: str, params: Mapping[str, object]
+    ) -> dict[str, Held]:
+        """Held from the roles ``query`` reads (the layout of ``_INSPECT``) and the databases
+        ``wanted`` asks for, both read in one round trip."""
         databases = sorted({v["database"] for v in wanted.values() if "database" in v})
-        found = self._databases(databases)
+        with self.conn.pipeline():
+            read = self.conn.execute(query, params)
+            dbs = self.conn.execute(_DATABASES, [databases]) if databases else None
+            rows = read.fetchall()
+            found = self._database_rows(dbs.fetchall()) if dbs is not None else {}
         held_for: set[str] = set()
         logins: list[tuple[str, bool, bool, dict[str, Any] | None, bool]] = []
         # our own records have one fixed layout (sort_keys): read those without a JSON parse
@@ -414,7 +448,9 @@ class PostgresAdapter:
     def _databases(self, names: list[str]) -> dict[str, _Database]:
         if not names:
             return {}
-        rows = self.conn.execute(_DATABASES, [names]).fetchall()
+        return self._database_rows(self.conn.execute(_DATABASES, [names]).fetchall())
+
+    def _database_rows(self, rows: Sequence[Any]) -> dict[str, _Database]:
         return {
             str(name): _Database(str(owner), self._database_record(comment), bool(public))
             for name, owner, comment, public in rows
@@ -554,45 +590,83 @@ class PostgresAdapter:
     # -- create ------------------------------------------------------------------------------
 
     def _database_of(self, login: str, values: Mapping[str, str]) -> str | None:
+        database = self._wanted_database(values)
+        if database is None:
+            return None
+        row = self.conn.execute(
+            "SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = %s", [database]
+        ).fetchone()
+        self._check_owner(database, login, None if row is None else str(row[0]))
+        return database
+
+    @staticmethod
+    def _wanted_database(values: Mapping[str, str]) -> str | None:
+        """The database the values ask for (checked as a name); Refused for an unknown value."""
         unknown = sorted(set(values) - KNOWN_VALUES)
         if unknown:
             raise Refused(f"unknown values {', '.join(unknown)} (this provider knows: database)")
         database = values.get("database")
-        if database is None:
-            return None
-        check_name(database, "database name")
-        row = self.conn.execute(
-            "SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = %s", [database]
-        ).fetchone()
-        owner = None if row is None else str(row[0])
+        if database is not None:
+            check_name(database, "database name")
+        return database
+
+    @staticmethod
+    def _check_owner(database: str, login: str, owner: str | None) -> None:
+        """Refused when ``database`` exists and belongs to neither ``login`` nor its keeper."""
         if owner not in (None, login, held_name(login)):
             raise Refused(
                 f"database {database} exists and belongs to {owner}; hand it over "
                 f"(ALTER DATABASE ... OWNER TO {login}) or ask for another name"
             )
-        return database
 
     def create(self, login: str, password: str, values: Mapping[str, str]) -> Done:
         """Make ``login`` a LOGIN role of ours holding exactly ``password``, with its database.
 
-        One transaction, pipelined: lower logging, look at the role, write the verifier, the
-        marker and the record, then (a superuser) read back that the server stores exactly our
-        verifier, comparing here.
+        One transaction, pipelined: lower logging, look at the role (with its database and,
+        once per loan, the marker, in the same round trip), write the verifier, the marker and
+        the record, then (a superuser) read back that the server stores exactly our verifier,
+        comparing here.
         """
         check_name(login)
-        database = self._database_of(login, values)
+        database = self._wanted_database(values)
         if not self.superuser and self._quiet.unlowered:
             raise Refused(self.limits[-1])
         verifier = self._verifier(login, password)
         digest = secret_digest(password.encode("utf-8"))
         del password
-        self._prepare()
+        self._prepare_function()
+        try:
+            change, returning, found = self._write_one(login, verifier, digest, database)
+        except _MarkerNotReady:  # missing or not ours to grant: made or refused on its own
+            self._prepare()
+            change, returning, found = self._write_one(login, verifier, digest, database)
+        del verifier
+        notes = self._hand_back(login) if returning else []
+        if database is not None:
+            # a returning login was just handed back what it owned: read its database again
+            notes += self._ensure_database(database, login, read=returning, found=found)
+        return Done(change, "; ".join(notes))
+
+    def _write_one(
+        self, login: str, verifier: str, digest: str, database: str | None
+    ) -> tuple[Change, bool, _Database | None]:
+        """:meth:`create`'s transaction: the change, whether a holding role keeps what the
+        login owned (a returning login), and its database as read before the write."""
         with self.conn.pipeline(), self.conn.transaction():
             self.conn.execute(self._quiet.statement)
             keeper = self.conn.execute(_EXISTS, [held_name(login)])
+            dbs = self.conn.execute(_DATABASES, [[database]]) if database is not None else None
+            marker = None if self._marker_ready else self.conn.execute(self._marker_sql, [MARKER])
             role = self._role(login)
             returning = keeper.fetchone() == (True,)
             self._check_notices()
+            found = self._database_rows(dbs.fetchall()).get(str(database)) if dbs else None
+            if database is not None:
+                self._check_owner(database, login, found.owner if found else None)
+            if marker is not None:
+                if marker.fetchone() != (True,):
+                    raise _MarkerNotReady
+                self._marker_ready = True
             if role is not None and not self._ours_or_repairable(role):
                 raise Refused(
                     "a role meshtui did not make"
@@ -617,12 +691,8 @@ class PostgresAdapter:
                 )
                 if self.superuser:
                     self._read_back(login, verifier)
-        del verifier
         change: Change = OutcomeName.CREATED if role is None else OutcomeName.UPDATED
-        notes = self._hand_back(login) if returning else []
-        if database is not None:
-            notes += self._ensure_database(database, login)
-        return Done(change, "; ".join(notes))
+        return change, returning, found
 
     def _prepare(self) -> None:
         """The marker role (and, for an admin that is not a superuser, the password function)."""
@@ -631,6 +701,10 @@ class PostgresAdapter:
                 self._ensure_role(MARKER, {"meshtui": "marker"})
             self._check_marker_grantable()
             self._marker_ready = True
+        self._prepare_function()
+
+    def _prepare_function(self) -> None:
+        """For an admin that is not a superuser: the session's password function, made once."""
         if not self.superuser and not self._function_ready:
             try:
                 self.conn.execute(_PASSWORD_FUNCTION)
@@ -868,9 +942,14 @@ class PostgresAdapter:
             ) from None
         self._acting_as.add(role)
 
-    def _ensure_database(self, database: str, login: str) -> list[str]:
-        """Create the database (owned by ``login``, closed to PUBLIC) or repair its rights."""
-        found = self._databases([database]).get(database)
+    def _ensure_database(
+        self, database: str, login: str, *, read: bool = True, found: _Database | None = None
+    ) -> list[str]:
+        """Create the database (owned by ``login``, closed to PUBLIC) or repair its rights.
+
+        ``read=False``: ``found`` is the database as this run just read it (None: missing)."""
+        if read:
+            found = self._databases([database]).get(database)
         if found is not None and found.owner != login:
             raise Refused(f"database {database} exists and belongs to {found.owner}")
         if found is not None and found.in_place(login):

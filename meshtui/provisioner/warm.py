@@ -40,6 +40,12 @@ class Lent:
         """See :meth:`PostgresAdapter.inspect`."""
         return self.adapter.inspect(wanted)
 
+    def inspect_only(
+        self, wanted: Mapping[str, Mapping[str, str]], logins: frozenset[str]
+    ) -> Mapping[str, Held]:
+        """See :meth:`PostgresAdapter.inspect_only`."""
+        return self.adapter.inspect_only(wanted, logins)
+
     def create(self, login: str, password: str, values: Mapping[str, str]) -> Done:
         """See :meth:`PostgresAdapter.create`."""
         return self.adapter.create(login, password, values)
