@@ -138,6 +138,23 @@ class Agent:
     # ---- envelope -----------------------------------------------------------------------
     def handle(self, envelope: object) -> tuple[int, dict[str, str]]:
         """Verify a request, do it, and sign the answer. Returns (HTTP status, envelope)."""
+        status, answer, after = self.answer(envelope)
+        after()
+        return status, answer
+
+    def answer(self, envelope: object) -> tuple[int, dict[str, str], Callable[[], None]]:
+        """:meth:`handle`, leaving to the returned callable what need not delay the answer
+        (the readable copy of the audit head: the guard's durable line already holds it), to
+        be called once the answer is sent."""
+        kept: list[bool] = []
+        status, answer = self._answer(envelope, kept)
+        return status, answer, self._copy_anchor if kept else _nothing
+
+    def _copy_anchor(self) -> None:
+        with contextlib.suppress(OSError):  # a failed copy loses nothing: the guard holds it
+            self.anchor.copy()
+
+    def _answer(self, envelope: object, kept: list[bool]) -> tuple[int, dict[str, str]]:
         me = self.identity.name
         try:
             msg = wire.open_envelope(
@@ -182,9 +199,9 @@ class Agent:
             self._forget_expired_drills()
             if head is not None and recorded:
                 # the head is durable in the guard's line; its readable copy is written after
-                # the work (outside a rotation's window), and a failed copy loses nothing
-                with contextlib.suppress(OSError):
-                    self.anchor.keep(head)
+                # the answer is sent (outside a rotation's window), and a failed copy loses nothing
+                self.anchor.take(head)
+                kept.append(True)
         return 200, self._reply(msg.kind, payload, msg.nonce)
 
     def read_anchor(self, nonce: str) -> tuple[int, dict[str, str]]:
@@ -364,6 +381,10 @@ class Agent:
             "digest": crypto.secret_digest(secret) if secret else None,
             "error": None if held else "the old credential was not held (agent restarted?)",
         }
+
+
+def _nothing() -> None:
+    """Nothing to do once the answer is sent."""
 
 
 def _probe_target(item: Target, secret: bytes) -> probe_mod.ProbeTarget:

@@ -52,7 +52,9 @@ class AuditAnchor:
         self._path = state_dir / ANCHOR
         self._key = controller_verify_key
         self._lock = threading.Lock()
+        self._copying = threading.Lock()
         self._head = self._load()
+        self._copied = self._head.seq if self._head is not None else None
         if recorded is not None:  # what the guard's record kept (a head it verified then)
             try:
                 head = SignedHead.from_json(dict(recorded))
@@ -98,9 +100,24 @@ class AuditAnchor:
     def keep(self, head: SignedHead) -> None:
         """Keep ``head`` (one :meth:`wants` said yes to, already recorded durably by the guard)
         unless a longer one came meanwhile, and refresh the readable copy."""
+        self.take(head)
+        self.copy()
+
+    def take(self, head: SignedHead) -> None:
+        """Keep ``head`` in memory (what :meth:`wants` and the anchor read answer from) unless a
+        longer one came meanwhile; the readable copy is :meth:`copy`'s, which may come later
+        (after the answer is sent): the guard's durable line already holds the head."""
         with self._lock:
-            if self._head is not None and head.seq <= self._head.seq:
+            if self._head is None or head.seq > self._head.seq:
+                self._head = head
+
+    def copy(self) -> None:
+        """Bring ``audit-head.json`` up to the head kept, once however many heads came since
+        the last copy (copies never cross: the newest head is written last)."""
+        with self._copying:
+            head = self._head
+            if head is None or (self._copied is not None and head.seq <= self._copied):
                 return
-            self._head = head
             body = json.dumps(head.to_json(), sort_keys=True).encode()
             write_private(self._path, body, durable=False)
+            self._copied = head.seq

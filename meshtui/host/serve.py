@@ -15,11 +15,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
@@ -115,8 +117,9 @@ def build_app(agent: Agent) -> Starlette:
                 return _refuse(400, "the client went away")  # nobody reads it; nothing logged
             box = [body]  # handed over, so the raw bytes go as soon as they are parsed
             del body
-            status, envelope = await run_in_threadpool(_handle, agent, box)
-            return JSONResponse(envelope, status_code=status)
+            status, envelope, after = await run_in_threadpool(_handle, agent, box)
+            # ``after`` (the audit head's readable copy) runs once the answer is sent
+            return JSONResponse(envelope, status_code=status, background=BackgroundTask(after))
         finally:
             slots.give(large)
 
@@ -142,13 +145,14 @@ def build_app(agent: Agent) -> Starlette:
     )
 
 
-def _handle(agent: Agent, box: list[bytearray]) -> tuple[int, dict[str, str]]:
-    """Parse and handle one request body (in a worker thread: parsing 16 MiB takes a while)."""
+def _handle(agent: Agent, box: list[bytearray]) -> tuple[int, dict[str, str], Callable[[], None]]:
+    """Parse and answer one request body (in a worker thread: parsing 16 MiB takes a while);
+    with what is left to do once the answer is sent (:meth:`Agent.answer`)."""
     try:
         data = json.loads(box.pop())
     except ValueError:
-        return 400, {"error": "not JSON"}
-    return agent.handle(data)
+        return 400, {"error": "not JSON"}, lambda: None
+    return agent.answer(data)
 
 
 def uvicorn_config(app: Starlette, listen: str) -> uvicorn.Config:
