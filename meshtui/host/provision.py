@@ -40,13 +40,14 @@ class ProvisionReport(TypedDict):
     error: NotRequired[str]
 
 
-Provisioner = Callable[[Path, Path, frozenset[str] | None], ProvisionReport]
-"""``provisioner(manifest, admin, only)``: apply the manifest (only the logins ``only`` names,
-when it names any: a delta's), and report each login's outcome."""
+Provisioner = Callable[[Path, Path, frozenset[str] | None, bytes | None], ProvisionReport]
+"""``provisioner(manifest, admin, only, scoped)``: apply the manifest (only the logins ``only``
+names, when it names any: a delta's), and report each login's outcome. ``scoped``: the manifest
+just written, cut to those logins (given, it is not read back from the file)."""
 
 
 def builtin_provisioner(
-    manifest: Path, admin: Path, only: frozenset[str] | None = None
+    manifest: Path, admin: Path, only: frozenset[str] | None = None, scoped: bytes | None = None
 ) -> ProvisionReport:
     """Run the built-in provisioner in-process; its outcomes.
 
@@ -56,7 +57,7 @@ def builtin_provisioner(
     """
     from meshtui.provisioner.harness import reconcile
 
-    report = reconcile(manifest, admin, postgres=_warm_sessions().open, only=only)
+    report = reconcile(manifest, admin, postgres=_warm_sessions().open, only=only, scoped=scoped)
     return {
         "ok": report.ok,
         "outcomes": [
@@ -81,10 +82,14 @@ def _warm_sessions() -> WarmSessions:
 
 
 def provision(
-    spec: ProviderSet, manifest: Path, builtin: Provisioner, only: frozenset[str] | None = None
+    spec: ProviderSet,
+    manifest: Path,
+    builtin: Provisioner,
+    only: frozenset[str] | None = None,
+    scoped: bytes | None = None,
 ) -> ProvisionReport:
     """Apply the manifest just written: ``builtin`` unless the set declares a command (which is
-    handed the whole manifest, a delta's or not)."""
+    handed the whole manifest file, a delta's or not)."""
     argv = spec["provisioner"] or BUILTIN
     admin = spec["admin"] or ""
     if argv == BUILTIN:
@@ -95,7 +100,7 @@ def provision(
                 "error": "no admin conninfo file declared for the provisioner",
             }
         try:
-            return builtin(manifest, Path(admin), only)
+            return builtin(manifest, Path(admin), only, scoped)
         except MeshtuiError as exc:
             return {"ok": False, "outcomes": [], "error": str(exc)}
     argv = [a.replace("{admin}", admin) for a in argv]

@@ -294,19 +294,24 @@ def reconcile(
     workers: int | None = None,
     postgres: AdapterFactory | None = None,
     only: frozenset[str] | None = None,
+    scoped: bytes | None = None,
 ) -> Report:
     """Make the provider's software match the manifest once; see the module docstring.
 
     ``only``: a delta's logins (changed, added or removed); only those are made true, read back
     and reported, the rest of the manifest is taken as the last whole run left it. A pinned
     manifest is always reconciled whole (its pg_hba block is written from every login).
+    ``scoped`` (with ``only``): the manifest's text cut to those logins by whoever just wrote
+    the file (the host agent), validated here instead of the file being read and cut again.
 
     Raises ManifestError (nothing touched) for a broken manifest and ProvisionError when the
     admin file or the server cannot be used. Every other problem is an outcome in the Report.
     """
     started = time.perf_counter()
     manifest = (
-        load_manifest(Path(manifest_path)) if only is None else _load_scoped(manifest_path, only)
+        load_manifest(Path(manifest_path))
+        if only is None
+        else _load_scoped(manifest_path, only, scoped)
     )
     factory = factory or adapter_for(manifest)
     if postgres is not None and factory is PostgresAdapter:
@@ -337,11 +342,16 @@ def reconcile(
     )
 
 
-def _load_scoped(path: Path, only: frozenset[str]) -> Manifest:
+def _load_scoped(path: Path, only: frozenset[str], scoped: bytes | None = None) -> Manifest:
     """The manifest with only the consumers ``only`` names validated and kept (the rest were
     checked by the whole run that wrote them); whole when it is pinned or not a JSON object
-    with a consumer list (its own error is then the whole parse's)."""
+    with a consumer list (its own error is then the whole parse's). ``scoped``: that cut,
+    made by the writer of the file from what it wrote (a pinned one is read whole)."""
     path = Path(path)
+    if scoped is not None:
+        cut = parse_manifest(scoped, path)
+        if not cut.pin and all(c.login in only for c in cut.consumers):
+            return cut
     data = read_manifest_bytes(path)
     try:
         raw = json.loads(data)
