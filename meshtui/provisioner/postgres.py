@@ -41,7 +41,7 @@ import hashlib
 import hmac
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -631,16 +631,26 @@ class PostgresAdapter:
         database = self._wanted_database(values)
         if not self.superuser and self._quiet.unlowered:
             raise Refused(self.limits[-1])
-        verifier = self._verifier(login, password)
+        if "\x00" in password:
+            raise Refused("the secret holds a NUL character, which PostgreSQL cannot take")
         digest = secret_digest(password.encode("utf-8"))
-        del password
         self._prepare_function()
-        try:
-            change, returning, found = self._write_one(login, verifier, digest, database)
-        except _MarkerNotReady:  # missing or not ours to grant: made or refused on its own
-            self._prepare()
-            change, returning, found = self._write_one(login, verifier, digest, database)
-        del verifier
+        # printable ASCII: the verifier's PBKDF2 runs on a worker while the role is looked up
+        plain = is_plain_ascii(password)
+        special = None if plain else self._verifier(login, password)
+        with VerifiersAhead(
+            [password] if plain else [], iterations=self.iterations, workers=1
+        ) as ahead:
+            del password
+
+            def verifier() -> str:
+                return special or ahead.take()
+
+            try:
+                change, returning, found = self._write_one(login, verifier, digest, database)
+            except _MarkerNotReady:  # missing or not ours to grant: made or refused on its own
+                self._prepare()
+                change, returning, found = self._write_one(login, verifier, digest, database)
         notes = self._hand_back(login) if returning else []
         if database is not None:
             # a returning login was just handed back what it owned: read its database again
@@ -648,10 +658,11 @@ class PostgresAdapter:
         return Done(change, "; ".join(notes))
 
     def _write_one(
-        self, login: str, verifier: str, digest: str, database: str | None
+        self, login: str, verifier_of: Callable[[], str], digest: str, database: str | None
     ) -> tuple[Change, bool, _Database | None]:
         """:meth:`create`'s transaction: the change, whether a holding role keeps what the
-        login owned (a returning login), and its database as read before the write."""
+        login owned (a returning login), and its database as read before the write.
+        ``verifier_of`` is called once, when the password is written."""
         with self.conn.pipeline(), self.conn.transaction():
             self.conn.execute(self._quiet.statement)
             keeper = self.conn.execute(_EXISTS, [held_name(login)])
@@ -681,6 +692,7 @@ class PostgresAdapter:
                 and role.record.get("digest") == digest
             )
             if not intact:
+                verifier = verifier_of()
                 self._set_password(login, verifier, create=role is None)
                 if role is None:
                     self._grant_marker(login)
@@ -691,6 +703,7 @@ class PostgresAdapter:
                 )
                 if self.superuser:
                     self._read_back(login, verifier)
+                del verifier
         change: Change = OutcomeName.CREATED if role is None else OutcomeName.UPDATED
         return change, returning, found
 
