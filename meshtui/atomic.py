@@ -14,6 +14,7 @@ import os
 import secrets
 import stat
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +56,38 @@ def write_at(
         os.replace(tmp, name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
         if durable:
             os.fsync(folder_fd)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=folder_fd)
+        raise
+
+
+def write_at_after(
+    folder_fd: int,
+    name: str,
+    data: bytes,
+    before: Callable[[], None],
+    *,
+    access: Access = PRIVATE,
+) -> None:
+    """:func:`write_at`, with ``before`` (writes that must be durable first) run meanwhile.
+
+    The temp file is written and fsynced on a worker thread while ``before`` runs here (the
+    two fsyncs overlap); ``name`` is replaced only after ``before`` returned. Should ``before``
+    raise, the temp file is removed and ``name`` is left as it was.
+    """
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        staged = pool.submit(_write_temp, folder_fd, name, data, access, durable=True)
+        try:
+            before()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                os.unlink(staged.result(), dir_fd=folder_fd)
+            raise
+        tmp = staged.result()
+    try:
+        os.replace(tmp, name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
+        os.fsync(folder_fd)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp, dir_fd=folder_fd)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from meshtui.atomic import Access, remove_at, write_at, write_many_at
+from meshtui.atomic import Access, remove_at, write_at, write_at_after, write_many_at
 from meshtui.crypto import secret_digest
 from meshtui.errors import HostFileError
 from meshtui.model import file_mode
@@ -127,6 +127,13 @@ class Folder:
     def write(self, name: str, data: bytes, access: Access) -> None:
         """Replace ``name`` atomically with ``data``, owner, group and mode set before it shows."""
         write_at(self.fd, name, data, access=access)
+
+    def write_after(
+        self, name: str, data: bytes, access: Access, before: Callable[[], None]
+    ) -> None:
+        """:meth:`write`, replacing ``name`` only after ``before`` returned, whose durable
+        writes overlap this file's (:func:`write_at_after`)."""
+        write_at_after(self.fd, name, data, before, access=access)
 
     def write_many(self, files: dict[str, bytes], access: Access) -> None:
         """:meth:`write` for several files, fsynced together (:func:`write_many_at`)."""

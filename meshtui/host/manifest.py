@@ -258,8 +258,6 @@ def write_provider_files(
                 current, _ = files.read_in(gdir, name)
                 if current is None or crypto.secret_digest(current) != c["digest"]:
                     secrets[name] = unseal(c["sealed"], c["digest"], c["pair"])
-            gdir.write_many(secrets, PRIVATE)
-            secrets.clear()
             serial = serials.next(mdir, manifest)
             body: ManifestBody = {
                 "version": 1,
@@ -275,7 +273,15 @@ def write_provider_files(
                 texts = [line_text(c) for c in lines]
             data = _joined(body, texts)
             serials.forget(manifest)
-            mdir.write(manifest.name, data, PRIVATE)
+            try:
+                if secrets:  # the manifest's temp file is fsynced while the secrets are written
+                    mdir.write_after(
+                        manifest.name, data, PRIVATE, lambda: gdir.write_many(secrets, PRIVATE)
+                    )
+                else:
+                    mdir.write(manifest.name, data, PRIVATE)
+            finally:
+                secrets.clear()
             serials.wrote(manifest, serial)
             serials.keep(manifest, body, data, texts)
             wanted = {line["secret"].rsplit("/", 1)[-1] for line in lines}
