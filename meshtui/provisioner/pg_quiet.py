@@ -15,6 +15,7 @@ no verifier is sent.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,11 +78,19 @@ def _exposes(name: str, value: str, after: dict[str, str]) -> bool:
 
 def quiet_plan(conn: psycopg.Connection[Any], *, superuser: bool, version: int) -> QuietPlan:
     """What this session can lower before a verifier is sent (read once per session)."""
+    query, params = quiet_query(superuser=superuser, version=version)
+    return plan_of(conn.execute(query, params).fetchall(), superuser=superuser)
+
+
+def quiet_query(*, superuser: bool, version: int) -> tuple[str, list[Any]]:
+    """The read behind :func:`quiet_plan` (to send it with other reads), and its parameters."""
     privileged = "has_parameter_privilege(name, 'SET')" if version >= 150000 else "false"
+    return _SETTINGS.format(privileged="true" if superuser else privileged), [[n for n, _ in LOWER]]
+
+
+def plan_of(rows: Sequence[Any], *, superuser: bool) -> QuietPlan:
+    """The plan from the rows :func:`quiet_query` read."""
     wanted = dict(LOWER)
-    rows = conn.execute(
-        _SETTINGS.format(privileged="true" if superuser else privileged), [list(wanted)]
-    ).fetchall()
     after: dict[str, str] = {}
     lower: list[tuple[str, str]] = []
     stuck: list[tuple[str, str]] = []

@@ -54,7 +54,7 @@ from meshtui.crypto import secret_digest
 from meshtui.errors import ProvisionError, UnsafeLoginError
 from meshtui.model import OutcomeName
 from meshtui.provisioner.adapter import Change, Done, Held, Refused, Scope, Wanted, check_name
-from meshtui.provisioner.pg_quiet import QuietPlan, quiet_plan
+from meshtui.provisioner.pg_quiet import QuietPlan, plan_of, quiet_plan, quiet_query
 from meshtui.provisioner.scram import (
     DEFAULT_ITERATIONS,
     VerifiersAhead,
@@ -261,7 +261,8 @@ class PostgresAdapter:
         self._marker_ready = False
         self._function_ready = False
         self._acting_as: set[str] = set()
-        self._quiet: QuietPlan = quiet_plan(
+        self._stale = False  # the settings must be read again before the plan is used
+        self._plan: QuietPlan = quiet_plan(
             self.conn, superuser=self.superuser, version=self.server_version
         )
         roles = "pg_authid" if self.superuser else "pg_roles"
@@ -288,10 +289,31 @@ class PostgresAdapter:
         """Before a kept session is used again: read the settings it must lower afresh and
         forget what it assumed (marker made, memberships taken); raises psycopg.Error when the
         session is no longer usable."""
+        self.refresh_later()
+        _ = self._quiet
+
+    def refresh_later(self) -> None:
+        """:meth:`refresh`, with the settings read in the next inspection's round trip (or
+        before anything else that needs them): a psycopg.Error then when the session is gone."""
         self._notices.clear()
-        self._quiet = quiet_plan(self.conn, superuser=self.superuser, version=self.server_version)
+        self._stale = True
         self._marker_ready = False
         self._acting_as = set()
+
+    @property
+    def stale(self) -> bool:
+        """Whether nothing was read on this session since :meth:`refresh_later`."""
+        return self._stale
+
+    @property
+    def _quiet(self) -> QuietPlan:
+        """The settings this session lowers, read again first after :meth:`refresh_later`."""
+        if self._stale:
+            self._plan = quiet_plan(
+                self.conn, superuser=self.superuser, version=self.server_version
+            )
+            self._stale = False
+        return self._plan
 
     @property
     def limits(self) -> list[str]:
@@ -384,10 +406,18 @@ class PostgresAdapter:
         ``wanted`` asks for, both read in one round trip."""
         databases = sorted({v["database"] for v in wanted.values() if "database" in v})
         with self.conn.pipeline():
+            settings = None
+            if self._stale:  # a kept session's settings, read again in the same round trip
+                settings = self.conn.execute(
+                    *quiet_query(superuser=self.superuser, version=self.server_version)
+                )
             read = self.conn.execute(query, params)
             dbs = self.conn.execute(_DATABASES, [databases]) if databases else None
             rows = read.fetchall()
             found = self._database_rows(dbs.fetchall()) if dbs is not None else {}
+            if settings is not None:
+                self._plan = plan_of(settings.fetchall(), superuser=self.superuser)
+                self._stale = False
         held_for: set[str] = set()
         logins: list[tuple[str, bool, bool, dict[str, Any] | None, bool]] = []
         # our own records have one fixed layout (sort_keys): read those without a JSON parse

@@ -3,16 +3,19 @@
 Opening a session costs a SCRAM login and three reads (who the admin is, which settings it can
 lower); a host agent reconciles one manifest per delivery, so it keeps the sessions it opened
 and lends them out again. A kept session is checked before each loan: it must be open and
-idle (no transaction left behind) and answer a fresh read of its settings (the quiet plan is
-read again, so a setting turned loud since is never missed); anything else closes it and a new
-one is opened. A session idle for longer than :data:`IDLE_S` is closed rather than lent.
+idle (no transaction left behind), else it is closed and a new one opened. Its settings are
+read again (the quiet plan, so a setting turned loud since is never missed) in the loan's first
+round trip, with the inspection's reads; should that find the session gone (the server
+restarted, the backend ended), a new one is opened and the call made again on it. A session
+idle for longer than :data:`IDLE_S` is closed rather than lent.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 import psycopg
 from psycopg.pq import TransactionStatus
@@ -25,38 +28,56 @@ KEEP = 2
 """At most this many idle sessions per (admin, scope): the harness uses two at most."""
 
 
+T = TypeVar("T")
+
+
 class Lent:
-    """A kept session on loan: an adapter whose ``close`` gives it back to its pool."""
+    """A kept session on loan: an adapter whose ``close`` gives it back to its pool.
+
+    Should a kept session be found gone by the loan's first round trip (the one that reads its
+    settings again), a new session is opened and the call made again on it, as a check before
+    the loan would have done."""
 
     def __init__(self, pool: WarmSessions, key: tuple[str, Scope], adapter: PostgresAdapter):
         self._pool, self._key, self.adapter = pool, key, adapter
 
+    def _use(self, call: Callable[[PostgresAdapter], T]) -> T:
+        unproven = self.adapter.stale  # nothing read on it yet in this loan
+        try:
+            return call(self.adapter)
+        except psycopg.OperationalError:
+            if not (unproven and self.adapter.conn.closed):
+                raise  # the statement failed, or the session died during the loan
+        self.adapter.close()
+        self.adapter = PostgresAdapter(*self._key)
+        return call(self.adapter)
+
     @property
     def limits(self) -> list[str]:
         """What this admin cannot do (see :attr:`PostgresAdapter.limits`)."""
-        return self.adapter.limits
+        return self._use(lambda a: a.limits)
 
     def inspect(self, wanted: Mapping[str, Mapping[str, str]]) -> Mapping[str, Held]:
         """See :meth:`PostgresAdapter.inspect`."""
-        return self.adapter.inspect(wanted)
+        return self._use(lambda a: a.inspect(wanted))
 
     def inspect_only(
         self, wanted: Mapping[str, Mapping[str, str]], logins: frozenset[str]
     ) -> Mapping[str, Held]:
         """See :meth:`PostgresAdapter.inspect_only`."""
-        return self.adapter.inspect_only(wanted, logins)
+        return self._use(lambda a: a.inspect_only(wanted, logins))
 
     def create(self, login: str, password: str, values: Mapping[str, str]) -> Done:
         """See :meth:`PostgresAdapter.create`."""
-        return self.adapter.create(login, password, values)
+        return self._use(lambda a: a.create(login, password, values))
 
     def create_many(self, batch: Batch) -> dict[str, Done | Exception]:
         """See :meth:`PostgresAdapter.create_many`."""
-        return self.adapter.create_many(batch)
+        return self._use(lambda a: a.create_many(batch))
 
     def remove(self, login: str) -> Done:
         """See :meth:`PostgresAdapter.remove`."""
-        return self.adapter.remove(login)
+        return self._use(lambda a: a.remove(login))
 
     def close(self) -> None:
         """Give the session back (or close it when it is not fit to be lent again)."""
@@ -107,11 +128,8 @@ class WarmSessions:
 
 
 def _healthy(adapter: PostgresAdapter) -> bool:
-    """Open, idle, and answering: re-reads its settings and forgets what it assumed."""
+    """Open and idle; its settings are to be read again and what it assumed is forgotten."""
     if adapter.conn.closed or adapter.conn.info.transaction_status != TransactionStatus.IDLE:
         return False
-    try:
-        adapter.refresh()
-    except psycopg.Error:
-        return False
+    adapter.refresh_later()
     return True
