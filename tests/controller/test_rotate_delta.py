@@ -6,6 +6,7 @@ call, and a crash between the files and the provisioner converges on the next pu
 from __future__ import annotations
 
 import json
+import re
 import signal
 import threading
 import time
@@ -91,6 +92,27 @@ def test_a_rotation_sends_a_delta_and_the_manifest_is_what_a_whole_delivery_writ
     assert refused(can_login(pg, login, old, "gitea_app1"))
     for pid, rel, db in ((WIKI, "srv/app1/wiki/db.password", "wiki_app1"),
                          (OTHER, "srv/app2/grafana/db.password", "grafana_app2")):  # fmt: skip
+        assert can_login(pg, login_of(mesh, pid), mesh.secret(rel), db) is True
+
+
+def test_deltas_in_a_row_merged_from_the_agents_memory_write_what_a_whole_delivery_writes(
+    mesh, pg, delivered
+):
+    """The agent keeps the manifest it wrote last (its lines and their text): rotations in a
+    row, of one pair then of another, each merge from it and the file stays, byte for byte,
+    the one a whole delivery writes."""
+    with mesh.controller() as ctl:
+        for pid in (GITEA, WIKI, GITEA):
+            assert ctl.rotate([pid]).outcome == "done"
+    assert all("base" in request["provider"][0] for _, request, _ in delivered)
+    assert all(answer["provider"][0]["ok"] for _, _, answer in delivered)
+    merged = (mesh.root / MANIFEST).read_bytes()
+    whole_delivery(mesh)
+    rewritten = (mesh.root / MANIFEST).read_bytes()
+    serial = re.compile(rb'"serial": \d+')
+    assert serial.sub(b"", merged) == serial.sub(b"", rewritten)  # byte for byte but the serial
+    for pid, rel, db in ((GITEA, "srv/app1/gitea/db.password", "gitea_app1"),
+                         (WIKI, "srv/app1/wiki/db.password", "wiki_app1")):  # fmt: skip
         assert can_login(pg, login_of(mesh, pid), mesh.secret(rel), db) is True
 
 

@@ -3,9 +3,11 @@ per login, does the server still hold what the secret file says? It writes nothi
 
 from __future__ import annotations
 
-from meshtui.provisioner.harness import inspect
+from meshtui.provisioner.adapter import Scope
+from meshtui.provisioner.harness import inspect, read_admin_file
+from meshtui.provisioner.postgres import PostgresAdapter, held_name
 
-from .conftest import Mesh
+from .conftest import PROVIDER, Mesh
 
 
 def _verdicts(mesh: Mesh) -> dict[str, str]:
@@ -51,3 +53,40 @@ def test_inspection_by_an_admin_that_cannot_read_pg_authid_says_unknown(mesh: Me
     )
     # made by the superuser: marked by a superuser's grant, so still ours, but unverifiable
     assert _verdicts(mesh) == {"gitea_app1_x": "unknown"}
+
+
+def test_a_scoped_inspection_reads_only_its_logins_and_agrees_with_the_whole_one(
+    mesh: Mesh,
+) -> None:
+    """A delta's inspection asks PostgreSQL for the named roles (and their holding roles) only;
+    for those logins it holds exactly what the whole inspection holds, and nothing else."""
+    mesh.add("app1", "gitea", database="gitea")
+    mesh.add("app2", "wiki")
+    mesh.add("app3", "api", database="apidb")
+    mesh.reconcile()
+    mesh.drop("app3", "api")
+    mesh.reconcile()  # api owned its database: a holding role keeps it
+    with mesh.admin_conn() as conn:
+        conn.execute("CREATE ROLE intruder LOGIN")
+        assert conn.execute(
+            "SELECT count(*) FROM pg_roles WHERE rolname = %s", [held_name("api_app3_x")]
+        ).fetchone() == (1,)
+    mesh.add("app3", "api", database="apidb")  # asked for again: its objects are held
+    with mesh.admin_conn() as conn:
+        conn.execute("CREATE ROLE api_app3_x LOGIN")  # and someone made the name meanwhile
+    wanted = {
+        "gitea_app1_x": {"database": "gitea"},
+        "wiki_app2_x": {},
+        "api_app3_x": {"database": "apidb"},
+        "intruder": {},
+        "nobody": {},
+    }
+    scope = frozenset({"gitea_app1_x", "api_app3_x", "intruder", "nobody"})
+    with PostgresAdapter(read_admin_file(mesh.admin), Scope(PROVIDER, "database")) as adapter:
+        whole = adapter.inspect(wanted)
+        only = adapter.inspect_only(wanted, scope)
+    assert {"gitea_app1_x", "wiki_app2_x", "api_app3_x", "intruder"} <= set(whole)
+    assert only == {k: v for k, v in whole.items() if k in scope}
+    assert set(only) == {"gitea_app1_x", "api_app3_x", "intruder"}
+    assert only["gitea_app1_x"].ours and only["gitea_app1_x"].in_place
+    assert not only["intruder"].ours and not only["api_app3_x"].ours
