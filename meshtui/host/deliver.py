@@ -216,7 +216,8 @@ class Deliveries:
                 gone = by_login.get(str(h.get("login")), OutcomeName.REMOVED) == OutcomeName.REMOVED
                 if gone and out["ok"]:
                     changes[h["pair"]] = None
-        self.holdings.update(End.PROVIDER, changes)
+        # written once the answer is sent (the agent persists it then): a cache, see Holdings
+        self.holdings.update(End.PROVIDER, changes, later=True)
 
 
 def _refused_provider(spec: ProviderSet, why: str) -> ProviderOutcome:

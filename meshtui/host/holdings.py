@@ -60,6 +60,7 @@ class Holdings:
     def __init__(self, state_dir: Path) -> None:
         self._path = state_dir / FILE
         self._lock = threading.Lock()
+        self._unwritten = False
         found = self._load()
         self._data: dict[End, dict[str, Held]] = {
             End.CONSUMER: found.consumer,
@@ -91,18 +92,36 @@ class Holdings:
             held = self._data[end].get(pair)
             return Held(**held) if held else None
 
-    def update(self, end: End, changes: dict[str, Held | None]) -> None:
-        """Set (or with None, forget) several pairs of one end, then persist once."""
+    def update(self, end: End, changes: dict[str, Held | None], *, later: bool = False) -> None:
+        """Set (or with None, forget) several pairs of one end, then persist once; ``later``:
+        at the next :meth:`persist` instead (the agent's, once its answer is sent)."""
         with self._lock:
             for pair, held in changes.items():
                 if held is None:
                     self._data[end].pop(pair, None)
                 else:
                     self._data[end][pair] = held
-            # a cache of what the files hold: losing the last update to a crash only makes the
-            # controller re-deliver, so it is not worth an fsync inside a rotation's window
-            # one C encode of the whole record (json.dumps took 5 ms for 1,000 pairs)
-            write_private(self._path, _ENCODER.encode(self._data), durable=False)
+            self._unwritten = True
+            if not later:
+                self._write()
+
+    @property
+    def unwritten(self) -> bool:
+        """Whether an update is not in the file yet (see :meth:`persist`)."""
+        return self._unwritten
+
+    def persist(self) -> None:
+        """Write the record when an update left it unwritten (once for however many)."""
+        with self._lock:
+            if self._unwritten:
+                self._write()
+
+    def _write(self) -> None:
+        # a cache of what the files hold: losing the last update to a crash only makes the
+        # controller re-deliver, so it is not worth an fsync inside a rotation's window; one C
+        # encode of the whole record (json.dumps took 5 ms for 1,000 pairs)
+        write_private(self._path, _ENCODER.encode(self._data), durable=False)
+        self._unwritten = False
 
     def listing(self) -> list[Holding]:
         """Every holding as ``{end, pair, generation, digest, ...}`` (each a fresh dict)."""
