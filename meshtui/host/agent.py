@@ -145,16 +145,19 @@ class Agent:
     def answer(self, envelope: object) -> tuple[int, dict[str, str], Callable[[], None]]:
         """:meth:`handle`, leaving to the returned callable what need not delay the answer
         (the readable copy of the audit head: the guard's durable line already holds it; a
-        provider's holdings, a cache), to be called once the answer is sent."""
+        provider's holdings, a cache; the digest of the manifest just written, for the next
+        delta), to be called once the answer is sent."""
         kept: list[bool] = []
         status, answer = self._answer(envelope, kept)
-        return status, answer, self._after_answer if kept or self.holdings.unwritten else _nothing
+        later = kept or self.holdings.unwritten or self.deliveries.serials.unsettled
+        return status, answer, self._after_answer if later else _nothing
 
     def _after_answer(self) -> None:
         with contextlib.suppress(OSError):  # a failed copy loses nothing: the guard holds it
             self.anchor.copy()
         with contextlib.suppress(OSError):  # a cache: the next update writes it whole again
             self.holdings.persist()
+        self.deliveries.serials.settle()  # the next delta's base digest, off its path
 
     def _answer(self, envelope: object, kept: list[bool]) -> tuple[int, dict[str, str]]:
         me = self.identity.name

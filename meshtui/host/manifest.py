@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NotRequired, TypedDict
@@ -82,17 +82,18 @@ def _joined(body: ManifestBody, lines: list[str]) -> bytes:
     return (text + "]}\n").encode()
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Last:
     """The manifest this agent wrote last at one path: its bytes, its consumer lines with
-    their encoded text, and (computed off the delivery's path) the digest of its consumer set."""
+    their encoded text, and the digest of its consumer set (None until computed: once the
+    answer is sent, or by the next delta if that comes first)."""
 
     data: bytes
     provider: str
     provision: str
     lines: list[ManifestLine]
     texts: list[str]
-    digest: Future[str]
+    digest: str | None = None
 
 
 class Serials:
@@ -103,7 +104,7 @@ class Serials:
     def __init__(self) -> None:
         self._last: dict[str, int] = {}
         self._written: dict[str, _Last] = {}
-        self._digests = ThreadPoolExecutor(max_workers=1, thread_name_prefix="manifest-digest")
+        self._lock = threading.Lock()
 
     def next(self, folder: files.Folder, manifest: Path) -> int:
         """One more than the serial this agent wrote last."""
@@ -120,17 +121,33 @@ class Serials:
         return last if last is not None and last.data == data else None
 
     def keep(self, manifest: Path, body: ManifestBody, data: bytes, texts: list[str]) -> None:
-        """Remember the manifest just written; its consumer-set digest is computed on a worker
-        thread meanwhile (the provisioner is then mostly waiting on its server)."""
+        """Remember the manifest just written (its digest is :meth:`settle`'s, later)."""
         lines = body["consumers"]
-        digest = self._digests.submit(_set_digest, lines)
         self._written[str(manifest)] = _Last(
-            data, body["provider"], body["provision"], lines, texts, digest
+            data, body["provider"], body["provision"], lines, texts
         )
 
     def forget(self, manifest: Path) -> None:
         """Nothing is known of ``manifest`` (a write of it failed half-way)."""
         self._written.pop(str(manifest), None)
+
+    def digest(self, last: _Last) -> str:
+        """The consumer-set digest of a kept manifest, computed once."""
+        with self._lock:
+            if last.digest is None:
+                last.digest = _set_digest(last.lines)
+            return last.digest
+
+    @property
+    def unsettled(self) -> bool:
+        """Whether a kept manifest's digest is still to be computed."""
+        return any(last.digest is None for last in list(self._written.values()))
+
+    def settle(self) -> None:
+        """Compute the digests still owed (the agent calls it once its answer is sent, so the
+        next delta finds it ready and the delivery that wrote it did not wait for it)."""
+        for last in list(self._written.values()):
+            self.digest(last)
 
 
 def _set_digest(lines: list[ManifestLine]) -> str:
@@ -200,7 +217,7 @@ def _held_lines(
         texts = None
     if provider != spec["provider"] or provision != spec["provision"]:
         return "the manifest on the node is for another provision"
-    digest = last.digest.result() if last is not None else _set_digest(lines)
+    digest = serials.digest(last) if last is not None else _set_digest(lines)
     if digest != base["digest"]:
         return (
             "the manifest on the node does not hold the consumer set the delta applies to "
