@@ -111,7 +111,7 @@ def _pair_state(row: StatusRow, probed: bool) -> tuple[State, str, bool]:
     if behind:
         return State.STALE, "; ".join(behind), False
     if not probed or pr_withdrawn:
-        return State.UNKNOWN, "never probed", False
+        return State.UNKNOWN, NEVER_PROBED, False
     if pr_gen != want:
         if verdict == "unknown" and not pr_gen:  # the probe never ran
             return State.UNKNOWN, f"cannot probe: {why}", False
@@ -126,28 +126,41 @@ def _pair_state(row: StatusRow, probed: bool) -> tuple[State, str, bool]:
     return State.STALE, f"probe could not decide: {why}", False
 
 
-def _working(row: StatusRow) -> str | None:
-    """The reason of a pair that is plainly working, or None to take the full path.
+NEVER_PROBED = "never probed"
 
-    The common case, decided in one test: both ends hold the current generation without an
-    error, and its newest probe logged in with the password. :func:`pair_state` gives the same
+
+def _plain(row: StatusRow) -> tuple[State, str] | None:
+    """The state and reason of a plain pair, or None to take the full path.
+
+    The common cases, decided in a few tests: both ends hold the current generation without
+    an error and the pair is not withdrawn, and either nothing has probed it yet (as push leaves
+    it) or its newest probe logged in with the password. :func:`pair_state` gives the same
     answer for these rows; this only skips its steps, since status reads every pair.
     """
     want = row[6]
-    if (
+    if not (
         want
         and row[10] == want
         and row[12] == want
-        and row[17] == want
         and row[9] is None
         and row[11] is None
         and row[13] is None
-        and row[14] == Verdict.ACCEPTED
-        and not row[20]
-        and row[22] != 0
     ):
-        return f"logged in from {row[19] or 'consumer'}{' over loopback' if row[18] else ''}"
+        return None
+    verdict = row[14]
+    if verdict is None or row[20]:
+        return State.UNKNOWN, NEVER_PROBED
+    if verdict == Verdict.ACCEPTED and row[17] == want and row[22] != 0:
+        return State.WORKING, (
+            f"logged in from {row[19] or 'consumer'}{' over loopback' if row[18] else ''}"
+        )
     return None
+
+
+def _working(row: StatusRow) -> str | None:
+    """The reason of a pair that is plainly working, or None (the working half of :func:`_plain`)."""
+    plain = _plain(row)
+    return plain[1] if plain is not None and plain[0] is State.WORKING else None
 
 
 def statuses(
@@ -162,9 +175,9 @@ def statuses(
     append = out.append
     for row in rows:
         pid = row[0]
-        reason = _working(row)
-        if reason is not None:
-            state, alarm = State.WORKING, False
+        plain = _plain(row)
+        if plain is not None:
+            (state, reason), alarm = plain, False
         else:
             state, reason, alarm = pair_state(row)
         if rotating and pid in rotating:

@@ -72,11 +72,34 @@ def _policies_v4(db: sqlite_utils.Database) -> None:
     )
 
 
+def _newest_probes_v5(db: sqlite_utils.Database) -> None:
+    """Each pair's newest probe (the highest id), kept by triggers in the very statement that
+    records or deletes a probe, so status reads it by key instead of searching every pair's
+    probes for their maximum; filled from the probes already stored."""
+    for statement in (
+        # keyed by the probe, so the index on pair alone answers "which probe" (covering)
+        "CREATE TABLE newest_probes (probe INTEGER PRIMARY KEY, pair TEXT NOT NULL UNIQUE)",
+        "INSERT INTO newest_probes (pair, probe) SELECT pair, MAX(id) FROM probes GROUP BY pair",
+        """CREATE TRIGGER probes_newest AFTER INSERT ON probes BEGIN
+            INSERT INTO newest_probes (pair, probe) VALUES (NEW.pair, NEW.id)
+            ON CONFLICT (pair) DO UPDATE SET probe = excluded.probe
+            WHERE excluded.probe > newest_probes.probe;
+        END""",
+        """CREATE TRIGGER probes_forget AFTER DELETE ON probes BEGIN
+            DELETE FROM newest_probes WHERE pair = OLD.pair AND probe = OLD.id;
+            INSERT OR IGNORE INTO newest_probes (pair, probe)
+            SELECT pair, MAX(id) FROM probes WHERE pair = OLD.pair GROUP BY pair;
+        END""",
+    ):
+        db.execute(statement)
+
+
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _create_v1,
     _signed_head_v2,
     _file_access_v3,
     _policies_v4,
+    _newest_probes_v5,
 ]
 """``MIGRATIONS[i]`` takes the schema from version i to i+1; append, never edit."""
 
