@@ -72,7 +72,18 @@ def _policies_v4(db: sqlite_utils.Database) -> None:
     )
 
 
-def _newest_probes_v5(db: sqlite_utils.Database) -> None:
+def _provider_bases_v5(db: sqlite_utils.Database) -> None:
+    """Per (provider module, provision): the digest of the consumer set its node's manifest
+    holds as last delivered (:func:`meshtui.messages.consumer_set_digest`), kept so a rotation's
+    delta names its base without reading the provision's every pair. Empty after the upgrade:
+    each provision's next delivery is whole once."""
+    db.execute(
+        "CREATE TABLE provider_bases (provider TEXT NOT NULL, provision TEXT NOT NULL, "
+        "digest TEXT NOT NULL, PRIMARY KEY (provider, provision))"
+    )
+
+
+def _newest_probes_v6(db: sqlite_utils.Database) -> None:
     """Each pair's newest probe (the highest id), kept by triggers in the very statement that
     records or deletes a probe, so status reads it by key instead of searching every pair's
     probes for their maximum; filled from the probes already stored."""
@@ -99,7 +110,8 @@ MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _signed_head_v2,
     _file_access_v3,
     _policies_v4,
-    _newest_probes_v5,
+    _provider_bases_v5,
+    _newest_probes_v6,
 ]
 """``MIGRATIONS[i]`` takes the schema from version i to i+1; append, never edit."""
 
