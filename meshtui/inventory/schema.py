@@ -101,20 +101,19 @@ def _pair_ends_v6(db: sqlite_utils.Database) -> None:
         cols = ends[end]
         return (
             f"INSERT INTO pair_ends (pair, {', '.join(cols)}) "
-            f"SELECT NEW.pair, {', '.join('NEW.' + c for c in cols.values())} "
-            f"WHERE NEW.\"end\" = '{end}' ON CONFLICT (pair) DO UPDATE SET "
+            f"VALUES (NEW.pair, {', '.join('NEW.' + c for c in cols.values())}) "
+            "ON CONFLICT (pair) DO UPDATE SET "
             + ", ".join(f"{c} = excluded.{c}" for c in cols)
             + ";"
         )
 
-    def gone(end: str, unless_kept: str = "") -> str:  # OLD's end out of its pair's row
+    def gone(end: str) -> str:  # OLD's end out of its pair's row
         return (
             f"UPDATE pair_ends SET {', '.join(c + ' = NULL' for c in ends[end])} "
-            f"WHERE pair = OLD.pair AND OLD.\"end\" = '{end}'{unless_kept};"
+            f"WHERE pair = OLD.pair AND OLD.\"end\" = '{end}';"
         )
 
-    moved = ' AND (OLD.pair IS NOT NEW.pair OR OLD."end" IS NOT NEW."end")'
-    for statement in (
+    statements = [
         "CREATE TABLE pair_ends (pair TEXT PRIMARY KEY, consumer_generation INTEGER, "
         "consumer_error TEXT, provider_generation INTEGER, provider_error TEXT, "
         "provider_attempted_at TEXT, probe INTEGER)",
@@ -123,13 +122,21 @@ def _pair_ends_v6(db: sqlite_utils.Database) -> None:
         FROM (SELECT pair FROM deliveries UNION SELECT pair FROM probes) k
         LEFT JOIN deliveries c ON c.pair = k.pair AND c."end" = 'consumer'
         LEFT JOIN deliveries v ON v.pair = k.pair AND v."end" = 'provider'""",
-        "CREATE TRIGGER pair_ends_delivered AFTER INSERT ON deliveries BEGIN "
-        f"{held('consumer')} {held('provider')} END",
-        "CREATE TRIGGER pair_ends_redelivered AFTER UPDATE ON deliveries BEGIN "
-        f"{gone('consumer', moved)} {gone('provider', moved)} "
-        f"{held('consumer')} {held('provider')} END",
-        "CREATE TRIGGER pair_ends_forgotten AFTER DELETE ON deliveries BEGIN "
-        f"{gone('consumer')} {gone('provider')} END",
+    ]
+    for end in ends:  # one trigger per end and event: each row runs one statement
+        statements += [
+            f"CREATE TRIGGER pair_ends_{end}_delivered AFTER INSERT ON deliveries "
+            f"WHEN NEW.\"end\" = '{end}' BEGIN {held(end)} END",
+            f"CREATE TRIGGER pair_ends_{end}_redelivered AFTER UPDATE ON deliveries "
+            f"WHEN NEW.\"end\" = '{end}' BEGIN {held(end)} END",
+        ]
+    statements += [
+        # no writer moves a delivery to another pair or end; kept right if one ever does
+        'CREATE TRIGGER pair_ends_moved AFTER UPDATE OF pair, "end" ON deliveries '
+        'WHEN OLD.pair IS NOT NEW.pair OR OLD."end" IS NOT NEW."end" '
+        f"BEGIN {gone('consumer')} {gone('provider')} END",
+        f"CREATE TRIGGER pair_ends_forgotten AFTER DELETE ON deliveries "
+        f"BEGIN {gone('consumer')} {gone('provider')} END",
         """CREATE TRIGGER pair_ends_probed AFTER INSERT ON probes BEGIN
             INSERT INTO pair_ends (pair, probe) VALUES (NEW.pair, NEW.id)
             ON CONFLICT (pair) DO UPDATE SET probe = excluded.probe
@@ -139,7 +146,8 @@ def _pair_ends_v6(db: sqlite_utils.Database) -> None:
             UPDATE pair_ends SET probe = (SELECT MAX(id) FROM probes WHERE pair = OLD.pair)
             WHERE pair = OLD.pair AND probe = OLD.id;
         END""",
-    ):
+    ]
+    for statement in statements:
         db.execute(statement)
 
 
