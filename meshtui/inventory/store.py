@@ -42,6 +42,7 @@ from meshtui.inventory.rows import (
     PolicyRecord,
     ProbeRecord,
     ProbeRow,
+    Provision,
     RotationItem,
     RotationRow,
     RotationUpdate,
@@ -140,7 +141,11 @@ class Transaction:
 
     # ---- declare --------------------------------------------------------------------------
     def put_nodes(self, rows: Sequence[NodeRow]) -> None:
-        """Insert or update nodes."""
+        """Insert or update nodes; a node whose address changed changes every manifest line of
+        its consumers, so every kept provider base is dropped then."""
+        known = dict(self._conn.execute("SELECT name, address FROM nodes").fetchall())
+        if any(r["name"] in known and known[r["name"]] != r["address"] for r in rows):
+            self._conn.execute("DELETE FROM provider_bases")
         _upsert(self._conn, "nodes", rows, "name")
 
     def undeclare_nodes(self, names: Iterable[str], stamp: str) -> None:
@@ -161,14 +166,47 @@ class Transaction:
         )
 
     def put_pairs(self, rows: Sequence[PairRecord]) -> None:
-        """Insert or update pairs."""
+        """Insert or update pairs (their provisions' kept bases are dropped: a new, moved or
+        changed pair is a manifest line the node does not hold yet)."""
+        self._drop_bases_of([r["id"] for r in rows])
+        self.drop_bases({(r["provider"], r["provision"]) for r in rows})
         _upsert(self._conn, "pairs", rows, "id")
 
     def withdraw_pairs(self, ids: Iterable[str], stamp: str) -> None:
         """Mark pairs that left the declaration withdrawn (a pair is never deleted)."""
+        ids = list(ids)
+        self._drop_bases_of(ids)
         self._conn.executemany(
             "UPDATE pairs SET withdrawn_at = ? WHERE id = ?", [(stamp, pid) for pid in ids]
         )
+
+    # ---- provider bases -------------------------------------------------------------------
+    def put_bases(self, bases: Mapping[Provision, str | None]) -> None:
+        """Keep (or, for None, forget) the consumer-set digest each provision's manifest holds
+        as just delivered. Call after :meth:`put_deliveries` in the same transaction."""
+        keep = [(prov, name, digest) for (prov, name), digest in bases.items() if digest]
+        self.drop_bases([key for key, digest in bases.items() if not digest])
+        self._conn.executemany(
+            "INSERT INTO provider_bases (provider, provision, digest) VALUES (?, ?, ?) "
+            "ON CONFLICT(provider, provision) DO UPDATE SET digest = excluded.digest",
+            keep,
+        )
+
+    def drop_bases(self, provisions: Iterable[Provision]) -> None:
+        """Forget the kept bases of ``provisions``: their next delivery is whole."""
+        self._conn.executemany(
+            "DELETE FROM provider_bases WHERE provider = ? AND provision = ?", list(provisions)
+        )
+
+    def _drop_bases_of(self, pairs: Sequence[str]) -> None:
+        """Forget the kept bases of the provisions ``pairs`` (as stored now) belong to."""
+        for i in range(0, len(pairs), CHUNK):
+            chunk = pairs[i : i + CHUNK]
+            self._conn.execute(
+                "DELETE FROM provider_bases WHERE (provider, provision) IN (SELECT provider, "
+                f"provision FROM pairs WHERE id IN ({_marks(len(chunk))}))",
+                chunk,
+            )
 
     def put_policies(self, rows: Sequence[PolicyRecord]) -> None:
         """Insert or update pairs' effective policies."""
@@ -215,7 +253,9 @@ class Transaction:
 
     # ---- deliveries, probes, drills -------------------------------------------------------
     def put_deliveries(self, rows: Sequence[DeliveryRow]) -> None:
-        """Record which generation each end holds."""
+        """Record which generation each end holds. A provider end recorded anew makes its
+        provision's kept base unknown until :meth:`put_bases` says what was delivered."""
+        self._drop_bases_of([r["pair"] for r in rows if r["end"] == "provider"])
         _upsert(self._conn, "deliveries", rows, "pair", "end")
 
     def touch_deliveries(self, ends: Sequence[tuple[str, str]], stamp: str) -> None:
@@ -595,12 +635,20 @@ class Inventory:
             rows = self._query("SELECT * FROM deliveries WHERE pair = ?", [pair])
         return {(r["pair"], r["end"]): cast(DeliveryRow, r) for r in rows}
 
+    def bases(self, provisions: Iterable[Provision]) -> dict[Provision, str]:
+        """The kept consumer-set digest of each named provision that has one."""
+        out: dict[Provision, str] = {}
+        for provider, provision in set(provisions):
+            for (digest,) in self._tuples(
+                "SELECT digest FROM provider_bases WHERE provider = ? AND provision = ?",
+                (provider, provision),
+            ):
+                out[(provider, provision)] = str(digest)
+        return out
+
     def latest_probes(self) -> dict[str, ProbeRow]:
         """The newest probe of every pair."""
-        rows = self._query(
-            "SELECT p.* FROM probes p JOIN (SELECT pair, MAX(id) AS id FROM probes GROUP BY pair)"
-            " m ON p.id = m.id"
-        )
+        rows = self._query("SELECT p.* FROM pair_ends e JOIN probes p ON p.id = e.probe")
         return {r["pair"]: cast(ProbeRow, r) for r in rows}
 
     def probes(self, pair: str, limit: int = 50) -> list[ProbeRow]:
@@ -691,9 +739,13 @@ class Inventory:
             return audit_mod.hash_at(self._db.conn, seq)
 
     def provider_kinds(self) -> dict[tuple[str, str], str]:
-        """(provider module, provision) -> kind, for the providers that are not PostgreSQL."""
+        """(provider module, provision) -> kind, for the providers of pairs that are not
+        PostgreSQL (only modules some pair names as its provider are read)."""
         out: dict[tuple[str, str], str] = {}
-        rows = self._tuples("SELECT id, spec FROM modules WHERE spec LIKE '%\"kind\"%'")
+        rows = self._tuples(
+            "SELECT id, spec FROM modules WHERE id IN (SELECT provider FROM pairs) "
+            "AND spec LIKE '%\"kind\"%'"
+        )
         for mid, spec in rows:
             for offer in json.loads(spec).get("provides", []):
                 if offer.get("kind"):
@@ -713,15 +765,16 @@ class Inventory:
 STATUS_SQL = """
 SELECT p.id, p.provision, p.consumer, p.provider, p.login, p.file, p.generation, p.created_at,
        p.rotated_at, p.withdrawn_at,
-       c.generation, c.error, v.generation, v.error,
+       e.consumer_generation, e.consumer_error, e.provider_generation, e.provider_error,
        pr.verdict, pr.reason, pr.at, pr.generation, pr.loopback, pr.client_addr, pr.withdrawn,
-       pr.latency_ms, pr.used_password, v.attempted_at
+       pr.latency_ms, pr.used_password, e.provider_attempted_at
 FROM pairs p
-LEFT JOIN deliveries c ON c.pair = p.id AND c."end" = 'consumer'
-LEFT JOIN deliveries v ON v.pair = p.id AND v."end" = 'provider'
-LEFT JOIN probes pr ON pr.id = (SELECT MAX(id) FROM probes WHERE pair = p.id)
+LEFT JOIN pair_ends e ON e.pair = p.id
+LEFT JOIN probes pr ON pr.id = e.probe
 """
-"""One row per pair, in :data:`~meshtui.inventory.rows.StatusRow`'s column order."""
+"""One row per pair, in :data:`~meshtui.inventory.rows.StatusRow`'s column order: its ends and
+newest probe found through ``pair_ends``, which the schema's triggers keep in step with
+``deliveries`` and ``probes`` (one lookup per pair instead of three searches)."""
 
 SCHEDULE_SQL = """
 SELECT p.id, p.provider, p.consumer, p.withdrawn_at, COALESCE(p.rotated_at, p.created_at),
