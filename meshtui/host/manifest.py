@@ -21,7 +21,13 @@ from meshtui import crypto
 from meshtui.atomic import PRIVATE
 from meshtui.errors import HostFileError
 from meshtui.host import files
-from meshtui.messages import ConsumerLine, ManifestEntry, ProviderSet, consumer_set_digest
+from meshtui.messages import (
+    ConsumerLine,
+    ManifestEntry,
+    ProviderSet,
+    consumer_set_digest,
+    rebased_digest,
+)
 
 ManifestLine = TypedDict(
     "ManifestLine",
@@ -120,11 +126,19 @@ class Serials:
         last = self._written.get(str(manifest))
         return last if last is not None and last.data == data else None
 
-    def keep(self, manifest: Path, body: ManifestBody, data: bytes, texts: list[str]) -> None:
-        """Remember the manifest just written (its digest is :meth:`settle`'s, later)."""
+    def keep(
+        self,
+        manifest: Path,
+        body: ManifestBody,
+        data: bytes,
+        texts: list[str],
+        digest: str | None = None,
+    ) -> None:
+        """Remember the manifest just written, with its digest when known (else
+        :meth:`settle` computes it, later)."""
         lines = body["consumers"]
         self._written[str(manifest)] = _Last(
-            data, body["provider"], body["provision"], lines, texts
+            data, body["provider"], body["provision"], lines, texts, digest
         )
 
     def forget(self, manifest: Path) -> None:
@@ -152,10 +166,11 @@ class Serials:
 
 def _set_digest(lines: list[ManifestLine]) -> str:
     """The consumer-set digest of manifest lines (what a delta's base is compared with)."""
-    return consumer_set_digest(
-        ConsumerLine(c["as"], c["node"], c["module"], c["at"], c["values"], c["digest"])
-        for c in lines
-    )
+    return consumer_set_digest(_consumer_line(c) for c in lines)
+
+
+def _consumer_line(c: ManifestLine) -> ConsumerLine:
+    return ConsumerLine(c["as"], c["node"], c["module"], c["at"], c["values"], c["digest"])
 
 
 def _serial_on_disk(folder: files.Folder, name: str) -> int:
@@ -251,12 +266,20 @@ def write_provider_files(
         held: list[ManifestLine] = []
         gone: set[str] = set()
         texts: list[str] | None = None
+        digest: str | None = None  # a whole manifest's is computed later (Serials.settle)
         if delta:
+            base_digest = spec["base"]["digest"]  # what the manifest on disk is found to hold
             found = _held_lines(mdir, manifest, spec, serials)
             if isinstance(found, str):
                 return Written(refused=found)
             (held, held_texts), gone = found, set(spec.get("removed", []))
             changed = {line["as"]: line for line in lines}
+            # the merged set's digest, moved past the delta in the delta's size
+            digest = rebased_digest(
+                base_digest,
+                [_consumer_line(h) for h in held if h["as"] in gone or h["as"] in changed],
+                [_consumer_line(line) for line in lines],
+            )
             merged = [changed.pop(h["as"], h) for h in held if h["as"] not in gone]
             if held_texts is not None:  # a held line keeps its text; a changed one is encoded
                 was = {id(h): t for h, t in zip(held, held_texts, strict=True)}
@@ -300,7 +323,7 @@ def write_provider_files(
             finally:
                 secrets.clear()
             serials.wrote(manifest, serial)
-            serials.keep(manifest, body, data, texts)
+            serials.keep(manifest, body, data, texts, digest)
             wanted = {line["secret"].rsplit("/", 1)[-1] for line in lines}
             # a delta can make stale only the secret files of the logins it removes
             names = gdir.names() if not delta else [

@@ -40,16 +40,16 @@ class ProvisionReport(TypedDict):
     error: NotRequired[str]
 
 
-Provisioner = Callable[[Path, Path, frozenset[str] | None, bytes | None], ProvisionReport]
-"""``provisioner(manifest, admin, only, scoped)``: apply the manifest (only the logins ``only``
-names, when it names any: a delta's), and report each login's outcome. ``scoped``: the manifest
-just written, cut to those logins (given, it is not read back from the file)."""
+Provisioner = Callable[[Path, Path, frozenset[str] | None], ProvisionReport]
+"""``provisioner(manifest, admin, only)``: apply the manifest (only the logins ``only`` names,
+when it names any: a delta's), and report each login's outcome."""
 
 
 def builtin_provisioner(
     manifest: Path, admin: Path, only: frozenset[str] | None = None, scoped: bytes | None = None
 ) -> ProvisionReport:
-    """Run the built-in provisioner in-process; its outcomes.
+    """Run the built-in provisioner in-process; its outcomes. ``scoped``: the manifest just
+    written, cut to the logins ``only`` names (given, the file is not read back and cut again).
 
     Its PostgreSQL admin sessions are kept warm between deliveries (:mod:`meshtui.provisioner.warm`):
     each is checked and its settings read again before it is used. ``only``: a delta's logins,
@@ -89,7 +89,8 @@ def provision(
     scoped: bytes | None = None,
 ) -> ProvisionReport:
     """Apply the manifest just written: ``builtin`` unless the set declares a command (which is
-    handed the whole manifest file, a delta's or not)."""
+    handed the whole manifest file, a delta's or not). ``scoped`` goes to this module's
+    :func:`builtin_provisioner` only (another ``builtin``, a test's seam, reads the file)."""
     argv = spec["provisioner"] or BUILTIN
     admin = spec["admin"] or ""
     if argv == BUILTIN:
@@ -100,7 +101,9 @@ def provision(
                 "error": "no admin conninfo file declared for the provisioner",
             }
         try:
-            return builtin(manifest, Path(admin), only, scoped)
+            if builtin is builtin_provisioner and scoped is not None:
+                return builtin_provisioner(manifest, Path(admin), only, scoped)
+            return builtin(manifest, Path(admin), only)
         except MeshtuiError as exc:
             return {"ok": False, "outcomes": [], "error": str(exc)}
     argv = [a.replace("{admin}", admin) for a in argv]
