@@ -2,7 +2,9 @@
 
 The manifest is whole on every write (every live consumer of the provision, a serial one more
 than the last) and written after every secret it names; secret files no longer named go. A
-delta is merged into the manifest on disk first, when that is the set the delta applies to.
+delta is merged into the manifest on disk first, when that is the set the delta applies to;
+when the file is, byte for byte, what this agent wrote last, its lines, their text and their
+digest are taken from memory (:class:`Serials`) instead of being decoded and encoded again.
 """
 
 from __future__ import annotations
