@@ -36,6 +36,7 @@ STATE = "state"  # which pairs and generations the node holds, by digest
 
 
 DELIVER = "deliver"  # consumer credentials and provider manifests (sealed)
+PREPARE = "prepare"  # consumer credentials written ahead, unnamed, until a delivery names them
 WITHDRAW = "withdraw"  # try a withdrawn pair's last credential once, then delete it
 PROBE = "probe"  # live logins with the credentials the node holds
 DRILL_HOLD = "drill-hold"  # log in with the current credential and keep it in memory

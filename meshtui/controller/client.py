@@ -15,6 +15,7 @@ import ssl
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import httpx
@@ -106,6 +107,27 @@ def read_anchor(node: NodeRow, *, timeout: float = STATE_TIMEOUT_S) -> wire.Sign
         raise AgentError(name, f"its audit head is malformed: {exc}") from None
 
 
+SIGNED_FRESH_S = 5.0
+"""A request signed ahead (:meth:`AgentClient.sign`) is sent as signed for this long; after
+that it is signed again, well inside the clock limit the agent checks (``wire.MAX_SKEW_S``)."""
+
+
+@dataclass(frozen=True)
+class SignedRequest:
+    """A request numbered and signed ahead of sending it (:meth:`AgentClient.sign`)."""
+
+    kind: str
+    payload: Mapping[str, object]
+    envelope: dict[str, str]
+    nonce: str
+    signed_at: float
+
+    def fits(self, kind: str, payload: Mapping[str, object]) -> bool:
+        """True when this is ``payload`` of ``kind``, signed recently enough to send."""
+        fresh = time.monotonic() - self.signed_at < SIGNED_FRESH_S
+        return fresh and kind == self.kind and payload == self.payload
+
+
 class AgentClient:
     """One node's agent, as the controller sees it."""
 
@@ -130,8 +152,9 @@ class AgentClient:
         """Close the HTTP connection pool."""
         self._http.close()
 
-    def call(self, kind: Kind[Req, Ans], payload: Req, *, timeout: float | None = None) -> Ans:
-        """Send one signed request; return the verified answer's payload, checked for its shape."""
+    def sign(self, kind: Kind[Req, Ans], payload: Req) -> SignedRequest:
+        """Number and sign a request now, to send it later with :meth:`call` (``signed=``):
+        the signing is then done before the moment the request is waited for."""
         try:
             env, nonce = wire.envelope(
                 kind.name,
@@ -147,6 +170,24 @@ class AgentClient:
             raise AgentError(
                 self.name, f"cannot number the request in {where}: {exc.strerror}"
             ) from exc
+        return SignedRequest(kind.name, payload, env, nonce, time.monotonic())
+
+    def call(
+        self,
+        kind: Kind[Req, Ans],
+        payload: Req,
+        *,
+        timeout: float | None = None,
+        signed: SignedRequest | None = None,
+    ) -> Ans:
+        """Send one signed request; return the verified answer's payload, checked for its shape.
+
+        ``signed``: this request as signed ahead; used when it is still fresh and the same
+        payload, else the request is signed now.
+        """
+        if signed is None or not signed.fits(kind.name, payload):
+            signed = self.sign(kind, payload)
+        env, nonce = signed.envelope, signed.nonce
         kwargs: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
         for wait in (*BUSY_RETRIES, None):
             resp = self._post(env, kwargs)
@@ -242,8 +283,12 @@ class Agents:
         payloads: Mapping[str, Req],
         *,
         timeout: float | None = None,
+        signed: Mapping[str, SignedRequest] | None = None,
     ) -> dict[str, Ans | AgentError]:
-        """The same kind of request to several nodes at once; each answer or its error."""
+        """The same kind of request to several nodes at once; each answer or its error.
+
+        ``signed``: some of these requests as signed ahead, by node (:meth:`AgentClient.call`).
+        """
         if not payloads:
             return {}
         for node in payloads:
@@ -252,7 +297,9 @@ class Agents:
 
         def one(node: str) -> tuple[str, Ans | AgentError]:
             try:
-                return node, self._clients[node].call(kind, payloads[node], timeout=timeout)
+                ahead = signed.get(node) if signed is not None else None
+                client = self._clients[node]
+                return node, client.call(kind, payloads[node], timeout=timeout, signed=ahead)
             except AgentError as exc:
                 return node, exc
 

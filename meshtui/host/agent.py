@@ -127,6 +127,7 @@ class Agent:
             for r in (
                 Route(messages.STATE, self.state),
                 RecordedRoute(messages.DELIVER, self.deliveries.deliver),
+                Route(messages.PREPARE, self.deliveries.prepare),
                 Route(messages.WITHDRAW, self.withdraw),
                 Route(messages.PROBE, self.probe),
                 Route(messages.DRILL_HOLD, self.drill_hold),

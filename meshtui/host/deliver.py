@@ -11,6 +11,7 @@ import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from meshtui import crypto
 from meshtui.errors import CryptoError, HostFileError
@@ -20,12 +21,16 @@ from meshtui.host.holdings import Held, Holdings
 from meshtui.host.identity import Identity
 from meshtui.host.manifest import Serials, write_provider_files
 from meshtui.host.paths import StateFolder, node_path
+from meshtui.host.prepared import Prepared
 from meshtui.host.provision import Provisioner, provision
 from meshtui.messages import (
     ConsumerItem,
     ConsumerOutcome,
     DeliverAnswer,
     DeliverRequest,
+    PrepareAnswer,
+    PreparedOutcome,
+    PrepareRequest,
     ProviderOutcome,
     ProviderSet,
 )
@@ -52,6 +57,7 @@ class Deliveries:
         self.provisioner = provisioner
         self.state = StateFolder(identity.state_dir)
         self.serials = Serials()
+        self.prepared = Prepared()
         self._lock = threading.Lock()
 
     def deliver(self, payload: DeliverRequest, record: Record) -> DeliverAnswer:
@@ -101,25 +107,64 @@ class Deliveries:
         return secret
 
     # ---- the consumer end ------------------------------------------------------------------
+    def _consumer_file(self, item: ConsumerItem) -> tuple[Path, str]:
+        """Where ``item``'s credential goes, and the words naming it in errors; ValueError
+        when it is not for this node or not a place the agent writes a credential."""
+        if item["node"] != self.identity.name:
+            raise ValueError(
+                f"delivery is for node {item['node']!r}, this is {self.identity.name!r}"
+            )
+        path = node_path(item["file"], "credential file")
+        self.state.refuse_inside(path.parent, "credential file")
+        provision_name, consumer, _ = split_pair_id(item["pair"])
+        return path, f"node {self.identity.name}: {consumer} requires {provision_name}"
+
+    def prepare(self, payload: PrepareRequest) -> PrepareAnswer:
+        """Write each credential ahead, unnamed (:mod:`meshtui.host.prepared`): nothing is held
+        until a delivery of the same item names it. An item this node would refuse to deliver
+        (an older generation, another node, a bad path) is not prepared."""
+        refusals, _ = self.accepted.check({"consumer": payload["consumer"]})
+        refused = {r.key: r.reason for r in refusals}
+        return {"consumer": [self._prepare(c, refused) for c in payload["consumer"]]}
+
+    def _prepare(self, item: ConsumerItem, refused: dict[str, str]) -> PreparedOutcome:
+        pair, digest = item["pair"], item["digest"]
+        done: PreparedOutcome = {"pair": pair, "ok": False}
+        why = refused.get(f"consumer:{pair}")
+        try:
+            if why:
+                raise ValueError(why)
+            path, _ = self._consumer_file(item)
+            want = files.resolve_access(item["owner"], item["group"], item["mode"])
+            unnamed = files.prepare_credential(
+                path, want, lambda: self.unseal(item["sealed"], digest, pair)
+            )
+        except (ValueError, HostFileError, CryptoError) as exc:
+            done["error"] = str(exc)
+            return done
+        except OSError as exc:
+            done["error"] = f"{pair}: cannot prepare {item['file']}: {exc.strerror}"
+            return done
+        self.prepared.put(item, unnamed)
+        done["ok"] = True
+        return done
+
     def _consumer(self, item: ConsumerItem, held: dict[str, Held | None]) -> ConsumerOutcome:
         pair, gen = item["pair"], item["generation"]
         out: ConsumerOutcome = {"pair": pair, "generation": gen, "ok": False}
-        if item["node"] != self.identity.name:
-            out["error"] = f"delivery is for node {item['node']!r}, this is {self.identity.name!r}"
-            return out
+        prepared = self.prepared.take(item)
         try:
-            path = node_path(item["file"], "credential file")
-            self.state.refuse_inside(path.parent, "credential file")
-            provision_name, consumer, _ = split_pair_id(pair)
+            path, where = self._consumer_file(item)
         except ValueError as exc:
+            if prepared is not None:
+                prepared.close()
             out["error"] = str(exc)
             return out
         digest = item["digest"]
-        where = f"node {self.identity.name}: {consumer} requires {provision_name}"
         try:
             want = files.resolve_access(item["owner"], item["group"], item["mode"])
             files.write_credential(
-                path, want, digest, lambda: self.unseal(item["sealed"], digest, pair)
+                path, want, digest, lambda: self.unseal(item["sealed"], digest, pair), prepared
             )
         except HostFileError as exc:
             out["error"] = f"{where}: {exc}"
@@ -130,6 +175,9 @@ class Deliveries:
         except OSError as exc:
             out["error"] = f"{where}: cannot write {path}: {exc.strerror}"
             return out
+        finally:
+            if prepared is not None:
+                prepared.close()
         out["written_at"] = time.time()
         held[pair] = {
             "generation": gen,

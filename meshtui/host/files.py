@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from meshtui.atomic import Access, remove_at, write_at, write_many_at
+from meshtui.atomic import Access, link_at, remove_at, write_at, write_many_at, write_unnamed
 from meshtui.crypto import secret_digest
 from meshtui.errors import HostFileError
 from meshtui.model import file_mode
@@ -131,6 +131,15 @@ class Folder:
     def write_many(self, files: dict[str, bytes], access: Access) -> None:
         """:meth:`write` for several files, fsynced together (:func:`write_many_at`)."""
         write_many_at(self.fd, files, access=access)
+
+    def link(self, name: str, unnamed: Unnamed) -> bool:
+        """Give a prepared file (:func:`prepare_credential`) the name ``name``, replacing what is
+        there; False (nothing done) when it was made in another folder than this one."""
+        st = os.fstat(self.fd)
+        if (st.st_dev, st.st_ino) != unnamed.folder:
+            return False
+        link_at(self.fd, unnamed.fd, name)
+        return True
 
     def remove(self, name: str) -> bool:
         """Unlink ``name`` (a link itself, never what it points to); True when it was there."""
@@ -388,11 +397,48 @@ def read_in(folder: Folder, name: str) -> tuple[bytes | None, str | None]:
         return None, str(exc)
 
 
+@dataclass
+class Unnamed:
+    """A credential written ahead into its folder's filesystem under no name (owner, group and
+    mode set, fsynced): only the agent holds it, by its descriptor, until it is linked or
+    closed. ``folder`` is the (device, inode) of the folder it belongs in."""
+
+    fd: int
+    folder: tuple[int, int]
+
+    def close(self) -> None:
+        """Let it go (once): the filesystem frees an unnamed file when it is closed."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def prepare_credential(path: Path, want: FileAccess, unseal: Callable[[], bytes]) -> Unnamed:
+    """Write a consumer's next credential ahead, unnamed, in the (checked) folder of ``path``,
+    so that taking it up later (:func:`write_credential` with ``prepared``) is one rename and
+    one folder fsync. OSError when the filesystem has no unnamed files."""
+    folder = open_folder(path.parent, create=0o755)
+    assert folder is not None
+    with folder:
+        st = os.fstat(folder.fd)
+        secret = unseal()
+        fd = write_unnamed(folder.fd, secret, access=want.access)
+        del secret
+        return Unnamed(fd=fd, folder=(st.st_dev, st.st_ino))
+
+
 def write_credential(
-    path: Path, want: FileAccess, digest: str, unseal: Callable[[], bytes]
+    path: Path,
+    want: FileAccess,
+    digest: str,
+    unseal: Callable[[], bytes],
+    prepared: Unnamed | None = None,
 ) -> None:
     """Write a consumer's credential unless the file already holds it with the declared owner,
-    group and mode. A file the agent must not read (a FIFO, a link) is refused, not replaced."""
+    group and mode. A file the agent must not read (a FIFO, a link) is refused, not replaced.
+
+    ``prepared``: the same credential written ahead (:func:`prepare_credential`, with ``want``)
+    into this folder; it is given the name instead of writing the credential again."""
     folder = open_folder(path.parent, create=0o755)
     assert folder is not None
     with folder:
@@ -400,6 +446,11 @@ def write_credential(
         if current is not None:
             data, st = current
             if secret_digest(data) == digest and want.matches(st):
+                return
+        # a prepared file that cannot be linked (no /proc, another filesystem) is written the
+        # ordinary way below
+        with contextlib.suppress(OSError):
+            if prepared is not None and folder.link(path.name, prepared):
                 return
         secret = unseal()
         folder.write(path.name, secret, want.access)
