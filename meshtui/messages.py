@@ -289,6 +289,9 @@ class PrepareRequest(TypedDict):
     """
 
     consumer: list[ConsumerItem]
+    delivery: NotRequired[int]
+    """The sequence number of the delivery, signed ahead, that will name these: recorded as
+    used with this request, so that its acceptance is on disk before it arrives."""
 
 
 class PreparedOutcome(TypedDict):

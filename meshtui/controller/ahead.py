@@ -46,18 +46,17 @@ class Ahead:
 
     def _ready(self) -> None:
         agents = self._agents
-        agents.call_many(  # each answer (or error) only says whether the delivery will be quick
-            messages.PREPARE,
-            {n: PrepareRequest(consumer=i) for n, i in self._items.items()},
-            timeout=PREPARE_TIMEOUT_S,
-        )
+        prepare: dict[str, PrepareRequest] = {}
         for node, items in self._items.items():
-            try:
-                self._signed[node] = agents.client(node).sign(
-                    messages.DELIVER, DeliverRequest(consumer=items)
-                )
+            prepare[node] = PrepareRequest(consumer=items)
+            try:  # signed first: its prepare records its acceptance ahead, on the node's disk
+                signed = agents.client(node).sign(messages.DELIVER, DeliverRequest(consumer=items))
             except AgentError:
                 continue  # signed again when sent, where the error is reported
+            self._signed[node] = signed
+            prepare[node]["delivery"] = signed.seq
+        # each answer (or error) only says whether the delivery will be quick
+        agents.call_many(messages.PREPARE, prepare, timeout=PREPARE_TIMEOUT_S)
 
     def signed(self) -> dict[str, SignedRequest]:
         """The consumers' deliveries as signed ahead (those ready within the prepare's bound)."""

@@ -120,6 +120,7 @@ class SignedRequest:
     payload: Mapping[str, object]
     envelope: dict[str, str]
     nonce: str
+    seq: int
     signed_at: float
 
     def fits(self, kind: str, payload: Mapping[str, object]) -> bool:
@@ -170,7 +171,7 @@ class AgentClient:
             raise AgentError(
                 self.name, f"cannot number the request in {where}: {exc.strerror}"
             ) from exc
-        return SignedRequest(kind.name, payload, env, nonce, time.monotonic())
+        return SignedRequest(kind.name, payload, env, nonce, wire.seq_of(env), time.monotonic())
 
     def call(
         self,

@@ -59,6 +59,7 @@ class Deliveries:
         self.serials = Serials()
         self.prepared = Prepared()
         self._lock = threading.Lock()
+        self._accepting = threading.Lock()  # a check and its record, never raced
 
     def deliver(self, payload: DeliverRequest, record: Record) -> DeliverAnswer:
         """Provider sets first (manifest + secrets + provisioner), then consumer credentials.
@@ -69,8 +70,9 @@ class Deliveries:
         before any file is.
         """
         with self._lock:
-            refusals, changes = self.accepted.check(payload)
-            record(changes)
+            with self._accepting:
+                refusals, changes = self.accepted.check(payload)
+                record(changes)
             refused = {r.key: r.reason for r in refusals}
             providers = [
                 _refused_provider(s, why)
@@ -119,13 +121,24 @@ class Deliveries:
         provision_name, consumer, _ = split_pair_id(item["pair"])
         return path, f"node {self.identity.name}: {consumer} requires {provision_name}"
 
-    def prepare(self, payload: PrepareRequest) -> PrepareAnswer:
+    def prepare(self, payload: PrepareRequest, record: Record) -> PrepareAnswer:
         """Write each credential ahead, unnamed (:mod:`meshtui.host.prepared`): nothing is held
         until a delivery of the same item names it. An item this node would refuse to deliver
-        (an older generation, another node, a bad path) is not prepared."""
-        refusals, _ = self.accepted.check({"consumer": payload["consumer"]})
+        (an older generation, another node, a bad path) is not prepared.
+
+        With the number of the delivery signed ahead (``delivery``), that number and the
+        generations it will be accepted with are recorded now, in this request's line, so the
+        delivery finds its acceptance on disk already (:meth:`Accepted.record`).
+        """
+        items = payload["consumer"]
+        with self._accepting:
+            refusals, changes = self.accepted.check({"consumer": items})
+            if "delivery" in payload:
+                record(changes, [payload["delivery"]])
+            else:
+                record(())
         refused = {r.key: r.reason for r in refusals}
-        return {"consumer": [self._prepare(c, refused) for c in payload["consumer"]]}
+        return {"consumer": [self._prepare(c, refused) for c in items]}
 
     def _prepare(self, item: ConsumerItem, refused: dict[str, str]) -> PreparedOutcome:
         pair, digest = item["pair"], item["digest"]

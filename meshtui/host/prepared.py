@@ -80,7 +80,7 @@ class Prepared:
             if ready is None or ready.file is not file:
                 return  # taken or replaced meanwhile
             del self._ready[pair]
-        file.close()
+            file.close()
 
     def close(self) -> None:
         """Let every prepared credential go."""
