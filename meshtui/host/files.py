@@ -132,15 +132,6 @@ class Folder:
         """:meth:`write` for several files, fsynced together (:func:`write_many_at`)."""
         write_many_at(self.fd, files, access=access)
 
-    def link(self, name: str, unnamed: Unnamed) -> bool:
-        """Give a prepared file (:func:`prepare_credential`) the name ``name``, replacing what is
-        there; False (nothing done) when it was made in another folder than this one."""
-        st = os.fstat(self.fd)
-        if (st.st_dev, st.st_ino) != unnamed.folder:
-            return False
-        link_at(self.fd, unnamed.fd, name)
-        return True
-
     def remove(self, name: str) -> bool:
         """Unlink ``name`` (a link itself, never what it points to); True when it was there."""
         return remove_at(self.fd, name)
@@ -400,31 +391,58 @@ def read_in(folder: Folder, name: str) -> tuple[bytes | None, str | None]:
 @dataclass
 class Unnamed:
     """A credential written ahead into its folder's filesystem under no name (owner, group and
-    mode set, fsynced): only the agent holds it, by its descriptor, until it is linked or
-    closed. ``folder`` is the (device, inode) of the folder it belongs in."""
+    mode set, fsynced): only the agent holds it, by its descriptor, until it is named or
+    closed. ``folder`` is the checked folder it belongs in, kept open."""
 
     fd: int
-    folder: tuple[int, int]
+    folder: Folder
 
     def close(self) -> None:
         """Let it go (once): the filesystem frees an unnamed file when it is closed."""
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+        self.folder.close()
+
+    def name(self, path: Path) -> bool:
+        """Give it ``path``'s name, replacing what is there: only while ``path``'s folder is
+        still the one checked when it was written, and still nobody else's to write (else
+        False, nothing done). What is at ``path`` now is refused as :func:`write_credential`
+        refuses it (a link, a FIFO, a folder, an oversize file: HostFileError)."""
+        st = os.fstat(self.folder.fd)
+        try:
+            here = os.stat(path.parent)
+        except OSError:
+            return False
+        if (here.st_dev, here.st_ino) != (st.st_dev, st.st_ino):
+            return False
+        _check(str(path.parent), st, last=True, own=False, work_in=True)
+        try:
+            there = os.stat(path.name, dir_fd=self.folder.fd, follow_symlinks=False)
+        except FileNotFoundError:
+            there = None
+        if there is not None:
+            _require_regular(str(path), there.st_mode)
+            if there.st_size > MAX_SECRET:
+                raise HostFileError(_too_large(str(path), MAX_SECRET))
+        link_at(self.folder.fd, self.fd, path.name)
+        return True
 
 
 def prepare_credential(path: Path, want: FileAccess, unseal: Callable[[], bytes]) -> Unnamed:
     """Write a consumer's next credential ahead, unnamed, in the (checked) folder of ``path``,
-    so that taking it up later (:func:`write_credential` with ``prepared``) is one rename and
+    so that taking it up later (:func:`write_credential` with ``prepared``) is a rename and
     one folder fsync. OSError when the filesystem has no unnamed files."""
     folder = open_folder(path.parent, create=0o755)
     assert folder is not None
-    with folder:
-        st = os.fstat(folder.fd)
+    try:
         secret = unseal()
         fd = write_unnamed(folder.fd, secret, access=want.access)
         del secret
-        return Unnamed(fd=fd, folder=(st.st_dev, st.st_ino))
+    except BaseException:
+        folder.close()
+        raise
+    return Unnamed(fd=fd, folder=folder)
 
 
 def write_credential(
@@ -437,8 +455,13 @@ def write_credential(
     """Write a consumer's credential unless the file already holds it with the declared owner,
     group and mode. A file the agent must not read (a FIFO, a link) is refused, not replaced.
 
-    ``prepared``: the same credential written ahead (:func:`prepare_credential`, with ``want``)
-    into this folder; it is given the name instead of writing the credential again."""
+    ``prepared``: the same credential written ahead (:func:`prepare_credential`, with ``want``);
+    it is given the name (:meth:`Unnamed.name`) instead of the credential being written again
+    (one that cannot be, say with no ``/proc``, is written the ordinary way)."""
+    if prepared is not None:
+        with contextlib.suppress(OSError):
+            if prepared.name(path):
+                return
     folder = open_folder(path.parent, create=0o755)
     assert folder is not None
     with folder:
@@ -446,11 +469,6 @@ def write_credential(
         if current is not None:
             data, st = current
             if secret_digest(data) == digest and want.matches(st):
-                return
-        # a prepared file that cannot be linked (no /proc, another filesystem) is written the
-        # ordinary way below
-        with contextlib.suppress(OSError):
-            if prepared is not None and folder.link(path.name, prepared):
                 return
         secret = unseal()
         folder.write(path.name, secret, want.access)

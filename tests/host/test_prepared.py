@@ -184,3 +184,14 @@ def test_a_number_recorded_ahead_then_a_delivery_of_something_else_is_recorded(m
     *_, line = ledger_lines(mesh)
     assert len(ledger_lines(mesh)) == len(before) + 1
     assert line["g"] == [["consumer", GITEA, other["generation"]]]
+
+
+def test_a_fifo_planted_after_the_prepare_is_refused_not_replaced(mesh):
+    item = item_of(mesh)
+    credential = mesh.root / CREDENTIAL
+    call(mesh, messages.PREPARE, {"consumer": [item]})
+    os.mkfifo(credential, 0o600)
+    (done,) = call(mesh, messages.DELIVER, {"consumer": [item]})["consumer"]
+    assert not done["ok"] and "a FIFO, not a regular file" in done["error"]
+    assert stat.S_ISFIFO(os.lstat(credential).st_mode)
+    assert unnamed_in(mesh.procs["app1"].pid, credential.parent) == []
