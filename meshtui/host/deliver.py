@@ -21,7 +21,7 @@ from meshtui.host.holdings import Held, Holdings
 from meshtui.host.identity import Identity
 from meshtui.host.manifest import Serials, write_provider_files
 from meshtui.host.paths import StateFolder, node_path
-from meshtui.host.prepared import Prepared
+from meshtui.host.prepared import PREPARED_LIMIT, Prepared
 from meshtui.host.provision import Provisioner, provision
 from meshtui.messages import (
     ConsumerItem,
@@ -147,6 +147,8 @@ class Deliveries:
         try:
             if why:
                 raise ValueError(why)
+            if not self.prepared.room(pair):
+                raise ValueError(f"{pair}: not prepared, {PREPARED_LIMIT} are already")
             path, _ = self._consumer_file(item)
             want = files.resolve_access(item["owner"], item["group"], item["mode"])
             unnamed = files.prepare_credential(
@@ -158,7 +160,9 @@ class Deliveries:
         except OSError as exc:
             done["error"] = f"{pair}: cannot prepare {item['file']}: {exc.strerror}"
             return done
-        self.prepared.put(item, unnamed)
+        if not self.prepared.put(item, unnamed):  # filled meanwhile
+            done["error"] = f"{pair}: not prepared, {PREPARED_LIMIT} are already"
+            return done
         done["ok"] = True
         return done
 

@@ -103,12 +103,12 @@ def test_an_older_generation_is_not_prepared(mesh):
     assert unnamed_in(mesh.procs["app1"].pid, credential.parent) == []
 
 
-def test_a_prepared_credential_never_delivered_is_let_go(tmp_path):
-    folder = tmp_path / "srv"
+def made_ahead(folder: Path, pair: str = GITEA) -> tuple[ConsumerItem, files.Unnamed]:
+    """An item and its credential prepared in ``folder`` (no agent: the store alone)."""
     want = files.resolve_access(None, None, "0600")
     unnamed = files.prepare_credential(folder / "db.password", want, lambda: b"s3cret")
     item = ConsumerItem(
-        pair=GITEA,
+        pair=pair,
         node="app1",
         generation=2,
         digest=crypto.secret_digest(b"s3cret"),
@@ -119,6 +119,23 @@ def test_a_prepared_credential_never_delivered_is_let_go(tmp_path):
         reload=[],
         sealed="",
     )
+    return item, unnamed
+
+
+def test_past_the_limit_a_credential_is_not_held_prepared(tmp_path):
+    store = Prepared(limit=1)
+    first, kept = made_ahead(tmp_path / "a")
+    second, refused = made_ahead(tmp_path / "b", pair="database:app2/gitea->db1/postgres")
+    assert store.put(first, kept) and not store.room(second["pair"])
+    assert not store.put(second, refused)
+    assert refused.fd == -1 and unnamed_in(os.getpid(), tmp_path / "b") == []
+    assert store.take(second) is None and store.take(first) is kept
+    kept.close()
+
+
+def test_a_prepared_credential_never_delivered_is_let_go(tmp_path):
+    folder = tmp_path / "srv"
+    item, unnamed = made_ahead(folder)
     store = Prepared(keep_s=0.2)
     store.put(item, unnamed)
     assert unnamed_in(os.getpid(), folder) and os.listdir(folder) == []
