@@ -186,15 +186,17 @@ class AgentClient:
         ``signed``: this request as signed ahead; used when it is still fresh and the same
         payload, else the request is signed now.
         """
-        if signed is None or not signed.fits(kind.name, payload):
+        ahead = signed is not None and signed.fits(kind.name, payload)
+        if signed is None or not ahead:
             signed = self.sign(kind, payload)
-        env, nonce = signed.envelope, signed.nonce
         kwargs: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
-        for wait in (*BUSY_RETRIES, None):
-            resp = self._post(env, kwargs)
-            if resp.status_code != 503 or "retry-after" not in resp.headers or wait is None:
-                break
-            time.sleep(wait)  # busy: it read nothing, so the same envelope is still unused
+        resp = self._send(signed.envelope, kwargs)
+        if ahead and resp.status_code == 403:
+            # refused before anything was done: the agent may have restarted since its number
+            # was recorded ahead (then it counts as used); numbered anew, sent once more
+            signed = self.sign(kind, payload)
+            resp = self._send(signed.envelope, kwargs)
+        nonce = signed.nonce
         try:
             data = resp.json()
         except ValueError as exc:
@@ -225,6 +227,15 @@ class AgentClient:
             return kind.answer_of(msg.payload)  # the one check of the answer's shape
         except MessageError as exc:
             raise AgentError(self.name, f"answer refused: {exc}") from None
+
+    def _send(self, env: dict[str, str], kwargs: dict[str, Any]) -> httpx.Response:
+        resp = self._post(env, kwargs)
+        for wait in BUSY_RETRIES:
+            if resp.status_code != 503 or "retry-after" not in resp.headers:
+                break
+            time.sleep(wait)  # busy: it read nothing, so the same envelope is still unused
+            resp = self._post(env, kwargs)
+        return resp
 
     def _post(self, env: dict[str, str], kwargs: dict[str, Any]) -> httpx.Response:
         try:

@@ -212,3 +212,17 @@ def test_a_fifo_planted_after_the_prepare_is_refused_not_replaced(mesh):
     assert not done["ok"] and "a FIFO, not a regular file" in done["error"]
     assert stat.S_ISFIFO(os.lstat(credential).st_mode)
     assert unnamed_in(mesh.procs["app1"].pid, credential.parent) == []
+
+
+def test_a_delivery_recorded_ahead_still_lands_after_the_agent_restarted(mesh):
+    item = item_of(mesh)
+    with mesh.controller() as ctl, ctl.agents() as agents:
+        client = agents.client("app1")
+        ahead = client.sign(messages.DELIVER, {"consumer": [item]})
+        prepare = {"consumer": [item], "delivery": ahead.seq}
+        assert client.call(messages.PREPARE, prepare)["consumer"][0]["ok"]
+        mesh.start("app1")  # restart: the number recorded ahead is now used, the file gone
+        (done,) = client.call(messages.DELIVER, {"consumer": [item]}, signed=ahead)["consumer"]
+    assert done["ok"]
+    credential = mesh.root / CREDENTIAL
+    assert crypto.secret_digest(credential.read_bytes()) == item["digest"]
