@@ -319,15 +319,49 @@ class ConsumerLine(NamedTuple):
     digest: str
 
 
+SET_MODULUS = 1 << 256
+"""A consumer set's digest is the sum of its lines' SHA-256 values modulo this."""
+
+
+def _line_value(line: ConsumerLine) -> int:
+    canonical = [
+        line.login,
+        line.node,
+        line.module,
+        line.at,
+        sorted(line.values.items()),
+        line.digest,
+    ]
+    text = json.dumps(canonical, separators=(",", ":"), ensure_ascii=True)
+    return int.from_bytes(hashlib.sha256(text.encode()).digest(), "big")
+
+
+def _hex(value: int) -> str:
+    return format(value % SET_MODULUS, "064x")
+
+
 def consumer_set_digest(lines: Iterable[ConsumerLine]) -> str:
     """A digest of a manifest's consumer set, in any order (login, where from, values, the
-    credential's digest): the controller computes it from its inventory, the node from the
-    manifest it holds, and a delta is merged only when the two agree."""
-    canonical = sorted(
-        [c.login, c.node, c.module, c.at, sorted(c.values.items()), c.digest] for c in lines
-    )
-    text = json.dumps(canonical, separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(text.encode()).hexdigest()
+    credential's digest): the controller keeps it per provision as it delivers, the node
+    computes it from the manifest it holds, and a delta is merged only when the two agree.
+
+    It is the sum of each line's SHA-256 (a multiset hash), so the controller moves a kept
+    digest past a delta in the delta's size (:func:`rebased_digest`), not the provision's.
+    It guards against a stale or edited manifest, not against the node itself (a node that
+    lies about its own manifest only spoils its own deliveries).
+    """
+    return _hex(sum(_line_value(line) for line in lines))
+
+
+def rebased_digest(
+    base: str, removed: Iterable[ConsumerLine], added: Iterable[ConsumerLine]
+) -> str:
+    """The digest of the set ``base`` is the digest of, with ``removed`` lines taken out and
+    ``added`` lines put in (each line once)."""
+    total = int(base, 16)
+    total -= sum(_line_value(line) for line in removed)
+    total += sum(_line_value(line) for line in added)
+    return _hex(total)
 
 
 # ---- withdraw -------------------------------------------------------------------------------

@@ -370,3 +370,20 @@ def test_a_misshapen_base_is_refused_naming_the_field(mesh, base, where):
     with pytest.raises(MessageError) as caught:
         messages.DELIVER.request_of({"provider": [{**sets["db1"][0], "base": base}]})
     assert where in str(caught.value)
+
+
+def test_a_consumer_set_digest_is_moved_past_a_delta_in_the_deltas_size():
+    from meshtui.messages import ConsumerLine, consumer_set_digest, rebased_digest
+
+    lines = [ConsumerLine(f"l{i}", "app1", f"m{i}", "10.0.0.2", {"database": f"d{i}"}, f"g{i}")
+             for i in range(50)]  # fmt: skip
+    base = consumer_set_digest(lines)
+    assert consumer_set_digest(reversed(lines)) == base  # any order
+    new = lines[7]._replace(digest="rotated")
+    moved = rebased_digest(base, [lines[7]], [new])
+    assert moved == consumer_set_digest([*lines[:7], new, *lines[8:]])
+    assert moved != base
+    assert rebased_digest(moved, [new], [lines[7]]) == base
+    # one field of one line differs: another digest
+    assert consumer_set_digest([lines[0]._replace(at="10.0.0.3"), *lines[1:]]) != base
+    assert consumer_set_digest(lines[1:]) != base  # a line missing

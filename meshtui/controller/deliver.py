@@ -35,6 +35,7 @@ from meshtui.inventory.rows import (
     OfferSpec,
     PairRow,
     ProbeRecord,
+    Provision,
 )
 from meshtui.messages import (
     ConsumerItem,
@@ -75,11 +76,14 @@ class Delivered:
     written_at: dict[str, float] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)  # pair -> first error
     pending: list[EndRow] = field(default_factory=list)  # answers not yet recorded
+    bases: dict[Provision, str | None] = field(default_factory=dict)
+    """Per provision delivered: the consumer set its manifest now holds (None: not known)."""
 
     def flush(self, inv: Inventory) -> None:
-        """Record the answers gathered so far in the deliveries table."""
+        """Record the answers gathered so far in the deliveries table (and the bases)."""
         rows, self.pending = self.pending, []
-        record_end(inv, rows)
+        bases, self.bases = self.bases, {}
+        record_end(inv, rows, bases)
 
     def window_ms(self, pair: str) -> float | None:
         """Provider applied -> consumer holds it, in milliseconds."""
@@ -90,6 +94,10 @@ class Delivered:
     def fail(self, pair: str, reason: str) -> None:
         """Remember the first error of a pair."""
         self.errors.setdefault(pair, reason)
+
+
+def _provision(pair: PairRow) -> Provision:
+    return (pair["provider"], pair["provision"])
 
 
 def _dbname(pair: PairRow) -> str:
@@ -144,18 +152,32 @@ class Planner:
         self.inv = inv
         self.nodes = inv.nodes()
         self._focus = None if focus is None else sorted(set(focus))
+        self.pairs: dict[str, PairRow]
+        self._read_providers: set[str] | None = None  # a focused planner's whole providers
         if self._focus is None:
             self.modules = inv.modules()
             self.pairs = {p["id"]: p for p in inv.pairs()}
             self.minted = inv.minted()
         else:
-            providers = {p["provider"] for p in inv.pairs(self._focus)}
-            self.pairs = {p["id"]: p for p in inv.pairs(providers=providers)}  # focus included
-            self.modules = inv.modules(providers)  # payloads read only providers' specs
+            self.pairs = {p["id"]: p for p in inv.pairs(self._focus)}
+            self.modules = inv.modules({p["provider"] for p in self.pairs.values()})
             self.minted = inv.minted(self.pairs)
+            self._read_providers = set()
+        self.expected_bases: dict[Provision, str] = {}
+        """Per delta built: the base its provision's manifest holds once the delta applied."""
         self._rotation_of: dict[tuple[str, int], int] | None = None  # read when first needed
         self._sealed: dict[tuple[str, int], GenerationRow] | None = None
-        self._sealed_scope = False  # a focused planner has read its providers' pairs too
+        self._sealed_read: set[str] = set()  # a focused planner's pairs whose blobs were read
+
+    def _read_provider(self, provider: str) -> None:
+        """A focused planner reads a provider's other pairs only when a whole manifest of it
+        is built (a delta needs only the pairs it changes)."""
+        if self._read_providers is None or provider in self._read_providers:
+            return
+        rows = [p for p in self.inv.pairs(providers=[provider]) if p["id"] not in self.pairs]
+        self.pairs.update((p["id"], p) for p in rows)
+        self.minted.update(self.inv.minted(p["id"] for p in rows))
+        self._read_providers.add(provider)
 
     @property
     def rotation_of(self) -> dict[tuple[str, int], int]:
@@ -190,11 +212,15 @@ class Planner:
         """One generation's sealed blobs; InventoryError when they were discarded."""
         if self._sealed is None:  # one read for every payload this planner builds
             self._sealed = self.inv.held_generations(self._focus)
+            self._sealed_read.update(self._focus or ())
         row = self._sealed.get((pair, generation))
-        if row is None and self._focus is not None and not self._sealed_scope:
+        unread = (
+            [] if self._focus is None else [p for p in self.pairs if p not in self._sealed_read]
+        )
+        if row is None and unread:
             # a whole manifest of a focused planner: its providers' other pairs, in one read
-            self._sealed.update(self.inv.held_generations(self.pairs))
-            self._sealed_scope = True
+            self._sealed.update(self.inv.held_generations(unread))
+            self._sealed_read.update(unread)
             row = self._sealed.get((pair, generation))
         row = row or self.inv.generation(pair, generation)
         if row is None or row["consumer_sealed"] is None or row["provider_sealed"] is None:
@@ -218,6 +244,7 @@ class Planner:
         return self._with_rollback(entry)
 
     def _live(self, provider: str, provision: str) -> list[PairRow]:
+        self._read_provider(provider)
         return [
             p
             for p in self.pairs.values()
@@ -261,41 +288,48 @@ class Planner:
         self, providers: Iterable[tuple[str, str]], targets: Targets
     ) -> dict[str, list[ProviderSet]]:
         """:meth:`provider_sets` as deltas: only the pairs in ``targets``, with the base they
-        apply to, the consumer set the inventory says each provider end was delivered. A
-        provision with an end not on record (never delivered, or its last delivery failed)
-        is sent whole: its base is not known."""
-        scope = None if self._focus is None else self.pairs
-        delivered = {
-            pair: row
-            for (pair, end), row in self.inv.deliveries(pairs=scope).items()
-            if end == "provider"
-        }
+        apply to, the consumer set the inventory kept for the provision as last delivered
+        (:meth:`Inventory.bases`). A provision without a kept base (never delivered whole,
+        its last delivery failed, or declare changed a line since), or whose changed pairs'
+        provider ends are not on record, is sent whole. Reads the changed pairs only."""
+        keys = sorted(set(providers))
+        bases = self.inv.bases(keys)
+        changed = {key: [pid for pid in sorted(targets) if _provision(self.pairs[pid]) == key]
+                   for key in keys}  # fmt: skip
+        delivered = self.inv.deliveries(pairs=[pid for ids in changed.values() for pid in ids])
         out: dict[str, list[ProviderSet]] = {}
-        for provider, provision in sorted(set(providers)):
-            live = self._live(provider, provision)
-            rows = [delivered.get(p["id"]) for p in live]
-            if any(r is None or r["error"] or not r["digest"] for r in rows):
+        for provider, provision in keys:
+            base = bases.get((provider, provision))
+            pairs = [self.pairs[pid] for pid in changed[(provider, provision)]]
+            held = [delivered.get((p["id"], End.PROVIDER.value)) for p in pairs]
+            if (
+                base is None
+                or any(p["withdrawn_at"] for p in pairs)
+                or any(r is None or r["error"] or not r["digest"] for r in held)
+            ):
                 out.setdefault(node_of(provider), []).extend(
                     self.provider_sets([(provider, provision)], targets)[node_of(provider)]
                 )
                 continue
-            lines = (
-                messages.ConsumerLine(
-                    p["login"],
-                    node_of(p["consumer"]),
-                    p["consumer"].split("/", 1)[1],
-                    self.nodes[node_of(p["consumer"])]["address"],
-                    p["values"],
-                    str(r["digest"]),
-                )
-                for p, r in zip(live, rows, strict=True)
-                if r is not None
+            entries = [self._entry(p, targets[p["id"]]) for p in pairs]
+            spec = self._set(provider, provision, entries)
+            spec["base"] = {"digest": base}
+            before = [
+                self._line(p, str(r["digest"])) for p, r in zip(pairs, held, strict=True) if r
+            ]
+            after = [self._line(p, e["digest"]) for p, e in zip(pairs, entries, strict=True)]
+            self.expected_bases[(provider, provision)] = messages.rebased_digest(
+                base, before, after
             )
-            changed = [self._entry(p, targets[p["id"]]) for p in live if p["id"] in targets]
-            spec = self._set(provider, provision, changed)
-            spec["base"] = {"digest": messages.consumer_set_digest(lines)}
             out.setdefault(node_of(provider), []).append(spec)
         return out
+
+    def _line(self, p: PairRow, digest: str) -> messages.ConsumerLine:
+        node = node_of(p["consumer"])
+        module = p["consumer"].split("/", 1)[1]
+        return messages.ConsumerLine(
+            p["login"], node, module, self.nodes[node]["address"], p["values"], digest
+        )
 
     def consumer_items(
         self, pairs: Iterable[str], targets: Targets
@@ -326,8 +360,12 @@ class Planner:
         return out
 
 
-def record_end(inv: Inventory, rows: Iterable[EndRow]) -> None:
-    """Record (pair, end, generation held, digest, error); a None generation keeps the old one."""
+def record_end(
+    inv: Inventory, rows: Iterable[EndRow], bases: Mapping[Provision, str | None] | None = None
+) -> None:
+    """Record (pair, end, generation held, digest, error); a None generation keeps the old one.
+    ``bases``: what each delivered provision's manifest now holds (see :class:`Delivered`),
+    kept in the same transaction (a provider end recorded without one drops its base)."""
     stamp = now()
     rows = list(rows)
     pairs = sorted({r[0] for r in rows})
@@ -357,10 +395,11 @@ def record_end(inv: Inventory, rows: Iterable[EndRow]) -> None:
             same.append((pair, end.value))
         else:
             out.append(row)
-    if out or same:
+    if out or same or bases:
         with inv.transaction("record deliveries") as tx:
             tx.put_deliveries(out)
             tx.touch_deliveries(same, stamp)  # the other consumers of a re-sent manifest
+            tx.put_bases(bases or {})
 
 
 def send_providers(
@@ -371,11 +410,14 @@ def send_providers(
     *,
     record: bool = True,
     whole: Callable[[str, str], ProviderSet] | None = None,
+    expected: Mapping[Provision, str] | None = None,
 ) -> None:
     """Deliver manifests to provider nodes (in parallel) and record each pair's provider end.
 
     A delta the node refuses (its manifest is not the delta's base) is sent again whole, from
-    ``whole(provider, provision)``, in the same call.
+    ``whole(provider, provision)``, in the same call. Each provision's new base is recorded
+    when every consumer of its manifest applied: a whole one's from what was sent, a delta's
+    from ``expected`` (:attr:`Planner.expected_bases`).
     """
     if not sets:
         return
@@ -392,6 +434,22 @@ def send_providers(
         for spec in sent:
             got = _match_provider(answer, spec)
             outcomes = {o["login"]: o for o in got["outcomes"]} if got else {}
+            key = (spec["provider"], spec["provision"])
+            applied = got is not None and all(
+                (o := outcomes.get(c["as"])) is not None and o["outcome"] in APPLIED
+                for c in spec["consumers"]
+            )
+            if not applied:
+                result.bases[key] = None
+            elif "base" in spec:
+                result.bases[key] = (expected or {}).get(key)
+            else:
+                result.bases[key] = messages.consumer_set_digest(
+                    messages.ConsumerLine(
+                        c["as"], c["node"], c["module"], c["at"], c["values"], c["digest"]
+                    )
+                    for c in spec["consumers"]
+                )
             for c in spec["consumers"]:
                 pid = c["pair"]
                 o = outcomes.get(c["as"])

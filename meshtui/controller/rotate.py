@@ -153,7 +153,9 @@ def _deliver(
         return spec
 
     # answers are recorded after the consumers are sent, so nothing slow sits in the window
-    send_providers(agents, inv, sets, result, record=False, whole=whole)
+    send_providers(
+        agents, inv, sets, result, record=False, whole=whole, expected=plan.expected_bases
+    )
     signed = ahead.signed() if ahead is not None else None
     if not all(result.provider_ok.get(pid, False) for pid in targets):
         result.flush(inv)

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from typing import Any, NotRequired, TypedDict
 
+Provision = tuple[str, str]
+"""(provider module, provision name): one manifest on one provider node."""
+
 
 class NodeRow(TypedDict):
     """A node: where its agent listens and its public keys (base64)."""

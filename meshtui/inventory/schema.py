@@ -72,11 +72,23 @@ def _policies_v4(db: sqlite_utils.Database) -> None:
     )
 
 
+def _provider_bases_v5(db: sqlite_utils.Database) -> None:
+    """Per (provider module, provision): the digest of the consumer set its node's manifest
+    holds as last delivered (:func:`meshtui.messages.consumer_set_digest`), kept so a rotation's
+    delta names its base without reading the provision's every pair. Empty after the upgrade:
+    each provision's next delivery is whole once."""
+    db.execute(
+        "CREATE TABLE provider_bases (provider TEXT NOT NULL, provision TEXT NOT NULL, "
+        "digest TEXT NOT NULL, PRIMARY KEY (provider, provision))"
+    )
+
+
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _create_v1,
     _signed_head_v2,
     _file_access_v3,
     _policies_v4,
+    _provider_bases_v5,
 ]
 """``MIGRATIONS[i]`` takes the schema from version i to i+1; append, never edit."""
 

@@ -42,6 +42,7 @@ from meshtui.inventory.rows import (
     PolicyRecord,
     ProbeRecord,
     ProbeRow,
+    Provision,
     RotationItem,
     RotationRow,
     RotationUpdate,
@@ -140,7 +141,11 @@ class Transaction:
 
     # ---- declare --------------------------------------------------------------------------
     def put_nodes(self, rows: Sequence[NodeRow]) -> None:
-        """Insert or update nodes."""
+        """Insert or update nodes; a node whose address changed changes every manifest line of
+        its consumers, so every kept provider base is dropped then."""
+        known = dict(self._conn.execute("SELECT name, address FROM nodes").fetchall())
+        if any(r["name"] in known and known[r["name"]] != r["address"] for r in rows):
+            self._conn.execute("DELETE FROM provider_bases")
         _upsert(self._conn, "nodes", rows, "name")
 
     def undeclare_nodes(self, names: Iterable[str], stamp: str) -> None:
@@ -161,14 +166,47 @@ class Transaction:
         )
 
     def put_pairs(self, rows: Sequence[PairRecord]) -> None:
-        """Insert or update pairs."""
+        """Insert or update pairs (their provisions' kept bases are dropped: a new, moved or
+        changed pair is a manifest line the node does not hold yet)."""
+        self._drop_bases_of([r["id"] for r in rows])
+        self.drop_bases({(r["provider"], r["provision"]) for r in rows})
         _upsert(self._conn, "pairs", rows, "id")
 
     def withdraw_pairs(self, ids: Iterable[str], stamp: str) -> None:
         """Mark pairs that left the declaration withdrawn (a pair is never deleted)."""
+        ids = list(ids)
+        self._drop_bases_of(ids)
         self._conn.executemany(
             "UPDATE pairs SET withdrawn_at = ? WHERE id = ?", [(stamp, pid) for pid in ids]
         )
+
+    # ---- provider bases -------------------------------------------------------------------
+    def put_bases(self, bases: Mapping[Provision, str | None]) -> None:
+        """Keep (or, for None, forget) the consumer-set digest each provision's manifest holds
+        as just delivered. Call after :meth:`put_deliveries` in the same transaction."""
+        keep = [(prov, name, digest) for (prov, name), digest in bases.items() if digest]
+        self.drop_bases([key for key, digest in bases.items() if not digest])
+        self._conn.executemany(
+            "INSERT INTO provider_bases (provider, provision, digest) VALUES (?, ?, ?) "
+            "ON CONFLICT(provider, provision) DO UPDATE SET digest = excluded.digest",
+            keep,
+        )
+
+    def drop_bases(self, provisions: Iterable[Provision]) -> None:
+        """Forget the kept bases of ``provisions``: their next delivery is whole."""
+        self._conn.executemany(
+            "DELETE FROM provider_bases WHERE provider = ? AND provision = ?", list(provisions)
+        )
+
+    def _drop_bases_of(self, pairs: Sequence[str]) -> None:
+        """Forget the kept bases of the provisions ``pairs`` (as stored now) belong to."""
+        for i in range(0, len(pairs), CHUNK):
+            chunk = pairs[i : i + CHUNK]
+            self._conn.execute(
+                "DELETE FROM provider_bases WHERE (provider, provision) IN (SELECT provider, "
+                f"provision FROM pairs WHERE id IN ({_marks(len(chunk))}))",
+                chunk,
+            )
 
     def put_policies(self, rows: Sequence[PolicyRecord]) -> None:
         """Insert or update pairs' effective policies."""
@@ -215,7 +253,9 @@ class Transaction:
 
     # ---- deliveries, probes, drills -------------------------------------------------------
     def put_deliveries(self, rows: Sequence[DeliveryRow]) -> None:
-        """Record which generation each end holds."""
+        """Record which generation each end holds. A provider end recorded anew makes its
+        provision's kept base unknown until :meth:`put_bases` says what was delivered."""
+        self._drop_bases_of([r["pair"] for r in rows if r["end"] == "provider"])
         _upsert(self._conn, "deliveries", rows, "pair", "end")
 
     def touch_deliveries(self, ends: Sequence[tuple[str, str]], stamp: str) -> None:
@@ -594,6 +634,17 @@ class Inventory:
         else:
             rows = self._query("SELECT * FROM deliveries WHERE pair = ?", [pair])
         return {(r["pair"], r["end"]): cast(DeliveryRow, r) for r in rows}
+
+    def bases(self, provisions: Iterable[Provision]) -> dict[Provision, str]:
+        """The kept consumer-set digest of each named provision that has one."""
+        out: dict[Provision, str] = {}
+        for provider, provision in set(provisions):
+            for (digest,) in self._tuples(
+                "SELECT digest FROM provider_bases WHERE provider = ? AND provision = ?",
+                (provider, provision),
+            ):
+                out[(provider, provision)] = str(digest)
+        return out
 
     def latest_probes(self) -> dict[str, ProbeRow]:
         """The newest probe of every pair."""

@@ -175,3 +175,76 @@ def test_a_crash_between_the_files_and_the_provisioner_converges_on_the_next_pus
     # and the database holds what the files say: the consumer's credential is the manifest's
     assert digests(mesh)[login] == secret_digest(credential.encode())
     assert digests(mesh) == before
+
+
+def test_rotations_one_after_another_each_apply_as_a_delta_on_the_kept_base(mesh, pg, delivered):
+    """The inventory keeps each provision's base as it delivers and moves it past every delta
+    in the delta's size: each later rotation's base is the node's manifest (never refused)."""
+    with mesh.controller() as ctl:
+        for ids in ([GITEA], [WIKI], [GITEA], [GITEA, OTHER]):
+            assert ctl.rotate(ids).outcome == "done"
+    assert len(delivered) == 4
+    for _, request, answer in delivered:
+        (spec,) = request["provider"]
+        (got,) = answer["provider"]
+        assert "base" in spec and got["ok"] and "base_refused" not in got
+    merged = body(mesh)
+    whole_delivery(mesh)
+    assert body(mesh) == merged
+
+
+def test_a_rotation_reads_only_the_pairs_it_rotates(mesh, monkeypatch):
+    """Rotating one pair reads that pair's rows, not its provider's every pair (the kept base
+    names what the manifest holds), so it costs the same among 10 or 10,000 pairs."""
+    from meshtui.inventory import Inventory
+
+    asked: list[dict[str, Any]] = []
+    real = Inventory.pairs
+
+    def pairs(self, ids=None, *, providers=None):
+        asked.append({"ids": None if ids is None else sorted(ids), "providers": providers})
+        return real(self, ids, providers=providers)
+
+    monkeypatch.setattr(Inventory, "pairs", pairs)
+    with mesh.controller() as ctl:
+        assert ctl.rotate([GITEA]).outcome == "done"
+    assert asked and all(a["providers"] is None and a["ids"] == [GITEA] for a in asked), asked
+
+
+def _redeclare(mesh, edit) -> None:
+    mesh.decl.write_text(edit(mesh.decl.read_text()))
+    with mesh.controller() as ctl:
+        ctl.declare(mesh.decl)
+
+
+def test_a_declare_that_moves_a_consumer_node_makes_the_next_rotation_whole(mesh, pg, delivered):
+    """The kept base is what the node holds, not what the inventory now wants: a node's new
+    address changes its consumers' manifest lines, so the next rotation of any pair sends the
+    manifest whole and the node holds the new address (a delta would have kept the old)."""
+    block = '[nodes.app2]\naddress = "127.0.0.1"'
+    _redeclare(mesh, lambda text: text.replace(block, '[nodes.app2]\naddress = "127.0.0.2"'))
+    with mesh.controller() as ctl:
+        assert ctl.rotate([GITEA]).outcome == "done"
+    (_, request, answer) = delivered[0]
+    (spec,) = request["provider"]
+    assert "base" not in spec and len(spec["consumers"]) == 3 and answer["provider"][0]["ok"]
+    at = {c["as"]: c["at"] for c in body(mesh)["consumers"]}
+    assert at[login_of(mesh, OTHER)] == "127.0.0.2"
+    with mesh.controller() as ctl:  # and from there a delta again
+        assert ctl.rotate([WIKI]).outcome == "done"
+    assert "base" in delivered[-1][1]["provider"][0]
+
+
+def test_a_declare_that_adds_a_pair_to_the_provision_makes_the_next_rotation_whole(
+    mesh, pg, delivered
+):
+    added = (
+        '\n[modules."app2/notes"]\nrequires = [{ name = "database", values = { database = '
+        '"notes_app2" }, file = "srv/app2/notes/db.password" }]\n'
+    )
+    _redeclare(mesh, lambda text: text + added)
+    with mesh.controller() as ctl:
+        assert ctl.rotate([GITEA]).outcome == "done"
+    (spec,) = delivered[0][1]["provider"]
+    assert "base" not in spec and len(spec["consumers"]) == 4
+    assert len(body(mesh)["consumers"]) == 4
