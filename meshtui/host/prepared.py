@@ -3,9 +3,9 @@ provider applies, so that once it has, holding the new credential is one rename.
 
 A prepared credential is an unnamed file (:class:`meshtui.host.files.Unnamed`): nobody can open
 it and nothing holds it. It is given its name only by a ``deliver`` of exactly the item it was
-prepared for (pair, node, generation, digest, file, owner, group, mode); a different delivery of the
-pair, a newer prepare, or :data:`PREPARED_S` going by lets it go, and the filesystem frees it
-(a crash or a restart frees it too).
+prepared for (pair, node, generation, digest, file, owner, group, mode); a different delivery
+of the pair, a newer prepare, or :data:`PREPARED_S` going by lets it go, and the filesystem
+frees it (a crash or a restart frees it too).
 """
 
 from __future__ import annotations
