@@ -15,7 +15,8 @@ Each request adds one line (its sequence number, for a delivery the generations 
 with, and the controller's audit head when it is longer than the one kept) and one
 ``fdatasync``, *before* the request is acted on: one durable write per
 request, where three files (requests, generations, audit head) each replaced and fsynced twice
-cost up to six. The first line is a whole
+cost up to six. A rotation's consumer delivery, signed ahead, is recorded in its ``prepare``'s
+line (its number and generations), so when it arrives there is nothing left to write. The first line is a whole
 snapshot; the file is rewritten as one snapshot line (atomically) at start and every
 :data:`COMPACT_EVERY` lines. A torn last line (a crash inside the append, before its fdatasync
 returned, so before anything was acted on) is dropped; any other unreadable line stops the agent.
@@ -62,7 +63,9 @@ Change = tuple[str, str, int]
 
 class Line(TypedDict, total=False):
     """One line of the record: a snapshot (``floor``, ``recent``, both ends' generations and the
-    kept ``head``) or a request (``s``, with a delivery's ``g`` and a longer ``h``)."""
+    kept ``head``) or a request (``s``, with a delivery's ``g`` and a longer ``h``; a prepare's
+    ``r``, the number of the delivery signed ahead, used from then on, with that delivery's
+    ``g``)."""
 
     floor: int
     recent: list[int]
