@@ -14,6 +14,13 @@ round trip to every node in parallel.
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_scale.py [--nodes 100] [--pairs 10000]
     [--providers 4] [--skip-probe]
+
+``--status-only`` measures just ``status`` in seconds, with no agent or PostgreSQL: the same
+declaration is declared, then every end is recorded as delivered (as push leaves it) and, in a
+second round, every pair probed a few times (as probe and watch leave it). It prints the first
+read, then the median of several (wall and this process's CPU: the machine may be shared), the
+median against the goal and against its floor from the same run: the bare read of the same
+pairs' rows (``SELECT`` of the pairs table through the stdlib cursor).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import os
 import resource
 import secrets
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,6 +47,8 @@ from meshtui.controller.core import Controller, init_keys
 from meshtui.controller.resolve import ask_state
 from meshtui.errors import LabError
 from meshtui.host import identity
+from meshtui.inventory.rows import DeliveryRow, ProbeRecord
+from meshtui.inventory.store import now
 from meshtui.lab.mesh import agent_answers
 from meshtui.lab.postgres import Cluster, create_cluster
 from tests.fix_pg import free_port
@@ -178,16 +188,121 @@ def run(nodes: int, providers: int, pairs: int, probe: bool = True) -> list[tupl
         shutil.rmtree(base, ignore_errors=True)
 
 
+STATUS_GOAL = 0.100
+"""``status`` at 10,000 pairs (issue 13)."""
+
+
+def _median(fn, repeat: int) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    """Median wall and CPU seconds of ``repeat`` calls (CPU: this process, so a busy shared
+    machine shows in wall but much less in CPU)."""
+    walls, cpus = [], []
+    for _ in range(repeat):
+        t0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        walls.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
+    return statistics.median(walls), statistics.median(cpus)
+
+
+def _delivered(ctl: Controller) -> None:
+    """Both ends of every pair hold its generation, as a clean push leaves them."""
+    stamp = now()
+    rows = [
+        DeliveryRow(
+            pair=p["id"],
+            end=end,
+            generation=p["generation"],
+            digest=None,
+            since=stamp,
+            attempted_at=stamp,
+            error=None,
+        )
+        for p in ctl.inventory.pairs()
+        for end in ("provider", "consumer")
+    ]
+    with ctl.inventory.transaction("bench rows") as tx:
+        tx.put_deliveries(rows)
+
+
+def _probed(ctl: Controller, rounds: int) -> None:
+    """``rounds`` accepted probes of every pair, as probe (or watch) leaves them."""
+    for _ in range(rounds):
+        stamp = now()
+        rows = [
+            ProbeRecord(
+                pair=p["id"],
+                at=stamp,
+                generation=p["generation"],
+                verdict="accepted",
+                reason="logged in",
+                latency_ms=2.5,
+                used_password=1,
+                loopback=1,
+                client_addr="127.0.0.1",
+                control=None,
+                withdrawn=0,
+            )
+            for p in ctl.inventory.pairs()
+        ]
+        with ctl.inventory.transaction("bench rows") as tx:
+            tx.add_probes(rows)
+
+
+def status_only(nodes: int, providers: int, pairs: int, repeat: int, rounds: int) -> None:
+    """``status`` alone on an inventory of ``pairs`` pairs, delivered, then probed."""
+    base = Path(tempfile.mkdtemp(prefix="meshtui-benchstatus-"))
+    try:
+        root = base / "mesh"
+        state = root / "state"
+        pub, _ = init_keys(state)
+        decl = declaration(root, 5432, base / "admin.conninfo", nodes, providers, pairs)
+        for line in decl.read_text().splitlines():
+            if line.startswith("[nodes."):
+                name = line[len("[nodes.") : -1]
+                identity.init(name, root / "nodes" / name, pub)
+        with Controller.open(state) as ctl:
+            ctl.declare(decl)
+            _delivered(ctl)
+            conn = ctl.inventory._db.conn
+            floor_sql = "SELECT * FROM pairs ORDER BY id"
+            print(f"{pairs} pairs, {nodes} nodes; load {os.getloadavg()[0]:.2f}")
+            print(f"  {'':<30}{'first ms':>9}{'wall ms':>9}{'cpu ms':>8}{'x goal':>8}"
+                  f"{'floor ms':>10}{'x floor':>9}")  # fmt: skip
+            for label, prepare in (
+                ("status, pushed, never probed", lambda: None),
+                (f"status, probed x{rounds}", lambda: _probed(ctl, rounds)),
+            ):
+                prepare()
+                t0 = time.perf_counter()
+                got = len(ctl.status())
+                first = time.perf_counter() - t0
+                assert got == pairs, got
+                floor, _ = _median(lambda: conn.execute(floor_sql).fetchall(), repeat)
+                took, cpu = _median(ctl.status, repeat)
+                print(f"  {label:<30}{first * 1000:>9.1f}{took * 1000:>9.1f}{cpu * 1000:>8.1f}"
+                      f"{took / STATUS_GOAL:>8.2f}{floor * 1000:>10.1f}{took / floor:>9.1f}")  # fmt: skip
+            print(f"  load {os.getloadavg()[0]:.2f}")
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=100)
     ap.add_argument("--providers", type=int, default=4)
     ap.add_argument("--pairs", type=int, default=10000)
     ap.add_argument("--skip-probe", action="store_true", help="leave out the probe step")
+    ap.add_argument("--status-only", action="store_true",
+                    help="only status, on an inventory built without agents (seconds)")  # fmt: skip
+    ap.add_argument("--repeat", type=int, default=15, help="reads per --status-only figure")
+    ap.add_argument("--rounds", type=int, default=3, help="probes per pair for --status-only")
     ap.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.serve:
         serve(args.serve)
+        return 0
+    if args.status_only:
+        status_only(args.nodes, args.providers, args.pairs, args.repeat, args.rounds)
         return 0
     run(args.nodes, args.providers, args.pairs, probe=not args.skip_probe)
     return 0

@@ -83,12 +83,81 @@ def _provider_bases_v5(db: sqlite_utils.Database) -> None:
     )
 
 
+def _pair_ends_v6(db: sqlite_utils.Database) -> None:
+    """One row per pair with what status reads of its two ends (generation, error; the
+    provider's last attempt) and the id of its newest probe, kept by triggers in the very
+    statement that writes a delivery or a probe, so status finds a pair's ends and newest probe
+    with one lookup instead of three searches; filled from what is already stored."""
+    ends = {
+        "consumer": {"consumer_generation": "generation", "consumer_error": "error"},
+        "provider": {
+            "provider_generation": "generation",
+            "provider_error": "error",
+            "provider_attempted_at": "attempted_at",
+        },
+    }
+
+    def held(end: str) -> str:  # NEW's end into its pair's row
+        cols = ends[end]
+        return (
+            f"INSERT INTO pair_ends (pair, {', '.join(cols)}) "
+            f"VALUES (NEW.pair, {', '.join('NEW.' + c for c in cols.values())}) "
+            "ON CONFLICT (pair) DO UPDATE SET "
+            + ", ".join(f"{c} = excluded.{c}" for c in cols)
+            + ";"
+        )
+
+    def gone(end: str) -> str:  # OLD's end out of its pair's row
+        return (
+            f"UPDATE pair_ends SET {', '.join(c + ' = NULL' for c in ends[end])} "
+            f"WHERE pair = OLD.pair AND OLD.\"end\" = '{end}';"
+        )
+
+    statements = [
+        "CREATE TABLE pair_ends (pair TEXT PRIMARY KEY, consumer_generation INTEGER, "
+        "consumer_error TEXT, provider_generation INTEGER, provider_error TEXT, "
+        "provider_attempted_at TEXT, probe INTEGER)",
+        """INSERT INTO pair_ends SELECT k.pair, c.generation, c.error, v.generation, v.error,
+            v.attempted_at, (SELECT MAX(id) FROM probes WHERE pair = k.pair)
+        FROM (SELECT pair FROM deliveries UNION SELECT pair FROM probes) k
+        LEFT JOIN deliveries c ON c.pair = k.pair AND c."end" = 'consumer'
+        LEFT JOIN deliveries v ON v.pair = k.pair AND v."end" = 'provider'""",
+    ]
+    for end in ends:  # one trigger per end and event: each row runs one statement
+        statements += [
+            f"CREATE TRIGGER pair_ends_{end}_delivered AFTER INSERT ON deliveries "
+            f"WHEN NEW.\"end\" = '{end}' BEGIN {held(end)} END",
+            f"CREATE TRIGGER pair_ends_{end}_redelivered AFTER UPDATE ON deliveries "
+            f"WHEN NEW.\"end\" = '{end}' BEGIN {held(end)} END",
+        ]
+    statements += [
+        # no writer moves a delivery to another pair or end; kept right if one ever does
+        'CREATE TRIGGER pair_ends_moved AFTER UPDATE OF pair, "end" ON deliveries '
+        'WHEN OLD.pair IS NOT NEW.pair OR OLD."end" IS NOT NEW."end" '
+        f"BEGIN {gone('consumer')} {gone('provider')} END",
+        f"CREATE TRIGGER pair_ends_forgotten AFTER DELETE ON deliveries "
+        f"BEGIN {gone('consumer')} {gone('provider')} END",
+        """CREATE TRIGGER pair_ends_probed AFTER INSERT ON probes BEGIN
+            INSERT INTO pair_ends (pair, probe) VALUES (NEW.pair, NEW.id)
+            ON CONFLICT (pair) DO UPDATE SET probe = excluded.probe
+            WHERE pair_ends.probe IS NULL OR excluded.probe > pair_ends.probe;
+        END""",
+        """CREATE TRIGGER pair_ends_unprobed AFTER DELETE ON probes BEGIN
+            UPDATE pair_ends SET probe = (SELECT MAX(id) FROM probes WHERE pair = OLD.pair)
+            WHERE pair = OLD.pair AND probe = OLD.id;
+        END""",
+    ]
+    for statement in statements:
+        db.execute(statement)
+
+
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _create_v1,
     _signed_head_v2,
     _file_access_v3,
     _policies_v4,
     _provider_bases_v5,
+    _pair_ends_v6,
 ]
 """``MIGRATIONS[i]`` takes the schema from version i to i+1; append, never edit."""
 

@@ -320,3 +320,45 @@ def test_the_plain_working_shortcut_agrees_with_the_full_rules() -> None:
             fast += 1
             assert pair_state(tuple(row)) == (State.WORKING, reason, False), row  # type: ignore[arg-type]
     assert fast > 0
+
+
+def test_the_plain_shortcut_agrees_with_the_full_rules_never_probed_included() -> None:
+    """status also decides a pair push left fine but nothing probed yet in a few tests: over
+    every mix of the fields those tests read (no probe at all among them), its answer must be
+    the full rules' answer."""
+    import itertools
+
+    from meshtui.controller.status import _plain, pair_state
+
+    base: list[object] = [GITEA, "database", "app1/gitea", "db1/postgres", "gitea_app1_x",
+                          "/srv/f", 2, "2026-01-01", None, None, 2, None, 2, None,
+                          None, None, None, None, None, None, None, None,
+                          None, "2026-01-02"]  # fmt: skip
+    probed = ["accepted", "logged in", "2026-01-02", 2, 0, "10.0.0.3", 0, 4.5, 1]
+    choices: dict[int, list[object]] = {
+        6: [2, 0],  # generation wanted
+        9: [None, "2026-01-03"],  # withdrawn_at
+        10: [2, 1, 0, None],  # consumer end's generation
+        11: [None, "boom"],  # consumer end's error
+        12: [2, 0, None],  # provider end's generation
+        13: [None, "re-applied after it was changed", "changed outside meshtui at x"],
+        14: ["accepted", "refused", None, "unknown", "no password demanded"],  # verdict
+        17: [2, 1, None],  # probe's generation
+        18: [0, 1],  # loopback
+        20: [0, 1],  # probe of a withdrawn pair
+        22: [1, 0, None],  # used_password
+    }
+    seen: set[State] = set()
+    for values in itertools.product(*choices.values()):
+        row = list(base)
+        for index, value in zip(choices, values, strict=True):
+            row[index] = value
+        if row[14] is None:  # never probed: every probe column is empty
+            row[15:23] = [None] * 8
+        else:
+            row[15:17], row[19], row[21] = probed[1:3], probed[5], probed[7]
+        plain = _plain(tuple(row))  # type: ignore[arg-type]
+        if plain is not None:
+            seen.add(plain[0])
+            assert pair_state(tuple(row)) == (*plain, False), row  # type: ignore[arg-type]
+    assert seen == {State.WORKING, State.UNKNOWN}
