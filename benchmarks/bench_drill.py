@@ -28,9 +28,10 @@ from meshtui.inventory import now
 from meshtui.lab import mesh as lab_mesh
 
 GOAL_MS = 5.0
-FSYNCS_IN_WINDOW = 3
-"""Durable writes on the consumer inside the window: the guard's line (one fdatasync, with the
-audit head), the credential's temp file and its folder."""
+FSYNCS_IN_WINDOW = 1
+"""Durable writes on the consumer inside the window: the credential's folder (its rename). The
+credential itself and the delivery's guard line are written ahead, with the consumer's
+``prepare``, while the provider applies (meshtui/controller/ahead.py)."""
 
 
 def fsync_ms(folder: Path, repeat: int = 20) -> float:

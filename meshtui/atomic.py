@@ -123,6 +123,56 @@ def write_many_at(folder_fd: int, files: dict[str, bytes], *, access: Access = P
         raise
 
 
+def write_unnamed(folder_fd: int, data: bytes, *, access: Access = PRIVATE) -> int:
+    """A file holding ``data`` on the open folder's filesystem that has no name yet
+    (``O_TMPFILE``): given its owner, group and mode before a byte is written, and fsynced.
+
+    Returns its descriptor. Being in no folder, nobody can open it; closing the descriptor
+    without :func:`link_at` frees it, and so does a crash. OSError (EOPNOTSUPP, EISDIR) on a
+    filesystem without unnamed files.
+    """
+    fd = os.open(".", os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600, dir_fd=folder_fd)
+    try:
+        os.fchmod(fd, 0o600)
+        if access.uid != -1 or access.gid != -1:
+            os.fchown(fd, access.uid, access.gid)
+        os.fchmod(fd, access.mode)  # after fchown, which may clear mode bits
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def link_at(folder_fd: int, fd: int, name: str) -> None:
+    """Give the unnamed file ``fd`` (:func:`write_unnamed`, same filesystem) the name ``name``
+    inside the open folder, replacing what is there, atomically and durably.
+
+    Its content, owner and mode are already on disk, so what is left is the name: linked
+    under a fresh temp name (a link cannot replace a name), renamed over ``name`` (never
+    following a link planted there), the folder fsynced. A failure removes the temp name.
+    """
+    if "/" in name or name in ("", ".", ".."):
+        raise ValueError(f"{name!r} is not a file name")
+    while True:
+        tmp = f".{name}.{os.getpid()}.{threading.get_ident()}.{secrets.token_hex(4)}.tmp"
+        try:
+            os.link(f"/proc/self/fd/{fd}", tmp, dst_dir_fd=folder_fd, follow_symlinks=True)
+            break
+        except FileExistsError:
+            continue
+    try:
+        os.replace(tmp, name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
+        os.fsync(folder_fd)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=folder_fd)
+        raise
+
+
 SYNC_THREADS = 16
 
 

@@ -281,6 +281,33 @@ class DeliverAnswer(TypedDict):
     consumer: list[ConsumerOutcome]
 
 
+class PrepareRequest(TypedDict):
+    """``prepare``: consumer credentials of a rotation, written ahead while its providers apply.
+
+    Nothing is held yet: each is written under no name, and only a ``deliver`` of the same
+    item (after the providers applied) gives it its name; one never delivered is let go.
+    """
+
+    consumer: list[ConsumerItem]
+    delivery: NotRequired[int]
+    """The sequence number of the delivery, signed ahead, that will name these: recorded as
+    used with this request, so that its acceptance is on disk before it arrives."""
+
+
+class PreparedOutcome(TypedDict):
+    """One credential written ahead, or why not (its delivery then writes it in full)."""
+
+    pair: str
+    ok: bool
+    error: NotRequired[str]
+
+
+class PrepareAnswer(TypedDict):
+    """Per credential, in the order they were sent."""
+
+    consumer: list[PreparedOutcome]
+
+
 class ConsumerLine(NamedTuple):
     """The part of one manifest consumer both ends know: what a delta's base is a digest of."""
 
@@ -599,6 +626,7 @@ class Kind(Generic[Request, Answer]):
 
 STATE: Kind[StateRequest, StateAnswer] = Kind(wire.STATE, StateRequest, StateAnswer)
 DELIVER: Kind[DeliverRequest, DeliverAnswer] = Kind(wire.DELIVER, DeliverRequest, DeliverAnswer)
+PREPARE: Kind[PrepareRequest, PrepareAnswer] = Kind(wire.PREPARE, PrepareRequest, PrepareAnswer)
 WITHDRAW: Kind[WithdrawRequest, WithdrawAnswer] = Kind(
     wire.WITHDRAW, WithdrawRequest, WithdrawAnswer
 )
@@ -616,6 +644,6 @@ ERROR: Kind[ErrorAnswer, ErrorAnswer] = Kind("error", ErrorAnswer, ErrorAnswer)
 """The reply kind of a refusal (never a request)."""
 
 KINDS: dict[str, Kind[Mapping[str, object], Mapping[str, object]]] = {
-    k.name: k for k in (STATE, DELIVER, WITHDRAW, PROBE, DRILL_HOLD, DRILL_CHECK, CHECK)
+    k.name: k for k in (STATE, DELIVER, PREPARE, WITHDRAW, PROBE, DRILL_HOLD, DRILL_CHECK, CHECK)
 }
 """Every request kind the agent serves, by wire name."""

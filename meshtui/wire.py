@@ -36,6 +36,7 @@ STATE = "state"  # which pairs and generations the node holds, by digest
 
 
 DELIVER = "deliver"  # consumer credentials and provider manifests (sealed)
+PREPARE = "prepare"  # consumer credentials written ahead, unnamed, until a delivery names them
 WITHDRAW = "withdraw"  # try a withdrawn pair's last credential once, then delete it
 PROBE = "probe"  # live logins with the credentials the node holds
 DRILL_HOLD = "drill-hold"  # log in with the current credential and keep it in memory
@@ -228,6 +229,11 @@ def envelope(
         body["head"] = head.to_json()
     raw = json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
     return {"body": crypto.b64(raw), "sig": crypto.b64(keys.sign(raw))}, nonce
+
+
+def seq_of(envelope: Mapping[str, str]) -> int:
+    """The sequence number of an envelope this process signed (its own, so read unverified)."""
+    return int(json.loads(crypto.unb64(envelope["body"], "body"))["seq"])
 
 
 def open_envelope(

@@ -25,6 +25,7 @@ from meshtui.messages import (
     DeliverRequest,
     DrillRequest,
     InspectSpec,
+    PrepareRequest,
     ProbeItem,
     ProbeRequest,
     StateRequest,
@@ -89,6 +90,7 @@ def test_every_kind_round_trips_through_real_agents(mesh):
         ("db1", messages.STATE, StateRequest()),
         ("db1", messages.STATE, StateRequest(inspect=[inspect])),
         ("db1", messages.DELIVER, DeliverRequest(provider=sets["db1"])),
+        ("app1", messages.PREPARE, PrepareRequest(consumer=items["app1"])),
         ("app1", messages.DELIVER, DeliverRequest(consumer=items["app1"])),
         (
             "app1",
@@ -118,6 +120,8 @@ def test_every_kind_round_trips_through_real_agents(mesh):
                 assert not got["ok"] and "cannot be inspected" in got["error"]
             if kind is messages.DELIVER and node == "db1":
                 assert answer["provider"][0]["ok"] and answer["consumer"] == []
+            if kind is messages.PREPARE:
+                assert answer["consumer"][0]["ok"]
             if kind is messages.DELIVER and node == "app1":
                 assert answer["consumer"][0]["ok"]
             if kind is messages.PROBE:

@@ -15,6 +15,7 @@ import ssl
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import httpx
@@ -106,6 +107,28 @@ def read_anchor(node: NodeRow, *, timeout: float = STATE_TIMEOUT_S) -> wire.Sign
         raise AgentError(name, f"its audit head is malformed: {exc}") from None
 
 
+SIGNED_FRESH_S = 5.0
+"""A request signed ahead (:meth:`AgentClient.sign`) is sent as signed for this long; after
+that it is signed again, well inside the clock limit the agent checks (``wire.MAX_SKEW_S``)."""
+
+
+@dataclass(frozen=True)
+class SignedRequest:
+    """A request numbered and signed ahead of sending it (:meth:`AgentClient.sign`)."""
+
+    kind: str
+    payload: Mapping[str, object]
+    envelope: dict[str, str]
+    nonce: str
+    seq: int
+    signed_at: float
+
+    def fits(self, kind: str, payload: Mapping[str, object]) -> bool:
+        """True when this is ``payload`` of ``kind``, signed recently enough to send."""
+        fresh = time.monotonic() - self.signed_at < SIGNED_FRESH_S
+        return fresh and kind == self.kind and payload == self.payload
+
+
 class AgentClient:
     """One node's agent, as the controller sees it."""
 
@@ -130,8 +153,9 @@ class AgentClient:
         """Close the HTTP connection pool."""
         self._http.close()
 
-    def call(self, kind: Kind[Req, Ans], payload: Req, *, timeout: float | None = None) -> Ans:
-        """Send one signed request; return the verified answer's payload, checked for its shape."""
+    def sign(self, kind: Kind[Req, Ans], payload: Req) -> SignedRequest:
+        """Number and sign a request now, to send it later with :meth:`call` (``signed=``):
+        the signing is then done before the moment the request is waited for."""
         try:
             env, nonce = wire.envelope(
                 kind.name,
@@ -147,12 +171,32 @@ class AgentClient:
             raise AgentError(
                 self.name, f"cannot number the request in {where}: {exc.strerror}"
             ) from exc
+        return SignedRequest(kind.name, payload, env, nonce, wire.seq_of(env), time.monotonic())
+
+    def call(
+        self,
+        kind: Kind[Req, Ans],
+        payload: Req,
+        *,
+        timeout: float | None = None,
+        signed: SignedRequest | None = None,
+    ) -> Ans:
+        """Send one signed request; return the verified answer's payload, checked for its shape.
+
+        ``signed``: this request as signed ahead; used when it is still fresh and the same
+        payload, else the request is signed now.
+        """
+        ahead = signed is not None and signed.fits(kind.name, payload)
+        if signed is None or not ahead:
+            signed = self.sign(kind, payload)
         kwargs: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
-        for wait in (*BUSY_RETRIES, None):
-            resp = self._post(env, kwargs)
-            if resp.status_code != 503 or "retry-after" not in resp.headers or wait is None:
-                break
-            time.sleep(wait)  # busy: it read nothing, so the same envelope is still unused
+        resp = self._send(signed.envelope, kwargs)
+        if ahead and resp.status_code == 403:
+            # refused before anything was done: the agent may have restarted since its number
+            # was recorded ahead (then it counts as used); numbered anew, sent once more
+            signed = self.sign(kind, payload)
+            resp = self._send(signed.envelope, kwargs)
+        nonce = signed.nonce
         try:
             data = resp.json()
         except ValueError as exc:
@@ -183,6 +227,15 @@ class AgentClient:
             return kind.answer_of(msg.payload)  # the one check of the answer's shape
         except MessageError as exc:
             raise AgentError(self.name, f"answer refused: {exc}") from None
+
+    def _send(self, env: dict[str, str], kwargs: dict[str, Any]) -> httpx.Response:
+        resp = self._post(env, kwargs)
+        for wait in BUSY_RETRIES:
+            if resp.status_code != 503 or "retry-after" not in resp.headers:
+                break
+            time.sleep(wait)  # busy: it read nothing, so the same envelope is still unused
+            resp = self._post(env, kwargs)
+        return resp
 
     def _post(self, env: dict[str, str], kwargs: dict[str, Any]) -> httpx.Response:
         try:
@@ -242,8 +295,12 @@ class Agents:
         payloads: Mapping[str, Req],
         *,
         timeout: float | None = None,
+        signed: Mapping[str, SignedRequest] | None = None,
     ) -> dict[str, Ans | AgentError]:
-        """The same kind of request to several nodes at once; each answer or its error."""
+        """The same kind of request to several nodes at once; each answer or its error.
+
+        ``signed``: some of these requests as signed ahead, by node (:meth:`AgentClient.call`).
+        """
         if not payloads:
             return {}
         for node in payloads:
@@ -252,7 +309,9 @@ class Agents:
 
         def one(node: str) -> tuple[str, Ans | AgentError]:
             try:
-                return node, self._clients[node].call(kind, payloads[node], timeout=timeout)
+                ahead = signed.get(node) if signed is not None else None
+                client = self._clients[node]
+                return node, client.call(kind, payloads[node], timeout=timeout, signed=ahead)
             except AgentError as exc:
                 return node, exc
 

@@ -18,7 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, TypeVar
 
 from meshtui import crypto, messages
-from meshtui.controller.client import DELIVER_TIMEOUT_S, Agents, by_pair, missing_reason
+from meshtui.controller.client import (
+    DELIVER_TIMEOUT_S,
+    Agents,
+    SignedRequest,
+    by_pair,
+    missing_reason,
+)
 from meshtui.errors import AgentError, InventoryError
 from meshtui.inventory import Inventory, now
 from meshtui.inventory.rows import (
@@ -519,14 +525,19 @@ def send_consumers(
     result: Delivered,
     *,
     record: bool = True,
+    signed: Mapping[str, SignedRequest] | None = None,
 ) -> None:
-    """Deliver credentials to consumer nodes (in parallel) and record each pair's consumer end."""
+    """Deliver credentials to consumer nodes (in parallel) and record each pair's consumer end.
+
+    ``signed``: these deliveries as signed ahead, by node (:mod:`meshtui.controller.ahead`).
+    """
     if not items:
         return
     answers = agents.call_many(
         messages.DELIVER,
         {n: DeliverRequest(consumer=i) for n, i in items.items()},
         timeout=DELIVER_TIMEOUT_S,
+        signed=signed,
     )
     rows: list[EndRow] = []
     for node, sent in items.items():

@@ -15,6 +15,7 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Literal
 
+from meshtui.controller.ahead import Ahead
 from meshtui.controller.client import Agents
 from meshtui.controller.declare import nodes_from_inventory, seal_generation
 from meshtui.controller.deliver import Delivered, Planner, send_consumers, send_providers
@@ -136,6 +137,8 @@ def _deliver(
     progress("delivering to providers", step, 4)
     providers = {(plan.pairs[pid]["provider"], plan.pairs[pid]["provision"]) for pid in targets}
     consumer_items = plan.consumer_items(targets, targets)  # built before the window opens
+    # forward, the consumers write theirs ahead while the providers apply (controller/ahead.py)
+    ahead = Ahead(agents, consumer_items) if key == "to" else None
     # forward, each provider gets a delta (its manifest on disk is the base the inventory
     # records); a rollback's base is not known (the forward delivery may or may not have
     # landed), so it is sent whole
@@ -153,6 +156,7 @@ def _deliver(
     send_providers(
         agents, inv, sets, result, record=False, whole=whole, expected=plan.expected_bases
     )
+    signed = ahead.signed() if ahead is not None else None
     if not all(result.provider_ok.get(pid, False) for pid in targets):
         result.flush(inv)
         return result
@@ -162,7 +166,7 @@ def _deliver(
         result.flush(inv)
         raise
     progress("delivering to consumers", step + 1, 4)
-    send_consumers(agents, inv, consumer_items, result, record=False)
+    send_consumers(agents, inv, consumer_items, result, record=False, signed=signed)
     result.flush(inv)
     return result
 

@@ -88,7 +88,7 @@ class RecordedRoute(Route[Req, Ans]):
     def __init__(
         self, kind: messages.Kind[Req, Ans], handler: Callable[[Req, Record], Ans]
     ) -> None:
-        super().__init__(kind, lambda request: handler(request, lambda _: None))
+        super().__init__(kind, lambda request: handler(request, lambda *_: None))
         self.recorded = handler
 
     def accept(self, payload: Mapping[str, object], record: Record) -> Callable[[], Ans]:
@@ -127,6 +127,7 @@ class Agent:
             for r in (
                 Route(messages.STATE, self.state),
                 RecordedRoute(messages.DELIVER, self.deliveries.deliver),
+                RecordedRoute(messages.PREPARE, self.deliveries.prepare),
                 Route(messages.WITHDRAW, self.withdraw),
                 Route(messages.PROBE, self.probe),
                 Route(messages.DRILL_HOLD, self.drill_hold),
@@ -180,9 +181,9 @@ class Agent:
         head = msg.head if msg.head is not None and self.anchor.wants(msg.head) else None
         recorded: list[int] = []
 
-        def record(changes: Sequence[Change]) -> None:
+        def record(changes: Sequence[Change], ahead: Sequence[int] = ()) -> None:
             # the audit head goes in the same durable line, before the request is acted on
-            self.accepted.record(msg.seq, changes, head.to_json() if head else None)
+            self.accepted.record(msg.seq, changes, head.to_json() if head else None, ahead)
             recorded.append(msg.seq)
 
         try:

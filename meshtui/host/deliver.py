@@ -11,6 +11,7 @@ import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from meshtui import crypto
 from meshtui.errors import CryptoError, HostFileError
@@ -20,12 +21,16 @@ from meshtui.host.holdings import Held, Holdings
 from meshtui.host.identity import Identity
 from meshtui.host.manifest import Serials, write_provider_files
 from meshtui.host.paths import StateFolder, node_path
+from meshtui.host.prepared import PREPARED_LIMIT, Prepared
 from meshtui.host.provision import Provisioner, provision
 from meshtui.messages import (
     ConsumerItem,
     ConsumerOutcome,
     DeliverAnswer,
     DeliverRequest,
+    PrepareAnswer,
+    PreparedOutcome,
+    PrepareRequest,
     ProviderOutcome,
     ProviderSet,
 )
@@ -52,7 +57,9 @@ class Deliveries:
         self.provisioner = provisioner
         self.state = StateFolder(identity.state_dir)
         self.serials = Serials()
+        self.prepared = Prepared()
         self._lock = threading.Lock()
+        self._accepting = threading.Lock()  # a check and its record, never raced
 
     def deliver(self, payload: DeliverRequest, record: Record) -> DeliverAnswer:
         """Provider sets first (manifest + secrets + provisioner), then consumer credentials.
@@ -63,8 +70,9 @@ class Deliveries:
         before any file is.
         """
         with self._lock:
-            refusals, changes = self.accepted.check(payload)
-            record(changes)
+            with self._accepting:
+                refusals, changes = self.accepted.check(payload)
+                record(changes)
             refused = {r.key: r.reason for r in refusals}
             providers = [
                 _refused_provider(s, why)
@@ -101,25 +109,79 @@ class Deliveries:
         return secret
 
     # ---- the consumer end ------------------------------------------------------------------
+    def _consumer_file(self, item: ConsumerItem) -> tuple[Path, str]:
+        """Where ``item``'s credential goes, and the words naming it in errors; ValueError
+        when it is not for this node or not a place the agent writes a credential."""
+        if item["node"] != self.identity.name:
+            raise ValueError(
+                f"delivery is for node {item['node']!r}, this is {self.identity.name!r}"
+            )
+        path = node_path(item["file"], "credential file")
+        self.state.refuse_inside(path.parent, "credential file")
+        provision_name, consumer, _ = split_pair_id(item["pair"])
+        return path, f"node {self.identity.name}: {consumer} requires {provision_name}"
+
+    def prepare(self, payload: PrepareRequest, record: Record) -> PrepareAnswer:
+        """Write each credential ahead, unnamed (:mod:`meshtui.host.prepared`): nothing is held
+        until a delivery of the same item names it. An item this node would refuse to deliver
+        (an older generation, another node, a bad path) is not prepared.
+
+        With the number of the delivery signed ahead (``delivery``), that number and the
+        generations it will be accepted with are recorded now, in this request's line, so the
+        delivery finds its acceptance on disk already (:meth:`Accepted.record`).
+        """
+        items = payload["consumer"]
+        with self._accepting:
+            refusals, changes = self.accepted.check({"consumer": items})
+            if "delivery" in payload:
+                record(changes, [payload["delivery"]])
+            else:
+                record(())
+        refused = {r.key: r.reason for r in refusals}
+        return {"consumer": [self._prepare(c, refused) for c in items]}
+
+    def _prepare(self, item: ConsumerItem, refused: dict[str, str]) -> PreparedOutcome:
+        pair, digest = item["pair"], item["digest"]
+        done: PreparedOutcome = {"pair": pair, "ok": False}
+        why = refused.get(f"consumer:{pair}")
+        try:
+            if why:
+                raise ValueError(why)
+            if not self.prepared.room(pair):
+                raise ValueError(f"{pair}: not prepared, {PREPARED_LIMIT} are already")
+            path, _ = self._consumer_file(item)
+            want = files.resolve_access(item["owner"], item["group"], item["mode"])
+            unnamed = files.prepare_credential(
+                path, want, lambda: self.unseal(item["sealed"], digest, pair)
+            )
+        except (ValueError, HostFileError, CryptoError) as exc:
+            done["error"] = str(exc)
+            return done
+        except OSError as exc:
+            done["error"] = f"{pair}: cannot prepare {item['file']}: {exc.strerror}"
+            return done
+        if not self.prepared.put(item, unnamed):  # filled meanwhile
+            done["error"] = f"{pair}: not prepared, {PREPARED_LIMIT} are already"
+            return done
+        done["ok"] = True
+        return done
+
     def _consumer(self, item: ConsumerItem, held: dict[str, Held | None]) -> ConsumerOutcome:
         pair, gen = item["pair"], item["generation"]
         out: ConsumerOutcome = {"pair": pair, "generation": gen, "ok": False}
-        if item["node"] != self.identity.name:
-            out["error"] = f"delivery is for node {item['node']!r}, this is {self.identity.name!r}"
-            return out
+        prepared = self.prepared.take(item)
         try:
-            path = node_path(item["file"], "credential file")
-            self.state.refuse_inside(path.parent, "credential file")
-            provision_name, consumer, _ = split_pair_id(pair)
+            path, where = self._consumer_file(item)
         except ValueError as exc:
+            if prepared is not None:
+                prepared.close()
             out["error"] = str(exc)
             return out
         digest = item["digest"]
-        where = f"node {self.identity.name}: {consumer} requires {provision_name}"
         try:
             want = files.resolve_access(item["owner"], item["group"], item["mode"])
             files.write_credential(
-                path, want, digest, lambda: self.unseal(item["sealed"], digest, pair)
+                path, want, digest, lambda: self.unseal(item["sealed"], digest, pair), prepared
             )
         except HostFileError as exc:
             out["error"] = f"{where}: {exc}"
@@ -130,6 +192,9 @@ class Deliveries:
         except OSError as exc:
             out["error"] = f"{where}: cannot write {path}: {exc.strerror}"
             return out
+        finally:
+            if prepared is not None:
+                prepared.close()
         out["written_at"] = time.time()
         held[pair] = {
             "generation": gen,

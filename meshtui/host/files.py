@@ -19,7 +19,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from meshtui.atomic import Access, remove_at, write_at, write_at_after, write_many_at
+from meshtui.atomic import (
+    Access,
+    link_at,
+    remove_at,
+    write_at,
+    write_at_after,
+    write_many_at,
+    write_unnamed,
+)
 from meshtui.crypto import secret_digest
 from meshtui.errors import HostFileError
 from meshtui.model import file_mode
@@ -395,11 +403,80 @@ def read_in(folder: Folder, name: str) -> tuple[bytes | None, str | None]:
         return None, str(exc)
 
 
+@dataclass
+class Unnamed:
+    """A credential written ahead into its folder's filesystem under no name (owner, group and
+    mode set, fsynced): only the agent holds it, by its descriptor, until it is named or
+    closed. ``folder`` is the checked folder it belongs in, kept open."""
+
+    fd: int
+    folder: Folder
+
+    def close(self) -> None:
+        """Let it go (once): the filesystem frees an unnamed file when it is closed."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        self.folder.close()
+
+    def name(self, path: Path) -> bool:
+        """Give it ``path``'s name, replacing what is there: only while ``path``'s folder is
+        still the one checked when it was written, and still nobody else's to write (else
+        False, nothing done). What is at ``path`` now is refused as :func:`write_credential`
+        refuses it (a link, a FIFO, a folder, an oversize file: HostFileError)."""
+        st = os.fstat(self.folder.fd)
+        try:
+            here = os.stat(path.parent)
+        except OSError:
+            return False
+        if (here.st_dev, here.st_ino) != (st.st_dev, st.st_ino):
+            return False
+        _check(str(path.parent), st, last=True, own=False, work_in=True)
+        try:
+            there = os.stat(path.name, dir_fd=self.folder.fd, follow_symlinks=False)
+        except FileNotFoundError:
+            there = None
+        if there is not None:
+            _require_regular(str(path), there.st_mode)
+            if there.st_size > MAX_SECRET:
+                raise HostFileError(_too_large(str(path), MAX_SECRET))
+        link_at(self.folder.fd, self.fd, path.name)
+        return True
+
+
+def prepare_credential(path: Path, want: FileAccess, unseal: Callable[[], bytes]) -> Unnamed:
+    """Write a consumer's next credential ahead, unnamed, in the (checked) folder of ``path``,
+    so that taking it up later (:func:`write_credential` with ``prepared``) is a rename and
+    one folder fsync. OSError when the filesystem has no unnamed files."""
+    folder = open_folder(path.parent, create=0o755)
+    assert folder is not None
+    try:
+        secret = unseal()
+        fd = write_unnamed(folder.fd, secret, access=want.access)
+        del secret
+    except BaseException:
+        folder.close()
+        raise
+    return Unnamed(fd=fd, folder=folder)
+
+
 def write_credential(
-    path: Path, want: FileAccess, digest: str, unseal: Callable[[], bytes]
+    path: Path,
+    want: FileAccess,
+    digest: str,
+    unseal: Callable[[], bytes],
+    prepared: Unnamed | None = None,
 ) -> None:
     """Write a consumer's credential unless the file already holds it with the declared owner,
-    group and mode. A file the agent must not read (a FIFO, a link) is refused, not replaced."""
+    group and mode. A file the agent must not read (a FIFO, a link) is refused, not replaced.
+
+    ``prepared``: the same credential written ahead (:func:`prepare_credential`, with ``want``);
+    it is given the name (:meth:`Unnamed.name`) instead of the credential being written again
+    (one that cannot be, say with no ``/proc``, is written the ordinary way)."""
+    if prepared is not None:
+        with contextlib.suppress(OSError):
+            if prepared.name(path):
+                return
     folder = open_folder(path.parent, create=0o755)
     assert folder is not None
     with folder:

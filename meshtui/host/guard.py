@@ -15,7 +15,8 @@ Each request adds one line (its sequence number, for a delivery the generations 
 with, and the controller's audit head when it is longer than the one kept) and one
 ``fdatasync``, *before* the request is acted on: one durable write per
 request, where three files (requests, generations, audit head) each replaced and fsynced twice
-cost up to six. The first line is a whole
+cost up to six. A rotation's consumer delivery, signed ahead, is recorded in its ``prepare``'s
+line (its number and generations), so when it arrives there is nothing left to write. The first line is a whole
 snapshot; the file is rewritten as one snapshot line (atomically) at start and every
 :data:`COMPACT_EVERY` lines. A torn last line (a crash inside the append, before its fdatasync
 returned, so before anything was acted on) is dropped; any other unreadable line stops the agent.
@@ -26,10 +27,10 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict
+from typing import Protocol, TypedDict
 
 import msgspec
 
@@ -62,7 +63,9 @@ Change = tuple[str, str, int]
 
 class Line(TypedDict, total=False):
     """One line of the record: a snapshot (``floor``, ``recent``, both ends' generations and the
-    kept ``head``) or a request (``s``, with a delivery's ``g`` and a longer ``h``)."""
+    kept ``head``) or a request (``s``, with a delivery's ``g`` and a longer ``h``; a prepare's
+    ``r``, the number of the delivery signed ahead, used from then on, with that delivery's
+    ``g``)."""
 
     floor: int
     recent: list[int]
@@ -72,13 +75,18 @@ class Line(TypedDict, total=False):
     s: int
     g: list[tuple[str, str, int]]
     h: dict[str, object]
+    r: list[int]
 
 
 _LINE = msgspec.json.Decoder(Line)
 """A line of the record; also reads the two files of the version before (the same keys)."""
 
-Record = Callable[[Sequence[Change]], None]
-"""Make one request's acceptance durable (with the generations a delivery is accepted with)."""
+
+class Record(Protocol):
+    """Make one request's acceptance durable (with the generations a delivery is accepted with,
+    and the numbers of requests signed ahead whose acceptance this line already holds)."""
+
+    def __call__(self, changes: Sequence[Change], ahead: Sequence[int] = ()) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -139,6 +147,8 @@ class Accepted:
         self._floor = 0
         self._recent: set[int] = set()
         self._gens: dict[str, dict[str, int]] = {end: {} for end in ENDS}
+        self._ahead: set[int] = set()  # recorded ahead, not yet taken
+        self._written: set[int] = set()  # taken, and recorded ahead
         self.head: dict[str, object] | None = None
         """The newest audit head recorded with a request (:mod:`meshtui.host.anchor`)."""
         lines = _read(self._path)
@@ -173,6 +183,7 @@ class Accepted:
         self._recent.update(line.get("recent", []))
         if "s" in line:
             self._recent.add(line["s"])
+        self._recent.update(line.get("r", []))  # after a restart, used like any other
         self._gens["consumer"].update(line.get("consumer", {}))
         self._gens["provider"].update(line.get("provider", {}))
         for end, pair, gen in line.get("g", []):
@@ -190,6 +201,9 @@ class Accepted:
         if len(self._recent) > RECENT_LIMIT:
             kept = sorted(self._recent)[-RECENT_LIMIT:]
             self._floor, self._recent = kept[0] - 1, set(kept)
+        if self._ahead or self._written:
+            self._ahead = {s for s in self._ahead if s > self._floor}
+            self._written = {s for s in self._written if s > self._floor}
 
     def _compact(self) -> None:
         """Rewrite the record as one snapshot line (atomically, durably); append from there."""
@@ -216,8 +230,13 @@ class Accepted:
 
     # ---- sequence numbers -------------------------------------------------------------------
     def take(self, seq: int) -> None:
-        """Admit ``seq`` once, in memory, or raise EnvelopeError saying why not."""
+        """Admit ``seq`` once, in memory, or raise EnvelopeError saying why not (a number
+        recorded ahead, :meth:`record`'s ``ahead``, is admitted once though already used)."""
         with self._lock:
+            if seq in self._ahead:  # recorded ahead: admitted once, its line already on disk
+                self._ahead.discard(seq)
+                self._written.add(seq)
+                return
             if seq <= self._floor:
                 raise EnvelopeError(
                     "refused: request is older than the requests this agent already accepted "
@@ -229,16 +248,34 @@ class Accepted:
             self._prune()
 
     def record(
-        self, seq: int, changes: Sequence[Change] = (), head: Mapping[str, object] | None = None
+        self,
+        seq: int,
+        changes: Sequence[Change] = (),
+        head: Mapping[str, object] | None = None,
+        ahead: Sequence[int] = (),
     ) -> None:
         """Make ``seq`` (with a delivery's accepted generations, and the audit head the request
         showed when it is to be kept) durable: one line, one fdatasync. OSError when it cannot
-        be written (then nothing of the request is done)."""
+        be written (then nothing of the request is done).
+
+        ``ahead``: numbers of requests the controller signed ahead (a consumer's delivery,
+        recorded with its ``prepare``), recorded as used in the same line. When one of them
+        arrives (:meth:`take`) with nothing to record that is not on disk already (its
+        generations recorded ahead too, no longer audit head), it is not written again.
+        """
+        with self._lock:
+            if seq in self._written:
+                self._written.discard(seq)
+                if head is None and all(self._gens[e].get(p) == g for e, p, g in changes):
+                    return
+            ahead = [s for s in ahead if s > self._floor and s not in self._recent]
         line: Line = {"s": seq}
         if changes:
             line["g"] = list(changes)
         if head is not None:
             line["h"] = dict(head)
+        if ahead:
+            line["r"] = ahead
         data = json.dumps(line, separators=(",", ":")).encode() + b"\n"
         with self._lock:
             if self._fd < 0 or self._lines >= COMPACT_EVERY:
@@ -248,6 +285,8 @@ class Accepted:
                 view = view[os.write(self._fd, view) :]
             os.fdatasync(self._fd)
             self._lines += 1
+            self._recent.update(ahead)
+            self._ahead.update(ahead)
             for end, pair, gen in changes:
                 self._gens[end][pair] = gen
             if head is not None:
