@@ -185,7 +185,8 @@ def pg_alter_all(cluster: Cluster, count: int, *, precomputed: bool) -> float:
             for login in logins:
                 conn.execute(
                     sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
-                        sql.Identifier(login), sql.Literal(scram_verifier(secrets.token_urlsafe(32)))
+                        sql.Identifier(login),
+                        sql.Literal(scram_verifier(secrets.token_urlsafe(32))),
                     )
                 )
         passwords = [secrets.token_urlsafe(32) for _ in logins]
@@ -362,7 +363,9 @@ def main(argv: list[str] | None = None) -> int:
             created = pg_create_all(cluster, args.others)
             print(f"4. push {args.others} new pairs: {pushed:.2f} s; PostgreSQL's own CREATE ROLE "
                   f"... PASSWORD in one transaction {created:.2f} s")  # fmt: skip
-            rows.append((f"push {args.others} new pairs (s)", pushed, created, pushed / created, 1.5))
+            rows.append(
+                (f"push {args.others} new pairs (s)", pushed, created, pushed / created, 1.5)
+            )
             fresh = files_alone(base / "files-new", args.others)
             bulk_floor(rows, "push", pushed, created, fresh, verifiers_alone(args.others))
         return _table(rows, load)

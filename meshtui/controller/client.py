@@ -33,6 +33,8 @@ DELIVER_TIMEOUT_S = 360.0
 """Longer than the agent lets a provisioner run (300 s): never give up on a delivery that may
 still apply, or the record and the node disagree."""
 STATE_TIMEOUT_S = 10.0
+PARALLEL = 8
+"""Nodes asked at once by one :meth:`Agents.call_many` (besides the calling thread)."""
 BUSY_RETRIES = (0.2, 0.5, 1.0, 2.0)
 """Waits before sending again when an agent answered 503 busy (it read nothing of the request)."""
 
@@ -263,11 +265,14 @@ class Agents:
         self._nodes, self._keys, self._timeout = nodes, keys, timeout
         self._sequence, self._head = sequence, head
         self._clients: dict[str, AgentClient] = {}
+        self._pool: ThreadPoolExecutor | None = None  # made by the first call to several nodes
 
     def __enter__(self) -> Agents:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
         for c in self._clients.values():
             c.close()
 
@@ -319,9 +324,10 @@ class Agents:
             node = next(iter(payloads))
             out[node] = one(node)[1]
             return out
-        with ThreadPoolExecutor(max_workers=min(8, len(payloads))) as pool:
-            for node, result in pool.map(one, list(payloads)):
-                out[node] = result
+        if self._pool is None:  # kept for this set's life: no threads made per call
+            self._pool = ThreadPoolExecutor(max_workers=PARALLEL, thread_name_prefix="agents")
+        for node, result in self._pool.map(one, list(payloads)):
+            out[node] = result
         return out
 
 
