@@ -133,13 +133,7 @@ def write_unnamed(folder_fd: int, data: bytes, *, access: Access = PRIVATE) -> i
     """
     fd = os.open(".", os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600, dir_fd=folder_fd)
     try:
-        os.fchmod(fd, 0o600)
-        if access.uid != -1 or access.gid != -1:
-            os.fchown(fd, access.uid, access.gid)
-        os.fchmod(fd, access.mode)  # after fchown, which may clear mode bits
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        _fill(fd, data, access)
         os.fsync(fd)
     except BaseException:
         os.close(fd)
@@ -155,10 +149,9 @@ def link_at(folder_fd: int, fd: int, name: str) -> None:
     under a fresh temp name (a link cannot replace a name), renamed over ``name`` (never
     following a link planted there), the folder fsynced. A failure removes the temp name.
     """
-    if "/" in name or name in ("", ".", ".."):
-        raise ValueError(f"{name!r} is not a file name")
+    _check_name(name)
     while True:
-        tmp = f".{name}.{os.getpid()}.{threading.get_ident()}.{secrets.token_hex(4)}.tmp"
+        tmp = _temp_name(name)
         try:
             os.link(f"/proc/self/fd/{fd}", tmp, dst_dir_fd=folder_fd, follow_symlinks=True)
             break
@@ -176,6 +169,27 @@ def link_at(folder_fd: int, fd: int, name: str) -> None:
 SYNC_THREADS = 16
 
 
+def _check_name(name: str) -> None:
+    if "/" in name or name in ("", ".", ".."):
+        raise ValueError(f"{name!r} is not a file name")
+
+
+def _temp_name(name: str) -> str:
+    """A temp name beside ``name`` unlikely to be taken (callers retry on EEXIST)."""
+    return f".{name}.{os.getpid()}.{threading.get_ident()}.{secrets.token_hex(4)}.tmp"
+
+
+def _fill(fd: int, data: bytes, access: Access) -> None:
+    """Give a new file its owner, group and mode, then ``data`` (nothing readable before)."""
+    os.fchmod(fd, 0o600)
+    if access.uid != -1 or access.gid != -1:
+        os.fchown(fd, access.uid, access.gid)
+    os.fchmod(fd, access.mode)  # after fchown, which may clear mode bits
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def _fsync_at(folder_fd: int, name: str) -> None:
     fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder_fd)
     try:
@@ -186,10 +200,9 @@ def _fsync_at(folder_fd: int, name: str) -> None:
 
 def _write_temp(folder_fd: int, name: str, data: bytes, access: Access, *, durable: bool) -> str:
     """A fresh temp file beside ``name`` holding ``data`` with its access; its name."""
-    if "/" in name or name in ("", ".", ".."):
-        raise ValueError(f"{name!r} is not a file name")
+    _check_name(name)
     while True:  # a fresh name each try: never write into a file someone else created
-        tmp = f".{name}.{os.getpid()}.{threading.get_ident()}.{secrets.token_hex(4)}.tmp"
+        tmp = _temp_name(name)
         try:
             fd = os.open(tmp, _CREATE, 0o600, dir_fd=folder_fd)
             break
@@ -197,13 +210,7 @@ def _write_temp(folder_fd: int, name: str, data: bytes, access: Access, *, durab
             continue
     try:
         try:
-            os.fchmod(fd, 0o600)
-            if access.uid != -1 or access.gid != -1:
-                os.fchown(fd, access.uid, access.gid)
-            os.fchmod(fd, access.mode)  # after fchown, which may clear mode bits
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            _fill(fd, data, access)
             if durable:
                 os.fsync(fd)
         finally:
