@@ -51,15 +51,8 @@ def write_at(
     removed. ``durable=False`` skips the fsyncs: still atomic, but a crash may keep the
     previous content (right for caches that can be rebuilt, wrong for credentials).
     """
-    tmp = _write_temp(folder_fd, name, data, access, durable=durable)
-    try:
-        os.replace(tmp, name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
-        if durable:
-            os.fsync(folder_fd)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp, dir_fd=folder_fd)
-        raise
+    _publish(folder_fd, _write_temp(folder_fd, name, data, access, durable=durable), name,
+             durable=durable)  # fmt: skip
 
 
 def write_at_after(
@@ -85,13 +78,7 @@ def write_at_after(
                 os.unlink(staged.result(), dir_fd=folder_fd)
             raise
         tmp = staged.result()
-    try:
-        os.replace(tmp, name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
-        os.fsync(folder_fd)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp, dir_fd=folder_fd)
-        raise
+    _publish(folder_fd, tmp, name)
 
 
 def write_many_at(folder_fd: int, files: dict[str, bytes], *, access: Access = PRIVATE) -> None:
@@ -157,16 +144,23 @@ def link_at(folder_fd: int, fd: int, name: str) -> None:
             break
         except FileExistsError:
             continue
+    _publish(folder_fd, tmp, name)
+
+
+SYNC_THREADS = 16
+
+
+def _publish(folder_fd: int, tmp: str, name: str, *, durable: bool = True) -> None:
+    """Rename the temp file ``tmp`` over ``name`` (never following a link planted there) and
+    fsync the folder; whatever fails, the temp name is removed."""
     try:
         os.replace(tmp, name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
-        os.fsync(folder_fd)
+        if durable:
+            os.fsync(folder_fd)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp, dir_fd=folder_fd)
         raise
-
-
-SYNC_THREADS = 16
 
 
 def _check_name(name: str) -> None:
