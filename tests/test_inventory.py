@@ -403,3 +403,12 @@ def test_audit_events_leave_the_controller_as_reports(mesh: Mesh) -> None:
     assert list(event.to_json()) == list(AuditEvent._fields)
     assert event.kind == "declare" and event.detail["new"] == 2 and len(event.pairs) == 2
     assert check == ChainReport(ok=True, events=1)
+
+
+def test_every_commit_is_on_disk_before_it_returns(tmp_path):
+    """A rotation's journal must be durable before anything is sent, and each request shows
+    the nodes the audit head just committed: in WAL mode only ``synchronous = FULL`` fsyncs the
+    log at each commit (NORMAL leaves the last commits to a power cut)."""
+    with Inventory.open(tmp_path / "inv.db") as inv:
+        assert inv._tuples("PRAGMA journal_mode") == [("wal",)]
+        assert inv._tuples("PRAGMA synchronous") == [(2,)]  # FULL

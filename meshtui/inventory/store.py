@@ -372,7 +372,10 @@ class Inventory:
                 conn.execute("PRAGMA busy_timeout = 10000")
                 os.chmod(path, 0o600)
                 conn.execute("PRAGMA journal_mode = WAL")
-                conn.execute("PRAGMA synchronous = NORMAL")
+                # FULL: every commit's WAL is fsynced before it returns. A rotation's journal
+                # must be on disk before anything is sent, and every request shows the nodes
+                # the audit head just committed; NORMAL would lose both to a power cut.
+                conn.execute("PRAGMA synchronous = FULL")
                 inv = cls(path, conn, read_only=False)
                 inv._migrate()
         except (OSError, sqlite3.Error) as exc:
