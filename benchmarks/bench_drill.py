@@ -17,8 +17,9 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from bench_rotate import fsync_ms  # noqa: E402  (the same measure, one copy)
 
 from meshtui.controller.client import Agents
 from meshtui.controller.core import Controller
@@ -32,23 +33,6 @@ FSYNCS_IN_WINDOW = 1
 """Durable writes on the consumer inside the window: the credential's folder (its rename). The
 credential itself and the delivery's guard line are written ahead, with the consumer's
 ``prepare``, while the provider applies (meshtui/controller/ahead.py)."""
-
-
-def fsync_ms(folder: Path, repeat: int = 20) -> float:
-    """p50 of one small write + fsync on the filesystem the consumer writes to."""
-    path = folder / ".bench-fsync"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    runs = []
-    try:
-        for _ in range(repeat):
-            os.write(fd, b"x" * 64)
-            t0 = time.perf_counter()
-            os.fsync(fd)
-            runs.append((time.perf_counter() - t0) * 1000.0)
-    finally:
-        os.close(fd)
-        path.unlink()
-    return statistics.median(runs)
 
 
 def two_acts(ctl: Controller, pid: str) -> float:
@@ -113,7 +97,7 @@ def main() -> int:
             )
         p50 = statistics.median(ours)
         print(f"ratio one act / two acts (p50): {p50 / statistics.median(base):.2f}")
-        sync = fsync_ms(state)
+        sync = fsync_ms(state, 20)
         print(
             f"floor: fsync p50 {sync:.2f} ms x {FSYNCS_IN_WINDOW} durable writes on the consumer "
             f"= {FSYNCS_IN_WINDOW * sync:.2f} ms, plus the provider's answer and the consumer's "
