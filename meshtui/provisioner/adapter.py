@@ -1,9 +1,9 @@
 """The contract between the harness and the software a provider runs (PostgreSQL, Redis, ...).
 
 The harness decides who is present, absent or waiting; an adapter only makes one login true
-(``create``, "created" or "updated"), takes one away (``remove``, "removed" or "drop
-pending"), and answers one cheap read-only question
-(``inspect``) so an idle run can tell "unchanged" without writing. An adapter generates no
+(``create``, "created" or "updated"; "unchanged" from an adapter that looks first, see
+:class:`Deciding`), takes one away (``remove``, "removed" or "drop pending"), and answers one
+cheap read-only question (``inspect``) so an idle run can tell "unchanged" without writing. An adapter generates no
 password, derives no name and seals nothing. A Redis adapter (ACL users, a marker in the ACL
 rule text) would be one small file implementing these four methods.
 """
@@ -20,6 +20,7 @@ from meshtui.model import OutcomeName
 MAX_NAME_BYTES = 63  # PostgreSQL's NAMEDATALEN - 1; longer names would be truncated silently
 
 Change = Literal[OutcomeName.CREATED, OutcomeName.UPDATED]
+Kept = Literal[OutcomeName.UNCHANGED]
 Removal = Literal[OutcomeName.REMOVED, OutcomeName.DROP_PENDING]
 
 
@@ -27,7 +28,7 @@ Removal = Literal[OutcomeName.REMOVED, OutcomeName.DROP_PENDING]
 class Done:
     """What an adapter did for one login, with a human note when there is more to say."""
 
-    outcome: Change | Removal
+    outcome: Change | Kept | Removal
     reason: str = ""
 
 
@@ -112,6 +113,19 @@ class Narrowing(Protocol):
     ) -> Mapping[str, Held]:
         """What :meth:`Adapter.inspect` holds for ``logins``, asking the software about those
         alone: Held for each of them that exists (and nothing for any other login)."""
+        ...
+
+
+@runtime_checkable
+class Deciding(Protocol):
+    """An adapter whose ``create`` looks at the login first, in its own first round trip, and
+    decides as :meth:`Adapter.inspect` would: Refused with the inspection's note for a login
+    that is not ours, "unchanged" (nothing written) for one that already holds that password,
+    intact and in place. A scoped run then writes its logins without inspecting them first."""
+
+    @property
+    def create_decides(self) -> bool:
+        """True when ``create`` decides as above (a wrapper says what its adapter does)."""
         ...
 
 

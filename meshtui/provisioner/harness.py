@@ -9,7 +9,8 @@ the work. A broken manifest raises ManifestError before anything is touched.
 provision`` calls it too). ``watch`` polls the manifest and the secret files by digest and
 reconciles on a change and every ``drift_every`` seconds. A run reads each secret file once,
 after the adapter's inspect, and drops it once its login is made true; nothing long-lived holds
-one.
+one. A delta's run (``only``) on an adapter whose ``create`` looks before it writes
+(:class:`~meshtui.provisioner.adapter.Deciding`) inspects only the logins the delta removes.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import psycopg
 
@@ -37,6 +38,7 @@ from meshtui.provisioner.adapter import (
     AdapterFactory,
     Batching,
     CatchingUp,
+    Deciding,
     Done,
     Held,
     Limited,
@@ -317,14 +319,18 @@ def reconcile(
     if postgres is not None and factory is PostgresAdapter:
         factory = postgres  # e.g. a process's kept sessions (meshtui.provisioner.warm)
     if only is not None and not manifest.pin:
-        manifest, factory = _scoped(manifest, factory, only)
+        manifest = dataclasses.replace(
+            manifest, consumers=tuple(c for c in manifest.consumers if c.login in only)
+        )
+    else:
+        only = None  # a pinned manifest is reconciled whole
     if workers is None and manifest.kind == "redis":
         workers = 1  # one Redis thread serves every session: a second only adds contention
     conninfo = read_admin_file(Path(admin_file))
     scope = Scope(provider=manifest.provider, provision=manifest.provision)
     with secret_files(manifest) as secrets:
         ordered, limits = _reconcile(
-            manifest, conninfo, scope, secrets, factory, workers or _workers()
+            manifest, conninfo, scope, secrets, factory, workers or _workers(), only
         )
     # pg_hba.conf: with pin, each login only from its consumer's address; without, no block left
     pin = pin_manifest(conninfo, manifest, {o.login: o.outcome for o in ordered})
@@ -363,36 +369,20 @@ def _load_scoped(path: Path, only: frozenset[str], scoped: bytes | None = None) 
     return parse_manifest(json.dumps(raw).encode(), path)
 
 
-class _ScopedAdapter:
-    """An adapter whose inspect reports only the scope's logins, so a scoped run neither
-    checks nor removes any other (every other call goes to the adapter itself)."""
-
-    def __init__(self, adapter: Adapter, only: frozenset[str]) -> None:
-        self._adapter, self._only = adapter, only
-
-    def inspect(self, wanted: Mapping[str, Mapping[str, str]]) -> Mapping[str, Held]:
-        adapter = self._adapter
-        if isinstance(adapter, Narrowing):  # the scope's logins only, not the whole server
-            held = adapter.inspect_only(wanted, self._only)
-        else:
-            held = adapter.inspect(wanted)
-        return {login: h for login, h in held.items() if login in self._only}
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._adapter, name)
-
-
-def _scoped(
-    manifest: Manifest, factory: AdapterFactory, only: frozenset[str]
-) -> tuple[Manifest, AdapterFactory]:
-    """The manifest cut to the consumers ``only`` names, and a factory of adapters that see
-    only those logins."""
-    consumers = tuple(c for c in manifest.consumers if c.login in only)
-
-    def scoped(conninfo: str, scope: Scope) -> Adapter:
-        return cast(Adapter, _ScopedAdapter(factory(conninfo, scope), only))
-
-    return dataclasses.replace(manifest, consumers=consumers), scoped
+def _held(
+    adapter: Adapter, wanted: Mapping[str, Mapping[str, str]], only: frozenset[str] | None
+) -> Mapping[str, Held]:
+    """What the software holds for ``wanted`` and every login of ours; a delta's run
+    (``only``) sees those logins alone, so it neither checks nor removes any other."""
+    if only is None:
+        return adapter.inspect(wanted)
+    if not only:
+        return {}
+    if isinstance(adapter, Narrowing):  # the delta's logins only, not the whole server
+        held = adapter.inspect_only(wanted, only)
+    else:
+        held = adapter.inspect(wanted)
+    return {login: h for login, h in held.items() if login in only}
 
 
 def _reconcile(
@@ -402,12 +392,16 @@ def _reconcile(
     secrets: SecretFiles,
     factory: AdapterFactory,
     workers: int,
+    only: frozenset[str] | None = None,
 ) -> tuple[tuple[Outcome, ...], tuple[str, ...]]:
     """Every consumer's outcome and every removal, and what the admin cannot do.
 
     The inspect asks about every consumer with a safe login; then each secret file is read
     once: missing or not matching its digest, the consumer waits; else it is unchanged, refused
-    (not ours) or made true with the bytes just read.
+    (not ours) or made true with the bytes just read. ``only`` (a delta's logins; ``manifest``
+    is cut to them): when the adapter's create decides as the inspection would
+    (:class:`Deciding`), only the logins the delta removes are inspected, and create says
+    unchanged or refused for the others in the round trip it needs anyway.
     """
     safe, unsafe = _safe(manifest)
     outcomes: dict[str, Outcome] = {
@@ -417,8 +411,12 @@ def _reconcile(
     removed: list[Outcome] = []
     with _opened(factory, conninfo, scope) as adapter:
         limits = tuple(adapter.limits) if isinstance(adapter, Limited) else ()
+        asked: Mapping[str, Mapping[str, str]] = {c.login: c.values for c in safe}
+        look = only
+        if only is not None and isinstance(adapter, Deciding) and adapter.create_decides:
+            asked, look = {}, only - wanted.keys()  # create looks at the rest itself
         try:
-            held: Mapping[str, Held] = adapter.inspect({c.login: c.values for c in safe})
+            held = _held(adapter, asked, look)
         except psycopg.Error as exc:
             raise ProvisionError(f"cannot read the roles from PostgreSQL: {_reason(exc)}") from None
         todo: list[tuple[Consumer, bytes]] = []

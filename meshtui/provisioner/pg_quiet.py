@@ -1,16 +1,16 @@
 """Keep a SCRAM verifier out of everything PostgreSQL could record about a statement.
 
 A verifier is a secret: with one sniffed login it lets anyone log in. It travels in exactly one
-statement per write, and that statement runs in a transaction whose first statement lowers, by
-``SET LOCAL`` (``set_config(..., true)``), every setting that could print or keep its text or
-its parameters: statement, duration and sample logging, the statement attached to an error,
-parameter logging, the parse-tree debug output, ``auto_explain``, ``pg_stat_statements`` and
-``pg_stat_activity``'s copy of the running statement. (A cancelled statement prints its text
+statement per write, and that statement runs in a transaction in which a statement before it
+lowered, by ``SET LOCAL`` (``set_config(..., true)``), every setting that could print or keep
+its text or its parameters: statement, duration and sample logging, the statement attached to an
+error, parameter logging, the parse-tree debug output, ``auto_explain``, ``pg_stat_statements``
+and ``pg_stat_activity``'s copy of the running statement. (A cancelled statement prints its text
 only as the statement of an error, which is lowered; the nested one's error context is dropped
 by the function that runs it.) A superuser lowers them all. An admin that is not a superuser
 lowers what it may (user settings and those it was granted ``SET`` on); any setting that stays
-loud *and* would expose the verifier on its path is named in :attr:`QuietPlan.unlowered`, and
-no verifier is sent.
+loud *and* would expose the verifier on its path is named in :attr:`QuietPlan.unlowered`, and no
+verifier is sent.
 """
 
 from __future__ import annotations

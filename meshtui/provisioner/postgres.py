@@ -13,8 +13,9 @@ a run that reports success has changed the password.
 The password never reaches the server: it goes as a client-side SCRAM verifier, and the
 verifier (a secret too) is never a bind parameter of a statement a superuser sends, nor in any
 statement text a log could keep: it travels once, in ``ALTER``/``CREATE ROLE ... PASSWORD``,
-in a transaction whose first statement lowers every logging setting (:mod:`pg_quiet`). The
-read-back fetches ``rolpassword`` and compares on this side, in constant time.
+in a transaction in which a statement before it lowered every logging setting
+(:mod:`pg_quiet`). The read-back fetches ``rolpassword`` and compares on this side, in constant
+time.
 
 Removal never drops data: the login is locked (NOLOGIN, PASSWORD NULL), its sessions ended,
 whatever it owns in each database is reassigned to a per-login NOLOGIN holding role
@@ -219,6 +220,16 @@ def _role_of(row: Any) -> _Role:
     )
 
 
+def _refusal(role: _Role) -> Refused:
+    """Why a role is not ours, in the words of :meth:`PostgresAdapter.inspect`'s notes."""
+    if not role.marked:
+        return Refused("a role meshtui did not make")
+    record = role.record or {}
+    if record.get("meshtui") == "login":
+        return Refused(f"made by meshtui for {record.get('provision')} at {record.get('provider')}")
+    return Refused("made by meshtui for another provision or provider")
+
+
 def _error_text(exc: BaseException) -> str:
     """A one-line reason from an exception; psycopg messages carry no statement text."""
     if isinstance(exc, psycopg.Error):
@@ -231,6 +242,10 @@ def _error_text(exc: BaseException) -> str:
 
 class PostgresAdapter:
     """One admin session with one PostgreSQL, working for one manifest scope."""
+
+    create_decides = True
+    """:meth:`create` reads the role and its database before it writes and says "unchanged"
+    or refuses as the inspection would (:class:`~meshtui.provisioner.adapter.Deciding`)."""
 
     def __init__(self, conninfo: str, scope: Scope) -> None:
         self.scope = scope
@@ -293,8 +308,9 @@ class PostgresAdapter:
         _ = self._quiet
 
     def refresh_later(self) -> None:
-        """:meth:`refresh`, with the settings read in the next inspection's round trip (or
-        before anything else that needs them): a psycopg.Error then when the session is gone."""
+        """:meth:`refresh`, with the settings read in the next inspection's or :meth:`create`'s
+        first round trip (or before anything else that needs them): a psycopg.Error then when
+        the session is gone."""
         self._notices.clear()
         self._stale = True
         self._marker_ready = False
@@ -652,10 +668,12 @@ class PostgresAdapter:
     def create(self, login: str, password: str, values: Mapping[str, str]) -> Done:
         """Make ``login`` a LOGIN role of ours holding exactly ``password``, with its database.
 
-        One transaction, pipelined: lower logging, look at the role (with its database and,
-        once per loan, the marker, in the same round trip), write the verifier, the marker and
-        the record, then (a superuser) read back that the server stores exactly our verifier,
-        comparing here.
+        One transaction, pipelined: look at the role (with its holding role, its database, once
+        per loan the marker and, after :meth:`refresh_later`, the settings to lower, in the same
+        round trip); then lower logging, write the verifier, the marker and the record, and (a
+        superuser) read back that the server stores exactly our verifier, comparing here.
+        Decides as :meth:`inspect` would: Refused with its note for a role that is not ours,
+        "unchanged" with nothing written for one that holds that password intact and in place.
         """
         check_name(login)
         database = self._wanted_database(values)
@@ -677,10 +695,17 @@ class PostgresAdapter:
                 return special or ahead.take()
 
             try:
-                change, returning, found = self._write_one(login, verifier, digest, database)
+                change, written, returning, found = self._write_one(
+                    login, verifier, digest, database
+                )
             except _MarkerNotReady:  # missing or not ours to grant: made or refused on its own
                 self._prepare()
-                change, returning, found = self._write_one(login, verifier, digest, database)
+                change, written, returning, found = self._write_one(
+                    login, verifier, digest, database
+                )
+        in_place = database is None or (found is not None and found.in_place(login))
+        if not (written or returning) and in_place:
+            return Done(OutcomeName.UNCHANGED)  # what the inspection calls unchanged
         notes = self._hand_back(login) if returning else []
         if database is not None:
             # a returning login was just handed back what it owned: read its database again
@@ -689,18 +714,31 @@ class PostgresAdapter:
 
     def _write_one(
         self, login: str, verifier_of: Callable[[], str], digest: str, database: str | None
-    ) -> tuple[Change, bool, _Database | None]:
-        """:meth:`create`'s transaction: the change, whether a holding role keeps what the
-        login owned (a returning login), and its database as read before the write.
-        ``verifier_of`` is called once, when the password is written."""
+    ) -> tuple[Change, bool, bool, _Database | None]:
+        """:meth:`create`'s transaction: the change, whether the password was written (not when
+        the role already held it intact), whether a holding role keeps what the login owned (a
+        returning login), and its database as read before the write. ``verifier_of`` is called
+        once, when the password is written.
+
+        The first round trip only reads (nothing secret: logging is lowered in the second, with
+        the settings it read when they were stale, right before the verifier is sent)."""
         with self.conn.pipeline(), self.conn.transaction():
-            self.conn.execute(self._quiet.statement)
+            settings = None
+            if self._stale:  # a kept session's settings, read again in the same round trip
+                settings = self.conn.execute(
+                    *quiet_query(superuser=self.superuser, version=self.server_version)
+                )
             keeper = self.conn.execute(_EXISTS, [held_name(login)])
             dbs = self.conn.execute(_DATABASES, [[database]]) if database is not None else None
             marker = None if self._marker_ready else self.conn.execute(self._marker_sql, [MARKER])
             role = self._role(login)
             returning = keeper.fetchone() == (True,)
+            if settings is not None:
+                self._plan = plan_of(settings.fetchall(), superuser=self.superuser)
+                self._stale = False
             self._check_notices()
+            if role is not None and not self._ours_or_repairable(role):
+                raise _refusal(role)  # before the database, as the inspection refuses it
             found = self._database_rows(dbs.fetchall()).get(str(database)) if dbs else None
             if database is not None:
                 self._check_owner(database, login, found.owner if found else None)
@@ -708,12 +746,6 @@ class PostgresAdapter:
                 if marker.fetchone() != (True,):
                     raise _MarkerNotReady
                 self._marker_ready = True
-            if role is not None and not self._ours_or_repairable(role):
-                raise Refused(
-                    "a role meshtui did not make"
-                    if not role.marked
-                    else "made by meshtui for another provision or provider"
-                )
             intact = (
                 role is not None
                 and role.can_login
@@ -722,6 +754,7 @@ class PostgresAdapter:
                 and role.record.get("digest") == digest
             )
             if not intact:
+                self.conn.execute(self._plan.statement)  # lowered before the verifier is sent
                 verifier = verifier_of()
                 self._set_password(login, verifier, create=role is None)
                 if role is None:
@@ -735,7 +768,7 @@ class PostgresAdapter:
                     self._read_back(login, verifier)
                 del verifier
         change: Change = OutcomeName.CREATED if role is None else OutcomeName.UPDATED
-        return change, returning, found
+        return change, not intact, returning, found
 
     def _prepare(self) -> None:
         """The marker role (and, for an admin that is not a superuser, the password function)."""
@@ -789,7 +822,7 @@ class PostgresAdapter:
             return out
         try:
             self._prepare()
-            changes, returning = self._write_many(ready, out)
+            changes, returning, untouched = self._write_many(ready, out)
         except (psycopg.Error, ProvisionError):
             if self.conn.closed:
                 raise
@@ -801,10 +834,14 @@ class PostgresAdapter:
                 continue
             login = wanted.login
             try:
-                notes = self._hand_back(login) if held_name(login) in returning else []
+                back = held_name(login) in returning
+                notes = self._hand_back(login) if back else []
                 if database is not None:
-                    notes += self._ensure_database(database, login)
-                out[login] = Done(changes[login], "; ".join(notes))
+                    notes += self._ensure_database(database, login)  # no note: in place
+                if login in untouched and not (back or notes):
+                    out[login] = Done(OutcomeName.UNCHANGED)
+                else:
+                    out[login] = Done(changes[login], "; ".join(notes))
             except (psycopg.Error, ProvisionError) as exc:
                 if self.conn.closed:
                     raise
@@ -821,9 +858,10 @@ class PostgresAdapter:
 
     def _write_many(
         self, ready: list[tuple[Wanted, str | None]], out: dict[str, Done | Exception]
-    ) -> tuple[dict[str, Change], set[str]]:
+    ) -> tuple[dict[str, Change], set[str], set[str]]:
         """The batch's one transaction: per login "created" or "updated" (refusals go to
-        ``out``), and the names of the holding roles that exist (returning logins).
+        ``out``), the names of the holding roles that exist (returning logins), and the logins
+        whose role already held that password intact (not written).
 
         Only the logins that need a write get a verifier; they are sent ``LOGINS_PER_TRIP`` a
         round trip while worker threads compute the next ones (:class:`VerifiersAhead`).
@@ -831,6 +869,7 @@ class PostgresAdapter:
         names = [w.login for w, _ in ready]
         changes: dict[str, Change] = {}
         written: dict[str, str] = {}
+        untouched: set[str] = set()
         with self.conn.transaction():
             self.conn.execute(self._quiet.statement)
             keepers = self.conn.execute(_EXISTING, [[held_name(n) for n in names]])
@@ -842,11 +881,7 @@ class PostgresAdapter:
                 login = wanted.login
                 role = roles.get(login)
                 if role is not None and not self._ours_or_repairable(role):
-                    out[login] = Refused(
-                        "a role meshtui did not make"
-                        if not role.marked
-                        else "made by meshtui for another provision or provider"
-                    )
+                    out[login] = _refusal(role)
                     continue
                 digest = secret_digest(wanted.password.encode("utf-8"))
                 changes[login] = OutcomeName.CREATED if role is None else OutcomeName.UPDATED
@@ -857,7 +892,9 @@ class PostgresAdapter:
                     and role.record is not None
                     and role.record.get("digest") == digest
                 )
-                if not intact:
+                if intact:
+                    untouched.add(login)
+                else:
                     todo.append((wanted, digest, role is None))
             # not printable ASCII: libpq applies SASLprep (on this thread, it holds the session)
             special = {
@@ -881,7 +918,7 @@ class PostgresAdapter:
                     statements.clear()
             self._read_back_many(written)
             written.clear()
-        return changes, returning
+        return changes, returning, untouched
 
     def _write_statements(
         self, login: str, verifier: str, digest: str, create: bool

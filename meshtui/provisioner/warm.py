@@ -2,12 +2,12 @@
 
 Opening a session costs a SCRAM login and three reads (who the admin is, which settings it can
 lower); a host agent reconciles one manifest per delivery, so it keeps the sessions it opened
-and lends them out again. A kept session is checked before each loan: it must be open and
-idle (no transaction left behind), else it is closed and a new one opened. Its settings are
-read again (the quiet plan, so a setting turned loud since is never missed) in the loan's first
-round trip, with the inspection's reads; should that find the session gone (the server
-restarted, the backend ended), a new one is opened and the call made again on it. A session
-idle for longer than :data:`IDLE_S` is closed rather than lent.
+and lends them out again. A kept session is checked before each loan: it must be open and idle
+(no transaction left behind), else it is closed and a new one opened. Its settings are read
+again (the quiet plan, so a setting turned loud since is never missed) in the loan's first round
+trip, with the inspection's or the write's lookups; should that find the session gone (the
+server restarted, the backend ended), a new one is opened and the call made again on it. A
+session idle for longer than :data:`IDLE_S` is closed rather than lent.
 """
 
 from __future__ import annotations
@@ -51,6 +51,11 @@ class Lent:
         self.adapter.close()
         self.adapter = PostgresAdapter(*self._key)
         return call(self.adapter)
+
+    @property
+    def create_decides(self) -> bool:
+        """See :attr:`PostgresAdapter.create_decides`."""
+        return self.adapter.create_decides
 
     @property
     def limits(self) -> list[str]:
