@@ -140,18 +140,19 @@ class Agent:
     def handle(self, envelope: object) -> tuple[int, dict[str, str]]:
         """Verify a request, do it, and sign the answer. Returns (HTTP status, envelope)."""
         status, answer, after = self.answer(envelope)
-        after()
+        if after is not None:
+            after()
         return status, answer
 
-    def answer(self, envelope: object) -> tuple[int, dict[str, str], Callable[[], None]]:
+    def answer(self, envelope: object) -> tuple[int, dict[str, str], Callable[[], None] | None]:
         """:meth:`handle`, leaving to the returned callable what need not delay the answer
         (the readable copy of the audit head: the guard's durable line already holds it; a
         provider's holdings, a cache; the digest of the manifest just written, for the next
-        delta), to be called once the answer is sent."""
+        delta), to be called once the answer is sent; None when nothing is left to do."""
         kept: list[bool] = []
         status, answer = self._answer(envelope, kept)
         later = kept or self.holdings.unwritten or self.deliveries.serials.unsettled
-        return status, answer, self._after_answer if later else _nothing
+        return status, answer, self._after_answer if later else None
 
     def _after_answer(self) -> None:
         with contextlib.suppress(OSError):  # a failed copy loses nothing: the guard holds it
@@ -387,10 +388,6 @@ class Agent:
             "digest": crypto.secret_digest(secret) if secret else None,
             "error": None if held else "the old credential was not held (agent restarted?)",
         }
-
-
-def _nothing() -> None:
-    """Nothing to do once the answer is sent."""
 
 
 def _probe_target(item: Target, secret: bytes) -> probe_mod.ProbeTarget:

@@ -118,8 +118,10 @@ def build_app(agent: Agent) -> Starlette:
             box = [body]  # handed over, so the raw bytes go as soon as they are parsed
             del body
             status, envelope, after = await run_in_threadpool(_handle, agent, box)
-            # ``after`` (the audit head's readable copy) runs once the answer is sent
-            return JSONResponse(envelope, status_code=status, background=BackgroundTask(after))
+            # ``after`` (the audit head's readable copy) runs once the answer is sent; without
+            # one, no background task (each costs a hop to a worker thread)
+            later = BackgroundTask(after) if after is not None else None
+            return JSONResponse(envelope, status_code=status, background=later)
         finally:
             slots.give(large)
 
@@ -145,13 +147,15 @@ def build_app(agent: Agent) -> Starlette:
     )
 
 
-def _handle(agent: Agent, box: list[bytearray]) -> tuple[int, dict[str, str], Callable[[], None]]:
+def _handle(
+    agent: Agent, box: list[bytearray]
+) -> tuple[int, dict[str, str], Callable[[], None] | None]:
     """Parse and answer one request body (in a worker thread: parsing 16 MiB takes a while);
-    with what is left to do once the answer is sent (:meth:`Agent.answer`)."""
+    with what is left to do once the answer is sent, if anything (:meth:`Agent.answer`)."""
     try:
         data = json.loads(box.pop())
     except ValueError:
-        return 400, {"error": "not JSON"}, lambda: None
+        return 400, {"error": "not JSON"}, None
     return agent.answer(data)
 
 
