@@ -38,11 +38,12 @@ member of a login of ours only to act as that login's owner (its database, remov
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +51,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from psycopg.errors import Diagnostic
+from psycopg.pq import TransactionStatus
 
 from meshtui.crypto import secret_digest
 from meshtui.errors import ProvisionError, UnsafeLoginError
@@ -722,7 +724,7 @@ class PostgresAdapter:
 
         The first round trip only reads (nothing secret: logging is lowered in the second, with
         the settings it read when they were stale, right before the verifier is sent)."""
-        with self.conn.pipeline(), self.conn.transaction():
+        with self._pipelined_transaction():
             settings = None
             if self._stale:  # a kept session's settings, read again in the same round trip
                 settings = self.conn.execute(
@@ -769,6 +771,22 @@ class PostgresAdapter:
                 del verifier
         change: Change = OutcomeName.CREATED if role is None else OutcomeName.UPDATED
         return change, not intact, returning, found
+
+    @contextlib.contextmanager
+    def _pipelined_transaction(self) -> Iterator[None]:
+        """One transaction in one pipeline: BEGIN goes with the first batch and COMMIT with the
+        closing sync (psycopg's ``transaction()`` in a pipeline waits for each on its own, two
+        round trips more). Any error, ours or the server's, rolls it back before it is raised."""
+        conn = self.conn
+        try:
+            with conn.pipeline():
+                conn.execute("BEGIN")
+                yield
+                conn.execute("COMMIT")
+        except BaseException:
+            if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
+                conn.execute("ROLLBACK")
+            raise
 
     def _prepare(self) -> None:
         """The marker role (and, for an admin that is not a superuser, the password function)."""

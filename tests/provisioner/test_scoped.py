@@ -325,3 +325,34 @@ def test_a_kept_session_ended_between_loans_is_replaced_when_the_write_comes_fir
             assert done.outcome == "updated"
         assert mesh.can_login("gitea_app1_x", mesh.password("app1", "gitea"), "gitea")
         assert kept not in _kept_pids(mesh)
+
+
+def test_a_write_that_fails_or_is_refused_leaves_the_kept_session_idle(
+    mesh: Mesh, warm: WarmSessions
+) -> None:
+    """Its transaction is rolled back, ours or the server's error alike: nothing of it stays
+    and the same session is lent again."""
+    with mesh.admin_conn() as conn:
+        conn.execute("CREATE ROLE theirs_app2_x LOGIN PASSWORD 'kept-by-them'")
+    mesh.add("app1", "gitea", database="gitea")
+    mesh.add("app2", "theirs")
+    first = outcomes(mesh.reconcile(postgres=warm.open))
+    assert first == {"gitea_app1_x": "created", "theirs_app2_x": "refused"}
+    (kept,) = _kept_pids(mesh)
+    before = mesh.authid()
+    assert outcomes(scoped(mesh, "theirs_app2_x", postgres=warm.open)) == {
+        "theirs_app2_x": "refused"
+    }
+    try:
+        mesh.cluster.set_config(default_transaction_read_only="on")
+        mesh.rotate("app1", "gitea")
+        (item,) = scoped(mesh, "gitea_app1_x", postgres=warm.open).outcomes
+        assert item.outcome == "failed" and "read-only transaction" in item.reason
+    finally:
+        mesh.cluster.set_config(default_transaction_read_only=None)
+    assert mesh.authid() == before  # nothing of either transaction stayed
+    assert _kept_pids(mesh) == {kept}
+    assert outcomes(scoped(mesh, "gitea_app1_x", postgres=warm.open)) == {"gitea_app1_x": "updated"}
+    assert _kept_pids(mesh) == {kept}
+    assert mesh.can_login("gitea_app1_x", mesh.password("app1", "gitea"), "gitea")
+    assert mesh.can_login("theirs_app2_x", "kept-by-them")
