@@ -785,7 +785,10 @@ class PostgresAdapter:
                 conn.execute("COMMIT")
         except BaseException:
             if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
-                conn.execute("ROLLBACK")
+                try:
+                    conn.execute("ROLLBACK")
+                except psycopg.Error:
+                    conn.close()  # a session stuck in a transaction is never used again
             raise
 
     def _prepare(self) -> None:
