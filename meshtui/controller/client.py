@@ -306,29 +306,47 @@ class Agents:
 
         ``signed``: some of these requests as signed ahead, by node (:meth:`AgentClient.call`).
         """
-        if not payloads:
-            return {}
+        if len(payloads) == 1:  # one node: asked from this thread
+            (node,) = payloads
+            self.client(node)
+            return {node: self._one(kind, payloads, timeout, signed, node)}
+        return self.begin_many(kind, payloads, timeout=timeout, signed=signed)()
+
+    def begin_many(
+        self,
+        kind: Kind[Req, Ans],
+        payloads: Mapping[str, Req],
+        *,
+        timeout: float | None = None,
+        signed: Mapping[str, SignedRequest] | None = None,
+    ) -> Callable[[], dict[str, Ans | AgentError]]:
+        """:meth:`call_many`, sent now on the pool's threads; the returned callable waits for
+        the answers, so the caller can work while the nodes do."""
         for node in payloads:
             self.client(node)  # create clients in this thread
-        out: dict[str, Ans | AgentError] = {}
-
-        def one(node: str) -> tuple[str, Ans | AgentError]:
-            try:
-                ahead = signed.get(node) if signed is not None else None
-                client = self._clients[node]
-                return node, client.call(kind, payloads[node], timeout=timeout, signed=ahead)
-            except AgentError as exc:
-                return node, exc
-
-        if len(payloads) == 1:
-            node = next(iter(payloads))
-            out[node] = one(node)[1]
-            return out
+        if not payloads:
+            return dict
         if self._pool is None:  # kept for this set's life: no threads made per call
             self._pool = ThreadPoolExecutor(max_workers=PARALLEL, thread_name_prefix="agents")
-        for node, result in self._pool.map(one, list(payloads)):
-            out[node] = result
-        return out
+        futures = {
+            node: self._pool.submit(self._one, kind, payloads, timeout, signed, node)
+            for node in payloads
+        }
+        return lambda: {node: future.result() for node, future in futures.items()}
+
+    def _one(
+        self,
+        kind: Kind[Req, Ans],
+        payloads: Mapping[str, Req],
+        timeout: float | None,
+        signed: Mapping[str, SignedRequest] | None,
+        node: str,
+    ) -> Ans | AgentError:
+        try:
+            ahead = signed.get(node) if signed is not None else None
+            return self._clients[node].call(kind, payloads[node], timeout=timeout, signed=ahead)
+        except AgentError as exc:
+            return exc
 
 
 Item = TypeVar("Item", bound=Mapping[str, object])
