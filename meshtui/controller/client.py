@@ -14,7 +14,7 @@ import secrets
 import ssl
 import time
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -27,6 +27,7 @@ from meshtui.messages import Kind
 
 Req = TypeVar("Req", bound=Mapping[str, object])
 Ans = TypeVar("Ans", bound=Mapping[str, object])
+T = TypeVar("T")
 
 DEFAULT_TIMEOUT_S = 30.0
 DELIVER_TIMEOUT_S = 360.0
@@ -324,15 +325,18 @@ class Agents:
         the answers, so the caller can work while the nodes do."""
         for node in payloads:
             self.client(node)  # create clients in this thread
-        if not payloads:
-            return dict
-        if self._pool is None:  # kept for this set's life: no threads made per call
-            self._pool = ThreadPoolExecutor(max_workers=PARALLEL, thread_name_prefix="agents")
         futures = {
-            node: self._pool.submit(self._one, kind, payloads, timeout, signed, node)
+            node: self.start(functools.partial(self._one, kind, payloads, timeout, signed, node))
             for node in payloads
         }
         return lambda: {node: future.result() for node, future in futures.items()}
+
+    def start(self, work: Callable[[], T]) -> Future[T]:
+        """Run ``work`` on this set's threads (made as first needed, kept for the set's life,
+        so no thread is made per call)."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=PARALLEL, thread_name_prefix="agents")
+        return self._pool.submit(work)
 
     def _one(
         self,
