@@ -13,8 +13,8 @@ has its credential written in full by the same delivery, and one prepared but ne
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
+from concurrent.futures import wait
 
 from meshtui import messages
 from meshtui.controller.client import Agents, SignedRequest
@@ -26,7 +26,7 @@ PREPARE_TIMEOUT_S = 10.0
 
 
 class Ahead:
-    """Prepare ``items`` (by consumer node) and sign their deliveries, on a thread of its own,
+    """Prepare ``items`` (by consumer node) and sign their deliveries, on the agents' threads,
     starting now; :meth:`signed` waits for it and gives the signed deliveries."""
 
     def __init__(self, agents: Agents, items: Mapping[str, list[ConsumerItem]]) -> None:
@@ -35,8 +35,7 @@ class Ahead:
         self._signed: dict[str, SignedRequest] = {}
         for node in items:
             agents.client(node)  # clients are made in the caller's thread
-        self._thread = threading.Thread(target=self._run, name="meshtui-ahead", daemon=True)
-        self._thread.start()
+        self._done = agents.start(self._run)  # on the set's threads: none is made for it
 
     def _run(self) -> None:
         try:
@@ -60,5 +59,5 @@ class Ahead:
 
     def signed(self) -> dict[str, SignedRequest]:
         """The consumers' deliveries as signed ahead (those ready within the prepare's bound)."""
-        self._thread.join(PREPARE_TIMEOUT_S)
-        return {} if self._thread.is_alive() else dict(self._signed)
+        done, _ = wait([self._done], timeout=PREPARE_TIMEOUT_S)
+        return dict(self._signed) if done else {}

@@ -14,7 +14,7 @@ import secrets
 import ssl
 import time
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -27,6 +27,7 @@ from meshtui.messages import Kind
 
 Req = TypeVar("Req", bound=Mapping[str, object])
 Ans = TypeVar("Ans", bound=Mapping[str, object])
+T = TypeVar("T")
 
 DEFAULT_TIMEOUT_S = 30.0
 DELIVER_TIMEOUT_S = 360.0
@@ -306,29 +307,50 @@ class Agents:
 
         ``signed``: some of these requests as signed ahead, by node (:meth:`AgentClient.call`).
         """
-        if not payloads:
-            return {}
+        if len(payloads) == 1:  # one node: asked from this thread
+            (node,) = payloads
+            self.client(node)
+            return {node: self._one(kind, payloads, timeout, signed, node)}
+        return self.begin_many(kind, payloads, timeout=timeout, signed=signed)()
+
+    def begin_many(
+        self,
+        kind: Kind[Req, Ans],
+        payloads: Mapping[str, Req],
+        *,
+        timeout: float | None = None,
+        signed: Mapping[str, SignedRequest] | None = None,
+    ) -> Callable[[], dict[str, Ans | AgentError]]:
+        """:meth:`call_many`, sent now on the pool's threads; the returned callable waits for
+        the answers, so the caller can work while the nodes do."""
         for node in payloads:
             self.client(node)  # create clients in this thread
-        out: dict[str, Ans | AgentError] = {}
+        futures = {
+            node: self.start(functools.partial(self._one, kind, payloads, timeout, signed, node))
+            for node in payloads
+        }
+        return lambda: {node: future.result() for node, future in futures.items()}
 
-        def one(node: str) -> tuple[str, Ans | AgentError]:
-            try:
-                ahead = signed.get(node) if signed is not None else None
-                client = self._clients[node]
-                return node, client.call(kind, payloads[node], timeout=timeout, signed=ahead)
-            except AgentError as exc:
-                return node, exc
-
-        if len(payloads) == 1:
-            node = next(iter(payloads))
-            out[node] = one(node)[1]
-            return out
-        if self._pool is None:  # kept for this set's life: no threads made per call
+    def start(self, work: Callable[[], T]) -> Future[T]:
+        """Run ``work`` on this set's threads (made as first needed, kept for the set's life,
+        so no thread is made per call)."""
+        if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=PARALLEL, thread_name_prefix="agents")
-        for node, result in self._pool.map(one, list(payloads)):
-            out[node] = result
-        return out
+        return self._pool.submit(work)
+
+    def _one(
+        self,
+        kind: Kind[Req, Ans],
+        payloads: Mapping[str, Req],
+        timeout: float | None,
+        signed: Mapping[str, SignedRequest] | None,
+        node: str,
+    ) -> Ans | AgentError:
+        try:
+            ahead = signed.get(node) if signed is not None else None
+            return self._clients[node].call(kind, payloads[node], timeout=timeout, signed=ahead)
+        except AgentError as exc:
+            return exc
 
 
 Item = TypeVar("Item", bound=Mapping[str, object])

@@ -26,7 +26,7 @@ from meshtui.controller.client import (
     missing_reason,
 )
 from meshtui.errors import AgentError, InventoryError
-from meshtui.inventory import Inventory, now
+from meshtui.inventory import Inventory, Transaction, now
 from meshtui.inventory.rows import (
     DeliveryRow,
     GenerationRow,
@@ -81,9 +81,17 @@ class Delivered:
 
     def flush(self, inv: Inventory) -> None:
         """Record the answers gathered so far in the deliveries table (and the bases)."""
+        write = self.staged(inv)
+        if write is not None:
+            with inv.transaction("record deliveries") as tx:
+                write(tx)
+
+    def staged(self, inv: Inventory) -> Callable[[Transaction], None] | None:
+        """:meth:`flush` as a write into a transaction the caller opens (a rotation's end
+        records its answers in the same commit); None when there is nothing to write."""
         rows, self.pending = self.pending, []
         bases, self.bases = self.bases, {}
-        record_end(inv, rows, bases)
+        return end_writes(inv, rows, bases)
 
     def window_ms(self, pair: str) -> float | None:
         """Provider applied -> consumer holds it, in milliseconds."""
@@ -148,7 +156,14 @@ class Planner:
     one provider's share of the inventory, not all of it. Without, it reads the whole mesh.
     """
 
-    def __init__(self, inv: Inventory, focus: Iterable[str] | None = None) -> None:
+    def __init__(
+        self,
+        inv: Inventory,
+        focus: Iterable[str] | None = None,
+        fresh: Iterable[GenerationRow] = (),
+    ) -> None:
+        """``fresh``: generations minted in memory and not yet stored (a rotation plans its
+        deliveries while its nodes are being resolved, before it journals them)."""
         self.inv = inv
         self.nodes = inv.nodes()
         self._focus = None if focus is None else sorted(set(focus))
@@ -168,6 +183,9 @@ class Planner:
         self._rotation_of: dict[tuple[str, int], int] | None = None  # read when first needed
         self._sealed: dict[tuple[str, int], GenerationRow] | None = None
         self._sealed_read: set[str] = set()  # a focused planner's pairs whose blobs were read
+        self._fresh = {(g["pair"], g["generation"]): g for g in fresh}
+        for pair, generation in self._fresh:
+            self.minted.setdefault(pair, []).append(generation)
 
     def _read_provider(self, provider: str) -> None:
         """A focused planner reads a provider's other pairs only when a whole manifest of it
@@ -210,6 +228,9 @@ class Planner:
 
     def sealed(self, pair: str, generation: int) -> Sealed:
         """One generation's sealed blobs; InventoryError when they were discarded."""
+        fresh = self._fresh.get((pair, generation))
+        if fresh is not None and fresh["consumer_sealed"] and fresh["provider_sealed"]:
+            return Sealed(fresh["digest"], fresh["consumer_sealed"], fresh["provider_sealed"])
         if self._sealed is None:  # one read for every payload this planner builds
             self._sealed = self.inv.held_generations(self._focus)
             self._sealed_read.update(self._focus or ())
@@ -366,6 +387,17 @@ def record_end(
     """Record (pair, end, generation held, digest, error); a None generation keeps the old one.
     ``bases``: what each delivered provision's manifest now holds (see :class:`Delivered`),
     kept in the same transaction (a provider end recorded without one drops its base)."""
+    write = end_writes(inv, rows, bases)
+    if write is not None:
+        with inv.transaction("record deliveries") as tx:
+            write(tx)
+
+
+def end_writes(
+    inv: Inventory, rows: Iterable[EndRow], bases: Mapping[Provision, str | None] | None = None
+) -> Callable[[Transaction], None] | None:
+    """:func:`record_end`'s reads done now, its writes left for a transaction; None when
+    there is nothing to write."""
     stamp = now()
     rows = list(rows)
     pairs = sorted({r[0] for r in rows})
@@ -395,11 +427,15 @@ def record_end(
             same.append((pair, end.value))
         else:
             out.append(row)
-    if out or same or bases:
-        with inv.transaction("record deliveries") as tx:
-            tx.put_deliveries(out)
-            tx.touch_deliveries(same, stamp)  # the other consumers of a re-sent manifest
-            tx.put_bases(bases or {})
+    if not (out or same or bases):
+        return None
+
+    def write(tx: Transaction) -> None:
+        tx.put_deliveries(out)
+        tx.touch_deliveries(same, stamp)  # the other consumers of a re-sent manifest
+        tx.put_bases(bases or {})
+
+    return write
 
 
 def send_providers(

@@ -6,13 +6,14 @@ signature that is not the key the inventory holds for it, is not resolved and no
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from meshtui import messages
 from meshtui.controller.client import STATE_TIMEOUT_S, Agents
 from meshtui.controller.reports import Resolution
 from meshtui.errors import AgentError
-from meshtui.messages import Holding, StateRequest
+from meshtui.messages import Holding, StateAnswer, StateRequest
 
 if TYPE_CHECKING:
     from meshtui.controller.core import Controller
@@ -23,10 +24,25 @@ def ask_state(
 ) -> tuple[list[Resolution], dict[str, list[Holding]]]:
     """Resolutions of ``nodes`` and, for those that answered, what they hold (nothing when
     ``listing`` is False: a rotation only needs to know each node answers as itself)."""
+    return asking_state(agents, nodes, listing=listing)()
+
+
+Resolved = tuple[list[Resolution], dict[str, list[Holding]]]
+
+
+def asking_state(
+    agents: Agents, nodes: list[str], *, listing: bool = True
+) -> Callable[[], Resolved]:
+    """:func:`ask_state`, asked now; the returned callable waits for the answers and reads
+    them (a rotation mints and plans in memory meanwhile, keeping and sending nothing)."""
     ask = StateRequest() if listing else StateRequest(holdings=False)
-    answers = agents.call_many(
+    pending = agents.begin_many(
         messages.STATE, {n: ask for n in sorted(set(nodes))}, timeout=STATE_TIMEOUT_S
     )
+    return lambda: _resolved(pending())
+
+
+def _resolved(answers: Mapping[str, StateAnswer | AgentError]) -> Resolved:
     resolutions: list[Resolution] = []
     holdings: dict[str, list[Holding]] = {}
     for node, answer in sorted(answers.items()):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from meshtui.controller.ahead import Ahead
@@ -21,11 +22,11 @@ from meshtui.controller.declare import nodes_from_inventory, seal_generation
 from meshtui.controller.deliver import Delivered, Planner, send_consumers, send_providers
 from meshtui.controller.lock import delivering
 from meshtui.controller.reports import PairOutcome, Progress, RotationPlan, RotationReport
-from meshtui.controller.resolve import ask_state
+from meshtui.controller.resolve import ask_state, asking_state
 from meshtui.errors import InputError, NotResolvedError
-from meshtui.inventory import now
-from meshtui.inventory.rows import PairRow, RotationItem, RotationStart
-from meshtui.messages import ProviderSet
+from meshtui.inventory import Inventory, now
+from meshtui.inventory.rows import GenerationRow, PairRow, RotationItem, RotationStart
+from meshtui.messages import ConsumerItem, ProviderSet
 from meshtui.model import RotationState, node_of
 
 if TYPE_CHECKING:
@@ -64,7 +65,12 @@ def plan(ctl: Controller, ids: list[str]) -> RotationPlan:
 
 
 def rotate(ctl: Controller, ids: list[str], progress: Progress) -> RotationReport:
-    """Rotate ``ids`` all-or-nothing; NotResolvedError (nothing minted) when a node is down."""
+    """Rotate ``ids`` all-or-nothing; NotResolvedError (nothing kept or sent) when a node is down.
+
+    While the affected nodes answer, the next generations are minted and their deliveries
+    built, in memory; they are journaled only once every node has answered as itself, and
+    nothing is sent before that journal is on disk.
+    """
     inv = ctl.inventory
     rows = inv.pairs(ids)
     gone = [p["id"] for p in rows if p["withdrawn_at"]]
@@ -80,26 +86,38 @@ def rotate(ctl: Controller, ids: list[str], progress: Progress) -> RotationRepor
             rows = inv.pairs(ids)  # a recovered rotation moved generations: start from those
         progress("resolving every affected node", 0, 4)
         nodes = affected_nodes(rows)
-        resolutions, _ = ask_state(agents, list(nodes), listing=False)
+        answers = asking_state(agents, list(nodes), listing=False)
+        minted = mint(ctl, rows)  # in memory: dropped unless every node resolves
+        forward = payloads(inv, minted.items, "to", minted.generations)
+        resolutions, _ = answers()
         failed = {r.node: r.reason for r in resolutions if not r.ok}
         if failed:
             inv.record("rotate", ids, {"refused": failed}, "not resolved")
             raise NotResolvedError(failed)
         progress("minting and journaling", 1, 4)
-        rotation = journal(ctl, rows)
+        rotation = store(ctl, minted, RotationState.DELIVERING)
         fault(ctl, "after-journal")
-        return execute(ctl, agents, rotation, progress)
+        return execute(ctl, agents, rotation, progress, forward=forward)
 
 
-def journal(ctl: Controller, rows: list[PairRow]) -> RotationStart:
-    """Mint and seal every pair's next generation and journal the rotation, in one transaction."""
+@dataclass(frozen=True)
+class Minted:
+    """A rotation's next generations, sealed, and its items: in memory until :func:`store`."""
+
+    generations: list[GenerationRow]
+    items: list[RotationItem]
+
+
+def mint(ctl: Controller, rows: list[PairRow]) -> Minted:
+    """Mint and seal every pair's next generation; nothing is stored."""
     inv = ctl.inventory
     model_nodes = nodes_from_inventory(inv.nodes())
+    taken = inv.minted(p["id"] for p in rows)
     gens = []
     items: list[RotationItem] = []
     for p in rows:
         new = p["generation"] + 1
-        while inv.generation(p["id"], new) is not None:  # a rolled-back attempt keeps its number
+        while new in taken.get(p["id"], ()):  # a rolled-back attempt keeps its number
             new += 1
         gens.append(
             seal_generation(
@@ -110,9 +128,17 @@ def journal(ctl: Controller, rows: list[PairRow]) -> RotationStart:
             )
         )
         items.append({"pair": p["id"], "from": p["generation"], "to": new})
-    with inv.transaction("rotate") as tx:
-        tx.add_generations(gens)
-        rid = tx.journal_rotation(items, os.getpid())
+    return Minted(gens, items)
+
+
+def store(
+    ctl: Controller, minted: Minted, state: RotationState = RotationState.JOURNALED
+) -> RotationStart:
+    """Journal a minted rotation with its generations, in one transaction (one commit)."""
+    items = minted.items
+    with ctl.inventory.transaction("rotate") as tx:
+        tx.add_generations(minted.generations)
+        rid = tx.journal_rotation(items, os.getpid(), state)
         tx.audit(
             "rotate-begin",
             [i["pair"] for i in items],
@@ -122,31 +148,55 @@ def journal(ctl: Controller, rows: list[PairRow]) -> RotationStart:
     return {"id": rid, "items": items}
 
 
+def journal(ctl: Controller, rows: list[PairRow]) -> RotationStart:
+    """Mint and seal every pair's next generation and journal the rotation, in one transaction."""
+    return store(ctl, mint(ctl, rows))
+
+
+@dataclass(frozen=True)
+class Payloads:
+    """One direction of a rotation's deliveries, built before anything is sent."""
+
+    plan: Planner
+    targets: dict[str, int]
+    consumers: dict[str, list[ConsumerItem]]
+    providers: dict[str, list[ProviderSet]]
+
+
+def payloads(
+    inv: Inventory,
+    items: list[RotationItem],
+    key: Literal["from", "to"],
+    fresh: list[GenerationRow] | None = None,
+) -> Payloads:
+    """What each end receives. Forward, each provider gets a delta (its manifest on disk is
+    the base the inventory records); a rollback's base is not known (the forward delivery may
+    or may not have landed), so it is sent whole. ``fresh``: generations not stored yet."""
+    plan = Planner(inv, focus=[i["pair"] for i in items], fresh=fresh or ())
+    targets = {i["pair"]: i[key] for i in items}
+    providers = {(plan.pairs[pid]["provider"], plan.pairs[pid]["provision"]) for pid in targets}
+    consumers = plan.consumer_items(targets, targets)
+    if key == "to":
+        return Payloads(plan, targets, consumers, plan.provider_deltas(providers, targets))
+    return Payloads(plan, targets, consumers, plan.provider_sets(providers, targets))
+
+
 def _deliver(
     ctl: Controller,
     agents: Agents,
-    items: list[RotationItem],
+    sent: Payloads,
     key: Literal["from", "to"],
     progress: Progress,
     step: int,
 ) -> Delivered:
+    """Send one direction: providers, then consumers. The answers are gathered, not recorded:
+    the caller records them (:meth:`Delivered.flush`, or in the rotation's final commit)."""
     inv = ctl.inventory
-    plan = Planner(inv, focus=[i["pair"] for i in items])
-    targets = {i["pair"]: i[key] for i in items}
+    plan, targets = sent.plan, sent.targets
     result = Delivered()
     progress("delivering to providers", step, 4)
-    providers = {(plan.pairs[pid]["provider"], plan.pairs[pid]["provision"]) for pid in targets}
-    consumer_items = plan.consumer_items(targets, targets)  # built before the window opens
     # forward, the consumers write theirs ahead while the providers apply (controller/ahead.py)
-    ahead = Ahead(agents, consumer_items) if key == "to" else None
-    # forward, each provider gets a delta (its manifest on disk is the base the inventory
-    # records); a rollback's base is not known (the forward delivery may or may not have
-    # landed), so it is sent whole
-    sets = (
-        plan.provider_deltas(providers, targets)
-        if key == "to"
-        else plan.provider_sets(providers, targets)
-    )
+    ahead = Ahead(agents, sent.consumers) if key == "to" else None
 
     def whole(provider: str, provision: str) -> ProviderSet:
         (spec,) = plan.provider_sets([(provider, provision)], targets)[node_of(provider)]
@@ -154,11 +204,16 @@ def _deliver(
 
     # answers are recorded after the consumers are sent, so nothing slow sits in the window
     send_providers(
-        agents, inv, sets, result, record=False, whole=whole, expected=plan.expected_bases
+        agents,
+        inv,
+        sent.providers,
+        result,
+        record=False,
+        whole=whole,
+        expected=plan.expected_bases,
     )
     signed = ahead.signed() if ahead is not None else None
     if not all(result.provider_ok.get(pid, False) for pid in targets):
-        result.flush(inv)
         return result
     try:
         fault(ctl, f"after-providers:{key}")
@@ -166,31 +221,41 @@ def _deliver(
         result.flush(inv)
         raise
     progress("delivering to consumers", step + 1, 4)
-    send_consumers(agents, inv, consumer_items, result, record=False, signed=signed)
-    result.flush(inv)
+    send_consumers(agents, inv, sent.consumers, result, record=False, signed=signed)
     return result
 
 
 def execute(
-    ctl: Controller, agents: Agents, rotation: RotationStart, progress: Progress
+    ctl: Controller,
+    agents: Agents,
+    rotation: RotationStart,
+    progress: Progress,
+    *,
+    forward: Payloads | None = None,
 ) -> RotationReport:
-    """Deliver a journaled rotation; finish it all-new, or roll it back to all-old."""
+    """Deliver a journaled rotation; finish it all-new, or roll it back to all-old.
+
+    ``forward``: its deliveries as :func:`rotate` built them, journaled as delivering by this
+    process; without, the rotation (a recovered one) is marked delivering and built here."""
     inv = ctl.inventory
     items = rotation["items"]
-    with inv.transaction("rotate") as tx:
-        tx.update_rotation(
-            rotation["id"], {"state": RotationState.DELIVERING, "owner_pid": os.getpid()}
-        )
-    forward = _deliver(ctl, agents, items, "to", progress, 2)
-    if all(
-        forward.provider_ok.get(i["pair"]) and forward.consumer_ok.get(i["pair"]) for i in items
-    ):
-        return _finish(ctl, rotation, forward, progress)
-    reason = "; ".join(sorted(set(forward.errors.values()))) or "an end did not confirm"
+    if forward is None:
+        with inv.transaction("rotate") as tx:
+            tx.update_rotation(
+                rotation["id"], {"state": RotationState.DELIVERING, "owner_pid": os.getpid()}
+            )
+        forward = payloads(inv, items, "to")
+    there = _deliver(ctl, agents, forward, "to", progress, 2)
+    if all(there.provider_ok.get(i["pair"]) and there.consumer_ok.get(i["pair"]) for i in items):
+        return _finish(ctl, rotation, there, progress)  # the answers recorded in its commit
+    there.flush(inv)
+    errors = there.errors
+    reason = "; ".join(sorted(set(errors.values()))) or "an end did not confirm"
     progress("rolling back", 3, 4)
     with inv.transaction("rotate") as tx:
         tx.update_rotation(rotation["id"], {"state": RotationState.ROLLING_BACK, "reason": reason})
-    back = _deliver(ctl, agents, items, "from", progress, 3)
+    back = _deliver(ctl, agents, payloads(inv, items, "from"), "from", progress, 3)
+    back.flush(inv)
     complete = all(
         back.provider_ok.get(i["pair"]) and back.consumer_ok.get(i["pair"]) for i in items
     )
@@ -219,12 +284,12 @@ def execute(
             ok=False,
             generation=i["from"],
             previous=i["from"],
-            reason=forward.errors.get(i["pair"], "rolled back with the others"),
+            reason=errors.get(i["pair"], "rolled back with the others"),
         )
         for i in items
     ]
     for n, i in enumerate(items, 1):
-        pid, why = i["pair"], forward.errors.get(i["pair"])
+        pid, why = i["pair"], errors.get(i["pair"])
         if back.provider_ok.get(pid) and back.consumer_ok.get(pid):
             line = f"{pid}: rolled back to generation {i['from']}"
             line += f" ({why})" if why else " with the others"
@@ -245,7 +310,10 @@ def _finish(
     items = rotation["items"]
     stamp = now()
     windows = {i["pair"]: result.window_ms(i["pair"]) for i in items}
+    answers = result.staged(inv)
     with inv.transaction("rotate") as tx:
+        if answers is not None:
+            answers(tx)
         for i in items:
             tx.set_generation(i["pair"], i["to"], stamp)
             tx.discard_generation(i["pair"], i["from"], stamp)

@@ -92,8 +92,8 @@ class Deliveries:
             else:  # each file in its own folder: fsynced in parallel, committed together
                 with ThreadPoolExecutor(max_workers=CONSUMER_WRITERS) as pool:
                     consumers = list(pool.map(one, items))
-            if held:
-                self.holdings.update(End.CONSUMER, held)  # once, not once per credential
+            if held:  # once, not once per credential; written after the answer (a cache)
+                self.holdings.update(End.CONSUMER, held, later=True)
         return {"provider": providers, "consumer": consumers}
 
     def unseal(self, sealed_b64: str, digest: str, pair: str) -> bytes:

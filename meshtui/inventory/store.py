@@ -232,11 +232,17 @@ class Transaction:
             (stamp, pair, generation),
         )
 
-    def journal_rotation(self, items: Sequence[RotationItem], owner_pid: int) -> int:
-        """Journal a rotation before anything is sent; returns its number."""
+    def journal_rotation(
+        self,
+        items: Sequence[RotationItem],
+        owner_pid: int,
+        state: RotationState = RotationState.JOURNALED,
+    ) -> int:
+        """Journal a rotation before anything is sent; returns its number. ``state``: where it
+        starts (a rotation about to deliver journals itself as delivering, in one commit)."""
         cur = self._conn.execute(
             "INSERT INTO rotations (started_at, state, items, owner_pid) VALUES (?, ?, ?, ?)",
-            (now(), RotationState.JOURNALED, _compact(items), owner_pid),
+            (now(), state, _compact(items), owner_pid),
         )
         return int(cast(int, cur.lastrowid))
 

@@ -169,6 +169,40 @@ def test_controller_killed_mid_rotation_is_finished_by_next_command(mesh, pg):
     assert can_login(pg, login, mesh.secret("srv/app1/gitea/db.password"), "gitea_app1") is True
 
 
+def test_controller_killed_right_after_journaling_sent_nothing_and_is_finished(mesh, pg):
+    """The journal (state delivering, its generation with it) is one commit on disk before
+    anything is sent: a controller killed there leaves both ends untouched and the next
+    command finishes the rotation."""
+    old = mesh.secret("srv/app1/gitea/db.password")
+    grant = (mesh.root / "srv/db1/postgres/grants/app1.gitea.secret").read_bytes()
+    script = textwrap.dedent(f"""
+        import os, signal
+        from meshtui.controller.core import Controller
+        ctl = Controller.open({str(mesh.state)!r})
+        ctl.faults["after-journal"] = lambda: os.kill(os.getpid(), signal.SIGKILL)
+        ctl.rotate([{GITEA!r}])
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+    assert done.returncode == -signal.SIGKILL
+    assert mesh.secret("srv/app1/gitea/db.password") == old
+    assert (mesh.root / "srv/db1/postgres/grants/app1.gitea.secret").read_bytes() == grant
+    with mesh.controller() as ctl:
+        (open_rotation,) = ctl.inventory.open_rotations()
+        assert open_rotation["state"] == "delivering"
+        (item,) = open_rotation["items"]
+        assert ctl.inventory.generation(GITEA, item["to"]) is not None  # stored with it
+    result = mesh.cli("push")
+    assert result.returncode == 0, result.stdout + result.stderr
+    with mesh.controller() as ctl:
+        assert ctl.inventory.open_rotations() == []
+        row = {r.pair: r for r in ctl.status()}[GITEA]
+        assert row.generation == row.consumer_generation == row.provider_generation == item["to"]
+    new = mesh.secret("srv/app1/gitea/db.password")
+    assert new != old
+    assert can_login(pg, login_of(mesh, GITEA), new, "gitea_app1") is True
+    assert refused(can_login(pg, login_of(mesh, GITEA), old, "gitea_app1"))
+
+
 def test_two_rotations_never_run_at_once(mesh):
     from meshtui.controller.lock import delivering
     from meshtui.errors import RotationBusyError
