@@ -5,7 +5,9 @@ only, loopback: a rotation logs nobody in, so no namespace is needed) and the bu
 provisioner, in one process with its baselines:
 
 1. rotate one pair end to end in the demo mesh (5 pairs on db1/postgres), p50 of ``--repeat``;
-2. the same pair with ``--others`` more pairs on the same provider (goal: <= 1.2x of 1);
+2. the same pair with ``--others`` more pairs on the same provider (goal: <= 1.2x of 1). Rows 1
+   and 2 run side by side: two meshes, each with its own PostgreSQL, agents and controller, one
+   rotation in each in turn, so a moment of noise on this shared machine falls on both;
 3. rotate those ``--others`` pairs all-or-nothing, against PostgreSQL's own cost of the same
    verifier changes in one transaction (``ALTER ROLE ... PASSWORD`` of the plaintext, so the
    server hashes, as the issue measured it; the write alone with verifiers computed before is
@@ -33,8 +35,10 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
@@ -109,14 +113,70 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - t0
 
 
-def rotate_one(ctl: Controller, pid: str, repeat: int) -> list[float]:
-    out = []
-    for _ in range(repeat + 2):
-        t0 = time.perf_counter()
-        report = ctl.rotate([pid])
-        out.append(time.perf_counter() - t0)
-        assert report.outcome == "done", report
-    return out[2:]  # two warm-up runs
+def rotate_in_turn(
+    first: Controller, second: Controller, pid: str, repeat: int
+) -> tuple[list[float], list[float]]:
+    """``pid`` rotated in each mesh in turn, ``repeat`` times each (after two warm-ups)."""
+    runs: tuple[list[float], list[float]] = ([], [])
+    for n in range(repeat + 2):
+        for ctl, out in zip((first, second), runs, strict=True):
+            t0 = time.perf_counter()
+            report = ctl.rotate([pid])
+            took = time.perf_counter() - t0
+            assert report.outcome == "done", report
+            if n >= 2:
+                out.append(took)
+    return runs
+
+
+@dataclass
+class Lab:
+    """One benchmark mesh: its own PostgreSQL, node keys, agents and controller."""
+
+    root: Path
+    cluster: Cluster
+    admin: Path
+    mesh: Mesh
+    ctl: Controller
+
+
+@contextmanager
+def lab(base: Path, bulk: dict[str, int], extra: list[str]) -> Iterator[Lab]:
+    """A mesh under ``base``: the demo pairs plus ``bulk``, declared and pushed; ``extra``
+    nodes are made (keys, agents) for a later declaration to use."""
+    base.mkdir()
+    base.chmod(0o711)
+    cluster = create_cluster(base / "data", port=free_port())
+    mesh: Mesh | None = None
+    try:
+        cluster.start()
+        admin = cluster.write_admin_file(base / "admin.conninfo")
+        root = base / "mesh"
+        root.mkdir()
+        root.chmod(0o711)
+        state = root / "state"
+        pub, _ = init_keys(state)
+        nodes = {n: root / "nodes" / n for n in ["db1", *DEMO, *bulk, *extra]}
+        for node, folder in nodes.items():
+            identity.init(node, folder, pub)
+        mesh = Mesh(root=root, state=state, decl=root / "mesh.toml", nodes=nodes,
+                    sockets={n: root / "run" / f"{n}.sock" for n in nodes})  # fmt: skip
+        for node in nodes:
+            mesh.start(node)
+        with Controller.open(state) as ctl:
+            ctl.declare(declaration(root, cluster.port, admin, bulk))
+            assert ctl.push().ok
+            yield Lab(root, cluster, admin, mesh, ctl)
+    finally:
+        if mesh is not None:
+            for node in list(mesh.procs):
+                mesh.stop(node)
+        for attempt in range(3):
+            try:
+                cluster.stop()
+                break
+            except LabError as exc:
+                print(f"warning: {exc} (attempt {attempt + 1})", file=sys.stderr)
 
 
 def floor_ms(ctl: Controller, cluster: Cluster, login: str, repeat: int) -> tuple[float, float]:
@@ -284,34 +344,20 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     base = Path(tempfile.mkdtemp(prefix="meshtui-benchrot-"))
     base.chmod(0o711)
-    cluster = create_cluster(base / "data", port=free_port())
-    mesh: Mesh | None = None
     rows: list[tuple[str, float, float, float, float]] = []  # what, ours, base, ratio, goal
+    pid = "database:app1/gitea->db1/postgres"
     try:
-        cluster.start()
-        admin = cluster.write_admin_file(base / "admin.conninfo")
-        root = base / "mesh"
-        root.mkdir()
-        root.chmod(0o711)
-        state = root / "state"
-        pub, _ = init_keys(state)
-        nodes = {n: root / "nodes" / n for n in ["db1", *DEMO, "bulk1", "bulk2"]}
-        for node, folder in nodes.items():
-            identity.init(node, folder, pub)
-        mesh = Mesh(root=root, state=state, decl=root / "mesh.toml", nodes=nodes,
-                    sockets={n: root / "run" / f"{n}.sock" for n in nodes})  # fmt: skip
-        for node in nodes:
-            mesh.start(node)
-        load = os.getloadavg()
-        with Controller.open(state) as ctl:
-            ctl.declare(declaration(root, cluster.port, admin, {}))
-            assert ctl.push().ok
-            pid = "database:app1/gitea->db1/postgres"
-            one = rotate_one(ctl, pid, args.repeat)
-            demo = p50_ms(one)
+        with (
+            lab(base / "demo", {}, []) as demo_lab,
+            lab(base / "among", {"bulk1": args.others}, ["bulk2"]) as among_lab,
+        ):
+            load = os.getloadavg()
+            one, many = rotate_in_turn(demo_lab.ctl, among_lab.ctl, pid, args.repeat)
+            demo, among = p50_ms(one), p50_ms(many)
             print(f"1. rotate one pair, demo mesh (5 pairs): p50 {demo:.1f} ms "
                   f"(min {min(one) * 1000:.1f}, max {max(one) * 1000:.1f}; {args.repeat} runs)")  # fmt: skip
             rows.append(("rotate one pair, demo mesh (ms)", demo, 40.0, demo / 40.0, 1.0))
+            ctl, cluster, root = demo_lab.ctl, demo_lab.cluster, demo_lab.root
             (other,) = ctl.inventory.pairs(["database:app2/wiki->db1/postgres"])
             trip, commit = floor_ms(ctl, cluster, other["login"], args.repeat)
             sync = fsync_ms(root, args.repeat)
@@ -326,12 +372,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"{7 * sync:.1f} ms")  # fmt: skip
             rows.append(("  floor: 3 trips + 1 commit (ms)", demo, floor, demo / floor, 0.0))
 
-            ctl.declare(declaration(root, cluster.port, admin, {"bulk1": args.others}))
-            assert ctl.push().ok
-            many = rotate_one(ctl, pid, args.repeat)
-            among = p50_ms(many)
-            print(f"2. the same pair with {args.others} others: p50 {among:.1f} ms "
-                  f"(min {min(many) * 1000:.1f}, max {max(many) * 1000:.1f})")  # fmt: skip
+            print(f"2. the same pair with {args.others} others (its turn after each of 1's): "
+                  f"p50 {among:.1f} ms (min {min(many) * 1000:.1f}, max {max(many) * 1000:.1f})")  # fmt: skip
+            ctl, cluster, root, admin = (
+                among_lab.ctl, among_lab.cluster, among_lab.root, among_lab.admin
+            )  # fmt: skip
             parse = manifest_ms(root / "srv/db1/postgres/mesh.json", args.repeat)
             print(f"   floor: the {args.others + 5}-consumer manifest read + parsed once p50 "
                   f"{parse:.1f} ms (a delta's merge and the scoped provisioner each read it; "
@@ -370,15 +415,6 @@ def main(argv: list[str] | None = None) -> int:
             bulk_floor(rows, "push", pushed, created, fresh, verifiers_alone(args.others))
         return _table(rows, load)
     finally:
-        if mesh is not None:
-            for node in list(mesh.procs):
-                mesh.stop(node)
-        for attempt in range(3):
-            try:
-                cluster.stop()
-                break
-            except LabError as exc:
-                print(f"warning: {exc} (attempt {attempt + 1})", file=sys.stderr)
         shutil.rmtree(base, ignore_errors=True)
 
 
