@@ -84,7 +84,7 @@ def rotate(ctl: Controller, ids: list[str], progress: Progress) -> RotationRepor
     ):
         if recover(ctl, agents, progress):
             rows = inv.pairs(ids)  # a recovered rotation moved generations: start from those
-        progress("resolving every affected node", 0, 4)
+        progress("resolving every affected node (minting meanwhile, in memory)", 0, 4)
         nodes = affected_nodes(rows)
         answers = asking_state(agents, list(nodes), listing=False)
         minted = mint(ctl, rows)  # in memory: dropped unless every node resolves
@@ -94,7 +94,7 @@ def rotate(ctl: Controller, ids: list[str], progress: Progress) -> RotationRepor
         if failed:
             inv.record("rotate", ids, {"refused": failed}, "not resolved")
             raise NotResolvedError(failed)
-        progress("minting and journaling", 1, 4)
+        progress("every node answered: journaling", 1, 4)
         rotation = store(ctl, minted, RotationState.DELIVERING)
         fault(ctl, "after-journal")
         return execute(ctl, agents, rotation, progress, forward=forward)
