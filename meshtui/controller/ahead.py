@@ -14,7 +14,7 @@ has its credential written in full by the same delivery, and one prepared but ne
 from __future__ import annotations
 
 from collections.abc import Mapping
-from concurrent.futures import wait
+from concurrent.futures import Future, wait
 
 from meshtui import messages
 from meshtui.controller.client import Agents, SignedRequest
@@ -26,38 +26,43 @@ PREPARE_TIMEOUT_S = 10.0
 
 
 class Ahead:
-    """Prepare ``items`` (by consumer node) and sign their deliveries, on the agents' threads,
-    starting now; :meth:`signed` waits for it and gives the signed deliveries."""
+    """The consumers' prepares and deliveries of ``items`` (by consumer node), numbered and
+    signed now, in the caller's thread; :meth:`start` sends the prepares on the agents'
+    threads and :meth:`signed` waits for them and gives the signed deliveries."""
 
     def __init__(self, agents: Agents, items: Mapping[str, list[ConsumerItem]]) -> None:
         self._agents = agents
-        self._items = items
-        self._signed: dict[str, SignedRequest] = {}
-        for node in items:
-            agents.client(node)  # clients are made in the caller's thread
-        self._done = agents.start(self._run)  # on the set's threads: none is made for it
-
-    def _run(self) -> None:
-        try:
-            self._ready()
-        except Exception:  # noqa: BLE001 - advisory: the delivery itself reports every failure
-            self._signed.clear()
-
-    def _ready(self) -> None:
-        agents = self._agents
-        prepare: dict[str, PrepareRequest] = {}
-        for node, items in self._items.items():
-            prepare[node] = PrepareRequest(consumer=items)
-            try:  # signed first: its prepare records its acceptance ahead, on the node's disk
-                signed = agents.client(node).sign(messages.DELIVER, DeliverRequest(consumer=items))
+        self._deliveries: dict[str, SignedRequest] = {}
+        self._prepares: dict[str, tuple[PrepareRequest, SignedRequest]] = {}
+        self._done: Future[object] | None = None
+        for node, its in items.items():
+            client = agents.client(node)
+            try:  # the delivery first: its prepare records its acceptance ahead, on the node
+                delivery = client.sign(messages.DELIVER, DeliverRequest(consumer=its))
+                prepare = PrepareRequest(consumer=its, delivery=delivery.seq)
+                self._prepares[node] = (prepare, client.sign(messages.PREPARE, prepare))
             except AgentError:
                 continue  # signed again when sent, where the error is reported
-            self._signed[node] = signed
-            prepare[node]["delivery"] = signed.seq
-        # each answer (or error) only says whether the delivery will be quick
-        agents.call_many(messages.PREPARE, prepare, timeout=PREPARE_TIMEOUT_S)
+            self._deliveries[node] = delivery
+
+    def start(self) -> None:
+        """Send the prepares (each answer, or error, only says whether the delivery will be
+        quick); once, and only after the rotation is journaled."""
+        payloads = {node: p for node, (p, _) in self._prepares.items()}
+        signed = {node: s for node, (_, s) in self._prepares.items()}
+        agents = self._agents
+        self._done = agents.start(
+            lambda: agents.call_many(
+                messages.PREPARE, payloads, timeout=PREPARE_TIMEOUT_S, signed=signed
+            )
+        )
 
     def signed(self) -> dict[str, SignedRequest]:
-        """The consumers' deliveries as signed ahead (those ready within the prepare's bound)."""
+        """The consumers' deliveries as signed ahead (those whose prepares were answered within
+        the prepare's bound; none when the prepares were not started or failed)."""
+        if self._done is None:
+            return {}
         done, _ = wait([self._done], timeout=PREPARE_TIMEOUT_S)
-        return dict(self._signed) if done else {}
+        if not done or self._done.exception() is not None:
+            return {}
+        return dict(self._deliveries)

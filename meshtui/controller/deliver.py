@@ -447,6 +447,7 @@ def send_providers(
     record: bool = True,
     whole: Callable[[str, str], ProviderSet] | None = None,
     expected: Mapping[Provision, str] | None = None,
+    signed: Mapping[str, SignedRequest] | None = None,
 ) -> None:
     """Deliver manifests to provider nodes (in parallel) and record each pair's provider end.
 
@@ -461,6 +462,7 @@ def send_providers(
         messages.DELIVER,
         {n: DeliverRequest(provider=s) for n, s in sets.items()},
         timeout=DELIVER_TIMEOUT_S,
+        signed=signed,
     )
     if whole is not None:
         sets, answers = _resend_whole(agents, sets, answers, whole)
@@ -503,6 +505,21 @@ def send_providers(
     result.pending.extend(rows)
     if record:
         result.flush(inv)
+
+
+def sign_providers(
+    agents: Agents, sets: Mapping[str, list[ProviderSet]]
+) -> dict[str, SignedRequest]:
+    """Each provider node's delivery of ``sets``, numbered and signed now, to be sent by
+    :func:`send_providers` (``signed=``); a node whose request cannot be signed is left out
+    (signed again when sent, where the error is reported)."""
+    out: dict[str, SignedRequest] = {}
+    for node, sent in sets.items():
+        try:
+            out[node] = agents.client(node).sign(messages.DELIVER, DeliverRequest(provider=sent))
+        except AgentError:
+            continue
+    return out
 
 
 def _resend_whole(

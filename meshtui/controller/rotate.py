@@ -17,9 +17,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from meshtui.controller.ahead import Ahead
-from meshtui.controller.client import Agents
+from meshtui.controller.client import Agents, SignedRequest
 from meshtui.controller.declare import nodes_from_inventory, seal_generation
-from meshtui.controller.deliver import Delivered, Planner, send_consumers, send_providers
+from meshtui.controller.deliver import (
+    Delivered,
+    Planner,
+    send_consumers,
+    send_providers,
+    sign_providers,
+)
 from meshtui.controller.lock import delivering
 from meshtui.controller.reports import PairOutcome, Progress, RotationPlan, RotationReport
 from meshtui.controller.resolve import ask_state, asking_state
@@ -89,6 +95,7 @@ def rotate(ctl: Controller, ids: list[str], progress: Progress) -> RotationRepor
         answers = asking_state(agents, list(nodes), listing=False)
         minted = mint(ctl, rows)  # in memory: dropped unless every node resolves
         forward = payloads(inv, minted.items, "to", minted.generations)
+        ready = Ready.sign(agents, forward)  # signed, not sent: that waits for the journal
         resolutions, _ = answers()
         failed = {r.node: r.reason for r in resolutions if not r.ok}
         if failed:
@@ -97,7 +104,7 @@ def rotate(ctl: Controller, ids: list[str], progress: Progress) -> RotationRepor
         progress("every node answered: journaling", 1, 4)
         rotation = store(ctl, minted, RotationState.DELIVERING)
         fault(ctl, "after-journal")
-        return execute(ctl, agents, rotation, progress, forward=forward)
+        return execute(ctl, agents, rotation, progress, forward=forward, ready=ready)
 
 
 @dataclass(frozen=True)
@@ -181,6 +188,20 @@ def payloads(
     return Payloads(plan, targets, consumers, plan.provider_sets(providers, targets))
 
 
+@dataclass(frozen=True)
+class Ready:
+    """A forward delivery's requests, numbered and signed before they may be sent: the
+    providers' deliveries and the consumers' prepares and deliveries (:class:`Ahead`)."""
+
+    providers: dict[str, SignedRequest]
+    ahead: Ahead
+
+    @classmethod
+    def sign(cls, agents: Agents, forward: Payloads) -> Ready:
+        """Sign ``forward``'s requests now (while the nodes are being resolved)."""
+        return cls(sign_providers(agents, forward.providers), Ahead(agents, forward.consumers))
+
+
 def _deliver(
     ctl: Controller,
     agents: Agents,
@@ -188,6 +209,7 @@ def _deliver(
     key: Literal["from", "to"],
     progress: Progress,
     step: int,
+    ready: Ready | None = None,
 ) -> Delivered:
     """Send one direction: providers, then consumers. The answers are gathered, not recorded:
     the caller records them (:meth:`Delivered.flush`, or in the rotation's final commit)."""
@@ -196,7 +218,10 @@ def _deliver(
     result = Delivered()
     progress("delivering to providers", step, 4)
     # forward, the consumers write theirs ahead while the providers apply (controller/ahead.py)
-    ahead = Ahead(agents, sent.consumers) if key == "to" else None
+    ahead = None
+    if key == "to":
+        ahead = ready.ahead if ready is not None else Ahead(agents, sent.consumers)
+        ahead.start()
 
     def whole(provider: str, provision: str) -> ProviderSet:
         (spec,) = plan.provider_sets([(provider, provision)], targets)[node_of(provider)]
@@ -211,6 +236,7 @@ def _deliver(
         record=False,
         whole=whole,
         expected=plan.expected_bases,
+        signed=ready.providers if ready is not None else None,
     )
     signed = ahead.signed() if ahead is not None else None
     if not all(result.provider_ok.get(pid, False) for pid in targets):
@@ -232,11 +258,13 @@ def execute(
     progress: Progress,
     *,
     forward: Payloads | None = None,
+    ready: Ready | None = None,
 ) -> RotationReport:
     """Deliver a journaled rotation; finish it all-new, or roll it back to all-old.
 
-    ``forward``: its deliveries as :func:`rotate` built them, journaled as delivering by this
-    process; without, the rotation (a recovered one) is marked delivering and built here."""
+    ``forward``: its deliveries as :func:`rotate` built them (``ready``: signed), journaled as
+    delivering by this process; without, the rotation (a recovered one) is marked delivering
+    and built here."""
     inv = ctl.inventory
     items = rotation["items"]
     if forward is None:
@@ -245,7 +273,7 @@ def execute(
                 rotation["id"], {"state": RotationState.DELIVERING, "owner_pid": os.getpid()}
             )
         forward = payloads(inv, items, "to")
-    there = _deliver(ctl, agents, forward, "to", progress, 2)
+    there = _deliver(ctl, agents, forward, "to", progress, 2, ready)
     if all(there.provider_ok.get(i["pair"]) and there.consumer_ok.get(i["pair"]) for i in items):
         return _finish(ctl, rotation, there, progress)  # the answers recorded in its commit
     there.flush(inv)
