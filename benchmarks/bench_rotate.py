@@ -171,12 +171,17 @@ def lab(base: Path, bulk: dict[str, int], extra: list[str]) -> Iterator[Lab]:
         if mesh is not None:
             for node in list(mesh.procs):
                 mesh.stop(node)
-        for attempt in range(3):
-            try:
-                cluster.stop()
-                break
-            except LabError as exc:
-                print(f"warning: {exc} (attempt {attempt + 1})", file=sys.stderr)
+        stop_cluster(cluster)
+
+
+def stop_cluster(cluster: Cluster) -> None:
+    """Stop a benchmark's PostgreSQL, three tries (a busy machine can be slow to let go)."""
+    for attempt in range(3):
+        try:
+            cluster.stop()
+            return
+        except LabError as exc:
+            print(f"warning: {exc} (attempt {attempt + 1})", file=sys.stderr)
 
 
 def floor_ms(ctl: Controller, cluster: Cluster, login: str, repeat: int) -> tuple[float, float]:

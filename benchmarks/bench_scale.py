@@ -39,13 +39,12 @@ import time
 from pathlib import Path
 
 import psycopg
-from bench_rotate import QUIET, pg_create_all  # noqa: E402  (the same baseline, one copy)
+from bench_rotate import QUIET, pg_create_all, stop_cluster  # noqa: E402  (the same baseline, one copy)
 from psycopg import sql
 
 from meshtui.controller.client import Agents
 from meshtui.controller.core import Controller, init_keys
 from meshtui.controller.resolve import ask_state
-from meshtui.errors import LabError
 from meshtui.host import identity
 from meshtui.inventory.rows import DeliveryRow, ProbeRecord
 from meshtui.inventory.store import now
@@ -179,12 +178,7 @@ def run(nodes: int, providers: int, pairs: int, probe: bool = True) -> list[tupl
         if fleet is not None:
             fleet.terminate()
             fleet.wait(30)
-        for attempt in range(3):
-            try:
-                cluster.stop()
-                break
-            except LabError as exc:
-                print(f"warning: {exc} (attempt {attempt + 1})", file=sys.stderr)
+        stop_cluster(cluster)
         shutil.rmtree(base, ignore_errors=True)
 
 
