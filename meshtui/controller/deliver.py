@@ -81,10 +81,9 @@ class Delivered:
 
     def flush(self, inv: Inventory) -> None:
         """Record the answers gathered so far in the deliveries table (and the bases)."""
-        write = self.staged(inv)
-        if write is not None:
-            with inv.transaction("record deliveries") as tx:
-                write(tx)
+        rows, self.pending = self.pending, []
+        bases, self.bases = self.bases, {}
+        record_end(inv, rows, bases)
 
     def staged(self, inv: Inventory) -> Callable[[Transaction], None] | None:
         """:meth:`flush` as a write into a transaction the caller opens (a rotation's end

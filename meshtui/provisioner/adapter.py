@@ -3,8 +3,8 @@
 The harness decides who is present, absent or waiting; an adapter only makes one login true
 (``create``, "created" or "updated"; "unchanged" from an adapter that looks first, see
 :class:`Deciding`), takes one away (``remove``, "removed" or "drop pending"), and answers one
-cheap read-only question (``inspect``) so an idle run can tell "unchanged" without writing. An adapter generates no
-password, derives no name and seals nothing. A Redis adapter (ACL users, a marker in the ACL
+cheap read-only question (``inspect``) so an idle run can tell "unchanged" without writing. An
+adapter generates no password, derives no name and seals nothing. A Redis adapter (ACL users, a marker in the ACL
 rule text) would be one small file implementing these four methods.
 """
 

@@ -222,14 +222,18 @@ def _role_of(row: Any) -> _Role:
     )
 
 
+def _foreign(marked: bool, record: Mapping[str, Any] | None) -> str:
+    """Why a role is not ours, the one wording of the inspection's notes and create's refusals."""
+    if not marked:
+        return "a role meshtui did not make"
+    if record is not None and record.get("meshtui") == "login":
+        return f"made by meshtui for {record.get('provision')} at {record.get('provider')}"
+    return "made by meshtui for another provision or provider"
+
+
 def _refusal(role: _Role) -> Refused:
     """Why a role is not ours, in the words of :meth:`PostgresAdapter.inspect`'s notes."""
-    if not role.marked:
-        return Refused("a role meshtui did not make")
-    record = role.record or {}
-    if record.get("meshtui") == "login":
-        return Refused(f"made by meshtui for {record.get('provision')} at {record.get('provider')}")
-    return Refused("made by meshtui for another provision or provider")
+    return Refused(_foreign(role.marked, role.record))
 
 
 def _error_text(exc: BaseException) -> str:
@@ -467,12 +471,11 @@ class PostgresAdapter:
         out: dict[str, Held] = {}
         for name, same_txn, can_login, record, marked in logins:
             if not marked:
-                out[name] = Held(name, ours=False, note="a role meshtui did not make")
+                out[name] = Held(name, ours=False, note=_foreign(marked, record))
                 continue
             if record is not None and record.get("meshtui") == "login":
                 if not self._in_scope(record):
-                    where = f"{record.get('provision')} at {record.get('provider')}"
-                    out[name] = Held(name, ours=False, note=f"made by meshtui for {where}")
+                    out[name] = Held(name, ours=False, note=_foreign(marked, record))
                     continue
                 intact = can_login and same_txn
                 digest = record.get("digest") if intact else None
