@@ -21,6 +21,7 @@ from meshtui.model import (
     DEFAULT_MODE,
     KINDS,
     NAME_RE,
+    OPENBAO,
     POSTGRES,
     REDIS,
     Declaration,
@@ -293,6 +294,12 @@ def _module(r: _Reader, key: str, spec: Any, nodes: Mapping[str, Node]) -> Modul
             )
     admin = r.path_on_node(spec, "admin", where) if "admin" in spec else None
     if provides and provisioner == (BUILTIN_POSTGRES,) and admin is None:
+        if any(o.kind == OPENBAO for o in provides):
+            raise r.fail(
+                f"{where}.admin",
+                "the built-in provisioner needs an admin file for OpenBao",
+                'set admin = "/path/admin.toml" (a 0600 file: address, ca, token)',
+            )
         if any(o.kind == REDIS for o in provides):
             raise r.fail(
                 f"{where}.admin",
@@ -364,17 +371,29 @@ def _offer(r: _Reader, i: int, item: Any, where: str) -> Offer:
     kind = item.get("kind", POSTGRES)
     if kind not in KINDS:
         raise r.fail(
-            f"{at}.kind", f"{kind!r} is not a provider kind", 'write kind = "postgres" or "redis"'
+            f"{at}.kind",
+            f"{kind!r} is not a provider kind",
+            'write kind = "postgres", "redis" or "openbao"',
         )
     tls = item.get("tls", True)
     if not isinstance(tls, bool):
         raise r.fail(f"{at}.tls", "must be true or false")
-    if kind != REDIS:
+    if kind not in (REDIS, OPENBAO):
         for key in ("ca", "tls"):
             if key in item:
-                raise r.fail(f"{at}.{key}", 'is only for kind = "redis"', f"remove {key}")
+                raise r.fail(
+                    f"{at}.{key}", 'is only for kind = "redis" or "openbao"', f"remove {key}"
+                )
+    if kind == OPENBAO and not tls:
+        raise r.fail(f"{at}.tls", "OpenBao is spoken to over TLS only", "remove tls = false")
+    if kind == OPENBAO and "ca" not in item:
+        raise r.fail(
+            f"{at}.ca",
+            "an OpenBao provider needs the CA that signed its certificate",
+            'set ca = "/path/on/each/consumer/node/ca.pem"',
+        )
     ca = None
-    if kind == REDIS and tls:
+    if kind in (REDIS, OPENBAO) and tls:
         if "ca" not in item:
             raise r.fail(
                 f"{at}.ca",
@@ -496,6 +515,12 @@ def _pairs(
                     rules_for(login, req.values)
                 except ValuesError as exc:
                     raise r.fail(f"{at}.values", str(exc), f"{provider.id} is a Redis") from exc
+            if offer.kind == OPENBAO and req.values:
+                raise r.fail(
+                    f"{at}.values",
+                    "an OpenBao pair takes no values (the module's path is its login)",
+                    "remove values",
+                )
             owner = logins.get((provider.id, login))
             if owner is not None and owner != module.id:
                 raise r.fail(

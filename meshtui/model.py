@@ -16,7 +16,8 @@ BUILTIN_POSTGRES = "builtin:postgres"
 
 POSTGRES = "postgres"
 REDIS = "redis"
-KINDS = (POSTGRES, REDIS)
+OPENBAO = "openbao"
+KINDS = (POSTGRES, REDIS, OPENBAO)
 """What a provider's software is (``kind`` of a ``provides`` entry); PostgreSQL by default."""
 
 DEFAULT_MODE = "0600"

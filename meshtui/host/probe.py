@@ -79,6 +79,10 @@ def probe_one(target: ProbeTarget, options: ProbeOptions) -> ProbeResult:
             control=options.control,
             expect_client_addr=options.expect_client_addr,
         )
+    if target.kind == "openbao":
+        from meshtui.kinds.openbao import probe as probe_openbao
+
+        return probe_openbao.probe(target, options)
     if target.kind != "postgres":
         why = f"not run: unknown provider kind {target.kind!r}"
         return ProbeResult(LoginResult(Verdict.UNKNOWN, why, 0.0, None, None, False), None)

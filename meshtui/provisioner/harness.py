@@ -285,6 +285,10 @@ def adapter_for(manifest: Manifest) -> AdapterFactory:
         from meshtui.provisioner.redis import RedisAdapter
 
         return RedisAdapter
+    if manifest.kind == "openbao":
+        from meshtui.kinds.openbao.adapter import OpenBaoAdapter
+
+        return OpenBaoAdapter
     return PostgresAdapter
 
 

@@ -1,0 +1,1 @@
+"""Provider kinds: one package each (PostgreSQL, Redis, OpenBao, ...)."""
