@@ -7,7 +7,7 @@ from pathlib import Path
 
 from meshtui.host.probe import ProbeOptions, ProbeTarget, probe_one
 from meshtui.kinds.openbao.adapter import OpenBaoAdapter
-from meshtui.lab.redis import make_certificates
+from meshtui.kinds.openbao.lab import make_certificates
 from meshtui.model import Verdict
 from meshtui.provisioner.adapter import Scope
 from tests.openbao.conftest import BMesh

@@ -37,8 +37,9 @@ from typing import Any
 
 from meshtui.crypto import secret_digest
 from meshtui.errors import ProvisionError, UnsafeLoginError
-from meshtui.kinds.openbao.api import APPROLE_MOUNT, KV_MOUNT, Bao, BaoError
-from meshtui.kinds.openbao.lab import read_admin
+from meshtui.kinds.kind import ValuesError
+from meshtui.kinds.openbao.api import APPROLE_MOUNT, KV_MOUNT, Bao, BaoError, read_admin
+from meshtui.kinds.openbao.values import check_values
 from meshtui.model import OutcomeName
 from meshtui.provisioner.adapter import Done, Held, Refused, Scope
 
@@ -302,11 +303,10 @@ class OpenBaoAdapter:
             raise UnsafeLoginError(
                 f"login {login!r} is not a meshtui login (lower-case letters, digits, _)"
             )
-        if values:
-            raise Refused(
-                f"an OpenBao pair takes no values ({', '.join(sorted(values))}): the module's "
-                "path is its login"
-            )
+        try:
+            check_values(login, values)
+        except ValuesError as exc:
+            raise Refused(str(exc)) from None
 
     def create(self, login: str, password: str, values: Mapping[str, str]) -> Done:
         """Make ``login``'s role hold exactly ``password`` as its one secret_id (see the module

@@ -10,6 +10,7 @@ of an error's text; OpenBao's errors are scrubbed of it all the same.
 from __future__ import annotations
 
 import ssl
+import tomllib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -181,3 +182,15 @@ def _hint(status: int, path: str) -> str:
             "provisioner's policy, see docs/openbao.md)"
         )
     return ""
+
+
+def read_admin(text: str) -> dict[str, str]:
+    """The admin file's fields (its text is never shown in an error)."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        raise ProvisionError(
+            "the admin file is not TOML (its text is not shown); write address = "
+            '"https://HOST:8200", ca = "/path/ca.pem", token = "..."'
+        ) from None
+    return {k: str(v) for k, v in data.items()}

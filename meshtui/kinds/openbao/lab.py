@@ -37,7 +37,6 @@ import signal
 import socket
 import stat
 import subprocess
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,7 +46,6 @@ from meshtui.errors import LabError, ProvisionError
 from meshtui.kinds.openbao.api import APPROLE_MOUNT, KV_MOUNT, Bao
 from meshtui.lab import netns as lab_netns
 from meshtui.lab import toml_writer
-from meshtui.lab.redis import make_certificates
 from meshtui.lab.wait import poll
 
 SERVER_USER = "meshtui_bao"
@@ -391,6 +389,44 @@ def _gone(pid: int) -> bool:
     return False
 
 
+def _openssl(folder: Path, *args: str) -> None:
+    done = subprocess.run(
+        ["openssl", *args],
+        cwd=folder, env=_ENV, capture_output=True, text=True, check=False, umask=0o077,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise LabError(f"openssl {args[0]} failed: {done.stderr.strip()[-400:]}")
+
+
+def make_certificates(folder: Path, address: str) -> None:
+    """A lab CA (``ca.pem``) and a certificate for ``address`` (an IP subjectAltName) that it
+    signed (``server.pem``, key ``server.key`` 0600), unless already there."""
+    if (folder / "server.pem").exists() and (folder / "ca.pem").exists():
+        return
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    _openssl(
+        folder, "req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "30",
+        "-subj", "/CN=meshtui lab OpenBao CA",
+        "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+    )  # fmt: skip
+    _openssl(
+        folder, "req", *ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=openbao"
+    )
+    write_private(
+        folder / "server.ext",
+        f"subjectAltName=IP:{address}\nbasicConstraints=CA:FALSE\n"
+        "keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n".encode(),
+    )
+    _openssl(
+        folder, "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+        "-CAcreateserial", "-out", "server.pem", "-days", "30", "-extfile", "server.ext",
+    )  # fmt: skip
+    for public in ("ca.pem", "server.pem"):
+        (folder / public).chmod(0o644)  # certificates are public; consumers' probes read ca.pem
+
+
 def _hcl_string(text: str) -> str:
     """``text`` as an HCL string (JSON's quoting); refused if HCL could read more into it."""
     if "${" in text or "%{" in text or any(ord(c) < 32 for c in text):
@@ -418,8 +454,6 @@ def create(folder: Path, *, address: str, port: int, cluster_port: int | None = 
     tls = folder / "tls"
     tls.mkdir(mode=0o711, exist_ok=True)
     make_certificates(tls, address)
-    for public in ("ca.pem", "server.pem"):
-        (tls / public).chmod(0o644)
     os.chown(tls / "server.key", uid, gid, follow_symlinks=False)
     for name in ("data", "audit", "run"):
         _own_dir(folder / name, uid, gid, 0o700)
@@ -496,15 +530,3 @@ def declaration_table(server: BaoServer, srv: Path) -> toml_writer.Table:
 def requirement(file: Path) -> dict[str, toml_writer.Value]:
     """A consumer's ``requires`` entry for the lab's vault (an inline TOML table)."""
     return {"name": "secret", "file": str(file)}
-
-
-def read_admin(text: str) -> dict[str, str]:
-    """The admin file's fields (its text is never shown in an error)."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError:
-        raise ProvisionError(
-            "the admin file is not TOML (its text is not shown); write address = "
-            '"https://HOST:8200", ca = "/path/ca.pem", token = "..."'
-        ) from None
-    return {k: str(v) for k, v in data.items()}
