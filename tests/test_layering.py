@@ -78,6 +78,7 @@ CORE = (
     "meshtui.declaration",
     "meshtui.terminal",
     "meshtui.messages",
+    "meshtui.bao",
     "meshtui.kinds",
     "meshtui.kinds.kind",
     "meshtui.kinds.registry",

@@ -20,9 +20,9 @@ from typing import Any
 import httpx
 import pytest
 
+from meshtui.bao import APPROLE_MOUNT, KV_MOUNT, Bao
 from meshtui.crypto import secret_digest
 from meshtui.kinds.openbao import lab as lab_bao
-from meshtui.kinds.openbao.api import APPROLE_MOUNT, KV_MOUNT, Bao
 from meshtui.provisioner.harness import Report, reconcile
 
 PROVIDER = "db1/bao"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from meshtui.kinds.openbao.api import APPROLE_MOUNT, KV_MOUNT, Bao
+from meshtui.bao import APPROLE_MOUNT, KV_MOUNT, Bao
 from meshtui.provisioner.harness import reconcile
 from tests.openbao.conftest import BMesh, outcomes
 

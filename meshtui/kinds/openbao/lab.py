@@ -42,8 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from meshtui.atomic import write_private
+from meshtui.bao import APPROLE_MOUNT, KV_MOUNT, Bao
 from meshtui.errors import LabError, ProvisionError
-from meshtui.kinds.openbao.api import APPROLE_MOUNT, KV_MOUNT, Bao
 from meshtui.lab import netns as lab_netns
 from meshtui.lab import toml_writer
 from meshtui.lab.wait import poll

@@ -21,6 +21,7 @@ import time
 
 import httpx
 
+from meshtui.bao import APPROLE_MOUNT, REFUSED_TEXT, SEALED, Bao, BaoError
 from meshtui.errors import ProvisionError
 from meshtui.host.probe_address import loopback_addr, loopback_host, own_address, resolve, same_addr
 from meshtui.host.probe_types import (
@@ -31,7 +32,6 @@ from meshtui.host.probe_types import (
     control_password,
     scrub,
 )
-from meshtui.kinds.openbao.api import APPROLE_MOUNT, REFUSED_TEXT, SEALED, Bao, BaoError
 from meshtui.model import Verdict
 
 

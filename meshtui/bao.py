@@ -1,4 +1,4 @@
-"""One HTTP session with an OpenBao (or HashiCorp Vault: the same API), over httpx.
+"""One HTTP session with an OpenBao (the vault; HashiCorp Vault speaks the same API), over httpx.
 
 :class:`Bao` sends requests to ``/v1/...`` with a token, over TLS verified against one CA file
 only (never the system's store) or over a Unix socket, and turns OpenBao's answers into typed
