@@ -10,7 +10,7 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from meshtui.cli import actions, doctor, host, lab, mesh, provision, watch
+from meshtui.cli import actions, doctor, host, lab, mesh, provision, secret, watch
 from meshtui.kinds import registry
 
 
@@ -194,5 +194,6 @@ GROUPS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], Non
     _provision,
     _watch,
     _doctor,
+    secret.add_commands,
 ]
 """The groups of commands, in the order ``meshtui --help`` lists them."""

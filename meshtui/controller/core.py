@@ -52,6 +52,7 @@ if TYPE_CHECKING:  # httpx stays out of the import of core (see controller.clien
     from meshtui.controller.anchors import AnchorCheck
     from meshtui.controller.client import Agents
     from meshtui.controller.doctor import DoctorReport
+    from meshtui.controller.own_secrets import SecretStatus
     from meshtui.inventory.rows import EventRow, NodeRow
 
 __all__ = ["INVENTORY", "KEY_STEM", "SEQUENCE_FILE", "Controller", "init_keys"]
@@ -314,9 +315,49 @@ class Controller:
         """Bring every end to the generation the inventory says it must hold."""
         self.contact("push", lambda: list(self.inventory.nodes()))
         self._writable("push")
+        from meshtui.controller import own_secrets
+        from meshtui.controller.lock import delivering
         from meshtui.controller.push import push
 
-        return push(self, progress)
+        report = push(self, progress)
+        with delivering(self.state_dir, "push (own secrets)"):
+            secrets = own_secrets.converge(self)
+        for i, line in enumerate(secrets.done, 1):
+            progress(line, i, len(secrets.done))
+        report.behind.update({f"secret {k}": v for k, v in secrets.behind.items()})
+        return report
+
+    def secrets(self) -> list[SecretStatus]:
+        """Every module's own secrets: the versions the vault and each file hold (no value)."""
+        from meshtui.controller import own_secrets
+
+        return own_secrets.status(self.inventory)
+
+    def secret_put(self, module: str, name: str, value: bytes, supplied_by: str) -> int:
+        """Seal an operator's value for a supplied secret to its vault's node (the plaintext
+        is dropped here), then deliver it; returns its version."""
+        self._writable("secret put")
+        self.contact("secret put", lambda: list(self.inventory.nodes()))
+        from meshtui.controller import own_secrets
+        from meshtui.controller.lock import delivering
+
+        with delivering(self.state_dir, "secret put"):
+            version = own_secrets.put(self, module, name, value, supplied_by)
+            del value
+            own_secrets.converge(self)
+        return version
+
+    def secret_rotate(self, module: str, name: str) -> int:
+        """Mint the next version of a minted secret and deliver it (vault, then file)."""
+        self._writable("secret rotate")
+        self.contact("secret rotate", lambda: list(self.inventory.nodes()))
+        from meshtui.controller import own_secrets
+        from meshtui.controller.lock import delivering
+
+        with delivering(self.state_dir, "secret rotate"):
+            version = own_secrets.rotate(self, module, name)
+            own_secrets.converge(self)
+        return version
 
     def plan_rotation(self, ids: Iterable[str]) -> RotationPlan:
         """Resolve every node a rotation of ``ids`` would touch (asks each agent)."""

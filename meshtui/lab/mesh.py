@@ -361,9 +361,11 @@ def _write_declaration(
             ]
             if cache is not None and (node, module) in REDIS_CONSUMERS:
                 requires.append(lab_redis.requirement(srv / node / module / "cache.password"))
+            table: dict[str, toml_writer.Value] = {"requires": requires}
             if vault is not None and (node, module) in VAULT_CONSUMERS:
                 requires.append(lab_bao.requirement(srv / node / module / "vault.secret_id"))
-            tables.append((("modules", f"{node}/{module}"), {"requires": requires}))
+                table["secrets"] = lab_bao.own_secrets(srv / node / module)
+            tables.append((("modules", f"{node}/{module}"), table))
     path = folder / "mesh.toml"
     text = toml_writer.document(
         tables, comment="written by meshtui lab up: the lab's nodes, reached over Unix sockets"

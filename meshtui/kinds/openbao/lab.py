@@ -58,7 +58,7 @@ _ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C", "HOME": "/nonexi
 PROVISIONER_POLICY = f"""\
 # meshtui's provisioner: AppRole roles and ACL policies named meshtui-*, the accessors of the
 # tokens they issued (to revoke them on removal), and reading what is mounted (to say what is
-# missing). Nothing else: no secret is readable with this token.
+# missing). No secret's value is readable with this token.
 path "auth/{APPROLE_MOUNT}/role" {{ capabilities = ["list"] }}
 path "auth/{APPROLE_MOUNT}/role/meshtui-*" {{
   capabilities = ["create", "read", "update", "delete", "list"]
@@ -70,6 +70,9 @@ path "auth/token/lookup-accessor" {{ capabilities = ["update"] }}
 path "auth/token/revoke-accessor" {{ capabilities = ["update"] }}
 path "sys/auth" {{ capabilities = ["read"] }}
 path "sys/mounts/{KV_MOUNT}" {{ capabilities = ["read"] }}
+# a module's own secrets: the vault node's agent writes them (never reads a value back)
+path "{KV_MOUNT}/data/*" {{ capabilities = ["create", "update"] }}
+path "{KV_MOUNT}/metadata/*" {{ capabilities = ["read", "create", "update"] }}
 """
 
 
@@ -525,6 +528,20 @@ def declaration_table(server: BaoServer, srv: Path) -> toml_writer.Table:
             "admin": str(server.admin_file),
         },
     )
+
+
+def own_secrets(folder: Path) -> list[toml_writer.Value]:
+    """A demo module's own secrets: one minted by the mesh, one an operator supplies."""
+    return [
+        {
+            "name": "session_key",
+            "mint": {"length": 48, "alphabet": "urlsafe"},
+            "file": str(folder / "session.key"),
+            "group": "root",
+            "mode": "0640",
+        },
+        {"name": "smtp_password", "supplied": True, "file": str(folder / "smtp.password")},
+    ]
 
 
 def requirement(file: Path) -> dict[str, toml_writer.Value]:
