@@ -327,18 +327,29 @@ class OpenBaoAdapter:
             self.bao.call("PUT", f"sys/policies/acl/{name}", {"policy": want_policy})
             wrote = True
         role = seen.role
-        if (
-            role is None
-            or list(role.get("token_policies") or []) != [name]
-            or any(role.get(k) != v for k, v in ROLE_SETTINGS.items())
-        ):
-            self.bao.call(
-                "POST", self._role_path(login), {**ROLE_SETTINGS, "token_policies": [name]}
-            )
-            wrote = True
-        if seen.role_id != login:
-            self.bao.call("POST", self._role_path(login, "role-id"), {"role_id": login})
-            wrote = True
+        settings = {**ROLE_SETTINGS, "token_policies": [name]}
+        try:
+            if role is None:  # role_id in the same write: taken by another role, nothing made
+                self.bao.call("POST", self._role_path(login), {**settings, "role_id": login})
+                wrote = True
+            else:
+                if list(role.get("token_policies") or []) != [name] or any(
+                    role.get(k) != v for k, v in ROLE_SETTINGS.items()
+                ):
+                    self.bao.call("POST", self._role_path(login), settings)
+                    wrote = True
+                if seen.role_id != login:
+                    self.bao.call("POST", self._role_path(login, "role-id"), {"role_id": login})
+                    wrote = True
+        except BaoError as exc:
+            if not any("role_id already in use" in e for e in exc.errors):
+                raise
+            if seen.policy is None:  # the policy just written for it goes again
+                self.bao.call("DELETE", f"sys/policies/acl/{name}")
+            raise Refused(
+                f"role_id {login} is already an AppRole role's that meshtui did not make; "
+                "left alone"
+            ) from None
         held = None
         if seen.accessors:
             held = self.bao.data(
