@@ -51,6 +51,9 @@ from meshtui.messages import (
 )
 from meshtui.model import APPLIED, End, node_of
 
+RELOAD_FAILED = "reload failed"
+"""How a consumer end whose file was written but whose reload command failed is recorded."""
+
 FEW = 32
 """Up to this many pairs, recording answers reads those pairs' rows one by one."""
 
@@ -603,6 +606,8 @@ def send_consumers(
                 result.written_at[pid] = float(g.get("written_at", 0.0))
                 reload = g.get("reload")
                 err = f"reload {reload}" if reload and reload != "ok" else None
+                if err is not None:  # the file holds it, but the app did not take it up
+                    result.fail(pid, f"consumer {node}: {err}")
                 rows.append((pid, End.CONSUMER, item["generation"], item["digest"], err))
             else:
                 reason = missing_reason(answer, g, "agent did not answer for this pair")
@@ -655,6 +660,8 @@ def held_generations(inv: Inventory, holdings: Mapping[str, list[Holding]]) -> N
                 present, why = False, f"declared {', '.join(moved)} changed; push writes it again"
             old = current.get((h["pair"], h["end"]))
             old_gen, old_error = (old["generation"], old["error"]) if old else (None, None)
+            if present and old_gen == gen and str(old_error or "").startswith(RELOAD_FAILED):
+                continue  # holding the file says nothing of the reload: push runs it again
             if present and (old_gen != gen or old_error):
                 rows.append((h["pair"], End(h["end"]), gen, h["digest"], None))
             elif not present and (old_gen or old_error != why):

@@ -16,6 +16,7 @@ from meshtui import messages
 from meshtui.controller import status as status_mod
 from meshtui.controller.client import STATE_TIMEOUT_S, Agents, by_pair, missing_reason
 from meshtui.controller.deliver import (
+    RELOAD_FAILED,
     Delivered,
     EndRow,
     Planner,
@@ -62,11 +63,16 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
 
         def was_behind(pid: str) -> bool:
             want = plan.pairs[pid]["generation"]
-            return any(_held(before.get((pid, end.value))) != want for end in End)
+            return any(_held(before.get((pid, end.value))) != want for end in End) or behind(
+                pid, End.CONSUMER
+            )
 
         def behind(pid: str, end: End) -> bool:
             d = deliveries.get((pid, end.value))
-            return d is None or d["generation"] != plan.pairs[pid]["generation"]
+            if d is None or d["generation"] != plan.pairs[pid]["generation"]:
+                return True
+            # a consumer whose reload failed holds the file, not the app: deliver (reload) again
+            return end is End.CONSUMER and str(d["error"] or "").startswith(RELOAD_FAILED)
 
         live = [p for p in plan.pairs.values() if not p["withdrawn_at"]]
         withdrawn = [p for p in plan.pairs.values() if p["withdrawn_at"]]
@@ -131,7 +137,9 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
         delivered = [
             PairOutcome(
                 pair=pid,
-                ok=result.provider_ok.get(pid, True) and result.consumer_ok.get(pid, True),
+                ok=result.provider_ok.get(pid, True)
+                and result.consumer_ok.get(pid, True)
+                and pid not in result.errors,
                 generation=plan.pairs[pid]["generation"],
                 reason=result.errors.get(pid, "")
                 or (f"re-applied: {drift[pid]}" if pid in drift else ""),
