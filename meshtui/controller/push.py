@@ -40,6 +40,13 @@ if TYPE_CHECKING:
     from meshtui.controller.core import Controller
 
 
+UNVERIFIED_HINT = (
+    "the consumer's node must reach the provider and be refused: start its agent, and let the "
+    "server answer its address (a pg_hba.conf line for it), then push again"
+)
+"""What push says to do about a withdrawn pair whose revocation was not verified."""
+
+
 def push(ctl: Controller, progress: Progress) -> PushReport:
     """Converge every end; the report names who is still behind."""
     from meshtui.controller.rotate import recover
@@ -153,6 +160,12 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
             r.pair: r.reason
             for r in rows
             if (r.state is State.STALE and not r.withdrawn) or r.alarm
+        }
+        # a withdrawal whose refusal was not seen is not done: the old login may still work
+        behind_now |= {
+            r.pair: f"{r.reason} ({UNVERIFIED_HINT})"
+            for r in rows
+            if r.withdrawn and r.state is State.STALE and not r.alarm
         }
         for node, why in unreachable.items():
             for r in rows:
