@@ -16,7 +16,7 @@ from meshtui import messages
 from meshtui.controller import status as status_mod
 from meshtui.controller.client import STATE_TIMEOUT_S, Agents, by_pair, missing_reason
 from meshtui.controller.deliver import (
-    RELOAD_FAILED,
+    KEPT_FAILURES,
     Delivered,
     EndRow,
     Planner,
@@ -70,16 +70,21 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
 
         def was_behind(pid: str) -> bool:
             want = plan.pairs[pid]["generation"]
-            return any(_held(before.get((pid, end.value))) != want for end in End) or behind(
-                pid, End.CONSUMER
+            ends = [before.get((pid, end.value)) for end in End]
+            return any(_held(d) != want for d in ends) or any(
+                str(d["error"] or "").startswith(KEPT_FAILURES) for d in ends if d
             )
 
-        def behind(pid: str, end: End) -> bool:
+        def short(pid: str, end: End) -> bool:
             d = deliveries.get((pid, end.value))
-            if d is None or d["generation"] != plan.pairs[pid]["generation"]:
+            return d is None or d["generation"] != plan.pairs[pid]["generation"]
+
+        def behind(pid: str, end: End) -> bool:
+            if short(pid, end):
                 return True
-            # a consumer whose reload failed holds the file, not the app: deliver (reload) again
-            return end is End.CONSUMER and str(d["error"] or "").startswith(RELOAD_FAILED)
+            # a reload or a pin that failed: the end holds the credential, not all it should
+            d = deliveries.get((pid, end.value))
+            return d is not None and str(d["error"] or "").startswith(KEPT_FAILURES)
 
         live = [p for p in plan.pairs.values() if not p["withdrawn_at"]]
         withdrawn = [p for p in plan.pairs.values() if p["withdrawn_at"]]
@@ -111,11 +116,11 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
             p["id"]
             for p in live
             if behind(p["id"], End.CONSUMER)
-            and not behind(p["id"], End.PROVIDER)
+            and not short(p["id"], End.PROVIDER)
             and node_of(p["consumer"]) not in unreachable
         ]
         for p in live:
-            if behind(p["id"], End.CONSUMER) and behind(p["id"], End.PROVIDER):
+            if behind(p["id"], End.CONSUMER) and short(p["id"], End.PROVIDER):
                 result.fail(p["id"], "consumer waits until its provider holds the generation")
         send_consumers(agents, inv, plan.consumer_items(todo, {}), result)
         progress("revoking withdrawn pairs", 3, 4)

@@ -331,8 +331,8 @@ def execute(
     )
 
 
-RELOAD_AGAIN = "every end holds the new credential; push runs the reload again"
-"""What a rotation done but with a failed reload adds to its reason."""
+RELOAD_AGAIN = "every end holds the new credential; push tries the rest again"
+"""What a rotation done with a failed reload or pin adds to its reason."""
 
 
 def _finish(
