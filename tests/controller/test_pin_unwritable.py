@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from meshtui.model import State
-from meshtui.provisioner import pg_hba
+from meshtui.kinds.postgres import hba as pg_hba
 
 pytestmark = [pytest.mark.root]
 
