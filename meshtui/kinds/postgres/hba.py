@@ -262,7 +262,13 @@ def _write(folder: int, name: str, text: str, like: os.stat_result, path: str) -
     try:
         write_at(folder, name, text.encode("utf-8"), access=access)
     except OSError as exc:
-        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        if exc.errno == errno.EROFS:
+            raise ProvisionError(
+                f"{path}: cannot write beside it (read-only file system: the agent's unit "
+                f"must name {os.path.dirname(path)} in ReadWritePaths=, or pin = false) "
+                "(nothing was changed)"
+            ) from None
+        if exc.errno in (errno.EACCES, errno.EPERM):
             raise ProvisionError(
                 f"{path}: cannot write beside it ({exc.strerror}); run the provisioner on the "
                 "database's machine as root or as the server's user (nothing was changed)"
