@@ -77,6 +77,17 @@ def _host(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="let probes target loopback (lab fallback only)",
     )
     s.set_defaults(func=host.cmd_host_serve)
+    s = group.add_parser(
+        "rekey",
+        help="pin a new controller key on this node (the old one was lost); run on the node",
+        description="Make this node obey a new controller key: run on the node itself with its "
+        "agent stopped, after checking the key's fingerprint. The audit head it kept under the "
+        "old key is kept as history; what it accepted stays refused as a replay.",
+    )
+    s.add_argument("--state", dest="state_dir", required=True, help="the node's state folder")
+    s.add_argument("--controller", required=True, help="the new controller's .pub file")
+    s.add_argument("--yes", action="store_true", help="the fingerprint was checked: do it")
+    s.set_defaults(func=host.cmd_host_rekey)
 
 
 def _actions(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
