@@ -21,6 +21,7 @@ salt fails exactly as a wrong passphrase). The payload is JSON (:class:`Payload`
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -141,13 +142,18 @@ def seal(payload: Payload, passphrase: bytes, params: KdfParams) -> bytes:
 
 
 def take(state_dir: Path, target: Path, passphrase: bytes, params: KdfParams) -> BackupSummary:
-    """Write a backup of ``state_dir`` to ``target`` (0600, never over an existing file).
+    """Write a backup of ``state_dir`` to ``target`` (0600, never over an existing file); a
+    ``target`` that is a folder gets a new file named for the time (``meshtui-<UTC>.backup``),
+    as the nightly timer uses it.
 
     The inventory is opened read-only and copied with SQLite's online backup, so it is safe
     while ``watch`` or another command writes. BackupError when the state folder has no
     inventory or no controller key (a backup without the key cannot restore a controller).
     """
     target = Path(target)
+    if target.is_dir() and not target.is_symlink():
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+        target = target / f"meshtui-{stamp}.backup"
     if target.exists() or target.is_symlink():
         raise BackupError(f"{target}: exists already; a backup never replaces a file")
     if not (state_dir / INVENTORY).exists():

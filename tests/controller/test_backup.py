@@ -59,6 +59,20 @@ def test_backup_writes_0600_says_what_it_holds_and_hides_the_keys(mesh: Mesh) ->
     assert PASSPHRASE.encode() not in raw
 
 
+def test_backup_into_a_folder_names_a_new_file_each_time(mesh: Mesh) -> None:
+    declared(mesh)
+    folder = mesh.root / "backups"
+    folder.mkdir()
+    pw = secret_file(mesh.root)
+    made = []
+    for _ in range(2):
+        res = mesh.cli("backup", folder, "--passphrase-file", pw, "--json")
+        assert res.code == 0, res.err
+        made.append(Path(res.json()["file"]))
+    assert made[0] != made[1] and sorted(folder.iterdir()) == sorted(made)
+    assert all(p.name.startswith("meshtui-") and p.name.endswith(".backup") for p in made)
+
+
 def test_backup_never_replaces_a_file_nor_follows_a_link(mesh: Mesh) -> None:
     declared(mesh)
     there = mesh.root / "there"
