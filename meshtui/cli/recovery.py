@@ -71,4 +71,3 @@ def cmd_restore(args: argparse.Namespace) -> int:
     if unasked:
         print(f"not asked (unreachable): {', '.join(unasked)}; push shows them the restore later")
     return EXIT_OK
-
