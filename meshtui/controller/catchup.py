@@ -188,6 +188,21 @@ def settle(
     ahead = find_ahead(ctl.inventory, holdings)
     if not ahead:
         return Settled(resolutions, holdings, {}, changed)
-    report = catch_up(ctl, agents, ahead, progress)
+    down = {r.node: r.reason for r in resolutions if not r.ok}
+    waiting = {pid: ends for pid, ends in ahead.items() if _ends_of(ctl, pid) & set(down)}
+    ready = {pid: ends for pid, ends in ahead.items() if pid not in waiting}
+    report = catch_up(ctl, agents, ready, progress) if ready else None
+    said = summary(ready, report)
+    for pid, line in summary(waiting, None).items():
+        gone = sorted(_ends_of(ctl, pid) & set(down))
+        said[pid] = f"{line}: not rotated yet, {', '.join(gone)} did not answer (push again)"
+    if report is None:
+        return Settled(resolutions, holdings, said, changed)
     resolutions, holdings = ask_state(agents, nodes)
-    return Settled(resolutions, holdings, summary(ahead, report), True)
+    return Settled(resolutions, holdings, said, True)
+
+
+def _ends_of(ctl: Controller, pid: str) -> set[str]:
+    """The two nodes of a pair."""
+    (p,) = ctl.inventory.pairs([pid])
+    return {node_of(p["consumer"]), node_of(p["provider"])}

@@ -159,7 +159,8 @@ def refusal(node: str, row: NodeRow, exc: AgentError) -> Problem:
             "key",
             node,
             f"the agent refuses this controller's key ({why})",
-            f"run meshtui host init on {node} with this controller's controller.pub",
+            f"on {node}: meshtui host rekey --controller controller.pub (see README, "
+            '"If the controller\'s key is lost too")',
         )
     if "unknown kind" in why:
         return Problem(
