@@ -79,6 +79,7 @@ CORE = (
     "meshtui.terminal",
     "meshtui.messages",
     "meshtui.bao",
+    "meshtui.runas",
     "meshtui.kinds",
     "meshtui.kinds.kind",
     "meshtui.kinds.registry",

@@ -128,11 +128,13 @@ def doctor(report: DoctorReport) -> None:
 
 
 def pushed(report: PushReport) -> None:
+    for pid, what in sorted(report.ahead.items()):
+        print(f"AHEAD     {pid}: {what}")
     for o in report.delivered:
         print(f"{'delivered' if o.ok else 'FAILED':9} {o.pair} g{o.generation} {o.reason}")
     for o in report.withdrawn:
         print(f"{'revoked' if o.ok else 'NOT REVOKED':9} {o.pair} {o.reason}")
-    if not report.delivered and not report.withdrawn:
+    if not report.delivered and not report.withdrawn and not report.ahead:
         print("every end already holds its generation")
     for pid, why in sorted(report.behind.items()):
         print(f"behind    {pid}: {why}")

@@ -52,6 +52,15 @@ from meshtui.messages import (
 )
 from meshtui.model import APPLIED, End, node_of
 
+RELOAD_FAILED = "reload failed"
+"""How a consumer end whose file was written but whose reload command failed is recorded."""
+PIN_FAILED = "pin failed"
+"""How a provider end whose login was applied but not confined in pg_hba.conf is recorded."""
+PIN_OUTCOME = "pg_hba.conf"
+"""The name the built-in provisioner reports its pg_hba.conf block's outcome under."""
+KEPT_FAILURES = (RELOAD_FAILED, PIN_FAILED)
+"""An end's failure that holding the right credential does not clear: push delivers again."""
+
 FEW = 32
 """Up to this many pairs, recording answers reads those pairs' rows one by one."""
 
@@ -483,13 +492,21 @@ def send_providers(
                     )
                     for c in spec["consumers"]
                 )
+            pin = outcomes.get(PIN_OUTCOME)
+            unpinned = (
+                f"{PIN_FAILED}: {pin['reason']}"
+                if pin is not None and pin["outcome"] not in APPLIED
+                else None
+            )
             for c in spec["consumers"]:
                 pid = c["pair"]
                 o = outcomes.get(c["as"])
                 if got is not None and o is not None and o["outcome"] in APPLIED:
                     result.provider_ok[pid] = True
                     result.applied_at[pid] = float(got.get("applied_at", 0.0))
-                    rows.append((pid, End.PROVIDER, c["generation"], c["digest"], None))
+                    if unpinned is not None:  # the password is set; the login is not confined
+                        result.fail(pid, f"provider {spec['provider']}: {unpinned}")
+                    rows.append((pid, End.PROVIDER, c["generation"], c["digest"], unpinned))
                     continue
                 said = f"{o['outcome']} {o['reason']}".strip() if o else "no outcome"
                 default = "agent did not answer for this manifest" if got is None else None
@@ -599,6 +616,8 @@ def send_consumers(
                 result.written_at[pid] = float(g.get("written_at", 0.0))
                 reload = g.get("reload")
                 err = f"reload {reload}" if reload and reload != "ok" else None
+                if err is not None:  # the file holds it, but the app did not take it up
+                    result.fail(pid, f"consumer {node}: {err}")
                 rows.append((pid, End.CONSUMER, item["generation"], item["digest"], err))
             else:
                 reason = missing_reason(answer, g, "agent did not answer for this pair")
@@ -651,6 +670,8 @@ def held_generations(inv: Inventory, holdings: Mapping[str, list[Holding]]) -> N
                 present, why = False, f"declared {', '.join(moved)} changed; push writes it again"
             old = current.get((h["pair"], h["end"]))
             old_gen, old_error = (old["generation"], old["error"]) if old else (None, None)
+            if present and old_gen == gen and str(old_error or "").startswith(KEPT_FAILURES):
+                continue  # holding it says nothing of the reload or the pin: push tries again
             if present and (old_gen != gen or old_error):
                 rows.append((h["pair"], End(h["end"]), gen, h["digest"], None))
             elif not present and (old_gen or old_error != why):

@@ -120,7 +120,10 @@ class Agent:
         self.accepted = Accepted(identity.state_dir, identity.name, self.holdings.listing())
         self.deliveries = Deliveries(identity, self.holdings, self.accepted, provisioner)
         self.anchor = AuditAnchor(
-            identity.state_dir, identity.controller.verify, self.accepted.head
+            identity.state_dir,
+            identity.controller.verify,
+            self.accepted.head,
+            self.accepted.history,
         )
         self._drills: dict[str, tuple[bytes, float]] = {}
         self.own_secrets = OwnSecrets(identity)
@@ -230,6 +233,9 @@ class Agent:
         payload: AnchorAnswer = {
             "node": self.identity.name,
             "head": head.to_json() if head else None,
+            "history": [h.to_json() for h in self.anchor.history],
+            "accepted": self.accepted.high_water(),
+            "controller": self.identity.controller.fingerprint(),
         }
         return 200, self._reply(messages.ANCHOR.name, payload, nonce)
 

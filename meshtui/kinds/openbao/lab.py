@@ -14,8 +14,8 @@
   and a token whose policy (``meshtui-provisioner``, :data:`PROVISIONER_POLICY`) allows only
   what the provisioner does, never the root token.
 
-As root the server runs as the dedicated system user ``meshtui_bao`` (no groups, a new session,
-no controlling terminal), inside the provider node's network namespace when one is given;
+As root the server runs as the dedicated system user ``meshtui_bao`` (no groups, started by
+:mod:`meshtui.runas`: a session of its own, no controlling terminal), inside the provider node's network namespace when one is given;
 otherwise as the caller. Its output goes to ``server.log``, a file root opens for it.
 ``start`` waits until the server answers on its socket, initialises it once (one key share),
 unseals it, waits until it is active, and enables AppRole and one KV v2 mount (``meshtui``).
@@ -39,12 +39,11 @@ import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from meshtui import runas
 from meshtui.atomic import write_private
 from meshtui.bao import APPROLE_MOUNT, KV_MOUNT, Bao
 from meshtui.errors import LabError, ProvisionError
-from meshtui.lab import netns as lab_netns
 from meshtui.lab import toml_writer
 from meshtui.lab.wait import poll
 
@@ -257,33 +256,19 @@ class BaoServer:
         self._configure()
 
     def _spawn(self, netns: str | None) -> int:
+        """Start ``bao server`` as the server user (meshtui.runas: a session of its own, no
+        terminal), its output to ``server.log``, a file root opens for it."""
         argv = [find_bao(), "server", f"-config={self.config}"]
-        kwargs: dict[str, Any] = {
-            "stdin": subprocess.DEVNULL,
-            "start_new_session": True,  # its own session: no controlling terminal
-            "cwd": "/",
-            "env": _ENV,
-            "umask": 0o077,
-        }
-        pw = pwd.getpwnam(self.system_user) if self.system_user else None
-        if netns is not None:
-            if pw is not None:
-                argv = [
-                    "setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}",
-                    "--clear-groups", "--", *argv,
-                ]  # fmt: skip
-        elif pw is not None:
-            kwargs.update(user=pw.pw_uid, group=pw.pw_gid, extra_groups=[])
+        user = runas.OsUser.named(self.system_user) if self.system_user else None
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
         log = os.open(self.server_log, flags, 0o600)
         try:
             os.fchmod(log, 0o600)
-            kwargs.update(stdout=log, stderr=log)
-            proc = (
-                lab_netns.spawn(netns, argv, **kwargs)
-                if netns
-                else subprocess.Popen(argv, **kwargs)
+            proc = runas.spawn(
+                argv, user, netns=netns, stdout=log, stderr=log, env=_ENV, umask=0o077
             )
+        except (OSError, runas.RunAsError) as exc:
+            raise LabError(f"cannot start OpenBao in {self.folder}: {exc}") from None
         finally:
             os.close(log)
         write_private(self.pidfile, f"{proc.pid}\n".encode())
