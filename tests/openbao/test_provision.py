@@ -3,9 +3,13 @@ with their tokens revoked, never touching what meshtui did not make."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from meshtui.bao import APPROLE_MOUNT, KV_MOUNT, Bao
+from meshtui.errors import ProvisionError
+from meshtui.kinds.openbao.lab import admin_text
 from meshtui.provisioner.harness import reconcile
 from tests.openbao.conftest import BMesh, outcomes
 
@@ -184,3 +188,41 @@ def test_an_expired_admin_token_is_refused_by_name(bmesh: BMesh, tmp_path) -> No
     bmesh.write()
     with pytest.raises(Exception, match="refused the admin token"):
         reconcile(bmesh.manifest, admin)
+
+
+def test_an_admin_token_lacking_a_capability_is_named(bmesh: BMesh, tmp_path: Path) -> None:
+    """A token of the default policy alone: refused at once, naming the path it lacks."""
+    bmesh.add("app1", "gitea")
+    with bmesh.root() as bao:
+        made = bao.call("POST", "auth/token/create", {"policies": ["default"], "ttl": "10m"})
+    token = made["auth"]["client_token"]
+    admin = tmp_path / "admin.toml"
+    admin.write_text(admin_text(bmesh.server.url, str(bmesh.server.ca), token))
+    admin.chmod(0o600)
+    bmesh.write()
+    with pytest.raises(ProvisionError, match="lacks a capability on sys/auth") as caught:
+        reconcile(bmesh.manifest, admin)
+    assert token not in str(caught.value)
+    login = bmesh.login_of("app1", "gitea")
+    with bmesh.root() as bao:  # nothing was made
+        assert (
+            bao.call("GET", f"auth/{APPROLE_MOUNT}/role/meshtui-{login}", missing_ok=True) is None
+        )
+
+
+def test_a_sealed_vault_changes_nothing_and_says_so(bmesh: BMesh) -> None:
+    bmesh.add("app1", "gitea")
+    bmesh.reconcile()
+    before = bmesh.accessors("app1", "gitea")
+    old = bmesh.secret("app1", "gitea")
+    bmesh.rotate("app1", "gitea")
+    with bmesh.root() as bao:
+        bao.call("PUT", "sys/seal")
+    try:
+        bmesh.write()
+        with pytest.raises(ProvisionError, match="sealed"):
+            reconcile(bmesh.manifest, bmesh.admin)
+    finally:
+        bmesh.server.start()
+    assert bmesh.accessors("app1", "gitea") == before
+    assert not bmesh.refused("app1", "gitea", old)

@@ -26,4 +26,5 @@ KIND = Kind(
     lab=Ref("meshtui.kinds.openbao.lab"),
     check_values=check_values,
     tls=True,
+    workers=1,  # one session: what inspect read is create's to use, no second read
 )

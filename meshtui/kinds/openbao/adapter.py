@@ -257,43 +257,52 @@ class OpenBaoAdapter:
         )
 
     def inspect(self, wanted: Mapping[str, Mapping[str, str]]) -> dict[str, Held]:
-        """Held for each wanted login that exists and each login of ours; no write."""
+        """Held for each wanted login that exists and each login of ours; no write.
+
+        Two LISTs (policies, roles) tell which logins exist at all; only meshtui's policies are
+        read to find this scope's, and only logins that exist are read further."""
+        policies = set(self.bao.keys("sys/policies/acl"))
+        roles = set(self.bao.keys(f"auth/{self.approle}/role"))
         ours: dict[str, str] = {}
-        for name in self.bao.keys("sys/policies/acl"):
+        texts: dict[str, str] = {}
+        for name in sorted(policies):
             login = name.removeprefix(PREFIX)
             if not name.startswith(PREFIX) or not _LOGIN.fullmatch(login):
                 continue
             answer = self.bao.call("GET", f"sys/policies/acl/{name}", missing_ok=True)
-            text = "" if answer is None else str(answer["data"]["policy"])
-            mark = mark_of(text)
+            if answer is None:
+                continue
+            texts[login] = str(answer["data"]["policy"])
+            mark = mark_of(texts[login])
             if mark is not None and (mark.get("provider"), mark.get("provision")) == (
                 self.scope.provider,
                 self.scope.provision,
             ):
-                ours[login] = text
-        return self._inspect_logins(wanted, ours, set(wanted) | set(ours))
+                ours[login] = texts[login]
+        out: dict[str, Held] = {}
+        for login in sorted(set(wanted) | set(ours)):
+            if not _LOGIN.fullmatch(login):
+                continue
+            if role_name(login) not in roles and login not in texts:
+                self._seen[login] = Seen(login)  # neither role nor policy: create reads nothing
+                continue
+            seen = self._read(login, texts.get(login), with_policy=False)
+            self._seen[login] = seen
+            out[login] = self._held(seen)
+        return out
 
     def inspect_only(
         self, wanted: Mapping[str, Mapping[str, str]], logins: frozenset[str]
     ) -> dict[str, Held]:
-        """:meth:`inspect` for ``logins`` alone."""
-        return self._inspect_logins(wanted, None, set(logins))
-
-    def _inspect_logins(
-        self, wanted: Mapping[str, Mapping[str, str]], ours: dict[str, str] | None, names: set[str]
-    ) -> dict[str, Held]:
+        """:meth:`inspect` for ``logins`` alone (each read on its own)."""
         out: dict[str, Held] = {}
-        for login in sorted(names):
+        for login in sorted(logins):
             if not _LOGIN.fullmatch(login):
                 continue
-            if ours is not None and login in ours:
-                seen = self._read(login, ours[login], with_policy=False)
-            else:
-                seen = self._read(login)
-            if seen.policy is None and seen.role is None:
-                continue
+            seen = self._read(login)
             self._seen[login] = seen
-            out[login] = self._held(seen)
+            if seen.policy is not None or seen.role is not None:
+                out[login] = self._held(seen)
         return out
 
     # -- create --------------------------------------------------------------------------------
@@ -373,7 +382,7 @@ class OpenBaoAdapter:
             mine = str((made or {}).get("secret_id_accessor"))
             wrote = True
         del password
-        others = [a for a in self.bao.keys(self._role_path(login, "secret-id")) if a != mine]
+        others = [a for a in seen.accessors if a != mine]  # as read this run (drift: next run)
         if others:
             self._destroy(login, others)
             wrote = True
