@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from meshtui.host.probe import ProbeOptions, ProbeTarget, probe_one
-from meshtui.kinds.openbao.adapter import OpenBaoAdapter
+from meshtui.kinds.openbao.adapter import TOKEN_TTL_S, OpenBaoAdapter
 from meshtui.kinds.openbao.lab import make_certificates
 from meshtui.model import Verdict
 from meshtui.provisioner.adapter import Scope
@@ -31,17 +31,18 @@ def target(
     return ProbeTarget(**fields)  # type: ignore[arg-type]
 
 
-def live_tokens(bmesh: BMesh, login: str) -> int:
+def live_tokens(bmesh: BMesh, login: str) -> list[int]:
+    """The remaining TTL of each live token the login's role issued."""
     with OpenBaoAdapter(bmesh.server.admin_file.read_text(), Scope(bmesh.provider, "secret")) as a:
-        count = 0
+        ttls = []
         for accessor in a.bao.keys("auth/token/accessors"):
             info = a.bao.data("POST", "auth/token/lookup-accessor", {"accessor": accessor})
             if (info.get("meta") or {}).get("role_name") == f"meshtui-{login}":
-                count += 1
-        return count
+                ttls.append(int(info["ttl"]))
+        return ttls
 
 
-def test_accepted_with_the_control_refused_and_no_token_left(bmesh: BMesh) -> None:
+def test_accepted_with_the_control_refused_and_its_token_short_lived(bmesh: BMesh) -> None:
     bmesh.add("app1", "gitea")
     bmesh.reconcile()
     result = probe_one(target(bmesh, "app1", "gitea"), LOCAL)
@@ -50,7 +51,8 @@ def test_accepted_with_the_control_refused_and_no_token_left(bmesh: BMesh) -> No
     assert "certificate verified" in result.reason()
     assert "a random wrong password was refused" in result.reason()
     assert result.loopback
-    assert live_tokens(bmesh, bmesh.login_of("app1", "gitea")) == 0
+    (ttl,) = live_tokens(bmesh, bmesh.login_of("app1", "gitea"))  # the control made none
+    assert 0 < ttl <= TOKEN_TTL_S
 
 
 def test_a_rotated_away_secret_id_is_refused(bmesh: BMesh) -> None:

