@@ -13,9 +13,11 @@ from typing import Any
 import pytest
 
 from meshtui.controller.core import Controller
+from meshtui.keys import INVENTORY
 from meshtui.kinds.openbao import lab as lab_bao
 from meshtui.lab import mesh as lab_mesh
 from tests.fix_lab import cli, running_lab
+from tests.openbao.conftest import process_texts
 
 GITEA = "secret:app1/gitea->db1/openbao"
 WIKI = "secret:app2/wiki->db1/openbao"
@@ -71,6 +73,13 @@ def test_probe_from_the_consumers_namespaces(lab: tuple[Path, Any]) -> None:
     rows = json.loads(cli(state, "status", "--json").stdout)
     kinds = {r["pair"]: r["kind"] for r in rows}
     assert kinds[GITEA] == "openbao"
+    # the secret_ids are in no process's command line or environment, and not in the inventory
+    held = [Path(r["file"]).read_bytes() for r in rows if r["pair"] in (GITEA, WIKI)]
+    texts = process_texts()
+    for secret_id in held:
+        assert secret_id and secret_id not in texts
+        for path in state.glob(f"{INVENTORY}*"):
+            assert secret_id not in path.read_bytes()
     assert {r["state"] for r in rows} == {"working"}
 
 

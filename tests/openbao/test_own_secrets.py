@@ -25,6 +25,7 @@ from meshtui.keys import INVENTORY
 from meshtui.kinds.openbao import lab as lab_bao
 from meshtui.lab import mesh as lab_mesh
 from tests.fix_lab import cli, running_lab
+from tests.openbao.conftest import process_texts
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -111,6 +112,8 @@ def test_a_supplied_secret_waits_then_arrives_from_stdin(lab: tuple[Path, Any]) 
     assert server is not None
     assert value not in server.audit_log.read_text()
     assert value not in server.server_log.read_text()
+    # nor any process's command line or environment (the agents', OpenBao's, ours)
+    assert value.encode() not in process_texts()
 
 
 def test_an_undeclared_secret_is_refused_and_nothing_sealed(lab: tuple[Path, Any]) -> None:
