@@ -15,6 +15,7 @@ Each measurement is the median of ``--repeat``. It prints both tables and the ra
 removes everything it made. Run as root (the server runs as its own user):
 
     .venv/bin/python benchmarks/bench_openbao.py [--pairs 1000] [--concurrency 8] [--repeat 3]
+        [--skip-probe]
 """
 
 from __future__ import annotations
@@ -131,6 +132,7 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=1000)
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--skip-probe", action="store_true", help="measure applying roles only")
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="meshtui-bench-bao-"))
     base.chmod(0o711)
@@ -161,6 +163,8 @@ def main() -> None:
         print(f"  meshtui idle re-run   {i:8.2f} s")
         print(f"  plain loop, same API  {p:8.2f} s  ({args.pairs / p:7.0f} roles/s)")
         print(f"  ratio reconcile / plain loop: {a / p:.2f}x  (goal <= 1.5x)")
+        if args.skip_probe:
+            return
         probes, probes_control, raw = [], [], []
         for _ in range(args.repeat):
             raw.append(plain_logins(server, pairs, args.concurrency))
