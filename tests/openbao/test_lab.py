@@ -74,7 +74,11 @@ def test_probe_from_the_consumers_namespaces(lab: tuple[Path, Any]) -> None:
     kinds = {r["pair"]: r["kind"] for r in rows}
     assert kinds[GITEA] == "openbao"
     # the secret_ids are in no process's command line or environment, and not in the inventory
-    held = [Path(r["file"]).read_bytes() for r in rows if r["pair"] in (GITEA, WIKI)]
+    srv = Path(built.folder) / "srv"
+    held = [
+        (srv / n / m / "vault.secret_id").read_bytes()
+        for n, m in (("app1", "gitea"), ("app2", "wiki"))
+    ]
     texts = process_texts()
     for secret_id in held:
         assert secret_id and secret_id not in texts
