@@ -477,9 +477,10 @@ class CheckProvider(TypedDict):
 
     provider: str
     admin: str | None
-    builtin: bool
+    builtin: bool  # the built-in provisioner, for a kind whose admin rights doctor checks
     databases: bool
     pin: bool
+    kind: NotRequired[str]  # the provider's kind (absent: the default kind)
 
 
 class CheckPort(TypedDict):
@@ -527,10 +528,16 @@ class AnchorRequest(TypedDict):
 
 
 class AnchorAnswer(TypedDict):
-    """The audit head this node keeps (None: never shown one), as the controller signed it."""
+    """The audit head this node keeps (None: never shown one), as the controller signed it;
+    ``history``: the heads it kept before a restore replaced them (oldest first); ``accepted``:
+    the highest request number it accepted (a restored controller numbers past it);
+    ``controller``: the fingerprint of the controller key it pins."""
 
     node: str
     head: HeadJson | None
+    history: NotRequired[list[HeadJson]]
+    accepted: NotRequired[int]
+    controller: NotRequired[str]
 
 
 # ---- the strict mirror ----------------------------------------------------------------------

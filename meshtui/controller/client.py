@@ -80,6 +80,23 @@ def read_anchor(node: NodeRow, *, timeout: float = STATE_TIMEOUT_S) -> wire.Sign
     call's fresh nonce; AgentError otherwise. The head inside is the node's claim of what the
     controller showed it: check its controller signature before believing it.
     """
+    return read_anchor_answer(node, timeout=timeout).head
+
+
+@dataclass(frozen=True)
+class AnchorRead:
+    """A node's whole answer to the anchor read: its kept head, the heads it kept before a
+    restore, the highest request number it accepted and the controller key it pins."""
+
+    node: str
+    head: wire.SignedHead | None
+    history: list[wire.SignedHead]
+    accepted: int | None
+    controller: str | None
+
+
+def read_anchor_answer(node: NodeRow, *, timeout: float = STATE_TIMEOUT_S) -> AnchorRead:
+    """:func:`read_anchor`'s whole answer (AgentError when it cannot be trusted)."""
     name = str(node["name"])
     nonce = secrets.token_hex(16)
     verify_key = crypto.unb64(node["verify_key"], "verify_key")
@@ -107,7 +124,13 @@ def read_anchor(node: NodeRow, *, timeout: float = STATE_TIMEOUT_S) -> wire.Sign
     try:
         answer = messages.ANCHOR.answer_of(msg.payload)  # the one check of the answer's shape
         head = answer["head"]
-        return None if head is None else wire.SignedHead.from_json(head)
+        return AnchorRead(
+            node=name,
+            head=None if head is None else wire.SignedHead.from_json(head),
+            history=[wire.SignedHead.from_json(h) for h in answer.get("history", [])],
+            accepted=answer.get("accepted"),
+            controller=answer.get("controller"),
+        )
     except MessageError as exc:
         raise AgentError(name, f"answer refused: {exc}") from None
     except ValueError as exc:

@@ -37,6 +37,7 @@ from meshtui.controller.reports import (
     Summary,
     no_progress,
 )
+from meshtui.controller.restored import load_proof
 from meshtui.controller.schedule import PairDue
 from meshtui.errors import (
     ReadOnlyContactError,
@@ -75,6 +76,7 @@ class Controller:
         """Open the controller on a state folder (the inventory is created when writable)."""
         state_dir = Path(state_dir)
         ctl = cls(state_dir, Inventory.open(state_dir / INVENTORY, read_only=read_only))
+        ctl.inventory.restore_proof = load_proof(state_dir)  # None unless restored (restore.py)
         if not read_only and (state_dir / f"{KEY_STEM}.key").exists():
             keys = ctl.keys()
             ctl.inventory.signer = keys.sign  # every audit head is signed by the controller

@@ -34,6 +34,7 @@ from meshtui.host.guard import Accepted, Change, Record
 from meshtui.host.holdings import Holdings
 from meshtui.host.identity import Identity
 from meshtui.host.provision import Provisioner, builtin_provisioner, inspect_provider
+from meshtui.kinds import registry
 from meshtui.messages import (
     AnchorAnswer,
     CheckAnswer,
@@ -124,7 +125,10 @@ class Agent:
         self.accepted = Accepted(identity.state_dir, identity.name, self.holdings.listing())
         self.deliveries = Deliveries(identity, self.holdings, self.accepted, provisioner)
         self.anchor = AuditAnchor(
-            identity.state_dir, identity.controller.verify, self.accepted.head
+            identity.state_dir,
+            identity.controller.verify,
+            self.accepted.head,
+            self.accepted.history,
         )
         self._drills: dict[str, tuple[bytes, float]] = {}
         self._drill_lock = threading.Lock()
@@ -235,6 +239,9 @@ class Agent:
         payload: AnchorAnswer = {
             "node": self.identity.name,
             "head": head.to_json() if head else None,
+            "history": [h.to_json() for h in self.anchor.history],
+            "accepted": self.accepted.high_water(),
+            "controller": self.identity.controller.fingerprint(),
         }
         return 200, self._reply(messages.ANCHOR.name, payload, nonce)
 
@@ -407,8 +414,8 @@ def _probe_target(item: Target, secret: bytes) -> probe_mod.ProbeTarget:
         port=item["port"],
         user=item["login"],
         password=secret.decode("ascii", "replace"),
-        dbname=item["dbname"] or "postgres",
-        kind=item.get("kind", "postgres"),  # absent: PostgreSQL
+        dbname=item["dbname"],
+        kind=item.get("kind") or registry.DEFAULT,  # an unknown one is probed as not run
         ca=item.get("ca") or None,
         tls=item.get("tls", True),
     )

@@ -67,7 +67,8 @@ class Line(TypedDict, total=False):
     """One line of the record: a snapshot (``floor``, ``recent``, both ends' generations and the
     kept ``head``) or a request (``s``, with a delivery's ``g`` and a longer ``h``; a prepare's
     ``r``, the number of the delivery signed ahead, used from then on, with that delivery's
-    ``g``)."""
+    ``g``; ``x``: the head a restored chain's head replaced, kept in the snapshot's
+    ``history``)."""
 
     floor: int
     recent: list[int]
@@ -78,6 +79,8 @@ class Line(TypedDict, total=False):
     g: list[tuple[str, str, int]]
     h: dict[str, object]
     r: list[int]
+    x: dict[str, object]
+    history: list[dict[str, object]]
 
 
 _LINE = msgspec.json.Decoder(Line)
@@ -133,6 +136,14 @@ def _old(path: Path) -> Line:
         raise WireError(f"{path} cannot be read ({exc}): {ADVICE}") from exc
 
 
+def _restores(new: Mapping[str, object], kept: Mapping[str, object] | None) -> bool:
+    """True when ``new`` heads a restored chain ``kept`` does not (a proof it did not carry)."""
+    proof = new.get("restore")
+    if proof is None or kept is None:
+        return False
+    return proof != kept.get("restore")
+
+
 class Accepted:
     """Sequence numbers and generations this agent accepted, one durable line per request.
 
@@ -153,6 +164,8 @@ class Accepted:
         self._written: set[int] = set()  # taken, and recorded ahead
         self.head: dict[str, object] | None = None
         """The newest audit head recorded with a request (:mod:`meshtui.host.anchor`)."""
+        self.history: list[dict[str, object]] = []
+        """Heads kept before a restore (or a re-key) replaced them, oldest first."""
         lines = _read(self._path)
         try:
             if lines is None:  # first run of this version: the old files, or the holdings
@@ -192,6 +205,9 @@ class Accepted:
             if end not in self._gens:
                 raise ValueError(f"unknown end {end!r} in a delivery's generations")
             self._gens[end][pair] = gen
+        self.history.extend(line.get("history", []))
+        if "x" in line:
+            self.history.append(line["x"])
         head = line.get("h", line.get("head"))
         if head is not None:
             self.head = head
@@ -217,6 +233,8 @@ class Accepted:
         }
         if self.head is not None:
             snapshot["head"] = self.head
+        if self.history:
+            snapshot["history"] = self.history
         write_private(self._path, json.dumps(snapshot, sort_keys=True).encode() + b"\n")
         if self._fd >= 0:
             os.close(self._fd)
@@ -301,8 +319,11 @@ class Accepted:
             line["h"] = dict(head)
         if ahead:
             line["r"] = ahead
-        data = json.dumps(line, separators=(",", ":")).encode() + b"\n"
         with self._lock:
+            replaced = self.head if head is not None and _restores(head, self.head) else None
+            if replaced is not None:
+                line["x"] = replaced  # the restored chain's head replaces it: kept as history
+            data = json.dumps(line, separators=(",", ":")).encode() + b"\n"
             if self._fd < 0 or self._lines >= COMPACT_EVERY:
                 self._compact()
             self._append(data)
@@ -311,8 +332,28 @@ class Accepted:
             self._ahead.update(ahead)
             for end, pair, gen in changes:
                 self._gens[end][pair] = gen
+            if replaced is not None:
+                self.history.append(replaced)
             if head is not None:
                 self.head = dict(head)
+
+    def high_water(self) -> int:
+        """The highest request number accepted (0: none yet): a restored controller numbers
+        its requests past it."""
+        with self._lock:
+            return max(self._recent, default=self._floor)
+
+    def forget_head(self) -> dict[str, object] | None:
+        """Move the kept audit head into the history and keep none (``host rekey``: the next
+        controller key signs another chain); rewritten as one snapshot. Call with the agent
+        stopped. Returns the head moved."""
+        with self._lock:
+            old = self.head
+            if old is not None:
+                self.history.append(old)
+                self.head = None
+            self._compact()
+            return old
 
     # ---- generations ------------------------------------------------------------------------
     def get(self, end: str, pair: str) -> int | None:

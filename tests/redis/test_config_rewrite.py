@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 import redis
+from meshtui.provisioner.redis import RedisAdapter
+from meshtui.redis_acl import ValuesError, name_problem, rules_for
 
 from meshtui import declaration
 from meshtui.errors import DeclarationError
 from meshtui.provisioner.adapter import Refused, Scope
-from meshtui.provisioner.redis import RedisAdapter
-from meshtui.redis_acl import ValuesError, name_problem, rules_for
 from tests.fix_mesh import Mesh
 
 from .conftest import PROVIDER, PROVISION, free_port

@@ -18,6 +18,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from meshtui.kinds.kind import ValuesError
+
 KNOWN_VALUES = frozenset({"keys", "channels", "commands"})
 DEFAULT_COMMANDS = ("+@all", "-@scripting", "-@dangerous", "-@admin")
 """What a consumer that names no ``commands`` may run: everything but Lua and functions
@@ -28,10 +30,6 @@ ALWAYS_DENIED = ("-@dangerous", "-@admin")
 _CATEGORY = re.compile(r"[+-]@[a-z][a-z0-9_-]{0,63}")
 _PATTERN_BAD = re.compile(r"""[\x00-\x20\x7f()"'\\]""")
 _NAME_BAD = re.compile(r"""[\x00-\x20\x7f"'\\]""")
-
-
-class ValuesError(ValueError):
-    """A value a Redis consumer asked for that cannot become an ACL rule; says which and why."""
 
 
 @dataclass(frozen=True)
@@ -99,3 +97,8 @@ def rules_for(login: str, values: Mapping[str, str]) -> Rules:
     channels = _patterns("channels", values["channels"]) if "channels" in values else ()
     commands = _commands(values["commands"]) if "commands" in values else DEFAULT_COMMANDS[:2]
     return Rules(keys, channels, (*commands, *ALWAYS_DENIED))
+
+
+def check_values(login: str, values: Mapping[str, str]) -> None:
+    """The kind's ``values`` check at ``declare``: :func:`rules_for` must find rules."""
+    rules_for(login, values)
