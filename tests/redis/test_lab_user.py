@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from meshtui.lab import redis as lab_redis
+from meshtui.kinds.redis import lab as lab_redis
 
 from .conftest import RMesh, client_as
 

@@ -30,8 +30,8 @@ from meshtui import runas
 from meshtui.atomic import write_private
 from meshtui.errors import LabError
 from meshtui.lab import toml_writer
+from meshtui.lab.accounts import check_path_open, ensure_system_user
 from meshtui.lab.foreign import ForeignDir
-from meshtui.lab.postgres import _check_path_open, _ensure_system_user
 from meshtui.lab.wait import poll
 
 ADMIN_USER = "meshtui-admin"
@@ -239,10 +239,10 @@ def create(folder: Path, *, address: str, port: int) -> RedisServer:
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o700)
     server = RedisServer(folder.resolve(), address, port)
-    pw = _ensure_system_user(SERVER_USER) if os.geteuid() == 0 else None
+    pw = ensure_system_user(SERVER_USER) if os.geteuid() == 0 else None
     make_certificates(server.folder, address)
     if pw is not None:  # the server's user reads its configuration, certificate and key
-        _check_path_open(server.folder, pw, "the lab Redis's folder")
+        check_path_open(server.folder, pw, "the lab Redis's folder")
         for name, mode in (("", 0o710), ("server.key", 0o640), ("server.pem", 0o644)):
             os.chown(server.folder / name, 0, pw.pw_gid)
             (server.folder / name).chmod(mode)
