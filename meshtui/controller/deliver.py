@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, TypeVar
 
 from meshtui import crypto, messages
+from meshtui.connection import render
 from meshtui.controller.client import (
     DELIVER_TIMEOUT_S,
     Agents,
@@ -38,7 +39,9 @@ from meshtui.inventory.rows import (
     Provision,
 )
 from meshtui.kinds import registry
+from meshtui.kinds.kind import ConnectionFacts
 from meshtui.messages import (
+    ConnectionItem,
     ConsumerItem,
     DeliverAnswer,
     DeliverRequest,
@@ -179,7 +182,10 @@ class Planner:
             self.minted = inv.minted()
         else:
             self.pairs = {p["id"]: p for p in inv.pairs(self._focus)}
-            self.modules = inv.modules({p["provider"] for p in self.pairs.values()})
+            self.modules = inv.modules(  # consumers too: their requires name connection files
+                {p["provider"] for p in self.pairs.values()}
+                | {p["consumer"] for p in self.pairs.values()}
+            )
             self.minted = inv.minted(self.pairs)
             self._read_providers = set()
         self.expected_bases: dict[Provision, str] = {}
@@ -382,7 +388,42 @@ class Planner:
                     )
                 )
             )
+            connection = self.connection(pid)
+            if connection is not None:
+                out[node][-1]["connection"] = connection
         return out
+
+    def connection(self, pid: str) -> ConnectionItem | None:
+        """The connection file a pair's ``requires`` entry declares, with its text (the
+        provider's kind says what it holds), or None when it declares none."""
+        p = self.pairs[pid]
+        consumer = self.modules.get(p["consumer"])
+        need = next(
+            (
+                n
+                for n in (consumer["spec"]["requires"] if consumer else [])
+                if n["name"] == p["provision"] and n["file"] == p["file"]
+            ),
+            None,
+        )
+        if need is None or "connection" not in need:
+            return None
+        spec = need["connection"]
+        target = target_of(p, self.nodes, self.modules)
+        kind = registry.kind_of(target.get("kind"))
+        if kind.connection is None:
+            return None
+        facts = ConnectionFacts(
+            login=p["login"],
+            host=target["host"],
+            port=target["port"],
+            values=p["values"],
+            ca=spec.get("ca") or target.get("ca"),
+            tls=bool(target.get("tls", kind.tls)),
+            password_file=p["file"],
+        )
+        text = render(kind.connection(facts), spec["format"]).decode("utf-8")
+        return ConnectionItem(file=spec["file"], text=text)
 
 
 def record_end(
