@@ -41,4 +41,6 @@ def test_redis_url_names_the_user_and_no_password() -> None:
         "rediss://gitea_app1_3f9a2c@10.0.0.2:6379/0?ssl_ca_certs=/etc/meshtui/redis-ca.pem\n"
     )
     env = render(c, "env").decode()
-    assert "REDIS_USERNAME=gitea_app1_3f9a2c\n" in env and "REDIS_CA=/etc/meshtui/redis-ca.pem" in env
+    assert (
+        "REDIS_USERNAME=gitea_app1_3f9a2c\n" in env and "REDIS_CA=/etc/meshtui/redis-ca.pem" in env
+    )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import stat
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -24,7 +25,9 @@ def mesh(mesh_with_agents, pg, pg_clean, pg_admin_file):
 
 def declare_connection(mesh, shape: str, name: str = "db.conn") -> None:
     plain = PLAIN.setdefault(mesh.decl, mesh.decl.read_text())
-    entry = NEEDLE[:-1] + f', connection = {{ file = "srv/app1/gitea/{name}", format = "{shape}" }} }}'
+    entry = (
+        NEEDLE[:-1] + f', connection = {{ file = "srv/app1/gitea/{name}", format = "{shape}" }} }}'
+    )
     mesh.decl.write_text(plain.replace(NEEDLE, entry))
     with mesh.controller() as ctl:
         ctl.declare(mesh.decl)
@@ -53,7 +56,7 @@ def test_an_env_file_is_enough_for_the_app_to_log_in_and_follows_rotation(mesh, 
 
     def app_login() -> str:
         e = env_of(conn_file.read_text())
-        password = open(e["PGPASSWORD_FILE"]).read()
+        password = Path(e["PGPASSWORD_FILE"]).read_text()
         with psycopg.connect(
             host=e["PGHOST"], port=e["PGPORT"], dbname=e["PGDATABASE"], user=e["PGUSER"],
             password=password,

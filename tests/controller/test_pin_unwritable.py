@@ -13,8 +13,8 @@ import shutil
 import psycopg
 import pytest
 
-from meshtui.model import State
 from meshtui.kinds.postgres import hba as pg_hba
+from meshtui.model import State
 
 pytestmark = [pytest.mark.root]
 
