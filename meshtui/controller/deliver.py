@@ -26,6 +26,7 @@ from meshtui.controller.client import (
     by_pair,
     missing_reason,
 )
+from meshtui.controller.status import NOT_AS_DECLARED
 from meshtui.errors import AgentError, InventoryError
 from meshtui.inventory import Inventory, Transaction, now
 from meshtui.inventory.rows import (
@@ -61,7 +62,7 @@ PIN_FAILED = "pin failed"
 """How a provider end whose login was applied but not confined in pg_hba.conf is recorded."""
 PIN_OUTCOME = "pg_hba.conf"
 """The name the built-in provisioner reports its pg_hba.conf block's outcome under."""
-KEPT_FAILURES = (RELOAD_FAILED, PIN_FAILED)
+KEPT_FAILURES = (RELOAD_FAILED, PIN_FAILED, NOT_AS_DECLARED)
 """An end's failure that holding the right credential does not clear: push delivers again."""
 
 FEW = 32
@@ -707,9 +708,12 @@ def held_generations(inv: Inventory, holdings: Mapping[str, list[Holding]]) -> N
                 and key in reported
                 and reported[key] != want[column]
             ]
-            if present and moved:
-                present, why = False, f"declared {', '.join(moved)} changed; push writes it again"
             old = current.get((h["pair"], h["end"]))
+            if present and moved:  # still on disk and working: held, but push writes it again
+                why = f"{NOT_AS_DECLARED} ({', '.join(moved)} changed); push writes it again"
+                if old is None or old["generation"] != gen or old["error"] != why:
+                    rows.append((h["pair"], End(h["end"]), gen, h["digest"], why))
+                continue
             old_gen, old_error = (old["generation"], old["error"]) if old else (None, None)
             if present and old_gen == gen and str(old_error or "").startswith(KEPT_FAILURES):
                 continue  # holding it says nothing of the reload or the pin: push tries again

@@ -219,11 +219,23 @@ class Deliveries:
             except OSError as exc:
                 out["error"] = f"{where}: cannot write {item['connection']['file']}: {exc.strerror}"
                 return out
+        self._forget_moved(pair, record)
         held[pair] = record
         out["ok"], out["digest"] = True, digest
         if item["reload"]:
             out["reload"] = run_reload(item["reload"])
         return out
+
+    def _forget_moved(self, pair: str, now: Held) -> None:
+        """The files this agent wrote for ``pair`` at paths the declaration moved away from
+        are removed (only while they hold what it wrote): no live credential stays behind."""
+        before = self.holdings.get(End.CONSUMER, pair)
+        if before is None:
+            return
+        for path_key, digest_key in (("file", "digest"), ("connection", "connection_digest")):
+            old, digest = before.get(path_key), before.get(digest_key)
+            if isinstance(old, str) and isinstance(digest, str) and old != now.get(path_key):
+                files.remove_written(Path(old), digest)
 
     def _connection(self, conn: ConnectionItem, want: files.FileAccess) -> tuple[str, str]:
         """Write a consumer's connection file (no secret in it) as its credential file is
