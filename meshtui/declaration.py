@@ -126,6 +126,25 @@ def load(path: Path | str) -> Declaration:
     return parse(text, path)
 
 
+_AT_LINE = re.compile(r"\(at line (?P<line>\d+), column \d+\)")
+
+
+def _split_inline_table(text: str, exc: tomllib.TOMLDecodeError) -> str:
+    """The fix when the error is an inline table ``{ ... }`` broken over lines (TOML 1.0 allows
+    no line break inside one), else ""."""
+    at = _AT_LINE.search(str(exc))
+    lineno, lines = int(at["line"]) if at else 0, text.splitlines()
+    if not 1 <= lineno <= len(lines):
+        return ""
+    line = lines[lineno - 1].split("#", 1)[0]
+    if line.count("{") > line.count("}"):
+        return (
+            f"line {lineno} opens an inline table {{ ... }} it does not close: TOML allows no "
+            'line break inside one; write it on one line, or as a [[modules."node/module".requires]] table'
+        )
+    return ""
+
+
 def parse(text: str, path: Path) -> Declaration:
     """Resolve declaration ``text`` read from ``path``."""
     r = _Reader(path)
@@ -141,7 +160,7 @@ def parse(text: str, path: Path) -> Declaration:
                 f"declared twice {twice['where']}",
                 "each node and module is one table: merge the two, or rename one",
             ) from exc
-        raise r.fail("", f"not valid TOML: {exc}") from exc
+        raise r.fail("", f"not valid TOML: {exc}", _split_inline_table(text, exc)) from exc
     r.unknown(data, {"nodes", "modules", "policy"}, "(top level)")
     top = _policy(r, r.table(data.get("policy", {}), "policy"), "policy")
     nodes = {
