@@ -101,7 +101,7 @@ def anchors(check: AnchorCheck) -> None:
             + ", ".join(check.disagreeing)
             + " (events were deleted or rewritten, or an inventory was copied back by hand: "
             "find out who changed it, and put a backup back with meshtui restore into an empty "
-            "folder, which the nodes take on record; README, \"Backup and restore\")",
+            'folder, which the nodes take on record; README, "Backup and restore")',
             file=sys.stderr,
         )
     elif not check.answered:
