@@ -14,15 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from meshtui import crypto
-from meshtui.errors import DeclarationError, KeyFileError
+from meshtui.errors import DeclarationError, KeyFileError, UnknownKindError
+from meshtui.kinds import registry
+from meshtui.kinds.kind import Kind, ValuesError
 from meshtui.model import (
     ACCOUNT_RE,
     BUILTIN_POSTGRES,
     DEFAULT_MODE,
-    KINDS,
     NAME_RE,
-    POSTGRES,
-    REDIS,
     Declaration,
     Module,
     Node,
@@ -37,7 +36,6 @@ from meshtui.model import (
     plain_address,
 )
 from meshtui.naming import derive_login
-from meshtui.redis_acl import ValuesError, rules_for
 
 NODE_KEYS = {"address", "agent", "keys"}
 MODULE_KEYS = {"provides", "requires", "receives", "grants", "admin", "provisioner", "pin"}
@@ -293,16 +291,11 @@ def _module(r: _Reader, key: str, spec: Any, nodes: Mapping[str, Node]) -> Modul
             )
     admin = r.path_on_node(spec, "admin", where) if "admin" in spec else None
     if provides and provisioner == (BUILTIN_POSTGRES,) and admin is None:
-        if any(o.kind == REDIS for o in provides):
-            raise r.fail(
-                f"{where}.admin",
-                "the built-in provisioner needs an admin file holding a Redis URL",
-                'set admin = "/path/admin.url" (a 0600 file: rediss://ADMIN:PASSWORD@HOST:PORT)',
-            )
+        kind = registry.kind_of(provides[0].kind)
         raise r.fail(
             f"{where}.admin",
-            "the built-in provisioner needs an admin conninfo file",
-            'set admin = "/path/admin.conninfo" (a 0600 file)',
+            f"the built-in provisioner needs an {kind.admin_word} file",
+            kind.admin_fix,
         )
     pin = spec.get("pin", False)
     if not isinstance(pin, bool):
@@ -321,10 +314,11 @@ def _module(r: _Reader, key: str, spec: Any, nodes: Mapping[str, Node]) -> Modul
             "put the key on its requires entry (one consumer) or in [policy]",
         )
     if len({o.kind for o in provides}) > 1 and provisioner == (BUILTIN_POSTGRES,):
+        first, other = (registry.kind_of(o.kind) for o in _two_kinds(provides))
         raise r.fail(
             f"{where}.provides",
-            "one module provides both PostgreSQL and Redis, but has one admin file",
-            "declare the Redis server as its own module",
+            f"one module provides both {first.title} and {other.title}, but has one admin file",
+            f"declare the {other.title} server as its own module",
         )
     return Module(
         node=node,
@@ -354,6 +348,21 @@ def _paths(r: _Reader, spec: Mapping[str, Any], key: str, where: str) -> dict[st
     return {name: r.path_on_node(table, name, f"{where}.{key}") for name in table}
 
 
+def _kind(r: _Reader, item: Mapping[str, Any], at: str) -> Kind:
+    """The registered kind a ``provides`` entry names (omitted: the default, PostgreSQL)."""
+    try:
+        return registry.kind_of(item.get("kind"))
+    except UnknownKindError as exc:
+        known = " or ".join(f'"{k}"' for k in exc.known)
+        raise r.fail(f"{at}.kind", str(exc), f"write kind = {known}") from None
+
+
+def _two_kinds(provides: tuple[Offer, ...]) -> tuple[Offer, Offer]:
+    """The first offer and the first one of another kind (the module has several kinds)."""
+    first = provides[0]
+    return first, next(o for o in provides if o.kind != first.kind)
+
+
 def _offer(r: _Reader, i: int, item: Any, where: str) -> Offer:
     at = f"{where}.provides[{i}]"
     item = r.table(item, at)
@@ -361,26 +370,25 @@ def _offer(r: _Reader, i: int, item: Any, where: str) -> Offer:
     port = item.get("port")
     if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
         raise r.fail(f"{at}.port", "must be a TCP port number (1-65535)")
-    kind = item.get("kind", POSTGRES)
-    if kind not in KINDS:
-        raise r.fail(
-            f"{at}.kind", f"{kind!r} is not a provider kind", 'write kind = "postgres" or "redis"'
-        )
+    kind = _kind(r, item, at)
     tls = item.get("tls", True)
     if not isinstance(tls, bool):
         raise r.fail(f"{at}.tls", "must be true or false")
-    if kind != REDIS:
+    if not kind.tls:
         for key in ("ca", "tls"):
             if key in item:
-                raise r.fail(f"{at}.{key}", 'is only for kind = "redis"', f"remove {key}")
+                with_tls = " or ".join(
+                    f'kind = "{k.name}"' for k in registry.KINDS.values() if k.tls
+                )
+                raise r.fail(f"{at}.{key}", f"is only for {with_tls}", f"remove {key}")
     ca = None
-    if kind == REDIS and tls:
+    if kind.tls and tls:
         if "ca" not in item:
             raise r.fail(
                 f"{at}.ca",
-                "a Redis provider with TLS needs the CA that signed its certificate",
+                f"a {kind.title} provider with TLS needs the CA that signed its certificate",
                 'set ca = "/path/on/each/consumer/node/ca.pem", or tls = false for a '
-                "plain-text Redis (its AUTH then crosses the network readable)",
+                f"plain-text {kind.title} (its logins then cross the network readable)",
             )
         ca = r.path_on_node(item, "ca", at)
     elif "ca" in item:
@@ -388,7 +396,7 @@ def _offer(r: _Reader, i: int, item: Any, where: str) -> Offer:
     return Offer(
         name=r.name(r.string(item, "name", at), f"{at}.name", "provision"),
         port=port,
-        kind=kind,
+        kind=kind.name,
         ca=ca,
         tls=tls,
     )
@@ -491,11 +499,11 @@ def _pairs(
             provider = _resolve(r, at, module, req, providers, modules)
             offer = next(o for o in provider.provides if o.name == req.name)
             login = derive_login(module.node, module.name)
-            if offer.kind == REDIS:
-                try:
-                    rules_for(login, req.values)
-                except ValuesError as exc:
-                    raise r.fail(f"{at}.values", str(exc), f"{provider.id} is a Redis") from exc
+            kind = registry.kind_of(offer.kind)
+            try:
+                kind.check_values(login, req.values)
+            except ValuesError as exc:
+                raise r.fail(f"{at}.values", str(exc), f"{provider.id} is a {kind.title}") from exc
             owner = logins.get((provider.id, login))
             if owner is not None and owner != module.id:
                 raise r.fail(

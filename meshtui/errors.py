@@ -3,8 +3,10 @@
     MeshtuiError                 base; ``exit_code`` is what the CLI returns for it
     ├── InputError               bad input from the operator (exit 2)
     │   ├── DeclarationError     a declaration that cannot be used: names the file, key and fix
+    │   ├── UnknownKindError     a provider kind that is not registered (names the known ones)
     │   ├── KeyFileError         a missing or unreadable key file
-    │   └── UnknownPairError     a pair id, node or module that the inventory does not know
+    │   ├── UnknownPairError     a pair id, node or module that the inventory does not know
+    │   └── StateFolderError     a command that changes things, on a folder with no controller key
     ├── InventoryError           the SQLite store cannot do what was asked
     │   ├── ReadOnlyError        a write was attempted on an inventory opened read-only
     │   │   └── ReadOnlyContactError  a read-only controller was asked to reach an agent
@@ -53,12 +55,32 @@ class DeclarationError(InputError):
         super().__init__(where + problem + (f" ({fix})" if fix else ""))
 
 
+class UnknownKindError(InputError):
+    """A provider kind that is not registered (meshtui.kinds.registry); names the known ones."""
+
+    def __init__(self, name: object, known: tuple[str, ...]) -> None:
+        self.name, self.known = name, known
+        super().__init__(f"{name!r} is not a provider kind; the known kinds are {', '.join(known)}")
+
+
 class KeyFileError(InputError):
     """A key file is missing, unreadable or malformed."""
 
 
 class UnknownPairError(InputError):
     """A pair, node or module named on the command line is not in the inventory."""
+
+
+class StateFolderError(InputError):
+    """The state folder holds no controller key: a mistyped or missing ``--state``, most often."""
+
+    def __init__(self, folder: str) -> None:
+        super().__init__(
+            f"{folder}: no controller key here ({folder}/controller.key), so this is not a "
+            "controller's state folder; nothing was created. Name yours with --state DIR or "
+            "MESHTUI_STATE=DIR (the README's is /var/lib/meshtui/controller); only for a new "
+            "controller, run meshtui --state DIR init"
+        )
 
 
 class InventoryError(MeshtuiError):

@@ -37,6 +37,7 @@ from meshtui.inventory.rows import (
     ProbeRecord,
     Provision,
 )
+from meshtui.kinds import registry
 from meshtui.messages import (
     ConsumerItem,
     DeliverAnswer,
@@ -50,6 +51,15 @@ from meshtui.messages import (
     Target,
 )
 from meshtui.model import APPLIED, End, node_of
+
+RELOAD_FAILED = "reload failed"
+"""How a consumer end whose file was written but whose reload command failed is recorded."""
+PIN_FAILED = "pin failed"
+"""How a provider end whose login was applied but not confined in pg_hba.conf is recorded."""
+PIN_OUTCOME = "pg_hba.conf"
+"""The name the built-in provisioner reports its pg_hba.conf block's outcome under."""
+KEPT_FAILURES = (RELOAD_FAILED, PIN_FAILED)
+"""An end's failure that holding the right credential does not clear: push delivers again."""
 
 FEW = 32
 """Up to this many pairs, recording answers reads those pairs' rows one by one."""
@@ -107,11 +117,6 @@ def _provision(pair: PairRow) -> Provision:
     return (pair["provider"], pair["provision"])
 
 
-def _dbname(pair: PairRow) -> str:
-    values = pair["values"]
-    return str(values.get("database") or "postgres")
-
-
 def offer_of(pair: PairRow, modules: Mapping[str, ModuleRow] | None) -> OfferSpec | None:
     """The provider's ``provides`` entry for ``pair`` as stored (None when unknown)."""
     module = (modules or {}).get(pair["provider"])
@@ -125,16 +130,16 @@ def target_of(
     pair: PairRow, nodes: Mapping[str, NodeRow], modules: Mapping[str, ModuleRow] | None = None
 ) -> Target:
     """Where a probe of ``pair`` logs in: the provider node's private address, port and kind."""
+    offer = offer_of(pair, modules)
+    kind = registry.kind_of(offer.get("kind") if offer is not None else None)
     target: Target = {
         "host": nodes[node_of(pair["provider"])]["address"],
         "port": pair["port"],
         "login": pair["login"],
-        "dbname": _dbname(pair),
+        "dbname": kind.dbname(pair["values"]),
     }
-    offer = offer_of(pair, modules)
-    kind = offer.get("kind", "postgres") if offer is not None else "postgres"
-    if offer is not None and kind != "postgres":
-        target["kind"], target["ca"] = str(kind), offer.get("ca")
+    if offer is not None and registry.stored_name(kind.name) is not None:
+        target["kind"], target["ca"] = kind.name, offer.get("ca")
         target["tls"] = bool(offer.get("tls", True))
     return target
 
@@ -287,7 +292,7 @@ class Planner:
             "pin": bool(spec.get("pin", False)),
             "consumers": consumers,
         }
-        if kind is not None and kind != "postgres":
+        if kind is not None and registry.stored_name(kind) is not None:
             delivery["kind"] = kind
         return delivery
 
@@ -487,13 +492,21 @@ def send_providers(
                     )
                     for c in spec["consumers"]
                 )
+            pin = outcomes.get(PIN_OUTCOME)
+            unpinned = (
+                f"{PIN_FAILED}: {pin['reason']}"
+                if pin is not None and pin["outcome"] not in APPLIED
+                else None
+            )
             for c in spec["consumers"]:
                 pid = c["pair"]
                 o = outcomes.get(c["as"])
                 if got is not None and o is not None and o["outcome"] in APPLIED:
                     result.provider_ok[pid] = True
                     result.applied_at[pid] = float(got.get("applied_at", 0.0))
-                    rows.append((pid, End.PROVIDER, c["generation"], c["digest"], None))
+                    if unpinned is not None:  # the password is set; the login is not confined
+                        result.fail(pid, f"provider {spec['provider']}: {unpinned}")
+                    rows.append((pid, End.PROVIDER, c["generation"], c["digest"], unpinned))
                     continue
                 said = f"{o['outcome']} {o['reason']}".strip() if o else "no outcome"
                 default = "agent did not answer for this manifest" if got is None else None
@@ -603,6 +616,8 @@ def send_consumers(
                 result.written_at[pid] = float(g.get("written_at", 0.0))
                 reload = g.get("reload")
                 err = f"reload {reload}" if reload and reload != "ok" else None
+                if err is not None:  # the file holds it, but the app did not take it up
+                    result.fail(pid, f"consumer {node}: {err}")
                 rows.append((pid, End.CONSUMER, item["generation"], item["digest"], err))
             else:
                 reason = missing_reason(answer, g, "agent did not answer for this pair")
@@ -655,6 +670,8 @@ def held_generations(inv: Inventory, holdings: Mapping[str, list[Holding]]) -> N
                 present, why = False, f"declared {', '.join(moved)} changed; push writes it again"
             old = current.get((h["pair"], h["end"]))
             old_gen, old_error = (old["generation"], old["error"]) if old else (None, None)
+            if present and old_gen == gen and str(old_error or "").startswith(KEPT_FAILURES):
+                continue  # holding it says nothing of the reload or the pin: push tries again
             if present and (old_gen != gen or old_error):
                 rows.append((h["pair"], End(h["end"]), gen, h["digest"], None))
             elif not present and (old_gen or old_error != why):

@@ -17,6 +17,7 @@ from meshtui.controller import status as status_mod
 from meshtui.controller.catchup import settle
 from meshtui.controller.client import STATE_TIMEOUT_S, Agents, by_pair, missing_reason
 from meshtui.controller.deliver import (
+    KEPT_FAILURES,
     Delivered,
     EndRow,
     Planner,
@@ -38,6 +39,13 @@ from meshtui.model import Drift, End, State, Verdict, node_of
 
 if TYPE_CHECKING:
     from meshtui.controller.core import Controller
+
+
+UNVERIFIED_HINT = (
+    "the consumer's node must reach the provider and be refused: start its agent, and let the "
+    "server answer its address (a pg_hba.conf line for it), then push again"
+)
+"""What push says to do about a withdrawn pair whose revocation was not verified."""
 
 
 def push(ctl: Controller, progress: Progress) -> PushReport:
@@ -67,11 +75,21 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
 
         def was_behind(pid: str) -> bool:
             want = plan.pairs[pid]["generation"]
-            return any(_held(before.get((pid, end.value))) != want for end in End)
+            ends = [before.get((pid, end.value)) for end in End]
+            return any(_held(d) != want for d in ends) or any(
+                str(d["error"] or "").startswith(KEPT_FAILURES) for d in ends if d
+            )
 
-        def behind(pid: str, end: End) -> bool:
+        def short(pid: str, end: End) -> bool:
             d = deliveries.get((pid, end.value))
             return d is None or d["generation"] != plan.pairs[pid]["generation"]
+
+        def behind(pid: str, end: End) -> bool:
+            if short(pid, end):
+                return True
+            # a reload or a pin that failed: the end holds the credential, not all it should
+            d = deliveries.get((pid, end.value))
+            return d is not None and str(d["error"] or "").startswith(KEPT_FAILURES)
 
         live = [p for p in plan.pairs.values() if not p["withdrawn_at"]]
         withdrawn = [p for p in plan.pairs.values() if p["withdrawn_at"]]
@@ -103,11 +121,11 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
             p["id"]
             for p in live
             if behind(p["id"], End.CONSUMER)
-            and not behind(p["id"], End.PROVIDER)
+            and not short(p["id"], End.PROVIDER)
             and node_of(p["consumer"]) not in unreachable
         ]
         for p in live:
-            if behind(p["id"], End.CONSUMER) and behind(p["id"], End.PROVIDER):
+            if behind(p["id"], End.CONSUMER) and short(p["id"], End.PROVIDER):
                 result.fail(p["id"], "consumer waits until its provider holds the generation")
         send_consumers(agents, inv, plan.consumer_items(todo, {}), result)
         progress("revoking withdrawn pairs", 3, 4)
@@ -136,7 +154,9 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
         delivered = [
             PairOutcome(
                 pair=pid,
-                ok=result.provider_ok.get(pid, True) and result.consumer_ok.get(pid, True),
+                ok=result.provider_ok.get(pid, True)
+                and result.consumer_ok.get(pid, True)
+                and pid not in result.errors,
                 generation=plan.pairs[pid]["generation"],
                 reason=result.errors.get(pid, "")
                 or (f"re-applied: {drift[pid]}" if pid in drift else ""),
@@ -150,6 +170,12 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
             r.pair: r.reason
             for r in rows
             if (r.state is State.STALE and not r.withdrawn) or r.alarm
+        }
+        # a withdrawal whose refusal was not seen is not done: the old login may still work
+        behind_now |= {
+            r.pair: f"{r.reason} ({UNVERIFIED_HINT})"
+            for r in rows
+            if r.withdrawn and r.state is State.STALE and not r.alarm
         }
         for node, why in unreachable.items():
             for r in rows:

@@ -35,8 +35,11 @@ from meshtui.messages import (
     ProviderSet,
 )
 from meshtui.model import APPLIED, NAME_RE, End, OutcomeName, split_pair_id
+from meshtui.terminal import shown
 
 RELOAD_TIMEOUT_S = 30.0
+RELOAD_SAID_CHARS = 300
+"""At most this much of a failed reload's last stderr line is reported."""
 CONSUMER_WRITERS = 8
 """Credential files of one delivery written at once (their fsyncs then share commits)."""
 
@@ -305,7 +308,11 @@ def _refused_consumer(item: ConsumerItem, why: str) -> ConsumerOutcome:
 
 
 def run_reload(argv: list[str]) -> str:
-    """Run a consumer's reload command (no shell, bounded); a one-line outcome."""
+    """Run a consumer's reload command (no shell, bounded); a one-line outcome.
+
+    A failure carries the last line the command wrote on stderr (bounded, control characters
+    shown as ``\\xNN``): "failed: exit 1" alone never told an operator why.
+    """
     try:
         done = subprocess.run(
             argv,
@@ -314,6 +321,12 @@ def run_reload(argv: list[str]) -> str:
             check=False,
             stdin=subprocess.DEVNULL,
         )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"failed: {type(exc).__name__}"
-    return "ok" if done.returncode == 0 else f"failed: exit {done.returncode}"
+    except subprocess.TimeoutExpired:
+        return f"failed: no exit within {RELOAD_TIMEOUT_S:.0f} s"
+    except OSError as exc:
+        return f"failed: cannot run {argv[0]}: {exc.strerror or type(exc).__name__}"
+    if done.returncode == 0:
+        return "ok"
+    said = [ln.strip() for ln in done.stderr.decode(errors="replace").splitlines() if ln.strip()]
+    tail = f": {shown(said[-1][:RELOAD_SAID_CHARS])}" if said else ""
+    return f"failed: exit {done.returncode}{tail}"

@@ -20,6 +20,8 @@ line (its number and generations), so when it arrives there is nothing left to w
 snapshot; the file is rewritten as one snapshot line (atomically) at start and every
 :data:`COMPACT_EVERY` lines. A torn last line (a crash inside the append, before its fdatasync
 returned, so before anything was acted on) is dropped; any other unreadable line stops the agent.
+An append that fails (a full disk, an I/O error) is cut off again before the error is raised,
+so a fragment never ends up in the middle of the record.
 """
 
 from __future__ import annotations
@@ -239,6 +241,29 @@ class Accepted:
         self._fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
         self._lines = 1
 
+    def _append(self, data: bytes) -> None:
+        """Append one line durably, or leave the record as it was and raise OSError.
+
+        A write can stop half way (the disk fills up): the part written is cut off again, so
+        the next line never lands after a fragment (which would be unreadable at the next
+        start). When even that fails, the descriptor is dropped and the next record begins
+        with a fresh snapshot (a rename, which drops the fragment); until then the fragment is
+        the last line, which a start forgives as a torn append.
+        """
+        end = os.lseek(self._fd, 0, os.SEEK_END)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._fd, view) :]
+            os.fdatasync(self._fd)
+        except OSError:
+            try:
+                os.ftruncate(self._fd, end)
+            except OSError:
+                os.close(self._fd)
+                self._fd = -1
+            raise
+
     def close(self) -> None:
         """Let go of the record's descriptor."""
         with self._lock:
@@ -301,10 +326,7 @@ class Accepted:
             data = json.dumps(line, separators=(",", ":")).encode() + b"\n"
             if self._fd < 0 or self._lines >= COMPACT_EVERY:
                 self._compact()
-            view = memoryview(data)
-            while view:
-                view = view[os.write(self._fd, view) :]
-            os.fdatasync(self._fd)
+            self._append(data)
             self._lines += 1
             self._recent.update(ahead)
             self._ahead.update(ahead)

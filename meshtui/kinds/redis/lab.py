@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from meshtui import runas
 from meshtui.atomic import write_private
 from meshtui.errors import LabError
-from meshtui.lab import netns as lab_netns
 from meshtui.lab import toml_writer
 from meshtui.lab.wait import poll
 
@@ -121,11 +121,13 @@ class RedisServer:
             "stdin": subprocess.DEVNULL,
             "stdout": subprocess.DEVNULL,
             "stderr": subprocess.DEVNULL,
-            "start_new_session": True,
             "cwd": str(self.folder),
             "umask": 0o077,  # what ACL SAVE writes (the aclfile with every hash) stays 0600
         }
-        proc = lab_netns.spawn(netns, argv, **kwargs) if netns else subprocess.Popen(argv, **kwargs)
+        try:  # a session of its own (meshtui.runas): no terminal of ours stays with it
+            proc = runas.spawn(argv, None, netns=netns, **kwargs)
+        except OSError as exc:
+            raise LabError(f"redis-server in {self.folder} could not be started: {exc}") from exc
         if poll(lambda: self._ready(proc.pid), START_S, unless=lambda: proc.poll() is not None):
             return
         tail = self.log.read_text(errors="replace")[-800:] if self.log.exists() else ""

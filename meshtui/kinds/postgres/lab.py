@@ -37,10 +37,12 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
+from meshtui import runas
 from meshtui.atomic import write_private
 from meshtui.errors import LabError
 from meshtui.lab.foreign import ForeignDir, open_dir
 from meshtui.lab.wait import wait_until
+from meshtui.runas import OsUser
 
 SERVER_USER = "meshtui_pg"
 META_NAME = "meshtui-cluster.json"
@@ -195,40 +197,28 @@ class Cluster:
     def _run(
         self, args: Sequence[str], *, netns: str | None = None, timeout: float = 90.0
     ) -> subprocess.CompletedProcess[str]:
-        """Run a PostgreSQL tool as the server user (inside ``ip netns exec`` when asked)."""
-        cmd = [str(a) for a in args]
-        kwargs: dict[str, Any] = {}
-        if netns is not None:
-            if not _is_root():
-                raise LabError(f"starting inside network namespace {netns} needs root")
-            prefix = ["ip", "netns", "exec", netns]
-            if self.system_user is not None:
-                pw = pwd.getpwnam(self.system_user)
-                prefix += [
-                    "setpriv",
-                    f"--reuid={pw.pw_uid}",
-                    f"--regid={pw.pw_gid}",
-                    "--clear-groups",
-                    "--",
-                ]
-            cmd = prefix + cmd
-        elif self.system_user is not None:
-            pw = pwd.getpwnam(self.system_user)
-            kwargs.update(user=pw.pw_uid, group=pw.pw_gid, extra_groups=[])
+        """Run a PostgreSQL tool as the server user (inside ``ip netns exec`` when asked).
+
+        Through :mod:`meshtui.runas`: the tool leads a session of its own with no controlling
+        terminal, so no process of the server user can type into root's shell through it.
+        """
+        if netns is not None and not _is_root():
+            raise LabError(f"starting inside network namespace {netns} needs root")
+        user = OsUser.named(self.system_user) if self.system_user is not None else None
         try:
-            return subprocess.run(
-                cmd,
+            return runas.run(
+                args,
+                user,
+                netns=netns,
                 capture_output=True,
                 text=True,
                 env=_ENV,
                 cwd="/",
                 timeout=timeout,
                 check=False,
-                stdin=subprocess.DEVNULL,
-                **kwargs,
             )
         except subprocess.TimeoutExpired as exc:
-            raise LabError(f"{Path(cmd[0]).name} timed out after {timeout:.0f} s") from exc
+            raise LabError(f"{Path(args[0]).name} timed out after {timeout:.0f} s") from exc
 
     def _pg_ctl(self, *args: str, netns: str | None = None) -> subprocess.CompletedProcess[str]:
         return self._run(
