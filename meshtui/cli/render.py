@@ -100,9 +100,9 @@ def anchors(check: AnchorCheck) -> None:
         print(
             "audit chain DISAGREES with what nodes saw: "
             + ", ".join(check.disagreeing)
-            + " (events were deleted or rewritten: restore the inventory from a backup that "
-            "holds them, and find out who changed it; only if it was started anew on purpose, "
-            "delete audit-head.json in those nodes' state folders)",
+            + " (events were deleted or rewritten, or an inventory was copied back by hand: "
+            "find out who changed it, and put a backup back with meshtui restore into an empty "
+            'folder, which the nodes take on record; README, "Backup and restore")',
             file=sys.stderr,
         )
     elif not check.answered:

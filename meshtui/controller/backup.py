@@ -248,12 +248,6 @@ def open_file(path: Path, passphrase: bytes) -> tuple[Payload, KdfParams]:
     return payload, params
 
 
-def describe(path: Path, passphrase: bytes) -> BackupSummary:
-    """Open a backup and say what it holds (nothing is written)."""
-    payload, params = open_file(path, passphrase)
-    return summary_of(path, payload, params)
-
-
 def as_text(summary: BackupSummary) -> str:
     """One line for the terminal."""
     gens = sum(summary.generations.values())
