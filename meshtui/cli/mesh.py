@@ -13,7 +13,7 @@ from meshtui.cli.context import EXIT_FAILED, EXIT_OK, controller, state_dir
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from meshtui.keys import init_keys
+    from meshtui.controller.core import init_keys
 
     pub, created = init_keys(state_dir(args))
     print(

@@ -7,6 +7,7 @@ looking at a stale pair needs to know which end is behind and why.
 from __future__ import annotations
 
 import gc
+import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
@@ -48,10 +49,15 @@ def _end_reason(end: End, generation: int | None, error: str | None, want: int) 
 
 def pair_state(row: StatusRow) -> tuple[State, str, bool]:
     """(state, reason, alarm) for one pair; a provider's repaired drift is added to the reason."""
-    v_err = row[13]
-    note = _note(v_err) if v_err and not row[9] else ""
-    probed = row[14] is not None
-    if note and probed and not row[20] and str(row[16] or "") < str(row[23] or ""):
+    v_err = row.provider_error
+    note = _note(v_err) if v_err and not row.withdrawn_at else ""
+    probed = row.verdict is not None
+    if (
+        note
+        and probed
+        and not row.probe_withdrawn
+        and str(row.probed_at or "") < str(row.provider_attempted_at or "")
+    ):
         probed = False  # that probe saw the server before the re-apply
     state, reason, alarm = _pair_state(row, probed)
     if not note:
@@ -62,37 +68,24 @@ def pair_state(row: StatusRow) -> tuple[State, str, bool]:
 
 
 def _pair_state(row: StatusRow, probed: bool) -> tuple[State, str, bool]:
-    (
-        _pid,
-        _provision,
-        _consumer,
-        _provider,
-        _login,
-        _file,
-        want,
-        _created_at,
-        _rotated_at,
-        withdrawn_at,
-        c_gen,
-        c_err,
-        v_gen,
-        v_err,
-        verdict,
-        why,
-        _probed_at,
-        pr_gen,
-        loopback,
-        client_addr,
-        pr_withdrawn,
-        _latency,
-        used_password,
-        _v_attempted,
-    ) = row
+    want, withdrawn_at = row.generation, row.withdrawn_at
+    c_gen, c_err, v_gen, v_err = (
+        row.consumer_generation,
+        row.consumer_error,
+        row.provider_generation,
+        row.provider_error,
+    )
+    verdict, why, pr_gen, pr_withdrawn = (
+        row.verdict,
+        row.reason,
+        row.probe_generation,
+        row.probe_withdrawn,
+    )
+    loopback, client_addr, used_password = row.loopback, row.client_addr, row.used_password
     if withdrawn_at:
         if probed and pr_withdrawn:
             if verdict == Verdict.REFUSED:
-                code = "WRONGPASS" if "WRONGPASS" in (why or "") else "28P01"
-                return State.REVOKED, f"withdrawn; login refused ({code})", False
+                return State.REVOKED, f"withdrawn; login refused ({_refusal_code(why)})", False
             if verdict == Verdict.ACCEPTED:
                 return State.STALE, "ALARM: withdrawn but its login still works", True
             if verdict == Verdict.NO_PASSWORD:
@@ -130,6 +123,14 @@ def _pair_state(row: StatusRow, probed: bool) -> tuple[State, str, bool]:
 
 
 NEVER_PROBED = "never probed"
+_CODE = re.compile(r"\(([A-Z0-9]{4,})\)")
+
+
+def _refusal_code(why: str | None) -> str:
+    """The server's code for a refusal, as the kind's probe put it in its reason ("password
+    authentication failed (28P01)", "AUTH refused (WRONGPASS)"); "refused" when it named none."""
+    found = _CODE.search(why or "")
+    return found.group(1) if found else "refused"
 
 
 def _plain(row: StatusRow) -> tuple[State, str] | None:
@@ -140,22 +141,23 @@ def _plain(row: StatusRow) -> tuple[State, str] | None:
     it) or its newest probe logged in with the password. :func:`pair_state` gives the same
     answer for these rows; this only skips its steps, since status reads every pair.
     """
-    want = row[6]
+    want = row.generation
     if not (
         want
-        and row[10] == want
-        and row[12] == want
-        and row[9] is None
-        and row[11] is None
-        and row[13] is None
+        and row.consumer_generation == want
+        and row.provider_generation == want
+        and row.withdrawn_at is None
+        and row.consumer_error is None
+        and row.provider_error is None
     ):
         return None
-    verdict = row[14]
-    if verdict is None or row[20]:
+    verdict = row.verdict
+    if verdict is None or row.probe_withdrawn:
         return State.UNKNOWN, NEVER_PROBED
-    if verdict == Verdict.ACCEPTED and row[17] == want and row[22] != 0:
+    if verdict == Verdict.ACCEPTED and row.probe_generation == want and row.used_password != 0:
         return State.WORKING, (
-            f"logged in from {row[19] or 'consumer'}{' over loopback' if row[18] else ''}"
+            f"logged in from {row.client_addr or 'consumer'}"
+            f"{' over loopback' if row.loopback else ''}"
         )
     return None
 
@@ -196,7 +198,7 @@ def _statuses(inv: Inventory, ids: Iterable[str] | None, limit: int | None) -> l
     out: list[PairStatus] = []
     append = out.append
     for row in rows:
-        pid = row[0]
+        pid = row.id
         plain = _plain(row)
         if plain is not None:
             (state, reason), alarm = plain, False
@@ -208,26 +210,26 @@ def _statuses(inv: Inventory, ids: Iterable[str] | None, limit: int | None) -> l
                 f"rotation {rotating[pid]} was interrupted; the next push or rotate "
                 "finishes or rolls it back"
             )
-        provider, provision = row[3], row[1]
+        provider, provision = row.provider, row.provision
         append(
             PairStatus(  # positional, in the field order: the fast way to build 10,000
                 pid,
                 provision,
-                row[2],  # consumer
+                row.consumer,
                 provider,
-                row[4],  # login
-                row[6],  # generation
-                row[10],  # consumer end's generation
-                row[12],  # provider end's generation
-                bool(row[9]),  # withdrawn
+                row.login,
+                row.generation,
+                row.consumer_generation,
+                row.provider_generation,
+                bool(row.withdrawn_at),
                 state,
                 reason,
-                row[16],  # probed_at
-                row[8],  # rotated_at
-                row[5],  # consumer file
-                row[7],  # created_at
+                row.probed_at,
+                row.rotated_at,
+                row.file,
+                row.created_at,
                 alarm,
-                row[21],  # latency_ms
+                row.latency_ms,
                 registry.kind_of((kinds or {}).get((provider, provision))).name,
             )
         )

@@ -9,7 +9,7 @@ out (``values``, ``reload``, ``spec``, ``items``, ``evidence``, ``pairs``, ``det
 
 from __future__ import annotations
 
-from typing import Any, NotRequired, TypedDict
+from typing import Any, NamedTuple, NotRequired, TypedDict
 
 Provision = tuple[str, str]
 """(provider module, provision name): one manifest on one provider node."""
@@ -302,34 +302,35 @@ class HeadRow(TypedDict):
     sig: str | None
 
 
-StatusRow = tuple[
-    str,  # id
-    str,  # provision
-    str,  # consumer
-    str,  # provider
-    str,  # login
-    str,  # file
-    int,  # generation
-    str,  # created_at
-    str | None,  # rotated_at
-    str | None,  # withdrawn_at
-    int | None,  # consumer end: generation held
-    str | None,  # consumer end: error
-    int | None,  # provider end: generation held
-    str | None,  # provider end: error
-    str | None,  # newest probe: verdict (None: never probed)
-    str | None,  # newest probe: reason
-    str | None,  # newest probe: at
-    int | None,  # newest probe: generation
-    int | None,  # newest probe: loopback
-    str | None,  # newest probe: client_addr
-    int | None,  # newest probe: withdrawn
-    float | None,  # newest probe: latency_ms
-    int | None,  # newest probe: used_password
-    str | None,  # provider end: attempted_at
-]
-"""One pair joined with both ends' deliveries and its newest probe (status's one query). A plain
-tuple, unpacked where it is read: status reads every pair on every refresh."""
+class StatusRow(NamedTuple):
+    """One pair joined with both ends' deliveries and its newest probe (status's one query,
+    ``STATUS_SQL``, selects exactly these columns in this order). A named tuple, read by name:
+    status reads every pair on every refresh, and a tuple is what SQLite hands out."""
+
+    id: str
+    provision: str
+    consumer: str
+    provider: str
+    login: str
+    file: str
+    generation: int
+    created_at: str
+    rotated_at: str | None
+    withdrawn_at: str | None
+    consumer_generation: int | None  # consumer end: generation held
+    consumer_error: str | None  # consumer end: error
+    provider_generation: int | None  # provider end: generation held
+    provider_error: str | None  # provider end: error
+    verdict: str | None  # newest probe (None: never probed)
+    reason: str | None  # newest probe
+    probed_at: str | None  # newest probe: at
+    probe_generation: int | None  # newest probe: generation
+    loopback: int | None  # newest probe
+    client_addr: str | None  # newest probe
+    probe_withdrawn: int | None  # newest probe: withdrawn
+    latency_ms: float | None  # newest probe
+    used_password: int | None  # newest probe
+    provider_attempted_at: str | None  # provider end: attempted_at
 
 
 ScheduleRow = tuple[

@@ -720,7 +720,8 @@ class Inventory:
         sql += " ORDER BY p.id"
         if limit is not None:
             sql += f" LIMIT {max(0, int(limit))}"
-        return cast(list[StatusRow], self._tuples(sql, params))
+        make = StatusRow._make
+        return [make(row) for row in self._tuples(sql, params)]
 
     def schedule_rows(self, declared_only: bool = False) -> list[ScheduleRow]:
         """Every pair with its policy and when its current generation began, by id.
@@ -775,8 +776,9 @@ STATUS_SQL = """
 SELECT p.id, p.provision, p.consumer, p.provider, p.login, p.file, p.generation, p.created_at,
        p.rotated_at, p.withdrawn_at,
        e.consumer_generation, e.consumer_error, e.provider_generation, e.provider_error,
-       pr.verdict, pr.reason, pr.at, pr.generation, pr.loopback, pr.client_addr, pr.withdrawn,
-       pr.latency_ms, pr.used_password, e.provider_attempted_at
+       pr.verdict, pr.reason, pr.at AS probed_at, pr.generation AS probe_generation, pr.loopback,
+       pr.client_addr, pr.withdrawn AS probe_withdrawn, pr.latency_ms, pr.used_password,
+       e.provider_attempted_at
 FROM pairs p
 LEFT JOIN pair_ends e ON e.pair = p.id
 LEFT JOIN probes pr ON pr.id = e.probe
