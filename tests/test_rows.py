@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any, get_args, get_type_hints
 
 import pytest
 
@@ -61,11 +61,15 @@ def test_the_rotation_update_names_only_rotation_columns(columns: dict[str, list
     assert set(get_type_hints(rows.RotationUpdate)) <= set(columns["rotations"])
 
 
-def test_the_status_row_is_the_status_query_by_name(tmp_path: Path) -> None:
-    """status reads its row by name: the names are the query's columns, in the query's order."""
+def test_the_status_row_is_read_by_the_status_querys_column_names(tmp_path: Path) -> None:
+    """status reads its row by name (``row[rows.GENERATION]``): the names are the query's
+    columns, in the query's order, and each name's number is its place."""
     path = tmp_path / "inventory.db"
     Inventory.open(path).close()
     with sqlite3.connect(path) as conn:
         cursor = conn.execute(STATUS_SQL)
         names = [d[0] for d in cursor.description]
-    assert names == list(rows.StatusRow._fields)
+    assert names == list(rows.STATUS_COLUMNS)
+    assert len(get_args(rows.StatusRow)) == len(names)
+    for number, name in enumerate(names):
+        assert getattr(rows, name.upper()) == number, name

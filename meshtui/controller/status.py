@@ -12,7 +12,33 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 from meshtui.inventory import Inventory
-from meshtui.inventory.rows import StatusRow
+from meshtui.inventory.rows import (  # StatusRow's columns by name
+    CLIENT_ADDR,
+    CONSUMER,
+    CONSUMER_ERROR,
+    CONSUMER_GENERATION,
+    CREATED_AT,
+    FILE,
+    GENERATION,
+    ID,
+    LATENCY_MS,
+    LOGIN,
+    LOOPBACK,
+    PROBE_GENERATION,
+    PROBE_WITHDRAWN,
+    PROBED_AT,
+    PROVIDER,
+    PROVIDER_ATTEMPTED_AT,
+    PROVIDER_ERROR,
+    PROVIDER_GENERATION,
+    PROVISION,
+    REASON,
+    ROTATED_AT,
+    USED_PASSWORD,
+    VERDICT,
+    WITHDRAWN_AT,
+    StatusRow,
+)
 from meshtui.kinds import registry
 from meshtui.model import End, PairStatus, State, Verdict
 
@@ -49,14 +75,14 @@ def _end_reason(end: End, generation: int | None, error: str | None, want: int) 
 
 def pair_state(row: StatusRow) -> tuple[State, str, bool]:
     """(state, reason, alarm) for one pair; a provider's repaired drift is added to the reason."""
-    v_err = row.provider_error
-    note = _note(v_err) if v_err and not row.withdrawn_at else ""
-    probed = row.verdict is not None
+    v_err = row[PROVIDER_ERROR]
+    note = _note(v_err) if v_err and not row[WITHDRAWN_AT] else ""
+    probed = row[VERDICT] is not None
     if (
         note
         and probed
-        and not row.probe_withdrawn
-        and str(row.probed_at or "") < str(row.provider_attempted_at or "")
+        and not row[PROBE_WITHDRAWN]
+        and str(row[PROBED_AT] or "") < str(row[PROVIDER_ATTEMPTED_AT] or "")
     ):
         probed = False  # that probe saw the server before the re-apply
     state, reason, alarm = _pair_state(row, probed)
@@ -68,20 +94,20 @@ def pair_state(row: StatusRow) -> tuple[State, str, bool]:
 
 
 def _pair_state(row: StatusRow, probed: bool) -> tuple[State, str, bool]:
-    want, withdrawn_at = row.generation, row.withdrawn_at
+    want, withdrawn_at = row[GENERATION], row[WITHDRAWN_AT]
     c_gen, c_err, v_gen, v_err = (
-        row.consumer_generation,
-        row.consumer_error,
-        row.provider_generation,
-        row.provider_error,
+        row[CONSUMER_GENERATION],
+        row[CONSUMER_ERROR],
+        row[PROVIDER_GENERATION],
+        row[PROVIDER_ERROR],
     )
     verdict, why, pr_gen, pr_withdrawn = (
-        row.verdict,
-        row.reason,
-        row.probe_generation,
-        row.probe_withdrawn,
+        row[VERDICT],
+        row[REASON],
+        row[PROBE_GENERATION],
+        row[PROBE_WITHDRAWN],
     )
-    loopback, client_addr, used_password = row.loopback, row.client_addr, row.used_password
+    loopback, client_addr, used_password = row[LOOPBACK], row[CLIENT_ADDR], row[USED_PASSWORD]
     if withdrawn_at:
         if probed and pr_withdrawn:
             if verdict == Verdict.REFUSED:
@@ -141,23 +167,23 @@ def _plain(row: StatusRow) -> tuple[State, str] | None:
     it) or its newest probe logged in with the password. :func:`pair_state` gives the same
     answer for these rows; this only skips its steps, since status reads every pair.
     """
-    want = row.generation
+    want = row[GENERATION]
     if not (
         want
-        and row.consumer_generation == want
-        and row.provider_generation == want
-        and row.withdrawn_at is None
-        and row.consumer_error is None
-        and row.provider_error is None
+        and row[CONSUMER_GENERATION] == want
+        and row[PROVIDER_GENERATION] == want
+        and row[WITHDRAWN_AT] is None
+        and row[CONSUMER_ERROR] is None
+        and row[PROVIDER_ERROR] is None
     ):
         return None
-    verdict = row.verdict
-    if verdict is None or row.probe_withdrawn:
+    verdict = row[VERDICT]
+    if verdict is None or row[PROBE_WITHDRAWN]:
         return State.UNKNOWN, NEVER_PROBED
-    if verdict == Verdict.ACCEPTED and row.probe_generation == want and row.used_password != 0:
+    if verdict == Verdict.ACCEPTED and row[PROBE_GENERATION] == want and row[USED_PASSWORD] != 0:
         return State.WORKING, (
-            f"logged in from {row.client_addr or 'consumer'}"
-            f"{' over loopback' if row.loopback else ''}"
+            f"logged in from {row[CLIENT_ADDR] or 'consumer'}"
+            f"{' over loopback' if row[LOOPBACK] else ''}"
         )
     return None
 
@@ -198,7 +224,7 @@ def _statuses(inv: Inventory, ids: Iterable[str] | None, limit: int | None) -> l
     out: list[PairStatus] = []
     append = out.append
     for row in rows:
-        pid = row.id
+        pid = row[ID]
         plain = _plain(row)
         if plain is not None:
             (state, reason), alarm = plain, False
@@ -210,26 +236,26 @@ def _statuses(inv: Inventory, ids: Iterable[str] | None, limit: int | None) -> l
                 f"rotation {rotating[pid]} was interrupted; the next push or rotate "
                 "finishes or rolls it back"
             )
-        provider, provision = row.provider, row.provision
+        provider, provision = row[PROVIDER], row[PROVISION]
         append(
             PairStatus(  # positional, in the field order: the fast way to build 10,000
                 pid,
                 provision,
-                row.consumer,
+                row[CONSUMER],
                 provider,
-                row.login,
-                row.generation,
-                row.consumer_generation,
-                row.provider_generation,
-                bool(row.withdrawn_at),
+                row[LOGIN],
+                row[GENERATION],
+                row[CONSUMER_GENERATION],
+                row[PROVIDER_GENERATION],
+                bool(row[WITHDRAWN_AT]),
                 state,
                 reason,
-                row.probed_at,
-                row.rotated_at,
-                row.file,
-                row.created_at,
+                row[PROBED_AT],
+                row[ROTATED_AT],
+                row[FILE],
+                row[CREATED_AT],
                 alarm,
-                row.latency_ms,
+                row[LATENCY_MS],
                 registry.kind_of((kinds or {}).get((provider, provision))).name,
             )
         )

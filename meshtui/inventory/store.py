@@ -720,8 +720,7 @@ class Inventory:
         sql += " ORDER BY p.id"
         if limit is not None:
             sql += f" LIMIT {max(0, int(limit))}"
-        make = StatusRow._make
-        return [make(row) for row in self._tuples(sql, params)]
+        return cast(list[StatusRow], self._tuples(sql, params))
 
     def schedule_rows(self, declared_only: bool = False) -> list[ScheduleRow]:
         """Every pair with its policy and when its current generation began, by id.
