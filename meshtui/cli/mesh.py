@@ -15,7 +15,7 @@ from meshtui.controller.restored import restores_of
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from meshtui.keys import init_keys
+    from meshtui.controller.core import init_keys
 
     pub, created = init_keys(state_dir(args))
     print(

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
-from meshtui import crypto, messages, wire
+from meshtui import crypto, folders, messages, wire
 from meshtui.errors import (
     EnvelopeError,
     HostFileError,
@@ -280,7 +280,7 @@ class Agent:
                 "fingerprint": self.identity.keys.public().fingerprint(),
             }
         held = self.holdings.listing()  # the agent's own record
-        with files.Ancestors() as ancestors:
+        with folders.Ancestors() as ancestors:
             for h in held:
                 if h["end"] == "consumer":
                     data, error = files.read_credential(Path(h.get("file", "")), ancestors)
@@ -343,7 +343,7 @@ class Agent:
         items = payload["targets"]
         targets, order = [], []
         results: dict[str, ProbedPair] = {}
-        with files.Ancestors() as ancestors:
+        with folders.Ancestors() as ancestors:
             for item in items:
                 pair = item["pair"]
                 path = self._held_file(pair, item["file"])

@@ -142,7 +142,7 @@ def up(
     adds a Redis provider with TLS, ``db1/redis``, required by the REDIS_CONSUMERS in the mesh.
     """
     with_redis = (mesh is None and lab_redis.available()) if redis is None else redis
-    from meshtui.keys import init_keys
+    from meshtui.keys import write_keys_once
 
     mesh = mesh or DEFAULT_MESH
     state_dir = state_dir.resolve()
@@ -166,7 +166,7 @@ def up(
         addresses = {n: "127.0.0.1" for n in nodes}
         old_port = _old_port(folder / "pg")
         listen, hba, port = ("127.0.0.1",), ("127.0.0.1/32",), old_port or _free_port()
-    pub, _ = init_keys(state_dir)
+    pub, _ = write_keys_once(state_dir)
     for node in nodes:
         identity.init(node, folder / "nodes" / node, pub)
     cluster = postgres.create_cluster(folder / "pg", port=port, listen=listen, hba_networks=hba)
