@@ -138,6 +138,8 @@ def requests(
 
 def refusal(node: str, row: NodeRow, exc: AgentError) -> Problem:
     """A node that did not give a trusted answer, in words: wrong key, clock, or unreachable."""
+    from meshtui.controller.client import UNSIGNED_REFUSAL  # httpx loads only when asked
+
     why = exc.reason
     if "off this clock" in why:
         return Problem(
@@ -156,7 +158,7 @@ def refusal(node: str, row: NodeRow, exc: AgentError) -> Problem:
             f"give the declaration this node's own node.pub (keys = ...) and declare again, "
             f"or point agent = at {node}'s agent",
         )
-    if "not signed by controller" in why:
+    if "not signed by controller" in why or UNSIGNED_REFUSAL in why:
         return Problem(
             node,
             "key",
@@ -181,16 +183,20 @@ def refusal(node: str, row: NodeRow, exc: AgentError) -> Problem:
 def pinned_elsewhere(ctl: Controller, node: str, row: NodeRow, exc: AgentError) -> Problem:
     """:func:`refusal`; for a node refusing this controller's key, the key it pins instead
     (read without a key) and the act on the node that changes it (``meshtui host rekey``)."""
-    found = refusal(node, row, exc)
-    if "not signed by controller" not in exc.reason:
-        return found
-    from meshtui.controller.client import read_anchor_answer
+    from meshtui.controller.client import UNSIGNED_REFUSAL, read_anchor_answer
 
+    found = refusal(node, row, exc)
+    unsigned = UNSIGNED_REFUSAL in exc.reason  # the node's own words were not signed for us
+    if "not signed by controller" not in exc.reason and not unsigned:
+        return found
     ours = ctl.keys().public().fingerprint()
-    try:
-        pinned = read_anchor_answer(row).controller or "another key"
+    try:  # the key it pins, as the node signs it for our fresh nonce
+        pinned = read_anchor_answer(row).controller
     except AgentError:
-        pinned = "another key"
+        pinned = None
+    if unsigned and (pinned is None or pinned == ours):
+        return found  # not shown to be the key: the request may have changed on the way
+    pinned = pinned or "another key"
     return Problem(
         node,
         "key",

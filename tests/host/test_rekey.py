@@ -49,7 +49,7 @@ def test_a_new_controller_key_is_refused_until_the_operator_rekeys_the_node(
     with m.controller() as ctl:
         for node, answer in ask_state(ctl).items():
             assert isinstance(answer, AgentError), node
-            assert "not signed by controller" in answer.reason
+            assert "refused, unsigned" in answer.reason  # the node's words are not trusted
     # doctor names each node that still pins the old key, and the act that changes it
     res = m.cli("doctor", "--json")
     assert res.returncode == 1
