@@ -20,7 +20,7 @@ from typing import Generic, Protocol, TypeVar
 from meshtui import crypto, messages, wire
 from meshtui.errors import EnvelopeError, HostFileError, MeshtuiError, MessageError
 from meshtui.host import checks as checks_mod
-from meshtui.host import files
+from meshtui.host import files, log
 from meshtui.host import probe as probe_mod
 from meshtui.host.anchor import AuditAnchor, is_nonce
 from meshtui.host.deliver import Deliveries
@@ -151,7 +151,9 @@ class Agent:
         provider's holdings, a cache; the digest of the manifest just written, for the next
         delta), to be called once the answer is sent; None when nothing is left to do."""
         kept: list[bool] = []
-        status, answer = self._answer(envelope, kept)
+        started, kinds = time.monotonic(), list[str]()
+        status, answer = self._answer(envelope, kept, kinds)
+        log.request(kinds[0] if kinds else "?", status, answer, time.monotonic() - started)
         later = kept or self.holdings.unwritten or self.deliveries.serials.unsettled
         return status, answer, self._after_answer if later else None
 
@@ -162,7 +164,9 @@ class Agent:
             self.holdings.persist()
         self.deliveries.serials.settle()  # the next delta's base digest, off its path
 
-    def _answer(self, envelope: object, kept: list[bool]) -> tuple[int, dict[str, str]]:
+    def _answer(
+        self, envelope: object, kept: list[bool], kinds: list[str]
+    ) -> tuple[int, dict[str, str]]:
         me = self.identity.name
         try:
             msg = wire.open_envelope(
@@ -177,6 +181,7 @@ class Agent:
             self.accepted.take(msg.seq)  # durably recorded below, before anything is done
         except EnvelopeError as exc:
             return 403, self._reply("error", {"error": str(exc)}, None)
+        kinds.append(msg.kind)
         route = self._routes.get(msg.kind)
         if route is None:
             return 400, self._reply("error", {"error": f"unknown kind {msg.kind!r}"}, msg.nonce)

@@ -59,6 +59,8 @@ def test_pin_that_cannot_write_pg_hba_is_not_green_and_push_repairs_it(mesh, pg)
         again = ctl.push()  # still read-only: still not green, and tried again
         assert not again.ok and "pg_hba.conf" in again.behind[GITEA]
     assert "meshtui pin begin" not in hba.read_text()
+    said = mesh.agent_logs()  # and the agent said so in its log (journalctl -u meshtui-agent)
+    assert "db1/postgres database: provisioner not ok: pg_hba.conf: failed" in said, said
     mesh.wrap.pop("db1")
     mesh.start("db1")  # the unit's ReadWritePaths= now names the folder
     with mesh.controller() as ctl:
