@@ -316,6 +316,10 @@ class Agent:
                     res["removed"] = files.remove_credential(path)
                 except HostFileError as exc:
                     res["error"] = str(exc)
+            held = self.holdings.get(End.CONSUMER, pair)
+            if held is not None and "connection" in held and "connection_digest" in held:
+                # and the connection file it wrote beside (only while it holds what was written)
+                files.remove_written(Path(held["connection"]), held["connection_digest"])
             self.holdings.update(End.CONSUMER, {pair: None})
             results.append(res)
         return {"consumer": results}
