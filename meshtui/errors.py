@@ -8,9 +8,11 @@
     │   ├── UnknownPairError     a pair id, node or module that the inventory does not know
     │   └── StateFolderError     a command that changes things, on a folder with no controller key
     ├── InventoryError           the SQLite store cannot do what was asked
-    │   └── ReadOnlyError        a write was attempted on an inventory opened read-only
-    │       └── ReadOnlyContactError  a read-only controller was asked to reach an agent
+    │   ├── ReadOnlyError        a write was attempted on an inventory opened read-only
+    │   │   └── ReadOnlyContactError  a read-only controller was asked to reach an agent
+    │   └── DamagedInventoryError the file is truncated or corrupted: names it, points to restore
     ├── CryptoError              a sealed blob or signature did not check out
+    │   ├── BackupError          a backup that cannot be written, opened or restored
     │   ├── UnsealError          a sealed blob could not be opened with this node's key
     │   └── SignatureError       an envelope or report was not signed by the expected key
     ├── WireError                a message between controller and agent was refused
@@ -85,6 +87,10 @@ class InventoryError(MeshtuiError):
     """The inventory cannot be opened or does not hold what was asked."""
 
 
+class DamagedInventoryError(InventoryError):
+    """The inventory file is truncated or corrupted; nothing was written to it."""
+
+
 class ReadOnlyError(InventoryError):
     """A write was attempted where the inventory is read-only."""
 
@@ -113,6 +119,13 @@ class CryptoError(MeshtuiError):
     """A cryptographic check failed."""
 
 
+class BackupError(CryptoError):
+    """A backup cannot be written, or opened (wrong passphrase, truncated, tampered), or
+    restored (a state folder that is not empty); nothing was written."""
+
+    exit_code = 2
+
+
 class UnsealError(CryptoError):
     """A sealed blob could not be opened with this node's key."""
 
@@ -127,6 +140,15 @@ class WireError(MeshtuiError):
 
 class EnvelopeError(WireError):
     """A signed envelope was refused: wrong key, stale, replayed or for another node."""
+
+
+class OffClockError(EnvelopeError):
+    """An envelope signed by the right key whose time is off this clock. It was authenticated,
+    so an answer may quote its ``nonce`` (any other refusal is answered unsigned)."""
+
+    def __init__(self, text: str, nonce: str) -> None:
+        super().__init__(text)
+        self.nonce = nonce
 
 
 class MessageError(WireError):

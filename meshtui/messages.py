@@ -539,10 +539,16 @@ class AnchorRequest(TypedDict):
 
 
 class AnchorAnswer(TypedDict):
-    """The audit head this node keeps (None: never shown one), as the controller signed it."""
+    """The audit head this node keeps (None: never shown one), as the controller signed it;
+    ``history``: the heads it kept before a restore replaced them (oldest first); ``accepted``:
+    the highest request number it accepted (a restored controller numbers past it);
+    ``controller``: the fingerprint of the controller key it pins."""
 
     node: str
     head: HeadJson | None
+    history: NotRequired[list[HeadJson]]
+    accepted: NotRequired[int]
+    controller: NotRequired[str]
 
 
 # ---- the strict mirror ----------------------------------------------------------------------

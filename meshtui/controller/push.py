@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from meshtui import crypto, messages
 from meshtui.controller import status as status_mod
+from meshtui.controller.catchup import settle
 from meshtui.controller.client import STATE_TIMEOUT_S, Agents, by_pair, missing_reason
 from meshtui.controller.deliver import (
     KEPT_FAILURES,
@@ -60,6 +61,10 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
         progress("asking every node what it holds", 0, 4)
         plan = Planner(inv)
         resolutions, holdings = ask_state(agents, sorted(plan.nodes))
+        settled = settle(ctl, agents, sorted(plan.nodes), resolutions, holdings, progress)
+        if settled.changed:  # ends were ahead (a restore): rotated past them, asked again
+            plan = Planner(inv)
+            resolutions, holdings = settled.resolutions, settled.holdings
         unreachable = {r.node: r.reason for r in resolutions if not r.ok}
         found_before = inv.deliveries()  # a drift still unrepaired keeps the time it was found
         held_generations(inv, holdings)
@@ -205,11 +210,14 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
                 "behind": len(behind_now),
                 "unreachable": sorted(unreachable),
                 "changed_outside": sorted(drift),
+                "ahead": sorted(settled.ahead),
             },
             "ok" if not behind_now else "behind",
         )
         progress("done", 4, 4)
-        return PushReport(delivered=delivered, withdrawn=revoked, behind=behind_now)
+        return PushReport(
+            delivered=delivered, withdrawn=revoked, behind=behind_now, ahead=settled.ahead
+        )
 
 
 def _held(end: DeliveryRow | None) -> int | None:

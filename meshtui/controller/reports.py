@@ -111,6 +111,7 @@ class PushReport:
     delivered: list[PairOutcome]
     withdrawn: list[PairOutcome]
     behind: dict[str, str]  # pair -> reason
+    ahead: dict[str, str] = field(default_factory=dict)  # pair -> ends ahead, what became of it
 
     @property
     def ok(self) -> bool:

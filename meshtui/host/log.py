@@ -39,8 +39,11 @@ def request(kind: str, status: int, answer: Mapping[str, str], seconds: float) -
         say(f"{kind}: ok ({took})")
         return
     try:
-        body = json.loads(crypto.unb64(answer["body"], "body"))
-        why = str(body["payload"]["error"])[:400]
+        if "error" in answer:  # refused before anyone was known: not signed
+            why = str(answer["error"])[:400]
+        else:
+            body = json.loads(crypto.unb64(answer["body"], "body"))
+            why = str(body["payload"]["error"])[:400]
     except (KeyError, TypeError, ValueError, CryptoError):
         why = "refused"
     say(f"{kind}: {status} {why} ({took})")
