@@ -140,7 +140,7 @@ def _pair_state(row: StatusRow, probed: bool) -> tuple[State, str, bool]:
     if pr_gen != want:
         if verdict == "unknown" and not pr_gen:  # the probe never ran
             return State.UNKNOWN, f"cannot probe: {why}", False
-        return State.UNKNOWN, f"not probed since generation {want}", False
+        return State.UNKNOWN, f"{NOT_PROBED_SINCE}{want}", False
     loop = " over loopback" if loopback else ""
     if verdict == Verdict.ACCEPTED and used_password != 0:
         return State.WORKING, f"logged in from {client_addr or 'consumer'}{loop}", False
@@ -160,6 +160,10 @@ def _refusal_code(why: str | None) -> str:
     authentication failed (28P01)", "AUTH refused (WRONGPASS)"); "refused" when it named none."""
     found = _CODE.search(why or "")
     return found.group(1) if found else "refused"
+
+
+NOT_PROBED_SINCE = "not probed since generation "
+"""A pair just rotated, waiting for its first probe: routine, not a change to alert about."""
 
 
 def _plain(row: StatusRow) -> tuple[State, str] | None:

@@ -26,7 +26,7 @@ from meshtui.errors import (
     OffClockError,
 )
 from meshtui.host import checks as checks_mod
-from meshtui.host import files
+from meshtui.host import files, log
 from meshtui.host import probe as probe_mod
 from meshtui.host.anchor import AuditAnchor, is_nonce
 from meshtui.host.deliver import Deliveries
@@ -160,7 +160,9 @@ class Agent:
         provider's holdings, a cache; the digest of the manifest just written, for the next
         delta), to be called once the answer is sent; None when nothing is left to do."""
         kept: list[bool] = []
-        status, answer = self._answer(envelope, kept)
+        started, kinds = time.monotonic(), list[str]()
+        status, answer = self._answer(envelope, kept, kinds)
+        log.request(kinds[0] if kinds else "?", status, answer, time.monotonic() - started)
         later = kept or self.holdings.unwritten or self.deliveries.serials.unsettled
         return status, answer, self._after_answer if later else None
 
@@ -171,7 +173,9 @@ class Agent:
             self.holdings.persist()
         self.deliveries.serials.settle()  # the next delta's base digest, off its path
 
-    def _answer(self, envelope: object, kept: list[bool]) -> tuple[int, dict[str, str]]:
+    def _answer(
+        self, envelope: object, kept: list[bool], kinds: list[str]
+    ) -> tuple[int, dict[str, str]]:
         me = self.identity.name
         try:
             msg = wire.open_envelope(
@@ -190,6 +194,7 @@ class Agent:
             self.accepted.take(msg.seq)  # durably recorded below, before anything is done
         except EnvelopeError as exc:  # signed by the controller, but used: quote its nonce
             return 403, self._reply("error", {"error": str(exc)}, msg.nonce)
+        kinds.append(msg.kind)
         route = self._routes.get(msg.kind)
         if route is None:
             return 400, self._reply("error", {"error": f"unknown kind {msg.kind!r}"}, msg.nonce)
@@ -327,6 +332,10 @@ class Agent:
                     res["removed"] = files.remove_credential(path)
                 except HostFileError as exc:
                     res["error"] = str(exc)
+            held = self.holdings.get(End.CONSUMER, pair)
+            if held is not None and "connection" in held and "connection_digest" in held:
+                # and the connection file it wrote beside (only while it holds what was written)
+                files.remove_written(Path(held["connection"]), held["connection_digest"])
             self.holdings.update(End.CONSUMER, {pair: None})
             results.append(res)
         return {"consumer": results}

@@ -80,8 +80,7 @@ def consumer(item: CheckConsumer) -> Found:
             finding(
                 "folder",
                 item["pair"],
-                f"credential folder {folder} does not exist (push would create it root:root "
-                "0755)",
+                f"credential folder {folder} does not exist (push would create it root:root 0755)",
                 f"install -d -o root -g {item['group'] or 'root'} -m 0750 {folder}",
             )
         )

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from meshtui import crypto
 from meshtui.errors import CryptoError, HostFileError
-from meshtui.host import files
+from meshtui.host import files, log
 from meshtui.host.guard import Accepted, Record
 from meshtui.host.holdings import Held, Holdings
 from meshtui.host.identity import Identity
@@ -35,7 +35,7 @@ from meshtui.messages import (
     ProviderOutcome,
     ProviderSet,
 )
-from meshtui.model import APPLIED, NAME_RE, End, OutcomeName, split_pair_id
+from meshtui.model import APPLIED, NAME_RE, SUCCESS, End, OutcomeName, split_pair_id
 from meshtui.terminal import shown
 
 RELOAD_TIMEOUT_S = 30.0
@@ -224,6 +224,8 @@ class Deliveries:
         out["ok"], out["digest"] = True, digest
         if item["reload"]:
             out["reload"] = run_reload(item["reload"])
+            if out["reload"] != "ok":
+                log.say(f"{pair}: reload {' '.join(item['reload'])} {out['reload']}")
         return out
 
     def _forget_moved(self, pair: str, now: Held) -> None:
@@ -293,6 +295,11 @@ class Deliveries:
         out["ok"] = report["ok"] and "error" not in report
         if "error" in report:
             out["error"] = report["error"]
+        if not out["ok"]:
+            failed = [f"{o['login']}: {o['outcome']} {o['reason']}" for o in report["outcomes"]
+                      if o["outcome"] not in SUCCESS][:5]  # fmt: skip
+            said = "; ".join(([report["error"]] if "error" in report else []) + failed)
+            log.say(f"{provider} {provision_name}: provisioner not ok: {said}")
         self._record_provider(spec, out)
         return out
 
