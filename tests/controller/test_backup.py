@@ -204,3 +204,47 @@ def test_backup_while_another_process_commits_is_consistent(mesh: Mesh) -> None:
     res = mesh.run("--state", fresh, "audit", "--verify", "--json")
     assert res.code == 0, res.out
     assert len(json.loads(res.out)["events"]) == held + 1
+
+
+def test_on_a_terminal_the_passphrase_is_asked_without_echo(mesh: Mesh) -> None:
+    """No --passphrase-file: asked twice on the terminal (backup), once (restore), never shown."""
+    import pty
+    import sys
+    import time
+
+    declared(mesh)
+
+    def on_terminal(*args: str | Path, answers: list[str]) -> tuple[int, str]:
+        pid, fd = pty.fork()
+        if pid == 0:  # the child: the real CLI with the pty as its terminal
+            os.execv(sys.executable, [sys.executable, "-m", "meshtui.cli", *map(str, args)])
+        seen = b""
+        for answer in answers:
+            deadline = time.monotonic() + 60
+            while b": " not in seen.rsplit(b"\n", 1)[-1] and time.monotonic() < deadline:
+                seen += os.read(fd, 1024)
+            os.write(fd, answer.encode() + b"\n")
+            seen += os.read(fd, 1024)
+        while True:
+            try:
+                chunk = os.read(fd, 1024)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+        return os.waitstatus_to_exitcode(status), seen.decode(errors="replace")
+
+    target = mesh.root / "asked.backup"
+    code, shown = on_terminal(
+        "--state", mesh.state, "backup", target, answers=[PASSPHRASE, PASSPHRASE]
+    )
+    assert code == 0, shown
+    assert "backup passphrase:" in shown and PASSPHRASE not in shown
+    code, shown = on_terminal(
+        "--state", mesh.root / "fresh", "restore", target, answers=[PASSPHRASE]
+    )
+    assert code == 0, shown
+    assert PASSPHRASE not in shown and "restored into" in shown
