@@ -142,6 +142,15 @@ class EnvelopeError(WireError):
     """A signed envelope was refused: wrong key, stale, replayed or for another node."""
 
 
+class OffClockError(EnvelopeError):
+    """An envelope signed by the right key whose time is off this clock. It was authenticated,
+    so an answer may quote its ``nonce`` (any other refusal is answered unsigned)."""
+
+    def __init__(self, text: str, nonce: str) -> None:
+        super().__init__(text)
+        self.nonce = nonce
+
+
 class MessageError(WireError):
     """A request or answer payload does not have its kind's shape; names the field's path."""
 

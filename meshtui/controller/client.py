@@ -45,6 +45,10 @@ UNSIGNED_REFUSALS = {
     503: "the agent is busy with other requests; try again",
     408: "the agent did not receive the whole request in time",
     400: "the agent could not read the request",
+    403: (
+        "refused, unsigned: the agent could not verify the request (the controller's key not "
+        "pinned on the node, its clock far off, or the request changed on the way)"
+    ),
 }
 """What an unsigned refusal (before the agent knew who asked) means, by HTTP status."""
 
@@ -235,11 +239,15 @@ class AgentClient:
                 verify_key=self._verify_key,
                 sender=self.name,
                 to=wire.CONTROLLER,
-                reply_to=None if resp.status_code == 403 else nonce,
+                reply_to=nonce,  # an answer, a refusal included, counts only for this request
             )
         except EnvelopeError as exc:
             if resp.status_code != 200 and "off this clock" not in str(exc):  # say clock skew
-                why = UNSIGNED_REFUSALS.get(resp.status_code, "agent refused the request")
+                # not the node's word about this request (unsigned, or signed for another):
+                # its text is not shown as the node's reason
+                why = UNSIGNED_REFUSALS.get(
+                    resp.status_code, "refused, unsigned (the agent could not tell who asked)"
+                )
                 raise AgentError(self.name, f"{why} (HTTP {resp.status_code})") from exc
             raise AgentError(
                 self.name, f"answer not trusted: {exc} (is this the right agent?)"

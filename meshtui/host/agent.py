@@ -18,7 +18,13 @@ from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
 from meshtui import crypto, messages, wire
-from meshtui.errors import EnvelopeError, HostFileError, MeshtuiError, MessageError
+from meshtui.errors import (
+    EnvelopeError,
+    HostFileError,
+    MeshtuiError,
+    MessageError,
+    OffClockError,
+)
 from meshtui.host import checks as checks_mod
 from meshtui.host import files
 from meshtui.host import probe as probe_mod
@@ -174,12 +180,16 @@ class Agent:
                 sender=wire.CONTROLLER,
                 to=me,
             )
+        except OffClockError as exc:  # signed by the controller, but off this clock
+            return 403, self._reply("error", {"error": str(exc)}, exc.nonce)
         except EnvelopeError as exc:
-            return 403, self._reply("error", {"error": str(exc)}, None)
+            # unsigned: nobody is known yet, and the node's signature must never cover an
+            # answer to whoever asked (an on-path attacker would relay it as the node's word)
+            return 403, {"error": str(exc)}
         try:
             self.accepted.take(msg.seq)  # durably recorded below, before anything is done
-        except EnvelopeError as exc:
-            return 403, self._reply("error", {"error": str(exc)}, None)
+        except EnvelopeError as exc:  # signed by the controller, but used: quote its nonce
+            return 403, self._reply("error", {"error": str(exc)}, msg.nonce)
         route = self._routes.get(msg.kind)
         if route is None:
             return 400, self._reply("error", {"error": f"unknown kind {msg.kind!r}"}, msg.nonce)

@@ -24,6 +24,7 @@ from meshtui.host.paths import StateFolder, node_path
 from meshtui.host.prepared import PREPARED_LIMIT, Prepared
 from meshtui.host.provision import Provisioner, provision
 from meshtui.messages import (
+    ConnectionItem,
     ConsumerItem,
     ConsumerOutcome,
     DeliverAnswer,
@@ -199,7 +200,7 @@ class Deliveries:
             if prepared is not None:
                 prepared.close()
         out["written_at"] = time.time()
-        held[pair] = {
+        record: Held = {
             "generation": gen,
             "digest": digest,
             "file": str(path),
@@ -207,10 +208,45 @@ class Deliveries:
             "group": want.group,
             "mode": want.mode,
         }
+        if "connection" in item:
+            try:  # what the app needs besides the password, with the credential's access
+                record["connection"], record["connection_digest"] = self._connection(
+                    item["connection"], want
+                )
+            except (ValueError, HostFileError) as exc:
+                out["error"] = f"{where}: connection file: {exc}"
+                return out
+            except OSError as exc:
+                out["error"] = f"{where}: cannot write {item['connection']['file']}: {exc.strerror}"
+                return out
+        self._forget_moved(pair, record)
+        held[pair] = record
         out["ok"], out["digest"] = True, digest
         if item["reload"]:
             out["reload"] = run_reload(item["reload"])
         return out
+
+    def _forget_moved(self, pair: str, now: Held) -> None:
+        """The files this agent wrote for ``pair`` at paths the declaration moved away from
+        are removed (only while they hold what it wrote): no live credential stays behind."""
+        before = self.holdings.get(End.CONSUMER, pair)
+        if before is None:
+            return
+        for path_key, digest_key in (("file", "digest"), ("connection", "connection_digest")):
+            old, digest = before.get(path_key), before.get(digest_key)
+            if isinstance(old, str) and isinstance(digest, str) and old != now.get(path_key):
+                files.remove_written(Path(old), digest)
+
+    def _connection(self, conn: ConnectionItem, want: files.FileAccess) -> tuple[str, str]:
+        """Write a consumer's connection file (no secret in it) as its credential file is
+        written: by descriptor, owner, group and mode set before it appears, only when its
+        text changed. Its path and the digest of its text, for the held record."""
+        path = node_path(conn["file"], "connection file")
+        self.state.refuse_inside(path.parent, "connection file")
+        text = conn["text"].encode("utf-8")
+        digest = crypto.secret_digest(text)
+        files.write_credential(path, want, digest, lambda: text)
+        return str(path), digest
 
     # ---- the provider end ------------------------------------------------------------------
     def _provider(self, spec: ProviderSet) -> ProviderOutcome:

@@ -93,7 +93,7 @@ def test_systemd_analyze_verify(unit: Path, tmp_path: Path) -> None:
     meshtui = Path(sys.executable).with_name("meshtui")
     name = unit.name.replace("@.", "@lab.")
     copy = tmp_path / name
-    copy.write_text(unit.read_text().replace("/usr/local/bin/meshtui", str(meshtui)))
+    copy.write_text(unit.read_text().replace("/opt/meshtui/bin/meshtui", str(meshtui)))
     done = subprocess.run(
         ["systemd-analyze", "verify", "--man=no", str(copy)],
         capture_output=True,

@@ -19,9 +19,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from meshtui.lab.postgres import Cluster
 
 import meshtui
+from meshtui.kinds.postgres.lab import Cluster
 from tests.security.fix_users import Attacker
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (a second real user)")
