@@ -248,3 +248,21 @@ def test_on_a_terminal_the_passphrase_is_asked_without_echo(mesh: Mesh) -> None:
     )
     assert code == 0, shown
     assert PASSPHRASE not in shown and "restored into" in shown
+
+
+def test_a_backup_naming_a_path_is_refused_and_nothing_is_written(mesh: Mesh) -> None:
+    """Made by someone who knows the passphrase, a payload naming ``../x`` writes nowhere."""
+    from meshtui.controller.backup import KdfParams, Payload, open_file, seal
+
+    declared(mesh)
+    good, pw = mesh.root / "b", secret_file(mesh.root)
+    assert mesh.cli("backup", good, "--passphrase-file", pw).code == 0
+    payload, _ = open_file(good, PASSPHRASE.encode())
+    files = {**payload.files, "../escaped": crypto.b64(b"x")}
+    forged = Payload(payload.format, payload.taken_at, payload.inventory, files, payload.held)
+    bad = mesh.root / "forged"
+    bad.write_bytes(seal(forged, PASSPHRASE.encode(), KdfParams(1, 8 * 2**20)))
+    fresh = mesh.root / "deep" / "fresh"
+    res = mesh.run("--state", fresh, "restore", bad, "--passphrase-file", pw)
+    assert res.code == 2 and "../escaped" in res.err
+    assert not fresh.exists() and not (mesh.root / "deep" / "escaped").exists()
