@@ -179,18 +179,21 @@ def refusal(node: str, row: NodeRow, exc: AgentError) -> Problem:
 
 
 def pinned_elsewhere(ctl: Controller, node: str, row: NodeRow, exc: AgentError) -> Problem:
-    """:func:`refusal`; for a node refusing this controller's key, the key it pins instead
-    (read without a key) and the act on the node that changes it (``meshtui host rekey``)."""
+    """:func:`refusal`; for a node that refused this controller's signature, the controller key
+    it pins (read without a key, answered signed by the node): when it is another key, the
+    problem is that pin, and the act on the node that changes it (``meshtui host rekey``)."""
     found = refusal(node, row, exc)
-    if "not signed by controller" not in exc.reason:
+    if not any(w in exc.reason for w in ("not signed by controller", "refused, unsigned")):
         return found
     from meshtui.controller.client import read_anchor_answer
 
     ours = ctl.keys().public().fingerprint()
     try:
-        pinned = read_anchor_answer(row).controller or "another key"
+        pinned = read_anchor_answer(row).controller
     except AgentError:
-        pinned = "another key"
+        return found
+    if pinned is None or pinned == ours:
+        return found  # the same key: the clock, or the request changed on the way
     return Problem(
         node,
         "key",
