@@ -197,6 +197,7 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
             for r in rows
             if r.withdrawn and r.state is State.STALE and not r.alarm
         }
+        behind_now.update(settled.unknown)  # held by nodes, unknown here: not in agreement
         for node, why in unreachable.items():
             for r in rows:
                 if node in (r.consumer_node, r.provider_node) and not r.withdrawn:
