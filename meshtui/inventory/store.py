@@ -515,7 +515,7 @@ class Inventory:
         """A consistent image of the whole file (SQLite's online backup, safe while another
         process writes) and what it holds: what ``meshtui backup`` saves."""
         with self.lock, self._reading():
-            return image_mod.take(self._db.conn)
+            return image_mod.take(self._db.conn, self.path)
 
     def nodes(self) -> dict[str, NodeRow]:
         """Every node by name."""

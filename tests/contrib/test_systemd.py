@@ -50,6 +50,10 @@ def test_the_nightly_backup_timer_starts_the_backup() -> None:
     assert "--passphrase-file %d/passphrase" in start and "LoadCredential" in service
     assert "passphrase" not in service.get("Environment", "")
     assert service["Type"] == "oneshot" and service["User"] == "meshtui"
+    # the same program and state folder as the watch it backs up
+    watch = _service(timer.with_name("meshtui-watch.service"))
+    assert start.split()[0] == watch["ExecStart"].split()[0] == "/opt/meshtui/bin/meshtui"
+    assert service["Environment"] == watch["Environment"]
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
@@ -57,7 +61,7 @@ def test_systemd_analyze_verify_the_timer(tmp_path: Path) -> None:
     meshtui = Path(sys.executable).with_name("meshtui")
     folder = UNITS[0].parent
     for name in ("meshtui-backup.service", "meshtui-backup.timer"):
-        text = (folder / name).read_text().replace("/usr/local/bin/meshtui", str(meshtui))
+        text = (folder / name).read_text().replace("/opt/meshtui/bin/meshtui", str(meshtui))
         (tmp_path / name).write_text(text)
     done = subprocess.run(
         ["systemd-analyze", "verify", "--man=no", str(tmp_path / "meshtui-backup.timer")],
