@@ -472,14 +472,26 @@ class CheckConsumer(TypedDict):
     reload: list[str]
 
 
+class CheckProvision(TypedDict):
+    """One provision of a provider module: its kind and where its manifest and grants go."""
+
+    provision: str
+    kind: str
+    receives: str
+    grants: str
+
+
 class CheckProvider(TypedDict):
-    """A provider module on the node: its admin file and what its provisioner needs."""
+    """A provider module on the node: its admin file and what its provisioner needs, and
+    (for the node's policy) its provisions and its declared provisioner argv."""
 
     provider: str
     admin: str | None
     builtin: bool
     databases: bool
     pin: bool
+    provisions: NotRequired[list[CheckProvision]]
+    provisioner: NotRequired[list[str] | None]
 
 
 class CheckPort(TypedDict):

@@ -3,8 +3,9 @@
 Every declared node is sent one signed ``check`` request (through :meth:`Controller.contact`,
 so read-only refuses) listing what that node must verify itself (:mod:`meshtui.host.checks`):
 its consumers' credential folders, owners, groups and reload commands, its providers' admin
-files and the admin's rights, and a TCP connect from it to each provider port its consumers
-use. Here: the answer must be signed by the declared key, and the node's clock (in its signed
+files and the admin's rights, a TCP connect from it to each provider port its consumers use,
+and whether its own policy allows every declared path, owner, group, kind, admin file and
+command (check ``policy``). Here: the answer must be signed by the declared key, and the node's clock (in its signed
 answer) must agree with this one within the signing window.
 """
 
@@ -36,7 +37,8 @@ class Problem:
     """One problem: on which node, which check, about what, what is wrong, what to do."""
 
     node: str
-    check: str  # key, reach, clock, folder, owner, group, reload, admin-file, admin-rights, port
+    check: str  # key, reach, clock, folder, owner, group, reload, admin-file, admin-rights, port,
+    # policy
     subject: str
     problem: str
     fix: str
@@ -65,6 +67,16 @@ class DoctorReport:
     def ok(self) -> bool:
         """True when nothing needs doing."""
         return not self.problems
+
+    def policy(self) -> DoctorReport:
+        """Only what ``declare --check-nodes`` asks: what each node's policy refuses, and the
+        nodes that could not say (unreachable, wrong key, clock)."""
+        keep = ("policy", "reach", "key", "clock")
+        return DoctorReport(
+            problems=[p for p in self.problems if p.check in keep],
+            nodes=self.nodes,
+            elapsed_ms=self.elapsed_ms,
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The report as plain JSON (``doctor --json``)."""
@@ -118,6 +130,17 @@ def requests(
                     p["provider"] == mid and bool(p["values"].get("database")) for p in live
                 ),
                 "pin": bool(spec.get("pin", False)),
+                "provisions": [
+                    {
+                        "provision": str(o["name"]),
+                        "kind": str(o.get("kind", "postgres")),
+                        "receives": str(spec["receives"][o["name"]]),
+                        "grants": str(spec["grants"][o["name"]]),
+                    }
+                    for o in spec["provides"]
+                    if o["name"] in spec.get("receives", {}) and o["name"] in spec.get("grants", {})
+                ],
+                "provisioner": spec.get("provisioner"),
             }
         )
     return {

@@ -14,13 +14,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from meshtui import crypto
-from meshtui.errors import CryptoError, HostFileError
-from meshtui.host import files
+from meshtui.errors import CryptoError, HostFileError, PolicyRefusal
+from meshtui.host import files, run_as
 from meshtui.host.guard import Accepted, Record
 from meshtui.host.holdings import Held, Holdings
 from meshtui.host.identity import Identity
 from meshtui.host.manifest import Serials, write_provider_files
 from meshtui.host.paths import StateFolder, node_path
+from meshtui.host.policy import Command, ConsumerAsk, Policy, ProviderAsk
 from meshtui.host.prepared import PREPARED_LIMIT, Prepared
 from meshtui.host.provision import Provisioner, provision
 from meshtui.messages import (
@@ -50,8 +51,10 @@ class Deliveries:
         holdings: Holdings,
         accepted: Accepted,
         provisioner: Provisioner,
+        policy: Policy,
     ) -> None:
         self.identity = identity
+        self.policy = policy
         self.holdings = holdings
         self.accepted = accepted
         self.provisioner = provisioner
@@ -109,9 +112,10 @@ class Deliveries:
         return secret
 
     # ---- the consumer end ------------------------------------------------------------------
-    def _consumer_file(self, item: ConsumerItem) -> tuple[Path, str]:
-        """Where ``item``'s credential goes, and the words naming it in errors; ValueError
-        when it is not for this node or not a place the agent writes a credential."""
+    def _consumer_file(self, item: ConsumerItem) -> tuple[Path, str, Command | None]:
+        """Where ``item``'s credential goes, the words naming it in errors, and the reload
+        command the node's policy allows for it; ValueError when it is not for this node or not
+        a place the agent writes a credential, PolicyRefusal when the policy does not allow it."""
         if item["node"] != self.identity.name:
             raise ValueError(
                 f"delivery is for node {item['node']!r}, this is {self.identity.name!r}"
@@ -119,7 +123,12 @@ class Deliveries:
         path = node_path(item["file"], "credential file")
         self.state.refuse_inside(path.parent, "credential file")
         provision_name, consumer, _ = split_pair_id(item["pair"])
-        return path, f"node {self.identity.name}: {consumer} requires {provision_name}"
+        reload = self.policy.consumer(
+            ConsumerAsk(
+                consumer, provision_name, item["file"], item["owner"], item["group"], item["reload"]
+            )
+        )
+        return path, f"node {self.identity.name}: {consumer} requires {provision_name}", reload
 
     def prepare(self, payload: PrepareRequest, record: Record) -> PrepareAnswer:
         """Write each credential ahead, unnamed (:mod:`meshtui.host.prepared`): nothing is held
@@ -149,12 +158,12 @@ class Deliveries:
                 raise ValueError(why)
             if not self.prepared.room(pair):
                 raise ValueError(f"{pair}: not prepared, {PREPARED_LIMIT} are already")
-            path, _ = self._consumer_file(item)
+            path, _, _ = self._consumer_file(item)
             want = files.resolve_access(item["owner"], item["group"], item["mode"])
             unnamed = files.prepare_credential(
                 path, want, lambda: self.unseal(item["sealed"], digest, pair)
             )
-        except (ValueError, HostFileError, CryptoError) as exc:
+        except (ValueError, HostFileError, CryptoError, PolicyRefusal) as exc:
             done["error"] = str(exc)
             return done
         except OSError as exc:
@@ -171,8 +180,8 @@ class Deliveries:
         out: ConsumerOutcome = {"pair": pair, "generation": gen, "ok": False}
         prepared = self.prepared.take(item)
         try:
-            path, where = self._consumer_file(item)
-        except ValueError as exc:
+            path, where, reload = self._consumer_file(item)
+        except (ValueError, PolicyRefusal) as exc:
             if prepared is not None:
                 prepared.close()
             out["error"] = str(exc)
@@ -180,8 +189,15 @@ class Deliveries:
         digest = item["digest"]
         try:
             want = files.resolve_access(item["owner"], item["group"], item["mode"])
+            was = self.holdings.get(End.CONSUMER, pair)
+            held_file = was.get("file") if was is not None else None
             files.write_credential(
-                path, want, digest, lambda: self.unseal(item["sealed"], digest, pair), prepared
+                path,
+                want,
+                digest,
+                lambda: self.unseal(item["sealed"], digest, pair),
+                prepared,
+                ours=lambda data: held_file == str(path) or crypto.is_minted(data),
             )
         except HostFileError as exc:
             out["error"] = f"{where}: {exc}"
@@ -205,8 +221,8 @@ class Deliveries:
             "mode": want.mode,
         }
         out["ok"], out["digest"] = True, digest
-        if item["reload"]:
-            out["reload"] = run_reload(item["reload"])
+        if reload is not None:
+            out["reload"] = run_reload(reload)
         return out
 
     # ---- the provider end ------------------------------------------------------------------
@@ -235,6 +251,11 @@ class Deliveries:
             out["error"] = f"{provider}: {exc}"
             return out
         try:
+            command = self.policy.provider(provider_ask(spec))
+        except PolicyRefusal as exc:
+            out["error"] = str(exc)
+            return out
+        try:
             written = write_provider_files(spec, manifest, grants, self.unseal, self.serials)
         except HostFileError as exc:
             out["error"] = f"node {self.identity.name}: {provider} {provision_name}: {exc}"
@@ -248,7 +269,9 @@ class Deliveries:
         if written.refused is not None:  # a delta on another base: nothing was written
             out["error"] = out["base_refused"] = f"{provider} {provision_name}: {written.refused}"
             return out
-        report = provision(spec, manifest, self.provisioner, written.logins, written.scoped)
+        report = provision(
+            spec, manifest, self.provisioner, written.logins, written.scoped, command=command
+        )
         out["applied_at"] = time.time()
         out["outcomes"] = report["outcomes"]
         out["ok"] = report["ok"] and "error" not in report
@@ -304,16 +327,26 @@ def _refused_consumer(item: ConsumerItem, why: str) -> ConsumerOutcome:
     }
 
 
-def run_reload(argv: list[str]) -> str:
-    """Run a consumer's reload command (no shell, bounded); a one-line outcome."""
+def provider_ask(spec: ProviderSet) -> ProviderAsk:
+    """What a provider set asks of this node, for its policy."""
+    return ProviderAsk(
+        spec["provider"],
+        spec["provision"],
+        spec.get("kind", "postgres"),
+        spec["receives"],
+        spec["grants"],
+        spec["admin"],
+        spec["provisioner"],
+    )
+
+
+def run_reload(command: Command) -> str:
+    """Run a consumer's reload command as the policy's user (no shell, new session, bounded);
+    a one-line outcome."""
     try:
-        done = subprocess.run(
-            argv,
-            capture_output=True,
-            timeout=RELOAD_TIMEOUT_S,
-            check=False,
-            stdin=subprocess.DEVNULL,
-        )
+        done = run_as.run(command, timeout=RELOAD_TIMEOUT_S)
+    except KeyError as exc:
+        return f"failed: {exc.args[0]}"
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"failed: {type(exc).__name__}"
     return "ok" if done.returncode == 0 else f"failed: exit {done.returncode}"
