@@ -52,8 +52,8 @@ from meshtui.errors import LabError
 from meshtui.host import files, identity
 from meshtui.host import policy as node_policy
 from meshtui.host.deliver import CONSUMER_WRITERS
-from meshtui.lab.postgres import Cluster, create_cluster
-from meshtui.provisioner.scram import VerifiersAhead, scram_verifier
+from meshtui.kinds.postgres.lab import Cluster, create_cluster
+from meshtui.kinds.postgres.scram import VerifiersAhead, scram_verifier
 from tests.fix_agents import Mesh, mesh_policy
 from tests.fix_pg import free_port
 

@@ -49,8 +49,8 @@ from meshtui.host import identity
 from meshtui.host import policy as node_policy
 from meshtui.inventory.rows import DeliveryRow, ProbeRecord
 from meshtui.inventory.store import now
+from meshtui.kinds.postgres.lab import Cluster, create_cluster
 from meshtui.lab.mesh import agent_answers
-from meshtui.lab.postgres import Cluster, create_cluster
 from tests.fix_agents import mesh_policy
 from tests.fix_pg import free_port
 

@@ -33,7 +33,7 @@ from meshtui.errors import LabError
 from meshtui.host import identity
 from meshtui.host import policy as node_policy
 from meshtui.inventory import now
-from meshtui.lab.postgres import Cluster, create_cluster
+from meshtui.kinds.postgres.lab import Cluster, create_cluster
 from tests.fix_agents import Mesh, mesh_policy, write_declaration
 from tests.fix_pg import free_port
 

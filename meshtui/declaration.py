@@ -14,15 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from meshtui import crypto
-from meshtui.errors import DeclarationError, KeyFileError
+from meshtui.errors import DeclarationError, KeyFileError, UnknownKindError
+from meshtui.kinds import registry
+from meshtui.kinds.kind import Kind, ValuesError
 from meshtui.model import (
     ACCOUNT_RE,
     BUILTIN_POSTGRES,
+    CONNECTION_FORMATS,
     DEFAULT_MODE,
-    KINDS,
     NAME_RE,
-    POSTGRES,
-    REDIS,
+    ConnectionFile,
     Declaration,
     Module,
     Node,
@@ -37,11 +38,21 @@ from meshtui.model import (
     plain_address,
 )
 from meshtui.naming import derive_login
-from meshtui.redis_acl import ValuesError, rules_for
 
 NODE_KEYS = {"address", "agent", "keys"}
 MODULE_KEYS = {"provides", "requires", "receives", "grants", "admin", "provisioner", "pin"}
-REQUIRE_KEYS = {"name", "values", "file", "reload", "from", "owner", "group", "mode"}
+REQUIRE_KEYS = {
+    "name",
+    "values",
+    "file",
+    "reload",
+    "from",
+    "owner",
+    "group",
+    "mode",
+    "connection",
+}
+CONNECTION_KEYS = {"file", "format", "ca"}
 PROVIDE_KEYS = {"name", "port", "kind", "ca", "tls"}
 POLICY_KEYS = {"rotate_every", "probe_every"}
 """Allowed in [policy], on a provider module (all its pairs) and on a requires entry."""
@@ -115,6 +126,25 @@ def load(path: Path | str) -> Declaration:
     return parse(text, path)
 
 
+_AT_LINE = re.compile(r"\(at line (?P<line>\d+), column \d+\)")
+
+
+def _split_inline_table(text: str, exc: tomllib.TOMLDecodeError) -> str:
+    """The fix when the error is an inline table ``{ ... }`` broken over lines (TOML 1.0 allows
+    no line break inside one), else ""."""
+    at = _AT_LINE.search(str(exc))
+    lineno, lines = int(at["line"]) if at else 0, text.splitlines()
+    if not 1 <= lineno <= len(lines):
+        return ""
+    line = lines[lineno - 1].split("#", 1)[0]
+    if line.count("{") > line.count("}"):
+        return (
+            f"line {lineno} opens an inline table {{ ... }} it does not close: TOML allows no "
+            'line break inside one; write it on one line, or as a [[modules."node/module".requires]] table'
+        )
+    return ""
+
+
 def parse(text: str, path: Path) -> Declaration:
     """Resolve declaration ``text`` read from ``path``."""
     r = _Reader(path)
@@ -130,7 +160,7 @@ def parse(text: str, path: Path) -> Declaration:
                 f"declared twice {twice['where']}",
                 "each node and module is one table: merge the two, or rename one",
             ) from exc
-        raise r.fail("", f"not valid TOML: {exc}") from exc
+        raise r.fail("", f"not valid TOML: {exc}", _split_inline_table(text, exc)) from exc
     r.unknown(data, {"nodes", "modules", "policy"}, "(top level)")
     top = _policy(r, r.table(data.get("policy", {}), "policy"), "policy")
     nodes = {
@@ -293,16 +323,11 @@ def _module(r: _Reader, key: str, spec: Any, nodes: Mapping[str, Node]) -> Modul
             )
     admin = r.path_on_node(spec, "admin", where) if "admin" in spec else None
     if provides and provisioner == (BUILTIN_POSTGRES,) and admin is None:
-        if any(o.kind == REDIS for o in provides):
-            raise r.fail(
-                f"{where}.admin",
-                "the built-in provisioner needs an admin file holding a Redis URL",
-                'set admin = "/path/admin.url" (a 0600 file: rediss://ADMIN:PASSWORD@HOST:PORT)',
-            )
+        kind = registry.kind_of(provides[0].kind)
         raise r.fail(
             f"{where}.admin",
-            "the built-in provisioner needs an admin conninfo file",
-            'set admin = "/path/admin.conninfo" (a 0600 file)',
+            f"the built-in provisioner needs an {kind.admin_word} file",
+            kind.admin_fix,
         )
     pin = spec.get("pin", False)
     if not isinstance(pin, bool):
@@ -321,10 +346,11 @@ def _module(r: _Reader, key: str, spec: Any, nodes: Mapping[str, Node]) -> Modul
             "put the key on its requires entry (one consumer) or in [policy]",
         )
     if len({o.kind for o in provides}) > 1 and provisioner == (BUILTIN_POSTGRES,):
+        first, other = (registry.kind_of(o.kind) for o in _two_kinds(provides))
         raise r.fail(
             f"{where}.provides",
-            "one module provides both PostgreSQL and Redis, but has one admin file",
-            "declare the Redis server as its own module",
+            f"one module provides both {first.title} and {other.title}, but has one admin file",
+            f"declare the {other.title} server as its own module",
         )
     return Module(
         node=node,
@@ -354,6 +380,21 @@ def _paths(r: _Reader, spec: Mapping[str, Any], key: str, where: str) -> dict[st
     return {name: r.path_on_node(table, name, f"{where}.{key}") for name in table}
 
 
+def _kind(r: _Reader, item: Mapping[str, Any], at: str) -> Kind:
+    """The registered kind a ``provides`` entry names (omitted: the default, PostgreSQL)."""
+    try:
+        return registry.kind_of(item.get("kind"))
+    except UnknownKindError as exc:
+        known = " or ".join(f'"{k}"' for k in exc.known)
+        raise r.fail(f"{at}.kind", str(exc), f"write kind = {known}") from None
+
+
+def _two_kinds(provides: tuple[Offer, ...]) -> tuple[Offer, Offer]:
+    """The first offer and the first one of another kind (the module has several kinds)."""
+    first = provides[0]
+    return first, next(o for o in provides if o.kind != first.kind)
+
+
 def _offer(r: _Reader, i: int, item: Any, where: str) -> Offer:
     at = f"{where}.provides[{i}]"
     item = r.table(item, at)
@@ -361,26 +402,25 @@ def _offer(r: _Reader, i: int, item: Any, where: str) -> Offer:
     port = item.get("port")
     if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
         raise r.fail(f"{at}.port", "must be a TCP port number (1-65535)")
-    kind = item.get("kind", POSTGRES)
-    if kind not in KINDS:
-        raise r.fail(
-            f"{at}.kind", f"{kind!r} is not a provider kind", 'write kind = "postgres" or "redis"'
-        )
+    kind = _kind(r, item, at)
     tls = item.get("tls", True)
     if not isinstance(tls, bool):
         raise r.fail(f"{at}.tls", "must be true or false")
-    if kind != REDIS:
+    if not kind.tls:
         for key in ("ca", "tls"):
             if key in item:
-                raise r.fail(f"{at}.{key}", 'is only for kind = "redis"', f"remove {key}")
+                with_tls = " or ".join(
+                    f'kind = "{k.name}"' for k in registry.KINDS.values() if k.tls
+                )
+                raise r.fail(f"{at}.{key}", f"is only for {with_tls}", f"remove {key}")
     ca = None
-    if kind == REDIS and tls:
+    if kind.tls and tls:
         if "ca" not in item:
             raise r.fail(
                 f"{at}.ca",
-                "a Redis provider with TLS needs the CA that signed its certificate",
+                f"a {kind.title} provider with TLS needs the CA that signed its certificate",
                 'set ca = "/path/on/each/consumer/node/ca.pem", or tls = false for a '
-                "plain-text Redis (its AUTH then crosses the network readable)",
+                f"plain-text {kind.title} (its logins then cross the network readable)",
             )
         ca = r.path_on_node(item, "ca", at)
     elif "ca" in item:
@@ -388,7 +428,7 @@ def _offer(r: _Reader, i: int, item: Any, where: str) -> Offer:
     return Offer(
         name=r.name(r.string(item, "name", at), f"{at}.name", "provision"),
         port=port,
-        kind=kind,
+        kind=kind.name,
         ca=ca,
         tls=tls,
     )
@@ -431,7 +471,32 @@ def _requirement(r: _Reader, i: int, item: Any, where: str) -> Requirement:
         group=group,
         mode=mode,
         policy=_policy(r, item, at),
+        connection=_connection(r, item, at, file) if "connection" in item else None,
     )
+
+
+def _connection(r: _Reader, item: Mapping[str, Any], at: str, credential: str) -> ConnectionFile:
+    """A ``connection = { file = "...", format = "env" }`` table: where the app's non-secret
+    connection facts go, beside the credential file."""
+    where = f"{at}.connection"
+    table = r.table(item["connection"], where)
+    r.unknown(table, CONNECTION_KEYS, where)
+    file = r.path_on_node(table, "file", where)
+    if file == credential:
+        raise r.fail(
+            f"{where}.file",
+            "is the credential file itself",
+            'name another file beside it, e.g. file = "/etc/gitea/db.env"',
+        )
+    shape = r.string(table, "format", where) if "format" in table else "env"
+    if shape not in CONNECTION_FORMATS:
+        raise r.fail(
+            f"{where}.format",
+            f"{shape!r} is not a connection file format",
+            "write format = " + " or ".join(f'"{f}"' for f in CONNECTION_FORMATS),
+        )
+    ca = r.path_on_node(table, "ca", where) if "ca" in table else None
+    return ConnectionFile(file=file, format=shape, ca=ca)
 
 
 def _account(r: _Reader, item: Mapping[str, Any], key: str, at: str) -> str | None:
@@ -491,11 +556,11 @@ def _pairs(
             provider = _resolve(r, at, module, req, providers, modules)
             offer = next(o for o in provider.provides if o.name == req.name)
             login = derive_login(module.node, module.name)
-            if offer.kind == REDIS:
-                try:
-                    rules_for(login, req.values)
-                except ValuesError as exc:
-                    raise r.fail(f"{at}.values", str(exc), f"{provider.id} is a Redis") from exc
+            kind = registry.kind_of(offer.kind)
+            try:
+                kind.check_values(login, req.values)
+            except ValuesError as exc:
+                raise r.fail(f"{at}.values", str(exc), f"{provider.id} is a {kind.title}") from exc
             owner = logins.get((provider.id, login))
             if owner is not None and owner != module.id:
                 raise r.fail(

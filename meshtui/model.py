@@ -8,19 +8,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from meshtui.kinds.kind import DEFAULT_KIND
+
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}\Z")
 """Node and module names: they become file names, login stems and path parts, so keep them plain."""
 
 BUILTIN_POSTGRES = "builtin:postgres"
 """The built-in provisioner; it reconciles whichever kind the manifest names."""
 
-POSTGRES = "postgres"
-REDIS = "redis"
-KINDS = (POSTGRES, REDIS)
-"""What a provider's software is (``kind`` of a ``provides`` entry); PostgreSQL by default."""
 
 DEFAULT_MODE = "0600"
 """A credential file's mode when its ``requires`` entry names none."""
+
+CONNECTION_FORMATS = ("env", "json", "dsn")
+"""How a connection file may be written: KEY=value lines (libpq's own PG* names for
+PostgreSQL), one JSON object, or one line a client takes whole (a libpq conninfo, a Redis URL)."""
 
 ACCOUNT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}\Z")
 """A user or group name as a declaration may give it for a credential file's owner or group."""
@@ -241,9 +243,19 @@ class Offer:
 
     name: str
     port: int
-    kind: str = POSTGRES
+    kind: str = DEFAULT_KIND  # a registered kind's name (meshtui.kinds.registry)
     ca: str | None = None
     tls: bool = True
+
+
+@dataclass(frozen=True)
+class ConnectionFile:
+    """Where a consumer's non-secret connection facts go (login, host, port, database, CA) and
+    in which of :data:`CONNECTION_FORMATS`; written beside the credential with its access."""
+
+    file: str
+    format: str
+    ca: str | None = None  # the CA the app verifies the server with (Redis: the provider's)
 
 
 @dataclass(frozen=True)
@@ -259,6 +271,7 @@ class Requirement:
     group: str | None = None  # its group (None: the agent's group)
     mode: str = DEFAULT_MODE  # its mode, as declared ("0640")
     policy: PolicySettings = field(default_factory=lambda: PolicySettings())
+    connection: ConnectionFile | None = None  # login, host, port... for the app, no secret
 
 
 @dataclass(frozen=True)
@@ -370,7 +383,7 @@ class PairStatus:
     created_at: str
     alarm: bool = False
     latency_ms: float | None = None
-    kind: str = POSTGRES  # the provider's software (its provides entry's kind)
+    kind: str = DEFAULT_KIND  # the provider's software (its provides entry's kind)
 
     @property
     def consumer_node(self) -> str:

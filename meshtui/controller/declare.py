@@ -21,7 +21,8 @@ from meshtui.inventory.rows import (
     PairRecord,
     PolicyRecord,
 )
-from meshtui.model import POSTGRES, Declaration, Node, Offer, Pair
+from meshtui.kinds import registry
+from meshtui.model import Declaration, Node, Offer, Pair, Requirement
 
 _sorted_json = json.JSONEncoder(sort_keys=True).encode
 """``json.dumps(x, sort_keys=True)`` without building an encoder per call (10,000 pairs)."""
@@ -118,10 +119,21 @@ def _differs(old: Mapping[str, object], new: Mapping[str, object], keys: Iterabl
 
 
 def _offer_spec(o: Offer) -> dict[str, object]:
-    """A provides entry as stored; PostgreSQL's stays {name, port} (older specs unchanged)."""
+    """A provides entry as stored; the default kind's stays {name, port} (older specs unchanged)."""
     spec: dict[str, object] = {"name": o.name, "port": o.port}
-    if o.kind != POSTGRES:
+    if registry.stored_name(o.kind) is not None:
         spec.update(kind=o.kind, ca=o.ca, tls=o.tls)
+    return spec
+
+
+def _need_spec(r: Requirement) -> dict[str, object]:
+    """A requires entry as stored; ``connection`` only when declared (older specs unchanged)."""
+    spec: dict[str, object] = {"name": r.name, "file": r.file}
+    if r.connection is not None:
+        connection = {"file": r.connection.file, "format": r.connection.format}
+        if r.connection.ca is not None:
+            connection["ca"] = r.connection.ca
+        spec["connection"] = connection
     return spec
 
 
@@ -133,7 +145,7 @@ def _module_spec(decl: Declaration, module_id: str) -> str:
         "grants": dict(m.grants),
         "admin": m.admin,
         "provisioner": list(m.provisioner),
-        "requires": [{"name": r.name, "file": r.file} for r in m.requires],
+        "requires": [_need_spec(r) for r in m.requires],
         **({"pin": True} if m.pin else {}),  # absent when false: older specs stay equal
     }
     return _sorted_json(spec)

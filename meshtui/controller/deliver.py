@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, TypeVar
 
 from meshtui import crypto, messages
+from meshtui.connection import render
 from meshtui.controller.client import (
     DELIVER_TIMEOUT_S,
     Agents,
@@ -25,6 +26,7 @@ from meshtui.controller.client import (
     by_pair,
     missing_reason,
 )
+from meshtui.controller.status import NOT_AS_DECLARED
 from meshtui.errors import AgentError, InventoryError
 from meshtui.inventory import Inventory, Transaction, now
 from meshtui.inventory.rows import (
@@ -37,7 +39,10 @@ from meshtui.inventory.rows import (
     ProbeRecord,
     Provision,
 )
+from meshtui.kinds import registry
+from meshtui.kinds.kind import ConnectionFacts
 from meshtui.messages import (
+    ConnectionItem,
     ConsumerItem,
     DeliverAnswer,
     DeliverRequest,
@@ -50,6 +55,15 @@ from meshtui.messages import (
     Target,
 )
 from meshtui.model import APPLIED, End, node_of
+
+RELOAD_FAILED = "reload failed"
+"""How a consumer end whose file was written but whose reload command failed is recorded."""
+PIN_FAILED = "pin failed"
+"""How a provider end whose login was applied but not confined in pg_hba.conf is recorded."""
+PIN_OUTCOME = "pg_hba.conf"
+"""The name the built-in provisioner reports its pg_hba.conf block's outcome under."""
+KEPT_FAILURES = (RELOAD_FAILED, PIN_FAILED, NOT_AS_DECLARED)
+"""An end's failure that holding the right credential does not clear: push delivers again."""
 
 FEW = 32
 """Up to this many pairs, recording answers reads those pairs' rows one by one."""
@@ -107,11 +121,6 @@ def _provision(pair: PairRow) -> Provision:
     return (pair["provider"], pair["provision"])
 
 
-def _dbname(pair: PairRow) -> str:
-    values = pair["values"]
-    return str(values.get("database") or "postgres")
-
-
 def offer_of(pair: PairRow, modules: Mapping[str, ModuleRow] | None) -> OfferSpec | None:
     """The provider's ``provides`` entry for ``pair`` as stored (None when unknown)."""
     module = (modules or {}).get(pair["provider"])
@@ -125,16 +134,16 @@ def target_of(
     pair: PairRow, nodes: Mapping[str, NodeRow], modules: Mapping[str, ModuleRow] | None = None
 ) -> Target:
     """Where a probe of ``pair`` logs in: the provider node's private address, port and kind."""
+    offer = offer_of(pair, modules)
+    kind = registry.kind_of(offer.get("kind") if offer is not None else None)
     target: Target = {
         "host": nodes[node_of(pair["provider"])]["address"],
         "port": pair["port"],
         "login": pair["login"],
-        "dbname": _dbname(pair),
+        "dbname": kind.dbname(pair["values"]),
     }
-    offer = offer_of(pair, modules)
-    kind = offer.get("kind", "postgres") if offer is not None else "postgres"
-    if offer is not None and kind != "postgres":
-        target["kind"], target["ca"] = str(kind), offer.get("ca")
+    if offer is not None and registry.stored_name(kind.name) is not None:
+        target["kind"], target["ca"] = kind.name, offer.get("ca")
         target["tls"] = bool(offer.get("tls", True))
     return target
 
@@ -174,7 +183,10 @@ class Planner:
             self.minted = inv.minted()
         else:
             self.pairs = {p["id"]: p for p in inv.pairs(self._focus)}
-            self.modules = inv.modules({p["provider"] for p in self.pairs.values()})
+            self.modules = inv.modules(  # consumers too: their requires name connection files
+                {p["provider"] for p in self.pairs.values()}
+                | {p["consumer"] for p in self.pairs.values()}
+            )
             self.minted = inv.minted(self.pairs)
             self._read_providers = set()
         self.expected_bases: dict[Provision, str] = {}
@@ -287,7 +299,7 @@ class Planner:
             "pin": bool(spec.get("pin", False)),
             "consumers": consumers,
         }
-        if kind is not None and kind != "postgres":
+        if kind is not None and registry.stored_name(kind) is not None:
             delivery["kind"] = kind
         return delivery
 
@@ -377,7 +389,42 @@ class Planner:
                     )
                 )
             )
+            connection = self.connection(pid)
+            if connection is not None:
+                out[node][-1]["connection"] = connection
         return out
+
+    def connection(self, pid: str) -> ConnectionItem | None:
+        """The connection file a pair's ``requires`` entry declares, with its text (the
+        provider's kind says what it holds), or None when it declares none."""
+        p = self.pairs[pid]
+        consumer = self.modules.get(p["consumer"])
+        need = next(
+            (
+                n
+                for n in (consumer["spec"]["requires"] if consumer else [])
+                if n["name"] == p["provision"] and n["file"] == p["file"]
+            ),
+            None,
+        )
+        if need is None or "connection" not in need:
+            return None
+        spec = need["connection"]
+        target = target_of(p, self.nodes, self.modules)
+        kind = registry.kind_of(target.get("kind"))
+        if kind.connection is None:
+            return None
+        facts = ConnectionFacts(
+            login=p["login"],
+            host=target["host"],
+            port=target["port"],
+            values=p["values"],
+            ca=spec.get("ca") or target.get("ca"),
+            tls=bool(target.get("tls", kind.tls)),
+            password_file=p["file"],
+        )
+        text = render(kind.connection(facts), spec["format"]).decode("utf-8")
+        return ConnectionItem(file=spec["file"], text=text)
 
 
 def record_end(
@@ -487,13 +534,21 @@ def send_providers(
                     )
                     for c in spec["consumers"]
                 )
+            pin = outcomes.get(PIN_OUTCOME)
+            unpinned = (
+                f"{PIN_FAILED}: {pin['reason']}"
+                if pin is not None and pin["outcome"] not in APPLIED
+                else None
+            )
             for c in spec["consumers"]:
                 pid = c["pair"]
                 o = outcomes.get(c["as"])
                 if got is not None and o is not None and o["outcome"] in APPLIED:
                     result.provider_ok[pid] = True
                     result.applied_at[pid] = float(got.get("applied_at", 0.0))
-                    rows.append((pid, End.PROVIDER, c["generation"], c["digest"], None))
+                    if unpinned is not None:  # the password is set; the login is not confined
+                        result.fail(pid, f"provider {spec['provider']}: {unpinned}")
+                    rows.append((pid, End.PROVIDER, c["generation"], c["digest"], unpinned))
                     continue
                 said = f"{o['outcome']} {o['reason']}".strip() if o else "no outcome"
                 default = "agent did not answer for this manifest" if got is None else None
@@ -603,6 +658,8 @@ def send_consumers(
                 result.written_at[pid] = float(g.get("written_at", 0.0))
                 reload = g.get("reload")
                 err = f"reload {reload}" if reload and reload != "ok" else None
+                if err is not None:  # the file holds it, but the app did not take it up
+                    result.fail(pid, f"consumer {node}: {err}")
                 rows.append((pid, End.CONSUMER, item["generation"], item["digest"], err))
             else:
                 reason = missing_reason(answer, g, "agent did not answer for this pair")
@@ -651,10 +708,15 @@ def held_generations(inv: Inventory, holdings: Mapping[str, list[Holding]]) -> N
                 and key in reported
                 and reported[key] != want[column]
             ]
-            if present and moved:
-                present, why = False, f"declared {', '.join(moved)} changed; push writes it again"
             old = current.get((h["pair"], h["end"]))
+            if present and moved:  # still on disk and working: held, but push writes it again
+                why = f"{NOT_AS_DECLARED} ({', '.join(moved)} changed); push writes it again"
+                if old is None or old["generation"] != gen or old["error"] != why:
+                    rows.append((h["pair"], End(h["end"]), gen, h["digest"], why))
+                continue
             old_gen, old_error = (old["generation"], old["error"]) if old else (None, None)
+            if present and old_gen == gen and str(old_error or "").startswith(KEPT_FAILURES):
+                continue  # holding it says nothing of the reload or the pin: push tries again
             if present and (old_gen != gen or old_error):
                 rows.append((h["pair"], End(h["end"]), gen, h["digest"], None))
             elif not present and (old_gen or old_error != why):

@@ -20,6 +20,7 @@ from meshtui import messages, wire
 from meshtui.controller.reports import Progress
 from meshtui.errors import AgentError
 from meshtui.inventory.rows import ModuleRow, NodeRow, PairRow
+from meshtui.kinds import registry
 from meshtui.messages import CheckConsumer, CheckProvider, CheckRequest
 from meshtui.model import BUILTIN_POSTGRES, node_of
 
@@ -100,15 +101,19 @@ def requests(
         node = node_of(p["consumer"])
         if node not in consumers:
             continue
-        consumers[node].append(
-            {
-                "pair": p["id"],
-                "file": p["file"],
-                "owner": p.get("file_owner"),
-                "group": p.get("file_group"),
-                "reload": list(p["reload"]),
-            }
-        )
+        end: CheckConsumer = {
+            "pair": p["id"],
+            "file": p["file"],
+            "owner": p.get("file_owner"),
+            "group": p.get("file_group"),
+            "reload": list(p["reload"]),
+        }
+        consumer = modules.get(p["consumer"])
+        for need in consumer["spec"].get("requires", []) if consumer else []:
+            same = need["name"] == p["provision"] and need["file"] == p["file"]
+            if same and "connection" in need:  # where its connection file goes, for the policy
+                end["connection"] = str(need["connection"]["file"])
+        consumers[node].append(end)
         provider_node = nodes.get(node_of(p["provider"]))
         if provider_node is not None:
             where = (str(provider_node["address"]), int(p["port"]))
@@ -119,30 +124,32 @@ def requests(
         spec = m["spec"]
         if not m["declared"] or not spec.get("provides") or m["node"] not in providers:
             continue
-        kinds = {str(o.get("kind", "postgres")) for o in spec["provides"]}
+        kinds = {registry.kind_of(o.get("kind")) for o in spec["provides"]}
         argv = list(spec.get("provisioner") or [BUILTIN_POSTGRES])
-        providers[m["node"]].append(
+        kind = next(iter(kinds)) if len(kinds) == 1 else None
+        item: CheckProvider = {
+            "provider": mid,
+            "admin": spec.get("admin"),
+            "builtin": argv == [BUILTIN_POSTGRES] and kind is not None and kind.doctor is not None,
+            "databases": any(
+                p["provider"] == mid and bool(p["values"].get("database")) for p in live
+            ),
+            "pin": bool(spec.get("pin", False)),
+        }
+        if kind is not None and (name := registry.stored_name(kind.name)) is not None:
+            item["kind"] = name
+        item["provisions"] = [  # for the node's policy: where each manifest and grants go
             {
-                "provider": mid,
-                "admin": spec.get("admin"),
-                "builtin": argv == [BUILTIN_POSTGRES] and kinds == {"postgres"},
-                "databases": any(
-                    p["provider"] == mid and bool(p["values"].get("database")) for p in live
-                ),
-                "pin": bool(spec.get("pin", False)),
-                "provisions": [
-                    {
-                        "provision": str(o["name"]),
-                        "kind": str(o.get("kind", "postgres")),
-                        "receives": str(spec["receives"][o["name"]]),
-                        "grants": str(spec["grants"][o["name"]]),
-                    }
-                    for o in spec["provides"]
-                    if o["name"] in spec.get("receives", {}) and o["name"] in spec.get("grants", {})
-                ],
-                "provisioner": spec.get("provisioner"),
+                "provision": str(o["name"]),
+                "kind": str(o.get("kind") or registry.DEFAULT),
+                "receives": str(spec["receives"][o["name"]]),
+                "grants": str(spec["grants"][o["name"]]),
             }
-        )
+            for o in spec["provides"]
+            if o["name"] in spec.get("receives", {}) and o["name"] in spec.get("grants", {})
+        ]
+        item["provisioner"] = spec.get("provisioner")
+        providers[m["node"]].append(item)
     return {
         n: {
             "consumers": consumers[n],
@@ -182,7 +189,8 @@ def refusal(node: str, row: NodeRow, exc: AgentError) -> Problem:
             "key",
             node,
             f"the agent refuses this controller's key ({why})",
-            f"run meshtui host init on {node} with this controller's controller.pub",
+            f"on {node}: meshtui host rekey --controller controller.pub (see README, "
+            '"If the controller\'s key is lost too")',
         )
     if "unknown kind" in why:
         return Problem(
@@ -194,6 +202,30 @@ def refusal(node: str, row: NodeRow, exc: AgentError) -> Problem:
         node,
         f"the agent does not answer ({why})",
         f"start meshtui host serve on {node}, or fix agent = {row['agent']}",
+    )
+
+
+def pinned_elsewhere(ctl: Controller, node: str, row: NodeRow, exc: AgentError) -> Problem:
+    """:func:`refusal`; for a node refusing this controller's key, the key it pins instead
+    (read without a key) and the act on the node that changes it (``meshtui host rekey``)."""
+    found = refusal(node, row, exc)
+    if "not signed by controller" not in exc.reason:
+        return found
+    from meshtui.controller.client import read_anchor_answer
+
+    ours = ctl.keys().public().fingerprint()
+    try:
+        pinned = read_anchor_answer(row).controller or "another key"
+    except AgentError:
+        pinned = "another key"
+    return Problem(
+        node,
+        "key",
+        node,
+        f"still pins controller key {pinned}, not this controller's {ours}: it refuses every "
+        "request from here (the old key was lost, or this is another controller)",
+        f"on {node}, stop its agent and run: meshtui host rekey --state NODE_STATE "
+        "--controller controller.pub --yes (after checking the fingerprint), then start it",
     )
 
 
@@ -213,7 +245,7 @@ def doctor(ctl: Controller, progress: Progress) -> DoctorReport:
     for node in sorted(answers):
         answer = answers[node]
         if isinstance(answer, AgentError):
-            problems.append(refusal(node, nodes[node], answer))
+            problems.append(pinned_elsewhere(ctl, node, nodes[node], answer))
             checked.append(NodeCheck(node, answered=False))
             continue
         found = answer  # its shape was checked on receipt (client.py)

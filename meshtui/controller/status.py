@@ -12,12 +12,16 @@ from contextlib import contextmanager
 
 from meshtui.inventory import Inventory
 from meshtui.inventory.rows import StatusRow
-from meshtui.model import POSTGRES, End, PairStatus, State, Verdict
+from meshtui.kinds import registry
+from meshtui.model import End, PairStatus, State, Verdict
 
 DRIFT = "changed outside meshtui at "
 """How push records a provider end whose server no longer holds what meshtui delivered."""
 REPAIRED = "re-applied after it was "
 """The prefix of a provider end's note once push re-applied it (not an error)."""
+NOT_AS_DECLARED = "not yet as declared"
+"""A consumer end whose file still holds its generation, but not where or as the declaration
+now says (file, owner, group, mode): push writes it again; it is not "holding nothing"."""
 
 
 def _note(error: str | None) -> str:
@@ -38,7 +42,7 @@ def _end_reason(end: End, generation: int | None, error: str | None, want: int) 
         return f"{end} holds generation {generation}, expected {want}{tail}"
     if error and str(error).startswith(REPAIRED):
         return None  # drift found and re-applied: a note, not a failure
-    if error and str(error).startswith(DRIFT):
+    if error and str(error).startswith((DRIFT, NOT_AS_DECLARED)):
         return f"{end}: {error}"
     if error:  # holds the right generation, but the last attempt failed (or its reload)
         return f"{end}: last delivery failed: {error}"
@@ -227,7 +231,7 @@ def _statuses(inv: Inventory, ids: Iterable[str] | None, limit: int | None) -> l
                 row[7],  # created_at
                 alarm,
                 row[21],  # latency_ms
-                kinds.get((provider, provision), POSTGRES) if kinds else POSTGRES,
+                registry.kind_of((kinds or {}).get((provider, provision))).name,
             )
         )
     return out

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from meshtui import crypto
 from meshtui.errors import CryptoError, HostFileError, PolicyRefusal
-from meshtui.host import files, run_as
+from meshtui.host import commands, files
 from meshtui.host.guard import Accepted, Record
 from meshtui.host.holdings import Held, Holdings
 from meshtui.host.identity import Identity
@@ -24,7 +24,9 @@ from meshtui.host.paths import StateFolder, node_path
 from meshtui.host.policy import Command, ConsumerAsk, Policy, ProviderAsk
 from meshtui.host.prepared import PREPARED_LIMIT, Prepared
 from meshtui.host.provision import Provisioner, provision
+from meshtui.kinds import registry
 from meshtui.messages import (
+    ConnectionItem,
     ConsumerItem,
     ConsumerOutcome,
     DeliverAnswer,
@@ -36,8 +38,12 @@ from meshtui.messages import (
     ProviderSet,
 )
 from meshtui.model import APPLIED, NAME_RE, End, OutcomeName, split_pair_id
+from meshtui.runas import RunAsError
+from meshtui.terminal import shown
 
 RELOAD_TIMEOUT_S = 30.0
+RELOAD_SAID_CHARS = 300
+"""At most this much of a failed reload's last stderr line is reported."""
 CONSUMER_WRITERS = 8
 """Credential files of one delivery written at once (their fsyncs then share commits)."""
 
@@ -123,9 +129,16 @@ class Deliveries:
         path = node_path(item["file"], "credential file")
         self.state.refuse_inside(path.parent, "credential file")
         provision_name, consumer, _ = split_pair_id(item["pair"])
+        connection = item["connection"]["file"] if "connection" in item else None
         reload = self.policy.consumer(
             ConsumerAsk(
-                consumer, provision_name, item["file"], item["owner"], item["group"], item["reload"]
+                consumer,
+                provision_name,
+                item["file"],
+                item["owner"],
+                item["group"],
+                item["reload"],
+                connection,
             )
         )
         return path, f"node {self.identity.name}: {consumer} requires {provision_name}", reload
@@ -212,7 +225,7 @@ class Deliveries:
             if prepared is not None:
                 prepared.close()
         out["written_at"] = time.time()
-        held[pair] = {
+        record: Held = {
             "generation": gen,
             "digest": digest,
             "file": str(path),
@@ -220,10 +233,48 @@ class Deliveries:
             "group": want.group,
             "mode": want.mode,
         }
+        if "connection" in item:
+            try:  # what the app needs besides the password, with the credential's access
+                record["connection"], record["connection_digest"] = self._connection(
+                    item["connection"], want, was.get("connection") if was is not None else None
+                )
+            except (ValueError, HostFileError) as exc:
+                out["error"] = f"{where}: connection file: {exc}"
+                return out
+            except OSError as exc:
+                out["error"] = f"{where}: cannot write {item['connection']['file']}: {exc.strerror}"
+                return out
+        self._forget_moved(pair, record)
+        held[pair] = record
         out["ok"], out["digest"] = True, digest
         if reload is not None:
             out["reload"] = run_reload(reload)
         return out
+
+    def _forget_moved(self, pair: str, now: Held) -> None:
+        """The files this agent wrote for ``pair`` at paths the declaration moved away from
+        are removed (only while they hold what it wrote): no live credential stays behind."""
+        before = self.holdings.get(End.CONSUMER, pair)
+        if before is None:
+            return
+        for path_key, digest_key in (("file", "digest"), ("connection", "connection_digest")):
+            old, digest = before.get(path_key), before.get(digest_key)
+            if isinstance(old, str) and isinstance(digest, str) and old != now.get(path_key):
+                files.remove_written(Path(old), digest)
+
+    def _connection(
+        self, conn: ConnectionItem, want: files.FileAccess, held: str | None
+    ) -> tuple[str, str]:
+        """Write a consumer's connection file (no secret in it) as its credential file is
+        written: by descriptor, owner, group and mode set before it appears, only when its
+        text changed, and over an existing file only when this agent wrote it there (``held``:
+        the connection file it holds for the pair). Its path and the digest of its text."""
+        path = node_path(conn["file"], "connection file")
+        self.state.refuse_inside(path.parent, "connection file")
+        text = conn["text"].encode("utf-8")
+        digest = crypto.secret_digest(text)
+        files.write_credential(path, want, digest, lambda: text, ours=lambda _: held == str(path))
+        return str(path), digest
 
     # ---- the provider end ------------------------------------------------------------------
     def _provider(self, spec: ProviderSet) -> ProviderOutcome:
@@ -332,7 +383,7 @@ def provider_ask(spec: ProviderSet) -> ProviderAsk:
     return ProviderAsk(
         spec["provider"],
         spec["provision"],
-        spec.get("kind", "postgres"),
+        spec.get("kind") or registry.DEFAULT,
         spec["receives"],
         spec["grants"],
         spec["admin"],
@@ -341,12 +392,22 @@ def provider_ask(spec: ProviderSet) -> ProviderAsk:
 
 
 def run_reload(command: Command) -> str:
-    """Run a consumer's reload command as the policy's user (no shell, new session, bounded);
-    a one-line outcome."""
+    """Run a consumer's reload command as the policy's user (no shell, a new session, bounded);
+    a one-line outcome.
+
+    A failure carries the last line the command wrote on stderr (bounded, control characters
+    shown as ``\\xNN``): "failed: exit 1" alone never told an operator why.
+    """
     try:
-        done = run_as.run(command, timeout=RELOAD_TIMEOUT_S)
-    except KeyError as exc:
-        return f"failed: {exc.args[0]}"
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"failed: {type(exc).__name__}"
-    return "ok" if done.returncode == 0 else f"failed: exit {done.returncode}"
+        done = commands.run(command, timeout=RELOAD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return f"failed: no exit within {RELOAD_TIMEOUT_S:.0f} s"
+    except RunAsError as exc:
+        return f"failed: {exc}"
+    except OSError as exc:
+        return f"failed: cannot run {command.argv[0]}: {exc.strerror or type(exc).__name__}"
+    if done.returncode == 0:
+        return "ok"
+    said = [ln.strip() for ln in done.stderr.decode(errors="replace").splitlines() if ln.strip()]
+    tail = f": {shown(said[-1][:RELOAD_SAID_CHARS])}" if said else ""
+    return f"failed: exit {done.returncode}{tail}"

@@ -10,7 +10,7 @@ module, the declaration's key and the entry that would allow it); other ends car
 This module reads the file (:func:`load`), decides (:meth:`Policy.consumer`,
 :meth:`Policy.provider`) and writes the commented deny-by-default one ``meshtui host init``
 leaves (:func:`write_default`). Running an allowed command as its user is
-:mod:`meshtui.host.run_as`'s job.
+:mod:`meshtui.host.commands`'s job.
 """
 
 from __future__ import annotations
@@ -123,6 +123,7 @@ class ConsumerAsk:
     owner: str | None
     group: str | None
     reload: Sequence[str]
+    connection: str | None = None  # its connection file, when the requirement declares one
 
 
 @dataclass(frozen=True)
@@ -197,8 +198,29 @@ class Policy:
                             f"under = {_q(roots[0].under)} in {self.path}",
                         )
                     )
+        if ask.connection is not None:
+            out += self._connection_refusals(where, ask.connection)
         out += self._command_refusals(where, "reload", self.reload, ask.reload, ask.owner)
         return out
+
+    def _connection_refusals(self, where: str, text: str) -> list[PolicyRefusal]:
+        """A connection file goes where a credential file may (no secret in it, but an app
+        reads it: a wrong path must not overwrite another file either)."""
+        try:
+            path = normal(text)
+        except ValueError as exc:
+            return [self._refuse(where, "connection", str(exc), "name an absolute path")]
+        if any(below(path, r.under) for r in self.credentials):
+            return []
+        root = CredentialRoot(os.path.dirname(path))
+        return [
+            self._refuse(
+                where,
+                "connection",
+                f"{path} is not below a folder this node allows for credential files",
+                self._add(root.entry()),
+            )
+        ]
 
     def provider(self, ask: ProviderAsk) -> Command | None:
         """The provisioner command to run (None: the built-in one); PolicyRefusal for the first

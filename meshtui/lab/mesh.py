@@ -15,7 +15,6 @@ import pwd
 import shlex
 import signal
 import socket
-import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,12 +23,15 @@ from typing import Any, BinaryIO
 
 import httpx
 
+from meshtui import runas
 from meshtui.atomic import write_private
 from meshtui.errors import LabError
 from meshtui.host import identity
 from meshtui.host import policy as node_policy
-from meshtui.lab import foreign, netns, postgres, toml_writer
-from meshtui.lab import redis as lab_redis
+from meshtui.kinds import registry
+from meshtui.kinds.postgres import lab as postgres
+from meshtui.kinds.redis import lab as lab_redis
+from meshtui.lab import foreign, netns, toml_writer
 from meshtui.lab.wait import poll
 
 LAB = "lab"
@@ -250,12 +252,12 @@ def _start_agent(lab: Lab, node: str) -> int:
     kwargs: dict[str, Any] = {
         "stdout": log,
         "stderr": log,
-        "stdin": subprocess.DEVNULL,
-        "start_new_session": True,
         "cwd": "/",
     }
-    ns = lab.namespace(node)
-    proc = netns.spawn(ns, argv, **kwargs) if ns else subprocess.Popen(argv, **kwargs)
+    try:  # a session of its own (meshtui.runas), so no terminal of ours stays with it
+        proc = runas.spawn(argv, None, netns=lab.namespace(node) or None, **kwargs)
+    except OSError as exc:
+        raise LabError(f"the agent of {node} could not be started: {exc}") from exc
     log.close()
     return proc.pid
 
@@ -343,6 +345,11 @@ def _write_declaration(
     return path
 
 
+def kind_name(given: object) -> str:
+    """A provides entry's kind by its registered name (absent: the default kind)."""
+    return str(given) if given else registry.DEFAULT
+
+
 def _write_policies(folder: Path, nodes: list[str], tables: list[toml_writer.Table]) -> None:
     """Each node's policy: what the lab's declaration asks of it and no more. Credential files
     and provider files only below the node's own folder in ``srv/``, the kinds and admin files
@@ -357,7 +364,7 @@ def _write_policies(folder: Path, nodes: list[str], tables: list[toml_writer.Tab
                 continue
             offers = body.get("provides")
             if isinstance(offers, list):
-                kinds |= {str(o.get("kind", "postgres")) for o in offers if isinstance(o, Mapping)}
+                kinds |= {kind_name(o.get("kind")) for o in offers if isinstance(o, Mapping)}
             if isinstance(body.get("admin"), str):
                 admin.add(str(body["admin"]))
             argv = body.get("provisioner")
