@@ -3,8 +3,9 @@
 Every declared node is sent one signed ``check`` request (through :meth:`Controller.contact`,
 so read-only refuses) listing what that node must verify itself (:mod:`meshtui.host.checks`):
 its consumers' credential folders, owners, groups and reload commands, its providers' admin
-files and the admin's rights, and a TCP connect from it to each provider port its consumers
-use. Here: the answer must be signed by the declared key, and the node's clock (in its signed
+files and the admin's rights, a TCP connect from it to each provider port its consumers use,
+and whether its own policy allows every declared path, owner, group, kind, admin file and
+command (check ``policy``). Here: the answer must be signed by the declared key, and the node's clock (in its signed
 answer) must agree with this one within the signing window.
 """
 
@@ -37,7 +38,8 @@ class Problem:
     """One problem: on which node, which check, about what, what is wrong, what to do."""
 
     node: str
-    check: str  # key, reach, clock, folder, owner, group, reload, admin-file, admin-rights, port
+    check: str  # key, reach, clock, folder, owner, group, reload, admin-file, admin-rights, port,
+    # policy
     subject: str
     problem: str
     fix: str
@@ -67,6 +69,16 @@ class DoctorReport:
         """True when nothing needs doing."""
         return not self.problems
 
+    def policy(self) -> DoctorReport:
+        """Only what ``declare --check-nodes`` asks: what each node's policy refuses, and the
+        nodes that could not say (unreachable, wrong key, clock)."""
+        keep = ("policy", "reach", "key", "clock")
+        return DoctorReport(
+            problems=[p for p in self.problems if p.check in keep],
+            nodes=self.nodes,
+            elapsed_ms=self.elapsed_ms,
+        )
+
     def to_json(self) -> dict[str, Any]:
         """The report as plain JSON (``doctor --json``)."""
         return {
@@ -89,15 +101,19 @@ def requests(
         node = node_of(p["consumer"])
         if node not in consumers:
             continue
-        consumers[node].append(
-            {
-                "pair": p["id"],
-                "file": p["file"],
-                "owner": p.get("file_owner"),
-                "group": p.get("file_group"),
-                "reload": list(p["reload"]),
-            }
-        )
+        end: CheckConsumer = {
+            "pair": p["id"],
+            "file": p["file"],
+            "owner": p.get("file_owner"),
+            "group": p.get("file_group"),
+            "reload": list(p["reload"]),
+        }
+        consumer = modules.get(p["consumer"])
+        for need in consumer["spec"].get("requires", []) if consumer else []:
+            same = need["name"] == p["provision"] and need["file"] == p["file"]
+            if same and "connection" in need:  # where its connection file goes, for the policy
+                end["connection"] = str(need["connection"]["file"])
+        consumers[node].append(end)
         provider_node = nodes.get(node_of(p["provider"]))
         if provider_node is not None:
             where = (str(provider_node["address"]), int(p["port"]))
@@ -122,6 +138,17 @@ def requests(
         }
         if kind is not None and (name := registry.stored_name(kind.name)) is not None:
             item["kind"] = name
+        item["provisions"] = [  # for the node's policy: where each manifest and grants go
+            {
+                "provision": str(o["name"]),
+                "kind": str(o.get("kind") or registry.DEFAULT),
+                "receives": str(spec["receives"][o["name"]]),
+                "grants": str(spec["grants"][o["name"]]),
+            }
+            for o in spec["provides"]
+            if o["name"] in spec.get("receives", {}) and o["name"] in spec.get("grants", {})
+        ]
+        item["provisioner"] = spec.get("provisioner")
         providers[m["node"]].append(item)
     return {
         n: {
