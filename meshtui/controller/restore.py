@@ -26,11 +26,12 @@ from meshtui import crypto, wire
 from meshtui.atomic import sync_folder, write_private
 from meshtui.controller.backup import KEPT_FILES, SEQUENCE_FILE, Payload, open_file
 from meshtui.controller.client import AnchorRead, read_anchor_answer
+from meshtui.controller.core import INVENTORY
 from meshtui.controller.restored import PROOF_FILE, keep_proof
 from meshtui.errors import AgentError, BackupError, InventoryError, KeyFileError
 from meshtui.inventory import Inventory
 from meshtui.inventory import image as image_mod
-from meshtui.keys import INVENTORY, KEY_STEM
+from meshtui.keys import KEY_STEM
 
 RESTORE = "restore"
 """The audit event's kind."""

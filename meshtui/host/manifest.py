@@ -215,11 +215,11 @@ def _held_lines(
     return lines, texts
 
 
-def _not_replaceable(folder: files.Folder, manifest: Path, spec: ProviderSet) -> str | None:
+def _not_replaceable(folder: folders.Folder, manifest: Path, spec: ProviderSet) -> str | None:
     """Why the file at ``manifest`` is not one this agent may replace (it is not a manifest of
     this provision: a system file a wrong ``receives`` names), or None."""
     try:
-        data = folder.read(manifest.name, limit=files.MAX_MANIFEST)
+        data = folder.read(manifest.name, limit=folders.MAX_MANIFEST)
     except HostFileError as exc:
         return str(exc)
     if data is None:
@@ -233,7 +233,7 @@ def _not_replaceable(folder: files.Folder, manifest: Path, spec: ProviderSet) ->
     return None
 
 
-def _not_agents_folder(folder: files.Folder, manifest: Path, *, entries: bool) -> str | None:
+def _not_agents_folder(folder: folders.Folder, manifest: Path, *, entries: bool) -> str | None:
     """Why an existing grants folder is not one this agent made (never chmod-ed, never emptied
     of what is not a secret file), or None: mode 0700 and only secret files (and, when it is
     the manifest's own folder, the manifest) in it (looked at with ``entries``)."""
