@@ -163,7 +163,7 @@ def test_a_malformed_policy_names_the_file_the_key_and_the_fix(
 def test_host_init_writes_a_commented_deny_by_default_policy_and_keeps_an_edited_one(
     tmp_path: Path,
 ) -> None:
-    from meshtui.keys import init_keys
+    from meshtui.controller.core import init_keys
 
     pub, _ = init_keys(tmp_path / "state")
     folder = tmp_path / "node"
@@ -280,6 +280,33 @@ def test_a_reload_of_systemd_run_or_systemctl_runs_only_as_the_exact_argv_listed
     assert push(mesh) == {}
     ran = json.loads(record.read_text())
     assert ran["uid"] == pwd.getpwnam("nobody").pw_uid and ran["argv"] == ["reload", "gitea"]
+
+
+def test_a_connection_file_outside_the_policy_or_over_a_file_it_did_not_write_is_refused(
+    mesh: Mesh, tmp_path: Path
+) -> None:
+    """A connection file holds no secret, but an app reads it: it goes only where a credential
+    file may, and never over a file the agent did not write there."""
+    outside = tmp_path / "etc"
+    outside.mkdir()
+    env = outside / "app.env"
+    evil_consumer(mesh, file="srv/app1/evil/db.password", connection={"file": str(env)})
+    why = push(mesh)[EVIL]
+    assert "node app1: app1/evil requires database: connection:" in why
+    assert f'[[credentials]] under = "{outside}"' in why
+    assert not env.exists() and not (mesh.root / "srv/app1/evil").exists()
+    inside = mesh.root / "srv/app1/evil"
+    inside.mkdir(parents=True)
+    mine = inside / "app.env"
+    mine.write_text("APP_SECRET_KEY=keep-me\n")
+    evil_consumer(mesh, file="srv/app1/evil/db.password", connection={"file": str(mine)})
+    why = push(mesh)[EVIL]
+    assert f"{mine} exists and is not a credential this agent wrote" in why
+    assert mine.read_text() == "APP_SECRET_KEY=keep-me\n"
+    fresh = inside / "db.env"
+    evil_consumer(mesh, file="srv/app1/evil/db.password", connection={"file": str(fresh)})
+    assert push(mesh) == {}
+    assert fresh.exists()
 
 
 def test_an_existing_file_the_agent_did_not_write_is_not_replaced(mesh: Mesh) -> None:
