@@ -592,10 +592,10 @@ version = 1
 """
 
 EXAMPLES = """
-# Consumer credential files (`requires = [{ ..., file = "..." }]`): only strictly below one of
-# these folders, and only for the owners and groups listed with it (a file whose declaration
-# names no owner or group stays the agent's own). An existing file is replaced only when it is
-# a credential this agent wrote.
+# Consumer credential files (`requires = [{ ..., file = "..." }]`, and their `connection`
+# files): only strictly below one of these folders, and only for the owners and groups listed
+# with it (a file whose declaration names no owner or group stays the agent's own). An existing
+# file is replaced only when it is one this agent wrote.
 #
 # [[credentials]]
 # under  = "/etc/gitea"
