@@ -283,7 +283,9 @@ class Policy:
                 except ValueError as exc:
                     admin = ""
                     out.append(self._refuse(where, "admin", str(exc), "name an absolute path"))
-                if admin and not any(admin in r.admin for r in roots):
+                # kind and admin file allowed by one entry, not each by another
+                same = [r for r in roots if ask.kind in r.kinds] or roots
+                if admin and not any(admin in r.admin for r in same):
                     out.append(
                         self._refuse(
                             where,

@@ -463,3 +463,19 @@ def test_doctor_and_declare_check_nodes_name_what_each_policy_refuses(
     ]
     assert not cron.exists()  # nothing was pushed
     assert agent_user()  # the mesh's agents run as this user
+
+
+def test_a_kind_and_an_admin_file_allowed_by_two_different_entries_are_not_allowed() -> None:
+    """Each entry is one grant: Redis's admin file does not become PostgreSQL's because both
+    entries name the same folder."""
+    redis = node_policy.ProviderRoot("/srv", frozenset({"redis"}), frozenset({"/srv/redis.url"}))
+    pg = node_policy.ProviderRoot("/srv", frozenset({"postgres"}))
+    policy = node_policy.Policy(Path("/n/policy.toml"), "db1", providers=(redis, pg))
+    ask = node_policy.ProviderAsk(
+        "db1/postgres", "database", "postgres", "/srv/m.json", "/srv/g", "/srv/redis.url", None
+    )
+    (refused,) = policy.provider_refusals(ask)
+    assert (refused.key, refused.module) == ("admin", "db1/postgres provides database")
+    both = node_policy.ProviderRoot("/srv", frozenset({"postgres"}), frozenset({"/srv/redis.url"}))
+    one = node_policy.Policy(Path("/n/policy.toml"), "db1", providers=(both,))
+    assert one.provider_refusals(ask) == [] and one.provider(ask) is None  # the built-in one
