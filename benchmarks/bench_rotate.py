@@ -51,10 +51,11 @@ from meshtui.controller.core import Controller, init_keys
 from meshtui.controller.resolve import ask_state
 from meshtui.errors import LabError
 from meshtui.host import identity
+from meshtui.host import policy as node_policy
 from meshtui.host.deliver import CONSUMER_WRITERS
 from meshtui.kinds.postgres.lab import Cluster, create_cluster
 from meshtui.kinds.postgres.scram import VerifiersAhead, scram_verifier
-from tests.fix_agents import Mesh
+from tests.fix_agents import Mesh, mesh_policy
 from tests.fix_pg import free_port
 
 DEMO = {"app1": ["gitea", "keycloak", "grafana"], "app2": ["wiki", "gitea"]}
@@ -160,6 +161,7 @@ def lab(base: Path, bulk: dict[str, int], extra: list[str]) -> Iterator[Lab]:
         nodes = {n: root / "nodes" / n for n in ["db1", *DEMO, *bulk, *extra]}
         for node, folder in nodes.items():
             identity.init(node, folder, pub)
+            node_policy.write(folder, mesh_policy(node, root, admin=(str(admin),)))
         mesh = Mesh(root=root, state=state, decl=root / "mesh.toml", nodes=nodes,
                     sockets={n: root / "run" / f"{n}.sock" for n in nodes})  # fmt: skip
         for node in nodes:

@@ -6,10 +6,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import asdict
 from typing import Any
 
 from meshtui.cli import render
-from meshtui.cli.context import EXIT_FAILED, EXIT_OK, controller, state_dir
+from meshtui.cli.context import EXIT_FAILED, EXIT_OK, controller, progress_printer, state_dir
+from meshtui.controller.restored import restores_of
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -25,11 +27,15 @@ def cmd_init(args: argparse.Namespace) -> int:
 def cmd_declare(args: argparse.Namespace) -> int:
     with controller(args) as ctl:
         result = ctl.declare(args.file)
+        report = ctl.doctor(progress_printer(args)).policy() if args.check_nodes else None
     if args.json:
-        render.print_json(result.to_json())
+        out = result.to_json()
+        render.print_json(out if report is None else {**out, "check_nodes": report.to_json()})
     else:
         render.declared(str(args.file), result)
-    return EXIT_OK
+        if report is not None:
+            render.doctor(report)
+    return EXIT_OK if report is None or report.ok else EXIT_FAILED
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -70,6 +76,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
         events = ctl.events()
         check = ctl.verify_chain() if args.verify else None
         anchors = ctl.verify_anchors() if args.verify else None
+    restores = restores_of(events) if args.verify else []
     if args.json:
         listed = [e.to_json() for e in events]
         out: Any = listed
@@ -80,6 +87,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
                 "bad_event": check.bad_seq,
                 "problem": check.problem,
                 "anchors": anchors.to_json(),
+                "restores": [asdict(r) for r in restores],
             }
         render.print_json(out)
     else:
@@ -87,6 +95,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
             render.events(events)
         if check is not None:
             render.chain(check)
+        for r in restores:
+            print(f"  {r.line()}")
         if anchors is not None:
             render.anchors(anchors)
     broken = (check is not None and not check.ok) or (anchors is not None and not anchors.ok)

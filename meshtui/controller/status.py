@@ -46,6 +46,9 @@ DRIFT = "changed outside meshtui at "
 """How push records a provider end whose server no longer holds what meshtui delivered."""
 REPAIRED = "re-applied after it was "
 """The prefix of a provider end's note once push re-applied it (not an error)."""
+NOT_AS_DECLARED = "not yet as declared"
+"""A consumer end whose file still holds its generation, but not where or as the declaration
+now says (file, owner, group, mode): push writes it again; it is not "holding nothing"."""
 
 
 def _note(error: str | None) -> str:
@@ -66,7 +69,7 @@ def _end_reason(end: End, generation: int | None, error: str | None, want: int) 
         return f"{end} holds generation {generation}, expected {want}{tail}"
     if error and str(error).startswith(REPAIRED):
         return None  # drift found and re-applied: a note, not a failure
-    if error and str(error).startswith(DRIFT):
+    if error and str(error).startswith((DRIFT, NOT_AS_DECLARED)):
         return f"{end}: {error}"
     if error:  # holds the right generation, but the last attempt failed (or its reload)
         return f"{end}: last delivery failed: {error}"
@@ -137,7 +140,7 @@ def _pair_state(row: StatusRow, probed: bool) -> tuple[State, str, bool]:
     if pr_gen != want:
         if verdict == "unknown" and not pr_gen:  # the probe never ran
             return State.UNKNOWN, f"cannot probe: {why}", False
-        return State.UNKNOWN, f"not probed since generation {want}", False
+        return State.UNKNOWN, f"{NOT_PROBED_SINCE}{want}", False
     loop = " over loopback" if loopback else ""
     if verdict == Verdict.ACCEPTED and used_password != 0:
         return State.WORKING, f"logged in from {client_addr or 'consumer'}{loop}", False
@@ -157,6 +160,10 @@ def _refusal_code(why: str | None) -> str:
     authentication failed (28P01)", "AUTH refused (WRONGPASS)"); "refused" when it named none."""
     found = _CODE.search(why or "")
     return found.group(1) if found else "refused"
+
+
+NOT_PROBED_SINCE = "not probed since generation "
+"""A pair just rotated, waiting for its first probe: routine, not a change to alert about."""
 
 
 def _plain(row: StatusRow) -> tuple[State, str] | None:

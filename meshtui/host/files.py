@@ -102,6 +102,24 @@ def remove_credential(path: Path) -> bool:
         return folder.remove(path.name)
 
 
+def remove_written(path: Path, digest: str) -> bool:
+    """Unlink a file the agent wrote and no longer holds (a credential or connection file left
+    at a path the declaration moved away from), only while it still holds exactly what the
+    agent wrote there: a file someone replaced, a link, a FIFO is left alone, never followed.
+    True when it was removed; an unsafe folder or an unreadable file is left as it is."""
+    try:
+        folder = open_folder(path.parent)
+        if folder is None:
+            return False
+        with folder:
+            got = folder.read_with_stat(path.name)
+            if got is None or secret_digest(got[0]) != digest:
+                return False
+            return folder.remove(path.name)
+    except (HostFileError, OSError):
+        return False
+
+
 def read_in(folder: Folder, name: str) -> tuple[bytes | None, str | None]:
     """:func:`read_credential` for a file in a folder already open."""
     try:
@@ -126,11 +144,12 @@ class Unnamed:
             self.fd = -1
         self.folder.close()
 
-    def name(self, path: Path) -> bool:
+    def name(self, path: Path, ours: Ours | None = None) -> bool:
         """Give it ``path``'s name, replacing what is there: only while ``path``'s folder is
         still the one checked when it was written, and still nobody else's to write (else
         False, nothing done). What is at ``path`` now is refused as :func:`write_credential`
-        refuses it (a link, a FIFO, a folder, an oversize file: HostFileError)."""
+        refuses it (a link, a FIFO, a folder, an oversize file, a file not ``ours``:
+        HostFileError)."""
         st = os.fstat(self.folder.fd)
         try:
             here = os.stat(path.parent)
@@ -147,6 +166,8 @@ class Unnamed:
             require_regular(str(path), there.st_mode)
             if there.st_size > MAX_SECRET:
                 raise HostFileError(too_large(str(path), MAX_SECRET))
+            if ours is not None:
+                _require_ours(path, self.folder.read(path.name), ours)
         link_at(self.folder.fd, self.fd, path.name)
         return True
 
@@ -167,22 +188,36 @@ def prepare_credential(path: Path, want: FileAccess, unseal: Callable[[], bytes]
     return Unnamed(fd=fd, folder=folder)
 
 
+Ours = Callable[[bytes], bool]
+"""Whether an existing file's bytes are a credential this agent wrote (and may replace)."""
+
+
+def _require_ours(path: Path, data: bytes | None, ours: Ours) -> None:
+    if data is not None and not ours(data):
+        raise HostFileError(
+            f"{path} exists and is not a credential this agent wrote, so it is not replaced "
+            "(move it away if it is yours to lose, or choose another file)"
+        )
+
+
 def write_credential(
     path: Path,
     want: FileAccess,
     digest: str,
     unseal: Callable[[], bytes],
     prepared: Unnamed | None = None,
+    ours: Ours | None = None,
 ) -> None:
     """Write a consumer's credential unless the file already holds it with the declared owner,
-    group and mode. A file the agent must not read (a FIFO, a link) is refused, not replaced.
+    group and mode. A file the agent must not read (a FIFO, a link) is refused, not replaced;
+    with ``ours``, so is an existing file that is not a credential this agent wrote.
 
     ``prepared``: the same credential written ahead (:func:`prepare_credential`, with ``want``);
     it is given the name (:meth:`Unnamed.name`) instead of the credential being written again
     (one that cannot be, say with no ``/proc``, is written the ordinary way)."""
     if prepared is not None:
         with contextlib.suppress(OSError):
-            if prepared.name(path):
+            if prepared.name(path, ours):
                 return
     folder = open_folder(path.parent, create=0o755)
     assert folder is not None
@@ -192,6 +227,8 @@ def write_credential(
             data, st = current
             if secret_digest(data) == digest and want.matches(st):
                 return
+            if ours is not None:
+                _require_ours(path, data, ours)
         secret = unseal()
         folder.write(path.name, secret, want.access)
         del secret

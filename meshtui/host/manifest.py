@@ -87,6 +87,10 @@ class Serials:
         last = self._last.get(str(manifest))
         return last + 1 if last is not None else _serial_on_disk(folder, manifest.name) + 1
 
+    def knows(self, manifest: Path) -> bool:
+        """Whether this agent wrote ``manifest`` since it started (so it is one of its own)."""
+        return str(manifest) in self._last
+
     def wrote(self, manifest: Path, serial: int) -> None:
         self._last[str(manifest)] = serial
 
@@ -211,6 +215,45 @@ def _held_lines(
     return lines, texts
 
 
+def _not_replaceable(folder: folders.Folder, manifest: Path, spec: ProviderSet) -> str | None:
+    """Why the file at ``manifest`` is not one this agent may replace (it is not a manifest of
+    this provision: a system file a wrong ``receives`` names), or None."""
+    try:
+        data = folder.read(manifest.name, limit=folders.MAX_MANIFEST)
+    except HostFileError as exc:
+        return str(exc)
+    if data is None:
+        return None
+    try:
+        body = _MANIFEST.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return f"{manifest} exists and is not a manifest meshtui wrote, so it is not replaced"
+    if body["provider"] != spec["provider"] or body["provision"] != spec["provision"]:
+        return f"{manifest} is the manifest of {body['provider']} {body['provision']}, not replaced"
+    return None
+
+
+def _not_agents_folder(folder: folders.Folder, manifest: Path, *, entries: bool) -> str | None:
+    """Why an existing grants folder is not one this agent made (never chmod-ed, never emptied
+    of what is not a secret file), or None: mode 0700 and only secret files (and, when it is
+    the manifest's own folder, the manifest) in it (looked at with ``entries``)."""
+    mode = os.fstat(folder.fd).st_mode & 0o7777
+    keep = "move it away, or choose another grants folder"
+    if mode != 0o700:
+        return (
+            f"grants folder {folder.path} exists with mode {mode:04o}; the agent keeps secrets "
+            f"only in a folder it made (0700) and never changes an existing folder ({keep})"
+        )
+    for name in folder.names() if entries else []:
+        ours = name.endswith(".secret") or name == manifest.name
+        if not ours and not (name.startswith(".") and name.endswith(".tmp")):
+            return (
+                f"grants folder {folder.path} holds {name!r}, which is not a secret file the "
+                f"agent wrote ({keep})"
+            )
+    return None
+
+
 def write_provider_files(
     spec: ProviderSet, manifest: Path, grants: Path, unseal: Unseal, serials: Serials
 ) -> Written:
@@ -228,9 +271,13 @@ def write_provider_files(
     consumers = spec["consumers"]
     inside = grants.relative_to(manifest.parent).as_posix()
     rel = "" if inside == "." else inside + "/"
-    mdir = folders.open_folder(manifest.parent, create=0o755)
+    # a grants folder that is the manifest's own is made 0700 like any other
+    mdir = folders.open_folder(manifest.parent, create=0o700 if inside == "." else 0o755)
     assert mdir is not None
     with mdir:
+        new_here = not serials.knows(manifest)  # not written by this agent since it started
+        if new_here and not delta and (why := _not_replaceable(mdir, manifest, spec)):
+            raise HostFileError(why)
         lines = [_line(c, rel) for c in consumers]
         scope: frozenset[str] | None = None
         held: list[ManifestLine] = []
@@ -261,7 +308,8 @@ def write_provider_files(
         gdir = folders.open_folder(grants, create=0o700, own=True)
         assert gdir is not None
         with gdir:
-            os.fchmod(gdir.fd, 0o700)
+            if why := _not_agents_folder(gdir, manifest, entries=new_here):
+                raise HostFileError(why)
             secrets: dict[str, bytes] = {}
             for c in consumers:
                 name = secret_name(c["node"], c["module"])

@@ -132,7 +132,7 @@ class MeshApp(App[int]):
         )
         self.keymap = keymap.keymap
         self.keymap_sources = keymap.sources
-        self.keymap_problems = keymap.problems
+        self.keymap_problems = [shown(p) for p in keymap.problems]  # a keymap file is outside text
         self.sub_title = self.state_dir.name + ("  READ-ONLY" if read_only else "")
 
     # ---- lifecycle ----------------------------------------------------------------------
@@ -504,6 +504,8 @@ def job_toast(job: Job, result: JobResult) -> tuple[str, SeverityLevel]:
         return text, "information" if result.ok else "warning"
     if isinstance(result, PushReport):
         text = f"delivered {len(result.delivered)}, withdrawn {len(result.withdrawn)}"
+        if result.ahead:
+            text += f", {len(result.ahead)} ahead of the inventory (rotated past)"
         if result.behind:
             text += f", {len(result.behind)} still behind"
         return text, "information" if result.ok else "warning"

@@ -236,6 +236,7 @@ def read_as(user: str, path: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_apps_user_reads_its_file_another_user_cannot_and_rotation_keeps_it(mesh, users):
+    mesh.allow("app1", owners=(users["app"],), groups=(users["group"],))  # the node's policy
     declare_access(mesh, owner=users["app"], group=users["group"], mode="0640")
     with mesh.controller() as ctl:
         assert ctl.push().ok
@@ -269,6 +270,7 @@ def test_a_changed_owner_or_mode_is_applied_by_the_next_push(mesh, users):
     gitea = mesh.root / "srv/app1/gitea/db.password"
     content = gitea.read_bytes()
     assert read_as(users["app"], gitea).returncode != 0
+    mesh.allow("app1", groups=(users["group"],))  # the node's policy
     declare_access(mesh, group=users["group"], mode="0640")
     with mesh.controller() as ctl:
         report = ctl.push()

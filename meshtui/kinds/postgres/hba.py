@@ -53,7 +53,7 @@ _UNPINNED: set[tuple[str, str]] = set()
 """(conninfo, scope) seen without a block by a run without pin in this process: a long-lived
 agent checks once, not at every delivery; any pin run for the scope forgets it."""
 _SCOPE_OK = re.compile(r"[a-z0-9_-]+/[a-z0-9_-]+ [a-z0-9_-]+")
-_ALLOW = re.compile(r'^host all "(?P<login>[^"]+)" (?P<address>\S+)/\d+ scram-sha-256$')
+_ALLOW = re.compile(r'^(?:host|hostssl) all "(?P<login>[^"]+)" (?P<address>\S+)/\d+ scram-sha-256$')
 
 
 @dataclass(frozen=True)
@@ -142,19 +142,42 @@ def _is_rule(line: str) -> bool:
     return bool(bare) and not bare.startswith("#")
 
 
-def block(pins: Mapping[str, str]) -> tuple[str, ...]:
-    """Our block's body for ``login -> address``, sorted by login (empty: no block at all)."""
+def block(pins: Mapping[str, str], tls: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """Our block's body for ``login -> address``, sorted by login (empty: no block at all);
+    a login in ``tls`` is allowed over TLS only (``hostssl``)."""
     if not pins:
         return ()
     out = [NOTE]
     for login in sorted(pins):
         net = ipaddress.ip_network(pins[login])
+        kind = "hostssl" if login in tls else "host"
         out += [
-            f'host all "{login}" {net} scram-sha-256',
+            f'{kind} all "{login}" {net} scram-sha-256',
             f'host all "{login}" all reject',
             f'local all "{login}" reject',
         ]
     return tuple(out)
+
+
+def requires_tls(foreign: tuple[str, ...], address: str) -> bool:
+    """Whether the file's own rules (not ours) demand TLS from ``address``: the first rule for
+    every database and user whose address covers it is ``hostssl``. A pin line then is too,
+    so pinning a login never lets it in without TLS where the server would not."""
+    at = ipaddress.ip_address(address)
+    for line in foreign:
+        fields = line.split("#", 1)[0].split()
+        if len(fields) < 5 or fields[0] not in ("host", "hostssl", "hostnossl", "hostgssenc"):
+            continue
+        if fields[1] != "all" or fields[2] != "all":
+            continue
+        where = fields[3]
+        try:
+            covers = where == "all" or at in ipaddress.ip_network(where, strict=False)
+        except ValueError:
+            continue  # a host name, samehost, samenet, or an address with a separate mask
+        if covers:
+            return fields[0] == "hostssl"
+    return False
 
 
 def pinned(body: tuple[str, ...]) -> dict[str, str]:
@@ -262,12 +285,49 @@ def _write(folder: int, name: str, text: str, like: os.stat_result, path: str) -
     try:
         write_at(folder, name, text.encode("utf-8"), access=access)
     except OSError as exc:
-        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        if exc.errno == errno.EROFS:
+            raise ProvisionError(
+                f"{path}: cannot write beside it (read-only file system: the agent's unit "
+                f"must name {os.path.dirname(path)} in ReadWritePaths=, or pin = false) "
+                "(nothing was changed)"
+            ) from None
+        if exc.errno in (errno.EACCES, errno.EPERM):
             raise ProvisionError(
                 f"{path}: cannot write beside it ({exc.strerror}); run the provisioner on the "
                 "database's machine as root or as the server's user (nothing was changed)"
             ) from None
         raise ProvisionError(f"{path}: cannot be replaced ({exc.strerror})") from None
+
+
+def _same_file(a: tuple[str, os.stat_result], b: tuple[str, os.stat_result]) -> bool:
+    """Whether two reads saw the same file: inode, size, modification time and every byte."""
+    (text_a, st_a), (text_b, st_b) = a, b
+    key_a = (st_a.st_ino, st_a.st_size, st_a.st_mtime_ns)
+    return key_a == (st_b.st_ino, st_b.st_size, st_b.st_mtime_ns) and text_a == text_b
+
+
+def _write_unchanged(
+    folder: int,
+    name: str,
+    text: str,
+    seen: tuple[str, os.stat_result],
+    path: str,
+    *,
+    rollback: bool = False,
+) -> None:
+    """:func:`_write`, but only while ``name`` is still exactly what was ``seen``.
+
+    The folder lock binds only meshtui; a DBA (or the server's user) may save the file between
+    this run's read and its write. A changed file is left as it is and ProvisionError says so:
+    the next run reads it again and pins on top of it.
+    """
+    if not _same_file(_read(folder, name, path), seen):
+        what = "the old one was NOT put back" if rollback else "nothing was changed"
+        raise ProvisionError(
+            f"{path} changed while it was being pinned (someone saved it meanwhile); {what}, "
+            "and the next run pins again on top of that edit"
+        )
+    _write(folder, name, text, seen[1], path)
 
 
 @contextlib.contextmanager
@@ -400,7 +460,8 @@ def _pin(
         blocks = dict(layout.blocks)
         blocks.pop(scope, None)
         if pins:
-            blocks[scope] = block(pins)
+            tls = frozenset(k for k, at in pins.items() if requires_tls(layout.foreign, at))
+            blocks[scope] = block(pins, tls)
         new = render(Layout(layout.foreign, blocks))
         if new == text:
             return PinResult(changed=False)
@@ -410,7 +471,8 @@ def _pin(
                 f"pg_hba.conf has errors already ({'; '.join(errors[:3])}); fix them first "
                 "(nothing was changed)"
             )
-        _write(folder, name, new, info, path)
+        _write_unchanged(folder, name, new, (text, info), path)
+        written = _read(folder, name, path)
         try:
             users, errors = _rules(conn, path)
             if errors:
@@ -427,9 +489,13 @@ def _pin(
                     )
             _reload(conn, conninfo)
         except BaseException as exc:
-            _write(folder, name, text, info, path)
-            with contextlib.suppress(psycopg.Error):
-                conn.execute("SELECT pg_reload_conf()")  # in case the new text was loaded
+            # put the old text back only over exactly what was written here: an edit someone
+            # saved meanwhile is theirs to keep (and raises its own error)
+            try:
+                _write_unchanged(folder, name, text, written, path, rollback=True)
+            finally:
+                with contextlib.suppress(psycopg.Error):
+                    conn.execute("SELECT pg_reload_conf()")  # in case the new text was loaded
             if isinstance(exc, psycopg.Error):
                 raise ProvisionError(
                     f"pg_hba.conf not reloaded ({_first_line(exc)}); the old one was put back"
