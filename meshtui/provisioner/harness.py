@@ -299,7 +299,7 @@ def _finish(manifest: Manifest, conninfo: str, ordered: tuple[Outcome, ...]) -> 
         if not manifest.pin:
             return ()
         why = f"pin is not supported for {kind.title}; its logins are not confined"
-        return (Outcome("pin", "", "", OutcomeName.FAILED, why),)
+        return (Outcome(kind.finish_name, "", "", OutcomeName.FAILED, why),)
     finish: Finish = kind.finish.load()
     done = finish(conninfo, manifest, {o.login: o.outcome for o in ordered})
     return () if done is None else (Outcome(done.name, "", "", done.outcome, done.reason),)

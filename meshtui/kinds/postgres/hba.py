@@ -39,6 +39,7 @@ import psycopg
 
 from meshtui.atomic import Access, write_at
 from meshtui.errors import ProvisionError
+from meshtui.kinds.postgres import FINISH_NAME
 from meshtui.model import APPLIED, KEEP_PINNED, OutcomeName, plain_address
 from meshtui.provisioner.adapter import Finished
 from meshtui.provisioner.manifest import Manifest
@@ -515,5 +516,5 @@ def finish(conninfo: str, manifest: Manifest, outcomes: Mapping[str, str]) -> Fi
     pin = pin_manifest(conninfo, manifest, outcomes)
     if pin.changed or (pin.error and manifest.pin):
         name = OutcomeName.FAILED if pin.error else OutcomeName.UPDATED
-        return Finished("pg_hba.conf", name, pin.error or pin.note)
+        return Finished(FINISH_NAME, name, pin.error or pin.note)
     return None
