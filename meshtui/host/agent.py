@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
-from meshtui import crypto, messages, wire
+from meshtui import crypto, folders, messages, wire
 from meshtui.errors import (
     EnvelopeError,
     HostFileError,
@@ -27,6 +27,7 @@ from meshtui.errors import (
 )
 from meshtui.host import checks as checks_mod
 from meshtui.host import files, log
+from meshtui.host import policy as policy_mod
 from meshtui.host import probe as probe_mod
 from meshtui.host.anchor import AuditAnchor, is_nonce
 from meshtui.host.deliver import Deliveries
@@ -42,6 +43,8 @@ from meshtui.messages import (
     DrillCheckAnswer,
     DrillHoldAnswer,
     DrillRequest,
+    Inspection,
+    InspectSpec,
     ProbeAnswer,
     ProbedPair,
     ProbeReport,
@@ -117,13 +120,19 @@ class Agent:
         allow_loopback: bool = False,
         provisioner: Provisioner = builtin_provisioner,
         probe_timeout: float = 5.0,
+        policy: policy_mod.Policy | None = None,
     ) -> None:
+        """``policy``: what this node allows; read from its state folder when not given
+        (PolicyFileError, and the agent does not start, when it is missing or unsafe)."""
         self.identity = identity
+        self.policy = policy or policy_mod.load(identity.state_dir, identity.name)
         self.allow_loopback = allow_loopback
         self.probe_timeout = probe_timeout
         self.holdings = Holdings(identity.state_dir)
         self.accepted = Accepted(identity.state_dir, identity.name, self.holdings.listing())
-        self.deliveries = Deliveries(identity, self.holdings, self.accepted, provisioner)
+        self.deliveries = Deliveries(
+            identity, self.holdings, self.accepted, provisioner, self.policy
+        )
         self.anchor = AuditAnchor(
             identity.state_dir,
             identity.controller.verify,
@@ -252,7 +261,7 @@ class Agent:
 
     def check(self, payload: CheckRequest) -> CheckAnswer:
         """The node's side of ``meshtui doctor`` (reads and connects only; nothing is written)."""
-        return checks_mod.run(self.identity.name, payload)
+        return checks_mod.run(self.identity.name, payload, self.policy)
 
     def _reply(
         self, kind: str, payload: Mapping[str, object], reply_to: str | None
@@ -285,7 +294,7 @@ class Agent:
                 "fingerprint": self.identity.keys.public().fingerprint(),
             }
         held = self.holdings.listing()  # the agent's own record
-        with files.Ancestors() as ancestors:
+        with folders.Ancestors() as ancestors:
             for h in held:
                 if h["end"] == "consumer":
                     data, error = files.read_credential(Path(h.get("file", "")), ancestors)
@@ -302,8 +311,23 @@ class Agent:
             "holdings": held,
         }
         if "inspect" in payload:  # a provider: what its server holds, read-only
-            out["inspected"] = [inspect_provider(spec) for spec in payload["inspect"]]
+            out["inspected"] = [self._inspect(spec) for spec in payload["inspect"]]
         return out
+
+    def _inspect(self, spec: InspectSpec) -> Inspection:
+        """:func:`inspect_provider`, when this node's policy allows its manifest and admin file."""
+        refused = self.policy.inspect_refusal(
+            spec["provider"], spec["provision"], spec["receives"], spec["admin"]
+        )
+        if refused is None:
+            return inspect_provider(spec)
+        return {
+            "provider": spec["provider"],
+            "provision": spec["provision"],
+            "ok": False,
+            "logins": [],
+            "error": str(refused),
+        }
 
     # ---- withdraw, probe, drill ---------------------------------------------------------
     def _target_login(self, target: Target, secret: bytes, *, control: bool) -> ProbeReport:
@@ -356,7 +380,7 @@ class Agent:
         items = payload["targets"]
         targets, order = [], []
         results: dict[str, ProbedPair] = {}
-        with files.Ancestors() as ancestors:
+        with folders.Ancestors() as ancestors:
             for item in items:
                 pair = item["pair"]
                 path = self._held_file(pair, item["file"])

@@ -32,8 +32,9 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from meshtui import folders
 from meshtui.errors import InputError
-from meshtui.host import files, identity, log
+from meshtui.host import identity, log
 from meshtui.host.agent import Agent
 from meshtui.host.connections import GuardedH11, peer_of
 
@@ -187,7 +188,7 @@ def uvicorn_config(app: Starlette, listen: str) -> uvicorn.Config:
     if listen.startswith("unix:"):
         path = Path(listen[len("unix:") :]).absolute()
         # the socket is chmod-ed by path after bind: only in a folder nobody else can write
-        folder = files.open_folder(path.parent, create=0o755)
+        folder = folders.open_folder(path.parent, create=0o755)
         if folder is not None:
             folder.close()
         if path.exists():
