@@ -15,6 +15,7 @@ from typing import Any
 
 from meshtui import crypto
 from meshtui.errors import DeclarationError, KeyFileError
+from meshtui.kinds.seaweedfs import values as s3_values
 from meshtui.model import (
     ACCOUNT_RE,
     BUILTIN_POSTGRES,
@@ -23,6 +24,7 @@ from meshtui.model import (
     NAME_RE,
     POSTGRES,
     REDIS,
+    SEAWEEDFS,
     Declaration,
     Module,
     Node,
@@ -293,6 +295,12 @@ def _module(r: _Reader, key: str, spec: Any, nodes: Mapping[str, Node]) -> Modul
             )
     admin = r.path_on_node(spec, "admin", where) if "admin" in spec else None
     if provides and provisioner == (BUILTIN_POSTGRES,) and admin is None:
+        if any(o.kind == SEAWEEDFS for o in provides):
+            raise r.fail(
+                f"{where}.admin",
+                "the built-in provisioner needs the object store's admin file",
+                'set admin = "/path/admin.toml" (a 0600 file: see docs/seaweedfs.md)',
+            )
         if any(o.kind == REDIS for o in provides):
             raise r.fail(
                 f"{where}.admin",
@@ -323,8 +331,9 @@ def _module(r: _Reader, key: str, spec: Any, nodes: Mapping[str, Node]) -> Modul
     if len({o.kind for o in provides}) > 1 and provisioner == (BUILTIN_POSTGRES,):
         raise r.fail(
             f"{where}.provides",
-            "one module provides both PostgreSQL and Redis, but has one admin file",
-            "declare the Redis server as its own module",
+            f"one module provides {' and '.join(sorted({o.kind for o in provides}))}, "
+            "but has one admin file",
+            "declare each server as its own module",
         )
     return Module(
         node=node,
@@ -364,21 +373,32 @@ def _offer(r: _Reader, i: int, item: Any, where: str) -> Offer:
     kind = item.get("kind", POSTGRES)
     if kind not in KINDS:
         raise r.fail(
-            f"{at}.kind", f"{kind!r} is not a provider kind", 'write kind = "postgres" or "redis"'
+            f"{at}.kind",
+            f"{kind!r} is not a provider kind (known: {', '.join(KINDS)})",
+            'write kind = "postgres", "redis" or "seaweedfs"',
         )
     tls = item.get("tls", True)
     if not isinstance(tls, bool):
         raise r.fail(f"{at}.tls", "must be true or false")
-    if kind != REDIS:
+    if kind not in (REDIS, SEAWEEDFS):
         for key in ("ca", "tls"):
             if key in item:
-                raise r.fail(f"{at}.{key}", 'is only for kind = "redis"', f"remove {key}")
+                raise r.fail(
+                    f"{at}.{key}", 'is only for kind = "redis" or "seaweedfs"', f"remove {key}"
+                )
+    if kind == SEAWEEDFS and not tls:
+        raise r.fail(
+            f"{at}.tls",
+            "an object store is reached over TLS only (a SigV4 request would cross in clear)",
+            "remove tls = false and name the store's CA with ca",
+        )
     ca = None
-    if kind == REDIS and tls:
+    if kind in (REDIS, SEAWEEDFS) and tls:
         if "ca" not in item:
+            what = "a Redis provider with TLS" if kind == REDIS else "an object store"
             raise r.fail(
                 f"{at}.ca",
-                "a Redis provider with TLS needs the CA that signed its certificate",
+                f"{what} needs the CA that signed its certificate",
                 'set ca = "/path/on/each/consumer/node/ca.pem", or tls = false for a '
                 "plain-text Redis (its AUTH then crosses the network readable)",
             )
@@ -475,6 +495,36 @@ def _policy(r: _Reader, spec: Mapping[str, Any], where: str) -> PolicySettings:
     return settings
 
 
+def _own_buckets(
+    r: _Reader,
+    at: str,
+    consumer: str,
+    provider: str,
+    login: str,
+    req: Requirement,
+    owners: dict[tuple[str, str], str],
+) -> None:
+    """An object-store consumer's buckets and rights, each bucket its own alone: a right on
+    another consumer's bucket (or a wildcard, or admin) is refused here, before any key exists."""
+    try:
+        grant = s3_values.grant_for(login, req.values)
+    except s3_values.ValuesError as exc:
+        raise r.fail(
+            f"{at}.values",
+            str(exc),
+            f'{provider} is an object store: bucket = "name", rights = "read list"',
+        ) from exc
+    for bucket in grant.buckets:
+        owner = owners.setdefault((provider, bucket), consumer)
+        if owner != consumer:
+            raise r.fail(
+                f"{at}.values",
+                f"bucket {bucket!r} at {provider} is already {owner}'s; a consumer has rights "
+                "on its own buckets only",
+                "give this consumer a bucket of its own",
+            )
+
+
 def _pairs(
     r: _Reader, modules: Mapping[str, Module], nodes: Mapping[str, Node], top: PolicySettings
 ) -> tuple[Pair, ...]:
@@ -485,6 +535,7 @@ def _pairs(
     pairs: list[Pair] = []
     logins: dict[tuple[str, str], str] = {}
     files: dict[tuple[str, str], str] = {}
+    buckets: dict[tuple[str, str], str] = {}
     for module in modules.values():
         for i, req in enumerate(module.requires):
             at = f'modules."{module.id}".requires[{i}]'
@@ -496,6 +547,8 @@ def _pairs(
                     rules_for(login, req.values)
                 except ValuesError as exc:
                     raise r.fail(f"{at}.values", str(exc), f"{provider.id} is a Redis") from exc
+            if offer.kind == SEAWEEDFS:
+                _own_buckets(r, at, module.id, provider.id, login, req, buckets)
             owner = logins.get((provider.id, login))
             if owner is not None and owner != module.id:
                 raise r.fail(

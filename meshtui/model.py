@@ -16,7 +16,8 @@ BUILTIN_POSTGRES = "builtin:postgres"
 
 POSTGRES = "postgres"
 REDIS = "redis"
-KINDS = (POSTGRES, REDIS)
+SEAWEEDFS = "seaweedfs"  # the object store: S3 identities (meshtui/kinds/seaweedfs/)
+KINDS = (POSTGRES, REDIS, SEAWEEDFS)
 """What a provider's software is (``kind`` of a ``provides`` entry); PostgreSQL by default."""
 
 DEFAULT_MODE = "0600"

@@ -75,6 +75,9 @@ CORE = (
     "meshtui.redis_acl",
     "meshtui.terminal",
     "meshtui.messages",
+    "meshtui.kinds",
+    "meshtui.kinds.seaweedfs",
+    "meshtui.kinds.seaweedfs.values",
 )
 """The bottom floor (see the module docstring)."""
 

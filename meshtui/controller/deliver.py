@@ -37,6 +37,7 @@ from meshtui.inventory.rows import (
     ProbeRecord,
     Provision,
 )
+from meshtui.kinds.seaweedfs.values import probe_bucket
 from meshtui.messages import (
     ConsumerItem,
     DeliverAnswer,
@@ -133,6 +134,8 @@ def target_of(
     }
     offer = offer_of(pair, modules)
     kind = offer.get("kind", "postgres") if offer is not None else "postgres"
+    if kind == "seaweedfs":  # an object store's probe lists the consumer's own bucket
+        target["dbname"] = probe_bucket(pair["login"], pair["values"])
     if offer is not None and kind != "postgres":
         target["kind"], target["ca"] = str(kind), offer.get("ca")
         target["tls"] = bool(offer.get("tls", True))

@@ -79,6 +79,10 @@ def probe_one(target: ProbeTarget, options: ProbeOptions) -> ProbeResult:
             control=options.control,
             expect_client_addr=options.expect_client_addr,
         )
+    if target.kind == "seaweedfs":
+        from meshtui.kinds.seaweedfs import probe as probe_s3
+
+        return probe_s3.probe(target, options)
     if target.kind != "postgres":
         why = f"not run: unknown provider kind {target.kind!r}"
         return ProbeResult(LoginResult(Verdict.UNKNOWN, why, 0.0, None, None, False), None)

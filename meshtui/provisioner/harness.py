@@ -285,6 +285,10 @@ def adapter_for(manifest: Manifest) -> AdapterFactory:
         from meshtui.provisioner.redis import RedisAdapter
 
         return RedisAdapter
+    if manifest.kind == "seaweedfs":
+        from meshtui.kinds.seaweedfs.adapter import SeaweedAdapter
+
+        return SeaweedAdapter
     return PostgresAdapter
 
 
@@ -324,7 +328,7 @@ def reconcile(
         )
     else:
         only = None  # a pinned manifest is reconciled whole
-    if workers is None and manifest.kind == "redis":
+    if workers is None and manifest.kind in ("redis", "seaweedfs"):
         workers = 1  # one Redis thread serves every session: a second only adds contention
     conninfo = read_admin_file(Path(admin_file))
     scope = Scope(provider=manifest.provider, provision=manifest.provision)

@@ -37,7 +37,7 @@ from meshtui.errors import ManifestError
 from meshtui.model import NAME_RE, plain_address
 
 VERSION = 1
-KINDS = ("postgres", "redis")
+KINDS = ("postgres", "redis", "seaweedfs")
 MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 _DIGEST = re.compile(r"blake2b:[0-9a-f]{64}")
 
