@@ -35,8 +35,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from meshtui.kinds.postgres.lab import Cluster, create_cluster
 from meshtui.lab import netns
-from meshtui.lab.postgres import Cluster, create_cluster
 
 PORT = 5432
 PGBENCH = "/usr/bin/pgbench"

@@ -36,9 +36,9 @@ import psycopg
 from psycopg import sql
 
 from meshtui.crypto import secret_digest
-from meshtui.lab.postgres import Cluster, create_cluster
+from meshtui.kinds.postgres.lab import Cluster, create_cluster
+from meshtui.kinds.postgres.scram import scram_verifier
 from meshtui.provisioner.harness import Report, reconcile
-from meshtui.provisioner.scram import scram_verifier
 
 PROVIDER = "db1/postgres"
 

@@ -45,10 +45,10 @@ from typing import Any, ClassVar
 import redis
 
 from meshtui.crypto import secret_digest
+from meshtui.kinds.redis import lab as lab_redis
+from meshtui.kinds.redis.adapter import RedisAdapter
 from meshtui.lab import netns
-from meshtui.lab import redis as lab_redis
 from meshtui.provisioner.harness import reconcile
-from meshtui.provisioner.redis import RedisAdapter
 
 PORT = 6379
 
@@ -73,7 +73,7 @@ def raw(pair):  # plain redis-py: TLS connect with the certificate checked, AUTH
     return 1
 
 import ssl
-from meshtui.host.redis_private import ContextTLSConnection
+from meshtui.kinds.redis.private import ContextTLSConnection
 shared = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 shared.load_verify_locations(cafile=ca)
 

@@ -51,8 +51,8 @@ from meshtui.controller.resolve import ask_state
 from meshtui.errors import LabError
 from meshtui.host import files, identity
 from meshtui.host.deliver import CONSUMER_WRITERS
-from meshtui.lab.postgres import Cluster, create_cluster
-from meshtui.provisioner.scram import VerifiersAhead, scram_verifier
+from meshtui.kinds.postgres.lab import Cluster, create_cluster
+from meshtui.kinds.postgres.scram import VerifiersAhead, scram_verifier
 from tests.fix_agents import Mesh
 from tests.fix_pg import free_port
 

@@ -48,8 +48,8 @@ from meshtui.controller.resolve import ask_state
 from meshtui.host import identity
 from meshtui.inventory.rows import DeliveryRow, ProbeRecord
 from meshtui.inventory.store import now
+from meshtui.kinds.postgres.lab import Cluster, create_cluster
 from meshtui.lab.mesh import agent_answers
-from meshtui.lab.postgres import Cluster, create_cluster
 from tests.fix_pg import free_port
 
 

@@ -32,7 +32,7 @@ from meshtui.controller.watch import Watch
 from meshtui.errors import LabError
 from meshtui.host import identity
 from meshtui.inventory import now
-from meshtui.lab.postgres import Cluster, create_cluster
+from meshtui.kinds.postgres.lab import Cluster, create_cluster
 from tests.fix_agents import Mesh, write_declaration
 from tests.fix_pg import free_port
 

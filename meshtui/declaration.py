@@ -14,17 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from meshtui import crypto
-from meshtui.errors import DeclarationError, KeyFileError
-from meshtui.kinds.seaweedfs import values as s3_values
+from meshtui.errors import DeclarationError, KeyFileError, UnknownKindError
+from meshtui.kinds import registry
+from meshtui.kinds.kind import Kind, ValuesError
 from meshtui.model import (
     ACCOUNT_RE,
     BUILTIN_POSTGRES,
     DEFAULT_MODE,
-    KINDS,
     NAME_RE,
-    POSTGRES,
-    REDIS,
-    SEAWEEDFS,
     Declaration,
     Module,
     Node,
@@ -39,7 +36,6 @@ from meshtui.model import (
     plain_address,
 )
 from meshtui.naming import derive_login
-from meshtui.redis_acl import ValuesError, rules_for
 
 NODE_KEYS = {"address", "agent", "keys"}
 MODULE_KEYS = {"provides", "requires", "receives", "grants", "admin", "provisioner", "pin"}
@@ -295,22 +291,11 @@ def _module(r: _Reader, key: str, spec: Any, nodes: Mapping[str, Node]) -> Modul
             )
     admin = r.path_on_node(spec, "admin", where) if "admin" in spec else None
     if provides and provisioner == (BUILTIN_POSTGRES,) and admin is None:
-        if any(o.kind == SEAWEEDFS for o in provides):
-            raise r.fail(
-                f"{where}.admin",
-                "the built-in provisioner needs the object store's admin file",
-                'set admin = "/path/admin.toml" (a 0600 file: see docs/seaweedfs.md)',
-            )
-        if any(o.kind == REDIS for o in provides):
-            raise r.fail(
-                f"{where}.admin",
-                "the built-in provisioner needs an admin file holding a Redis URL",
-                'set admin = "/path/admin.url" (a 0600 file: rediss://ADMIN:PASSWORD@HOST:PORT)',
-            )
+        kind = registry.kind_of(provides[0].kind)
         raise r.fail(
             f"{where}.admin",
-            "the built-in provisioner needs an admin conninfo file",
-            'set admin = "/path/admin.conninfo" (a 0600 file)',
+            f"the built-in provisioner needs an {kind.admin_word} file",
+            kind.admin_fix,
         )
     pin = spec.get("pin", False)
     if not isinstance(pin, bool):
@@ -329,11 +314,11 @@ def _module(r: _Reader, key: str, spec: Any, nodes: Mapping[str, Node]) -> Modul
             "put the key on its requires entry (one consumer) or in [policy]",
         )
     if len({o.kind for o in provides}) > 1 and provisioner == (BUILTIN_POSTGRES,):
+        first, other = (registry.kind_of(o.kind) for o in _two_kinds(provides))
         raise r.fail(
             f"{where}.provides",
-            f"one module provides {' and '.join(sorted({o.kind for o in provides}))}, "
-            "but has one admin file",
-            "declare each server as its own module",
+            f"one module provides both {first.title} and {other.title}, but has one admin file",
+            f"declare the {other.title} server as its own module",
         )
     return Module(
         node=node,
@@ -363,6 +348,21 @@ def _paths(r: _Reader, spec: Mapping[str, Any], key: str, where: str) -> dict[st
     return {name: r.path_on_node(table, name, f"{where}.{key}") for name in table}
 
 
+def _kind(r: _Reader, item: Mapping[str, Any], at: str) -> Kind:
+    """The registered kind a ``provides`` entry names (omitted: the default, PostgreSQL)."""
+    try:
+        return registry.kind_of(item.get("kind"))
+    except UnknownKindError as exc:
+        known = " or ".join(f'"{k}"' for k in exc.known)
+        raise r.fail(f"{at}.kind", str(exc), f"write kind = {known}") from None
+
+
+def _two_kinds(provides: tuple[Offer, ...]) -> tuple[Offer, Offer]:
+    """The first offer and the first one of another kind (the module has several kinds)."""
+    first = provides[0]
+    return first, next(o for o in provides if o.kind != first.kind)
+
+
 def _offer(r: _Reader, i: int, item: Any, where: str) -> Offer:
     at = f"{where}.provides[{i}]"
     item = r.table(item, at)
@@ -370,37 +370,25 @@ def _offer(r: _Reader, i: int, item: Any, where: str) -> Offer:
     port = item.get("port")
     if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
         raise r.fail(f"{at}.port", "must be a TCP port number (1-65535)")
-    kind = item.get("kind", POSTGRES)
-    if kind not in KINDS:
-        raise r.fail(
-            f"{at}.kind",
-            f"{kind!r} is not a provider kind (known: {', '.join(KINDS)})",
-            'write kind = "postgres", "redis" or "seaweedfs"',
-        )
+    kind = _kind(r, item, at)
     tls = item.get("tls", True)
     if not isinstance(tls, bool):
         raise r.fail(f"{at}.tls", "must be true or false")
-    if kind not in (REDIS, SEAWEEDFS):
+    if not kind.tls:
         for key in ("ca", "tls"):
             if key in item:
-                raise r.fail(
-                    f"{at}.{key}", 'is only for kind = "redis" or "seaweedfs"', f"remove {key}"
+                with_tls = " or ".join(
+                    f'kind = "{k.name}"' for k in registry.KINDS.values() if k.tls
                 )
-    if kind == SEAWEEDFS and not tls:
-        raise r.fail(
-            f"{at}.tls",
-            "an object store is reached over TLS only (a SigV4 request would cross in clear)",
-            "remove tls = false and name the store's CA with ca",
-        )
+                raise r.fail(f"{at}.{key}", f"is only for {with_tls}", f"remove {key}")
     ca = None
-    if kind in (REDIS, SEAWEEDFS) and tls:
+    if kind.tls and tls:
         if "ca" not in item:
-            what = "a Redis provider with TLS" if kind == REDIS else "an object store"
             raise r.fail(
                 f"{at}.ca",
-                f"{what} needs the CA that signed its certificate",
+                f"a {kind.title} provider with TLS needs the CA that signed its certificate",
                 'set ca = "/path/on/each/consumer/node/ca.pem", or tls = false for a '
-                "plain-text Redis (its AUTH then crosses the network readable)",
+                f"plain-text {kind.title} (its logins then cross the network readable)",
             )
         ca = r.path_on_node(item, "ca", at)
     elif "ca" in item:
@@ -408,7 +396,7 @@ def _offer(r: _Reader, i: int, item: Any, where: str) -> Offer:
     return Offer(
         name=r.name(r.string(item, "name", at), f"{at}.name", "provision"),
         port=port,
-        kind=kind,
+        kind=kind.name,
         ca=ca,
         tls=tls,
     )
@@ -495,36 +483,6 @@ def _policy(r: _Reader, spec: Mapping[str, Any], where: str) -> PolicySettings:
     return settings
 
 
-def _own_buckets(
-    r: _Reader,
-    at: str,
-    consumer: str,
-    provider: str,
-    login: str,
-    req: Requirement,
-    owners: dict[tuple[str, str], str],
-) -> None:
-    """An object-store consumer's buckets and rights, each bucket its own alone: a right on
-    another consumer's bucket (or a wildcard, or admin) is refused here, before any key exists."""
-    try:
-        grant = s3_values.grant_for(login, req.values)
-    except s3_values.ValuesError as exc:
-        raise r.fail(
-            f"{at}.values",
-            str(exc),
-            f'{provider} is an object store: bucket = "name", rights = "read list"',
-        ) from exc
-    for bucket in grant.buckets:
-        owner = owners.setdefault((provider, bucket), consumer)
-        if owner != consumer:
-            raise r.fail(
-                f"{at}.values",
-                f"bucket {bucket!r} at {provider} is already {owner}'s; a consumer has rights "
-                "on its own buckets only",
-                "give this consumer a bucket of its own",
-            )
-
-
 def _pairs(
     r: _Reader, modules: Mapping[str, Module], nodes: Mapping[str, Node], top: PolicySettings
 ) -> tuple[Pair, ...]:
@@ -535,20 +493,27 @@ def _pairs(
     pairs: list[Pair] = []
     logins: dict[tuple[str, str], str] = {}
     files: dict[tuple[str, str], str] = {}
-    buckets: dict[tuple[str, str], str] = {}
+    claims: dict[tuple[str, str], str] = {}
     for module in modules.values():
         for i, req in enumerate(module.requires):
             at = f'modules."{module.id}".requires[{i}]'
             provider = _resolve(r, at, module, req, providers, modules)
             offer = next(o for o in provider.provides if o.name == req.name)
             login = derive_login(module.node, module.name)
-            if offer.kind == REDIS:
-                try:
-                    rules_for(login, req.values)
-                except ValuesError as exc:
-                    raise r.fail(f"{at}.values", str(exc), f"{provider.id} is a Redis") from exc
-            if offer.kind == SEAWEEDFS:
-                _own_buckets(r, at, module.id, provider.id, login, req, buckets)
+            kind = registry.kind_of(offer.kind)
+            try:
+                kind.check_values(login, req.values)
+            except ValuesError as exc:
+                raise r.fail(f"{at}.values", str(exc), f"{provider.id} is a {kind.title}") from exc
+            for claim in kind.owns(login, req.values):
+                holder = claims.setdefault((provider.id, claim), module.id)
+                if holder != module.id:
+                    raise r.fail(
+                        f"{at}.values",
+                        f"{claim} at {provider.id} is already {holder}'s: a consumer has "
+                        "rights on what is its own only",
+                        f"give {module.id} one of its own",
+                    )
             owner = logins.get((provider.id, login))
             if owner is not None and owner != module.id:
                 raise r.fail(

@@ -3,6 +3,7 @@
     MeshtuiError                 base; ``exit_code`` is what the CLI returns for it
     ├── InputError               bad input from the operator (exit 2)
     │   ├── DeclarationError     a declaration that cannot be used: names the file, key and fix
+    │   ├── UnknownKindError     a provider kind that is not registered (names the known ones)
     │   ├── KeyFileError         a missing or unreadable key file
     │   └── UnknownPairError     a pair id, node or module that the inventory does not know
     ├── InventoryError           the SQLite store cannot do what was asked
@@ -49,6 +50,14 @@ class DeclarationError(InputError):
         self.file, self.key, self.problem, self.fix = file, key, problem, fix
         where = f"{file}: {key}: " if key else f"{file}: "
         super().__init__(where + problem + (f" ({fix})" if fix else ""))
+
+
+class UnknownKindError(InputError):
+    """A provider kind that is not registered (meshtui.kinds.registry); names the known ones."""
+
+    def __init__(self, name: object, known: tuple[str, ...]) -> None:
+        self.name, self.known = name, known
+        super().__init__(f"{name!r} is not a provider kind; the known kinds are {', '.join(known)}")
 
 
 class KeyFileError(InputError):

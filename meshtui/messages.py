@@ -477,9 +477,10 @@ class CheckProvider(TypedDict):
 
     provider: str
     admin: str | None
-    builtin: bool
+    builtin: bool  # the built-in provisioner, for a kind whose admin rights doctor checks
     databases: bool
     pin: bool
+    kind: NotRequired[str]  # the provider's kind (absent: the default kind)
 
 
 class CheckPort(TypedDict):

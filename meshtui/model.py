@@ -8,17 +8,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from meshtui.kinds.kind import DEFAULT_KIND
+
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}\Z")
 """Node and module names: they become file names, login stems and path parts, so keep them plain."""
 
 BUILTIN_POSTGRES = "builtin:postgres"
 """The built-in provisioner; it reconciles whichever kind the manifest names."""
 
-POSTGRES = "postgres"
-REDIS = "redis"
-SEAWEEDFS = "seaweedfs"  # the object store: S3 identities (meshtui/kinds/seaweedfs/)
-KINDS = (POSTGRES, REDIS, SEAWEEDFS)
-"""What a provider's software is (``kind`` of a ``provides`` entry); PostgreSQL by default."""
 
 DEFAULT_MODE = "0600"
 """A credential file's mode when its ``requires`` entry names none."""
@@ -242,7 +239,7 @@ class Offer:
 
     name: str
     port: int
-    kind: str = POSTGRES
+    kind: str = DEFAULT_KIND  # a registered kind's name (meshtui.kinds.registry)
     ca: str | None = None
     tls: bool = True
 
@@ -371,7 +368,7 @@ class PairStatus:
     created_at: str
     alarm: bool = False
     latency_ms: float | None = None
-    kind: str = POSTGRES  # the provider's software (its provides entry's kind)
+    kind: str = DEFAULT_KIND  # the provider's software (its provides entry's kind)
 
     @property
     def consumer_node(self) -> str:

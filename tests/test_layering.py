@@ -3,11 +3,15 @@
 The floors, bottom up:
 
 - the core (:data:`CORE`): ``model``, ``naming``, ``errors``, ``crypto``, ``wire``, ``atomic``,
-  ``declaration``, ``redis_acl`` (what a Redis consumer's values mean: the declaration checks
-  it, the provisioner applies it), ``terminal`` (outside text made safe to print) and
-  ``messages`` once the typed agent messages live there:
-  the words, the shapes and the pure functions everyone shares. The core imports nothing of
-  meshtui above it.
+  ``declaration``, ``terminal`` (outside text made safe to print), ``messages``, and the kinds'
+  registry (``kinds/kind.py``, ``kinds/registry.py``, each kind package's ``__init__.py`` and its
+  ``values`` check, e.g. ``kinds/redis/acl.py``): the words, the shapes and the pure functions
+  everyone shares. The core imports nothing of meshtui above it.
+- a kind's package (``meshtui/kinds/<kind>/``) is cut across the floors by its modules' names
+  (:func:`kind_floor`): ``probe.py`` and ``doctor.py`` serve the agent (host), ``lab.py`` the
+  lab, the rest the provisioner. Each module imports only the core, its own package and the
+  contracts of the floor it serves (:data:`KIND_CONTRACTS`); every other module reaches a kind
+  through the registry only (``Kind``'s lazy references), never by importing its package.
 - the inventory (``meshtui/inventory/``): the only code that imports ``sqlite3`` or
   ``sqlite_utils``, and the only place an inventory SQL statement is written.
 - the controller (``meshtui/controller/``) decides; the hands (``host/``, ``provisioner/``) act
@@ -72,21 +76,75 @@ CORE = (
     "meshtui.wire",
     "meshtui.atomic",
     "meshtui.declaration",
-    "meshtui.redis_acl",
     "meshtui.terminal",
     "meshtui.messages",
     "meshtui.kinds",
-    "meshtui.kinds.seaweedfs",
-    "meshtui.kinds.seaweedfs.values",
+    "meshtui.kinds.kind",
+    "meshtui.kinds.registry",
 )
-"""The bottom floor (see the module docstring)."""
+"""The bottom floor (see the module docstring); each kind's record and what it imports of its own
+package (its values check) join it: :func:`kind_records`."""
+
+KIND_FLOORS = {"probe": "host", "doctor": "host", "lab": "lab"}
+"""The floor a kind's module serves, by its name; any other name serves the provisioner."""
+
+KIND_CONTRACTS = {
+    "provisioner": ("meshtui.provisioner.adapter", "meshtui.provisioner.manifest"),
+    "host": (
+        "meshtui.host.probe_types",
+        "meshtui.host.probe_address",
+        "meshtui.provisioner.files",
+    ),
+    "lab": (
+        "meshtui.lab.netns",
+        "meshtui.lab.wait",
+        "meshtui.lab.foreign",
+        "meshtui.lab.toml_writer",
+        "meshtui.lab.service",
+    ),
+}
+"""What a kind's module may import beyond the core and its own package, by the floor it serves."""
+
+REACHES_KINDS = ("meshtui/kinds/", "meshtui/lab/mesh.py")
+"""Who may import a kind's package by name: the kinds themselves, and the demo mesh, which
+chooses which servers the lab raises. Everything else goes through the registry."""
+
+
+def kind_package(name: str) -> str | None:
+    """``meshtui.kinds.<kind>`` for a module inside a kind's package (else None)."""
+    parts = name.split(".")
+    if (
+        len(parts) >= 3
+        and parts[:2] == ["meshtui", "kinds"]
+        and parts[2] not in ("kind", "registry")
+    ):
+        return ".".join(parts[:3])
+    return None
+
+
+def kind_records() -> tuple[str, ...]:
+    """Each kind package's ``__init__`` and the modules of its own package it imports (its
+    values check): the part of a kind the core holds."""
+    out: list[str] = []
+    for path in FILES:
+        name = module_name(path)
+        if path.name == "__init__.py" and kind_package(name) == name:
+            out.append(name)
+            out += [i for i in imports(path) if under(i, name) and i != name]
+    return tuple(out)
+
+
+def kind_floor(name: str) -> str:
+    """The floor a kind's module serves (see :data:`KIND_FLOORS`)."""
+    return KIND_FLOORS.get(name.rpartition(".")[2], "provisioner")
+
 
 SQL = re.compile(r"\b(SELECT|INSERT INTO|DELETE FROM|PRAGMA|CREATE TABLE)\b|\bUPDATE \w+ SET\b")
 """What an SQL statement looks like in a string (the inventory's dialect is upper case)."""
 
-POSTGRES_SPEAKERS = ("meshtui/host/", "meshtui/provisioner/", "meshtui/lab/")
-"""Where SQL may be written outside the inventory: the hands and the lab, in a module that
-imports ``psycopg`` (PostgreSQL's SQL sent to PostgreSQL, never to the inventory)."""
+POSTGRES_SPEAKERS = ("meshtui/host/", "meshtui/provisioner/", "meshtui/lab/", "meshtui/kinds/")
+"""Where SQL may be written outside the inventory: the hands, the lab and the kinds, in a module
+that imports ``psycopg`` (PostgreSQL's SQL sent to PostgreSQL, never to the inventory)."""
 
 
 def sql_strings(path: Path) -> list[str]:
@@ -109,14 +167,21 @@ def rel(path: Path) -> str:
 
 def violations(rule: str) -> list[str]:
     out = []
+    core = (*CORE, *kind_records())
     for path in FILES:
         where = rel(path)
+        here = module_name(path)
+        package = kind_package(here)
+        floor = kind_floor(here) if package and here not in core else None
         for name in sorted(imports(path)):
             if rule == "ui" and not where.startswith("meshtui/tui/"):
                 bad = under(name, "textual", "rich")
             elif rule == "controller" and where.startswith("meshtui/controller/"):
                 bad = under(name, "meshtui.host", "meshtui.provisioner", "meshtui.tui")
-            elif rule == "hands" and where.startswith(("meshtui/host/", "meshtui/provisioner/")):
+            elif rule == "hands" and (
+                where.startswith(("meshtui/host/", "meshtui/provisioner/"))
+                or floor in ("host", "provisioner")
+            ):
                 bad = under(name, "meshtui.controller", "meshtui.inventory")
             elif rule == "nacl" and where != "meshtui/crypto.py":
                 bad = under(name, "nacl")
@@ -124,15 +189,24 @@ def violations(rule: str) -> list[str]:
                 bad = under(name, "sqlite3", "sqlite_utils")
             elif rule == "tui" and where.startswith("meshtui/tui/"):
                 bad = under(name, "meshtui") and not under(
-                    name, "meshtui.tui", "meshtui.controller", *CORE
+                    name, "meshtui.tui", "meshtui.controller", *core
                 )
                 bad = bad and name != "meshtui"
             elif rule == "faces" and where.startswith(("meshtui/cli/", "meshtui/tui/")):
                 bad = under(name, "meshtui.inventory")
-            elif rule == "lab" and where.startswith("meshtui/lab/"):
+            elif rule == "lab" and (where.startswith("meshtui/lab/") or floor == "lab"):
                 bad = under(name, "meshtui.controller")
-            elif rule == "core" and module_name(path) in CORE:
-                bad = under(name, "meshtui") and name != "meshtui" and not under(name, *CORE)
+            elif rule == "kind" and floor is not None and package is not None:
+                allowed = (package, *core, *KIND_CONTRACTS[floor])
+                bad = (
+                    under(name, "meshtui")
+                    and not under(name, *allowed)
+                    and not any(a.startswith(name + ".") for a in allowed)  # `from pkg import`
+                )
+            elif rule == "registry" and not where.startswith(REACHES_KINDS):
+                bad = kind_package(name) is not None
+            elif rule == "core" and here in core:
+                bad = under(name, "meshtui") and name != "meshtui" and not under(name, *core)
             else:
                 bad = False
             if bad:
@@ -202,6 +276,14 @@ def test_the_core_imports_nothing_above_it() -> None:
     assert violations("core") == []
 
 
+def test_a_kind_imports_only_the_core_and_its_floors_contracts() -> None:
+    assert violations("kind") == []
+
+
+def test_layers_reach_a_kind_only_through_the_registry() -> None:
+    assert violations("registry") == []
+
+
 INJECTED = {
     "sqlite": ("controller/x.py", "import sqlite3\n"),
     "sql": ("controller/x.py", 'Q = "SELECT id FROM pairs"\n'),
@@ -214,6 +296,12 @@ INJECTED = {
     "tui": ("tui/x.py", "from meshtui.inventory import Inventory\n"),
     "lab": ("lab/x.py", "from meshtui.controller.core import Controller\n"),
     "core": ("model.py", "from meshtui.controller import core\n"),
+    "kind": ("kinds/postgres/adapter.py", "from meshtui.provisioner.harness import reconcile\n"),
+    "kind-probe": ("kinds/redis/probe.py", "from meshtui.host.agent import Agent\n"),
+    "kind-lab": ("kinds/redis/lab.py", "from meshtui.provisioner.adapter import Done\n"),
+    "registry": ("host/x.py", "from meshtui.kinds.redis.probe import probe_target\n"),
+    "registry-provisioner": ("provisioner/x.py", "import meshtui.kinds.postgres.adapter\n"),
+    "hands": ("kinds/postgres/adapter.py", "from meshtui.inventory import Inventory\n"),
 }
 
 

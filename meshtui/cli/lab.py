@@ -8,6 +8,7 @@ from typing import Any
 
 from meshtui.cli import render
 from meshtui.cli.context import EXIT_FAILED, EXIT_OK, state_dir
+from meshtui.kinds import registry
 
 
 def cmd_lab(args: argparse.Namespace) -> int:
@@ -46,11 +47,12 @@ def cmd_lab(args: argparse.Namespace) -> int:
 
 
 def lab_ok(info: dict[str, Any]) -> bool:
-    """Whether ``lab status`` is all up: PostgreSQL, Redis (when the lab has one), agents."""
+    """Whether ``lab status`` is all up: every server the lab raised (one key per kind, None
+    for a kind it has none of; the default kind's server is always there), and every agent."""
     return bool(
         info["up"]
-        and info["postgres"]
-        and info.get("redis") is not False
+        and info[registry.DEFAULT]
+        and all(info.get(name) is not False for name in registry.NAMES)
         and all(a["answers"] for a in info["agents"].values())
     )
 

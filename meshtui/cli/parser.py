@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from meshtui.cli import actions, doctor, host, lab, mesh, provision, watch
+from meshtui.kinds import registry
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -124,6 +125,7 @@ def _lab(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _provision(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    _titles = " or ".join(k.title for k in registry.KINDS.values())
     s = sub.add_parser("demo", help="embedded lab + dashboard; quitting tears the lab down")
     s.add_argument("--loopback", action="store_true", help="no namespaces even when root")
     s.add_argument("--keep", action="store_true", help="leave the lab up after quitting")
@@ -131,16 +133,18 @@ def _provision(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
     s = sub.add_parser(
         "provision",
-        help="reconcile one PostgreSQL or Redis with a manifest (built-in provisioner)",
-        description="Make one PostgreSQL or Redis hold exactly the logins its manifest names "
-        "(the manifest's kind says which; PostgreSQL by default).",
+        help=f"reconcile one {_titles} with a manifest (built-in provisioner)",
+        description=f"Make one {_titles} hold exactly the logins its manifest names "
+        f"(the manifest's kind says which; {registry.kind_of(None).title} by default).",
     )
     s.add_argument("--manifest", required=True, help="the manifest (mesh.json)")
     s.add_argument(
         "--admin",
         required=True,
-        help="a 0600 file holding the admin libpq conninfo (PostgreSQL) or the admin Redis URL "
-        "(kind redis: rediss://ADMIN:PASSWORD@HOST:PORT with ?ssl_ca_certs=CA.pem)",
+        help="a 0600 file holding the "
+        + " or the ".join(
+            f"{k.admin_word} ({k.title}: {k.admin_example})" for k in registry.KINDS.values()
+        ),
     )
     s.add_argument(
         "--watch", action="store_true", help="keep reconciling on change and against drift"

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from meshtui.kinds import registry
 from meshtui.model import PairStatus, format_duration
 
 if TYPE_CHECKING:
@@ -176,9 +177,12 @@ def lab_status(info: dict[str, Any]) -> None:
     if not info["up"]:
         print("no lab is up")
         return
-    redis = info.get("redis")  # None: this lab has no Redis (redis-server not installed)
-    cache = "" if redis is None else f", Redis {'running' if redis else 'DOWN'}"
-    print(f"lab up ({info['mode']}), PostgreSQL {'running' if info['postgres'] else 'DOWN'}{cache}")
+    servers = ", ".join(  # a kind's key is None when this lab has none of it
+        f"{kind.title} {'running' if info[name] else 'DOWN'}"
+        for name, kind in registry.KINDS.items()
+        if info.get(name) is not None
+    )
+    print(f"lab up ({info['mode']}), {servers}")
     for node, a in info["agents"].items():
         answers = "answers" if a["answers"] else "NOT ANSWERING"
         print(f"  {node:6} {a['address']:12} pid {a['pid']} {answers}")

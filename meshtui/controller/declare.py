@@ -21,7 +21,8 @@ from meshtui.inventory.rows import (
     PairRecord,
     PolicyRecord,
 )
-from meshtui.model import POSTGRES, Declaration, Node, Offer, Pair
+from meshtui.kinds import registry
+from meshtui.model import Declaration, Node, Offer, Pair
 
 _sorted_json = json.JSONEncoder(sort_keys=True).encode
 """``json.dumps(x, sort_keys=True)`` without building an encoder per call (10,000 pairs)."""
@@ -118,9 +119,9 @@ def _differs(old: Mapping[str, object], new: Mapping[str, object], keys: Iterabl
 
 
 def _offer_spec(o: Offer) -> dict[str, object]:
-    """A provides entry as stored; PostgreSQL's stays {name, port} (older specs unchanged)."""
+    """A provides entry as stored; the default kind's stays {name, port} (older specs unchanged)."""
     spec: dict[str, object] = {"name": o.name, "port": o.port}
-    if o.kind != POSTGRES:
+    if registry.stored_name(o.kind) is not None:
         spec.update(kind=o.kind, ca=o.ca, tls=o.tls)
     return spec
 

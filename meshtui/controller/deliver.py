@@ -37,7 +37,7 @@ from meshtui.inventory.rows import (
     ProbeRecord,
     Provision,
 )
-from meshtui.kinds.seaweedfs.values import probe_bucket
+from meshtui.kinds import registry
 from meshtui.messages import (
     ConsumerItem,
     DeliverAnswer,
@@ -108,11 +108,6 @@ def _provision(pair: PairRow) -> Provision:
     return (pair["provider"], pair["provision"])
 
 
-def _dbname(pair: PairRow) -> str:
-    values = pair["values"]
-    return str(values.get("database") or "postgres")
-
-
 def offer_of(pair: PairRow, modules: Mapping[str, ModuleRow] | None) -> OfferSpec | None:
     """The provider's ``provides`` entry for ``pair`` as stored (None when unknown)."""
     module = (modules or {}).get(pair["provider"])
@@ -126,18 +121,16 @@ def target_of(
     pair: PairRow, nodes: Mapping[str, NodeRow], modules: Mapping[str, ModuleRow] | None = None
 ) -> Target:
     """Where a probe of ``pair`` logs in: the provider node's private address, port and kind."""
+    offer = offer_of(pair, modules)
+    kind = registry.kind_of(offer.get("kind") if offer is not None else None)
     target: Target = {
         "host": nodes[node_of(pair["provider"])]["address"],
         "port": pair["port"],
         "login": pair["login"],
-        "dbname": _dbname(pair),
+        "dbname": kind.dbname(pair["values"]),
     }
-    offer = offer_of(pair, modules)
-    kind = offer.get("kind", "postgres") if offer is not None else "postgres"
-    if kind == "seaweedfs":  # an object store's probe lists the consumer's own bucket
-        target["dbname"] = probe_bucket(pair["login"], pair["values"])
-    if offer is not None and kind != "postgres":
-        target["kind"], target["ca"] = str(kind), offer.get("ca")
+    if offer is not None and registry.stored_name(kind.name) is not None:
+        target["kind"], target["ca"] = kind.name, offer.get("ca")
         target["tls"] = bool(offer.get("tls", True))
     return target
 
@@ -290,7 +283,7 @@ class Planner:
             "pin": bool(spec.get("pin", False)),
             "consumers": consumers,
         }
-        if kind is not None and kind != "postgres":
+        if kind is not None and registry.stored_name(kind) is not None:
             delivery["kind"] = kind
         return delivery
 

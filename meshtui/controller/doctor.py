@@ -19,6 +19,7 @@ from meshtui import messages, wire
 from meshtui.controller.reports import Progress
 from meshtui.errors import AgentError
 from meshtui.inventory.rows import ModuleRow, NodeRow, PairRow
+from meshtui.kinds import registry
 from meshtui.messages import CheckConsumer, CheckProvider, CheckRequest
 from meshtui.model import BUILTIN_POSTGRES, node_of
 
@@ -107,19 +108,21 @@ def requests(
         spec = m["spec"]
         if not m["declared"] or not spec.get("provides") or m["node"] not in providers:
             continue
-        kinds = {str(o.get("kind", "postgres")) for o in spec["provides"]}
+        kinds = {registry.kind_of(o.get("kind")) for o in spec["provides"]}
         argv = list(spec.get("provisioner") or [BUILTIN_POSTGRES])
-        providers[m["node"]].append(
-            {
-                "provider": mid,
-                "admin": spec.get("admin"),
-                "builtin": argv == [BUILTIN_POSTGRES] and kinds == {"postgres"},
-                "databases": any(
-                    p["provider"] == mid and bool(p["values"].get("database")) for p in live
-                ),
-                "pin": bool(spec.get("pin", False)),
-            }
-        )
+        kind = next(iter(kinds)) if len(kinds) == 1 else None
+        item: CheckProvider = {
+            "provider": mid,
+            "admin": spec.get("admin"),
+            "builtin": argv == [BUILTIN_POSTGRES] and kind is not None and kind.doctor is not None,
+            "databases": any(
+                p["provider"] == mid and bool(p["values"].get("database")) for p in live
+            ),
+            "pin": bool(spec.get("pin", False)),
+        }
+        if kind is not None and (name := registry.stored_name(kind.name)) is not None:
+            item["kind"] = name
+        providers[m["node"]].append(item)
     return {
         n: {
             "consumers": consumers[n],

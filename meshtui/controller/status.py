@@ -12,7 +12,8 @@ from contextlib import contextmanager
 
 from meshtui.inventory import Inventory
 from meshtui.inventory.rows import StatusRow
-from meshtui.model import POSTGRES, End, PairStatus, State, Verdict
+from meshtui.kinds import registry
+from meshtui.model import End, PairStatus, State, Verdict
 
 DRIFT = "changed outside meshtui at "
 """How push records a provider end whose server no longer holds what meshtui delivered."""
@@ -227,7 +228,7 @@ def _statuses(inv: Inventory, ids: Iterable[str] | None, limit: int | None) -> l
                 row[7],  # created_at
                 alarm,
                 row[21],  # latency_ms
-                kinds.get((provider, provision), POSTGRES) if kinds else POSTGRES,
+                registry.kind_of((kinds or {}).get((provider, provision))).name,
             )
         )
     return out

@@ -28,6 +28,7 @@ from meshtui.host.guard import Accepted, Change, Record
 from meshtui.host.holdings import Holdings
 from meshtui.host.identity import Identity
 from meshtui.host.provision import Provisioner, builtin_provisioner, inspect_provider
+from meshtui.kinds import registry
 from meshtui.messages import (
     AnchorAnswer,
     CheckAnswer,
@@ -397,8 +398,8 @@ def _probe_target(item: Target, secret: bytes) -> probe_mod.ProbeTarget:
         port=item["port"],
         user=item["login"],
         password=secret.decode("ascii", "replace"),
-        dbname=item["dbname"] or "postgres",
-        kind=item.get("kind", "postgres"),  # absent: PostgreSQL
+        dbname=item["dbname"],
+        kind=item.get("kind") or registry.DEFAULT,  # an unknown one is probed as not run
         ca=item.get("ca") or None,
         tls=item.get("tls", True),
     )

@@ -2,8 +2,8 @@
 
 Per consumer end: its credential folder exists (a real folder, not a link), the declared owner
 and group exist on this node, the reload command exists and is executable. Per provider: the
-admin conninfo file is a 0600 regular file and connects with the rights the built-in
-provisioner needs. Per provider port a consumer here uses: a TCP connect from this node (so from
+admin file is a 0600 regular file and (the check of its kind, ``Kind.doctor``) connects with
+the rights the built-in provisioner needs. Per provider port a consumer here uses: a TCP connect from this node (so from
 its network namespace), which is what a probe and the app itself will need.
 """
 
@@ -20,9 +20,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
-from typing import Any
 
-from meshtui.errors import MeshtuiError
+from meshtui.kinds import registry
 from meshtui.messages import (
     CheckAnswer,
     CheckConsumer,
@@ -58,6 +57,10 @@ def run(node: str, request: CheckRequest) -> CheckAnswer:
 
 Found = tuple[list[Finding], int]
 """Problems found and how many checks passed."""
+
+AdminCheck = Callable[[CheckProvider, Path, float], list[tuple[str, str]]]
+"""A kind's ``Kind.doctor``: what the admin in the file at ``path`` lacks for the built-in
+provisioner, as (problem, fix) pairs; the float bounds its login, in seconds."""
 
 
 def finding(check: str, subject: str, problem: str, fix: str) -> Finding:
@@ -174,7 +177,9 @@ def _command_problem(command: str) -> str | None:
 
 
 def provider(item: CheckProvider) -> Found:
-    """The admin conninfo file's mode, and whether it connects with the rights needed."""
+    """The admin file's mode, and whether it connects with the rights needed (the kind's check,
+    ``Kind.doctor``, for the built-in provisioner)."""
+    kind = registry.kind_of(item.get("kind"))
     if item["admin"] is None:
         if not item["builtin"]:
             return [], 0
@@ -182,8 +187,8 @@ def provider(item: CheckProvider) -> Found:
             finding(
                 "admin-file",
                 item["provider"],
-                "no admin conninfo file is declared",
-                'declare admin = "/path/admin.conninfo" (a 0600 file with a libpq conninfo)',
+                f"no {kind.admin_word} file is declared",
+                kind.admin_fix.replace("set ", "declare ", 1),
             )
         ], 0
     path = item["admin"]
@@ -195,7 +200,7 @@ def provider(item: CheckProvider) -> Found:
                 "admin-file",
                 item["provider"],
                 f"admin file {path} cannot be read ({exc.strerror})",
-                f"write the admin's libpq conninfo into {path}, mode 0600",
+                f"write the {kind.admin_word} into {path}, mode 0600",
             )
         ], 0
     if not stat.S_ISREG(st.st_mode):
@@ -217,99 +222,13 @@ def provider(item: CheckProvider) -> Found:
                 f"chmod 600 {path}",
             )
         ], 0
-    if not item["builtin"]:
+    if not item["builtin"] or kind.doctor is None:
         return [], 1
-    problems = _admin_rights(item, Path(path))
+    admin_rights: AdminCheck = kind.doctor.load()
+    problems = admin_rights(item, Path(path), CONNECT_TIMEOUT_S)
     return [finding("admin-rights", item["provider"], p, f) for p, f in problems], 1 + int(
         not problems
     )
-
-
-def _admin_rights(item: CheckProvider, path: Path) -> list[tuple[str, str]]:
-    """What the admin lacks for the built-in provisioner, as (problem, fix) pairs."""
-    import psycopg
-    from psycopg.conninfo import make_conninfo
-
-    from meshtui.provisioner.harness import read_admin_file
-
-    try:
-        conninfo = make_conninfo(
-            read_admin_file(path),
-            application_name="meshtui-doctor",
-            connect_timeout=str(int(CONNECT_TIMEOUT_S)),
-        )
-    except MeshtuiError as exc:
-        return [(str(exc), f"fix {path}")]
-    except psycopg.Error:  # libpq may quote the text, which may hold a password
-        return [
-            (
-                f"admin file {path} is not a valid libpq conninfo (its text is not shown)",
-                "write e.g. host=/run/postgresql user=postgres dbname=postgres",
-            )
-        ]
-    try:
-        with psycopg.connect(conninfo, autocommit=True) as conn:
-            return _rights(conn, item)
-    except psycopg.Error as exc:
-        text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        return [
-            (
-                f"the admin cannot log in to PostgreSQL: {text}",
-                f"check the server is up and the conninfo in {path}",
-            )
-        ]
-
-
-def _rights(conn: Any, item: CheckProvider) -> list[tuple[str, str]]:
-    row = conn.execute(
-        "SELECT rolsuper, rolcreaterole, rolcreatedb, rolname FROM pg_roles"
-        " WHERE rolname = current_user"
-    ).fetchone()
-    superuser, createrole, createdb, role = bool(row[0]), bool(row[1]), bool(row[2]), str(row[3])
-    out: list[tuple[str, str]] = []
-    if not (superuser or createrole):
-        out.append(
-            (
-                f"admin role {role} is neither a superuser nor has CREATEROLE",
-                f"ALTER ROLE {role} CREATEROLE (or use a superuser admin)",
-            )
-        )
-    if item["databases"] and not (superuser or createdb):
-        out.append(
-            (
-                f"admin role {role} has no CREATEDB, and consumers ask for databases",
-                f"ALTER ROLE {role} CREATEDB",
-            )
-        )
-    if item["pin"] and not superuser:
-        import psycopg
-
-        for what, query in (
-            ("see hba_file", "SHOW hba_file"),
-            ("read pg_hba_file_rules", "SELECT count(*) FROM pg_hba_file_rules"),
-        ):
-            try:
-                conn.execute(query)
-            except psycopg.Error:
-                out.append(
-                    (
-                        f"pin = true, but admin role {role} cannot {what}",
-                        f"GRANT pg_read_all_settings TO {role}, and let it read "
-                        "pg_hba_file_rules (or use a superuser admin)",
-                    )
-                )
-                break
-        can_reload = conn.execute(
-            "SELECT has_function_privilege('pg_reload_conf()', 'EXECUTE')"
-        ).fetchone()
-        if not (can_reload and can_reload[0]):
-            out.append(
-                (
-                    f"pin = true, but admin role {role} may not run pg_reload_conf()",
-                    f"GRANT EXECUTE ON FUNCTION pg_reload_conf() TO {role}",
-                )
-            )
-    return out
 
 
 def port(item: CheckPort) -> Found:

@@ -23,6 +23,7 @@ from meshtui import crypto
 from meshtui.atomic import PRIVATE
 from meshtui.errors import HostFileError
 from meshtui.host import files
+from meshtui.kinds import registry
 from meshtui.messages import (
     ConsumerLine,
     ManifestEntry,
@@ -309,8 +310,8 @@ def write_provider_files(
                 "pin": spec["pin"],
                 "consumers": lines,
             }
-            if spec.get("kind", "postgres") != "postgres":
-                body["kind"] = spec["kind"]
+            if (kind := registry.stored_name(spec.get("kind") or registry.DEFAULT)) is not None:
+                body["kind"] = kind
             if texts is None:
                 texts = [line_text(c) for c in lines]
             data = _joined(body, texts)

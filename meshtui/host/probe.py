@@ -24,25 +24,26 @@ evidence behind "working", "stale" and "revoked", so it is strict:
 The password is given to psycopg as the ``password=`` keyword, never in argv, env, a conninfo
 string we build, a reason or a log; error text is scrubbed of it all the same.
 
-Here: a probe (the login, then its negative control) and many at once. The shapes are in
-probe_types.py, the loopback rules in probe_address.py, the PostgreSQL login in
-probe_postgres.py. None of them imports the controller, the inventory, Textual or Rich.
+Here: a probe of any kind, dispatched through meshtui.kinds.registry, and many at once. The
+shapes are in probe_types.py, the loopback rules in probe_address.py, each kind's login in its
+package (meshtui/kinds/postgres/probe.py, meshtui/kinds/redis/probe.py). None of them imports the
+controller, the inventory, Textual or Rich.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 
-from meshtui.host import probe_postgres
+from meshtui.errors import UnknownKindError
 from meshtui.host.probe_types import (
+    KindProbe,
     LoginResult,
     ProbeOptions,
     ProbeResult,
     ProbeTarget,
-    control_password,
 )
+from meshtui.kinds import registry
 from meshtui.model import Verdict
 
 __all__ = [
@@ -58,49 +59,19 @@ __all__ = [
     "probe_target",
 ]
 
-SCRAM = probe_postgres.SCRAM
-APPLICATION_NAME = probe_postgres.APPLICATION_NAME
-
 
 def probe_one(target: ProbeTarget, options: ProbeOptions) -> ProbeResult:
-    """Probe one target with the probe of its provider's kind (PostgreSQL or Redis)."""
-    if target.kind == "redis":
-        from meshtui.host import probe_redis  # it builds on the shared probe modules
+    """Probe one target with the probe of its provider's kind (meshtui.kinds.registry).
 
-        return probe_redis.probe(
-            target.host,
-            target.port,
-            target.user,
-            target.password,
-            ca=target.ca,
-            tls=target.tls,
-            timeout=options.timeout,
-            allow_loopback=options.allow_loopback,
-            control=options.control,
-            expect_client_addr=options.expect_client_addr,
-        )
-    if target.kind == "seaweedfs":
-        from meshtui.kinds.seaweedfs import probe as probe_s3
-
-        return probe_s3.probe(target, options)
-    if target.kind != "postgres":
+    A kind this agent does not know is not run: UNKNOWN, never refused.
+    """
+    try:
+        kind = registry.kind_of(target.kind)
+    except UnknownKindError:
         why = f"not run: unknown provider kind {target.kind!r}"
         return ProbeResult(LoginResult(Verdict.UNKNOWN, why, 0.0, None, None, False), None)
-    return probe_postgres_target(target, options)
-
-
-def probe_postgres_target(target: ProbeTarget, options: ProbeOptions) -> ProbeResult:
-    """Log in to a PostgreSQL with the held credential; if it got in, again with a wrong one.
-
-    The negative control runs only after an accepted login (there is nothing to contrast
-    otherwise) and unless ``options.control`` is False; ``ProbeResult.control`` is None when it
-    did not run. It doubles the logins of a healthy probe.
-    """
-    first = probe_postgres.login(target, options)
-    if not options.control or first.verdict is not Verdict.ACCEPTED:
-        return ProbeResult(first, None)
-    wrong = replace(target, password=control_password(target.password))
-    return ProbeResult(first, probe_postgres.login(wrong, options))
+    run: KindProbe = kind.probe.load()
+    return run(target, options)
 
 
 def login(
@@ -114,11 +85,11 @@ def login(
     allow_loopback: bool = False,
     expect_client_addr: str | None = None,
 ) -> LoginResult:
-    """One PostgreSQL login from loose values (see :func:`probe_postgres.login`)."""
-    return probe_postgres.login(
+    """One login to the default kind (PostgreSQL) from loose values, without the control."""
+    return probe_one(
         ProbeTarget(host, port, user, password, dbname),
         ProbeOptions(timeout, allow_loopback, False, expect_client_addr),
-    )
+    ).login
 
 
 def probe(
@@ -133,8 +104,8 @@ def probe(
     control: bool = True,
     expect_client_addr: str | None = None,
 ) -> ProbeResult:
-    """:func:`probe_postgres_target` from loose values."""
-    return probe_postgres_target(
+    """:func:`probe_one` of the default kind (PostgreSQL) from loose values."""
+    return probe_one(
         ProbeTarget(host, port, user, password, dbname),
         ProbeOptions(timeout, allow_loopback, control, expect_client_addr),
     )

@@ -2,7 +2,7 @@
 and what it found (:class:`LoginResult`, :class:`ProbeResult`), with the reason text rules every
 kind of probe shares (the ``loopback:`` mark, scrubbing the password out of error text).
 
-Shared by the PostgreSQL login (probe_postgres.py) and any other kind's login; no I/O here.
+The contract of every kind's probe (``Kind.probe``, :data:`KindProbe`); no I/O here.
 """
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ from __future__ import annotations
 import re
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from meshtui.kinds.kind import DEFAULT_KIND
 from meshtui.messages import LoginReport, ProbeReport
 from meshtui.model import Verdict
 
@@ -29,7 +30,7 @@ class ProbeTarget:
     user: str
     password: str = field(repr=False)
     dbname: str
-    kind: str = "postgres"  # "redis": meshtui.host.probe_redis logs in
+    kind: str = DEFAULT_KIND  # which kind's probe logs in (meshtui.kinds.registry)
     ca: str | None = None  # Redis: the CA that signed the server's certificate
     tls: bool = True
 
@@ -198,3 +199,8 @@ class ProbeResult:
             login=LoginResult.from_json(data["login"]),
             control=LoginResult.from_json(control) if control is not None else None,
         )
+
+
+KindProbe = Callable[[ProbeTarget, ProbeOptions], ProbeResult]
+"""A kind's probe (its ``Kind.probe``): one login with the held credential and, unless
+``options.control`` is False or it was not accepted, the negative control."""

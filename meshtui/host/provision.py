@@ -20,11 +20,12 @@ import msgspec
 
 from meshtui.errors import MeshtuiError
 from meshtui.host.paths import node_path
+from meshtui.kinds import registry
 from meshtui.messages import Inspection, InspectSpec, LoginOutcome, ProviderSet
 from meshtui.model import OutcomeName
 
 if TYPE_CHECKING:
-    from meshtui.provisioner.warm import WarmSessions
+    from meshtui.provisioner.adapter import AdapterFactory
 
 PROVISION_TIMEOUT_S = 300.0
 INSPECT_TIMEOUT_S = 5.0  # within the controller's STATE_TIMEOUT_S
@@ -51,13 +52,14 @@ def builtin_provisioner(
     """Run the built-in provisioner in-process; its outcomes. ``scoped``: the manifest just
     written, cut to the logins ``only`` names (given, the file is not read back and cut again).
 
-    Its PostgreSQL admin sessions are kept warm between deliveries (:mod:`meshtui.provisioner.warm`):
-    each is checked and its settings read again before it is used. ``only``: a delta's logins,
+    Admin sessions are kept warm between deliveries by a kind that keeps them (``Kind.kept``;
+    PostgreSQL's :mod:`meshtui.kinds.postgres.warm` checks each and reads its settings again
+    before it is used). ``only``: a delta's logins,
     applied and read back alone (the rest of the manifest is as the last delivery left it).
     """
     from meshtui.provisioner.harness import reconcile
 
-    report = reconcile(manifest, admin, postgres=_warm_sessions().open, only=only, scoped=scoped)
+    report = reconcile(manifest, admin, kept=_kept_sessions, only=only, scoped=scoped)
     return {
         "ok": report.ok,
         "outcomes": [
@@ -74,11 +76,14 @@ def builtin_provisioner(
 
 
 @functools.cache
-def _warm_sessions() -> WarmSessions:
-    """The agent process's kept admin sessions (one pool for every manifest it provisions)."""
-    from meshtui.provisioner.warm import WarmSessions
-
-    return WarmSessions()
+def _kept_sessions(kind: str) -> AdapterFactory | None:
+    """The agent process's kept admin sessions of a kind (``Kind.kept``: one pool per kind for
+    every manifest it provisions); None for a kind that keeps none."""
+    kept = registry.kind_of(kind).kept
+    if kept is None:
+        return None
+    factory: AdapterFactory = kept.load()().open
+    return factory
 
 
 def provision(

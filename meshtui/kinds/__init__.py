@@ -1,2 +1,5 @@
-"""Provider kinds, one package each: what a kind's consumers may ask for, how its software is
-made to hold their logins, how a probe logs in, and the lab service that runs it."""
+"""Provider kinds: one package per kind (``postgres/``, ``redis/``, ...), one registry
+(``registry.py``) that maps a declared ``kind`` to its record (``kind.py``).
+
+Importing this package imports nothing; ask :mod:`meshtui.kinds.registry`.
+"""

@@ -25,8 +25,9 @@ import httpx
 from meshtui.atomic import write_private
 from meshtui.errors import LabError
 from meshtui.host import identity
-from meshtui.lab import foreign, netns, postgres, toml_writer
-from meshtui.lab import redis as lab_redis
+from meshtui.kinds.postgres import lab as postgres
+from meshtui.kinds.redis import lab as lab_redis
+from meshtui.lab import foreign, netns, toml_writer
 from meshtui.lab.wait import poll
 
 LAB = "lab"

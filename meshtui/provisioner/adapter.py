@@ -4,18 +4,21 @@ The harness decides who is present, absent or waiting; an adapter only makes one
 (``create``, "created" or "updated"; "unchanged" from an adapter that looks first, see
 :class:`Deciding`), takes one away (``remove``, "removed" or "drop pending"), and answers one
 cheap read-only question (``inspect``) so an idle run can tell "unchanged" without writing. An
-adapter generates no password, derives no name and seals nothing. A Redis adapter (ACL users, a marker in the ACL
-rule text) would be one small file implementing these four methods.
+adapter generates no password, derives no name and seals nothing. Each kind's adapter lives in
+its package (meshtui/kinds/<kind>/adapter.py) and is named by its ``Kind.adapter``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from meshtui.errors import ProvisionError, UnsafeLoginError
 from meshtui.model import OutcomeName
+
+if TYPE_CHECKING:
+    from meshtui.provisioner.manifest import Manifest
 
 MAX_NAME_BYTES = 63  # PostgreSQL's NAMEDATALEN - 1; longer names would be truncated silently
 
@@ -148,6 +151,20 @@ class CatchingUp(Protocol):
 
 AdapterFactory = Callable[[str, Scope], Adapter]
 """Opens an adapter from the admin connection text and the manifest's scope."""
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What a kind's after-run step (``Kind.finish``) did beside the logins, as one line of the
+    report: PostgreSQL's pin block of pg_hba.conf is ``Finished("pg_hba.conf", ...)``."""
+
+    name: str
+    outcome: OutcomeName
+    reason: str
+
+
+Finish = Callable[[str, "Manifest", Mapping[str, str]], Finished | None]
+"""``finish(admin, manifest, outcomes)``: a kind's after-run step, given each login's outcome."""
 
 
 def check_name(name: str, what: str = "login") -> str:

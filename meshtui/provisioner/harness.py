@@ -32,6 +32,7 @@ import psycopg
 
 from meshtui.crypto import secret_digest
 from meshtui.errors import ManifestError, MeshtuiError, ProvisionError, UnsafeLoginError
+from meshtui.kinds import registry
 from meshtui.model import SUCCESS, Drift, OutcomeName
 from meshtui.provisioner.adapter import (
     Adapter,
@@ -40,6 +41,7 @@ from meshtui.provisioner.adapter import (
     CatchingUp,
     Deciding,
     Done,
+    Finish,
     Held,
     Limited,
     Narrowing,
@@ -56,8 +58,6 @@ from meshtui.provisioner.manifest import (
     parse_manifest,
     read_manifest_bytes,
 )
-from meshtui.provisioner.pg_hba import pin_manifest
-from meshtui.provisioner.postgres import PostgresAdapter
 
 MAX_SECRET_BYTES = 4096
 PARALLEL_FROM = 16  # below this many writes one session is as quick as two
@@ -280,16 +280,29 @@ def _workers() -> int:
 
 
 def adapter_for(manifest: Manifest) -> AdapterFactory:
-    """The adapter for the manifest's kind (PostgreSQL unless it says ``"kind": "redis"``)."""
-    if manifest.kind == "redis":
-        from meshtui.provisioner.redis import RedisAdapter
+    """The adapter of the manifest's kind (``Kind.adapter``, meshtui.kinds.registry)."""
+    factory: AdapterFactory = registry.kind_of(manifest.kind).adapter.load()
+    return factory
 
-        return RedisAdapter
-    if manifest.kind == "seaweedfs":
-        from meshtui.kinds.seaweedfs.adapter import SeaweedAdapter
 
-        return SeaweedAdapter
-    return PostgresAdapter
+KeptSessions = Callable[[str], AdapterFactory | None]
+"""``kept(kind)``: a long-lived process's kept admin sessions for a kind's name (``Kind.kept``),
+lent instead of new ones; None when that kind keeps none."""
+
+
+def _finish(manifest: Manifest, conninfo: str, ordered: tuple[Outcome, ...]) -> tuple[Outcome, ...]:
+    """The kind's after-run step (``Kind.finish``), as one more line of the report if it says so.
+
+    A kind without one cannot honour ``pin``: a pinned manifest then reports that as failed."""
+    kind = registry.kind_of(manifest.kind)
+    if kind.finish is None:
+        if not manifest.pin:
+            return ()
+        why = f"pin is not supported for {kind.title}; its logins are not confined"
+        return (Outcome("pin", "", "", OutcomeName.FAILED, why),)
+    finish: Finish = kind.finish.load()
+    done = finish(conninfo, manifest, {o.login: o.outcome for o in ordered})
+    return () if done is None else (Outcome(done.name, "", "", done.outcome, done.reason),)
 
 
 def reconcile(
@@ -298,7 +311,7 @@ def reconcile(
     *,
     factory: AdapterFactory | None = None,
     workers: int | None = None,
-    postgres: AdapterFactory | None = None,
+    kept: KeptSessions | None = None,
     only: frozenset[str] | None = None,
     scoped: bytes | None = None,
 ) -> Report:
@@ -319,28 +332,23 @@ def reconcile(
         if only is None
         else _load_scoped(manifest_path, only, scoped)
     )
+    if factory is None and kept is not None:
+        factory = kept(manifest.kind)  # a process's kept sessions (Kind.kept), when it has some
     factory = factory or adapter_for(manifest)
-    if postgres is not None and factory is PostgresAdapter:
-        factory = postgres  # e.g. a process's kept sessions (meshtui.provisioner.warm)
     if only is not None and not manifest.pin:
         manifest = dataclasses.replace(
             manifest, consumers=tuple(c for c in manifest.consumers if c.login in only)
         )
     else:
         only = None  # a pinned manifest is reconciled whole
-    if workers is None and manifest.kind in ("redis", "seaweedfs"):
-        workers = 1  # one Redis thread serves every session: a second only adds contention
+    workers = workers or registry.kind_of(manifest.kind).workers
     conninfo = read_admin_file(Path(admin_file))
     scope = Scope(provider=manifest.provider, provision=manifest.provision)
     with secret_files(manifest) as secrets:
         ordered, limits = _reconcile(
             manifest, conninfo, scope, secrets, factory, workers or _workers(), only
         )
-    # pg_hba.conf: with pin, each login only from its consumer's address; without, no block left
-    pin = pin_manifest(conninfo, manifest, {o.login: o.outcome for o in ordered})
-    if pin.changed or (pin.error and manifest.pin):
-        name = OutcomeName.FAILED if pin.error else OutcomeName.UPDATED
-        ordered += (Outcome("pg_hba.conf", "", "", name, pin.error or pin.note),)
+    ordered += _finish(manifest, conninfo, ordered)  # PostgreSQL: the pin block of pg_hba.conf
     return Report(
         provision=manifest.provision,
         provider=manifest.provider,

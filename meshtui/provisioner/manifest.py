@@ -16,8 +16,9 @@ manifest: it parses, and the harness refuses that consumer alone before any SQL.
 Required keys: top level ``version``, ``provision``, ``provider``, ``serial``, ``consumers``;
 per consumer ``as``, ``node``, ``module``, ``secret``, ``digest``. ``at`` (the consumer's
 address) and ``values`` (an object of strings) are optional, and so are the top-level ``pin``
-(a boolean: confine each login to its ``at`` in pg_hba.conf) and ``kind`` (``"postgres"``, the
-default, or ``"redis"``): which adapter the harness drives. An unknown kind is a broken manifest.
+(a boolean: confine each login to its ``at`` in pg_hba.conf) and ``kind`` (a registered kind,
+meshtui.kinds.registry; absent: the default): which adapter the harness drives. An unknown kind
+is a broken manifest.
 Unknown keys are ignored.
 """
 
@@ -33,11 +34,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from meshtui.errors import ManifestError
+from meshtui.errors import ManifestError, UnknownKindError
+from meshtui.kinds import registry
+from meshtui.kinds.kind import DEFAULT_KIND
 from meshtui.model import NAME_RE, plain_address
 
 VERSION = 1
-KINDS = ("postgres", "redis", "seaweedfs")
 MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 _DIGEST = re.compile(r"blake2b:[0-9a-f]{64}")
 
@@ -71,7 +73,7 @@ class Manifest:
     serial: int
     consumers: tuple[Consumer, ...]
     pin: bool = False  # keep one pg_hba line per login: only from its consumer's address
-    kind: str = "postgres"
+    kind: str = DEFAULT_KIND
 
     @cached_property
     def folder(self) -> str:
@@ -229,9 +231,11 @@ def parse_manifest(data: bytes, path: Path) -> Manifest:
     if serial < 0:
         top.fail("serial", "must not be negative")
     provision, provider = _plain(top)
-    kind = top.text("kind", required=False) or "postgres"
-    if kind not in KINDS:
-        top.fail("kind", f"is {kind!r}; this provisioner knows {', '.join(KINDS)}")
+    try:
+        kind = registry.kind_of(top.text("kind", required=False) or None).name
+    except UnknownKindError as exc:
+        top.fail("kind", f"is {exc.name!r}; this provisioner knows {', '.join(exc.known)}")
+        raise  # not reached: fail raises ManifestError
     consumers_raw = top.get("consumers", list)
     consumers = tuple(_consumer(source, i, c) for i, c in enumerate(consumers_raw))
     seen_logins: dict[str, int] = {}

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from meshtui.controller.schedule import PairDue
+from meshtui.kinds import registry
 from meshtui.model import PairStatus, State, format_duration, parse_duration
 from meshtui.tui.widgets.line_table import Column, Entry, GroupHeader
 
@@ -159,7 +160,7 @@ def make_row(
         shown,
         st.provision,
         st.consumer,
-        st.provider if st.kind == "postgres" else f"{st.provider} ({st.kind})",
+        st.provider if registry.is_default(st.kind) else f"{st.provider} ({st.kind})",
         st.login,
         str(st.generation),
         _gen(st.consumer_generation),

@@ -22,10 +22,11 @@ import pytest
 from psycopg import sql
 
 from meshtui.host import probe as p
-from meshtui.host import probe_address, probe_postgres, probe_types
+from meshtui.host import probe_address, probe_types
 from meshtui.host.probe import LoginResult, ProbeResult, ProbeTarget, Verdict
+from meshtui.kinds.postgres import probe as probe_postgres
+from meshtui.kinds.postgres.lab import Cluster, create_cluster
 from meshtui.lab import netns as lab_netns
-from meshtui.lab.postgres import Cluster, create_cluster
 
 PW = "Pw-" + secrets.token_urlsafe(24)  # the credential the tests hold
 
@@ -386,7 +387,8 @@ def test_post_login_check_catches_a_local_login(netns: lab_netns.Network, db: Cl
     # Where binding cannot tell (ip_nonlocal_bind), client == server address still does.
     code = (
         "import sys, json\n"
-        "from meshtui.host import probe as p, probe_postgres\n"
+        "from meshtui.host import probe as p\n"
+        "from meshtui.kinds.postgres import probe as probe_postgres\n"
         "probe_postgres.own_address = lambda addr: False\n"
         "a = json.load(sys.stdin)\n"
         "print(json.dumps(p.probe(**a).to_json()))"

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from meshtui.errors import LabError
+from meshtui.kinds.postgres.lab import SERVER_USER, _ensure_system_user
 from meshtui.lab.foreign import MAX_DEPTH, ForeignDir, remove_tree
-from meshtui.lab.postgres import SERVER_USER, _ensure_system_user
 
 pytestmark = [
     pytest.mark.root,

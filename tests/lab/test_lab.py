@@ -17,8 +17,8 @@ import psycopg
 import pytest
 
 from meshtui.controller.core import Controller
+from meshtui.kinds.postgres import lab as postgres
 from meshtui.lab import mesh as lab_mesh
-from meshtui.lab import postgres
 from tests.fix_lab import cli, running_lab
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]

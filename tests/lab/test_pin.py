@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from meshtui.kinds.postgres import hba as pg_hba
 from meshtui.lab import mesh as lab_mesh
-from meshtui.provisioner import pg_hba
 from tests.fix_lab import cli, running_lab
 from tests.lab.test_lab import psql_login, statuses
 

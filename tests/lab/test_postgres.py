@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from meshtui.errors import LabError
-from meshtui.lab.postgres import Cluster, create_cluster, find_binaries, open_cluster
+from meshtui.kinds.postgres.lab import Cluster, create_cluster, find_binaries, open_cluster
 from tests.fix_pg import free_port
 
 

@@ -26,8 +26,7 @@ import pytest
 from psycopg import sql
 
 from meshtui.errors import LabError
-from meshtui.lab import mesh as lab_mesh
-from meshtui.lab.postgres import (
+from meshtui.kinds.postgres.lab import (
     CONF_NAME,
     LOG_NAME,
     META_NAME,
@@ -36,6 +35,7 @@ from meshtui.lab.postgres import (
     create_cluster,
     open_cluster,
 )
+from meshtui.lab import mesh as lab_mesh
 from tests.fix_pg import free_port
 
 pytestmark = [

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from meshtui.crypto import secret_digest
-from meshtui.lab.postgres import Cluster
+from meshtui.kinds.postgres.lab import Cluster
 from meshtui.provisioner.harness import Report, reconcile
 from tests.fix_pg import BINARIES, Clusters
 

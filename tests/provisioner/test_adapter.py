@@ -9,7 +9,7 @@ import pytest
 
 from meshtui.crypto import secret_digest
 from meshtui.errors import UnsafeLoginError
-from meshtui.provisioner import postgres
+from meshtui.kinds.postgres import adapter as postgres
 from meshtui.provisioner.adapter import Adapter, Done, Held, Refused, Scope
 from meshtui.provisioner.harness import read_admin_file, reconcile
 

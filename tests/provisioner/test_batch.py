@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from meshtui.provisioner.warm import WarmSessions
+from meshtui.kinds.postgres.warm import WarmSessions
 from tests.provisioner.conftest import Mesh, outcomes
 
 

@@ -3,9 +3,9 @@ per login, does the server still hold what the secret file says? It writes nothi
 
 from __future__ import annotations
 
+from meshtui.kinds.postgres.adapter import PostgresAdapter, held_name
 from meshtui.provisioner.adapter import Scope
 from meshtui.provisioner.harness import inspect, read_admin_file
-from meshtui.provisioner.postgres import PostgresAdapter, held_name
 
 from .conftest import PROVIDER, Mesh
 

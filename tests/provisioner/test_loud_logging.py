@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from psycopg import sql
 
-from meshtui.lab.postgres import Cluster
-from meshtui.provisioner.pg_quiet import LOWER
+from meshtui.kinds.postgres.lab import Cluster
+from meshtui.kinds.postgres.quiet import LOWER
 from tests.fix_pg import BINARIES, reset_cluster, start_cluster
 
 from .conftest import Mesh, outcomes, server_version

@@ -160,7 +160,7 @@ def test_load_manifest_reads_the_file(tmp_path: Path) -> None:
 
 def test_provisioner_imports_no_controller_inventory_or_ui() -> None:
     code = (
-        "import sys, meshtui.provisioner.harness, meshtui.provisioner.postgres;"
+        "import sys, meshtui.provisioner.harness, meshtui.kinds.postgres.adapter;"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('textual', 'rich')"
         " or m.startswith(('meshtui.controller', 'meshtui.inventory', 'meshtui.tui'))];"
         "print(bad)"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from meshtui.errors import ProvisionError
-from meshtui.provisioner import pg_hba
+from meshtui.kinds.postgres import hba as pg_hba
 from meshtui.provisioner.manifest import Consumer, Manifest
 
 SCOPE = pg_hba.scope_key("db1/postgres", "database")
@@ -186,7 +186,7 @@ def test_a_symbolic_link_anywhere_on_the_way_is_refused(tmp_path: Path) -> None:
 @pytest.mark.root
 def test_the_new_file_keeps_its_owner_and_mode(tmp_path: Path) -> None:
     """Root writes a file that belongs to another user in that user's folder, as that user's."""
-    from meshtui.lab.postgres import SERVER_USER, _ensure_system_user
+    from meshtui.kinds.postgres.lab import SERVER_USER, _ensure_system_user
 
     pw: pwd.struct_passwd = _ensure_system_user(SERVER_USER)
     folder_path = tmp_path / "data"

@@ -11,8 +11,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from meshtui.lab.postgres import Cluster
-from meshtui.provisioner import pg_hba
+from meshtui.kinds.postgres import hba as pg_hba
+from meshtui.kinds.postgres.lab import Cluster
 from meshtui.provisioner.harness import Report, reconcile
 from meshtui.provisioner.manifest import load_manifest
 from tests.provisioner.conftest import Mesh, outcomes

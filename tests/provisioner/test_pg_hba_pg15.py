@@ -12,7 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from meshtui.lab.postgres import Cluster, create_cluster
+from meshtui.kinds.postgres.lab import Cluster, create_cluster
 from tests.fix_pg import free_port, reset_cluster
 from tests.provisioner.conftest import Mesh
 from tests.provisioner.test_pg_hba_cluster import (  # noqa: F401  (collected here on 15)
@@ -37,7 +37,9 @@ def pg15() -> Iterator[Cluster]:
             f"Debian's PostgreSQL 15 is not installed ({PG15_BIN}; apt-get install postgresql-15)"
         )
     if "bindir" not in inspect.signature(create_cluster).parameters:
-        pytest.skip("meshtui.lab.postgres.create_cluster has no bindir option yet (another branch)")
+        pytest.skip(
+            "meshtui.kinds.postgres.lab.create_cluster has no bindir option yet (another branch)"
+        )
     base = Path(tempfile.mkdtemp(prefix="meshtui-pg15-"))
     base.chmod(0o711)
     cluster = create_cluster(base / "data", port=free_port(), bindir=PG15_BIN)  # type: ignore[call-arg]

@@ -9,9 +9,9 @@ import pytest
 from psycopg import sql
 
 from meshtui.errors import ManifestError, ProvisionError
+from meshtui.kinds.postgres.adapter import MARKER, held_name
+from meshtui.kinds.postgres.scram import scram_matches
 from meshtui.provisioner.harness import reconcile
-from meshtui.provisioner.postgres import MARKER, held_name
-from meshtui.provisioner.scram import scram_matches
 
 from .conftest import Mesh, outcomes
 

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from psycopg import pq
 
+from meshtui.kinds.postgres.adapter import PostgresAdapter, held_name
+from meshtui.kinds.postgres.warm import Lent, WarmSessions
 from meshtui.provisioner.adapter import AdapterFactory, Held, Scope, Wanted
 from meshtui.provisioner.harness import Report, read_admin_file, reconcile
-from meshtui.provisioner.postgres import PostgresAdapter, held_name
-from meshtui.provisioner.warm import Lent, WarmSessions
 
 from .conftest import PROVIDER, Mesh, outcomes
 
@@ -102,7 +102,7 @@ def test_a_delta_on_a_kept_session_waits_for_the_server_no_more_than_its_write(
     a one-login delta now costs exactly the round trips of that login's write."""
     mesh.add("app1", "gitea", database="gitea")
     mesh.add("app2", "wiki")
-    assert outcomes(mesh.reconcile(postgres=warm.open)) == {
+    assert outcomes(mesh.reconcile(factory=warm.open)) == {
         "gitea_app1_x": "created",
         "wiki_app2_x": "created",
     }
@@ -111,7 +111,7 @@ def test_a_delta_on_a_kept_session_waits_for_the_server_no_more_than_its_write(
     mesh.rotate("app1", "gitea")
     delta = Trace(tmp_path / "delta.trace")
     try:
-        report = scoped(mesh, "gitea_app1_x", postgres=lambda c, s: delta.watch(warm.open(c, s)))
+        report = scoped(mesh, "gitea_app1_x", factory=lambda c, s: delta.watch(warm.open(c, s)))
         assert outcomes(report) == {"gitea_app1_x": "updated"}
         delta_trips = delta.round_trips()
     finally:
@@ -214,15 +214,15 @@ def test_create_says_unchanged_for_a_login_holding_its_password_in_place(mesh: M
 def test_a_returning_login_in_a_delta_gets_its_data_back(mesh: Mesh, warm: WarmSessions) -> None:
     mesh.add("app1", "gitea", database="gitea")
     mesh.add("app2", "wiki")
-    mesh.reconcile(postgres=warm.open)
+    mesh.reconcile(factory=warm.open)
     login = mesh.login_of("app1", "gitea")
     with mesh.connect_as(login, mesh.password("app1", "gitea"), "gitea") as conn:
         conn.execute("CREATE TABLE t AS SELECT 42 AS answer")
     mesh.drop("app1", "gitea")
-    assert outcomes(scoped(mesh, login, postgres=warm.open)) == {login: "removed"}
+    assert outcomes(scoped(mesh, login, factory=warm.open)) == {login: "removed"}
     assert mesh.db_owner("gitea") == held_name(login)
     mesh.add("app1", "gitea", database="gitea")
-    (item,) = scoped(mesh, login, postgres=warm.open).outcomes
+    (item,) = scoped(mesh, login, factory=warm.open).outcomes
     assert (item.outcome, item.reason) == (
         "created",
         "what it owned before its removal was handed back",
@@ -250,7 +250,7 @@ def test_logging_turned_loud_between_loans_is_lowered_before_the_verifier(
     mesh: Mesh, warm: WarmSessions
 ) -> None:
     mesh.add("app1", "gitea", database="gitea")
-    assert outcomes(mesh.reconcile(postgres=warm.open)) == {"gitea_app1_x": "created"}
+    assert outcomes(mesh.reconcile(factory=warm.open)) == {"gitea_app1_x": "created"}
     (kept,) = _kept_pids(mesh)
     offset = mesh.cluster.log_path.stat().st_size
     passwords = []
@@ -259,7 +259,7 @@ def test_logging_turned_loud_between_loans_is_lowered_before_the_verifier(
         for _ in range(2):
             mesh.rotate("app1", "gitea")
             passwords.append(mesh.password("app1", "gitea"))
-            report = scoped(mesh, "gitea_app1_x", postgres=warm.open)
+            report = scoped(mesh, "gitea_app1_x", factory=warm.open)
             assert outcomes(report) == {"gitea_app1_x": "updated"}
     finally:
         mesh.cluster.set_config(**dict.fromkeys(LOUD))
@@ -283,9 +283,9 @@ def test_a_managed_admin_on_a_kept_session_refuses_once_logging_turns_loud(
         " dbname=postgres\n"
     )
     mesh.add("app1", "gitea", database="gitea")
-    assert outcomes(mesh.reconcile(postgres=warm.open)) == {"gitea_app1_x": "created"}
+    assert outcomes(mesh.reconcile(factory=warm.open)) == {"gitea_app1_x": "created"}
     mesh.rotate("app1", "gitea")
-    assert outcomes(scoped(mesh, "gitea_app1_x", postgres=warm.open)) == {
+    assert outcomes(scoped(mesh, "gitea_app1_x", factory=warm.open)) == {
         "gitea_app1_x": "updated"  # set every time: it cannot read what the server holds
     }
     assert mesh.can_login("gitea_app1_x", mesh.password("app1", "gitea"), "gitea")
@@ -293,7 +293,7 @@ def test_a_managed_admin_on_a_kept_session_refuses_once_logging_turns_loud(
     try:
         mesh.cluster.set_config(log_statement="all", log_parameter_max_length="-1")
         mesh.rotate("app1", "gitea")
-        (item,) = scoped(mesh, "gitea_app1_x", postgres=warm.open).outcomes
+        (item,) = scoped(mesh, "gitea_app1_x", factory=warm.open).outcomes
     finally:
         mesh.cluster.set_config(log_statement=None, log_parameter_max_length=None)
     assert item.outcome == "refused" and "log_statement=all" in item.reason
@@ -306,14 +306,14 @@ def test_a_kept_session_ended_between_loans_is_replaced_when_the_write_comes_fir
     mesh: Mesh, warm: WarmSessions
 ) -> None:
     mesh.add("app1", "gitea", database="gitea")
-    assert outcomes(mesh.reconcile(postgres=warm.open)) == {"gitea_app1_x": "created"}
+    assert outcomes(mesh.reconcile(factory=warm.open)) == {"gitea_app1_x": "created"}
     for turn in range(2):
         (kept,) = _kept_pids(mesh)
         with mesh.admin_conn() as conn:
             conn.execute("SELECT pg_terminate_backend(%s, 5000)", [kept])
         mesh.rotate("app1", "gitea")
         if turn == 0:  # a delta: its first call on the loan is the write
-            report = scoped(mesh, "gitea_app1_x", postgres=warm.open)
+            report = scoped(mesh, "gitea_app1_x", factory=warm.open)
             assert outcomes(report) == {"gitea_app1_x": "updated"}
         else:  # the write alone, first call of a loan
             lent = warm.open(read_admin_file(mesh.admin), SCOPE)
@@ -336,23 +336,23 @@ def test_a_write_that_fails_or_is_refused_leaves_the_kept_session_idle(
         conn.execute("CREATE ROLE theirs_app2_x LOGIN PASSWORD 'kept-by-them'")
     mesh.add("app1", "gitea", database="gitea")
     mesh.add("app2", "theirs")
-    first = outcomes(mesh.reconcile(postgres=warm.open))
+    first = outcomes(mesh.reconcile(factory=warm.open))
     assert first == {"gitea_app1_x": "created", "theirs_app2_x": "refused"}
     (kept,) = _kept_pids(mesh)
     before = mesh.authid()
-    assert outcomes(scoped(mesh, "theirs_app2_x", postgres=warm.open)) == {
+    assert outcomes(scoped(mesh, "theirs_app2_x", factory=warm.open)) == {
         "theirs_app2_x": "refused"
     }
     try:
         mesh.cluster.set_config(default_transaction_read_only="on")
         mesh.rotate("app1", "gitea")
-        (item,) = scoped(mesh, "gitea_app1_x", postgres=warm.open).outcomes
+        (item,) = scoped(mesh, "gitea_app1_x", factory=warm.open).outcomes
         assert item.outcome == "failed" and "read-only transaction" in item.reason
     finally:
         mesh.cluster.set_config(default_transaction_read_only=None)
     assert mesh.authid() == before  # nothing of either transaction stayed
     assert _kept_pids(mesh) == {kept}
-    assert outcomes(scoped(mesh, "gitea_app1_x", postgres=warm.open)) == {"gitea_app1_x": "updated"}
+    assert outcomes(scoped(mesh, "gitea_app1_x", factory=warm.open)) == {"gitea_app1_x": "updated"}
     assert _kept_pids(mesh) == {kept}
     assert mesh.can_login("gitea_app1_x", mesh.password("app1", "gitea"), "gitea")
     assert mesh.can_login("theirs_app2_x", "kept-by-them")

@@ -9,8 +9,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from meshtui.lab.postgres import Cluster
-from meshtui.provisioner.scram import (
+from meshtui.kinds.postgres.lab import Cluster
+from meshtui.kinds.postgres.scram import (
     VerifiersAhead,
     is_plain_ascii,
     parse_verifier,

@@ -22,7 +22,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from meshtui.crypto import secret_digest
-from meshtui.lab import redis as lab_redis
+from meshtui.kinds.redis import lab as lab_redis
 from meshtui.provisioner.harness import Report, reconcile
 
 PROVIDER = "db1/redis"

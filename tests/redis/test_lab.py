@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from meshtui.controller.core import Controller
+from meshtui.kinds.redis import lab as lab_redis
 from meshtui.lab import mesh as lab_mesh
-from meshtui.lab import redis as lab_redis
 from tests.fix_lab import cli, running_lab
 
 GITEA = "cache:app1/gitea->db1/redis"

@@ -7,7 +7,7 @@ import threading
 
 import redis
 
-from meshtui.host import probe_redis
+from meshtui.kinds.redis import probe as probe_redis
 
 from .conftest import RMesh, admin_client, can_auth, outcomes
 
@@ -79,7 +79,7 @@ def test_no_plaintext_in_log_acl_log_slowlog_aclfile_or_monitor(rmesh: RMesh) ->
 
 def test_errors_never_carry_the_hash_argument(rmesh: RMesh) -> None:
     """A refused ACL SETUSER names the problem, not the #<sha256> argument."""
-    from meshtui.provisioner.redis import _why
+    from meshtui.kinds.redis.adapter import _why
 
     error = redis.ResponseError("Error in ACL SETUSER modifier '#" + "ab" * 32 + "': Syntax error")
     assert "ab" * 32 not in _why(error)

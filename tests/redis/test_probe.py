@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from meshtui.host import probe_redis
 from meshtui.host.probe import ProbeTarget, Verdict, probe_many
+from meshtui.kinds.redis import probe as probe_redis
 
 from .conftest import RMesh, free_port, run_redis
 
@@ -73,7 +73,7 @@ def test_probe_many_dispatches_on_kind(rmesh: RMesh) -> None:
 def test_certificate_not_signed_by_the_ca_is_unknown(rmesh: RMesh, tmp_path: Path) -> None:
     rmesh.add("app1", "worker")
     assert rmesh.reconcile().ok
-    from meshtui.lab import redis as lab_redis
+    from meshtui.kinds.redis import lab as lab_redis
 
     other = tmp_path / "other"
     other.mkdir()
@@ -152,7 +152,7 @@ def test_only_the_declared_ca_is_trusted(
 ) -> None:
     """The server's certificate is signed by a CA the machine trusts (SSL_CERT_FILE), not by
     the one the declaration names: the probe must not accept it."""
-    from meshtui.lab import redis as lab_redis
+    from meshtui.kinds.redis import lab as lab_redis
 
     rmesh.add("app1", "worker")
     assert rmesh.reconcile().ok

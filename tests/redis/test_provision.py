@@ -12,11 +12,11 @@ import pytest
 import redis
 
 from meshtui.errors import ManifestError, ProvisionError
-from meshtui.lab import redis as lab_redis
+from meshtui.kinds.redis import lab as lab_redis
+from meshtui.kinds.redis.adapter import RedisAdapter
 from meshtui.provisioner.adapter import Scope
 from meshtui.provisioner.files import SecretFiles
 from meshtui.provisioner.harness import inspect, reconcile
-from meshtui.provisioner.redis import RedisAdapter
 
 from .conftest import (
     PROVIDER,

@@ -16,8 +16,9 @@ import redis
 from redis._parsers import _RESP2Parser
 from redis.connection import SSLConnection, parse_url
 
-from meshtui.host import redis_private
-from meshtui.host.redis_private import (
+from meshtui.kinds.redis import lab as lab_redis
+from meshtui.kinds.redis import private as redis_private
+from meshtui.kinds.redis.private import (
     ContextTLSConnection,
     NoAuth,
     ReadOnParser,
@@ -25,7 +26,6 @@ from meshtui.host.redis_private import (
     only_ca,
     tls_context,
 )
-from meshtui.lab import redis as lab_redis
 
 
 def test_ssl_connection_wraps_its_socket_in_the_private_hook() -> None:

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from meshtui.errors import ProvisionError
-from meshtui.lab import redis as lab_redis
+from meshtui.kinds.redis import lab as lab_redis
+from meshtui.kinds.redis.adapter import UNSAVED_USER, RedisAdapter
 from meshtui.provisioner.harness import inspect
-from meshtui.provisioner.redis import UNSAVED_USER, RedisAdapter
 
 from .conftest import RMesh, outcomes
 

@@ -17,7 +17,7 @@ import textwrap
 from pathlib import Path
 
 from meshtui.crypto import secret_digest
-from meshtui.lab.postgres import Cluster
+from meshtui.kinds.postgres.lab import Cluster
 from tests.security.fix_users import Attacker
 
 HANG_S = 20.0

@@ -35,8 +35,9 @@ from typing import Any
 
 from meshtui.crypto import secret_digest
 from meshtui.errors import ProvisionError
+from meshtui.kinds.kind import ValuesError
 from meshtui.kinds.seaweedfs.shell import Session, errors, find_weed
-from meshtui.kinds.seaweedfs.values import RIGHTS, Grant, ValuesError, grant_for
+from meshtui.kinds.seaweedfs.values import RIGHTS, Grant, grant_for
 from meshtui.model import OutcomeName
 from meshtui.provisioner.adapter import Change, Done, Held, Refused, Scope, Wanted, check_name
 

@@ -26,6 +26,7 @@ import secrets
 import shutil
 import signal
 import subprocess
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -36,8 +37,6 @@ from meshtui.kinds.seaweedfs import KIND
 from meshtui.kinds.seaweedfs.shell import find_weed
 from meshtui.lab import netns as lab_netns
 from meshtui.lab import toml_writer
-from meshtui.lab.postgres import _ensure_system_user
-from meshtui.lab.redis import _gone, _openssl
 from meshtui.lab.wait import poll
 
 SERVER_USER = "meshtui-weed"
@@ -48,6 +47,54 @@ STOP_S = 40.0
 VOLUME_MB = 32
 VOLUMES = 64
 _GRPC = 10000  # weed's own rule: a service's gRPC port is its HTTP port + 10000
+
+
+_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
+
+
+def _ensure_system_user(name: str) -> pwd.struct_passwd:
+    """The store's ``--system`` nologin user, created once (a concurrent creation tolerated)."""
+    for _attempt in range(20):
+        try:
+            return pwd.getpwnam(name)
+        except KeyError:
+            pass
+        done = subprocess.run(
+            ["useradd", "--system", "--user-group", "--no-create-home", "--home-dir",
+             "/nonexistent", "--shell", "/usr/sbin/nologin", name],
+            capture_output=True, text=True, env=_ENV, check=False, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        if done.returncode not in (0, 9, 10):  # 9: exists already, 10: passwd file busy
+            raise LabError(f"useradd {name} failed: {done.stderr.strip()}")
+        if done.returncode == 10:
+            time.sleep(0.1)
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        raise LabError(f"could not create the system user {name}") from None
+
+
+def _gone(pid: int) -> bool:
+    """Whether ``pid`` has ended (reaped when it is our child, so no zombie lingers)."""
+    try:
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return True
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _openssl(folder: Path, *args: str) -> None:
+    done = subprocess.run(
+        ["openssl", *args], cwd=folder, env=_ENV, capture_output=True, text=True, check=False,
+        umask=0o077, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise LabError(f"openssl {args[0]} failed: {done.stderr.strip()[-400:]}")
 
 
 def available() -> bool:
@@ -357,7 +404,12 @@ def declaration_table(server: WeedServer, srv: Path, module: str) -> toml_writer
         ("modules", module),
         {
             "provides": [
-                {"name": PROVISION, "kind": KIND, "port": server.ports.s3, "ca": str(server.ca)}
+                {
+                    "name": PROVISION,
+                    "kind": KIND.name,
+                    "port": server.ports.s3,
+                    "ca": str(server.ca),
+                }
             ],
             "receives": {PROVISION: str(srv / "mesh.json")},
             "grants": {PROVISION: str(srv / "grants")},

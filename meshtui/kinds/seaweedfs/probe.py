@@ -39,6 +39,7 @@ from meshtui.host.probe_types import (
     control_password,
     scrub,
 )
+from meshtui.kinds.seaweedfs.values import default_bucket
 from meshtui.model import Verdict
 
 REGION = "us-east-1"
@@ -100,6 +101,14 @@ def _checked(target: ProbeTarget, options: ProbeOptions) -> tuple[str, bool] | L
     port = target.port
     if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
         return _result(Verdict.UNKNOWN, f"not run: bad port {port!r}", None, loopback=loopback)
+    if not target.tls:
+        return _result(
+            Verdict.UNKNOWN,
+            "not run: an object store is probed over TLS only (a signed request in clear "
+            "shows every object it touches)",
+            None,
+            loopback=loopback,
+        )
     if not target.ca:
         return _result(
             Verdict.UNKNOWN,
@@ -145,7 +154,8 @@ def login(target: ProbeTarget, options: ProbeOptions) -> LoginResult:
             loopback=loopback,
         )  # fmt: skip
     base = f"https://{host}:{target.port}" if ":" not in host else f"https://[{host}]:{target.port}"
-    own = f"{base}/{target.dbname}?list-type=2&max-keys=1"
+    bucket = target.dbname or default_bucket(target.user)
+    own = f"{base}/{bucket}?list-type=2&max-keys=1"
     started = time.perf_counter()
     try:
         with httpx.Client(verify=context, timeout=options.timeout, trust_env=False) as client:
@@ -167,7 +177,7 @@ def login(target: ProbeTarget, options: ProbeOptions) -> LoginResult:
             if answer.status_code != 200:
                 return _result(
                     Verdict.UNKNOWN,
-                    f"bucket {target.dbname}: {code} (HTTP {answer.status_code}), neither "
+                    f"bucket {bucket}: {code} (HTTP {answer.status_code}), neither "
                     "accepted nor a refusal of the key",
                     started, loopback=loopback, used_password=True,
                 )  # fmt: skip
@@ -184,14 +194,14 @@ def login(target: ProbeTarget, options: ProbeOptions) -> LoginResult:
     if _code(wide) != "AccessDenied":
         return _result(
             Verdict.UNKNOWN,
-            f"signed request accepted on {target.dbname}, but a bucket outside its rights "
+            f"signed request accepted on {bucket}, but a bucket outside its rights "
             f"answered {_code(wide)} (HTTP {wide.status_code}), not AccessDenied: its rights "
             "are wider than declared",
             started, loopback=loopback, used_password=True,
         )  # fmt: skip
     return _result(
         Verdict.ACCEPTED,
-        f"signed request accepted on {target.dbname} over TLS (certificate verified); "
+        f"signed request accepted on {bucket} over TLS (certificate verified); "
         "an unsigned one and another bucket were refused",
         started, loopback=loopback, used_password=True,
     )  # fmt: skip

@@ -14,16 +14,14 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from meshtui.kinds.kind import ValuesError
+
 KNOWN_VALUES = frozenset({"bucket", "buckets", "rights"})
 RIGHTS = {"read": "Read", "write": "Write", "list": "List", "tagging": "Tagging"}
 """The rights a consumer may ask for, and SeaweedFS's name for each."""
 DEFAULT_RIGHTS = ("read", "write", "list")
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _IP_LIKE = re.compile(r"\d+\.\d+\.\d+\.\d+")
-
-
-class ValuesError(ValueError):
-    """A value an object-store consumer asked for that cannot become its rights; says why."""
 
 
 @dataclass(frozen=True)
@@ -99,9 +97,20 @@ def grant_for(login: str, values: Mapping[str, str]) -> Grant:
     return Grant(buckets=buckets, rights=tuple(r for r in RIGHTS if r in rights))
 
 
-def probe_bucket(login: str, values: Mapping[str, str]) -> str:
-    """The bucket a probe of this consumer lists: its first own bucket."""
-    try:
-        return grant_for(login, values).buckets[0]
-    except ValuesError:
-        return default_bucket(login)
+def check_values(login: str, values: Mapping[str, str]) -> None:
+    """The kind's ``values`` check at ``declare``: ValuesError for what cannot be granted."""
+    grant_for(login, values)
+
+
+def owned_buckets(login: str, values: Mapping[str, str]) -> tuple[str, ...]:
+    """The buckets this consumer claims for itself alone (``declare`` refuses a second claim)."""
+    return tuple(f"bucket {b!r}" for b in grant_for(login, values).buckets)
+
+
+def first_bucket(values: Mapping[str, str]) -> str:
+    """The bucket a probe lists: the consumer's first named bucket; "" for the default one,
+    which the probe derives from the login (:func:`default_bucket`)."""
+    if values.get("bucket"):
+        return values["bucket"]
+    named = values.get("buckets", "").split()
+    return named[0] if named else ""

@@ -14,7 +14,7 @@ The password never reaches the server: it goes as a client-side SCRAM verifier, 
 verifier (a secret too) is never a bind parameter of a statement a superuser sends, nor in any
 statement text a log could keep: it travels once, in ``ALTER``/``CREATE ROLE ... PASSWORD``,
 in a transaction in which a statement before it lowered every logging setting
-(:mod:`pg_quiet`). The read-back fetches ``rolpassword`` and compares on this side, in constant
+(:mod:`meshtui.kinds.postgres.quiet`). The read-back fetches ``rolpassword`` and compares on this side, in constant
 time.
 
 Removal never drops data: the login is locked (NOLOGIN, PASSWORD NULL), its sessions ended,
@@ -55,15 +55,15 @@ from psycopg.pq import TransactionStatus
 
 from meshtui.crypto import secret_digest
 from meshtui.errors import ProvisionError, UnsafeLoginError
-from meshtui.model import OutcomeName
-from meshtui.provisioner.adapter import Change, Done, Held, Refused, Scope, Wanted, check_name
-from meshtui.provisioner.pg_quiet import QuietPlan, plan_of, quiet_plan, quiet_query
-from meshtui.provisioner.scram import (
+from meshtui.kinds.postgres.quiet import QuietPlan, plan_of, quiet_plan, quiet_query
+from meshtui.kinds.postgres.scram import (
     DEFAULT_ITERATIONS,
     VerifiersAhead,
     is_plain_ascii,
     scram_verifier,
 )
+from meshtui.model import OutcomeName
+from meshtui.provisioner.adapter import Change, Done, Held, Refused, Scope, Wanted, check_name
 
 MARKER = "meshtui_provisioned"
 HELD_PREFIX = "meshtui_held_"

@@ -49,10 +49,11 @@ from redis.retry import Retry
 
 from meshtui.crypto import secret_digest
 from meshtui.errors import ProvisionError, UnsafeLoginError
-from meshtui.host.redis_private import only_ca
+from meshtui.kinds.kind import ValuesError
+from meshtui.kinds.redis.acl import Rules, name_problem, rules_for
+from meshtui.kinds.redis.private import only_ca
 from meshtui.model import OutcomeName
 from meshtui.provisioner.adapter import Change, Done, Held, Refused, Scope, Wanted
-from meshtui.redis_acl import Rules, ValuesError, name_problem, rules_for
 
 MARKER_HEAD = "meshtui:1:"
 UNSAVED_USER = "meshtui-unsaved"

@@ -1,4 +1,5 @@
-"""One PostgreSQL login for a probe: connect with SCRAM demanded, then judge the session.
+"""One PostgreSQL login for a probe: connect with SCRAM demanded, then judge the session; and
+:func:`probe`, the kind's probe (the login, then its negative control).
 
 The rules (why each outcome has its verdict) are in meshtui/host/probe.py's docstring. The
 password goes to psycopg as the ``password=`` keyword only, and every error text is scrubbed.
@@ -10,7 +11,7 @@ import ipaddress
 import math
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import psycopg
@@ -19,7 +20,9 @@ from meshtui.host.probe_address import loopback_addr, loopback_host, own_address
 from meshtui.host.probe_types import (
     LoginResult,
     ProbeOptions,
+    ProbeResult,
     ProbeTarget,
+    control_password,
     mark_loopback,
     scrub,
 )
@@ -262,3 +265,17 @@ def _judge(
     if expect is not None and not same_addr(client, expect):
         return done(Verdict.UNKNOWN, f"logged in, but seen from {client}, not {expect}" + note)
     return done(Verdict.ACCEPTED, f"logged in with SCRAM from {client}" + note)
+
+
+def probe(target: ProbeTarget, options: ProbeOptions) -> ProbeResult:
+    """Log in with the held credential; if it got in, again with a wrong one (the kind's probe).
+
+    The negative control runs only after an accepted login (there is nothing to contrast
+    otherwise) and unless ``options.control`` is False; ``ProbeResult.control`` is None when it
+    did not run. It doubles the logins of a healthy probe.
+    """
+    first = login(target, options)
+    if not options.control or first.verdict is not Verdict.ACCEPTED:
+        return ProbeResult(first, None)
+    wrong = replace(target, password=control_password(target.password))
+    return ProbeResult(first, login(wrong, options))

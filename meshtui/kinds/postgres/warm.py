@@ -20,8 +20,8 @@ from typing import TypeVar
 import psycopg
 from psycopg.pq import TransactionStatus
 
+from meshtui.kinds.postgres.adapter import Batch, PostgresAdapter
 from meshtui.provisioner.adapter import Done, Held, Scope
-from meshtui.provisioner.postgres import Batch, PostgresAdapter
 
 IDLE_S = 300.0
 KEEP = 2

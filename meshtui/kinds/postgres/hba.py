@@ -39,7 +39,8 @@ import psycopg
 
 from meshtui.atomic import Access, write_at
 from meshtui.errors import ProvisionError
-from meshtui.model import APPLIED, KEEP_PINNED, plain_address
+from meshtui.model import APPLIED, KEEP_PINNED, OutcomeName, plain_address
+from meshtui.provisioner.adapter import Finished
 from meshtui.provisioner.manifest import Manifest
 
 BEGIN = "# meshtui pin begin "
@@ -440,3 +441,13 @@ def _pin(
     parts = [f"{len(pins)} logins pinned"]
     parts += [f"{len(x)} {w}" for x, w in ((added, "added"), (gone, "removed"), (moved, "moved"))]
     return PinResult(changed=True, note=f"{path}: " + ", ".join(parts))
+
+
+def finish(conninfo: str, manifest: Manifest, outcomes: Mapping[str, str]) -> Finished | None:
+    """The kind's after-run step: :func:`pin_manifest`, reported when the file changed or when a
+    pinned manifest could not be pinned (an unpinned one's error is ignored, see there)."""
+    pin = pin_manifest(conninfo, manifest, outcomes)
+    if pin.changed or (pin.error and manifest.pin):
+        name = OutcomeName.FAILED if pin.error else OutcomeName.UPDATED
+        return Finished("pg_hba.conf", name, pin.error or pin.note)
+    return None

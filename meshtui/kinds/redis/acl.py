@@ -15,6 +15,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from meshtui.kinds.kind import ValuesError
+
 KNOWN_VALUES = frozenset({"keys", "channels", "commands"})
 DEFAULT_COMMANDS = ("+@all", "-@dangerous", "-@admin")
 NEVER_GRANTED = frozenset({"admin", "dangerous", "all"})  # +@all holds both of them
@@ -22,10 +24,6 @@ ALWAYS_DENIED = ("-@dangerous", "-@admin")
 _CATEGORY = re.compile(r"[+-]@[a-z][a-z0-9_-]{0,63}")
 _PATTERN_BAD = re.compile(r"[\x00-\x20\x7f()]")
 _NAME_BAD = re.compile(r"[\x00-\x20\x7f]")
-
-
-class ValuesError(ValueError):
-    """A value a Redis consumer asked for that cannot become an ACL rule; says which and why."""
 
 
 @dataclass(frozen=True)
@@ -89,3 +87,8 @@ def rules_for(login: str, values: Mapping[str, str]) -> Rules:
     channels = _patterns("channels", values["channels"]) if "channels" in values else ()
     commands = _commands(values["commands"]) if "commands" in values else DEFAULT_COMMANDS[:1]
     return Rules(keys, channels, (*commands, *ALWAYS_DENIED))
+
+
+def check_values(login: str, values: Mapping[str, str]) -> None:
+    """The kind's ``values`` check at ``declare``: :func:`rules_for` must find rules."""
+    rules_for(login, values)

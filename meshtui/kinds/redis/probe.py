@@ -18,7 +18,7 @@ PING, AUTH and CLIENT INFO go in one write (one round trip after the TLS handsha
 password is only ever an argument of AUTH (which Redis keeps out of MONITOR and SLOWLOG); it is
 scrubbed from any error text all the same. Uses redis-py's connection classes, not its client;
 the two redis-py internals it needs (its own TLS context, reading on after NOAUTH) live in
-:mod:`meshtui.host.redis_private`.
+:mod:`meshtui.kinds.redis.private`.
 """
 
 from __future__ import annotations
@@ -33,8 +33,15 @@ import redis
 from redis.connection import Connection
 
 from meshtui.host.probe_address import loopback_addr, loopback_host, own_address, resolve, same_addr
-from meshtui.host.probe_types import LoginResult, ProbeResult, control_password, scrub
-from meshtui.host.redis_private import (
+from meshtui.host.probe_types import (
+    LoginResult,
+    ProbeOptions,
+    ProbeResult,
+    ProbeTarget,
+    control_password,
+    scrub,
+)
+from meshtui.kinds.redis.private import (
     ContextTLSConnection,
     NoAuth,
     ReadOnParser,
@@ -276,3 +283,19 @@ def probe(
         return ProbeResult(first, None)
     second = login(host, port, user, control_password(password), **kwargs)
     return ProbeResult(first, second)
+
+
+def probe_target(target: ProbeTarget, options: ProbeOptions) -> ProbeResult:
+    """The kind's probe, with the one signature every kind's probe has (see meshtui.kinds.kind)."""
+    return probe(
+        target.host,
+        target.port,
+        target.user,
+        target.password,
+        ca=target.ca,
+        tls=target.tls,
+        timeout=options.timeout,
+        allow_loopback=options.allow_loopback,
+        control=options.control,
+        expect_client_addr=options.expect_client_addr,
+    )

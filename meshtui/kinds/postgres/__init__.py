@@ -1,0 +1,37 @@
+"""PostgreSQL as a provider kind: logins are roles with a SCRAM verifier set from the client.
+
+The package: ``adapter.py`` (the provisioner's adapter; ``scram.py`` the verifier, ``quiet.py``
+logging lowered, ``hba.py`` the pin block of pg_hba.conf, ``warm.py`` admin sessions kept by an
+agent), ``probe.py`` (one SCRAM login and its control), ``doctor.py`` (what the admin role
+lacks), ``lab.py`` (an embedded or Debian PostgreSQL for the lab and the tests). This file holds
+the record only; everything else is loaded when a layer asks for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from meshtui.kinds.kind import Kind, Ref
+
+
+def _dbname(values: Mapping[str, str]) -> str:
+    """A probe logs in to the consumer's own database, else the server's ``postgres``."""
+    return values.get("database") or "postgres"
+
+
+KIND = Kind(
+    name="postgres",
+    title="PostgreSQL",
+    port=5432,
+    login_word="role",
+    admin_word="admin conninfo",
+    admin_fix='set admin = "/path/admin.conninfo" (a 0600 file)',
+    admin_example="host=/run/postgresql user=postgres dbname=postgres",
+    adapter=Ref("meshtui.kinds.postgres.adapter", "PostgresAdapter"),
+    kept=Ref("meshtui.kinds.postgres.warm", "WarmSessions"),
+    finish=Ref("meshtui.kinds.postgres.hba", "finish"),
+    probe=Ref("meshtui.kinds.postgres.probe", "probe"),
+    doctor=Ref("meshtui.kinds.postgres.doctor", "admin_rights"),
+    lab=Ref("meshtui.kinds.postgres.lab"),
+    dbname=_dbname,
+)
