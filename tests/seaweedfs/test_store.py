@@ -229,3 +229,23 @@ def test_the_last_identity_is_never_removed(tmp_path: Path) -> None:
     adapter = One(text, Scope("db1/s3", "objects"))
     done = adapter.remove("only_app1_cccccc")
     assert done.outcome == "drop pending" and "last identity" in done.reason
+
+
+def test_unreachable_or_untrusted_store_is_unknown_never_revoked(
+    s3mesh: S3Mesh, store: Store
+) -> None:
+    app = s3mesh.add("app1", "loki")
+    s3mesh.reconcile()
+    job = {
+        "op": "probe",
+        "host": store.server.address,
+        "port": store.server.ports.s3,
+        "login": app["as"],
+        "secret": s3mesh.password("app1", "loki"),
+        "bucket": "",  # the default bucket, derived from the login by the probe
+    }
+    assert store.call("app1", job)["verdict"] == "accepted"
+    closed = store.call("app1", {**job, "port": store.server.ports.s3 + 7})
+    assert closed["verdict"] == "unknown" and "ConnectError" in closed["reason"], closed
+    untrusted = store.call("app1", {**job, "ca": str(store.server.conf / "grpc-ca.pem")})
+    assert untrusted["verdict"] == "unknown" and "CERTIFICATE_VERIFY_FAILED" in untrusted["reason"]
