@@ -21,6 +21,10 @@ REPAIRED = "re-applied after it was "
 """The prefix of a provider end's note once push re-applied it (not an error)."""
 
 
+REFUSAL_CODES = ("WRONGPASS", "InvalidAccessKeyId", "SignatureDoesNotMatch")
+"""The refusals a revoked pair's reason names when its probe said one (Redis, S3); else 28P01."""
+
+
 def _note(error: str | None) -> str:
     """A provider end's repaired-drift note, for the reason of a pair that is fine now."""
     return str(error) if error and str(error).startswith(REPAIRED) else ""
@@ -91,7 +95,7 @@ def _pair_state(row: StatusRow, probed: bool) -> tuple[State, str, bool]:
     if withdrawn_at:
         if probed and pr_withdrawn:
             if verdict == Verdict.REFUSED:
-                code = "WRONGPASS" if "WRONGPASS" in (why or "") else "28P01"
+                code = next((c for c in REFUSAL_CODES if c in (why or "")), "28P01")
                 return State.REVOKED, f"withdrawn; login refused ({code})", False
             if verdict == Verdict.ACCEPTED:
                 return State.STALE, "ALARM: withdrawn but its login still works", True
