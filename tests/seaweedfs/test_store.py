@@ -3,13 +3,17 @@ repaired and removed by the provisioner, proven by signed requests from the cons
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
+import tempfile
 import threading
 from pathlib import Path
 
 import pytest
 
 from meshtui.kinds.seaweedfs import lab
+from meshtui.lab import netns as lab_netns
 from tests.seaweedfs.conftest import S3Mesh, Store, outcomes
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -249,3 +253,33 @@ def test_unreachable_or_untrusted_store_is_unknown_never_revoked(
     assert closed["verdict"] == "unknown" and "ConnectError" in closed["reason"], closed
     untrusted = store.call("app1", {**job, "ca": str(store.server.conf / "grpc-ca.pem")})
     assert untrusted["verdict"] == "unknown" and "CERTIFICATE_VERIFY_FAILED" in untrusted["reason"]
+
+
+def test_a_store_with_no_identity_lets_anyone_in_and_the_probe_says_so(
+    netns: lab_netns.Network,
+) -> None:
+    """Why meshtui never leaves the store without an identity: SeaweedFS then turns
+    authentication off. Against such a store the probe says "no password demanded", never
+    accepted or revoked."""
+
+    class NoStatic(lab.WeedServer):
+        def argv(self) -> list[str]:
+            return [a for a in super().argv() if not a.startswith("-s3.config=")]
+
+    base = Path(tempfile.mkdtemp(prefix="meshtui-weed-open-"))
+    base.chmod(0o711)
+    made = lab.create(
+        base / "weed", address=netns.address("db1"), ports=lab.pick_ports(os.getpid() + 7)
+    )
+    server = NoStatic(made.folder, made.address, made.ports, made.user)
+    try:
+        server.start(netns=netns.namespace("db1"))
+        store = Store(server, netns)
+        made_bucket = store.request("app1", "PUT", f"{store.url('anyone').split('?')[0]}")
+        put = store.request("app1", "PUT", store.url("anyone", "x"), body="x")
+        assert made_bucket[0][0] == 200 and put[0][0] == 200, (made_bucket, put)  # anyone writes
+        got = store.probe("app1", "nobody_app1_000000", "Wrong0123456789abcdef0123", "anyone")
+        assert got["verdict"] == "no password demanded", got
+    finally:
+        server.stop()
+        shutil.rmtree(base, ignore_errors=True)

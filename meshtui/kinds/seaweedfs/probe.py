@@ -5,8 +5,9 @@ connection that verifies the store's certificate against the declared CA alone (
 private address, included):
 
 * an **unsigned** ``ListObjectsV2`` of the consumer's own bucket goes first: it must be refused
-  (``AccessDenied``). A store that answers it lets anyone in (SeaweedFS with no identity at all
-  does), so nothing it says can prove a revocation: "no password demanded";
+  (``AccessDenied``). A store that answers it (its objects, or ``NoSuchBucket``: it looked past
+  authentication) lets anyone in, as SeaweedFS with no identity at all does, so nothing it says
+  can prove a revocation: "no password demanded"; any other answer is unknown;
 * then the same request **signed** (SigV4, botocore's signer, never hand-rolled) with the held
   credential: ``200`` is accepted; ``SignatureDoesNotMatch`` or ``InvalidAccessKeyId`` is
   refused; anything else (``AccessDenied`` on its own bucket, ``NoSuchBucket``, a 5xx while the
@@ -44,6 +45,8 @@ from meshtui.model import Verdict
 
 REGION = "us-east-1"
 REFUSED_CODES = frozenset({"SignatureDoesNotMatch", "InvalidAccessKeyId"})
+PAST_AUTH = frozenset({"OK", "NoSuchBucket", "NoSuchKey"})
+"""What an unsigned request can only get from a store that asked for no signature."""
 _CODE = re.compile(rb"<Code>([A-Za-z0-9.]{1,64})</Code>")
 _contexts: dict[str, ssl.SSLContext] = {}
 _contexts_lock = threading.Lock()
@@ -160,12 +163,20 @@ def login(target: ProbeTarget, options: ProbeOptions) -> LoginResult:
     try:
         with httpx.Client(verify=context, timeout=options.timeout, trust_env=False) as client:
             bare = client.get(own)
-            if bare.status_code < 300:
+            unsigned = "OK" if bare.status_code < 300 else _code(bare)
+            if unsigned in PAST_AUTH:
                 return _result(
                     Verdict.NO_PASSWORD,
-                    "the store answered an unsigned request: anyone gets in, so no key can "
-                    "prove a revocation (does it hold no identity at all?)",
+                    f"the store answered an unsigned request with {unsigned}: anyone gets in, "
+                    "so no key can prove a revocation (does it hold no identity at all?)",
                     started, loopback=loopback, used_password=False,
+                )  # fmt: skip
+            if unsigned != "AccessDenied":
+                return _result(
+                    Verdict.UNKNOWN,
+                    f"an unsigned request answered {unsigned} (HTTP {bare.status_code}), "
+                    "not AccessDenied: the store's authentication cannot be judged",
+                    started, loopback=loopback,
                 )  # fmt: skip
             answer = client.get(own, headers=_signed("GET", own, target.user, target.password))
             code = "OK" if answer.status_code == 200 else _code(answer)
