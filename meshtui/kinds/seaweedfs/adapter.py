@@ -43,6 +43,8 @@ from meshtui.provisioner.adapter import Change, Done, Held, Refused, Scope, Want
 
 _SAFE_SECRET = re.compile(r"[A-Za-z0-9_.~+/=-]{16,128}")
 """A secret key weed shell passes whole (its command line splits on spaces)."""
+_NAME = re.compile(r"[A-Za-z0-9_.-]{1,63}")
+"""An identity name and access key weed shell passes whole."""
 _ADDRESS = re.compile(r"[A-Za-z0-9.:\[\]-]{1,100}")
 
 
@@ -228,6 +230,11 @@ class SeaweedAdapter:
 
     def _check(self, item: Wanted, identities: Sequence[Mapping[str, Any]]) -> Grant:
         check_name(item.login)
+        if not _NAME.fullmatch(item.login):
+            raise Refused(
+                f"{item.login!r} cannot be an S3 access key here (letters, digits, '_', '.' "
+                "and '-' only: weed shell splits its commands on spaces)"
+            )
         why = self._conflict(item.login, identities)
         if why is not None:
             raise Refused(why)
@@ -300,6 +307,8 @@ class SeaweedAdapter:
         """Delete an identity of ours, keeping its buckets and objects; held back when it is
         the store's last identity (SeaweedFS would then accept any request)."""
         check_name(login)
+        if not _NAME.fullmatch(login):
+            raise Refused(f"{login!r} cannot be an identity meshtui made")
         identities = self._identities()
         mine = [i for i in identities if i["name"] == login]
         if not mine:
