@@ -1,4 +1,4 @@
-"""The object store as a provider kind: S3 identities on SeaweedFS (see docs/seaweedfs.md).
+"""The object store as a provider kind: S3 identities on SeaweedFS (README: "Object storage").
 
 Each pair is one S3 identity: its access key is the pair's login, its secret key the pair's
 credential, its rights (read, write, list) scoped to the consumer's own bucket(s). The package:
