@@ -276,13 +276,19 @@ FAULTS = (
         ),
     ),
     Fault(
-        "seaweedfs-inspection-writes",
+        "seaweedfs-every-run-rewrites",
         "kinds/seaweedfs/adapter.py",
-        "        self._looked = identities\n",
-        "        self._looked = identities\n"
-        '        self.session.run(["s3.bucket.create -name meshtui-touched"], check=False)\n',
+        "if held.digest == secret_digest(item.password.encode()) and held.in_place:",
+        "if False:",
         "test_an_unchanged_run_writes_nothing",
         ("seaweedfs",),
+        more=(
+            (
+                "provisioner/harness.py",
+                "elif have is not None and have.digest == consumer.digest and have.in_place:",
+                "elif False:",
+            ),
+        ),
     ),
     Fault(
         "seaweedfs-drift-not-looked-at",

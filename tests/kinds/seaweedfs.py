@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -150,8 +152,15 @@ class WeedFixture:
         pass
 
     def footprint(self) -> object:
+        """The whole configuration, the buckets, and each identity file's mtime in the filer (a
+        rewrite of the same identity changes only that). The filer keeps mtimes in seconds, so
+        a footprint waits one first: a write just before it still shows."""
+        time.sleep(1.1)
         data, buckets = self._shell().export()
-        return json.dumps(data, sort_keys=True), sorted(buckets)
+        names = sorted(i["name"] for i in data["identities"] if not i.get("isStatic"))
+        out = self._shell().run([f"fs.meta.cat /etc/iam/identities/{n}.json" for n in names])
+        mtimes = re.findall(r'"mtime":\s*"(\d+)"', out)
+        return json.dumps(data, sort_keys=True), sorted(buckets), mtimes
 
     def log_mark(self) -> object:
         return self.server.log.stat().st_size

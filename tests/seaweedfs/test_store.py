@@ -3,9 +3,11 @@ repaired and removed by the provisioner, proven by signed requests from the cons
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -283,3 +285,26 @@ def test_a_store_with_no_identity_lets_anyone_in_and_the_probe_says_so(
     finally:
         server.stop()
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_doctor_finds_the_static_identity_or_says_it_is_missing(
+    store: Store, tmp_path: Path
+) -> None:
+    other = tmp_path / "admin.toml"
+    other.write_text(
+        store.server.admin_file.read_text().replace('admin = "meshtui-admin"', 'admin = "nobody"')
+    )
+    other.chmod(0o600)
+    code = (
+        "import json,sys\nfrom pathlib import Path\n"
+        "from meshtui.kinds.seaweedfs.doctor import admin_rights\n"
+        "print(json.dumps([admin_rights({}, Path(p), 10) for p in sys.argv[1:]]))\n"
+    )
+    done = subprocess.run(
+        ["ip", "netns", "exec", store.ns("db1"), sys.executable, "-c", code,
+         str(store.server.admin_file), str(other)],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    good, bad = json.loads(done.stdout)
+    assert good == []
+    assert len(bad) == 1 and "no static identity 'nobody'" in bad[0][0]

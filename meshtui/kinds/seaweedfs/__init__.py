@@ -5,7 +5,7 @@ credential, its rights (read, write, list) scoped to the consumer's own bucket(s
 ``values.py`` (what a consumer may ask for, checked at ``declare``: its buckets, each its own
 alone, and its rights), ``shell.py`` (``weed shell`` with commands on stdin, output kept
 private), ``adapter.py`` (the provisioner's adapter), ``probe.py`` (a SigV4-signed request over
-verified TLS and its control) and ``lab.py`` (SeaweedFS in a node's namespace as its own user).
+verified TLS and its control), ``doctor.py`` (the admin file and the static identity) and ``lab.py`` (SeaweedFS in a node's namespace as its own user).
 This file holds the record only.
 """
 
@@ -25,6 +25,7 @@ KIND = Kind(
     adapter=Ref("meshtui.kinds.seaweedfs.adapter", "SeaweedAdapter"),
     probe=Ref("meshtui.kinds.seaweedfs.probe", "probe"),
     lab=Ref("meshtui.kinds.seaweedfs.lab"),
+    doctor=Ref("meshtui.kinds.seaweedfs.doctor", "admin_rights"),
     check_values=check_values,
     tls=True,
     workers=1,  # one weed shell at a time: each is a process and reads the whole configuration

@@ -75,7 +75,9 @@ class Admin:
         for key in ("master", "filer", "admin"):
             value = data.get(key)
             if not isinstance(value, str) or not value:
-                raise ProvisionError(f"admin file: {key} is missing (see the README, Object storage)")
+                raise ProvisionError(
+                    f"admin file: {key} is missing (see the README, Object storage)"
+                )
             found[key] = value
         for key in ("master", "filer"):
             if not _ADDRESS.fullmatch(found[key]):
