@@ -16,10 +16,12 @@ from pathlib import Path
 
 import nacl.exceptions
 import nacl.public
+import nacl.pwhash.argon2id
+import nacl.secret
 import nacl.signing
 
 from meshtui.atomic import read_private, write_private
-from meshtui.errors import KeyFileError, SignatureError, UnsealError
+from meshtui.errors import CryptoError, KeyFileError, SignatureError, UnsealError
 
 DIGEST_PERSON = b"meshtui-secret"
 
@@ -147,13 +149,18 @@ def load_private(path: Path) -> PrivateKeys:
         raise KeyFileError(str(exc)) from exc
     except OSError as exc:
         raise KeyFileError(f"{path}: cannot read key file: {exc.strerror}") from exc
+    return parse_private(raw, str(path))
+
+
+def parse_private(raw: bytes, source: str) -> PrivateKeys:
+    """A private key file's bytes as keys; KeyFileError naming ``source`` when they are not."""
     try:
         data = tomllib.loads(raw.decode("utf-8"))
         signing = unb64(str(data["sign"]), "sign")
         unsealing = unb64(str(data["unseal"]), "unseal") if "unseal" in data else None
         return PrivateKeys(signing, unsealing)
     except (tomllib.TOMLDecodeError, UnicodeDecodeError, KeyError, ValueError) as exc:
-        raise KeyFileError(f"{path}: not a meshtui private key file") from exc
+        raise KeyFileError(f"{source}: not a meshtui private key file") from exc
 
 
 def write_keys(folder: Path, stem: str, keys: PrivateKeys) -> tuple[Path, Path]:
@@ -176,3 +183,59 @@ def verify(body: bytes, signature: bytes, verify_key: bytes, who: str) -> None:
         nacl.signing.VerifyKey(verify_key).verify(body, signature)
     except (nacl.exceptions.BadSignatureError, ValueError, TypeError) as exc:
         raise SignatureError(f"signature does not verify as {who}") from exc
+
+
+# ---- passphrase encryption (backups) ------------------------------------------------------
+
+PASSPHRASE_OPSLIMIT = nacl.pwhash.argon2id.OPSLIMIT_MODERATE
+"""Argon2id passes for a backup's key (3, libsodium's "moderate"): about a second here."""
+PASSPHRASE_MEMLIMIT = nacl.pwhash.argon2id.MEMLIMIT_MODERATE
+"""Argon2id memory for a backup's key (256 MiB, libsodium's "moderate")."""
+PASSPHRASE_SALT_BYTES = nacl.pwhash.argon2id.SALTBYTES
+PASSPHRASE_LIMITS = ((1, 10), (8 * 2**20, 2**30))
+"""The (opslimit, memlimit) ranges a file may ask for: a tampered header cannot make the
+reader spend more than a gigabyte or ten passes before the passphrase is even tried."""
+
+
+def passphrase_key(passphrase: bytes, salt: bytes, opslimit: int, memlimit: int) -> bytes:
+    """The 32-byte secret-box key Argon2id derives from ``passphrase`` with these parameters;
+    ValueError naming the parameter when it is outside :data:`PASSPHRASE_LIMITS`."""
+    (ops_lo, ops_hi), (mem_lo, mem_hi) = PASSPHRASE_LIMITS
+    if not ops_lo <= opslimit <= ops_hi:
+        raise ValueError(f"opslimit {opslimit} is outside {ops_lo}..{ops_hi}")
+    if not mem_lo <= memlimit <= mem_hi:
+        raise ValueError(f"memlimit {memlimit} is outside {mem_lo}..{mem_hi}")
+    if len(salt) != PASSPHRASE_SALT_BYTES:
+        raise ValueError(f"salt must be {PASSPHRASE_SALT_BYTES} bytes")
+    return bytes(
+        nacl.pwhash.argon2id.kdf(
+            nacl.secret.SecretBox.KEY_SIZE, passphrase, salt, opslimit=opslimit, memlimit=memlimit
+        )
+    )
+
+
+def new_salt() -> bytes:
+    """A fresh random salt for :func:`passphrase_key`."""
+    return secrets.token_bytes(PASSPHRASE_SALT_BYTES)
+
+
+def box_seal(key: bytes, plaintext: bytes, associated: bytes = b"") -> bytes:
+    """Encrypt and authenticate ``plaintext`` (and ``associated``, sent in the clear beside it)
+    under a secret-box key: XSalsa20-Poly1305 with a random nonce, the nonce first.
+
+    ``associated`` is bound by prefixing its BLAKE2b digest to the plaintext, so a changed
+    header fails exactly like a changed body."""
+    bound = hashlib.blake2b(associated, digest_size=32).digest() + plaintext
+    return bytes(nacl.secret.SecretBox(key).encrypt(bound))
+
+
+def box_open(key: bytes, sealed: bytes, associated: bytes = b"") -> bytes:
+    """Open what :func:`box_seal` made; CryptoError when the key is wrong or anything changed
+    (the ciphertext, its length, or ``associated``)."""
+    try:
+        bound = bytes(nacl.secret.SecretBox(key).decrypt(sealed))
+    except (nacl.exceptions.CryptoError, ValueError, TypeError) as exc:
+        raise CryptoError("cannot be opened with this key") from exc
+    if bound[:32] != hashlib.blake2b(associated, digest_size=32).digest():
+        raise CryptoError("its header was changed")
+    return bound[32:]

@@ -5,11 +5,14 @@
     │   ├── DeclarationError     a declaration that cannot be used: names the file, key and fix
     │   ├── UnknownKindError     a provider kind that is not registered (names the known ones)
     │   ├── KeyFileError         a missing or unreadable key file
-    │   └── UnknownPairError     a pair id, node or module that the inventory does not know
+    │   ├── UnknownPairError     a pair id, node or module that the inventory does not know
+    │   └── StateFolderError     a command that changes things, on a folder with no controller key
     ├── InventoryError           the SQLite store cannot do what was asked
-    │   └── ReadOnlyError        a write was attempted on an inventory opened read-only
-    │       └── ReadOnlyContactError  a read-only controller was asked to reach an agent
+    │   ├── ReadOnlyError        a write was attempted on an inventory opened read-only
+    │   │   └── ReadOnlyContactError  a read-only controller was asked to reach an agent
+    │   └── DamagedInventoryError the file is truncated or corrupted: names it, points to restore
     ├── CryptoError              a sealed blob or signature did not check out
+    │   ├── BackupError          a backup that cannot be written, opened or restored
     │   ├── UnsealError          a sealed blob could not be opened with this node's key
     │   └── SignatureError       an envelope or report was not signed by the expected key
     ├── WireError                a message between controller and agent was refused
@@ -68,8 +71,24 @@ class UnknownPairError(InputError):
     """A pair, node or module named on the command line is not in the inventory."""
 
 
+class StateFolderError(InputError):
+    """The state folder holds no controller key: a mistyped or missing ``--state``, most often."""
+
+    def __init__(self, folder: str) -> None:
+        super().__init__(
+            f"{folder}: no controller key here ({folder}/controller.key), so this is not a "
+            "controller's state folder; nothing was created. Name yours with --state DIR or "
+            "MESHTUI_STATE=DIR (the README's is /var/lib/meshtui/controller); only for a new "
+            "controller, run meshtui --state DIR init"
+        )
+
+
 class InventoryError(MeshtuiError):
     """The inventory cannot be opened or does not hold what was asked."""
+
+
+class DamagedInventoryError(InventoryError):
+    """The inventory file is truncated or corrupted; nothing was written to it."""
 
 
 class ReadOnlyError(InventoryError):
@@ -100,6 +119,13 @@ class CryptoError(MeshtuiError):
     """A cryptographic check failed."""
 
 
+class BackupError(CryptoError):
+    """A backup cannot be written, or opened (wrong passphrase, truncated, tampered), or
+    restored (a state folder that is not empty); nothing was written."""
+
+    exit_code = 2
+
+
 class UnsealError(CryptoError):
     """A sealed blob could not be opened with this node's key."""
 
@@ -114,6 +140,15 @@ class WireError(MeshtuiError):
 
 class EnvelopeError(WireError):
     """A signed envelope was refused: wrong key, stale, replayed or for another node."""
+
+
+class OffClockError(EnvelopeError):
+    """An envelope signed by the right key whose time is off this clock. It was authenticated,
+    so an answer may quote its ``nonce`` (any other refusal is answered unsigned)."""
+
+    def __init__(self, text: str, nonce: str) -> None:
+        super().__init__(text)
+        self.nonce = nonce
 
 
 class MessageError(WireError):

@@ -131,6 +131,8 @@ class EndRecord(TypedDict):
     mode: NotRequired[str]
     provider: NotRequired[str]
     login: NotRequired[str]
+    connection: NotRequired[str]  # a consumer's connection file, as last written
+    connection_digest: NotRequired[str]  # the digest of the text written there
 
 
 class Holding(EndRecord):
@@ -217,8 +219,16 @@ class ProviderSet(TypedDict):
     removed: NotRequired[list[str]]
 
 
+class ConnectionItem(TypedDict):
+    """A consumer's connection file: where, and its whole text (no secret in it)."""
+
+    file: str
+    text: str
+
+
 class ConsumerItem(TypedDict):
-    """One consumer credential, sealed to the consumer's node, and where to write it."""
+    """One consumer credential, sealed to the consumer's node, and where to write it (with its
+    connection file, when the ``requires`` entry declares one)."""
 
     pair: str
     node: str
@@ -231,6 +241,7 @@ class ConsumerItem(TypedDict):
     reload: list[str]
     sealed: str
     rollback: NotRequired[Rollback]
+    connection: NotRequired[ConnectionItem]
 
 
 class DeliverRequest(TypedDict):
@@ -528,10 +539,16 @@ class AnchorRequest(TypedDict):
 
 
 class AnchorAnswer(TypedDict):
-    """The audit head this node keeps (None: never shown one), as the controller signed it."""
+    """The audit head this node keeps (None: never shown one), as the controller signed it;
+    ``history``: the heads it kept before a restore replaced them (oldest first); ``accepted``:
+    the highest request number it accepted (a restored controller numbers past it);
+    ``controller``: the fingerprint of the controller key it pins."""
 
     node: str
     head: HeadJson | None
+    history: NotRequired[list[HeadJson]]
+    accepted: NotRequired[int]
+    controller: NotRequired[str]
 
 
 # ---- the strict mirror ----------------------------------------------------------------------

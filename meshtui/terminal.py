@@ -12,14 +12,15 @@ from __future__ import annotations
 import re
 from typing import TextIO
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+"""Every control character but newline and tab (C0, DEL and C1)."""
 
 
 def shown(text: str) -> str:
     """``text`` with control characters (not newline or tab) written as ``\\xNN``."""
-    if _CONTROL.search(text) is None:
+    if CONTROL.search(text) is None:
         return text
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    return CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 class Shown:

@@ -20,12 +20,12 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, TypedDict
+from typing import Annotated, NotRequired, TypedDict
 
 import msgspec
 
 from meshtui import crypto
-from meshtui.errors import EnvelopeError, SignatureError
+from meshtui.errors import EnvelopeError, OffClockError, SignatureError
 
 VERSION = 2  # 2: every body carries "seq"
 MAX_SKEW_S = 30.0
@@ -50,12 +50,83 @@ def head_message(seq: int, digest: str) -> bytes:
     return f"meshtui-audit-head:{seq}:{digest}".encode()
 
 
+def restore_message(seq: int, digest: str, base_seq: int, base_hash: str, taken_at: str) -> bytes:
+    """What the controller signs for a restore: event ``seq`` (hash ``digest``) continues the
+    chain of a backup taken at ``taken_at`` whose head was ``base_seq`` / ``base_hash``."""
+    return f"meshtui-audit-restore:{seq}:{digest}:{base_seq}:{base_hash}:{taken_at}".encode()
+
+
+class RestoreJson(TypedDict):
+    """A signed restore (:class:`RestoreProof`) as it travels with a head and as a node keeps it."""
+
+    seq: Annotated[int, msgspec.Meta(ge=1)]
+    hash: Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
+    base_seq: Annotated[int, msgspec.Meta(ge=0)]
+    base_hash: Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
+    taken_at: Annotated[str, msgspec.Meta(max_length=64)]
+    sig: Annotated[str, msgspec.Meta(min_length=1)]
+
+
 class HeadJson(TypedDict):
-    """A signed audit head as it travels and as an agent keeps it (``audit-head.json``)."""
+    """A signed audit head as it travels and as an agent keeps it (``audit-head.json``); with
+    ``restore`` when the chain it heads was restored from a backup."""
 
     seq: Annotated[int, msgspec.Meta(ge=1)]
     hash: Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
     sig: Annotated[str, msgspec.Meta(min_length=1)]  # base64, checked by :meth:`verifies`
+    restore: NotRequired[RestoreJson]
+
+
+@dataclass(frozen=True)
+class RestoreProof:
+    """The controller's signed word that its chain was restored from a backup: the restore's
+    own audit event (``seq``, ``hash``) and the backup's head it continues (``base_seq``,
+    ``base_hash``, taken at ``taken_at``).
+
+    A node accepts a head lower than the one it keeps only with a proof it has not seen before
+    (:mod:`meshtui.host.anchor`); the head it kept becomes history. Without one, a shorter
+    chain is what it always was: a wipe, caught."""
+
+    seq: int
+    hash: str
+    base_seq: int
+    base_hash: str
+    taken_at: str
+    sig: str
+
+    def message(self) -> bytes:
+        """The bytes the controller signs."""
+        return restore_message(self.seq, self.hash, self.base_seq, self.base_hash, self.taken_at)
+
+    def verifies(self, controller_verify_key: bytes) -> bool:
+        """True when the controller's key signed exactly this restore."""
+        try:
+            crypto.verify(
+                self.message(), crypto.unb64(self.sig, "sig"), controller_verify_key, CONTROLLER
+            )
+        except (SignatureError, ValueError):
+            return False
+        return True
+
+    def to_json(self) -> RestoreJson:
+        """The proof as it travels."""
+        return {
+            "seq": self.seq,
+            "hash": self.hash,
+            "base_seq": self.base_seq,
+            "base_hash": self.base_hash,
+            "taken_at": self.taken_at,
+            "sig": self.sig,
+        }
+
+    @classmethod
+    def from_json(cls, data: object) -> RestoreProof:
+        """A proof from its JSON form; ValueError naming the field when it is not one."""
+        try:
+            got = msgspec.convert(data, type=RestoreJson)
+        except msgspec.ValidationError as exc:
+            raise ValueError(f"not a restore proof: {exc}") from None
+        return cls(**got)
 
 
 @dataclass(frozen=True)
@@ -69,6 +140,7 @@ class SignedHead:
     seq: int
     hash: str
     sig: str  # base64 Ed25519 signature of :func:`head_message` by the controller key
+    restore: RestoreProof | None = None  # the newest restore of the chain it heads, if any
 
     def verifies(self, controller_verify_key: bytes) -> bool:
         """True when the controller's key signed exactly this sequence number and hash."""
@@ -85,7 +157,10 @@ class SignedHead:
 
     def to_json(self) -> HeadJson:
         """The head as it travels."""
-        return {"seq": self.seq, "hash": self.hash, "sig": self.sig}
+        out: HeadJson = {"seq": self.seq, "hash": self.hash, "sig": self.sig}
+        if self.restore is not None:
+            out["restore"] = self.restore.to_json()
+        return out
 
     @classmethod
     def from_json(cls, data: object) -> SignedHead:
@@ -98,7 +173,9 @@ class SignedHead:
             head = msgspec.convert(data, type=HeadJson)
         except msgspec.ValidationError as exc:
             raise ValueError(f"not an audit head: {exc}") from None
-        return cls(seq=head["seq"], hash=head["hash"], sig=head["sig"])
+        got = head.get("restore")
+        restore = RestoreProof(**got) if got is not None else None
+        return cls(seq=head["seq"], hash=head["hash"], sig=head["sig"], restore=restore)
 
 
 @dataclass(frozen=True)
@@ -191,6 +268,26 @@ class Sequence:
             finally:
                 os.close(fd)  # releases the flock
             return self._last, at
+
+    def jump_past(self, number: int) -> None:
+        """Make every later number higher than ``number`` (a restored controller's first
+        request must be above what every node accepted from the controller before it)."""
+        with self._lock:
+            self._last = max(self._last, number)
+            if self.path is None:
+                return
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                try:
+                    stored = int(os.pread(fd, 32, 0).split()[0])
+                except (ValueError, IndexError):
+                    stored = 0
+                self._last = max(self._last, stored)
+                os.pwrite(fd, f"{self._last:020d}\n".encode(), 0)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
 
 PROCESS_SEQUENCE = Sequence()
@@ -289,8 +386,8 @@ def open_envelope(
         raise EnvelopeError("refused: reply does not answer this request (replayed?)")
     skew = time.time() - msg.at
     if abs(skew) > max_skew:
-        raise EnvelopeError(
-            f"refused: message is {skew:+.0f}s off this clock (limit {max_skew:.0f}s)"
+        raise OffClockError(
+            f"refused: message is {skew:+.0f}s off this clock (limit {max_skew:.0f}s)", msg.nonce
         )
     return msg
 

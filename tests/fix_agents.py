@@ -35,6 +35,8 @@ class Mesh:
     sockets: dict[str, Path]
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     allow_loopback: bool = True
+    wrap: dict[str, list[str]] = field(default_factory=dict)
+    """node -> a command the node's agent is started under (e.g. a read-only mount)."""
 
     def start(self, node: str) -> None:
         """Start (or restart) one node's agent and wait until it answers."""
@@ -53,6 +55,7 @@ class Mesh:
         ]
         if self.allow_loopback:
             argv.append("--allow-loopback")
+        argv = [*self.wrap.get(node, []), *argv]
         self.procs[node] = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + AGENT_START_S
         while time.monotonic() < deadline:

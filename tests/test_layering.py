@@ -3,7 +3,8 @@
 The floors, bottom up:
 
 - the core (:data:`CORE`): ``model``, ``naming``, ``errors``, ``crypto``, ``wire``, ``atomic``,
-  ``declaration``, ``terminal`` (outside text made safe to print), ``messages``, and the kinds'
+  ``declaration``, ``terminal`` (outside text made safe to print), ``runas`` (the one way to
+  start a program as another user), ``messages``, and the kinds'
   registry (``kinds/kind.py``, ``kinds/registry.py``, each kind package's ``__init__.py`` and its
   ``values`` check, e.g. ``kinds/redis/acl.py``): the words, the shapes and the pure functions
   everyone shares. The core imports nothing of meshtui above it.
@@ -77,6 +78,7 @@ CORE = (
     "meshtui.atomic",
     "meshtui.declaration",
     "meshtui.terminal",
+    "meshtui.runas",
     "meshtui.messages",
     "meshtui.kinds",
     "meshtui.kinds.kind",
@@ -101,6 +103,7 @@ KIND_CONTRACTS = {
         "meshtui.lab.foreign",
         "meshtui.lab.toml_writer",
         "meshtui.lab.service",
+        "meshtui.lab.accounts",
     ),
 }
 """What a kind's module may import beyond the core and its own package, by the floor it serves."""

@@ -9,7 +9,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from meshtui.cli.context import EXIT_OK
+from meshtui.cli.context import EXIT_FAILED, EXIT_OK
 from meshtui.cli.parser import build_parser
 from meshtui.errors import MeshtuiError
 from meshtui.terminal import Shown
@@ -36,6 +36,13 @@ def _run(args: argparse.Namespace) -> int:
     except MeshtuiError as exc:
         print(f"meshtui: {exc}", file=sys.stderr)
         return exc.exit_code
+    except PermissionError as exc:  # a file another user made in the state folder, say
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(
+            f"meshtui: {where}permission denied (run meshtui as the user who owns it)",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
     except KeyboardInterrupt:
         print("meshtui: interrupted", file=sys.stderr)
         return 130

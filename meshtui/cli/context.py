@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from meshtui.errors import StateFolderError
+
 if TYPE_CHECKING:  # the agent's commands never load the controller
     from meshtui.controller.core import Controller
 
@@ -22,11 +24,14 @@ def state_dir(args: argparse.Namespace) -> Path:
 
 def controller(args: argparse.Namespace, *, read_only: bool = False) -> Controller:
     """The controller over the state folder, read-only when asked here or by ``--read-only``."""
-    from meshtui.controller.core import Controller
+    from meshtui.controller.core import KEY_STEM, Controller
 
-    return Controller.open(
-        state_dir(args), read_only=read_only or getattr(args, "read_only", False)
-    )
+    folder = state_dir(args)
+    read_only = read_only or getattr(args, "read_only", False)
+    if not read_only and not (folder / f"{KEY_STEM}.key").exists():
+        # opening would create an inventory in a folder no agent trusts (./state by default)
+        raise StateFolderError(str(folder.absolute()))
+    return Controller.open(folder, read_only=read_only)
 
 
 def progress_printer(args: argparse.Namespace) -> Callable[[str, int, int], None]:

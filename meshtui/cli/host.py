@@ -23,3 +23,22 @@ def cmd_host_serve(args: argparse.Namespace) -> int:
     from meshtui.host.serve import serve
 
     return serve(Path(args.state_dir), args.listen, allow_loopback=args.allow_loopback)
+
+
+def cmd_host_rekey(args: argparse.Namespace) -> int:
+    from meshtui.host.rekey import rekey
+
+    done = rekey(Path(args.state_dir), Path(args.controller), confirmed=args.yes)
+    if not done.changed:
+        print(f"node {done.node} already pins controller key {done.new}; nothing changed")
+        return EXIT_OK
+    aside = (
+        f"; the audit head it kept (event {done.head_kept_aside}) is kept as history"
+        if done.head_kept_aside is not None
+        else ""
+    )
+    print(
+        f"node {done.node} now pins controller key {done.new} (was {done.old}){aside}. "
+        "Start its agent again; the new controller's next push brings it up to date."
+    )
+    return EXIT_OK

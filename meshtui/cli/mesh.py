@@ -6,10 +6,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import asdict
 from typing import Any
 
 from meshtui.cli import render
 from meshtui.cli.context import EXIT_FAILED, EXIT_OK, controller, state_dir
+from meshtui.controller.restored import restores_of
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -70,6 +72,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
         events = ctl.events()
         check = ctl.verify_chain() if args.verify else None
         anchors = ctl.verify_anchors() if args.verify else None
+    restores = restores_of(events) if args.verify else []
     if args.json:
         listed = [e.to_json() for e in events]
         out: Any = listed
@@ -80,6 +83,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
                 "bad_event": check.bad_seq,
                 "problem": check.problem,
                 "anchors": anchors.to_json(),
+                "restores": [asdict(r) for r in restores],
             }
         render.print_json(out)
     else:
@@ -87,6 +91,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
             render.events(events)
         if check is not None:
             render.chain(check)
+        for r in restores:
+            print(f"  {r.line()}")
         if anchors is not None:
             render.anchors(anchors)
     broken = (check is not None and not check.ok) or (anchors is not None and not anchors.ok)

@@ -10,8 +10,21 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from meshtui.cli import actions, doctor, host, lab, mesh, provision, watch
+from meshtui.cli import actions, doctor, host, lab, mesh, provision, recovery, watch
 from meshtui.kinds import registry
+
+DISTRIBUTION = "meshtui-credentials"
+"""This project's distribution name (PyPI's "meshtui" is another program)."""
+
+
+def installed_version() -> str:
+    """``meshtui-credentials 0.1.0``: which distribution this ``meshtui`` command comes from."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"{DISTRIBUTION} {version(DISTRIBUTION)}"
+    except PackageNotFoundError:
+        return f"{DISTRIBUTION} (run from a checkout, not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,6 +34,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="The operator's console for the credentials of a small service mesh.",
     )
     p.add_argument("--state", help="state folder (default ./state, or $MESHTUI_STATE)")
+    p.add_argument(
+        "--version",
+        action="version",
+        version=installed_version(),
+        help="the installed distribution and its version, then exit",
+    )
     p.add_argument(
         "--read-only",
         action="store_true",
@@ -78,6 +97,17 @@ def _host(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="let probes target loopback (lab fallback only)",
     )
     s.set_defaults(func=host.cmd_host_serve)
+    s = group.add_parser(
+        "rekey",
+        help="pin a new controller key on this node (the old one was lost); run on the node",
+        description="Make this node obey a new controller key: run on the node itself with its "
+        "agent stopped, after checking the key's fingerprint. The audit head it kept under the "
+        "old key is kept as history; what it accepted stays refused as a replay.",
+    )
+    s.add_argument("--state", dest="state_dir", required=True, help="the node's state folder")
+    s.add_argument("--controller", required=True, help="the new controller's .pub file")
+    s.add_argument("--yes", action="store_true", help="the fingerprint was checked: do it")
+    s.set_defaults(func=host.cmd_host_rekey)
 
 
 def _actions(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -186,6 +216,31 @@ def _doctor(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.set_defaults(func=doctor.cmd_doctor)
 
 
+def _recovery(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    phrase = "a file holding the passphrase, only its owner may read it (chmod 600); "
+    s = sub.add_parser(
+        "backup",
+        help="the inventory, the controller's keys and sequence, encrypted, in one new file",
+        description="Write an encrypted backup of the state folder (safe while watch runs): "
+        "Argon2id (3 passes, 256 MiB) of the passphrase keys an XSalsa20-Poly1305 secret box. "
+        "Never over an existing file; mode 0600.",
+    )
+    s.add_argument("file", type=Path, help="the backup to write (must not exist)")
+    s.add_argument("--passphrase-file", help=phrase + "without it, asked on a terminal")
+    s.add_argument("--json", action="store_true", help="say what it holds as JSON")
+    s.set_defaults(func=recovery.cmd_backup)
+    s = sub.add_parser(
+        "restore",
+        help="put a backup back into an empty state folder, as a signed audit event",
+        description="Restore a backup into --state, which must be empty or absent. Checks the "
+        "passphrase and the whole file first: nothing is written when either fails.",
+    )
+    s.add_argument("file", type=Path, help="the backup to restore")
+    s.add_argument("--passphrase-file", help=phrase + "without it, asked on a terminal")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=recovery.cmd_restore)
+
+
 GROUPS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
     _mesh,
     _host,
@@ -194,5 +249,6 @@ GROUPS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], Non
     _provision,
     _watch,
     _doctor,
+    _recovery,
 ]
 """The groups of commands, in the order ``meshtui --help`` lists them."""

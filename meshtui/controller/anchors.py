@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from meshtui import wire
-from meshtui.controller.client import read_anchor
+from meshtui.controller.client import AnchorRead, read_anchor_answer
 from meshtui.errors import AgentError
 from meshtui.inventory import Inventory
 from meshtui.inventory.rows import NodeRow
@@ -28,7 +28,7 @@ class NodeAnchor:
     """What one node's kept head says about the inventory's chain."""
 
     node: str
-    verdict: str  # agrees, ahead, diverges, forged, none, unreachable
+    verdict: str  # agrees, restored, ahead, diverges, forged, none, unreachable
     reason: str
     seq: int | None = None
 
@@ -68,8 +68,55 @@ class AnchorCheck:
         }
 
 
-def judge(inv: Inventory, node: str, head: wire.SignedHead | None, key: bytes | None) -> NodeAnchor:
-    """One node's kept head against the inventory's chain."""
+def judge(
+    inv: Inventory,
+    node: str,
+    head: wire.SignedHead | None,
+    key: bytes | None,
+    history: list[wire.SignedHead] | None = None,
+) -> NodeAnchor:
+    """One node's kept head (and the heads it kept before a restore) against the chain."""
+    verdict = _judge(inv, node, head, key)
+    if verdict.verdict == "ahead" and head is not None:
+        explained = _told_at_restore(inv, node, head)
+        if explained is not None:
+            return NodeAnchor(node, "restored", explained, head.seq)
+    if verdict.verdict == "agrees" and head is not None and head.restore is not None:
+        before = ", ".join(str(h.seq) for h in history or []) or "nothing past the backup"
+        r = head.restore
+        return NodeAnchor(
+            node,
+            "agrees",
+            f"{verdict.reason}; it took the restore at event {r.seq} (a backup holding events "
+            f"1..{r.base_seq}, taken {r.taken_at}); before it, it had seen up to event {before}",
+            head.seq,
+        )
+    return verdict
+
+
+def _told_at_restore(inv: Inventory, node: str, head: wire.SignedHead) -> str | None:
+    """Why ``head`` (past the chain's end) is the gap a restore recorded for ``node``, or None."""
+    for event in reversed(inv.events()):
+        if event["kind"] != "restore":
+            continue
+        seen = event["detail"].get("nodes", {})
+        mine = seen.get(node) if isinstance(seen, dict) else None
+        if isinstance(mine, dict) and (mine.get("seen_seq"), mine.get("seen_hash")) == (
+            head.seq,
+            head.hash,
+        ):
+            return (
+                f"keeps event {head.seq} of the chain before the restore at event "
+                f"{event['seq']}, as that restore recorded (the gap); it takes the restored "
+                "chain with the next request (meshtui push)"
+            )
+    return None
+
+
+def _judge(
+    inv: Inventory, node: str, head: wire.SignedHead | None, key: bytes | None
+) -> NodeAnchor:
+    """One node's kept head against the inventory's chain, as it stands."""
     if head is None:
         return NodeAnchor(node, "none", "keeps no audit head yet (never shown one)")
     if key is not None and not head.verifies(key):
@@ -106,10 +153,10 @@ def check_anchors(inv: Inventory, nodes: Mapping[str, NodeRow], key: bytes | Non
 
     def ask(name: str) -> NodeAnchor:
         try:
-            head = read_anchor(nodes[name], timeout=ANCHOR_TIMEOUT_S)
+            got: AnchorRead = read_anchor_answer(nodes[name], timeout=ANCHOR_TIMEOUT_S)
         except AgentError as exc:
             return NodeAnchor(name, "unreachable", f"not asked: {exc.reason}")
-        return judge(inv, name, head, key)
+        return judge(inv, name, got.head, key, got.history)
 
     names = sorted(nodes)
     if not names:

@@ -45,6 +45,10 @@ UNSIGNED_REFUSALS = {
     503: "the agent is busy with other requests; try again",
     408: "the agent did not receive the whole request in time",
     400: "the agent could not read the request",
+    403: (
+        "refused, unsigned: the agent could not verify the request (the controller's key not "
+        "pinned on the node, its clock far off, or the request changed on the way)"
+    ),
 }
 """What an unsigned refusal (before the agent knew who asked) means, by HTTP status."""
 
@@ -76,6 +80,23 @@ def read_anchor(node: NodeRow, *, timeout: float = STATE_TIMEOUT_S) -> wire.Sign
     call's fresh nonce; AgentError otherwise. The head inside is the node's claim of what the
     controller showed it: check its controller signature before believing it.
     """
+    return read_anchor_answer(node, timeout=timeout).head
+
+
+@dataclass(frozen=True)
+class AnchorRead:
+    """A node's whole answer to the anchor read: its kept head, the heads it kept before a
+    restore, the highest request number it accepted and the controller key it pins."""
+
+    node: str
+    head: wire.SignedHead | None
+    history: list[wire.SignedHead]
+    accepted: int | None
+    controller: str | None
+
+
+def read_anchor_answer(node: NodeRow, *, timeout: float = STATE_TIMEOUT_S) -> AnchorRead:
+    """:func:`read_anchor`'s whole answer (AgentError when it cannot be trusted)."""
     name = str(node["name"])
     nonce = secrets.token_hex(16)
     verify_key = crypto.unb64(node["verify_key"], "verify_key")
@@ -103,7 +124,13 @@ def read_anchor(node: NodeRow, *, timeout: float = STATE_TIMEOUT_S) -> wire.Sign
     try:
         answer = messages.ANCHOR.answer_of(msg.payload)  # the one check of the answer's shape
         head = answer["head"]
-        return None if head is None else wire.SignedHead.from_json(head)
+        return AnchorRead(
+            node=name,
+            head=None if head is None else wire.SignedHead.from_json(head),
+            history=[wire.SignedHead.from_json(h) for h in answer.get("history", [])],
+            accepted=answer.get("accepted"),
+            controller=answer.get("controller"),
+        )
     except MessageError as exc:
         raise AgentError(name, f"answer refused: {exc}") from None
     except ValueError as exc:
@@ -212,11 +239,15 @@ class AgentClient:
                 verify_key=self._verify_key,
                 sender=self.name,
                 to=wire.CONTROLLER,
-                reply_to=None if resp.status_code == 403 else nonce,
+                reply_to=nonce,  # an answer, a refusal included, counts only for this request
             )
         except EnvelopeError as exc:
             if resp.status_code != 200 and "off this clock" not in str(exc):  # say clock skew
-                why = UNSIGNED_REFUSALS.get(resp.status_code, "agent refused the request")
+                # not the node's word about this request (unsigned, or signed for another):
+                # its text is not shown as the node's reason
+                why = UNSIGNED_REFUSALS.get(
+                    resp.status_code, "refused, unsigned (the agent could not tell who asked)"
+                )
                 raise AgentError(self.name, f"{why} (HTTP {resp.status_code})") from exc
             raise AgentError(
                 self.name, f"answer not trusted: {exc} (is this the right agent?)"

@@ -37,6 +37,7 @@ from meshtui.controller.reports import (
     Summary,
     no_progress,
 )
+from meshtui.controller.restored import load_proof
 from meshtui.controller.schedule import PairDue
 from meshtui.errors import (
     ReadOnlyContactError,
@@ -75,9 +76,13 @@ class Controller:
         """Open the controller on a state folder (the inventory is created when writable)."""
         state_dir = Path(state_dir)
         ctl = cls(state_dir, Inventory.open(state_dir / INVENTORY, read_only=read_only))
+        proof = load_proof(state_dir)  # None unless restored (controller/restore.py)
         if not read_only and (state_dir / f"{KEY_STEM}.key").exists():
             keys = ctl.keys()
             ctl.inventory.signer = keys.sign  # every audit head is signed by the controller
+            if proof is not None and not proof.verifies(keys.public().verify):
+                proof = None  # a restore under a key since replaced: no node could take it
+        ctl.inventory.restore_proof = proof
         return ctl
 
     @staticmethod

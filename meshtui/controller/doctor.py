@@ -162,7 +162,8 @@ def refusal(node: str, row: NodeRow, exc: AgentError) -> Problem:
             "key",
             node,
             f"the agent refuses this controller's key ({why})",
-            f"run meshtui host init on {node} with this controller's controller.pub",
+            f"on {node}: meshtui host rekey --controller controller.pub (see README, "
+            '"If the controller\'s key is lost too")',
         )
     if "unknown kind" in why:
         return Problem(
@@ -174,6 +175,30 @@ def refusal(node: str, row: NodeRow, exc: AgentError) -> Problem:
         node,
         f"the agent does not answer ({why})",
         f"start meshtui host serve on {node}, or fix agent = {row['agent']}",
+    )
+
+
+def pinned_elsewhere(ctl: Controller, node: str, row: NodeRow, exc: AgentError) -> Problem:
+    """:func:`refusal`; for a node refusing this controller's key, the key it pins instead
+    (read without a key) and the act on the node that changes it (``meshtui host rekey``)."""
+    found = refusal(node, row, exc)
+    if "not signed by controller" not in exc.reason:
+        return found
+    from meshtui.controller.client import read_anchor_answer
+
+    ours = ctl.keys().public().fingerprint()
+    try:
+        pinned = read_anchor_answer(row).controller or "another key"
+    except AgentError:
+        pinned = "another key"
+    return Problem(
+        node,
+        "key",
+        node,
+        f"still pins controller key {pinned}, not this controller's {ours}: it refuses every "
+        "request from here (the old key was lost, or this is another controller)",
+        f"on {node}, stop its agent and run: meshtui host rekey --state NODE_STATE "
+        "--controller controller.pub --yes (after checking the fingerprint), then start it",
     )
 
 
@@ -193,7 +218,7 @@ def doctor(ctl: Controller, progress: Progress) -> DoctorReport:
     for node in sorted(answers):
         answer = answers[node]
         if isinstance(answer, AgentError):
-            problems.append(refusal(node, nodes[node], answer))
+            problems.append(pinned_elsewhere(ctl, node, nodes[node], answer))
             checked.append(NodeCheck(node, answered=False))
             continue
         found = answer  # its shape was checked on receipt (client.py)

@@ -81,7 +81,7 @@ def drill_one(ctl: Controller, pid: str, progress: Progress) -> DrillReport:
         reason = f"rotation {report.outcome}: {report.reason}"
     if not reason and steps and not steps[0].ok:
         reason = "the current credential did not log in before the rotation; nothing was rotated"
-    window = report.pairs[0].window_ms if report is not None and report.ok else None
+    window = report.pairs[0].window_ms if report is not None and report.done else None
     ok = len(steps) == 3 and all(s.ok for s in steps) and report is not None and report.ok
     if ok:
         reason = "old worked before, new works after, old is refused after"
@@ -94,7 +94,7 @@ def drill_one(ctl: Controller, pid: str, progress: Progress) -> DrillReport:
         reason=reason,
     )
     with ctl.inventory.transaction("drill") as tx:
-        if new_login is not None and report is not None and report.ok:
+        if new_login is not None and report is not None and report.done:
             # the "new after" login is a probe of the current generation from the consumer's node
             generation = report.pairs[0].generation
             tx.add_probes([probe_row(pid, generation, new_login, now(), withdrawn=False)])

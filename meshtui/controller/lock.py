@@ -8,16 +8,41 @@ from __future__ import annotations
 
 import fcntl
 import os
+import pwd
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from meshtui.errors import RotationBusyError
+from meshtui.errors import InventoryError, RotationBusyError
 
 LOCK_FILE = "deliver.lock"
 WHO: str | None = None
 """Who takes the lock in this process when it is not an operator's command (the watch sets
 ``"watch"``), so whoever finds it busy reads ``pid 12: watch rotate``."""
+
+
+def not_yours(path: Path) -> str:
+    """Why this user cannot use ``path`` in the state folder, and the commands that fix it.
+
+    A controller command run as root on the watch unit's folder leaves files only root may
+    write; the unit's user then meets them."""
+
+    def name(uid: int) -> str:
+        try:
+            return pwd.getpwuid(uid).pw_name
+        except KeyError:
+            return str(uid)
+
+    folder = path.parent
+    try:
+        owner, keeper = name(path.stat().st_uid), name(folder.stat().st_uid)
+    except OSError:
+        owner = keeper = "another user"
+    return (
+        f"{path}: permission denied (it belongs to {owner}; this command runs as "
+        f"{name(os.geteuid())}). Run every command on {folder} as its owner {keeper} "
+        f"(sudo -u {keeper} meshtui ...), and give its files back: chown -R {keeper}: {folder}"
+    )
 
 
 def holder(state_dir: Path) -> str | None:
@@ -41,7 +66,11 @@ def holder(state_dir: Path) -> str | None:
 def delivering(state_dir: Path, action: str) -> Iterator[None]:
     """Hold the state folder's delivery lock, or raise RotationBusyError naming the holder."""
     state_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(state_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    path = state_dir / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except PermissionError:
+        raise InventoryError(not_yours(path)) from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

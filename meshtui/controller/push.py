@@ -12,10 +12,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from meshtui import messages
+from meshtui import crypto, messages
 from meshtui.controller import status as status_mod
+from meshtui.controller.catchup import settle
 from meshtui.controller.client import STATE_TIMEOUT_S, Agents, by_pair, missing_reason
 from meshtui.controller.deliver import (
+    KEPT_FAILURES,
     Delivered,
     EndRow,
     Planner,
@@ -39,6 +41,13 @@ if TYPE_CHECKING:
     from meshtui.controller.core import Controller
 
 
+UNVERIFIED_HINT = (
+    "the consumer's node must reach the provider and be refused: start its agent, and let the "
+    "server answer its address (a pg_hba.conf line for it), then push again"
+)
+"""What push says to do about a withdrawn pair whose revocation was not verified."""
+
+
 def push(ctl: Controller, progress: Progress) -> PushReport:
     """Converge every end; the report names who is still behind."""
     from meshtui.controller.rotate import recover
@@ -52,6 +61,10 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
         progress("asking every node what it holds", 0, 4)
         plan = Planner(inv)
         resolutions, holdings = ask_state(agents, sorted(plan.nodes))
+        settled = settle(ctl, agents, sorted(plan.nodes), resolutions, holdings, progress)
+        if settled.changed:  # ends were ahead (a restore): rotated past them, asked again
+            plan = Planner(inv)
+            resolutions, holdings = settled.resolutions, settled.holdings
         unreachable = {r.node: r.reason for r in resolutions if not r.ok}
         found_before = inv.deliveries()  # a drift still unrepaired keeps the time it was found
         held_generations(inv, holdings)
@@ -62,11 +75,41 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
 
         def was_behind(pid: str) -> bool:
             want = plan.pairs[pid]["generation"]
-            return any(_held(before.get((pid, end.value))) != want for end in End)
+            ends = [before.get((pid, end.value)) for end in End]
+            return (
+                any(_held(d) != want for d in ends)
+                or any(str(d["error"] or "").startswith(KEPT_FAILURES) for d in ends if d)
+                or connection_differs(pid)
+            )
 
-        def behind(pid: str, end: End) -> bool:
+        def short(pid: str, end: End) -> bool:
             d = deliveries.get((pid, end.value))
             return d is None or d["generation"] != plan.pairs[pid]["generation"]
+
+        held_consumer = {
+            h["pair"]: h for hs in holdings.values() for h in hs if h["end"] == End.CONSUMER
+        }
+
+        def connection_differs(pid: str) -> bool:
+            """The declared connection file is not what the consumer's agent last wrote."""
+            want = plan.connection(pid)
+            if want is None:
+                return False
+            held = held_consumer.get(pid)
+            digest = crypto.secret_digest(want["text"].encode("utf-8"))
+            return held is None or (held.get("connection"), held.get("connection_digest")) != (
+                want["file"],
+                digest,
+            )
+
+        def behind(pid: str, end: End) -> bool:
+            if short(pid, end):
+                return True
+            if end is End.CONSUMER and connection_differs(pid):
+                return True
+            # a reload or a pin that failed: the end holds the credential, not all it should
+            d = deliveries.get((pid, end.value))
+            return d is not None and str(d["error"] or "").startswith(KEPT_FAILURES)
 
         live = [p for p in plan.pairs.values() if not p["withdrawn_at"]]
         withdrawn = [p for p in plan.pairs.values() if p["withdrawn_at"]]
@@ -98,11 +141,11 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
             p["id"]
             for p in live
             if behind(p["id"], End.CONSUMER)
-            and not behind(p["id"], End.PROVIDER)
+            and not short(p["id"], End.PROVIDER)
             and node_of(p["consumer"]) not in unreachable
         ]
         for p in live:
-            if behind(p["id"], End.CONSUMER) and behind(p["id"], End.PROVIDER):
+            if behind(p["id"], End.CONSUMER) and short(p["id"], End.PROVIDER):
                 result.fail(p["id"], "consumer waits until its provider holds the generation")
         send_consumers(agents, inv, plan.consumer_items(todo, {}), result)
         progress("revoking withdrawn pairs", 3, 4)
@@ -131,7 +174,9 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
         delivered = [
             PairOutcome(
                 pair=pid,
-                ok=result.provider_ok.get(pid, True) and result.consumer_ok.get(pid, True),
+                ok=result.provider_ok.get(pid, True)
+                and result.consumer_ok.get(pid, True)
+                and pid not in result.errors,
                 generation=plan.pairs[pid]["generation"],
                 reason=result.errors.get(pid, "")
                 or (f"re-applied: {drift[pid]}" if pid in drift else ""),
@@ -146,6 +191,12 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
             for r in rows
             if (r.state is State.STALE and not r.withdrawn) or r.alarm
         }
+        # a withdrawal whose refusal was not seen is not done: the old login may still work
+        behind_now |= {
+            r.pair: f"{r.reason} ({UNVERIFIED_HINT})"
+            for r in rows
+            if r.withdrawn and r.state is State.STALE and not r.alarm
+        }
         for node, why in unreachable.items():
             for r in rows:
                 if node in (r.consumer_node, r.provider_node) and not r.withdrawn:
@@ -159,11 +210,14 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
                 "behind": len(behind_now),
                 "unreachable": sorted(unreachable),
                 "changed_outside": sorted(drift),
+                "ahead": sorted(settled.ahead),
             },
             "ok" if not behind_now else "behind",
         )
         progress("done", 4, 4)
-        return PushReport(delivered=delivered, withdrawn=revoked, behind=behind_now)
+        return PushReport(
+            delivered=delivered, withdrawn=revoked, behind=behind_now, ahead=settled.ahead
+        )
 
 
 def _held(end: DeliveryRow | None) -> int | None:

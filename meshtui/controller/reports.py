@@ -90,9 +90,14 @@ class RotationReport:
     reason: str = ""
 
     @property
-    def ok(self) -> bool:
-        """True when the rotation finished all-new."""
+    def done(self) -> bool:
+        """True when every end holds the new credential (a consumer's reload may have failed)."""
         return self.outcome == RotationState.DONE
+
+    @property
+    def ok(self) -> bool:
+        """True when the rotation finished all-new and every consumer's reload worked."""
+        return self.done and all(p.ok for p in self.pairs)
 
     def to_json(self) -> dict[str, Any]:
         """The ``rotate --json`` object."""
@@ -106,6 +111,7 @@ class PushReport:
     delivered: list[PairOutcome]
     withdrawn: list[PairOutcome]
     behind: dict[str, str]  # pair -> reason
+    ahead: dict[str, str] = field(default_factory=dict)  # pair -> ends ahead, what became of it
 
     @property
     def ok(self) -> bool:

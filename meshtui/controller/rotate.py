@@ -331,6 +331,10 @@ def execute(
     )
 
 
+RELOAD_AGAIN = "every end holds the new credential; push tries the rest again"
+"""What a rotation done with a failed reload or pin adds to its reason."""
+
+
 def _finish(
     ctl: Controller, rotation: RotationStart, result: Delivered, progress: Progress
 ) -> RotationReport:
@@ -362,20 +366,25 @@ def _finish(
     for n, i in enumerate(items, 1):
         window = windows[i["pair"]]
         took = f"window {window:.1f} ms" if window is not None else "window not measured"
+        failed = result.errors.get(i["pair"])  # held, but its reload failed
+        took += f"; {failed}" if failed else ""
         progress(f"{i['pair']}: generation {i['from']}->{i['to']}, {took}", n, len(items))
+    failures = sorted({why for pid, why in result.errors.items() if pid in windows})
     return RotationReport(
         rotation=rotation["id"],
         outcome=RotationState.DONE,
         pairs=[
             PairOutcome(
                 pair=i["pair"],
-                ok=True,
+                ok=i["pair"] not in result.errors,
                 generation=i["to"],
                 previous=i["from"],
                 window_ms=windows[i["pair"]],
+                reason=result.errors.get(i["pair"], ""),
             )
             for i in items
         ],
+        reason=f"{'; '.join(failures)} ({RELOAD_AGAIN})" if failures else "",
     )
 
 

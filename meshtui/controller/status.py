@@ -19,6 +19,9 @@ DRIFT = "changed outside meshtui at "
 """How push records a provider end whose server no longer holds what meshtui delivered."""
 REPAIRED = "re-applied after it was "
 """The prefix of a provider end's note once push re-applied it (not an error)."""
+NOT_AS_DECLARED = "not yet as declared"
+"""A consumer end whose file still holds its generation, but not where or as the declaration
+now says (file, owner, group, mode): push writes it again; it is not "holding nothing"."""
 
 
 REFUSAL_CODES = ("WRONGPASS", "InvalidAccessKeyId", "SignatureDoesNotMatch")
@@ -43,7 +46,7 @@ def _end_reason(end: End, generation: int | None, error: str | None, want: int) 
         return f"{end} holds generation {generation}, expected {want}{tail}"
     if error and str(error).startswith(REPAIRED):
         return None  # drift found and re-applied: a note, not a failure
-    if error and str(error).startswith(DRIFT):
+    if error and str(error).startswith((DRIFT, NOT_AS_DECLARED)):
         return f"{end}: {error}"
     if error:  # holds the right generation, but the last attempt failed (or its reload)
         return f"{end}: last delivery failed: {error}"

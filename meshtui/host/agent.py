@@ -18,7 +18,13 @@ from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
 from meshtui import crypto, messages, wire
-from meshtui.errors import EnvelopeError, HostFileError, MeshtuiError, MessageError
+from meshtui.errors import (
+    EnvelopeError,
+    HostFileError,
+    MeshtuiError,
+    MessageError,
+    OffClockError,
+)
 from meshtui.host import checks as checks_mod
 from meshtui.host import files
 from meshtui.host import probe as probe_mod
@@ -119,7 +125,10 @@ class Agent:
         self.accepted = Accepted(identity.state_dir, identity.name, self.holdings.listing())
         self.deliveries = Deliveries(identity, self.holdings, self.accepted, provisioner)
         self.anchor = AuditAnchor(
-            identity.state_dir, identity.controller.verify, self.accepted.head
+            identity.state_dir,
+            identity.controller.verify,
+            self.accepted.head,
+            self.accepted.history,
         )
         self._drills: dict[str, tuple[bytes, float]] = {}
         self._drill_lock = threading.Lock()
@@ -171,12 +180,16 @@ class Agent:
                 sender=wire.CONTROLLER,
                 to=me,
             )
+        except OffClockError as exc:  # signed by the controller, but off this clock
+            return 403, self._reply("error", {"error": str(exc)}, exc.nonce)
         except EnvelopeError as exc:
-            return 403, self._reply("error", {"error": str(exc)}, None)
+            # unsigned: nobody is known yet, and the node's signature must never cover an
+            # answer to whoever asked (an on-path attacker would relay it as the node's word)
+            return 403, {"error": str(exc)}
         try:
             self.accepted.take(msg.seq)  # durably recorded below, before anything is done
-        except EnvelopeError as exc:
-            return 403, self._reply("error", {"error": str(exc)}, None)
+        except EnvelopeError as exc:  # signed by the controller, but used: quote its nonce
+            return 403, self._reply("error", {"error": str(exc)}, msg.nonce)
         route = self._routes.get(msg.kind)
         if route is None:
             return 400, self._reply("error", {"error": f"unknown kind {msg.kind!r}"}, msg.nonce)
@@ -226,6 +239,9 @@ class Agent:
         payload: AnchorAnswer = {
             "node": self.identity.name,
             "head": head.to_json() if head else None,
+            "history": [h.to_json() for h in self.anchor.history],
+            "accepted": self.accepted.high_water(),
+            "controller": self.identity.controller.fingerprint(),
         }
         return 200, self._reply(messages.ANCHOR.name, payload, nonce)
 

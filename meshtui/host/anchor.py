@@ -6,6 +6,12 @@ beside its keys) when the controller's key signed it and it is longer than the o
 shorter, or that holds another event at that number, disagrees with what this node saw, and
 ``meshtui audit --verify`` says so, naming the node. Anyone may read it back (the head is a
 number and a hash, no secret), answered signed by this node's key.
+
+A restored controller's chain is shorter than what the nodes saw. A node takes such a head only
+when it carries a restore proof (:class:`~meshtui.wire.RestoreProof`) signed by the controller key
+that it has not seen before; the head it kept then becomes history (``history``, read back with
+the head), so the gap stays on record and a second put-back of an old inventory, which can only
+show a proof already seen, is caught as before.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from meshtui.atomic import write_private
@@ -48,13 +54,20 @@ class AuditAnchor:
         state_dir: Path,
         controller_verify_key: bytes,
         recorded: Mapping[str, object] | None = None,
+        history: Iterable[Mapping[str, object]] = (),
     ) -> None:
         self._path = state_dir / ANCHOR
         self._key = controller_verify_key
         self._lock = threading.Lock()
         self._copying = threading.Lock()
-        self._head = self._load()
-        self._copied = self._head.seq if self._head is not None else None
+        self._history: list[SignedHead] = []
+        for n, old in enumerate(history, 1):  # signed by the key pinned then (maybe not now)
+            try:
+                self._history.append(SignedHead.from_json(dict(old)))
+            except ValueError as exc:
+                raise WireError(f"the guard's record, old head {n}: {exc}: {ADVICE}") from exc
+        self._head = self._load() if recorded is not None or not self._history else None
+        self._copied = _mark(self._head)
         if recorded is not None:  # what the guard's record kept (a head it verified then)
             try:
                 head = SignedHead.from_json(dict(recorded))
@@ -65,8 +78,8 @@ class AuditAnchor:
                     "the audit head in the guard's record is not signed by the pinned "
                     f"controller key: {ADVICE}"
                 )
-            if self._head is None or head.seq > self._head.seq:
-                self._head = head
+            if self._head is None or head.seq > self._head.seq or head.restore is not None:
+                self._head = head  # the record is what a restart trusts (a restored head too)
 
     def _load(self) -> SignedHead | None:
         try:
@@ -88,12 +101,32 @@ class AuditAnchor:
         """The head kept (None: never shown one)."""
         return self._head
 
+    @property
+    def history(self) -> list[SignedHead]:
+        """The heads kept before a restore (or a re-key) replaced them, oldest first."""
+        with self._lock:
+            return list(self._history)
+
+    def _new_restore(self, head: SignedHead) -> bool:
+        """True when ``head`` carries a restore proof this node has not seen (call locked)."""
+        if head.restore is None:
+            return False
+        seen = {h.restore.hash for h in (self._head, *self._history) if h and h.restore}
+        return head.restore.hash not in seen
+
     def wants(self, head: SignedHead) -> bool:
         """Whether ``head`` would be kept: the controller signed it and it extends the kept one
         (a head at the same or a lower number is not: the kept one is what a later check
-        compares against). Nothing is written."""
+        compares against), or it heads a restored chain whose signed proof this node has not
+        seen yet (any number: the kept head becomes history). Nothing is written."""
         with self._lock:
-            if self._head is not None and head.seq <= self._head.seq:
+            fresh = self._new_restore(head)
+            if not fresh and self._head is not None and head.seq <= self._head.seq:
+                return False
+        if fresh:
+            proof = head.restore
+            assert proof is not None
+            if proof.seq > head.seq or not proof.verifies(self._key):
                 return False
         return head.verifies(self._key)
 
@@ -108,16 +141,34 @@ class AuditAnchor:
         longer one came meanwhile; the readable copy is :meth:`copy`'s, which may come later
         (after the answer is sent): the guard's durable line already holds the head."""
         with self._lock:
-            if self._head is None or head.seq > self._head.seq:
+            if self._new_restore(head):
+                if self._head is not None:
+                    self._history.append(self._head)
                 self._head = head
+            elif self._head is None or head.seq > self._head.seq:
+                self._head = head
+
+    def forget(self) -> None:
+        """Keep no head (``host rekey``: the guard moved it to its history) and drop the
+        readable copy."""
+        with self._lock:
+            if self._head is not None:
+                self._history.append(self._head)
+            self._head = None
+        self._path.unlink(missing_ok=True)
 
     def copy(self) -> None:
         """Bring ``audit-head.json`` up to the head kept, once however many heads came since
         the last copy (copies never cross: the newest head is written last)."""
         with self._copying:
             head = self._head
-            if head is None or (self._copied is not None and head.seq <= self._copied):
+            if head is None or _mark(head) == self._copied:
                 return
             body = json.dumps(head.to_json(), sort_keys=True).encode()
             write_private(self._path, body, durable=False)
-            self._copied = head.seq
+            self._copied = _mark(head)
+
+
+def _mark(head: SignedHead | None) -> tuple[int, str] | None:
+    """What tells two kept heads apart (a restored chain's head may have a lower number)."""
+    return None if head is None else (head.seq, head.hash)

@@ -75,7 +75,17 @@ def consumer(item: CheckConsumer) -> Found:
     passed = 0
     folder = os.path.dirname(item["file"]) or "/"
     why = _folder_problem(folder)
-    if why:
+    if why == "does not exist":  # push makes it, but root:root 0755: say so, and how to choose
+        found.append(
+            finding(
+                "folder",
+                item["pair"],
+                f"credential folder {folder} does not exist (push would create it root:root "
+                "0755)",
+                f"install -d -o root -g {item['group'] or 'root'} -m 0750 {folder}",
+            )
+        )
+    elif why:
         found.append(
             finding(
                 "folder",

@@ -24,6 +24,7 @@ from meshtui.host.paths import StateFolder, node_path
 from meshtui.host.prepared import PREPARED_LIMIT, Prepared
 from meshtui.host.provision import Provisioner, provision
 from meshtui.messages import (
+    ConnectionItem,
     ConsumerItem,
     ConsumerOutcome,
     DeliverAnswer,
@@ -35,8 +36,11 @@ from meshtui.messages import (
     ProviderSet,
 )
 from meshtui.model import APPLIED, NAME_RE, End, OutcomeName, split_pair_id
+from meshtui.terminal import shown
 
 RELOAD_TIMEOUT_S = 30.0
+RELOAD_SAID_CHARS = 300
+"""At most this much of a failed reload's last stderr line is reported."""
 CONSUMER_WRITERS = 8
 """Credential files of one delivery written at once (their fsyncs then share commits)."""
 
@@ -196,7 +200,7 @@ class Deliveries:
             if prepared is not None:
                 prepared.close()
         out["written_at"] = time.time()
-        held[pair] = {
+        record: Held = {
             "generation": gen,
             "digest": digest,
             "file": str(path),
@@ -204,10 +208,45 @@ class Deliveries:
             "group": want.group,
             "mode": want.mode,
         }
+        if "connection" in item:
+            try:  # what the app needs besides the password, with the credential's access
+                record["connection"], record["connection_digest"] = self._connection(
+                    item["connection"], want
+                )
+            except (ValueError, HostFileError) as exc:
+                out["error"] = f"{where}: connection file: {exc}"
+                return out
+            except OSError as exc:
+                out["error"] = f"{where}: cannot write {item['connection']['file']}: {exc.strerror}"
+                return out
+        self._forget_moved(pair, record)
+        held[pair] = record
         out["ok"], out["digest"] = True, digest
         if item["reload"]:
             out["reload"] = run_reload(item["reload"])
         return out
+
+    def _forget_moved(self, pair: str, now: Held) -> None:
+        """The files this agent wrote for ``pair`` at paths the declaration moved away from
+        are removed (only while they hold what it wrote): no live credential stays behind."""
+        before = self.holdings.get(End.CONSUMER, pair)
+        if before is None:
+            return
+        for path_key, digest_key in (("file", "digest"), ("connection", "connection_digest")):
+            old, digest = before.get(path_key), before.get(digest_key)
+            if isinstance(old, str) and isinstance(digest, str) and old != now.get(path_key):
+                files.remove_written(Path(old), digest)
+
+    def _connection(self, conn: ConnectionItem, want: files.FileAccess) -> tuple[str, str]:
+        """Write a consumer's connection file (no secret in it) as its credential file is
+        written: by descriptor, owner, group and mode set before it appears, only when its
+        text changed. Its path and the digest of its text, for the held record."""
+        path = node_path(conn["file"], "connection file")
+        self.state.refuse_inside(path.parent, "connection file")
+        text = conn["text"].encode("utf-8")
+        digest = crypto.secret_digest(text)
+        files.write_credential(path, want, digest, lambda: text)
+        return str(path), digest
 
     # ---- the provider end ------------------------------------------------------------------
     def _provider(self, spec: ProviderSet) -> ProviderOutcome:
@@ -305,7 +344,11 @@ def _refused_consumer(item: ConsumerItem, why: str) -> ConsumerOutcome:
 
 
 def run_reload(argv: list[str]) -> str:
-    """Run a consumer's reload command (no shell, bounded); a one-line outcome."""
+    """Run a consumer's reload command (no shell, bounded); a one-line outcome.
+
+    A failure carries the last line the command wrote on stderr (bounded, control characters
+    shown as ``\\xNN``): "failed: exit 1" alone never told an operator why.
+    """
     try:
         done = subprocess.run(
             argv,
@@ -314,6 +357,12 @@ def run_reload(argv: list[str]) -> str:
             check=False,
             stdin=subprocess.DEVNULL,
         )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"failed: {type(exc).__name__}"
-    return "ok" if done.returncode == 0 else f"failed: exit {done.returncode}"
+    except subprocess.TimeoutExpired:
+        return f"failed: no exit within {RELOAD_TIMEOUT_S:.0f} s"
+    except OSError as exc:
+        return f"failed: cannot run {argv[0]}: {exc.strerror or type(exc).__name__}"
+    if done.returncode == 0:
+        return "ok"
+    said = [ln.strip() for ln in done.stderr.decode(errors="replace").splitlines() if ln.strip()]
+    tail = f": {shown(said[-1][:RELOAD_SAID_CHARS])}" if said else ""
+    return f"failed: exit {done.returncode}{tail}"

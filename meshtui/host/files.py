@@ -395,6 +395,24 @@ def remove_credential(path: Path) -> bool:
         return folder.remove(path.name)
 
 
+def remove_written(path: Path, digest: str) -> bool:
+    """Unlink a file the agent wrote and no longer holds (a credential or connection file left
+    at a path the declaration moved away from), only while it still holds exactly what the
+    agent wrote there: a file someone replaced, a link, a FIFO is left alone, never followed.
+    True when it was removed; an unsafe folder or an unreadable file is left as it is."""
+    try:
+        folder = open_folder(path.parent)
+        if folder is None:
+            return False
+        with folder:
+            got = folder.read_with_stat(path.name)
+            if got is None or secret_digest(got[0]) != digest:
+                return False
+            return folder.remove(path.name)
+    except (HostFileError, OSError):
+        return False
+
+
 def read_in(folder: Folder, name: str) -> tuple[bytes | None, str | None]:
     """:func:`read_credential` for a file in a folder already open."""
     try:

@@ -20,6 +20,8 @@ line (its number and generations), so when it arrives there is nothing left to w
 snapshot; the file is rewritten as one snapshot line (atomically) at start and every
 :data:`COMPACT_EVERY` lines. A torn last line (a crash inside the append, before its fdatasync
 returned, so before anything was acted on) is dropped; any other unreadable line stops the agent.
+An append that fails (a full disk, an I/O error) is cut off again before the error is raised,
+so a fragment never ends up in the middle of the record.
 """
 
 from __future__ import annotations
@@ -65,7 +67,8 @@ class Line(TypedDict, total=False):
     """One line of the record: a snapshot (``floor``, ``recent``, both ends' generations and the
     kept ``head``) or a request (``s``, with a delivery's ``g`` and a longer ``h``; a prepare's
     ``r``, the number of the delivery signed ahead, used from then on, with that delivery's
-    ``g``)."""
+    ``g``; ``x``: the head a restored chain's head replaced, kept in the snapshot's
+    ``history``)."""
 
     floor: int
     recent: list[int]
@@ -76,6 +79,8 @@ class Line(TypedDict, total=False):
     g: list[tuple[str, str, int]]
     h: dict[str, object]
     r: list[int]
+    x: dict[str, object]
+    history: list[dict[str, object]]
 
 
 _LINE = msgspec.json.Decoder(Line)
@@ -131,6 +136,14 @@ def _old(path: Path) -> Line:
         raise WireError(f"{path} cannot be read ({exc}): {ADVICE}") from exc
 
 
+def _restores(new: Mapping[str, object], kept: Mapping[str, object] | None) -> bool:
+    """True when ``new`` heads a restored chain ``kept`` does not (a proof it did not carry)."""
+    proof = new.get("restore")
+    if proof is None or kept is None:
+        return False
+    return proof != kept.get("restore")
+
+
 class Accepted:
     """Sequence numbers and generations this agent accepted, one durable line per request.
 
@@ -151,6 +164,8 @@ class Accepted:
         self._written: set[int] = set()  # taken, and recorded ahead
         self.head: dict[str, object] | None = None
         """The newest audit head recorded with a request (:mod:`meshtui.host.anchor`)."""
+        self.history: list[dict[str, object]] = []
+        """Heads kept before a restore (or a re-key) replaced them, oldest first."""
         lines = _read(self._path)
         try:
             if lines is None:  # first run of this version: the old files, or the holdings
@@ -190,6 +205,9 @@ class Accepted:
             if end not in self._gens:
                 raise ValueError(f"unknown end {end!r} in a delivery's generations")
             self._gens[end][pair] = gen
+        self.history.extend(line.get("history", []))
+        if "x" in line:
+            self.history.append(line["x"])
         head = line.get("h", line.get("head"))
         if head is not None:
             self.head = head
@@ -215,11 +233,36 @@ class Accepted:
         }
         if self.head is not None:
             snapshot["head"] = self.head
+        if self.history:
+            snapshot["history"] = self.history
         write_private(self._path, json.dumps(snapshot, sort_keys=True).encode() + b"\n")
         if self._fd >= 0:
             os.close(self._fd)
         self._fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
         self._lines = 1
+
+    def _append(self, data: bytes) -> None:
+        """Append one line durably, or leave the record as it was and raise OSError.
+
+        A write can stop half way (the disk fills up): the part written is cut off again, so
+        the next line never lands after a fragment (which would be unreadable at the next
+        start). When even that fails, the descriptor is dropped and the next record begins
+        with a fresh snapshot (a rename, which drops the fragment); until then the fragment is
+        the last line, which a start forgives as a torn append.
+        """
+        end = os.lseek(self._fd, 0, os.SEEK_END)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._fd, view) :]
+            os.fdatasync(self._fd)
+        except OSError:
+            try:
+                os.ftruncate(self._fd, end)
+            except OSError:
+                os.close(self._fd)
+                self._fd = -1
+            raise
 
     def close(self) -> None:
         """Let go of the record's descriptor."""
@@ -276,21 +319,41 @@ class Accepted:
             line["h"] = dict(head)
         if ahead:
             line["r"] = ahead
-        data = json.dumps(line, separators=(",", ":")).encode() + b"\n"
         with self._lock:
+            replaced = self.head if head is not None and _restores(head, self.head) else None
+            if replaced is not None:
+                line["x"] = replaced  # the restored chain's head replaces it: kept as history
+            data = json.dumps(line, separators=(",", ":")).encode() + b"\n"
             if self._fd < 0 or self._lines >= COMPACT_EVERY:
                 self._compact()
-            view = memoryview(data)
-            while view:
-                view = view[os.write(self._fd, view) :]
-            os.fdatasync(self._fd)
+            self._append(data)
             self._lines += 1
             self._recent.update(ahead)
             self._ahead.update(ahead)
             for end, pair, gen in changes:
                 self._gens[end][pair] = gen
+            if replaced is not None:
+                self.history.append(replaced)
             if head is not None:
                 self.head = dict(head)
+
+    def high_water(self) -> int:
+        """The highest request number accepted (0: none yet): a restored controller numbers
+        its requests past it."""
+        with self._lock:
+            return max(self._recent, default=self._floor)
+
+    def forget_head(self) -> dict[str, object] | None:
+        """Move the kept audit head into the history and keep none (``host rekey``: the next
+        controller key signs another chain); rewritten as one snapshot. Call with the agent
+        stopped. Returns the head moved."""
+        with self._lock:
+            old = self.head
+            if old is not None:
+                self.history.append(old)
+                self.head = None
+            self._compact()
+            return old
 
     # ---- generations ------------------------------------------------------------------------
     def get(self, end: str, pair: str) -> int | None:

@@ -46,9 +46,26 @@ def init(name: str, state_dir: Path, controller_pub: Path) -> tuple[Path, bool]:
             raise InputError(
                 f"{state_dir} already belongs to node {existing!r}; use another --state"
             )
+        _refuse_another_pin(state_dir, controller)
     write_private(state_dir / "controller.pub", controller.to_toml().encode(), mode=0o644)
     write_private(state_dir / NODE_FILE, f'name = "{name}"\n'.encode(), mode=0o644)
     return pub, created
+
+
+def _refuse_another_pin(state_dir: Path, controller: crypto.PublicKeys) -> None:
+    """InputError when the node already pins another controller key: a pin changes only by
+    the operator's explicit act on the node (``meshtui host rekey``)."""
+    try:
+        pinned = crypto.load_public(state_dir / "controller.pub", need_seal=False)
+    except KeyFileError:
+        return  # no pin yet (or an unreadable one): init writes it
+    if pinned.verify != controller.verify:
+        raise InputError(
+            f"{state_dir} pins controller key {pinned.fingerprint()}, not "
+            f"{controller.fingerprint()}; host init never changes a pin. If the controller's "
+            "key was lost and this is its new one, stop the agent and run: meshtui host rekey "
+            f"--state {state_dir} --controller NEW_CONTROLLER.pub --yes"
+        )
 
 
 def _read_name(state_dir: Path) -> str | None:

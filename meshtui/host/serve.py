@@ -5,9 +5,12 @@ thread so the event loop keeps answering. Access logs are off: nothing about a r
 
 Everything before the signature check is bounded, since anyone who can connect gets that far: a
 body must declare its length and stay under :data:`MAX_BODY` (413 before a byte of it is read),
-at most :data:`MAX_REQUESTS` are handled at once and only :data:`MAX_LARGE` of them may carry a
-body over :data:`SMALL_BODY` (one more gets 503 at once), and a body must arrive within
-:data:`BODY_TIMEOUT_S`. Memory under a flood is therefore bounded by a few large bodies.
+at most :data:`MAX_REQUESTS` are handled at once, at most :data:`MAX_PEER_REQUESTS` of them for
+one peer address, and only :data:`MAX_LARGE` of them may carry a body over :data:`SMALL_BODY`
+(one more gets 503 at once), and a body must arrive within :data:`BODY_TIMEOUT_S`. Memory under
+a flood is therefore bounded by a few large bodies. Before that, a request's head must arrive
+within a deadline and one address holds only a few connections
+(:mod:`meshtui.host.connections`), so slow or idle clients cannot keep the controller out.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,6 +34,7 @@ from starlette.routing import Route
 from meshtui.errors import InputError
 from meshtui.host import files, identity
 from meshtui.host.agent import Agent
+from meshtui.host.connections import GuardedH11, peer_of
 
 MiB = 1024 * 1024
 MAX_BODY = 16 * MiB
@@ -40,6 +45,9 @@ SMALL_BODY = 1 * MiB
 MAX_REQUESTS = 8
 """Requests handled at once; the controller sends one per node at a time, a few when a
 dashboard and a command run together."""
+MAX_PEER_REQUESTS = 4
+"""Requests handled at once for one peer address (TCP), so one host's slow bodies leave room
+for the controller's."""
 MAX_LARGE = 1
 """Requests with a body over SMALL_BODY handled at once (provider deliveries are serialized by
 the agent anyway)."""
@@ -53,24 +61,34 @@ class _TooLarge(Exception):
 
 
 class Slots:
-    """How many requests (and how many large ones) are being handled; one event loop, no lock."""
+    """How many requests (and how many large ones, and per peer address) are being handled;
+    one event loop, no lock."""
 
     def __init__(self) -> None:
         self.busy = 0
         self.large = 0
+        self.peers: Counter[str] = Counter()
 
-    def take(self, large: bool) -> bool:
-        """Take a slot (and the large one if ``large``); False when none is free."""
+    def take(self, large: bool, peer: str | None = None) -> bool:
+        """Take a slot (and the large one if ``large``); False when none is free for ``peer``."""
         if self.busy >= MAX_REQUESTS or (large and self.large >= MAX_LARGE):
+            return False
+        if peer is not None and self.peers[peer] >= MAX_PEER_REQUESTS:
             return False
         self.busy += 1
         self.large += int(large)
+        if peer is not None:
+            self.peers[peer] += 1
         return True
 
-    def give(self, large: bool) -> None:
+    def give(self, large: bool, peer: str | None = None) -> None:
         """Give back what :meth:`take` took."""
         self.busy -= 1
         self.large -= int(large)
+        if peer is not None:
+            self.peers[peer] -= 1
+            if self.peers[peer] <= 0:
+                del self.peers[peer]
 
 
 def _refuse(status: int, error: str, **headers: str) -> Response:
@@ -104,7 +122,8 @@ def build_app(agent: Agent) -> Starlette:
         if length > MAX_BODY:
             return _refuse(413, f"request too large (limit {MAX_BODY} bytes)")
         large = length > SMALL_BODY
-        if not slots.take(large):
+        peer = peer_of(request.client)
+        if not slots.take(large, peer):
             return _refuse(503, "agent busy; try again", **{"retry-after": "1"})
         try:
             try:
@@ -123,20 +142,21 @@ def build_app(agent: Agent) -> Starlette:
             later = BackgroundTask(after) if after is not None else None
             return JSONResponse(envelope, status_code=status, background=later)
         finally:
-            slots.give(large)
+            slots.give(large, peer)
 
     async def health(request: Request) -> Response:
         return JSONResponse({"node": agent.identity.name})
 
     async def anchor(request: Request) -> Response:
         # unsigned, no body: the kept audit head, signed by this node (see Agent.read_anchor)
-        if not slots.take(False):
+        peer = peer_of(request.client)
+        if not slots.take(False, peer):
             return _refuse(503, "agent busy; try again", **{"retry-after": "1"})
         try:
             status, envelope = agent.read_anchor(request.query_params.get("nonce", ""))
             return JSONResponse(envelope, status_code=status)
         finally:
-            slots.give(False)
+            slots.give(False, peer)
 
     return Starlette(
         routes=[
@@ -187,6 +207,7 @@ def uvicorn_config(app: Starlette, listen: str) -> uvicorn.Config:
         lifespan="off",
         timeout_graceful_shutdown=5,
         limit_concurrency=MAX_CONNECTIONS,
+        http=GuardedH11,  # a deadline for each request head, a cap per peer address
     )
 
 

@@ -37,11 +37,20 @@ class OfferSpec(TypedDict):
     tls: NotRequired[bool]
 
 
+class ConnectionSpec(TypedDict):
+    """Where a consumer's connection file goes, and its format (``env``, ``json``, ``dsn``)."""
+
+    file: str
+    format: str
+    ca: NotRequired[str]
+
+
 class NeedSpec(TypedDict):
-    """One provision a module requires, and the file it wants it in."""
+    """One provision a module requires, the file it wants it in, and its connection file."""
 
     name: str
     file: str
+    connection: NotRequired[ConnectionSpec]
 
 
 class ModuleSpec(TypedDict):

@@ -8,6 +8,7 @@ It stores only sealed blobs and digests, never a plaintext credential. Opened re
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sqlite3
@@ -22,6 +23,7 @@ import sqlite_utils
 
 from meshtui.errors import InventoryError, ReadOnlyError
 from meshtui.inventory import audit as audit_mod
+from meshtui.inventory import image as image_mod
 from meshtui.inventory import schema
 from meshtui.inventory.audit import ChainCheck
 from meshtui.inventory.rows import (
@@ -50,7 +52,7 @@ from meshtui.inventory.rows import (
     StatusRow,
 )
 from meshtui.model import Policy, PolicySource, RotationState
-from meshtui.wire import SignedHead
+from meshtui.wire import RestoreProof, SignedHead
 
 CHUNK = 500
 """Ids per ``IN (...)``: stays under SQLite's variable limit."""
@@ -359,6 +361,7 @@ class Inventory:
         self.lock = threading.RLock()
         self.signer: Callable[[bytes], bytes] | None = None  # signs the audit head when set
         self.actor: str | None = None  # the audit's operator when not a person (``watch``)
+        self.restore_proof: RestoreProof | None = None  # shown with the head after a restore
 
     @classmethod
     def open(cls, path: Path | str, *, read_only: bool = False) -> Inventory:
@@ -366,6 +369,7 @@ class Inventory:
         path = Path(path)
         if read_only and not path.exists():
             raise InventoryError(f"{path}: no inventory here (run meshtui declare first)")
+        image_mod.check_file(path)  # a truncated or overwritten file: said before SQLite writes
         conn: sqlite3.Connection | None = None
         try:
             if read_only:
@@ -387,6 +391,8 @@ class Inventory:
         except (OSError, sqlite3.Error) as exc:
             if conn is not None:
                 conn.close()
+            if isinstance(exc, sqlite3.DatabaseError) and image_mod.is_damage(exc):
+                raise image_mod.damaged(path, str(exc)) from exc
             if not read_only and (isinstance(exc, OSError) or "readonly" in str(exc)):
                 why = exc.strerror if isinstance(exc, OSError) else str(exc)
                 raise InventoryError(
@@ -464,12 +470,18 @@ class Inventory:
             except sqlite3.OperationalError as exc:
                 if "readonly" in str(exc):
                     raise ReadOnlyError(action) from exc
+                if image_mod.is_damage(exc):
+                    raise image_mod.damaged(self.path, str(exc)) from exc
                 raise InventoryError(f"{self.path}: {action} failed: {exc}") from exc
             except sqlite3.IntegrityError as exc:
                 raise InventoryError(
                     f"{self.path}: {action} conflicts with what is stored ({exc}); nothing was "
                     "written (run meshtui push, then try again)"
                 ) from exc
+            except sqlite3.DatabaseError as exc:
+                if image_mod.is_damage(exc):
+                    raise image_mod.damaged(self.path, str(exc)) from exc
+                raise InventoryError(f"{self.path}: {action} failed: {exc}") from exc
 
     def record(
         self, kind: str, pairs: Iterable[str], detail: Mapping[str, object], outcome: str
@@ -481,12 +493,29 @@ class Inventory:
     # ---- reads --------------------------------------------------------------------------
     def _query(self, sql: str, params: Sequence[object] = ()) -> list[dict[str, Any]]:
         """Rows as plain dicts, for the typed reads below to cast."""
-        with self.lock:
+        with self.lock, self._reading():
             return list(self._db.query(sql, list(params)))
 
     def _tuples(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
-        with self.lock:
+        with self.lock, self._reading():
             return self._db.conn.execute(sql, params).fetchall()
+
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        """A read whose pages turn out damaged raises the damaged-inventory error (names the
+        file, points to restore) instead of SQLite's bare message."""
+        try:
+            yield
+        except sqlite3.DatabaseError as exc:
+            if image_mod.is_damage(exc):
+                raise image_mod.damaged(self.path, str(exc)) from exc
+            raise
+
+    def image(self) -> image_mod.Image:
+        """A consistent image of the whole file (SQLite's online backup, safe while another
+        process writes) and what it holds: what ``meshtui backup`` saves."""
+        with self.lock, self._reading():
+            return image_mod.take(self._db.conn)
 
     def nodes(self) -> dict[str, NodeRow]:
         """Every node by name."""
@@ -697,12 +726,12 @@ class Inventory:
 
     def events(self, limit: int | None = None) -> list[EventRow]:
         """Audit events (the newest ``limit``, or all), oldest first, pairs and detail decoded."""
-        with self.lock:
+        with self.lock, self._reading():
             return [_decoded(r) for r in audit_mod.stored(self._db.conn, limit=limit)]
 
     def last_event(self, kind: str) -> EventRow | None:
         """The newest audit event of one kind, decoded, or None."""
-        with self.lock:
+        with self.lock, self._reading():
             rows = audit_mod.stored(self._db.conn, limit=1, kind=kind)
         return _decoded(rows[0]) if rows else None
 
@@ -734,17 +763,20 @@ class Inventory:
 
     def last_seq(self) -> int:
         """The number of the newest audit event (0: none yet)."""
-        with self.lock:
+        with self.lock, self._reading():
             return audit_mod.last_seq(self._db.conn)
 
     def signed_head(self) -> SignedHead | None:
         """The chain's head with the controller's signature (None: no events, or unsigned)."""
-        with self.lock:
-            return audit_mod.signed_head(self._db.conn)
+        with self.lock, self._reading():
+            head = audit_mod.signed_head(self._db.conn)
+        if head is None or self.restore_proof is None:
+            return head
+        return dataclasses.replace(head, restore=self.restore_proof)
 
     def event_hash_at(self, seq: int) -> str | None:
         """The stored hash of audit event ``seq`` (None when there is no such event)."""
-        with self.lock:
+        with self.lock, self._reading():
             return audit_mod.hash_at(self._db.conn, seq)
 
     def provider_kinds(self) -> dict[tuple[str, str], str]:
@@ -767,7 +799,7 @@ class Inventory:
         With the controller's ``verify_key`` the head must also carry its signature, so a chain
         rewritten by someone who can write the file but has no controller key is caught.
         """
-        with self.lock:
+        with self.lock, self._reading():
             return audit_mod.walk(self._db.conn, verify_key)
 
 

@@ -41,6 +41,35 @@ def owns_nothing(login: str, values: Mapping[str, str]) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
+class ConnectionFacts:
+    """What a consumer's app needs to reach its provider, other than the password: the inputs
+    of a kind's :attr:`Kind.connection`."""
+
+    login: str
+    host: str
+    port: int
+    values: Mapping[str, str]
+    ca: str | None  # the CA that signed the server's certificate (None: not declared)
+    tls: bool
+    password_file: str  # the credential file (the password itself is never in these facts)
+
+
+@dataclass(frozen=True)
+class Connection:
+    """A kind's connection facts in the shapes apps read: ``fields`` (JSON), ``env`` (the
+    client library's own variable names where it has them) and ``dsn`` (one line a client
+    takes whole). None of them holds a password."""
+
+    fields: Mapping[str, str]
+    env: Mapping[str, str]
+    dsn: str
+
+
+ConnectionOf = Callable[[ConnectionFacts], Connection]
+"""``connection(facts)``: what a kind writes into a consumer's connection file."""
+
+
+@dataclass(frozen=True)
 class Ref:
     """A lazy reference to ``name`` in ``module`` (or to the module itself when ``name`` is
     None): the module is imported on :meth:`load` only.
@@ -93,6 +122,7 @@ class Kind:
     ``owns``: ``owns(login, values)``, what a consumer claims at its provider for itself alone
     (an object store's buckets); ``declare`` refuses a second consumer of one provider that
     claims the same.
+    ``connection``: what a consumer's connection file holds (None: the kind writes none).
     """
 
     name: str
@@ -113,6 +143,7 @@ class Kind:
     workers: int | None = None
     dbname: Callable[[Mapping[str, str]], str] = lambda values: ""
     owns: Callable[[str, Mapping[str, str]], tuple[str, ...]] = owns_nothing
+    connection: ConnectionOf | None = None
 
     def refs(self) -> dict[str, Ref]:
         """Every lazy reference this kind declares, by field name (for the registry's test)."""

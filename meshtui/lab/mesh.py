@@ -14,7 +14,6 @@ import os
 import shlex
 import signal
 import socket
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any, BinaryIO
 
 import httpx
 
+from meshtui import runas
 from meshtui.atomic import write_private
 from meshtui.errors import LabError
 from meshtui.host import identity
@@ -271,12 +271,12 @@ def _start_agent(lab: Lab, node: str) -> int:
     kwargs: dict[str, Any] = {
         "stdout": log,
         "stderr": log,
-        "stdin": subprocess.DEVNULL,
-        "start_new_session": True,
         "cwd": "/",
     }
-    ns = lab.namespace(node)
-    proc = netns.spawn(ns, argv, **kwargs) if ns else subprocess.Popen(argv, **kwargs)
+    try:  # a session of its own (meshtui.runas), so no terminal of ours stays with it
+        proc = runas.spawn(argv, None, netns=lab.namespace(node) or None, **kwargs)
+    except OSError as exc:
+        raise LabError(f"the agent of {node} could not be started: {exc}") from exc
     log.close()
     return proc.pid
 

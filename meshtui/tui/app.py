@@ -504,6 +504,8 @@ def job_toast(job: Job, result: JobResult) -> tuple[str, SeverityLevel]:
         return text, "information" if result.ok else "warning"
     if isinstance(result, PushReport):
         text = f"delivered {len(result.delivered)}, withdrawn {len(result.withdrawn)}"
+        if result.ahead:
+            text += f", {len(result.ahead)} ahead of the inventory (rotated past)"
         if result.behind:
             text += f", {len(result.behind)} still behind"
         return text, "information" if result.ok else "warning"

@@ -1,7 +1,8 @@
 """The messages background workers post to the app; ``@on`` handlers there own the UI.
 
 Workers run in threads and only compute: they call the controller and post one of these
-(``post_message`` is thread-safe). Tests capture them with ``run_test(message_hook=...)`` and
+(``post_message`` is thread-safe). Each is an :class:`~meshtui.tui.outside.Outside`: what it
+carries is made safe to show as it is set, before any widget sees it. Tests capture them with ``run_test(message_hook=...)`` and
 assert on them rather than on pixels.
 """
 
@@ -9,8 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-
-from textual.message import Message
 
 from meshtui.controller.reports import (
     AuditEvent,
@@ -21,10 +20,11 @@ from meshtui.controller.reports import (
     RotationPlan,
     Summary,
 )
+from meshtui.tui.outside import Outside
 from meshtui.tui.pairs import Fresh
 
 
-class Loaded(Message):
+class Loaded(Outside):
     """A fresh read of every pair's status (already turned into display rows) and the summary.
 
     ``partial``: only the first screenful of pairs by id, with no summary, sent ahead of the
@@ -46,7 +46,7 @@ class Loaded(Message):
         self.seq, self.partial = seq, partial
 
 
-class DetailLoaded(Message):
+class DetailLoaded(Outside):
     """One pair's detail, for the pair screen."""
 
     def __init__(self, detail: PairDetail) -> None:
@@ -54,7 +54,7 @@ class DetailLoaded(Message):
         self.detail = detail
 
 
-class HostsLoaded(Message):
+class HostsLoaded(Outside):
     """Every node as the hosts screen shows it (``checked`` when agents were asked)."""
 
     def __init__(self, hosts: list[HostView], checked: bool) -> None:
@@ -62,7 +62,7 @@ class HostsLoaded(Message):
         self.hosts, self.checked = hosts, checked
 
 
-class AuditLoaded(Message):
+class AuditLoaded(Outside):
     """The audit events and whether the chain verifies."""
 
     def __init__(self, events: list[AuditEvent], check: ChainReport) -> None:
@@ -70,7 +70,7 @@ class AuditLoaded(Message):
         self.events, self.check = events, check
 
 
-class Exported(Message):
+class Exported(Outside):
     """The audit log was written to ``path``."""
 
     def __init__(self, path: str, fmt: str, count: int) -> None:
@@ -78,7 +78,7 @@ class Exported(Message):
         self.path, self.fmt, self.count = path, fmt, count
 
 
-class PlanReady(Message):
+class PlanReady(Outside):
     """A rotation plan came back (the pairs, every affected node resolved or not), or failed."""
 
     def __init__(self, plan: RotationPlan | None, error: BaseException | None = None) -> None:
@@ -119,7 +119,7 @@ class Job:
         return f"{self.kind.value.capitalize()} {self.basis}"
 
 
-class JobProgress(Message):
+class JobProgress(Outside):
     """The controller's ``progress(message, done, total)`` callback, carried to the UI thread."""
 
     def __init__(self, job: Job, text: str, done: int, total: int) -> None:
@@ -127,7 +127,7 @@ class JobProgress(Message):
         self.job, self.text, self.done, self.total = job, text, done, total
 
 
-class JobFinished(Message):
+class JobFinished(Outside):
     """An action ended with a report (``result`` is the controller's return value)."""
 
     def __init__(self, job: Job, result: JobResult, seconds: float) -> None:
@@ -135,7 +135,7 @@ class JobFinished(Message):
         self.job, self.result, self.seconds = job, result, seconds
 
 
-class JobFailed(Message):
+class JobFailed(Outside):
     """An action raised; ``error`` is what the one error boundary turns into a message."""
 
     def __init__(self, job: Job, error: BaseException) -> None:

@@ -31,7 +31,46 @@ def test_units_exist() -> None:
         "meshtui-agent.service",
         "meshtui-provision@.service",
         "meshtui-watch.service",
+        "meshtui-backup.service",
     } <= names
+
+
+def test_the_nightly_backup_timer_starts_the_backup() -> None:
+    timer = UNITS[0].with_name("meshtui-backup.timer")
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    parser.read_string(timer.read_text())
+    assert parser["Timer"]["Unit"] == "meshtui-backup.service"
+    assert parser["Timer"]["OnCalendar"].startswith("*-*-* ")  # every night
+    assert parser["Timer"]["Persistent"] == "true"
+    assert parser["Install"]["WantedBy"] == "timers.target"
+    service = _service(timer.with_name("meshtui-backup.service"))
+    start = service["ExecStart"]
+    # the passphrase comes as a systemd credential file, never in argv or the environment
+    assert "--passphrase-file %d/passphrase" in start and "LoadCredential" in service
+    assert "passphrase" not in service.get("Environment", "")
+    assert service["Type"] == "oneshot" and service["User"] == "meshtui"
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
+def test_systemd_analyze_verify_the_timer(tmp_path: Path) -> None:
+    meshtui = Path(sys.executable).with_name("meshtui")
+    folder = UNITS[0].parent
+    for name in ("meshtui-backup.service", "meshtui-backup.timer"):
+        text = (folder / name).read_text().replace("/usr/local/bin/meshtui", str(meshtui))
+        (tmp_path / name).write_text(text)
+    done = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", str(tmp_path / "meshtui-backup.timer")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    problems = [
+        line
+        for line in (done.stdout + done.stderr).splitlines()
+        if "meshtui-backup" in line or "Unknown" in line or "Invalid" in line
+    ]
+    assert done.returncode == 0 and not problems, "\n".join(problems) or done.stderr
 
 
 @pytest.mark.parametrize("unit", UNITS, ids=lambda u: u.name)
@@ -54,7 +93,7 @@ def test_systemd_analyze_verify(unit: Path, tmp_path: Path) -> None:
     meshtui = Path(sys.executable).with_name("meshtui")
     name = unit.name.replace("@.", "@lab.")
     copy = tmp_path / name
-    copy.write_text(unit.read_text().replace("/usr/local/bin/meshtui", str(meshtui)))
+    copy.write_text(unit.read_text().replace("/opt/meshtui/bin/meshtui", str(meshtui)))
     done = subprocess.run(
         ["systemd-analyze", "verify", "--man=no", str(copy)],
         capture_output=True,

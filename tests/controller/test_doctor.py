@@ -99,7 +99,9 @@ def test_a_missing_credential_folder(lab: tuple[Path, lab_mesh.Lab]) -> None:
     assert problems(report) == [("app1", "folder", GITEA)]
     (p,) = report["problems"]
     assert f"credential folder {folder} does not exist" in p["problem"]
-    assert "mkdir -p" in p["fix"]
+    # doctor and push agree: push would make it, root-owned; doctor says so and how to choose
+    assert "push would create it root:root 0755" in p["problem"]
+    assert p["fix"].startswith("install -d -o root -g ") and p["fix"].endswith(str(folder))
 
 
 def test_a_credential_folder_other_users_can_write(lab: tuple[Path, lab_mesh.Lab]) -> None:

@@ -37,6 +37,8 @@ def test_no_revocation_probe_while_the_provider_still_holds_the_login(mesh, pg):
     with mesh.controller() as ctl:
         report = ctl.push()
         assert not report.withdrawn  # the consumer was not asked: the login may still work
+        # a withdrawal not verified is not a success (issue 26: push said "all ends agree")
+        assert not report.ok and "revocation not verified" in report.behind[WIKI]
         row = {r.pair: r for r in ctl.status()}[WIKI]
         assert row.state.value == "stale" and "not verified" in row.reason and not row.alarm
     assert cred.exists()

@@ -26,7 +26,7 @@ from meshtui.kinds.kind import Kind
 from meshtui.kinds.seaweedfs import lab as lab_s3
 from meshtui.kinds.seaweedfs import probe as s3probe
 from meshtui.kinds.seaweedfs.shell import Session
-from meshtui.kinds.seaweedfs.values import default_bucket
+from meshtui.kinds.seaweedfs.values import REGION, default_bucket
 
 REFUSALS = ("SignatureDoesNotMatch", "InvalidAccessKeyId")
 
@@ -190,7 +190,7 @@ def _signed_body(method: str, url: str, login: str, secret: str, body: bytes) ->
     from botocore.credentials import Credentials
 
     request = AWSRequest(method=method, url=url, data=body)
-    S3SigV4Auth(Credentials(login, secret), "s3", s3probe.REGION).add_auth(request)
+    S3SigV4Auth(Credentials(login, secret), "s3", REGION).add_auth(request)
     return {k: str(v) for k, v in request.headers.items()}
 
 

@@ -215,3 +215,55 @@ def cluster_version(cluster: Cluster) -> int:
         row = conn.execute("SHOW server_version_num").fetchone()
     assert row is not None
     return int(row[0]) // 10000
+
+
+DBA_LINE = "host all all 10.213.0.99/32 reject   # DBA: block the compromised host\n"
+
+
+def dba_saves_in_place(hba: Path) -> None:
+    """A DBA's editor saving the file in place (same inode), as the reviewer's script did."""
+    with open(hba, "a") as fh:
+        fh.write(DBA_LINE)
+
+
+def test_a_dba_edit_saved_while_pinning_is_kept(
+    mesh: Mesh, hba: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """L1: the edit lands between the pin run's read and its write; it must not be reverted."""
+    real_rules = pg_hba._rules
+    calls = []
+
+    def rules_then_edit(conn: psycopg.Connection, path: str):  # the seam: one server round trip
+        calls.append(path)
+        if len(calls) == 1:
+            dba_saves_in_place(hba)
+        return real_rules(conn, path)
+
+    monkeypatch.setattr(pg_hba, "_rules", rules_then_edit)
+    mesh.add("app1", "gitea")
+    report = pinned_run(mesh)
+    assert DBA_LINE in hba.read_text(), "the DBA's edit was silently reverted"
+    outcome, reason = pin_outcome(report) or ("", "")
+    assert outcome == "failed" and "changed while" in reason, report.lines()
+    monkeypatch.undo()
+    report = pinned_run(mesh)  # the next run pins, on top of the DBA's edit
+    assert report.ok, report.lines()
+    text = hba.read_text()
+    assert DBA_LINE in text and pg_hba.BEGIN in text
+
+
+def test_a_dba_edit_saved_before_a_rollback_is_kept(
+    mesh: Mesh, hba: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rollback path: the reload fails, but the file is no longer what meshtui wrote."""
+
+    def edit_then_refuse(conn: psycopg.Connection, conninfo: str) -> None:
+        dba_saves_in_place(hba)
+        conn.execute("SELECT 1 FROM no_such_table")
+
+    monkeypatch.setattr(pg_hba, "_reload", edit_then_refuse)
+    mesh.add("app1", "gitea")
+    report = pinned_run(mesh)
+    outcome, reason = pin_outcome(report) or ("", "")
+    assert outcome == "failed" and "changed while" in reason, report.lines()
+    assert DBA_LINE in hba.read_text(), "the rollback reverted the DBA's edit"

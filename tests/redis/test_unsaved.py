@@ -20,7 +20,7 @@ from meshtui.kinds.redis import lab as lab_redis
 from meshtui.kinds.redis.adapter import UNSAVED_USER, RedisAdapter
 from meshtui.provisioner.harness import inspect
 
-from .conftest import RMesh, outcomes
+from .conftest import RMesh, client_as, outcomes
 
 if shutil.which("chattr") is None:
     pytest.skip("chattr is not installed (e2fsprogs)", allow_module_level=True)
@@ -51,7 +51,7 @@ def test_a_failed_acl_save_is_retried_by_the_next_idle_run(rmesh: RMesh) -> None
     rmesh.add("app2", "web")
     assert rmesh.reconcile().ok
     rmesh.rotate("app1", "worker")
-    with immutable(rmesh.server.folder):
+    with immutable(rmesh.server.aclfile.parent):
         with pytest.raises(ProvisionError, match="ACL SAVE failed") as failed:
             rmesh.reconcile()
         assert "the next run retries the save" in str(failed.value)
@@ -84,3 +84,30 @@ def test_the_unsaved_mark_is_no_login(rmesh: RMesh) -> None:
     with rmesh.redis() as admin:
         assert UNSAVED_USER not in admin.acl_users()
     assert lab_redis.ADMIN_USER != UNSAVED_USER
+
+
+def test_a_hand_made_user_of_the_marks_name_is_left_alone(rmesh: RMesh) -> None:
+    """L2: the failed-save mark never resets, disables or deletes a user meshtui did not make."""
+    with rmesh.redis() as admin:
+        admin.execute_command(
+            "ACL", "SETUSER", UNSAVED_USER, "on", ">hand-made-password", "~reports:*", "+@read"
+        )
+        before = admin.execute_command("ACL", "GETUSER", UNSAVED_USER)
+    rmesh.add("app1", "worker")
+    with (
+        immutable(rmesh.server.aclfile.parent),
+        pytest.raises(ProvisionError, match="ACL SAVE failed") as failed,
+    ):
+        rmesh.reconcile()
+    with rmesh.redis() as admin:
+        assert admin.execute_command("ACL", "GETUSER", UNSAVED_USER) == before
+    assert UNSAVED_USER in str(failed.value)  # says why the next run may not retry
+    hand_made = client_as(rmesh.server, UNSAVED_USER, "hand-made-password")
+    try:
+        assert hand_made.get("reports:x") is None  # it still logs in and reads
+    finally:
+        hand_made.close()
+    assert rmesh.reconcile().ok  # a later run (the save works again) deletes nothing of it
+    with rmesh.redis() as admin:
+        assert admin.execute_command("ACL", "GETUSER", UNSAVED_USER) == before
+        admin.execute_command("ACL", "DELUSER", UNSAVED_USER)

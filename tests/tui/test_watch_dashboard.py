@@ -9,9 +9,12 @@ import os
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from meshtui.controller.core import Controller
 from meshtui.controller.heartbeat import HEARTBEAT
 from meshtui.controller.schedule import schedule
+from meshtui.controller.watch import Watch
 from meshtui.tui.screens.main import MainScreen
 from meshtui.tui.screens.pair import PairScreen
 from tests.tui.builder import FIXED_NOW, Built
@@ -101,3 +104,22 @@ async def test_pair_screen_names_the_policy_source(make_app: Any, built: Built) 
         text = str(app.screen.query_one("#pair-overview").render())
         assert "policy    rotate 30d (provider), probe 5m (default)" in text
         assert "due in" in text or "OVERDUE" in text
+
+
+@pytest.mark.parametrize("scope", ["pairs", "read-only", "audit"])
+async def test_dashboard_starts_after_a_watch_ran(make_app: Any, built: Built, scope: str) -> None:
+    """A ``watch.json`` left by a watch (running or stopped) does not crash the start: the
+    heartbeat is read before the main screen has composed its summary bar."""
+    with Controller.open(built.state) as ctl:
+        Watch(ctl, log=lambda _line: None)._beat(stopped=True)  # what a stopped watch leaves
+    assert (built.state / HEARTBEAT).is_file()
+    kwargs: dict[str, Any] = {"read_only": scope != "pairs"}
+    if scope == "audit":
+        kwargs["screen"] = "audit"
+    app = make_app(**kwargs)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(pilot)
+        assert app.return_code is None, app.toast_text()
+        main = app.screen_stack[0]
+        assert isinstance(main, MainScreen)
+        assert "watch stopped" in str(main.query_one("#summary").render())

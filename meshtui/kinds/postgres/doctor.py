@@ -4,6 +4,7 @@ CREATEDB when consumers ask for databases, and what ``pin`` needs to rewrite pg_
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -67,9 +68,14 @@ def _rights(conn: Any, item: CheckProvider) -> list[tuple[str, str]]:
             )
         )
     if item["pin"] and not superuser:
-        for what, query in (
-            ("see hba_file", "SHOW hba_file"),
-            ("read pg_hba_file_rules", "SELECT count(*) FROM pg_hba_file_rules"),
+        for what, query, grant in (
+            ("see hba_file", "SHOW hba_file", f"GRANT pg_read_all_settings TO {role};"),
+            (
+                "read pg_hba_file_rules",
+                "SELECT count(*) FROM pg_hba_file_rules",
+                f"GRANT SELECT ON pg_hba_file_rules TO {role}; "
+                f"GRANT EXECUTE ON FUNCTION pg_hba_file_rules() TO {role};",
+            ),
         ):
             try:
                 conn.execute(query)
@@ -77,8 +83,7 @@ def _rights(conn: Any, item: CheckProvider) -> list[tuple[str, str]]:
                 out.append(
                     (
                         f"pin = true, but admin role {role} cannot {what}",
-                        f"GRANT pg_read_all_settings TO {role}, and let it read "
-                        "pg_hba_file_rules (or use a superuser admin)",
+                        f"{grant} (or use a superuser admin)",
                     )
                 )
                 break
@@ -92,4 +97,40 @@ def _rights(conn: Any, item: CheckProvider) -> list[tuple[str, str]]:
                     f"GRANT EXECUTE ON FUNCTION pg_reload_conf() TO {role}",
                 )
             )
+    if item["pin"]:
+        out += _hba_writable(conn)
     return out
+
+
+def _hba_writable(conn: Any) -> list[tuple[str, str]]:
+    """Whether this agent may replace pg_hba.conf: a unit's ProtectSystem=strict makes /etc
+    read-only unless ReadWritePaths= names the folder, and then every pin fails."""
+    try:
+        row = conn.execute("SHOW hba_file").fetchone()
+    except psycopg.Error:
+        return []  # told above
+    folder = os.path.dirname(str(row[0])) if row else ""
+    if not folder or not os.path.isdir(folder):
+        return [
+            (
+                f"pin = true, but pg_hba.conf's folder {folder or '?'} is not on this node",
+                "run the agent on the database's machine, or pin = false",
+            )
+        ]
+    if os.access(folder, os.W_OK):
+        return []
+    why = "read-only file system" if _read_only(folder) else "no write permission"
+    return [
+        (
+            f"pin = true, but this agent cannot write {folder} ({why})",
+            f"add {folder} to the agent's ReadWritePaths= (systemctl edit meshtui-agent), "
+            "or run it as root or as the server's user",
+        )
+    ]
+
+
+def _read_only(folder: str) -> bool:
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False

@@ -262,12 +262,49 @@ def _write(folder: int, name: str, text: str, like: os.stat_result, path: str) -
     try:
         write_at(folder, name, text.encode("utf-8"), access=access)
     except OSError as exc:
-        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        if exc.errno == errno.EROFS:
+            raise ProvisionError(
+                f"{path}: cannot write beside it (read-only file system: the agent's unit "
+                f"must name {os.path.dirname(path)} in ReadWritePaths=, or pin = false) "
+                "(nothing was changed)"
+            ) from None
+        if exc.errno in (errno.EACCES, errno.EPERM):
             raise ProvisionError(
                 f"{path}: cannot write beside it ({exc.strerror}); run the provisioner on the "
                 "database's machine as root or as the server's user (nothing was changed)"
             ) from None
         raise ProvisionError(f"{path}: cannot be replaced ({exc.strerror})") from None
+
+
+def _same_file(a: tuple[str, os.stat_result], b: tuple[str, os.stat_result]) -> bool:
+    """Whether two reads saw the same file: inode, size, modification time and every byte."""
+    (text_a, st_a), (text_b, st_b) = a, b
+    key_a = (st_a.st_ino, st_a.st_size, st_a.st_mtime_ns)
+    return key_a == (st_b.st_ino, st_b.st_size, st_b.st_mtime_ns) and text_a == text_b
+
+
+def _write_unchanged(
+    folder: int,
+    name: str,
+    text: str,
+    seen: tuple[str, os.stat_result],
+    path: str,
+    *,
+    rollback: bool = False,
+) -> None:
+    """:func:`_write`, but only while ``name`` is still exactly what was ``seen``.
+
+    The folder lock binds only meshtui; a DBA (or the server's user) may save the file between
+    this run's read and its write. A changed file is left as it is and ProvisionError says so:
+    the next run reads it again and pins on top of it.
+    """
+    if not _same_file(_read(folder, name, path), seen):
+        what = "the old one was NOT put back" if rollback else "nothing was changed"
+        raise ProvisionError(
+            f"{path} changed while it was being pinned (someone saved it meanwhile); {what}, "
+            "and the next run pins again on top of that edit"
+        )
+    _write(folder, name, text, seen[1], path)
 
 
 @contextlib.contextmanager
@@ -410,7 +447,8 @@ def _pin(
                 f"pg_hba.conf has errors already ({'; '.join(errors[:3])}); fix them first "
                 "(nothing was changed)"
             )
-        _write(folder, name, new, info, path)
+        _write_unchanged(folder, name, new, (text, info), path)
+        written = _read(folder, name, path)
         try:
             users, errors = _rules(conn, path)
             if errors:
@@ -427,9 +465,13 @@ def _pin(
                     )
             _reload(conn, conninfo)
         except BaseException as exc:
-            _write(folder, name, text, info, path)
-            with contextlib.suppress(psycopg.Error):
-                conn.execute("SELECT pg_reload_conf()")  # in case the new text was loaded
+            # put the old text back only over exactly what was written here: an edit someone
+            # saved meanwhile is theirs to keep (and raises its own error)
+            try:
+                _write_unchanged(folder, name, text, written, path, rollback=True)
+            finally:
+                with contextlib.suppress(psycopg.Error):
+                    conn.execute("SELECT pg_reload_conf()")  # in case the new text was loaded
             if isinstance(exc, psycopg.Error):
                 raise ProvisionError(
                     f"pg_hba.conf not reloaded ({_first_line(exc)}); the old one was put back"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from meshtui.kinds.kind import Kind, Ref
 from meshtui.kinds.redis.acl import check_values
+from meshtui.kinds.redis.connection import connection
 
 KIND = Kind(
     name="redis",
@@ -25,4 +26,5 @@ KIND = Kind(
     check_values=check_values,
     tls=True,
     workers=1,  # one Redis thread serves every session: a second only adds contention
+    connection=connection,
 )

@@ -2,9 +2,12 @@
 
 A consumer may ask for ``keys`` (key patterns, default ``<login>:*``), ``channels`` (Pub/Sub
 channel patterns, default none) and ``commands`` (ACL categories, default every category but
-``@dangerous`` and ``@admin``). Patterns are separated by spaces; a pattern holding a control
-character or a parenthesis is refused (the ACL file is one line per user, and selectors are
-written in parentheses). ``+@admin`` and ``+@dangerous`` are never granted: a mesh login that
+``@scripting``, ``@dangerous`` and ``@admin``). Patterns are separated by spaces; a pattern holding a control
+character, a parenthesis, a quote or a backslash is refused, and so is a user name holding a
+space, a control character, a quote or a backslash: the ACL file is one line per user,
+selectors are written in parentheses, and ``CONFIG REWRITE`` writes every rule into
+``redis.conf`` as it is, where the loader (``sdssplitargs``) reads quotes and backslashes as
+its own syntax and an unbalanced quote stops Redis from starting at all. ``+@admin`` and ``+@dangerous`` are never granted: a mesh login that
 could run ``ACL SETUSER`` could rewrite every other login. Pure functions, no I/O; the
 declaration and the adapter share them.
 """
@@ -18,12 +21,15 @@ from dataclasses import dataclass
 from meshtui.kinds.kind import ValuesError
 
 KNOWN_VALUES = frozenset({"keys", "channels", "commands"})
-DEFAULT_COMMANDS = ("+@all", "-@dangerous", "-@admin")
+DEFAULT_COMMANDS = ("+@all", "-@scripting", "-@dangerous", "-@admin")
+"""What a consumer that names no ``commands`` may run: everything but Lua and functions
+(``EVAL``, ``FUNCTION``: a server-side interpreter is the widest door into a server's own
+bugs), ``@dangerous`` and ``@admin``. A consumer that needs Lua asks for ``+@scripting``."""
 NEVER_GRANTED = frozenset({"admin", "dangerous", "all"})  # +@all holds both of them
 ALWAYS_DENIED = ("-@dangerous", "-@admin")
 _CATEGORY = re.compile(r"[+-]@[a-z][a-z0-9_-]{0,63}")
-_PATTERN_BAD = re.compile(r"[\x00-\x20\x7f()]")
-_NAME_BAD = re.compile(r"[\x00-\x20\x7f]")
+_PATTERN_BAD = re.compile(r"""[\x00-\x20\x7f()"'\\]""")
+_NAME_BAD = re.compile(r"""[\x00-\x20\x7f"'\\]""")
 
 
 @dataclass(frozen=True)
@@ -44,7 +50,10 @@ def name_problem(name: str) -> str | None:
     if not name:
         return "is empty"
     if _NAME_BAD.search(name):
-        return "holds a space or control character, which a Redis ACL user name cannot"
+        return (
+            "holds a space, control character, quote or backslash, which a Redis ACL user name "
+            "cannot (redis.conf would not load again after CONFIG REWRITE)"
+        )
     return None
 
 
@@ -54,7 +63,8 @@ def _patterns(key: str, text: str) -> tuple[str, ...]:
         if not item or _PATTERN_BAD.search(item):
             raise ValuesError(
                 f"{key} = {text!r}: patterns are separated by one space and hold no control "
-                "character or parenthesis"
+                "character, parenthesis, quote or backslash (Redis writes them into redis.conf "
+                "as they are, and would not start again)"
             )
     return items
 
@@ -85,7 +95,7 @@ def rules_for(login: str, values: Mapping[str, str]) -> Rules:
         )
     keys = _patterns("keys", values["keys"]) if "keys" in values else (f"{login}:*",)
     channels = _patterns("channels", values["channels"]) if "channels" in values else ()
-    commands = _commands(values["commands"]) if "commands" in values else DEFAULT_COMMANDS[:1]
+    commands = _commands(values["commands"]) if "commands" in values else DEFAULT_COMMANDS[:2]
     return Rules(keys, channels, (*commands, *ALWAYS_DENIED))
 
 

@@ -360,7 +360,7 @@ class RedisAdapter:
                         _command(self.client, "ACL", "DELUSER", UNSAVED_USER)
                     _command(self.client, *self.persist)
                 except redis.RedisError as exc:
-                    retried = ", and the next run retries the save" if self._mark_unsaved() else ""
+                    retried = self._mark_unsaved()
                     raise ProvisionError(
                         f"{' '.join(self.persist)} failed: {_why(exc)}; the changes hold until "
                         f"Redis restarts{retried}"
@@ -369,16 +369,29 @@ class RedisAdapter:
             self.client.close()
             self.client.connection_pool.disconnect()
 
-    def _mark_unsaved(self) -> bool:
-        """Leave the mark of a failed save (a user that is off and may do nothing)."""
+    def _mark_unsaved(self) -> str:
+        """Leave the mark of a failed save (a user that is off and may do nothing); what the
+        error then says about the next run.
+
+        A user of that name that does not carry the mark's selector is someone else's: it is
+        never reset, and the error says why the next run may not retry the save.
+        """
         try:
+            held = _command(self.client, "ACL", "GETUSER", UNSAVED_USER)
+            user = parse_user(UNSAVED_USER, held)
+            if user is not None and not any(f"keys={_UNSAVED_MARK}" in s for s in user.selectors):
+                return (
+                    f"; a Redis user named {UNSAVED_USER} that meshtui did not make is in the "
+                    "way of the mark that makes the next run retry the save, so it was left "
+                    "alone: rename it, or run the provisioner again once the save can work"
+                )
             _command(
                 self.client, "ACL", "SETUSER", UNSAVED_USER, "reset", "off",
                 f"({_UNSAVED_MARK} -@all)",
             )  # fmt: skip
-        except redis.RedisError:
-            return False
-        return True
+        except (redis.RedisError, ProvisionError):
+            return ""
+        return ", and the next run retries the save"
 
     def __enter__(self) -> RedisAdapter:
         return self

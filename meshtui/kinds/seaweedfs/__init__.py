@@ -5,13 +5,15 @@ credential, its rights (read, write, list) scoped to the consumer's own bucket(s
 ``values.py`` (what a consumer may ask for, checked at ``declare``: its buckets, each its own
 alone, and its rights), ``shell.py`` (``weed shell`` with commands on stdin, output kept
 private), ``adapter.py`` (the provisioner's adapter), ``probe.py`` (a SigV4-signed request over
-verified TLS and its control), ``doctor.py`` (the admin file and the static identity) and ``lab.py`` (SeaweedFS in a node's namespace as its own user).
+verified TLS and its control), ``doctor.py`` (the admin file and the static identity), ``connection.py`` (what a
+consumer's connection file holds) and ``lab.py`` (SeaweedFS in a node's namespace as its own user).
 This file holds the record only.
 """
 
 from __future__ import annotations
 
 from meshtui.kinds.kind import Kind, Ref
+from meshtui.kinds.seaweedfs.connection import connection
 from meshtui.kinds.seaweedfs.values import check_values, first_bucket, owned_buckets
 
 KIND = Kind(
@@ -31,4 +33,5 @@ KIND = Kind(
     workers=1,  # one weed shell at a time: each is a process and reads the whole configuration
     dbname=first_bucket,
     owns=owned_buckets,
+    connection=connection,
 )

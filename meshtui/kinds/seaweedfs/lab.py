@@ -11,8 +11,8 @@ when SeaweedFS would accept any request); and the admin file the provisioner rea
 in it). The master, the volume server and the filer listen on the namespace's loopback only
 (the filer serves every identity's secret key to anyone who asks, the volume server every
 object), the filer's HTTP is off, their local sockets are in the data folder, and volumes are
-small (a bucket takes several). Started as the system user ``meshtui-weed`` (root: with
-``setpriv``, a new session, no terminal) and declared up once the S3 port and the master's and
+small (a bucket takes several). Started as the system user ``meshtui-weed`` through
+:mod:`meshtui.runas` (a session of its own, no terminal) and declared up once the S3 port and the master's and
 filer's gRPC ports listen; stopped with SIGTERM, which ``weed`` may take over ten seconds to
 obey, then SIGKILL.
 """
@@ -26,17 +26,16 @@ import secrets
 import shutil
 import signal
 import subprocess
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
+from meshtui import runas
 from meshtui.atomic import write_private
 from meshtui.errors import LabError
 from meshtui.kinds.seaweedfs import KIND
 from meshtui.kinds.seaweedfs.shell import find_weed
-from meshtui.lab import netns as lab_netns
 from meshtui.lab import toml_writer
+from meshtui.lab.accounts import check_path_open, ensure_system_user
 from meshtui.lab.wait import poll
 
 SERVER_USER = "meshtui-weed"
@@ -49,29 +48,7 @@ VOLUMES = 64
 _GRPC = 10000  # weed's own rule: a service's gRPC port is its HTTP port + 10000
 
 
-_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
-
-
-def _ensure_system_user(name: str) -> pwd.struct_passwd:
-    """The store's ``--system`` nologin user, created once (a concurrent creation tolerated)."""
-    for _attempt in range(20):
-        try:
-            return pwd.getpwnam(name)
-        except KeyError:
-            pass
-        done = subprocess.run(
-            ["useradd", "--system", "--user-group", "--no-create-home", "--home-dir",
-             "/nonexistent", "--shell", "/usr/sbin/nologin", name],
-            capture_output=True, text=True, env=_ENV, check=False, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
-        if done.returncode not in (0, 9, 10):  # 9: exists already, 10: passwd file busy
-            raise LabError(f"useradd {name} failed: {done.stderr.strip()}")
-        if done.returncode == 10:
-            time.sleep(0.1)
-    try:
-        return pwd.getpwnam(name)
-    except KeyError:
-        raise LabError(f"could not create the system user {name}") from None
+_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}
 
 
 def _gone(pid: int) -> bool:
@@ -221,30 +198,20 @@ class WeedServer:
         if self.running():
             return
         argv = self.argv()
-        if self.user is not None:
-            pw = pwd.getpwnam(self.user)
-            argv = [
-                "setpriv",
-                f"--reuid={pw.pw_uid}",
-                f"--regid={pw.pw_gid}",
-                "--clear-groups",
-                "--",
-                *argv,
-            ]
+        user = runas.OsUser.named(self.user) if self.user is not None else None
+        if user is not None:
+            check_path_open(Path(argv[0]), pwd.getpwnam(user.name), "the weed binary")
         fd = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
-        try:
-            kwargs: dict[str, Any] = {
-                "stdin": subprocess.DEVNULL,
-                "stdout": fd,
-                "stderr": fd,
-                "start_new_session": True,  # its own session: no controlling terminal
-                "cwd": str(self.conf),  # weed reads security.toml from its working folder
-                "env": {"PATH": "/usr/bin:/bin", "HOME": str(self.data), "LC_ALL": "C"},
-            }
-            if netns:
-                proc = lab_netns.spawn(netns, argv, **kwargs)
-            else:
-                proc = subprocess.Popen(argv, **kwargs)
+        try:  # its own user, in a session of its own, no terminal (meshtui.runas)
+            proc = runas.spawn(
+                argv,
+                user,
+                netns=netns,
+                stdout=fd,
+                stderr=fd,
+                cwd=str(self.conf),  # weed reads security.toml from its working folder
+                env={"PATH": "/usr/bin:/bin", "HOME": str(self.data), "LC_ALL": "C"},
+            )
         finally:
             os.close(fd)
         write_private(self.pidfile, f"{proc.pid}\n".encode())
@@ -319,7 +286,7 @@ def create(folder: Path, *, address: str, ports: Ports, user: str | None = None)
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o711)
     folder = folder.resolve()
-    pw = _ensure_system_user(user or SERVER_USER) if os.geteuid() == 0 else None
+    pw = ensure_system_user(user or SERVER_USER) if os.geteuid() == 0 else None
     server = WeedServer(folder, address, ports, pw.pw_name if pw is not None else None)
     conf, data = server.conf, server.data
     conf.mkdir(mode=0o750, exist_ok=True)

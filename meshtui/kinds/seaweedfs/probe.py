@@ -40,10 +40,9 @@ from meshtui.host.probe_types import (
     control_password,
     scrub,
 )
-from meshtui.kinds.seaweedfs.values import default_bucket
+from meshtui.kinds.seaweedfs.values import REGION, default_bucket
 from meshtui.model import Verdict
 
-REGION = "us-east-1"
 REFUSED_CODES = frozenset({"SignatureDoesNotMatch", "InvalidAccessKeyId"})
 PAST_AUTH = frozenset({"OK", "NoSuchBucket", "NoSuchKey"})
 """What an unsigned request can only get from a store that asked for no signature."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from meshtui import runas
 from meshtui.errors import ProvisionError
 
 TIMEOUT_S = 120.0
@@ -65,29 +66,34 @@ class Session:
         text = "".join(f"{c}\n" for c in commands)
         env = {"PATH": "/usr/bin:/bin", "HOME": str(self.config or "/nonexistent")}
         env.update({k: os.environ[k] for k in _ENV_KEEP if k in os.environ})
-        try:
-            done = subprocess.run(
+        try:  # as we are, in a session of its own (meshtui.runas)
+            proc = runas.spawn(
                 [self.weed, "shell", f"-master={self.master}", f"-filer={self.filer}"],
-                input=text.encode(),
-                capture_output=True,
+                None,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 cwd=str(self.config) if self.config is not None else "/",
                 env=env,
-                timeout=TIMEOUT_S,
-                check=False,
-                start_new_session=True,
             )
+        except OSError as exc:
+            raise ShellError(f"weed shell could not be run: {exc.strerror}") from None
+        try:
+            stdout, stderr = proc.communicate(text.encode(), timeout=TIMEOUT_S)
         except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
             raise ShellError(
                 f"weed shell at {self.master} did not finish in {TIMEOUT_S:.0f} s "
                 "(is the master up, and security.toml's client certificate right?)"
             ) from None
-        except OSError as exc:
-            raise ShellError(f"weed shell could not be run: {exc.strerror}") from None
-        out = done.stdout.decode("utf-8", "replace")
-        if done.returncode != 0 and check:
+        finally:
+            del text
+        out: str = bytes(stdout).decode("utf-8", "replace")
+        if proc.returncode != 0 and check:
+            said = errors(out + bytes(stderr).decode("utf-8", "replace"), secrets)
             raise ShellError(
-                f"weed shell at {self.master} exited {done.returncode}: "
-                f"{errors(out + done.stderr.decode('utf-8', 'replace'), secrets) or 'no error line'}"
+                f"weed shell at {self.master} exited {proc.returncode}: {said or 'no error line'}"
             )
         return out
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 from meshtui.kinds.kind import ValuesError
 
+REGION = "us-east-1"
+"""The region requests are signed for (SeaweedFS accepts any; the AWS SDKs want one)."""
 KNOWN_VALUES = frozenset({"bucket", "buckets", "rights"})
 RIGHTS = {"read": "Read", "write": "Write", "list": "List", "tagging": "Tagging"}
 """The rights a consumer may ask for, and SeaweedFS's name for each."""

@@ -16,12 +16,12 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import BindingType
-from textual.message import Message
 from textual.widgets import Label, Static
 
 from meshtui.controller.reports import HostView
 from meshtui.tui import actions
 from meshtui.tui.messages import HostsLoaded
+from meshtui.tui.outside import Outside
 from meshtui.tui.pairs import Changes
 from meshtui.tui.screens.base import MeshScreen
 from meshtui.tui.widgets.footer import MeshFooter
@@ -66,7 +66,7 @@ def host_row(h: HostView, *, checks_off: bool = False) -> TableRow:
     )
 
 
-class DoctorDone(Message):
+class DoctorDone(Outside):
     """``meshtui doctor`` finished (in a worker)."""
 
     def __init__(self, report: DoctorReport) -> None:

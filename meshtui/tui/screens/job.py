@@ -100,7 +100,11 @@ def outcome_rows(result: JobResult) -> tuple[tuple[Column, ...], list[TableRow]]
             Column("gen", "gen", align="right", max_width=5),
             Column("reason", "reason", max_width=60),
         )
-        rows = [
+        rows = [  # ends ahead of the inventory (after a restore), first: the news
+            TableRow(f"a:{pid}", (pid, "ahead", "", what), "warn")
+            for pid, what in sorted(result.ahead.items())
+        ]
+        rows += [
             TableRow(f"d:{p.pair}", (p.pair, "delivered", str(p.generation), p.reason), "good")
             for p in result.delivered
         ]

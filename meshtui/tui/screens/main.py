@@ -77,6 +77,8 @@ class MainScreen(MeshScreen):
         summary.read_only = self.mesh.read_only
         if self.mesh.loaded_once:
             self.pairs_changed(Changes(), True)
+        else:
+            self._update_summary()  # what the app learned before this screen was built
 
     # ---- data ---------------------------------------------------------------------------
     def pairs_changed(self, changes: Changes, first: bool) -> None:
@@ -153,7 +155,10 @@ class MainScreen(MeshScreen):
         summary.refresh()
 
     def job_changed(self) -> None:
-        self._update_summary()
+        # the app reads the watch's heartbeat when it mounts, before this screen has composed
+        # its summary bar: on_mount shows what it read then
+        if self.is_mounted:
+            self._update_summary()
 
     # ---- filter, sort, group ------------------------------------------------------------
     def _filter_changed(self, text: str) -> None:

@@ -1,0 +1,91 @@
+"""How long and how many: the agent's connections, bounded before anyone is known.
+
+uvicorn cancels its keep-alive timer on every byte it receives and has no deadline for a
+request's head, so a client that trickles one header byte every few seconds holds its
+connection for ever, and 64 of them made uvicorn answer 503 to everyone, the controller
+included. :class:`GuardedH11` is uvicorn's h11 protocol with two bounds added:
+
+- a deadline for every request head (the request line and headers): :data:`HEAD_TIMEOUT_S`
+  from the moment the connection opens or the previous answer was sent; a head that is late
+  ends the connection, however many bytes trickle in;
+- at most :data:`MAX_PEER_CONNECTIONS` open connections per peer address (TCP; a Unix socket
+  is 0600 and reachable by the controller's user only), so one host cannot fill uvicorn's cap.
+
+The body has its own deadline and the requests being handled are capped per peer too
+(:mod:`meshtui.host.serve`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any
+
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+HEAD_TIMEOUT_S = 5.0
+"""Seconds a request head may take to arrive (the controller sends it in one write)."""
+MAX_PEER_CONNECTIONS = 8
+"""Open connections one peer address may hold at once; more are closed on arrival."""
+
+_open: Counter[str] = Counter()
+"""Open connections per peer address (one event loop, no lock)."""
+
+
+def peer_of(client: Any) -> str | None:
+    """The peer's address from uvicorn's ``(host, port)``; None on a Unix socket."""
+    if isinstance(client, tuple | list) and client and client[0]:
+        return str(client[0])
+    return None
+
+
+class GuardedH11(H11Protocol):
+    """uvicorn's h11 protocol with a deadline on each request head and a cap per peer address."""
+
+    _head_timer: asyncio.TimerHandle | None = None
+    _timed_cycle: Any = None
+    _counted: str | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        peer = peer_of(self.client)
+        if peer is not None:
+            if _open[peer] >= MAX_PEER_CONNECTIONS:
+                transport.abort()  # connection_lost follows; nothing was counted for it
+                return
+            _open[peer] += 1
+            self._counted = peer
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        if self._counted is not None:
+            _open[self._counted] -= 1
+            if _open[self._counted] <= 0:
+                del _open[self._counted]
+            self._counted = None
+        super().connection_lost(exc)
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        if self.cycle is not None and self.cycle is not self._timed_cycle:
+            self._disarm()  # a whole head arrived: the body has its own deadline
+            self._timed_cycle = self.cycle
+
+    def on_response_complete(self) -> None:
+        self._arm()  # the next head, if any, is due within HEAD_TIMEOUT_S from now
+        super().on_response_complete()
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._head_timer = self.loop.call_later(HEAD_TIMEOUT_S, self._head_late)
+
+    def _disarm(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_late(self) -> None:
+        self._head_timer = None
+        if not self.transport.is_closing():
+            self.transport.abort()

@@ -1,0 +1,160 @@
+"""M3: slow or idle clients cannot keep the controller's signed requests out of an agent.
+
+The reviewer's attack: 64 TCP connections that each sent a partial request head and then one
+byte every few seconds filled uvicorn's connection cap, and the agent answered 503 to every
+request, the controller's included, for as long as they stayed. Here a real agent process on a
+loopback TCP port is held by real sockets trickling bytes (from another address, then from the
+controller's own), or by slow bodies, and a signed ``state`` request must still be answered.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from meshtui import crypto, wire
+from meshtui.host import connections
+
+pytestmark = pytest.mark.slow
+
+ATTACKER = "127.0.0.2"  # another host on the agent's network (all of 127/8 is loopback)
+CONTROLLER = "127.0.0.1"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((CONTROLLER, 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class TcpAgent:
+    port: int
+    state: Path
+    proc: subprocess.Popen[bytes]
+
+    def signed_state(self) -> httpx.Response:
+        keys = crypto.load_private(self.state / "controller.key")
+        env, _ = wire.envelope(wire.STATE, {}, sender="controller", to="app1", keys=keys)
+        transport = httpx.HTTPTransport(local_address=CONTROLLER)
+        with httpx.Client(transport=transport, timeout=10) as client:
+            return client.post(f"http://{CONTROLLER}:{self.port}/v1", json=env)
+
+
+@pytest.fixture
+def agent(mesh_with_agents: Any) -> Iterator[TcpAgent]:
+    mesh = mesh_with_agents(
+        consumers={"app1": ["gitea"]}, port=5432, admin=None, provisioner=["true"], start=False
+    )
+    port = free_port()
+    log = open(mesh.root / "app1.tcp.log", "ab")  # noqa: SIM115 - handed to the child
+    argv = [sys.executable, "-m", "meshtui.cli", "host", "serve", "--state"]
+    argv += [str(mesh.nodes["app1"]), "--listen", f"{CONTROLLER}:{port}", "--allow-loopback"]
+    proc = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+    log.close()
+    try:
+        for _ in range(200):
+            try:
+                httpx.get(f"http://{CONTROLLER}:{port}/health", timeout=1)
+                break
+            except httpx.TransportError:
+                time.sleep(0.05)
+        yield TcpAgent(port, mesh.state, proc)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@dataclass
+class Trickle:
+    """``n`` connections from ``source`` that send ``head`` and then one byte every ``every`` s."""
+
+    port: int
+    source: str
+    n: int
+    head: bytes = b"POST /v1 HTTP/1.1\r\nHost: x\r\nX-a: "
+    every: float = 0.5
+    socks: list[socket.socket] = field(default_factory=list)
+    cut: int = 0
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def __enter__(self) -> Trickle:
+        for _ in range(self.n):
+            s = socket.socket()
+            s.bind((self.source, 0))
+            s.connect((CONTROLLER, self.port))
+            s.sendall(self.head)
+            self.socks.append(s)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.every):
+            for s in list(self.socks):
+                try:
+                    s.sendall(b"a")
+                except OSError:
+                    self.socks.remove(s)
+                    self.cut += 1
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+        for s in self.socks:
+            s.close()
+
+
+def answered_within(agent: TcpAgent, seconds: float) -> tuple[int, float]:
+    """Ask until a signed answer comes (or ``seconds`` pass); its status and when."""
+    start = time.monotonic()
+    status = 0
+    while time.monotonic() - start < seconds:
+        try:
+            status = agent.signed_state().status_code
+        except httpx.TransportError:
+            status = -1
+        if status == 200:
+            break
+        time.sleep(0.2)
+    return status, time.monotonic() - start
+
+
+def test_64_trickling_connections_from_another_host_leave_the_controller_in(
+    agent: TcpAgent,
+) -> None:
+    with Trickle(agent.port, ATTACKER, 64) as trickle:
+        time.sleep(1.0)
+        status, took = answered_within(agent, 2.0)
+        assert status == 200, f"the controller got {status} while 64 slow clients hang"
+        assert took < 2.0
+        assert trickle.cut >= 64 - connections.MAX_PEER_CONNECTIONS  # closed on arrival
+
+
+def test_trickling_heads_are_cut_at_the_deadline_even_from_the_controllers_address(
+    agent: TcpAgent,
+) -> None:
+    with Trickle(agent.port, CONTROLLER, 64) as trickle:
+        time.sleep(connections.HEAD_TIMEOUT_S + 1.5)
+        assert trickle.cut == 64 and not trickle.socks, "slow heads still connected"
+        status, _ = answered_within(agent, 3.0)
+        assert status == 200
+
+
+def test_slow_bodies_from_one_host_leave_the_controller_a_slot(agent: TcpAgent) -> None:
+    head = b"POST /v1 HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head += b"Content-Length: 100000\r\n\r\n{"
+    with Trickle(agent.port, ATTACKER, 8, head=head):
+        time.sleep(1.0)
+        status, _ = answered_within(agent, 2.0)
+        assert status == 200, f"the controller got {status} while 8 slow bodies hang"
