@@ -72,3 +72,25 @@ def test_plain_text_is_not_probed(mesh: Mesh) -> None:
     )
     result = probe.probe(target, ProbeOptions())
     assert result.verdict() == "unknown" and "TLS only" in result.reason()
+
+
+def test_the_connection_file_names_the_store_never_the_secret() -> None:
+    from meshtui.kinds.kind import ConnectionFacts
+    from meshtui.kinds.seaweedfs.connection import connection
+
+    facts = ConnectionFacts(
+        login="gitea_app1_d1fc15",
+        host="10.213.0.2",
+        port=8333,
+        values={"buckets": "gitea-lfs gitea-avatars"},
+        ca="/etc/meshtui/s3-ca.pem",
+        tls=True,
+        password_file="/etc/gitea/s3.secret",
+    )
+    made = connection(facts)
+    assert made.env["AWS_ACCESS_KEY_ID"] == "gitea_app1_d1fc15"
+    assert made.env["AWS_ENDPOINT_URL"] == "https://10.213.0.2:8333"
+    assert made.env["AWS_CA_BUNDLE"] == "/etc/meshtui/s3-ca.pem"
+    assert made.fields["buckets"] == "gitea-lfs gitea-avatars"
+    assert made.dsn == "https://10.213.0.2:8333/gitea-lfs"
+    assert "AWS_SECRET_ACCESS_KEY" not in made.env
