@@ -121,6 +121,10 @@ class SeaweedAdapter:
         )
         self._looked: list[dict[str, Any]] | None = None  # inspect's read, used once by create
         self._buckets: frozenset[str] = frozenset()  # the buckets there were at the last read
+        self._indexed: (
+            tuple[Sequence[Mapping[str, Any]], dict[str, Mapping[str, Any]], dict[str, set[str]]]
+            | None
+        ) = None  # the last read, indexed (see _index)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -135,15 +139,29 @@ class SeaweedAdapter:
 
     def _conflict(self, login: str, identities: Sequence[Mapping[str, Any]]) -> str | None:
         """Why ``login`` cannot be ours here (its name or access key is another's), or None."""
-        for identity in identities:
-            name = identity["name"]
-            if name == login and not self._ours(identity):
-                if identity.get("isStatic"):
-                    return f"identity {login} is the store's static identity, not meshtui's"
-                return f"identity {login} was not made by meshtui for {self.scope.provider}"
-            if name != login and any(key == login for key, _ in _credentials(identity)):
-                return f"access key {login} is already identity {name}'s"
+        by_name, key_holders = self._index(identities)
+        identity = by_name.get(login)
+        if identity is not None and not self._ours(identity):
+            if identity.get("isStatic"):
+                return f"identity {login} is the store's static identity, not meshtui's"
+            return f"identity {login} was not made by meshtui for {self.scope.provider}"
+        others = sorted(key_holders.get(login, set()) - {login})
+        if others:
+            return f"access key {login} is already identity {others[0]}'s"
         return None
+
+    def _index(
+        self, identities: Sequence[Mapping[str, Any]]
+    ) -> tuple[dict[str, Mapping[str, Any]], dict[str, set[str]]]:
+        """The identities by name, and who holds each access key: built once per read."""
+        if self._indexed is None or self._indexed[0] is not identities:
+            by_name = {str(i["name"]): i for i in identities}
+            holders: dict[str, set[str]] = {}
+            for identity in identities:
+                for key, _secret in _credentials(identity):
+                    holders.setdefault(key, set()).add(str(identity["name"]))
+            self._indexed = (identities, by_name, holders)
+        return self._indexed[1], self._indexed[2]
 
     def _held(self, login: str, identity: Mapping[str, Any], grant: Grant | None) -> Held:
         creds = _credentials(identity)
