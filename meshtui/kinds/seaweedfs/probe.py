@@ -4,17 +4,16 @@ Same evidence and verdicts as the PostgreSQL and Redis probes, S3-shaped, on one
 connection that verifies the store's certificate against the declared CA alone (host name, the
 private address, included):
 
-* an **unsigned** ``ListObjectsV2`` of the consumer's own bucket goes first: it must be refused
-  (``AccessDenied``). A store that answers it (its objects, or ``NoSuchBucket``: it looked past
-  authentication) lets anyone in, as SeaweedFS with no identity at all does, so nothing it says
-  can prove a revocation: "no password demanded"; any other answer is unknown;
-* then the same request **signed** (SigV4, botocore's signer, never hand-rolled) with the held
-  credential: ``200`` is accepted; ``SignatureDoesNotMatch`` or ``InvalidAccessKeyId`` is
-  refused; anything else (``AccessDenied`` on its own bucket, ``NoSuchBucket``, a 5xx while the
-  store starts, TLS or connection errors) is unknown, never revoked;
+* a ``ListObjectsV2`` of the consumer's own bucket, **signed** (SigV4, botocore's signer,
+  never hand-rolled) with the held credential: ``200`` is accepted; ``SignatureDoesNotMatch``
+  or ``InvalidAccessKeyId`` is refused; anything else (``AccessDenied`` on its own bucket,
+  ``NoSuchBucket``, a 5xx while the store starts, TLS or connection errors) is unknown, never
+  revoked;
 * after an accepted login, a bucket outside its rights (a fresh random name) must answer
-  ``AccessDenied``: a credential that reaches it has rights wider than declared, which is said
-  and makes the probe unknown;
+  ``AccessDenied``. When it does not, an **unsigned** request tells why: a store that answers it
+  (its objects, or ``NoSuchBucket``: it looked past authentication) lets anyone in, as
+  SeaweedFS with no identity at all does, so nothing it says can prove a revocation ("no
+  password demanded"); otherwise the credential's rights are wider than declared (unknown);
 * the negative control (:func:`probe`) signs with a random wrong secret and must be refused.
 
 The secret key never leaves this process: SigV4 sends only an HMAC of the request.
@@ -161,22 +160,6 @@ def login(target: ProbeTarget, options: ProbeOptions) -> LoginResult:
     started = time.perf_counter()
     try:
         with httpx.Client(verify=context, timeout=options.timeout, trust_env=False) as client:
-            bare = client.get(own)
-            unsigned = "OK" if bare.status_code < 300 else _code(bare)
-            if unsigned in PAST_AUTH:
-                return _result(
-                    Verdict.NO_PASSWORD,
-                    f"the store answered an unsigned request with {unsigned}: anyone gets in, "
-                    "so no key can prove a revocation (does it hold no identity at all?)",
-                    started, loopback=loopback, used_password=False,
-                )  # fmt: skip
-            if unsigned != "AccessDenied":
-                return _result(
-                    Verdict.UNKNOWN,
-                    f"an unsigned request answered {unsigned} (HTTP {bare.status_code}), "
-                    "not AccessDenied: the store's authentication cannot be judged",
-                    started, loopback=loopback,
-                )  # fmt: skip
             answer = client.get(own, headers=_signed("GET", own, target.user, target.password))
             code = "OK" if answer.status_code == 200 else _code(answer)
             if code in REFUSED_CODES:
@@ -196,23 +179,32 @@ def login(target: ProbeTarget, options: ProbeOptions) -> LoginResult:
             wide = client.get(
                 outside, headers=_signed("GET", outside, target.user, target.password)
             )
+            if _code(wide) == "AccessDenied":
+                return _result(
+                    Verdict.ACCEPTED,
+                    f"signed request accepted on {bucket} over TLS (certificate verified); "
+                    "a bucket outside its rights was refused",
+                    started, loopback=loopback, used_password=True,
+                )  # fmt: skip
+            bare = client.get(own)  # only now: is it the key's rights, or no check at all?
+            unsigned = "OK" if bare.status_code < 300 else _code(bare)
     except Exception as exc:  # TLS, connection, timeout: never a verdict about the key
         return _result(
             Verdict.UNKNOWN, scrub(f"{type(exc).__name__}: {exc}", target.password), started,
             loopback=loopback,
         )  # fmt: skip
-    if _code(wide) != "AccessDenied":
+    if unsigned in PAST_AUTH:
         return _result(
-            Verdict.UNKNOWN,
-            f"signed request accepted on {bucket}, but a bucket outside its rights "
-            f"answered {_code(wide)} (HTTP {wide.status_code}), not AccessDenied: its rights "
-            "are wider than declared",
-            started, loopback=loopback, used_password=True,
+            Verdict.NO_PASSWORD,
+            f"the store answered an unsigned request with {unsigned}: anyone gets in, so no "
+            "key can prove a revocation (does it hold no identity at all?)",
+            started, loopback=loopback, used_password=False,
         )  # fmt: skip
     return _result(
-        Verdict.ACCEPTED,
-        f"signed request accepted on {bucket} over TLS (certificate verified); "
-        "an unsigned one and another bucket were refused",
+        Verdict.UNKNOWN,
+        f"signed request accepted on {bucket}, but a bucket outside its rights answered "
+        f"{_code(wide)} (HTTP {wide.status_code}), not AccessDenied: its rights are wider "
+        "than declared",
         started, loopback=loopback, used_password=True,
     )  # fmt: skip
 
