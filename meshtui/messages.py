@@ -481,10 +481,21 @@ class CheckConsumer(TypedDict):
     owner: str | None
     group: str | None
     reload: list[str]
+    connection: NotRequired[str]  # its connection file, when the requirement declares one
+
+
+class CheckProvision(TypedDict):
+    """One provision of a provider module: its kind and where its manifest and grants go."""
+
+    provision: str
+    kind: str
+    receives: str
+    grants: str
 
 
 class CheckProvider(TypedDict):
-    """A provider module on the node: its admin file and what its provisioner needs."""
+    """A provider module on the node: its admin file and what its provisioner needs, and
+    (for the node's policy) its provisions and its declared provisioner argv."""
 
     provider: str
     admin: str | None
@@ -492,6 +503,8 @@ class CheckProvider(TypedDict):
     databases: bool
     pin: bool
     kind: NotRequired[str]  # the provider's kind (absent: the default kind)
+    provisions: NotRequired[list[CheckProvision]]
+    provisioner: NotRequired[list[str] | None]
 
 
 class CheckPort(TypedDict):

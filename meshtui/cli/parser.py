@@ -59,6 +59,11 @@ def _mesh(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = sub.add_parser("declare", help="load a declaration (TOML)")
     s.add_argument("file", type=Path)
     s.add_argument("--json", action="store_true")
+    s.add_argument(
+        "--check-nodes",
+        action="store_true",
+        help="then ask every node whether its policy allows what is declared (nothing is pushed)",
+    )
     s.set_defaults(func=mesh.cmd_declare)
 
     s = sub.add_parser("status", help="every pair, its state and who is behind")

@@ -134,7 +134,8 @@ def pushed(report: PushReport) -> None:
     for o in report.withdrawn:
         print(f"{'revoked' if o.ok else 'NOT REVOKED':9} {o.pair} {o.reason}")
     if not report.delivered and not report.withdrawn and not report.ahead:
-        print("every end already holds its generation")
+        # only true when nobody is behind: a node that refused or did not answer holds nothing known
+        print("every end already holds its generation" if report.ok else "nothing was delivered")
     for pid, why in sorted(report.behind.items()):
         print(f"behind    {pid}: {why}")
     print("all ends agree" if report.ok else f"{len(report.behind)} pairs behind")

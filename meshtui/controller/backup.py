@@ -29,11 +29,12 @@ import msgspec
 
 from meshtui import crypto
 from meshtui.atomic import read_private
+from meshtui.controller.core import INVENTORY
 from meshtui.controller.export import write_new
 from meshtui.controller.restored import PROOF_FILE
 from meshtui.errors import BackupError, CryptoError
 from meshtui.inventory import Inventory, now
-from meshtui.keys import INVENTORY, KEY_STEM
+from meshtui.keys import KEY_STEM
 
 MAGIC = b"meshtui-backup 1\n"
 FORMAT = 1

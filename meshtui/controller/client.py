@@ -40,14 +40,18 @@ BUSY_RETRIES = (0.2, 0.5, 1.0, 2.0)
 """Waits before sending again when an agent answered 503 busy (it read nothing of the request)."""
 
 
+UNSIGNED_REFUSAL = "refused, unsigned"
+"""How a 403 the node did not sign for this request begins: the agent could not authenticate
+it (another controller key pinned there, or the request changed on the way)."""
+
 UNSIGNED_REFUSALS = {
     413: "the request is larger than the agent reads (16 MiB); deliver fewer pairs at once",
     503: "the agent is busy with other requests; try again",
     408: "the agent did not receive the whole request in time",
     400: "the agent could not read the request",
     403: (
-        "refused, unsigned: the agent could not verify the request (the controller's key not "
-        "pinned on the node, its clock far off, or the request changed on the way)"
+        f"{UNSIGNED_REFUSAL}: the agent could not verify the request (it pins another "
+        "controller key, or the request changed on the way)"
     ),
 }
 """What an unsigned refusal (before the agent knew who asked) means, by HTTP status."""
@@ -245,9 +249,7 @@ class AgentClient:
             if resp.status_code != 200 and "off this clock" not in str(exc):  # say clock skew
                 # not the node's word about this request (unsigned, or signed for another):
                 # its text is not shown as the node's reason
-                why = UNSIGNED_REFUSALS.get(
-                    resp.status_code, "refused, unsigned (the agent could not tell who asked)"
-                )
+                why = UNSIGNED_REFUSALS.get(resp.status_code, f"{UNSIGNED_REFUSAL} by the agent")
                 raise AgentError(self.name, f"{why} (HTTP {resp.status_code})") from exc
             raise AgentError(
                 self.name, f"answer not trusted: {exc} (is this the right agent?)"

@@ -197,10 +197,12 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
             for r in rows
             if r.withdrawn and r.state is State.STALE and not r.alarm
         }
+        behind_now.update(settled.unknown)  # held by nodes, unknown here: not in agreement
         for node, why in unreachable.items():
             for r in rows:
                 if node in (r.consumer_node, r.provider_node) and not r.withdrawn:
-                    behind_now.setdefault(r.pair, f"{node} unreachable: {why}")
+                    said, down = behind_now.get(r.pair), f"{node} unreachable: {why}"
+                    behind_now[r.pair] = down if said is None else f"{said}; {down}"
         inv.record(
             "push",
             [o.pair for o in delivered] + [o.pair for o in revoked],

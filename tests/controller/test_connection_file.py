@@ -100,3 +100,20 @@ def test_a_bad_connection_table_is_refused_naming_the_key(mesh):
         ctl.declare(mesh.decl)
     assert "requires[0].connection.format" in str(caught.value)
     assert '"env" or "json" or "dsn"' in str(caught.value)
+
+
+def test_a_withdrawn_pair_leaves_neither_file(mesh):
+    declare_connection(mesh, "env")
+    with mesh.controller() as ctl:
+        assert ctl.push().ok
+    conn_file = mesh.root / "srv/app1/gitea/db.conn"
+    cred_file = mesh.root / "srv/app1/gitea/db.password"
+    assert conn_file.exists() and cred_file.exists()
+    text = mesh.decl.read_text()
+    start = text.index('[modules."app1/gitea"]')
+    mesh.decl.write_text(text[:start])
+    with mesh.controller() as ctl:
+        ctl.declare(mesh.decl)
+        report = ctl.push()
+        assert [o.pair for o in report.withdrawn] == [GITEA] and report.withdrawn[0].ok
+    assert not cred_file.exists() and not conn_file.exists()

@@ -53,7 +53,7 @@ _UNPINNED: set[tuple[str, str]] = set()
 """(conninfo, scope) seen without a block by a run without pin in this process: a long-lived
 agent checks once, not at every delivery; any pin run for the scope forgets it."""
 _SCOPE_OK = re.compile(r"[a-z0-9_-]+/[a-z0-9_-]+ [a-z0-9_-]+")
-_ALLOW = re.compile(r'^host all "(?P<login>[^"]+)" (?P<address>\S+)/\d+ scram-sha-256$')
+_ALLOW = re.compile(r'^(?:host|hostssl) all "(?P<login>[^"]+)" (?P<address>\S+)/\d+ scram-sha-256$')
 
 
 @dataclass(frozen=True)
@@ -142,19 +142,42 @@ def _is_rule(line: str) -> bool:
     return bool(bare) and not bare.startswith("#")
 
 
-def block(pins: Mapping[str, str]) -> tuple[str, ...]:
-    """Our block's body for ``login -> address``, sorted by login (empty: no block at all)."""
+def block(pins: Mapping[str, str], tls: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """Our block's body for ``login -> address``, sorted by login (empty: no block at all);
+    a login in ``tls`` is allowed over TLS only (``hostssl``)."""
     if not pins:
         return ()
     out = [NOTE]
     for login in sorted(pins):
         net = ipaddress.ip_network(pins[login])
+        kind = "hostssl" if login in tls else "host"
         out += [
-            f'host all "{login}" {net} scram-sha-256',
+            f'{kind} all "{login}" {net} scram-sha-256',
             f'host all "{login}" all reject',
             f'local all "{login}" reject',
         ]
     return tuple(out)
+
+
+def requires_tls(foreign: tuple[str, ...], address: str) -> bool:
+    """Whether the file's own rules (not ours) demand TLS from ``address``: the first rule for
+    every database and user whose address covers it is ``hostssl``. A pin line then is too,
+    so pinning a login never lets it in without TLS where the server would not."""
+    at = ipaddress.ip_address(address)
+    for line in foreign:
+        fields = line.split("#", 1)[0].split()
+        if len(fields) < 5 or fields[0] not in ("host", "hostssl", "hostnossl", "hostgssenc"):
+            continue
+        if fields[1] != "all" or fields[2] != "all":
+            continue
+        where = fields[3]
+        try:
+            covers = where == "all" or at in ipaddress.ip_network(where, strict=False)
+        except ValueError:
+            continue  # a host name, samehost, samenet, or an address with a separate mask
+        if covers:
+            return fields[0] == "hostssl"
+    return False
 
 
 def pinned(body: tuple[str, ...]) -> dict[str, str]:
@@ -437,7 +460,8 @@ def _pin(
         blocks = dict(layout.blocks)
         blocks.pop(scope, None)
         if pins:
-            blocks[scope] = block(pins)
+            tls = frozenset(k for k, at in pins.items() if requires_tls(layout.foreign, at))
+            blocks[scope] = block(pins, tls)
         new = render(Layout(layout.foreign, blocks))
         if new == text:
             return PinResult(changed=False)

@@ -22,6 +22,7 @@ KIND = Kind(
     admin_example="rediss://ADMIN:PASSWORD@HOST:PORT with ?ssl_ca_certs=CA.pem",
     adapter=Ref("meshtui.kinds.redis.adapter", "RedisAdapter"),
     probe=Ref("meshtui.kinds.redis.probe", "probe_target"),
+    doctor=Ref("meshtui.kinds.redis.doctor", "admin_rights"),
     lab=Ref("meshtui.kinds.redis.lab"),
     check_values=check_values,
     tls=True,
