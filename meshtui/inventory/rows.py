@@ -318,7 +318,7 @@ StatusRow = tuple[
     int | None,  # provider end: generation held
     str | None,  # provider end: error
     str | None,  # newest probe: verdict (None: never probed)
-    str | None,  # newest probe: reason
+    str | None,  # newest probe: reason (None when it logged in: no state says it)
     str | None,  # newest probe: at
     int | None,  # newest probe: generation
     int | None,  # newest probe: loopback
@@ -326,7 +326,7 @@ StatusRow = tuple[
     int | None,  # newest probe: withdrawn
     float | None,  # newest probe: latency_ms
     int | None,  # newest probe: used_password
-    str | None,  # provider end: attempted_at
+    str | None,  # provider end: attempted_at (only beside its error)
 ]
 """One pair joined with both ends' deliveries and its newest probe (status's one query). A plain
 tuple, unpacked where it is read: status reads every pair on every refresh."""
