@@ -44,16 +44,18 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
+from meshtui import folders
 from meshtui.atomic import PRIVATE, write_at, write_many_at
 from meshtui.controller.client import Agents
 from meshtui.controller.core import Controller, init_keys
 from meshtui.controller.resolve import ask_state
 from meshtui.errors import LabError
-from meshtui.host import files, identity
+from meshtui.host import identity
+from meshtui.host import policy as node_policy
 from meshtui.host.deliver import CONSUMER_WRITERS
 from meshtui.kinds.postgres.lab import Cluster, create_cluster
 from meshtui.kinds.postgres.scram import VerifiersAhead, scram_verifier
-from tests.fix_agents import Mesh
+from tests.fix_agents import Mesh, mesh_policy
 from tests.fix_pg import free_port
 
 DEMO = {"app1": ["gitea", "keycloak", "grafana"], "app2": ["wiki", "gitea"]}
@@ -164,6 +166,7 @@ def lab(base: Path, bulk: dict[str, int], extra: list[str], pin: bool = False) -
         nodes = {n: root / "nodes" / n for n in ["db1", *DEMO, *bulk, *extra]}
         for node, folder in nodes.items():
             identity.init(node, folder, pub)
+            node_policy.write(folder, mesh_policy(node, root, admin=(str(admin),)))
         mesh = Mesh(root=root, state=state, decl=root / "mesh.toml", nodes=nodes,
                     sockets={n: root / "run" / f"{n}.sock" for n in nodes})  # fmt: skip
         for node in nodes:
@@ -306,14 +309,14 @@ def files_alone(folder: Path, count: int) -> float:
     t0 = time.perf_counter()
 
     def credential(i: int) -> None:
-        where = files.open_folder(folder / f"m{i}", create=0o755)
+        where = folders.open_folder(folder / f"m{i}", create=0o755)
         assert where is not None
         with where:
             write_at(where.fd, "db.password", secrets.token_urlsafe(32).encode())
 
     with ThreadPoolExecutor(max_workers=CONSUMER_WRITERS) as pool:
         list(pool.map(credential, range(count)))
-    kept = files.open_folder(grants, create=0o700, own=True)
+    kept = folders.open_folder(grants, create=0o700, own=True)
     assert kept is not None
     with kept:
         made = {f"n.m{i}.secret": secrets.token_urlsafe(32).encode() for i in range(count)}

@@ -46,10 +46,12 @@ from meshtui.controller.client import Agents
 from meshtui.controller.core import Controller, init_keys
 from meshtui.controller.resolve import ask_state
 from meshtui.host import identity
+from meshtui.host import policy as node_policy
 from meshtui.inventory.rows import DeliveryRow, ProbeRecord
 from meshtui.inventory.store import now
 from meshtui.kinds.postgres.lab import Cluster, create_cluster
 from meshtui.lab.mesh import agent_answers
+from tests.fix_agents import mesh_policy
 from tests.fix_pg import free_port
 
 
@@ -141,6 +143,9 @@ def run(
             if line.startswith("[nodes."):
                 name = line[len("[nodes.") : -1]
                 identity.init(name, root / "nodes" / name, pub)
+                node_policy.write(
+                    root / "nodes" / name, mesh_policy(name, root, admin=(str(admin),))
+                )
         log = open(base / "fleet.log", "ab")  # noqa: SIM115
         fleet = subprocess.Popen([sys.executable, __file__, "--serve", str(root)], stdout=log,
                                  stderr=log, stdin=subprocess.DEVNULL)  # fmt: skip

@@ -20,6 +20,7 @@ from meshtui.controller import doctor
 from meshtui.controller.client import Agents
 from meshtui.controller.deliver import Planner, target_of
 from meshtui.errors import AgentError, MessageError
+from meshtui.host import policy as node_policy
 from meshtui.lab.mesh import agent_answers
 from meshtui.messages import (
     DeliverRequest,
@@ -33,6 +34,7 @@ from meshtui.messages import (
     WithdrawRequest,
 )
 from meshtui.model import Drift, End, OutcomeName, Verdict, node_of
+from tests.fix_agents import mesh_policy
 
 GITEA = "database:app1/gitea->db1/postgres"
 ROOT = Path(__file__).resolve().parents[1]
@@ -222,6 +224,9 @@ def test_a_misshapen_answer_is_an_agent_error_naming_node_and_field(mesh, tmp_pa
     for spec in sets["db1"]:
         spec["provisioner"], spec["admin"] = None, str(tmp_path / "admin")  # the built-in seam
     mesh.stop("db1")
+    node_policy.write(
+        mesh.nodes["db1"], mesh_policy("db1", mesh.root, admin=(str(tmp_path / "admin"),))
+    )
     err = open(tmp_path / "db1.err", "ab")  # noqa: SIM115
     sock = mesh.sockets["db1"]
     proc = subprocess.Popen(

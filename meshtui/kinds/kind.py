@@ -36,6 +36,35 @@ def accept_values(login: str, values: Mapping[str, str]) -> None:
 
 
 @dataclass(frozen=True)
+class ConnectionFacts:
+    """What a consumer's app needs to reach its provider, other than the password: the inputs
+    of a kind's :attr:`Kind.connection`."""
+
+    login: str
+    host: str
+    port: int
+    values: Mapping[str, str]
+    ca: str | None  # the CA that signed the server's certificate (None: not declared)
+    tls: bool
+    password_file: str  # the credential file (the password itself is never in these facts)
+
+
+@dataclass(frozen=True)
+class Connection:
+    """A kind's connection facts in the shapes apps read: ``fields`` (JSON), ``env`` (the
+    client library's own variable names where it has them) and ``dsn`` (one line a client
+    takes whole). None of them holds a password."""
+
+    fields: Mapping[str, str]
+    env: Mapping[str, str]
+    dsn: str
+
+
+ConnectionOf = Callable[[ConnectionFacts], Connection]
+"""``connection(facts)``: what a kind writes into a consumer's connection file."""
+
+
+@dataclass(frozen=True)
 class Ref:
     """A lazy reference to ``name`` in ``module`` (or to the module itself when ``name`` is
     None): the module is imported on :meth:`load` only.
@@ -85,6 +114,7 @@ class Kind:
 
     ``workers``: how many sessions the provisioner uses at most for one run (None: its default).
     ``dbname``: what a probe of a consumer with these ``values`` names as its database.
+    ``connection``: what a consumer's connection file holds (None: the kind writes none).
     """
 
     name: str
@@ -104,6 +134,7 @@ class Kind:
     doctor: Ref | None = None
     workers: int | None = None
     dbname: Callable[[Mapping[str, str]], str] = lambda values: ""
+    connection: ConnectionOf | None = None
 
     def refs(self) -> dict[str, Ref]:
         """Every lazy reference this kind declares, by field name (for the registry's test)."""

@@ -11,10 +11,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pwd
 import shlex
 import signal
 import socket
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -25,6 +27,8 @@ from meshtui import runas
 from meshtui.atomic import write_private
 from meshtui.errors import LabError
 from meshtui.host import identity
+from meshtui.host import policy as node_policy
+from meshtui.kinds import registry
 from meshtui.kinds.postgres import lab as postgres
 from meshtui.kinds.redis import lab as lab_redis
 from meshtui.lab import foreign, netns, toml_writer
@@ -142,7 +146,7 @@ def up(
     adds a Redis provider with TLS, ``db1/redis``, required by the REDIS_CONSUMERS in the mesh.
     """
     with_redis = (mesh is None and lab_redis.available()) if redis is None else redis
-    from meshtui.keys import init_keys
+    from meshtui.keys import write_keys_once
 
     mesh = mesh or DEFAULT_MESH
     state_dir = state_dir.resolve()
@@ -166,7 +170,7 @@ def up(
         addresses = {n: "127.0.0.1" for n in nodes}
         old_port = _old_port(folder / "pg")
         listen, hba, port = ("127.0.0.1",), ("127.0.0.1/32",), old_port or _free_port()
-    pub, _ = init_keys(state_dir)
+    pub, _ = write_keys_once(state_dir)
     for node in nodes:
         identity.init(node, folder / "nodes" / node, pub)
     cluster = postgres.create_cluster(folder / "pg", port=port, listen=listen, hba_networks=hba)
@@ -332,12 +336,50 @@ def _write_declaration(
             if cache is not None and (node, module) in REDIS_CONSUMERS:
                 requires.append(lab_redis.requirement(srv / node / module / "cache.password"))
             tables.append((("modules", f"{node}/{module}"), {"requires": requires}))
+    _write_policies(folder, list(addresses), tables)
     path = folder / "mesh.toml"
     text = toml_writer.document(
         tables, comment="written by meshtui lab up: the lab's nodes, reached over Unix sockets"
     )
     write_private(path, text.encode())
     return path
+
+
+def kind_name(given: object) -> str:
+    """A provides entry's kind by its registered name (absent: the default kind)."""
+    return str(given) if given else registry.DEFAULT
+
+
+def _write_policies(folder: Path, nodes: list[str], tables: list[toml_writer.Table]) -> None:
+    """Each node's policy: what the lab's declaration asks of it and no more. Credential files
+    and provider files only below the node's own folder in ``srv/``, the kinds and admin files
+    its providers declare, and a declared provisioner command run as the agent's own user."""
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    for node in nodes:
+        kinds: set[str] = set()
+        admin: set[str] = set()
+        commands: list[node_policy.Command] = []
+        for key, body in tables:
+            if key[0] != "modules" or not key[1].startswith(f"{node}/"):
+                continue
+            offers = body.get("provides")
+            if isinstance(offers, list):
+                kinds |= {kind_name(o.get("kind")) for o in offers if isinstance(o, Mapping)}
+            if isinstance(body.get("admin"), str):
+                admin.add(str(body["admin"]))
+            argv = body.get("provisioner")
+            if isinstance(argv, list):
+                commands.append(node_policy.Command(tuple(str(a) for a in argv), me))
+        under = str(folder / "srv" / node)
+        text = node_policy.render(
+            node,
+            credentials=[node_policy.CredentialRoot(under)],
+            providers=[node_policy.ProviderRoot(under, frozenset(kinds), frozenset(admin))]
+            if kinds
+            else [],
+            provisioner=commands,
+        )
+        node_policy.write(folder / "nodes" / node, text)
 
 
 def down(state_dir: Path, *, purge: bool = False) -> list[str]:

@@ -188,9 +188,10 @@ def test_an_edit_that_puts_the_modification_time_back_is_still_seen(mesh: Mesh, 
     assert "10.9.0.5/32" in hba.read_text() and "10.9.0.6/32" not in hba.read_text()
 
 
-def test_an_edit_outside_our_block_is_read_and_kept_and_the_delta_stays_a_delta(
+def test_a_rule_not_ours_edited_sends_the_delta_back_whole_and_is_kept(
     mesh: Mesh, hba: Path
 ) -> None:
+    """A rule of the file's own decides whether our lines demand TLS: the whole run decides."""
     for i in range(3):
         mesh.add(f"app{i}", "svc")
     assert whole(mesh).ok
@@ -198,12 +199,27 @@ def test_an_edit_outside_our_block_is_read_and_kept_and_the_delta_stays_a_delta(
         fh.write("host all all 10.213.0.99/32 reject   # DBA\n")
     mesh.add("app9", "svc")
     report = delta(mesh, mesh.login_of("app9", "svc"))
-    assert set(outcomes(report)) == {mesh.login_of("app9", "svc"), "pg_hba.conf"}  # not whole
+    assert report.ok, report.lines()
+    assert outcomes(report)[mesh.login_of("app0", "svc")] == "unchanged"  # reconciled whole
     assert pin_outcome(report) == (
         "updated",
-        f"{hba}: 4 logins pinned, 1 added or moved, 0 removed",
+        f"{hba}: 4 logins pinned, 1 added, 0 removed, 0 moved",
     )
     assert "# DBA" in hba.read_text()
+    mesh.add("app10", "svc")
+    report = delta(mesh, mesh.login_of("app10", "svc"))  # and the next is a delta again
+    assert set(outcomes(report)) == {mesh.login_of("app10", "svc"), "pg_hba.conf"}
+
+
+def test_a_login_added_by_delta_demands_tls_where_the_files_own_rules_do() -> None:
+    foreign = ("hostssl all all 10.0.0.0/24 scram-sha-256\n", "host all all 0.0.0.0/0 reject\n")
+    pins = {"b": "10.0.0.2", "d": "192.0.2.4"}
+    settled = verified.Settled.of(pins)
+    body = pg_hba.block(pins, frozenset({"b"}))
+    new, order = pg_hba._spliced(body, settled, {"a": "10.0.0.3", "c": "192.0.2.9"}, foreign)
+    assert order == ["a", "b", "c", "d"]
+    everything = {**pins, "a": "10.0.0.3", "c": "192.0.2.9"}
+    assert new == pg_hba.block(everything, frozenset({"a", "b"}))
 
 
 def test_a_dba_save_between_the_remembered_read_and_the_write_is_kept(

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from meshtui.kinds.kind import Kind, Ref
+from meshtui.kinds.postgres.connection import connection
 
 
 def _dbname(values: Mapping[str, str]) -> str:
@@ -34,4 +35,5 @@ KIND = Kind(
     doctor=Ref("meshtui.kinds.postgres.doctor", "admin_rights"),
     lab=Ref("meshtui.kinds.postgres.lab"),
     dbname=_dbname,
+    connection=connection,
 )

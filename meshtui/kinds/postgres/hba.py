@@ -67,7 +67,7 @@ _UNPINNED: set[tuple[str, str]] = set()
 """(conninfo, scope) seen without a block by a run without pin in this process: a long-lived
 agent checks once, not at every delivery; any pin run for the scope forgets it."""
 _SCOPE_OK = re.compile(r"[a-z0-9_-]+/[a-z0-9_-]+ [a-z0-9_-]+")
-_ALLOW = re.compile(r'^host all "(?P<login>[^"]+)" (?P<address>\S+)/\d+ scram-sha-256$')
+_ALLOW = re.compile(r'^(?:host|hostssl) all "(?P<login>[^"]+)" (?P<address>\S+)/\d+ scram-sha-256$')
 
 
 @dataclass(frozen=True)
@@ -157,24 +157,48 @@ def _is_rule(line: str) -> bool:
     return bool(bare) and not bare.startswith("#")
 
 
-def block(pins: Mapping[str, str]) -> tuple[str, ...]:
-    """Our block's body for ``login -> address``, sorted by login (empty: no block at all)."""
+def block(pins: Mapping[str, str], tls: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """Our block's body for ``login -> address``, sorted by login (empty: no block at all);
+    a login in ``tls`` is allowed over TLS only (``hostssl``)."""
     if not pins:
         return ()
     out = [NOTE]
     for login in sorted(pins):
-        out += _login_lines(login, pins[login])
+        out += _login_lines(login, pins[login], login in tls)
     return tuple(out)
 
 
-def _login_lines(login: str, address: str) -> list[str]:
-    """One login's three lines of the block: allowed from ``address``, rejected elsewhere."""
+def _login_lines(login: str, address: str, tls: bool = False) -> list[str]:
+    """One login's three lines of the block: allowed from ``address`` (over TLS only when
+    ``tls``: ``hostssl``), rejected from anywhere else and over the local socket."""
     net = ipaddress.ip_network(address)
+    kind = "hostssl" if tls else "host"
     return [
-        f'host all "{login}" {net} scram-sha-256',
+        f'{kind} all "{login}" {net} scram-sha-256',
         f'host all "{login}" all reject',
         f'local all "{login}" reject',
     ]
+
+
+def requires_tls(foreign: tuple[str, ...], address: str) -> bool:
+    """Whether the file's own rules (not ours) demand TLS from ``address``: the first rule for
+    every database and user whose address covers it is ``hostssl``. A pin line then is too,
+    so pinning a login never lets it in without TLS where the server would not."""
+    at = ipaddress.ip_address(address)
+    for line in foreign:
+        fields = line.split("#", 1)[0].split()
+        if len(fields) < 5 or fields[0] not in ("host", "hostssl", "hostnossl", "hostgssenc"):
+            continue
+        if fields[1] != "all" or fields[2] != "all":
+            continue
+        where = fields[3]
+        try:
+            covers = where == "all" or at in ipaddress.ip_network(where, strict=False)
+        except ValueError:
+            continue  # a host name, samehost, samenet, or an address with a separate mask
+        if covers:
+            return fields[0] == "hostssl"
+    return False
 
 
 def pinned(body: tuple[str, ...]) -> dict[str, str]:
@@ -550,7 +574,8 @@ def _pin(
         blocks = dict(layout.blocks)
         blocks.pop(scope, None)
         if pins:
-            blocks[scope] = block(pins)
+            tls = frozenset(k for k, at in pins.items() if requires_tls(layout.foreign, at))
+            blocks[scope] = block(pins, tls)
         new = render(Layout(layout.foreign, blocks))
         settled = pins if manifest.pin else None
         if new == text:
@@ -685,7 +710,7 @@ def _pin_delta(
         problems = [p for p in (check_pin(k, a) for k, a in changes.items() if a is not None) if p]
         if problems:
             raise ProvisionError(f"{path}: not pinned: {'; '.join(problems)} (nothing was changed)")
-        body, order = _spliced(known.blocks.get(scope, ()), settled, changes)
+        body, order = _spliced(known.blocks.get(scope, ()), settled, changes, known.foreign)
         if body is None:
             verified.forget(path)
             return None
@@ -718,8 +743,9 @@ def _read_again(
     conninfo: str, folder: int, name: str, path: str, known: verified.Known, scope: str
 ) -> verified.Known | None:
     """The file whose stat changed since it was verified: the memory again when its bytes are
-    the same, or when ``scope``'s block still reads as remembered (the rest is taken as it now
-    is); None (forgotten) when that block changed outside meshtui."""
+    the same, or when only another scope's block changed (taken as it now is); None
+    (forgotten) when ``scope``'s block or a line not ours changed outside meshtui (a rule of
+    the file's own decides whether our lines demand TLS: the whole run writes them again)."""
     text, info = _read(folder, name, path)
     if verified.digest(text) == known.sum and text == known.text:
         fresh = verified.Known(
@@ -728,7 +754,8 @@ def _read_again(
         verified.remember(conninfo, fresh)
         return fresh
     layout = parse(text, path)
-    if tuple(layout.blocks.get(scope, ())) != known.blocks.get(scope, ()):
+    mine = tuple(layout.blocks.get(scope, ())) != known.blocks.get(scope, ())
+    if mine or tuple(layout.foreign) != known.foreign:
         verified.forget(path)
         return None
     blocks = {s: tuple(body) for s, body in layout.blocks.items()}
@@ -741,10 +768,14 @@ def _read_again(
 
 
 def _spliced(
-    body: tuple[str, ...], settled: verified.Settled, changes: Mapping[str, str | None]
+    body: tuple[str, ...],
+    settled: verified.Settled,
+    changes: Mapping[str, str | None],
+    foreign: tuple[str, ...],
 ) -> tuple[tuple[str, ...] | None, list[str]]:
-    """The block's body with only ``changes`` made (login -> new address, None: removed), and
-    the logins in their new order; None when ``body`` is not the block of ``settled``."""
+    """The block's body with only ``changes`` made (login -> new address, None: removed; over
+    TLS only where ``foreign``, the file's own rules, demand it), and the logins in their new
+    order; None when ``body`` is not the block of ``settled``."""
     order = list(settled.order)
     lines = list(body) if body else [NOTE]
     if len(lines) != 1 + 3 * len(order):
@@ -757,10 +788,12 @@ def _spliced(
                 del order[at]
                 del lines[1 + 3 * at : 4 + 3 * at]
         elif there:
-            lines[1 + 3 * at : 4 + 3 * at] = _login_lines(login, address)
+            tls = requires_tls(foreign, address)
+            lines[1 + 3 * at : 4 + 3 * at] = _login_lines(login, address, tls)
         else:
             order.insert(at, login)
-            lines[1 + 3 * at : 1 + 3 * at] = _login_lines(login, address)
+            tls = requires_tls(foreign, address)
+            lines[1 + 3 * at : 1 + 3 * at] = _login_lines(login, address, tls)
     return (tuple(lines) if order else ()), order
 
 
