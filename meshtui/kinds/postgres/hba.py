@@ -184,7 +184,17 @@ def requires_tls(foreign: tuple[str, ...], address: str) -> bool:
     """Whether the file's own rules (not ours) demand TLS from ``address``: the first rule for
     every database and user whose address covers it is ``hostssl``. A pin line then is too,
     so pinning a login never lets it in without TLS where the server would not."""
-    at = ipaddress.ip_address(address)
+    return _demands_tls(_tls_rules(foreign), address)
+
+
+TlsRule = tuple["ipaddress.IPv4Network | ipaddress.IPv6Network | None", bool]
+"""A rule of the file's own for every database and user: its network (None: ``all``), and
+whether it is ``hostssl``."""
+
+
+def _tls_rules(foreign: tuple[str, ...]) -> list[TlsRule]:
+    """The rules :func:`requires_tls` reads, parsed once (a whole run asks for every login)."""
+    out: list[TlsRule] = []
     for line in foreign:
         fields = line.split("#", 1)[0].split()
         if len(fields) < 5 or fields[0] not in ("host", "hostssl", "hostnossl", "hostgssenc"):
@@ -193,12 +203,27 @@ def requires_tls(foreign: tuple[str, ...], address: str) -> bool:
             continue
         where = fields[3]
         try:
-            covers = where == "all" or at in ipaddress.ip_network(where, strict=False)
+            net = None if where == "all" else ipaddress.ip_network(where, strict=False)
         except ValueError:
             continue  # a host name, samehost, samenet, or an address with a separate mask
-        if covers:
-            return fields[0] == "hostssl"
+        out.append((net, fields[0] == "hostssl"))
+    return out
+
+
+def _demands_tls(rules: list[TlsRule], address: str) -> bool:
+    at = ipaddress.ip_address(address)
+    for net, ssl in rules:
+        if net is None or at in net:
+            return ssl
     return False
+
+
+def tls_logins(foreign: tuple[str, ...], pins: Mapping[str, str]) -> frozenset[str]:
+    """The logins of ``pins`` whose address the file's own rules serve over TLS only."""
+    rules = _tls_rules(foreign)
+    if not any(ssl for _, ssl in rules):
+        return frozenset()
+    return frozenset(login for login, at in pins.items() if _demands_tls(rules, at))
 
 
 def pinned(body: tuple[str, ...]) -> dict[str, str]:
@@ -574,8 +599,7 @@ def _pin(
         blocks = dict(layout.blocks)
         blocks.pop(scope, None)
         if pins:
-            tls = frozenset(k for k, at in pins.items() if requires_tls(layout.foreign, at))
-            blocks[scope] = block(pins, tls)
+            blocks[scope] = block(pins, tls_logins(layout.foreign, pins))
         new = render(Layout(layout.foreign, blocks))
         settled = pins if manifest.pin else None
         if new == text:
