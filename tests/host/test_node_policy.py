@@ -163,7 +163,7 @@ def test_a_malformed_policy_names_the_file_the_key_and_the_fix(
 def test_host_init_writes_a_commented_deny_by_default_policy_and_keeps_an_edited_one(
     tmp_path: Path,
 ) -> None:
-    from meshtui.keys import init_keys
+    from meshtui.controller.core import init_keys
 
     pub, _ = init_keys(tmp_path / "state")
     folder = tmp_path / "node"
