@@ -31,9 +31,10 @@ from meshtui.controller.status import statuses
 from meshtui.controller.watch import Watch
 from meshtui.errors import LabError
 from meshtui.host import identity
+from meshtui.host import policy as node_policy
 from meshtui.inventory import now
 from meshtui.kinds.postgres.lab import Cluster, create_cluster
-from tests.fix_agents import Mesh, write_declaration
+from tests.fix_agents import Mesh, mesh_policy, write_declaration
 from tests.fix_pg import free_port
 
 NODES = {"db1": "10.213.0.2", "app1": "10.213.0.3", "app2": "10.213.0.4"}
@@ -166,6 +167,7 @@ def probe_load(pairs: int) -> None:
         for node in ["db1", *consumers]:
             nodes[node] = root / "nodes" / node
             identity.init(node, nodes[node], pub)
+            node_policy.write(nodes[node], mesh_policy(node, root, admin=(str(admin),)))
         decl = write_declaration(root, port=cluster.port, admin=admin, consumers=consumers)
         mesh = Mesh(root=root, state=state, decl=decl, nodes=nodes,
                     sockets={n: root / "run" / f"{n}.sock" for n in nodes})  # fmt: skip

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 import secrets
 import tomllib
 from dataclasses import dataclass
@@ -29,6 +30,15 @@ DIGEST_PERSON = b"meshtui-secret"
 def mint() -> str:
     """A new credential: 32 random bytes, URL-safe base64 (ASCII, so SASLprep is the identity)."""
     return secrets.token_urlsafe(32)
+
+
+_MINTED = re.compile(rb"[A-Za-z0-9_-]{43}")
+
+
+def is_minted(data: bytes) -> bool:
+    """Whether ``data`` is exactly what :func:`mint` makes (a lone 43-character token): a file
+    holding anything else is not a credential meshtui wrote, and the agent does not replace it."""
+    return _MINTED.fullmatch(data) is not None
 
 
 def secret_digest(secret: bytes) -> str:

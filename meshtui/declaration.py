@@ -21,9 +21,11 @@ from meshtui.model import (
     ACCOUNT_RE,
     ALPHABETS,
     BUILTIN_POSTGRES,
+    CONNECTION_FORMATS,
     DEFAULT_MODE,
     NAME_RE,
     VAULT_PROVISION,
+    ConnectionFile,
     Declaration,
     Module,
     Node,
@@ -46,7 +48,18 @@ MODULE_KEYS = {
 }  # fmt: skip
 SECRET_KEYS = {"name", "mint", "supplied", "file", "reload", "owner", "group", "mode"}
 MINT_KEYS = {"length", "alphabet"}
-REQUIRE_KEYS = {"name", "values", "file", "reload", "from", "owner", "group", "mode"}
+REQUIRE_KEYS = {
+    "name",
+    "values",
+    "file",
+    "reload",
+    "from",
+    "owner",
+    "group",
+    "mode",
+    "connection",
+}
+CONNECTION_KEYS = {"file", "format", "ca"}
 PROVIDE_KEYS = {"name", "port", "kind", "ca", "tls"}
 POLICY_KEYS = {"rotate_every", "probe_every"}
 """Allowed in [policy], on a provider module (all its pairs) and on a requires entry."""
@@ -120,6 +133,25 @@ def load(path: Path | str) -> Declaration:
     return parse(text, path)
 
 
+_AT_LINE = re.compile(r"\(at line (?P<line>\d+), column \d+\)")
+
+
+def _split_inline_table(text: str, exc: tomllib.TOMLDecodeError) -> str:
+    """The fix when the error is an inline table ``{ ... }`` broken over lines (TOML 1.0 allows
+    no line break inside one), else ""."""
+    at = _AT_LINE.search(str(exc))
+    lineno, lines = int(at["line"]) if at else 0, text.splitlines()
+    if not 1 <= lineno <= len(lines):
+        return ""
+    line = lines[lineno - 1].split("#", 1)[0]
+    if line.count("{") > line.count("}"):
+        return (
+            f"line {lineno} opens an inline table {{ ... }} it does not close: TOML allows no "
+            'line break inside one; write it on one line, or as a [[modules."node/module".requires]] table'
+        )
+    return ""
+
+
 def parse(text: str, path: Path) -> Declaration:
     """Resolve declaration ``text`` read from ``path``."""
     r = _Reader(path)
@@ -135,7 +167,7 @@ def parse(text: str, path: Path) -> Declaration:
                 f"declared twice {twice['where']}",
                 "each node and module is one table: merge the two, or rename one",
             ) from exc
-        raise r.fail("", f"not valid TOML: {exc}") from exc
+        raise r.fail("", f"not valid TOML: {exc}", _split_inline_table(text, exc)) from exc
     r.unknown(data, {"nodes", "modules", "policy"}, "(top level)")
     top = _policy(r, r.table(data.get("policy", {}), "policy"), "policy")
     nodes = {
@@ -443,6 +475,7 @@ def _requirement(r: _Reader, i: int, item: Any, where: str) -> Requirement:
         group=group,
         mode=mode,
         policy=_policy(r, item, at),
+        connection=_connection(r, item, at, file) if "connection" in item else None,
     )
 
 
@@ -500,23 +533,42 @@ def _own_secret(r: _Reader, i: int, item: Any, where: str) -> OwnSecret:
                 f"{alphabet!r} is not an alphabet",
                 f"write one of {', '.join(repr(a) for a in ALPHABETS)}",
             )
-    base = _requirement(
-        r,
-        i,
-        {k: v for k, v in item.items() if k in REQUIRE_KEYS} | {"name": VAULT_PROVISION},
-        where,
-    )
+    file, reload, owner, group, mode = _file_spec(r, item, at)
     return OwnSecret(
         name=name,
-        file=base.file,
+        file=file,
         supplied=supplied,
         length=length,
         alphabet=alphabet,
-        reload=base.reload,
-        owner=base.owner,
-        group=base.group,
-        mode=base.mode,
+        reload=reload,
+        owner=owner,
+        group=group,
+        mode=mode,
     )
+
+
+def _connection(r: _Reader, item: Mapping[str, Any], at: str, credential: str) -> ConnectionFile:
+    """A ``connection = { file = "...", format = "env" }`` table: where the app's non-secret
+    connection facts go, beside the credential file."""
+    where = f"{at}.connection"
+    table = r.table(item["connection"], where)
+    r.unknown(table, CONNECTION_KEYS, where)
+    file = r.path_on_node(table, "file", where)
+    if file == credential:
+        raise r.fail(
+            f"{where}.file",
+            "is the credential file itself",
+            'name another file beside it, e.g. file = "/etc/gitea/db.env"',
+        )
+    shape = r.string(table, "format", where) if "format" in table else "env"
+    if shape not in CONNECTION_FORMATS:
+        raise r.fail(
+            f"{where}.format",
+            f"{shape!r} is not a connection file format",
+            "write format = " + " or ".join(f'"{f}"' for f in CONNECTION_FORMATS),
+        )
+    ca = r.path_on_node(table, "ca", where) if "ca" in table else None
+    return ConnectionFile(file=file, format=shape, ca=ca)
 
 
 def _account(r: _Reader, item: Mapping[str, Any], key: str, at: str) -> str | None:
@@ -570,6 +622,7 @@ def _pairs(
     pairs: list[Pair] = []
     logins: dict[tuple[str, str], str] = {}
     files: dict[tuple[str, str], str] = {}
+    claims: dict[tuple[str, str], str] = {}
     for module in modules.values():
         for i, req in enumerate(module.requires):
             at = f'modules."{module.id}".requires[{i}]'
@@ -581,6 +634,15 @@ def _pairs(
                 kind.check_values(login, req.values)
             except ValuesError as exc:
                 raise r.fail(f"{at}.values", str(exc), f"{provider.id} is a {kind.title}") from exc
+            for claim in kind.owns(login, req.values):
+                holder = claims.setdefault((provider.id, claim), module.id)
+                if holder != module.id:
+                    raise r.fail(
+                        f"{at}.values",
+                        f"{claim} at {provider.id} is already {holder}'s: a consumer has "
+                        "rights on what is its own only",
+                        f"give {module.id} one of its own",
+                    )
             owner = logins.get((provider.id, login))
             if owner is not None and owner != module.id:
                 raise r.fail(

@@ -5,6 +5,7 @@
     │   ├── DeclarationError     a declaration that cannot be used: names the file, key and fix
     │   ├── UnknownKindError     a provider kind that is not registered (names the known ones)
     │   ├── KeyFileError         a missing or unreadable key file
+    │   ├── PolicyFileError      a node policy file that cannot be used: names the file, key and fix
     │   ├── UnknownPairError     a pair id, node or module that the inventory does not know
     │   └── StateFolderError     a command that changes things, on a folder with no controller key
     ├── InventoryError           the SQLite store cannot do what was asked
@@ -20,6 +21,7 @@
     │   └── MessageError         a payload that does not have its kind's shape (names the field)
     ├── AgentError               a host agent could not be reached or did not do the work
     ├── HostFileError            a node's file or folder the agent must not trust or cannot use
+    ├── PolicyRefusal            a delivered item the node's policy does not allow (that end only)
     ├── RotationError            a rotation could not start or finish
     │   ├── NotResolvedError     an affected node did not answer or prove its identity
     │   └── RotationBusyError    a push, rotation or drill already holds the state folder
@@ -65,6 +67,16 @@ class UnknownKindError(InputError):
 
 class KeyFileError(InputError):
     """A key file is missing, unreadable or malformed."""
+
+
+class PolicyFileError(InputError):
+    """A node policy file that is missing, unsafe or malformed: ``file: key: problem (fix)``;
+    the agent refuses to start with it."""
+
+    def __init__(self, file: str, key: str, problem: str, fix: str = "") -> None:
+        self.file, self.key, self.problem, self.fix = file, key, problem, fix
+        where = f"{file}: {key}: " if key else f"{file}: "
+        super().__init__(where + problem + (f" ({fix})" if fix else ""))
 
 
 class UnknownPairError(InputError):
@@ -142,6 +154,15 @@ class EnvelopeError(WireError):
     """A signed envelope was refused: wrong key, stale, replayed or for another node."""
 
 
+class OffClockError(EnvelopeError):
+    """An envelope signed by the right key whose time is off this clock. It was authenticated,
+    so an answer may quote its ``nonce`` (any other refusal is answered unsigned)."""
+
+    def __init__(self, text: str, nonce: str) -> None:
+        super().__init__(text)
+        self.nonce = nonce
+
+
 class MessageError(WireError):
     """A request or answer payload does not have its kind's shape; names the field's path."""
 
@@ -157,6 +178,22 @@ class AgentError(MeshtuiError):
 class HostFileError(MeshtuiError):
     """A file or folder on a node that the agent refuses to use: a link, a FIFO, another
     user's folder, a folder others can write, an unknown owner. Nothing was written."""
+
+
+class PolicyRefusal(MeshtuiError):
+    """A delivered item asks for something this node's policy does not allow. Its message names
+    the node, the module, the declaration's key and the policy entry that would allow it;
+    nothing of that end is written or run."""
+
+    def __init__(self, node: str, module: str, key: str, problem: str, allow: str) -> None:
+        self.node, self.module, self.key, self.problem, self.allow = (
+            node,
+            module,
+            key,
+            problem,
+            allow,
+        )
+        super().__init__(f"node {node}: {module}: {key}: {problem}; to allow it, {allow}")
 
 
 class RotationError(MeshtuiError):

@@ -131,6 +131,8 @@ class EndRecord(TypedDict):
     mode: NotRequired[str]
     provider: NotRequired[str]
     login: NotRequired[str]
+    connection: NotRequired[str]  # a consumer's connection file, as last written
+    connection_digest: NotRequired[str]  # the digest of the text written there
 
 
 class Holding(EndRecord):
@@ -217,8 +219,16 @@ class ProviderSet(TypedDict):
     removed: NotRequired[list[str]]
 
 
+class ConnectionItem(TypedDict):
+    """A consumer's connection file: where, and its whole text (no secret in it)."""
+
+    file: str
+    text: str
+
+
 class ConsumerItem(TypedDict):
-    """One consumer credential, sealed to the consumer's node, and where to write it."""
+    """One consumer credential, sealed to the consumer's node, and where to write it (with its
+    connection file, when the ``requires`` entry declares one)."""
 
     pair: str
     node: str
@@ -231,6 +241,7 @@ class ConsumerItem(TypedDict):
     reload: list[str]
     sealed: str
     rollback: NotRequired[Rollback]
+    connection: NotRequired[ConnectionItem]
 
 
 class DeliverRequest(TypedDict):
@@ -470,10 +481,21 @@ class CheckConsumer(TypedDict):
     owner: str | None
     group: str | None
     reload: list[str]
+    connection: NotRequired[str]  # its connection file, when the requirement declares one
+
+
+class CheckProvision(TypedDict):
+    """One provision of a provider module: its kind and where its manifest and grants go."""
+
+    provision: str
+    kind: str
+    receives: str
+    grants: str
 
 
 class CheckProvider(TypedDict):
-    """A provider module on the node: its admin file and what its provisioner needs."""
+    """A provider module on the node: its admin file and what its provisioner needs, and
+    (for the node's policy) its provisions and its declared provisioner argv."""
 
     provider: str
     admin: str | None
@@ -481,6 +503,8 @@ class CheckProvider(TypedDict):
     databases: bool
     pin: bool
     kind: NotRequired[str]  # the provider's kind (absent: the default kind)
+    provisions: NotRequired[list[CheckProvision]]
+    provisioner: NotRequired[list[str] | None]
 
 
 class CheckPort(TypedDict):
@@ -616,9 +640,13 @@ class SecretStoreItem(TypedDict):
 
 
 class SecretStoreRequest(TypedDict):
-    """``secret-store``: the vault module's admin file on this node, and what to write."""
+    """``secret-store``: the vault module (its kind, manifest and grants paths, for the node's
+    policy), its admin file on this node, and what to write."""
 
     vault: str
+    kind: str
+    receives: str
+    grants: str
     admin: str
     items: list[SecretStoreItem]
 

@@ -20,6 +20,10 @@ BUILTIN_POSTGRES = "builtin:postgres"
 DEFAULT_MODE = "0600"
 """A credential file's mode when its ``requires`` entry names none."""
 
+CONNECTION_FORMATS = ("env", "json", "dsn")
+"""How a connection file may be written: KEY=value lines (libpq's own PG* names for
+PostgreSQL), one JSON object, or one line a client takes whole (a libpq conninfo, a Redis URL)."""
+
 ACCOUNT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}\Z")
 """A user or group name as a declaration may give it for a credential file's owner or group."""
 # ``\Z``, not ``$``: ``$`` also matches before a trailing newline, which would let "app1\n" in.
@@ -245,6 +249,16 @@ class Offer:
 
 
 @dataclass(frozen=True)
+class ConnectionFile:
+    """Where a consumer's non-secret connection facts go (login, host, port, database, CA) and
+    in which of :data:`CONNECTION_FORMATS`; written beside the credential with its access."""
+
+    file: str
+    format: str
+    ca: str | None = None  # the CA the app verifies the server with (Redis: the provider's)
+
+
+@dataclass(frozen=True)
 class Requirement:
     """A provision a module requires, where its credential goes, and how to reload it."""
 
@@ -257,6 +271,7 @@ class Requirement:
     group: str | None = None  # its group (None: the agent's group)
     mode: str = DEFAULT_MODE  # its mode, as declared ("0640")
     policy: PolicySettings = field(default_factory=lambda: PolicySettings())
+    connection: ConnectionFile | None = None  # login, host, port... for the app, no secret
 
 
 VAULT_PROVISION = "secret"

@@ -30,11 +30,13 @@ class RunAsError(MeshtuiError):
 
 @dataclass(frozen=True)
 class OsUser:
-    """A user to run a child as: its name, uid and primary gid (no supplementary groups)."""
+    """A user to run a child as: its name, uid, primary gid and supplementary groups (none
+    unless given)."""
 
     name: str
     uid: int
     gid: int
+    groups: tuple[int, ...] = ()
 
     @classmethod
     def named(cls, name: str) -> OsUser:
@@ -59,8 +61,11 @@ def command(argv: Sequence[str], user: OsUser | None, *, netns: str | None = Non
         raise RunAsError(f"{netns!r} is not a namespace name")
     prefix = ["ip", "netns", "exec", netns]
     if user is not None:
-        prefix += ["setpriv", f"--reuid={user.uid}", f"--regid={user.gid}", "--clear-groups"]
-        prefix += ["--"]
+        prefix += ["setpriv", f"--reuid={user.uid}", f"--regid={user.gid}"]
+        if user.groups:
+            prefix += [f"--groups={','.join(str(g) for g in user.groups)}", "--"]
+        else:
+            prefix += ["--clear-groups", "--"]
     return prefix + cmd
 
 
@@ -87,7 +92,7 @@ def _options(user: OsUser | None, netns: str | None, kwargs: dict[str, Any]) -> 
     _no_terminal(options)
     options["start_new_session"] = True
     if user is not None and netns is None:
-        options.update(user=user.uid, group=user.gid, extra_groups=[])
+        options.update(user=user.uid, group=user.gid, extra_groups=list(user.groups))
     return options
 
 

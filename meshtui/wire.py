@@ -25,7 +25,7 @@ from typing import Annotated, NotRequired, TypedDict
 import msgspec
 
 from meshtui import crypto
-from meshtui.errors import EnvelopeError, SignatureError
+from meshtui.errors import EnvelopeError, OffClockError, SignatureError
 
 VERSION = 2  # 2: every body carries "seq"
 MAX_SKEW_S = 30.0
@@ -388,8 +388,8 @@ def open_envelope(
         raise EnvelopeError("refused: reply does not answer this request (replayed?)")
     skew = time.time() - msg.at
     if abs(skew) > max_skew:
-        raise EnvelopeError(
-            f"refused: message is {skew:+.0f}s off this clock (limit {max_skew:.0f}s)"
+        raise OffClockError(
+            f"refused: message is {skew:+.0f}s off this clock (limit {max_skew:.0f}s)", msg.nonce
         )
     return msg
 

@@ -6,6 +6,7 @@ PostgreSQL through the built-in provisioner, or a command provisioner when a tes
 from __future__ import annotations
 
 import os
+import pwd
 import signal
 import subprocess
 import sys
@@ -19,6 +20,8 @@ import pytest
 
 from meshtui.controller.core import Controller, init_keys
 from meshtui.host import identity
+from meshtui.host import policy as node_policy
+from meshtui.kinds import registry
 from meshtui.lab.mesh import agent_answers
 
 AGENT_START_S = 15.0
@@ -79,6 +82,13 @@ class Mesh:
                 proc.kill()
                 proc.wait()
 
+    def allow(self, node: str, **entries: object) -> None:
+        """Write ``node``'s policy as :func:`mesh_policy` with ``entries`` and restart its agent
+        (a policy is read when the agent starts)."""
+        node_policy.write(self.nodes[node], mesh_policy(node, self.root, **entries))  # type: ignore[arg-type]
+        if node in self.procs:
+            self.start(node)
+
     def controller(self, *, read_only: bool = False) -> Controller:
         """A fresh controller on the mesh's state folder (close it when done)."""
         return Controller.open(self.state, read_only=read_only)
@@ -100,6 +110,37 @@ class Mesh:
     def agent_logs(self) -> str:
         """Everything every agent has written to its log."""
         return "".join(p.read_text(errors="replace") for p in self.root.glob("*.agent.log"))
+
+
+def agent_user() -> str:
+    """The name of the user the test's agents run as."""
+    return pwd.getpwuid(os.geteuid()).pw_name
+
+
+def mesh_policy(
+    node: str,
+    root: Path,
+    *,
+    owners: tuple[str, ...] = (),
+    groups: tuple[str, ...] = (),
+    admin: tuple[str, ...] = (),
+    kinds: tuple[str, ...] = registry.NAMES,
+    reload: tuple[tuple[str, ...], ...] = (),
+    provisioner: tuple[tuple[str, ...], ...] = (),
+    user: str | None = None,
+) -> str:
+    """A test mesh node's policy: credential files and provider files below ``root/srv``, the
+    given owners, groups, kinds (default: every registered kind) and admin files, and the given commands run as ``user`` (by
+    default the agent's own)."""
+    under = str(root / "srv")
+    who = user or agent_user()
+    return node_policy.render(
+        node,
+        credentials=[node_policy.CredentialRoot(under, frozenset(owners), frozenset(groups))],
+        providers=[node_policy.ProviderRoot(under, frozenset(kinds), frozenset(admin))],
+        reload=[node_policy.Command(argv, who) for argv in reload],
+        provisioner=[node_policy.Command(argv, who) for argv in provisioner],
+    )
 
 
 def write_declaration(
@@ -166,6 +207,15 @@ def mesh_with_agents(request: pytest.FixtureRequest) -> Iterator[Callable[..., M
         for node in ["db1", *consumers]:
             nodes[node] = root / "nodes" / node
             identity.init(node, nodes[node], pub)
+            node_policy.write(
+                nodes[node],
+                mesh_policy(
+                    node,
+                    root,
+                    admin=(str(admin),) if admin is not None else (),
+                    provisioner=(tuple(provisioner),) if provisioner else (),
+                ),
+            )
         decl = write_declaration(
             root, port=port, admin=admin, consumers=consumers, provisioner=provisioner
         )

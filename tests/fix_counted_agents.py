@@ -26,8 +26,9 @@ from typing import Any
 
 from meshtui.controller.core import Controller, init_keys
 from meshtui.host import identity
+from meshtui.host import policy as node_policy
 from meshtui.lab.mesh import agent_answers
-from tests.fix_agents import write_declaration
+from tests.fix_agents import mesh_policy, write_declaration
 
 ROOT = Path(__file__).resolve().parents[1]
 AGENT_START_S = 15.0
@@ -201,6 +202,8 @@ def counted_mesh() -> Iterator[CountedMesh]:
     for node in ["db1", *consumers]:
         nodes[node] = root / "nodes" / node
         identity.init(node, nodes[node], pub)
+        admin = (str(root / "db1.admin.conninfo"),)
+        node_policy.write(nodes[node], mesh_policy(node, root, admin=admin))
     decl = write_declaration(
         root, port=5432, admin=root / "db1.admin.conninfo", consumers=consumers
     )  # no server: nothing here may reach one

@@ -3,7 +3,8 @@
 The floors, bottom up:
 
 - the core (:data:`CORE`): ``model``, ``naming``, ``errors``, ``crypto``, ``wire``, ``atomic``,
-  ``declaration``, ``terminal`` (outside text made safe to print), ``messages``, and the kinds'
+  ``declaration``, ``terminal`` (outside text made safe to print), ``runas`` (the one way to
+  start a program as another user), ``messages``, and the kinds'
   registry (``kinds/kind.py``, ``kinds/registry.py``, each kind package's ``__init__.py`` and its
   ``values`` check, e.g. ``kinds/redis/acl.py``): the words, the shapes and the pure functions
   everyone shares. The core imports nothing of meshtui above it.
@@ -75,8 +76,10 @@ CORE = (
     "meshtui.crypto",
     "meshtui.wire",
     "meshtui.atomic",
+    "meshtui.folders",
     "meshtui.declaration",
     "meshtui.terminal",
+    "meshtui.runas",
     "meshtui.messages",
     "meshtui.bao",
     "meshtui.runas",
@@ -103,6 +106,7 @@ KIND_CONTRACTS = {
         "meshtui.lab.foreign",
         "meshtui.lab.toml_writer",
         "meshtui.lab.service",
+        "meshtui.lab.accounts",
     ),
 }
 """What a kind's module may import beyond the core and its own package, by the floor it serves."""
@@ -167,15 +171,63 @@ def rel(path: Path) -> str:
     return path.relative_to(PACKAGE.parent).as_posix()
 
 
+TRANSITIVE = frozenset({"controller", "hands", "provisioner", "lab", "core", "keys"})
+"""The rules checked on everything a module reaches, not only on what it imports itself: an
+arrow one hop away (host -> a core module -> the controller) breaks them as surely."""
+
+ACTING = tuple(
+    f"meshtui.controller.{m}"
+    for m in (
+        "watch", "metrics", "notify", "export", "push", "rotate", "probe", "drill",
+        "deliver", "client", "resolve", "lock", "ahead",
+    )
+)  # fmt: skip
+"""The controller's modules that act: the CLI and the dashboard reach them through
+``controller/core.py`` (the front door), never by importing them."""
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each meshtui module -> what it imports (``from pkg import name`` counts as ``pkg.name``
+    when that is a module, else as ``pkg``); what is not a meshtui module is a leaf."""
+    modules = {module_name(p): p for p in FILES}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        found = set()
+        for imp in imports(path):
+            target = imp if imp in modules else imp.rpartition(".")[0]
+            if target not in modules:
+                target = imp  # not a module here (a third party's): a leaf
+            if target not in (name, "meshtui"):
+                found.add(target)
+        graph[name] = found
+    return graph
+
+
+def reached(graph: dict[str, set[str]], start: str) -> dict[str, str]:
+    """Every module ``start`` reaches -> the chain of imports that reaches it."""
+    chains = {start: start}
+    todo = [start]
+    while todo:
+        here = todo.pop(0)
+        for nxt in sorted(graph.get(here, ())):
+            if nxt not in chains:
+                chains[nxt] = f"{chains[here]} -> {nxt}"
+                todo.append(nxt)
+    del chains[start]
+    return chains
+
+
 def violations(rule: str) -> list[str]:
     out = []
     core = (*CORE, *kind_records())
+    graph = import_graph() if rule in TRANSITIVE else {}
     for path in FILES:
         where = rel(path)
         here = module_name(path)
         package = kind_package(here)
         floor = kind_floor(here) if package and here not in core else None
-        for name in sorted(imports(path)):
+        chains = reached(graph, here) if rule in TRANSITIVE else {n: "" for n in imports(path)}
+        for name in sorted(chains):
             if rule == "ui" and not where.startswith("meshtui/tui/"):
                 bad = under(name, "textual", "rich")
             elif rule == "controller" and where.startswith("meshtui/controller/"):
@@ -185,6 +237,12 @@ def violations(rule: str) -> list[str]:
                 or floor in ("host", "provisioner")
             ):
                 bad = under(name, "meshtui.controller", "meshtui.inventory")
+            elif rule == "provisioner" and (
+                where.startswith("meshtui/provisioner/") or floor == "provisioner"
+            ):
+                bad = under(name, "meshtui.host", "meshtui.controller", "meshtui.inventory")
+            elif rule == "keys" and where == "meshtui/keys.py":
+                bad = under(name, "meshtui") and not under(name, *core)
             elif rule == "nacl" and where != "meshtui/crypto.py":
                 bad = under(name, "nacl")
             elif rule == "sqlite" and not where.startswith("meshtui/inventory/"):
@@ -195,7 +253,7 @@ def violations(rule: str) -> list[str]:
                 )
                 bad = bad and name != "meshtui"
             elif rule == "faces" and where.startswith(("meshtui/cli/", "meshtui/tui/")):
-                bad = under(name, "meshtui.inventory")
+                bad = under(name, "meshtui.inventory", *ACTING)
             elif rule == "lab" and (where.startswith("meshtui/lab/") or floor == "lab"):
                 bad = under(name, "meshtui.controller")
             elif rule == "kind" and floor is not None and package is not None:
@@ -212,7 +270,8 @@ def violations(rule: str) -> list[str]:
             else:
                 bad = False
             if bad:
-                out.append(f"{where} imports {name}")
+                via = f" ({chains[name]})" if chains[name] else ""
+                out.append(f"{where} {'reaches' if via else 'imports'} {name}{via}")
         if rule == "sql" and not where.startswith("meshtui/inventory/"):
             speaks_postgres = where.startswith(POSTGRES_SPEAKERS) and any(
                 under(name, "psycopg") for name in imports(path)
@@ -278,6 +337,14 @@ def test_the_core_imports_nothing_above_it() -> None:
     assert violations("core") == []
 
 
+def test_the_provisioner_never_reaches_the_host() -> None:
+    assert violations("provisioner") == []
+
+
+def test_the_key_files_know_nothing_of_the_inventory() -> None:
+    assert violations("keys") == []
+
+
 def test_a_kind_imports_only_the_core_and_its_floors_contracts() -> None:
     assert violations("kind") == []
 
@@ -304,6 +371,11 @@ INJECTED = {
     "registry": ("host/x.py", "from meshtui.kinds.redis.probe import probe_target\n"),
     "registry-provisioner": ("provisioner/x.py", "import meshtui.kinds.postgres.adapter\n"),
     "hands": ("kinds/postgres/adapter.py", "from meshtui.inventory import Inventory\n"),
+    "provisioner": ("provisioner/x.py", "from meshtui.host.files import read_credential\n"),
+    "provisioner-kind": ("kinds/redis/adapter.py", "from meshtui.host import agent\n"),
+    "keys": ("keys.py", "from meshtui.inventory import Inventory\n"),
+    "faces-watch": ("cli/x.py", "from meshtui.controller.watch import Watch\n"),
+    "faces-export": ("tui/x.py", "from meshtui.controller.export import write_export\n"),
 }
 
 
@@ -322,6 +394,29 @@ def test_each_rule_fails_on_an_injected_violation(
     monkeypatch.setattr(sys.modules[__name__], "FILES", sorted(fake.rglob("*.py")))
     found = violations(rule.split("-")[0])
     assert found and all(f.startswith(f"meshtui/{where}") for f in found), found
+
+
+@pytest.mark.parametrize(
+    ("rule", "start", "hop"),
+    [
+        ("hands", "host/x.py", "from meshtui.controller import core\n"),
+        ("controller", "controller/x.py", "from meshtui.host import agent\n"),
+        ("provisioner", "provisioner/x.py", "import meshtui.host.files\n"),
+        ("core", "model.py", "from meshtui.inventory import Inventory\n"),
+        ("lab", "lab/x.py", "from meshtui.controller.core import Controller\n"),
+    ],
+)
+def test_an_arrow_one_hop_away_is_caught(
+    rule: str, start: str, hop: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = tmp_path / "meshtui"
+    (fake / start).parent.mkdir(parents=True, exist_ok=True)
+    (fake / start).write_text("from meshtui import hop\n")  # the hop itself breaks no rule
+    (fake / "hop.py").write_text(hop)
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", fake)
+    monkeypatch.setattr(sys.modules[__name__], "FILES", sorted(fake.rglob("*.py")))
+    found = [f for f in violations(rule) if f.startswith(f"meshtui/{start}")]
+    assert any("meshtui.hop -> " in f for f in found), found
 
 
 def test_postgres_sql_in_the_hands_is_allowed(
@@ -352,3 +447,21 @@ def test_every_module_is_named_in_the_architecture_doc() -> None:
     named = set(re.findall(r"`(?:[\w/]+/)?(\w+\.py)`", doc))
     missing = [rel(p) for p in FILES if p.name != "__init__.py" and p.name not in named]
     assert missing == [], f"not in docs/ARCHITECTURE.md: {missing}"
+
+
+def test_the_architecture_doc_names_no_missing_file() -> None:
+    """Every ``*.py`` docs/ARCHITECTURE.md names exists: a path relative to the package or the
+    repository, or (a bare name) some file of that name in the package, the tests or the
+    benchmarks. A moved or deleted module takes its doc line with it."""
+    root = PACKAGE.parent
+    doc = (root / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    names = {p.name for d in ("meshtui", "tests", "benchmarks") for p in (root / d).rglob("*.py")}
+    missing = []
+    for token in sorted(set(re.findall(r"`([\w/.]*?\w+\.py)`", doc))):
+        if "/" in token:
+            found = any((base / token).is_file() for base in (root, PACKAGE))
+        else:
+            found = token in names
+        if not found:
+            missing.append(token)
+    assert missing == [], f"docs/ARCHITECTURE.md names files that do not exist: {missing}"

@@ -20,6 +20,7 @@ from meshtui.controller import doctor
 from meshtui.controller.client import Agents
 from meshtui.controller.deliver import Planner, target_of
 from meshtui.errors import AgentError, MessageError
+from meshtui.host import policy as node_policy
 from meshtui.lab.mesh import agent_answers
 from meshtui.messages import (
     DeliverRequest,
@@ -37,6 +38,7 @@ from meshtui.messages import (
     WithdrawRequest,
 )
 from meshtui.model import Drift, End, OutcomeName, Verdict, node_of
+from tests.fix_agents import mesh_policy
 
 GITEA = "database:app1/gitea->db1/postgres"
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,7 +127,14 @@ def test_every_kind_round_trips_through_real_agents(mesh):
         (
             "db1",
             messages.SECRET_STORE,
-            SecretStoreRequest(vault="db1/bao", admin="/nonexistent/a", items=[store]),
+            SecretStoreRequest(
+                vault="db1/bao",
+                kind="openbao",
+                receives="/nonexistent/m.json",
+                grants="/nonexistent/g",
+                admin="/nonexistent/a",
+                items=[store],
+            ),
         ),
         ("app1", messages.SECRET_FETCH, SecretFetchRequest(items=[fetch])),
     ]
@@ -155,7 +164,7 @@ def test_every_kind_round_trips_through_real_agents(mesh):
                 assert answer["node"] == node
             if kind is messages.SECRET_STORE:
                 (got,) = answer["stored"]
-                assert got["kv_version"] is None and "admin file" in str(got["error"])
+                assert got["kv_version"] is None and "policy.toml" in str(got["error"])
             if kind is messages.SECRET_FETCH:
                 (got,) = answer["fetched"]
                 assert got["digest"] is None and got["error"]
@@ -250,6 +259,9 @@ def test_a_misshapen_answer_is_an_agent_error_naming_node_and_field(mesh, tmp_pa
     for spec in sets["db1"]:
         spec["provisioner"], spec["admin"] = None, str(tmp_path / "admin")  # the built-in seam
     mesh.stop("db1")
+    node_policy.write(
+        mesh.nodes["db1"], mesh_policy("db1", mesh.root, admin=(str(tmp_path / "admin"),))
+    )
     err = open(tmp_path / "db1.err", "ab")  # noqa: SIM115
     sock = mesh.sockets["db1"]
     proc = subprocess.Popen(

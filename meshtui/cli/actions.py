@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from meshtui.cli import render
 from meshtui.cli.context import EXIT_FAILED, EXIT_INPUT, EXIT_OK, controller, progress_printer
 from meshtui.errors import InputError, ReadOnlyError
-from meshtui.model import Verdict
+from meshtui.model import State, Verdict
 
 if TYPE_CHECKING:
     from meshtui.controller.core import Controller
@@ -67,11 +67,20 @@ def cmd_rotate(args: argparse.Namespace) -> int:
 def cmd_probe(args: argparse.Namespace) -> int:
     with controller(args) as ctl:
         outcomes = ctl.probe(args.pairs or None, progress_printer(args))
+        # a login that works says nothing of a failed reload or pin: those pairs stay stale
+        stale = {
+            r.pair: r.reason
+            for r in ctl.status([o.pair for o in outcomes] or None)
+            if r.state is State.STALE and not r.withdrawn and r.pair in {o.pair for o in outcomes}
+        }
     if args.json:
-        render.print_json([o.__dict__ for o in outcomes])
+        render.print_json([o.__dict__ | {"stale": stale.get(o.pair)} for o in outcomes])
     else:
         render.probed(outcomes)
-    return EXIT_OK if all(o.verdict == Verdict.ACCEPTED for o in outcomes) else EXIT_FAILED
+        for pid, why in sorted(stale.items()):
+            print(f"but stale {pid}: {why}")
+    accepted = all(o.verdict == Verdict.ACCEPTED for o in outcomes)
+    return EXIT_OK if accepted and not stale else EXIT_FAILED
 
 
 def cmd_drill(args: argparse.Namespace) -> int:

@@ -10,12 +10,21 @@ from meshtui.cli.context import EXIT_OK
 
 def cmd_host_init(args: argparse.Namespace) -> int:
     from meshtui.host.identity import init
+    from meshtui.host.policy import write_default
 
     pub, created = init(args.name, Path(args.state_dir), Path(args.controller))
     print(
         f"{'wrote' if created else 'kept'} keys of node {args.name}: {pub} "
         '(name it in the declaration: keys = "...")'
     )
+    policy, wrote = write_default(Path(args.state_dir), args.name)
+    if wrote:
+        print(
+            f"wrote the node policy {policy}: it allows nothing yet; add what this node may do "
+            "(its comments show how), then meshtui host serve"
+        )
+    else:
+        print(f"kept the node policy {policy}")
     return EXIT_OK
 
 

@@ -10,12 +10,12 @@ from dataclasses import asdict
 from typing import Any
 
 from meshtui.cli import render
-from meshtui.cli.context import EXIT_FAILED, EXIT_OK, controller, state_dir
+from meshtui.cli.context import EXIT_FAILED, EXIT_OK, controller, progress_printer, state_dir
 from meshtui.controller.restored import restores_of
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from meshtui.keys import init_keys
+    from meshtui.controller.core import init_keys
 
     pub, created = init_keys(state_dir(args))
     print(
@@ -27,11 +27,15 @@ def cmd_init(args: argparse.Namespace) -> int:
 def cmd_declare(args: argparse.Namespace) -> int:
     with controller(args) as ctl:
         result = ctl.declare(args.file)
+        report = ctl.doctor(progress_printer(args)).policy() if args.check_nodes else None
     if args.json:
-        render.print_json(result.to_json())
+        out = result.to_json()
+        render.print_json(out if report is None else {**out, "check_nodes": report.to_json()})
     else:
         render.declared(str(args.file), result)
-    return EXIT_OK
+        if report is not None:
+            render.doctor(report)
+    return EXIT_OK if report is None or report.ok else EXIT_FAILED
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -13,6 +13,19 @@ from pathlib import Path
 from meshtui.cli import actions, doctor, host, lab, mesh, provision, recovery, secret, watch
 from meshtui.kinds import registry
 
+DISTRIBUTION = "meshtui-credentials"
+"""This project's distribution name (PyPI's "meshtui" is another program)."""
+
+
+def installed_version() -> str:
+    """``meshtui-credentials 0.1.0``: which distribution this ``meshtui`` command comes from."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"{DISTRIBUTION} {version(DISTRIBUTION)}"
+    except PackageNotFoundError:
+        return f"{DISTRIBUTION} (run from a checkout, not installed)"
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line (docs/ARCHITECTURE.md lists the commands; ``--help`` every option)."""
@@ -21,6 +34,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="The operator's console for the credentials of a small service mesh.",
     )
     p.add_argument("--state", help="state folder (default ./state, or $MESHTUI_STATE)")
+    p.add_argument(
+        "--version",
+        action="version",
+        version=installed_version(),
+        help="the installed distribution and its version, then exit",
+    )
     p.add_argument(
         "--read-only",
         action="store_true",
@@ -40,6 +59,11 @@ def _mesh(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = sub.add_parser("declare", help="load a declaration (TOML)")
     s.add_argument("file", type=Path)
     s.add_argument("--json", action="store_true")
+    s.add_argument(
+        "--check-nodes",
+        action="store_true",
+        help="then ask every node whether its policy allows what is declared (nothing is pushed)",
+    )
     s.set_defaults(func=mesh.cmd_declare)
 
     s = sub.add_parser("status", help="every pair, its state and who is behind")

@@ -101,9 +101,9 @@ def anchors(check: AnchorCheck) -> None:
         print(
             "audit chain DISAGREES with what nodes saw: "
             + ", ".join(check.disagreeing)
-            + " (events were deleted or rewritten: restore the inventory from a backup that "
-            "holds them, and find out who changed it; only if it was started anew on purpose, "
-            "delete audit-head.json in those nodes' state folders)",
+            + " (events were deleted or rewritten, or an inventory was copied back by hand: "
+            "find out who changed it, and put a backup back with meshtui restore into an empty "
+            'folder, which the nodes take on record; README, "Backup and restore")',
             file=sys.stderr,
         )
     elif not check.answered:
@@ -135,7 +135,8 @@ def pushed(report: PushReport) -> None:
     for o in report.withdrawn:
         print(f"{'revoked' if o.ok else 'NOT REVOKED':9} {o.pair} {o.reason}")
     if not report.delivered and not report.withdrawn and not report.ahead:
-        print("every end already holds its generation")
+        # only true when nobody is behind: a node that refused or did not answer holds nothing known
+        print("every end already holds its generation" if report.ok else "nothing was delivered")
     for pid, why in sorted(report.behind.items()):
         print(f"behind    {pid}: {why}")
     print("all ends agree" if report.ok else f"{len(report.behind)} pairs behind")

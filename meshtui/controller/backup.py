@@ -29,11 +29,12 @@ import msgspec
 
 from meshtui import crypto
 from meshtui.atomic import read_private
+from meshtui.controller.core import INVENTORY
 from meshtui.controller.export import write_new
 from meshtui.controller.restored import PROOF_FILE
 from meshtui.errors import BackupError, CryptoError
 from meshtui.inventory import Inventory, now
-from meshtui.keys import INVENTORY, KEY_STEM
+from meshtui.keys import KEY_STEM
 
 MAGIC = b"meshtui-backup 1\n"
 FORMAT = 1
@@ -246,12 +247,6 @@ def open_file(path: Path, passphrase: bytes) -> tuple[Payload, KdfParams]:
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise BackupError(f"{path}: its payload is not a backup's ({exc})") from None
     return payload, params
-
-
-def describe(path: Path, passphrase: bytes) -> BackupSummary:
-    """Open a backup and say what it holds (nothing is written)."""
-    payload, params = open_file(path, passphrase)
-    return summary_of(path, payload, params)
 
 
 def as_text(summary: BackupSummary) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from meshtui.controller.client import read_anchor_answer
@@ -69,6 +69,22 @@ def find_ahead(inv: Inventory, holdings: Mapping[str, list[Holding]]) -> dict[st
                 end = AheadEnd(h["pair"], str(h["end"]), node, h["generation"], p["generation"])
                 out.setdefault(h["pair"], []).append(end)
     return out
+
+
+def unknown_pairs(inv: Inventory, holdings: Mapping[str, list[Holding]]) -> dict[str, str]:
+    """pair -> what push says about a pair the nodes hold that this inventory has no record of
+    at all (declared after the backup was taken): the ends that hold it, and what to do."""
+    known = {p["id"] for p in inv.pairs()}
+    held: dict[str, list[str]] = {}
+    for node, ends in sorted(holdings.items()):
+        for h in ends:
+            if h["pair"] not in known:
+                held.setdefault(h["pair"], []).append(f"{node} ({h['end']} end)")
+    return {
+        pid: f"held by {', '.join(where)} but not in this inventory (declared after the "
+        "backup?): declare the current declaration, then push again"
+        for pid, where in sorted(held.items())
+    }
 
 
 def summary(ahead: Mapping[str, list[AheadEnd]], report: RotationReport | None) -> dict[str, str]:
@@ -166,6 +182,7 @@ class Settled:
     holdings: dict[str, list[Holding]]
     ahead: dict[str, str]
     changed: bool
+    unknown: dict[str, str] = field(default_factory=dict)  # pairs the inventory lacks
 
 
 def settle(
@@ -185,9 +202,10 @@ def settle(
     if older and jump_past(ctl, older):
         resolutions, holdings = ask_state(agents, nodes)
         changed = True
+    unknown = unknown_pairs(ctl.inventory, holdings)
     ahead = find_ahead(ctl.inventory, holdings)
     if not ahead:
-        return Settled(resolutions, holdings, {}, changed)
+        return Settled(resolutions, holdings, dict(unknown), changed, unknown)
     down = {r.node: r.reason for r in resolutions if not r.ok}
     waiting = {pid: ends for pid, ends in ahead.items() if _ends_of(ctl, pid) & set(down)}
     ready = {pid: ends for pid, ends in ahead.items() if pid not in waiting}
@@ -196,10 +214,11 @@ def settle(
     for pid, line in summary(waiting, None).items():
         gone = sorted(_ends_of(ctl, pid) & set(down))
         said[pid] = f"{line}: not rotated yet, {', '.join(gone)} did not answer (push again)"
+    said.update(unknown)
     if report is None:
-        return Settled(resolutions, holdings, said, changed)
+        return Settled(resolutions, holdings, said, changed, unknown)
     resolutions, holdings = ask_state(agents, nodes)
-    return Settled(resolutions, holdings, said, True)
+    return Settled(resolutions, holdings, said, True, unknown)
 
 
 def _ends_of(ctl: Controller, pid: str) -> set[str]:

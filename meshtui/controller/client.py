@@ -40,11 +40,19 @@ BUSY_RETRIES = (0.2, 0.5, 1.0, 2.0)
 """Waits before sending again when an agent answered 503 busy (it read nothing of the request)."""
 
 
+UNSIGNED_REFUSAL = "refused, unsigned"
+"""How a 403 the node did not sign for this request begins: the agent could not authenticate
+it (another controller key pinned there, or the request changed on the way)."""
+
 UNSIGNED_REFUSALS = {
     413: "the request is larger than the agent reads (16 MiB); deliver fewer pairs at once",
     503: "the agent is busy with other requests; try again",
     408: "the agent did not receive the whole request in time",
     400: "the agent could not read the request",
+    403: (
+        f"{UNSIGNED_REFUSAL}: the agent could not verify the request (it pins another "
+        "controller key, or the request changed on the way)"
+    ),
 }
 """What an unsigned refusal (before the agent knew who asked) means, by HTTP status."""
 
@@ -235,11 +243,13 @@ class AgentClient:
                 verify_key=self._verify_key,
                 sender=self.name,
                 to=wire.CONTROLLER,
-                reply_to=None if resp.status_code == 403 else nonce,
+                reply_to=nonce,  # an answer, a refusal included, counts only for this request
             )
         except EnvelopeError as exc:
             if resp.status_code != 200 and "off this clock" not in str(exc):  # say clock skew
-                why = UNSIGNED_REFUSALS.get(resp.status_code, "agent refused the request")
+                # not the node's word about this request (unsigned, or signed for another):
+                # its text is not shown as the node's reason
+                why = UNSIGNED_REFUSALS.get(resp.status_code, f"{UNSIGNED_REFUSAL} by the agent")
                 raise AgentError(self.name, f"{why} (HTTP {resp.status_code})") from exc
             raise AgentError(
                 self.name, f"answer not trusted: {exc} (is this the right agent?)"

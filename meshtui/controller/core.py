@@ -12,7 +12,8 @@ and the head inside by the controller), so a read-only ``audit --verify`` can ch
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,13 +41,14 @@ from meshtui.controller.reports import (
 from meshtui.controller.restored import load_proof
 from meshtui.controller.schedule import PairDue
 from meshtui.errors import (
+    InputError,
     ReadOnlyContactError,
     ReadOnlyError,
     RotationBusyError,
     UnknownPairError,
 )
 from meshtui.inventory import Inventory
-from meshtui.keys import INVENTORY, KEY_STEM, init_keys
+from meshtui.keys import KEY_STEM, write_keys_once
 from meshtui.model import PairStatus, State, node_of
 
 if TYPE_CHECKING:  # httpx stays out of the import of core (see controller.client)
@@ -60,6 +62,22 @@ __all__ = ["INVENTORY", "KEY_STEM", "SEQUENCE_FILE", "Controller", "init_keys"]
 
 SEQUENCE_FILE = "sequence"
 """The last number of the controller's requests (see :class:`meshtui.wire.Sequence`)."""
+INVENTORY = "inventory.db"
+"""The inventory file's name in a state folder."""
+
+
+def init_keys(state_dir: Path) -> tuple[Path, bool]:
+    """Write the controller's keys once; the .pub path and whether they were made now.
+
+    New keys with an inventory already there (its old key lost): the audit head is re-signed
+    with the new key, on record (an ``init`` event naming its fingerprint).
+    """
+    pub, made = write_keys_once(state_dir)
+    if made is not None and (state_dir / INVENTORY).exists():
+        with Inventory.open(state_dir / INVENTORY) as inv:
+            inv.signer = made.sign
+            inv.record("init", [], {"fingerprint": made.public().fingerprint()}, "ok")
+    return pub, made is not None
 
 
 class Controller:
@@ -77,10 +95,13 @@ class Controller:
         """Open the controller on a state folder (the inventory is created when writable)."""
         state_dir = Path(state_dir)
         ctl = cls(state_dir, Inventory.open(state_dir / INVENTORY, read_only=read_only))
-        ctl.inventory.restore_proof = load_proof(state_dir)  # None unless restored (restore.py)
+        proof = load_proof(state_dir)  # None unless restored (controller/restore.py)
         if not read_only and (state_dir / f"{KEY_STEM}.key").exists():
             keys = ctl.keys()
             ctl.inventory.signer = keys.sign  # every audit head is signed by the controller
+            if proof is not None and not proof.verifies(keys.public().verify):
+                proof = None  # a restore under a key since replaced: no node could take it
+        ctl.inventory.restore_proof = proof
         return ctl
 
     @staticmethod
@@ -397,6 +418,60 @@ class Controller:
         self.contact("drill", lambda: self._ends(ids))
         self._writable("drill")
         return drill(self, ids, progress)
+
+    @staticmethod
+    def write_export(path: Path, body: str) -> None:
+        """Write an export (:meth:`export_events`) to a new 0600 file, never over one that is
+        there (:func:`meshtui.controller.export.write_export`); OSError naming the path."""
+        from meshtui.controller.export import write_export
+
+        write_export(path, body)
+
+    @staticmethod
+    def parse_listen(text: str, *, allow_remote: bool = False) -> tuple[str, int]:
+        """``HOST:PORT`` for the watch's metrics endpoint; InputError for a bad value or an
+        unasked-for remote bind (:func:`meshtui.controller.metrics.parse_listen`)."""
+        from meshtui.controller.metrics import parse_listen
+
+        return parse_listen(text, allow_remote=allow_remote)
+
+    def watch(
+        self,
+        *,
+        stop: threading.Event,
+        notify: Sequence[str] | None = None,
+        notify_timeout: float,
+        listen: tuple[str, int] | None = None,
+        tick: float,
+    ) -> int:
+        """The unattended loop (:class:`meshtui.controller.watch.Watch`) until ``stop`` is set:
+        with ``notify`` (an argv) run on each alert, and metrics served at ``listen``. Refused
+        read-only; InputError when the metrics endpoint cannot listen. Its exit status."""
+        from meshtui.controller.metrics import Metrics
+        from meshtui.controller.notify import Notifier
+        from meshtui.controller.watch import Watch, log_line
+
+        if self.read_only:
+            raise ReadOnlyError("watch")
+        notifier = Notifier(list(notify), log_line, timeout=notify_timeout) if notify else None
+        metrics = Metrics() if listen else None
+        try:
+            if metrics is not None and listen is not None:
+                try:
+                    host, port = metrics.serve(*listen)
+                except OSError as exc:
+                    where = f"{listen[0]}:{listen[1]}"
+                    raise InputError(f"--metrics {where}: cannot listen: {exc.strerror}") from exc
+                log_line(f"metrics at http://{host}:{port}/metrics")
+            loop = Watch(self, notify=notifier, metrics=metrics, tick=tick)
+            loop.stop = stop
+            loop.sleep = stop.wait
+            return loop.run()
+        finally:
+            if notifier is not None:
+                notifier.close()
+            if metrics is not None:
+                metrics.close()
 
     def export_events(self, fmt: str) -> str:
         """The audit log as JSON or CSV text."""

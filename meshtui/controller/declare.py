@@ -22,7 +22,7 @@ from meshtui.inventory.rows import (
     PolicyRecord,
 )
 from meshtui.kinds import registry
-from meshtui.model import Declaration, Node, Offer, OwnSecret, Pair
+from meshtui.model import Declaration, Node, Offer, OwnSecret, Pair, Requirement
 
 _sorted_json = json.JSONEncoder(sort_keys=True).encode
 """``json.dumps(x, sort_keys=True)`` without building an encoder per call (10,000 pairs)."""
@@ -141,6 +141,17 @@ def _secret_spec(o: OwnSecret) -> dict[str, object]:
     }
 
 
+def _need_spec(r: Requirement) -> dict[str, object]:
+    """A requires entry as stored; ``connection`` only when declared (older specs unchanged)."""
+    spec: dict[str, object] = {"name": r.name, "file": r.file}
+    if r.connection is not None:
+        connection = {"file": r.connection.file, "format": r.connection.format}
+        if r.connection.ca is not None:
+            connection["ca"] = r.connection.ca
+        spec["connection"] = connection
+    return spec
+
+
 def _module_spec(decl: Declaration, module_id: str) -> str:
     m = decl.modules[module_id]
     spec = {
@@ -149,7 +160,7 @@ def _module_spec(decl: Declaration, module_id: str) -> str:
         "grants": dict(m.grants),
         "admin": m.admin,
         "provisioner": list(m.provisioner),
-        "requires": [{"name": r.name, "file": r.file} for r in m.requires],
+        "requires": [_need_spec(r) for r in m.requires],
         **({"pin": True} if m.pin else {}),  # absent when false: older specs stay equal
         **({"secrets": [_secret_spec(o) for o in m.secrets]} if m.secrets else {}),
     }

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, TypeVar
 
 from meshtui import crypto, messages
+from meshtui.connection import render
 from meshtui.controller.client import (
     DELIVER_TIMEOUT_S,
     Agents,
@@ -25,6 +26,7 @@ from meshtui.controller.client import (
     by_pair,
     missing_reason,
 )
+from meshtui.controller.status import NOT_AS_DECLARED
 from meshtui.errors import AgentError, InventoryError
 from meshtui.inventory import Inventory, Transaction, now
 from meshtui.inventory.rows import (
@@ -38,7 +40,9 @@ from meshtui.inventory.rows import (
     Provision,
 )
 from meshtui.kinds import registry
+from meshtui.kinds.kind import ConnectionFacts
 from meshtui.messages import (
+    ConnectionItem,
     ConsumerItem,
     DeliverAnswer,
     DeliverRequest,
@@ -56,9 +60,7 @@ RELOAD_FAILED = "reload failed"
 """How a consumer end whose file was written but whose reload command failed is recorded."""
 PIN_FAILED = "pin failed"
 """How a provider end whose login was applied but not confined in pg_hba.conf is recorded."""
-PIN_OUTCOME = "pg_hba.conf"
-"""The name the built-in provisioner reports its pg_hba.conf block's outcome under."""
-KEPT_FAILURES = (RELOAD_FAILED, PIN_FAILED)
+KEPT_FAILURES = (RELOAD_FAILED, PIN_FAILED, NOT_AS_DECLARED)
 """An end's failure that holding the right credential does not clear: push delivers again."""
 
 FEW = 32
@@ -179,7 +181,10 @@ class Planner:
             self.minted = inv.minted()
         else:
             self.pairs = {p["id"]: p for p in inv.pairs(self._focus)}
-            self.modules = inv.modules({p["provider"] for p in self.pairs.values()})
+            self.modules = inv.modules(  # consumers too: their requires name connection files
+                {p["provider"] for p in self.pairs.values()}
+                | {p["consumer"] for p in self.pairs.values()}
+            )
             self.minted = inv.minted(self.pairs)
             self._read_providers = set()
         self.expected_bases: dict[Provision, str] = {}
@@ -382,7 +387,42 @@ class Planner:
                     )
                 )
             )
+            connection = self.connection(pid)
+            if connection is not None:
+                out[node][-1]["connection"] = connection
         return out
+
+    def connection(self, pid: str) -> ConnectionItem | None:
+        """The connection file a pair's ``requires`` entry declares, with its text (the
+        provider's kind says what it holds), or None when it declares none."""
+        p = self.pairs[pid]
+        consumer = self.modules.get(p["consumer"])
+        need = next(
+            (
+                n
+                for n in (consumer["spec"]["requires"] if consumer else [])
+                if n["name"] == p["provision"] and n["file"] == p["file"]
+            ),
+            None,
+        )
+        if need is None or "connection" not in need:
+            return None
+        spec = need["connection"]
+        target = target_of(p, self.nodes, self.modules)
+        kind = registry.kind_of(target.get("kind"))
+        if kind.connection is None:
+            return None
+        facts = ConnectionFacts(
+            login=p["login"],
+            host=target["host"],
+            port=target["port"],
+            values=p["values"],
+            ca=spec.get("ca") or target.get("ca"),
+            tls=bool(target.get("tls", kind.tls)),
+            password_file=p["file"],
+        )
+        text = render(kind.connection(facts), spec["format"]).decode("utf-8")
+        return ConnectionItem(file=spec["file"], text=text)
 
 
 def record_end(
@@ -492,7 +532,7 @@ def send_providers(
                     )
                     for c in spec["consumers"]
                 )
-            pin = outcomes.get(PIN_OUTCOME)
+            pin = outcomes.get(registry.kind_of(spec.get("kind")).finish_name)  # its pin line
             unpinned = (
                 f"{PIN_FAILED}: {pin['reason']}"
                 if pin is not None and pin["outcome"] not in APPLIED
@@ -666,9 +706,12 @@ def held_generations(inv: Inventory, holdings: Mapping[str, list[Holding]]) -> N
                 and key in reported
                 and reported[key] != want[column]
             ]
-            if present and moved:
-                present, why = False, f"declared {', '.join(moved)} changed; push writes it again"
             old = current.get((h["pair"], h["end"]))
+            if present and moved:  # still on disk and working: held, but push writes it again
+                why = f"{NOT_AS_DECLARED} ({', '.join(moved)} changed); push writes it again"
+                if old is None or old["generation"] != gen or old["error"] != why:
+                    rows.append((h["pair"], End(h["end"]), gen, h["digest"], why))
+                continue
             old_gen, old_error = (old["generation"], old["error"]) if old else (None, None)
             if present and old_gen == gen and str(old_error or "").startswith(KEPT_FAILURES):
                 continue  # holding it says nothing of the reload or the pin: push tries again

@@ -3,8 +3,9 @@
 Every declared node is sent one signed ``check`` request (through :meth:`Controller.contact`,
 so read-only refuses) listing what that node must verify itself (:mod:`meshtui.host.checks`):
 its consumers' credential folders, owners, groups and reload commands, its providers' admin
-files and the admin's rights, and a TCP connect from it to each provider port its consumers
-use. Here: the answer must be signed by the declared key, and the node's clock (in its signed
+files and the admin's rights, a TCP connect from it to each provider port its consumers use,
+and whether its own policy allows every declared path, owner, group, kind, admin file and
+command (check ``policy``). Here: the answer must be signed by the declared key, and the node's clock (in its signed
 answer) must agree with this one within the signing window.
 """
 
@@ -37,7 +38,8 @@ class Problem:
     """One problem: on which node, which check, about what, what is wrong, what to do."""
 
     node: str
-    check: str  # key, reach, clock, folder, owner, group, reload, admin-file, admin-rights, port
+    check: str  # key, reach, clock, folder, owner, group, reload, admin-file, admin-rights, port,
+    # policy
     subject: str
     problem: str
     fix: str
@@ -67,6 +69,16 @@ class DoctorReport:
         """True when nothing needs doing."""
         return not self.problems
 
+    def policy(self) -> DoctorReport:
+        """Only what ``declare --check-nodes`` asks: what each node's policy refuses, and the
+        nodes that could not say (unreachable, wrong key, clock)."""
+        keep = ("policy", "reach", "key", "clock")
+        return DoctorReport(
+            problems=[p for p in self.problems if p.check in keep],
+            nodes=self.nodes,
+            elapsed_ms=self.elapsed_ms,
+        )
+
     def to_json(self) -> dict[str, Any]:
         """The report as plain JSON (``doctor --json``)."""
         return {
@@ -89,15 +101,19 @@ def requests(
         node = node_of(p["consumer"])
         if node not in consumers:
             continue
-        consumers[node].append(
-            {
-                "pair": p["id"],
-                "file": p["file"],
-                "owner": p.get("file_owner"),
-                "group": p.get("file_group"),
-                "reload": list(p["reload"]),
-            }
-        )
+        end: CheckConsumer = {
+            "pair": p["id"],
+            "file": p["file"],
+            "owner": p.get("file_owner"),
+            "group": p.get("file_group"),
+            "reload": list(p["reload"]),
+        }
+        consumer = modules.get(p["consumer"])
+        for need in consumer["spec"].get("requires", []) if consumer else []:
+            same = need["name"] == p["provision"] and need["file"] == p["file"]
+            if same and "connection" in need:  # where its connection file goes, for the policy
+                end["connection"] = str(need["connection"]["file"])
+        consumers[node].append(end)
         provider_node = nodes.get(node_of(p["provider"]))
         if provider_node is not None:
             where = (str(provider_node["address"]), int(p["port"]))
@@ -122,6 +138,17 @@ def requests(
         }
         if kind is not None and (name := registry.stored_name(kind.name)) is not None:
             item["kind"] = name
+        item["provisions"] = [  # for the node's policy: where each manifest and grants go
+            {
+                "provision": str(o["name"]),
+                "kind": str(o.get("kind") or registry.DEFAULT),
+                "receives": str(spec["receives"][o["name"]]),
+                "grants": str(spec["grants"][o["name"]]),
+            }
+            for o in spec["provides"]
+            if o["name"] in spec.get("receives", {}) and o["name"] in spec.get("grants", {})
+        ]
+        item["provisioner"] = spec.get("provisioner")
         providers[m["node"]].append(item)
     return {
         n: {
@@ -138,6 +165,8 @@ def requests(
 
 def refusal(node: str, row: NodeRow, exc: AgentError) -> Problem:
     """A node that did not give a trusted answer, in words: wrong key, clock, or unreachable."""
+    from meshtui.controller.client import UNSIGNED_REFUSAL  # httpx loads only when asked
+
     why = exc.reason
     if "off this clock" in why:
         return Problem(
@@ -156,7 +185,7 @@ def refusal(node: str, row: NodeRow, exc: AgentError) -> Problem:
             f"give the declaration this node's own node.pub (keys = ...) and declare again, "
             f"or point agent = at {node}'s agent",
         )
-    if "not signed by controller" in why:
+    if "not signed by controller" in why or UNSIGNED_REFUSAL in why:
         return Problem(
             node,
             "key",
@@ -181,16 +210,20 @@ def refusal(node: str, row: NodeRow, exc: AgentError) -> Problem:
 def pinned_elsewhere(ctl: Controller, node: str, row: NodeRow, exc: AgentError) -> Problem:
     """:func:`refusal`; for a node refusing this controller's key, the key it pins instead
     (read without a key) and the act on the node that changes it (``meshtui host rekey``)."""
-    found = refusal(node, row, exc)
-    if "not signed by controller" not in exc.reason:
-        return found
-    from meshtui.controller.client import read_anchor_answer
+    from meshtui.controller.client import UNSIGNED_REFUSAL, read_anchor_answer
 
+    found = refusal(node, row, exc)
+    unsigned = UNSIGNED_REFUSAL in exc.reason  # the node's own words were not signed for us
+    if "not signed by controller" not in exc.reason and not unsigned:
+        return found
     ours = ctl.keys().public().fingerprint()
-    try:
-        pinned = read_anchor_answer(row).controller or "another key"
+    try:  # the key it pins, as the node signs it for our fresh nonce
+        pinned = read_anchor_answer(row).controller
     except AgentError:
-        pinned = "another key"
+        pinned = None
+    if unsigned and (pinned is None or pinned == ours):
+        return found  # not shown to be the key: the request may have changed on the way
+    pinned = pinned or "another key"
     return Problem(
         node,
         "key",

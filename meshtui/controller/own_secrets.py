@@ -277,10 +277,16 @@ def _store(
         by_vault.setdefault(d.pair["provider"], []).append((d, item))
     done: list[str] = []
     for vault, items in by_vault.items():
-        admin = modules[vault]["spec"].get("admin")
+        spec = modules[vault]["spec"]
+        offer = next((o for o in spec["provides"] if o["name"] == VAULT_PROVISION), None)
         request: SecretStoreRequest = {
-            "vault": vault, "admin": str(admin or ""), "items": [i for _, i in items],
-        }  # fmt: skip
+            "vault": vault,
+            "kind": str(offer.get("kind") or "") if offer is not None else "",
+            "receives": spec["receives"].get(VAULT_PROVISION, ""),
+            "grants": spec["grants"].get(VAULT_PROVISION, ""),
+            "admin": str(spec.get("admin") or ""),
+            "items": [i for _, i in items],
+        }
         try:
             answer = agents.call(node_of(vault), SECRET_STORE, request)
             stored = {(s["module"], s["name"]): s for s in answer["stored"]}

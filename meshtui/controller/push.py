@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from meshtui import messages
+from meshtui import crypto, messages
 from meshtui.controller import status as status_mod
 from meshtui.controller.catchup import settle
 from meshtui.controller.client import STATE_TIMEOUT_S, Agents, by_pair, missing_reason
@@ -69,23 +69,49 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
         found_before = inv.deliveries()  # a drift still unrepaired keeps the time it was found
         held_generations(inv, holdings)
         drift = _drift(agents, plan, sorted(set(holdings)), inv.deliveries(), found_before)
+        del found_before  # every delivery row is some 600 bytes: 12 MiB per copy at 10,000 pairs
         _record_drift(inv, plan, drift)
         deliveries = inv.deliveries()
-        before = dict(deliveries)
+        # what each end held before this push: its generation and whether its last delivery
+        # failed after all, not the rows (the next read replaces ``deliveries``)
+        before = {
+            key: (d["generation"], str(d["error"] or "").startswith(KEPT_FAILURES))
+            for key, d in deliveries.items()
+        }
 
         def was_behind(pid: str) -> bool:
             want = plan.pairs[pid]["generation"]
             ends = [before.get((pid, end.value)) for end in End]
-            return any(_held(d) != want for d in ends) or any(
-                str(d["error"] or "").startswith(KEPT_FAILURES) for d in ends if d
+            return (
+                any((e[0] if e else None) != want for e in ends)
+                or any(e[1] for e in ends if e)
+                or connection_differs(pid)
             )
 
         def short(pid: str, end: End) -> bool:
             d = deliveries.get((pid, end.value))
             return d is None or d["generation"] != plan.pairs[pid]["generation"]
 
+        held_consumer = {
+            h["pair"]: h for hs in holdings.values() for h in hs if h["end"] == End.CONSUMER
+        }
+
+        def connection_differs(pid: str) -> bool:
+            """The declared connection file is not what the consumer's agent last wrote."""
+            want = plan.connection(pid)
+            if want is None:
+                return False
+            held = held_consumer.get(pid)
+            digest = crypto.secret_digest(want["text"].encode("utf-8"))
+            return held is None or (held.get("connection"), held.get("connection_digest")) != (
+                want["file"],
+                digest,
+            )
+
         def behind(pid: str, end: End) -> bool:
             if short(pid, end):
+                return True
+            if end is End.CONSUMER and connection_differs(pid):
                 return True
             # a reload or a pin that failed: the end holds the credential, not all it should
             d = deliveries.get((pid, end.value))
@@ -114,6 +140,7 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
             for spec in sets[node]:
                 for c in spec["consumers"]:
                     result.fail(c["pair"], f"provider {node}: {unreachable[node]}")
+        del sets  # every provider's manifest, sealed secrets and all: 14 MiB at 10,000 pairs
         deliveries = inv.deliveries()
         progress("delivering to consumers", 2, 4)
         # a consumer never moves ahead of its provider: it would hold a password nobody accepts
@@ -177,10 +204,12 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
             for r in rows
             if r.withdrawn and r.state is State.STALE and not r.alarm
         }
+        behind_now.update(settled.unknown)  # held by nodes, unknown here: not in agreement
         for node, why in unreachable.items():
             for r in rows:
                 if node in (r.consumer_node, r.provider_node) and not r.withdrawn:
-                    behind_now.setdefault(r.pair, f"{node} unreachable: {why}")
+                    said, down = behind_now.get(r.pair), f"{node} unreachable: {why}"
+                    behind_now[r.pair] = down if said is None else f"{said}; {down}"
         inv.record(
             "push",
             [o.pair for o in delivered] + [o.pair for o in revoked],

@@ -24,13 +24,14 @@ from typing import Any
 
 from meshtui import crypto, wire
 from meshtui.atomic import sync_folder, write_private
-from meshtui.controller.backup import SEQUENCE_FILE, Payload, open_file
+from meshtui.controller.backup import KEPT_FILES, SEQUENCE_FILE, Payload, open_file
 from meshtui.controller.client import AnchorRead, read_anchor_answer
+from meshtui.controller.core import INVENTORY
 from meshtui.controller.restored import PROOF_FILE, keep_proof
 from meshtui.errors import AgentError, BackupError, InventoryError, KeyFileError
 from meshtui.inventory import Inventory
 from meshtui.inventory import image as image_mod
-from meshtui.keys import INVENTORY, KEY_STEM
+from meshtui.keys import KEY_STEM
 
 RESTORE = "restore"
 """The audit event's kind."""
@@ -146,6 +147,9 @@ def restore(state_dir: Path, backup: Path, passphrase: bytes) -> RestoreReport:
     state_dir = Path(state_dir)
     refuse_unless_empty(state_dir)
     payload, _params = open_file(backup, passphrase)
+    strange = sorted(set(payload.files) - set(KEPT_FILES))
+    if strange:  # only the names a backup writes, never a path: nothing lands outside the folder
+        raise BackupError(f"{backup}: holds files a backup never holds ({', '.join(strange)})")
     if f"{KEY_STEM}.key" not in payload.files:
         raise BackupError(f"{backup}: holds no controller key; it cannot restore a controller")
     key = _verify_key(payload, str(backup))

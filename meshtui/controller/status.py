@@ -7,11 +7,38 @@ looking at a stale pair needs to know which end is behind and why.
 from __future__ import annotations
 
 import gc
+import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 from meshtui.inventory import Inventory
-from meshtui.inventory.rows import StatusRow
+from meshtui.inventory.rows import (  # StatusRow's columns by name
+    CLIENT_ADDR,
+    CONSUMER,
+    CONSUMER_ERROR,
+    CONSUMER_GENERATION,
+    CREATED_AT,
+    FILE,
+    GENERATION,
+    ID,
+    LATENCY_MS,
+    LOGIN,
+    LOOPBACK,
+    PROBE_GENERATION,
+    PROBE_WITHDRAWN,
+    PROBED_AT,
+    PROVIDER,
+    PROVIDER_ATTEMPTED_AT,
+    PROVIDER_ERROR,
+    PROVIDER_GENERATION,
+    PROVISION,
+    REASON,
+    ROTATED_AT,
+    USED_PASSWORD,
+    VERDICT,
+    WITHDRAWN_AT,
+    StatusRow,
+)
 from meshtui.kinds import registry
 from meshtui.model import End, PairStatus, State, Verdict
 
@@ -19,9 +46,9 @@ DRIFT = "changed outside meshtui at "
 """How push records a provider end whose server no longer holds what meshtui delivered."""
 REPAIRED = "re-applied after it was "
 """The prefix of a provider end's note once push re-applied it (not an error)."""
-
-_REFUSALS = ("WRONGPASS", "invalid role or secret ID")
-"""How a kind's probe words its refusal (Redis, OpenBao); PostgreSQL's is 28P01."""
+NOT_AS_DECLARED = "not yet as declared"
+"""A consumer end whose file still holds its generation, but not where or as the declaration
+now says (file, owner, group, mode): push writes it again; it is not "holding nothing"."""
 
 
 def _note(error: str | None) -> str:
@@ -42,7 +69,7 @@ def _end_reason(end: End, generation: int | None, error: str | None, want: int) 
         return f"{end} holds generation {generation}, expected {want}{tail}"
     if error and str(error).startswith(REPAIRED):
         return None  # drift found and re-applied: a note, not a failure
-    if error and str(error).startswith(DRIFT):
+    if error and str(error).startswith((DRIFT, NOT_AS_DECLARED)):
         return f"{end}: {error}"
     if error:  # holds the right generation, but the last attempt failed (or its reload)
         return f"{end}: last delivery failed: {error}"
@@ -51,10 +78,15 @@ def _end_reason(end: End, generation: int | None, error: str | None, want: int) 
 
 def pair_state(row: StatusRow) -> tuple[State, str, bool]:
     """(state, reason, alarm) for one pair; a provider's repaired drift is added to the reason."""
-    v_err = row[13]
-    note = _note(v_err) if v_err and not row[9] else ""
-    probed = row[14] is not None
-    if note and probed and not row[20] and str(row[16] or "") < str(row[23] or ""):
+    v_err = row[PROVIDER_ERROR]
+    note = _note(v_err) if v_err and not row[WITHDRAWN_AT] else ""
+    probed = row[VERDICT] is not None
+    if (
+        note
+        and probed
+        and not row[PROBE_WITHDRAWN]
+        and str(row[PROBED_AT] or "") < str(row[PROVIDER_ATTEMPTED_AT] or "")
+    ):
         probed = False  # that probe saw the server before the re-apply
     state, reason, alarm = _pair_state(row, probed)
     if not note:
@@ -65,37 +97,24 @@ def pair_state(row: StatusRow) -> tuple[State, str, bool]:
 
 
 def _pair_state(row: StatusRow, probed: bool) -> tuple[State, str, bool]:
-    (
-        _pid,
-        _provision,
-        _consumer,
-        _provider,
-        _login,
-        _file,
-        want,
-        _created_at,
-        _rotated_at,
-        withdrawn_at,
-        c_gen,
-        c_err,
-        v_gen,
-        v_err,
-        verdict,
-        why,
-        _probed_at,
-        pr_gen,
-        loopback,
-        client_addr,
-        pr_withdrawn,
-        _latency,
-        used_password,
-        _v_attempted,
-    ) = row
+    want, withdrawn_at = row[GENERATION], row[WITHDRAWN_AT]
+    c_gen, c_err, v_gen, v_err = (
+        row[CONSUMER_GENERATION],
+        row[CONSUMER_ERROR],
+        row[PROVIDER_GENERATION],
+        row[PROVIDER_ERROR],
+    )
+    verdict, why, pr_gen, pr_withdrawn = (
+        row[VERDICT],
+        row[REASON],
+        row[PROBE_GENERATION],
+        row[PROBE_WITHDRAWN],
+    )
+    loopback, client_addr, used_password = row[LOOPBACK], row[CLIENT_ADDR], row[USED_PASSWORD]
     if withdrawn_at:
         if probed and pr_withdrawn:
             if verdict == Verdict.REFUSED:
-                code = next((c for c in _REFUSALS if c in (why or "")), "28P01")
-                return State.REVOKED, f"withdrawn; login refused ({code})", False
+                return State.REVOKED, f"withdrawn; login refused ({_refusal_code(why)})", False
             if verdict == Verdict.ACCEPTED:
                 return State.STALE, "ALARM: withdrawn but its login still works", True
             if verdict == Verdict.NO_PASSWORD:
@@ -121,7 +140,7 @@ def _pair_state(row: StatusRow, probed: bool) -> tuple[State, str, bool]:
     if pr_gen != want:
         if verdict == "unknown" and not pr_gen:  # the probe never ran
             return State.UNKNOWN, f"cannot probe: {why}", False
-        return State.UNKNOWN, f"not probed since generation {want}", False
+        return State.UNKNOWN, f"{NOT_PROBED_SINCE}{want}", False
     loop = " over loopback" if loopback else ""
     if verdict == Verdict.ACCEPTED and used_password != 0:
         return State.WORKING, f"logged in from {client_addr or 'consumer'}{loop}", False
@@ -133,6 +152,19 @@ def _pair_state(row: StatusRow, probed: bool) -> tuple[State, str, bool]:
 
 
 NEVER_PROBED = "never probed"
+_CODE = re.compile(r"\(([A-Za-z0-9]{4,})\)")  # 28P01, WRONGPASS, InvalidAccessKeyId
+
+
+def _refusal_code(why: str | None) -> str:
+    """The server's code for a refusal, as the kind's probe put it in its reason ("password
+    authentication failed (28P01)", "AUTH refused (WRONGPASS)", "signed request refused
+    (InvalidAccessKeyId) over TLS"); "refused" when it named none."""
+    found = _CODE.search(why or "")
+    return found.group(1) if found else "refused"
+
+
+NOT_PROBED_SINCE = "not probed since generation "
+"""A pair just rotated, waiting for its first probe: routine, not a change to alert about."""
 
 
 def _plain(row: StatusRow) -> tuple[State, str] | None:
@@ -143,22 +175,23 @@ def _plain(row: StatusRow) -> tuple[State, str] | None:
     it) or its newest probe logged in with the password. :func:`pair_state` gives the same
     answer for these rows; this only skips its steps, since status reads every pair.
     """
-    want = row[6]
+    want = row[GENERATION]
     if not (
         want
-        and row[10] == want
-        and row[12] == want
-        and row[9] is None
-        and row[11] is None
-        and row[13] is None
+        and row[CONSUMER_GENERATION] == want
+        and row[PROVIDER_GENERATION] == want
+        and row[WITHDRAWN_AT] is None
+        and row[CONSUMER_ERROR] is None
+        and row[PROVIDER_ERROR] is None
     ):
         return None
-    verdict = row[14]
-    if verdict is None or row[20]:
+    verdict = row[VERDICT]
+    if verdict is None or row[PROBE_WITHDRAWN]:
         return State.UNKNOWN, NEVER_PROBED
-    if verdict == Verdict.ACCEPTED and row[17] == want and row[22] != 0:
+    if verdict == Verdict.ACCEPTED and row[PROBE_GENERATION] == want and row[USED_PASSWORD] != 0:
         return State.WORKING, (
-            f"logged in from {row[19] or 'consumer'}{' over loopback' if row[18] else ''}"
+            f"logged in from {row[CLIENT_ADDR] or 'consumer'}"
+            f"{' over loopback' if row[LOOPBACK] else ''}"
         )
     return None
 
@@ -196,10 +229,11 @@ def _statuses(inv: Inventory, ids: Iterable[str] | None, limit: int | None) -> l
     rotating = {i["pair"]: r["id"] for r in inv.open_rotations() for i in r["items"]}
     rows = inv.status_rows(ids, limit)
     kinds = inv.provider_kinds()
+    names: dict[tuple[str, str], str] = {}  # (provider, provision) -> kind name, once each
     out: list[PairStatus] = []
     append = out.append
     for row in rows:
-        pid = row[0]
+        pid = row[ID]
         plain = _plain(row)
         if plain is not None:
             (state, reason), alarm = plain, False
@@ -211,27 +245,32 @@ def _statuses(inv: Inventory, ids: Iterable[str] | None, limit: int | None) -> l
                 f"rotation {rotating[pid]} was interrupted; the next push or rotate "
                 "finishes or rolls it back"
             )
-        provider, provision = row[3], row[1]
+        provider, provision = row[PROVIDER], row[PROVISION]
+        kind = names.get((provider, provision))
+        if kind is None:
+            kind = names[(provider, provision)] = registry.kind_of(
+                kinds.get((provider, provision))
+            ).name
         append(
             PairStatus(  # positional, in the field order: the fast way to build 10,000
                 pid,
                 provision,
-                row[2],  # consumer
+                row[CONSUMER],
                 provider,
-                row[4],  # login
-                row[6],  # generation
-                row[10],  # consumer end's generation
-                row[12],  # provider end's generation
-                bool(row[9]),  # withdrawn
+                row[LOGIN],
+                row[GENERATION],
+                row[CONSUMER_GENERATION],
+                row[PROVIDER_GENERATION],
+                bool(row[WITHDRAWN_AT]),
                 state,
                 reason,
-                row[16],  # probed_at
-                row[8],  # rotated_at
-                row[5],  # consumer file
-                row[7],  # created_at
+                row[PROBED_AT],
+                row[ROTATED_AT],
+                row[FILE],
+                row[CREATED_AT],
                 alarm,
-                row[21],  # latency_ms
-                registry.kind_of((kinds or {}).get((provider, provision))).name,
+                row[LATENCY_MS],
+                kind,
             )
         )
     return out

@@ -27,7 +27,7 @@ from meshtui.controller.heartbeat import HEARTBEAT, Heartbeat
 from meshtui.controller.metrics import CycleView, Metrics
 from meshtui.controller.notify import Alert
 from meshtui.controller.schedule import SPREAD, PairDue, epoch, probe_slot, schedule
-from meshtui.controller.status import statuses
+from meshtui.controller.status import NOT_PROBED_SINCE, statuses
 from meshtui.errors import MeshtuiError, NotResolvedError, RotationBusyError
 from meshtui.inventory import now as stamp_now
 from meshtui.model import (
@@ -115,6 +115,7 @@ class Watch:
         self.push_backoff = Backoff()
         self.states: dict[str, tuple[State, str]] | None = None
         self.overdue: set[str] = set()
+        self.failing: set[str] = set()  # pairs whose rotation failed and has not worked since
         self.waiting: str | None = None
         self._cache: tuple[int, list[PairStatus], list[PairDue]] | None = None
         ctl.inventory.actor = ACTOR
@@ -170,7 +171,12 @@ class Watch:
         if acted:
             rows, plan, fresh = self._read(force=True)
         now = self.clock()
-        alerts += self._changes(rows, plan, now, fresh)
+        told = {a.pair for a in alerts}  # one alert per event: a failed rotation says it all
+        alerts += [
+            a
+            for a in self._changes(rows, plan, now, fresh)
+            if a.event != "state" or a.pair not in told
+        ]
         for alert in alerts:
             self.log(
                 f"alert {alert.event}: {alert.pair} {alert.from_} -> {alert.to}: {alert.reason}"
@@ -235,12 +241,12 @@ class Watch:
         """Recover and converge; nodes that did not answer are retried with backoff."""
         if not self._lock_free("push"):
             return 0, True
-        now = self.clock()
         try:
             report = self.ctl.push()
         except RotationBusyError as exc:
             self.log(f"waiting to push: {exc}")
             return 0, True
+        now = self.clock()  # after the push: backoff counts from when it gave up
         last = self.ctl.inventory.last_event("push")
         down = last["detail"].get("unreachable", []) if last else []
         for node in self.ctl.inventory.nodes():
@@ -330,21 +336,24 @@ class Watch:
                 done, why = self._rotate_batch(provider, batch)
                 if done:
                     rotated += batch
+                    self.failing.difference_update(batch)
                     continue
                 failed += batch
                 when = stamp_now()
-                alerts += [
+                alerts += [  # once per failing spell: the retries with backoff are not news
                     Alert("rotation-failed", pid, self._state(pid), self._state(pid), why, when)
                     for pid in batch
+                    if pid not in self.failing
                 ]
+                self.failing.update(batch)
         return rotated, failed, alerts
 
     def _rotate_batch(self, provider: str, batch: list[str]) -> tuple[bool, str]:
         """One all-or-nothing rotation; (done, why not)."""
-        now = self.clock()
         try:
             report = self.ctl.rotate(batch)
         except NotResolvedError as exc:
+            now = self.clock()  # after the wait: a hung node's timeout is not its backoff
             for node in exc.reasons:
                 self._node_down(node, now)
             self._count("rotate")
@@ -379,6 +388,13 @@ class Watch:
             current = {r.pair: (r.state, r.reason) for r in rows if not r.withdrawn}
             for pid, (state, reason) in current.items():
                 before = self.states.get(pid)
+                if (
+                    before is not None
+                    and state is State.UNKNOWN
+                    and reason.startswith(NOT_PROBED_SINCE)
+                ):
+                    current[pid] = before  # just rotated: its next probe says what changed
+                    continue
                 if before is not None and before[0] is not state:
                     out.append(Alert("state", pid, str(before[0]), str(state), reason, when))
             self.states = current

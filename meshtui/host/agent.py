@@ -17,10 +17,17 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
-from meshtui import crypto, messages, wire
-from meshtui.errors import EnvelopeError, HostFileError, MeshtuiError, MessageError
+from meshtui import crypto, folders, messages, wire
+from meshtui.errors import (
+    EnvelopeError,
+    HostFileError,
+    MeshtuiError,
+    MessageError,
+    OffClockError,
+)
 from meshtui.host import checks as checks_mod
-from meshtui.host import files
+from meshtui.host import files, log
+from meshtui.host import policy as policy_mod
 from meshtui.host import probe as probe_mod
 from meshtui.host.anchor import AuditAnchor, is_nonce
 from meshtui.host.deliver import Deliveries
@@ -37,6 +44,8 @@ from meshtui.messages import (
     DrillCheckAnswer,
     DrillHoldAnswer,
     DrillRequest,
+    Inspection,
+    InspectSpec,
     ProbeAnswer,
     ProbedPair,
     ProbeReport,
@@ -112,13 +121,19 @@ class Agent:
         allow_loopback: bool = False,
         provisioner: Provisioner = builtin_provisioner,
         probe_timeout: float = 5.0,
+        policy: policy_mod.Policy | None = None,
     ) -> None:
+        """``policy``: what this node allows; read from its state folder when not given
+        (PolicyFileError, and the agent does not start, when it is missing or unsafe)."""
         self.identity = identity
+        self.policy = policy or policy_mod.load(identity.state_dir, identity.name)
         self.allow_loopback = allow_loopback
         self.probe_timeout = probe_timeout
         self.holdings = Holdings(identity.state_dir)
         self.accepted = Accepted(identity.state_dir, identity.name, self.holdings.listing())
-        self.deliveries = Deliveries(identity, self.holdings, self.accepted, provisioner)
+        self.deliveries = Deliveries(
+            identity, self.holdings, self.accepted, provisioner, self.policy
+        )
         self.anchor = AuditAnchor(
             identity.state_dir,
             identity.controller.verify,
@@ -126,7 +141,7 @@ class Agent:
             self.accepted.history,
         )
         self._drills: dict[str, tuple[bytes, float]] = {}
-        self.own_secrets = OwnSecrets(identity)
+        self.own_secrets = OwnSecrets(identity, self.policy)
         self._drill_lock = threading.Lock()
         self._routes: dict[str, Accept] = {
             r.kind.name: r
@@ -158,7 +173,9 @@ class Agent:
         provider's holdings, a cache; the digest of the manifest just written, for the next
         delta), to be called once the answer is sent; None when nothing is left to do."""
         kept: list[bool] = []
-        status, answer = self._answer(envelope, kept)
+        started, kinds = time.monotonic(), list[str]()
+        status, answer = self._answer(envelope, kept, kinds)
+        log.request(kinds[0] if kinds else "?", status, answer, time.monotonic() - started)
         later = kept or self.holdings.unwritten or self.deliveries.serials.unsettled
         return status, answer, self._after_answer if later else None
 
@@ -169,7 +186,9 @@ class Agent:
             self.holdings.persist()
         self.deliveries.serials.settle()  # the next delta's base digest, off its path
 
-    def _answer(self, envelope: object, kept: list[bool]) -> tuple[int, dict[str, str]]:
+    def _answer(
+        self, envelope: object, kept: list[bool], kinds: list[str]
+    ) -> tuple[int, dict[str, str]]:
         me = self.identity.name
         try:
             msg = wire.open_envelope(
@@ -178,12 +197,17 @@ class Agent:
                 sender=wire.CONTROLLER,
                 to=me,
             )
+        except OffClockError as exc:  # signed by the controller, but off this clock
+            return 403, self._reply("error", {"error": str(exc)}, exc.nonce)
         except EnvelopeError as exc:
-            return 403, self._reply("error", {"error": str(exc)}, None)
+            # unsigned: nobody is known yet, and the node's signature must never cover an
+            # answer to whoever asked (an on-path attacker would relay it as the node's word)
+            return 403, {"error": str(exc)}
         try:
             self.accepted.take(msg.seq)  # durably recorded below, before anything is done
-        except EnvelopeError as exc:
-            return 403, self._reply("error", {"error": str(exc)}, None)
+        except EnvelopeError as exc:  # signed by the controller, but used: quote its nonce
+            return 403, self._reply("error", {"error": str(exc)}, msg.nonce)
+        kinds.append(msg.kind)
         route = self._routes.get(msg.kind)
         if route is None:
             return 400, self._reply("error", {"error": f"unknown kind {msg.kind!r}"}, msg.nonce)
@@ -241,7 +265,7 @@ class Agent:
 
     def check(self, payload: CheckRequest) -> CheckAnswer:
         """The node's side of ``meshtui doctor`` (reads and connects only; nothing is written)."""
-        return checks_mod.run(self.identity.name, payload)
+        return checks_mod.run(self.identity.name, payload, self.policy)
 
     def _reply(
         self, kind: str, payload: Mapping[str, object], reply_to: str | None
@@ -274,21 +298,40 @@ class Agent:
                 "fingerprint": self.identity.keys.public().fingerprint(),
             }
         held = self.holdings.listing()  # the agent's own record
-        with files.Ancestors() as ancestors:
+        with folders.Ancestors() as ancestors:
             for h in held:
                 if h["end"] == "consumer":
                     data, error = files.read_credential(Path(h.get("file", "")), ancestors)
                     h["present"] = data is not None and crypto.secret_digest(data) == h["digest"]
                     if error:
                         h["error"] = error
+                    if "connection" in h:  # its connection file: gone or changed, push rewrites it
+                        text, _ = files.read_credential(Path(h["connection"]), ancestors)
+                        if text is None or crypto.secret_digest(text) != h.get("connection_digest"):
+                            h.pop("connection_digest", None)
         out: StateAnswer = {
             "node": self.identity.name,
             "fingerprint": self.identity.keys.public().fingerprint(),
             "holdings": held,
         }
         if "inspect" in payload:  # a provider: what its server holds, read-only
-            out["inspected"] = [inspect_provider(spec) for spec in payload["inspect"]]
+            out["inspected"] = [self._inspect(spec) for spec in payload["inspect"]]
         return out
+
+    def _inspect(self, spec: InspectSpec) -> Inspection:
+        """:func:`inspect_provider`, when this node's policy allows its manifest and admin file."""
+        refused = self.policy.inspect_refusal(
+            spec["provider"], spec["provision"], spec["receives"], spec["admin"]
+        )
+        if refused is None:
+            return inspect_provider(spec)
+        return {
+            "provider": spec["provider"],
+            "provision": spec["provision"],
+            "ok": False,
+            "logins": [],
+            "error": str(refused),
+        }
 
     # ---- withdraw, probe, drill ---------------------------------------------------------
     def _target_login(self, target: Target, secret: bytes, *, control: bool) -> ProbeReport:
@@ -321,6 +364,10 @@ class Agent:
                     res["removed"] = files.remove_credential(path)
                 except HostFileError as exc:
                     res["error"] = str(exc)
+            held = self.holdings.get(End.CONSUMER, pair)
+            if held is not None and "connection" in held and "connection_digest" in held:
+                # and the connection file it wrote beside (only while it holds what was written)
+                files.remove_written(Path(held["connection"]), held["connection_digest"])
             self.holdings.update(End.CONSUMER, {pair: None})
             results.append(res)
         return {"consumer": results}
@@ -337,7 +384,7 @@ class Agent:
         items = payload["targets"]
         targets, order = [], []
         results: dict[str, ProbedPair] = {}
-        with files.Ancestors() as ancestors:
+        with folders.Ancestors() as ancestors:
             for item in items:
                 pair = item["pair"]
                 path = self._held_file(pair, item["file"])

@@ -4,7 +4,9 @@ Per consumer end: its credential folder exists (a real folder, not a link), the 
 and group exist on this node, the reload command exists and is executable. Per provider: the
 admin file is a 0600 regular file and (the check of its kind, ``Kind.doctor``) connects with
 the rights the built-in provisioner needs. Per provider port a consumer here uses: a TCP connect from this node (so from
-its network namespace), which is what a probe and the app itself will need.
+its network namespace), which is what a probe and the app itself will need. And for every end:
+whether the node's policy allows its paths, owner, group, kind, admin file and commands (only
+what the request names is answered; the policy itself is never sent).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
+from meshtui.errors import PolicyRefusal
+from meshtui.host.policy import ConsumerAsk, Policy, ProviderAsk
 from meshtui.kinds import registry
 from meshtui.messages import (
     CheckAnswer,
@@ -30,17 +34,20 @@ from meshtui.messages import (
     CheckRequest,
     Finding,
 )
+from meshtui.model import split_pair_id
 
 CONNECT_TIMEOUT_S = 3.0
 """A TCP connect or an admin login that takes longer is reported as not reachable."""
 PARALLEL = 8
 
 
-def run(node: str, request: CheckRequest) -> CheckAnswer:
+def run(node: str, request: CheckRequest, policy: Policy) -> CheckAnswer:
     """Every check ``request`` asks for, at once where they wait on the network."""
     started = time.monotonic()
     jobs: list[Callable[[], Found]] = [partial(consumer, c) for c in request["consumers"]]
     jobs += [partial(provider, p) for p in request["providers"]]
+    jobs += [partial(consumer_policy, c, policy) for c in request["consumers"]]
+    jobs += [partial(provider_policy, p, policy) for p in request["providers"]]
     jobs += [partial(port, p) for p in request["ports"]]
     with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
         results = list(pool.map(lambda job: job(), jobs))
@@ -69,13 +76,61 @@ def finding(check: str, subject: str, problem: str, fix: str) -> Finding:
     return {"check": check, "subject": subject, "problem": problem, "fix": fix}
 
 
+def _policy_found(subject: str, refused: list[PolicyRefusal]) -> Found:
+    return [
+        finding("policy", subject, f"{r.module}: {r.key}: {r.problem}", r.allow) for r in refused
+    ], int(not refused)
+
+
+def consumer_policy(item: CheckConsumer, policy: Policy) -> Found:
+    """Whether the node's policy allows a consumer end's file, owner, group and reload."""
+    provision, module, _ = split_pair_id(item["pair"])
+    ask = ConsumerAsk(
+        module,
+        provision,
+        item["file"],
+        item["owner"],
+        item["group"],
+        item["reload"],
+        item.get("connection"),
+    )
+    return _policy_found(item["pair"], policy.consumer_refusals(ask))
+
+
+def provider_policy(item: CheckProvider, policy: Policy) -> Found:
+    """Whether the node's policy allows each provision's manifest, grants folder and kind,
+    the admin file and the provisioner."""
+    refused: list[PolicyRefusal] = []
+    for p in item.get("provisions", []):
+        ask = ProviderAsk(
+            item["provider"],
+            p["provision"],
+            p["kind"],
+            p["receives"],
+            p["grants"],
+            item["admin"],
+            item.get("provisioner"),
+        )
+        refused += [r for r in policy.provider_refusals(ask) if str(r) not in map(str, refused)]
+    return _policy_found(item["provider"], refused)
+
+
 def consumer(item: CheckConsumer) -> Found:
     """Credential folder, owner, group and reload command of one consumer end."""
     found: list[Finding] = []
     passed = 0
     folder = os.path.dirname(item["file"]) or "/"
     why = _folder_problem(folder)
-    if why:
+    if why == "does not exist":  # push makes it, but root:root 0755: say so, and how to choose
+        found.append(
+            finding(
+                "folder",
+                item["pair"],
+                f"credential folder {folder} does not exist (push would create it root:root 0755)",
+                f"install -d -o root -g {item['group'] or 'root'} -m 0750 {folder}",
+            )
+        )
+    elif why:
         found.append(
             finding(
                 "folder",

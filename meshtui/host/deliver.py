@@ -14,16 +14,19 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from meshtui import crypto
-from meshtui.errors import CryptoError, HostFileError
-from meshtui.host import files
+from meshtui.errors import CryptoError, HostFileError, PolicyRefusal
+from meshtui.host import commands, files, log
 from meshtui.host.guard import Accepted, Record
 from meshtui.host.holdings import Held, Holdings
 from meshtui.host.identity import Identity
 from meshtui.host.manifest import Serials, write_provider_files
 from meshtui.host.paths import StateFolder, node_path
+from meshtui.host.policy import Command, ConsumerAsk, Policy, ProviderAsk
 from meshtui.host.prepared import PREPARED_LIMIT, Prepared
 from meshtui.host.provision import Provisioner, provision
+from meshtui.kinds import registry
 from meshtui.messages import (
+    ConnectionItem,
     ConsumerItem,
     ConsumerOutcome,
     DeliverAnswer,
@@ -34,7 +37,8 @@ from meshtui.messages import (
     ProviderOutcome,
     ProviderSet,
 )
-from meshtui.model import APPLIED, NAME_RE, End, OutcomeName, split_pair_id
+from meshtui.model import APPLIED, NAME_RE, SUCCESS, End, OutcomeName, split_pair_id
+from meshtui.runas import RunAsError
 from meshtui.terminal import shown
 
 RELOAD_TIMEOUT_S = 30.0
@@ -53,8 +57,10 @@ class Deliveries:
         holdings: Holdings,
         accepted: Accepted,
         provisioner: Provisioner,
+        policy: Policy,
     ) -> None:
         self.identity = identity
+        self.policy = policy
         self.holdings = holdings
         self.accepted = accepted
         self.provisioner = provisioner
@@ -112,9 +118,10 @@ class Deliveries:
         return secret
 
     # ---- the consumer end ------------------------------------------------------------------
-    def _consumer_file(self, item: ConsumerItem) -> tuple[Path, str]:
-        """Where ``item``'s credential goes, and the words naming it in errors; ValueError
-        when it is not for this node or not a place the agent writes a credential."""
+    def _consumer_file(self, item: ConsumerItem) -> tuple[Path, str, Command | None]:
+        """Where ``item``'s credential goes, the words naming it in errors, and the reload
+        command the node's policy allows for it; ValueError when it is not for this node or not
+        a place the agent writes a credential, PolicyRefusal when the policy does not allow it."""
         if item["node"] != self.identity.name:
             raise ValueError(
                 f"delivery is for node {item['node']!r}, this is {self.identity.name!r}"
@@ -122,7 +129,19 @@ class Deliveries:
         path = node_path(item["file"], "credential file")
         self.state.refuse_inside(path.parent, "credential file")
         provision_name, consumer, _ = split_pair_id(item["pair"])
-        return path, f"node {self.identity.name}: {consumer} requires {provision_name}"
+        connection = item["connection"]["file"] if "connection" in item else None
+        reload = self.policy.consumer(
+            ConsumerAsk(
+                consumer,
+                provision_name,
+                item["file"],
+                item["owner"],
+                item["group"],
+                item["reload"],
+                connection,
+            )
+        )
+        return path, f"node {self.identity.name}: {consumer} requires {provision_name}", reload
 
     def prepare(self, payload: PrepareRequest, record: Record) -> PrepareAnswer:
         """Write each credential ahead, unnamed (:mod:`meshtui.host.prepared`): nothing is held
@@ -152,12 +171,12 @@ class Deliveries:
                 raise ValueError(why)
             if not self.prepared.room(pair):
                 raise ValueError(f"{pair}: not prepared, {PREPARED_LIMIT} are already")
-            path, _ = self._consumer_file(item)
+            path, _, _ = self._consumer_file(item)
             want = files.resolve_access(item["owner"], item["group"], item["mode"])
             unnamed = files.prepare_credential(
                 path, want, lambda: self.unseal(item["sealed"], digest, pair)
             )
-        except (ValueError, HostFileError, CryptoError) as exc:
+        except (ValueError, HostFileError, CryptoError, PolicyRefusal) as exc:
             done["error"] = str(exc)
             return done
         except OSError as exc:
@@ -174,8 +193,8 @@ class Deliveries:
         out: ConsumerOutcome = {"pair": pair, "generation": gen, "ok": False}
         prepared = self.prepared.take(item)
         try:
-            path, where = self._consumer_file(item)
-        except ValueError as exc:
+            path, where, reload = self._consumer_file(item)
+        except (ValueError, PolicyRefusal) as exc:
             if prepared is not None:
                 prepared.close()
             out["error"] = str(exc)
@@ -183,8 +202,15 @@ class Deliveries:
         digest = item["digest"]
         try:
             want = files.resolve_access(item["owner"], item["group"], item["mode"])
+            was = self.holdings.get(End.CONSUMER, pair)
+            held_file = was.get("file") if was is not None else None
             files.write_credential(
-                path, want, digest, lambda: self.unseal(item["sealed"], digest, pair), prepared
+                path,
+                want,
+                digest,
+                lambda: self.unseal(item["sealed"], digest, pair),
+                prepared,
+                ours=lambda data: held_file == str(path) or crypto.is_minted(data),
             )
         except HostFileError as exc:
             out["error"] = f"{where}: {exc}"
@@ -199,7 +225,7 @@ class Deliveries:
             if prepared is not None:
                 prepared.close()
         out["written_at"] = time.time()
-        held[pair] = {
+        record: Held = {
             "generation": gen,
             "digest": digest,
             "file": str(path),
@@ -207,10 +233,50 @@ class Deliveries:
             "group": want.group,
             "mode": want.mode,
         }
+        if "connection" in item:
+            try:  # what the app needs besides the password, with the credential's access
+                record["connection"], record["connection_digest"] = self._connection(
+                    item["connection"], want, was.get("connection") if was is not None else None
+                )
+            except (ValueError, HostFileError) as exc:
+                out["error"] = f"{where}: connection file: {exc}"
+                return out
+            except OSError as exc:
+                out["error"] = f"{where}: cannot write {item['connection']['file']}: {exc.strerror}"
+                return out
+        self._forget_moved(pair, record)
+        held[pair] = record
         out["ok"], out["digest"] = True, digest
-        if item["reload"]:
-            out["reload"] = run_reload(item["reload"])
+        if reload is not None:
+            out["reload"] = run_reload(reload)
+            if out["reload"] != "ok":
+                log.say(f"{pair}: reload {' '.join(reload.argv)} {out['reload']}")
         return out
+
+    def _forget_moved(self, pair: str, now: Held) -> None:
+        """The files this agent wrote for ``pair`` at paths the declaration moved away from
+        are removed (only while they hold what it wrote): no live credential stays behind."""
+        before = self.holdings.get(End.CONSUMER, pair)
+        if before is None:
+            return
+        for path_key, digest_key in (("file", "digest"), ("connection", "connection_digest")):
+            old, digest = before.get(path_key), before.get(digest_key)
+            if isinstance(old, str) and isinstance(digest, str) and old != now.get(path_key):
+                files.remove_written(Path(old), digest)
+
+    def _connection(
+        self, conn: ConnectionItem, want: files.FileAccess, held: str | None
+    ) -> tuple[str, str]:
+        """Write a consumer's connection file (no secret in it) as its credential file is
+        written: by descriptor, owner, group and mode set before it appears, only when its
+        text changed, and over an existing file only when this agent wrote it there (``held``:
+        the connection file it holds for the pair). Its path and the digest of its text."""
+        path = node_path(conn["file"], "connection file")
+        self.state.refuse_inside(path.parent, "connection file")
+        text = conn["text"].encode("utf-8")
+        digest = crypto.secret_digest(text)
+        files.write_credential(path, want, digest, lambda: text, ours=lambda _: held == str(path))
+        return str(path), digest
 
     # ---- the provider end ------------------------------------------------------------------
     def _provider(self, spec: ProviderSet) -> ProviderOutcome:
@@ -238,6 +304,11 @@ class Deliveries:
             out["error"] = f"{provider}: {exc}"
             return out
         try:
+            command = self.policy.provider(provider_ask(spec))
+        except PolicyRefusal as exc:
+            out["error"] = str(exc)
+            return out
+        try:
             written = write_provider_files(spec, manifest, grants, self.unseal, self.serials)
         except HostFileError as exc:
             out["error"] = f"node {self.identity.name}: {provider} {provision_name}: {exc}"
@@ -251,12 +322,19 @@ class Deliveries:
         if written.refused is not None:  # a delta on another base: nothing was written
             out["error"] = out["base_refused"] = f"{provider} {provision_name}: {written.refused}"
             return out
-        report = provision(spec, manifest, self.provisioner, written.logins, written.scoped)
+        report = provision(
+            spec, manifest, self.provisioner, written.logins, written.scoped, command=command
+        )
         out["applied_at"] = time.time()
         out["outcomes"] = report["outcomes"]
         out["ok"] = report["ok"] and "error" not in report
         if "error" in report:
             out["error"] = report["error"]
+        if not out["ok"]:
+            failed = [f"{o['login']}: {o['outcome']} {o['reason']}" for o in report["outcomes"]
+                      if o["outcome"] not in SUCCESS][:5]  # fmt: skip
+            said = "; ".join(([report["error"]] if "error" in report else []) + failed)
+            log.say(f"{provider} {provision_name}: provisioner not ok: {said}")
         self._record_provider(spec, out)
         return out
 
@@ -307,24 +385,34 @@ def _refused_consumer(item: ConsumerItem, why: str) -> ConsumerOutcome:
     }
 
 
-def run_reload(argv: list[str]) -> str:
-    """Run a consumer's reload command (no shell, bounded); a one-line outcome.
+def provider_ask(spec: ProviderSet) -> ProviderAsk:
+    """What a provider set asks of this node, for its policy."""
+    return ProviderAsk(
+        spec["provider"],
+        spec["provision"],
+        spec.get("kind") or registry.DEFAULT,
+        spec["receives"],
+        spec["grants"],
+        spec["admin"],
+        spec["provisioner"],
+    )
+
+
+def run_reload(command: Command) -> str:
+    """Run a consumer's reload command as the policy's user (no shell, a new session, bounded);
+    a one-line outcome.
 
     A failure carries the last line the command wrote on stderr (bounded, control characters
     shown as ``\\xNN``): "failed: exit 1" alone never told an operator why.
     """
     try:
-        done = subprocess.run(
-            argv,
-            capture_output=True,
-            timeout=RELOAD_TIMEOUT_S,
-            check=False,
-            stdin=subprocess.DEVNULL,
-        )
+        done = commands.run(command, timeout=RELOAD_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return f"failed: no exit within {RELOAD_TIMEOUT_S:.0f} s"
+    except RunAsError as exc:
+        return f"failed: {exc}"
     except OSError as exc:
-        return f"failed: cannot run {argv[0]}: {exc.strerror or type(exc).__name__}"
+        return f"failed: cannot run {command.argv[0]}: {exc.strerror or type(exc).__name__}"
     if done.returncode == 0:
         return "ok"
     said = [ln.strip() for ln in done.stderr.decode(errors="replace").splitlines() if ln.strip()]

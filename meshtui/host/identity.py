@@ -11,10 +11,9 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from meshtui import crypto
+from meshtui import crypto, folders
 from meshtui.atomic import write_private
 from meshtui.errors import HostFileError, InputError, KeyFileError
-from meshtui.host import files
 from meshtui.model import NAME_RE
 
 NODE_FILE = "node.toml"
@@ -79,7 +78,9 @@ def _own_folder(state_dir: Path, *, create: bool) -> bool:
     """Check (or make) the node's state folder: a real folder of the agent's own, 0700, that
     nobody else can write, so its keys and holdings can be read and replaced by path."""
     try:
-        folder = files.open_folder(state_dir.absolute(), create=0o700 if create else None, own=True)
+        folder = folders.open_folder(
+            state_dir.absolute(), create=0o700 if create else None, own=True
+        )
     except HostFileError as exc:
         raise KeyFileError(f"node state folder: {exc}") from None
     if folder is None:

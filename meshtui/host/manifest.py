@@ -15,15 +15,15 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NotRequired, TypedDict
 
 import msgspec
 
-from meshtui import crypto
+from meshtui import crypto, folders
 from meshtui.atomic import PRIVATE
 from meshtui.errors import HostFileError
 from meshtui.host import files
 from meshtui.kinds import registry
+from meshtui.manifest import VERSION, ManifestBody, ManifestLine, secret_name
 from meshtui.messages import (
     ConsumerLine,
     ManifestEntry,
@@ -32,44 +32,11 @@ from meshtui.messages import (
     rebased_digest,
 )
 
-ManifestLine = TypedDict(
-    "ManifestLine",
-    {
-        "as": str,
-        "node": str,
-        "module": str,
-        "at": str,
-        "values": dict[str, str],
-        "secret": str,
-        "digest": str,
-    },
-)
-"""One consumer as the provisioner reads it: its login, where it connects from, its values, and
-its secret file (relative to the manifest) with the digest that file must match."""
-
-
-class ManifestBody(TypedDict):
-    """The manifest file (docs/ARCHITECTURE.md, the manifest)."""
-
-    version: int
-    provision: str
-    provider: str
-    serial: int
-    pin: bool
-    consumers: list[ManifestLine]
-    kind: NotRequired[str]  # absent: PostgreSQL; the harness picks its adapter by this
-
-
 _MANIFEST = msgspec.json.Decoder(ManifestBody)
 """The manifest this agent wrote, read back with its shape checked (a delta's base)."""
 
 Unseal = Callable[[str, str, str], bytes]
 """``unseal(sealed_b64, digest, pair)``: the secret, or CryptoError naming the pair."""
-
-
-def secret_name(node: str, module: str) -> str:
-    """The secret file's name beside the manifest (docs/ARCHITECTURE.md, the manifest)."""
-    return f"{node}.{module}.secret"
 
 
 def manifest_text(body: ManifestBody) -> bytes:
@@ -115,10 +82,14 @@ class Serials:
         self._written: dict[str, _Last] = {}
         self._lock = threading.Lock()
 
-    def next(self, folder: files.Folder, manifest: Path) -> int:
+    def next(self, folder: folders.Folder, manifest: Path) -> int:
         """One more than the serial this agent wrote last."""
         last = self._last.get(str(manifest))
         return last + 1 if last is not None else _serial_on_disk(folder, manifest.name) + 1
+
+    def knows(self, manifest: Path) -> bool:
+        """Whether this agent wrote ``manifest`` since it started (so it is one of its own)."""
+        return str(manifest) in self._last
 
     def wrote(self, manifest: Path, serial: int) -> None:
         self._last[str(manifest)] = serial
@@ -176,10 +147,10 @@ def _consumer_line(c: ManifestLine) -> ConsumerLine:
     return ConsumerLine(c["as"], c["node"], c["module"], c["at"], c["values"], c["digest"])
 
 
-def _serial_on_disk(folder: files.Folder, name: str) -> int:
+def _serial_on_disk(folder: folders.Folder, name: str) -> int:
     """The serial the manifest on disk carries (0 when it is missing or unreadable)."""
     try:
-        data = folder.read(name, limit=files.MAX_MANIFEST)
+        data = folder.read(name, limit=folders.MAX_MANIFEST)
         return int(json.loads(data or b"{}")["serial"])
     except (HostFileError, OSError, ValueError, KeyError, TypeError):
         return 0
@@ -210,7 +181,7 @@ def _line(c: ManifestEntry, rel: str) -> ManifestLine:
 
 
 def _held_lines(
-    folder: files.Folder, manifest: Path, spec: ProviderSet, serials: Serials
+    folder: folders.Folder, manifest: Path, spec: ProviderSet, serials: Serials
 ) -> tuple[list[ManifestLine], list[str] | None] | str:
     """The consumer lines of the manifest on disk when its set is the delta's base (with their
     encoded text when this agent wrote it so), else why not (missing, unreadable, another
@@ -218,7 +189,7 @@ def _held_lines(
     base = spec.get("base")
     assert base is not None
     try:
-        data = folder.read(manifest.name, limit=files.MAX_MANIFEST)
+        data = folder.read(manifest.name, limit=folders.MAX_MANIFEST)
     except (HostFileError, OSError) as exc:
         return f"the manifest on the node cannot be read ({exc})"
     if data is None:
@@ -244,6 +215,45 @@ def _held_lines(
     return lines, texts
 
 
+def _not_replaceable(folder: folders.Folder, manifest: Path, spec: ProviderSet) -> str | None:
+    """Why the file at ``manifest`` is not one this agent may replace (it is not a manifest of
+    this provision: a system file a wrong ``receives`` names), or None."""
+    try:
+        data = folder.read(manifest.name, limit=folders.MAX_MANIFEST)
+    except HostFileError as exc:
+        return str(exc)
+    if data is None:
+        return None
+    try:
+        body = _MANIFEST.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return f"{manifest} exists and is not a manifest meshtui wrote, so it is not replaced"
+    if body["provider"] != spec["provider"] or body["provision"] != spec["provision"]:
+        return f"{manifest} is the manifest of {body['provider']} {body['provision']}, not replaced"
+    return None
+
+
+def _not_agents_folder(folder: folders.Folder, manifest: Path, *, entries: bool) -> str | None:
+    """Why an existing grants folder is not one this agent made (never chmod-ed, never emptied
+    of what is not a secret file), or None: mode 0700 and only secret files (and, when it is
+    the manifest's own folder, the manifest) in it (looked at with ``entries``)."""
+    mode = os.fstat(folder.fd).st_mode & 0o7777
+    keep = "move it away, or choose another grants folder"
+    if mode != 0o700:
+        return (
+            f"grants folder {folder.path} exists with mode {mode:04o}; the agent keeps secrets "
+            f"only in a folder it made (0700) and never changes an existing folder ({keep})"
+        )
+    for name in folder.names() if entries else []:
+        ours = name.endswith(".secret") or name == manifest.name
+        if not ours and not (name.startswith(".") and name.endswith(".tmp")):
+            return (
+                f"grants folder {folder.path} holds {name!r}, which is not a secret file the "
+                f"agent wrote ({keep})"
+            )
+    return None
+
+
 def write_provider_files(
     spec: ProviderSet, manifest: Path, grants: Path, unseal: Unseal, serials: Serials
 ) -> Written:
@@ -261,9 +271,13 @@ def write_provider_files(
     consumers = spec["consumers"]
     inside = grants.relative_to(manifest.parent).as_posix()
     rel = "" if inside == "." else inside + "/"
-    mdir = files.open_folder(manifest.parent, create=0o755)
+    # a grants folder that is the manifest's own is made 0700 like any other
+    mdir = folders.open_folder(manifest.parent, create=0o700 if inside == "." else 0o755)
     assert mdir is not None
     with mdir:
+        new_here = not serials.knows(manifest)  # not written by this agent since it started
+        if new_here and not delta and (why := _not_replaceable(mdir, manifest, spec)):
+            raise HostFileError(why)
         lines = [_line(c, rel) for c in consumers]
         scope: frozenset[str] | None = None
         held: list[ManifestLine] = []
@@ -291,10 +305,11 @@ def write_provider_files(
             if texts is not None:
                 texts += [line_text(m) for m in lines[len(texts) :]]
             scope = frozenset(c["as"] for c in consumers) | gone
-        gdir = files.open_folder(grants, create=0o700, own=True)
+        gdir = folders.open_folder(grants, create=0o700, own=True)
         assert gdir is not None
         with gdir:
-            os.fchmod(gdir.fd, 0o700)
+            if why := _not_agents_folder(gdir, manifest, entries=new_here):
+                raise HostFileError(why)
             secrets: dict[str, bytes] = {}
             for c in consumers:
                 name = secret_name(c["node"], c["module"])
@@ -303,7 +318,7 @@ def write_provider_files(
                     secrets[name] = unseal(c["sealed"], c["digest"], c["pair"])
             serial = serials.next(mdir, manifest)
             body: ManifestBody = {
-                "version": 1,
+                "version": VERSION,
                 "provision": spec["provision"],
                 "provider": spec["provider"],
                 "serial": serial,
@@ -336,7 +351,7 @@ def write_provider_files(
                 old = stale.endswith(".secret") and stale not in wanted
                 if old and not gdir.is_folder(stale):
                     gdir.remove(stale)
-    if scope is None or body["pin"]:  # a pinned manifest is reconciled whole
+    if scope is None:
         return Written(logins=scope)
     cut = [t for line, t in zip(lines, texts, strict=True) if line["as"] in scope]
     return Written(logins=scope, scoped=_joined(body, cut))

@@ -22,11 +22,12 @@ import re
 
 from meshtui import crypto
 from meshtui.bao import APPROLE_MOUNT, KV_MOUNT, Bao, BaoError, read_admin, scrub
-from meshtui.errors import CryptoError, HostFileError, MeshtuiError
+from meshtui.errors import CryptoError, HostFileError, MeshtuiError, PolicyRefusal
 from meshtui.host import files
 from meshtui.host.deliver import run_reload
 from meshtui.host.identity import Identity
 from meshtui.host.paths import StateFolder, node_path
+from meshtui.host.policy import ConsumerAsk, Policy, ProviderAsk
 from meshtui.messages import (
     SecretFetchAnswer,
     SecretFetched,
@@ -55,14 +56,27 @@ def _path(login: str, name: str) -> str:
 class OwnSecrets:
     """The agent's handlers for ``secret-store`` and ``secret-fetch``."""
 
-    def __init__(self, identity: Identity) -> None:
+    def __init__(self, identity: Identity, policy: Policy) -> None:
         self.identity = identity
+        self.policy = policy
         self.state = StateFolder(identity.state_dir)
 
     # ---- the vault's node ------------------------------------------------------------------
     def store(self, request: SecretStoreRequest) -> SecretStoreAnswer:
         """Write each sealed secret into the vault's KV (see the module docstring)."""
         out: list[SecretStored] = []
+        ask = ProviderAsk(
+            request["vault"],
+            "secret",
+            request["kind"],
+            request["receives"],
+            request["grants"],
+            request["admin"],
+            None,
+        )
+        refused = self.policy.provider_refusals(ask)
+        if refused:
+            return {"stored": [_stored(i, None, str(refused[0])) for i in request["items"]]}
         try:
             admin = read_admin(read_admin_file(node_path(request["admin"], "admin file")))
             bao = Bao(admin.get("address", ""), ca=admin.get("ca"), token=admin.get("token"))
@@ -131,6 +145,18 @@ class OwnSecrets:
             target = node_path(item["file"], "secret file")
             self.state.refuse_inside(target.parent, "secret file")
             want = files.resolve_access(item["owner"], item["group"], item["mode"])
+            reload = self.policy.consumer(
+                ConsumerAsk(
+                    item["module"],
+                    f"its secret {item['name']}",
+                    item["file"],
+                    item["owner"],
+                    item["group"],
+                    item["reload"],
+                )
+            )
+        except PolicyRefusal as exc:
+            return _fetched(item, None, str(exc))
         except (ValueError, HostFileError) as exc:
             return _fetched(item, None, f"{where}: {exc}")
         held, why = files.read_credential(node_path(item["credential"], "credential file"))
@@ -186,8 +212,8 @@ class OwnSecrets:
             return _fetched(item, None, f"{where}: cannot write {target}: {exc.strerror}")
         finally:
             data = value = b""
-        reload = run_reload(list(item["reload"])) if item["reload"] else None
-        return _fetched(item, item["digest"], None, reload)
+        ran = run_reload(reload) if reload is not None else None
+        return _fetched(item, item["digest"], None, ran)
 
 
 def _stored(item: SecretStoreItem, kv_version: int | None, error: str | None) -> SecretStored:

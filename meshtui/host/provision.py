@@ -19,10 +19,13 @@ from typing import TYPE_CHECKING, NotRequired, TypedDict
 import msgspec
 
 from meshtui.errors import MeshtuiError
+from meshtui.host import commands
 from meshtui.host.paths import node_path
+from meshtui.host.policy import Command
 from meshtui.kinds import registry
 from meshtui.messages import Inspection, InspectSpec, LoginOutcome, ProviderSet
 from meshtui.model import OutcomeName
+from meshtui.runas import RunAsError
 
 if TYPE_CHECKING:
     from meshtui.provisioner.adapter import AdapterFactory
@@ -92,10 +95,14 @@ def provision(
     builtin: Provisioner,
     only: frozenset[str] | None = None,
     scoped: bytes | None = None,
+    *,
+    command: Command | None = None,
 ) -> ProvisionReport:
     """Apply the manifest just written: ``builtin`` unless the set declares a command (which is
-    handed the whole manifest file, a delta's or not). ``scoped`` goes to this module's
-    :func:`builtin_provisioner` only (another ``builtin``, a test's seam, reads the file)."""
+    handed the whole manifest file, a delta's or not), run as the node's policy allows
+    (``command``: the policy's entry for that exact argv; without one it does not run).
+    ``scoped`` goes to this module's :func:`builtin_provisioner` only (another ``builtin``, a
+    test's seam, reads the file)."""
     argv = spec["provisioner"] or BUILTIN
     admin = spec["admin"] or ""
     if argv == BUILTIN:
@@ -111,15 +118,14 @@ def provision(
             return builtin(manifest, Path(admin), only)
         except MeshtuiError as exc:
             return {"ok": False, "outcomes": [], "error": str(exc)}
+    if command is None or list(command.argv) != list(argv):
+        why = f"provisioner {argv[0]} is not allowed by this node's policy"
+        return {"ok": False, "outcomes": [], "error": why}
     argv = [a.replace("{admin}", admin) for a in argv]
     try:
-        done = subprocess.run(
-            [*argv, str(manifest)],
-            capture_output=True,
-            timeout=PROVISION_TIMEOUT_S,
-            check=False,
-            stdin=subprocess.DEVNULL,
-        )
+        done = commands.run(command, [str(manifest)], argv=argv, timeout=PROVISION_TIMEOUT_S)
+    except RunAsError as exc:
+        return {"ok": False, "outcomes": [], "error": f"provisioner {argv[0]}: {exc}"}
     except (OSError, subprocess.TimeoutExpired) as exc:
         why = f"provisioner {argv[0]} failed to run: {exc}"
         return {"ok": False, "outcomes": [], "error": why}

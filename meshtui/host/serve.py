@@ -1,7 +1,8 @@
 """``meshtui host serve``: the agent's Starlette app under uvicorn, on TCP or a Unix socket.
 
 One endpoint takes signed envelopes; the blocking work (files, provisioner, probes) runs in a
-thread so the event loop keeps answering. Access logs are off: nothing about a request is logged.
+thread so the event loop keeps answering. uvicorn's access logs are off: the agent logs each
+request's kind and outcome itself (:mod:`meshtui.host.log`), never its body.
 
 Everything before the signature check is bounded, since anyone who can connect gets that far: a
 body must declare its length and stay under :data:`MAX_BODY` (413 before a byte of it is read),
@@ -31,8 +32,9 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from meshtui import folders
 from meshtui.errors import InputError
-from meshtui.host import files, identity
+from meshtui.host import identity, log
 from meshtui.host.agent import Agent
 from meshtui.host.connections import GuardedH11, peer_of
 
@@ -186,7 +188,7 @@ def uvicorn_config(app: Starlette, listen: str) -> uvicorn.Config:
     if listen.startswith("unix:"):
         path = Path(listen[len("unix:") :]).absolute()
         # the socket is chmod-ed by path after bind: only in a folder nobody else can write
-        folder = files.open_folder(path.parent, create=0o755)
+        folder = folders.open_folder(path.parent, create=0o755)
         if folder is not None:
             folder.close()
         if path.exists():
@@ -215,7 +217,9 @@ def serve(state_dir: Path, listen: str, *, allow_loopback: bool = False) -> int:
     """Run the agent until SIGTERM/SIGINT."""
     agent = Agent(identity.load(state_dir), allow_loopback=allow_loopback)
     server = _Server(uvicorn_config(build_app(agent), listen))
+    log.say(f"node {agent.identity.name} starting (state {state_dir}, pid {os.getpid()})")
     server.run()
+    log.say(f"node {agent.identity.name} stopped")
     return 0
 
 
@@ -226,3 +230,12 @@ class _Server(uvicorn.Server):
         await super().startup(sockets)
         if self.config.uds:
             os.chmod(self.config.uds, 0o600)
+        where = (
+            f"unix:{self.config.uds}"
+            if self.config.uds
+            else f"{self.config.host}:{self.config.port}"
+        )
+        if self.started:
+            log.say(f"listening on {where}")
+        else:
+            log.say(f"cannot listen on {where} (see the line above)")

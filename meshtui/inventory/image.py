@@ -96,12 +96,16 @@ def check_file(path: Path) -> None:
         )
 
 
-def take(conn: sqlite3.Connection) -> Image:
+def take(conn: sqlite3.Connection, path: Path) -> Image:
     """A consistent image of the database behind ``conn`` (SQLite's online backup, into memory)
-    and what it holds."""
+    and what it holds; :class:`DamagedInventoryError` naming ``path`` when a page of it is
+    damaged (a backup of a damaged file would only fail later, at the restore)."""
     memory = sqlite3.connect(":memory:")
     try:
         conn.backup(memory)
+        found = memory.execute("PRAGMA quick_check").fetchone()[0]
+        if found != "ok":
+            raise damaged(path, str(found))
         summary = summarise(memory)
         return Image(_rollback_mode(memory.serialize()), summary)
     finally:

@@ -9,7 +9,7 @@ out (``values``, ``reload``, ``spec``, ``items``, ``evidence``, ``pairs``, ``det
 
 from __future__ import annotations
 
-from typing import Any, NotRequired, TypedDict
+from typing import Any, Final, NotRequired, TypedDict
 
 Provision = tuple[str, str]
 """(provider module, provision name): one manifest on one provider node."""
@@ -37,11 +37,20 @@ class OfferSpec(TypedDict):
     tls: NotRequired[bool]
 
 
+class ConnectionSpec(TypedDict):
+    """Where a consumer's connection file goes, and its format (``env``, ``json``, ``dsn``)."""
+
+    file: str
+    format: str
+    ca: NotRequired[str]
+
+
 class NeedSpec(TypedDict):
-    """One provision a module requires, and the file it wants it in."""
+    """One provision a module requires, the file it wants it in, and its connection file."""
 
     name: str
     file: str
+    connection: NotRequired[ConnectionSpec]
 
 
 class OwnSecretSpec(TypedDict):
@@ -346,23 +355,79 @@ StatusRow = tuple[
     str,  # created_at
     str | None,  # rotated_at
     str | None,  # withdrawn_at
-    int | None,  # consumer end: generation held
-    str | None,  # consumer end: error
-    int | None,  # provider end: generation held
-    str | None,  # provider end: error
-    str | None,  # newest probe: verdict (None: never probed)
-    str | None,  # newest probe: reason
-    str | None,  # newest probe: at
-    int | None,  # newest probe: generation
-    int | None,  # newest probe: loopback
-    str | None,  # newest probe: client_addr
-    int | None,  # newest probe: withdrawn
-    float | None,  # newest probe: latency_ms
-    int | None,  # newest probe: used_password
-    str | None,  # provider end: attempted_at
+    int | None,  # consumer_generation: the generation the consumer end holds
+    str | None,  # consumer_error
+    int | None,  # provider_generation: the generation the provider end holds
+    str | None,  # provider_error
+    str | None,  # verdict of the newest probe (None: never probed)
+    str | None,  # reason of the newest probe (None when it logged in: no state says it)
+    str | None,  # probed_at: when the newest probe ran
+    int | None,  # probe_generation: the generation it tried
+    int | None,  # loopback: it did not cross the private network
+    str | None,  # client_addr: where the server saw it from
+    int | None,  # probe_withdrawn: it probed a withdrawn pair
+    float | None,  # latency_ms
+    int | None,  # used_password
+    str | None,  # provider_attempted_at: the provider end's last attempt (only beside its error)
 ]
 """One pair joined with both ends' deliveries and its newest probe (status's one query). A plain
-tuple, unpacked where it is read: status reads every pair on every refresh."""
+tuple, since status reads every pair on every refresh, read by name through the column numbers
+below (never a bare index): :data:`STATUS_COLUMNS` are the query's column names, in order."""
+
+STATUS_COLUMNS = (
+    "id",
+    "provision",
+    "consumer",
+    "provider",
+    "login",
+    "file",
+    "generation",
+    "created_at",
+    "rotated_at",
+    "withdrawn_at",
+    "consumer_generation",
+    "consumer_error",
+    "provider_generation",
+    "provider_error",
+    "verdict",
+    "reason",
+    "probed_at",
+    "probe_generation",
+    "loopback",
+    "client_addr",
+    "probe_withdrawn",
+    "latency_ms",
+    "used_password",
+    "provider_attempted_at",
+)
+""":data:`StatusRow`'s columns (``STATUS_SQL`` selects them in this order; tests/test_rows.py
+checks both this and the numbers below against the query)."""
+
+ID: Final = 0
+PROVISION: Final = 1
+CONSUMER: Final = 2
+PROVIDER: Final = 3
+LOGIN: Final = 4
+FILE: Final = 5
+GENERATION: Final = 6
+CREATED_AT: Final = 7
+ROTATED_AT: Final = 8
+WITHDRAWN_AT: Final = 9
+CONSUMER_GENERATION: Final = 10
+CONSUMER_ERROR: Final = 11
+PROVIDER_GENERATION: Final = 12
+PROVIDER_ERROR: Final = 13
+VERDICT: Final = 14
+REASON: Final = 15
+PROBED_AT: Final = 16
+PROBE_GENERATION: Final = 17
+LOOPBACK: Final = 18
+CLIENT_ADDR: Final = 19
+PROBE_WITHDRAWN: Final = 20
+LATENCY_MS: Final = 21
+USED_PASSWORD: Final = 22
+PROVIDER_ATTEMPTED_AT: Final = 23
+"""Each column's number in :data:`StatusRow`: ``row[rows.GENERATION]``."""
 
 
 ScheduleRow = tuple[

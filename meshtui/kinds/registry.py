@@ -28,6 +28,7 @@ PACKAGES = (
     "meshtui.kinds.postgres",
     "meshtui.kinds.redis",
     "meshtui.kinds.openbao",
+    "meshtui.kinds.seaweedfs",
 )
 """One line per registered kind: the package whose ``KIND`` it is."""
 

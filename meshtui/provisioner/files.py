@@ -3,7 +3,7 @@
 The provisioner often runs as root (the agent's built-in one, or ``meshtui provision``) while
 those files may sit in a folder of the database's OS user. Every folder is therefore reached
 from ``/`` without following a link and must be root's or this process's user's and writable by
-nobody else (:func:`meshtui.host.files.open_folder`); files are read by descriptor, never
+nobody else (:func:`meshtui.folders.open_folder`); files are read by descriptor, never
 through a link, never waiting on a FIFO, capped. A folder or file that fails is a clear error
 naming it, never a read of something the folder's owner chose.
 """
@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from meshtui.errors import HostFileError, ManifestError, ProvisionError
-from meshtui.host.files import Folder, open_folder, user_name
+from meshtui.folders import Folder, open_folder, user_name
 
 MAX_ADMIN_BYTES = 65536
 

@@ -37,9 +37,9 @@ from typing import Any
 from meshtui.errors import ManifestError, UnknownKindError
 from meshtui.kinds import registry
 from meshtui.kinds.kind import DEFAULT_KIND
+from meshtui.manifest import VERSION
 from meshtui.model import NAME_RE, plain_address
 
-VERSION = 1
 MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 _DIGEST = re.compile(r"blake2b:[0-9a-f]{64}")
 

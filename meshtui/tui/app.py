@@ -132,7 +132,7 @@ class MeshApp(App[int]):
         )
         self.keymap = keymap.keymap
         self.keymap_sources = keymap.sources
-        self.keymap_problems = keymap.problems
+        self.keymap_problems = [shown(p) for p in keymap.problems]  # a keymap file is outside text
         self.sub_title = self.state_dir.name + ("  READ-ONLY" if read_only else "")
 
     # ---- lifecycle ----------------------------------------------------------------------

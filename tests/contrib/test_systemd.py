@@ -50,6 +50,10 @@ def test_the_nightly_backup_timer_starts_the_backup() -> None:
     assert "--passphrase-file %d/passphrase" in start and "LoadCredential" in service
     assert "passphrase" not in service.get("Environment", "")
     assert service["Type"] == "oneshot" and service["User"] == "meshtui"
+    # the same program and state folder as the watch it backs up
+    watch = _service(timer.with_name("meshtui-watch.service"))
+    assert start.split()[0] == watch["ExecStart"].split()[0] == "/opt/meshtui/bin/meshtui"
+    assert service["Environment"] == watch["Environment"]
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
@@ -57,7 +61,7 @@ def test_systemd_analyze_verify_the_timer(tmp_path: Path) -> None:
     meshtui = Path(sys.executable).with_name("meshtui")
     folder = UNITS[0].parent
     for name in ("meshtui-backup.service", "meshtui-backup.timer"):
-        text = (folder / name).read_text().replace("/usr/local/bin/meshtui", str(meshtui))
+        text = (folder / name).read_text().replace("/opt/meshtui/bin/meshtui", str(meshtui))
         (tmp_path / name).write_text(text)
     done = subprocess.run(
         ["systemd-analyze", "verify", "--man=no", str(tmp_path / "meshtui-backup.timer")],
@@ -93,7 +97,7 @@ def test_systemd_analyze_verify(unit: Path, tmp_path: Path) -> None:
     meshtui = Path(sys.executable).with_name("meshtui")
     name = unit.name.replace("@.", "@lab.")
     copy = tmp_path / name
-    copy.write_text(unit.read_text().replace("/usr/local/bin/meshtui", str(meshtui)))
+    copy.write_text(unit.read_text().replace("/opt/meshtui/bin/meshtui", str(meshtui)))
     done = subprocess.run(
         ["systemd-analyze", "verify", "--man=no", str(copy)],
         capture_output=True,
@@ -106,3 +110,25 @@ def test_systemd_analyze_verify(unit: Path, tmp_path: Path) -> None:
         if name in line or "Unknown" in line or "Invalid" in line
     ]
     assert done.returncode == 0 and not problems, "\n".join(problems) or done.stderr
+
+
+def test_the_agent_units_writable_folders_are_the_readmes_policy_folders(tmp_path: Path) -> None:
+    """The agent's ReadWritePaths and the README's node policies ("What a node allows") name
+    the same folders, every policy there parses, and the unit mounts the policy read-only."""
+    from meshtui.host import policy as node_policy
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme.split("### What a node allows", 1)[1].split("\n## ", 1)[0]
+    blocks = [b.split("```", 1)[0] for b in section.split("```toml\n")[1:]]
+    assert len(blocks) == 2  # db1's and app1's
+    folders: set[str] = set()
+    for i, text in enumerate(blocks):
+        node_policy.write(tmp_path / str(i), text)
+        allowed = node_policy.load(tmp_path / str(i), "node")
+        folders |= {r.under for r in (*allowed.credentials, *allowed.providers)}
+    service = _service(UNITS[[u.name for u in UNITS].index("meshtui-agent.service")])
+    writable = {p.lstrip("-") for p in service["ReadWritePaths"].split()}
+    assert writable == folders
+    state = service["ExecStart"].split("--state ", 1)[1].split()[0]
+    assert service["ReadOnlyPaths"].lstrip("-") == f"{state}/policy.toml"
+    assert {"CAP_SETUID", "CAP_SETGID"} <= set(service["CapabilityBoundingSet"].split())

@@ -204,3 +204,65 @@ def test_backup_while_another_process_commits_is_consistent(mesh: Mesh) -> None:
     res = mesh.run("--state", fresh, "audit", "--verify", "--json")
     assert res.code == 0, res.out
     assert len(json.loads(res.out)["events"]) == held + 1
+
+
+def test_on_a_terminal_the_passphrase_is_asked_without_echo(mesh: Mesh) -> None:
+    """No --passphrase-file: asked twice on the terminal (backup), once (restore), never shown."""
+    import pty
+    import sys
+    import time
+
+    declared(mesh)
+
+    def on_terminal(*args: str | Path, answers: list[str]) -> tuple[int, str]:
+        pid, fd = pty.fork()
+        if pid == 0:  # the child: the real CLI with the pty as its terminal
+            os.execv(sys.executable, [sys.executable, "-m", "meshtui.cli", *map(str, args)])
+        seen = b""
+        for answer in answers:
+            deadline = time.monotonic() + 60
+            while b": " not in seen.rsplit(b"\n", 1)[-1] and time.monotonic() < deadline:
+                seen += os.read(fd, 1024)
+            os.write(fd, answer.encode() + b"\n")
+            seen += os.read(fd, 1024)
+        while True:
+            try:
+                chunk = os.read(fd, 1024)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+        return os.waitstatus_to_exitcode(status), seen.decode(errors="replace")
+
+    target = mesh.root / "asked.backup"
+    code, shown = on_terminal(
+        "--state", mesh.state, "backup", target, answers=[PASSPHRASE, PASSPHRASE]
+    )
+    assert code == 0, shown
+    assert "backup passphrase:" in shown and PASSPHRASE not in shown
+    code, shown = on_terminal(
+        "--state", mesh.root / "fresh", "restore", target, answers=[PASSPHRASE]
+    )
+    assert code == 0, shown
+    assert PASSPHRASE not in shown and "restored into" in shown
+
+
+def test_a_backup_naming_a_path_is_refused_and_nothing_is_written(mesh: Mesh) -> None:
+    """Made by someone who knows the passphrase, a payload naming ``../x`` writes nowhere."""
+    from meshtui.controller.backup import KdfParams, Payload, open_file, seal
+
+    declared(mesh)
+    good, pw = mesh.root / "b", secret_file(mesh.root)
+    assert mesh.cli("backup", good, "--passphrase-file", pw).code == 0
+    payload, _ = open_file(good, PASSPHRASE.encode())
+    files = {**payload.files, "../escaped": crypto.b64(b"x")}
+    forged = Payload(payload.format, payload.taken_at, payload.inventory, files, payload.held)
+    bad = mesh.root / "forged"
+    bad.write_bytes(seal(forged, PASSPHRASE.encode(), KdfParams(1, 8 * 2**20)))
+    fresh = mesh.root / "deep" / "fresh"
+    res = mesh.run("--state", fresh, "restore", bad, "--passphrase-file", pw)
+    assert res.code == 2 and "../escaped" in res.err
+    assert not fresh.exists() and not (mesh.root / "deep" / "escaped").exists()

@@ -57,5 +57,10 @@ def test_every_command_names_the_damaged_inventory_and_writes_nothing(mesh: Mesh
         assert str(mesh.inventory) in res.err, (command, res.err)
         assert "damaged" in res.err and "restore" in res.err, (command, res.err)
         assert digest(mesh.inventory) == before, command
-    res = mesh.cli("backup", mesh.root / "b", "--passphrase-file", mesh.root / "none")
-    assert res.code != 0
+    pw = mesh.root / "pass"
+    pw.write_text("passphrase\n")
+    pw.chmod(0o600)
+    res = mesh.cli("backup", mesh.root / "b", "--passphrase-file", pw)
+    assert res.code != 0 and "damaged" in res.err and str(mesh.inventory) in res.err
+    assert not (mesh.root / "b").exists()  # a damaged inventory is not backed up as if whole
+    assert digest(mesh.inventory) == before

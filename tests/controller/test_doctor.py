@@ -38,7 +38,9 @@ WIKI = "database:app2/wiki->db1/postgres"
 
 @pytest.fixture(scope="module")
 def lab() -> Iterator[tuple[Path, lab_mesh.Lab]]:
-    with running_lab("meshtui-doctor-", redis=False, vault=False) as found:  # PostgreSQL counts
+    with running_lab(
+        "meshtui-doctor-", redis=False, s3=False, vault=False
+    ) as found:  # the counts are PostgreSQL's
         yield found
 
 
@@ -74,8 +76,9 @@ def test_a_clean_lab_has_no_problems(lab: tuple[Path, lab_mesh.Lab]) -> None:
     assert report["problems"] == [] and code == 0
     assert {n["node"] for n in report["nodes"] if n["answered"]} == {"db1", "app1", "app2"}
     assert all(abs(n["skew_s"]) < 2 for n in report["nodes"])
-    # 5 consumer folders, 1 admin file + its rights, 2 ports (one per consumer node)
-    assert sum(n["passed"] for n in report["nodes"]) == 5 + 2 + 2
+    # 5 consumer folders, 1 admin file + its rights, 2 ports (one per consumer node), and each
+    # of the 5 consumer ends and the 1 provider allowed by its node's policy
+    assert sum(n["passed"] for n in report["nodes"]) == 5 + 2 + 2 + 5 + 1
     done = subprocess.run(
         [sys.executable, "-m", "meshtui.cli", "--state", str(state), "doctor"],
         capture_output=True,
@@ -99,7 +102,9 @@ def test_a_missing_credential_folder(lab: tuple[Path, lab_mesh.Lab]) -> None:
     assert problems(report) == [("app1", "folder", GITEA)]
     (p,) = report["problems"]
     assert f"credential folder {folder} does not exist" in p["problem"]
-    assert "mkdir -p" in p["fix"]
+    # doctor and push agree: push would make it, root-owned; doctor says so and how to choose
+    assert "push would create it root:root 0755" in p["problem"]
+    assert p["fix"].startswith("install -d -o root -g ") and p["fix"].endswith(str(folder))
 
 
 def test_a_credential_folder_other_users_can_write(lab: tuple[Path, lab_mesh.Lab]) -> None:
@@ -133,15 +138,17 @@ def test_a_reload_that_cannot_run(lab: tuple[Path, lab_mesh.Lab]) -> None:
     try:
         code, report, _ = doctor(state)
         script.chmod(0o755)
-        fixed, _, _ = doctor(state)
+        fixed, after, _ = doctor(state)
     finally:
         redeclare(state, original)
     assert code == 1
-    assert problems(report) == [("app1", "reload", GITEA)]
+    # the lab's policy does not list it either: the node would refuse to run it
+    assert problems(report) == [("app1", "reload", GITEA), ("app1", "policy", GITEA)]
     assert (
         f"reload command {script} is not executable (mode 0644)" in report["problems"][0]["problem"]
     )
-    assert fixed == 0
+    assert f'[[reload]] argv = ["{script}"]' in report["problems"][1]["fix"]
+    assert fixed == 1 and problems(after) == [("app1", "policy", GITEA)]
 
 
 def test_an_admin_file_others_can_read(lab: tuple[Path, lab_mesh.Lab]) -> None:
@@ -194,8 +201,10 @@ def test_an_unknown_owner_and_group_at_the_agent(lab: tuple[Path, lab_mesh.Lab])
         keys = ctl.contact("test", ["app1"])
         with Agents(ctl.inventory.nodes(), keys, sequence=ctl.sequence) as agents:
             answer = agents.call("app1", messages.CHECK, ask)
-    found = answer["findings"]
+    found = [f for f in answer["findings"] if f["check"] != "policy"]
     assert [(f["check"], f["subject"]) for f in found] == [("owner", GITEA), ("group", GITEA)]
+    refused = [f["problem"] for f in answer["findings"] if f["check"] == "policy"]
+    assert [p.split(": ")[1] for p in refused] == ["owner", "group"]  # nor does its policy allow
     assert "'meshtui-nobody-here'" in found[0]["problem"]
     assert "is not a user on this node" in found[0]["problem"]
     assert "is not a group on this node" in found[1]["problem"]

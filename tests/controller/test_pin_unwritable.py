@@ -54,11 +54,16 @@ def test_pin_that_cannot_write_pg_hba_is_not_green_and_push_repairs_it(mesh, pg)
         assert row.state is State.STALE and "pg_hba.conf" in row.reason
         assert "ReadWritePaths=" in row.reason
         assert row.consumer_generation == row.generation  # the password itself is set
+        probed = mesh.cli("probe")  # the login works, but the pair is not green
+        assert probed.returncode == 1 and f"but stale {GITEA}" in probed.stdout, probed.stdout
+        assert "pg_hba.conf" in probed.stdout
         found = [p for p in ctl.doctor().problems if p.node == "db1"]
         assert any("ReadWritePaths=" in p.fix for p in found), found
         again = ctl.push()  # still read-only: still not green, and tried again
         assert not again.ok and "pg_hba.conf" in again.behind[GITEA]
     assert "meshtui pin begin" not in hba.read_text()
+    said = mesh.agent_logs()  # and the agent said so in its log (journalctl -u meshtui-agent)
+    assert "db1/postgres database: provisioner not ok: pg_hba.conf: failed" in said, said
     mesh.wrap.pop("db1")
     mesh.start("db1")  # the unit's ReadWritePaths= now names the folder
     with mesh.controller() as ctl:

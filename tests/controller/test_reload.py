@@ -99,3 +99,21 @@ def test_rotate_and_drill_exit_non_zero_when_the_reload_fails(mesh):
     broken.unlink()
     drilled = mesh.cli("drill", GITEA)
     assert drilled.returncode == 0, drilled.stdout + drilled.stderr
+
+
+def test_the_agent_logs_its_start_each_request_and_the_failed_reload(mesh):
+    """Issue 26: the agent printed nothing, so journalctl -u meshtui-agent was empty."""
+    with_reload(mesh)
+    with mesh.controller() as ctl:
+        ctl.rotate([GITEA])
+    logs = mesh.agent_logs()
+    assert "meshtui agent: node app1 starting" in logs
+    assert f"listening on unix:{mesh.sockets['app1']}" in logs
+    assert "meshtui agent: deliver: ok" in logs and "meshtui agent: state: ok" in logs
+    assert f"{GITEA}: reload " in logs and "failed: exit 1: System has not been booted" in logs
+    assert "\x1b" not in logs  # the reload's escape sequence is shown, never written raw
+    for secret in (
+        mesh.root / "srv/app1/gitea/db.password",
+        *mesh.root.glob("srv/db1/**/*.secret"),
+    ):
+        assert secret.read_text() not in logs

@@ -64,3 +64,40 @@ def test_a_restored_controller_numbers_past_what_every_node_accepted(
         assert jump is not None and jump["detail"]["past"] > high
         assert sorted(jump["detail"]["nodes"]) == ["app1", "db1"]
     assert int((fresh / "sequence").read_text()) > high
+
+
+def test_a_pair_declared_after_the_backup_is_named_until_declared_again(
+    mesh_with_agents, tmp_path: Path
+) -> None:
+    from tests.fix_agents import write_declaration
+
+    m: Mesh = mesh_with_agents(
+        consumers={"app1": ["gitea"]}, port=5432, admin=None, provisioner=["/bin/true"]
+    )
+    assert m.cli("push").returncode == 0
+    pw = tmp_path / "pass"
+    pw.write_text("night passphrase\n")
+    pw.chmod(0o600)
+    backup = tmp_path / "b"
+    assert m.cli("backup", str(backup), "--passphrase-file", str(pw)).returncode == 0
+    # after the backup a second consumer is declared and delivered
+    write_declaration(
+        m.root, port=5432, admin=None, consumers={"app1": ["gitea", "wiki"]},
+        provisioner=["/bin/true"],
+    )  # fmt: skip
+    assert m.cli("declare", str(m.decl)).returncode == 0
+    assert m.cli("push").returncode == 0
+    wiki = "database:app1/wiki->db1/postgres"
+
+    fresh = tmp_path / "fresh"
+    assert run(fresh, "restore", str(backup), "--passphrase-file", str(pw)).returncode == 0
+    done = run(fresh, "push")
+    assert done.returncode == 1, done.stdout  # not "all ends agree": a pair is missing here
+    assert f"AHEAD     {wiki}: held by app1 (consumer end), db1 (provider end)" in done.stdout
+    assert "declare the current declaration" in done.stdout
+    assert run(fresh, "declare", str(m.decl)).returncode == 0
+    done = run(fresh, "push")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"AHEAD     {wiki}" in done.stdout and "rotated to generation 2" in done.stdout
+    rows = {r["pair"]: r for r in json.loads(run(fresh, "status", "--json").stdout)}
+    assert rows[wiki]["consumer_generation"] == rows[wiki]["provider_generation"] == 2

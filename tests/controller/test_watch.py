@@ -371,3 +371,43 @@ def test_notify_failure_and_timeout_are_logged_and_never_stop_anything(tmp_path)
     assert any("exited 3: nope" in line for line in lines)
     assert any("cannot run" in line for line in lines)
     assert json.loads(alert.to_json())["from"] == "working"
+
+
+# ---------------------------------------------------------------------------- one alert per event
+
+
+def test_a_routine_rotation_is_no_alert_and_a_failed_reload_is_one(mesh):
+    """Issue 26: each routine rotation sent two alerts (working -> unknown "not probed since
+    generation N", then back); a rotation whose reload failed must be one alert, not none."""
+    with_policy(mesh, 'rotate_every = "6s"\nprobe_every = "1s"')
+    script = mesh.root / "reload.sh"
+    script.write_text("#!/bin/sh\necho 'gitea.service not found' >&2\nexit 1\n")
+    script.chmod(0o755)
+    got: list[Alert] = []
+    with mesh.controller() as ctl:
+        assert {p.verdict for p in ctl.probe(ALL)} == {"accepted"}  # every pair working
+        watch = Watch(ctl, notify=got.append, log=lambda _l: None)
+        watch.cycle()
+        time.sleep(max(0.0, max(d.due_at for d in ctl.schedule()) - time.time()) + 0.1)
+        report = watch.cycle()
+        assert sorted(report.rotated) == sorted(ALL)
+        for _ in range(20):  # the probes of the new generation
+            watch.cycle()
+            if {r.state.value for r in ctl.status()} == {"working"}:
+                break
+            time.sleep(0.2)
+        assert {r.state.value for r in ctl.status()} == {"working"}
+        assert got == [], got  # routine: nothing to hear about
+        text = mesh.decl.read_text().replace(
+            'file = "srv/app1/gitea/db.password" }',
+            f'file = "srv/app1/gitea/db.password", reload = ["{script}"] }}',
+        )
+        mesh.decl.write_text(text)
+        ctl.declare(mesh.decl)
+        time.sleep(max(0.0, max(d.due_at for d in ctl.schedule()) - time.time()) + 0.1)
+        for _ in range(3):
+            watch.cycle()
+        about_gitea = [a for a in got if a.pair == GITEA]
+        assert len(about_gitea) == 1, about_gitea
+        assert "reload failed" in about_gitea[0].reason
+        assert "gitea.service not found" in about_gitea[0].reason

@@ -14,6 +14,7 @@ from meshtui import crypto, wire
 from meshtui.controller.core import init_keys
 from meshtui.host import identity
 from meshtui.host.agent import Agent
+from meshtui.host.policy import write_default
 from meshtui.host.serve import build_app
 
 DIGEST = "ab" * 32
@@ -23,6 +24,7 @@ def _agent(tmp_path: Path) -> tuple[Agent, crypto.PrivateKeys, Path]:
     pub, _ = init_keys(tmp_path / "state")
     folder = tmp_path / "app1"
     identity.init("app1", folder, pub)
+    write_default(folder, "app1")  # deny by default: nothing here delivers
     return (
         Agent(identity.load(folder)),
         crypto.load_private(tmp_path / "state/controller.key"),

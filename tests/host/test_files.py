@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from meshtui import crypto, wire
+from meshtui import crypto, folders, wire
 from meshtui.controller.deliver import Planner
 
 GITEA = "database:app1/gitea->db1/postgres"
@@ -236,6 +236,7 @@ def read_as(user: str, path: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_apps_user_reads_its_file_another_user_cannot_and_rotation_keeps_it(mesh, users):
+    mesh.allow("app1", owners=(users["app"],), groups=(users["group"],))  # the node's policy
     declare_access(mesh, owner=users["app"], group=users["group"], mode="0640")
     with mesh.controller() as ctl:
         assert ctl.push().ok
@@ -269,6 +270,7 @@ def test_a_changed_owner_or_mode_is_applied_by_the_next_push(mesh, users):
     gitea = mesh.root / "srv/app1/gitea/db.password"
     content = gitea.read_bytes()
     assert read_as(users["app"], gitea).returncode != 0
+    mesh.allow("app1", groups=(users["group"],))  # the node's policy
     declare_access(mesh, group=users["group"], mode="0640")
     with mesh.controller() as ctl:
         report = ctl.push()
@@ -350,7 +352,6 @@ def test_a_link_anywhere_on_the_way_is_refused_and_shared_ancestors_change_nothi
     tmp_path: Path,
 ) -> None:
     from meshtui.errors import HostFileError
-    from meshtui.host import files
 
     root = tmp_path / "srv"
     for i in range(3):
@@ -361,14 +362,14 @@ def test_a_link_anywhere_on_the_way_is_refused_and_shared_ancestors_change_nothi
     (elsewhere / "db.password").write_bytes(b"not this")
     (root / "app1" / "m3").symlink_to(elsewhere)
     (root / "app2").symlink_to(root / "app1")
-    with files.Ancestors() as ancestors:
+    with folders.Ancestors() as ancestors:
         for i in range(3):
             path = root / "app1" / f"m{i}" / "db.password"
-            assert files.read_file(path, ancestors=ancestors) == b"s%d" % i
+            assert folders.read_file(path, ancestors=ancestors) == b"s%d" % i
         assert len(ancestors.fds) >= 3  # /, tmp..., srv, app1 shared by the three reads
         for bad in (root / "app1/m3/db.password", root / "app2/m0/db.password"):
             with pytest.raises(HostFileError, match="is a symbolic link"):
-                files.read_file(bad, ancestors=ancestors)
+                folders.read_file(bad, ancestors=ancestors)
             with pytest.raises(HostFileError, match="is a symbolic link"):
-                files.read_file(bad)
-        assert files.read_file(root / "app1/m9/db.password", ancestors=ancestors) is None
+                folders.read_file(bad)
+        assert folders.read_file(root / "app1/m9/db.password", ancestors=ancestors) is None

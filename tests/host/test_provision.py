@@ -7,9 +7,12 @@ does after writing a manifest: what the command prints on stdout is its report.
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import stat
 from pathlib import Path
 
+from meshtui.host.policy import Command
 from meshtui.host.provision import MAX_REASON, ProvisionReport, provision
 from meshtui.messages import ProviderSet
 from meshtui.model import OutcomeName
@@ -38,7 +41,8 @@ def run_command(tmp_path: Path, stdout: str, code: int = 0) -> ProvisionReport:
     def never(manifest: Path, admin: Path) -> ProvisionReport:
         raise AssertionError("a declared command must run, not the built-in provisioner")
 
-    return provision(spec, manifest, never)
+    allowed = Command((str(script),), pwd.getpwuid(os.geteuid()).pw_name)  # the node's policy
+    return provision(spec, manifest, never, command=allowed)
 
 
 def outcomes(report: ProvisionReport) -> list[tuple[str, str]]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from meshtui import crypto, messages
@@ -49,7 +51,7 @@ def test_a_new_controller_key_is_refused_until_the_operator_rekeys_the_node(
     with m.controller() as ctl:
         for node, answer in ask_state(ctl).items():
             assert isinstance(answer, AgentError), node
-            assert "not signed by controller" in answer.reason
+            assert "refused, unsigned" in answer.reason  # the node's words are not trusted
     # doctor names each node that still pins the old key, and the act that changes it
     res = m.cli("doctor", "--json")
     assert res.returncode == 1
@@ -98,3 +100,49 @@ def test_host_init_with_the_same_key_again_is_fine(tmp_path: Path) -> None:
     pub, _ = init_keys(tmp_path / "state")
     identity.init("app1", tmp_path / "n", pub)
     identity.init("app1", tmp_path / "n", pub)  # re-running init keeps everything
+
+
+def test_keys_lost_a_new_controller_rekeys_every_node_and_one_push_converges(
+    mesh_with_agents, tmp_path: Path
+) -> None:
+    """No backup at all: a new controller (init, declare) is refused until each node is
+    re-keyed on the node; then one push names every end ahead and brings it to one generation."""
+    m: Mesh = mesh_with_agents(
+        consumers={"app1": ["gitea"]}, port=5432, admin=None, provisioner=["/bin/true"]
+    )
+    pair = "database:app1/gitea->db1/postgres"
+    assert m.cli("push").returncode == 0
+    for _ in range(2):
+        done = m.cli("rotate", "--yes", pair)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    new = tmp_path / "new-controller"
+    run = lambda *a: subprocess.run(  # noqa: E731
+        [sys.executable, "-m", "meshtui.cli", "--state", str(new), *a],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert run("init").returncode == 0
+    assert run("declare", str(m.decl)).returncode == 0
+    refused = run("push")
+    assert refused.returncode == 1 and "refused" in refused.stdout
+    res = run("doctor", "--json")
+    assert {p["node"] for p in json.loads(res.stdout)["problems"] if p["check"] == "key"} == {
+        "db1",
+        "app1",
+    }
+    for node in ("db1", "app1"):
+        m.stop(node)
+        done = m.cli(
+            "host", "rekey", "--state", str(m.nodes[node]),
+            "--controller", str(new / "controller.pub"), "--yes",
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        m.start(node)
+    pushed = run("push")
+    assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+    assert f"AHEAD     {pair}" in pushed.stdout and "holds generation 3" in pushed.stdout
+    assert "rotated to generation 4 on both ends" in pushed.stdout
+    (row,) = json.loads(run("status", "--json").stdout)
+    assert row["generation"] == row["consumer_generation"] == row["provider_generation"] == 4
+    verified = run("audit", "--verify", "--json")
+    assert verified.returncode == 0, verified.stdout + verified.stderr

@@ -167,3 +167,54 @@ def test_provisioner_imports_no_controller_inventory_or_ui() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_agents_writer_and_the_provisioners_reader_share_one_shape() -> None:
+    """Every key of the one shape (meshtui/manifest.py), written by the agent's writer, is read
+    back by the provisioner's reader: a key added to the shape that either side ignores fails."""
+    from typing import get_type_hints
+
+    from meshtui.host.manifest import manifest_text
+    from meshtui.manifest import VERSION, ManifestBody, ManifestLine, secret_name
+
+    line: ManifestLine = {
+        "as": "wiki_app2_77aa01",
+        "node": "app2",
+        "module": "wiki",
+        "at": "10.213.0.4",
+        "values": {"keys": "wiki:*"},
+        "secret": secret_name("app2", "wiki"),
+        "digest": DIGEST,
+    }
+    body: ManifestBody = {
+        "version": VERSION,
+        "provision": "cache",
+        "provider": "db1/redis",
+        "serial": 7,
+        "pin": True,
+        "consumers": [line],
+        "kind": "redis",
+    }
+    assert set(body) == set(get_type_hints(ManifestBody)), "every key of the shape is written"
+    assert set(line) == set(get_type_hints(ManifestLine))
+    parsed = parse_manifest(manifest_text(body), Path("/srv/db1/redis/mesh.json"))
+    (consumer,) = parsed.consumers
+    read_top = {
+        "version": parsed.version,
+        "provision": parsed.provision,
+        "provider": parsed.provider,
+        "serial": parsed.serial,
+        "pin": parsed.pin,
+        "kind": parsed.kind,
+    }
+    read_line = {
+        "as": consumer.login,
+        "node": consumer.node,
+        "module": consumer.module,
+        "at": consumer.at,
+        "values": dict(consumer.values),
+        "secret": consumer.secret,
+        "digest": consumer.digest,
+    }
+    assert read_top == {k: v for k, v in body.items() if k != "consumers"}
+    assert read_line == line

@@ -207,3 +207,23 @@ def test_the_new_file_keeps_its_owner_and_mode(tmp_path: Path) -> None:
     assert (after.st_uid, after.st_gid, after.st_mode & 0o7777) == (pw.pw_uid, pw.pw_gid, 0o640)
     assert target.read_text() == new
     assert sorted(p.name for p in folder_path.iterdir()) == ["pg_hba.conf"]  # no temp file left
+
+
+def test_pin_lines_demand_tls_where_the_files_own_rules_do() -> None:
+    """Issue 26: a file whose rules are hostssl got plain ``host`` pin lines, letting a pinned
+    login in without TLS where nobody else could."""
+    text = (
+        "local all postgres peer\n"
+        "hostssl all all 10.0.0.0/24 scram-sha-256\n"
+        "host all all 192.168.0.0/16 scram-sha-256\n"
+    )
+    foreign = pg_hba.parse(text).foreign
+    assert pg_hba.requires_tls(foreign, "10.0.0.3")
+    assert not pg_hba.requires_tls(foreign, "192.168.1.5")
+    assert not pg_hba.requires_tls(foreign, "172.16.0.1")  # no rule of the file's: plain host
+    pins = {"a": "10.0.0.3", "b": "192.168.1.5"}
+    tls = frozenset(k for k, at in pins.items() if pg_hba.requires_tls(foreign, at))
+    body = pg_hba.block(pins, tls)
+    assert 'hostssl all "a" 10.0.0.3/32 scram-sha-256' in body
+    assert 'host all "b" 192.168.1.5/32 scram-sha-256' in body
+    assert pg_hba.pinned(body) == {"a": "10.0.0.3", "b": "192.168.1.5"}

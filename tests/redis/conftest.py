@@ -11,6 +11,7 @@ import secrets
 import shutil
 import socket
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,14 +80,17 @@ def can_auth(server: lab_redis.RedisServer, login: str, password: str) -> bool:
 
 
 @pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[lab_redis.RedisServer]:
-    folder = tmp_path_factory.mktemp("redis") / "srv"
-    server = lab_redis.create(folder, address="127.0.0.1", port=free_port())
+def redis_server() -> Iterator[lab_redis.RedisServer]:
+    # under a folder the server's own user may pass through (it runs as meshtui_redis as root)
+    base = Path(tempfile.mkdtemp(prefix="meshtui-redis-"))
+    base.chmod(0o711)
+    server = lab_redis.create(base / "srv", address="127.0.0.1", port=free_port())
     server.start()
     try:
         yield server
     finally:
         server.stop()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @dataclass

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 import redis
-from meshtui.provisioner.redis import RedisAdapter
-from meshtui.redis_acl import ValuesError, name_problem, rules_for
 
 from meshtui import declaration
 from meshtui.errors import DeclarationError
+from meshtui.kinds.redis.acl import ValuesError, name_problem, rules_for
+from meshtui.kinds.redis.adapter import RedisAdapter
 from meshtui.provisioner.adapter import Refused, Scope
 from tests.fix_mesh import Mesh
 

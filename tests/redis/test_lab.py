@@ -38,8 +38,11 @@ def test_the_lab_redis_is_locked_down(lab: tuple[Path, Any]) -> None:
         and f"bind {built.addresses['db1']}" in conf
     )
     assert "user default off" in server.aclfile.read_text()
-    for name in ("ca.key", "server.key", "admin.url", "users.acl"):
+    for name in ("ca.key", "admin.url"):
         assert (server.folder / name).stat().st_mode & 0o777 == 0o600, name
+    assert server.aclfile.stat().st_mode & 0o777 == 0o600
+    key = (server.folder / "server.key").stat()  # its own user reads it through its group
+    assert key.st_uid == 0 and key.st_mode & 0o777 == 0o640
     assert lab_mesh.status(state)["redis"] is True
 
 

@@ -51,7 +51,7 @@ def test_a_failed_acl_save_is_retried_by_the_next_idle_run(rmesh: RMesh) -> None
     rmesh.add("app2", "web")
     assert rmesh.reconcile().ok
     rmesh.rotate("app1", "worker")
-    with immutable(rmesh.server.folder):
+    with immutable(rmesh.server.aclfile.parent):
         with pytest.raises(ProvisionError, match="ACL SAVE failed") as failed:
             rmesh.reconcile()
         assert "the next run retries the save" in str(failed.value)
@@ -95,7 +95,7 @@ def test_a_hand_made_user_of_the_marks_name_is_left_alone(rmesh: RMesh) -> None:
         before = admin.execute_command("ACL", "GETUSER", UNSAVED_USER)
     rmesh.add("app1", "worker")
     with (
-        immutable(rmesh.server.folder),
+        immutable(rmesh.server.aclfile.parent),
         pytest.raises(ProvisionError, match="ACL SAVE failed") as failed,
     ):
         rmesh.reconcile()

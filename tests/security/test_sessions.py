@@ -19,9 +19,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from meshtui.lab.postgres import Cluster
 
 import meshtui
+from meshtui import runas
+from meshtui.kinds.postgres.lab import Cluster
+from meshtui.runas import RunAsError
 from tests.security.fix_users import Attacker
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (a second real user)")
@@ -191,3 +193,25 @@ def test_the_walk_catches_a_bypass(tmp_path: Path) -> None:
         assert len(_bypasses(planted)) == 4
     finally:
         PACKAGE = saved
+
+
+def test_runas_refuses_a_terminal_or_a_session_chosen_by_its_caller() -> None:
+    master, slave = pty.openpty()
+    try:
+        with pytest.raises(RunAsError, match="terminal as stdout"):
+            runas.run(["true"], None, stdout=slave)
+        with pytest.raises(RunAsError, match="set by meshtui.runas"):
+            runas.run(["true"], None, start_new_session=False)
+        with pytest.raises(RunAsError, match="inherits no descriptor"):
+            runas.run(["true"], None, pass_fds=[slave])
+    finally:
+        os.close(master)
+        os.close(slave)
+    done = runas.run(
+        ["python3", "-c", "import os; print(os.getsid(0) == os.getpid())"],
+        None,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.strip() == "True"

@@ -12,12 +12,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from meshtui.kinds.kind import Kind, Ref
+from meshtui.kinds.postgres.connection import connection
 
 
 def _dbname(values: Mapping[str, str]) -> str:
     """A probe logs in to the consumer's own database, else the server's ``postgres``."""
     return values.get("database") or "postgres"
 
+
+FINISH_NAME = "pg_hba.conf"
+"""The report line of the kind's after-run step (:func:`meshtui.kinds.postgres.hba.finish`)."""
 
 KIND = Kind(
     name="postgres",
@@ -30,8 +34,10 @@ KIND = Kind(
     adapter=Ref("meshtui.kinds.postgres.adapter", "PostgresAdapter"),
     kept=Ref("meshtui.kinds.postgres.warm", "WarmSessions"),
     finish=Ref("meshtui.kinds.postgres.hba", "finish"),
+    finish_name=FINISH_NAME,
     probe=Ref("meshtui.kinds.postgres.probe", "probe"),
     doctor=Ref("meshtui.kinds.postgres.doctor", "admin_rights"),
     lab=Ref("meshtui.kinds.postgres.lab"),
     dbname=_dbname,
+    connection=connection,
 )

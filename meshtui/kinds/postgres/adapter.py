@@ -85,12 +85,15 @@ FROM {roles} a
 LEFT JOIN pg_shdescription d ON d.objoid = a.oid AND d.classoid = 'pg_authid'::regclass
 """
 
+# the marker's oid is a value of its own (not a join), so the membership is one index lookup
+# by (member, role): joined, the planner hashed every member of the marker, 30 ms at 10,000
 _ONE_ROLE = """
 SELECT a.oid, coalesce({same_txn}, false), a.rolcanlogin, {no_password},
        d.description,
        EXISTS (SELECT 1 FROM pg_auth_members m JOIN pg_roles g ON g.oid = m.grantor
-               JOIN pg_roles k ON k.oid = m.roleid
-               WHERE m.member = a.oid AND k.rolname = %(marker)s AND {trusted})
+               WHERE m.member = a.oid
+                 AND m.roleid = (SELECT k.oid FROM pg_roles k WHERE k.rolname = %(marker)s)
+                 AND {trusted})
 FROM {roles} a
 LEFT JOIN pg_shdescription d ON d.objoid = a.oid AND d.classoid = 'pg_authid'::regclass
 WHERE a.rolname = %(name)s
@@ -194,7 +197,7 @@ class _Role:
     same_txn: bool  # pg_authid row and our record were written by one transaction
     can_login: bool
     no_password: bool
-    record: dict[str, Any] | None
+    record: Record | None
     marked: bool
 
 
@@ -203,31 +206,75 @@ def held_name(login: str) -> str:
     return HELD_PREFIX + hashlib.blake2b(login.encode("utf-8"), digest_size=8).hexdigest()
 
 
-def _record(text: str | None) -> dict[str, Any] | None:
-    """Our JSON record from a role COMMENT, or None when the comment is not ours."""
-    if not text:
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) and "meshtui" in value else None
+@dataclass(frozen=True)
+class Record:
+    """meshtui's record in the COMMENT of a role or database it made: what it is (``what``, the
+    JSON's ``meshtui`` key: ``login``, ``held``, ``database`` or ``marker``), for which provider
+    and provision, the digest of a login's password, the login a holding role keeps. Written as
+    JSON with sorted keys (and no absent field), so a login's record has one fixed layout."""
+
+    what: str
+    provider: str | None = None
+    provision: str | None = None
+    digest: str | None = None
+    login: str | None = None
+
+    def text(self) -> str:
+        """The COMMENT's text."""
+        fields = {
+            "meshtui": self.what,
+            "provider": self.provider,
+            "provision": self.provision,
+            "digest": self.digest,
+            "login": self.login,
+        }
+        return json.dumps({k: v for k, v in fields.items() if v is not None}, sort_keys=True)
+
+    @classmethod
+    def read(cls, text: str | None) -> Record | None:
+        """The record a COMMENT holds, or None when the comment is not one of ours (a field of
+        another type than text reads as absent)."""
+        if not text:
+            return None
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return None
+        if not isinstance(value, dict) or "meshtui" not in value:
+            return None
+
+        def field(key: str) -> str | None:
+            got = value.get(key)
+            return got if isinstance(got, str) else None
+
+        return cls(
+            str(value["meshtui"]),
+            field("provider"),
+            field("provision"),
+            field("digest"),
+            field("login"),
+        )
 
 
 def _role_of(row: Any) -> _Role:
     """A ``_Role`` from the columns of ``_ONE_ROLE``."""
     oid, same_txn, can_login, no_password, comment, marked = row
     return _Role(
-        int(oid), bool(same_txn), bool(can_login), bool(no_password), _record(comment), bool(marked)
+        int(oid),
+        bool(same_txn),
+        bool(can_login),
+        bool(no_password),
+        Record.read(comment),
+        bool(marked),
     )
 
 
-def _foreign(marked: bool, record: Mapping[str, Any] | None) -> str:
+def _foreign(marked: bool, record: Record | None) -> str:
     """Why a role is not ours, the one wording of the inspection's notes and create's refusals."""
     if not marked:
         return "a role meshtui did not make"
-    if record is not None and record.get("meshtui") == "login":
-        return f"made by meshtui for {record.get('provision')} at {record.get('provider')}"
+    if record is not None and record.what == "login":
+        return f"made by meshtui for {record.provision} at {record.provider}"
     return "made by meshtui for another provision or provider"
 
 
@@ -396,11 +443,11 @@ class PostgresAdapter:
 
     # -- reading -----------------------------------------------------------------------------
 
-    def _in_scope(self, record: dict[str, Any] | None) -> bool:
+    def _in_scope(self, record: Record | None) -> bool:
         return (
             record is not None
-            and record.get("provider") == self.scope.provider
-            and record.get("provision") == self.scope.provision
+            and record.provider == self.scope.provider
+            and record.provision == self.scope.provision
         )
 
     def inspect(self, wanted: Mapping[str, Mapping[str, str]]) -> dict[str, Held]:
@@ -441,7 +488,7 @@ class PostgresAdapter:
                 self._plan = plan_of(settings.fetchall(), superuser=self.superuser)
                 self._stale = False
         held_for: set[str] = set()
-        logins: list[tuple[str, bool, bool, dict[str, Any] | None, bool]] = []
+        logins: list[tuple[str, bool, bool, Record | None, bool]] = []
         # our own records have one fixed layout (sort_keys): read those without a JSON parse
         tail = self._record_tail()
         size = len(_DIGEST_HEAD) + DIGEST_LENGTH + len(tail)
@@ -456,16 +503,13 @@ class PostgresAdapter:
                 and comment.endswith(tail)
             ):
                 digest = comment[len(_DIGEST_HEAD) : len(_DIGEST_HEAD) + DIGEST_LENGTH]
-                record: dict[str, Any] | None = {
-                    "meshtui": "login",
-                    "provider": self.scope.provider,
-                    "provision": self.scope.provision,
-                    "digest": digest,
-                }
+                record: Record | None = Record(
+                    "login", self.scope.provider, self.scope.provision, digest
+                )
             else:
-                record = _record(comment)
-            if marked and record is not None and record.get("meshtui") == "held":
-                held_for.add(str(record.get("login")))
+                record = Record.read(comment)
+            if marked and record is not None and record.what == "held":
+                held_for.add(str(record.login))
             else:
                 logins.append((name, bool(same_txn), can_login, record, marked))
         out: dict[str, Held] = {}
@@ -473,12 +517,12 @@ class PostgresAdapter:
             if not marked:
                 out[name] = Held(name, ours=False, note=_foreign(marked, record))
                 continue
-            if record is not None and record.get("meshtui") == "login":
+            if record is not None and record.what == "login":
                 if not self._in_scope(record):
                     out[name] = Held(name, ours=False, note=_foreign(marked, record))
                     continue
                 intact = can_login and same_txn
-                digest = record.get("digest") if intact else None
+                digest = record.digest if intact else None
                 values = wanted.get(name, {})
                 in_place = name not in held_for and set(values) <= KNOWN_VALUES
                 if "database" in values:
@@ -509,18 +553,12 @@ class PostgresAdapter:
 
     @staticmethod
     def _database_record(comment: str | None) -> bool:
-        record = _record(comment)
-        return record is not None and record.get("meshtui") == "database"
+        record = Record.read(comment)
+        return record is not None and record.what == "database"
 
     def _record_text(self, digest: str) -> str:
         """The COMMENT of a login of ours: JSON, keys sorted, so its layout never varies."""
-        record = {
-            "meshtui": "login",
-            "provider": self.scope.provider,
-            "provision": self.scope.provision,
-            "digest": digest,
-        }
-        return json.dumps(record, sort_keys=True)
+        return Record("login", self.scope.provider, self.scope.provision, digest).text()
 
     def _record_tail(self) -> str:
         """What follows the digest in :meth:`_record_text`."""
@@ -564,7 +602,7 @@ class PostgresAdapter:
         )
         return raw.decode("ascii")
 
-    def _ensure_role(self, name: str, record: dict[str, Any]) -> None:
+    def _ensure_role(self, name: str, record: Record) -> None:
         """Create a NOLOGIN role of ours (the marker or a holding role) unless it exists."""
         existing = self._role(name)
         if existing is not None:
@@ -580,7 +618,7 @@ class PostgresAdapter:
                     self._grant_marker(name)
                 self._exec(
                     sql.SQL("COMMENT ON ROLE {} IS {}").format(
-                        sql.Identifier(name), sql.Literal(json.dumps(record, sort_keys=True))
+                        sql.Identifier(name), sql.Literal(record.text())
                     )
                 )
         except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateObject):
@@ -756,7 +794,7 @@ class PostgresAdapter:
                 and role.can_login
                 and role.same_txn
                 and role.record is not None
-                and role.record.get("digest") == digest
+                and role.record.digest == digest
             )
             if not intact:
                 self.conn.execute(self._plan.statement)  # lowered before the verifier is sent
@@ -798,7 +836,7 @@ class PostgresAdapter:
         """The marker role (and, for an admin that is not a superuser, the password function)."""
         if not self._marker_ready:
             if self._role(MARKER) is None:
-                self._ensure_role(MARKER, {"meshtui": "marker"})
+                self._ensure_role(MARKER, Record("marker"))
             self._check_marker_grantable()
             self._marker_ready = True
         self._prepare_function()
@@ -914,7 +952,7 @@ class PostgresAdapter:
                     and role.can_login
                     and role.same_txn
                     and role.record is not None
-                    and role.record.get("digest") == digest
+                    and role.record.digest == digest
                 )
                 if intact:
                     untouched.add(login)
@@ -1007,9 +1045,7 @@ class PostgresAdapter:
         """A marked role whose record is ours for this scope, or was lost (then we repair it)."""
         if not role.marked:
             return False
-        return role.record is None or (
-            role.record.get("meshtui") == "login" and self._in_scope(role.record)
-        )
+        return role.record is None or (role.record.what == "login" and self._in_scope(role.record))
 
     def _hand_back(self, login: str) -> list[str]:
         """Give a returning login what its holding role kept, then drop the holding role."""
@@ -1017,8 +1053,8 @@ class PostgresAdapter:
         held = self._role(keeper)
         if held is None:
             return []
-        record = held.record or {}
-        if not held.marked or record.get("meshtui") != "held" or record.get("login") != login:
+        record = held.record
+        if not held.marked or record is None or record.what != "held" or record.login != login:
             return [f"role {keeper} is not meshtui's holding role for {login}; left alone"]
         self._act_as(keeper)
         self._act_as(login)
@@ -1080,19 +1116,14 @@ class PostgresAdapter:
             note = f"database {database}: PUBLIC's rights revoked again"
         self._act_as(login)
         db, owner = sql.Identifier(database), sql.Identifier(login)
-        record = {"meshtui": "database", "login": login, **self._scope_record()}
+        record = Record("database", self.scope.provider, self.scope.provision, login=login)
         with self.conn.transaction():
             self._exec(sql.SQL("REVOKE ALL ON DATABASE {} FROM PUBLIC").format(db))
             self._exec(sql.SQL("GRANT CONNECT, TEMPORARY ON DATABASE {} TO {}").format(db, owner))
             self._exec(
-                sql.SQL("COMMENT ON DATABASE {} IS {}").format(
-                    db, sql.Literal(json.dumps(record, sort_keys=True))
-                )
+                sql.SQL("COMMENT ON DATABASE {} IS {}").format(db, sql.Literal(record.text()))
             )
         return [note]
-
-    def _scope_record(self) -> dict[str, str]:
-        return {"provider": self.scope.provider, "provision": self.scope.provision}
 
     # -- remove ------------------------------------------------------------------------------
 
@@ -1102,8 +1133,13 @@ class PostgresAdapter:
         role = self._role(login)
         if role is None:
             return Done(OutcomeName.REMOVED, "it was already gone")
-        record = role.record or {}
-        if not role.marked or record.get("meshtui") != "login" or not self._in_scope(record):
+        record = role.record
+        if (
+            not role.marked
+            or record is None
+            or record.what != "login"
+            or not self._in_scope(record)
+        ):
             raise Refused("not a login meshtui made for this provision; left alone")
         ident = sql.Identifier(login)
         if role.can_login or not role.no_password:
@@ -1116,12 +1152,7 @@ class PostgresAdapter:
                 keeper = held_name(login)
                 self._ensure_role(
                     keeper,
-                    {
-                        "meshtui": "held",
-                        "login": login,
-                        "provider": self.scope.provider,
-                        "provision": self.scope.provision,
-                    },
+                    Record("held", self.scope.provider, self.scope.provision, login=login),
                 )
             else:
                 keeper = None

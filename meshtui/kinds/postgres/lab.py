@@ -40,6 +40,8 @@ from psycopg.conninfo import make_conninfo
 from meshtui import runas
 from meshtui.atomic import write_private
 from meshtui.errors import LabError
+from meshtui.lab.accounts import check_path_open as _check_path_open
+from meshtui.lab.accounts import ensure_system_user as _ensure_system_user
 from meshtui.lab.foreign import ForeignDir, open_dir
 from meshtui.lab.wait import wait_until
 from meshtui.runas import OsUser
@@ -89,61 +91,6 @@ def _is_root() -> bool:
 
 def _caller_name() -> str:
     return pwd.getpwuid(os.geteuid()).pw_name
-
-
-def _ensure_system_user(name: str) -> pwd.struct_passwd:
-    """Create the dedicated ``--system`` nologin user once; tolerate a concurrent creation."""
-    for _attempt in range(20):
-        try:
-            return pwd.getpwnam(name)
-        except KeyError:
-            pass
-        done = subprocess.run(
-            [
-                "useradd",
-                "--system",
-                "--user-group",
-                "--no-create-home",
-                "--home-dir",
-                "/nonexistent",
-                "--shell",
-                "/usr/sbin/nologin",
-                name,
-            ],
-            capture_output=True,
-            text=True,
-            env=_ENV,
-            check=False,
-        )
-        if done.returncode not in (0, 9, 10):  # 9: exists already, 10: passwd file busy
-            raise LabError(f"useradd {name} failed: {done.stderr.strip()}")
-        if done.returncode == 10:
-            time.sleep(0.1)
-    try:
-        return pwd.getpwnam(name)
-    except KeyError:
-        raise LabError(f"could not create the system user {name}") from None
-
-
-def _traversable(path: Path, user: pwd.struct_passwd) -> bool:
-    """Whether ``user`` (its primary group only, no supplementary groups) may search ``path``."""
-    st = path.stat()
-    if st.st_uid == user.pw_uid:
-        return bool(st.st_mode & stat.S_IXUSR)
-    if st.st_gid == user.pw_gid:
-        return bool(st.st_mode & stat.S_IXGRP)
-    return bool(st.st_mode & stat.S_IXOTH)
-
-
-def _check_path_open(target: Path, user: pwd.struct_passwd, what: str) -> None:
-    """Raise a LabError naming the first ancestor of ``target`` the server user cannot enter."""
-    for parent in reversed(target.parents):
-        if not _traversable(parent, user):
-            raise LabError(
-                f"{parent} is not traversable by the PostgreSQL user {user.pw_name}, "
-                f"so it cannot reach {what} {target} (allow o+x on {parent}, "
-                "or choose a folder under one it can enter, e.g. under /tmp or /var/lib)"
-            )
 
 
 def _mkdirs_open(path: Path) -> None:

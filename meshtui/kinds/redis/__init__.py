@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from meshtui.kinds.kind import Kind, Ref
 from meshtui.kinds.redis.acl import check_values
+from meshtui.kinds.redis.connection import connection
 
 KIND = Kind(
     name="redis",
@@ -21,8 +22,10 @@ KIND = Kind(
     admin_example="rediss://ADMIN:PASSWORD@HOST:PORT with ?ssl_ca_certs=CA.pem",
     adapter=Ref("meshtui.kinds.redis.adapter", "RedisAdapter"),
     probe=Ref("meshtui.kinds.redis.probe", "probe_target"),
+    doctor=Ref("meshtui.kinds.redis.doctor", "admin_rights"),
     lab=Ref("meshtui.kinds.redis.lab"),
     check_values=check_values,
     tls=True,
     workers=1,  # one Redis thread serves every session: a second only adds contention
+    connection=connection,
 )

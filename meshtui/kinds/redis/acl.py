@@ -2,7 +2,7 @@
 
 A consumer may ask for ``keys`` (key patterns, default ``<login>:*``), ``channels`` (Pub/Sub
 channel patterns, default none) and ``commands`` (ACL categories, default every category but
-``@dangerous`` and ``@admin``). Patterns are separated by spaces; a pattern holding a control
+``@scripting``, ``@dangerous`` and ``@admin``). Patterns are separated by spaces; a pattern holding a control
 character, a parenthesis, a quote or a backslash is refused, and so is a user name holding a
 space, a control character, a quote or a backslash: the ACL file is one line per user,
 selectors are written in parentheses, and ``CONFIG REWRITE`` writes every rule into
@@ -21,7 +21,10 @@ from dataclasses import dataclass
 from meshtui.kinds.kind import ValuesError
 
 KNOWN_VALUES = frozenset({"keys", "channels", "commands"})
-DEFAULT_COMMANDS = ("+@all", "-@dangerous", "-@admin")
+DEFAULT_COMMANDS = ("+@all", "-@scripting", "-@dangerous", "-@admin")
+"""What a consumer that names no ``commands`` may run: everything but Lua and functions
+(``EVAL``, ``FUNCTION``: a server-side interpreter is the widest door into a server's own
+bugs), ``@dangerous`` and ``@admin``. A consumer that needs Lua asks for ``+@scripting``."""
 NEVER_GRANTED = frozenset({"admin", "dangerous", "all"})  # +@all holds both of them
 ALWAYS_DENIED = ("-@dangerous", "-@admin")
 _CATEGORY = re.compile(r"[+-]@[a-z][a-z0-9_-]{0,63}")
@@ -92,7 +95,7 @@ def rules_for(login: str, values: Mapping[str, str]) -> Rules:
         )
     keys = _patterns("keys", values["keys"]) if "keys" in values else (f"{login}:*",)
     channels = _patterns("channels", values["channels"]) if "channels" in values else ()
-    commands = _commands(values["commands"]) if "commands" in values else DEFAULT_COMMANDS[:1]
+    commands = _commands(values["commands"]) if "commands" in values else DEFAULT_COMMANDS[:2]
     return Rules(keys, channels, (*commands, *ALWAYS_DENIED))
 
 

@@ -662,3 +662,9 @@ class RedisAdapter:
         return Done(
             OutcomeName.REMOVED, "its keys are kept" + (f"; {self.note}" if self.note else "")
         )
+
+
+def admin_session(url: str, provider: str) -> RedisAdapter:
+    """An admin session opened as the provisioner opens one (same URL checks, same TLS), for
+    doctor's check of the admin file; nothing is written through it."""
+    return RedisAdapter(url, Scope(provider=provider, provision="doctor"))

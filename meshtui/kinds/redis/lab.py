@@ -5,8 +5,12 @@ listening address (``openssl``, keys 0600, made once), an aclfile holding only a
 (``meshtui-admin``, password minted here, kept as its SHA-256) and ``default`` switched off,
 and a ``redis.conf`` with ``protected-mode yes``, TLS only (``port 0``), no RDB or AOF. The
 admin URL (``rediss://`` with the CA) goes to a 0600 file: that is the provisioner's admin
-file. In the lab the server runs as the user who runs the lab (root builds namespaces); every
-file it uses is in the folder made here, so nothing follows another user's paths.
+file. As root the server runs as a system user of its own (:data:`SERVER_USER`, like the lab's
+PostgreSQL), started through :mod:`meshtui.runas` (its own session, no terminal): it may read
+its configuration, certificate and key (group-readable, owned by root) and write only in
+``data/`` (the aclfile, its log and pid file), which root reads as hostile ground
+(:mod:`meshtui.lab.foreign`), checking that a pid it is told belongs to that user before it
+signals it. Without root it runs as the caller.
 """
 
 from __future__ import annotations
@@ -26,9 +30,14 @@ from meshtui import runas
 from meshtui.atomic import write_private
 from meshtui.errors import LabError
 from meshtui.lab import toml_writer
+from meshtui.lab.accounts import check_path_open, ensure_system_user
+from meshtui.lab.foreign import ForeignDir
 from meshtui.lab.wait import poll
 
 ADMIN_USER = "meshtui-admin"
+SERVER_USER = "meshtui_redis"
+DATA = "data"
+_LOG_SCAN = 256 << 10  # the start of a lab Redis's log is a few KiB
 SERVER = "/usr/bin/redis-server"
 START_S = 20.0
 _OPENSSL_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}
@@ -65,14 +74,19 @@ class RedisServer:
         return self.folder / "ca.pem"
 
     @property
+    def data(self) -> Path:
+        """The only folder the server writes in (its own user's)."""
+        return self.folder / DATA
+
+    @property
     def aclfile(self) -> Path:
         """The ACL file (``ACL SAVE`` writes it)."""
-        return self.folder / "users.acl"
+        return self.data / "users.acl"
 
     @property
     def log(self) -> Path:
         """The server's log."""
-        return self.folder / "redis.log"
+        return self.data / "redis.log"
 
     @property
     def admin_file(self) -> Path:
@@ -82,12 +96,33 @@ class RedisServer:
     @property
     def pidfile(self) -> Path:
         """Where the running server's pid is kept."""
-        return self.folder / "redis.pid"
+        return self.data / "redis.pid"
+
+    @property
+    def user(self) -> runas.OsUser | None:
+        """Who the server runs as: its system user as root, else the caller (None)."""
+        return runas.OsUser.named(SERVER_USER) if os.geteuid() == 0 else None
+
+    def _owner(self) -> int:
+        user = self.user
+        return user.uid if user is not None else os.geteuid()
+
+    def _read_data(self, name: str, limit: int) -> bytes | None:
+        """The end of a file in ``data/`` (at most ``limit`` bytes), read as hostile ground."""
+        try:
+            with ForeignDir(self.data, owner=self._owner()) as folder:
+                return folder.tail(name, limit)
+        except (OSError, LabError):
+            return None
 
     def pid(self) -> int | None:
-        """The running server's pid, or None."""
+        """The running server's pid, or None (also when the pid file names a process of
+        another user: the server's user writes that file, root must not signal what it says)."""
+        raw = self._read_data("redis.pid", 64)
         try:
-            pid = int(self.pidfile.read_text().strip())
+            pid = int((raw or b"").strip())
+            if os.stat(f"/proc/{pid}").st_uid != self._owner():
+                return None
         except (OSError, ValueError):
             return None
         return None if _gone(pid) else pid
@@ -102,10 +137,7 @@ class RedisServer:
         return pid is not None and self._ready(pid)
 
     def _ready(self, pid: int) -> bool:
-        try:
-            text = self.log.read_text(errors="replace")
-        except OSError:
-            return False
+        text = (self._read_data("redis.log", _LOG_SCAN) or b"").decode(errors="replace")
         head = f"{pid}:M "
         return any(
             line.startswith(head) and "Ready to accept connections" in line
@@ -121,16 +153,16 @@ class RedisServer:
             "stdin": subprocess.DEVNULL,
             "stdout": subprocess.DEVNULL,
             "stderr": subprocess.DEVNULL,
-            "cwd": str(self.folder),
+            "cwd": str(self.data),
             "umask": 0o077,  # what ACL SAVE writes (the aclfile with every hash) stays 0600
         }
-        try:  # a session of its own (meshtui.runas): no terminal of ours stays with it
-            proc = runas.spawn(argv, None, netns=netns, **kwargs)
+        try:  # its own user, in a session of its own (meshtui.runas)
+            proc = runas.spawn(argv, self.user, netns=netns, **kwargs)
         except OSError as exc:
             raise LabError(f"redis-server in {self.folder} could not be started: {exc}") from exc
         if poll(lambda: self._ready(proc.pid), START_S, unless=lambda: proc.poll() is not None):
             return
-        tail = self.log.read_text(errors="replace")[-800:] if self.log.exists() else ""
+        tail = (self._read_data("redis.log", 800) or b"").decode(errors="replace")
         raise LabError(f"redis-server in {self.folder} did not start; its log ends:\n{tail}")
 
     def stop(self) -> None:
@@ -207,23 +239,38 @@ def create(folder: Path, *, address: str, port: int) -> RedisServer:
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o700)
     server = RedisServer(folder.resolve(), address, port)
+    pw = ensure_system_user(SERVER_USER) if os.geteuid() == 0 else None
     make_certificates(server.folder, address)
-    if not server.aclfile.exists() or not server.admin_file.exists():
-        password = secrets.token_urlsafe(32)
-        digest = hashlib.sha256(password.encode()).hexdigest()
-        write_private(
-            server.aclfile,
-            (
-                "user default off resetkeys resetchannels -@all\n"
-                f"user {ADMIN_USER} on #{digest} ~* &* +@all\n"
-            ).encode(),
-        )
-        url = (
-            f"rediss://{ADMIN_USER}:{quote(password, safe='')}@{address}:{port}/0"
-            f"?ssl_ca_certs={quote(str(server.ca), safe='/')}"
-        )
-        write_private(server.admin_file, url.encode())
-        del password, url
+    if pw is not None:  # the server's user reads its configuration, certificate and key
+        check_path_open(server.folder, pw, "the lab Redis's folder")
+        for name, mode in (("", 0o710), ("server.key", 0o640), ("server.pem", 0o644)):
+            os.chown(server.folder / name, 0, pw.pw_gid)
+            (server.folder / name).chmod(mode)
+    owner = pw.pw_uid if pw is not None else os.geteuid()
+    try:
+        server.data.mkdir(mode=0o700)
+        os.chown(server.data, owner, pw.pw_gid if pw is not None else -1)
+    except FileExistsError:
+        pass
+    with ForeignDir(server.data, owner=owner) as data:
+        if data.mode_of("users.acl") is None or not server.admin_file.exists():
+            password = secrets.token_urlsafe(32)
+            digest = hashlib.sha256(password.encode()).hexdigest()
+            data.write(
+                "users.acl",
+                (
+                    "user default off resetkeys resetchannels -@all\n"
+                    f"user {ADMIN_USER} on #{digest} ~* &* +@all\n"
+                ).encode(),
+                uid=pw.pw_uid if pw is not None else None,
+                gid=pw.pw_gid if pw is not None else None,
+            )
+            url = (
+                f"rediss://{ADMIN_USER}:{quote(password, safe='')}@{address}:{port}/0"
+                f"?ssl_ca_certs={quote(str(server.ca), safe='/')}"
+            )
+            write_private(server.admin_file, url.encode())
+            del password, url
     conf = [
         f"bind {address}",
         "protected-mode yes",
@@ -234,7 +281,7 @@ def create(folder: Path, *, address: str, port: int) -> RedisServer:
         f"tls-ca-cert-file {server.ca}",
         "tls-auth-clients no",
         f"aclfile {server.aclfile}",
-        f"dir {server.folder}",
+        f"dir {server.data}",
         f"logfile {server.log}",
         f"pidfile {server.pidfile}",
         "daemonize no",
@@ -243,6 +290,9 @@ def create(folder: Path, *, address: str, port: int) -> RedisServer:
         "loglevel notice",
     ]
     write_private(server.folder / "redis.conf", ("\n".join(conf) + "\n").encode())
+    if pw is not None:
+        os.chown(server.folder / "redis.conf", 0, pw.pw_gid)
+        (server.folder / "redis.conf").chmod(0o640)
     return server
 
 

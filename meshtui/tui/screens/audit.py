@@ -22,7 +22,7 @@ from textual.binding import BindingType
 from textual.containers import Horizontal
 from textual.widgets import Input, Static
 
-from meshtui.controller.export import write_export
+from meshtui.controller.core import Controller
 from meshtui.controller.reports import AuditEvent, ChainReport
 from meshtui.model import split_pair_id
 from meshtui.tui import actions
@@ -260,7 +260,7 @@ class AuditScreen(MeshScreen):
             if path is None:
                 continue
             try:
-                write_export(path, body)
+                Controller.write_export(path, body)
             except OSError as exc:
                 last = exc
                 continue

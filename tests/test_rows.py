@@ -1,0 +1,75 @@
+"""Every typed row (meshtui/inventory/rows.py) against its table's columns, on a real inventory
+at the newest schema: a column added, renamed or dropped without its row is caught here, and so
+is a row key no column holds."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any, get_args, get_type_hints
+
+import pytest
+
+from meshtui.inventory import Inventory, rows
+from meshtui.inventory.store import STATUS_SQL
+
+ROWS: list[tuple[Any, str, frozenset[str]]] = [
+    # (typed row, its table, the table's columns the row leaves out on purpose)
+    (rows.NodeRow, "nodes", frozenset()),
+    (rows.ModuleRow, "modules", frozenset()),
+    (rows.ModuleRecord, "modules", frozenset()),
+    (rows.PairRow, "pairs", frozenset()),
+    (rows.PairRecord, "pairs", frozenset()),
+    (rows.GenerationRow, "generations", frozenset()),
+    (rows.DeliveryRow, "deliveries", frozenset()),
+    (rows.ProbeRow, "probes", frozenset()),
+    (rows.ProbeRecord, "probes", frozenset({"id"})),  # the store numbers it
+    (rows.DrillRow, "drills", frozenset()),
+    (rows.DrillRecord, "drills", frozenset({"id"})),
+    (rows.RotationRow, "rotations", frozenset()),
+    (rows.PolicyRecord, "policies", frozenset()),
+    (rows.AuditRecord, "audit", frozenset()),
+    (rows.EventRow, "audit", frozenset()),
+    (rows.HeadRow, "audit_head", frozenset({"id"})),  # the one row's fixed key
+]
+
+
+@pytest.fixture(scope="module")
+def columns(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
+    path = tmp_path_factory.mktemp("rows") / "inventory.db"
+    Inventory.open(path).close()  # created at the newest schema
+    with sqlite3.connect(path) as conn:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        return {t: [r[1] for r in conn.execute(f'PRAGMA table_info("{t}")')] for t in tables}
+
+
+@pytest.mark.parametrize(
+    ("row", "table", "left_out"), ROWS, ids=lambda v: getattr(v, "__name__", None)
+)
+def test_each_typed_row_has_its_tables_columns(
+    row: Any, table: str, left_out: frozenset[str], columns: dict[str, list[str]]
+) -> None:
+    keys = set(get_type_hints(row))
+    assert keys == set(columns[table]) - left_out, (
+        f"{row.__name__} and table {table} disagree: "
+        f"keys without a column {sorted(keys - set(columns[table]))}, "
+        f"columns without a key {sorted(set(columns[table]) - left_out - keys)}"
+    )
+
+
+def test_the_rotation_update_names_only_rotation_columns(columns: dict[str, list[str]]) -> None:
+    assert set(get_type_hints(rows.RotationUpdate)) <= set(columns["rotations"])
+
+
+def test_the_status_row_is_read_by_the_status_querys_column_names(tmp_path: Path) -> None:
+    """status reads its row by name (``row[rows.GENERATION]``): the names are the query's
+    columns, in the query's order, and each name's number is its place."""
+    path = tmp_path / "inventory.db"
+    Inventory.open(path).close()
+    with sqlite3.connect(path) as conn:
+        cursor = conn.execute(STATUS_SQL)
+        names = [d[0] for d in cursor.description]
+    assert names == list(rows.STATUS_COLUMNS)
+    assert len(get_args(rows.StatusRow)) == len(names)
+    for number, name in enumerate(names):
+        assert getattr(rows, name.upper()) == number, name
