@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 
-from meshtui.controller.core import Controller
-from meshtui.keys import INVENTORY
+from meshtui.controller.core import INVENTORY, Controller
 from meshtui.kinds.openbao import lab as lab_bao
 from meshtui.lab import mesh as lab_mesh
 from tests.fix_lab import cli, running_lab

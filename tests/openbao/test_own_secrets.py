@@ -19,9 +19,8 @@ from typing import Any
 import pytest
 
 from meshtui.bao import KV_MOUNT
-from meshtui.controller.core import Controller
+from meshtui.controller.core import INVENTORY, Controller
 from meshtui.crypto import secret_digest
-from meshtui.keys import INVENTORY
 from meshtui.kinds.openbao import lab as lab_bao
 from meshtui.lab import mesh as lab_mesh
 from tests.fix_lab import cli, running_lab
