@@ -420,6 +420,7 @@ def _write_policies(folder: Path, nodes: list[str], tables: list[toml_writer.Tab
     for node in nodes:
         kinds: set[str] = set()
         admin: set[str] = set()
+        groups: set[str] = set()  # the groups its modules' own secrets declare
         commands: list[node_policy.Command] = []
         for key, body in tables:
             if key[0] != "modules" or not key[1].startswith(f"{node}/"):
@@ -429,13 +430,16 @@ def _write_policies(folder: Path, nodes: list[str], tables: list[toml_writer.Tab
                 kinds |= {kind_name(o.get("kind")) for o in offers if isinstance(o, Mapping)}
             if isinstance(body.get("admin"), str):
                 admin.add(str(body["admin"]))
+            own = body.get("secrets")
+            if isinstance(own, list):
+                groups |= {str(e["group"]) for e in own if isinstance(e, Mapping) and "group" in e}
             argv = body.get("provisioner")
             if isinstance(argv, list):
                 commands.append(node_policy.Command(tuple(str(a) for a in argv), me))
         under = str(folder / "srv" / node)
         text = node_policy.render(
             node,
-            credentials=[node_policy.CredentialRoot(under)],
+            credentials=[node_policy.CredentialRoot(under, groups=frozenset(groups))],
             providers=[node_policy.ProviderRoot(under, frozenset(kinds), frozenset(admin))]
             if kinds
             else [],
