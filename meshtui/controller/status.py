@@ -152,12 +152,13 @@ def _pair_state(row: StatusRow, probed: bool) -> tuple[State, str, bool]:
 
 
 NEVER_PROBED = "never probed"
-_CODE = re.compile(r"\(([A-Z0-9]{4,})\)")
+_CODE = re.compile(r"\(([A-Za-z0-9]{4,})\)")  # 28P01, WRONGPASS, InvalidAccessKeyId
 
 
 def _refusal_code(why: str | None) -> str:
     """The server's code for a refusal, as the kind's probe put it in its reason ("password
-    authentication failed (28P01)", "AUTH refused (WRONGPASS)"); "refused" when it named none."""
+    authentication failed (28P01)", "AUTH refused (WRONGPASS)", "signed request refused
+    (InvalidAccessKeyId) over TLS"); "refused" when it named none."""
     found = _CODE.search(why or "")
     return found.group(1) if found else "refused"
 

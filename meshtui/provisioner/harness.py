@@ -306,7 +306,7 @@ def _finish(
         if not manifest.pin:
             return ()
         why = f"pin is not supported for {kind.title}; its logins are not confined"
-        return (Outcome("pin", "", "", OutcomeName.FAILED, why),)
+        return (Outcome(kind.finish_name, "", "", OutcomeName.FAILED, why),)
     finish: Finish = kind.finish.load()
     done = finish(conninfo, manifest, {o.login: o.outcome for o in ordered}, only)
     if isinstance(done, Whole):

@@ -50,7 +50,7 @@ from psycopg.pq import TransactionStatus
 
 from meshtui.atomic import Access, write_at
 from meshtui.errors import ProvisionError
-from meshtui.kinds.postgres import verified
+from meshtui.kinds.postgres import FINISH_NAME, verified
 from meshtui.model import APPLIED, KEEP_PINNED, OutcomeName, plain_address
 from meshtui.provisioner.adapter import Finished, Whole
 from meshtui.provisioner.manifest import Manifest
@@ -853,5 +853,5 @@ def finish(
         return Whole("the pin block of pg_hba.conf is not verified by this process")
     if pin.changed or (pin.error and manifest.pin):
         name = OutcomeName.FAILED if pin.error else OutcomeName.UPDATED
-        return Finished("pg_hba.conf", name, pin.error or pin.note)
+        return Finished(FINISH_NAME, name, pin.error or pin.note)
     return None
