@@ -229,6 +229,7 @@ def _statuses(inv: Inventory, ids: Iterable[str] | None, limit: int | None) -> l
     rotating = {i["pair"]: r["id"] for r in inv.open_rotations() for i in r["items"]}
     rows = inv.status_rows(ids, limit)
     kinds = inv.provider_kinds()
+    names: dict[tuple[str, str], str] = {}  # (provider, provision) -> kind name, once each
     out: list[PairStatus] = []
     append = out.append
     for row in rows:
@@ -245,6 +246,11 @@ def _statuses(inv: Inventory, ids: Iterable[str] | None, limit: int | None) -> l
                 "finishes or rolls it back"
             )
         provider, provision = row[PROVIDER], row[PROVISION]
+        kind = names.get((provider, provision))
+        if kind is None:
+            kind = names[(provider, provision)] = registry.kind_of(
+                kinds.get((provider, provision))
+            ).name
         append(
             PairStatus(  # positional, in the field order: the fast way to build 10,000
                 pid,
@@ -264,7 +270,7 @@ def _statuses(inv: Inventory, ids: Iterable[str] | None, limit: int | None) -> l
                 row[CREATED_AT],
                 alarm,
                 row[LATENCY_MS],
-                registry.kind_of((kinds or {}).get((provider, provision))).name,
+                kind,
             )
         )
     return out

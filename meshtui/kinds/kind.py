@@ -117,6 +117,8 @@ class Kind:
       what the admin file lacks for the built-in provisioner (run on the provider's node);
     * ``lab``: the module that raises a real server of this kind for the lab and the tests.
 
+    ``finish_name``: the name of the report line of ``finish`` (PostgreSQL: ``pg_hba.conf``);
+    the controller records a pinned provider end whose line failed as not confined.
     ``workers``: how many sessions the provisioner uses at most for one run (None: its default).
     ``dbname``: what a probe of a consumer with these ``values`` names as its database.
     ``owns``: ``owns(login, values)``, what a consumer claims at its provider for itself alone
@@ -141,6 +143,7 @@ class Kind:
     finish: Ref | None = None
     doctor: Ref | None = None
     workers: int | None = None
+    finish_name: str = "pin"
     dbname: Callable[[Mapping[str, str]], str] = lambda values: ""
     owns: Callable[[str, Mapping[str, str]], tuple[str, ...]] = owns_nothing
     connection: ConnectionOf | None = None
