@@ -10,8 +10,8 @@ included. :class:`GuardedH11` is uvicorn's h11 protocol with two bounds added:
   ends the connection, however many bytes trickle in;
 - at most :data:`MAX_PEER_CONNECTIONS` open connections per peer address (TCP; a Unix socket
   is 0600 and reachable by the controller's user only), so one host cannot fill uvicorn's cap.
-  At the cap a newcomer replaces that address's longest-waiting connection that has not sent a
-  whole request head (refusing the newcomer let anyone sharing the controller's address — a
+  At the cap a newcomer replaces that address's longest-waiting connection whose request has
+  not fully arrived (head or body) (refusing the newcomer let anyone sharing the controller's address — a
   user on its machine, a host behind the same NAT — keep the controller out with 8 sockets);
   only when every one of them is being answered is the newcomer closed.
 
@@ -83,9 +83,14 @@ class GuardedH11(H11Protocol):
 
     def handle_events(self) -> None:
         super().handle_events()
-        if self.cycle is not None and self.cycle is not self._timed_cycle:
+        cycle = self.cycle
+        if cycle is not None and cycle is not self._timed_cycle:
             self._disarm()  # a whole head arrived: the body has its own deadline
-            self._timed_cycle = self.cycle
+            self._timed_cycle = cycle
+            if cycle.more_body:
+                self._wait()  # its body still coming: a newcomer may replace it
+        elif cycle is not None and self._head_timer is None and not cycle.more_body:
+            self._unwait()  # its body arrived (no next head is being waited for)
 
     def on_response_complete(self) -> None:
         self._arm()  # the next head, if any, is due within HEAD_TIMEOUT_S from now
@@ -94,13 +99,21 @@ class GuardedH11(H11Protocol):
     def _arm(self) -> None:
         self._disarm()
         self._head_timer = self.loop.call_later(HEAD_TIMEOUT_S, self._head_late)
-        if self._counted is not None:
-            _waiting.setdefault(self._counted, {})[self] = None
+        self._wait()
 
     def _disarm(self) -> None:
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
+        self._unwait()
+
+    def _wait(self) -> None:
+        """Count this connection among its address's ones whose request has not arrived."""
+        if self._counted is not None:
+            _waiting.setdefault(self._counted, {})[self] = None
+
+    def _unwait(self) -> None:
+        """No longer among them (its request arrived, or it is gone)."""
         if self._counted is not None:
             waiting = _waiting.get(self._counted)
             if waiting is not None:
