@@ -148,6 +148,10 @@ def read_anchor_answer(node: NodeRow, *, timeout: float = STATE_TIMEOUT_S) -> An
         raise AgentError(name, f"its audit head is malformed: {exc}") from None
 
 
+DOUBTED = "claims it accepted request number"
+"""How an AgentError for a node's unbelievable high-water mark begins (catchup shows it)."""
+
+
 def _believable(node: str, accepted: int) -> None:
     """AgentError unless ``accepted`` (a node's word, signed by its own key only) is a request
     number a controller could have made: the controller's sequence jumps past it (restore,
@@ -156,7 +160,7 @@ def _believable(node: str, accepted: int) -> None:
     if ahead > MAX_AHEAD_US:
         raise AgentError(
             node,
-            f"claims it accepted request number {accepted}, {ahead // 86_400_000_000} days past "
+            f"{DOUBTED} {accepted}, {ahead // 86_400_000_000} days past "
             "this machine's clock; no controller numbered that, so its replay record "
             "(accepted.log) was changed on the node: not followed (check that node, then "
             "restore its record or re-initialise it)",
