@@ -60,8 +60,6 @@ RELOAD_FAILED = "reload failed"
 """How a consumer end whose file was written but whose reload command failed is recorded."""
 PIN_FAILED = "pin failed"
 """How a provider end whose login was applied but not confined in pg_hba.conf is recorded."""
-PIN_OUTCOME = "pg_hba.conf"
-"""The name the built-in provisioner reports its pg_hba.conf block's outcome under."""
 KEPT_FAILURES = (RELOAD_FAILED, PIN_FAILED, NOT_AS_DECLARED)
 """An end's failure that holding the right credential does not clear: push delivers again."""
 
@@ -534,7 +532,7 @@ def send_providers(
                     )
                     for c in spec["consumers"]
                 )
-            pin = outcomes.get(PIN_OUTCOME)
+            pin = outcomes.get(registry.kind_of(spec.get("kind")).finish_name)  # its pin line
             unpinned = (
                 f"{PIN_FAILED}: {pin['reason']}"
                 if pin is not None and pin["outcome"] not in APPLIED

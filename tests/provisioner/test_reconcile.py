@@ -44,20 +44,6 @@ def test_create_makes_a_working_login_with_its_database(mesh: Mesh) -> None:
     assert marked == (2,)
 
 
-def test_rotation_new_password_works_old_refused(mesh: Mesh) -> None:
-    mesh.add("app1", "gitea", database="gitea")
-    mesh.reconcile()
-    login = mesh.login_of("app1", "gitea")
-    old = mesh.password("app1", "gitea")
-    mesh.rotate("app1", "gitea")
-    new = mesh.password("app1", "gitea")
-    assert old != new
-    report = mesh.reconcile()
-    assert outcomes(report) == {login: "updated"}
-    assert mesh.can_login(login, new, "gitea")
-    assert not mesh.can_login(login, old, "gitea")
-
-
 def test_remove_ends_sessions_refuses_login_keeps_data(mesh: Mesh) -> None:
     mesh.add("app1", "gitea", database="gitea")
     mesh.add("app2", "web")

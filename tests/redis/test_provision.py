@@ -74,17 +74,6 @@ def test_rules_follow_the_values(rmesh: RMesh) -> None:
             web.set("web:x", "1")  # read only
 
 
-def test_rotation_new_works_old_refused(rmesh: RMesh) -> None:
-    rmesh.add("app1", "worker")
-    assert rmesh.reconcile().ok
-    old = rmesh.password("app1", "worker")
-    rmesh.rotate("app1", "worker")
-    report = rmesh.reconcile()
-    assert outcomes(report) == {rmesh.login_of("app1", "worker"): "updated"}
-    assert rmesh.can_auth("app1", "worker")
-    assert not rmesh.can_auth("app1", "worker", old)
-
-
 def test_drift_is_restored(rmesh: RMesh) -> None:
     rmesh.add("app1", "worker")
     assert rmesh.reconcile().ok

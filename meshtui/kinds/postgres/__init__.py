@@ -20,6 +20,9 @@ def _dbname(values: Mapping[str, str]) -> str:
     return values.get("database") or "postgres"
 
 
+FINISH_NAME = "pg_hba.conf"
+"""The report line of the kind's after-run step (:func:`meshtui.kinds.postgres.hba.finish`)."""
+
 KIND = Kind(
     name="postgres",
     title="PostgreSQL",
@@ -31,6 +34,7 @@ KIND = Kind(
     adapter=Ref("meshtui.kinds.postgres.adapter", "PostgresAdapter"),
     kept=Ref("meshtui.kinds.postgres.warm", "WarmSessions"),
     finish=Ref("meshtui.kinds.postgres.hba", "finish"),
+    finish_name=FINISH_NAME,
     probe=Ref("meshtui.kinds.postgres.probe", "probe"),
     doctor=Ref("meshtui.kinds.postgres.doctor", "admin_rights"),
     lab=Ref("meshtui.kinds.postgres.lab"),
