@@ -4,6 +4,11 @@ Run from the repository root::
 
     .venv/bin/python benchmarks/bench_tui.py            # builds a 10k-pair state in a temp dir
     .venv/bin/python benchmarks/bench_tui.py --state S  # or measures an existing state folder
+    .venv/bin/python benchmarks/bench_tui.py --pairs 50000 --skip-baseline   # the 50k goals
+
+Goals (issue 25): up to 10,000 pairs, first paint <= 120 ms and a keystroke's median <= 8 ms;
+at 50,000, <= 250 ms and <= 15 ms. ``--skip-baseline`` leaves out the stock DataTable (at
+50,000 pairs it takes minutes to mount every row).
 
 Both the meshtui dashboard and a baseline (the stock Textual DataTable mounting every row, the
 obvious way to write it) run in this one process on the same rows, headless at 160x50, and the
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import statistics
 import sys
@@ -326,6 +332,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--pairs", type=int, default=10000, help="pairs to build (multiple of 1000)"
     )
+    parser.add_argument(
+        "--skip-baseline", action="store_true", help="leave out the stock DataTable baseline"
+    )
     args = parser.parse_args(argv)
     tmp: Path | None = None
     state = args.state
@@ -349,22 +358,27 @@ def main(argv: list[str] | None = None) -> int:
         no_pairs = statistics.median(asyncio.run(bench_no_pairs(state)) for _ in range(3))
         trivial = statistics.median(asyncio.run(bench_trivial()) for _ in range(3))
         box_keys = asyncio.run(bench_box_keys())
-        base = asyncio.run(bench_baseline(state))
+        base = None if args.skip_baseline else asyncio.run(bench_baseline(state))
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
     key_med, key_max = statistics.median(mine["keys"]), max(mine["keys"])
-    base_med = statistics.median(base["keys"])
-    print(f"\n{mine['rows']} pairs, headless {SIZE[0]}x{SIZE[1]}, textual DataTable as baseline\n")
+    nan = float("nan")
+    base_paint = base["first_paint"] if base else nan
+    base_med = statistics.median(base["keys"]) if base else nan
+    base_max = max(base["keys"]) if base else nan
+    paint_goal, key_goal = (0.12, 0.008) if mine["rows"] <= 10000 else (0.25, 0.015)
+    print(f"\n{mine['rows']} pairs, headless {SIZE[0]}x{SIZE[1]}, textual DataTable as baseline")
+    print(f"load average {', '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
     print(f"{'measure':<42}{'meshtui':>12}{'baseline':>12}{'ratio':>8}{'goal':>10}")
     print("-" * 84)
     rows = [
-        ("time to first paint (incl. status read)", mine["first_paint"], base["first_paint"], 0.2),
-        ("filter keystroke, median (press → frame)", key_med, base_med, 0.02),
-        ("filter keystroke, worst", key_max, max(base["keys"]), 0.02),
+        ("time to first paint (incl. status read)", mine["first_paint"], base_paint, paint_goal),
+        ("filter keystroke, median (press → frame)", key_med, base_med, key_goal),
+        ("filter keystroke, worst", key_max, base_max, nan),
     ]
     for name, a, b, goal in rows:
-        ok = "ok" if a <= goal else "MISSED"
+        ok = "" if goal != goal else "ok" if a <= goal else "MISSED"
         print(f"{name:<42}{_fmt(a):>12}{_fmt(b):>12}{b / a:>7.1f}x{_fmt(goal):>10} {ok}")
     print("-" * 84)
     view_med, view_max = statistics.median(mine["view"]), max(mine["view"])

@@ -550,6 +550,7 @@ def _pairs(
     pairs: list[Pair] = []
     logins: dict[tuple[str, str], str] = {}
     files: dict[tuple[str, str], str] = {}
+    claims: dict[tuple[str, str], str] = {}
     for module in modules.values():
         for i, req in enumerate(module.requires):
             at = f'modules."{module.id}".requires[{i}]'
@@ -561,6 +562,15 @@ def _pairs(
                 kind.check_values(login, req.values)
             except ValuesError as exc:
                 raise r.fail(f"{at}.values", str(exc), f"{provider.id} is a {kind.title}") from exc
+            for claim in kind.owns(login, req.values):
+                holder = claims.setdefault((provider.id, claim), module.id)
+                if holder != module.id:
+                    raise r.fail(
+                        f"{at}.values",
+                        f"{claim} at {provider.id} is already {holder}'s: a consumer has "
+                        "rights on what is its own only",
+                        f"give {module.id} one of its own",
+                    )
             owner = logins.get((provider.id, login))
             if owner is not None and owner != module.id:
                 raise r.fail(

@@ -21,6 +21,7 @@ import pytest
 from meshtui.controller.core import Controller, init_keys
 from meshtui.host import identity
 from meshtui.host import policy as node_policy
+from meshtui.kinds import registry
 from meshtui.lab.mesh import agent_answers
 
 AGENT_START_S = 15.0
@@ -123,13 +124,13 @@ def mesh_policy(
     owners: tuple[str, ...] = (),
     groups: tuple[str, ...] = (),
     admin: tuple[str, ...] = (),
-    kinds: tuple[str, ...] = ("postgres", "redis"),
+    kinds: tuple[str, ...] = registry.NAMES,
     reload: tuple[tuple[str, ...], ...] = (),
     provisioner: tuple[tuple[str, ...], ...] = (),
     user: str | None = None,
 ) -> str:
     """A test mesh node's policy: credential files and provider files below ``root/srv``, the
-    given owners, groups, kinds and admin files, and the given commands run as ``user`` (by
+    given owners, groups, kinds (default: every registered kind) and admin files, and the given commands run as ``user`` (by
     default the agent's own)."""
     under = str(root / "srv")
     who = user or agent_user()

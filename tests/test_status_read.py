@@ -22,15 +22,18 @@ REFERENCE = """
 SELECT p.id, p.provision, p.consumer, p.provider, p.login, p.file, p.generation, p.created_at,
        p.rotated_at, p.withdrawn_at,
        c.generation, c.error, v.generation, v.error,
-       pr.verdict, pr.reason, pr.at, pr.generation, pr.loopback, pr.client_addr, pr.withdrawn,
-       pr.latency_ms, pr.used_password, v.attempted_at
+       pr.verdict, CASE WHEN pr.verdict = 'accepted' THEN NULL ELSE pr.reason END,
+       pr.at, pr.generation, pr.loopback, pr.client_addr, pr.withdrawn,
+       pr.latency_ms, pr.used_password, CASE WHEN v.error IS NOT NULL THEN v.attempted_at END
 FROM pairs p
 LEFT JOIN deliveries c ON c.pair = p.id AND c."end" = 'consumer'
 LEFT JOIN deliveries v ON v.pair = p.id AND v."end" = 'provider'
 LEFT JOIN probes pr ON pr.id = (SELECT MAX(id) FROM probes WHERE pair = p.id)
 ORDER BY p.id
 """
-"""The status row by its definition: both ends searched, the newest probe found by MAX(id)."""
+"""The status row by its definition: both ends searched, the newest probe found by MAX(id); a
+probe's reason only when it did not log in, the provider's last attempt only beside its error
+(no state reads them otherwise)."""
 
 ENDS = """
 SELECT k.pair, c.generation, c.error, v.generation, v.error, v.attempted_at,

@@ -69,16 +69,22 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
         found_before = inv.deliveries()  # a drift still unrepaired keeps the time it was found
         held_generations(inv, holdings)
         drift = _drift(agents, plan, sorted(set(holdings)), inv.deliveries(), found_before)
+        del found_before  # every delivery row is some 600 bytes: 12 MiB per copy at 10,000 pairs
         _record_drift(inv, plan, drift)
         deliveries = inv.deliveries()
-        before = dict(deliveries)
+        # what each end held before this push: its generation and whether its last delivery
+        # failed after all, not the rows (the next read replaces ``deliveries``)
+        before = {
+            key: (d["generation"], str(d["error"] or "").startswith(KEPT_FAILURES))
+            for key, d in deliveries.items()
+        }
 
         def was_behind(pid: str) -> bool:
             want = plan.pairs[pid]["generation"]
             ends = [before.get((pid, end.value)) for end in End]
             return (
-                any(_held(d) != want for d in ends)
-                or any(str(d["error"] or "").startswith(KEPT_FAILURES) for d in ends if d)
+                any((e[0] if e else None) != want for e in ends)
+                or any(e[1] for e in ends if e)
                 or connection_differs(pid)
             )
 
@@ -134,6 +140,7 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
             for spec in sets[node]:
                 for c in spec["consumers"]:
                     result.fail(c["pair"], f"provider {node}: {unreachable[node]}")
+        del sets  # every provider's manifest, sealed secrets and all: 14 MiB at 10,000 pairs
         deliveries = inv.deliveries()
         progress("delivering to consumers", 2, 4)
         # a consumer never moves ahead of its provider: it would hold a password nobody accepts

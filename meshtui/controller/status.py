@@ -152,12 +152,13 @@ def _pair_state(row: StatusRow, probed: bool) -> tuple[State, str, bool]:
 
 
 NEVER_PROBED = "never probed"
-_CODE = re.compile(r"\(([A-Z0-9]{4,})\)")
+_CODE = re.compile(r"\(([A-Za-z0-9]{4,})\)")  # 28P01, WRONGPASS, InvalidAccessKeyId
 
 
 def _refusal_code(why: str | None) -> str:
     """The server's code for a refusal, as the kind's probe put it in its reason ("password
-    authentication failed (28P01)", "AUTH refused (WRONGPASS)"); "refused" when it named none."""
+    authentication failed (28P01)", "AUTH refused (WRONGPASS)", "signed request refused
+    (InvalidAccessKeyId) over TLS"); "refused" when it named none."""
     found = _CODE.search(why or "")
     return found.group(1) if found else "refused"
 
@@ -228,6 +229,7 @@ def _statuses(inv: Inventory, ids: Iterable[str] | None, limit: int | None) -> l
     rotating = {i["pair"]: r["id"] for r in inv.open_rotations() for i in r["items"]}
     rows = inv.status_rows(ids, limit)
     kinds = inv.provider_kinds()
+    names: dict[tuple[str, str], str] = {}  # (provider, provision) -> kind name, once each
     out: list[PairStatus] = []
     append = out.append
     for row in rows:
@@ -244,6 +246,11 @@ def _statuses(inv: Inventory, ids: Iterable[str] | None, limit: int | None) -> l
                 "finishes or rolls it back"
             )
         provider, provision = row[PROVIDER], row[PROVISION]
+        kind = names.get((provider, provision))
+        if kind is None:
+            kind = names[(provider, provision)] = registry.kind_of(
+                kinds.get((provider, provision))
+            ).name
         append(
             PairStatus(  # positional, in the field order: the fast way to build 10,000
                 pid,
@@ -263,7 +270,7 @@ def _statuses(inv: Inventory, ids: Iterable[str] | None, limit: int | None) -> l
                 row[CREATED_AT],
                 alarm,
                 row[LATENCY_MS],
-                registry.kind_of((kinds or {}).get((provider, provision))).name,
+                kind,
             )
         )
     return out

@@ -301,6 +301,10 @@ class Agent:
                     h["present"] = data is not None and crypto.secret_digest(data) == h["digest"]
                     if error:
                         h["error"] = error
+                    if "connection" in h:  # its connection file: gone or changed, push rewrites it
+                        text, _ = files.read_credential(Path(h["connection"]), ancestors)
+                        if text is None or crypto.secret_digest(text) != h.get("connection_digest"):
+                            h.pop("connection_digest", None)
         out: StateAnswer = {
             "node": self.identity.name,
             "fingerprint": self.identity.keys.public().fingerprint(),

@@ -351,7 +351,7 @@ def write_provider_files(
                 old = stale.endswith(".secret") and stale not in wanted
                 if old and not gdir.is_folder(stale):
                     gdir.remove(stale)
-    if scope is None or body["pin"]:  # a pinned manifest is reconciled whole
+    if scope is None:
         return Written(logins=scope)
     cut = [t for line, t in zip(lines, texts, strict=True) if line["as"] in scope]
     return Written(logins=scope, scoped=_joined(body, cut))

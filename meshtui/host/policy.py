@@ -283,7 +283,9 @@ class Policy:
                 except ValueError as exc:
                     admin = ""
                     out.append(self._refuse(where, "admin", str(exc), "name an absolute path"))
-                if admin and not any(admin in r.admin for r in roots):
+                # kind and admin file allowed by one entry, not each by another
+                same = [r for r in roots if ask.kind in r.kinds] or roots
+                if admin and not any(admin in r.admin for r in same):
                     out.append(
                         self._refuse(
                             where,
@@ -592,10 +594,10 @@ version = 1
 """
 
 EXAMPLES = """
-# Consumer credential files (`requires = [{ ..., file = "..." }]`): only strictly below one of
-# these folders, and only for the owners and groups listed with it (a file whose declaration
-# names no owner or group stays the agent's own). An existing file is replaced only when it is
-# a credential this agent wrote.
+# Consumer credential files (`requires = [{ ..., file = "..." }]`, and their `connection`
+# files): only strictly below one of these folders, and only for the owners and groups listed
+# with it (a file whose declaration names no owner or group stays the agent's own). An existing
+# file is replaced only when it is one this agent wrote.
 #
 # [[credentials]]
 # under  = "/etc/gitea"

@@ -327,7 +327,7 @@ StatusRow = tuple[
     int | None,  # provider_generation: the generation the provider end holds
     str | None,  # provider_error
     str | None,  # verdict of the newest probe (None: never probed)
-    str | None,  # reason of the newest probe
+    str | None,  # reason of the newest probe (None when it logged in: no state says it)
     str | None,  # probed_at: when the newest probe ran
     int | None,  # probe_generation: the generation it tried
     int | None,  # loopback: it did not cross the private network
@@ -335,7 +335,7 @@ StatusRow = tuple[
     int | None,  # probe_withdrawn: it probed a withdrawn pair
     float | None,  # latency_ms
     int | None,  # used_password
-    str | None,  # provider_attempted_at: the provider end's last attempt
+    str | None,  # provider_attempted_at: the provider end's last attempt (only beside its error)
 ]
 """One pair joined with both ends' deliveries and its newest probe (status's one query). A plain
 tuple, since status reads every pair on every refresh, read by name through the column numbers

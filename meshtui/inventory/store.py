@@ -807,16 +807,20 @@ STATUS_SQL = """
 SELECT p.id, p.provision, p.consumer, p.provider, p.login, p.file, p.generation, p.created_at,
        p.rotated_at, p.withdrawn_at,
        e.consumer_generation, e.consumer_error, e.provider_generation, e.provider_error,
-       pr.verdict, pr.reason, pr.at AS probed_at, pr.generation AS probe_generation, pr.loopback,
+       pr.verdict, CASE WHEN pr.verdict = 'accepted' THEN NULL ELSE pr.reason END AS reason,
+       pr.at AS probed_at, pr.generation AS probe_generation, pr.loopback,
        pr.client_addr, pr.withdrawn AS probe_withdrawn, pr.latency_ms, pr.used_password,
-       e.provider_attempted_at
+       CASE WHEN e.provider_error IS NOT NULL THEN e.provider_attempted_at END
+         AS provider_attempted_at
 FROM pairs p
 LEFT JOIN pair_ends e ON e.pair = p.id
 LEFT JOIN probes pr ON pr.id = e.probe
 """
 """One row per pair, in :data:`~meshtui.inventory.rows.StatusRow`'s column order: its ends and
 newest probe found through ``pair_ends``, which the schema's triggers keep in step with
-``deliveries`` and ``probes`` (one lookup per pair instead of three searches)."""
+``deliveries`` and ``probes`` (one lookup per pair instead of three searches). Two columns are
+read only where a state can use them, so the common row makes no string for them: a probe's
+reason when it did not log in, and the provider end's last attempt when it holds an error."""
 
 SCHEDULE_SQL = """
 SELECT p.id, p.provider, p.consumer, p.withdrawn_at, COALESCE(p.rotated_at, p.created_at),

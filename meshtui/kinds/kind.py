@@ -35,6 +35,11 @@ def accept_values(login: str, values: Mapping[str, str]) -> None:
     """The values check of a kind that gives ``values`` no meaning of its own to refuse."""
 
 
+def owns_nothing(login: str, values: Mapping[str, str]) -> tuple[str, ...]:
+    """The ``owns`` of a kind whose consumers claim nothing at the provider for themselves."""
+    return ()
+
+
 @dataclass(frozen=True)
 class ConnectionFacts:
     """What a consumer's app needs to reach its provider, other than the password: the inputs
@@ -116,6 +121,9 @@ class Kind:
     the controller records a pinned provider end whose line failed as not confined.
     ``workers``: how many sessions the provisioner uses at most for one run (None: its default).
     ``dbname``: what a probe of a consumer with these ``values`` names as its database.
+    ``owns``: ``owns(login, values)``, what a consumer claims at its provider for itself alone
+    (an object store's buckets); ``declare`` refuses a second consumer of one provider that
+    claims the same.
     ``connection``: what a consumer's connection file holds (None: the kind writes none).
     """
 
@@ -137,6 +145,7 @@ class Kind:
     workers: int | None = None
     finish_name: str = "pin"
     dbname: Callable[[Mapping[str, str]], str] = lambda values: ""
+    owns: Callable[[str, Mapping[str, str]], tuple[str, ...]] = owns_nothing
     connection: ConnectionOf | None = None
 
     def refs(self) -> dict[str, Ref]:

@@ -31,6 +31,7 @@ from meshtui.host import policy as node_policy
 from meshtui.kinds import registry
 from meshtui.kinds.postgres import lab as postgres
 from meshtui.kinds.redis import lab as lab_redis
+from meshtui.kinds.seaweedfs import lab as lab_s3
 from meshtui.lab import foreign, netns, toml_writer
 from meshtui.lab.wait import poll
 
@@ -45,6 +46,9 @@ PG_PORT = 5432
 REDIS_PORT = 6379
 REDIS_CONSUMERS = frozenset({("app1", "gitea"), ("app2", "wiki")})
 """Who requires the demo's Redis (``cache`` at ``db1/redis``), when they are in the mesh."""
+S3_MODULE = f"{PROVIDER_NODE}/s3"
+S3_CONSUMERS = frozenset({("app1", "grafana"), ("app2", "wiki")})
+"""Who requires the demo's object store (``objects`` at ``db1/s3``), when they are in the mesh."""
 AGENT_START_S = 20.0
 PROVISIONER_ENV = "MESHTUI_LAB_PROVISIONER"
 
@@ -139,12 +143,16 @@ def up(
     loopback: bool | None = None,
     provisioner: str | None = None,
     redis: bool | None = None,
+    s3: bool | None = None,
 ) -> Lab:
     """Build (or complete) the lab; safe to run twice. Returns what is running.
 
     ``redis`` (default: on for the default mesh when redis-server and openssl are installed)
     adds a Redis provider with TLS, ``db1/redis``, required by the REDIS_CONSUMERS in the mesh.
+    ``s3`` (default: on for the default mesh when weed and openssl are installed) adds an object
+    store, SeaweedFS as ``db1/s3``, required by the S3_CONSUMERS in the mesh.
     """
+    with_s3 = (mesh is None and lab_s3.available()) if s3 is None else s3
     with_redis = (mesh is None and lab_redis.available()) if redis is None else redis
     from meshtui.keys import write_keys_once
 
@@ -185,6 +193,10 @@ def up(
             port=REDIS_PORT if use_netns else _redis_port(folder / "redis"),
         )
         cache.start(netns=f"{name}-{PROVIDER_NODE}" if use_netns else None)
+    store = None
+    if with_s3:
+        ns = f"{name}-{PROVIDER_NODE}" if use_netns else None
+        store = _object_store(folder / "weed", addresses[PROVIDER_NODE], ns)
     command = provisioner if provisioner is not None else os.environ.get(PROVISIONER_ENV)
     decl = _write_declaration(
         folder,
@@ -194,6 +206,7 @@ def up(
         admin=admin,
         provisioner=shlex.split(command) if command else None,
         cache=cache,
+        store=store,
     )
     _make_credential_folders(folder / "srv", mesh)
     lab = Lab(
@@ -212,6 +225,16 @@ def up(
     for node in nodes:
         _wait_agent(lab, node)
     return lab
+
+
+def _object_store(folder: Path, address: str, ns: str | None) -> lab_s3.WeedServer:
+    """The demo's object store: SeaweedFS in db1's namespace as its own user, started (its
+    ports kept from an earlier ``lab up``)."""
+    old = lab_s3.existing(folder)
+    ports = old.ports if old is not None else lab_s3.pick_ports(os.getpid())
+    store = lab_s3.create(folder, address=address, ports=ports)
+    store.start(netns=ns)
+    return store
 
 
 def _redis_port(folder: Path) -> int:
@@ -296,6 +319,7 @@ def _write_declaration(
     admin: Path,
     provisioner: list[str] | None,
     cache: lab_redis.RedisServer | None = None,
+    store: lab_s3.WeedServer | None = None,
 ) -> Path:
     srv = folder / "srv"
     tables: list[toml_writer.Table] = [
@@ -321,6 +345,8 @@ def _write_declaration(
     tables.append((("modules", f"{PROVIDER_NODE}/postgres"), postgres_module))
     if cache is not None:
         tables.append(lab_redis.declaration_table(cache, srv / PROVIDER_NODE / "redis"))
+    if store is not None:
+        tables.append(lab_s3.declaration_table(store, srv / PROVIDER_NODE / "s3", S3_MODULE))
     databases: set[str] = set()
     for node, modules in mesh.items():
         for module in modules:
@@ -335,6 +361,8 @@ def _write_declaration(
             ]
             if cache is not None and (node, module) in REDIS_CONSUMERS:
                 requires.append(lab_redis.requirement(srv / node / module / "cache.password"))
+            if store is not None and (node, module) in S3_CONSUMERS:
+                requires.append(lab_s3.requirement(srv / node / module / "s3.secret"))
             tables.append((("modules", f"{node}/{module}"), {"requires": requires}))
     _write_policies(folder, list(addresses), tables)
     path = folder / "mesh.toml"
@@ -403,6 +431,10 @@ def down(state_dir: Path, *, purge: bool = False) -> list[str]:
     if cache is not None and cache.pid() is not None:
         cache.stop()
         done.append("stopped Redis")
+    store = lab_s3.existing(folder / "weed")
+    if store is not None and store.pid() is not None:
+        store.stop()
+        done.append("stopped SeaweedFS")
     try:
         cluster = postgres.open_cluster(folder / "pg")
         if cluster.running():
@@ -429,6 +461,12 @@ def _redis_up(folder: Path) -> bool | None:
     return None if cache is None else cache.running()
 
 
+def _s3_up(folder: Path) -> bool | None:
+    """Whether the lab's object store listens (None when the lab has none)."""
+    store = lab_s3.existing(folder)
+    return None if store is None else store.running()
+
+
 def status(state_dir: Path) -> dict[str, Any]:
     """What is up: mode, namespaces, agents, PostgreSQL, Redis (None when the lab has none)."""
     lab = load(state_dir.resolve())
@@ -445,6 +483,7 @@ def status(state_dir: Path) -> dict[str, Any]:
         "declaration": str(lab.declaration),
         "postgres": pg_up,
         "redis": _redis_up(lab.folder / "redis"),
+        "seaweedfs": _s3_up(lab.folder / "weed"),
         "agents": {
             n: {
                 "pid": p,

@@ -163,8 +163,20 @@ class Finished:
     reason: str
 
 
-Finish = Callable[[str, "Manifest", Mapping[str, str]], Finished | None]
-"""``finish(admin, manifest, outcomes)``: a kind's after-run step, given each login's outcome."""
+@dataclass(frozen=True)
+class Whole:
+    """A kind's after-run step's answer to a delta's run when it cannot finish from the delta
+    alone (PostgreSQL: this process has not verified the pin block the delta would change, or
+    it changed outside meshtui since); the harness then reconciles the manifest whole."""
+
+    why: str
+
+
+Finish = Callable[
+    [str, "Manifest", Mapping[str, str], frozenset[str] | None], Finished | Whole | None
+]
+"""``finish(admin, manifest, outcomes, only)``: a kind's after-run step, given each login's
+outcome; ``only``: a delta's logins (``manifest`` is cut to them), None for a whole run."""
 
 
 def check_name(name: str, what: str = "login") -> str:

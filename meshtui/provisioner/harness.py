@@ -48,6 +48,7 @@ from meshtui.provisioner.adapter import (
     Refused,
     Scope,
     Wanted,
+    Whole,
     check_name,
 )
 from meshtui.provisioner.files import SecretFiles, read_admin
@@ -290,8 +291,14 @@ KeptSessions = Callable[[str], AdapterFactory | None]
 lent instead of new ones; None when that kind keeps none."""
 
 
-def _finish(manifest: Manifest, conninfo: str, ordered: tuple[Outcome, ...]) -> tuple[Outcome, ...]:
-    """The kind's after-run step (``Kind.finish``), as one more line of the report if it says so.
+def _finish(
+    manifest: Manifest,
+    conninfo: str,
+    ordered: tuple[Outcome, ...],
+    only: frozenset[str] | None = None,
+) -> tuple[Outcome, ...] | Whole:
+    """The kind's after-run step (``Kind.finish``), as one more line of the report if it says so;
+    for a delta's run (``only``), :class:`Whole` when the step cannot finish from the delta.
 
     A kind without one cannot honour ``pin``: a pinned manifest then reports that as failed."""
     kind = registry.kind_of(manifest.kind)
@@ -301,7 +308,9 @@ def _finish(manifest: Manifest, conninfo: str, ordered: tuple[Outcome, ...]) -> 
         why = f"pin is not supported for {kind.title}; its logins are not confined"
         return (Outcome(kind.finish_name, "", "", OutcomeName.FAILED, why),)
     finish: Finish = kind.finish.load()
-    done = finish(conninfo, manifest, {o.login: o.outcome for o in ordered})
+    done = finish(conninfo, manifest, {o.login: o.outcome for o in ordered}, only)
+    if isinstance(done, Whole):
+        return done
     return () if done is None else (Outcome(done.name, "", "", done.outcome, done.reason),)
 
 
@@ -319,7 +328,10 @@ def reconcile(
 
     ``only``: a delta's logins (changed, added or removed); only those are made true, read back
     and reported, the rest of the manifest is taken as the last whole run left it. A pinned
-    manifest is always reconciled whole (its pg_hba block is written from every login).
+    manifest's delta changes only those logins' lines of its pg_hba block, on the block this
+    process last verified; when the kind's after-run step cannot vouch for that block
+    (:class:`Whole`: not verified by this process, or changed outside it), the manifest is then
+    reconciled whole, and the delta's own outcomes are kept in the report.
     ``scoped`` (with ``only``): the manifest's text cut to those logins by whoever just wrote
     the file (the host agent), validated here instead of the file being read and cut again.
 
@@ -327,6 +339,7 @@ def reconcile(
     admin file or the server cannot be used. Every other problem is an outcome in the Report.
     """
     started = time.perf_counter()
+    given = factory, workers
     manifest = (
         load_manifest(Path(manifest_path))
         if only is None
@@ -335,12 +348,10 @@ def reconcile(
     if factory is None and kept is not None:
         factory = kept(manifest.kind)  # a process's kept sessions (Kind.kept), when it has some
     factory = factory or adapter_for(manifest)
-    if only is not None and not manifest.pin:
+    if only is not None:
         manifest = dataclasses.replace(
             manifest, consumers=tuple(c for c in manifest.consumers if c.login in only)
         )
-    else:
-        only = None  # a pinned manifest is reconciled whole
     workers = workers or registry.kind_of(manifest.kind).workers
     conninfo = read_admin_file(Path(admin_file))
     scope = Scope(provider=manifest.provider, provision=manifest.provision)
@@ -348,7 +359,18 @@ def reconcile(
         ordered, limits = _reconcile(
             manifest, conninfo, scope, secrets, factory, workers or _workers(), only
         )
-    ordered += _finish(manifest, conninfo, ordered)  # PostgreSQL: the pin block of pg_hba.conf
+    done = _finish(manifest, conninfo, ordered, only)  # PostgreSQL: the pin block of pg_hba.conf
+    if isinstance(done, Whole):  # the delta's logins are made true; now every login and the pin
+        whole = reconcile(manifest_path, admin_file, factory=given[0], workers=given[1], kept=kept)
+        mine = {o.login: o for o in ordered}
+        outcomes = tuple(mine.pop(o.login, o) for o in whole.outcomes) + tuple(mine.values())
+        return dataclasses.replace(
+            whole,
+            outcomes=outcomes,
+            ok=all(o.ok for o in outcomes),
+            elapsed=time.perf_counter() - started,
+        )
+    ordered += done
     return Report(
         provision=manifest.provision,
         provider=manifest.provider,
@@ -362,20 +384,20 @@ def reconcile(
 
 def _load_scoped(path: Path, only: frozenset[str], scoped: bytes | None = None) -> Manifest:
     """The manifest with only the consumers ``only`` names validated and kept (the rest were
-    checked by the whole run that wrote them); whole when it is pinned or not a JSON object
-    with a consumer list (its own error is then the whole parse's). ``scoped``: that cut,
-    made by the writer of the file from what it wrote (a pinned one is read whole)."""
+    checked by the whole run that wrote them); whole when it is not a JSON object with a
+    consumer list (its own error is then the whole parse's). ``scoped``: that cut, made by the
+    writer of the file from what it wrote."""
     path = Path(path)
     if scoped is not None:
         cut = parse_manifest(scoped, path)
-        if not cut.pin and all(c.login in only for c in cut.consumers):
+        if all(c.login in only for c in cut.consumers):
             return cut
     data = read_manifest_bytes(path)
     try:
         raw = json.loads(data)
     except ValueError:
         return parse_manifest(data, path)
-    if not isinstance(raw, dict) or raw.get("pin") or not isinstance(raw.get("consumers"), list):
+    if not isinstance(raw, dict) or not isinstance(raw.get("consumers"), list):
         return parse_manifest(data, path)
     raw["consumers"] = [c for c in raw["consumers"] if isinstance(c, dict) and c.get("as") in only]
     return parse_manifest(json.dumps(raw).encode(), path)

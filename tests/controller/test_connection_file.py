@@ -117,3 +117,21 @@ def test_a_withdrawn_pair_leaves_neither_file(mesh):
         report = ctl.push()
         assert [o.pair for o in report.withdrawn] == [GITEA] and report.withdrawn[0].ok
     assert not cred_file.exists() and not conn_file.exists()
+
+
+def test_a_connection_file_deleted_or_edited_is_written_again_by_push(mesh):
+    declare_connection(mesh, "env")
+    with mesh.controller() as ctl:
+        assert ctl.push().ok
+    conn_file = mesh.root / "srv/app1/gitea/db.conn"
+    want = conn_file.read_text()
+    conn_file.unlink()
+    with mesh.controller() as ctl:
+        report = ctl.push()
+        assert report.ok and [o.pair for o in report.delivered] == [GITEA]
+    assert conn_file.read_text() == want
+    conn_file.write_text("PGHOST=elsewhere\n")
+    with mesh.controller() as ctl:
+        assert ctl.push().ok
+        assert not ctl.push().delivered
+    assert conn_file.read_text() == want

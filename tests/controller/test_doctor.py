@@ -38,7 +38,9 @@ WIKI = "database:app2/wiki->db1/postgres"
 
 @pytest.fixture(scope="module")
 def lab() -> Iterator[tuple[Path, lab_mesh.Lab]]:
-    with running_lab("meshtui-doctor-", redis=False) as found:  # the counts are PostgreSQL's
+    with running_lab(
+        "meshtui-doctor-", redis=False, s3=False
+    ) as found:  # the counts are PostgreSQL's
         yield found
 
 

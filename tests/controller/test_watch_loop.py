@@ -155,3 +155,42 @@ def test_heartbeat_is_not_read_through_a_symlink_or_a_fifo(tmp_path: Any) -> Non
     (state / "watch.json").write_bytes(elsewhere.read_bytes())
     beat = Heartbeat.read(state)
     assert beat is not None and beat.pid == 1 and beat.running()
+
+
+def test_a_hung_node_backs_off_from_when_the_attempt_gave_up_and_alerts_once(
+    declared: Mesh, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 26: a hung node (each try waits for the 10 s timeout) was tried, and alerted,
+    every ~10 s: the 2 s backoff counted from the try's start was over when it gave up. The
+    seam: the controller's rotate, push and probe, so only the watch's own timing is tested."""
+    from meshtui.controller.reports import PushReport
+    from meshtui.errors import NotResolvedError
+
+    fake = FakeTime(until=120.0)
+    got: list[Alert] = []
+    tries: list[float] = []
+    with Controller.open(declared.state) as ctl:
+        due = max(d.due_at or 0.0 for d in ctl.schedule())
+        fake.t = fake.start = due + 1.0
+
+        def hung_rotate(ids: list[str], *_: Any) -> Any:
+            tries.append(fake.t)
+            fake.t += 10.0  # the agent's timeout
+            raise NotResolvedError({"db1": "timed out after 10 s"})
+
+        monkeypatch.setattr(ctl, "rotate", hung_rotate)
+        monkeypatch.setattr(ctl, "push", lambda *_: PushReport([], [], {}))
+        monkeypatch.setattr(ctl, "probe", lambda *_a, **_k: [])
+        watch = Watch(
+            ctl, notify=got.append, clock=fake.clock, sleep=fake.sleep, log=lambda _l: None
+        )
+        # every end holds its generation, as after a push: the hung node is met by rotations only
+        monkeypatch.setattr(watch, "_needs_push", lambda _rows: False)
+        fake.stop = watch.stop
+        watch.run()
+    gaps = [b - a for a, b in zip(tries, tries[1:], strict=False)]
+    # each retry waits its backoff (2, 4, 8, 16, 32 s) after the 10 s try, not one cycle
+    assert all(g >= 10.0 + BACKOFF_MIN_S * 2**i for i, g in enumerate(gaps)), gaps
+    assert 3 <= len(tries) <= 6, tries
+    failed = [a for a in got if a.event == "rotation-failed"]
+    assert len({a.pair for a in failed}) == len(failed)  # once per pair, not once per try

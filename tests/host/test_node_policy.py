@@ -282,6 +282,33 @@ def test_a_reload_of_systemd_run_or_systemctl_runs_only_as_the_exact_argv_listed
     assert ran["uid"] == pwd.getpwnam("nobody").pw_uid and ran["argv"] == ["reload", "gitea"]
 
 
+def test_a_connection_file_outside_the_policy_or_over_a_file_it_did_not_write_is_refused(
+    mesh: Mesh, tmp_path: Path
+) -> None:
+    """A connection file holds no secret, but an app reads it: it goes only where a credential
+    file may, and never over a file the agent did not write there."""
+    outside = tmp_path / "etc"
+    outside.mkdir()
+    env = outside / "app.env"
+    evil_consumer(mesh, file="srv/app1/evil/db.password", connection={"file": str(env)})
+    why = push(mesh)[EVIL]
+    assert "node app1: app1/evil requires database: connection:" in why
+    assert f'[[credentials]] under = "{outside}"' in why
+    assert not env.exists() and not (mesh.root / "srv/app1/evil").exists()
+    inside = mesh.root / "srv/app1/evil"
+    inside.mkdir(parents=True)
+    mine = inside / "app.env"
+    mine.write_text("APP_SECRET_KEY=keep-me\n")
+    evil_consumer(mesh, file="srv/app1/evil/db.password", connection={"file": str(mine)})
+    why = push(mesh)[EVIL]
+    assert f"{mine} exists and is not a credential this agent wrote" in why
+    assert mine.read_text() == "APP_SECRET_KEY=keep-me\n"
+    fresh = inside / "db.env"
+    evil_consumer(mesh, file="srv/app1/evil/db.password", connection={"file": str(fresh)})
+    assert push(mesh) == {}
+    assert fresh.exists()
+
+
 def test_an_existing_file_the_agent_did_not_write_is_not_replaced(mesh: Mesh) -> None:
     folder = mesh.root / "srv/app1/evil"
     folder.mkdir(parents=True)
@@ -436,3 +463,19 @@ def test_doctor_and_declare_check_nodes_name_what_each_policy_refuses(
     ]
     assert not cron.exists()  # nothing was pushed
     assert agent_user()  # the mesh's agents run as this user
+
+
+def test_a_kind_and_an_admin_file_allowed_by_two_different_entries_are_not_allowed() -> None:
+    """Each entry is one grant: Redis's admin file does not become PostgreSQL's because both
+    entries name the same folder."""
+    redis = node_policy.ProviderRoot("/srv", frozenset({"redis"}), frozenset({"/srv/redis.url"}))
+    pg = node_policy.ProviderRoot("/srv", frozenset({"postgres"}))
+    policy = node_policy.Policy(Path("/n/policy.toml"), "db1", providers=(redis, pg))
+    ask = node_policy.ProviderAsk(
+        "db1/postgres", "database", "postgres", "/srv/m.json", "/srv/g", "/srv/redis.url", None
+    )
+    (refused,) = policy.provider_refusals(ask)
+    assert (refused.key, refused.module) == ("admin", "db1/postgres provides database")
+    both = node_policy.ProviderRoot("/srv", frozenset({"postgres"}), frozenset({"/srv/redis.url"}))
+    one = node_policy.Policy(Path("/n/policy.toml"), "db1", providers=(both,))
+    assert one.provider_refusals(ask) == [] and one.provider(ask) is None  # the built-in one

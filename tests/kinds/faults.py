@@ -260,6 +260,93 @@ FAULTS = (
         "test_a_server_that_is_down",
         ("redis",),
     ),
+    Fault(
+        "seaweedfs-create-wrong-secret",
+        "provisioner/harness.py",
+        "adapter.create(consumer.login, _password(secret), consumer.values)",
+        'adapter.create(consumer.login, _password(secret) + "x", consumer.values)',
+        "test_create_makes",
+        ("seaweedfs",),
+        more=(
+            (
+                "provisioner/harness.py",
+                "Wanted(consumer.login, _password(secret), consumer.values)",
+                'Wanted(consumer.login, _password(secret) + "x", consumer.values)',
+            ),
+        ),
+    ),
+    Fault(
+        "seaweedfs-every-run-rewrites",
+        "kinds/seaweedfs/adapter.py",
+        "if held.digest == secret_digest(item.password.encode()) and held.in_place:",
+        "if False:",
+        "test_an_unchanged_run_writes_nothing",
+        ("seaweedfs",),
+        more=(
+            (
+                "provisioner/harness.py",
+                "elif have is not None and have.digest == consumer.digest and have.in_place:",
+                "elif False:",
+            ),
+        ),
+    ),
+    Fault(
+        "seaweedfs-drift-not-looked-at",
+        "kinds/seaweedfs/adapter.py",
+        "if held.digest == secret_digest(item.password.encode()) and held.in_place:",
+        "if held.in_place:",
+        "test_drift_is_restored",
+        ("seaweedfs",),
+    ),
+    Fault(
+        "seaweedfs-removal-drops-the-bucket",
+        "kinds/seaweedfs/adapter.py",
+        'self.session.run([f"s3.configure -user={login} -delete -apply"])',
+        'self.session.run([f"s3.configure -user={login} -delete -apply", '
+        "f\"s3.bucket.delete -name {login.replace('_', '-')}\"])",
+        "test_removal_keeps",
+        ("seaweedfs",),
+    ),
+    Fault(
+        "seaweedfs-foreign-taken-as-ours",
+        "kinds/seaweedfs/adapter.py",
+        'return _display_name(identity) == self.marker and not identity.get("isStatic")',
+        'return not identity.get("isStatic")',
+        "test_logins_meshtui_did_not_make",
+        ("seaweedfs",),
+    ),
+    Fault(
+        "seaweedfs-names-not-checked",
+        "kinds/seaweedfs/adapter.py",
+        "if not _NAME.fullmatch(item.login):",
+        "if False:",
+        "test_a_name_the_server_cannot_hold",
+        ("seaweedfs",),
+    ),
+    Fault(
+        "seaweedfs-refusal-not-seen",
+        "kinds/seaweedfs/probe.py",
+        '                    Verdict.REFUSED, f"signed request refused ({code}) over TLS"',
+        '                    Verdict.UNKNOWN, f"signed request refused ({code}) over TLS"',
+        "test_probe_verdicts",
+        ("seaweedfs",),
+    ),
+    Fault(
+        "seaweedfs-no-control",
+        "kinds/seaweedfs/probe.py",
+        "    if not options.control or first.verdict is not Verdict.ACCEPTED:",
+        "    if True:",
+        "test_probe_verdicts",
+        ("seaweedfs",),
+    ),
+    Fault(
+        "seaweedfs-down-is-refused",
+        "kinds/seaweedfs/probe.py",
+        '            Verdict.UNKNOWN, scrub(f"{type(exc).__name__}: {exc}", target.password)',
+        '            Verdict.REFUSED, scrub(f"{type(exc).__name__}: {exc}", target.password)',
+        "test_a_server_that_is_down",
+        ("seaweedfs",),
+    ),
 )
 
 

@@ -1,0 +1,224 @@
+"""The live login to an object store: SigV4-signed S3 requests from the consumer's node, over TLS.
+
+Same evidence and verdicts as the PostgreSQL and Redis probes, S3-shaped, on one TLS
+connection that verifies the store's certificate against the declared CA alone (host name, the
+private address, included):
+
+* a ``ListObjectsV2`` of the consumer's own bucket, **signed** (SigV4, botocore's signer,
+  never hand-rolled) with the held credential: ``200`` is accepted; ``SignatureDoesNotMatch``
+  or ``InvalidAccessKeyId`` is refused; anything else (``AccessDenied`` on its own bucket,
+  ``NoSuchBucket``, a 5xx while the store starts, TLS or connection errors) is unknown, never
+  revoked;
+* after an accepted login, a bucket outside its rights (a fresh random name) must answer
+  ``AccessDenied``. When it does not, an **unsigned** request tells why: a store that answers it
+  (its objects, or ``NoSuchBucket``: it looked past authentication) lets anyone in, as
+  SeaweedFS with no identity at all does, so nothing it says can prove a revocation ("no
+  password demanded"); otherwise the credential's rights are wider than declared (unknown);
+* the negative control (:func:`probe`) signs with a random wrong secret and must be refused.
+
+The secret key never leaves this process: SigV4 sends only an HMAC of the request.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import secrets
+import ssl
+import threading
+import time
+
+import httpx
+
+from meshtui.host.probe_address import loopback_addr, loopback_host, own_address, resolve
+from meshtui.host.probe_types import (
+    LoginResult,
+    ProbeOptions,
+    ProbeResult,
+    ProbeTarget,
+    control_password,
+    scrub,
+)
+from meshtui.kinds.seaweedfs.values import REGION, default_bucket
+from meshtui.model import Verdict
+
+REFUSED_CODES = frozenset({"SignatureDoesNotMatch", "InvalidAccessKeyId"})
+PAST_AUTH = frozenset({"OK", "NoSuchBucket", "NoSuchKey"})
+"""What an unsigned request can only get from a store that asked for no signature."""
+_CODE = re.compile(rb"<Code>([A-Za-z0-9.]{1,64})</Code>")
+_contexts: dict[str, ssl.SSLContext] = {}
+_contexts_lock = threading.Lock()
+
+
+def tls_context(ca: str) -> ssl.SSLContext:
+    """A client context trusting ``ca`` alone (not the system's store), one per CA file."""
+    with _contexts_lock:
+        context = _contexts.get(ca)
+        if context is None:
+            context = ssl.create_default_context(cafile=ca)  # a cafile: no default roots
+            _contexts[ca] = context
+        return context
+
+
+def _code(response: httpx.Response) -> str:
+    found = _CODE.search(response.content[:4096])
+    return found.group(1).decode() if found else f"HTTP {response.status_code}"
+
+
+def _signed(method: str, url: str, access_key: str, secret_key: str) -> dict[str, str]:
+    """The SigV4 headers of ``method url`` (empty body), from botocore's S3 signer."""
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    request = AWSRequest(method=method, url=url)
+    S3SigV4Auth(Credentials(access_key, secret_key), "s3", REGION).add_auth(request)
+    return {k: str(v) for k, v in request.headers.items()}
+
+
+def _result(
+    verdict: Verdict,
+    reason: str,
+    started: float | None,
+    *,
+    loopback: bool,
+    used_password: bool | None = None,
+) -> LoginResult:
+    return LoginResult.after(
+        verdict, reason, started, loopback=loopback, used_password=used_password
+    )
+
+
+def _checked(target: ProbeTarget, options: ProbeOptions) -> tuple[str, bool] | LoginResult:
+    """The address to connect to and whether it is loopback, or why the probe does not run."""
+    loopback = loopback_host(target.host)
+    if loopback and not options.allow_loopback:
+        return _result(
+            Verdict.UNKNOWN,
+            f"not run: {target.host!r} is a loopback target, not the provider's private address",
+            None,
+            loopback=True,
+        )
+    port = target.port
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        return _result(Verdict.UNKNOWN, f"not run: bad port {port!r}", None, loopback=loopback)
+    if not target.tls:
+        return _result(
+            Verdict.UNKNOWN,
+            "not run: an object store is probed over TLS only (a signed request in clear "
+            "shows every object it touches)",
+            None,
+            loopback=loopback,
+        )
+    if not target.ca:
+        return _result(
+            Verdict.UNKNOWN,
+            "not run: no CA to verify the store's certificate (declare ca)",
+            None,
+            loopback=loopback,
+        )
+    try:
+        addresses = resolve(target.host, port)
+    except OSError as exc:
+        return _result(
+            Verdict.UNKNOWN, f"host name not resolved: {exc.strerror}", None, loopback=loopback
+        )
+    if not addresses:
+        return _result(Verdict.UNKNOWN, "host name not resolved", None, loopback=loopback)
+    if loopback_addr(ipaddress.ip_address(addresses[0])) or own_address(addresses[0]):
+        loopback = True
+        if not options.allow_loopback:
+            return _result(
+                Verdict.UNKNOWN,
+                f"not run: {addresses[0]} is this host itself: loopback",
+                None,
+                loopback=True,
+            )
+    return target.host, loopback
+
+
+def login(target: ProbeTarget, options: ProbeOptions) -> LoginResult:
+    """One signed request with ``target.password`` (see the module docstring); never raises,
+    never lets the secret out."""
+    checked = _checked(target, options)
+    if isinstance(checked, LoginResult):
+        return checked
+    host, loopback = checked
+    if not target.user or not target.password:
+        return _result(Verdict.UNKNOWN, "not run: no login or secret", None, loopback=loopback)
+    assert target.ca is not None
+    try:
+        context = tls_context(target.ca)
+    except (OSError, ssl.SSLError) as exc:
+        return _result(
+            Verdict.UNKNOWN, f"not run: the CA file {target.ca} cannot be used: {exc}", None,
+            loopback=loopback,
+        )  # fmt: skip
+    base = f"https://{host}:{target.port}" if ":" not in host else f"https://[{host}]:{target.port}"
+    bucket = target.dbname or default_bucket(target.user)
+    own = f"{base}/{bucket}?list-type=2&max-keys=1"
+    started = time.perf_counter()
+    try:
+        with httpx.Client(verify=context, timeout=options.timeout, trust_env=False) as client:
+            answer = client.get(own, headers=_signed("GET", own, target.user, target.password))
+            code = "OK" if answer.status_code == 200 else _code(answer)
+            if code in REFUSED_CODES:
+                return _result(
+                    Verdict.REFUSED, f"signed request refused ({code}) over TLS", started,
+                    loopback=loopback, used_password=True,
+                )  # fmt: skip
+            if answer.status_code != 200:
+                return _result(
+                    Verdict.UNKNOWN,
+                    f"bucket {bucket}: {code} (HTTP {answer.status_code}), neither "
+                    "accepted nor a refusal of the key",
+                    started, loopback=loopback, used_password=True,
+                )  # fmt: skip
+            outside_bucket = f"meshtui-outside-{secrets.token_hex(6)}"
+            outside = f"{base}/{outside_bucket}?list-type=2&max-keys=1"
+            wide = client.get(
+                outside, headers=_signed("GET", outside, target.user, target.password)
+            )
+            if _code(wide) == "AccessDenied":
+                return _result(
+                    Verdict.ACCEPTED,
+                    f"signed request accepted on {bucket} over TLS (certificate verified); "
+                    "a bucket outside its rights was refused",
+                    started, loopback=loopback, used_password=True,
+                )  # fmt: skip
+            bare = client.get(own)  # only now: is it the key's rights, or no check at all?
+            unsigned = "OK" if bare.status_code < 300 else _code(bare)
+    except Exception as exc:  # TLS, connection, timeout: never a verdict about the key
+        return _result(
+            Verdict.UNKNOWN, scrub(f"{type(exc).__name__}: {exc}", target.password), started,
+            loopback=loopback,
+        )  # fmt: skip
+    if unsigned in PAST_AUTH:
+        return _result(
+            Verdict.NO_PASSWORD,
+            f"the store answered an unsigned request with {unsigned}: anyone gets in, so no "
+            "key can prove a revocation (does it hold no identity at all?)",
+            started, loopback=loopback, used_password=False,
+        )  # fmt: skip
+    return _result(
+        Verdict.UNKNOWN,
+        f"signed request accepted on {bucket}, but a bucket outside its rights answered "
+        f"{_code(wide)} (HTTP {wide.status_code}), not AccessDenied: its rights are wider "
+        "than declared",
+        started, loopback=loopback, used_password=True,
+    )  # fmt: skip
+
+
+def probe(target: ProbeTarget, options: ProbeOptions) -> ProbeResult:
+    """The held credential's login; if accepted, the negative control (a random wrong secret)."""
+    first = login(target, options)
+    if not options.control or first.verdict is not Verdict.ACCEPTED:
+        return ProbeResult(first, None)
+    wrong = ProbeTarget(
+        target.host, target.port, target.user, control_password(target.password),
+        target.dbname, kind=target.kind, ca=target.ca, tls=target.tls,
+    )  # fmt: skip
+    return ProbeResult(first, login(wrong, options))
+
+
+__all__ = ["login", "probe", "tls_context"]
