@@ -172,7 +172,7 @@ def run(
             own = pg_create_all(cluster, pairs)
             rows.append(("pg own: create, one txn", own, "baseline for push"))
             print(f"  {'pg own: create, one txn':<26}{own * 1000:>12.1f} ms")
-            timed("status", ctl.status, rows, "goal <= 100 ms")
+            timed("status", ctl.status, rows, "goal <= 50 ms (first read after a change)")
             if probe:
                 timed("probe", ctl.probe, rows)
             one = ctl.live_pairs()[0]
@@ -197,8 +197,8 @@ def run(
         shutil.rmtree(base, ignore_errors=True)
 
 
-STATUS_GOAL = 0.100
-"""``status`` at 10,000 pairs (issue 13)."""
+STATUS_GOAL = 0.050
+"""``status`` at 10,000 pairs, first read after a change (issue 25; issue 13 asked 100 ms)."""
 
 
 def _median(fn, repeat: int) -> tuple[float, float]:  # type: ignore[no-untyped-def]

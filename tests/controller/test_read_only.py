@@ -11,6 +11,8 @@ an audit hook, and the same calls behave the same with the key gone from the sta
 from __future__ import annotations
 
 import inspect
+import threading
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -76,6 +78,11 @@ def calls(mesh: CountedMesh) -> dict[str, list[tuple[Callable[[Controller], Any]
         "rotate": [(lambda c: c.rotate([GITEA, GRAFANA]), ALL)],
         "probe": [(lambda c: c.probe(), "app1, app2"), (lambda c: c.probe([GITEA]), "app1")],
         "drill": [(lambda c: c.drill([GRAFANA]), "app2, db1")],
+        "watch": [(lambda c: c.watch(stop=threading.Event(), notify_timeout=1, tick=1), "")],
+        "parse_listen": [(lambda c: c.parse_listen("127.0.0.1:9713"), None)],
+        "write_export": [
+            (lambda c: c.write_export(mesh.root / f"export-{uuid.uuid4().hex}.json", "[]"), None)
+        ],
     }
 
 

@@ -45,6 +45,7 @@ def with_reload(mesh) -> tuple[Path, Path]:
     assert needle in text
     mesh.decl.write_text(text.replace(needle, needle[:-1] + f', reload = ["{script}"] }}'))
     broken.touch()
+    mesh.allow("app1", reload=((str(script),),))  # the node's policy runs it (as the agent's user)
     with mesh.controller() as ctl:
         ctl.declare(mesh.decl)
     return runs, broken

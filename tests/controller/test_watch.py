@@ -383,6 +383,7 @@ def test_a_routine_rotation_is_no_alert_and_a_failed_reload_is_one(mesh):
     script = mesh.root / "reload.sh"
     script.write_text("#!/bin/sh\necho 'gitea.service not found' >&2\nexit 1\n")
     script.chmod(0o755)
+    mesh.allow("app1", reload=((str(script),),))
     got: list[Alert] = []
     with mesh.controller() as ctl:
         assert {p.verdict for p in ctl.probe(ALL)} == {"accepted"}  # every pair working

@@ -7,6 +7,8 @@ test's (loopback, a free port, the lab's certificates), plus where the server ke
 from __future__ import annotations
 
 import re
+import shutil
+import tempfile
 from pathlib import Path
 
 import redis
@@ -23,9 +25,12 @@ def recipe() -> list[str]:
     return [line.strip() for line in found[1].splitlines() if line.strip()]
 
 
-def test_the_readme_recipe_starts_redis_and_the_admin_logs_in(tmp_path: Path) -> None:
+def test_the_readme_recipe_starts_redis_and_the_admin_logs_in() -> None:
     port = free_port()
-    server = lab_redis.create(tmp_path / "redis", address="127.0.0.1", port=port)
+    # under a folder the server's own user may pass through (it runs as meshtui_redis as root)
+    base = Path(tempfile.mkdtemp(prefix="meshtui-recipe-"))
+    base.chmod(0o711)
+    server = lab_redis.create(base / "srv", address="127.0.0.1", port=port)
     ours = {
         "bind": "127.0.0.1",
         "tls-port": str(port),
@@ -49,3 +54,4 @@ def test_the_readme_recipe_starts_redis_and_the_admin_logs_in(tmp_path: Path) ->
             assert admin.acl_whoami() == "meshtui-admin"
     finally:
         server.stop()
+        shutil.rmtree(base, ignore_errors=True)

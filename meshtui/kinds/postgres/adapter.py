@@ -99,9 +99,23 @@ LEFT JOIN pg_shdescription d ON d.objoid = a.oid AND d.classoid = 'pg_authid'::r
 WHERE a.rolname = %(name)s
 """
 
-_MANY_ROLES = _ONE_ROLE.replace("SELECT a.oid,", "SELECT a.rolname, a.oid,").replace(
-    "WHERE a.rolname = %(name)s", "WHERE a.rolname = ANY(%(names)s)"
-)
+# ``_ONE_ROLE`` for many names: the membership as a LATERAL lookup per role, since for many
+# roles the planner turned the EXISTS into a hash of every marker member (64 names among 10,000
+# roles: 41-55 ms, now 10-13 ms, the same rows)
+_MANY_ROLES = """
+SELECT a.rolname, a.oid, coalesce({same_txn}, false), a.rolcanlogin, {no_password},
+       d.description, k.marked IS NOT NULL
+FROM {roles} a
+LEFT JOIN pg_shdescription d ON d.objoid = a.oid AND d.classoid = 'pg_authid'::regclass
+LEFT JOIN LATERAL (
+    SELECT true AS marked FROM pg_auth_members m JOIN pg_roles g ON g.oid = m.grantor
+    WHERE m.member = a.oid
+      AND m.roleid = (SELECT k.oid FROM pg_roles k WHERE k.rolname = %(marker)s)
+      AND {trusted}
+    LIMIT 1
+) k ON true
+WHERE a.rolname = ANY(%(names)s)
+"""
 
 # many logins' stored verifiers at once, by name; compared on this side like _READ_BACK
 _READ_BACK_MANY = """
