@@ -12,6 +12,7 @@ and the head inside by the controller), so a read-only ``audit --verify`` can ch
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -41,12 +42,14 @@ from meshtui.controller.reports import (
 from meshtui.controller.restored import load_proof
 from meshtui.controller.schedule import PairDue
 from meshtui.errors import (
+    ForeignStateFolderError,
     InputError,
     ReadOnlyContactError,
     ReadOnlyError,
     RotationBusyError,
     UnknownPairError,
 )
+from meshtui.folders import user_name
 from meshtui.inventory import Inventory
 from meshtui.keys import KEY_STEM, write_keys_once
 from meshtui.model import PairStatus, State, node_of
@@ -66,12 +69,31 @@ INVENTORY = "inventory.db"
 """The inventory file's name in a state folder."""
 
 
+def own_folder(state_dir: Path) -> None:
+    """ForeignStateFolderError unless ``state_dir`` (when it exists) is this user's and nobody
+    else may write it: root running ``push`` in the ``meshtui`` user's folder opened
+    ``deliver.lock`` (and SQLite its journal) through a link that user put there."""
+    try:
+        st = os.stat(state_dir)
+    except FileNotFoundError:
+        return
+    me = os.geteuid()
+    if st.st_uid != me or st.st_mode & 0o022:
+        raise ForeignStateFolderError(
+            str(Path(state_dir).absolute()),
+            user_name(st.st_uid),
+            user_name(me),
+            writable=st.st_uid == me,
+        )
+
+
 def init_keys(state_dir: Path) -> tuple[Path, bool]:
     """Write the controller's keys once; the .pub path and whether they were made now.
 
     New keys with an inventory already there (its old key lost): the audit head is re-signed
     with the new key, on record (an ``init`` event naming its fingerprint).
     """
+    own_folder(state_dir)
     pub, made = write_keys_once(state_dir)
     if made is not None and (state_dir / INVENTORY).exists():
         with Inventory.open(state_dir / INVENTORY) as inv:
@@ -94,6 +116,7 @@ class Controller:
     def open(cls, state_dir: Path | str, *, read_only: bool = False) -> Controller:
         """Open the controller on a state folder (the inventory is created when writable)."""
         state_dir = Path(state_dir)
+        own_folder(state_dir)
         ctl = cls(state_dir, Inventory.open(state_dir / INVENTORY, read_only=read_only))
         proof = load_proof(state_dir)  # None unless restored (controller/restore.py)
         if not read_only and (state_dir / f"{KEY_STEM}.key").exists():

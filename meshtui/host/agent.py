@@ -456,7 +456,7 @@ def _probe_target(item: Target, secret: bytes) -> probe_mod.ProbeTarget:
         user=item["login"],
         password=secret.decode("ascii", "replace"),
         dbname=item["dbname"],
-        kind=item.get("kind") or registry.DEFAULT,  # an unknown one is probed as not run
+        kind=registry.name_of(item.get("kind")),  # an unknown one is probed as not run
         ca=item.get("ca") or None,
         tls=item.get("tls", True),
     )

@@ -409,7 +409,7 @@ def _write_declaration(
 
 def kind_name(given: object) -> str:
     """A provides entry's kind by its registered name (absent: the default kind)."""
-    return str(given) if given else registry.DEFAULT
+    return registry.name_of(str(given) if given else None)
 
 
 def _write_policies(folder: Path, nodes: list[str], tables: list[toml_writer.Table]) -> None:
