@@ -107,6 +107,7 @@ KIND_CONTRACTS = {
         "meshtui.lab.toml_writer",
         "meshtui.lab.service",
         "meshtui.lab.accounts",
+        "meshtui.lab.certificates",
     ),
 }
 """What a kind's module may import beyond the core and its own package, by the floor it serves."""

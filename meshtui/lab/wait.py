@@ -6,6 +6,7 @@ a wait runs out names what it waited for.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 
@@ -41,3 +42,19 @@ def wait_until(
     """:func:`poll`, raising a LabError that names ``what`` when time runs out."""
     if not poll(ready, timeout, every=every):
         raise LabError(f"gave up after {timeout:g} s waiting for {what}")
+
+
+def ended(pid: int) -> bool:
+    """Whether process ``pid`` has ended, reaping it when it is our child (no zombie lingers):
+    the condition every lab server's stop waits for."""
+    try:
+        done, _status = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return True
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from meshtui.host.probe import ProbeOptions, ProbeTarget, probe_one
 from meshtui.kinds.openbao.adapter import TOKEN_TTL_S, OpenBaoAdapter
-from meshtui.kinds.openbao.lab import make_certificates
+from meshtui.lab.certificates import make_certificates
 from meshtui.model import Verdict
 from meshtui.provisioner.adapter import Scope
 from tests.openbao.conftest import BMesh
@@ -70,7 +70,7 @@ def test_a_rotated_away_secret_id_is_refused(bmesh: BMesh) -> None:
 def test_another_ca_is_unknown_never_refused(bmesh: BMesh, tmp_path: Path) -> None:
     bmesh.add("app1", "gitea")
     bmesh.reconcile()
-    make_certificates(tmp_path, "127.0.0.1")
+    make_certificates(tmp_path, "127.0.0.1", server="OpenBao")
     result = probe_one(target(bmesh, "app1", "gitea", ca=str(tmp_path / "ca.pem")), LOCAL)
     assert result.verdict() is Verdict.UNKNOWN, result.reason()
     assert "CERTIFICATE_VERIFY_FAILED" in result.reason() or "certificate" in result.reason()

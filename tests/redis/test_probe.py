@@ -11,6 +11,7 @@ import redis
 
 from meshtui.host.probe import ProbeTarget, Verdict, probe_many
 from meshtui.kinds.redis import probe as probe_redis
+from meshtui.lab.certificates import make_certificates
 
 from .conftest import RMesh, free_port, run_redis
 
@@ -73,11 +74,10 @@ def test_probe_many_dispatches_on_kind(rmesh: RMesh) -> None:
 def test_certificate_not_signed_by_the_ca_is_unknown(rmesh: RMesh, tmp_path: Path) -> None:
     rmesh.add("app1", "worker")
     assert rmesh.reconcile().ok
-    from meshtui.kinds.redis import lab as lab_redis
 
     other = tmp_path / "other"
     other.mkdir()
-    lab_redis.make_certificates(other, "127.0.0.1")
+    make_certificates(other, "127.0.0.1", server="Redis")
     result = _probe(
         rmesh,
         rmesh.login_of("app1", "worker"),
@@ -152,13 +152,12 @@ def test_only_the_declared_ca_is_trusted(
 ) -> None:
     """The server's certificate is signed by a CA the machine trusts (SSL_CERT_FILE), not by
     the one the declaration names: the probe must not accept it."""
-    from meshtui.kinds.redis import lab as lab_redis
 
     rmesh.add("app1", "worker")
     assert rmesh.reconcile().ok
     other = tmp_path / "declared"
     other.mkdir()
-    lab_redis.make_certificates(other, "127.0.0.1")
+    make_certificates(other, "127.0.0.1", server="Redis")
     monkeypatch.setenv("SSL_CERT_FILE", str(rmesh.server.ca))
     monkeypatch.delenv("SSL_CERT_DIR", raising=False)
     result = _probe(

@@ -26,6 +26,7 @@ from meshtui.kinds.redis.private import (
     only_ca,
     tls_context,
 )
+from meshtui.lab.certificates import make_certificates
 
 
 def test_ssl_connection_wraps_its_socket_in_the_private_hook() -> None:
@@ -75,7 +76,7 @@ def test_a_context_connection_trusts_our_context_only(
         conn.disconnect()
     assert [type(r) for r in replies] == [NoAuth, WrongPass, NoAuth], replies
     (tmp_path / "other").mkdir()
-    lab_redis.make_certificates(tmp_path / "other", "127.0.0.1")
+    make_certificates(tmp_path / "other", "127.0.0.1", server="Redis")
     other = tmp_path / "other" / "ca.pem"  # a CA that did not sign the server's certificate
     stranger: Any = ContextTLSConnection(context=tls_context(str(other)), **common)
     with pytest.raises(redis.ConnectionError, match="certificate verify failed"):
@@ -85,7 +86,7 @@ def test_a_context_connection_trusts_our_context_only(
 
 def test_only_ca_switches_a_ca_only_url_and_leaves_the_rest(tmp_path: Path) -> None:
     (tmp_path / "pki").mkdir()
-    lab_redis.make_certificates(tmp_path / "pki", "127.0.0.1")
+    make_certificates(tmp_path / "pki", "127.0.0.1", server="Redis")
     ca = tmp_path / "pki" / "ca.pem"
     switched = only_ca(dict(parse_url(f"rediss://a:b@127.0.0.1:1/0?ssl_ca_certs={ca}")))
     assert switched["connection_class"] is ContextTLSConnection

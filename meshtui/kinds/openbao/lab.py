@@ -31,12 +31,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import pwd
 import shutil
 import signal
 import socket
 import stat
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,7 +43,9 @@ from meshtui.atomic import write_private
 from meshtui.bao import APPROLE_MOUNT, KV_MOUNT, Bao
 from meshtui.errors import LabError, ProvisionError
 from meshtui.lab import toml_writer
-from meshtui.lab.wait import poll
+from meshtui.lab.accounts import check_path_open, ensure_system_user
+from meshtui.lab.certificates import make_certificates
+from meshtui.lab.wait import ended, poll
 
 SERVER_USER = "meshtui_bao"
 PORT = 8200
@@ -97,43 +97,6 @@ def available() -> bool:
     except LabError:
         return False
     return shutil.which("openssl") is not None
-
-
-def _ensure_system_user(name: str) -> pwd.struct_passwd:
-    """The dedicated ``--system`` nologin user, made once."""
-    try:
-        return pwd.getpwnam(name)
-    except KeyError:
-        pass
-    done = subprocess.run(
-        [
-            "useradd", "--system", "--user-group", "--no-create-home",
-            "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", name,
-        ],
-        capture_output=True, text=True, env=_ENV, check=False,
-    )  # fmt: skip
-    if done.returncode not in (0, 9):  # 9: made meanwhile by another run
-        raise LabError(f"useradd {name} failed: {done.stderr.strip()}")
-    return pwd.getpwnam(name)
-
-
-def _check_reachable(folder: Path, pw: pwd.struct_passwd) -> None:
-    """LabError naming the first folder above ``folder`` the server user cannot enter."""
-    for parent in reversed(folder.parents):
-        st = parent.stat()
-        bit = (
-            stat.S_IXUSR
-            if st.st_uid == pw.pw_uid
-            else stat.S_IXGRP
-            if st.st_gid == pw.pw_gid
-            else stat.S_IXOTH
-        )
-        if not st.st_mode & bit:
-            raise LabError(
-                f"{parent} cannot be entered by the OpenBao user {pw.pw_name}, so it cannot "
-                f"reach {folder} (allow o+x on {parent}, or put the lab under a folder it can "
-                "enter)"
-            )
 
 
 def _own_dir(path: Path, uid: int, gid: int, mode: int) -> None:
@@ -211,7 +174,7 @@ class BaoServer:
             pid = int(self.pidfile.read_text().strip())
         except (OSError, ValueError):
             return None
-        return None if _gone(pid) else pid
+        return None if ended(pid) else pid
 
     def local(self, token: str | None = None) -> Bao:
         """A session over the lab's Unix socket (plain HTTP on a file, not the network)."""
@@ -246,7 +209,7 @@ class BaoServer:
         pid = self.pid()
         if pid is None:
             pid = self._spawn(netns)
-            if not poll(self._answers, START_S, every=0.1, unless=lambda: _gone(pid)):
+            if not poll(self._answers, START_S, every=0.1, unless=lambda: ended(pid)):
                 self.stop()
                 raise LabError(f"OpenBao in {self.folder} did not start; {self._tail()}")
         self._initialise()
@@ -287,9 +250,9 @@ class BaoServer:
         if pid is None:
             return
         os.kill(pid, signal.SIGTERM)
-        if not poll(lambda: _gone(pid), 15):
+        if not poll(lambda: ended(pid), 15):
             os.kill(pid, signal.SIGKILL)
-            poll(lambda: _gone(pid), 5)
+            poll(lambda: ended(pid), 5)
 
     # -- initialisation ------------------------------------------------------------------------
 
@@ -362,59 +325,6 @@ def admin_text(address: str, ca: str, token: str) -> str:
     return "".join(f"{toml_writer.key(k)} = {toml_writer.string(v)}\n" for k, v in fields.items())
 
 
-def _gone(pid: int) -> bool:
-    """Whether ``pid`` has ended (reaping it when it is our child)."""
-    try:
-        done, _status = os.waitpid(pid, os.WNOHANG)
-        if done == pid:
-            return True
-    except ChildProcessError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
-
-def _openssl(folder: Path, *args: str) -> None:
-    done = subprocess.run(
-        ["openssl", *args],
-        cwd=folder, env=_ENV, capture_output=True, text=True, check=False, umask=0o077,
-        stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise LabError(f"openssl {args[0]} failed: {done.stderr.strip()[-400:]}")
-
-
-def make_certificates(folder: Path, address: str) -> None:
-    """A lab CA (``ca.pem``) and a certificate for ``address`` (an IP subjectAltName) that it
-    signed (``server.pem``, key ``server.key`` 0600), unless already there."""
-    if (folder / "server.pem").exists() and (folder / "ca.pem").exists():
-        return
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    _openssl(
-        folder, "req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "30",
-        "-subj", "/CN=meshtui lab OpenBao CA",
-        "-addext", "basicConstraints=critical,CA:TRUE",
-        "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-    )  # fmt: skip
-    _openssl(
-        folder, "req", *ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=openbao"
-    )
-    write_private(
-        folder / "server.ext",
-        f"subjectAltName=IP:{address}\nbasicConstraints=CA:FALSE\n"
-        "keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n".encode(),
-    )
-    _openssl(
-        folder, "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-        "-CAcreateserial", "-out", "server.pem", "-days", "30", "-extfile", "server.ext",
-    )  # fmt: skip
-    for public in ("ca.pem", "server.pem"):
-        (folder / public).chmod(0o644)  # certificates are public; consumers' probes read ca.pem
-
-
 def _hcl_string(text: str) -> str:
     """``text`` as an HCL string (JSON's quoting); refused if HCL could read more into it."""
     if "${" in text or "%{" in text or any(ord(c) < 32 for c in text):
@@ -434,14 +344,14 @@ def create(folder: Path, *, address: str, port: int, cluster_port: int | None = 
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o711)
     folder = folder.resolve()
-    pw = _ensure_system_user(SERVER_USER) if os.geteuid() == 0 else None
+    pw = ensure_system_user(SERVER_USER) if os.geteuid() == 0 else None
     uid, gid = (pw.pw_uid, pw.pw_gid) if pw else (os.geteuid(), os.getegid())
     if pw is not None:
-        _check_reachable(folder, pw)
+        check_path_open(folder, pw, "the lab OpenBao's folder")
     server = BaoServer(folder, address, port, cluster_port or port + 1, pw.pw_name if pw else None)
     tls = folder / "tls"
     tls.mkdir(mode=0o711, exist_ok=True)
-    make_certificates(tls, address)
+    make_certificates(tls, address, server="OpenBao")
     os.chown(tls / "server.key", uid, gid, follow_symlinks=False)
     for name in ("data", "audit", "run"):
         _own_dir(folder / name, uid, gid, 0o700)

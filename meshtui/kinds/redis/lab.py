@@ -31,8 +31,9 @@ from meshtui.atomic import write_private
 from meshtui.errors import LabError
 from meshtui.lab import toml_writer
 from meshtui.lab.accounts import check_path_open, ensure_system_user
+from meshtui.lab.certificates import make_certificates
 from meshtui.lab.foreign import ForeignDir
-from meshtui.lab.wait import poll
+from meshtui.lab.wait import ended, poll
 
 ADMIN_USER = "meshtui-admin"
 SERVER_USER = "meshtui_redis"
@@ -40,7 +41,6 @@ DATA = "data"
 _LOG_SCAN = 256 << 10  # the start of a lab Redis's log is a few KiB
 SERVER = "/usr/bin/redis-server"
 START_S = 20.0
-_OPENSSL_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}
 
 
 def find_server() -> str:
@@ -125,7 +125,7 @@ class RedisServer:
                 return None
         except (OSError, ValueError):
             return None
-        return None if _gone(pid) else pid
+        return None if ended(pid) else pid
 
     def running(self) -> bool:
         """Whether the server is alive and said it accepts connections.
@@ -171,67 +171,10 @@ class RedisServer:
         if pid is None:
             return
         os.kill(pid, signal.SIGTERM)
-        if poll(lambda: _gone(pid), 10):
+        if poll(lambda: ended(pid), 10):
             return
         os.kill(pid, signal.SIGKILL)
-        _gone(pid)
-
-
-def _gone(pid: int) -> bool:
-    """Whether ``pid`` has ended (reaping it when it is our child, so no zombie lingers)."""
-    try:
-        done, _status = os.waitpid(pid, os.WNOHANG)
-        if done == pid:
-            return True
-    except ChildProcessError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
-
-def _openssl(folder: Path, *args: str) -> None:
-    done = subprocess.run(
-        ["openssl", *args],
-        cwd=folder,
-        env=_OPENSSL_ENV,
-        capture_output=True,
-        text=True,
-        check=False,
-        umask=0o077,
-        stdin=subprocess.DEVNULL,
-    )
-    if done.returncode != 0:
-        raise LabError(f"openssl {args[0]} failed: {done.stderr.strip()[-400:]}")
-
-
-def make_certificates(folder: Path, address: str) -> None:
-    """A lab CA and a server certificate for ``address`` (IP SAN), unless already there."""
-    if (folder / "server.pem").exists() and (folder / "ca.pem").exists():
-        return
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    _openssl(
-        folder,
-        "req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "30",
-        "-subj", "/CN=meshtui lab CA",
-        "-addext", "basicConstraints=critical,CA:TRUE",
-        "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-    )  # fmt: skip
-    _openssl(
-        folder, "req", *ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=redis"
-    )
-    (folder / "server.ext").write_text(
-        f"subjectAltName=IP:{address}\nbasicConstraints=CA:FALSE\n"
-        "keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n"
-    )
-    _openssl(
-        folder,
-        "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-        "-CAcreateserial", "-out", "server.pem", "-days", "30", "-extfile", "server.ext",
-    )  # fmt: skip
-    (folder / "ca.pem").chmod(0o644)  # a certificate is public; consumers' probes read it
+        ended(pid)
 
 
 def create(folder: Path, *, address: str, port: int) -> RedisServer:
@@ -240,7 +183,7 @@ def create(folder: Path, *, address: str, port: int) -> RedisServer:
     folder.chmod(0o700)
     server = RedisServer(folder.resolve(), address, port)
     pw = ensure_system_user(SERVER_USER) if os.geteuid() == 0 else None
-    make_certificates(server.folder, address)
+    make_certificates(server.folder, address, server="Redis")
     if pw is not None:  # the server's user reads its configuration, certificate and key
         check_path_open(server.folder, pw, "the lab Redis's folder")
         for name, mode in (("", 0o710), ("server.key", 0o640), ("server.pem", 0o644)):

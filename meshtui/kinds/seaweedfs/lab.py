@@ -27,7 +27,6 @@ import secrets
 import shutil
 import signal
 import stat
-import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -38,7 +37,8 @@ from meshtui.kinds.seaweedfs import KIND
 from meshtui.kinds.seaweedfs.shell import find_weed
 from meshtui.lab import toml_writer
 from meshtui.lab.accounts import check_path_open, ensure_system_user
-from meshtui.lab.wait import poll
+from meshtui.lab.certificates import authority, certificate
+from meshtui.lab.wait import ended, poll
 
 SERVER_USER = "meshtui-weed"
 ADMIN_IDENTITY = "meshtui-admin"
@@ -51,29 +51,6 @@ _GRPC = 10000  # weed's own rule: a service's gRPC port is its HTTP port + 10000
 
 
 _ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}
-
-
-def _gone(pid: int) -> bool:
-    """Whether ``pid`` has ended (reaped when it is our child, so no zombie lingers)."""
-    try:
-        if os.waitpid(pid, os.WNOHANG)[0] == pid:
-            return True
-    except ChildProcessError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
-
-def _openssl(folder: Path, *args: str) -> None:
-    done = subprocess.run(
-        ["openssl", *args], cwd=folder, env=_ENV, capture_output=True, text=True, check=False,
-        umask=0o077, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise LabError(f"openssl {args[0]} failed: {done.stderr.strip()[-400:]}")
 
 
 def available() -> bool:
@@ -138,7 +115,7 @@ class WeedServer:
             pid = int(self.pidfile.read_text().strip())
         except (OSError, ValueError):
             return None
-        return None if _gone(pid) else pid
+        return None if ended(pid) else pid
 
     def running(self) -> bool:
         """Whether weed is alive and its S3 port and master/filer gRPC ports listen."""
@@ -234,9 +211,9 @@ class WeedServer:
         if pid is None:
             return
         os.kill(pid, signal.SIGTERM)
-        if not poll(lambda: _gone(pid), STOP_S, every=0.2):
+        if not poll(lambda: ended(pid), STOP_S, every=0.2):
             os.kill(pid, signal.SIGKILL)
-            poll(lambda: _gone(pid), 5)
+            poll(lambda: ended(pid), 5)
         self.pidfile.unlink(missing_ok=True)
         self._remove_sockets()
 
@@ -253,37 +230,6 @@ class WeedServer:
             if stat.S_ISSOCK(info.st_mode) and info.st_uid == owner:
                 with contextlib.suppress(OSError):
                     os.unlink(path)
-
-
-def _certificate(folder: Path, name: str, ca: str, sans: str, usage: str) -> None:
-    """A certificate ``name.pem`` (key ``name.key``) signed by ``ca``, unless already there."""
-    if (folder / f"{name}.pem").exists():
-        return
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    _openssl(
-        folder, "req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}"
-    )
-    (folder / f"{name}.ext").write_text(
-        f"subjectAltName={sans}\nbasicConstraints=CA:FALSE\n"
-        f"keyUsage=critical,digitalSignature\nextendedKeyUsage={usage}\n"
-    )
-    _openssl(
-        folder,
-        "x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
-        "-CAcreateserial", "-out", f"{name}.pem", "-days", "30", "-extfile", f"{name}.ext",
-    )  # fmt: skip
-
-
-def _ca(folder: Path, name: str, subject: str) -> None:
-    if (folder / f"{name}.pem").exists():
-        return
-    _openssl(
-        folder,
-        "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-        "-keyout", f"{name}.key", "-out", f"{name}.pem", "-days", "30", "-subj", f"/CN={subject}",
-        "-addext", "basicConstraints=critical,CA:TRUE",
-        "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-    )  # fmt: skip
 
 
 def _security_toml(conf: Path) -> str:
@@ -307,16 +253,16 @@ def create(folder: Path, *, address: str, ports: Ports, user: str | None = None)
     server = WeedServer(folder, address, ports, pw.pw_name if pw is not None else None)
     conf, data = server.conf, server.data
     conf.mkdir(mode=0o750, exist_ok=True)
-    _ca(folder, "ca", "meshtui lab object store CA")
+    authority(folder, "ca", "meshtui lab object store CA")
     (folder / "ca.pem").chmod(0o644)  # a certificate is public; consumers' probes read it
     if not (conf / "s3.pem").exists():
         for name in ("s3.pem", "s3.key"):
             (conf / name).unlink(missing_ok=True)
-        _certificate(folder, "s3", "ca", f"IP:{address}", "serverAuth")
+        certificate(folder, "s3", "ca", f"IP:{address}", "serverAuth")
         os.replace(folder / "s3.pem", conf / "s3.pem")
         os.replace(folder / "s3.key", conf / "s3.key")
-    _ca(conf, "grpc-ca", "meshtui lab weed gRPC CA")
-    _certificate(conf, "grpc", "grpc-ca", "IP:127.0.0.1", "serverAuth,clientAuth")
+    authority(conf, "grpc-ca", "meshtui lab weed gRPC CA")
+    certificate(conf, "grpc", "grpc-ca", "IP:127.0.0.1", "serverAuth,clientAuth")
     write_private(conf / "security.toml", _security_toml(conf).encode())
     identities = conf / "identities.json"
     if not identities.exists():
