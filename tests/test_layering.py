@@ -81,6 +81,8 @@ CORE = (
     "meshtui.terminal",
     "meshtui.runas",
     "meshtui.messages",
+    "meshtui.bao",
+    "meshtui.runas",
     "meshtui.kinds",
     "meshtui.kinds.kind",
     "meshtui.kinds.registry",

@@ -27,6 +27,7 @@ DEFAULT = DEFAULT_KIND
 PACKAGES = (
     "meshtui.kinds.postgres",
     "meshtui.kinds.redis",
+    "meshtui.kinds.openbao",
     "meshtui.kinds.seaweedfs",
 )
 """One line per registered kind: the package whose ``KIND`` it is."""
