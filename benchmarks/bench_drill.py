@@ -23,8 +23,10 @@ from bench_rotate import fsync_ms  # noqa: E402  (the same measure, one copy)
 
 from meshtui.controller.client import Agents
 from meshtui.controller.core import Controller
-from meshtui.controller.deliver import Delivered, Planner, send_providers
+from meshtui.controller.deliver import Planner
+from meshtui.controller.recording import Delivered
 from meshtui.controller.rotate import journal
+from meshtui.controller.sending import send_providers
 from meshtui.inventory import now
 from meshtui.lab import mesh as lab_mesh
 

@@ -181,7 +181,7 @@ ACTING = tuple(
     f"meshtui.controller.{m}"
     for m in (
         "watch", "metrics", "notify", "export", "push", "rotate", "probe", "drill",
-        "deliver", "client", "resolve", "lock", "ahead",
+        "deliver", "sending", "recording", "client", "resolve", "lock", "ahead",
     )
 )  # fmt: skip
 """The controller's modules that act: the CLI and the dashboard reach them through

@@ -1,4 +1,6 @@
-"""Building what each node must hold, sending it, and recording which generation each end holds.
+"""Building what each node must hold (the :class:`Planner`); sending it is
+:mod:`meshtui.controller.sending`'s job, recording which generation each end holds
+:mod:`meshtui.controller.recording`'s.
 
 A provider receives the whole manifest of one (provider module, provision): every live consumer
 at its target generation, sealed to the provider. A consumer receives its own credential, sealed
@@ -12,31 +14,19 @@ generations and their rotations.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple, TypeVar
+from collections.abc import Iterable, Mapping
+from typing import NamedTuple, TypeVar
 
 from meshtui import crypto, messages
 from meshtui.connection import render
-from meshtui.controller.client import (
-    DELIVER_TIMEOUT_S,
-    Agents,
-    SignedRequest,
-    by_pair,
-    missing_reason,
-)
-from meshtui.controller.status import NOT_AS_DECLARED
-from meshtui.errors import AgentError, InventoryError
-from meshtui.inventory import Inventory, Transaction, now
+from meshtui.errors import InventoryError
+from meshtui.inventory import Inventory
 from meshtui.inventory.rows import (
-    DeliveryRow,
     GenerationRow,
     ModuleRow,
     NodeRow,
     OfferSpec,
     PairRow,
-    ProbeRecord,
     Provision,
 )
 from meshtui.kinds import registry
@@ -44,75 +34,17 @@ from meshtui.kinds.kind import ConnectionFacts
 from meshtui.messages import (
     ConnectionItem,
     ConsumerItem,
-    DeliverAnswer,
-    DeliverRequest,
-    Holding,
     ManifestEntry,
-    ProbeReport,
-    ProviderOutcome,
     ProviderSet,
     Rollback,
     Target,
 )
-from meshtui.model import APPLIED, End, node_of
-
-RELOAD_FAILED = "reload failed"
-"""How a consumer end whose file was written but whose reload command failed is recorded."""
-PIN_FAILED = "pin failed"
-"""How a provider end whose login was applied but not confined in pg_hba.conf is recorded."""
-KEPT_FAILURES = (RELOAD_FAILED, PIN_FAILED, NOT_AS_DECLARED)
-"""An end's failure that holding the right credential does not clear: push delivers again."""
-
-FEW = 32
-"""Up to this many pairs, recording answers reads those pairs' rows one by one."""
-
-NOTHING = 0
-"""The generation recorded for an end that holds nothing (its file is gone)."""
-
-EndRow = tuple[str, End, int | None, str | None, str | None]
-"""(pair, end, generation held or None to keep, digest, error) for the deliveries table."""
+from meshtui.model import End, node_of
 
 Targets = Mapping[str, int]
 """pair id -> the generation its ends should receive (default: the pair's generation)."""
 
 Item = TypeVar("Item", ConsumerItem, ManifestEntry)
-
-
-@dataclass
-class Delivered:
-    """What one delivery round achieved, per pair and end."""
-
-    provider_ok: dict[str, bool] = field(default_factory=dict)
-    consumer_ok: dict[str, bool] = field(default_factory=dict)
-    applied_at: dict[str, float] = field(default_factory=dict)
-    written_at: dict[str, float] = field(default_factory=dict)
-    errors: dict[str, str] = field(default_factory=dict)  # pair -> first error
-    pending: list[EndRow] = field(default_factory=list)  # answers not yet recorded
-    bases: dict[Provision, str | None] = field(default_factory=dict)
-    """Per provision delivered: the consumer set its manifest now holds (None: not known)."""
-
-    def flush(self, inv: Inventory) -> None:
-        """Record the answers gathered so far in the deliveries table (and the bases)."""
-        rows, self.pending = self.pending, []
-        bases, self.bases = self.bases, {}
-        record_end(inv, rows, bases)
-
-    def staged(self, inv: Inventory) -> Callable[[Transaction], None] | None:
-        """:meth:`flush` as a write into a transaction the caller opens (a rotation's end
-        records its answers in the same commit); None when there is nothing to write."""
-        rows, self.pending = self.pending, []
-        bases, self.bases = self.bases, {}
-        return end_writes(inv, rows, bases)
-
-    def window_ms(self, pair: str) -> float | None:
-        """Provider applied -> consumer holds it, in milliseconds."""
-        if pair in self.applied_at and pair in self.written_at:
-            return max(0.0, (self.written_at[pair] - self.applied_at[pair]) * 1000.0)
-        return None
-
-    def fail(self, pair: str, reason: str) -> None:
-        """Remember the first error of a pair."""
-        self.errors.setdefault(pair, reason)
 
 
 def _provision(pair: PairRow) -> Provision:
@@ -423,342 +355,3 @@ class Planner:
         )
         text = render(kind.connection(facts), spec["format"]).decode("utf-8")
         return ConnectionItem(file=spec["file"], text=text)
-
-
-def record_end(
-    inv: Inventory, rows: Iterable[EndRow], bases: Mapping[Provision, str | None] | None = None
-) -> None:
-    """Record (pair, end, generation held, digest, error); a None generation keeps the old one.
-    ``bases``: what each delivered provision's manifest now holds (see :class:`Delivered`),
-    kept in the same transaction (a provider end recorded without one drops its base)."""
-    write = end_writes(inv, rows, bases)
-    if write is not None:
-        with inv.transaction("record deliveries") as tx:
-            write(tx)
-
-
-def end_writes(
-    inv: Inventory, rows: Iterable[EndRow], bases: Mapping[Provision, str | None] | None = None
-) -> Callable[[Transaction], None] | None:
-    """:func:`record_end`'s reads done now, its writes left for a transaction; None when
-    there is nothing to write."""
-    stamp = now()
-    rows = list(rows)
-    pairs = sorted({r[0] for r in rows})
-    if len(pairs) <= FEW:  # a rotation of a few pairs reads their rows, not the mesh's
-        current: dict[tuple[str, str], DeliveryRow] = {}
-        for pid in pairs:
-            current.update(inv.deliveries(pid))
-    else:
-        current = inv.deliveries()
-    out: list[DeliveryRow] = []
-    same: list[tuple[str, str]] = []  # (pair, end): only the attempt is new
-    for pair, end, gen, digest, error in rows:
-        old = current.get((pair, end.value))
-        old_gen = old["generation"] if old else None
-        old_since = old["since"] if old else None
-        changed = gen is not None and gen != old_gen
-        row = DeliveryRow(
-            pair=pair,
-            end=end.value,
-            generation=gen if gen is not None else old_gen,
-            digest=digest if gen is not None else (old["digest"] if old else None),
-            since=stamp if changed or not old_since else old_since,
-            attempted_at=stamp,
-            error=error,
-        )
-        if old and all(row[k] == old[k] for k in ("generation", "digest", "since", "error")):
-            same.append((pair, end.value))
-        else:
-            out.append(row)
-    if not (out or same or bases):
-        return None
-
-    def write(tx: Transaction) -> None:
-        tx.put_deliveries(out)
-        tx.touch_deliveries(same, stamp)  # the other consumers of a re-sent manifest
-        tx.put_bases(bases or {})
-
-    return write
-
-
-def send_providers(
-    agents: Agents,
-    inv: Inventory,
-    sets: Mapping[str, list[ProviderSet]],
-    result: Delivered,
-    *,
-    record: bool = True,
-    whole: Callable[[str, str], ProviderSet] | None = None,
-    expected: Mapping[Provision, str] | None = None,
-    signed: Mapping[str, SignedRequest] | None = None,
-) -> None:
-    """Deliver manifests to provider nodes (in parallel) and record each pair's provider end.
-
-    A delta the node refuses (its manifest is not the delta's base) is sent again whole, from
-    ``whole(provider, provision)``, in the same call. Each provision's new base is recorded
-    when every consumer of its manifest applied: a whole one's from what was sent, a delta's
-    from ``expected`` (:attr:`Planner.expected_bases`).
-    """
-    if not sets:
-        return
-    answers = agents.call_many(
-        messages.DELIVER,
-        {n: DeliverRequest(provider=s) for n, s in sets.items()},
-        timeout=DELIVER_TIMEOUT_S,
-        signed=signed,
-    )
-    if whole is not None:
-        sets, answers = _resend_whole(agents, sets, answers, whole)
-    rows: list[EndRow] = []
-    for node, sent in sets.items():
-        answer = answers[node]
-        for spec in sent:
-            got = _match_provider(answer, spec)
-            outcomes = {o["login"]: o for o in got["outcomes"]} if got else {}
-            key = (spec["provider"], spec["provision"])
-            applied = got is not None and all(
-                (o := outcomes.get(c["as"])) is not None and o["outcome"] in APPLIED
-                for c in spec["consumers"]
-            )
-            if not applied:
-                result.bases[key] = None
-            elif "base" in spec:
-                result.bases[key] = (expected or {}).get(key)
-            else:
-                result.bases[key] = messages.consumer_set_digest(
-                    messages.ConsumerLine(
-                        c["as"], c["node"], c["module"], c["at"], c["values"], c["digest"]
-                    )
-                    for c in spec["consumers"]
-                )
-            pin = outcomes.get(registry.kind_of(spec.get("kind")).finish_name)  # its pin line
-            unpinned = (
-                f"{PIN_FAILED}: {pin['reason']}"
-                if pin is not None and pin["outcome"] not in APPLIED
-                else None
-            )
-            for c in spec["consumers"]:
-                pid = c["pair"]
-                o = outcomes.get(c["as"])
-                if got is not None and o is not None and o["outcome"] in APPLIED:
-                    result.provider_ok[pid] = True
-                    result.applied_at[pid] = float(got.get("applied_at", 0.0))
-                    if unpinned is not None:  # the password is set; the login is not confined
-                        result.fail(pid, f"provider {spec['provider']}: {unpinned}")
-                    rows.append((pid, End.PROVIDER, c["generation"], c["digest"], unpinned))
-                    continue
-                said = f"{o['outcome']} {o['reason']}".strip() if o else "no outcome"
-                default = "agent did not answer for this manifest" if got is None else None
-                reason = missing_reason(answer, got, default or f"provisioner: {said}")
-                result.provider_ok[pid] = False
-                result.fail(pid, f"provider {spec['provider']}: {reason}")
-                rows.append((pid, End.PROVIDER, None, None, reason))
-    result.pending.extend(rows)
-    if record:
-        result.flush(inv)
-
-
-def sign_providers(
-    agents: Agents, sets: Mapping[str, list[ProviderSet]]
-) -> dict[str, SignedRequest]:
-    """Each provider node's delivery of ``sets``, numbered and signed now, to be sent by
-    :func:`send_providers` (``signed=``); a node whose request cannot be signed is left out
-    (signed again when sent, where the error is reported)."""
-    out: dict[str, SignedRequest] = {}
-    for node, sent in sets.items():
-        try:
-            out[node] = agents.client(node).sign(messages.DELIVER, DeliverRequest(provider=sent))
-        except AgentError:
-            continue
-    return out
-
-
-def _resend_whole(
-    agents: Agents,
-    sets: Mapping[str, list[ProviderSet]],
-    answers: Mapping[str, DeliverAnswer | AgentError],
-    whole: Callable[[str, str], ProviderSet],
-) -> tuple[dict[str, list[ProviderSet]], dict[str, DeliverAnswer | AgentError]]:
-    """Each refused delta's manifest sent whole; the sets and answers as finally delivered."""
-    sets_out = {node: list(sent) for node, sent in sets.items()}
-    answers_out = dict(answers)
-    again: dict[str, list[ProviderSet]] = {}
-    for node, sent in sets.items():
-        for spec in sent:
-            got = _match_provider(answers[node], spec)
-            if "base" in spec and got is not None and "base_refused" in got:
-                again.setdefault(node, []).append(whole(spec["provider"], spec["provision"]))
-    if not again:
-        return sets_out, answers_out
-    resent = agents.call_many(
-        messages.DELIVER,
-        {n: DeliverRequest(provider=s) for n, s in again.items()},
-        timeout=DELIVER_TIMEOUT_S,
-    )
-    for node, specs in again.items():
-        keys = {(s["provider"], s["provision"]) for s in specs}
-        first = answers[node]
-        kept = [s for s in sets_out[node] if (s["provider"], s["provision"]) not in keys]
-        sets_out[node] = kept + specs
-        answer = resent[node]
-        if isinstance(answer, AgentError) or isinstance(first, AgentError):
-            answers_out[node] = answer
-            continue
-        outcomes = [
-            o for o in first["provider"] if (o["provider"], o["provision"]) not in keys
-        ] + answer["provider"]
-        answers_out[node] = {"provider": outcomes, "consumer": first["consumer"]}
-    return sets_out, answers_out
-
-
-def _match_provider(
-    answer: DeliverAnswer | AgentError, spec: ProviderSet
-) -> ProviderOutcome | None:
-    if isinstance(answer, AgentError):
-        return None
-    for got in answer["provider"]:
-        if got["provider"] == spec["provider"] and got["provision"] == spec["provision"]:
-            return got
-    return None
-
-
-def send_consumers(
-    agents: Agents,
-    inv: Inventory,
-    items: Mapping[str, list[ConsumerItem]],
-    result: Delivered,
-    *,
-    record: bool = True,
-    signed: Mapping[str, SignedRequest] | None = None,
-) -> None:
-    """Deliver credentials to consumer nodes (in parallel) and record each pair's consumer end.
-
-    ``signed``: these deliveries as signed ahead, by node (:mod:`meshtui.controller.ahead`).
-    """
-    if not items:
-        return
-    answers = agents.call_many(
-        messages.DELIVER,
-        {n: DeliverRequest(consumer=i) for n, i in items.items()},
-        timeout=DELIVER_TIMEOUT_S,
-        signed=signed,
-    )
-    rows: list[EndRow] = []
-    for node, sent in items.items():
-        answer = answers[node]
-        got = by_pair(answer, lambda a: a["consumer"])
-        for item in sent:
-            pid = item["pair"]
-            g = got.get(pid)
-            if g is not None and g["ok"]:
-                result.consumer_ok[pid] = True
-                result.written_at[pid] = float(g.get("written_at", 0.0))
-                reload = g.get("reload")
-                err = f"reload {reload}" if reload and reload != "ok" else None
-                if err is not None:  # the file holds it, but the app did not take it up
-                    result.fail(pid, f"consumer {node}: {err}")
-                rows.append((pid, End.CONSUMER, item["generation"], item["digest"], err))
-            else:
-                reason = missing_reason(answer, g, "agent did not answer for this pair")
-                result.consumer_ok[pid] = False
-                result.fail(pid, f"consumer {node}: {reason}")
-                rows.append((pid, End.CONSUMER, None, None, reason))
-    result.pending.extend(rows)
-    if record:
-        result.flush(inv)
-
-
-HELD_FILE: dict[str, Literal["file", "file_owner", "file_group", "file_mode"]] = {
-    "file": "file",
-    "owner": "file_owner",
-    "group": "file_group",
-    "mode": "file_mode",
-}
-"""A consumer holding's file keys (as the agent reports them) -> the pairs table's columns."""
-
-
-def held_generations(inv: Inventory, holdings: Mapping[str, list[Holding]]) -> None:
-    """Correct the deliveries table from agents' own ``state`` answers (by digest).
-
-    A consumer file that is missing, unreadable (the agent names why), or no longer where or
-    as the declaration wants it (file, owner, group, mode) counts as holding nothing, so the
-    next push writes it again.
-    """
-    digests = inv.generation_by_digest()
-    declared = inv.consumer_files()
-    rows: list[EndRow] = []
-    current = inv.deliveries()
-    for _node, held in holdings.items():
-        for h in held:
-            gen = digests.get((h["pair"], h["digest"]))
-            if gen is None:
-                continue
-            present = h.get("present", True)
-            why = h.get("error") or "file missing or changed"
-            want = declared.get(h["pair"])
-            reported: Mapping[str, object] = h
-            moved = [
-                key
-                for key, column in HELD_FILE.items()
-                if h["end"] == End.CONSUMER.value
-                and want is not None
-                and key in reported
-                and reported[key] != want[column]
-            ]
-            old = current.get((h["pair"], h["end"]))
-            if present and moved:  # still on disk and working: held, but push writes it again
-                why = f"{NOT_AS_DECLARED} ({', '.join(moved)} changed); push writes it again"
-                if old is None or old["generation"] != gen or old["error"] != why:
-                    rows.append((h["pair"], End(h["end"]), gen, h["digest"], why))
-                continue
-            old_gen, old_error = (old["generation"], old["error"]) if old else (None, None)
-            if present and old_gen == gen and str(old_error or "").startswith(KEPT_FAILURES):
-                continue  # holding it says nothing of the reload or the pin: push tries again
-            if present and (old_gen != gen or old_error):
-                rows.append((h["pair"], End(h["end"]), gen, h["digest"], None))
-            elif not present and (old_gen or old_error != why):
-                rows.append((h["pair"], End(h["end"]), NOTHING, None, why))
-    record_end(inv, rows)
-
-
-def as_json(data: Any) -> str:
-    """Compact JSON for the journal and audit details."""
-    return json.dumps(data, sort_keys=True, separators=(",", ":"))
-
-
-def probe_row(
-    pid: str, generation: int, probe: ProbeReport | str, at: str, *, withdrawn: bool
-) -> ProbeRecord:
-    """A probe result as the inventory stores it (verdict, reason, timing; never a secret).
-
-    A probe that could not be made at all is given as the reason why (verdict ``unknown``).
-    """
-    if isinstance(probe, str):
-        return ProbeRecord(
-            pair=pid,
-            at=at,
-            generation=generation,
-            verdict="unknown",
-            reason=probe,
-            latency_ms=None,
-            used_password=None,
-            loopback=0,
-            client_addr=None,
-            control=None,
-            withdrawn=int(withdrawn),
-        )
-    login, control = probe["login"], probe["control"]
-    return ProbeRecord(
-        pair=pid,
-        at=at,
-        generation=generation,
-        verdict=probe["verdict"],
-        reason=probe["reason"],
-        latency_ms=login["latency_ms"],
-        used_password=login["used_password"],
-        loopback=int(probe["loopback"]),
-        client_addr=login["client_addr"],
-        control=control["verdict"] if control else None,
-        withdrawn=int(withdrawn),
-    )

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 from meshtui import messages
 from meshtui.controller.client import AgentClient
-from meshtui.controller.deliver import Planner, as_json, probe_row, target_of
+from meshtui.controller.deliver import Planner, target_of
+from meshtui.controller.recording import as_json, probe_row
 from meshtui.controller.reports import DrillReport, DrillStep, Progress, RotationReport
 from meshtui.controller.rotate import rotate
 from meshtui.errors import AgentError, MeshtuiError

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 from meshtui import messages
 from meshtui.controller.client import AgentClient, by_pair
-from meshtui.controller.deliver import Planner, probe_row, target_of
+from meshtui.controller.deliver import Planner, target_of
+from meshtui.controller.recording import probe_row
 from meshtui.controller.reports import ProbeOutcome, Progress
 from meshtui.errors import AgentError
 from meshtui.inventory import now

@@ -16,21 +16,19 @@ from meshtui import crypto, messages
 from meshtui.controller import status as status_mod
 from meshtui.controller.catchup import settle
 from meshtui.controller.client import STATE_TIMEOUT_S, Agents, by_pair, missing_reason
-from meshtui.controller.deliver import (
+from meshtui.controller.deliver import Planner, target_of
+from meshtui.controller.lock import delivering
+from meshtui.controller.recording import (
     KEPT_FAILURES,
     Delivered,
     EndRow,
-    Planner,
     held_generations,
     probe_row,
     record_end,
-    send_consumers,
-    send_providers,
-    target_of,
 )
-from meshtui.controller.lock import delivering
 from meshtui.controller.reports import PairOutcome, Progress, PushReport
 from meshtui.controller.resolve import ask_state
+from meshtui.controller.sending import send_consumers, send_providers
 from meshtui.errors import AgentError
 from meshtui.inventory import Inventory, now
 from meshtui.inventory.rows import DeliveryRow, ProbeRecord

@@ -19,16 +19,12 @@ from typing import TYPE_CHECKING, Literal
 from meshtui.controller.ahead import Ahead
 from meshtui.controller.client import Agents, SignedRequest
 from meshtui.controller.declare import nodes_from_inventory, seal_generation
-from meshtui.controller.deliver import (
-    Delivered,
-    Planner,
-    send_consumers,
-    send_providers,
-    sign_providers,
-)
+from meshtui.controller.deliver import Planner
 from meshtui.controller.lock import delivering
+from meshtui.controller.recording import Delivered
 from meshtui.controller.reports import PairOutcome, Progress, RotationPlan, RotationReport
 from meshtui.controller.resolve import ask_state, asking_state
+from meshtui.controller.sending import send_consumers, send_providers, sign_providers
 from meshtui.errors import InputError, NotResolvedError
 from meshtui.inventory import Inventory, now
 from meshtui.inventory.rows import GenerationRow, PairRow, RotationItem, RotationStart
