@@ -80,6 +80,9 @@ def calls(mesh: CountedMesh) -> dict[str, list[tuple[Callable[[Controller], Any]
         "drill": [(lambda c: c.drill([GRAFANA]), "app2, db1")],
         "watch": [(lambda c: c.watch(stop=threading.Event(), notify_timeout=1, tick=1), "")],
         "parse_listen": [(lambda c: c.parse_listen("127.0.0.1:9713"), None)],
+        "secrets": [(lambda c: c.secrets(), None)],
+        "secret_put": [(lambda c: c.secret_put("app1/gitea", "smtp", b"x", "test"), "")],
+        "secret_rotate": [(lambda c: c.secret_rotate("app1/gitea", "session_key"), "")],
         "write_export": [
             (lambda c: c.write_export(mesh.root / f"export-{uuid.uuid4().hex}.json", "[]"), None)
         ],
