@@ -69,6 +69,8 @@ def _walk_for(kind: type) -> Callable[[Any], Any]:
 
 
 def _safe_list(value: list[Any]) -> list[Any]:
+    if len(value) >= _BULK and _clean_records(value):
+        return value
     items = [_safe(v) for v in value]
     return value if all(a is b for a, b in zip(items, value, strict=True)) else items
 
@@ -83,6 +85,49 @@ def _safe_tuple(value: tuple[Any, ...]) -> tuple[Any, ...]:
     if all(a is b for a, b in zip(items, value, strict=True)):
         return value
     return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+
+
+_BULK = 64
+"""A list this long is first tried as a table of records (:func:`_clean_records`)."""
+
+
+def _clean_records(value: list[Any]) -> bool:
+    """True when ``value`` is a list of one dataclass type whose fields hold only strings
+    without a control character, atoms and enum members: nothing in it to change.
+
+    A load's 10,000 status rows were walked one dataclass at a time (~50-80 ms); here each
+    field is read as a column (``map`` of its getter, in C), its types checked as a set, and
+    every string column joined and searched once. Any other shape, or a control character
+    anywhere, answers False and the list is walked item by item as before.
+    """
+    kinds = set(map(type, value))
+    if len(kinds) != 1:
+        return False
+    (kind,) = kinds
+    if not dataclasses.is_dataclass(kind):
+        return False
+    texts: list[str] = []
+    for field in dataclasses.fields(kind):
+        column = list(map(operator.attrgetter(field.name), value))
+        held = set(map(type, column))
+        if held <= _TEXT:
+            texts.append("".join(filter(None, column)))  # None (and "") left out
+        elif not all(k in _ATOMS or issubclass(k, Enum) for k in held):
+            return False
+    return _clean("".join(texts))
+
+
+def _clean(text: str) -> bool:
+    """True when ``text`` holds no control character. ASCII text (knowing that is free) is
+    checked by deleting every ASCII character that is not one, in C, a byte at a time: a
+    fifth of the regex's time on a load's 2 MB of joined cells; anything else by the regex."""
+    if text.isascii():
+        return not text.encode("ascii").translate(None, _ASCII_SHOWN)
+    return _CONTROL.search(text) is None
+
+
+_ASCII_SHOWN = bytes(b for b in range(128) if _CONTROL.match(chr(b)) is None)
+"""The ASCII characters that are not control characters (taken from the one pattern)."""
 
 
 def _safe_dict(value: dict[Any, Any]) -> dict[Any, Any]:
@@ -121,6 +166,7 @@ def _safe_dataclass(value: Any, names: tuple[str, ...], fetch: Callable[[Any], A
 _ATOMS = frozenset({int, float, bool, bytes, type(None)})
 """Types with no text in them."""
 _PLAIN = _ATOMS | {str}
+_TEXT = frozenset({str, type(None)})
 """Types a dataclass's bulk check has already looked at."""
 
 _WALKS: dict[type, Callable[[Any], Any]] = {}
