@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import operator
 import os
 import sqlite3
 import threading
@@ -741,6 +742,13 @@ class Inventory:
         """Every pair (or the named ones, or the first ``limit`` by id) joined with its two ends
         and newest probe, by id."""
         sql, params = STATUS_SQL, []
+        if ids is None and limit is None:
+            # Every pair: the table read in its own order and sorted here (SQLite's BINARY
+            # order of UTF-8 text is Python's order of str), instead of the id index walked
+            # with a seek into the table per pair: ~10 % of the read at 10,000 pairs.
+            every = cast(list[StatusRow], self._tuples(sql))
+            every.sort(key=_first)
+            return every
         if ids is not None:
             params = sorted(set(ids))
             if not params:
@@ -802,6 +810,9 @@ class Inventory:
         with self.lock, self._reading():
             return audit_mod.walk(self._db.conn, verify_key)
 
+
+_first = operator.itemgetter(0)
+"""A row's first column: its id, for :meth:`Inventory.status_rows`'s sort."""
 
 STATUS_SQL = """
 SELECT p.id, p.provision, p.consumer, p.provider, p.login, p.file, p.generation, p.created_at,
