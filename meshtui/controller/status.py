@@ -249,7 +249,9 @@ def _statuses(inv: Inventory, ids: Iterable[str] | None, limit: int | None) -> l
         provider, provision = row[PROVIDER], row[PROVISION]
         if not kinds:
             kind = default
-        elif (kind := names.get((provider, provision))) is None:
+        elif (known := names.get((provider, provision))) is not None:
+            kind = known
+        else:
             kind = names[(provider, provision)] = registry.kind_of(
                 kinds.get((provider, provision))
             ).name
