@@ -173,7 +173,7 @@ def _rows(count: int) -> list[Any]:
             None,
             None,
             "/srv/f",
-            "2026-01-01",
+            "2026-01-01T00:00:00+00:00",
             False,
             2.5,
         )  # fmt: skip
@@ -205,3 +205,25 @@ def test_a_long_table_of_rows_is_still_made_safe_in_every_field() -> None:
         assert all(a is b for i, (a, b) in enumerate(zip(out, rows, strict=True)) if i != index)
     mixed: list[Any] = [*_rows(100), ["inner\x1b[2K"]]  # not one dataclass type: walked
     assert not CONTROL.search(safe(mixed)[-1][0])
+
+
+def test_a_loads_display_rows_are_still_made_safe_deep_inside() -> None:
+    """The message a load posts holds a dict of 10,000 display rows, each with its cells (a
+    tuple) and its status (a dataclass inside); checked in bulk as columns, a control
+    character in a nested status field, a cell or a key is still shown as text."""
+    from datetime import UTC, datetime
+
+    from meshtui.tui.outside import safe
+    from meshtui.tui.pairs import PairModel
+
+    clean = PairModel.build(_rows(300), datetime(2026, 1, 2, tzinfo=UTC))
+    assert safe(clean) is clean
+    rows = _rows(300)
+    rows[150].reason = HOSTILE
+    rows[299].pair = "z\x1b]2;PWNED\x07"
+    out = safe(PairModel.build(rows, datetime(2026, 1, 2, tzinfo=UTC)))
+    for key, row in out.rows.items():
+        assert not CONTROL.search(key)
+        assert not CONTROL.search(row.status.reason) and not CONTROL.search(row.status.pair)
+        assert not any(CONTROL.search(cell) for cell in row.cells), row.cells
+    assert sum("\\x1b" in row.status.reason for row in out.rows.values()) == 1
