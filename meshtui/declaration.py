@@ -19,15 +19,18 @@ from meshtui.kinds import registry
 from meshtui.kinds.kind import Kind, ValuesError
 from meshtui.model import (
     ACCOUNT_RE,
+    ALPHABETS,
     BUILTIN_POSTGRES,
     CONNECTION_FORMATS,
     DEFAULT_MODE,
     NAME_RE,
+    VAULT_PROVISION,
     ConnectionFile,
     Declaration,
     Module,
     Node,
     Offer,
+    OwnSecret,
     Pair,
     PolicySettings,
     Requirement,
@@ -40,7 +43,11 @@ from meshtui.model import (
 from meshtui.naming import derive_login
 
 NODE_KEYS = {"address", "agent", "keys"}
-MODULE_KEYS = {"provides", "requires", "receives", "grants", "admin", "provisioner", "pin"}
+MODULE_KEYS = {
+    "provides", "requires", "receives", "grants", "admin", "provisioner", "pin", "secrets",
+}  # fmt: skip
+SECRET_KEYS = {"name", "mint", "supplied", "file", "reload", "owner", "group", "mode"}
+MINT_KEYS = {"length", "alphabet"}
 REQUIRE_KEYS = {
     "name",
     "values",
@@ -281,6 +288,19 @@ def _module(r: _Reader, key: str, spec: Any, nodes: Mapping[str, Node]) -> Modul
     requires = tuple(
         _requirement(r, i, item, where) for i, item in enumerate(_list(r, spec, "requires", where))
     )
+    secrets = tuple(
+        _own_secret(r, i, item, where) for i, item in enumerate(_list(r, spec, "secrets", where))
+    )
+    for i, own in enumerate(secrets):
+        if own.name in {s.name for s in secrets[:i]}:
+            raise r.fail(f"{where}.secrets[{i}].name", f"{own.name!r} is declared twice")
+    if secrets and [q.name for q in requires].count(VAULT_PROVISION) != 1:
+        raise r.fail(
+            f"{where}.secrets",
+            f"a module's own secrets live in the vault it requires, and it requires "
+            f"{VAULT_PROVISION!r} {[q.name for q in requires].count(VAULT_PROVISION)} times",
+            f'add one {{ name = "{VAULT_PROVISION}", file = "..." }} to its requires',
+        )
     for i, offer in enumerate(provides):
         if offer.name in {o.name for o in provides[:i]}:
             raise r.fail(
@@ -363,6 +383,7 @@ def _module(r: _Reader, key: str, spec: Any, nodes: Mapping[str, Node]) -> Modul
         provisioner=provisioner,
         pin=pin,
         policy=_policy(r, spec, where),
+        secrets=secrets,
     )
 
 
@@ -442,6 +463,26 @@ def _requirement(r: _Reader, i: int, item: Any, where: str) -> Requirement:
     for k, v in values.items():
         if not isinstance(v, str) or not v or "\x00" in v:
             raise r.fail(f"{at}.values.{k}", "must be a non-empty string")
+    source = r.string(item, "from", at) if "from" in item else None
+    file, reload, owner, group, mode = _file_spec(r, item, at)
+    return Requirement(
+        name=r.name(r.string(item, "name", at), f"{at}.name", "provision"),
+        file=file,
+        values=dict(values),
+        reload=reload,
+        source=source,
+        owner=owner,
+        group=group,
+        mode=mode,
+        policy=_policy(r, item, at),
+        connection=_connection(r, item, at, file) if "connection" in item else None,
+    )
+
+
+def _file_spec(
+    r: _Reader, item: Mapping[str, Any], at: str
+) -> tuple[str, tuple[str, ...], str | None, str | None, str]:
+    """Where a secret is written on its node: file, reload argv, owner, group and mode."""
     reload = item.get("reload", [])
     if not isinstance(reload, list) or not all(isinstance(a, str) and a for a in reload):
         raise r.fail(
@@ -449,7 +490,6 @@ def _requirement(r: _Reader, i: int, item: Any, where: str) -> Requirement:
             "must be a list of strings (argv, no shell)",
             'reload = ["systemctl", "reload", "gitea"]',
         )
-    source = r.string(item, "from", at) if "from" in item else None
     file = r.path_on_node(item, "file", at)
     owner, group = (_account(r, item, key, at) for key in ("owner", "group"))
     mode = r.string(item, "mode", at) if "mode" in item else DEFAULT_MODE
@@ -461,17 +501,49 @@ def _requirement(r: _Reader, i: int, item: Any, where: str) -> Requirement:
             f"{file}: {exc}",
             'use "0600", or "0640" with a group; never a mode for "other"',
         ) from exc
-    return Requirement(
-        name=r.name(r.string(item, "name", at), f"{at}.name", "provision"),
+    return file, tuple(reload), owner, group, mode
+
+
+def _own_secret(r: _Reader, i: int, item: Any, where: str) -> OwnSecret:
+    """One entry of a module's ``secrets``: minted (``mint``) or ``supplied``, and its file."""
+    at = f"{where}.secrets[{i}]"
+    item = r.table(item, at)
+    r.unknown(item, SECRET_KEYS, at)
+    name = r.name(r.string(item, "name", at), f"{at}.name", "secret")
+    supplied = item.get("supplied", False)
+    if not isinstance(supplied, bool):
+        raise r.fail(f"{at}.supplied", "must be true or false", "supplied = true")
+    if supplied == ("mint" in item):
+        raise r.fail(
+            at,
+            "a secret is either minted by the mesh or supplied by an operator",
+            "write mint = { length = 32 } or supplied = true (not both, not neither)",
+        )
+    length, alphabet = 32, "urlsafe"
+    if "mint" in item:
+        mint = r.table(item["mint"], f"{at}.mint")
+        r.unknown(mint, MINT_KEYS, f"{at}.mint")
+        length = mint.get("length", 32)
+        if not isinstance(length, int) or isinstance(length, bool) or not 16 <= length <= 1024:
+            raise r.fail(f"{at}.mint.length", "must be a whole number from 16 to 1024")
+        alphabet = mint.get("alphabet", "urlsafe")
+        if alphabet not in ALPHABETS:
+            raise r.fail(
+                f"{at}.mint.alphabet",
+                f"{alphabet!r} is not an alphabet",
+                f"write one of {', '.join(repr(a) for a in ALPHABETS)}",
+            )
+    file, reload, owner, group, mode = _file_spec(r, item, at)
+    return OwnSecret(
+        name=name,
         file=file,
-        values=dict(values),
-        reload=tuple(reload),
-        source=source,
+        supplied=supplied,
+        length=length,
+        alphabet=alphabet,
+        reload=reload,
         owner=owner,
         group=group,
         mode=mode,
-        policy=_policy(r, item, at),
-        connection=_connection(r, item, at, file) if "connection" in item else None,
     )
 
 

@@ -7,7 +7,8 @@
     │   ├── KeyFileError         a missing or unreadable key file
     │   ├── PolicyFileError      a node policy file that cannot be used: names the file, key and fix
     │   ├── UnknownPairError     a pair id, node or module that the inventory does not know
-    │   └── StateFolderError     a command that changes things, on a folder with no controller key
+    │   ├── StateFolderError     a command that changes things, on a folder with no controller key
+    │   └── ForeignStateFolderError  a state folder another user owns or may write
     ├── InventoryError           the SQLite store cannot do what was asked
     │   ├── ReadOnlyError        a write was attempted on an inventory opened read-only
     │   │   └── ReadOnlyContactError  a read-only controller was asked to reach an agent
@@ -92,6 +93,24 @@ class StateFolderError(InputError):
             "controller's state folder; nothing was created. Name yours with --state DIR or "
             "MESHTUI_STATE=DIR (the README's is /var/lib/meshtui/controller); only for a new "
             "controller, run meshtui --state DIR init"
+        )
+
+
+class ForeignStateFolderError(InputError):
+    """The state folder is another user's (or others may write it): its owner could put a link
+    where the command opens a file, and the command would write through it with its rights."""
+
+    def __init__(self, folder: str, owner: str, me: str, writable: bool) -> None:
+        why = (
+            f"is owned by {owner}, and this command runs as {me}"
+            if not writable
+            else "can be written by other users"
+        )
+        super().__init__(
+            f"{folder} {why}: a command works only in a state folder its own user owns and "
+            f"nobody else may write, since the folder's owner could put a link where it opens "
+            f"a file. Run it as the folder's owner (sudo -u {owner} meshtui --state {folder} "
+            f"...), or chmod go-w {folder}; nothing was done"
         )
 
 

@@ -625,6 +625,88 @@ def _check(
     return payload
 
 
+# ---- a module's own secrets ----------------------------------------------------------------
+
+
+class SecretStoreItem(TypedDict):
+    """One own secret for the vault node to write into KV: sealed to that node, its digest."""
+
+    module: str
+    login: str  # the module's login at the vault: its path in the KV mount
+    name: str
+    version: int
+    digest: str
+    sealed: str
+
+
+class SecretStoreRequest(TypedDict):
+    """``secret-store``: the vault module (its kind, manifest and grants paths, for the node's
+    policy), its admin file on this node, and what to write."""
+
+    vault: str
+    kind: str
+    receives: str
+    grants: str
+    admin: str
+    items: list[SecretStoreItem]
+
+
+class SecretStored(TypedDict):
+    """What the vault holds for one own secret now (KV's version of it), or why not."""
+
+    module: str
+    name: str
+    version: int
+    kv_version: int | None
+    error: str | None
+
+
+class SecretStoreAnswer(TypedDict):
+    stored: list[SecretStored]
+
+
+class SecretFetchItem(TypedDict):
+    """One own secret for the module's node to read from the vault with the module's own
+    AppRole credential (the pair's credential file it holds) and write as ``file``."""
+
+    module: str
+    name: str
+    version: int
+    kv_version: int
+    digest: str
+    login: str
+    credential: str
+    host: str
+    port: int
+    ca: str | None
+    file: str
+    owner: str | None
+    group: str | None
+    mode: str | None
+    reload: list[str]
+
+
+class SecretFetchRequest(TypedDict):
+    """``secret-fetch``: own secrets to bring from the vault to this node's files."""
+
+    items: list[SecretFetchItem]
+
+
+class SecretFetched(TypedDict):
+    """What the module's file holds now (its digest), the reload's outcome, or why not."""
+
+    module: str
+    name: str
+    version: int
+    digest: str | None
+    reload: str | None
+    error: str | None
+
+
+class SecretFetchAnswer(TypedDict):
+    fetched: list[SecretFetched]
+
+
 # ---- kinds ----------------------------------------------------------------------------------
 
 Request = TypeVar("Request", bound=Mapping[str, object], covariant=True)
@@ -671,10 +753,20 @@ DRILL_CHECK: Kind[DrillRequest, DrillCheckAnswer] = Kind(
 CHECK: Kind[CheckRequest, CheckAnswer] = Kind(wire.CHECK, CheckRequest, CheckAnswer)
 ANCHOR: Kind[AnchorRequest, AnchorAnswer] = Kind(wire.ANCHOR, AnchorRequest, AnchorAnswer)
 """The unsigned read of a node's audit head (served at ``GET /v1/anchor``, not in :data:`KINDS`)."""
+SECRET_STORE: Kind[SecretStoreRequest, SecretStoreAnswer] = Kind(
+    wire.SECRET_STORE, SecretStoreRequest, SecretStoreAnswer
+)
+SECRET_FETCH: Kind[SecretFetchRequest, SecretFetchAnswer] = Kind(
+    wire.SECRET_FETCH, SecretFetchRequest, SecretFetchAnswer
+)
 ERROR: Kind[ErrorAnswer, ErrorAnswer] = Kind("error", ErrorAnswer, ErrorAnswer)
 """The reply kind of a refusal (never a request)."""
 
 KINDS: dict[str, Kind[Mapping[str, object], Mapping[str, object]]] = {
-    k.name: k for k in (STATE, DELIVER, PREPARE, WITHDRAW, PROBE, DRILL_HOLD, DRILL_CHECK, CHECK)
-}
+    k.name: k
+    for k in (
+        STATE, DELIVER, PREPARE, WITHDRAW, PROBE, DRILL_HOLD, DRILL_CHECK, CHECK,
+        SECRET_STORE, SECRET_FETCH,
+    )
+}  # fmt: skip
 """Every request kind the agent serves, by wire name."""

@@ -274,6 +274,34 @@ class Requirement:
     connection: ConnectionFile | None = None  # login, host, port... for the app, no secret
 
 
+VAULT_PROVISION = "secret"
+"""The provision a vault provides; a module with its own secrets requires it (its vault pair)."""
+
+ALPHABETS = {
+    "urlsafe": "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_",
+    "alnum": "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789",
+    "hex": "0123456789abcdef",
+}
+"""What a minted own secret may be made of (``alphabet``), by name."""
+
+
+@dataclass(frozen=True)
+class OwnSecret:
+    """A module's own secret (not a pair's): minted by the mesh (``length`` characters of
+    ``alphabet``) or ``supplied`` by an operator; kept in the module's path of its vault and
+    written on the module's node as ``file`` (owner, group, mode), then ``reload`` runs."""
+
+    name: str
+    file: str
+    supplied: bool = False
+    length: int = 32
+    alphabet: str = "urlsafe"
+    reload: tuple[str, ...] = ()
+    owner: str | None = None
+    group: str | None = None
+    mode: str = DEFAULT_MODE
+
+
 @dataclass(frozen=True)
 class Module:
     """A piece of software on a node, named ``node/module``."""
@@ -288,6 +316,7 @@ class Module:
     provisioner: tuple[str, ...] = (BUILTIN_POSTGRES,)
     pin: bool = False  # provider only: one pg_hba line per login, from its consumer's address
     policy: PolicySettings = field(default_factory=lambda: PolicySettings())
+    secrets: tuple[OwnSecret, ...] = ()  # its own secrets, kept in the vault it requires
 
     @property
     def id(self) -> str:

@@ -43,6 +43,8 @@ DRILL_HOLD = "drill-hold"  # log in with the current credential and keep it in m
 DRILL_CHECK = "drill-check"  # log in with the new and the held credential, then forget it
 CHECK = "check"  # doctor: the node's side of the preflight (folders, users, reloads, admin, ports)
 ANCHOR = "anchor"  # the agent's answer to an unsigned read of the audit head it keeps
+SECRET_STORE = "secret-store"  # the vault node: write modules' own secrets (sealed) into KV
+SECRET_FETCH = "secret-fetch"  # a module's node: read its own secrets from the vault, write files
 
 
 def head_message(seq: int, digest: str) -> bytes:

@@ -81,6 +81,8 @@ CORE = (
     "meshtui.terminal",
     "meshtui.runas",
     "meshtui.messages",
+    "meshtui.bao",
+    "meshtui.runas",
     "meshtui.kinds",
     "meshtui.kinds.kind",
     "meshtui.kinds.registry",
@@ -148,7 +150,8 @@ SQL = re.compile(r"\b(SELECT|INSERT INTO|DELETE FROM|PRAGMA|CREATE TABLE)\b|\bUP
 
 POSTGRES_SPEAKERS = ("meshtui/host/", "meshtui/provisioner/", "meshtui/lab/", "meshtui/kinds/")
 """Where SQL may be written outside the inventory: the hands, the lab and the kinds, in a module
-that imports ``psycopg`` (PostgreSQL's SQL sent to PostgreSQL, never to the inventory)."""
+that imports ``psycopg`` (PostgreSQL's SQL sent to PostgreSQL, never to the inventory), or for a
+kind's module, in a package of which one does (the PostgreSQL adapter is split by job)."""
 
 
 def sql_strings(path: Path) -> list[str]:
@@ -271,8 +274,13 @@ def violations(rule: str) -> list[str]:
                 via = f" ({chains[name]})" if chains[name] else ""
                 out.append(f"{where} {'reaches' if via else 'imports'} {name}{via}")
         if rule == "sql" and not where.startswith("meshtui/inventory/"):
+            talking = (  # the module, or for a kind's module any module of its package
+                [p for p in FILES if kind_package(module_name(p)) == package]
+                if package is not None
+                else [path]
+            )
             speaks_postgres = where.startswith(POSTGRES_SPEAKERS) and any(
-                under(name, "psycopg") for name in imports(path)
+                under(name, "psycopg") for p in talking for name in imports(p)
             )
             if not speaks_postgres:
                 out += [f"{where} writes SQL: {text.strip()[:60]!r}" for text in sql_strings(path)]

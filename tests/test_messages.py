@@ -29,6 +29,10 @@ from meshtui.messages import (
     PrepareRequest,
     ProbeItem,
     ProbeRequest,
+    SecretFetchItem,
+    SecretFetchRequest,
+    SecretStoreItem,
+    SecretStoreRequest,
     StateRequest,
     WithdrawItem,
     WithdrawRequest,
@@ -109,6 +113,31 @@ def test_every_kind_round_trips_through_real_agents(mesh):
     ]
     asks = doctor_asks(mesh)
     requests += [(node, messages.CHECK, ask) for node, ask in sorted(asks.items())]
+    digest = "blake2b:" + "0" * 64
+    store = SecretStoreItem(
+        module="app1/gitea", login="gitea_app1_x", name="key", version=1, digest=digest,
+        sealed="AA==",
+    )  # fmt: skip
+    fetch = SecretFetchItem(
+        module="app1/gitea", name="key", version=1, kv_version=1, digest=digest,
+        login="gitea_app1_x", credential=pair["file"], host="10.213.9.9", port=1, ca=None,
+        file=pair["file"] + ".key", owner=None, group=None, mode="0600", reload=[],
+    )  # fmt: skip
+    requests += [
+        (
+            "db1",
+            messages.SECRET_STORE,
+            SecretStoreRequest(
+                vault="db1/bao",
+                kind="openbao",
+                receives="/nonexistent/m.json",
+                grants="/nonexistent/g",
+                admin="/nonexistent/a",
+                items=[store],
+            ),
+        ),
+        ("app1", messages.SECRET_FETCH, SecretFetchRequest(items=[fetch])),
+    ]
     seen = set()
     with agents(mesh) as client:
         for node, kind, request in requests:
@@ -133,6 +162,12 @@ def test_every_kind_round_trips_through_real_agents(mesh):
                 assert answer["error"] is None and answer["old"] is not None
             if kind is messages.CHECK:
                 assert answer["node"] == node
+            if kind is messages.SECRET_STORE:
+                (got,) = answer["stored"]
+                assert got["kv_version"] is None and "policy.toml" in str(got["error"])
+            if kind is messages.SECRET_FETCH:
+                (got,) = answer["fetched"]
+                assert got["digest"] is None and got["error"]
             if kind is messages.WITHDRAW:
                 (got,) = answer["consumer"]
                 assert got["probe"] is not None and not got["removed"]  # not proven refused

@@ -64,7 +64,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     state = state_dir(args)
     print(
-        "meshtui demo: building the lab (PostgreSQL, Redis, namespaces, agents) ...",
+        "meshtui demo: building the lab (PostgreSQL, Redis, SeaweedFS, namespaces, agents) ...",
         file=sys.stderr,
     )
     built = lab.up(state, loopback=True if args.loopback else None)

@@ -10,7 +10,7 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from meshtui.cli import actions, doctor, host, lab, mesh, provision, recovery, watch
+from meshtui.cli import actions, doctor, host, lab, mesh, provision, recovery, secret, watch
 from meshtui.kinds import registry
 
 DISTRIBUTION = "meshtui-credentials"
@@ -255,5 +255,6 @@ GROUPS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], Non
     _watch,
     _doctor,
     _recovery,
+    secret.add_commands,
 ]
 """The groups of commands, in the order ``meshtui --help`` lists them."""

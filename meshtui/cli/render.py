@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from meshtui.controller.anchors import AnchorCheck
     from meshtui.controller.declare import DeclareResult
     from meshtui.controller.doctor import DoctorReport
+    from meshtui.controller.own_secrets import SecretStatus
     from meshtui.controller.reports import (
         AuditEvent,
         ChainReport,
@@ -189,3 +190,15 @@ def lab_status(info: dict[str, Any]) -> None:
     for node, a in info["agents"].items():
         answers = "answers" if a["answers"] else "NOT ANSWERING"
         print(f"  {node:6} {a['address']:12} pid {a['pid']} {answers}")
+
+
+def own_secrets(rows: Sequence[SecretStatus]) -> None:
+    """Each module's own secrets: state, origin, versions held, where; never a value."""
+    if not rows:
+        print("no module declares its own secrets")
+        return
+    for r in rows:
+        print(f"{r.state:8} {r.module} {r.name} ({r.origin}) -> {r.file}")
+        print(f"         vault {r.vault or '-'} at {r.path or '-'}: {r.reason}")
+        if r.supplied_by:
+            print(f"         supplied by {r.supplied_by} at {r.supplied_at}")

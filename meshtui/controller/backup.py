@@ -29,7 +29,7 @@ import msgspec
 
 from meshtui import crypto
 from meshtui.atomic import read_private
-from meshtui.controller.core import INVENTORY
+from meshtui.controller.core import INVENTORY, own_folder
 from meshtui.controller.export import write_new
 from meshtui.controller.restored import PROOF_FILE
 from meshtui.errors import BackupError, CryptoError
@@ -151,6 +151,7 @@ def take(state_dir: Path, target: Path, passphrase: bytes, params: KdfParams) ->
     while ``watch`` or another command writes. BackupError when the state folder has no
     inventory or no controller key (a backup without the key cannot restore a controller).
     """
+    own_folder(state_dir)
     target = Path(target)
     if target.is_dir() and not target.is_symlink():
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from meshtui.controller.client import read_anchor_answer
+from meshtui.controller.client import DOUBTED, read_anchor_answer
 from meshtui.controller.declare import nodes_from_inventory, seal_generation
 from meshtui.controller.reports import Progress, Resolution, RotationReport
 from meshtui.controller.rotate import Minted, execute, payloads, store
@@ -152,15 +152,18 @@ def refused_as_older(resolutions: list[Resolution]) -> list[str]:
     ]
 
 
-def jump_past(ctl: Controller, nodes: list[str]) -> int:
+def jump_past(ctl: Controller, nodes: list[str], doubted: dict[str, str] | None = None) -> int:
     """Read each node's highest accepted request number (without a key) and make the
-    controller's sequence jump past the highest; returns it (0: none read)."""
+    controller's sequence jump past the highest; returns it (0: none read). ``doubted`` gets
+    each node whose number is not believed (:func:`client.read_anchor_answer`) and why."""
     rows = ctl.inventory.nodes()
 
     def one(name: str) -> int:
         try:
             return read_anchor_answer(rows[name]).accepted or 0
-        except AgentError:
+        except AgentError as exc:
+            if doubted is not None and exc.reason.startswith(DOUBTED):
+                doubted[name] = exc.reason
             return 0
 
     if not nodes:
@@ -199,9 +202,15 @@ def settle(
 
     changed = False
     older = refused_as_older(resolutions)
-    if older and jump_past(ctl, older):
+    doubted: dict[str, str] = {}
+    if older and jump_past(ctl, older, doubted):
         resolutions, holdings = ask_state(agents, nodes)
         changed = True
+    if doubted:  # say why the number was not followed, not only that it was refused
+        resolutions = [
+            Resolution(r.node, r.ok, doubted[r.node], r.pairs) if r.node in doubted else r
+            for r in resolutions
+        ]
     unknown = unknown_pairs(ctl.inventory, holdings)
     ahead = find_ahead(ctl.inventory, holdings)
     if not ahead:

@@ -34,6 +34,10 @@ DELIVER_TIMEOUT_S = 360.0
 """Longer than the agent lets a provisioner run (300 s): never give up on a delivery that may
 still apply, or the record and the node disagree."""
 STATE_TIMEOUT_S = 10.0
+MAX_AHEAD_US = 7 * 86_400 * 1_000_000
+"""How far past this machine's clock a node's highest accepted request number may be and still
+be believed (a controller numbers its requests from its clock, and every agent refuses a
+request whose clock is 30 s off; only a hand-edited sequence gets further ahead)."""
 PARALLEL = 8
 """Nodes asked at once by one :meth:`Agents.call_many` (besides the calling thread)."""
 BUSY_RETRIES = (0.2, 0.5, 1.0, 2.0)
@@ -128,17 +132,39 @@ def read_anchor_answer(node: NodeRow, *, timeout: float = STATE_TIMEOUT_S) -> An
     try:
         answer = messages.ANCHOR.answer_of(msg.payload)  # the one check of the answer's shape
         head = answer["head"]
+        accepted = answer.get("accepted")
+        if accepted is not None:
+            _believable(name, accepted)
         return AnchorRead(
             node=name,
             head=None if head is None else wire.SignedHead.from_json(head),
             history=[wire.SignedHead.from_json(h) for h in answer.get("history", [])],
-            accepted=answer.get("accepted"),
+            accepted=accepted,
             controller=answer.get("controller"),
         )
     except MessageError as exc:
         raise AgentError(name, f"answer refused: {exc}") from None
     except ValueError as exc:
         raise AgentError(name, f"its audit head is malformed: {exc}") from None
+
+
+DOUBTED = "claims it accepted request number"
+"""How an AgentError for a node's unbelievable high-water mark begins (catchup shows it)."""
+
+
+def _believable(node: str, accepted: int) -> None:
+    """AgentError unless ``accepted`` (a node's word, signed by its own key only) is a request
+    number a controller could have made: the controller's sequence jumps past it (restore,
+    push), so a node claiming 10**40 would renumber every other node past it for good."""
+    ahead = accepted - int(time.time() * 1_000_000)
+    if ahead > MAX_AHEAD_US:
+        raise AgentError(
+            node,
+            f"{DOUBTED} {accepted}, {ahead // 86_400_000_000} days past "
+            "this machine's clock; no controller numbered that, so its replay record "
+            "(accepted.log) was changed on the node: not followed (check that node, then "
+            "restore its record or re-initialise it)",
+        )
 
 
 SIGNED_FRESH_S = 5.0

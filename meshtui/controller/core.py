@@ -12,6 +12,7 @@ and the head inside by the controller), so a read-only ``audit --verify`` can ch
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -41,12 +42,14 @@ from meshtui.controller.reports import (
 from meshtui.controller.restored import load_proof
 from meshtui.controller.schedule import PairDue
 from meshtui.errors import (
+    ForeignStateFolderError,
     InputError,
     ReadOnlyContactError,
     ReadOnlyError,
     RotationBusyError,
     UnknownPairError,
 )
+from meshtui.folders import user_name
 from meshtui.inventory import Inventory
 from meshtui.keys import KEY_STEM, write_keys_once
 from meshtui.model import PairStatus, State, node_of
@@ -55,6 +58,7 @@ if TYPE_CHECKING:  # httpx stays out of the import of core (see controller.clien
     from meshtui.controller.anchors import AnchorCheck
     from meshtui.controller.client import Agents
     from meshtui.controller.doctor import DoctorReport
+    from meshtui.controller.own_secrets import SecretStatus
     from meshtui.inventory.rows import EventRow, NodeRow
 
 __all__ = ["INVENTORY", "KEY_STEM", "SEQUENCE_FILE", "Controller", "init_keys"]
@@ -65,12 +69,31 @@ INVENTORY = "inventory.db"
 """The inventory file's name in a state folder."""
 
 
+def own_folder(state_dir: Path) -> None:
+    """ForeignStateFolderError unless ``state_dir`` (when it exists) is this user's and nobody
+    else may write it: root running ``push`` in the ``meshtui`` user's folder opened
+    ``deliver.lock`` (and SQLite its journal) through a link that user put there."""
+    try:
+        st = os.stat(state_dir)
+    except FileNotFoundError:
+        return
+    me = os.geteuid()
+    if st.st_uid != me or st.st_mode & 0o022:
+        raise ForeignStateFolderError(
+            str(Path(state_dir).absolute()),
+            user_name(st.st_uid),
+            user_name(me),
+            writable=st.st_uid == me,
+        )
+
+
 def init_keys(state_dir: Path) -> tuple[Path, bool]:
     """Write the controller's keys once; the .pub path and whether they were made now.
 
     New keys with an inventory already there (its old key lost): the audit head is re-signed
     with the new key, on record (an ``init`` event naming its fingerprint).
     """
+    own_folder(state_dir)
     pub, made = write_keys_once(state_dir)
     if made is not None and (state_dir / INVENTORY).exists():
         with Inventory.open(state_dir / INVENTORY) as inv:
@@ -93,6 +116,7 @@ class Controller:
     def open(cls, state_dir: Path | str, *, read_only: bool = False) -> Controller:
         """Open the controller on a state folder (the inventory is created when writable)."""
         state_dir = Path(state_dir)
+        own_folder(state_dir)
         ctl = cls(state_dir, Inventory.open(state_dir / INVENTORY, read_only=read_only))
         proof = load_proof(state_dir)  # None unless restored (controller/restore.py)
         if not read_only and (state_dir / f"{KEY_STEM}.key").exists():
@@ -337,9 +361,49 @@ class Controller:
         """Bring every end to the generation the inventory says it must hold."""
         self.contact("push", lambda: list(self.inventory.nodes()))
         self._writable("push")
+        from meshtui.controller import own_secrets
+        from meshtui.controller.lock import delivering
         from meshtui.controller.push import push
 
-        return push(self, progress)
+        report = push(self, progress)
+        with delivering(self.state_dir, "push (own secrets)"):
+            secrets = own_secrets.converge(self)
+        for i, line in enumerate(secrets.done, 1):
+            progress(line, i, len(secrets.done))
+        report.behind.update({f"secret {k}": v for k, v in secrets.behind.items()})
+        return report
+
+    def secrets(self) -> list[SecretStatus]:
+        """Every module's own secrets: the versions the vault and each file hold (no value)."""
+        from meshtui.controller import own_secrets
+
+        return own_secrets.status(self.inventory)
+
+    def secret_put(self, module: str, name: str, value: bytes, supplied_by: str) -> int:
+        """Seal an operator's value for a supplied secret to its vault's node (the plaintext
+        is dropped here), then deliver it; returns its version."""
+        self._writable("secret put")
+        self.contact("secret put", lambda: list(self.inventory.nodes()))
+        from meshtui.controller import own_secrets
+        from meshtui.controller.lock import delivering
+
+        with delivering(self.state_dir, "secret put"):
+            version = own_secrets.put(self, module, name, value, supplied_by)
+            del value
+            own_secrets.converge(self)
+        return version
+
+    def secret_rotate(self, module: str, name: str) -> int:
+        """Mint the next version of a minted secret and deliver it (vault, then file)."""
+        self._writable("secret rotate")
+        self.contact("secret rotate", lambda: list(self.inventory.nodes()))
+        from meshtui.controller import own_secrets
+        from meshtui.controller.lock import delivering
+
+        with delivering(self.state_dir, "secret rotate"):
+            version = own_secrets.rotate(self, module, name)
+            own_secrets.converge(self)
+        return version
 
     def plan_rotation(self, ids: Iterable[str]) -> RotationPlan:
         """Resolve every node a rotation of ``ids`` would touch (asks each agent)."""

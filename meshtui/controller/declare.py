@@ -22,7 +22,7 @@ from meshtui.inventory.rows import (
     PolicyRecord,
 )
 from meshtui.kinds import registry
-from meshtui.model import Declaration, Node, Offer, Pair, Requirement
+from meshtui.model import Declaration, Node, Offer, OwnSecret, Pair, Requirement
 
 _sorted_json = json.JSONEncoder(sort_keys=True).encode
 """``json.dumps(x, sort_keys=True)`` without building an encoder per call (10,000 pairs)."""
@@ -126,6 +126,21 @@ def _offer_spec(o: Offer) -> dict[str, object]:
     return spec
 
 
+def _secret_spec(o: OwnSecret) -> dict[str, object]:
+    """One of a module's own secrets as stored in its spec."""
+    return {
+        "name": o.name,
+        "file": o.file,
+        "supplied": o.supplied,
+        "length": o.length,
+        "alphabet": o.alphabet,
+        "reload": list(o.reload),
+        "owner": o.owner,
+        "group": o.group,
+        "mode": o.mode,
+    }
+
+
 def _need_spec(r: Requirement) -> dict[str, object]:
     """A requires entry as stored; ``connection`` only when declared (older specs unchanged)."""
     spec: dict[str, object] = {"name": r.name, "file": r.file}
@@ -147,6 +162,7 @@ def _module_spec(decl: Declaration, module_id: str) -> str:
         "provisioner": list(m.provisioner),
         "requires": [_need_spec(r) for r in m.requires],
         **({"pin": True} if m.pin else {}),  # absent when false: older specs stay equal
+        **({"secrets": [_secret_spec(o) for o in m.secrets]} if m.secrets else {}),
     }
     return _sorted_json(spec)
 

@@ -141,7 +141,7 @@ def requests(
         item["provisions"] = [  # for the node's policy: where each manifest and grants go
             {
                 "provision": str(o["name"]),
-                "kind": str(o.get("kind") or registry.DEFAULT),
+                "kind": registry.name_of(o.get("kind")),
                 "receives": str(spec["receives"][o["name"]]),
                 "grants": str(spec["grants"][o["name"]]),
             }

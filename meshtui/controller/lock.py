@@ -68,9 +68,13 @@ def delivering(state_dir: Path, action: str) -> Iterator[None]:
     state_dir.mkdir(parents=True, exist_ok=True)
     path = state_dir / LOCK_FILE
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except PermissionError:
         raise InventoryError(not_yours(path)) from None
+    except OSError as exc:  # ELOOP: a link there, never followed
+        raise InventoryError(
+            f"{path} cannot be opened ({exc.strerror}); it must be a regular file (remove it)"
+        ) from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -64,7 +64,7 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
         settled = settle(ctl, agents, sorted(plan.nodes), resolutions, holdings, progress)
         if settled.changed:  # ends were ahead (a restore): rotated past them, asked again
             plan = Planner(inv)
-            resolutions, holdings = settled.resolutions, settled.holdings
+        resolutions, holdings = settled.resolutions, settled.holdings  # (and why, if doubted)
         unreachable = {r.node: r.reason for r in resolutions if not r.ok}
         found_before = inv.deliveries()  # a drift still unrepaired keeps the time it was found
         held_generations(inv, holdings)

@@ -26,7 +26,7 @@ from meshtui import crypto, wire
 from meshtui.atomic import sync_folder, write_private
 from meshtui.controller.backup import KEPT_FILES, SEQUENCE_FILE, Payload, open_file
 from meshtui.controller.client import AnchorRead, read_anchor_answer
-from meshtui.controller.core import INVENTORY
+from meshtui.controller.core import INVENTORY, own_folder
 from meshtui.controller.restored import PROOF_FILE, keep_proof
 from meshtui.errors import AgentError, BackupError, InventoryError, KeyFileError
 from meshtui.inventory import Inventory
@@ -74,6 +74,7 @@ def refuse_unless_empty(state_dir: Path) -> None:
         raise BackupError(f"{state_dir} is a symbolic link; restore into a real, empty folder")
     if not state_dir.exists():
         return
+    own_folder(state_dir)
     if not state_dir.is_dir():
         raise BackupError(f"{state_dir} is not a folder; restore into an empty folder")
     found = sorted(os.listdir(state_dir))
@@ -109,6 +110,9 @@ def _write(state_dir: Path, payload: Payload) -> list[Path]:
     """Write the backup's files into the empty ``state_dir``; the paths written."""
     written: list[Path] = []
     state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if state_dir.is_symlink():  # swapped in since it was checked
+        raise BackupError(f"{state_dir} is a symbolic link; restore into a real, empty folder")
+    own_folder(state_dir)
     for name, text in [(INVENTORY, payload.inventory), *sorted(payload.files.items())]:
         path = state_dir / name
         mode = 0o644 if name == f"{KEY_STEM}.pub" else 0o600

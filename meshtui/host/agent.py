@@ -34,6 +34,7 @@ from meshtui.host.deliver import Deliveries
 from meshtui.host.guard import Accepted, Change, Record
 from meshtui.host.holdings import Holdings
 from meshtui.host.identity import Identity
+from meshtui.host.own_secrets import OwnSecrets
 from meshtui.host.provision import Provisioner, builtin_provisioner, inspect_provider
 from meshtui.kinds import registry
 from meshtui.messages import (
@@ -140,6 +141,7 @@ class Agent:
             self.accepted.history,
         )
         self._drills: dict[str, tuple[bytes, float]] = {}
+        self.own_secrets = OwnSecrets(identity, self.policy)
         self._drill_lock = threading.Lock()
         self._routes: dict[str, Accept] = {
             r.kind.name: r
@@ -152,6 +154,8 @@ class Agent:
                 Route(messages.DRILL_HOLD, self.drill_hold),
                 Route(messages.DRILL_CHECK, self.drill_check),
                 Route(messages.CHECK, self.check),
+                Route(messages.SECRET_STORE, self.own_secrets.store),
+                Route(messages.SECRET_FETCH, self.own_secrets.fetch),
             )
         }
 
@@ -452,7 +456,7 @@ def _probe_target(item: Target, secret: bytes) -> probe_mod.ProbeTarget:
         user=item["login"],
         password=secret.decode("ascii", "replace"),
         dbname=item["dbname"],
-        kind=item.get("kind") or registry.DEFAULT,  # an unknown one is probed as not run
+        kind=registry.name_of(item.get("kind")),  # an unknown one is probed as not run
         ca=item.get("ca") or None,
         tls=item.get("tls", True),
     )

@@ -10,6 +10,10 @@ included. :class:`GuardedH11` is uvicorn's h11 protocol with two bounds added:
   ends the connection, however many bytes trickle in;
 - at most :data:`MAX_PEER_CONNECTIONS` open connections per peer address (TCP; a Unix socket
   is 0600 and reachable by the controller's user only), so one host cannot fill uvicorn's cap.
+  At the cap a newcomer replaces that address's longest-waiting connection whose request has
+  not fully arrived (head or body) (refusing the newcomer let anyone sharing the controller's address — a
+  user on its machine, a host behind the same NAT — keep the controller out with 8 sockets);
+  only when every one of them is being answered is the newcomer closed.
 
 The body has its own deadline and the requests being handled are capped per peer too
 (:mod:`meshtui.host.serve`).
@@ -30,6 +34,8 @@ MAX_PEER_CONNECTIONS = 8
 
 _open: Counter[str] = Counter()
 """Open connections per peer address (one event loop, no lock)."""
+_waiting: dict[str, dict[GuardedH11, None]] = {}
+"""Per peer address, its connections waiting for a request head, oldest first."""
 
 
 def peer_of(client: Any) -> str | None:
@@ -51,26 +57,40 @@ class GuardedH11(H11Protocol):
         peer = peer_of(self.client)
         if peer is not None:
             if _open[peer] >= MAX_PEER_CONNECTIONS:
-                transport.abort()  # connection_lost follows; nothing was counted for it
-                return
+                oldest = next(iter(_waiting.get(peer, {})), None)
+                if oldest is None:  # every one is being answered: the newcomer waits its turn
+                    transport.abort()  # connection_lost follows; nothing was counted for it
+                    return
+                oldest._uncount()
+                oldest.transport.abort()
             _open[peer] += 1
             self._counted = peer
         self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._uncount()
+        super().connection_lost(exc)
+
+    def _uncount(self) -> None:
+        """Stop counting this connection against its peer address (once)."""
+        self._disarm()
         if self._counted is not None:
             _open[self._counted] -= 1
             if _open[self._counted] <= 0:
                 del _open[self._counted]
             self._counted = None
-        super().connection_lost(exc)
 
     def handle_events(self) -> None:
         super().handle_events()
-        if self.cycle is not None and self.cycle is not self._timed_cycle:
+        cycle = self.cycle
+        if cycle is not None and cycle is not self._timed_cycle:
             self._disarm()  # a whole head arrived: the body has its own deadline
-            self._timed_cycle = self.cycle
+            self._timed_cycle = cycle
+            if cycle.more_body:
+                self._wait()  # its body still coming: a newcomer may replace it
+        elif cycle is not None and self._head_timer is None and not cycle.more_body:
+            self._unwait()  # its body arrived (no next head is being waited for)
 
     def on_response_complete(self) -> None:
         self._arm()  # the next head, if any, is due within HEAD_TIMEOUT_S from now
@@ -79,11 +99,27 @@ class GuardedH11(H11Protocol):
     def _arm(self) -> None:
         self._disarm()
         self._head_timer = self.loop.call_later(HEAD_TIMEOUT_S, self._head_late)
+        self._wait()
 
     def _disarm(self) -> None:
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
+        self._unwait()
+
+    def _wait(self) -> None:
+        """Count this connection among its address's ones whose request has not arrived."""
+        if self._counted is not None:
+            _waiting.setdefault(self._counted, {})[self] = None
+
+    def _unwait(self) -> None:
+        """No longer among them (its request arrived, or it is gone)."""
+        if self._counted is not None:
+            waiting = _waiting.get(self._counted)
+            if waiting is not None:
+                waiting.pop(self, None)
+                if not waiting:
+                    del _waiting[self._counted]
 
     def _head_late(self) -> None:
         self._head_timer = None

@@ -390,7 +390,7 @@ def provider_ask(spec: ProviderSet) -> ProviderAsk:
     return ProviderAsk(
         spec["provider"],
         spec["provision"],
-        spec.get("kind") or registry.DEFAULT,
+        registry.name_of(spec.get("kind")),
         spec["receives"],
         spec["grants"],
         spec["admin"],

@@ -325,7 +325,7 @@ def write_provider_files(
                 "pin": spec["pin"],
                 "consumers": lines,
             }
-            if (kind := registry.stored_name(spec.get("kind") or registry.DEFAULT)) is not None:
+            if (kind := registry.stored_name(registry.name_of(spec.get("kind")))) is not None:
                 body["kind"] = kind
             if texts is None:
                 texts = [line_text(c) for c in lines]

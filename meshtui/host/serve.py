@@ -8,7 +8,9 @@ Everything before the signature check is bounded, since anyone who can connect g
 body must declare its length and stay under :data:`MAX_BODY` (413 before a byte of it is read),
 at most :data:`MAX_REQUESTS` are handled at once, at most :data:`MAX_PEER_REQUESTS` of them for
 one peer address, and only :data:`MAX_LARGE` of them may carry a body over :data:`SMALL_BODY`
-(one more gets 503 at once), and a body must arrive within :data:`BODY_TIMEOUT_S`. Memory under
+(one more gets 503 at once), and a body must arrive within :data:`BODY_TIMEOUT_S`. A small body
+is read before its request takes a slot, so slow small bodies (from two addresses they held all
+eight) keep nobody out; only a large one is read inside its slot. Memory under
 a flood is therefore bounded by a few large bodies. Before that, a request's head must arrive
 within a deadline and one address holds only a few connections
 (:mod:`meshtui.host.connections`), so slow or idle clients cannot keep the controller out.
@@ -111,6 +113,15 @@ async def _read_body(request: Request, length: int) -> bytearray:
     return body
 
 
+def _unread(exc: Exception) -> Response:
+    """The refusal of a body that could not be read: too long, too slow, or its client gone."""
+    if isinstance(exc, _TooLarge):
+        return _refuse(413, "request body longer than declared")
+    if isinstance(exc, TimeoutError):
+        return _refuse(408, f"request body not received within {BODY_TIMEOUT_S:.0f}s")
+    return _refuse(400, "the client went away")  # nobody reads it; nothing logged
+
+
 def build_app(agent: Agent) -> Starlette:
     """The agent's HTTP surface: ``POST /v1`` (signed envelopes), ``GET /v1/anchor`` (the audit
     head this node keeps, answered signed) and ``GET /health``."""
@@ -125,17 +136,20 @@ def build_app(agent: Agent) -> Starlette:
             return _refuse(413, f"request too large (limit {MAX_BODY} bytes)")
         large = length > SMALL_BODY
         peer = peer_of(request.client)
+        body = bytearray()
+        if not large:  # read before a slot is taken: slow small bodies hold no slot (memory:
+            try:  # at most a MiB per connection one address may hold)
+                body = await _read_body(request, length)
+            except (_TooLarge, TimeoutError, ClientDisconnect) as exc:
+                return _unread(exc)
         if not slots.take(large, peer):
             return _refuse(503, "agent busy; try again", **{"retry-after": "1"})
         try:
-            try:
-                body = await _read_body(request, length)
-            except _TooLarge:
-                return _refuse(413, "request body longer than declared")
-            except TimeoutError:
-                return _refuse(408, f"request body not received within {BODY_TIMEOUT_S:.0f}s")
-            except ClientDisconnect:
-                return _refuse(400, "the client went away")  # nobody reads it; nothing logged
+            if large:
+                try:
+                    body = await _read_body(request, length)
+                except (_TooLarge, TimeoutError, ClientDisconnect) as exc:
+                    return _unread(exc)
             box = [body]  # handed over, so the raw bytes go as soon as they are parsed
             del body
             status, envelope, after = await run_in_threadpool(_handle, agent, box)

@@ -53,6 +53,38 @@ class NeedSpec(TypedDict):
     connection: NotRequired[ConnectionSpec]
 
 
+class OwnSecretSpec(TypedDict):
+    """One of a module's own secrets, in its stored spec: minted or supplied, and its file."""
+
+    name: str
+    file: str
+    supplied: bool
+    length: int
+    alphabet: str
+    reload: list[str]
+    owner: str | None
+    group: str | None
+    mode: str
+
+
+class OwnSecretRow(TypedDict):
+    """The state of one of a module's own secrets (never its value; ``sealed`` only for the
+    vault node, until the vault stored it)."""
+
+    module: str
+    name: str
+    version: int
+    digest: str | None
+    sealed: bytes | None
+    vault_version: int | None
+    kv_version: int | None
+    file_version: int | None
+    supplied_by: str | None
+    supplied_at: str | None
+    error: str | None
+    updated_at: str
+
+
 class ModuleSpec(TypedDict):
     """A module's declared spec, as stored (canonical JSON) and decoded."""
 
@@ -63,6 +95,7 @@ class ModuleSpec(TypedDict):
     provisioner: list[str]
     requires: list[NeedSpec]
     pin: NotRequired[bool]
+    secrets: NotRequired[list[OwnSecretSpec]]
 
 
 class ModuleRow(TypedDict):

@@ -151,6 +151,18 @@ def _pair_ends_v6(db: sqlite_utils.Database) -> None:
         db.execute(statement)
 
 
+def _own_secrets_v7(db: sqlite_utils.Database) -> None:
+    """A module's own secrets: the version the mesh wants held and its digest, the sealed blob
+    for the vault node until the vault stored it, which version the vault and the module's file
+    hold, and who supplied it when (never a value)."""
+    db.execute(
+        """CREATE TABLE own_secrets (module TEXT NOT NULL, name TEXT NOT NULL,
+            version INTEGER NOT NULL, digest TEXT, sealed BLOB, vault_version INTEGER,
+            kv_version INTEGER, file_version INTEGER, supplied_by TEXT, supplied_at TEXT,
+            error TEXT, updated_at TEXT NOT NULL, PRIMARY KEY (module, name))"""
+    )
+
+
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _create_v1,
     _signed_head_v2,
@@ -158,6 +170,7 @@ MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _policies_v4,
     _provider_bases_v5,
     _pair_ends_v6,
+    _own_secrets_v7,
 ]
 """``MIGRATIONS[i]`` takes the schema from version i to i+1; append, never edit."""
 

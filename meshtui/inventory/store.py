@@ -40,6 +40,7 @@ from meshtui.inventory.rows import (
     ModuleRecord,
     ModuleRow,
     NodeRow,
+    OwnSecretRow,
     PairRecord,
     PairRow,
     PolicyRecord,
@@ -291,6 +292,10 @@ class Transaction:
     def add_drill(self, row: DrillRecord) -> None:
         """Store a drill's outcome and evidence."""
         _insert(self._conn, "drills", [row])
+
+    def put_own_secrets(self, rows: Sequence[OwnSecretRow]) -> None:
+        """Insert or replace the state of modules' own secrets."""
+        _upsert(self._conn, "own_secrets", rows, "module", "name")
 
 
 def _compact(data: object) -> str:
@@ -786,6 +791,11 @@ class Inventory:
         """The stored hash of audit event ``seq`` (None when there is no such event)."""
         with self.lock, self._reading():
             return audit_mod.hash_at(self._db.conn, seq)
+
+    def own_secrets(self) -> dict[tuple[str, str], OwnSecretRow]:
+        """Every own secret's state, by (module, name)."""
+        rows = self._query("SELECT * FROM own_secrets ORDER BY module, name")
+        return {(r["module"], r["name"]): cast(OwnSecretRow, r) for r in rows}
 
     def provider_kinds(self) -> dict[tuple[str, str], str]:
         """(provider module, provision) -> kind, for the providers of pairs that are not

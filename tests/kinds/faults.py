@@ -61,7 +61,7 @@ FAULTS = (
     ),
     Fault(
         "postgres-inspection-writes",
-        "kinds/postgres/adapter.py",
+        "kinds/postgres/reading.py",
         '        return self._inspected(wanted, self._inspect_sql, {"marker": MARKER})',
         '        self.conn.execute("SELECT txid_current()")\n'
         '        return self._inspected(wanted, self._inspect_sql, {"marker": MARKER})',
@@ -70,7 +70,7 @@ FAULTS = (
     ),
     Fault(
         "postgres-drift-not-looked-at",
-        "kinds/postgres/adapter.py",
+        "kinds/postgres/reading.py",
         "intact = can_login and same_txn",
         "intact = True",
         "test_drift_is_restored",
@@ -119,14 +119,14 @@ FAULTS = (
     ),
     Fault(
         "postgres-foreign-taken-as-ours",
-        "kinds/postgres/adapter.py",
+        "kinds/postgres/reading.py",
         "out[name] = Held(name, ours=False, note=_foreign(marked, record))",
         "out[name] = Held(name, ours=True)",
         "test_logins_meshtui_did_not_make",
         ("postgres",),
         more=(  # its create decides as the inspection would: both are broken
             (
-                "kinds/postgres/adapter.py",
+                "kinds/postgres/create.py",
                 '        """A marked role whose record is ours for this scope, or was lost (then we'
                 ' repair it)."""\n',
                 '        """A marked role whose record is ours for this scope, or was lost (then we'
@@ -152,7 +152,7 @@ FAULTS = (
         ("postgres",),  # PostgreSQL would cut the name to 63 bytes and create that
         more=(  # and the adapter's second guard, the truncation notice taken as an error
             (
-                "kinds/postgres/adapter.py",
+                "kinds/postgres/roles.py",
                 'raise UnsafeLoginError(f"PostgreSQL truncated a name: {found[0]}")',
                 "pass",
             ),
@@ -161,8 +161,8 @@ FAULTS = (
     Fault(
         "redis-names-not-checked",
         "kinds/redis/acl.py",
-        '    if _NAME_BAD.search(name):\n        return "holds',
-        '    if False:\n        return "holds',
+        "    if _NAME_BAD.search(name):\n        return (",
+        "    if False:\n        return (",
         "test_a_name_the_server_cannot_hold",
         ("redis",),
         more=(  # and the server's own refusal reported as a failure, not a refusal

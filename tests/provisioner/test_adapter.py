@@ -10,6 +10,7 @@ import pytest
 from meshtui.crypto import secret_digest
 from meshtui.errors import UnsafeLoginError
 from meshtui.kinds.postgres import adapter as postgres
+from meshtui.kinds.postgres import create as postgres_create
 from meshtui.provisioner.adapter import Adapter, Done, Held, Refused, Scope
 from meshtui.provisioner.harness import read_admin_file, reconcile
 
@@ -20,7 +21,7 @@ SCOPE = Scope(provider=PROVIDER, provision="database")
 
 def test_truncation_notice_is_an_error(mesh: Mesh, monkeypatch: pytest.MonkeyPatch) -> None:
     """With the byte-length guard switched off, PostgreSQL's NOTICE 42622 still stops it."""
-    monkeypatch.setattr(postgres, "check_name", lambda name, what="login": name)
+    monkeypatch.setattr(postgres_create, "check_name", lambda name, what="login": name)
     xid = mesh.next_xid()
     with postgres.PostgresAdapter(read_admin_file(mesh.admin), SCOPE) as adapter:
         adapter.create("m" * 40, "Password-For-The-Marker-1", {})  # the marker, a normal login

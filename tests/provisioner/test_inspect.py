@@ -3,7 +3,8 @@ per login, does the server still hold what the secret file says? It writes nothi
 
 from __future__ import annotations
 
-from meshtui.kinds.postgres.adapter import PostgresAdapter, held_name
+from meshtui.kinds.postgres.adapter import PostgresAdapter
+from meshtui.kinds.postgres.catalog import held_name
 from meshtui.provisioner.adapter import Scope
 from meshtui.provisioner.harness import inspect, read_admin_file
 

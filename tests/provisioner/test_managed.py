@@ -8,7 +8,8 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from meshtui.kinds.postgres.adapter import PostgresAdapter, held_name
+from meshtui.kinds.postgres.adapter import PostgresAdapter
+from meshtui.kinds.postgres.catalog import held_name
 from meshtui.provisioner.adapter import Scope
 
 from .conftest import PROVIDER, Mesh, outcomes, server_version

@@ -9,7 +9,7 @@ import pytest
 from psycopg import sql
 
 from meshtui.errors import ManifestError, ProvisionError
-from meshtui.kinds.postgres.adapter import MARKER, held_name
+from meshtui.kinds.postgres.catalog import MARKER, held_name
 from meshtui.kinds.postgres.scram import scram_matches
 from meshtui.provisioner.harness import reconcile
 

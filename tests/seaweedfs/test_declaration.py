@@ -94,3 +94,31 @@ def test_the_connection_file_names_the_store_never_the_secret() -> None:
     assert made.fields["buckets"] == "gitea-lfs gitea-avatars"
     assert made.dsn == "https://10.213.0.2:8333/gitea-lfs"
     assert "AWS_SECRET_ACCESS_KEY" not in made.env
+
+
+def test_the_dashboard_names_the_object_store_kind() -> None:
+    from datetime import UTC, datetime
+
+    from meshtui.model import PairStatus, State
+    from meshtui.tui.pairs import COLUMNS, make_row
+
+    status = PairStatus(
+        pair="objects:app1/grafana->db1/s3",
+        provision="objects",
+        consumer="app1/grafana",
+        provider="db1/s3",
+        login="grafana_app1_0a1b2c",
+        generation=1,
+        consumer_generation=1,
+        provider_generation=1,
+        withdrawn=False,
+        state=State.WORKING,
+        reason="signed request accepted on grafana-app1-0a1b2c over TLS (certificate verified)",
+        probed_at=None,
+        rotated_at=None,
+        consumer_file="/srv/app1/grafana/s3.secret",
+        created_at="2026-12-01T19:00:00+00:00",
+        kind="seaweedfs",
+    )
+    row = make_row(status, datetime.now(UTC))
+    assert row.cells[[c.key for c in COLUMNS].index("provider")] == "db1/s3 (seaweedfs)"

@@ -20,7 +20,8 @@ from typing import TypeVar
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from meshtui.kinds.postgres.adapter import Batch, PostgresAdapter
+from meshtui.kinds.postgres.adapter import PostgresAdapter
+from meshtui.kinds.postgres.catalog import Batch
 from meshtui.provisioner.adapter import Done, Held, Scope
 
 IDLE_S = 300.0

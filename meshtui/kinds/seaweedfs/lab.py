@@ -19,12 +19,14 @@ obey, then SIGKILL.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -236,6 +238,21 @@ class WeedServer:
             os.kill(pid, signal.SIGKILL)
             poll(lambda: _gone(pid), 5)
         self.pidfile.unlink(missing_ok=True)
+        self._remove_sockets()
+
+    def _remove_sockets(self) -> None:
+        """The gRPC sockets weed leaves in /tmp, named by port: removed when they are sockets
+        of the store's own user (unlink never follows a link; another user's name is left)."""
+        owner = pwd.getpwnam(self.user).pw_uid if self.user is not None else os.geteuid()
+        for role, port in asdict(self.ports).items():
+            path = f"/tmp/seaweedfs-{role}-grpc-{port + _GRPC}.sock"
+            try:
+                info = os.lstat(path)
+            except OSError:
+                continue
+            if stat.S_ISSOCK(info.st_mode) and info.st_uid == owner:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
 
 
 def _certificate(folder: Path, name: str, ca: str, sans: str, usage: str) -> None:

