@@ -551,6 +551,12 @@ class Inventory:
             out[r["id"]] = cast(ModuleRow, r)
         return out
 
+    def module_specs(self) -> ModuleSpecs:
+        """Every module by id, each spec decoded only when that module is asked for (a push's
+        planner at 10,000 pairs held 17.7 MiB of decoded consumer specs it reads once each)."""
+        rows = self._tuples("SELECT id, node, name, spec, declared FROM modules ORDER BY id")
+        return ModuleSpecs(rows)
+
     def module_records(self) -> dict[str, ModuleRecord]:
         """Every module by id, its spec as stored (declare compares the canonical JSON)."""
         rows = cast(list[ModuleRecord], self._query("SELECT * FROM modules"))
@@ -819,6 +825,37 @@ class Inventory:
         """
         with self.lock, self._reading():
             return audit_mod.walk(self._db.conn, verify_key)
+
+
+class ModuleSpecs(Mapping[str, ModuleRow]):
+    """Modules by id as stored, each decoded when asked for; the last few hundred decoded are
+    kept (a provider's spec is asked for once per pair), the rest dropped again."""
+
+    KEEP = 256
+    """Decoded rows kept at most; all dropped when full (decoding one again is cheap)."""
+
+    def __init__(self, rows: Iterable[tuple[Any, ...]]) -> None:
+        self._raw = {str(r[0]): r for r in rows}
+        self._decoded: dict[str, ModuleRow] = {}
+
+    def __getitem__(self, mid: str) -> ModuleRow:
+        row = self._decoded.get(mid)
+        if row is None:
+            _, node, name, spec, declared = self._raw[mid]
+            row = ModuleRow(id=mid, node=node, name=name, spec=json.loads(spec), declared=declared)
+            if len(self._decoded) >= self.KEEP:
+                self._decoded.clear()
+            self._decoded[mid] = row
+        return row
+
+    def __contains__(self, mid: object) -> bool:
+        return mid in self._raw
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
 
 
 _first = operator.itemgetter(0)
