@@ -73,3 +73,19 @@ def test_the_status_row_is_read_by_the_status_querys_column_names(tmp_path: Path
     assert len(get_args(rows.StatusRow)) == len(names)
     for number, name in enumerate(names):
         assert getattr(rows, name.upper()) == number, name
+
+
+def test_module_specs_decode_on_demand_as_modules_reads_them(tmp_path: Path) -> None:
+    """The planner's modules, decoded when asked for and few kept: every module reads as
+    ``modules()`` reads it, after the kept ones were dropped too; a missing id is missing."""
+    with Inventory.open(tmp_path / "inventory.db") as inv:
+        with inv.transaction("test") as tx:
+            tx.put_modules([rows.ModuleRecord(id=f"n{i}/m", node=f"n{i}", name="m",
+                            spec=f'{{"provides": [], "i": {i}}}', declared=1)
+                            for i in range(7)])  # fmt: skip
+        lazy, eager = inv.module_specs(), inv.modules()
+        lazy.KEEP = 3  # type: ignore[misc]
+        assert list(lazy) == list(eager) and len(lazy) == 7
+        for _ in range(2):
+            assert {k: lazy[k] for k in lazy} == eager
+        assert "n0/m" in lazy and "n9/m" not in lazy and lazy.get("n9/m") is None

@@ -167,6 +167,13 @@ def _module_spec(decl: Declaration, module_id: str) -> str:
     return _sorted_json(spec)
 
 
+WRITE_CHUNK = 500
+"""Pairs' rows and sealed generations are written to the (one) transaction this many at a time
+as they are made, not all held until the end: at 10,000 new pairs that held ~13 MiB at the
+controller's peak (tracemalloc). Every chunk belongs to a pair that is new, reissued or changed,
+so a declare that writes one always writes the rest too, in the same transaction."""
+
+
 def declare(inv: Inventory, decl: Declaration) -> DeclareResult:
     """Bring the inventory in line with ``decl`` in one transaction; returns what changed.
 
@@ -248,6 +255,11 @@ def _declare(inv: Inventory, tx: Transaction, decl: Declaration) -> DeclareResul
             pair_rows.append({**old_p, **row})
         else:
             result.unchanged.append(p.id)
+        if len(pair_rows) >= WRITE_CHUNK:  # only a new, reissued or changed pair adds one
+            tx.add_generations(gen_rows)
+            tx.put_pairs(pair_rows)
+            gen_rows.clear()
+            pair_rows.clear()
     old_policies = inv.policy_records()
     policy_rows = [
         row for row in (_policy_row(p) for p in decl.pairs) if old_policies.get(row["pair"]) != row

@@ -106,9 +106,10 @@ class Planner:
         self.nodes = inv.nodes()
         self._focus = None if focus is None else sorted(set(focus))
         self.pairs: dict[str, PairRow]
+        self.modules: Mapping[str, ModuleRow]
         self._read_providers: set[str] | None = None  # a focused planner's whole providers
         if self._focus is None:
-            self.modules = inv.modules()
+            self.modules = inv.module_specs()  # decoded when asked for: 17.7 MiB at 10,000
             self.pairs = {p["id"]: p for p in inv.pairs()}
             self.minted = inv.minted()
         else:

@@ -230,6 +230,7 @@ def _statuses(inv: Inventory, ids: Iterable[str] | None, limit: int | None) -> l
     rows = inv.status_rows(ids, limit)
     kinds = inv.provider_kinds()
     names: dict[tuple[str, str], str] = {}  # (provider, provision) -> kind name, once each
+    default = registry.kind_of(None).name  # every pair's, when no provider names a kind
     out: list[PairStatus] = []
     append = out.append
     for row in rows:
@@ -246,8 +247,11 @@ def _statuses(inv: Inventory, ids: Iterable[str] | None, limit: int | None) -> l
                 "finishes or rolls it back"
             )
         provider, provision = row[PROVIDER], row[PROVISION]
-        kind = names.get((provider, provision))
-        if kind is None:
+        if not kinds:
+            kind = default
+        elif (known := names.get((provider, provision))) is not None:
+            kind = known
+        else:
             kind = names[(provider, provision)] = registry.kind_of(
                 kinds.get((provider, provision))
             ).name

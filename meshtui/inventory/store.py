@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import operator
 import os
 import sqlite3
 import threading
@@ -550,6 +551,12 @@ class Inventory:
             out[r["id"]] = cast(ModuleRow, r)
         return out
 
+    def module_specs(self) -> ModuleSpecs:
+        """Every module by id, each spec decoded only when that module is asked for (a push's
+        planner at 10,000 pairs held 17.7 MiB of decoded consumer specs it reads once each)."""
+        rows = self._tuples("SELECT id, node, name, spec, declared FROM modules ORDER BY id")
+        return ModuleSpecs(rows)
+
     def module_records(self) -> dict[str, ModuleRecord]:
         """Every module by id, its spec as stored (declare compares the canonical JSON)."""
         rows = cast(list[ModuleRecord], self._query("SELECT * FROM modules"))
@@ -746,6 +753,13 @@ class Inventory:
         """Every pair (or the named ones, or the first ``limit`` by id) joined with its two ends
         and newest probe, by id."""
         sql, params = STATUS_SQL, []
+        if ids is None and limit is None:
+            # Every pair: the table read in its own order and sorted here (SQLite's BINARY
+            # order of UTF-8 text is Python's order of str), instead of the id index walked
+            # with a seek into the table per pair: ~10 % of the read at 10,000 pairs.
+            every = cast(list[StatusRow], self._tuples(sql))
+            every.sort(key=_first)
+            return every
         if ids is not None:
             params = sorted(set(ids))
             if not params:
@@ -812,6 +826,40 @@ class Inventory:
         with self.lock, self._reading():
             return audit_mod.walk(self._db.conn, verify_key)
 
+
+class ModuleSpecs(Mapping[str, ModuleRow]):
+    """Modules by id as stored, each decoded when asked for; the last few hundred decoded are
+    kept (a provider's spec is asked for once per pair), the rest dropped again."""
+
+    KEEP = 256
+    """Decoded rows kept at most; all dropped when full (decoding one again is cheap)."""
+
+    def __init__(self, rows: Iterable[tuple[Any, ...]]) -> None:
+        self._raw = {str(r[0]): r for r in rows}
+        self._decoded: dict[str, ModuleRow] = {}
+
+    def __getitem__(self, mid: str) -> ModuleRow:
+        row = self._decoded.get(mid)
+        if row is None:
+            _, node, name, spec, declared = self._raw[mid]
+            row = ModuleRow(id=mid, node=node, name=name, spec=json.loads(spec), declared=declared)
+            if len(self._decoded) >= self.KEEP:
+                self._decoded.clear()
+            self._decoded[mid] = row
+        return row
+
+    def __contains__(self, mid: object) -> bool:
+        return mid in self._raw
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+
+_first = operator.itemgetter(0)
+"""A row's first column: its id, for :meth:`Inventory.status_rows`'s sort."""
 
 STATUS_SQL = """
 SELECT p.id, p.provision, p.consumer, p.provider, p.login, p.file, p.generation, p.created_at,

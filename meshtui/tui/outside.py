@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import operator
 from collections.abc import Callable
 from enum import Enum
@@ -69,6 +70,8 @@ def _walk_for(kind: type) -> Callable[[Any], Any]:
 
 
 def _safe_list(value: list[Any]) -> list[Any]:
+    if len(value) >= _BULK and _clean_table([value]):
+        return value
     items = [_safe(v) for v in value]
     return value if all(a is b for a, b in zip(items, value, strict=True)) else items
 
@@ -85,7 +88,66 @@ def _safe_tuple(value: tuple[Any, ...]) -> tuple[Any, ...]:
     return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
 
 
+_BULK = 64
+"""A list or dict this long is first checked as a table of columns (:func:`_clean_table`)."""
+
+
+def _clean_table(columns: list[list[Any]]) -> bool:
+    """True when nothing in ``columns`` (a long list's items, or a dict's keys and values)
+    needs to change: nothing but strings without a control character, atoms, enum members,
+    tuples of strings and dataclasses of these, each column of one such type (or None).
+
+    A load's 10,000 rows were walked one dataclass at a time (~50-80 ms of CPU); here a
+    dataclass column is split into its fields' columns (``map`` of a getter, in C), each
+    column's types checked as a set, and every string joined and searched once. Any other
+    shape, or a control character anywhere, answers False: the caller walks item by item as
+    before and rebuilds what needs it.
+    """
+    texts: list[str] = []
+    while columns:
+        column = columns.pop()
+        kinds = set(map(type, column))
+        present = [v for v in column if v is not None] if _NONE in kinds else column
+        kinds.discard(_NONE)
+        inert = {k for k in kinds if k in _ATOMS or issubclass(k, Enum)}
+        kinds -= inert
+        if not kinds:
+            continue
+        if kinds == {str}:
+            texts.append("".join([v for v in present if type(v) is str] if inert else present))
+        elif len(kinds) > 1 or inert:
+            return False
+        elif tuple in kinds:
+            try:
+                texts.append("".join(itertools.chain.from_iterable(present)))
+            except TypeError:  # not all strings
+                return False
+        else:
+            (kind,) = kinds
+            if not dataclasses.is_dataclass(kind) or issubclass(kind, str):
+                return False
+            columns += [
+                list(map(operator.attrgetter(f.name), present)) for f in dataclasses.fields(kind)
+            ]
+    return _clean("".join(texts))
+
+
+def _clean(text: str) -> bool:
+    """True when ``text`` holds no control character. ASCII text (knowing that is free) is
+    checked by deleting every ASCII character that is not one, in C, a byte at a time: a
+    fifth of the regex's time on a load's 2 MB of joined cells; anything else by the regex."""
+    if text.isascii():
+        return not text.encode("ascii").translate(None, _ASCII_SHOWN)
+    return _CONTROL.search(text) is None
+
+
+_ASCII_SHOWN = bytes(b for b in range(128) if _CONTROL.match(chr(b)) is None)
+"""The ASCII characters that are not control characters (taken from the one pattern)."""
+
+
 def _safe_dict(value: dict[Any, Any]) -> dict[Any, Any]:
+    if len(value) >= _BULK and _clean_table([list(value), list(value.values())]):
+        return value
     changed = False
     pairs = []
     for k, v in value.items():
@@ -121,6 +183,7 @@ def _safe_dataclass(value: Any, names: tuple[str, ...], fetch: Callable[[Any], A
 _ATOMS = frozenset({int, float, bool, bytes, type(None)})
 """Types with no text in them."""
 _PLAIN = _ATOMS | {str}
+_NONE = type(None)
 """Types a dataclass's bulk check has already looked at."""
 
 _WALKS: dict[type, Callable[[Any], Any]] = {}

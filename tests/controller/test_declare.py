@@ -328,3 +328,26 @@ def test_module_specs_follow_the_declaration_and_gone_modules_are_marked(mesh: M
     mods["db1/postgres"]["admin"] = "/etc/third.conninfo"
     assert mesh.cli("declare", mesh.write(mesh.spec(mods))).code == 0
     assert len(mesh.tables()["audit"]) == 3
+
+
+def test_pairs_written_in_chunks_are_all_there_and_a_failure_after_some_writes_none(
+    mesh: Mesh, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """declare writes new pairs and their sealed generations a few at a time (its peak memory
+    at 10,000 pairs); with a chunk of 3 among eight pairs every pair and generation is still
+    written, once, and a failure after two chunks leaves the inventory as it was."""
+    monkeypatch.setattr(declare_mod, "WRITE_CHUNK", 3)
+    decl = declaration.load(mesh.write(mesh.spec(modules(EIGHT))))
+    with Inventory.open(mesh.inventory) as inv:
+        empty = mesh.tables()
+        with monkeypatch.context() as broken:
+            broken.setattr(Transaction, "audit", lambda *a, **k: (_ for _ in ()).throw(OSError))
+            with pytest.raises(OSError):
+                declare(inv, decl)
+        assert mesh.tables() == empty
+        result = declare(inv, decl)
+        assert sorted(result.new) == sorted(pid(m) for m in EIGHT)
+        assert sorted(p["id"] for p in inv.pairs()) == sorted(pid(m) for m in EIGHT)
+        conn = inv._db.conn
+        gens = conn.execute("SELECT pair, generation FROM generations ORDER BY pair").fetchall()
+        assert gens == [(pid(m), 1) for m in sorted(EIGHT, key=pid)]

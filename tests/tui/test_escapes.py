@@ -152,3 +152,78 @@ def test_every_message_of_the_dashboard_is_made_safe() -> None:
                     found.append(f"{path.name}: {node.name}")
     assert not found, "derive these from meshtui.tui.outside.Outside:\n" + "\n".join(found)
     assert issubclass(Outside, Message)
+
+
+def _rows(count: int) -> list[Any]:
+    from meshtui.model import PairStatus, State
+
+    return [
+        PairStatus(
+            f"{GITEA}{i}",
+            "database",
+            "app1/gitea",
+            "db1/postgres",
+            f"gitea_{i}",
+            2,
+            2,
+            2,
+            False,
+            State.WORKING,
+            "logged in from 10.0.0.3",
+            None,
+            None,
+            "/srv/f",
+            "2026-01-01T00:00:00+00:00",
+            False,
+            2.5,
+        )  # fmt: skip
+        for i in range(count)
+    ]
+
+
+def test_a_long_table_of_rows_is_still_made_safe_in_every_field() -> None:
+    """A load's thousands of status rows are checked as columns in bulk (outside.py's fast
+    path); a control character in any string field of any row, ASCII or C1, in a field that
+    is usually None too, is still shown as text, and only that row is rebuilt."""
+    from meshtui.tui.outside import safe
+
+    clean = _rows(500)
+    assert safe(clean) is clean
+    for index, field, hostile in [
+        (499, "reason", HOSTILE),
+        (0, "pair", "x\x1b[2Ky"),
+        (250, "probed_at", "2026\x9b2J"),  # C1, not ASCII: the pattern's path
+        (7, "rotated_at", "tab\tok\x07"),
+        (300, "kind", "é\x1b]52;c;eA==\x07"),
+    ]:
+        rows = _rows(500)
+        setattr(rows[index], field, hostile)
+        out = safe(rows)
+        assert out is not rows
+        assert not CONTROL.search(getattr(out[index], field)), (field, getattr(out[index], field))
+        assert "\\x" in getattr(out[index], field)
+        assert all(a is b for i, (a, b) in enumerate(zip(out, rows, strict=True)) if i != index)
+    mixed: list[Any] = [*_rows(100), ["inner\x1b[2K"]]  # not one dataclass type: walked
+    assert not CONTROL.search(safe(mixed)[-1][0])
+
+
+def test_a_loads_display_rows_are_still_made_safe_deep_inside() -> None:
+    """The message a load posts holds a dict of 10,000 display rows, each with its cells (a
+    tuple) and its status (a dataclass inside); checked in bulk as columns, a control
+    character in a nested status field, a cell or a key is still shown as text."""
+    from datetime import UTC, datetime
+
+    from meshtui.tui.outside import safe
+    from meshtui.tui.pairs import PairModel
+
+    clean = PairModel.build(_rows(300), datetime(2026, 1, 2, tzinfo=UTC))
+    assert safe(clean) is clean
+    rows = _rows(300)
+    rows[150].reason = HOSTILE
+    rows[299].pair = "z\x1b]2;PWNED\x07"
+    out = safe(PairModel.build(rows, datetime(2026, 1, 2, tzinfo=UTC)))
+    for key, row in out.rows.items():
+        assert not CONTROL.search(key)
+        assert not CONTROL.search(row.status.reason) and not CONTROL.search(row.status.pair)
+        assert not any(CONTROL.search(cell) for cell in row.cells), row.cells
+    assert sum("\\x1b" in row.status.reason for row in out.rows.values()) == 1
