@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from meshtui.kinds.postgres.warm import WarmSessions
+from meshtui.lab.wait import poll
 from tests.provisioner.conftest import Mesh, outcomes
 
 
@@ -72,4 +73,6 @@ def test_a_kept_session_is_reused_and_a_dead_one_replaced(mesh: Mesh) -> None:
         assert kept not in _backend_pids(mesh)
     finally:
         warm.close()
+    # a closed session's backend exits just after the client goes: wait for it, boundedly
+    poll(lambda: not _backend_pids(mesh), 5.0)
     assert _backend_pids(mesh) == set()
