@@ -15,12 +15,12 @@ import sqlite_utils
 from meshtui.controller.status import statuses
 from meshtui.inventory import SCHEMA_VERSION, Inventory, now
 from meshtui.inventory import schema as schema_mod
-from meshtui.inventory.rows import DeliveryRow, PairRecord, ProbeRecord
+from meshtui.inventory.rows import ID, LOGIN, DeliveryRow, PairRecord, ProbeRecord
 from meshtui.model import State
 
 REFERENCE = """
-SELECT p.id, p.provision, p.consumer, p.provider, p.login, p.file, p.generation, p.created_at,
-       p.rotated_at, p.withdrawn_at,
+SELECT p.id, p.provision, p.consumer, p.provider, p.login, p.file, p.created_at, p.rowid,
+       p.generation, p.rotated_at, p.withdrawn_at,
        c.generation, c.error, v.generation, v.error,
        pr.verdict, CASE WHEN pr.verdict = 'accepted' THEN NULL ELSE pr.reason END,
        pr.at, pr.generation, pr.loopback, pr.client_addr, pr.withdrawn,
@@ -123,8 +123,10 @@ def test_pair_ends_follow_every_write_and_status_reads_what_the_full_join_reads(
     tmp_path: Path,
 ) -> None:
     """Deliveries recorded, re-recorded, touched and forgotten, probes added (in and out of id
-    order) and deleted, a delivery moved to another pair or end: after each, the kept ends equal
-    the recomputed ones and the status rows equal the full join's, row for row."""
+    order) and deleted, a delivery moved to another pair or end, a pair added or its login and
+    file changed by declare, a pair's rowid moved: after each, the kept ends equal the
+    recomputed ones and the status rows (whose static columns are kept between reads) equal the
+    full join's, row for row."""
     rng = random.Random(13)
     with Inventory.open(tmp_path / "inventory.db") as inv:
         with inv.transaction("test") as tx:
@@ -133,7 +135,7 @@ def test_pair_ends_follow_every_write_and_status_reads_what_the_full_join_reads(
         seen: set[State] = set()
         for _ in range(200):
             pid, end = rng.choice(PAIRS), rng.choice(ENDS_OF_A_PAIR)
-            step = rng.randrange(9)
+            step = rng.randrange(11)
             with inv.transaction("test") as tx:
                 if step <= 1:
                     tx.put_deliveries([delivery(pid, end, rng), delivery(pid, "provider", rng)])
@@ -156,6 +158,17 @@ def test_pair_ends_follow_every_write_and_status_reads_what_the_full_join_reads(
                     conn.execute(
                         "INSERT INTO probes (id, pair, at, verdict, reason) VALUES "
                         "((SELECT MIN(id) FROM probes) - 1, ?, 'then', 'refused', 'old')",
+                        [pid],
+                    )
+                elif step == 9:  # declare: a pair's login and file changed, or a pair added
+                    changed = pair_record(pid, generation=want(pid))
+                    changed["login"] += f"_{rng.randrange(1000)}"
+                    changed["file"] += f".{rng.randrange(1000)}"
+                    added = pair_record(f"database:extra{rng.randrange(1000)}/svc->db1/postgres")
+                    tx.put_pairs([changed] if rng.random() < 0.5 else [added])
+                elif step == 10:  # what no caller does: a pair moved in its table (VACUUM may)
+                    conn.execute(
+                        "UPDATE pairs SET rowid = (SELECT MAX(rowid) FROM pairs) + 1 WHERE id = ?",
                         [pid],
                     )
                 elif step == 7:  # a delivery moved to a pair end that has none
@@ -212,3 +225,27 @@ def test_an_older_inventory_upgrades_with_every_pairs_ends_and_newest_probe(
         with inv.transaction("test") as tx:  # and the triggers keep it from then on
             tx.add_probes([probe(PAIRS[5], rng)])
         assert inv.status_rows() == reference(conn)
+
+
+def test_a_reader_keeping_the_static_columns_sees_another_connections_declare(
+    tmp_path: Path,
+) -> None:
+    """A long-lived reader (the dashboard) keeps the pairs' static columns between reads; a
+    login and file changed and a pair added through another connection (a ``declare`` in
+    another process) show in its next read, and a probe recorded there shows with the static
+    columns still kept."""
+    path = tmp_path / "inventory.db"
+    rng = random.Random(7)
+    with Inventory.open(path) as writer, Inventory.open(path, read_only=True) as reader:
+        with writer.transaction("test") as tx:
+            tx.put_pairs([pair_record(pid) for pid in PAIRS])
+        assert reader.status_rows() == reference(writer._db.conn)
+        with writer.transaction("test") as tx:
+            tx.add_probes([probe(PAIRS[2], rng)])
+        assert reader.status_rows() == reference(writer._db.conn)
+        changed = pair_record(PAIRS[3]) | {"login": "moved", "file": "/srv/moved"}
+        with writer.transaction("test") as tx:
+            tx.put_pairs([PairRecord(**changed), pair_record("database:late/svc->db1/postgres")])  # type: ignore[typeddict-item]
+        got = reader.status_rows()
+        assert got == reference(writer._db.conn)
+        assert [r[LOGIN] for r in got if r[ID] == PAIRS[3]] == ["moved"]

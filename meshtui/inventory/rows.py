@@ -351,8 +351,9 @@ StatusRow = tuple[
     str,  # provider
     str,  # login
     str,  # file
-    int,  # generation
     str,  # created_at
+    int,  # rowid: the pair's place in its table (the first column a status read re-reads)
+    int,  # generation
     str | None,  # rotated_at
     str | None,  # withdrawn_at
     int | None,  # consumer_generation: the generation the consumer end holds
@@ -372,7 +373,9 @@ StatusRow = tuple[
 ]
 """One pair joined with both ends' deliveries and its newest probe (status's one query). A plain
 tuple, since status reads every pair on every refresh, read by name through the column numbers
-below (never a bare index): :data:`STATUS_COLUMNS` are the query's column names, in order."""
+below (never a bare index): :data:`STATUS_COLUMNS` are the query's column names, in order. The
+pair's static columns come first (:data:`STATIC_STATUS_COLUMNS` of them, the ones only declare
+writes), so a long-lived reader can keep them and re-read only the rest (from ``rowid`` on)."""
 
 STATUS_COLUMNS = (
     "id",
@@ -381,8 +384,9 @@ STATUS_COLUMNS = (
     "provider",
     "login",
     "file",
-    "generation",
     "created_at",
+    "rowid",
+    "generation",
     "rotated_at",
     "withdrawn_at",
     "consumer_generation",
@@ -409,25 +413,31 @@ CONSUMER: Final = 2
 PROVIDER: Final = 3
 LOGIN: Final = 4
 FILE: Final = 5
-GENERATION: Final = 6
-CREATED_AT: Final = 7
-ROTATED_AT: Final = 8
-WITHDRAWN_AT: Final = 9
-CONSUMER_GENERATION: Final = 10
-CONSUMER_ERROR: Final = 11
-PROVIDER_GENERATION: Final = 12
-PROVIDER_ERROR: Final = 13
-VERDICT: Final = 14
-REASON: Final = 15
-PROBED_AT: Final = 16
-PROBE_GENERATION: Final = 17
-LOOPBACK: Final = 18
-CLIENT_ADDR: Final = 19
-PROBE_WITHDRAWN: Final = 20
-LATENCY_MS: Final = 21
-USED_PASSWORD: Final = 22
-PROVIDER_ATTEMPTED_AT: Final = 23
+CREATED_AT: Final = 6
+ROWID: Final = 7
+GENERATION: Final = 8
+ROTATED_AT: Final = 9
+WITHDRAWN_AT: Final = 10
+CONSUMER_GENERATION: Final = 11
+CONSUMER_ERROR: Final = 12
+PROVIDER_GENERATION: Final = 13
+PROVIDER_ERROR: Final = 14
+VERDICT: Final = 15
+REASON: Final = 16
+PROBED_AT: Final = 17
+PROBE_GENERATION: Final = 18
+LOOPBACK: Final = 19
+CLIENT_ADDR: Final = 20
+PROBE_WITHDRAWN: Final = 21
+LATENCY_MS: Final = 22
+USED_PASSWORD: Final = 23
+PROVIDER_ATTEMPTED_AT: Final = 24
 """Each column's number in :data:`StatusRow`: ``row[rows.GENERATION]``."""
+
+STATIC_STATUS_COLUMNS: Final = ROWID
+"""How many of :data:`StatusRow`'s columns are the pair's static ones (``id`` to
+``created_at``: the schema's ``STATIC_PAIR_COLUMNS``), kept between reads by a long-lived
+reader."""
 
 
 ScheduleRow = tuple[

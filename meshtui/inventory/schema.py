@@ -163,6 +163,29 @@ def _own_secrets_v7(db: sqlite_utils.Database) -> None:
     )
 
 
+STATIC_PAIR_COLUMNS = ("id", "provision", "consumer", "provider", "login", "file", "created_at")
+"""The pair columns status shows that no rotation, delivery or probe changes: only declare
+writes them (a pair added, or its file or login changed). :func:`_pairs_stamp_v8` stamps the
+table anew whenever one of them changes."""
+
+
+def _pairs_stamp_v8(db: sqlite_utils.Database) -> None:
+    """One random stamp for the pairs table's static columns, drawn anew by triggers in the
+    very statement that adds or deletes a pair or writes one of :data:`STATIC_PAIR_COLUMNS`,
+    so a long-lived reader may keep those columns between status reads while the stamp it read
+    them at is the stamp the file holds (a rotation, a delivery or a probe leaves it alone)."""
+    static = ", ".join(STATIC_PAIR_COLUMNS)
+    draw = "BEGIN UPDATE pairs_stamp SET stamp = random(); END"
+    for statement in (
+        "CREATE TABLE pairs_stamp (id INTEGER PRIMARY KEY CHECK (id = 1), stamp INTEGER NOT NULL)",
+        "INSERT INTO pairs_stamp (id, stamp) VALUES (1, random())",
+        f"CREATE TRIGGER pairs_stamp_added AFTER INSERT ON pairs {draw}",
+        f"CREATE TRIGGER pairs_stamp_deleted AFTER DELETE ON pairs {draw}",
+        f"CREATE TRIGGER pairs_stamp_changed AFTER UPDATE OF {static} ON pairs {draw}",
+    ):
+        db.execute(statement)
+
+
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _create_v1,
     _signed_head_v2,
@@ -171,6 +194,7 @@ MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _provider_bases_v5,
     _pair_ends_v6,
     _own_secrets_v7,
+    _pairs_stamp_v8,
 ]
 """``MIGRATIONS[i]`` takes the schema from version i to i+1; append, never edit."""
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import operator
 import os
 import sqlite3
 import threading
@@ -27,6 +26,7 @@ from meshtui.inventory import audit as audit_mod
 from meshtui.inventory import image as image_mod
 from meshtui.inventory import schema
 from meshtui.inventory.audit import ChainCheck
+from meshtui.inventory.kept import STATUS_SQL, StatusRead
 from meshtui.inventory.rows import (
     AuditRecord,
     DeliveryRow,
@@ -368,6 +368,7 @@ class Inventory:
         self.signer: Callable[[bytes], bytes] | None = None  # signs the audit head when set
         self.actor: str | None = None  # the audit's operator when not a person (``watch``)
         self.restore_proof: RestoreProof | None = None  # shown with the head after a restore
+        self._status_read = StatusRead()  # the pairs' static columns, kept between reads
 
     @classmethod
     def open(cls, path: Path | str, *, read_only: bool = False) -> Inventory:
@@ -754,12 +755,11 @@ class Inventory:
         and newest probe, by id."""
         sql, params = STATUS_SQL, []
         if ids is None and limit is None:
-            # Every pair: the table read in its own order and sorted here (SQLite's BINARY
-            # order of UTF-8 text is Python's order of str), instead of the id index walked
-            # with a seek into the table per pair: ~10 % of the read at 10,000 pairs.
-            every = cast(list[StatusRow], self._tuples(sql))
-            every.sort(key=_first)
-            return every
+            # Every pair: the table read in its own order and sorted in Python (instead of the
+            # id index walked with a seek into the table per pair: ~10 % of the read at 10,000
+            # pairs), its static columns kept for the next read (inventory/kept.py).
+            with self.lock, self._reading():
+                return self._status_read.every(self._db.conn)
         if ids is not None:
             params = sorted(set(ids))
             if not params:
@@ -857,28 +857,6 @@ class ModuleSpecs(Mapping[str, ModuleRow]):
     def __len__(self) -> int:
         return len(self._raw)
 
-
-_first = operator.itemgetter(0)
-"""A row's first column: its id, for :meth:`Inventory.status_rows`'s sort."""
-
-STATUS_SQL = """
-SELECT p.id, p.provision, p.consumer, p.provider, p.login, p.file, p.generation, p.created_at,
-       p.rotated_at, p.withdrawn_at,
-       e.consumer_generation, e.consumer_error, e.provider_generation, e.provider_error,
-       pr.verdict, CASE WHEN pr.verdict = 'accepted' THEN NULL ELSE pr.reason END AS reason,
-       pr.at AS probed_at, pr.generation AS probe_generation, pr.loopback,
-       pr.client_addr, pr.withdrawn AS probe_withdrawn, pr.latency_ms, pr.used_password,
-       CASE WHEN e.provider_error IS NOT NULL THEN e.provider_attempted_at END
-         AS provider_attempted_at
-FROM pairs p
-LEFT JOIN pair_ends e ON e.pair = p.id
-LEFT JOIN probes pr ON pr.id = e.probe
-"""
-"""One row per pair, in :data:`~meshtui.inventory.rows.StatusRow`'s column order: its ends and
-newest probe found through ``pair_ends``, which the schema's triggers keep in step with
-``deliveries`` and ``probes`` (one lookup per pair instead of three searches). Two columns are
-read only where a state can use them, so the common row makes no string for them: a probe's
-reason when it did not log in, and the provider end's last attempt when it holds an error."""
 
 SCHEDULE_SQL = """
 SELECT p.id, p.provider, p.consumer, p.withdrawn_at, COALESCE(p.rotated_at, p.created_at),

@@ -284,6 +284,27 @@ def test_status_json_carries_state_reason_and_alarm_and_exits_1_on_alarm(world: 
 # ---------------------------------------------------------------------------- fast path
 
 
+def _status_row(values: dict[str, object]) -> tuple[object, ...]:
+    """A status row from its columns by name (``rows.STATUS_COLUMNS``), in the query's order."""
+    from meshtui.inventory.rows import STATUS_COLUMNS
+
+    assert set(values) == set(STATUS_COLUMNS), set(values) ^ set(STATUS_COLUMNS)
+    return tuple(values[name] for name in STATUS_COLUMNS)
+
+
+_PAIR_COLUMNS: dict[str, object] = {
+    "id": GITEA, "provision": "database", "consumer": "app1/gitea", "provider": "db1/postgres",
+    "login": "gitea_app1_x", "file": "/srv/f", "created_at": "2026-01-01", "rowid": 1,
+    "generation": 2, "rotated_at": None, "withdrawn_at": None, "consumer_generation": 2,
+    "consumer_error": None, "provider_generation": 2, "provider_error": None,
+}  # fmt: skip
+_PROBED: dict[str, object] = {
+    "verdict": "accepted", "reason": "logged in", "probed_at": "2026-01-02",
+    "probe_generation": 2, "loopback": 0, "client_addr": "10.0.0.3", "probe_withdrawn": 0,
+    "latency_ms": 4.5, "used_password": 1, "provider_attempted_at": "2026-01-02",
+}  # fmt: skip
+
+
 def test_the_plain_working_shortcut_agrees_with_the_full_rules() -> None:
     """status decides the common case (both ends current, a probe that logged in with the
     password) in one test: over every mix of the fields that test reads, it must give the
@@ -292,33 +313,27 @@ def test_the_plain_working_shortcut_agrees_with_the_full_rules() -> None:
 
     from meshtui.controller.status import _working, pair_state
 
-    base: list[object] = [GITEA, "database", "app1/gitea", "db1/postgres", "gitea_app1_x",
-                          "/srv/f", 2, "2026-01-01", None, None, 2, None, 2, None,
-                          "accepted", "logged in", "2026-01-02", 2, 0, "10.0.0.3", 0, 4.5,
-                          1, "2026-01-02"]  # fmt: skip
-    choices: dict[int, list[object]] = {
-        6: [2, 0],  # generation wanted
-        9: [None, "2026-01-03"],  # withdrawn_at
-        10: [2, 1, None],  # consumer end's generation
-        11: [None, "boom"],  # consumer end's error
-        12: [2, 0, None],  # provider end's generation
-        13: [None, "re-applied after it was changed", "changed outside meshtui at x"],
-        14: ["accepted", "refused", None, "no password demanded"],  # verdict
-        17: [2, 1, None],  # probe's generation
-        18: [0, 1],  # loopback
-        19: ["10.0.0.3", None],  # client address
-        20: [0, 1],  # probe of a withdrawn pair
-        22: [1, 0, None],  # used_password
+    choices: dict[str, list[object]] = {
+        "generation": [2, 0],  # generation wanted
+        "withdrawn_at": [None, "2026-01-03"],
+        "consumer_generation": [2, 1, None],  # consumer end's generation
+        "consumer_error": [None, "boom"],
+        "provider_generation": [2, 0, None],
+        "provider_error": [None, "re-applied after it was changed", "changed outside meshtui at x"],
+        "verdict": ["accepted", "refused", None, "no password demanded"],
+        "probe_generation": [2, 1, None],
+        "loopback": [0, 1],
+        "client_addr": ["10.0.0.3", None],
+        "probe_withdrawn": [0, 1],  # probe of a withdrawn pair
+        "used_password": [1, 0, None],
     }
     fast = 0
     for values in itertools.product(*choices.values()):
-        row = list(base)
-        for index, value in zip(choices, values, strict=True):
-            row[index] = value
-        reason = _working(tuple(row))  # type: ignore[arg-type]
+        row = _status_row(_PAIR_COLUMNS | _PROBED | dict(zip(choices, values, strict=True)))
+        reason = _working(row)  # type: ignore[arg-type]
         if reason is not None:
             fast += 1
-            assert pair_state(tuple(row)) == (State.WORKING, reason, False), row  # type: ignore[arg-type]
+            assert pair_state(row) == (State.WORKING, reason, False), row  # type: ignore[arg-type]
     assert fast > 0
 
 
@@ -330,35 +345,30 @@ def test_the_plain_shortcut_agrees_with_the_full_rules_never_probed_included() -
 
     from meshtui.controller.status import _plain, pair_state
 
-    base: list[object] = [GITEA, "database", "app1/gitea", "db1/postgres", "gitea_app1_x",
-                          "/srv/f", 2, "2026-01-01", None, None, 2, None, 2, None,
-                          None, None, None, None, None, None, None, None,
-                          None, "2026-01-02"]  # fmt: skip
-    probed = ["accepted", "logged in", "2026-01-02", 2, 0, "10.0.0.3", 0, 4.5, 1]
-    choices: dict[int, list[object]] = {
-        6: [2, 0],  # generation wanted
-        9: [None, "2026-01-03"],  # withdrawn_at
-        10: [2, 1, 0, None],  # consumer end's generation
-        11: [None, "boom"],  # consumer end's error
-        12: [2, 0, None],  # provider end's generation
-        13: [None, "re-applied after it was changed", "changed outside meshtui at x"],
-        14: ["accepted", "refused", None, "unknown", "no password demanded"],  # verdict
-        17: [2, 1, None],  # probe's generation
-        18: [0, 1],  # loopback
-        20: [0, 1],  # probe of a withdrawn pair
-        22: [1, 0, None],  # used_password
+    choices: dict[str, list[object]] = {
+        "generation": [2, 0],  # generation wanted
+        "withdrawn_at": [None, "2026-01-03"],
+        "consumer_generation": [2, 1, 0, None],  # consumer end's generation
+        "consumer_error": [None, "boom"],
+        "provider_generation": [2, 0, None],
+        "provider_error": [None, "re-applied after it was changed", "changed outside meshtui at x"],
+        "verdict": ["accepted", "refused", None, "unknown", "no password demanded"],
+        "probe_generation": [2, 1, None],
+        "loopback": [0, 1],
+        "probe_withdrawn": [0, 1],  # probe of a withdrawn pair
+        "used_password": [1, 0, None],
     }
     seen: set[State] = set()
     for values in itertools.product(*choices.values()):
-        row = list(base)
-        for index, value in zip(choices, values, strict=True):
-            row[index] = value
-        if row[14] is None:  # never probed: every probe column is empty
-            row[15:23] = [None] * 8
+        chosen = dict(zip(choices, values, strict=True))
+        if chosen["verdict"] is None:  # never probed: every probe column is empty
+            probe = dict.fromkeys(_PROBED, None) | {"provider_attempted_at": "2026-01-02"}
         else:
-            row[15:17], row[19], row[21] = probed[1:3], probed[5], probed[7]
-        plain = _plain(tuple(row))  # type: ignore[arg-type]
+            probe = _PROBED | {k: v for k, v in chosen.items() if k in _PROBED}
+        row = _status_row(_PAIR_COLUMNS | probe | {k: v for k, v in chosen.items()
+                                                     if k not in _PROBED})  # fmt: skip
+        plain = _plain(row)  # type: ignore[arg-type]
         if plain is not None:
             seen.add(plain[0])
-            assert pair_state(tuple(row)) == (*plain, False), row  # type: ignore[arg-type]
+            assert pair_state(row) == (*plain, False), row  # type: ignore[arg-type]
     assert seen == {State.WORKING, State.UNKNOWN}
