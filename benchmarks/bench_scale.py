@@ -123,7 +123,12 @@ def timed(what: str, fn, rows: list[tuple[str, float, str]], note: str = "") -> 
 
 
 def run(
-    nodes: int, providers: int, pairs: int, probe: bool = True, pin: bool = False
+    nodes: int,
+    providers: int,
+    pairs: int,
+    probe: bool = True,
+    pin: bool = False,
+    rotate_all: bool = True,
 ) -> list[tuple[str, float, str]]:
     base = Path(tempfile.mkdtemp(prefix="meshtui-benchscale-"))
     base.chmod(0o711)
@@ -178,13 +183,13 @@ def run(
             one = ctl.live_pairs()[0]
             for turn in range(3):  # the first may still find a provider's block unverified
                 timed(f"rotate one ({turn + 1})", lambda: ctl.rotate([one]), rows)
-            timed("rotate all", lambda: ctl.rotate(ctl.live_pairs()), rows)
-            logins = [r.login for r in ctl.status()]
-            alter = pg_own_alter(cluster, logins)
-            rows.append(("pg own: alter, one txn", alter, "baseline for rotate all"))
-            print(
-                f"  {'pg own: alter, one txn':<26}{alter * 1000:>12.1f} ms  baseline for rotate all"
-            )
+            if rotate_all:
+                timed("rotate all", lambda: ctl.rotate(ctl.live_pairs()), rows)
+                logins = [r.login for r in ctl.status()]
+                alter = pg_own_alter(cluster, logins)
+                rows.append(("pg own: alter, one txn", alter, "baseline for rotate all"))
+                print(f"  {'pg own: alter, one txn':<26}{alter * 1000:>12.1f} ms  "
+                      "baseline for rotate all")  # fmt: skip
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         rows.append(("controller peak RSS (MiB)", peak / 1000, ""))
         print(f"  controller peak RSS {peak:.0f} MiB; load {os.getloadavg()[0]:.1f}")
@@ -325,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pairs", type=int, default=10000)
     ap.add_argument("--skip-probe", action="store_true", help="leave out the probe step")
     ap.add_argument("--pin", action="store_true", help="every provider declares pin = true")
+    ap.add_argument("--skip-rotate-all", action="store_true", help="leave out rotate all")
     ap.add_argument("--status-only", action="store_true",
                     help="only status, on an inventory built without agents (seconds)")  # fmt: skip
     ap.add_argument("--repeat", type=int, default=15, help="reads per --status-only figure")
@@ -337,7 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.status_only:
         status_only(args.nodes, args.providers, args.pairs, args.repeat, args.rounds)
         return 0
-    run(args.nodes, args.providers, args.pairs, probe=not args.skip_probe, pin=args.pin)
+    run(args.nodes, args.providers, args.pairs, probe=not args.skip_probe, pin=args.pin,
+        rotate_all=not args.skip_rotate_all)  # fmt: skip
     return 0
 
 

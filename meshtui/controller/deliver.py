@@ -99,9 +99,12 @@ class Planner:
         inv: Inventory,
         focus: Iterable[str] | None = None,
         fresh: Iterable[GenerationRow] = (),
+        rows: Iterable[PairRow] | None = None,
     ) -> None:
         """``fresh``: generations minted in memory and not yet stored (a rotation plans its
-        deliveries while its nodes are being resolved, before it journals them)."""
+        deliveries while its nodes are being resolved, before it journals them). ``rows``: the
+        focus's pairs as the caller just read them (a rotation holds them already: rotate all
+        at 10,000 pairs read them twice, 12 MiB each)."""
         self.inv = inv
         self.nodes = inv.nodes()
         self._focus = None if focus is None else sorted(set(focus))
@@ -113,9 +116,12 @@ class Planner:
             self.pairs = {p["id"]: p for p in inv.pairs()}
             self.minted = inv.minted()
         else:
-            self.pairs = {p["id"]: p for p in inv.pairs(self._focus)}
-            self.modules = inv.modules(  # consumers too: their requires name connection files
-                {p["provider"] for p in self.pairs.values()}
+            given = {p["id"]: p for p in rows or ()}
+            if rows is None or given.keys() != set(self._focus):
+                given = {p["id"]: p for p in inv.pairs(self._focus)}
+            self.pairs = given
+            self.modules = inv.module_specs(  # consumers too: their requires name connection
+                {p["provider"] for p in self.pairs.values()}  # files; decoded when asked for
                 | {p["consumer"] for p in self.pairs.values()}
             )
             self.minted = inv.minted(self.pairs)

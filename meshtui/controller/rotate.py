@@ -90,7 +90,7 @@ def rotate(ctl: Controller, ids: list[str], progress: Progress) -> RotationRepor
         nodes = affected_nodes(rows)
         answers = asking_state(agents, list(nodes), listing=False)
         minted = mint(ctl, rows)  # in memory: dropped unless every node resolves
-        forward = payloads(inv, minted.items, "to", minted.generations)
+        forward = payloads(inv, minted.items, "to", minted.generations, rows)
         ready = Ready.sign(agents, forward)  # signed, not sent: that waits for the journal
         resolutions, _ = answers()
         failed = {r.node: r.reason for r in resolutions if not r.ok}
@@ -171,11 +171,13 @@ def payloads(
     items: list[RotationItem],
     key: Literal["from", "to"],
     fresh: list[GenerationRow] | None = None,
+    rows: list[PairRow] | None = None,
 ) -> Payloads:
     """What each end receives. Forward, each provider gets a delta (its manifest on disk is
     the base the inventory records); a rollback's base is not known (the forward delivery may
-    or may not have landed), so it is sent whole. ``fresh``: generations not stored yet."""
-    plan = Planner(inv, focus=[i["pair"] for i in items], fresh=fresh or ())
+    or may not have landed), so it is sent whole. ``fresh``: generations not stored yet;
+    ``rows``: the items' pairs as just read."""
+    plan = Planner(inv, focus=[i["pair"] for i in items], fresh=fresh or (), rows=rows)
     targets = {i["pair"]: i[key] for i in items}
     providers = {(plan.pairs[pid]["provider"], plan.pairs[pid]["provision"]) for pid in targets}
     consumers = plan.consumer_items(targets, targets)

@@ -552,10 +552,18 @@ class Inventory:
             out[r["id"]] = cast(ModuleRow, r)
         return out
 
-    def module_specs(self) -> ModuleSpecs:
-        """Every module by id, each spec decoded only when that module is asked for (a push's
-        planner at 10,000 pairs held 17.7 MiB of decoded consumer specs it reads once each)."""
-        rows = self._tuples("SELECT id, node, name, spec, declared FROM modules ORDER BY id")
+    def module_specs(self, ids: Iterable[str] | None = None) -> ModuleSpecs:
+        """Every module (or the named ones) by id, each spec decoded only when that module is
+        asked for (a push's planner at 10,000 pairs held 17.7 MiB of decoded consumer specs it
+        reads once each; rotate all's focused planner 17.4 MiB)."""
+        sql = "SELECT id, node, name, spec, declared FROM modules"
+        if ids is None:
+            return ModuleSpecs(self._tuples(f"{sql} ORDER BY id"))
+        wanted = sorted(set(ids))
+        rows: list[tuple[Any, ...]] = []
+        for i in range(0, len(wanted), CHUNK):
+            chunk = wanted[i : i + CHUNK]
+            rows += self._tuples(f"{sql} WHERE id IN ({_marks(len(chunk))})", chunk)
         return ModuleSpecs(rows)
 
     def module_records(self) -> dict[str, ModuleRecord]:
