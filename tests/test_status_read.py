@@ -19,8 +19,8 @@ from meshtui.inventory.rows import ID, LOGIN, DeliveryRow, PairRecord, ProbeReco
 from meshtui.model import State
 
 REFERENCE = """
-SELECT p.id, p.provision, p.consumer, p.provider, p.login, p.file, p.created_at, p.rowid,
-       p.generation, p.rotated_at, p.withdrawn_at,
+SELECT p.rowid, p.id, p.provision, p.consumer, p.provider, p.login, p.file, p.created_at,
+       p.rowid, p.generation, p.rotated_at, p.withdrawn_at,
        c.generation, c.error, v.generation, v.error,
        pr.verdict, CASE WHEN pr.verdict = 'accepted' THEN NULL ELSE pr.reason END,
        pr.at, pr.generation, pr.loopback, pr.client_addr, pr.withdrawn,
@@ -51,6 +51,15 @@ ENDS_OF_A_PAIR = ("consumer", "provider")
 
 def reference(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
     return conn.execute(REFERENCE).fetchall()
+
+
+def read(
+    inv: Inventory, ids: list[str] | None = None, limit: int | None = None
+) -> list[tuple[Any, ...]]:
+    """Status's read of every pair (or the named ones, or the first ``limit``), each pair's
+    static columns joined to what changes of it."""
+    got = inv.status_rows(ids, limit)
+    return [pair + row for pair, row in zip(got.pairs, got.rows, strict=True)]
 
 
 def kept_ends(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
@@ -180,7 +189,10 @@ def test_pair_ends_follow_every_write_and_status_reads_what_the_full_join_reads(
                             [*rng.choice(free), *rng.choice(sorted(held))],
                         )
             assert kept_ends(conn) == expected_ends(conn)
-            assert inv.status_rows() == reference(conn)
+            assert read(inv) == reference(conn)
+            some = rng.sample(PAIRS, 2)
+            assert read(inv, some) == [r for r in reference(conn) if r[ID] in some]
+            assert read(inv, limit=3) == reference(conn)[:3]
             seen |= {st.state for st in statuses(inv)}
         assert seen == set(State), seen  # the walk went through every state
         assert conn.execute("SELECT count(*) FROM probes").fetchone()[0] > 20
@@ -219,12 +231,12 @@ def test_an_older_inventory_upgrades_with_every_pairs_ends_and_newest_probe(
         assert inv.version() == SCHEMA_VERSION
         conn = inv._db.conn
         assert kept_ends(conn) == expected_ends(conn) != []
-        assert inv.status_rows() == old_rows
+        assert read(inv) == old_rows
         (working,) = statuses(inv, [PAIRS[1]])
         assert (working.state, working.reason) == (State.WORKING, "logged in from 10.213.0.9")
         with inv.transaction("test") as tx:  # and the triggers keep it from then on
             tx.add_probes([probe(PAIRS[5], rng)])
-        assert inv.status_rows() == reference(conn)
+        assert read(inv) == reference(conn)
 
 
 def test_a_reader_keeping_the_static_columns_sees_another_connections_declare(
@@ -239,13 +251,13 @@ def test_a_reader_keeping_the_static_columns_sees_another_connections_declare(
     with Inventory.open(path) as writer, Inventory.open(path, read_only=True) as reader:
         with writer.transaction("test") as tx:
             tx.put_pairs([pair_record(pid) for pid in PAIRS])
-        assert reader.status_rows() == reference(writer._db.conn)
+        assert read(reader) == reference(writer._db.conn)
         with writer.transaction("test") as tx:
             tx.add_probes([probe(PAIRS[2], rng)])
-        assert reader.status_rows() == reference(writer._db.conn)
+        assert read(reader) == reference(writer._db.conn)
         changed = pair_record(PAIRS[3]) | {"login": "moved", "file": "/srv/moved"}
         with writer.transaction("test") as tx:
             tx.put_pairs([PairRecord(**changed), pair_record("database:late/svc->db1/postgres")])  # type: ignore[typeddict-item]
-        got = reader.status_rows()
+        got = read(reader)
         assert got == reference(writer._db.conn)
         assert [r[LOGIN] for r in got if r[ID] == PAIRS[3]] == ["moved"]

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 from meshtui.inventory import Inventory
-from meshtui.inventory.rows import (  # StatusRow's columns by name
+from meshtui.inventory.rows import (  # PairColumns' and StatusRow's columns by name
     CLIENT_ADDR,
     CONSUMER,
     CONSUMER_ERROR,
@@ -227,14 +227,14 @@ def statuses(
 
 def _statuses(inv: Inventory, ids: Iterable[str] | None, limit: int | None) -> list[PairStatus]:
     rotating = {i["pair"]: r["id"] for r in inv.open_rotations() for i in r["items"]}
-    rows = inv.status_rows(ids, limit)
+    read = inv.status_rows(ids, limit)
     kinds = inv.provider_kinds()
     names: dict[tuple[str, str], str] = {}  # (provider, provision) -> kind name, once each
     default = registry.kind_of(None).name  # every pair's, when no provider names a kind
     out: list[PairStatus] = []
     append = out.append
-    for row in rows:
-        pid = row[ID]
+    for pair, row in zip(read.pairs, read.rows, strict=True):
+        pid = pair[ID]
         plain = _plain(row)
         if plain is not None:
             (state, reason), alarm = plain, False
@@ -246,7 +246,7 @@ def _statuses(inv: Inventory, ids: Iterable[str] | None, limit: int | None) -> l
                 f"rotation {rotating[pid]} was interrupted; the next push or rotate "
                 "finishes or rolls it back"
             )
-        provider, provision = row[PROVIDER], row[PROVISION]
+        provider, provision = pair[PROVIDER], pair[PROVISION]
         if not kinds:
             kind = default
         elif (known := names.get((provider, provision))) is not None:
@@ -259,9 +259,9 @@ def _statuses(inv: Inventory, ids: Iterable[str] | None, limit: int | None) -> l
             PairStatus(  # positional, in the field order: the fast way to build 10,000
                 pid,
                 provision,
-                row[CONSUMER],
+                pair[CONSUMER],
                 provider,
-                row[LOGIN],
+                pair[LOGIN],
                 row[GENERATION],
                 row[CONSUMER_GENERATION],
                 row[PROVIDER_GENERATION],
@@ -270,8 +270,8 @@ def _statuses(inv: Inventory, ids: Iterable[str] | None, limit: int | None) -> l
                 reason,
                 row[PROBED_AT],
                 row[ROTATED_AT],
-                row[FILE],
-                row[CREATED_AT],
+                pair[FILE],
+                pair[CREATED_AT],
                 alarm,
                 row[LATENCY_MS],
                 kind,

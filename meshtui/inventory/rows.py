@@ -9,6 +9,7 @@ out (``values``, ``reload``, ``spec``, ``items``, ``evidence``, ``pairs``, ``det
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Final, NotRequired, TypedDict
 
 Provision = tuple[str, str]
@@ -344,7 +345,8 @@ class HeadRow(TypedDict):
     sig: str | None
 
 
-StatusRow = tuple[
+PairColumns = tuple[
+    int,  # rowid: the pair's place in its table
     str,  # id
     str,  # provision
     str,  # consumer
@@ -352,7 +354,16 @@ StatusRow = tuple[
     str,  # login
     str,  # file
     str,  # created_at
-    int,  # rowid: the pair's place in its table (the first column a status read re-reads)
+]
+"""A pair's static columns, the ones only declare writes (the schema's
+``STATIC_PAIR_COLUMNS``, after the rowid): status keeps them between reads. Read by name
+through the column numbers below: :data:`PAIR_COLUMNS` are the query's column names."""
+
+PAIR_COLUMNS = ("rowid", "id", "provision", "consumer", "provider", "login", "file", "created_at")
+""":data:`PairColumns`' columns (``PAIRS_SQL`` selects them in this order)."""
+
+StatusRow = tuple[
+    int,  # rowid: the pair's place in its table (its :data:`PairColumns` have the same)
     int,  # generation
     str | None,  # rotated_at
     str | None,  # withdrawn_at
@@ -371,20 +382,12 @@ StatusRow = tuple[
     int | None,  # used_password
     str | None,  # provider_attempted_at: the provider end's last attempt (only beside its error)
 ]
-"""One pair joined with both ends' deliveries and its newest probe (status's one query). A plain
-tuple, since status reads every pair on every refresh, read by name through the column numbers
-below (never a bare index): :data:`STATUS_COLUMNS` are the query's column names, in order. The
-pair's static columns come first (:data:`STATIC_STATUS_COLUMNS` of them, the ones only declare
-writes), so a long-lived reader can keep them and re-read only the rest (from ``rowid`` on)."""
+"""What changes of a pair: its generation, both ends' deliveries and its newest probe (every
+column a state is decided from; status re-reads it on every refresh). A plain tuple, since
+status reads every pair, read by name through the column numbers below (never a bare index):
+:data:`STATUS_COLUMNS` are the query's column names, in order."""
 
 STATUS_COLUMNS = (
-    "id",
-    "provision",
-    "consumer",
-    "provider",
-    "login",
-    "file",
-    "created_at",
     "rowid",
     "generation",
     "rotated_at",
@@ -404,40 +407,47 @@ STATUS_COLUMNS = (
     "used_password",
     "provider_attempted_at",
 )
-""":data:`StatusRow`'s columns (``STATUS_SQL`` selects them in this order; tests/test_rows.py
+""":data:`StatusRow`'s columns (``CHANGING_SQL`` selects them in this order; tests/test_rows.py
 checks both this and the numbers below against the query)."""
 
-ID: Final = 0
-PROVISION: Final = 1
-CONSUMER: Final = 2
-PROVIDER: Final = 3
-LOGIN: Final = 4
-FILE: Final = 5
-CREATED_AT: Final = 6
-ROWID: Final = 7
-GENERATION: Final = 8
-ROTATED_AT: Final = 9
-WITHDRAWN_AT: Final = 10
-CONSUMER_GENERATION: Final = 11
-CONSUMER_ERROR: Final = 12
-PROVIDER_GENERATION: Final = 13
-PROVIDER_ERROR: Final = 14
-VERDICT: Final = 15
-REASON: Final = 16
-PROBED_AT: Final = 17
-PROBE_GENERATION: Final = 18
-LOOPBACK: Final = 19
-CLIENT_ADDR: Final = 20
-PROBE_WITHDRAWN: Final = 21
-LATENCY_MS: Final = 22
-USED_PASSWORD: Final = 23
-PROVIDER_ATTEMPTED_AT: Final = 24
+ROWID: Final = 0
+"""The rowid's number in both :data:`PairColumns` and :data:`StatusRow`."""
+ID: Final = 1
+PROVISION: Final = 2
+CONSUMER: Final = 3
+PROVIDER: Final = 4
+LOGIN: Final = 5
+FILE: Final = 6
+CREATED_AT: Final = 7
+"""Each column's number in :data:`PairColumns`: ``pair[rows.LOGIN]``."""
+
+GENERATION: Final = 1
+ROTATED_AT: Final = 2
+WITHDRAWN_AT: Final = 3
+CONSUMER_GENERATION: Final = 4
+CONSUMER_ERROR: Final = 5
+PROVIDER_GENERATION: Final = 6
+PROVIDER_ERROR: Final = 7
+VERDICT: Final = 8
+REASON: Final = 9
+PROBED_AT: Final = 10
+PROBE_GENERATION: Final = 11
+LOOPBACK: Final = 12
+CLIENT_ADDR: Final = 13
+PROBE_WITHDRAWN: Final = 14
+LATENCY_MS: Final = 15
+USED_PASSWORD: Final = 16
+PROVIDER_ATTEMPTED_AT: Final = 17
 """Each column's number in :data:`StatusRow`: ``row[rows.GENERATION]``."""
 
-STATIC_STATUS_COLUMNS: Final = ROWID
-"""How many of :data:`StatusRow`'s columns are the pair's static ones (``id`` to
-``created_at``: the schema's ``STATIC_PAIR_COLUMNS``), kept between reads by a long-lived
-reader."""
+
+@dataclass(frozen=True)
+class StatusRows:
+    """Status's read: each pair's static columns and what changes of it, the two lists aligned
+    (``pairs[i]`` and ``rows[i]`` are one pair, the same rowid) and sorted by pair id."""
+
+    pairs: list[PairColumns]
+    rows: list[StatusRow]
 
 
 ScheduleRow = tuple[

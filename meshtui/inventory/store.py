@@ -26,7 +26,7 @@ from meshtui.inventory import audit as audit_mod
 from meshtui.inventory import image as image_mod
 from meshtui.inventory import schema
 from meshtui.inventory.audit import ChainCheck
-from meshtui.inventory.kept import STATUS_SQL, StatusRead
+from meshtui.inventory.kept import CHANGING_SQL, PAIRS_SQL, StatusRead
 from meshtui.inventory.rows import (
     AuditRecord,
     DeliveryRow,
@@ -51,7 +51,7 @@ from meshtui.inventory.rows import (
     RotationRow,
     RotationUpdate,
     ScheduleRow,
-    StatusRow,
+    StatusRows,
 )
 from meshtui.model import Policy, PolicySource, RotationState
 from meshtui.wire import RestoreProof, SignedHead
@@ -756,27 +756,36 @@ class Inventory:
             rows = audit_mod.stored(self._db.conn, limit=1, kind=kind)
         return _decoded(rows[0]) if rows else None
 
-    def status_rows(
-        self, ids: Iterable[str] | None = None, limit: int | None = None
-    ) -> list[StatusRow]:
-        """Every pair (or the named ones, or the first ``limit`` by id) joined with its two ends
-        and newest probe, by id."""
-        sql, params = STATUS_SQL, []
+    def status_rows(self, ids: Iterable[str] | None = None, limit: int | None = None) -> StatusRows:
+        """Every pair (or the named ones, or the first ``limit`` by id): its static columns and
+        what changes of it (its two ends and newest probe), by id."""
         if ids is None and limit is None:
             # Every pair: the table read in its own order and sorted in Python (instead of the
             # id index walked with a seek into the table per pair: ~10 % of the read at 10,000
             # pairs), its static columns kept for the next read (inventory/kept.py).
             with self.lock, self._reading():
                 return self._status_read.every(self._db.conn)
+        where, params = "", []
         if ids is not None:
             params = sorted(set(ids))
             if not params:
-                return []
-            sql += f" WHERE p.id IN ({_marks(len(params))})"
-        sql += " ORDER BY p.id"
+                return StatusRows([], [])
+            where = f" WHERE p.id IN ({_marks(len(params))})"
+        where += " ORDER BY p.id"
         if limit is not None:
-            sql += f" LIMIT {max(0, int(limit))}"
-        return cast(list[StatusRow], self._tuples(sql, params))
+            where += f" LIMIT {max(0, int(limit))}"
+        with self.lock, self._reading():
+            conn = self._db.conn
+            began = not conn.in_transaction
+            if began:
+                conn.execute("BEGIN")  # both reads from one snapshot
+            try:
+                pairs = conn.execute(PAIRS_SQL + where, params).fetchall()
+                changing = conn.execute(CHANGING_SQL + where, params).fetchall()
+            finally:
+                if began:
+                    conn.rollback()
+        return StatusRows(pairs, changing)
 
     def schedule_rows(self, declared_only: bool = False) -> list[ScheduleRow]:
         """Every pair with its policy and when its current generation began, by id.

@@ -292,10 +292,8 @@ def _status_row(values: dict[str, object]) -> tuple[object, ...]:
     return tuple(values[name] for name in STATUS_COLUMNS)
 
 
-_PAIR_COLUMNS: dict[str, object] = {
-    "id": GITEA, "provision": "database", "consumer": "app1/gitea", "provider": "db1/postgres",
-    "login": "gitea_app1_x", "file": "/srv/f", "created_at": "2026-01-01", "rowid": 1,
-    "generation": 2, "rotated_at": None, "withdrawn_at": None, "consumer_generation": 2,
+_HELD: dict[str, object] = {
+    "rowid": 1, "generation": 2, "rotated_at": None, "withdrawn_at": None, "consumer_generation": 2,
     "consumer_error": None, "provider_generation": 2, "provider_error": None,
 }  # fmt: skip
 _PROBED: dict[str, object] = {
@@ -329,7 +327,7 @@ def test_the_plain_working_shortcut_agrees_with_the_full_rules() -> None:
     }
     fast = 0
     for values in itertools.product(*choices.values()):
-        row = _status_row(_PAIR_COLUMNS | _PROBED | dict(zip(choices, values, strict=True)))
+        row = _status_row(_HELD | _PROBED | dict(zip(choices, values, strict=True)))
         reason = _working(row)  # type: ignore[arg-type]
         if reason is not None:
             fast += 1
@@ -365,7 +363,7 @@ def test_the_plain_shortcut_agrees_with_the_full_rules_never_probed_included() -
             probe = dict.fromkeys(_PROBED, None) | {"provider_attempted_at": "2026-01-02"}
         else:
             probe = _PROBED | {k: v for k, v in chosen.items() if k in _PROBED}
-        row = _status_row(_PAIR_COLUMNS | probe | {k: v for k, v in chosen.items()
+        row = _status_row(_HELD | probe | {k: v for k, v in chosen.items()
                                                      if k not in _PROBED})  # fmt: skip
         plain = _plain(row)  # type: ignore[arg-type]
         if plain is not None:
