@@ -13,7 +13,12 @@ roles, beside push; altering the mesh's own roles, after rotate all), and one si
 round trip to every node in parallel.
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_scale.py [--nodes 100] [--pairs 10000]
-    [--providers 4] [--skip-probe]
+    [--providers 4] [--skip-probe] [--skip-rotate-all] [--pin] [--beside-demo N]
+
+``--pin``: every provider declares ``pin = true`` (each login confined in pg_hba.conf, the
+four providers' blocks in the one cluster's file). ``--beside-demo N``: after the three single
+rotations, rotate one pair N times in turn with the same pair of the demo mesh (5 pairs, its own
+PostgreSQL and agents, pinned alike), p50 of each side and their ratio (goal <= 1.3x).
 
 ``--status-only`` measures just ``status`` in seconds, with no agent or PostgreSQL: the same
 declaration is declared, then every end is recorded as delivered (as push leaves it) and, in a
@@ -39,7 +44,7 @@ import time
 from pathlib import Path
 
 import psycopg
-from bench_rotate import QUIET, pg_create_all, stop_cluster  # noqa: E402  (the same baseline, one copy)
+from bench_rotate import QUIET, lab, p50_ms, pg_create_all, stop_cluster  # noqa: E402  (one copy)
 from psycopg import sql
 
 from meshtui.controller.client import Agents
@@ -129,6 +134,7 @@ def run(
     probe: bool = True,
     pin: bool = False,
     rotate_all: bool = True,
+    demo_repeat: int = 0,
 ) -> list[tuple[str, float, str]]:
     base = Path(tempfile.mkdtemp(prefix="meshtui-benchscale-"))
     base.chmod(0o711)
@@ -183,6 +189,8 @@ def run(
             one = ctl.live_pairs()[0]
             for turn in range(3):  # the first may still find a provider's block unverified
                 timed(f"rotate one ({turn + 1})", lambda: ctl.rotate([one]), rows)
+            if demo_repeat:
+                rotate_beside_demo(base, ctl, one, pin, demo_repeat, rows)
             if rotate_all:
                 timed("rotate all", lambda: ctl.rotate(ctl.live_pairs()), rows)
                 logins = [r.login for r in ctl.status()]
@@ -200,6 +208,40 @@ def run(
             fleet.wait(30)
         stop_cluster(cluster)
         shutil.rmtree(base, ignore_errors=True)
+
+
+ROTATE_GOAL = 1.3
+"""Rotate one pair among 10,000 against the same in the demo mesh (issue 25)."""
+
+
+def rotate_beside_demo(
+    base: Path,
+    ctl: Controller,
+    one: str,
+    pin: bool,
+    repeat: int,
+    rows: list[tuple[str, float, str]],
+) -> None:
+    """Rotate one pair of this mesh and one of the demo mesh (5 pairs, its own PostgreSQL and
+    agents, ``pin`` the same) in turn, ``repeat`` times each after two warm-ups, so a moment of
+    noise on a shared machine falls on both; p50 of each and their ratio."""
+    demo_pid = "database:app1/gitea->db1/postgres"
+    runs: tuple[list[float], list[float]] = ([], [])
+    with lab(base / "demo", {}, [], pin) as demo:
+        for n in range(repeat + 2):
+            for c, pid, out in ((demo.ctl, demo_pid, runs[0]), (ctl, one, runs[1])):
+                t0 = time.perf_counter()
+                report = c.rotate([pid])
+                took = time.perf_counter() - t0
+                assert report.outcome == "done", report
+                if n >= 2:
+                    out.append(took)
+    alone, among = p50_ms(runs[0]), p50_ms(runs[1])
+    rows.append(("rotate one, demo mesh p50", alone / 1000, ""))
+    rows.append(("rotate one, this mesh p50", among / 1000, ""))
+    print(f"  {'rotate one, demo mesh':<26}{alone:>12.1f} ms  p50 of {repeat}, in turn with:")
+    print(f"  {'rotate one, this mesh':<26}{among:>12.1f} ms  p50 of {repeat}: {among / alone:.2f}x"
+          f" the demo mesh (goal <= {ROTATE_GOAL}x); load {os.getloadavg()[0]:.1f}")  # fmt: skip
 
 
 STATUS_GOAL = 0.050
@@ -331,6 +373,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-probe", action="store_true", help="leave out the probe step")
     ap.add_argument("--pin", action="store_true", help="every provider declares pin = true")
     ap.add_argument("--skip-rotate-all", action="store_true", help="leave out rotate all")
+    ap.add_argument("--beside-demo", type=int, default=0, metavar="N",
+                    help="rotate one pair N times in turn with the demo mesh's (side by side)")  # fmt: skip
     ap.add_argument("--status-only", action="store_true",
                     help="only status, on an inventory built without agents (seconds)")  # fmt: skip
     ap.add_argument("--repeat", type=int, default=15, help="reads per --status-only figure")
@@ -344,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         status_only(args.nodes, args.providers, args.pairs, args.repeat, args.rounds)
         return 0
     run(args.nodes, args.providers, args.pairs, probe=not args.skip_probe, pin=args.pin,
-        rotate_all=not args.skip_rotate_all)  # fmt: skip
+        rotate_all=not args.skip_rotate_all, demo_repeat=args.beside_demo)  # fmt: skip
     return 0
 
 
