@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from meshtui.controller.client import DOUBTED, read_anchor_answer
 from meshtui.controller.declare import nodes_from_inventory, seal_generation
 from meshtui.controller.reports import Progress, Resolution, RotationReport
-from meshtui.controller.rotate import Minted, execute, payloads, store
+from meshtui.controller.rotate import Handover, Minted, execute, payloads, store
 from meshtui.errors import AgentError
 from meshtui.inventory import Inventory
 from meshtui.inventory.rows import GenerationRow, RotationItem
@@ -139,10 +139,9 @@ def catch_up(
     progress(
         f"{len(items)} pairs ahead of the inventory: rotating them to a fresh generation", 0, 4
     )
-    minted = Minted(gens, items)
-    forward = payloads(inv, items, "to", gens)
-    rotation = store(ctl, minted, RotationState.DELIVERING)
-    return execute(ctl, agents, rotation, progress, forward=forward)
+    handover = Handover(payloads(inv, items, "to", gens))
+    rotation = store(ctl, Minted(gens, items), RotationState.DELIVERING)
+    return execute(ctl, agents, rotation, progress, handover=handover)
 
 
 def refused_as_older(resolutions: list[Resolution]) -> list[str]:

@@ -104,29 +104,24 @@ def end_writes(
     stamp = now()
     rows = list(rows)
     pairs = sorted({r[0] for r in rows})
-    if len(pairs) <= FEW:  # a rotation of a few pairs reads their rows, not the mesh's
-        current: dict[tuple[str, str], DeliveryRow] = {}
-        for pid in pairs:
-            current.update(inv.deliveries(pid))
-    else:
-        current = inv.deliveries()
+    # a rotation of a few pairs reads their rows, not the mesh's
+    current = inv.held_ends(pairs if len(pairs) <= FEW else None)
     out: list[DeliveryRow] = []
     same: list[tuple[str, str]] = []  # (pair, end): only the attempt is new
     for pair, end, gen, digest, error in rows:
         old = current.get((pair, end.value))
-        old_gen = old["generation"] if old else None
-        old_since = old["since"] if old else None
+        old_gen, old_digest, old_since, _ = old if old is not None else (None, None, None, None)
         changed = gen is not None and gen != old_gen
         row = DeliveryRow(
             pair=pair,
             end=end.value,
             generation=gen if gen is not None else old_gen,
-            digest=digest if gen is not None else (old["digest"] if old else None),
+            digest=digest if gen is not None else old_digest,
             since=stamp if changed or not old_since else old_since,
             attempted_at=stamp,
             error=error,
         )
-        if old and all(row[k] == old[k] for k in ("generation", "digest", "since", "error")):
+        if old is not None and (row["generation"], row["digest"], row["since"], error) == old:
             same.append((pair, end.value))
         else:
             out.append(row)

@@ -99,8 +99,10 @@ def rotate(ctl: Controller, ids: list[str], progress: Progress) -> RotationRepor
             raise NotResolvedError(failed)
         progress("every node answered: journaling", 1, 4)
         rotation = store(ctl, minted, RotationState.DELIVERING)
+        handover = Handover(forward, ready)
+        del minted, rows, forward, ready  # the handover holds them alone from here
         fault(ctl, "after-journal")
-        return execute(ctl, agents, rotation, progress, forward=forward, ready=ready)
+        return execute(ctl, agents, rotation, progress, handover=handover)
 
 
 @dataclass(frozen=True)
@@ -200,6 +202,22 @@ class Ready:
         return cls(sign_providers(agents, forward.providers), Ahead(agents, forward.consumers))
 
 
+@dataclass
+class Handover:
+    """A forward delivery built (and signed) before the journal, handed to :func:`execute`
+    once: taken when sent, so its payloads are let go before the answers are recorded (rotate
+    all at 10,000 pairs held them, ~35 MiB, through its final commit)."""
+
+    forward: Payloads | None
+    ready: Ready | None = None
+
+    def take(self) -> tuple[Payloads | None, Ready | None]:
+        """The payloads and their signed requests; the handover holds neither after."""
+        forward, ready = self.forward, self.ready
+        self.forward = self.ready = None
+        return forward, ready
+
+
 def _deliver(
     ctl: Controller,
     agents: Agents,
@@ -255,16 +273,16 @@ def execute(
     rotation: RotationStart,
     progress: Progress,
     *,
-    forward: Payloads | None = None,
-    ready: Ready | None = None,
+    handover: Handover | None = None,
 ) -> RotationReport:
     """Deliver a journaled rotation; finish it all-new, or roll it back to all-old.
 
-    ``forward``: its deliveries as :func:`rotate` built them (``ready``: signed), journaled as
+    ``handover``: its deliveries as :func:`rotate` built them (and signed), journaled as
     delivering by this process; without, the rotation (a recovered one) is marked delivering
     and built here."""
     inv = ctl.inventory
     items = rotation["items"]
+    forward, ready = handover.take() if handover is not None else (None, None)
     if forward is None:
         with inv.transaction("rotate") as tx:
             tx.update_rotation(
@@ -272,6 +290,7 @@ def execute(
             )
         forward = payloads(inv, items, "to")
     there = _deliver(ctl, agents, forward, "to", progress, 2, ready)
+    del forward, ready  # sent: their payloads go before the answers are recorded
     if all(there.provider_ok.get(i["pair"]) and there.consumer_ok.get(i["pair"]) for i in items):
         return _finish(ctl, rotation, there, progress)  # the answers recorded in its commit
     there.flush(inv)

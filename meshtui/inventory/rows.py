@@ -345,6 +345,9 @@ class HeadRow(TypedDict):
     sig: str | None
 
 
+HeldEnd = tuple[int | None, str | None, str | None, str | None]
+"""What one end holds as the deliveries table says: (generation, digest, since, error)."""
+
 PairColumns = tuple[
     int,  # rowid: the pair's place in its table
     str,  # id

@@ -37,6 +37,7 @@ from meshtui.inventory.rows import (
     EventRow,
     FileAccess,
     GenerationRow,
+    HeldEnd,
     ModuleRecord,
     ModuleRow,
     NodeRow,
@@ -693,6 +694,21 @@ class Inventory:
         else:
             rows = self._query("SELECT * FROM deliveries WHERE pair = ?", [pair])
         return {(r["pair"], r["end"]): cast(DeliveryRow, r) for r in rows}
+
+    def held_ends(self, pairs: Iterable[str] | None = None) -> dict[tuple[str, str], HeldEnd]:
+        """What each end holds, by (pair, end), as plain tuples (generation, digest, since,
+        error): all pairs, or the named ones. Recording a rotation of 10,000 pairs compares
+        20,000 ends; as :meth:`deliveries`' dicts they held 13 MiB."""
+        sql = 'SELECT pair, "end", generation, digest, since, error FROM deliveries'
+        rows: list[tuple[Any, ...]] = []
+        if pairs is None:
+            rows = self._tuples(sql)
+        else:
+            wanted = sorted(set(pairs))
+            for i in range(0, len(wanted), CHUNK):
+                chunk = wanted[i : i + CHUNK]
+                rows += self._tuples(f"{sql} WHERE pair IN ({_marks(len(chunk))})", chunk)
+        return {(r[0], r[1]): (r[2], r[3], r[4], r[5]) for r in rows}
 
     def bases(self, provisions: Iterable[Provision]) -> dict[Provision, str]:
         """The kept consumer-set digest of each named provision that has one."""
