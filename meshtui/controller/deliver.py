@@ -23,6 +23,7 @@ from meshtui.errors import InventoryError
 from meshtui.inventory import Inventory
 from meshtui.inventory.rows import (
     GenerationRow,
+    HeldSealed,
     ModuleRow,
     NodeRow,
     OfferSpec,
@@ -129,7 +130,7 @@ class Planner:
         self.expected_bases: dict[Provision, str] = {}
         """Per delta built: the base its provision's manifest holds once the delta applied."""
         self._rotation_of: dict[tuple[str, int], int] | None = None  # read when first needed
-        self._sealed: dict[tuple[str, int], GenerationRow] | None = None
+        self._sealed: dict[tuple[str, int], HeldSealed] | None = None
         self._sealed_read: set[str] = set()  # a focused planner's pairs whose blobs were read
         self._fresh = {(g["pair"], g["generation"]): g for g in fresh}
         for pair, generation in self._fresh:
@@ -191,10 +192,11 @@ class Planner:
             self._sealed.update(self.inv.held_generations(unread))
             self._sealed_read.update(unread)
             row = self._sealed.get((pair, generation))
-        row = row or self.inv.generation(pair, generation)
-        if row is None or row["consumer_sealed"] is None or row["provider_sealed"] is None:
+        if row is None and (stored := self.inv.generation(pair, generation)) is not None:
+            row = (stored["digest"], stored["consumer_sealed"], stored["provider_sealed"])
+        if row is None or row[1] is None or row[2] is None:
             raise InventoryError(f"{pair}: generation {generation} is not held sealed any more")
-        return Sealed(row["digest"], row["consumer_sealed"], row["provider_sealed"])
+        return Sealed(row[0], row[1], row[2])
 
     def _entry(self, p: PairRow, gen: int) -> ManifestEntry:
         row = self.sealed(p["id"], gen)

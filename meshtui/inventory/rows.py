@@ -345,6 +345,9 @@ class HeadRow(TypedDict):
     sig: str | None
 
 
+HeldSealed = tuple[str, bytes | None, bytes | None]
+"""A generation still held sealed: (digest, consumer_sealed, provider_sealed)."""
+
 HeldEnd = tuple[int | None, str | None, str | None, str | None]
 """What one end holds as the deliveries table says: (generation, digest, since, error)."""
 
