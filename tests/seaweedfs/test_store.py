@@ -252,7 +252,7 @@ def test_unreachable_or_untrusted_store_is_unknown_never_revoked(
     }
     assert store.call("app1", job)["verdict"] == "accepted"
     closed = store.call("app1", {**job, "port": store.server.ports.s3 + 7})
-    assert closed["verdict"] == "unknown" and "ConnectError" in closed["reason"], closed
+    assert closed["verdict"] == "unknown" and "ConnectionRefusedError" in closed["reason"], closed
     untrusted = store.call("app1", {**job, "ca": str(store.server.conf / "grpc-ca.pem")})
     assert untrusted["verdict"] == "unknown" and "CERTIFICATE_VERIFY_FAILED" in untrusted["reason"]
 
