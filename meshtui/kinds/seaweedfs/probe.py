@@ -6,14 +6,15 @@ private address, included):
 
 * a ``ListObjectsV2`` of the consumer's own bucket, **signed** (SigV4, botocore's signer,
   never hand-rolled) with the held credential: ``200`` is accepted; ``SignatureDoesNotMatch``
-  or ``InvalidAccessKeyId`` is refused; anything else (``AccessDenied`` on its own bucket,
+  or ``InvalidAccessKeyId`` (with 403) is refused; anything else (``AccessDenied`` on its own bucket,
   ``NoSuchBucket``, a 5xx while the store starts, TLS or connection errors) is unknown, never
   revoked;
 * after an accepted login, a bucket outside its rights (a fresh random name) must answer
-  ``AccessDenied``. When it does not, an **unsigned** request tells why: a store that answers it
-  (its objects, or ``NoSuchBucket``: it looked past authentication) lets anyone in, as
-  SeaweedFS with no identity at all does, so nothing it says can prove a revocation ("no
-  password demanded"); otherwise the credential's rights are wider than declared (unknown);
+  ``AccessDenied`` (a 5xx there is unknown: the store failed). When it answers anything
+  else, an **unsigned** request tells why: a store that answers it (its objects, or
+  ``NoSuchBucket``: it looked past authentication) lets anyone in, as SeaweedFS with no
+  identity at all does, so nothing it says can prove a revocation ("no password demanded");
+  otherwise the credential's rights are wider than declared (unknown);
 * the negative control (:func:`probe`) signs with a random wrong secret and must be refused.
 
 The secret key never leaves this process: SigV4 sends only an HMAC of the request.
@@ -197,7 +198,7 @@ def login(target: ProbeTarget, options: ProbeOptions) -> LoginResult:
     )
     try:
         status, code = _get(conn, own, signed(own))
-        if code in REFUSED_CODES:
+        if status == 403 and code in REFUSED_CODES:  # S3 refuses a key or signature with 403
             return _result(
                 Verdict.REFUSED, f"signed request refused ({code}) over TLS", started,
                 loopback=loopback, used_password=True,
@@ -215,6 +216,13 @@ def login(target: ProbeTarget, options: ProbeOptions) -> LoginResult:
                 Verdict.ACCEPTED,
                 f"signed request accepted on {bucket} over TLS (certificate verified); "
                 "a bucket outside its rights was refused",
+                started, loopback=loopback, used_password=True,
+            )  # fmt: skip
+        if wide_status >= 500:  # the store failed: not a word about the key's rights
+            return _result(
+                Verdict.UNKNOWN,
+                f"signed request accepted on {bucket}, but a bucket outside its rights "
+                f"answered {wide} (HTTP {wide_status}): its confinement is not proven",
                 started, loopback=loopback, used_password=True,
             )  # fmt: skip
         # only now: is it the key's rights, or no check at all?
