@@ -26,7 +26,7 @@ from __future__ import annotations
 import secrets as random
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from meshtui import crypto
 from meshtui.bao import KV_MOUNT
@@ -37,8 +37,10 @@ from meshtui.inventory.rows import ModuleRow, NodeRow, OwnSecretRow, OwnSecretSp
 from meshtui.messages import (
     SECRET_FETCH,
     SECRET_STORE,
+    SecretFetched,
     SecretFetchItem,
     SecretFetchRequest,
+    SecretStored,
     SecretStoreItem,
     SecretStoreRequest,
 )
@@ -242,8 +244,8 @@ def converge(ctl: Any) -> SecretsReport:
         return SecretsReport(done, behind)
     nodes, modules = inv.nodes(), inv.modules()
     with ctl.agents(timeout=TIMEOUT_S) as agents:
-        done += _store(inv, agents, found, nodes, modules, behind)
-        done += _deliver(inv, agents, found, nodes, modules, behind)
+        done += _run(inv, agents, found, behind, _Store(modules))
+        done += _run(inv, agents, found, behind, _Deliver(nodes, modules))
     for d in found:
         if d.pair is None:
             behind[f"{d.module} {d.spec['name']}"] = f"{d.module} has no live vault pair"
@@ -252,109 +254,160 @@ def converge(ctl: Any) -> SecretsReport:
     return SecretsReport(done, behind)
 
 
-def _store(
-    inv: Inventory,
-    agents: Any,
-    found: Sequence[Declared],
-    nodes: Mapping[str, NodeRow],
-    modules: Mapping[str, ModuleRow],
-    behind: dict[str, str],
+class _Step(Protocol):
+    """One of :func:`converge`'s two steps: which secrets it takes and to whom (grouped, one
+    request per group), the request sent, and what each answer makes of the secret's row."""
+
+    event: str
+
+    def pick(self, d: Declared, pair: PairRow, row: OwnSecretRow) -> tuple[str, Any] | None:
+        """The group (the vault module, or the module's node) and the item, or None: not due."""
+
+    def send(self, agents: Any, group: str, items: list[Any]) -> dict[tuple[str, str], Any]:
+        """Ask the group's node; its answers by (module, name)."""
+
+    def settle(
+        self, d: Declared, row: OwnSecretRow, item: Any, got: Any | None
+    ) -> tuple[OwnSecretRow, str | None, str | None]:
+        """The row after the answer, what was done (or None) and why it is behind (or None)."""
+
+    def unanswered(self, group: str, exc: MeshtuiError) -> str:
+        """Why every secret of a group whose node did not answer is behind."""
+
+    def audited(self, group: str) -> dict[str, object]:
+        """The group's line in the audit event's detail."""
+
+
+def _run(
+    inv: Inventory, agents: Any, found: Sequence[Declared], behind: dict[str, str], step: _Step
 ) -> list[str]:
+    """One step for every secret it picks: grouped, one request per group, the answers
+    recorded (and audited) per group in one transaction."""
     rows = inv.own_secrets()
-    by_vault: dict[str, list[tuple[Declared, SecretStoreItem]]] = {}
+    groups: dict[str, list[tuple[Declared, Any]]] = {}
     for d in found:
         row = rows.get(d.key)
-        if d.pair is None or row is None or row["sealed"] is None:
+        if d.pair is None or row is None:
             continue
-        item: SecretStoreItem = {
-            "module": d.module,
-            "login": d.pair["login"],
-            "name": d.spec["name"],
-            "version": row["version"],
-            "digest": str(row["digest"]),
-            "sealed": crypto.b64(row["sealed"]),
-        }
-        by_vault.setdefault(d.pair["provider"], []).append((d, item))
+        picked = step.pick(d, d.pair, row)
+        if picked is not None:
+            groups.setdefault(picked[0], []).append((d, picked[1]))
     done: list[str] = []
-    for vault, items in by_vault.items():
-        spec = modules[vault]["spec"]
-        offer = next((o for o in spec["provides"] if o["name"] == VAULT_PROVISION), None)
-        request: SecretStoreRequest = {
-            "vault": vault,
-            "kind": str(offer.get("kind") or "") if offer is not None else "",
-            "receives": spec["receives"].get(VAULT_PROVISION, ""),
-            "grants": spec["grants"].get(VAULT_PROVISION, ""),
-            "admin": str(spec.get("admin") or ""),
-            "items": [i for _, i in items],
-        }
+    for group, items in groups.items():
         try:
-            answer = agents.call(node_of(vault), SECRET_STORE, request)
-            stored = {(s["module"], s["name"]): s for s in answer["stored"]}
+            answers = step.send(agents, group, [i for _, i in items])
         except MeshtuiError as exc:
-            stored = {}
-            why = f"the vault's node {node_of(vault)} did not answer: {exc}"
             for d, _ in items:
-                behind[f"{d.module} {d.spec['name']}"] = why
+                behind[_label(d)] = step.unanswered(group, exc)
             continue
         updates: list[OwnSecretRow] = []
         for d, item in items:
-            got = stored.get(d.key)
-            old = rows[d.key]
-            label = f"{d.module} {d.spec['name']}"
-            if (
-                got is None
-                or got["error"]
-                or got["kv_version"] is None
-                or got["version"] != item["version"]
-            ):
-                why = (got["error"] if got else None) or "the vault's node said nothing of it"
-                behind[label] = f"not in the vault yet: {why}"
-                updates.append(_row(d, old, error=f"store: {why}"))
-                continue
-            updates.append(
-                _row(
-                    d,
-                    old,
-                    sealed=None,
-                    vault_version=item["version"],
-                    kv_version=got["kv_version"],
-                    error=None,
-                )  # fmt: skip
-            )
-            done.append(f"{label}: version {item['version']} stored in {vault}")
-        with inv.transaction("secret-store") as tx:
+            update, did, why = step.settle(d, rows[d.key], item, answers.get(d.key))
+            updates.append(update)
+            if did:
+                done.append(did)
+            if why:
+                behind[_label(d)] = why
+        with inv.transaction(step.event) as tx:
             tx.put_own_secrets(updates)
             tx.audit(
-                "secret-store",
+                step.event,
                 [d.pair["id"] for d, _ in items if d.pair is not None],
-                {"vault": vault, "secrets": [f"{d.module} {d.spec['name']}" for d, _ in items]},
+                {**step.audited(group), "secrets": [_label(d) for d, _ in items]},
                 "ok" if all(u["error"] is None for u in updates) else "failed",
             )
     return done
 
 
-def _deliver(
-    inv: Inventory,
-    agents: Any,
-    found: Sequence[Declared],
-    nodes: Mapping[str, NodeRow],
-    modules: Mapping[str, ModuleRow],
-    behind: dict[str, str],
-) -> list[str]:
-    rows = inv.own_secrets()
-    by_node: dict[str, list[tuple[Declared, SecretFetchItem]]] = {}
-    for d in found:
-        row = rows.get(d.key)
+def _label(d: Declared) -> str:
+    return f"{d.module} {d.spec['name']}"
+
+
+class _Store:
+    """Step 1: the vault's node writes each sealed secret into KV (``secret-store``); only once
+    it answered with KV's version is the sealed blob dropped."""
+
+    event = "secret-store"
+
+    def __init__(self, modules: Mapping[str, ModuleRow]) -> None:
+        self.modules = modules
+
+    def pick(
+        self, d: Declared, pair: PairRow, row: OwnSecretRow
+    ) -> tuple[str, SecretStoreItem] | None:
+        if row["sealed"] is None:
+            return None
+        item: SecretStoreItem = {
+            "module": d.module,
+            "login": pair["login"],
+            "name": d.spec["name"],
+            "version": row["version"],
+            "digest": str(row["digest"]),
+            "sealed": crypto.b64(row["sealed"]),
+        }
+        return pair["provider"], item
+
+    def send(
+        self, agents: Any, group: str, items: list[SecretStoreItem]
+    ) -> dict[tuple[str, str], SecretStored]:
+        spec = self.modules[group]["spec"]
+        offer = next((o for o in spec["provides"] if o["name"] == VAULT_PROVISION), None)
+        request: SecretStoreRequest = {
+            "vault": group,
+            "kind": str(offer.get("kind") or "") if offer is not None else "",
+            "receives": spec["receives"].get(VAULT_PROVISION, ""),
+            "grants": spec["grants"].get(VAULT_PROVISION, ""),
+            "admin": str(spec.get("admin") or ""),
+            "items": items,
+        }
+        answer = agents.call(node_of(group), SECRET_STORE, request)
+        return {(s["module"], s["name"]): s for s in answer["stored"]}
+
+    def settle(
+        self, d: Declared, row: OwnSecretRow, item: SecretStoreItem, got: SecretStored | None
+    ) -> tuple[OwnSecretRow, str | None, str | None]:
         if (
-            d.pair is None
-            or row is None
-            or row["vault_version"] != row["version"]
+            got is None
+            or got["error"]
+            or got["kv_version"] is None
+            or got["version"] != item["version"]
+        ):
+            why = (got["error"] if got else None) or "the vault's node said nothing of it"
+            return _row(d, row, error=f"store: {why}"), None, f"not in the vault yet: {why}"
+        stored = _row(
+            d, row, sealed=None, vault_version=item["version"], kv_version=got["kv_version"],
+            error=None,
+        )  # fmt: skip
+        vault = d.pair["provider"] if d.pair is not None else "its vault"
+        return stored, f"{_label(d)}: version {item['version']} stored in {vault}", None
+
+    def unanswered(self, group: str, exc: MeshtuiError) -> str:
+        return f"the vault's node {node_of(group)} did not answer: {exc}"
+
+    def audited(self, group: str) -> dict[str, object]:
+        return {"vault": group}
+
+
+class _Deliver:
+    """Step 2: the module's node reads exactly the stored KV version with the module's own
+    AppRole credential and writes its file (``secret-fetch``); only once its digest came back
+    is the file recorded as holding it."""
+
+    event = "secret-deliver"
+
+    def __init__(self, nodes: Mapping[str, NodeRow], modules: Mapping[str, ModuleRow]) -> None:
+        self.nodes, self.modules = nodes, modules
+
+    def pick(
+        self, d: Declared, pair: PairRow, row: OwnSecretRow
+    ) -> tuple[str, SecretFetchItem] | None:
+        if (
+            row["vault_version"] != row["version"]
             or row["kv_version"] is None
             or row["file_version"] == row["version"]
         ):
-            continue
-        pair = d.pair
-        offer = offer_of(pair, modules)
+            return None
+        offer = offer_of(pair, self.modules)
         spec = d.spec
         item: SecretFetchItem = {
             "module": d.module,
@@ -364,7 +417,7 @@ def _deliver(
             "digest": str(row["digest"]),
             "login": pair["login"],
             "credential": pair["file"],
-            "host": nodes[node_of(pair["provider"])]["address"],
+            "host": self.nodes[node_of(pair["provider"])]["address"],
             "port": pair["port"],
             "ca": offer.get("ca") if offer is not None else None,
             "file": spec["file"],
@@ -373,42 +426,38 @@ def _deliver(
             "mode": spec["mode"],
             "reload": list(spec["reload"]),
         }
-        by_node.setdefault(node_of(d.module), []).append((d, item))
-    done: list[str] = []
-    for node, items in by_node.items():
-        request: SecretFetchRequest = {"items": [i for _, i in items]}
-        try:
-            answer = agents.call(node, SECRET_FETCH, request)
-            fetched = {(f["module"], f["name"]): f for f in answer["fetched"]}
-        except MeshtuiError as exc:
-            for d, _ in items:
-                behind[f"{d.module} {d.spec['name']}"] = f"node {node} did not answer: {exc}"
-            continue
-        updates: list[OwnSecretRow] = []
-        for d, item in items:
-            got = fetched.get(d.key)
-            label = f"{d.module} {d.spec['name']}"
-            old = rows[d.key]
-            if got is None or got["error"] or got["digest"] != item["digest"]:
-                why = (got["error"] if got else None) or "the module's node said nothing of it"
-                behind[label] = f"the file does not hold version {item['version']} yet: {why}"
-                updates.append(_row(d, old, error=f"deliver: {why}"))
-                continue
-            reload = got.get("reload")
-            error = f"reload {reload}" if reload and reload != "ok" else None
-            if error:
-                behind[label] = f"written, but its {error}"
-            updates.append(_row(d, old, file_version=item["version"], error=error))
-            done.append(f"{label}: version {item['version']} written to {item['file']}")
-        with inv.transaction("secret-deliver") as tx:
-            tx.put_own_secrets(updates)
-            tx.audit(
-                "secret-deliver",
-                [d.pair["id"] for d, _ in items if d.pair is not None],
-                {"node": node, "secrets": [f"{d.module} {d.spec['name']}" for d, _ in items]},
-                "ok" if all(u["error"] is None for u in updates) else "failed",
+        return node_of(d.module), item
+
+    def send(
+        self, agents: Any, group: str, items: list[SecretFetchItem]
+    ) -> dict[tuple[str, str], SecretFetched]:
+        request: SecretFetchRequest = {"items": items}
+        answer = agents.call(group, SECRET_FETCH, request)
+        return {(f["module"], f["name"]): f for f in answer["fetched"]}
+
+    def settle(
+        self, d: Declared, row: OwnSecretRow, item: SecretFetchItem, got: SecretFetched | None
+    ) -> tuple[OwnSecretRow, str | None, str | None]:
+        if got is None or got["error"] or got["digest"] != item["digest"]:
+            why = (got["error"] if got else None) or "the module's node said nothing of it"
+            return (
+                _row(d, row, error=f"deliver: {why}"),
+                None,
+                f"the file does not hold version {item['version']} yet: {why}",
             )
-    return done
+        reload = got.get("reload")
+        error = f"reload {reload}" if reload and reload != "ok" else None
+        return (
+            _row(d, row, file_version=item["version"], error=error),
+            f"{_label(d)}: version {item['version']} written to {item['file']}",
+            f"written, but its {error}" if error else None,
+        )
+
+    def unanswered(self, group: str, exc: MeshtuiError) -> str:
+        return f"node {group} did not answer: {exc}"
+
+    def audited(self, group: str) -> dict[str, object]:
+        return {"node": group}
 
 
 def status(inv: Inventory) -> list[SecretStatus]:

@@ -11,7 +11,10 @@ admin token can write there but not read: the policy ``meshtui_provisioner`` gra
 ``secret_id`` the pair credential this node holds), reads exactly the KV version the controller
 names, checks the value's digest, writes the file with the declared owner, group and mode
 (nothing written when it already holds it), runs the reload, and revokes the token. So each
-delivery proves the module's login works and that its policy lets it read its own path.
+delivery proves the module's login works and that its policy lets it read its own path. The
+file goes only where the node's policy allows a credential file (``[[credentials]]``: folder,
+owner, group, reload), and never over a file this agent did not write for that secret
+(:mod:`meshtui.host.secret_files` records what it wrote), as a pair's credential file.
 
 Values live here only in memory, for one request; no log, answer or error carries them.
 """
@@ -19,6 +22,7 @@ Values live here only in memory, for one request; no log, answer or error carrie
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from meshtui import crypto
 from meshtui.bao import APPROLE_MOUNT, KV_MOUNT, Bao, BaoError, read_admin, scrub
@@ -28,6 +32,7 @@ from meshtui.host.deliver import run_reload
 from meshtui.host.identity import Identity
 from meshtui.host.paths import StateFolder, node_path
 from meshtui.host.policy import ConsumerAsk, Policy, ProviderAsk
+from meshtui.host.secret_files import SecretFiles, Written
 from meshtui.messages import (
     SecretFetchAnswer,
     SecretFetched,
@@ -60,6 +65,7 @@ class OwnSecrets:
         self.identity = identity
         self.policy = policy
         self.state = StateFolder(identity.state_dir)
+        self.written = SecretFiles(identity.state_dir)
 
     # ---- the vault's node ------------------------------------------------------------------
     def store(self, request: SecretStoreRequest) -> SecretStoreAnswer:
@@ -204,14 +210,26 @@ class OwnSecrets:
         if crypto.secret_digest(value) != item["digest"]:
             return _fetched(item, None, f"{where}: the vault's value does not match its digest")
         data = value
+        was = self.written.get(item["module"], item["name"])
         try:
-            files.write_credential(target, want, item["digest"], lambda: data)
+            files.write_credential(
+                target,
+                want,
+                item["digest"],
+                lambda: data,
+                ours=lambda _: was is not None and was.file == str(target),
+            )
         except HostFileError as exc:
-            return _fetched(item, None, f"{where}: {exc}")
+            return _fetched(item, None, f"{where}: file: {exc}")
         except OSError as exc:
             return _fetched(item, None, f"{where}: cannot write {target}: {exc.strerror}")
         finally:
             data = value = b""
+        self.written.put(
+            item["module"], item["name"], Written(str(target), item["version"], item["digest"])
+        )
+        if was is not None and was.file != str(target):  # the declaration moved it
+            files.remove_written(Path(was.file), was.digest)
         ran = run_reload(reload) if reload is not None else None
         return _fetched(item, item["digest"], None, ran)
 

@@ -12,7 +12,8 @@ import sqlite3
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
+import tomllib
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from meshtui.controller.core import INVENTORY, Controller
 from meshtui.crypto import secret_digest
 from meshtui.kinds.openbao import lab as lab_bao
 from meshtui.lab import mesh as lab_mesh
+from meshtui.lab import toml_writer
 from tests.fix_lab import cli, running_lab
 from tests.openbao.conftest import process_texts
 
@@ -154,3 +156,80 @@ def test_a_rotation_killed_between_vault_and_file_converges(lab: tuple[Path, Any
     row = rows(state)[("app1/gitea", "session_key")]
     assert row["state"] == "working" and row["file_version"] == version
     assert key.read_text() == kv_value(state, login, "session_key") != old
+
+
+def redeclare(state: Path, built: Any, extra: Mapping[str, list[dict[str, Any]]]) -> None:
+    """Declare the lab's declaration with ``extra`` own secrets added to some modules."""
+    source = Path(built.declaration)
+    doc = tomllib.loads(source.read_text())
+    for module, more in extra.items():
+        doc["modules"][module]["secrets"] = [*doc["modules"][module].get("secrets", []), *more]
+    tables: list[toml_writer.Table] = []
+    for top, body in doc.items():
+        if all(isinstance(v, dict) for v in body.values()):
+            tables += [((top, name), table) for name, table in body.items()]
+        else:
+            tables.append(((top,), body))
+    path = source.with_name("mesh-more.toml")
+    path.write_text(toml_writer.document(tables))
+    with Controller.open(state) as ctl:
+        ctl.declare(path)
+
+
+def test_a_secret_file_over_a_file_the_agent_did_not_write_or_outside_the_policy_is_refused(
+    lab: tuple[Path, Any],
+) -> None:
+    """A module's own secret file goes where a pair's credential file may, and never over a
+    file the agent did not write there: each refusal names node, module, secret, key and what
+    to do; nothing is written; once the operator moved the file away it is delivered."""
+    state, built = lab
+    folder = srv(built, "app1", "gitea")
+    config = folder / "app.ini"
+    config.write_text("[security]\nSECRET_KEY = keep-me\n")
+    outside = state / "outside"
+    outside.mkdir()
+    mint = {"length": 32, "alphabet": "hex"}
+    extra = [
+        {"name": "api_token", "mint": mint, "file": str(config)},
+        {"name": "cron_token", "mint": mint, "file": str(outside / "meshtui-poc")},
+        {"name": "nobody_token", "mint": mint, "file": str(folder / "n.key"), "owner": "nobody"},
+    ]
+    try:
+        redeclare(state, built, {"app1/gitea": extra})
+        with Controller.open(state) as ctl:
+            behind = ctl.push().behind
+        why = behind["secret app1/gitea api_token"]
+        assert "node app1: app1/gitea secret api_token: file: " in why, why
+        assert f"{config} exists and is not a credential this agent wrote" in why, why
+        assert "move it away" in why, why
+        assert config.read_text() == "[security]\nSECRET_KEY = keep-me\n"
+        why = behind["secret app1/gitea cron_token"]
+        policy = Path(built.folder) / "nodes" / "app1" / "policy.toml"
+        assert "node app1: app1/gitea requires its secret cron_token: file: " in why, why
+        assert f"{outside}/meshtui-poc is not below a folder this node allows" in why, why
+        assert f'to allow it, add to {policy}: [[credentials]] under = "{outside}"' in why, why
+        assert list(outside.iterdir()) == []
+        why = behind["secret app1/gitea nobody_token"]
+        assert "app1/gitea requires its secret nobody_token: owner: owner 'nobody'" in why, why
+        assert not (folder / "n.key").exists()
+        status = rows(state)
+        assert status[("app1/gitea", "api_token")]["state"] == "stale"
+        assert (
+            "is not a credential this agent wrote" in status[("app1/gitea", "api_token")]["reason"]
+        )
+        # the operator moves the file away: the next push writes the secret there
+        config.rename(folder / "app.ini.orig")
+        redeclare(state, built, {"app1/gitea": extra[:1]})
+        with Controller.open(state) as ctl:
+            assert ctl.push().ok
+        assert rows(state)[("app1/gitea", "api_token")]["state"] == "working"
+        login = login_of(state, "app1/gitea")
+        assert config.read_text() == kv_value(state, login, "api_token")
+        # and a rotation replaces the file it wrote
+        with Controller.open(state) as ctl:
+            ctl.secret_rotate("app1/gitea", "api_token")
+        assert config.read_text() == kv_value(state, login, "api_token")
+        assert rows(state)[("app1/gitea", "api_token")]["state"] == "working"
+    finally:
+        with Controller.open(state) as ctl:
+            ctl.declare(built.declaration)
