@@ -69,6 +69,7 @@ class SecretStatus:
     module: str
     name: str
     origin: str  # "minted" | "supplied"
+    pair: str | None  # the module's vault pair, under which status lists it
     vault: str | None  # the vault module
     path: str | None  # its KV path in the vault
     file: str
@@ -80,8 +81,21 @@ class SecretStatus:
     supplied_by: str | None
     supplied_at: str | None
 
+    @property
+    def node(self) -> str:
+        """The module's node, where its file is."""
+        return node_of(self.module)
+
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """The ``secret status --json`` object (and, under its vault pair, ``status --json``'s):
+        who holds the secret (the module's file, the vault's path), the versions, never a
+        value."""
+        out = asdict(self)
+        out["holders"] = {
+            "module": {"node": self.node, "module": self.module, "file": self.file},
+            "vault": {"module": self.vault, "path": self.path},
+        }
+        return out
 
 
 @dataclass(frozen=True)
@@ -106,16 +120,19 @@ def mint_text(length: int, alphabet: str) -> bytes:
 
 
 def declared(inv: Inventory) -> list[Declared]:
-    """Every declared own secret of every declared module, with its module's vault pair."""
+    """Every declared own secret of every declared module, with its module's vault pair (the
+    pairs are read only when a module declares a secret: status reads this on every refresh)."""
+    specs = [
+        (mid, spec)
+        for mid, module in sorted(inv.modules().items())
+        if module["declared"]
+        for spec in module["spec"].get("secrets", [])
+    ]
+    if not specs:
+        return []
     pairs = [p for p in inv.pairs() if p["provision"] == VAULT_PROVISION and not p["withdrawn_at"]]
     by_consumer = {p["consumer"]: p for p in pairs}
-    out: list[Declared] = []
-    for mid, module in sorted(inv.modules().items()):
-        if not module["declared"]:
-            continue
-        for spec in module["spec"].get("secrets", []):
-            out.append(Declared(mid, spec, by_consumer.get(mid)))
-    return out
+    return [Declared(mid, spec, by_consumer.get(mid)) for mid, spec in specs]
 
 
 def _sealed(value: bytes, vault_node: NodeRow) -> tuple[bytes, str]:
@@ -313,7 +330,11 @@ def _run(
             tx.audit(
                 step.event,
                 [d.pair["id"] for d, _ in items if d.pair is not None],
-                {**step.audited(group), "secrets": [_label(d) for d, _ in items]},
+                {
+                    **step.audited(group),
+                    "secrets": [_label(d) for d, _ in items],
+                    "versions": {_label(d): item["version"] for d, item in items},
+                },
                 "ok" if all(u["error"] is None for u in updates) else "failed",
             )
     return done
@@ -489,6 +510,7 @@ def status(inv: Inventory) -> list[SecretStatus]:
                 module=d.module,
                 name=d.spec["name"],
                 origin="supplied" if d.spec["supplied"] else "minted",
+                pair=d.pair["id"] if d.pair else None,
                 vault=d.pair["provider"] if d.pair else None,
                 path=f"{KV_MOUNT}/{d.pair['login']}/{d.spec['name']}" if d.pair else None,
                 file=d.spec["file"],

@@ -233,3 +233,68 @@ def test_a_secret_file_over_a_file_the_agent_did_not_write_or_outside_the_policy
     finally:
         with Controller.open(state) as ctl:
             ctl.declare(built.declaration)
+
+
+def test_status_lists_each_secret_under_its_vault_pair_and_the_audit_log_records_it(
+    lab: tuple[Path, Any],
+) -> None:
+    """``status`` and ``status --json`` show a module's own secrets under its vault pair: their
+    state, the versions the vault and the file hold, who holds them; never a value. The audit
+    log records the rotation, the store and the delivery (digests, never a value)."""
+    state, built = lab
+    done = cli(state, "secret", "rotate", "app1/gitea", "session_key")
+    assert done.returncode == 0, done.stdout + done.stderr
+    supplied = "smtp-" + os.urandom(12).hex()
+    put = subprocess.run(
+        [sys.executable, "-m", "meshtui.cli", "--state", str(state), "secret", "put",
+         "app2/wiki", "smtp_password"],
+        input=supplied, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert put.returncode == 0, put.stdout + put.stderr
+    value = (srv(built, "app1", "gitea") / "session.key").read_text()
+    login = login_of(state, "app1/gitea")
+    listed = json.loads(cli(state, "status", "--json").stdout)
+    vault_pairs = {r["pair"]: r for r in listed if r["provision"] == "secret"}
+    (gitea,) = [r for r in vault_pairs.values() if r["consumer"] == "app1/gitea"]
+    secrets = {s["name"]: s for s in gitea["secrets"]}
+    key = secrets["session_key"]
+    assert key["state"] == "working" and key["origin"] == "minted", key
+    assert key["vault_version"] == key["file_version"] == key["version"] >= 2
+    assert key["pair"] == gitea["pair"]
+    assert key["holders"] == {
+        "module": {
+            "node": "app1",
+            "module": "app1/gitea",
+            "file": str(srv(built, "app1", "gitea") / "session.key"),
+        },
+        "vault": {"module": gitea["provider"], "path": f"{KV_MOUNT}/{login}/session_key"},
+    }
+    assert {s["module"] for r in vault_pairs.values() for s in r.get("secrets", [])} == {
+        r["consumer"] for r in vault_pairs.values()
+    }
+    assert all("secrets" not in r for r in listed if r["provision"] != "secret")
+    text = cli(state, "status").stdout
+    assert f"secret session_key (minted) working: version {key['version']}" in text
+    assert f"holders: app1/gitea file {key['holders']['module']['file']};" in text
+    for out in (json.dumps(listed), text):
+        assert value not in out and supplied not in out
+    events = json.loads(cli(state, "audit", "--json").stdout)
+    kinds = [e["kind"] for e in events]
+    for kind in ("secret-mint", "secret-put", "secret-rotate", "secret-store", "secret-deliver"):
+        assert kind in kinds, kinds
+    rotated = [e for e in events if e["kind"] == "secret-rotate"][-1]
+    assert rotated["detail"]["module"] == "app1/gitea"
+    assert rotated["detail"]["name"] == "session_key"
+    assert rotated["detail"]["version"] == key["version"]
+    assert rotated["pairs"] == [gitea["pair"]]
+    delivered = [
+        e
+        for e in events
+        if e["kind"] == "secret-deliver" and e["detail"]["node"] == "app1" and e["outcome"] == "ok"
+    ][-1]
+    assert delivered["detail"]["secrets"] == ["app1/gitea session_key"]
+    assert delivered["detail"]["versions"] == {"app1/gitea session_key": key["version"]}
+    put_event = [e for e in events if e["kind"] == "secret-put"][-1]
+    assert put_event["detail"]["supplied_by"] == "root"
+    assert put_event["detail"]["digest"] == secret_digest(supplied.encode())
+    assert value not in json.dumps(events) and supplied not in json.dumps(events)
