@@ -17,7 +17,6 @@ if TYPE_CHECKING:
     from meshtui.controller.anchors import AnchorCheck
     from meshtui.controller.declare import DeclareResult
     from meshtui.controller.doctor import DoctorReport
-    from meshtui.controller.own_secrets import SecretStatus
     from meshtui.controller.reports import (
         AuditEvent,
         ChainReport,
@@ -26,6 +25,7 @@ if TYPE_CHECKING:
         PushReport,
         RotationPlan,
         RotationReport,
+        SecretStatus,
     )
     from meshtui.controller.schedule import PairDue
 

@@ -58,7 +58,7 @@ if TYPE_CHECKING:  # httpx stays out of the import of core (see controller.clien
     from meshtui.controller.anchors import AnchorCheck
     from meshtui.controller.client import Agents
     from meshtui.controller.doctor import DoctorReport
-    from meshtui.controller.own_secrets import SecretStatus
+    from meshtui.controller.reports import SecretStatus
     from meshtui.inventory.rows import EventRow, NodeRow
 
 __all__ = ["INVENTORY", "KEY_STEM", "SEQUENCE_FILE", "Controller", "init_keys"]

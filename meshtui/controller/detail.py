@@ -5,6 +5,7 @@ The dashboard's pair screen reads these fields; it never sees an inventory row.
 
 from __future__ import annotations
 
+from meshtui.controller import own_secrets
 from meshtui.controller import status as status_mod
 from meshtui.controller.reports import (
     DeliveryView,
@@ -18,6 +19,7 @@ from meshtui.controller.reports import (
 )
 from meshtui.inventory import Inventory
 from meshtui.inventory.rows import DrillRow
+from meshtui.model import VAULT_PROVISION
 
 
 def drill_report(row: DrillRow) -> DrillReport:
@@ -90,4 +92,7 @@ def pair_detail(inv: Inventory, pid: str) -> PairDetail:
         probes=probes,
         drills=drills,
         rotations=rotations,
+        secrets=[s for s in own_secrets.status(inv) if s.pair == pid]
+        if row["provision"] == VAULT_PROVISION
+        else [],
     )

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from meshtui import crypto
 from meshtui.bao import KV_MOUNT
 from meshtui.controller.deliver import offer_of
+from meshtui.controller.reports import SecretStatus
 from meshtui.errors import InputError, MeshtuiError
 from meshtui.inventory import Inventory, now
 from meshtui.inventory.rows import ModuleRow, NodeRow, OwnSecretRow, OwnSecretSpec, PairRow
@@ -60,42 +61,6 @@ class Declared:
     @property
     def key(self) -> tuple[str, str]:
         return (self.module, self.spec["name"])
-
-
-@dataclass(frozen=True)
-class SecretStatus:
-    """Where one of a module's own secrets stands; never its value."""
-
-    module: str
-    name: str
-    origin: str  # "minted" | "supplied"
-    pair: str | None  # the module's vault pair, under which status lists it
-    vault: str | None  # the vault module
-    path: str | None  # its KV path in the vault
-    file: str
-    version: int  # the version the mesh wants held (0: none supplied yet)
-    vault_version: int | None
-    file_version: int | None
-    state: str  # "working" | "stale" | "unknown"
-    reason: str
-    supplied_by: str | None
-    supplied_at: str | None
-
-    @property
-    def node(self) -> str:
-        """The module's node, where its file is."""
-        return node_of(self.module)
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``secret status --json`` object (and, under its vault pair, ``status --json``'s):
-        who holds the secret (the module's file, the vault's path), the versions, never a
-        value."""
-        out = asdict(self)
-        out["holders"] = {
-            "module": {"node": self.node, "module": self.module, "file": self.file},
-            "vault": {"module": self.vault, "path": self.path},
-        }
-        return out
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple, TypeGuard
 
-from meshtui.model import PairStatus, RotationState
+from meshtui.model import PairStatus, RotationState, node_of
 
 Progress = Callable[[str, int, int], None]
 """``progress(message, done, total)``: called from the worker doing the action, never blocks."""
@@ -221,6 +221,42 @@ class DrillRecord:
 
 
 @dataclass(frozen=True)
+class SecretStatus:
+    """Where one of a module's own secrets stands; never its value."""
+
+    module: str
+    name: str
+    origin: str  # "minted" | "supplied"
+    pair: str | None  # the module's vault pair, under which status lists it
+    vault: str | None  # the vault module
+    path: str | None  # its KV path in the vault
+    file: str
+    version: int  # the version the mesh wants held (0: none supplied yet)
+    vault_version: int | None
+    file_version: int | None
+    state: str  # "working" | "stale" | "unknown"
+    reason: str
+    supplied_by: str | None
+    supplied_at: str | None
+
+    @property
+    def node(self) -> str:
+        """The module's node, where its file is."""
+        return node_of(self.module)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``secret status --json`` object (and, under its vault pair, ``status --json``'s):
+        who holds the secret (the module's file, the vault's path), the versions, never a
+        value."""
+        out = asdict(self)
+        out["holders"] = {
+            "module": {"node": self.node, "module": self.module, "file": self.file},
+            "vault": {"module": self.vault, "path": self.path},
+        }
+        return out
+
+
+@dataclass(frozen=True)
 class PairDetail:
     """Everything about one pair for its detail screen (never a secret); lists newest first."""
 
@@ -232,6 +268,7 @@ class PairDetail:
     probes: list[ProbeView]
     drills: list[DrillRecord]
     rotations: list[RotationView]
+    secrets: list[SecretStatus] = field(default_factory=list)  # a vault pair's module's own
 
 
 class AuditEvent(NamedTuple):

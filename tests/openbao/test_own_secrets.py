@@ -298,3 +298,65 @@ def test_status_lists_each_secret_under_its_vault_pair_and_the_audit_log_records
     assert put_event["detail"]["supplied_by"] == "root"
     assert put_event["detail"]["digest"] == secret_digest(supplied.encode())
     assert value not in json.dumps(events) and supplied not in json.dumps(events)
+
+
+async def test_the_dashboard_lists_a_modules_secrets_under_its_vault_pair(
+    lab: tuple[Path, Any],
+) -> None:
+    """The pairs table names the vault's kind beside PostgreSQL's pairs; a vault pair's screen
+    lists its module's own secrets (state, versions, file, vault path) as literal text, and
+    never a value; a PostgreSQL pair's screen lists none."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from meshtui.tui.pairs import COLUMNS
+    from meshtui.tui.screens.pair import PairScreen
+    from tests.tui.helpers import RecordingApp, settle, static_text
+
+    state, built = lab
+    value = (srv(built, "app1", "gitea") / "session.key").read_text()
+    with Controller.open(state, read_only=True) as ctl:
+        statuses = ctl.status()
+    (vault,) = [r for r in statuses if r.consumer == "app1/gitea" and r.provision == "secret"]
+    (database,) = [r for r in statuses if r.consumer == "app1/gitea" and r.provision == "database"]
+    login = vault.login
+    app = RecordingApp(state, read_only=True)
+    async with app.run_test(size=(240, 60)) as pilot:
+        await settle(pilot)
+        at = [c.key for c in COLUMNS].index("provider")
+        rows = app.model.rows
+        assert rows[vault.pair].cells[at] == f"{vault.provider} (openbao)"
+        assert rows[database.pair].cells[at] == database.provider
+        for pid, title in ((database.pair, "PostgreSQL"), (vault.pair, "OpenBao")):
+            app.screen.table.move_to(pid)
+            await pilot.press("enter")
+            await settle(pilot)
+            screen = app.screen
+            assert isinstance(screen, PairScreen) and screen.pair == pid
+            for _ in range(100):
+                if screen.detail is not None:
+                    break
+                await pilot.pause(0.05)
+            await settle(pilot)
+            holders = str(screen.query_one("#pair-holders").render())
+            assert f"({title})" in holders, holders
+            secrets = screen.query_one("#pair-secrets")
+            if pid == database.pair:
+                assert not secrets.display
+            else:
+                assert secrets.display
+                table = secrets.content
+                assert isinstance(table, Table)
+                assert "own secrets of app1/gitea" in str(table.title)
+                cells = [cell for column in table.columns for cell in column._cells]
+                assert all(isinstance(cell, Text) for cell in cells)  # declared strings: literal
+                shown = [str(cell) for cell in cells]
+                assert {"session_key", "minted", "working"} <= set(shown), shown
+                paths = [t for t in shown if t.startswith(str(Path(built.folder) / "srv"))]
+                mine = str(srv(built, "app1", "gitea"))
+                assert paths and all(p.startswith(mine) for p in paths), paths  # its own only
+                assert f"meshtui/{login}/session_key" in shown
+                assert str(srv(built, "app1", "gitea") / "session.key") in shown
+                assert value not in static_text(secrets) and value not in "".join(shown)
+            await pilot.press("escape")
+            await settle(pilot)
