@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         PushReport,
         RotationPlan,
         RotationReport,
+        SecretDrillReport,
         SecretStatus,
     )
     from meshtui.controller.schedule import PairDue
@@ -219,6 +220,15 @@ def lab_status(info: dict[str, Any]) -> None:
     for node, a in info["agents"].items():
         answers = "answers" if a["answers"] else "NOT ANSWERING"
         print(f"  {node:6} {a['address']:12} pid {a['pid']} {answers}")
+
+
+def secret_drill(report: SecretDrillReport) -> None:
+    """A secret's drill: each check, then the verdict."""
+    new = report.new_version if report.new_version is not None else "-"
+    print(f"{report.module} secret {report.name}: version {report.old_version} -> {new}")
+    for c in report.checks:
+        print(f"  {'ok  ' if c.ok else 'FAIL'} {c.name}: {c.seen}")
+    print(f"{'passed' if report.ok else 'FAILED'}: {report.reason}")
 
 
 def own_secrets(rows: Sequence[SecretStatus]) -> None:

@@ -5,7 +5,6 @@ The dashboard's pair screen reads these fields; it never sees an inventory row.
 
 from __future__ import annotations
 
-from meshtui.controller import own_secrets
 from meshtui.controller import status as status_mod
 from meshtui.controller.reports import (
     DeliveryView,
@@ -16,6 +15,7 @@ from meshtui.controller.reports import (
     PairDetail,
     ProbeView,
     RotationView,
+    SecretStatus,
 )
 from meshtui.inventory import Inventory
 from meshtui.inventory.rows import DrillRow
@@ -92,7 +92,12 @@ def pair_detail(inv: Inventory, pid: str) -> PairDetail:
         probes=probes,
         drills=drills,
         rotations=rotations,
-        secrets=[s for s in own_secrets.status(inv) if s.pair == pid]
-        if row["provision"] == VAULT_PROVISION
-        else [],
+        secrets=_secrets(inv, pid) if row["provision"] == VAULT_PROVISION else [],
     )
+
+
+def _secrets(inv: Inventory, pid: str) -> list[SecretStatus]:
+    """A vault pair's module's own secrets (imported here: httpx stays out of core's import)."""
+    from meshtui.controller import own_secrets
+
+    return [s for s in own_secrets.status(inv) if s.pair == pid]

@@ -26,18 +26,22 @@ from __future__ import annotations
 import secrets as random
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 from meshtui import crypto
 from meshtui.bao import KV_MOUNT
 from meshtui.controller.deliver import offer_of
-from meshtui.controller.reports import SecretStatus
+from meshtui.controller.reports import SecretDrillCheck, SecretDrillReport, SecretStatus
+from meshtui.controller.schedule import PairDue, epoch, spread_offset
 from meshtui.errors import InputError, MeshtuiError
 from meshtui.inventory import Inventory, now
 from meshtui.inventory.rows import ModuleRow, NodeRow, OwnSecretRow, OwnSecretSpec, PairRow
 from meshtui.messages import (
+    SECRET_CHECK,
     SECRET_FETCH,
     SECRET_STORE,
+    SecretChecked,
+    SecretCheckItem,
     SecretFetched,
     SecretFetchItem,
     SecretFetchRequest,
@@ -145,7 +149,9 @@ def _new_version(
     sealed, digest = _sealed(value, vault_node)
     old = inv.own_secrets().get(d.key)
     version = (old["version"] if old else 0) + 1
-    supplied = {"supplied_by": supplied_by, "supplied_at": now()} if supplied_by else {}
+    # supplied_at: when this version was sealed, by an operator (supplied_by) or minted here;
+    # the watch's rotation policy counts a minted secret's age from it
+    supplied = {"supplied_by": supplied_by, "supplied_at": now()}
     row = _row(d, old, version=version, digest=digest, sealed=sealed, error=None, **supplied)
     with inv.transaction(event) as tx:
         tx.put_own_secrets([row])
@@ -213,6 +219,47 @@ def _find(inv: Inventory, module: str, name: str) -> Declared:
         f"{module} declares no secret {name!r}; declared: {', '.join(names) or 'none'} "
         "(add it to the module's secrets and declare again); nothing was sealed"
     )
+
+
+@dataclass(frozen=True)
+class SecretDue:
+    """A minted secret the policy says to rotate now: its module, name, vault pair and times."""
+
+    module: str
+    name: str
+    pair: str
+    vault: str
+    since: float  # when its current version was minted (epoch seconds)
+    due_at: float
+
+    @property
+    def label(self) -> str:
+        return f"{self.module} {self.name}"
+
+
+def due(inv: Inventory, plan: Sequence[PairDue], at: float) -> list[SecretDue]:
+    """The minted secrets due for rotation at ``at``: a minted secret rotates on its module's
+    vault pair's ``rotate_every`` (on the ``secret`` requirement, the vault module or
+    ``[policy]``), counted from when its current version was minted, spread like a pair's.
+    One still on its way (the file not holding the wanted version yet) is left to push; a
+    supplied one is the operator's to put."""
+    every = {d.pair: d.policy.rotate_every for d in plan if not d.withdrawn}
+    rows = inv.own_secrets()
+    out: list[SecretDue] = []
+    for d in declared(inv):
+        row = rows.get(d.key)
+        if d.spec["supplied"] or d.pair is None or row is None or not row["version"]:
+            continue
+        rotate = every.get(d.pair["id"])
+        if rotate is None or row["file_version"] != row["version"]:
+            continue
+        since = epoch(row["supplied_at"] or row["updated_at"])
+        due_at = since + rotate + spread_offset(_label(d), rotate)
+        if at >= due_at:
+            out.append(
+                SecretDue(d.module, d.spec["name"], d.pair["id"], d.pair["provider"], since, due_at)
+            )
+    return out
 
 
 def converge(ctl: Any) -> SecretsReport:
@@ -393,7 +440,6 @@ class _Deliver:
             or row["file_version"] == row["version"]
         ):
             return None
-        offer = offer_of(pair, self.modules)
         spec = d.spec
         item: SecretFetchItem = {
             "module": d.module,
@@ -401,11 +447,7 @@ class _Deliver:
             "version": row["version"],
             "kv_version": row["kv_version"],
             "digest": str(row["digest"]),
-            "login": pair["login"],
-            "credential": pair["file"],
-            "host": self.nodes[node_of(pair["provider"])]["address"],
-            "port": pair["port"],
-            "ca": offer.get("ca") if offer is not None else None,
+            **_reach(pair, self.nodes, self.modules),
             "file": spec["file"],
             "owner": spec["owner"],
             "group": spec["group"],
@@ -444,6 +486,120 @@ class _Deliver:
 
     def audited(self, group: str) -> dict[str, object]:
         return {"node": group}
+
+
+class _Reach(TypedDict):
+    """How a module's node reaches its vault as the module: its login, the pair credential's
+    file, the vault's address, port and CA."""
+
+    login: str
+    credential: str
+    host: str
+    port: int
+    ca: str | None
+
+
+def _reach(pair: PairRow, nodes: Mapping[str, NodeRow], modules: Mapping[str, ModuleRow]) -> _Reach:
+    offer = offer_of(pair, modules)
+    return {
+        "login": pair["login"],
+        "credential": pair["file"],
+        "host": nodes[node_of(pair["provider"])]["address"],
+        "port": pair["port"],
+        "ca": offer.get("ca") if offer is not None else None,
+    }
+
+
+def drill(ctl: Any, module: str, name: str) -> SecretDrillReport:
+    """Rotate a minted secret and prove it from the module's node: before, its file and the
+    vault's current version hold the version the inventory says; after, both hold the new one
+    and neither the old. Always a report (failures are in it); audited as ``secret-drill``."""
+    inv: Inventory = ctl.inventory
+    d = _find(inv, module, name)
+    if d.spec["supplied"]:
+        raise InputError(
+            f"{module} secret {name} is supplied by an operator: a drill rotates, and only a "
+            "minted secret is rotated by the mesh"
+        )
+    if d.pair is None:
+        raise InputError(f"{module} has no live vault pair; declare its {VAULT_PROVISION!r}")
+    row = inv.own_secrets().get(d.key)
+    if row is None or not row["version"] or row["file_version"] != row["version"]:
+        raise InputError(
+            f"{module} secret {name} is not in place yet (see meshtui secret status); "
+            "run meshtui push, then drill it"
+        )
+    old_version, old_digest = row["version"], str(row["digest"])
+    item: SecretCheckItem = {
+        "module": module,
+        "name": name,
+        **_reach(d.pair, inv.nodes(), inv.modules()),
+        "file": d.spec["file"],
+    }
+    node = node_of(module)
+    checks: list[SecretDrillCheck] = []
+    new_version: int | None = None
+    reason = ""
+
+    def look() -> SecretChecked:
+        with ctl.agents(timeout=TIMEOUT_S) as agents:
+            answer = agents.call(node, SECRET_CHECK, {"items": [item]})
+        checked: list[SecretChecked] = answer["checked"]
+        return checked[0]
+
+    try:
+        before = look()
+        held = before["file_digest"] == before["vault_digest"] == old_digest
+        checks.append(
+            SecretDrillCheck(
+                "old in the file and the vault's current version before",
+                held,
+                before["error"] or f"version {old_version}, KV version {before['kv_version']}",
+            )
+        )
+        if held:
+            new_version = rotate(ctl, module, name)
+            converge(ctl)
+            new_digest = str(inv.own_secrets()[d.key]["digest"])
+            after = look()
+            seen = after["error"] or f"KV version {after['kv_version']}"
+            checks += [
+                SecretDrillCheck("new in the file after", after["file_digest"] == new_digest, seen),
+                SecretDrillCheck(
+                    "new is the vault's current version after",
+                    after["vault_digest"] == new_digest,
+                    seen,
+                ),
+                SecretDrillCheck(
+                    "old gone from the file and the vault's current version",
+                    old_digest not in (after["file_digest"], after["vault_digest"]),
+                    seen,
+                ),
+            ]
+    except MeshtuiError as exc:
+        reason = f"node {node} did not answer: {exc}"
+    ok = len(checks) == 4 and all(c.ok for c in checks)
+    if ok:
+        reason = "new in the file and the vault, old in neither"
+    elif not reason:
+        failed = next(c for c in checks if not c.ok)
+        reason = f"{failed.name}: failed ({failed.seen})"
+        if len(checks) == 1:
+            reason += "; nothing was rotated"
+    with inv.transaction("secret-drill") as tx:
+        tx.audit(
+            "secret-drill",
+            [d.pair["id"]],
+            {
+                "module": module,
+                "name": name,
+                "old_version": old_version,
+                "new_version": new_version,
+                "checks": {c.name: c.ok for c in checks},
+            },
+            "ok" if ok else "failed",
+        )
+    return SecretDrillReport(module, name, ok, old_version, new_version, checks, reason)
 
 
 def status(inv: Inventory) -> list[SecretStatus]:
@@ -485,7 +641,8 @@ def status(inv: Inventory) -> list[SecretStatus]:
                 state=state,
                 reason=reason,
                 supplied_by=row["supplied_by"] if row else None,
-                supplied_at=row["supplied_at"] if row else None,
+                supplied_at=row["supplied_at"] if row and row["supplied_by"] else None,
+                since=row["supplied_at"] if row and row["version"] else None,
             )
         )
     return out

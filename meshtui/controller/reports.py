@@ -238,6 +238,7 @@ class SecretStatus:
     reason: str
     supplied_by: str | None
     supplied_at: str | None
+    since: str | None = None  # when the wanted version was sealed (minted, or supplied)
 
     @property
     def node(self) -> str:
@@ -254,6 +255,32 @@ class SecretStatus:
             "vault": {"module": self.vault, "path": self.path},
         }
         return out
+
+
+@dataclass(frozen=True)
+class SecretDrillCheck:
+    """One check of a secret's drill: what it proves, whether it held, and what was seen."""
+
+    name: str
+    ok: bool
+    seen: str
+
+
+@dataclass(frozen=True)
+class SecretDrillReport:
+    """A drill of a minted secret: rotated, then proved by the module's node that the new
+    version is in its file and is the vault's current version, and the old one in neither."""
+
+    module: str
+    name: str
+    ok: bool
+    old_version: int
+    new_version: int | None
+    checks: list[SecretDrillCheck]
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -316,8 +343,21 @@ class ChainReport:
     problem: str = ""
 
 
-JobResult = RotationReport | PushReport | list[DrillReport] | list[ProbeOutcome]
-"""What one of the dashboard's jobs returns: ``rotate``, ``push``, ``drill`` or ``probe``'s report."""
+@dataclass(frozen=True)
+class SecretsRotated:
+    """What rotating modules' minted own secrets did: each secret's new version and where it
+    stands after (working: in the vault and the file), never a value."""
+
+    secrets: list[SecretStatus]
+
+    @property
+    def ok(self) -> bool:
+        return all(s.state == "working" for s in self.secrets)
+
+
+JobResult = RotationReport | PushReport | SecretsRotated | list[DrillReport] | list[ProbeOutcome]
+"""What one of the dashboard's jobs returns: ``rotate``, ``push``, ``drill``, ``probe`` or the
+rotation of a module's minted secrets' report."""
 
 
 def is_drills(result: JobResult) -> TypeGuard[list[DrillReport]]:

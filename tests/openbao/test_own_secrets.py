@@ -12,6 +12,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import time
 import tomllib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -158,12 +159,22 @@ def test_a_rotation_killed_between_vault_and_file_converges(lab: tuple[Path, Any
     assert key.read_text() == kv_value(state, login, "session_key") != old
 
 
-def redeclare(state: Path, built: Any, extra: Mapping[str, list[dict[str, Any]]]) -> None:
-    """Declare the lab's declaration with ``extra`` own secrets added to some modules."""
+def redeclare(
+    state: Path,
+    built: Any,
+    extra: Mapping[str, list[dict[str, Any]]],
+    rotate_every: Mapping[str, str] | None = None,
+) -> None:
+    """Declare the lab's declaration with ``extra`` own secrets added to some modules, and a
+    ``rotate_every`` on some modules' vault requirement."""
     source = Path(built.declaration)
     doc = tomllib.loads(source.read_text())
     for module, more in extra.items():
         doc["modules"][module]["secrets"] = [*doc["modules"][module].get("secrets", []), *more]
+    for module, every in (rotate_every or {}).items():
+        for entry in doc["modules"][module]["requires"]:
+            if entry["name"] == "secret":
+                entry["rotate_every"] = every
     tables: list[toml_writer.Table] = []
     for top, body in doc.items():
         if all(isinstance(v, dict) for v in body.values()):
@@ -360,3 +371,143 @@ async def test_the_dashboard_lists_a_modules_secrets_under_its_vault_pair(
                 assert value not in static_text(secrets) and value not in "".join(shown)
             await pilot.press("escape")
             await settle(pilot)
+
+
+def test_watch_rotates_a_minted_secret_by_its_vault_pairs_policy(lab: tuple[Path, Any]) -> None:
+    """A ``rotate_every`` on a module's vault requirement rotates its minted secrets too (its
+    supplied ones are the operator's): the watch, two hours on, stores a new version in the
+    vault and writes it to the module's file, on the record as the watch's act."""
+    from meshtui.controller.watch import Watch
+
+    state, built = lab
+    key = srv(built, "app1", "gitea") / "session.key"
+    wiki = srv(built, "app2", "wiki") / "session.key"
+    old, old_wiki = key.read_text(), wiki.read_text()
+    before = rows(state)[("app1/gitea", "session_key")]["version"]
+    lines: list[str] = []
+    try:
+        redeclare(state, built, {}, rotate_every={"app1/gitea": "1h"})
+        with Controller.open(state) as ctl:
+            report = Watch(ctl, clock=lambda: time.time() + 7200, log=lines.append).cycle()
+        assert report.rotated_secrets == ["app1/gitea session_key"], (report, lines)
+        assert not report.failed_secrets
+        assert "rotated secret app1/gitea session_key to version" in "\n".join(lines)
+        row = rows(state)[("app1/gitea", "session_key")]
+        assert row["state"] == "working" and row["version"] == before + 1, row
+        login = login_of(state, "app1/gitea")
+        assert key.read_text() == kv_value(state, login, "session_key") != old
+        assert wiki.read_text() == old_wiki  # app2/wiki declares no policy
+        events = json.loads(cli(state, "audit", "--json").stdout)
+        rotated = [e for e in events if e["kind"] == "secret-rotate"][-1]
+        assert rotated["operator"] == "watch" and rotated["detail"]["version"] == before + 1
+        # not due again until its own version is an hour old
+        with Controller.open(state) as ctl:
+            again = Watch(ctl, clock=lambda: time.time() + 1800, log=lines.append).cycle()
+        assert again.rotated_secrets == []
+    finally:
+        with Controller.open(state) as ctl:
+            ctl.declare(built.declaration)
+
+
+def test_a_drill_on_a_minted_secret_proves_the_old_value_gone(lab: tuple[Path, Any]) -> None:
+    """``secret drill`` rotates a minted secret and proves from the module's node that its file
+    and the vault's current version hold the new value and neither the old one; a supplied
+    secret is not drilled (the mesh does not rotate it)."""
+    state, built = lab
+    key = srv(built, "app1", "gitea") / "session.key"
+    old = key.read_text()
+    login = login_of(state, "app1/gitea")
+    done = cli(state, "secret", "drill", "app1/gitea", "session_key", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert report["ok"], report
+    assert report["new_version"] == report["old_version"] + 1
+    assert [c["name"] for c in report["checks"]] == [
+        "old in the file and the vault's current version before",
+        "new in the file after",
+        "new is the vault's current version after",
+        "old gone from the file and the vault's current version",
+    ]
+    assert key.read_text() == kv_value(state, login, "session_key") != old
+    assert old not in done.stdout and key.read_text() not in done.stdout
+    events = json.loads(cli(state, "audit", "--json").stdout)
+    drilled = [e for e in events if e["kind"] == "secret-drill"][-1]
+    assert drilled["outcome"] == "ok" and all(drilled["detail"]["checks"].values())
+    # a file someone changed behind the agent's back fails the first check: nothing rotated
+    key.write_text("edited by hand")
+    done = cli(state, "secret", "drill", "app1/gitea", "session_key", "--json")
+    assert done.returncode == 1, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert not report["ok"] and report["new_version"] is None
+    assert "nothing was rotated" in report["reason"]
+    assert key.read_text() == "edited by hand"
+    with Controller.open(state) as ctl:  # put it back as it was
+        ctl.secret_rotate("app1/gitea", "session_key")
+    assert key.read_text() == kv_value(state, login, "session_key")
+    refused = cli(state, "secret", "drill", "app2/wiki", "smtp_password")
+    assert refused.returncode == 2 and "supplied by an operator" in refused.stderr
+
+
+async def test_the_dashboard_rotates_a_modules_minted_secrets_after_a_confirm(
+    lab: tuple[Path, Any],
+) -> None:
+    """``t`` on a vault pair's screen asks first (Cancel focused: enter rotates nothing), then
+    rotates the module's minted secrets as ``secret rotate`` does; its supplied ones stay."""
+    from textual.widgets import Button
+
+    from meshtui.controller.reports import SecretsRotated
+    from meshtui.tui.messages import JobFinished
+    from meshtui.tui.screens.confirm import ConfirmScreen
+    from meshtui.tui.screens.pair import PairScreen
+    from tests.tui.helpers import RecordingApp, settle
+
+    state, built = lab
+    key = srv(built, "app1", "gitea") / "session.key"
+    old = key.read_text()
+    before = rows(state)
+    with Controller.open(state, read_only=True) as ctl:
+        (vault,) = [
+            r for r in ctl.status() if r.consumer == "app1/gitea" and r.provision == "secret"
+        ]
+    messages: list[Any] = []
+    app = RecordingApp(state)
+    async with app.run_test(size=(200, 50), message_hook=messages.append) as pilot:
+        await settle(pilot)
+        app.screen.table.move_to(vault.pair)
+        await pilot.press("enter")
+        for _ in range(100):
+            await settle(pilot, rounds=1)
+            if isinstance(app.screen, PairScreen) and app.screen.detail is not None:
+                break
+            await pilot.pause(0.05)
+        await pilot.press("t")
+        await settle(pilot)
+        assert isinstance(app.screen, ConfirmScreen)
+        assert app.focused is not None and app.focused.id == "cancel"
+        assert isinstance(app.focused, Button)
+        await pilot.press("enter")  # Cancel: nothing rotated
+        await settle(pilot)
+        assert isinstance(app.screen, PairScreen)
+        assert rows(state) == before and key.read_text() == old
+        await pilot.press("t")
+        await settle(pilot)
+        await pilot.click("#confirm")
+        result = None
+        for _ in range(400):
+            await settle(pilot, rounds=1)
+            done = [m for m in messages if isinstance(m, JobFinished)]
+            if done and app.job is None:
+                result = done[-1].result
+                break
+            await pilot.pause(0.05)
+        assert isinstance(result, SecretsRotated), app.toast_text()
+        assert [(s.module, s.name, s.state) for s in result.secrets] == [
+            ("app1/gitea", "session_key", "working")
+        ]
+    after = rows(state)
+    assert after[("app1/gitea", "session_key")]["version"] == (
+        before[("app1/gitea", "session_key")]["version"] + 1
+    )
+    assert after[("app1/gitea", "smtp_password")] == before[("app1/gitea", "smtp_password")]
+    login = login_of(state, "app1/gitea")
+    assert key.read_text() == kv_value(state, login, "session_key") != old

@@ -331,6 +331,23 @@ class PairScreen(MeshScreen):
         if job := self._job(JobKind.PROBE):
             self.mesh.start_job(job)
 
+    def action_rotate_secrets(self) -> None:
+        """Rotate this vault pair's module's minted own secrets (confirm first, Cancel focused)."""
+        minted = [s for s in (self.detail.secrets if self.detail else []) if s.origin == "minted"]
+        if not minted:
+            self.notify("this pair's module has no minted secret to rotate", severity="warning")
+            return
+        job = self._job(JobKind.ROTATE_SECRETS)
+        if job is None:
+            return
+        module = minted[0].module
+        names = ", ".join(s.name for s in minted)
+        self.mesh.confirm_job(
+            Job(JobKind.ROTATE_SECRETS, job.ids, module),
+            f"Mint a new version of {names} of {module}: stored in its vault, then written to "
+            "its file (until both are done the file keeps the old value).",
+        )
+
     def action_copy_login(self) -> None:
         """Copy the login."""
         st = self.status
