@@ -18,7 +18,13 @@ is sealed to the vault node at once and dropped; supplied by an operator, likewi
 A rotation (:func:`rotate`) mints a new version; until both steps are done for it, the module's
 file keeps the old value and the vault keeps the old version too (KV keeps every version, and a
 module's node reads the version meshtui names, never "the latest"), so a step that fails leaves
-the old secret working and the next push finishes the new one.
+the old secret working and the next push finishes the new one. Both steps run through one
+loop (:func:`_run`: group, send, settle, record and audit per group).
+
+:func:`due` says which minted secrets the watch rotates (their vault pair's ``rotate_every``,
+counted from when the version was minted); :func:`drill` rotates one and proves from the
+module's node (``secret-check``) that the new value is in its file and is the vault's current
+version, and the old one in neither.
 """
 
 from __future__ import annotations
