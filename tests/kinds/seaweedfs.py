@@ -210,5 +210,5 @@ def serve(tmp: Path) -> Iterator[WeedFixture]:
         server.start()
         yield WeedFixture(server)
     finally:
-        server.stop()
+        server.stop(discard=True)
         shutil.rmtree(base, ignore_errors=True)
