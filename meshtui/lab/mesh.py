@@ -484,7 +484,7 @@ def down(state_dir: Path, *, purge: bool = False) -> list[str]:
         done.append("stopped OpenBao")
     store = lab_s3.existing(folder / "weed")
     if store is not None and store.pid() is not None:
-        store.stop(discard=purge)  # its data goes with the lab folder: no graceful wait
+        store.stop(kill=purge)  # its data goes with the lab folder: no graceful wait
         done.append("stopped SeaweedFS")
     try:
         cluster = postgres.open_cluster(folder / "pg")

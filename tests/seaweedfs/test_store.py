@@ -283,7 +283,7 @@ def test_a_store_with_no_identity_lets_anyone_in_and_the_probe_says_so(
         got = store.probe("app1", "nobody_app1_000000", "Wrong0123456789abcdef0123", "anyone")
         assert got["verdict"] == "no password demanded", got
     finally:
-        server.stop(discard=True)
+        server.stop(kill=True)
         shutil.rmtree(base, ignore_errors=True)
 
 

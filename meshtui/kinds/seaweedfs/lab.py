@@ -197,7 +197,7 @@ class WeedServer:
         if poll(
             lambda: self._listening(proc.pid),
             START_S,
-            every=0.2,
+            every=0.05,
             unless=lambda: proc.poll() is not None,
         ):
             return
@@ -205,14 +205,14 @@ class WeedServer:
         tail = self.log.read_text(errors="replace")[-800:] if self.log.exists() else ""
         raise LabError(f"SeaweedFS in {self.folder} did not start; its log ends:\n{tail}")
 
-    def stop(self, *, discard: bool = False) -> None:
+    def stop(self, *, kill: bool = False) -> None:
         """SIGTERM, then SIGKILL after STOP_S (weed may take over ten seconds to stop: its
-        filer waits 15 s for its own S3 gateway's subscription to end). ``discard``: the data
-        folder is removed next, so nothing is worth that wait: SIGKILL at once."""
+        filer waits 15 s for its own S3 gateway's subscription to end). ``kill``: SIGKILL at once,
+        for a store whose data is removed next, or a test that wants it down, not stopped well."""
         pid = self.pid()
         if pid is None:
             return
-        os.kill(pid, signal.SIGKILL if discard else signal.SIGTERM)
+        os.kill(pid, signal.SIGKILL if kill else signal.SIGTERM)
         if not poll(lambda: ended(pid), STOP_S, every=0.05):
             os.kill(pid, signal.SIGKILL)
             poll(lambda: ended(pid), 5)
