@@ -7,10 +7,14 @@ Builds its own network (namespaces ``mts<pid>-net``, ``-db1``, ``-app1``) and a 
 * **probe**, from app1's namespace, each the median of ``--repeat``: ``probe_many`` over the N
   (access key, secret) pairs of N identities the provisioner made, without and with the
   negative control, against a plain loop at the same concurrency of one SigV4-signed
-  ``ListObjectsV2`` per pair (botocore's signer, httpx, a new TLS connection each, the
-  certificate verified against the same CA), the same library on the same link. A meshtui
-  login is three requests on one connection (unsigned, signed, a bucket outside its rights);
-  compared as logins per second.
+  ``ListObjectsV2`` per pair (botocore's signer, a new TLS connection each, the certificate
+  verified against the same CA), the same library on the same link, in two forms: ``raw``
+  over httpx (``httpx.Client`` per pair, the loop the goal was first measured against) and
+  ``raw-same`` over the probe's own transport (``http.client``, one connection per pair). A
+  meshtui login is two requests on one connection (its own bucket, signed; a bucket outside
+  its rights, signed); compared as logins per second, and as CPU per login: the client's (the
+  child's process time) and the store's (``weed``'s, from ``/proc``), which moves less with
+  the load of other jobs than a rate does.
 * **apply**, on a second store on loopback (the provisioner runs on the store's node):
   ``reconcile`` of a manifest of N consumers (their secret files beside it) into an empty store,
   and the idle re-run, against the same commands reconcile sends (``s3.bucket.create`` and
@@ -34,6 +38,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from meshtui.crypto import secret_digest
 from meshtui.kinds.seaweedfs import lab as lab_s3
@@ -45,7 +50,7 @@ from meshtui.provisioner.harness import reconcile
 ROOT = Path(__file__).resolve().parents[1]
 
 CHILD = """
-import json, sys, time
+import http.client, json, sys, time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 import httpx
@@ -63,24 +68,36 @@ def raw(pair):  # the same library: botocore's signer, httpx, a new TLS connecti
         answer = client.get(url, headers=s3probe._signed("GET", url, pair[0], pair[1]))
     return answer.status_code
 
+def raw_same(pair):  # the same, over the probe's transport: http.client, one connection each
+    path = f"/{default_bucket(pair[0])}?list-type=2&max-keys=1"
+    conn = http.client.HTTPSConnection(host, port, timeout=5, context=context)
+    try:
+        conn.request("GET", path, headers=s3probe._signed("GET", f"https://{host}:{port}{path}",
+                                                          pair[0], pair[1]))
+        answer = conn.getresponse()
+        answer.read()
+        return answer.status
+    finally:
+        conn.close()
+
 def run(items):
-    if req["mode"] == "raw":
+    if req["mode"] in ("raw", "raw-same"):
         with ThreadPoolExecutor(n) as pool:
-            return list(pool.map(raw, items))
+            return list(pool.map(raw if req["mode"] == "raw" else raw_same, items))
     targets = [probe.ProbeTarget(host, port, u, p, "", kind="seaweedfs", ca=ca) for u, p in items]
     return probe.probe_many(targets, concurrency=n, control=req["mode"] == "control")
 
 run(pairs[: req["warmup"]])
-started = time.perf_counter()
+started, cpu = time.perf_counter(), time.process_time()
 results = run(pairs)
-elapsed = time.perf_counter() - started
-if req["mode"] == "raw":
+elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+if req["mode"] in ("raw", "raw-same"):
     out = {"probes": len(results), "logins": len(results), "verdicts": dict(Counter(results))}
 else:
     logins = sum(1 + (r.control is not None) for r in results)
     out = {"probes": len(results), "logins": logins,
            "verdicts": dict(Counter(str(r.verdict()) for r in results))}
-out["elapsed"] = elapsed
+out["elapsed"], out["cpu"] = elapsed, cpu
 print(json.dumps(out))
 """
 
@@ -128,6 +145,23 @@ def new_store(base: Path, name: str, address: str, seed: int) -> lab_s3.WeedServ
     return lab_s3.create(base / name, address=address, ports=lab_s3.pick_ports(seed))
 
 
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user + system, every thread) process ``pid`` has used, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def settle(pid: int, limit: float = 120.0) -> None:
+    """Wait (at most ``limit`` s) until the store is idle: after 1,000 identities are written it
+    works on its own for a while, which the first mode measured would be charged with."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        before = cpu_seconds(pid)
+        time.sleep(2)
+        if cpu_seconds(pid) - before < 0.1:  # under 5 % of a core
+            return
+
+
 def bench_probe(args: argparse.Namespace, base: Path) -> None:
     name = f"mts{os.getpid()}"[:12]
     net = netns.create(name, ["db1", "app1"])
@@ -144,31 +178,49 @@ def bench_probe(args: argparse.Namespace, base: Path) -> None:
             capture_output=True, text=True, check=True,
         )  # fmt: skip
         assert json.loads(done.stdout)["ok"], done.stdout[-500:]
-        results: dict[str, list[dict[str, object]]] = {"probe": [], "control": [], "raw": []}
+        modes = ("probe", "control", "raw", "raw-same")
+        results: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
+        pid = store.pid()
+        assert pid is not None
+        settle(pid)
+        loads = [os.getloadavg()]
         for _ in range(args.repeat):
             for mode in results:
                 req = {"mode": mode, "pairs": pairs, "host": store.address,
                        "port": store.ports.s3, "concurrency": args.concurrency,
                        "ca": str(store.ca), "warmup": 20}  # fmt: skip
+                before = cpu_seconds(pid)
                 out = subprocess.run(
                     ["ip", "netns", "exec", net.namespace("app1"), sys.executable, "-c", CHILD],
                     input=json.dumps(req), capture_output=True, text=True, check=True,
                     env={**os.environ, "PYTHONPATH": str(ROOT)},
                 )  # fmt: skip
-                results[mode].append(json.loads(out.stdout))
+                result = json.loads(out.stdout)
+                result["server"] = cpu_seconds(pid) - before  # the warm-up's share included
+                results[mode].append(result)
+        loads.append(os.getloadavg())
         print(f"probe, {args.pairs} pairs from app1's namespace, concurrency {args.concurrency}")
-        rate = {}
+        print("  load average (1, 5, 15 min) before: {:.2f} {:.2f} {:.2f}".format(*loads[0]))
+        print("                              after:  {:.2f} {:.2f} {:.2f}".format(*loads[1]))
+        rate, cost = {}, {}
         for mode, runs in results.items():
-            per = [r["logins"] / r["elapsed"] for r in runs]  # type: ignore[operator]
-            rate[mode] = statistics.median(per)
-            probes = statistics.median(r["probes"] / r["elapsed"] for r in runs)  # type: ignore[operator]
-            print(
-                f"  {mode:8} {rate[mode]:8.1f} logins/s  {probes:8.1f} probes/s  {runs[-1]['verdicts']}"
+            rate[mode] = statistics.median(r["logins"] / r["elapsed"] for r in runs)
+            probes = statistics.median(r["probes"] / r["elapsed"] for r in runs)
+            client = statistics.median(1000 * r["cpu"] / r["logins"] for r in runs)
+            server = statistics.median(
+                1000 * r["server"] / (r["logins"] + 20 * r["logins"] / r["probes"]) for r in runs
             )
-        print(f"  probe vs plain loop: {100 * rate['probe'] / rate['raw']:.0f} % (goal >= 80 %)")
-        print(
-            f"  probe+control vs plain loop: {100 * rate['control'] / rate['raw']:.0f} % (logins)"
-        )
+            cost[mode] = client + server
+            print(
+                f"  {mode:8} {rate[mode]:8.1f} logins/s  {probes:8.1f} probes/s  CPU a login: "
+                f"client {client:.2f} ms, store {server:.2f} ms  {runs[-1]['verdicts']}"
+            )
+        for plain in ("raw", "raw-same"):
+            print(
+                f"  probe vs {plain}: {100 * rate['probe'] / rate[plain]:.0f} % of its rate, "
+                f"{100 * cost[plain] / cost['probe']:.0f} % by CPU a login (goal >= 80 %); "
+                f"probe+control: {100 * rate['control'] / rate[plain]:.0f} % (logins)"
+            )
     finally:
         store.stop()
         netns.destroy(name)

@@ -707,6 +707,42 @@ class SecretFetchAnswer(TypedDict):
     fetched: list[SecretFetched]
 
 
+class SecretCheckItem(TypedDict):
+    """One own secret for the module's node to look at (a drill): the file it wrote for it,
+    and the vault's current version, read with the module's own AppRole credential."""
+
+    module: str
+    name: str
+    login: str
+    credential: str
+    host: str
+    port: int
+    ca: str | None
+    file: str
+
+
+class SecretCheckRequest(TypedDict):
+    """``secret-check``: own secrets whose file and vault version to look at, by digest."""
+
+    items: list[SecretCheckItem]
+
+
+class SecretChecked(TypedDict):
+    """The digest the module's file holds and the digest (and KV version) of the vault's
+    current version, never a value; or why not."""
+
+    module: str
+    name: str
+    file_digest: str | None
+    vault_digest: str | None
+    kv_version: int | None
+    error: str | None
+
+
+class SecretCheckAnswer(TypedDict):
+    checked: list[SecretChecked]
+
+
 # ---- kinds ----------------------------------------------------------------------------------
 
 Request = TypeVar("Request", bound=Mapping[str, object], covariant=True)
@@ -759,6 +795,9 @@ SECRET_STORE: Kind[SecretStoreRequest, SecretStoreAnswer] = Kind(
 SECRET_FETCH: Kind[SecretFetchRequest, SecretFetchAnswer] = Kind(
     wire.SECRET_FETCH, SecretFetchRequest, SecretFetchAnswer
 )
+SECRET_CHECK: Kind[SecretCheckRequest, SecretCheckAnswer] = Kind(
+    wire.SECRET_CHECK, SecretCheckRequest, SecretCheckAnswer
+)
 ERROR: Kind[ErrorAnswer, ErrorAnswer] = Kind("error", ErrorAnswer, ErrorAnswer)
 """The reply kind of a refusal (never a request)."""
 
@@ -766,7 +805,7 @@ KINDS: dict[str, Kind[Mapping[str, object], Mapping[str, object]]] = {
     k.name: k
     for k in (
         STATE, DELIVER, PREPARE, WITHDRAW, PROBE, DRILL_HOLD, DRILL_CHECK, CHECK,
-        SECRET_STORE, SECRET_FETCH,
+        SECRET_STORE, SECRET_FETCH, SECRET_CHECK,
     )
 }  # fmt: skip
 """Every request kind the agent serves, by wire name."""

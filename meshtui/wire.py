@@ -45,6 +45,7 @@ CHECK = "check"  # doctor: the node's side of the preflight (folders, users, rel
 ANCHOR = "anchor"  # the agent's answer to an unsigned read of the audit head it keeps
 SECRET_STORE = "secret-store"  # the vault node: write modules' own secrets (sealed) into KV
 SECRET_FETCH = "secret-fetch"  # a module's node: read its own secrets from the vault, write files
+SECRET_CHECK = "secret-check"  # a module's node: its secret file's and the vault's current digests
 
 
 def head_message(seq: int, digest: str) -> bytes:

@@ -29,6 +29,8 @@ from meshtui.messages import (
     PrepareRequest,
     ProbeItem,
     ProbeRequest,
+    SecretCheckItem,
+    SecretCheckRequest,
     SecretFetchItem,
     SecretFetchRequest,
     SecretStoreItem,
@@ -137,6 +139,24 @@ def test_every_kind_round_trips_through_real_agents(mesh):
             ),
         ),
         ("app1", messages.SECRET_FETCH, SecretFetchRequest(items=[fetch])),
+        (
+            "app1",
+            messages.SECRET_CHECK,
+            SecretCheckRequest(
+                items=[
+                    SecretCheckItem(
+                        module="app1/gitea",
+                        name="key",
+                        login="gitea_app1_x",
+                        credential=pair["file"],
+                        host="10.213.9.9",
+                        port=1,
+                        ca=None,
+                        file=pair["file"] + ".key",
+                    )  # fmt: skip
+                ]
+            ),
+        ),
     ]
     seen = set()
     with agents(mesh) as client:
@@ -168,6 +188,11 @@ def test_every_kind_round_trips_through_real_agents(mesh):
             if kind is messages.SECRET_FETCH:
                 (got,) = answer["fetched"]
                 assert got["digest"] is None and got["error"]
+            if kind is messages.SECRET_CHECK:
+                (got,) = answer["checked"]
+                assert got["file_digest"] is None and "not a file this agent wrote" in str(
+                    got["error"]
+                )
             if kind is messages.WITHDRAW:
                 (got,) = answer["consumer"]
                 assert got["probe"] is not None and not got["removed"]  # not proven refused

@@ -43,10 +43,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         return cmd_status_due(args)
     with controller(args, read_only=True) as ctl:
         rows = ctl.status(args.pairs or None)
+        secrets = ctl.secrets()
     if args.json:
-        render.print_json([r.to_json() for r in rows])
+        render.print_json(render.status_json(rows, secrets))
     else:
-        render.statuses(rows)
+        render.statuses(rows, secrets)
     return EXIT_FAILED if any(r.alarm for r in rows) else EXIT_OK
 
 

@@ -17,7 +17,6 @@ if TYPE_CHECKING:
     from meshtui.controller.anchors import AnchorCheck
     from meshtui.controller.declare import DeclareResult
     from meshtui.controller.doctor import DoctorReport
-    from meshtui.controller.own_secrets import SecretStatus
     from meshtui.controller.reports import (
         AuditEvent,
         ChainReport,
@@ -26,6 +25,8 @@ if TYPE_CHECKING:
         PushReport,
         RotationPlan,
         RotationReport,
+        SecretDrillReport,
+        SecretStatus,
     )
     from meshtui.controller.schedule import PairDue
 
@@ -52,14 +53,43 @@ def declared(file: str, result: DeclareResult) -> None:
         print("run meshtui push to deliver")
 
 
-def statuses(rows: Sequence[PairStatus]) -> None:
+def _by_pair(secrets: Sequence[SecretStatus]) -> dict[str, list[SecretStatus]]:
+    """Each vault pair's own secrets (a module's secrets are shown under its vault pair)."""
+    out: dict[str, list[SecretStatus]] = {}
+    for s in secrets:
+        if s.pair is not None:
+            out.setdefault(s.pair, []).append(s)
+    return out
+
+
+def statuses(rows: Sequence[PairStatus], secrets: Sequence[SecretStatus] = ()) -> None:
+    """Every pair, who holds it, and under a vault pair its module's own secrets."""
+    under = _by_pair(secrets)
     for r in rows:
         gens = f"g{r.generation} c{r.consumer_generation or '-'} p{r.provider_generation or '-'}"
         print(f"{r.state:8} {r.pair}  login={r.login} {gens}  {r.reason}")
         print(
             f"         holders: {r.consumer} file {r.consumer_file}; {r.provider} login {r.login}"
         )
-    print(f"{len(rows)} pairs")
+        for s in under.get(r.pair, []):
+            print(f"         secret {s.name} ({s.origin}) {s.state}: {s.reason}")
+            print(f"           holders: {s.module} file {s.file}; {s.vault} at {s.path}")
+    shown = sum(len(under.get(r.pair, [])) for r in rows)
+    print(f"{len(rows)} pairs" + (f", {shown} own secrets" if shown else ""))
+
+
+def status_json(
+    rows: Sequence[PairStatus], secrets: Sequence[SecretStatus] = ()
+) -> list[dict[str, object]]:
+    """``status --json``: each pair's object, a vault pair's with its module's own secrets."""
+    under = _by_pair(secrets)
+    out = []
+    for r in rows:
+        obj = r.to_json()
+        if r.pair in under:
+            obj["secrets"] = [s.to_json() for s in under[r.pair]]
+        out.append(obj)
+    return out
 
 
 def due(rows: Sequence[PairDue], now: float) -> None:
@@ -190,6 +220,15 @@ def lab_status(info: dict[str, Any]) -> None:
     for node, a in info["agents"].items():
         answers = "answers" if a["answers"] else "NOT ANSWERING"
         print(f"  {node:6} {a['address']:12} pid {a['pid']} {answers}")
+
+
+def secret_drill(report: SecretDrillReport) -> None:
+    """A secret's drill: each check, then the verdict."""
+    new = report.new_version if report.new_version is not None else "-"
+    print(f"{report.module} secret {report.name}: version {report.old_version} -> {new}")
+    for c in report.checks:
+        print(f"  {'ok  ' if c.ok else 'FAIL'} {c.name}: {c.seen}")
+    print(f"{'passed' if report.ok else 'FAILED'}: {report.reason}")
 
 
 def own_secrets(rows: Sequence[SecretStatus]) -> None:

@@ -1,4 +1,5 @@
-"""The commands for a module's own secrets: ``secret status``, ``secret put``, ``secret rotate``.
+"""The commands for a module's own secrets: ``secret status``, ``secret put``, ``secret rotate``,
+``secret drill``.
 
 ``secret put MODULE NAME`` reads the value from a no-echo prompt on a terminal, or from stdin
 when it is not one; never from argv or the environment. It is sealed to the vault's node at
@@ -63,6 +64,16 @@ def cmd_secret_rotate(args: argparse.Namespace) -> int:
     return EXIT_OK if row.state == "working" else EXIT_FAILED
 
 
+def cmd_secret_drill(args: argparse.Namespace) -> int:
+    with controller(args) as ctl:
+        report = ctl.secret_drill(args.module, args.name)
+    if args.json:
+        render.print_json(report.to_json())
+    else:
+        render.secret_drill(report)
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``meshtui secret status|put|rotate``."""
     group = sub.add_parser("secret", help="a module's own secrets, kept in its vault")
@@ -83,3 +94,13 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     s.add_argument("module", metavar="MODULE")
     s.add_argument("name", metavar="NAME")
     s.set_defaults(func=cmd_secret_rotate)
+    s = words.add_parser(
+        "drill",
+        help="rotate a minted secret and prove the old value is gone from its file and vault",
+        description="Rotate a minted secret, then prove from the module's node that its file "
+        "and the vault's current version hold the new value and neither holds the old one.",
+    )
+    s.add_argument("module", metavar="MODULE")
+    s.add_argument("name", metavar="NAME")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_secret_drill)

@@ -36,6 +36,7 @@ from meshtui.controller.reports import (
     PushReport,
     RotationPlan,
     RotationReport,
+    SecretsRotated,
     Summary,
     no_progress,
 )
@@ -58,7 +59,7 @@ if TYPE_CHECKING:  # httpx stays out of the import of core (see controller.clien
     from meshtui.controller.anchors import AnchorCheck
     from meshtui.controller.client import Agents
     from meshtui.controller.doctor import DoctorReport
-    from meshtui.controller.own_secrets import SecretStatus
+    from meshtui.controller.reports import SecretDrillReport, SecretStatus
     from meshtui.inventory.rows import EventRow, NodeRow
 
 __all__ = ["INVENTORY", "KEY_STEM", "SEQUENCE_FILE", "Controller", "init_keys"]
@@ -404,6 +405,35 @@ class Controller:
             version = own_secrets.rotate(self, module, name)
             own_secrets.converge(self)
         return version
+
+    def rotate_secrets(
+        self, ids: Iterable[str], progress: Progress = no_progress
+    ) -> SecretsRotated:
+        """Rotate every minted own secret of the modules of the vault pairs ``ids``, one by
+        one as :meth:`secret_rotate` does (the dashboard's action on a vault pair)."""
+        ids = self.resolve_pairs(ids)
+        self._writable("rotate secrets")
+        self.contact("rotate secrets", lambda: list(self.inventory.nodes()))
+        chosen = [s for s in self.secrets() if s.pair in ids and s.origin == "minted"]
+        for i, s in enumerate(chosen):
+            progress(f"{s.module} secret {s.name}: rotating", i, len(chosen))
+            self.secret_rotate(s.module, s.name)
+        after = {(s.module, s.name): s for s in self.secrets()}
+        done = [after[(s.module, s.name)] for s in chosen]
+        for i, s in enumerate(done, 1):
+            progress(f"{s.module} secret {s.name}: version {s.version}, {s.state}", i, len(done))
+        return SecretsRotated(done)
+
+    def secret_drill(self, module: str, name: str) -> SecretDrillReport:
+        """Rotate a minted secret and prove from the module's node that the new version is in
+        its file and is the vault's current version, and the old one in neither."""
+        self._writable("secret drill")
+        self.contact("secret drill", lambda: list(self.inventory.nodes()))
+        from meshtui.controller import own_secrets
+        from meshtui.controller.lock import delivering
+
+        with delivering(self.state_dir, "secret drill"):
+            return own_secrets.drill(self, module, name)
 
     def plan_rotation(self, ids: Iterable[str]) -> RotationPlan:
         """Resolve every node a rotation of ``ids`` would touch (asks each agent)."""

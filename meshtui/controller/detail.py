@@ -15,9 +15,11 @@ from meshtui.controller.reports import (
     PairDetail,
     ProbeView,
     RotationView,
+    SecretStatus,
 )
 from meshtui.inventory import Inventory
 from meshtui.inventory.rows import DrillRow
+from meshtui.model import VAULT_PROVISION
 
 
 def drill_report(row: DrillRow) -> DrillReport:
@@ -90,4 +92,12 @@ def pair_detail(inv: Inventory, pid: str) -> PairDetail:
         probes=probes,
         drills=drills,
         rotations=rotations,
+        secrets=_secrets(inv, pid) if row["provision"] == VAULT_PROVISION else [],
     )
+
+
+def _secrets(inv: Inventory, pid: str) -> list[SecretStatus]:
+    """A vault pair's module's own secrets (imported here: httpx stays out of core's import)."""
+    from meshtui.controller import own_secrets
+
+    return [s for s in own_secrets.status(inv) if s.pair == pid]

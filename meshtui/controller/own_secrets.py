@@ -18,7 +18,13 @@ is sealed to the vault node at once and dropped; supplied by an operator, likewi
 A rotation (:func:`rotate`) mints a new version; until both steps are done for it, the module's
 file keeps the old value and the vault keeps the old version too (KV keeps every version, and a
 module's node reads the version meshtui names, never "the latest"), so a step that fails leaves
-the old secret working and the next push finishes the new one.
+the old secret working and the next push finishes the new one. Both steps run through one
+loop (:func:`_run`: group, send, settle, record and audit per group).
+
+:func:`due` says which minted secrets the watch rotates (their vault pair's ``rotate_every``,
+counted from when the version was minted); :func:`drill` rotates one and proves from the
+module's node (``secret-check``) that the new value is in its file and is the vault's current
+version, and the old one in neither.
 """
 
 from __future__ import annotations
@@ -26,19 +32,26 @@ from __future__ import annotations
 import secrets as random
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Protocol, TypedDict
 
 from meshtui import crypto
 from meshtui.bao import KV_MOUNT
 from meshtui.controller.deliver import offer_of
+from meshtui.controller.reports import SecretDrillCheck, SecretDrillReport, SecretStatus
+from meshtui.controller.schedule import PairDue, epoch, spread_offset
 from meshtui.errors import InputError, MeshtuiError
 from meshtui.inventory import Inventory, now
 from meshtui.inventory.rows import ModuleRow, NodeRow, OwnSecretRow, OwnSecretSpec, PairRow
 from meshtui.messages import (
+    SECRET_CHECK,
     SECRET_FETCH,
     SECRET_STORE,
+    SecretChecked,
+    SecretCheckItem,
+    SecretFetched,
     SecretFetchItem,
     SecretFetchRequest,
+    SecretStored,
     SecretStoreItem,
     SecretStoreRequest,
 )
@@ -58,28 +71,6 @@ class Declared:
     @property
     def key(self) -> tuple[str, str]:
         return (self.module, self.spec["name"])
-
-
-@dataclass(frozen=True)
-class SecretStatus:
-    """Where one of a module's own secrets stands; never its value."""
-
-    module: str
-    name: str
-    origin: str  # "minted" | "supplied"
-    vault: str | None  # the vault module
-    path: str | None  # its KV path in the vault
-    file: str
-    version: int  # the version the mesh wants held (0: none supplied yet)
-    vault_version: int | None
-    file_version: int | None
-    state: str  # "working" | "stale" | "unknown"
-    reason: str
-    supplied_by: str | None
-    supplied_at: str | None
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -104,16 +95,19 @@ def mint_text(length: int, alphabet: str) -> bytes:
 
 
 def declared(inv: Inventory) -> list[Declared]:
-    """Every declared own secret of every declared module, with its module's vault pair."""
+    """Every declared own secret of every declared module, with its module's vault pair (the
+    pairs are read only when a module declares a secret: status reads this on every refresh)."""
+    specs = [
+        (mid, spec)
+        for mid, module in sorted(inv.modules().items())
+        if module["declared"]
+        for spec in module["spec"].get("secrets", [])
+    ]
+    if not specs:
+        return []
     pairs = [p for p in inv.pairs() if p["provision"] == VAULT_PROVISION and not p["withdrawn_at"]]
     by_consumer = {p["consumer"]: p for p in pairs}
-    out: list[Declared] = []
-    for mid, module in sorted(inv.modules().items()):
-        if not module["declared"]:
-            continue
-        for spec in module["spec"].get("secrets", []):
-            out.append(Declared(mid, spec, by_consumer.get(mid)))
-    return out
+    return [Declared(mid, spec, by_consumer.get(mid)) for mid, spec in specs]
 
 
 def _sealed(value: bytes, vault_node: NodeRow) -> tuple[bytes, str]:
@@ -161,7 +155,9 @@ def _new_version(
     sealed, digest = _sealed(value, vault_node)
     old = inv.own_secrets().get(d.key)
     version = (old["version"] if old else 0) + 1
-    supplied = {"supplied_by": supplied_by, "supplied_at": now()} if supplied_by else {}
+    # supplied_at: when this version was sealed, by an operator (supplied_by) or minted here;
+    # the watch's rotation policy counts a minted secret's age from it
+    supplied = {"supplied_by": supplied_by, "supplied_at": now()}
     row = _row(d, old, version=version, digest=digest, sealed=sealed, error=None, **supplied)
     with inv.transaction(event) as tx:
         tx.put_own_secrets([row])
@@ -231,6 +227,47 @@ def _find(inv: Inventory, module: str, name: str) -> Declared:
     )
 
 
+@dataclass(frozen=True)
+class SecretDue:
+    """A minted secret the policy says to rotate now: its module, name, vault pair and times."""
+
+    module: str
+    name: str
+    pair: str
+    vault: str
+    since: float  # when its current version was minted (epoch seconds)
+    due_at: float
+
+    @property
+    def label(self) -> str:
+        return f"{self.module} {self.name}"
+
+
+def due(inv: Inventory, plan: Sequence[PairDue], at: float) -> list[SecretDue]:
+    """The minted secrets due for rotation at ``at``: a minted secret rotates on its module's
+    vault pair's ``rotate_every`` (on the ``secret`` requirement, the vault module or
+    ``[policy]``), counted from when its current version was minted, spread like a pair's.
+    One still on its way (the file not holding the wanted version yet) is left to push; a
+    supplied one is the operator's to put."""
+    every = {d.pair: d.policy.rotate_every for d in plan if not d.withdrawn}
+    rows = inv.own_secrets()
+    out: list[SecretDue] = []
+    for d in declared(inv):
+        row = rows.get(d.key)
+        if d.spec["supplied"] or d.pair is None or row is None or not row["version"]:
+            continue
+        rotate = every.get(d.pair["id"])
+        if rotate is None or row["file_version"] != row["version"]:
+            continue
+        since = epoch(row["supplied_at"] or row["updated_at"])
+        due_at = since + rotate + spread_offset(_label(d), rotate)
+        if at >= due_at:
+            out.append(
+                SecretDue(d.module, d.spec["name"], d.pair["id"], d.pair["provider"], since, due_at)
+            )
+    return out
+
+
 def converge(ctl: Any) -> SecretsReport:
     """Mint what is missing, store in the vault what is not there yet, deliver what the
     module's file does not hold (see the module docstring)."""
@@ -242,8 +279,8 @@ def converge(ctl: Any) -> SecretsReport:
         return SecretsReport(done, behind)
     nodes, modules = inv.nodes(), inv.modules()
     with ctl.agents(timeout=TIMEOUT_S) as agents:
-        done += _store(inv, agents, found, nodes, modules, behind)
-        done += _deliver(inv, agents, found, nodes, modules, behind)
+        done += _run(inv, agents, found, behind, _Store(modules))
+        done += _run(inv, agents, found, behind, _Deliver(nodes, modules))
     for d in found:
         if d.pair is None:
             behind[f"{d.module} {d.spec['name']}"] = f"{d.module} has no live vault pair"
@@ -252,109 +289,163 @@ def converge(ctl: Any) -> SecretsReport:
     return SecretsReport(done, behind)
 
 
-def _store(
-    inv: Inventory,
-    agents: Any,
-    found: Sequence[Declared],
-    nodes: Mapping[str, NodeRow],
-    modules: Mapping[str, ModuleRow],
-    behind: dict[str, str],
+class _Step(Protocol):
+    """One of :func:`converge`'s two steps: which secrets it takes and to whom (grouped, one
+    request per group), the request sent, and what each answer makes of the secret's row."""
+
+    event: str
+
+    def pick(self, d: Declared, pair: PairRow, row: OwnSecretRow) -> tuple[str, Any] | None:
+        """The group (the vault module, or the module's node) and the item, or None: not due."""
+
+    def send(self, agents: Any, group: str, items: list[Any]) -> dict[tuple[str, str], Any]:
+        """Ask the group's node; its answers by (module, name)."""
+
+    def settle(
+        self, d: Declared, row: OwnSecretRow, item: Any, got: Any | None
+    ) -> tuple[OwnSecretRow, str | None, str | None]:
+        """The row after the answer, what was done (or None) and why it is behind (or None)."""
+
+    def unanswered(self, group: str, exc: MeshtuiError) -> str:
+        """Why every secret of a group whose node did not answer is behind."""
+
+    def audited(self, group: str) -> dict[str, object]:
+        """The group's line in the audit event's detail."""
+
+
+def _run(
+    inv: Inventory, agents: Any, found: Sequence[Declared], behind: dict[str, str], step: _Step
 ) -> list[str]:
+    """One step for every secret it picks: grouped, one request per group, the answers
+    recorded (and audited) per group in one transaction."""
     rows = inv.own_secrets()
-    by_vault: dict[str, list[tuple[Declared, SecretStoreItem]]] = {}
+    groups: dict[str, list[tuple[Declared, Any]]] = {}
     for d in found:
         row = rows.get(d.key)
-        if d.pair is None or row is None or row["sealed"] is None:
+        if d.pair is None or row is None:
             continue
-        item: SecretStoreItem = {
-            "module": d.module,
-            "login": d.pair["login"],
-            "name": d.spec["name"],
-            "version": row["version"],
-            "digest": str(row["digest"]),
-            "sealed": crypto.b64(row["sealed"]),
-        }
-        by_vault.setdefault(d.pair["provider"], []).append((d, item))
+        picked = step.pick(d, d.pair, row)
+        if picked is not None:
+            groups.setdefault(picked[0], []).append((d, picked[1]))
     done: list[str] = []
-    for vault, items in by_vault.items():
-        spec = modules[vault]["spec"]
-        offer = next((o for o in spec["provides"] if o["name"] == VAULT_PROVISION), None)
-        request: SecretStoreRequest = {
-            "vault": vault,
-            "kind": str(offer.get("kind") or "") if offer is not None else "",
-            "receives": spec["receives"].get(VAULT_PROVISION, ""),
-            "grants": spec["grants"].get(VAULT_PROVISION, ""),
-            "admin": str(spec.get("admin") or ""),
-            "items": [i for _, i in items],
-        }
+    for group, items in groups.items():
         try:
-            answer = agents.call(node_of(vault), SECRET_STORE, request)
-            stored = {(s["module"], s["name"]): s for s in answer["stored"]}
+            answers = step.send(agents, group, [i for _, i in items])
         except MeshtuiError as exc:
-            stored = {}
-            why = f"the vault's node {node_of(vault)} did not answer: {exc}"
             for d, _ in items:
-                behind[f"{d.module} {d.spec['name']}"] = why
+                behind[_label(d)] = step.unanswered(group, exc)
             continue
         updates: list[OwnSecretRow] = []
         for d, item in items:
-            got = stored.get(d.key)
-            old = rows[d.key]
-            label = f"{d.module} {d.spec['name']}"
-            if (
-                got is None
-                or got["error"]
-                or got["kv_version"] is None
-                or got["version"] != item["version"]
-            ):
-                why = (got["error"] if got else None) or "the vault's node said nothing of it"
-                behind[label] = f"not in the vault yet: {why}"
-                updates.append(_row(d, old, error=f"store: {why}"))
-                continue
-            updates.append(
-                _row(
-                    d,
-                    old,
-                    sealed=None,
-                    vault_version=item["version"],
-                    kv_version=got["kv_version"],
-                    error=None,
-                )  # fmt: skip
-            )
-            done.append(f"{label}: version {item['version']} stored in {vault}")
-        with inv.transaction("secret-store") as tx:
+            update, did, why = step.settle(d, rows[d.key], item, answers.get(d.key))
+            updates.append(update)
+            if did:
+                done.append(did)
+            if why:
+                behind[_label(d)] = why
+        with inv.transaction(step.event) as tx:
             tx.put_own_secrets(updates)
             tx.audit(
-                "secret-store",
+                step.event,
                 [d.pair["id"] for d, _ in items if d.pair is not None],
-                {"vault": vault, "secrets": [f"{d.module} {d.spec['name']}" for d, _ in items]},
+                {
+                    **step.audited(group),
+                    "secrets": [_label(d) for d, _ in items],
+                    "versions": {_label(d): item["version"] for d, item in items},
+                },
                 "ok" if all(u["error"] is None for u in updates) else "failed",
             )
     return done
 
 
-def _deliver(
-    inv: Inventory,
-    agents: Any,
-    found: Sequence[Declared],
-    nodes: Mapping[str, NodeRow],
-    modules: Mapping[str, ModuleRow],
-    behind: dict[str, str],
-) -> list[str]:
-    rows = inv.own_secrets()
-    by_node: dict[str, list[tuple[Declared, SecretFetchItem]]] = {}
-    for d in found:
-        row = rows.get(d.key)
+def _label(d: Declared) -> str:
+    return f"{d.module} {d.spec['name']}"
+
+
+class _Store:
+    """Step 1: the vault's node writes each sealed secret into KV (``secret-store``); only once
+    it answered with KV's version is the sealed blob dropped."""
+
+    event = "secret-store"
+
+    def __init__(self, modules: Mapping[str, ModuleRow]) -> None:
+        self.modules = modules
+
+    def pick(
+        self, d: Declared, pair: PairRow, row: OwnSecretRow
+    ) -> tuple[str, SecretStoreItem] | None:
+        if row["sealed"] is None:
+            return None
+        item: SecretStoreItem = {
+            "module": d.module,
+            "login": pair["login"],
+            "name": d.spec["name"],
+            "version": row["version"],
+            "digest": str(row["digest"]),
+            "sealed": crypto.b64(row["sealed"]),
+        }
+        return pair["provider"], item
+
+    def send(
+        self, agents: Any, group: str, items: list[SecretStoreItem]
+    ) -> dict[tuple[str, str], SecretStored]:
+        spec = self.modules[group]["spec"]
+        offer = next((o for o in spec["provides"] if o["name"] == VAULT_PROVISION), None)
+        request: SecretStoreRequest = {
+            "vault": group,
+            "kind": str(offer.get("kind") or "") if offer is not None else "",
+            "receives": spec["receives"].get(VAULT_PROVISION, ""),
+            "grants": spec["grants"].get(VAULT_PROVISION, ""),
+            "admin": str(spec.get("admin") or ""),
+            "items": items,
+        }
+        answer = agents.call(node_of(group), SECRET_STORE, request)
+        return {(s["module"], s["name"]): s for s in answer["stored"]}
+
+    def settle(
+        self, d: Declared, row: OwnSecretRow, item: SecretStoreItem, got: SecretStored | None
+    ) -> tuple[OwnSecretRow, str | None, str | None]:
         if (
-            d.pair is None
-            or row is None
-            or row["vault_version"] != row["version"]
+            got is None
+            or got["error"]
+            or got["kv_version"] is None
+            or got["version"] != item["version"]
+        ):
+            why = (got["error"] if got else None) or "the vault's node said nothing of it"
+            return _row(d, row, error=f"store: {why}"), None, f"not in the vault yet: {why}"
+        stored = _row(
+            d, row, sealed=None, vault_version=item["version"], kv_version=got["kv_version"],
+            error=None,
+        )  # fmt: skip
+        vault = d.pair["provider"] if d.pair is not None else "its vault"
+        return stored, f"{_label(d)}: version {item['version']} stored in {vault}", None
+
+    def unanswered(self, group: str, exc: MeshtuiError) -> str:
+        return f"the vault's node {node_of(group)} did not answer: {exc}"
+
+    def audited(self, group: str) -> dict[str, object]:
+        return {"vault": group}
+
+
+class _Deliver:
+    """Step 2: the module's node reads exactly the stored KV version with the module's own
+    AppRole credential and writes its file (``secret-fetch``); only once its digest came back
+    is the file recorded as holding it."""
+
+    event = "secret-deliver"
+
+    def __init__(self, nodes: Mapping[str, NodeRow], modules: Mapping[str, ModuleRow]) -> None:
+        self.nodes, self.modules = nodes, modules
+
+    def pick(
+        self, d: Declared, pair: PairRow, row: OwnSecretRow
+    ) -> tuple[str, SecretFetchItem] | None:
+        if (
+            row["vault_version"] != row["version"]
             or row["kv_version"] is None
             or row["file_version"] == row["version"]
         ):
-            continue
-        pair = d.pair
-        offer = offer_of(pair, modules)
+            return None
         spec = d.spec
         item: SecretFetchItem = {
             "module": d.module,
@@ -362,53 +453,159 @@ def _deliver(
             "version": row["version"],
             "kv_version": row["kv_version"],
             "digest": str(row["digest"]),
-            "login": pair["login"],
-            "credential": pair["file"],
-            "host": nodes[node_of(pair["provider"])]["address"],
-            "port": pair["port"],
-            "ca": offer.get("ca") if offer is not None else None,
+            **_reach(pair, self.nodes, self.modules),
             "file": spec["file"],
             "owner": spec["owner"],
             "group": spec["group"],
             "mode": spec["mode"],
             "reload": list(spec["reload"]),
         }
-        by_node.setdefault(node_of(d.module), []).append((d, item))
-    done: list[str] = []
-    for node, items in by_node.items():
-        request: SecretFetchRequest = {"items": [i for _, i in items]}
-        try:
-            answer = agents.call(node, SECRET_FETCH, request)
-            fetched = {(f["module"], f["name"]): f for f in answer["fetched"]}
-        except MeshtuiError as exc:
-            for d, _ in items:
-                behind[f"{d.module} {d.spec['name']}"] = f"node {node} did not answer: {exc}"
-            continue
-        updates: list[OwnSecretRow] = []
-        for d, item in items:
-            got = fetched.get(d.key)
-            label = f"{d.module} {d.spec['name']}"
-            old = rows[d.key]
-            if got is None or got["error"] or got["digest"] != item["digest"]:
-                why = (got["error"] if got else None) or "the module's node said nothing of it"
-                behind[label] = f"the file does not hold version {item['version']} yet: {why}"
-                updates.append(_row(d, old, error=f"deliver: {why}"))
-                continue
-            reload = got.get("reload")
-            error = f"reload {reload}" if reload and reload != "ok" else None
-            if error:
-                behind[label] = f"written, but its {error}"
-            updates.append(_row(d, old, file_version=item["version"], error=error))
-            done.append(f"{label}: version {item['version']} written to {item['file']}")
-        with inv.transaction("secret-deliver") as tx:
-            tx.put_own_secrets(updates)
-            tx.audit(
-                "secret-deliver",
-                [d.pair["id"] for d, _ in items if d.pair is not None],
-                {"node": node, "secrets": [f"{d.module} {d.spec['name']}" for d, _ in items]},
-                "ok" if all(u["error"] is None for u in updates) else "failed",
+        return node_of(d.module), item
+
+    def send(
+        self, agents: Any, group: str, items: list[SecretFetchItem]
+    ) -> dict[tuple[str, str], SecretFetched]:
+        request: SecretFetchRequest = {"items": items}
+        answer = agents.call(group, SECRET_FETCH, request)
+        return {(f["module"], f["name"]): f for f in answer["fetched"]}
+
+    def settle(
+        self, d: Declared, row: OwnSecretRow, item: SecretFetchItem, got: SecretFetched | None
+    ) -> tuple[OwnSecretRow, str | None, str | None]:
+        if got is None or got["error"] or got["digest"] != item["digest"]:
+            why = (got["error"] if got else None) or "the module's node said nothing of it"
+            return (
+                _row(d, row, error=f"deliver: {why}"),
+                None,
+                f"the file does not hold version {item['version']} yet: {why}",
             )
-    return done
+        reload = got.get("reload")
+        error = f"reload {reload}" if reload and reload != "ok" else None
+        return (
+            _row(d, row, file_version=item["version"], error=error),
+            f"{_label(d)}: version {item['version']} written to {item['file']}",
+            f"written, but its {error}" if error else None,
+        )
+
+    def unanswered(self, group: str, exc: MeshtuiError) -> str:
+        return f"node {group} did not answer: {exc}"
+
+    def audited(self, group: str) -> dict[str, object]:
+        return {"node": group}
+
+
+class _Reach(TypedDict):
+    """How a module's node reaches its vault as the module: its login, the pair credential's
+    file, the vault's address, port and CA."""
+
+    login: str
+    credential: str
+    host: str
+    port: int
+    ca: str | None
+
+
+def _reach(pair: PairRow, nodes: Mapping[str, NodeRow], modules: Mapping[str, ModuleRow]) -> _Reach:
+    offer = offer_of(pair, modules)
+    return {
+        "login": pair["login"],
+        "credential": pair["file"],
+        "host": nodes[node_of(pair["provider"])]["address"],
+        "port": pair["port"],
+        "ca": offer.get("ca") if offer is not None else None,
+    }
+
+
+def drill(ctl: Any, module: str, name: str) -> SecretDrillReport:
+    """Rotate a minted secret and prove it from the module's node: before, its file and the
+    vault's current version hold the version the inventory says; after, both hold the new one
+    and neither the old. Always a report (failures are in it); audited as ``secret-drill``."""
+    inv: Inventory = ctl.inventory
+    d = _find(inv, module, name)
+    if d.spec["supplied"]:
+        raise InputError(
+            f"{module} secret {name} is supplied by an operator: a drill rotates, and only a "
+            "minted secret is rotated by the mesh"
+        )
+    if d.pair is None:
+        raise InputError(f"{module} has no live vault pair; declare its {VAULT_PROVISION!r}")
+    row = inv.own_secrets().get(d.key)
+    if row is None or not row["version"] or row["file_version"] != row["version"]:
+        raise InputError(
+            f"{module} secret {name} is not in place yet (see meshtui secret status); "
+            "run meshtui push, then drill it"
+        )
+    old_version, old_digest = row["version"], str(row["digest"])
+    item: SecretCheckItem = {
+        "module": module,
+        "name": name,
+        **_reach(d.pair, inv.nodes(), inv.modules()),
+        "file": d.spec["file"],
+    }
+    node = node_of(module)
+    checks: list[SecretDrillCheck] = []
+    new_version: int | None = None
+    reason = ""
+
+    def look() -> SecretChecked:
+        with ctl.agents(timeout=TIMEOUT_S) as agents:
+            answer = agents.call(node, SECRET_CHECK, {"items": [item]})
+        checked: list[SecretChecked] = answer["checked"]
+        return checked[0]
+
+    try:
+        before = look()
+        held = before["file_digest"] == before["vault_digest"] == old_digest
+        checks.append(
+            SecretDrillCheck(
+                "old in the file and the vault's current version before",
+                held,
+                before["error"] or f"version {old_version}, KV version {before['kv_version']}",
+            )
+        )
+        if held:
+            new_version = rotate(ctl, module, name)
+            converge(ctl)
+            new_digest = str(inv.own_secrets()[d.key]["digest"])
+            after = look()
+            seen = after["error"] or f"KV version {after['kv_version']}"
+            checks += [
+                SecretDrillCheck("new in the file after", after["file_digest"] == new_digest, seen),
+                SecretDrillCheck(
+                    "new is the vault's current version after",
+                    after["vault_digest"] == new_digest,
+                    seen,
+                ),
+                SecretDrillCheck(
+                    "old gone from the file and the vault's current version",
+                    old_digest not in (after["file_digest"], after["vault_digest"]),
+                    seen,
+                ),
+            ]
+    except MeshtuiError as exc:
+        reason = f"node {node} did not answer: {exc}"
+    ok = len(checks) == 4 and all(c.ok for c in checks)
+    if ok:
+        reason = "new in the file and the vault, old in neither"
+    elif not reason:
+        failed = next(c for c in checks if not c.ok)
+        reason = f"{failed.name}: failed ({failed.seen})"
+        if len(checks) == 1:
+            reason += "; nothing was rotated"
+    with inv.transaction("secret-drill") as tx:
+        tx.audit(
+            "secret-drill",
+            [d.pair["id"]],
+            {
+                "module": module,
+                "name": name,
+                "old_version": old_version,
+                "new_version": new_version,
+                "checks": {c.name: c.ok for c in checks},
+            },
+            "ok" if ok else "failed",
+        )
+    return SecretDrillReport(module, name, ok, old_version, new_version, checks, reason)
 
 
 def status(inv: Inventory) -> list[SecretStatus]:
@@ -440,6 +637,7 @@ def status(inv: Inventory) -> list[SecretStatus]:
                 module=d.module,
                 name=d.spec["name"],
                 origin="supplied" if d.spec["supplied"] else "minted",
+                pair=d.pair["id"] if d.pair else None,
                 vault=d.pair["provider"] if d.pair else None,
                 path=f"{KV_MOUNT}/{d.pair['login']}/{d.spec['name']}" if d.pair else None,
                 file=d.spec["file"],
@@ -449,7 +647,8 @@ def status(inv: Inventory) -> list[SecretStatus]:
                 state=state,
                 reason=reason,
                 supplied_by=row["supplied_by"] if row else None,
-                supplied_at=row["supplied_at"] if row else None,
+                supplied_at=row["supplied_at"] if row and row["supplied_by"] else None,
+                since=row["supplied_at"] if row and row["version"] else None,
             )
         )
     return out

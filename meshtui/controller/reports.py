@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple, TypeGuard
 
-from meshtui.model import PairStatus, RotationState
+from meshtui.model import PairStatus, RotationState, node_of
 
 Progress = Callable[[str, int, int], None]
 """``progress(message, done, total)``: called from the worker doing the action, never blocks."""
@@ -221,6 +221,69 @@ class DrillRecord:
 
 
 @dataclass(frozen=True)
+class SecretStatus:
+    """Where one of a module's own secrets stands; never its value."""
+
+    module: str
+    name: str
+    origin: str  # "minted" | "supplied"
+    pair: str | None  # the module's vault pair, under which status lists it
+    vault: str | None  # the vault module
+    path: str | None  # its KV path in the vault
+    file: str
+    version: int  # the version the mesh wants held (0: none supplied yet)
+    vault_version: int | None
+    file_version: int | None
+    state: str  # "working" | "stale" | "unknown"
+    reason: str
+    supplied_by: str | None
+    supplied_at: str | None
+    since: str | None = None  # when the wanted version was sealed (minted, or supplied)
+
+    @property
+    def node(self) -> str:
+        """The module's node, where its file is."""
+        return node_of(self.module)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``secret status --json`` object (and, under its vault pair, ``status --json``'s):
+        who holds the secret (the module's file, the vault's path), the versions, never a
+        value."""
+        out = asdict(self)
+        out["holders"] = {
+            "module": {"node": self.node, "module": self.module, "file": self.file},
+            "vault": {"module": self.vault, "path": self.path},
+        }
+        return out
+
+
+@dataclass(frozen=True)
+class SecretDrillCheck:
+    """One check of a secret's drill: what it proves, whether it held, and what was seen."""
+
+    name: str
+    ok: bool
+    seen: str
+
+
+@dataclass(frozen=True)
+class SecretDrillReport:
+    """A drill of a minted secret: rotated, then proved by the module's node that the new
+    version is in its file and is the vault's current version, and the old one in neither."""
+
+    module: str
+    name: str
+    ok: bool
+    old_version: int
+    new_version: int | None
+    checks: list[SecretDrillCheck]
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class PairDetail:
     """Everything about one pair for its detail screen (never a secret); lists newest first."""
 
@@ -232,6 +295,7 @@ class PairDetail:
     probes: list[ProbeView]
     drills: list[DrillRecord]
     rotations: list[RotationView]
+    secrets: list[SecretStatus] = field(default_factory=list)  # a vault pair's module's own
 
 
 class AuditEvent(NamedTuple):
@@ -279,8 +343,21 @@ class ChainReport:
     problem: str = ""
 
 
-JobResult = RotationReport | PushReport | list[DrillReport] | list[ProbeOutcome]
-"""What one of the dashboard's jobs returns: ``rotate``, ``push``, ``drill`` or ``probe``'s report."""
+@dataclass(frozen=True)
+class SecretsRotated:
+    """What rotating modules' minted own secrets did: each secret's new version and where it
+    stands after (working: in the vault and the file), never a value."""
+
+    secrets: list[SecretStatus]
+
+    @property
+    def ok(self) -> bool:
+        return all(s.state == "working" for s in self.secrets)
+
+
+JobResult = RotationReport | PushReport | SecretsRotated | list[DrillReport] | list[ProbeOutcome]
+"""What one of the dashboard's jobs returns: ``rotate``, ``push``, ``drill``, ``probe`` or the
+rotation of a module's minted secrets' report."""
 
 
 def is_drills(result: JobResult) -> TypeGuard[list[DrillReport]]:

@@ -1,6 +1,8 @@
 """``meshtui watch``: the unattended loop. Each cycle recovers an interrupted rotation, pushes
-what is behind, probes the pairs whose probe is due, rotates the pairs whose policy says so
-(all-or-nothing per provider), raises alerts and refreshes the metrics.
+what is behind (a pair's end or a module's own secret), probes the pairs whose probe is due,
+rotates the pairs whose policy says so (all-or-nothing per provider) and the minted secrets
+whose vault pair's policy says so (each as ``secret rotate``), raises alerts and refreshes the
+metrics.
 
 Every act goes through the controller's own actions, so it takes the same delivery lock, keeps
 rotations all-or-nothing and lands in the audit chain, with ``watch`` as the operator. A node
@@ -21,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from meshtui.atomic import write_private
-from meshtui.controller import lock
+from meshtui.controller import lock, own_secrets
 from meshtui.controller.core import Controller
 from meshtui.controller.heartbeat import HEARTBEAT, Heartbeat
 from meshtui.controller.metrics import CycleView, Metrics
@@ -73,6 +75,8 @@ class CycleReport:
     probed: int = 0
     rotated: list[str] = field(default_factory=list)
     failed_rotations: list[str] = field(default_factory=list)
+    rotated_secrets: list[str] = field(default_factory=list)  # "module name"
+    failed_secrets: list[str] = field(default_factory=list)
     alerts: list[Alert] = field(default_factory=list)
     waited_for: str | None = None
     ok: bool = True
@@ -118,6 +122,7 @@ class Watch:
         self.failing: set[str] = set()  # pairs whose rotation failed and has not worked since
         self.waiting: str | None = None
         self._cache: tuple[int, list[PairStatus], list[PairDue]] | None = None
+        self.secrets_behind = False  # a module's own secret waits for a store or a delivery
         ctl.inventory.actor = ACTOR
         lock.WHO = ACTOR
 
@@ -168,6 +173,13 @@ class Watch:
             rotated, failed, alerts = self._rotate(plan)
             acted = acted or bool(rotated or failed)
             ok = ok and not failed
+        secrets_rotated: list[str] = []
+        secrets_failed: list[str] = []
+        if not self.stop.is_set():
+            secrets_rotated, secrets_failed, more = self._rotate_secrets(plan)
+            alerts += more
+            acted = acted or bool(secrets_rotated or secrets_failed)
+            ok = ok and not secrets_failed
         if acted:
             rows, plan, fresh = self._read(force=True)
         now = self.clock()
@@ -202,6 +214,8 @@ class Watch:
             probed=probed,
             rotated=rotated,
             failed_rotations=failed,
+            rotated_secrets=secrets_rotated,
+            failed_secrets=secrets_failed,
             alerts=alerts,
             waited_for=self.waiting,
             ok=ok,
@@ -214,6 +228,9 @@ class Watch:
         version = inv.data_version()
         if force or self._cache is None or version != self._cache[0]:
             self._cache = (version, statuses(inv), schedule(inv))
+            self.secrets_behind = any(
+                s.version and s.state != "working" for s in own_secrets.status(inv)
+            )
             return self._cache[1], self._cache[2], True
         return self._cache[1], self._cache[2], False
 
@@ -234,6 +251,8 @@ class Watch:
     # ---- steps --------------------------------------------------------------------------
     def _needs_push(self, rows: list[PairStatus]) -> bool:
         if self.ctl.inventory.open_rotations():
+            return True
+        if self.secrets_behind:
             return True
         return any(r.state is State.STALE and not r.withdrawn and not r.alarm for r in rows)
 
@@ -346,6 +365,49 @@ class Watch:
                     if pid not in self.failing
                 ]
                 self.failing.update(batch)
+        return rotated, failed, alerts
+
+    def _rotate_secrets(self, plan: list[PairDue]) -> tuple[list[str], list[str], list[Alert]]:
+        """Rotate the minted secrets their vault pair's policy says are due, each as
+        ``secret rotate`` does (the new version stored in the vault, then written to the
+        module's file; until both are done the file keeps the old one); a secret whose module's
+        node or vault's node does not answer waits for it, keeping its old value."""
+        now = self.clock()
+        rotated: list[str] = []
+        failed: list[str] = []
+        alerts: list[Alert] = []
+        for s in own_secrets.due(self.ctl.inventory, plan, now):
+            if any(
+                not self.nodes.get(n, Backoff()).ready(now)
+                for n in (node_of(s.module), node_of(s.vault))
+            ):
+                continue
+            if self.stop.is_set() or not self._lock_free("rotate a secret"):
+                break
+            try:
+                version = self.ctl.secret_rotate(s.module, s.name)
+            except RotationBusyError as exc:
+                self.log(f"waiting to rotate {s.label}: {exc}")
+                break
+            except MeshtuiError as exc:
+                why = f"secret {s.name} of {s.module} not rotated: {exc}"
+            else:
+                (row,) = [r for r in self.ctl.secrets() if (r.module, r.name) == (s.module, s.name)]
+                if row.state == "working":
+                    rotated.append(s.label)
+                    self.log(f"rotated secret {s.label} to version {version}")
+                    if self.metrics is not None:
+                        self.metrics.rotations.labels(provider=s.vault).inc()
+                    continue
+                why = (
+                    f"secret {s.name} of {s.module}: version {version} not in place yet "
+                    f"(push finishes it; the file keeps the old value): {row.reason}"
+                )
+            failed.append(s.label)
+            self._count("rotate")
+            self.log(why)
+            state = self._state(s.pair)
+            alerts.append(Alert("rotation-failed", s.pair, state, state, why, stamp_now()))
         return rotated, failed, alerts
 
     def _rotate_batch(self, provider: str, batch: list[str]) -> tuple[bool, str]:

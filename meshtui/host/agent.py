@@ -156,6 +156,7 @@ class Agent:
                 Route(messages.CHECK, self.check),
                 Route(messages.SECRET_STORE, self.own_secrets.store),
                 Route(messages.SECRET_FETCH, self.own_secrets.fetch),
+                Route(messages.SECRET_CHECK, self.own_secrets.check),
             )
         }
 

@@ -11,7 +11,14 @@ admin token can write there but not read: the policy ``meshtui_provisioner`` gra
 ``secret_id`` the pair credential this node holds), reads exactly the KV version the controller
 names, checks the value's digest, writes the file with the declared owner, group and mode
 (nothing written when it already holds it), runs the reload, and revokes the token. So each
-delivery proves the module's login works and that its policy lets it read its own path.
+delivery proves the module's login works and that its policy lets it read its own path. The
+file goes only where the node's policy allows a credential file (``[[credentials]]``: folder,
+owner, group, reload), and never over a file this agent did not write for that secret
+(:mod:`meshtui.host.secret_files` records what it wrote), as a pair's credential file.
+
+``check`` (on the module's node, for a drill): the digest of the file the agent wrote for a
+secret (only that file, only where the policy allows a credential file) and the digest of the
+vault's current version, read as the module; never a value.
 
 Values live here only in memory, for one request; no log, answer or error carries them.
 """
@@ -19,6 +26,7 @@ Values live here only in memory, for one request; no log, answer or error carrie
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from meshtui import crypto
 from meshtui.bao import APPROLE_MOUNT, KV_MOUNT, Bao, BaoError, read_admin, scrub
@@ -28,7 +36,12 @@ from meshtui.host.deliver import run_reload
 from meshtui.host.identity import Identity
 from meshtui.host.paths import StateFolder, node_path
 from meshtui.host.policy import ConsumerAsk, Policy, ProviderAsk
+from meshtui.host.secret_files import SecretFiles, Written
 from meshtui.messages import (
+    SecretCheckAnswer,
+    SecretChecked,
+    SecretCheckItem,
+    SecretCheckRequest,
     SecretFetchAnswer,
     SecretFetched,
     SecretFetchItem,
@@ -60,6 +73,7 @@ class OwnSecrets:
         self.identity = identity
         self.policy = policy
         self.state = StateFolder(identity.state_dir)
+        self.written = SecretFiles(identity.state_dir)
 
     # ---- the vault's node ------------------------------------------------------------------
     def store(self, request: SecretStoreRequest) -> SecretStoreAnswer:
@@ -159,20 +173,52 @@ class OwnSecrets:
             return _fetched(item, None, str(exc))
         except (ValueError, HostFileError) as exc:
             return _fetched(item, None, f"{where}: {exc}")
+        value, _, error = self._from_vault(item, path, where, item["kv_version"])
+        if value is None:
+            return _fetched(item, None, error)
+        if crypto.secret_digest(value) != item["digest"]:
+            return _fetched(item, None, f"{where}: the vault's value does not match its digest")
+        data = value
+        was = self.written.get(item["module"], item["name"])
+        try:
+            files.write_credential(
+                target,
+                want,
+                item["digest"],
+                lambda: data,
+                ours=lambda _: was is not None and was.file == str(target),
+            )
+        except HostFileError as exc:
+            return _fetched(item, None, f"{where}: file: {exc}")
+        except OSError as exc:
+            return _fetched(item, None, f"{where}: cannot write {target}: {exc.strerror}")
+        finally:
+            data = value = b""
+        self.written.put(
+            item["module"], item["name"], Written(str(target), item["version"], item["digest"])
+        )
+        if was is not None and was.file != str(target):  # the declaration moved it
+            files.remove_written(Path(was.file), was.digest)
+        ran = run_reload(reload) if reload is not None else None
+        return _fetched(item, item["digest"], None, ran)
+
+    def _from_vault(
+        self, item: SecretFetchItem | SecretCheckItem, path: str, where: str, version: int | None
+    ) -> tuple[bytes | None, int | None, str]:
+        """The value of ``path``'s KV ``version`` (None: the current one) and its KV version,
+        read as the module: an AppRole login with the pair credential this node holds, the
+        token revoked after; or (None, None, why not)."""
         held, why = files.read_credential(node_path(item["credential"], "credential file"))
         if held is None:
-            return _fetched(
-                item,
-                None,
-                f"{where}: the module's vault credential is not held ({why or 'missing'})",
-            )
+            why = why or "missing"
+            return None, None, f"{where}: the module's vault credential is not held ({why})"
         secret_id = held.decode("utf-8", "replace").strip()
         del held
         host = f"[{item['host']}]" if ":" in item["host"] else item["host"]
         try:
             bao = Bao(f"https://{host}:{item['port']}", ca=item["ca"])
         except MeshtuiError as exc:
-            return _fetched(item, None, f"{where}: {exc}")
+            return None, None, f"{where}: {exc}"
         with bao:
             try:
                 login = bao.call(
@@ -183,37 +229,70 @@ class OwnSecrets:
                 )
                 token = str(((login or {}).get("auth") or {})["client_token"])
             except (BaoError, KeyError, TypeError) as exc:
-                return _fetched(
-                    item, None, f"{where}: AppRole login: {scrub(str(exc), [secret_id])}"
-                )
+                return None, None, f"{where}: AppRole login: {scrub(str(exc), [secret_id])}"
             finally:
                 del secret_id
+            query = "" if version is None else f"?version={int(version)}"
             try:
-                found = bao.data(
-                    "GET", f"{KV_MOUNT}/data/{path}?version={int(item['kv_version'])}", token=token
-                )
-                value = str(((found or {}).get("data") or {})["value"]).encode("utf-8")
-            except (BaoError, KeyError, TypeError) as exc:
-                return _fetched(item, None, f"{where}: reading it from the vault: {exc}")
+                found = bao.data("GET", f"{KV_MOUNT}/data/{path}{query}", token=token) or {}
+                value = str((found.get("data") or {})["value"]).encode("utf-8")
+                kv_version = int((found.get("metadata") or {}).get("version") or 0) or None
+            except (BaoError, KeyError, TypeError, ValueError) as exc:
+                return None, None, f"{where}: reading it from the vault: {exc}"
             finally:
                 try:
                     bao.call("POST", "auth/token/revoke-self", token=token)
                 except BaoError:
                     pass  # short-lived: it expires within the role's token TTL
                 del token
-        if crypto.secret_digest(value) != item["digest"]:
-            return _fetched(item, None, f"{where}: the vault's value does not match its digest")
-        data = value
+        return value, kv_version, ""
+
+    # ---- a drill ---------------------------------------------------------------------------
+    def check(self, request: SecretCheckRequest) -> SecretCheckAnswer:
+        """For each secret: the digest its file holds and the digest of the vault's current
+        version read as the module (a drill proves with them that the old value is gone)."""
+        return {"checked": [self._check_one(item) for item in request["items"]]}
+
+    def _check_one(self, item: SecretCheckItem) -> SecretChecked:
+        where = f"node {self.identity.name}: {item['module']} secret {item['name']}"
+        out: SecretChecked = {
+            "module": item["module"],
+            "name": item["name"],
+            "file_digest": None,
+            "vault_digest": None,
+            "kv_version": None,
+            "error": None,
+        }
+        ask = ConsumerAsk(
+            item["module"], f"its secret {item['name']}", item["file"], None, None, ()
+        )
         try:
-            files.write_credential(target, want, item["digest"], lambda: data)
-        except HostFileError as exc:
-            return _fetched(item, None, f"{where}: {exc}")
-        except OSError as exc:
-            return _fetched(item, None, f"{where}: cannot write {target}: {exc.strerror}")
-        finally:
-            data = value = b""
-        ran = run_reload(reload) if reload is not None else None
-        return _fetched(item, item["digest"], None, ran)
+            path = _path(item["login"], item["name"])
+            target = node_path(item["file"], "secret file")
+            refused = self.policy.consumer_refusals(ask)
+            if refused:
+                raise refused[0]
+        except PolicyRefusal as exc:
+            out["error"] = str(exc)
+            return out
+        except ValueError as exc:
+            out["error"] = f"{where}: {exc}"
+            return out
+        was = self.written.get(item["module"], item["name"])
+        if was is None or was.file != str(target):
+            out["error"] = f"{where}: file: {target} is not a file this agent wrote for it"
+            return out
+        held, why = files.read_credential(target)
+        if held is not None:
+            out["file_digest"] = crypto.secret_digest(held)
+            del held
+        value, kv_version, error = self._from_vault(item, path, where, None)
+        if value is not None:
+            out["vault_digest"], out["kv_version"] = crypto.secret_digest(value), kv_version
+            del value
+        problems = [p for p in (why and f"{where}: file: {why}", error) if p]
+        out["error"] = "; ".join(problems) or None
+        return out
 
 
 def _stored(item: SecretStoreItem, kv_version: int | None, error: str | None) -> SecretStored:

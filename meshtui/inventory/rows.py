@@ -80,7 +80,7 @@ class OwnSecretRow(TypedDict):
     kv_version: int | None
     file_version: int | None
     supplied_by: str | None
-    supplied_at: str | None
+    supplied_at: str | None  # when ``version`` was sealed: supplied (by supplied_by) or minted
     error: str | None
     updated_at: str
 

@@ -164,6 +164,15 @@ ACTIONS: tuple[Act, ...] = (
         mutating=True,
     ),
     Act(
+        "rotate-secrets",
+        "t",
+        "rotate_secrets",
+        "Rotate secrets",
+        "Rotate the minted own secrets of a vault pair's module (confirm first)",
+        ("pair",),
+        mutating=True,
+    ),
+    Act(
         "probe",
         "p",
         "probe",

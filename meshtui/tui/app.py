@@ -37,6 +37,7 @@ from meshtui.controller.reports import (
     Progress,
     PushReport,
     RotationReport,
+    SecretsRotated,
     Summary,
     is_drills,
     is_probes,
@@ -76,6 +77,7 @@ JOB_RUNS: dict[JobKind, JobRun] = {
     JobKind.DRILL: lambda ctl, ids, progress: ctl.drill(ids, progress),
     JobKind.PROBE: lambda ctl, ids, progress: ctl.probe(ids or None, progress),
     JobKind.PUSH: lambda ctl, ids, progress: ctl.push(progress),
+    JobKind.ROTATE_SECRETS: lambda ctl, ids, progress: ctl.rotate_secrets(ids, progress),
 }
 """What each kind of job runs on a fresh controller: its pairs and the progress callback."""
 
@@ -508,6 +510,12 @@ def job_toast(job: Job, result: JobResult) -> tuple[str, SeverityLevel]:
             text += f", {len(result.ahead)} ahead of the inventory (rotated past)"
         if result.behind:
             text += f", {len(result.behind)} still behind"
+        return text, "information" if result.ok else "warning"
+    if isinstance(result, SecretsRotated):
+        behind = [s for s in result.secrets if s.state != "working"]
+        text = f"rotated {len(result.secrets)} secrets" + (
+            f", {len(behind)} not in place yet (push finishes them)" if behind else ""
+        )
         return text, "information" if result.ok else "warning"
     if is_drills(result):
         failed = [r for r in result if not r.ok]

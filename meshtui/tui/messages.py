@@ -93,6 +93,7 @@ class JobKind(StrEnum):
     DRILL = "drill"
     PROBE = "probe"
     PUSH = "push"
+    ROTATE_SECRETS = "rotate_secrets"  # a vault pair's module's minted own secrets
 
     @property
     def needs_pairs(self) -> bool:
@@ -116,6 +117,8 @@ class Job:
         """``Rotate 3 marked pairs``."""
         if self.kind is JobKind.PUSH:
             return "Push every end"
+        if self.kind is JobKind.ROTATE_SECRETS:
+            return f"Rotate the minted secrets of {self.basis}"
         return f"{self.kind.value.capitalize()} {self.basis}"
 
 

@@ -83,6 +83,8 @@ def calls(mesh: CountedMesh) -> dict[str, list[tuple[Callable[[Controller], Any]
         "secrets": [(lambda c: c.secrets(), None)],
         "secret_put": [(lambda c: c.secret_put("app1/gitea", "smtp", b"x", "test"), "")],
         "secret_rotate": [(lambda c: c.secret_rotate("app1/gitea", "session_key"), "")],
+        "secret_drill": [(lambda c: c.secret_drill("app1/gitea", "session_key"), "")],
+        "rotate_secrets": [(lambda c: c.rotate_secrets([GITEA]), "")],
         "write_export": [
             (lambda c: c.write_export(mesh.root / f"export-{uuid.uuid4().hex}.json", "[]"), None)
         ],

@@ -326,8 +326,8 @@ FAULTS = (
     Fault(
         "seaweedfs-refusal-not-seen",
         "kinds/seaweedfs/probe.py",
-        '                    Verdict.REFUSED, f"signed request refused ({code}) over TLS"',
-        '                    Verdict.UNKNOWN, f"signed request refused ({code}) over TLS"',
+        '                Verdict.REFUSED, f"signed request refused ({code}) over TLS"',
+        '                Verdict.UNKNOWN, f"signed request refused ({code}) over TLS"',
         "test_probe_verdicts",
         ("seaweedfs",),
     ),

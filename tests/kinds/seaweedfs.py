@@ -108,7 +108,7 @@ class WeedFixture:
         )
         if answer.status_code == 200:
             return True
-        code = s3probe._code(answer)
+        code = s3probe._code(answer.status_code, answer.content)
         if code in REFUSALS:
             return False
         raise AssertionError(f"{login}: neither accepted nor refused: {code}")

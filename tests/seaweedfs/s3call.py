@@ -37,7 +37,9 @@ def main() -> None:
                 codes.append(
                     [
                         resp.status_code,
-                        s3probe._code(resp) if resp.status_code >= 300 else resp.text,
+                        s3probe._code(resp.status_code, resp.content)
+                        if resp.status_code >= 300
+                        else resp.text,
                     ]
                 )
             except httpx.HTTPError as exc:

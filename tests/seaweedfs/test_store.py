@@ -252,9 +252,32 @@ def test_unreachable_or_untrusted_store_is_unknown_never_revoked(
     }
     assert store.call("app1", job)["verdict"] == "accepted"
     closed = store.call("app1", {**job, "port": store.server.ports.s3 + 7})
-    assert closed["verdict"] == "unknown" and "ConnectError" in closed["reason"], closed
+    assert closed["verdict"] == "unknown" and "ConnectionRefusedError" in closed["reason"], closed
     untrusted = store.call("app1", {**job, "ca": str(store.server.conf / "grpc-ca.pem")})
     assert untrusted["verdict"] == "unknown" and "CERTIFICATE_VERIFY_FAILED" in untrusted["reason"]
+
+
+def test_rights_wider_than_declared_are_unknown_never_accepted(
+    s3mesh: S3Mesh, store: Store
+) -> None:
+    """A key that may list every bucket (rights given by hand, not by meshtui) works on its own
+    bucket, but the fresh bucket outside its rights answers NoSuchBucket, not AccessDenied:
+    the probe says its rights are wider than declared, every time, never accepted."""
+    login, secret = f"wide_app1_{os.urandom(3).hex()}", "Wide0123456789abcdef0123456789"
+    bucket = login.replace("_", "-")
+    store.shell([
+        f"s3.bucket.create -name {bucket}",
+        f"s3.configure -user={login} -access_key={login} -secret_key={secret} "
+        "-actions=Read,List -apply",
+    ])  # fmt: skip
+    for _ in range(2):
+        got = store.probe("app1", login, secret, bucket)
+        assert got["verdict"] == "unknown" and "wider than declared" in got["reason"], got
+    store.shell([
+        f"s3.configure -user={login} -actions=Read,List -delete -apply",
+        f"s3.configure -user={login} -buckets={bucket} -actions=Read,List -apply",
+    ])  # fmt: skip
+    assert store.probe("app1", login, secret, bucket)["verdict"] == "accepted"
 
 
 def test_a_store_with_no_identity_lets_anyone_in_and_the_probe_says_so(
@@ -282,6 +305,16 @@ def test_a_store_with_no_identity_lets_anyone_in_and_the_probe_says_so(
         assert made_bucket[0][0] == 200 and put[0][0] == 200, (made_bucket, put)  # anyone writes
         got = store.probe("app1", "nobody_app1_000000", "Wrong0123456789abcdef0123", "anyone")
         assert got["verdict"] == "no password demanded", got
+        # a withdrawn pair's key (its identity gone with every other) is never "revoked", and
+        # no key is ever "accepted", with or without the control, on a bucket or on none
+        for bucket, control in (("anyone", False), ("never-made", True), ("never-made", False)):
+            job = {"op": "probe", "host": server.address, "port": server.ports.s3,
+                   "login": "gone_app1_000000", "secret": "Gone0123456789abcdef0123",
+                   "bucket": bucket, "control": control}  # fmt: skip
+            seen = store.call("app1", job)
+            assert seen["verdict"] not in ("accepted", "refused"), (bucket, control, seen)
+            if bucket == "anyone":
+                assert seen["verdict"] == "no password demanded", seen
     finally:
         server.stop(kill=True)
         shutil.rmtree(base, ignore_errors=True)

@@ -150,7 +150,9 @@ def test_registry_ids_are_unique_per_scope_and_every_mutating_action_is_marked()
     for scope in actions.SCOPES:
         ids = [a.id for a in actions.in_scope(scope)]
         assert len(ids) == len(set(ids)), scope
-    assert {"rotate", "rotate_set", "drill", "probe", "probe_all", "push"} == actions.MUTATING
+    assert {
+        "rotate", "rotate_set", "drill", "probe", "probe_all", "push", "rotate_secrets",
+    } == actions.MUTATING  # fmt: skip
     assert all(a.help and a.description for a in actions.ACTIONS)
     # nothing reachable only by a ctrl-chord
     for a in actions.ACTIONS:

@@ -22,6 +22,7 @@ from meshtui.controller.reports import (
     JobResult,
     PushReport,
     RotationReport,
+    SecretsRotated,
     is_drills,
     is_probes,
 )
@@ -115,6 +116,22 @@ def outcome_rows(result: JobResult) -> tuple[tuple[Column, ...], list[TableRow]]
         rows += [
             TableRow(f"b:{pid}", (pid, "behind", "", why), "warn")
             for pid, why in sorted(result.behind.items())
+        ]
+        return cols, rows
+    if isinstance(result, SecretsRotated):
+        cols = (
+            Column("secret", "secret", max_width=60),
+            Column("state", "state", max_width=8),
+            Column("version", "version", align="right", max_width=8),
+            Column("reason", "reason", max_width=60),
+        )
+        rows = [
+            TableRow(
+                f"{s.module} {s.name}",
+                (f"{s.module} {s.name}", s.state, str(s.version), s.reason),
+                "good" if s.state == "working" else "warn",
+            )
+            for s in result.secrets
         ]
         return cols, rows
     cols = (

@@ -1,5 +1,7 @@
 """One pair: its state and why, who holds it, its generations, deliveries, probes (with a latency
-sparkline), drills and rotations. Never a secret: digests are shown shortened, as fingerprints.
+sparkline), drills and rotations, and for a vault pair its module's own secrets (their state, the
+versions the vault and the file hold, where). Never a secret: digests are shown shortened, as
+fingerprints, and a secret's value is never read.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from textual.binding import BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Label, LoadingIndicator, Sparkline, Static
 
-from meshtui.controller.reports import PairDetail
+from meshtui.controller.reports import PairDetail, SecretStatus
 from meshtui.controller.schedule import PairDue
+from meshtui.kinds import registry
 from meshtui.model import PairStatus, PolicySource, State
 from meshtui.tui import actions
 from meshtui.tui.messages import DetailLoaded, Job, JobKind
@@ -113,7 +116,8 @@ def holders_text(st: PairStatus, detail: PairDetail | None) -> Text:
     text.append("consumer  ", "bold")
     text.append(f"{st.consumer} on {st.consumer_node}, file {st.consumer_file}\n")
     text.append("provider  ", "bold")
-    text.append(f"{st.provider} on {st.provider_node}, login {st.login}")
+    text.append(f"{st.provider} on {st.provider_node} ({registry.kind_of(st.kind).title})")
+    text.append(f", login {st.login}")
     if detail is not None:
         if detail.values:
             text.append("\nvalues    ", "bold")
@@ -122,6 +126,29 @@ def holders_text(st: PairStatus, detail: PairDetail | None) -> Text:
             text.append("\nreload    ", "bold")
             text.append(" ".join(detail.reload))
     return text
+
+
+def secrets_table(st: PairStatus, secrets: Sequence[SecretStatus]) -> Table:
+    """A vault pair's module's own secrets: state, versions held, file and vault path; never a
+    value (the screen has none to show)."""
+    return small_table(
+        f"own secrets of {st.consumer} (in {st.provider})",
+        ("secret", "origin", "state", "want", "vault", "file", "file path", "vault path", "why"),
+        (
+            (
+                s.name,
+                s.origin,
+                s.state,
+                s.version or None,
+                s.vault_version,
+                s.file_version,
+                s.file,
+                s.path,
+                s.reason,
+            )
+            for s in secrets
+        ),
+    )
 
 
 class PairScreen(MeshScreen):
@@ -140,6 +167,7 @@ class PairScreen(MeshScreen):
         with VerticalScroll(id="pair-body"):
             yield Static(id="pair-overview")
             yield Static(id="pair-holders")
+            yield Static(id="pair-secrets")
             with Vertical(id="latency-box"):
                 yield Label("probe latency (oldest → newest)", id="latency-label")
                 yield Sparkline([], id="latency")
@@ -192,6 +220,10 @@ class PairScreen(MeshScreen):
         d = self.detail = message.detail
         self.query_one("#pair-loading", LoadingIndicator).display = False
         self._show_status()
+        secrets = self.query_one("#pair-secrets", Static)
+        secrets.display = bool(d.secrets)
+        if d.secrets:
+            secrets.update(secrets_table(d.status, d.secrets))
         latencies = [p.latency_ms for p in reversed(d.probes) if p.latency_ms is not None]
         self.query_one(Sparkline).data = latencies or [0.0]
         caption = (
@@ -298,6 +330,23 @@ class PairScreen(MeshScreen):
         """Probe this pair."""
         if job := self._job(JobKind.PROBE):
             self.mesh.start_job(job)
+
+    def action_rotate_secrets(self) -> None:
+        """Rotate this vault pair's module's minted own secrets (confirm first, Cancel focused)."""
+        minted = [s for s in (self.detail.secrets if self.detail else []) if s.origin == "minted"]
+        if not minted:
+            self.notify("this pair's module has no minted secret to rotate", severity="warning")
+            return
+        job = self._job(JobKind.ROTATE_SECRETS)
+        if job is None:
+            return
+        module = minted[0].module
+        names = ", ".join(s.name for s in minted)
+        self.mesh.confirm_job(
+            Job(JobKind.ROTATE_SECRETS, job.ids, module),
+            f"Mint a new version of {names} of {module}: stored in its vault, then written to "
+            "its file (until both are done the file keeps the old value).",
+        )
 
     def action_copy_login(self) -> None:
         """Copy the login."""
