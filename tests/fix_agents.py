@@ -43,7 +43,18 @@ class Mesh:
 
     def start(self, node: str) -> None:
         """Start (or restart) one node's agent and wait until it answers."""
-        self.stop(node)
+        self.start_all([node])
+
+    def start_all(self, nodes: list[str]) -> None:
+        """Start (or restart) these nodes' agents together, then wait until each answers: their
+        interpreters start side by side rather than one after another."""
+        for node in nodes:
+            self.stop(node)
+            self._spawn(node)
+        for node in nodes:
+            self._wait(node)
+
+    def _spawn(self, node: str) -> None:
         log = open(self.root / f"{node}.agent.log", "ab")  # noqa: SIM115
         argv = [
             sys.executable,
@@ -60,13 +71,16 @@ class Mesh:
             argv.append("--allow-loopback")
         argv = [*self.wrap.get(node, []), *argv]
         self.procs[node] = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        log.close()
+
+    def _wait(self, node: str) -> None:
         deadline = time.monotonic() + AGENT_START_S
         while time.monotonic() < deadline:
             if agent_answers(self.sockets[node]):
                 return
             if self.procs[node].poll() is not None:
                 break
-            time.sleep(0.05)
+            time.sleep(0.02)
         raise RuntimeError(
             f"agent {node} did not start: {(self.root / f'{node}.agent.log').read_text()}"
         )
@@ -230,8 +244,7 @@ def mesh_with_agents(request: pytest.FixtureRequest) -> Iterator[Callable[..., M
         with m.controller() as ctl:
             ctl.declare(decl)
         if start:
-            for node in nodes:
-                m.start(node)
+            m.start_all(list(nodes))
         return m
 
     yield make

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.fix_mesh import Mesh, Runner, modules
+from tests.passwd import account
 
 
 @pytest.mark.parametrize("command", [["declare", "mesh.toml"], ["push"], ["doctor"], ["watch"]])
@@ -48,11 +49,11 @@ def test_an_existing_inventory_without_a_key_still_reads(mesh: Mesh) -> None:
 @pytest.fixture
 def unit_user() -> Iterator[str]:
     name = f"mtwatch{os.getpid() % 100000}"
-    subprocess.run(["useradd", "-M", "-N", name], check=True, capture_output=True)
+    account("useradd", "-M", "-N", name)
     try:
         yield name
     finally:
-        subprocess.run(["userdel", name], check=False, capture_output=True)
+        account("userdel", name, check=False)
 
 
 @pytest.mark.root

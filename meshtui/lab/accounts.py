@@ -20,7 +20,7 @@ _ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C
 
 def ensure_system_user(name: str) -> pwd.struct_passwd:
     """Create the dedicated ``--system`` nologin user once; tolerate a concurrent creation."""
-    for _attempt in range(20):
+    for _attempt in range(50):
         try:
             return pwd.getpwnam(name)
         except KeyError:
@@ -42,9 +42,12 @@ def ensure_system_user(name: str) -> pwd.struct_passwd:
             env=_ENV,
             check=False,
         )
-        if done.returncode not in (0, 9, 10):  # 9: exists already, 10: passwd file busy
+        # 9: exists already; 10, or 1 saying "lock": /etc/group or /etc/passwd is locked by
+        # another process making users (shadow's tools refuse rather than wait)
+        busy = done.returncode == 10 or (done.returncode == 1 and "lock" in done.stderr)
+        if done.returncode not in (0, 9) and not busy:
             raise LabError(f"useradd {name} failed: {done.stderr.strip()}")
-        if done.returncode == 10:
+        if busy:
             time.sleep(0.1)
     try:
         return pwd.getpwnam(name)

@@ -89,6 +89,15 @@ def _free_port() -> int:
 
 
 def _alive(pid: int) -> bool:
+    """Whether agent ``pid`` still runs. An agent this process started (``lab up`` and ``down``
+    in one process, as the tests do) is reaped here when it has ended: a zombie would answer
+    ``kill(pid, 0)`` and ``down`` would wait its whole grace period for nothing."""
+    try:
+        done, _status = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return False
+    except ChildProcessError:
+        pass
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -475,7 +484,7 @@ def down(state_dir: Path, *, purge: bool = False) -> list[str]:
         done.append("stopped OpenBao")
     store = lab_s3.existing(folder / "weed")
     if store is not None and store.pid() is not None:
-        store.stop()
+        store.stop(kill=purge)  # its data goes with the lab folder: no graceful wait
         done.append("stopped SeaweedFS")
     try:
         cluster = postgres.open_cluster(folder / "pg")

@@ -19,6 +19,7 @@ import pytest
 
 from meshtui import crypto, folders, wire
 from meshtui.controller.deliver import Planner
+from tests.passwd import account
 
 GITEA = "database:app1/gitea->db1/postgres"
 WIKI = "database:app1/wiki->db1/postgres"
@@ -41,12 +42,12 @@ def users() -> Iterator[dict[str, str]]:
     run = ["groupadd", made["group"]], ["useradd", "-M", "-N", "-g", made["group"], made["app"]]
     try:
         for argv in (*run, ["useradd", "-M", "-N", made["other"]]):
-            subprocess.run(argv, check=True, capture_output=True)
+            account(*argv)
         yield made
     finally:
         for argv in (["userdel", made["app"]], ["userdel", made["other"]]):
-            subprocess.run(argv, check=False, capture_output=True)
-        subprocess.run(["groupdel", made["group"]], check=False, capture_output=True)
+            account(*argv, check=False)
+        account("groupdel", made["group"], check=False)
 
 
 def call(mesh, node: str, kind: str, payload: dict[str, Any], timeout: float = 5.0) -> dict:

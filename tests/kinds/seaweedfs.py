@@ -177,7 +177,7 @@ class WeedFixture:
 
     @contextmanager
     def down(self) -> Iterator[None]:
-        self.server.stop()
+        self.server.stop(kill=True)  # down as a crash: weed's graceful stop takes 15 s
         try:
             yield
         finally:
@@ -210,5 +210,5 @@ def serve(tmp: Path) -> Iterator[WeedFixture]:
         server.start()
         yield WeedFixture(server)
     finally:
-        server.stop()
+        server.stop(kill=True)
         shutil.rmtree(base, ignore_errors=True)

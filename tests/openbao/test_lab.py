@@ -29,7 +29,8 @@ if not lab_bao.available():
 
 @pytest.fixture(scope="module")
 def lab() -> Iterator[tuple[Path, Any]]:
-    with running_lab("meshtui-blab-", redis=False) as found:
+    # its own kind only (tests/lab/test_lab.py runs the whole lab)
+    with running_lab("meshtui-blab-", redis=False, s3=False) as found:
         yield found
 
 

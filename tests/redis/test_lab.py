@@ -23,7 +23,8 @@ pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def lab() -> Iterator[tuple[Path, Any]]:
-    with running_lab("meshtui-rlab-") as found:
+    # its own kind only (tests/lab/test_lab.py runs the whole lab)
+    with running_lab("meshtui-rlab-", vault=False, s3=False) as found:
         yield found
 
 

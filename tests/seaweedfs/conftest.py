@@ -106,7 +106,7 @@ def store(netns: lab_netns.Network) -> Iterator[Store]:
         server.start(netns=netns.namespace("db1"))
         yield Store(server, netns)
     finally:
-        server.stop()
+        server.stop(kill=True)  # its folder is removed next: no graceful wait
         shutil.rmtree(base, ignore_errors=True)
 
 

@@ -27,7 +27,8 @@ if not lab_s3.available():
 
 @pytest.fixture(scope="module")
 def lab() -> Iterator[tuple[Path, Any]]:
-    with running_lab("meshtui-slab-") as found:
+    # its own kind only (tests/lab/test_lab.py runs the whole lab)
+    with running_lab("meshtui-slab-", redis=False, vault=False) as found:
         yield found
 
 

@@ -316,7 +316,7 @@ def test_a_store_with_no_identity_lets_anyone_in_and_the_probe_says_so(
             if bucket == "anyone":
                 assert seen["verdict"] == "no password demanded", seen
     finally:
-        server.stop()
+        server.stop(kill=True)
         shutil.rmtree(base, ignore_errors=True)
 
 

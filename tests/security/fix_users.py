@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.passwd import account
+
 
 @dataclass(frozen=True)
 class Attacker:
@@ -32,14 +34,14 @@ class Attacker:
 @pytest.fixture
 def attacker() -> Iterator[Attacker]:
     name = f"mtatk{os.getpid() % 100000}"
-    subprocess.run(["useradd", "-M", "-N", name], check=True, capture_output=True)
+    account("useradd", "-M", "-N", name)
     try:
         import pwd
 
         entry = pwd.getpwnam(name)
         yield Attacker(name, entry.pw_uid, entry.pw_gid)
     finally:
-        subprocess.run(["userdel", name], check=False, capture_output=True)
+        account("userdel", name, check=False)
 
 
 @pytest.fixture

@@ -5,9 +5,11 @@
 * ``tls/``: a lab CA and a server certificate for the listening address (``openssl``, made
   once; the key readable by the server user alone);
 * ``bao.hcl``: the server's configuration (strings quoted as JSON, which HCL reads): raft
-  storage in ``data/``, a TLS listener on the node's private address, a Unix-socket listener in
-  ``run/`` for the lab itself, and the file audit device declared here (OpenBao 2.7 refuses to
-  enable one over the API), writing ``audit/audit.log``;
+  storage in ``data/`` at its production timing (``performance_multiplier = 1``: the default
+  5 has a lone node wait 5 to 10 s before it elects itself, at every start), a TLS listener on
+  the node's private address, a Unix-socket listener in ``run/`` for the lab itself, and the
+  file audit device declared here (OpenBao 2.7 refuses to enable one over the API), writing
+  ``audit/audit.log``;
 * ``data/``, ``audit/``, ``run/``: the server user's own folders (0700);
 * ``secrets/`` (root, 0700): ``init.json``, the unseal key and root token from ``sys/init``
   (0600, never printed), and ``admin.toml``, the provisioner's admin file: the address, the CA
@@ -363,6 +365,7 @@ def create(folder: Path, *, address: str, port: int, cluster_port: int | None = 
 storage "raft" {{
   path    = {q(str(folder / "data"))}
   node_id = "meshtui-lab"
+  performance_multiplier = 1
 }}
 listener "tcp" {{
   address         = {q(f"{address}:{port}")}

@@ -14,7 +14,7 @@ object), the filer's HTTP is off, their local sockets are in the data folder, an
 small (a bucket takes several). Started as the system user ``meshtui-weed`` through
 :mod:`meshtui.runas` (a session of its own, no terminal) and declared up once the S3 port and the master's and
 filer's gRPC ports listen; stopped with SIGTERM, which ``weed`` may take over ten seconds to
-obey, then SIGKILL.
+obey, then SIGKILL (at once when its data is about to be removed).
 """
 
 from __future__ import annotations
@@ -197,7 +197,7 @@ class WeedServer:
         if poll(
             lambda: self._listening(proc.pid),
             START_S,
-            every=0.2,
+            every=0.05,
             unless=lambda: proc.poll() is not None,
         ):
             return
@@ -205,13 +205,15 @@ class WeedServer:
         tail = self.log.read_text(errors="replace")[-800:] if self.log.exists() else ""
         raise LabError(f"SeaweedFS in {self.folder} did not start; its log ends:\n{tail}")
 
-    def stop(self) -> None:
-        """SIGTERM, then SIGKILL after STOP_S (weed may take over ten seconds to stop)."""
+    def stop(self, *, kill: bool = False) -> None:
+        """SIGTERM, then SIGKILL after STOP_S (weed may take over ten seconds to stop: its
+        filer waits 15 s for its own S3 gateway's subscription to end). ``kill``: SIGKILL at once,
+        for a store whose data is removed next, or a test that wants it down, not stopped well."""
         pid = self.pid()
         if pid is None:
             return
-        os.kill(pid, signal.SIGTERM)
-        if not poll(lambda: ended(pid), STOP_S, every=0.2):
+        os.kill(pid, signal.SIGKILL if kill else signal.SIGTERM)
+        if not poll(lambda: ended(pid), STOP_S, every=0.05):
             os.kill(pid, signal.SIGKILL)
             poll(lambda: ended(pid), 5)
         self.pidfile.unlink(missing_ok=True)
