@@ -84,6 +84,13 @@ def _connect_read_only(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(uri + "?mode=ro&immutable=1", uri=True, check_same_thread=False)
 
 
+def _chunks(values: Iterable[str]) -> Iterator[list[str]]:
+    """``values`` sorted, without repeats, in lists that stay under SQLite's parameter limit."""
+    wanted = sorted(set(values))
+    for i in range(0, len(wanted), CHUNK):
+        yield wanted[i : i + CHUNK]
+
+
 def _marks(n: int) -> str:
     return ",".join("?" * n)
 
@@ -534,11 +541,21 @@ class Inventory:
     def _where_in(self, sql: str, column: str, values: Iterable[str]) -> list[dict[str, Any]]:
         """``sql`` (a SELECT without WHERE) for the rows whose ``column`` is one of ``values``,
         in chunks that stay under SQLite's parameter limit."""
-        wanted = sorted(set(values))
         rows: list[dict[str, Any]] = []
-        for i in range(0, len(wanted), CHUNK):
-            chunk = wanted[i : i + CHUNK]
+        for chunk in _chunks(values):
             rows += self._query(f"{sql} WHERE {column} IN ({_marks(len(chunk))})", chunk)
+        return rows
+
+    def _tuples_in(
+        self, sql: str, column: str, values: Iterable[str] | None, *, joiner: str = "WHERE"
+    ) -> list[tuple[Any, ...]]:
+        """:meth:`_where_in` as plain tuples (``joiner`` is ``AND`` when ``sql`` has its own
+        WHERE); every row when ``values`` is None."""
+        if values is None:
+            return self._tuples(sql)
+        rows: list[tuple[Any, ...]] = []
+        for chunk in _chunks(values):
+            rows += self._tuples(f"{sql} {joiner} {column} IN ({_marks(len(chunk))})", chunk)
         return rows
 
     def modules(self, ids: Iterable[str] | None = None) -> dict[str, ModuleRow]:
@@ -561,12 +578,7 @@ class Inventory:
         sql = "SELECT id, node, name, spec, declared FROM modules"
         if ids is None:
             return ModuleSpecs(self._tuples(f"{sql} ORDER BY id"))
-        wanted = sorted(set(ids))
-        rows: list[tuple[Any, ...]] = []
-        for i in range(0, len(wanted), CHUNK):
-            chunk = wanted[i : i + CHUNK]
-            rows += self._tuples(f"{sql} WHERE id IN ({_marks(len(chunk))})", chunk)
-        return ModuleSpecs(rows)
+        return ModuleSpecs(self._tuples_in(sql, "id", ids))
 
     def module_records(self) -> dict[str, ModuleRecord]:
         """Every module by id, its spec as stored (declare compares the canonical JSON)."""
@@ -665,14 +677,7 @@ class Inventory:
             "SELECT pair, generation, digest, consumer_sealed, provider_sealed FROM generations "
             "WHERE discarded_at IS NULL"
         )
-        rows: list[tuple[Any, ...]] = []
-        if pairs is None:
-            rows = self._tuples(sql)
-        else:
-            wanted = sorted(set(pairs))
-            for i in range(0, len(wanted), CHUNK):
-                chunk = wanted[i : i + CHUNK]
-                rows += self._tuples(f"{sql} AND pair IN ({_marks(len(chunk))})", chunk)
+        rows = self._tuples_in(sql, "pair", pairs, joiner="AND")
         return {(r[0], int(r[1])): (r[2], r[3], r[4]) for r in rows}
 
     def minted(self, pairs: Iterable[str] | None = None) -> dict[str, list[int]]:
@@ -709,14 +714,7 @@ class Inventory:
         error): all pairs, or the named ones. Recording a rotation of 10,000 pairs compares
         20,000 ends; as :meth:`deliveries`' dicts they held 13 MiB."""
         sql = 'SELECT pair, "end", generation, digest, since, error FROM deliveries'
-        rows: list[tuple[Any, ...]] = []
-        if pairs is None:
-            rows = self._tuples(sql)
-        else:
-            wanted = sorted(set(pairs))
-            for i in range(0, len(wanted), CHUNK):
-                chunk = wanted[i : i + CHUNK]
-                rows += self._tuples(f"{sql} WHERE pair IN ({_marks(len(chunk))})", chunk)
+        rows = self._tuples_in(sql, "pair", pairs)
         return {(r[0], r[1]): (r[2], r[3], r[4], r[5]) for r in rows}
 
     def bases(self, provisions: Iterable[Provision]) -> dict[Provision, str]:
