@@ -8,7 +8,6 @@ each test works under logins of its own (``bmesh``), so tests never see each oth
 
 from __future__ import annotations
 
-import json
 import secrets
 import shutil
 import tempfile
@@ -21,9 +20,9 @@ import httpx
 import pytest
 
 from meshtui.bao import APPROLE_MOUNT, KV_MOUNT, Bao
-from meshtui.crypto import secret_digest
 from meshtui.kinds.openbao import lab as lab_bao
 from meshtui.provisioner.harness import Report, reconcile
+from tests.fix_manifest import ManifestFolder
 
 PROVIDER = "db1/bao"
 PROVISION = "secret"
@@ -88,48 +87,18 @@ def refused(server: lab_bao.BaoServer, role_id: str, secret_id: str) -> bool:
 
 
 @dataclass
-class BMesh:
+class BMesh(ManifestFolder):
     """Writes an OpenBao manifest and secrets like the vault node's agent, and looks at OpenBao."""
 
-    folder: Path
     server: lab_bao.BaoServer
     admin: Path
     tag: str = field(default_factory=lambda: secrets.token_hex(3))
-    consumers: dict[str, dict[str, Any]] = field(default_factory=dict)
-    serial: int = 0
 
     def login_of(self, node: str, module: str) -> str:
         return f"{module}_{node}_{self.tag}"
 
     def add(self, node: str, module: str, *, write_secret: bool = True) -> dict[str, Any]:
-        secret = secrets.token_urlsafe(32).encode()
-        name = f"{node}.{module}.secret"
-        entry = {
-            "as": self.login_of(node, module),
-            "node": node,
-            "module": module,
-            "at": "127.0.0.1",
-            "values": {},
-            "secret": name,
-            "digest": secret_digest(secret),
-        }
-        self.consumers[f"{node}/{module}"] = entry
-        if write_secret:
-            (self.folder / name).write_bytes(secret)
-        return entry
-
-    def rotate(self, node: str, module: str) -> None:
-        entry = self.consumers[f"{node}/{module}"]
-        secret = secrets.token_urlsafe(32).encode()
-        (self.folder / entry["secret"]).write_bytes(secret)
-        entry["digest"] = secret_digest(secret)
-
-    def drop(self, node: str, module: str) -> None:
-        del self.consumers[f"{node}/{module}"]
-
-    @property
-    def manifest(self) -> Path:
-        return self.folder / "mesh.json"
+        return self.consumer(node, module, self.login_of(node, module), write_secret=write_secret)
 
     @property
     def provider(self) -> str:
@@ -137,26 +106,16 @@ class BMesh:
         return f"{PROVIDER}{self.tag}"
 
     def write(self, *, provider: str | None = None, provision: str = PROVISION) -> Path:
-        provider = provider or self.provider
-        self.serial += 1
-        doc = {
-            "version": 1,
-            "kind": "openbao",
-            "provision": provision,
-            "provider": provider,
-            "serial": self.serial,
-            "consumers": list(self.consumers.values()),
-        }
-        self.manifest.write_text(json.dumps(doc))
-        return self.manifest
+        return self.write_manifest(
+            kind="openbao", provider=provider or self.provider, provision=provision
+        )
 
     def reconcile(self, **kwargs: Any) -> Report:
         self.write(**kwargs)
         return reconcile(self.manifest, self.admin)
 
     def secret(self, node: str, module: str) -> str:
-        entry = self.consumers[f"{node}/{module}"]
-        return (self.folder / entry["secret"]).read_bytes().decode()
+        return self.password(node, module)
 
     def refused(self, node: str, module: str, secret: str | None = None) -> bool:
         return refused(

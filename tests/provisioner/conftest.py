@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import json
-import secrets
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
-from meshtui.crypto import secret_digest
 from meshtui.kinds.postgres.lab import Cluster
 from meshtui.provisioner.harness import Report, reconcile
+from tests.fix_manifest import ManifestFolder
 from tests.fix_pg import BINARIES, Clusters
 
 PROVIDER = "db1/postgres"
@@ -35,14 +33,11 @@ def server_version(cluster: Cluster) -> int:
 
 
 @dataclass
-class Mesh:
+class Mesh(ManifestFolder):
     """Writes manifests and secrets like the provider's agent would, and looks at PostgreSQL."""
 
-    folder: Path
     cluster: Cluster
     admin: Path
-    consumers: dict[str, dict[str, Any]] = field(default_factory=dict)
-    serial: int = 0
 
     # -- the provider's files ----------------------------------------------------------------
 
@@ -58,59 +53,21 @@ class Mesh:
         values: dict[str, str] | None = None,
     ) -> dict[str, Any]:
         """Add (or replace) a consumer with a fresh secret, written beside the manifest."""
-        secret = secrets.token_urlsafe(32).encode() if secret is None else secret
-        name = f"{node}.{module}.secret"
-        entry = {
-            "as": f"{module}_{node}_x" if login is None else login,
-            "node": node,
-            "module": module,
-            "at": "127.0.0.1",
-            "values": dict(values or ({"database": database} if database else {})),
-            "secret": name,
-            "digest": secret_digest(secret),
-        }
-        self.consumers[f"{node}/{module}"] = entry
-        if write_secret:
-            (self.folder / name).write_bytes(secret)
-        return entry
-
-    def rotate(self, node: str, module: str) -> None:
-        """A new secret for one consumer, in its file and in the manifest."""
-        entry = self.consumers[f"{node}/{module}"]
-        secret = secrets.token_urlsafe(32).encode()
-        (self.folder / entry["secret"]).write_bytes(secret)
-        entry["digest"] = secret_digest(secret)
-
-    def drop(self, node: str, module: str) -> None:
-        """Withdraw a consumer from the manifest (its secret file stays, as an agent may)."""
-        del self.consumers[f"{node}/{module}"]
+        return self.consumer(
+            node,
+            module,
+            f"{module}_{node}_x" if login is None else login,
+            values=values or ({"database": database} if database else {}),
+            secret=secret,
+            write_secret=write_secret,
+        )
 
     def write(self, *, provider: str = PROVIDER, provision: str = "database") -> Path:
-        self.serial += 1
-        doc = {
-            "version": 1,
-            "provision": provision,
-            "provider": provider,
-            "serial": self.serial,
-            "consumers": list(self.consumers.values()),
-        }
-        self.manifest.write_text(json.dumps(doc, ensure_ascii=False))
-        return self.manifest
-
-    @property
-    def manifest(self) -> Path:
-        return self.folder / "mesh.json"
+        return self.write_manifest(kind=None, provider=provider, provision=provision)
 
     def reconcile(self, **kwargs: Any) -> Report:
         self.write()
         return reconcile(self.manifest, self.admin, **kwargs)
-
-    def password(self, node: str, module: str) -> str:
-        entry = self.consumers[f"{node}/{module}"]
-        return (self.folder / entry["secret"]).read_bytes().decode()
-
-    def login_of(self, node: str, module: str) -> str:
-        return str(self.consumers[f"{node}/{module}"]["as"])
 
     # -- PostgreSQL ----------------------------------------------------------------------------
 

@@ -6,14 +6,12 @@ One server per module (``redis_server``); ``rmesh`` empties its users and keys b
 
 from __future__ import annotations
 
-import json
-import secrets
 import shutil
 import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +20,9 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from meshtui.crypto import secret_digest
 from meshtui.kinds.redis import lab as lab_redis
 from meshtui.provisioner.harness import Report, reconcile
+from tests.fix_manifest import ManifestFolder
 
 PROVIDER = "db1/redis"
 PROVISION = "cache"
@@ -94,14 +92,11 @@ def redis_server() -> Iterator[lab_redis.RedisServer]:
 
 
 @dataclass
-class RMesh:
+class RMesh(ManifestFolder):
     """Writes a Redis manifest and secrets like the provider's agent, and looks at Redis."""
 
-    folder: Path
     server: lab_redis.RedisServer
     admin: Path
-    consumers: dict[str, dict[str, Any]] = field(default_factory=dict)
-    serial: int = 0
 
     def add(
         self,
@@ -112,58 +107,15 @@ class RMesh:
         values: dict[str, str] | None = None,
         write_secret: bool = True,
     ) -> dict[str, Any]:
-        secret = secrets.token_urlsafe(32).encode()
-        name = f"{node}.{module}.secret"
-        entry = {
-            "as": f"{module}_{node}_x" if login is None else login,
-            "node": node,
-            "module": module,
-            "at": "127.0.0.1",
-            "values": dict(values or {}),
-            "secret": name,
-            "digest": secret_digest(secret),
-        }
-        self.consumers[f"{node}/{module}"] = entry
-        if write_secret:
-            (self.folder / name).write_bytes(secret)
-        return entry
-
-    def rotate(self, node: str, module: str) -> None:
-        entry = self.consumers[f"{node}/{module}"]
-        secret = secrets.token_urlsafe(32).encode()
-        (self.folder / entry["secret"]).write_bytes(secret)
-        entry["digest"] = secret_digest(secret)
-
-    def drop(self, node: str, module: str) -> None:
-        del self.consumers[f"{node}/{module}"]
-
-    @property
-    def manifest(self) -> Path:
-        return self.folder / "mesh.json"
+        login = f"{module}_{node}_x" if login is None else login
+        return self.consumer(node, module, login, values=values, write_secret=write_secret)
 
     def write(self, *, provider: str = PROVIDER, provision: str = PROVISION) -> Path:
-        self.serial += 1
-        doc = {
-            "version": 1,
-            "kind": "redis",
-            "provision": provision,
-            "provider": provider,
-            "serial": self.serial,
-            "consumers": list(self.consumers.values()),
-        }
-        self.manifest.write_text(json.dumps(doc))
-        return self.manifest
+        return self.write_manifest(kind="redis", provider=provider, provision=provision)
 
     def reconcile(self, **kwargs: Any) -> Report:
         self.write(**kwargs)
         return reconcile(self.manifest, self.admin)
-
-    def password(self, node: str, module: str) -> str:
-        entry = self.consumers[f"{node}/{module}"]
-        return (self.folder / entry["secret"]).read_bytes().decode()
-
-    def login_of(self, node: str, module: str) -> str:
-        return str(self.consumers[f"{node}/{module}"]["as"])
 
     def can_auth(self, node: str, module: str, password: str | None = None) -> bool:
         login = self.login_of(node, module)

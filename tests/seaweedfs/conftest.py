@@ -17,15 +17,15 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from meshtui.crypto import secret_digest
 from meshtui.kinds.seaweedfs import lab
 from meshtui.lab import netns as lab_netns
+from tests.fix_manifest import ManifestFolder
 
 PROVIDER = "db1/s3"
 PROVISION = "objects"
@@ -111,60 +111,27 @@ def store(netns: lab_netns.Network) -> Iterator[Store]:
 
 
 @dataclass
-class S3Mesh:
+class S3Mesh(ManifestFolder):
     """Writes an object-store manifest and secrets like the provider's agent; runs the
     provisioner in db1's namespace."""
 
-    folder: Path
     store: Store
-    consumers: dict[str, dict[str, Any]] = field(default_factory=dict)
-    serial: int = 0
     last_output: str = ""
 
     def add(
         self, node: str, module: str, *, values: dict[str, str] | None = None, login: str = ""
     ) -> dict[str, Any]:
-        secret = secrets.token_urlsafe(32).encode()
-        name = f"{node}.{module}.secret"
-        entry = {
-            "as": login or f"{module}_{node}_{secrets.token_hex(3)}",
-            "node": node,
-            "module": module,
-            "at": self.store.net.address(node),
-            "values": dict(values or {}),
-            "secret": name,
-            "digest": secret_digest(secret),
-        }
-        self.consumers[f"{node}/{module}"] = entry
-        (self.folder / name).write_bytes(secret)
-        return entry
+        login = login or f"{module}_{node}_{secrets.token_hex(3)}"
+        return self.consumer(node, module, login, at=self.store.net.address(node), values=values)
 
     def rotate(self, node: str, module: str) -> str:
+        """A new secret for one consumer; the old one returned."""
         old = self.password(node, module)
-        entry = self.consumers[f"{node}/{module}"]
-        secret = secrets.token_urlsafe(32).encode()
-        (self.folder / entry["secret"]).write_bytes(secret)
-        entry["digest"] = secret_digest(secret)
+        super().rotate(node, module)
         return old
 
-    def drop(self, node: str, module: str) -> None:
-        del self.consumers[f"{node}/{module}"]
-
-    @property
-    def manifest(self) -> Path:
-        return self.folder / "mesh.json"
-
     def write(self) -> None:
-        self.serial += 1
-        doc = {
-            "version": 1,
-            "kind": "seaweedfs",
-            "provision": PROVISION,
-            "provider": PROVIDER,
-            "serial": self.serial,
-            "consumers": list(self.consumers.values()),
-        }
-        self.manifest.write_text(json.dumps(doc))
+        self.write_manifest(kind="seaweedfs", provider=PROVIDER, provision=PROVISION)
 
     def reconcile(self) -> dict[str, tuple[str, str]]:
         """``meshtui provision --json`` in db1's namespace: each login's (outcome, reason)."""
@@ -178,13 +145,6 @@ class S3Mesh:
         self.last_output = done.stdout + done.stderr
         report = json.loads(done.stdout)
         return {o["login"]: (o["outcome"], o["reason"]) for o in report["outcomes"]}
-
-    def password(self, node: str, module: str) -> str:
-        entry = self.consumers[f"{node}/{module}"]
-        return (self.folder / entry["secret"]).read_bytes().decode()
-
-    def login_of(self, node: str, module: str) -> str:
-        return str(self.consumers[f"{node}/{module}"]["as"])
 
 
 def clean(store: Store) -> None:
