@@ -8,7 +8,8 @@ from __future__ import annotations
 import subprocess
 import time
 
-BUSY = (1, 10)  # can't update the password file / the group file (it is locked)
+from meshtui.lab.accounts import locked
+
 TRIES = 100
 
 
@@ -17,7 +18,7 @@ def account(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     with ``check``, fail the test naming the command and its error."""
     for _ in range(TRIES):
         done = subprocess.run(argv, capture_output=True, text=True, check=False)
-        if done.returncode not in BUSY or "lock" not in done.stderr:
+        if not locked(done):
             break
         time.sleep(0.05)
     if check and done.returncode != 0:

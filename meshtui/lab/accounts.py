@@ -18,6 +18,13 @@ from meshtui.errors import LabError
 _ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 
 
+def locked(done: subprocess.CompletedProcess[str]) -> bool:
+    """Whether an account command (``useradd``, ``groupdel``...) failed only because another
+    process holds /etc/passwd or /etc/group: 10, or 1 saying "lock" (shadow's tools refuse
+    rather than wait), so it is worth running again."""
+    return done.returncode == 10 or (done.returncode == 1 and "lock" in done.stderr)
+
+
 def ensure_system_user(name: str) -> pwd.struct_passwd:
     """Create the dedicated ``--system`` nologin user once; tolerate a concurrent creation."""
     for _attempt in range(50):
@@ -42,9 +49,8 @@ def ensure_system_user(name: str) -> pwd.struct_passwd:
             env=_ENV,
             check=False,
         )
-        # 9: exists already; 10, or 1 saying "lock": /etc/group or /etc/passwd is locked by
-        # another process making users (shadow's tools refuse rather than wait)
-        busy = done.returncode == 10 or (done.returncode == 1 and "lock" in done.stderr)
+        # 9: exists already
+        busy = locked(done)
         if done.returncode not in (0, 9) and not busy:
             raise LabError(f"useradd {name} failed: {done.stderr.strip()}")
         if busy:
