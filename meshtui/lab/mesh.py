@@ -34,7 +34,7 @@ from meshtui.kinds.postgres import lab as postgres
 from meshtui.kinds.redis import lab as lab_redis
 from meshtui.kinds.seaweedfs import lab as lab_s3
 from meshtui.lab import foreign, netns, toml_writer
-from meshtui.lab.wait import poll
+from meshtui.lab.wait import ended, poll
 
 LAB = "lab"
 SUBNET = "10.213.0.0/24"
@@ -90,21 +90,9 @@ def _free_port() -> int:
 
 def _alive(pid: int) -> bool:
     """Whether agent ``pid`` still runs. An agent this process started (``lab up`` and ``down``
-    in one process, as the tests do) is reaped here when it has ended: a zombie would answer
+    in one process, as the tests do) is reaped when it has ended: a zombie would answer
     ``kill(pid, 0)`` and ``down`` would wait its whole grace period for nothing."""
-    try:
-        done, _status = os.waitpid(pid, os.WNOHANG)
-        if done == pid:
-            return False
-    except ChildProcessError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return not ended(pid)
 
 
 def agent_answers(sock: Path) -> bool:

@@ -57,4 +57,6 @@ def ended(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return True
+    except PermissionError:  # it runs, as a user we may not signal
+        return False
     return False
