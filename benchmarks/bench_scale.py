@@ -115,6 +115,25 @@ def pg_own_alter(cluster: Cluster, logins: list[str]) -> float:
         return time.perf_counter() - t0
 
 
+def fresh(
+    state: Path, what: str, rows: list[tuple[str, float, str]], decl: Path | None = None,
+    trace: bool = False,
+) -> None:  # fmt: skip
+    """Run one controller step (``declare``, ``push``, ``rotate-all``) in a fresh process, as
+    an operator's command runs: its own peak RSS, not the peak of every step before it."""
+    import json
+
+    argv = [sys.executable, str(Path(__file__).with_name("controller_step.py")), what, str(state)]
+    argv += [*(["--decl", str(decl)] if decl else []), *(["--trace"] if trace else [])]
+    out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+    got = json.loads(out.strip().splitlines()[-1])
+    traced = f", traced peak {got['traced']:.1f} MiB" if got["traced"] is not None else ""
+    note = f"fresh process: {got['imported']:.0f} MiB after imports{traced}"
+    rows.append((what, got["took"], note))
+    print(f"  {what:<26}{got['took'] * 1000:>12.1f} ms  peak RSS {got['peak']:4.0f} MiB  {note}",
+          flush=True)  # fmt: skip
+
+
 def timed(what: str, fn, rows: list[tuple[str, float, str]], note: str = "") -> object:  # type: ignore[no-untyped-def]
     t0 = time.perf_counter()
     out = fn()
@@ -135,6 +154,8 @@ def run(
     pin: bool = False,
     rotate_all: bool = True,
     demo_repeat: int = 0,
+    in_process: bool = False,
+    trace: bool = False,
 ) -> list[tuple[str, float, str]]:
     base = Path(tempfile.mkdtemp(prefix="meshtui-benchscale-"))
     base.chmod(0o711)
@@ -173,13 +194,19 @@ def run(
             f" load {os.getloadavg()[0]:.1f}"
         )
         with Controller.open(state) as ctl:
-            timed("declare", lambda: ctl.declare(decl), rows)
+            if in_process:
+                timed("declare", lambda: ctl.declare(decl), rows)
+            else:
+                fresh(state, "declare", rows, decl, trace)
             with Agents(ctl.inventory.nodes(), ctl.keys(), sequence=ctl.sequence) as agents:
                 names = list(ctl.inventory.nodes())
                 timed("state round trip, all", lambda: ask_state(agents, names), rows,
                       "baseline: one round trip per node in parallel")  # fmt: skip
-            report = timed("push", ctl.push, rows)
-            assert report.ok, report  # type: ignore[attr-defined]
+            if in_process:
+                report = timed("push", ctl.push, rows)
+                assert report.ok, report  # type: ignore[attr-defined]
+            else:
+                fresh(state, "push", rows, trace=trace)
             own = pg_create_all(cluster, pairs)
             rows.append(("pg own: create, one txn", own, "baseline for push"))
             print(f"  {'pg own: create, one txn':<26}{own * 1000:>12.1f} ms")
@@ -192,7 +219,10 @@ def run(
             if demo_repeat:
                 rotate_beside_demo(base, ctl, one, pin, demo_repeat, rows)
             if rotate_all:
-                timed("rotate all", lambda: ctl.rotate(ctl.live_pairs()), rows)
+                if in_process:
+                    timed("rotate all", lambda: ctl.rotate(ctl.live_pairs()), rows)
+                else:
+                    fresh(state, "rotate-all", rows, trace=trace)
                 logins = [r.login for r in ctl.status()]
                 alter = pg_own_alter(cluster, logins)
                 rows.append(("pg own: alter, one txn", alter, "baseline for rotate all"))
@@ -379,6 +409,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="only status, on an inventory built without agents (seconds)")  # fmt: skip
     ap.add_argument("--repeat", type=int, default=15, help="reads per --status-only figure")
     ap.add_argument("--rounds", type=int, default=3, help="probes per pair for --status-only")
+    ap.add_argument("--in-process", action="store_true",
+                    help="declare, push and rotate all in this process (peak RSS so far)")  # fmt: skip
+    ap.add_argument("--trace", action="store_true", help="tracemalloc's peak of each fresh step")
     ap.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.serve:
@@ -388,7 +421,8 @@ def main(argv: list[str] | None = None) -> int:
         status_only(args.nodes, args.providers, args.pairs, args.repeat, args.rounds)
         return 0
     run(args.nodes, args.providers, args.pairs, probe=not args.skip_probe, pin=args.pin,
-        rotate_all=not args.skip_rotate_all, demo_repeat=args.beside_demo)  # fmt: skip
+        rotate_all=not args.skip_rotate_all, demo_repeat=args.beside_demo,
+        in_process=args.in_process, trace=args.trace)  # fmt: skip
     return 0
 
 

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from meshtui.controller import sending
 from meshtui.controller.ahead import Ahead
 from meshtui.controller.client import Agents, SignedRequest
 from meshtui.controller.declare import nodes_from_inventory, seal_generation
@@ -24,12 +25,17 @@ from meshtui.controller.lock import delivering
 from meshtui.controller.recording import Delivered
 from meshtui.controller.reports import PairOutcome, Progress, RotationPlan, RotationReport
 from meshtui.controller.resolve import ask_state, asking_state
-from meshtui.controller.sending import send_consumers, send_providers, sign_providers
+from meshtui.controller.sending import (
+    node_batches,
+    send_consumers,
+    send_providers,
+    sign_providers,
+)
 from meshtui.errors import InputError, NotResolvedError
 from meshtui.inventory import Inventory, now
 from meshtui.inventory.rows import GenerationRow, PairRow, RotationItem, RotationStart
 from meshtui.messages import ConsumerItem, ProviderSet
-from meshtui.model import RotationState, node_of
+from meshtui.model import RotationState, node_of, split_pair_id
 
 if TYPE_CHECKING:
     from meshtui.controller.core import Controller
@@ -69,9 +75,11 @@ def plan(ctl: Controller, ids: list[str]) -> RotationPlan:
 def rotate(ctl: Controller, ids: list[str], progress: Progress) -> RotationReport:
     """Rotate ``ids`` all-or-nothing; NotResolvedError (nothing kept or sent) when a node is down.
 
-    While the affected nodes answer, the next generations are minted and their deliveries
-    built, in memory; they are journaled only once every node has answered as itself, and
-    nothing is sent before that journal is on disk.
+    While the affected nodes answer, the next generations are minted and, for up to
+    :data:`~meshtui.controller.sending.BATCH` pairs, their deliveries built and signed, in
+    memory; they are journaled only once every node has answered as itself, and nothing is sent
+    before that journal is on disk. A larger rotation builds its deliveries after the journal,
+    a batch at a time (:func:`_deliver_batches`).
     """
     inv = ctl.inventory
     rows = inv.pairs(ids)
@@ -90,8 +98,10 @@ def rotate(ctl: Controller, ids: list[str], progress: Progress) -> RotationRepor
         nodes = affected_nodes(rows)
         answers = asking_state(agents, list(nodes), listing=False)
         minted = mint(ctl, rows)  # in memory: dropped unless every node resolves
-        forward = payloads(inv, minted.items, "to", minted.generations, rows)
-        ready = Ready.sign(agents, forward)  # signed, not sent: that waits for the journal
+        forward, ready = None, None  # a large rotation: built from the journal, in batches
+        if len(rows) <= sending.BATCH:
+            forward = payloads(inv, minted.items, "to", minted.generations, rows)
+            ready = Ready.sign(agents, forward)  # signed, not sent: that waits for the journal
         resolutions, _ = answers()
         failed = {r.node: r.reason for r in resolutions if not r.ok}
         if failed:
@@ -206,7 +216,8 @@ class Ready:
 class Handover:
     """A forward delivery built (and signed) before the journal, handed to :func:`execute`
     once: taken when sent, so its payloads are let go before the answers are recorded (rotate
-    all at 10,000 pairs held them, ~35 MiB, through its final commit)."""
+    all at 10,000 pairs held them, ~35 MiB, through its final commit). None for a rotation
+    too large to build ahead: :func:`execute` sends it in batches."""
 
     forward: Payloads | None
     ready: Ready | None = None
@@ -221,14 +232,18 @@ class Handover:
 def _deliver(
     ctl: Controller,
     agents: Agents,
-    sent: Payloads,
+    sent: Payloads | None,
+    items: list[RotationItem],
     key: Literal["from", "to"],
     progress: Progress,
     step: int,
     ready: Ready | None = None,
 ) -> Delivered:
     """Send one direction: providers, then consumers. The answers are gathered, not recorded:
-    the caller records them (:meth:`Delivered.flush`, or in the rotation's final commit)."""
+    the caller records them (:meth:`Delivered.flush`, or in the rotation's final commit).
+    ``sent``: the deliveries built whole; None: built and sent in batches."""
+    if sent is None:
+        return _deliver_batches(ctl, agents, items, key, progress, step)
     inv = ctl.inventory
     plan, targets = sent.plan, sent.targets
     result = Delivered()
@@ -267,6 +282,62 @@ def _deliver(
     return result
 
 
+def _deliver_batches(
+    ctl: Controller,
+    agents: Agents,
+    items: list[RotationItem],
+    key: Literal["from", "to"],
+    progress: Progress,
+    step: int,
+) -> Delivered:
+    """:func:`_deliver` of a large rotation: the providers' deliveries, then (once every
+    provider applied) the consumers', a batch of nodes at a time (:func:`node_batches`), each
+    built from the journal when it is sent and let go after, so at most one batch's payloads
+    are held at once. The order is the same act's: no consumer is sent anything before every
+    provider applied. Forward, the first batch in which an end failed ends the sending (the
+    caller rolls every pair back); a rollback tries every batch."""
+    inv = ctl.inventory
+    targets = {i["pair"]: i[key] for i in items}
+    ends = {pid: split_pair_id(pid) for pid in targets}  # (provision, consumer, provider)
+    result = Delivered()
+    forward = key == "to"
+    progress("delivering to providers", step, 4)
+    for batch in node_batches(targets, lambda pid: node_of(ends[pid][2])):
+        plan = Planner(inv, focus=batch)
+        part = {pid: targets[pid] for pid in batch}
+        keys = {(ends[pid][2], ends[pid][0]) for pid in batch}
+        sets = plan.provider_deltas(keys, part) if forward else plan.provider_sets(keys, part)
+
+        def whole(provider: str, provision: str, plan: Planner = plan) -> ProviderSet:
+            (spec,) = plan.provider_sets([(provider, provision)], targets)[node_of(provider)]
+            return spec
+
+        send_providers(
+            agents, inv, sets, result, record=False, whole=whole, expected=plan.expected_bases
+        )
+        del plan, sets
+        if forward and not all(result.provider_ok.get(pid, False) for pid in batch):
+            return result
+    if not all(result.provider_ok.get(pid, False) for pid in targets):
+        return result
+    try:
+        fault(ctl, f"after-providers:{key}")
+    except BaseException:
+        result.flush(inv)
+        raise
+    progress("delivering to consumers", step + 1, 4)
+    for batch in node_batches(targets, lambda pid: node_of(ends[pid][1])):
+        plan = Planner(inv, focus=batch)
+        sent = plan.consumer_items(batch, {pid: targets[pid] for pid in batch})
+        del plan
+        send_consumers(agents, inv, sent, result, record=False)
+        del sent
+        if forward and not all(result.consumer_ok.get(pid, False) for pid in batch):
+            return result
+        fault(ctl, f"after-consumer-batch:{key}")
+    return result
+
+
 def execute(
     ctl: Controller,
     agents: Agents,
@@ -282,14 +353,15 @@ def execute(
     and built here."""
     inv = ctl.inventory
     items = rotation["items"]
-    forward, ready = handover.take() if handover is not None else (None, None)
-    if forward is None:
+    if handover is None:  # a recovered rotation: this process delivers it from here
         with inv.transaction("rotate") as tx:
             tx.update_rotation(
                 rotation["id"], {"state": RotationState.DELIVERING, "owner_pid": os.getpid()}
             )
+    forward, ready = handover.take() if handover is not None else (None, None)
+    if forward is None and len(items) <= sending.BATCH:
         forward = payloads(inv, items, "to")
-    there = _deliver(ctl, agents, forward, "to", progress, 2, ready)
+    there = _deliver(ctl, agents, forward, items, "to", progress, 2, ready)
     del forward, ready  # sent: their payloads go before the answers are recorded
     if all(there.provider_ok.get(i["pair"]) and there.consumer_ok.get(i["pair"]) for i in items):
         return _finish(ctl, rotation, there, progress)  # the answers recorded in its commit
@@ -299,7 +371,9 @@ def execute(
     progress("rolling back", 3, 4)
     with inv.transaction("rotate") as tx:
         tx.update_rotation(rotation["id"], {"state": RotationState.ROLLING_BACK, "reason": reason})
-    back = _deliver(ctl, agents, payloads(inv, items, "from"), "from", progress, 3)
+    whole = payloads(inv, items, "from") if len(items) <= sending.BATCH else None
+    back = _deliver(ctl, agents, whole, items, "from", progress, 3)
+    del whole
     back.flush(inv)
     complete = all(
         back.provider_ok.get(i["pair"]) and back.consumer_ok.get(i["pair"]) for i in items

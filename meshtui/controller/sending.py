@@ -5,7 +5,7 @@ whole when its base is not the node's), then consumers; each answer is gathered 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from meshtui import messages
 from meshtui.controller.client import (
@@ -30,6 +30,34 @@ from meshtui.messages import (
     ProviderSet,
 )
 from meshtui.model import APPLIED, End
+
+BATCH = 1000
+"""How many pairs' payloads a large delivery builds and sends at once (:func:`node_batches`):
+building every payload of 10,000 pairs before sending the first held them all, signed, at once
+(rotate all at 10,000 pairs: ~35 MiB of payloads and bodies on a 60 MiB process)."""
+
+
+def node_batches(
+    pairs: Iterable[str], node: Callable[[str], str], limit: int | None = None
+) -> list[list[str]]:
+    """``pairs`` by the node ``node(pair)`` names, in batches of whole nodes, each of at most
+    ``limit`` pairs (:data:`BATCH` by default) unless one node alone has more; nodes and pairs
+    sorted, so a large delivery is sent in a known order."""
+    limit = BATCH if limit is None else limit
+    by_node: dict[str, list[str]] = {}
+    for pid in sorted(pairs):
+        by_node.setdefault(node(pid), []).append(pid)
+    out: list[list[str]] = []
+    batch: list[str] = []
+    for name in sorted(by_node):
+        its = by_node[name]
+        if batch and len(batch) + len(its) > limit:
+            out.append(batch)
+            batch = []
+        batch.extend(its)
+    if batch:
+        out.append(batch)
+    return out
 
 
 def send_providers(

@@ -1,0 +1,62 @@
+"""One controller step in this fresh process, as an operator's command runs it: its peak RSS.
+
+``ru_maxrss`` only grows, so a step measured in a process that ran others first shows the
+largest of them; ``bench_scale.py`` runs each of declare, push and rotate all here instead.
+Only the controller is imported (as ``meshtui push`` would), then one JSON line is printed:
+seconds, the RSS right after the imports, the peak RSS (``VmHWM``), and with ``--trace`` tracemalloc's peak.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/controller_step.py push STATE [--trace]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+from meshtui.controller.core import Controller
+
+
+def rss_mib() -> float:
+    """This program's peak resident set so far, in MiB: the kernel's high-water mark of this
+    image (``VmHWM``). Not ``ru_maxrss``: it carries over the parent's resident set that the
+    fork copied, so a child of a large benchmark would report at least the benchmark's size."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("step", choices=("declare", "push", "rotate-all"))
+    ap.add_argument("state", type=Path)
+    ap.add_argument("--decl", type=Path, help="the declaration (declare)")
+    ap.add_argument("--trace", action="store_true", help="tracemalloc's peak (slower)")
+    args = ap.parse_args(argv)
+    imported = rss_mib()
+    if args.trace:
+        tracemalloc.start()
+    t0 = time.perf_counter()
+    with Controller.open(args.state) as ctl:
+        if args.step == "declare":
+            ctl.declare(args.decl)
+        elif args.step == "push":
+            report = ctl.push()
+            assert report.ok, report.behind
+        else:
+            rotated = ctl.rotate(ctl.live_pairs())
+            assert rotated.outcome == "done", rotated.reason
+    took = time.perf_counter() - t0
+    traced = tracemalloc.get_traced_memory()[1] / 2**20 if args.trace else None
+    print(json.dumps({"took": took, "imported": imported, "peak": rss_mib(), "traced": traced}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
