@@ -18,6 +18,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
+from meshtui.controller import sending
 from meshtui.controller.core import Controller
 
 
@@ -38,8 +39,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("state", type=Path)
     ap.add_argument("--decl", type=Path, help="the declaration (declare)")
     ap.add_argument("--trace", action="store_true", help="tracemalloc's peak (slower)")
+    ap.add_argument("--old", action="store_true",
+                    help="the path before batches: every payload built (and signed) at once")  # fmt: skip
     args = ap.parse_args(argv)
     imported = rss_mib()
+    if args.old:
+        sending.BATCH = sys.maxsize
     if args.trace:
         tracemalloc.start()
     t0 = time.perf_counter()

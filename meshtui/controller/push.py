@@ -9,6 +9,7 @@ revokes withdrawn pairs. Run twice, it changes nothing.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -28,10 +29,10 @@ from meshtui.controller.recording import (
 )
 from meshtui.controller.reports import PairOutcome, Progress, PushReport
 from meshtui.controller.resolve import ask_state
-from meshtui.controller.sending import send_consumers, send_providers
+from meshtui.controller.sending import batches, node_batches, send_consumers, send_providers
 from meshtui.errors import AgentError
 from meshtui.inventory import Inventory, now
-from meshtui.inventory.rows import DeliveryRow, ProbeRecord
+from meshtui.inventory.rows import DeliveryRow, PairRow, ProbeRecord, Provision
 from meshtui.messages import InspectSpec, StateRequest, WithdrawItem, WithdrawRequest
 from meshtui.model import Drift, End, State, Verdict, node_of
 
@@ -131,14 +132,18 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
         }
         result = Delivered()
         progress("delivering to providers", 1, 4)
-        sets = plan.provider_sets(sets_needed, {})
-        send_providers(agents, inv, {n: s for n, s in sets.items() if n not in unreachable}, result)
+        # a batch of provider nodes at a time, each batch's manifests let go once sent (every
+        # provider's manifest at once, sealed secrets and all, was 14 MiB at 10,000 pairs)
+        for keys in _provider_batches(sets_needed, live):
+            sets = plan.provider_sets(keys, {})
+            reached = {n: s for n, s in sets.items() if n not in unreachable}
+            send_providers(agents, inv, reached, result)
+            for node in set(sets) & set(unreachable):
+                for spec in sets[node]:
+                    for c in spec["consumers"]:
+                        result.fail(c["pair"], f"provider {node}: {unreachable[node]}")
+            del sets, reached
         _record_repairs(inv, plan, drift, result)
-        for node in set(sets) & set(unreachable):
-            for spec in sets[node]:
-                for c in spec["consumers"]:
-                    result.fail(c["pair"], f"provider {node}: {unreachable[node]}")
-        del sets  # every provider's manifest, sealed secrets and all: 14 MiB at 10,000 pairs
         deliveries = inv.deliveries()
         progress("delivering to consumers", 2, 4)
         # a consumer never moves ahead of its provider: it would hold a password nobody accepts
@@ -152,7 +157,8 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
         for p in live:
             if behind(p["id"], End.CONSUMER) and short(p["id"], End.PROVIDER):
                 result.fail(p["id"], "consumer waits until its provider holds the generation")
-        send_consumers(agents, inv, plan.consumer_items(todo, {}), result)
+        for batch in node_batches(todo, lambda pid: node_of(plan.pairs[pid]["consumer"])):
+            send_consumers(agents, inv, plan.consumer_items(batch, {}), result)
         progress("revoking withdrawn pairs", 3, 4)
         held_by_consumer = {
             h["pair"] for hs in holdings.values() for h in hs if h["end"] == "consumer"
@@ -225,6 +231,17 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
         return PushReport(
             delivered=delivered, withdrawn=revoked, behind=behind_now, ahead=settled.ahead
         )
+
+
+def _provider_batches(needed: set[Provision], live: list[PairRow]) -> list[list[Provision]]:
+    """The provisions to deliver whole, in :func:`batches` of provider nodes (each node's
+    size: the live consumers of its provisions, one line of a manifest each)."""
+    counts = Counter((p["provider"], p["provision"]) for p in live)
+    by_node: dict[str, list[Provision]] = {}
+    for key in sorted(needed):
+        by_node.setdefault(node_of(key[0]), []).append(key)
+    sizes = {node: sum(counts[k] for k in keys) for node, keys in by_node.items()}
+    return [[k for node in nodes for k in by_node[node]] for nodes in batches(sizes)]
 
 
 def _held(end: DeliveryRow | None) -> int | None:

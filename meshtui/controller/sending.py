@@ -37,27 +37,34 @@ building every payload of 10,000 pairs before sending the first held them all, s
 (rotate all at 10,000 pairs: ~35 MiB of payloads and bodies on a 60 MiB process)."""
 
 
-def node_batches(
-    pairs: Iterable[str], node: Callable[[str], str], limit: int | None = None
-) -> list[list[str]]:
-    """``pairs`` by the node ``node(pair)`` names, in batches of whole nodes, each of at most
-    ``limit`` pairs (:data:`BATCH` by default) unless one node alone has more; nodes and pairs
-    sorted, so a large delivery is sent in a known order."""
+def batches(sizes: Mapping[str, int], limit: int | None = None) -> list[list[str]]:
+    """Nodes (by name, with how many pairs each is sent) in sorted batches of at most ``limit``
+    pairs (:data:`BATCH` by default), a node never split: one with more is a batch alone."""
     limit = BATCH if limit is None else limit
-    by_node: dict[str, list[str]] = {}
-    for pid in sorted(pairs):
-        by_node.setdefault(node(pid), []).append(pid)
     out: list[list[str]] = []
     batch: list[str] = []
-    for name in sorted(by_node):
-        its = by_node[name]
-        if batch and len(batch) + len(its) > limit:
+    size = 0
+    for name in sorted(sizes):
+        if batch and size + sizes[name] > limit:
             out.append(batch)
-            batch = []
-        batch.extend(its)
+            batch, size = [], 0
+        batch.append(name)
+        size += sizes[name]
     if batch:
         out.append(batch)
     return out
+
+
+def node_batches(
+    pairs: Iterable[str], node: Callable[[str], str], limit: int | None = None
+) -> list[list[str]]:
+    """``pairs`` in :func:`batches` of whole nodes, the node of each pair ``node(pair)``;
+    pairs sorted, so a large delivery is sent in a known order."""
+    by_node: dict[str, list[str]] = {}
+    for pid in sorted(pairs):
+        by_node.setdefault(node(pid), []).append(pid)
+    sizes = {name: len(its) for name, its in by_node.items()}
+    return [[pid for name in names for pid in by_node[name]] for names in batches(sizes, limit)]
 
 
 def send_providers(

@@ -2,7 +2,8 @@
 its journal and sent a batch of nodes at a time, with real agents and a real PostgreSQL: every
 provider applies before any consumer is sent anything, each end ends up holding the new
 credential, and an end that fails in a later batch still rolls back every pair, the ones
-already delivered in an earlier batch included (all-or-nothing is kept by the batches)."""
+already delivered in an earlier batch included (all-or-nothing is kept by the batches). A push
+sends its manifests and credentials in batches too."""
 
 from __future__ import annotations
 
@@ -53,6 +54,28 @@ def sent(monkeypatch) -> list[tuple[str, list[str]]]:
 
     monkeypatch.setattr(Agents, "call_many", call_many)
     return seen
+
+
+def test_a_first_push_in_batches_delivers_every_end(mesh_with_agents, pg, pg_clean,
+                                                    pg_admin_file, monkeypatch, sent):  # fmt: skip
+    m = mesh_with_agents(
+        consumers={"app1": ["gitea", "wiki"], "app2": ["grafana"]},
+        port=pg.port,
+        admin=pg_admin_file,
+    )
+    monkeypatch.setattr(sending, "BATCH", 1)
+    with m.controller() as ctl:
+        report = ctl.push()
+        assert report.ok, report.behind
+        rows = {r.pair: r for r in ctl.status()}
+    assert [what for what in sent if what[0] == "deliver consumer"] == [
+        ("deliver consumer", ["app1"]),
+        ("deliver consumer", ["app2"]),
+    ]
+    assert sent.index(("deliver provider", ["db1"])) == 0
+    for pid, (rel, db) in FILES.items():
+        assert (rows[pid].consumer_generation, rows[pid].provider_generation) == (1, 1)
+        assert can_login(pg, login_of(m, pid), m.secret(rel), db) is True
 
 
 def secrets_of(mesh) -> dict[str, str]:
