@@ -117,7 +117,7 @@ def pg_own_alter(cluster: Cluster, logins: list[str]) -> float:
 
 def fresh(
     state: Path, what: str, rows: list[tuple[str, float, str]], decl: Path | None = None,
-    trace: bool = False,
+    trace: bool = False, old: bool = False,
 ) -> None:  # fmt: skip
     """Run one controller step (``declare``, ``push``, ``rotate-all``) in a fresh process, as
     an operator's command runs: its own peak RSS, not the peak of every step before it."""
@@ -125,8 +125,15 @@ def fresh(
 
     argv = [sys.executable, str(Path(__file__).with_name("controller_step.py")), what, str(state)]
     argv += [*(["--decl", str(decl)] if decl else []), *(["--trace"] if trace else [])]
-    out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
-    got = json.loads(out.strip().splitlines()[-1])
+    argv += ["--old"] if old else []
+    what += " (old path)" if old else ""
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{what} failed: {done.stderr[-3000:]}")
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    for line in done.stderr.splitlines():  # --trace: the peak of each phase
+        if line.startswith("# "):
+            print(f"    {line[2:]}")
     traced = f", traced peak {got['traced']:.1f} MiB" if got["traced"] is not None else ""
     note = f"fresh process: {got['imported']:.0f} MiB after imports{traced}"
     rows.append((what, got["took"], note))
@@ -156,6 +163,7 @@ def run(
     demo_repeat: int = 0,
     in_process: bool = False,
     trace: bool = False,
+    beside_old: bool = False,
 ) -> list[tuple[str, float, str]]:
     base = Path(tempfile.mkdtemp(prefix="meshtui-benchscale-"))
     base.chmod(0o711)
@@ -222,6 +230,8 @@ def run(
                 if in_process:
                     timed("rotate all", lambda: ctl.rotate(ctl.live_pairs()), rows)
                 else:
+                    if beside_old:  # the same rotation, every payload built and signed at once
+                        fresh(state, "rotate-all", rows, trace=trace, old=True)
                     fresh(state, "rotate-all", rows, trace=trace)
                 logins = [r.login for r in ctl.status()]
                 alter = pg_own_alter(cluster, logins)
@@ -412,6 +422,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--in-process", action="store_true",
                     help="declare, push and rotate all in this process (peak RSS so far)")  # fmt: skip
     ap.add_argument("--trace", action="store_true", help="tracemalloc's peak of each fresh step")
+    ap.add_argument("--beside-old", action="store_true",
+                    help="rotate all first as before batches (controller_step.py --old), then as now")  # fmt: skip
     ap.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.serve:
@@ -422,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     run(args.nodes, args.providers, args.pairs, probe=not args.skip_probe, pin=args.pin,
         rotate_all=not args.skip_rotate_all, demo_repeat=args.beside_demo,
-        in_process=args.in_process, trace=args.trace)  # fmt: skip
+        in_process=args.in_process, trace=args.trace, beside_old=args.beside_old)  # fmt: skip
     return 0
 
 

@@ -33,6 +33,41 @@ def rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+PHASES = {
+    "controller.rotate": ("store", "send_providers", "send_consumers", "_finish"),
+    "controller.push": ("send_providers", "send_consumers", "revoke"),
+    "controller.declare": (),
+}
+"""With ``--trace``: the functions whose traced peak is printed (each from its start), by
+module; what runs between them is printed as "between"."""
+
+
+def trace_phases(step: str) -> list[tuple[str, float]]:
+    """Wrap each of :data:`PHASES`' functions of ``step``'s module so tracemalloc's peak is
+    noted per phase: the list it fills, (phase, peak MiB), in the order they ran."""
+    import functools
+    import importlib
+
+    noted: list[tuple[str, float]] = []
+    name = {"rotate-all": "controller.rotate"}.get(step, f"controller.{step}")
+    module = importlib.import_module(f"meshtui.{name}")
+    for fn in PHASES[name]:
+        real = getattr(module, fn)
+
+        @functools.wraps(real)
+        def wrapped(*a: object, _real=real, _fn=fn, **kw: object) -> object:  # type: ignore[no-untyped-def]
+            noted.append(("before " + _fn, tracemalloc.get_traced_memory()[1] / 2**20))
+            tracemalloc.reset_peak()
+            try:
+                return _real(*a, **kw)
+            finally:
+                noted.append((_fn, tracemalloc.get_traced_memory()[1] / 2**20))
+                tracemalloc.reset_peak()
+
+        setattr(module, fn, wrapped)
+    return noted
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("step", choices=("declare", "push", "rotate-all"))
@@ -45,8 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     imported = rss_mib()
     if args.old:
         sending.BATCH = sys.maxsize
+    phases: list[tuple[str, float]] = []
     if args.trace:
         tracemalloc.start()
+        phases = trace_phases(args.step)
     t0 = time.perf_counter()
     with Controller.open(args.state) as ctl:
         if args.step == "declare":
@@ -58,7 +95,12 @@ def main(argv: list[str] | None = None) -> int:
             rotated = ctl.rotate(ctl.live_pairs())
             assert rotated.outcome == "done", rotated.reason
     took = time.perf_counter() - t0
-    traced = tracemalloc.get_traced_memory()[1] / 2**20 if args.trace else None
+    traced = None
+    if args.trace:
+        phases.append(("end", tracemalloc.get_traced_memory()[1] / 2**20))
+        traced = max(peak for _, peak in phases)
+        for phase, peak in phases:
+            print(f"# traced peak {peak:7.1f} MiB  {phase}", file=sys.stderr)
     print(json.dumps({"took": took, "imported": imported, "peak": rss_mib(), "traced": traced}))
     return 0
 
