@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from meshtui.controller import sending
 from meshtui.controller.client import DOUBTED, read_anchor_answer
 from meshtui.controller.declare import nodes_from_inventory, seal_generation
 from meshtui.controller.reports import Progress, Resolution, RotationReport
@@ -139,7 +140,8 @@ def catch_up(
     progress(
         f"{len(items)} pairs ahead of the inventory: rotating them to a fresh generation", 0, 4
     )
-    handover = Handover(payloads(inv, items, "to", gens))
+    # a large one is built from its journal and sent in batches, as a large rotation is
+    handover = Handover(payloads(inv, items, "to", gens) if len(items) <= sending.BATCH else None)
     rotation = store(ctl, Minted(gens, items), RotationState.DELIVERING)
     return execute(ctl, agents, rotation, progress, handover=handover)
 
