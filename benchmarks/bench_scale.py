@@ -117,7 +117,7 @@ def pg_own_alter(cluster: Cluster, logins: list[str]) -> float:
 
 def fresh(
     state: Path, what: str, rows: list[tuple[str, float, str]], decl: Path | None = None,
-    trace: bool = False, old: bool = False,
+    trace: bool = False, old: bool = False, label: str = "",
 ) -> None:  # fmt: skip
     """Run one controller step (``declare``, ``push``, ``rotate-all``) in a fresh process, as
     an operator's command runs: its own peak RSS, not the peak of every step before it."""
@@ -126,7 +126,7 @@ def fresh(
     argv = [sys.executable, str(Path(__file__).with_name("controller_step.py")), what, str(state)]
     argv += [*(["--decl", str(decl)] if decl else []), *(["--trace"] if trace else [])]
     argv += ["--old"] if old else []
-    what += " (old path)" if old else ""
+    what = (label or what) + (" (old path)" if old else "")
     done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"{what} failed: {done.stderr[-3000:]}")
@@ -219,6 +219,8 @@ def run(
             rows.append(("pg own: create, one txn", own, "baseline for push"))
             print(f"  {'pg own: create, one txn':<26}{own * 1000:>12.1f} ms")
             timed("status", ctl.status, rows, "goal <= 50 ms (first read after a change)")
+            if not in_process:  # every end held: what a routine push (or watch's) holds
+                fresh(state, "push", rows, trace=trace, label="push again, converged")
             if probe:
                 timed("probe", ctl.probe, rows)
             one = ctl.live_pairs()[0]
