@@ -95,13 +95,13 @@ def rotate(ctl: Controller, ids: list[str], progress: Progress) -> RotationRepor
         if recover(ctl, agents, progress):
             rows = inv.pairs(ids)  # a recovered rotation moved generations: start from those
         progress("resolving every affected node (minting meanwhile, in memory)", 0, 4)
-        nodes = affected_nodes(rows)
-        answers = asking_state(agents, list(nodes), listing=False)
+        answers = asking_state(agents, list(affected_nodes(rows)), listing=False)
         minted = mint(ctl, rows)  # in memory: dropped unless every node resolves
         forward, ready = None, None  # a large rotation: built from the journal, in batches
         if len(rows) <= sending.BATCH:
             forward = payloads(inv, minted.items, "to", minted.generations, rows)
             ready = Ready.sign(agents, forward)  # signed, not sent: that waits for the journal
+        del rows  # minted (and planned): every pair's row, 12 MiB at 10,000, is needed no more
         resolutions, _ = answers()
         failed = {r.node: r.reason for r in resolutions if not r.ok}
         if failed:
@@ -110,7 +110,7 @@ def rotate(ctl: Controller, ids: list[str], progress: Progress) -> RotationRepor
         progress("every node answered: journaling", 1, 4)
         rotation = store(ctl, minted, RotationState.DELIVERING)
         handover = Handover(forward, ready)
-        del minted, rows, forward, ready  # the handover holds them alone from here
+        del minted, forward, ready  # the handover holds them alone from here
         fault(ctl, "after-journal")
         return execute(ctl, agents, rotation, progress, handover=handover)
 
