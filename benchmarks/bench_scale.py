@@ -5,7 +5,14 @@ app), each on its own Unix socket with its own keys and state folder, all served
 process (one uvicorn server per node in one event loop): 100 Python processes would not fit on
 this machine beside the controller. Several provider nodes (``db0``, ``db1``, ...) run the
 built-in provisioner against one embedded PostgreSQL (scram only, loopback). The controller runs
-in this process; its peak memory is this process's max RSS.
+in this process; declare, push (twice: then every end is held) and rotate all each run in a
+fresh process of their own (``controller_step.py``), as an operator's command does, and print
+that process's peak RSS (``VmHWM``) and its RSS after the imports; ``--in-process`` runs them in
+this process instead (then the peak printed is the largest of every step so far, on top of this
+script's own imports: PostgreSQL's client, uvicorn, the test fixtures). ``--beside-old`` runs
+rotate all first as before batches (every payload built and signed at once), then as now;
+``--trace`` adds tracemalloc's peak of each phase of each fresh step (it costs memory itself:
+read RSS from a run without it).
 
 Baselines printed beside each figure, from the same run: PostgreSQL's own cost of setting the
 same number of passwords (plaintext, server-side hashing) in one transaction (creating the
@@ -14,6 +21,7 @@ round trip to every node in parallel.
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_scale.py [--nodes 100] [--pairs 10000]
     [--providers 4] [--skip-probe] [--skip-rotate-all] [--pin] [--beside-demo N]
+    [--beside-old] [--trace] [--in-process]
 
 ``--pin``: every provider declares ``pin = true`` (each login confined in pg_hba.conf, the
 four providers' blocks in the one cluster's file). ``--beside-demo N``: after the three single
