@@ -32,7 +32,7 @@ from meshtui.controller.resolve import ask_state
 from meshtui.controller.sending import batches, node_batches, send_consumers, send_providers
 from meshtui.errors import AgentError
 from meshtui.inventory import Inventory, now
-from meshtui.inventory.rows import DeliveryRow, PairRow, ProbeRecord, Provision
+from meshtui.inventory.rows import HeldEnd, PairRow, ProbeRecord, Provision
 from meshtui.messages import InspectSpec, StateRequest, WithdrawItem, WithdrawRequest
 from meshtui.model import Drift, End, State, Verdict, node_of
 
@@ -67,9 +67,11 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
         ahead, unknown = settled.ahead, settled.unknown
         del settled  # its holdings are let go with ``holdings`` below
         unreachable = {r.node: r.reason for r in resolutions if not r.ok}
-        found_before = inv.deliveries()  # a drift still unrepaired keeps the time it was found
+        # a drift still unrepaired keeps the time it was found; every end as a plain tuple
+        # (generation, digest, since, error): as row dicts, 12 MiB per copy at 10,000 pairs
+        found_before = inv.held_ends()
         held_generations(inv, holdings)
-        drift = _drift(agents, plan, sorted(set(holdings)), inv.deliveries(), found_before)
+        drift = _drift(agents, plan, sorted(set(holdings)), inv.held_ends(), found_before)
         # what the nodes hold, kept as the few facts push goes on with: every holding is a dict
         # of some 800 bytes (16 MiB at 10,000 pairs held at both ends)
         held_by_provider = {
@@ -85,14 +87,13 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
             if h["end"] == End.CONSUMER
         }
         del holdings
-        del found_before  # every delivery row is some 600 bytes: 12 MiB per copy at 10,000 pairs
+        del found_before
         _record_drift(inv, plan, drift)
-        deliveries = inv.deliveries()
+        deliveries = inv.held_ends()
         # what each end held before this push: its generation and whether its last delivery
         # failed after all, not the rows (the next read replaces ``deliveries``)
         before = {
-            key: (d["generation"], str(d["error"] or "").startswith(KEPT_FAILURES))
-            for key, d in deliveries.items()
+            key: (d[0], str(d[3] or "").startswith(KEPT_FAILURES)) for key, d in deliveries.items()
         }
 
         def was_behind(pid: str) -> bool:
@@ -106,7 +107,7 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
 
         def short(pid: str, end: End) -> bool:
             d = deliveries.get((pid, end.value))
-            return d is None or d["generation"] != plan.pairs[pid]["generation"]
+            return d is None or d[0] != plan.pairs[pid]["generation"]
 
         def connection_differs(pid: str) -> bool:
             """The declared connection file is not what the consumer's agent last wrote."""
@@ -124,7 +125,7 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
                 return True
             # a reload or a pin that failed: the end holds the credential, not all it should
             d = deliveries.get((pid, end.value))
-            return d is not None and str(d["error"] or "").startswith(KEPT_FAILURES)
+            return d is not None and str(d[3] or "").startswith(KEPT_FAILURES)
 
         live = [p for p in plan.pairs.values() if not p["withdrawn_at"]]
         withdrawn = [p for p in plan.pairs.values() if p["withdrawn_at"]]
@@ -151,7 +152,7 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
                         result.fail(c["pair"], f"provider {node}: {unreachable[node]}")
             del sets, reached
         _record_repairs(inv, plan, drift, result)
-        deliveries = inv.deliveries()
+        deliveries = inv.held_ends()
         progress("delivering to consumers", 2, 4)
         # a consumer never moves ahead of its provider: it would hold a password nobody accepts
         todo = [
@@ -246,17 +247,17 @@ def _provider_batches(needed: set[Provision], live: list[PairRow]) -> list[list[
     return [[k for node in nodes for k in by_node[node]] for nodes in batches(sizes)]
 
 
-def _held(end: DeliveryRow | None) -> int | None:
+def _held(end: HeldEnd | None) -> int | None:
     """The generation an end's row says it holds (None: no row, or never delivered)."""
-    return end["generation"] if end else None
+    return end[0] if end else None
 
 
 def _drift(
     agents: Agents,
     plan: Planner,
     answered: list[str],
-    deliveries: Mapping[tuple[str, str], DeliveryRow],
-    found_before: Mapping[tuple[str, str], DeliveryRow],
+    deliveries: Mapping[tuple[str, str], HeldEnd],
+    found_before: Mapping[tuple[str, str], HeldEnd],
 ) -> dict[str, str]:
     """pair id -> what a provider's server was found holding instead of what meshtui delivered.
 
@@ -303,7 +304,7 @@ def _drift(
                 pid = by_login.get((got["provider"], got["provision"], found["login"]))
                 if pid is not None and found["verdict"] in (Drift.CHANGED, Drift.MISSING):
                     before = found_before.get((pid, End.PROVIDER.value))
-                    earlier = before["error"] if before else None
+                    earlier = before[3] if before else None
                     if earlier and str(earlier).startswith(status_mod.DRIFT):
                         out[pid] = str(earlier).split("; ", 1)[0]
                     else:
@@ -322,11 +323,12 @@ def _record_repairs(
 ) -> None:
     """Keep the drift's time in the provider end's row: repaired (a note) or still failing."""
     rows: list[EndRow] = []
+    ends = inv.held_ends(list(drift)) if drift else {}
     for pid, why in drift.items():
         if result.provider_ok.get(pid):
             gen = plan.pairs[pid]["generation"]
-            held = inv.deliveries().get((pid, End.PROVIDER.value))
-            digest = held["digest"] if held else None
+            held = ends.get((pid, End.PROVIDER.value))
+            digest = held[1] if held else None
             rows.append((pid, End.PROVIDER, gen, digest, f"{status_mod.REPAIRED}{why}"))
         else:
             failed = result.errors.get(pid, "not re-applied")

@@ -155,7 +155,7 @@ def held_generations(inv: Inventory, holdings: Mapping[str, list[Holding]]) -> N
     digests = inv.generation_by_digest()
     declared = inv.consumer_files()
     rows: list[EndRow] = []
-    current = inv.deliveries()
+    current = inv.held_ends()  # (generation, digest, since, error): not 20,000 row dicts
     for _node, held in holdings.items():
         for h in held:
             gen = digests.get((h["pair"], h["digest"]))
@@ -176,10 +176,10 @@ def held_generations(inv: Inventory, holdings: Mapping[str, list[Holding]]) -> N
             old = current.get((h["pair"], h["end"]))
             if present and moved:  # still on disk and working: held, but push writes it again
                 why = f"{NOT_AS_DECLARED} ({', '.join(moved)} changed); push writes it again"
-                if old is None or old["generation"] != gen or old["error"] != why:
+                if old is None or old[0] != gen or old[3] != why:
                     rows.append((h["pair"], End(h["end"]), gen, h["digest"], why))
                 continue
-            old_gen, old_error = (old["generation"], old["error"]) if old else (None, None)
+            old_gen, old_error = (old[0], old[3]) if old else (None, None)
             if present and old_gen == gen and str(old_error or "").startswith(KEPT_FAILURES):
                 continue  # holding it says nothing of the reload or the pin: push tries again
             if present and (old_gen != gen or old_error):
