@@ -35,7 +35,10 @@ def rss_mib() -> float:
 
 PHASES = {
     "controller.rotate": ("store", "send_providers", "send_consumers", "_finish"),
-    "controller.push": ("send_providers", "send_consumers", "revoke"),
+    "controller.push": (
+        "Planner", "ask_state", "settle", "held_generations", "_drift", "send_providers",
+        "send_consumers", "revoke",
+    ),  # fmt: skip
     "controller.declare": (),
 }
 """With ``--trace``: the functions whose traced peak is printed (each from its start), by

@@ -58,11 +58,9 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
     ):
         recover(ctl, agents, progress)
         progress("asking every node what it holds", 0, 4)
-        plan = Planner(inv)
-        resolutions, holdings = ask_state(agents, sorted(plan.nodes))
-        settled = settle(ctl, agents, sorted(plan.nodes), resolutions, holdings, progress)
-        if settled.changed:  # ends were ahead (a restore): rotated past them, asked again
-            plan = Planner(inv)
+        nodes = sorted(inv.nodes())
+        resolutions, holdings = ask_state(agents, nodes)
+        settled = settle(ctl, agents, nodes, resolutions, holdings, progress)
         resolutions, holdings = settled.resolutions, settled.holdings  # (and why, if doubted)
         ahead, unknown = settled.ahead, settled.unknown
         del settled  # its holdings are let go with ``holdings`` below
@@ -71,7 +69,7 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
         # (generation, digest, since, error): as row dicts, 12 MiB per copy at 10,000 pairs
         found_before = inv.held_ends()
         held_generations(inv, holdings)
-        drift = _drift(agents, plan, sorted(set(holdings)), inv.held_ends(), found_before)
+        answered = sorted(set(holdings))
         # what the nodes hold, kept as the few facts push goes on with: every holding is a dict
         # of some 800 bytes (16 MiB at 10,000 pairs held at both ends)
         held_by_provider = {
@@ -87,6 +85,10 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
             if h["end"] == End.CONSUMER
         }
         del holdings
+        # the whole mesh, read once the answers are recorded (and any end ahead rotated past
+        # by settle): the holdings and every pair's row are never held at once
+        plan = Planner(inv)
+        drift = _drift(agents, plan, answered, inv.held_ends(), found_before)
         del found_before
         _record_drift(inv, plan, drift)
         deliveries = inv.held_ends()
