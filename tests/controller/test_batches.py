@@ -78,6 +78,16 @@ def test_a_first_push_in_batches_delivers_every_end(mesh_with_agents, pg, pg_cle
         assert can_login(pg, login_of(m, pid), m.secret(rel), db) is True
 
 
+def test_batches_are_whole_nodes_of_at_most_the_limit_a_larger_node_alone() -> None:
+    assert sending.batches({"d": 5, "b": 1, "a": 3, "c": 1}, 2) == [["a"], ["b", "c"], ["d"]]
+    assert sending.batches({}, 2) == []
+    pairs = [f"database:n{n}/m{i}->db0/postgres" for n in (2, 1, 3) for i in range(n)]
+    got = sending.node_batches(pairs, lambda pid: pid.split(":")[1].split("/")[0], 3)
+    assert got == [sorted(p for p in pairs if "n1/" in p or "n2/" in p),
+                   sorted(p for p in pairs if "n3/" in p)]  # fmt: skip
+    assert sorted(p for batch in got for p in batch) == sorted(pairs)
+
+
 def secrets_of(mesh) -> dict[str, str]:
     return {pid: mesh.secret(rel) for pid, (rel, _) in FILES.items()}
 
