@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import random
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -356,3 +358,73 @@ def test_a_reader_keeping_the_static_columns_sees_another_connections_declare(
         got = read(reader)
         assert got == reference(writer._db.conn)
         assert [r[LOGIN] for r in got if r[ID] == PAIRS[3]] == ["moved"]
+
+
+def test_a_kept_read_inside_a_write_that_rolls_back_keeps_nothing(tmp_path: Path) -> None:
+    """A keeping reader that reads inside its own write transaction sees what may yet be rolled
+    back: it keeps nothing from that read, so after the rollback and another connection's write
+    its next read is still exact (kept from there, the rolled-back probe would show and the
+    other write, at the same tick, would not)."""
+    path = tmp_path / "inventory.db"
+    rng = random.Random(3)
+    with Inventory.open(path) as inv, Inventory.open(path) as other:
+        with inv.transaction("test") as tx:
+            tx.put_pairs([pair_record(pid, generation=want(pid)) for pid in PAIRS])
+        statuses(inv, keep=True)
+        refused = probe(PAIRS[0], rng) | {"verdict": "refused", "withdrawn": 0}
+        with contextlib.suppress(RuntimeError), inv.transaction("test") as tx:
+            tx.add_probes([ProbeRecord(**refused)])  # type: ignore[typeddict-item]
+            assert statuses(inv, keep=True) == statuses(inv)
+            raise RuntimeError("rolled back")
+        with other.transaction("test") as tx:
+            tx.add_probes([probe(PAIRS[1], rng)])
+        assert statuses(inv, keep=True) == statuses(inv), STALE
+
+
+def test_a_kept_reader_sees_another_processs_write(tmp_path: Path) -> None:
+    """A probe recorded and a pair rotated by another process (a CLI command beside a running
+    watch) show in the keeping reader's next read, which reads only those pairs."""
+    path = tmp_path / "inventory.db"
+    with Inventory.open(path) as inv:
+        with inv.transaction("test") as tx:
+            tx.put_pairs([pair_record(pid, generation=want(pid)) for pid in PAIRS])
+        before = statuses(inv, keep=True)
+        mark = inv.status_changes(None).mark
+        write = f"""
+from meshtui.inventory import Inventory, now
+with Inventory.open({str(path)!r}) as inv, inv.transaction("test") as tx:
+    tx.add_probes([dict(pair={PAIRS[2]!r}, at=now(), generation=1, verdict="refused",
+                        reason="password authentication failed (28P01)", latency_ms=None,
+                        used_password=1, loopback=0, client_addr=None, control=None,
+                        withdrawn=0)])
+    tx.set_generation({PAIRS[3]!r}, 7, now())
+"""
+        subprocess.run([sys.executable, "-c", write], check=True)
+        changed = inv.status_changes(mark)
+        assert not changed.whole and sorted(r[ID] for r in changed.rows) == PAIRS[2:4]
+        after = statuses(inv, keep=True)
+        assert after == statuses(inv), STALE
+        moved = {a.pair for a, b in zip(after, before, strict=True) if a != b}
+        assert moved == set(PAIRS[2:4])
+        assert next(a for a in after if a.pair == PAIRS[3]).generation == 7
+
+
+def test_a_file_put_back_in_place_is_read_whole(tmp_path: Path) -> None:
+    """An older image of the file copied over it in place (SQLite's backup, as no meshtui
+    command does: restore writes an empty folder) holds a clock behind the reader's mark: its
+    next read reads every pair."""
+    path = tmp_path / "inventory.db"
+    rng = random.Random(5)
+    with Inventory.open(path) as inv:
+        with inv.transaction("test") as tx:
+            tx.put_pairs([pair_record(pid, generation=want(pid)) for pid in PAIRS])
+        older = sqlite3.connect(":memory:")
+        inv._db.conn.backup(older)
+        for pid in PAIRS:
+            with inv.transaction("test") as tx:
+                tx.add_probes([probe(pid, rng)])
+        statuses(inv, keep=True)
+        with sqlite3.connect(path) as conn:
+            older.backup(conn)
+        assert statuses(inv, keep=True) == statuses(inv), STALE
+        assert {st.probed_at for st in statuses(inv)} == {None}
