@@ -387,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="rotate one pair N times in turn with the demo mesh's (side by side)")  # fmt: skip
     ap.add_argument("--status-only", action="store_true",
                     help="only status, on an inventory built without agents (seconds)")  # fmt: skip
-    ap.add_argument("--repeat", type=int, default=15, help="first reads per --status-only reader")
+    ap.add_argument("--repeat", type=int, default=15, help="reads per --status-only figure")
     ap.add_argument("--rounds", type=int, default=3, help="probes per pair for --status-only")
     ap.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
