@@ -261,12 +261,6 @@ def statuses(
         return _kept_statuses(inv)
 
 
-def forget(inv: Inventory) -> None:
-    """Drop what a keeping reader of ``inv`` kept: its next read reads every pair."""
-    with _kept_lock:
-        _kept.pop(inv, None)
-
-
 def _rotating(inv: Inventory) -> dict[str, int]:
     """Each pair in an open (interrupted or running) rotation -> that rotation's number."""
     return {i["pair"]: r["id"] for r in inv.open_rotations() for i in r["items"]}
