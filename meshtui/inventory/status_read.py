@@ -7,7 +7,9 @@ asks for the pairs the schema's status clock ticked since (``status_ticks``, set
 the statement that writes a pair, a delivery or a probe, in whichever process), an index range:
 one delivery recorded, one pair read. A pair added or deleted, or a static column written (the
 pairs' stamp), another file (the epoch), a clock behind the mark, or a read inside a write
-transaction (what it sees may yet be rolled back) reads every pair again.
+transaction (what it sees may yet be rolled back) reads every pair again. Not seen: an older
+image of this same file copied over it in place, then written past the mark before the next
+read (no meshtui command writes a file in place: restore fills an empty folder).
 """
 
 from __future__ import annotations
