@@ -215,11 +215,17 @@ def one_size(nodes: int, providers: int, pairs: int, repeat: int) -> dict[str, f
               f"load {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
         return {"same": same, "same_cpu": same_cpu, "by_logins": by_logins, "by_pairs": by_pairs}
     finally:
-        if fleet is not None:
-            fleet.terminate()
-            fleet.wait(30)
-        stop_cluster(cluster)
-        shutil.rmtree(base, ignore_errors=True)
+        try:
+            if fleet is not None:
+                fleet.terminate()
+                try:
+                    fleet.wait(60)
+                except subprocess.TimeoutExpired:
+                    fleet.kill()
+                    fleet.wait()
+        finally:
+            stop_cluster(cluster)
+            shutil.rmtree(base, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
