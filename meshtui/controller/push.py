@@ -67,7 +67,11 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
         unreachable = {r.node: r.reason for r in resolutions if not r.ok}
         # a drift still unrepaired keeps the time it was found; every end as a plain tuple
         # (generation, digest, since, error): as row dicts, 12 MiB per copy at 10,000 pairs
-        found_before = inv.held_ends()
+        found_before = {
+            key: end
+            for key, end in inv.held_ends().items()
+            if end[3] and str(end[3]).startswith(status_mod.DRIFT)
+        }  # only the ends a drift was found on: every end's tuple is ~400 bytes
         held_generations(inv, holdings)
         answered = sorted(set(holdings))
         # what the nodes hold, kept as the few facts push goes on with: every holding is a dict
@@ -88,7 +92,9 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
         # the whole mesh, read once the answers are recorded (and any end ahead rotated past
         # by settle): the holdings and every pair's row are never held at once
         plan = Planner(inv)
-        drift = _drift(agents, plan, answered, inv.held_ends(), found_before)
+        provider_ends = {k: e for k, e in inv.held_ends().items() if k[1] == End.PROVIDER.value}
+        drift = _drift(agents, plan, answered, provider_ends, found_before)
+        del provider_ends
         del found_before
         _record_drift(inv, plan, drift)
         deliveries = inv.held_ends()
