@@ -36,9 +36,15 @@ def rss_mib() -> float:
 PHASES = {
     "controller.rotate": ("store", "send_providers", "send_consumers", "_finish"),
     "controller.push": (
-        "Planner", "ask_state", "settle", "held_generations", "_drift", "send_providers",
-        "send_consumers", "revoke",
-    ),  # fmt: skip
+        "Planner",
+        "ask_state",
+        "settle",
+        "held_generations",
+        "_drift",
+        "send_providers",
+        "send_consumers",
+        "revoke",
+    ),
     "controller.declare": (),
 }
 """With ``--trace``: the functions whose traced peak is printed (each from its start), by
