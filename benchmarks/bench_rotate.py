@@ -245,6 +245,46 @@ def manifest_ms(manifest: Path, repeat: int) -> float:
     return p50_ms(runs)
 
 
+def agent_times(log: Path, since: int) -> dict[str, list[float]]:
+    """Each request kind's own time in an agent, in ms, from its log lines after ``since``
+    bytes (the agent logs every request with the time it took to answer it)."""
+    times: dict[str, list[float]] = {}
+    for line in log.read_bytes()[since:].decode(errors="replace").splitlines():
+        words = line.split("meshtui agent: ", 1)[-1]
+        if ": ok (" in words and words.endswith(" ms)"):
+            kind, took = words.split(": ok (", 1)
+            times.setdefault(kind, []).append(float(took[: -len(" ms)")]))
+    return times
+
+
+def profile_rotations(among: Lab, demo: Lab, pid: str, repeat: int) -> None:
+    """Where one rotation's time goes in both meshes: each agent's own time per request
+    (provider db1, consumer app1; p50 from their logs) and the controller's CPU by function
+    (cProfile of the rotations among others, cumulative, top 20)."""
+    import cProfile
+    import pstats
+
+    for name, one in (("demo", demo), ("among", among)):
+        logs = {n: one.root / f"{n}.agent.log" for n in ("db1", "app1")}
+        marks = {n: p.stat().st_size for n, p in logs.items()}
+        prof = cProfile.Profile()
+        walls = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            prof.enable()
+            assert one.ctl.rotate([pid]).outcome == "done"
+            prof.disable()
+            walls.append(time.perf_counter() - t0)
+        said = []
+        for node, log in logs.items():
+            for kind, ms in agent_times(log, marks[node]).items():
+                said.append(f"{node} {kind} p50 {statistics.median(ms):.0f} ms x{len(ms)}")
+        print(f"   profile {name}: rotation p50 {p50_ms(walls):.1f} ms (profiled); agents' own "
+              f"time: {'; '.join(said)}")  # fmt: skip
+        if name == "among":
+            pstats.Stats(prof).sort_stats("cumulative").print_stats(20)
+
+
 def pg_alter_all(cluster: Cluster, count: int, *, precomputed: bool) -> float:
     """PostgreSQL's own cost: new passwords for ``count`` logins in one transaction (quiet).
 
@@ -359,6 +399,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="both meshes' provider declares pin = true (implies --one; goal for 2: <= 1.15x)",
     )
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="after 2: profile rotations among others (the controller's CPU by function, and "
+        "each agent's own time per request from its log: the agent side against the rest)",
+    )
     args = ap.parse_args(argv)
     args.one = args.one or args.pin
     pinned = ", pin = true" if args.pin else ""
@@ -401,6 +447,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"   floor: the {args.others + 5}-consumer manifest read + parsed once p50 "
                   f"{parse:.1f} ms (a delta's merge and the scoped provisioner each read it; "
                   f"the node writes it whole again)")  # fmt: skip
+            if args.profile:
+                profile_rotations(among_lab, demo_lab, pid, args.repeat)
             goal = 1.15 if args.pin else 1.2
             rows.append(
                 (f"rotate one among {args.others}{pinned} (ms)", among, demo, among / demo, goal)

@@ -61,14 +61,15 @@ def _joined(body: ManifestBody, lines: list[str]) -> bytes:
 @dataclass
 class _Last:
     """The manifest this agent wrote last at one path: its bytes, its consumer lines with
-    their encoded text, and the digest of its consumer set (None until computed: once the
-    answer is sent, or by the next delta if that comes first)."""
+    their encoded text and each login's place among them, and the digest of its consumer set
+    (None until computed: once the answer is sent, or by the next delta if that comes first)."""
 
     data: bytes
     provider: str
     provision: str
     lines: list[ManifestLine]
     texts: list[str]
+    places: dict[str, int]
     digest: str | None = None
 
 
@@ -107,12 +108,16 @@ class Serials:
         data: bytes,
         texts: list[str],
         digest: str | None = None,
+        places: dict[str, int] | None = None,
     ) -> None:
         """Remember the manifest just written, with its digest when known (else
-        :meth:`settle` computes it, later)."""
+        :meth:`settle` computes it, later) and its logins' places when a delta's merge kept
+        them (else they are counted here)."""
         lines = body["consumers"]
+        if places is None:
+            places = {line["as"]: i for i, line in enumerate(lines)}
         self._written[str(manifest)] = _Last(
-            data, body["provider"], body["provision"], lines, texts, digest
+            data, body["provider"], body["provision"], lines, texts, places, digest
         )
 
     def forget(self, manifest: Path) -> None:
@@ -182,10 +187,10 @@ def _line(c: ManifestEntry, rel: str) -> ManifestLine:
 
 def _held_lines(
     folder: folders.Folder, manifest: Path, spec: ProviderSet, serials: Serials
-) -> tuple[list[ManifestLine], list[str] | None] | str:
-    """The consumer lines of the manifest on disk when its set is the delta's base (with their
-    encoded text when this agent wrote it so), else why not (missing, unreadable, another
-    provision's, or not the set the controller expects)."""
+) -> tuple[list[ManifestLine], _Last | None] | str:
+    """The consumer lines of the manifest on disk when its set is the delta's base (with what
+    this agent remembers of it when it wrote it so: the lines' text and places), else why not
+    (missing, unreadable, another provision's, or not the set the controller expects)."""
     base = spec.get("base")
     assert base is not None
     try:
@@ -196,14 +201,13 @@ def _held_lines(
         return "the node holds no manifest to apply a delta to"
     last = serials.kept(manifest, data)
     if last is not None:  # exactly what this agent wrote last: its lines and digest are known
-        provider, provision, lines, texts = last.provider, last.provision, last.lines, last.texts
+        provider, provision, lines = last.provider, last.provision, last.lines
     else:
         try:
             body = _MANIFEST.decode(data)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             return f"the manifest on the node is not a manifest meshtui wrote ({exc})"
         provider, provision, lines = body["provider"], body["provision"], body["consumers"]
-        texts = None
     if provider != spec["provider"] or provision != spec["provision"]:
         return "the manifest on the node is for another provision"
     digest = serials.digest(last) if last is not None else _set_digest(lines)
@@ -212,7 +216,66 @@ def _held_lines(
             "the manifest on the node does not hold the consumer set the delta applies to "
             "(edited, behind, or written by another controller)"
         )
-    return lines, texts
+    return lines, last
+
+
+@dataclass
+class _Merged:
+    """A delta merged into the manifest it applies to: the whole set's lines, their text (None:
+    to be encoded), each login's place (None: to be counted), and the set's digest."""
+
+    lines: list[ManifestLine]
+    texts: list[str] | None
+    places: dict[str, int] | None
+    digest: str
+
+
+def _merge(
+    held: list[ManifestLine],
+    last: _Last | None,
+    lines: list[ManifestLine],
+    gone: set[str],
+    base_digest: str,
+) -> _Merged:
+    """``lines`` (changed or added) and ``gone`` (logins removed) merged into ``held``: a held
+    line keeps its place (and its text), a changed one takes it, an added one goes last, a
+    removed one leaves. On the lines this agent wrote last (``last``) a delta that removes
+    nothing costs the delta's size, not the manifest's (its lines are found by their places
+    and the lists copied, not rebuilt); any other merge walks every line."""
+    changed = {line["as"]: line for line in lines}
+    if last is not None and not gone and len(changed) == len(lines):
+        places = last.places
+        was = [held[p] for line in lines if (p := places.get(line["as"])) is not None]
+        merged, copied = held.copy(), last.texts.copy()
+        added = [line for line in lines if line["as"] not in places]
+        if added:
+            places = {**places, **{line["as"]: len(held) + i for i, line in enumerate(added)}}
+        for line in lines:
+            text = line_text(line)
+            if (p := last.places.get(line["as"])) is not None:
+                merged[p], copied[p] = line, text
+            else:
+                merged.append(line)
+                copied.append(text)
+        digest = rebased_digest(
+            base_digest, [_consumer_line(h) for h in was], [_consumer_line(c) for c in lines]
+        )
+        return _Merged(merged, copied, places, digest)
+    # the merged set's digest, moved past the delta in the delta's size
+    digest = rebased_digest(
+        base_digest,
+        [_consumer_line(h) for h in held if h["as"] in gone or h["as"] in changed],
+        [_consumer_line(line) for line in lines],
+    )
+    merged = [changed.pop(h["as"], h) for h in held if h["as"] not in gone]
+    texts: list[str] | None = None
+    if last is not None:  # a held line keeps its text; a changed one is encoded
+        was_text = {id(h): t for h, t in zip(held, last.texts, strict=True)}
+        texts = [was_text.get(id(m)) or line_text(m) for m in merged]
+    merged += [line for line in lines if line["as"] in changed]
+    if texts is not None:
+        texts += [line_text(m) for m in merged[len(texts) :]]
+    return _Merged(merged, texts, None, digest)
 
 
 def _not_replaceable(folder: folders.Folder, manifest: Path, spec: ProviderSet) -> str | None:
@@ -283,27 +346,16 @@ def write_provider_files(
         held: list[ManifestLine] = []
         gone: set[str] = set()
         texts: list[str] | None = None
+        places: dict[str, int] | None = None
         digest: str | None = None  # a whole manifest's is computed later (Serials.settle)
         if delta:
             base_digest = spec["base"]["digest"]  # what the manifest on disk is found to hold
             found = _held_lines(mdir, manifest, spec, serials)
             if isinstance(found, str):
                 return Written(refused=found)
-            (held, held_texts), gone = found, set(spec.get("removed", []))
-            changed = {line["as"]: line for line in lines}
-            # the merged set's digest, moved past the delta in the delta's size
-            digest = rebased_digest(
-                base_digest,
-                [_consumer_line(h) for h in held if h["as"] in gone or h["as"] in changed],
-                [_consumer_line(line) for line in lines],
-            )
-            merged = [changed.pop(h["as"], h) for h in held if h["as"] not in gone]
-            if held_texts is not None:  # a held line keeps its text; a changed one is encoded
-                was = {id(h): t for h, t in zip(held, held_texts, strict=True)}
-                texts = [was.get(id(m)) or line_text(m) for m in merged]
-            lines = merged + [line for line in lines if line["as"] in changed]
-            if texts is not None:
-                texts += [line_text(m) for m in lines[len(texts) :]]
+            (held, last), gone = found, set(spec.get("removed", []))
+            merged = _merge(held, last, lines, gone, base_digest)
+            lines, texts, places, digest = merged.lines, merged.texts, merged.places, merged.digest
             scope = frozenset(c["as"] for c in consumers) | gone
         gdir = folders.open_folder(grants, create=0o700, own=True)
         assert gdir is not None
@@ -341,17 +393,20 @@ def write_provider_files(
             finally:
                 secrets.clear()
             serials.wrote(manifest, serial)
-            serials.keep(manifest, body, data, texts, digest)
-            wanted = {line["secret"].rsplit("/", 1)[-1] for line in lines}
+            serials.keep(manifest, body, data, texts, digest, places)
             # a delta can make stale only the secret files of the logins it removes
             names = gdir.names() if not delta else [
                 secret_name(h["node"], h["module"]) for h in held if h["as"] in gone
-            ]  # fmt: skip
+            ] if gone else []  # fmt: skip
+            wanted = {line["secret"].rsplit("/", 1)[-1] for line in lines} if names else set()
             for stale in names:
                 old = stale.endswith(".secret") and stale not in wanted
                 if old and not gdir.is_folder(stale):
                     gdir.remove(stale)
     if scope is None:
         return Written(logins=scope)
-    cut = [t for line, t in zip(lines, texts, strict=True) if line["as"] in scope]
+    if places is not None:  # the delta's lines by their places, in the manifest's order
+        cut = [texts[p] for p in sorted(places[a] for a in scope if a in places)]
+    else:
+        cut = [t for line, t in zip(lines, texts, strict=True) if line["as"] in scope]
     return Written(logins=scope, scoped=_joined(body, cut))
