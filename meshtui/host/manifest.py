@@ -3,15 +3,22 @@
 The manifest is whole on every write (every live consumer of the provision, a serial one more
 than the last) and written after every secret it names; secret files no longer named go. A
 delta is merged into the manifest on disk first, when that is the set the delta applies to;
-when the file is, byte for byte, what this agent wrote last, its lines, their text and their
-digest are taken from memory (:class:`Serials`) instead of being decoded and encoded again.
+when the file is, byte for byte, what this agent wrote last, its lines, their text, their
+places and their digest are taken from memory (:class:`Serials`) instead of being decoded and
+encoded again, and the delta's lines replace theirs by place. Once the agent has answered, it
+reads the file back and remembers its identity (its stat); while that stays the same, the next
+delta does not read the file at all. What is left that grows with the provision is the whole
+file's write and fsync (its text joined from the lines' kept text): the manifest stays one
+file that every reader reads as before.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +78,39 @@ class _Last:
     texts: list[str]
     places: dict[str, int]
     digest: str | None = None
+    seen: Identity | None = None
+    """The file's identity once it was read back as exactly ``data`` after its change time
+    had passed (:meth:`Serials.settle`): while the file's stat is this, it is still ``data``."""
+
+
+Identity = tuple[int, int, int, int, int]
+"""A file's identity: device, inode, size, modification and change times (ns)."""
+
+SETTLE_TRIES = 3
+SETTLE_WAIT_S = 0.01
+"""How long :meth:`Serials.settle` waits (off the delivery's path, between tries) for the
+clock that stamps files to pass a manifest's change time before it reads it back."""
+
+
+def identity(info: os.stat_result) -> Identity:
+    """The identity of a file (its stat): any write to it, a ``touch`` that puts its times
+    back included, changes its change time, which nobody can set; a file put in its place is
+    another inode."""
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
+def _stamp_now(folder: folders.Folder) -> int | None:
+    """The change time the folder's filesystem stamps on a change made now (a file made with
+    no name, ``O_TMPFILE``, and let go: its own clock and granularity, which the wall clock
+    is not); None where it cannot say."""
+    try:
+        fd = os.open(".", os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600, dir_fd=folder.fd)
+    except OSError:
+        return None
+    try:
+        return os.fstat(fd).st_ctime_ns
+    finally:
+        os.close(fd)
 
 
 class Serials:
@@ -94,6 +134,19 @@ class Serials:
 
     def wrote(self, manifest: Path, serial: int) -> None:
         self._last[str(manifest)] = serial
+
+    def unchanged(self, folder: folders.Folder, manifest: Path) -> _Last | None:
+        """What this agent wrote last at ``manifest`` when the file there has the identity
+        it had when it was read back as exactly that (not read again: its stat alone); else
+        None (not yet read back, or touched since in any way: then it is read)."""
+        last = self._written.get(str(manifest))
+        if last is None or last.seen is None:
+            return None
+        try:
+            info = os.stat(manifest.name, dir_fd=folder.fd, follow_symlinks=False)
+        except OSError:
+            return None
+        return last if identity(info) == last.seen else None
 
     def kept(self, manifest: Path, data: bytes) -> _Last | None:
         """What this agent wrote last at ``manifest`` when ``data`` (read from it now) is
@@ -133,14 +186,39 @@ class Serials:
 
     @property
     def unsettled(self) -> bool:
-        """Whether a kept manifest's digest is still to be computed."""
-        return any(last.digest is None for last in list(self._written.values()))
+        """Whether a kept manifest's digest is still to be computed, or its file to be read
+        back."""
+        kept = list(self._written.values())
+        return any(last.digest is None or last.seen is None for last in kept)
 
     def settle(self) -> None:
-        """Compute the digests still owed (the agent calls it once its answer is sent, so the
-        next delta finds it ready and the delivery that wrote it did not wait for it)."""
-        for last in list(self._written.values()):
+        """Compute the digests still owed and read back the files not yet read back (the agent
+        calls it once its answer is sent, so the next delta finds both ready and the delivery
+        that wrote the file waited for neither)."""
+        for path, last in list(self._written.items()):
             self.digest(last)
+            if last.seen is None:
+                with contextlib.suppress(HostFileError, OSError):
+                    self._read_back(Path(path), last)
+
+    def _read_back(self, manifest: Path, last: _Last) -> None:
+        """Remember the file's identity when it reads as exactly ``last.data`` and its change
+        time is older than the moment it was read: any change after that moment stamps a later
+        change time, so while the identity stays the same the bytes do too. A file changed
+        meanwhile is not remembered (the next delta reads it, and refuses it if it must)."""
+        folder = folders.open_folder(manifest.parent)
+        if folder is None:
+            return
+        with folder:
+            for _ in range(SETTLE_TRIES):
+                now = _stamp_now(folder)
+                got = folder.read_with_stat(manifest.name, limit=folders.MAX_MANIFEST)
+                if now is None or got is None or got[0] != last.data:
+                    return
+                if got[1].st_ctime_ns < now:
+                    last.seen = identity(got[1])
+                    return
+                time.sleep(SETTLE_WAIT_S)  # written within this clock tick: wait it out
 
 
 def _set_digest(lines: list[ManifestLine]) -> str:
@@ -193,16 +271,19 @@ def _held_lines(
     (missing, unreadable, another provision's, or not the set the controller expects)."""
     base = spec.get("base")
     assert base is not None
-    try:
-        data = folder.read(manifest.name, limit=folders.MAX_MANIFEST)
-    except (HostFileError, OSError) as exc:
-        return f"the manifest on the node cannot be read ({exc})"
-    if data is None:
-        return "the node holds no manifest to apply a delta to"
-    last = serials.kept(manifest, data)
+    last = serials.unchanged(folder, manifest)  # read back already, and untouched since
+    if last is None:
+        try:
+            data = folder.read(manifest.name, limit=folders.MAX_MANIFEST)
+        except (HostFileError, OSError) as exc:
+            return f"the manifest on the node cannot be read ({exc})"
+        if data is None:
+            return "the node holds no manifest to apply a delta to"
+        last = serials.kept(manifest, data)
     if last is not None:  # exactly what this agent wrote last: its lines and digest are known
         provider, provision, lines = last.provider, last.provision, last.lines
     else:
+        assert data is not None
         try:
             body = _MANIFEST.decode(data)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:

@@ -4,6 +4,7 @@ real folders and files; the sealed blobs are opened by a seam that hands back ea
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 import sys
@@ -12,7 +13,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from meshtui import crypto
+import pytest
+
+from meshtui import crypto, folders
 from meshtui.host import manifest as host_manifest
 from meshtui.host.manifest import Serials, write_provider_files
 from meshtui.messages import ConsumerLine, ManifestEntry, ProviderSet, consumer_set_digest
@@ -156,3 +159,85 @@ def test_deltas_from_memory_write_exactly_what_a_whole_delivery_writes(tmp_path:
     assert sorted(p.name for p in (other.root / "grants").iterdir()) == sorted(
         p.name for p in (one.root / "grants").iterdir()
     )
+
+
+def _edit_in_place(path: Path, login: str) -> None:
+    """Change one hex digit of ``login``'s digest in the file itself (same size, same inode)
+    and put its access and modification times back, as a careful hand edit could."""
+    before = path.stat()
+    data = path.read_bytes()
+    at = data.index(b'"digest": "blake2b:', data.index(f'"as": "{login}"'.encode()))
+    at += len(b'"digest": "blake2b:')
+    with path.open("r+b") as f:
+        f.seek(at)
+        f.write(b"0" if data[at : at + 1] != b"0" else b"1")
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = path.stat()
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (
+        before.st_ino,
+        before.st_size,
+        before.st_mtime_ns,
+    )
+
+
+def _reads_of(monkeypatch: pytest.MonkeyPatch, name: str) -> list[str]:
+    """The reads of the file ``name`` by folder descriptor from now on (the real reads)."""
+    seen: list[str] = []
+    real = folders.Folder.read_with_stat
+
+    def counted(self: folders.Folder, file: str, *, limit: int = folders.MAX_SECRET) -> Any:
+        if file == name:
+            seen.append(file)
+        return real(self, file, limit=limit)
+
+    monkeypatch.setattr(folders.Folder, "read_with_stat", counted)
+    return seen
+
+
+def test_a_manifest_read_back_once_is_not_read_again_while_untouched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one = Provision(_folder(tmp_path, "a"), 20)
+    one.whole()
+    one.serials.settle()  # as the agent does once its answer is sent
+    reads = _reads_of(monkeypatch, "mesh.json")
+    for i in (1, 2, 3):
+        assert one.rotate(i).refused is None
+        assert reads == []  # the delivery read nothing back: the file's stat alone
+        one.serials.settle()  # read back off the delivery's path (again, within its tick)
+        assert reads and set(reads) == {"mesh.json"}
+        reads.clear()
+
+
+def test_an_in_place_edit_that_puts_the_times_back_is_still_caught(tmp_path: Path) -> None:
+    one = Provision(_folder(tmp_path, "a"), 20)
+    one.whole()
+    one.serials.settle()
+    assert one.rotate(4).refused is None
+    one.serials.settle()
+    _edit_in_place(one.manifest, "m7_n7")  # the change time moves; nobody can put it back
+    refused = one.rotate(7).refused
+    assert refused is not None and "does not hold the consumer set" in refused
+    assert b'"m7_n7"' in one.manifest.read_bytes()  # nothing written over the edit
+
+
+def test_an_edit_before_the_read_back_is_caught_by_the_read_back(tmp_path: Path) -> None:
+    one = Provision(_folder(tmp_path, "a"), 20)
+    one.whole()
+    _edit_in_place(one.manifest, "m2_n2")  # within the write's own clock tick, maybe
+    one.serials.settle()  # reads it back: not what the agent wrote, so not remembered
+    refused = one.rotate(2).refused
+    assert refused is not None and "does not hold the consumer set" in refused
+
+
+def test_a_link_put_in_the_manifests_place_is_refused_not_followed(tmp_path: Path) -> None:
+    one = Provision(_folder(tmp_path, "a"), 5)
+    one.whole()
+    one.serials.settle()
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_bytes(one.manifest.read_bytes())  # the very bytes the agent wrote
+    one.manifest.unlink()
+    one.manifest.symlink_to(elsewhere)
+    refused = one.rotate(1).refused
+    assert refused is not None and "symbolic link" in refused
+    assert one.manifest.is_symlink() and elsewhere.read_bytes().count(b'"as"') == 5
