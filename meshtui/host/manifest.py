@@ -14,11 +14,9 @@ file that every reader reads as before.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,8 +86,9 @@ Identity = tuple[int, int, int, int, int]
 
 SETTLE_TRIES = 3
 SETTLE_WAIT_S = 0.01
-"""How long :meth:`Serials.settle` waits (off the delivery's path, between tries) for the
-clock that stamps files to pass a manifest's change time before it reads it back."""
+"""A manifest written within the filesystem's current clock tick is read back this much later,
+on a timer thread (at most :data:`SETTLE_TRIES` times): the agent's next request waits for
+none of it, and a delta that comes first reads the file as before."""
 
 
 def identity(info: os.stat_result) -> Identity:
@@ -122,6 +121,7 @@ class Serials:
         self._last: dict[str, int] = {}
         self._written: dict[str, _Last] = {}
         self._lock = threading.Lock()
+        self._timers: list[threading.Timer] = []
 
     def next(self, folder: folders.Folder, manifest: Path) -> int:
         """One more than the serial this agent wrote last."""
@@ -198,27 +198,55 @@ class Serials:
         for path, last in list(self._written.items()):
             self.digest(last)
             if last.seen is None:
-                with contextlib.suppress(HostFileError, OSError):
-                    self._read_back(Path(path), last)
+                self._read_back(Path(path), last, SETTLE_TRIES)
 
-    def _read_back(self, manifest: Path, last: _Last) -> None:
-        """Remember the file's identity when it reads as exactly ``last.data`` and its change
-        time is older than the moment it was read: any change after that moment stamps a later
-        change time, so while the identity stays the same the bytes do too. A file changed
-        meanwhile is not remembered (the next delta reads it, and refuses it if it must)."""
-        folder = folders.open_folder(manifest.parent)
-        if folder is None:
+    def _read_back(self, manifest: Path, last: _Last, tries: int) -> None:
+        """:func:`_read_back`, again on a timer while the file is too fresh to be judged."""
+        try:
+            fresh = _read_back(manifest, last)
+        except (HostFileError, OSError):
             return
-        with folder:
-            for _ in range(SETTLE_TRIES):
-                now = _stamp_now(folder)
-                got = folder.read_with_stat(manifest.name, limit=folders.MAX_MANIFEST)
-                if now is None or got is None or got[0] != last.data:
-                    return
-                if got[1].st_ctime_ns < now:
-                    last.seen = identity(got[1])
-                    return
-                time.sleep(SETTLE_WAIT_S)  # written within this clock tick: wait it out
+        if fresh and tries > 1:
+            timer = threading.Timer(SETTLE_WAIT_S, self._read_back, (manifest, last, tries - 1))
+            timer.daemon = True
+            with self._lock:
+                self._timers = [t for t in self._timers if t.is_alive()] + [timer]
+            timer.start()
+
+    def wait(self) -> None:
+        """Wait until every read-back left on a timer is done (tests, benchmarks)."""
+        while True:
+            with self._lock:
+                alive = [t for t in self._timers if t.is_alive()]
+            if not alive:
+                return
+            for timer in alive:
+                timer.join()
+
+
+def _read_back(manifest: Path, last: _Last) -> bool:
+    """Remember the file's identity in ``last`` when it reads as exactly ``last.data`` and its
+    change time is older than the moment it was read: any change after that moment stamps a
+    later change time, so while the identity stays the same the bytes do too. A file changed
+    meanwhile is not remembered (the next delta reads it, and refuses it if it must). True when
+    the file was changed within the filesystem's current clock tick (not read: ask again later)."""
+    folder = folders.open_folder(manifest.parent)
+    if folder is None:
+        return False
+    with folder:
+        now = _stamp_now(folder)
+        try:
+            info = os.stat(manifest.name, dir_fd=folder.fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        if now is None or info.st_size != len(last.data):
+            return False
+        if info.st_ctime_ns >= now:
+            return True
+        got = folder.read_with_stat(manifest.name, limit=folders.MAX_MANIFEST)
+        if got is not None and got[0] == last.data and got[1].st_ctime_ns < now:
+            last.seen = identity(got[1])
+        return False
 
 
 def _set_digest(lines: list[ManifestLine]) -> str:

@@ -200,11 +200,13 @@ def test_a_manifest_read_back_once_is_not_read_again_while_untouched(
     one = Provision(_folder(tmp_path, "a"), 20)
     one.whole()
     one.serials.settle()  # as the agent does once its answer is sent
+    one.serials.wait()
     reads = _reads_of(monkeypatch, "mesh.json")
     for i in (1, 2, 3):
         assert one.rotate(i).refused is None
         assert reads == []  # the delivery read nothing back: the file's stat alone
-        one.serials.settle()  # read back off the delivery's path (again, within its tick)
+        one.serials.settle()  # read back off the delivery's path (on a timer within its tick)
+        one.serials.wait()
         assert reads and set(reads) == {"mesh.json"}
         reads.clear()
 
@@ -213,8 +215,10 @@ def test_an_in_place_edit_that_puts_the_times_back_is_still_caught(tmp_path: Pat
     one = Provision(_folder(tmp_path, "a"), 20)
     one.whole()
     one.serials.settle()
+    one.serials.wait()
     assert one.rotate(4).refused is None
     one.serials.settle()
+    one.serials.wait()
     _edit_in_place(one.manifest, "m7_n7")  # the change time moves; nobody can put it back
     refused = one.rotate(7).refused
     assert refused is not None and "does not hold the consumer set" in refused
@@ -226,6 +230,7 @@ def test_an_edit_before_the_read_back_is_caught_by_the_read_back(tmp_path: Path)
     one.whole()
     _edit_in_place(one.manifest, "m2_n2")  # within the write's own clock tick, maybe
     one.serials.settle()  # reads it back: not what the agent wrote, so not remembered
+    one.serials.wait()
     refused = one.rotate(2).refused
     assert refused is not None and "does not hold the consumer set" in refused
 
@@ -234,6 +239,7 @@ def test_a_link_put_in_the_manifests_place_is_refused_not_followed(tmp_path: Pat
     one = Provision(_folder(tmp_path, "a"), 5)
     one.whole()
     one.serials.settle()
+    one.serials.wait()
     elsewhere = tmp_path / "elsewhere.json"
     elsewhere.write_bytes(one.manifest.read_bytes())  # the very bytes the agent wrote
     one.manifest.unlink()
