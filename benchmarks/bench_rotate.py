@@ -187,7 +187,13 @@ def lab(
             mesh.start(node)
         with Controller.open(state) as ctl:
             ctl.declare(declaration(root, cluster.port, admin, bulk, pin))
-            assert ctl.push().ok
+            for attempt in range(3):  # a push converges: one that failed on a busy machine
+                pushed = ctl.push()  # (a timeout) is finished by the next
+                if pushed.ok:
+                    break
+                print(f"warning: push {attempt + 1} not ok: {pushed}"[:2000], file=sys.stderr)
+            else:
+                raise SystemExit(f"{base}: the mesh could not be pushed")
             yield Lab(root, cluster, admin, mesh, ctl)
     finally:
         if mesh is not None:
