@@ -65,6 +65,8 @@ from meshtui.kinds.postgres.scram import VerifiersAhead, scram_verifier
 from tests.fix_agents import Mesh, mesh_policy
 from tests.fix_pg import free_port
 
+PUSH_TRIES = 6
+PUSH_WAIT_S = 60.0
 DEMO = {"app1": ["gitea", "keycloak", "grafana"], "app2": ["wiki", "gitea"]}
 QUIET = (
     "SELECT set_config('log_statement', 'none', true),"
@@ -187,11 +189,12 @@ def lab(
             mesh.start(node)
         with Controller.open(state) as ctl:
             ctl.declare(declaration(root, cluster.port, admin, bulk, pin))
-            for attempt in range(3):  # a push converges: one that failed on a busy machine
-                pushed = ctl.push()  # (a timeout) is finished by the next
-                if pushed.ok:
+            for attempt in range(PUSH_TRIES):  # a push converges: one that failed on a busy
+                pushed = ctl.push()  # machine (a timeout) is finished by a later one, once the
+                if pushed.ok:  # agent is done with the first (busy until then)
                     break
-                print(f"warning: push {attempt + 1} not ok: {pushed}"[:2000], file=sys.stderr)
+                print(f"warning: push {attempt + 1} not ok: {pushed}"[:300], file=sys.stderr)
+                time.sleep(PUSH_WAIT_S)
             else:
                 raise SystemExit(f"{base}: the mesh could not be pushed")
             yield Lab(root, cluster, admin, mesh, ctl)
