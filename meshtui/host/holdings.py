@@ -13,7 +13,7 @@ from typing import cast
 import msgspec
 
 from meshtui.atomic import write_private
-from meshtui.errors import HostFileError
+from meshtui.host.record import read_record
 from meshtui.messages import EndRecord, Holding
 from meshtui.model import End
 
@@ -70,21 +70,10 @@ class Holdings:
     def _load(self) -> _Record:
         """The record on disk (empty when there is none); HostFileError naming the file, and
         the field when its shape is wrong, rather than a node that forgets what it holds."""
-        try:
-            raw = self._path.read_bytes()
-        except FileNotFoundError:
-            return _Record()
-        except OSError as exc:
-            raise HostFileError(f"{self._path} cannot be read ({exc.strerror}): {ADVICE}") from exc
-        try:
-            return msgspec.json.decode(raw, type=_Record)
-        except msgspec.ValidationError as exc:
-            why = _fault(raw, exc)
-            raise HostFileError(
-                f"{self._path} is not a holdings record ({why}): {ADVICE}"
-            ) from None
-        except msgspec.DecodeError:
-            raise HostFileError(f"{self._path} is not JSON: {ADVICE}") from None
+        found = read_record(
+            self._path, _Record, what="a holdings record", advice=ADVICE, fault=_fault
+        )
+        return found if found is not None else _Record()
 
     def get(self, end: End, pair: str) -> Held | None:
         """What this node holds for one end of a pair."""

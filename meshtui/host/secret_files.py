@@ -16,7 +16,7 @@ from pathlib import Path
 import msgspec
 
 from meshtui.atomic import write_private
-from meshtui.errors import HostFileError
+from meshtui.host.record import read_record
 
 FILE = "secret-files.json"
 ADVICE = (
@@ -47,20 +47,10 @@ class SecretFiles:
         return f"{module} {name}"
 
     def _load(self) -> dict[str, Written]:
-        try:
-            raw = self._path.read_bytes()
-        except FileNotFoundError:
-            return {}
-        except OSError as exc:
-            raise HostFileError(f"{self._path} cannot be read ({exc.strerror}): {ADVICE}") from exc
-        try:
-            return msgspec.json.decode(raw, type=dict[str, Written])
-        except msgspec.ValidationError as exc:
-            raise HostFileError(
-                f"{self._path} is not a record of secret files ({exc}): {ADVICE}"
-            ) from None
-        except msgspec.DecodeError:
-            raise HostFileError(f"{self._path} is not JSON: {ADVICE}") from None
+        found = read_record(
+            self._path, dict[str, Written], what="a record of secret files", advice=ADVICE
+        )
+        return found if found is not None else {}
 
     def get(self, module: str, name: str) -> Written | None:
         """What the agent last wrote for a module's secret."""
