@@ -58,9 +58,11 @@ def line_text(line: ManifestLine) -> str:
 def _joined(body: ManifestBody, lines: list[str]) -> bytes:
     """:func:`manifest_text` from the consumers' lines, already encoded."""
     head = {k: v for k, v in body.items() if k != "consumers"}
-    inner = ",\n ".join(lines)
-    text = json.dumps(head)[:-1] + ', "consumers": [' + ("\n " + inner + "\n" if lines else "")
-    return (text + "]}\n").encode()
+    start = json.dumps(head)[:-1] + ', "consumers": ['
+    if not lines:
+        return (start + "]}\n").encode()
+    # joined and encoded once each (a 10,000-line manifest is 2.5 MB; each copy counts)
+    return "".join([start, "\n ", ",\n ".join(lines), "\n]}\n"]).encode()
 
 
 @dataclass
