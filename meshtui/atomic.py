@@ -128,13 +128,15 @@ def write_unnamed(folder_fd: int, data: bytes, *, access: Access = PRIVATE) -> i
     return fd
 
 
-def link_at(folder_fd: int, fd: int, name: str) -> None:
+def link_at(folder_fd: int, fd: int, name: str, *, named: Callable[[], None] | None = None) -> None:
     """Give the unnamed file ``fd`` (:func:`write_unnamed`, same filesystem) the name ``name``
     inside the open folder, replacing what is there, atomically and durably.
 
     Its content, owner and mode are already on disk, so what is left is the name: linked
     under a fresh temp name (a link cannot replace a name), renamed over ``name`` (never
     following a link planted there), the folder fsynced. A failure removes the temp name.
+    ``named`` is called once the name is there for readers, before the folder's fsync (which
+    makes it survive a crash, and still comes before this returns).
     """
     _check_name(name)
     while True:
@@ -144,17 +146,27 @@ def link_at(folder_fd: int, fd: int, name: str) -> None:
             break
         except FileExistsError:
             continue
-    _publish(folder_fd, tmp, name)
+    _publish(folder_fd, tmp, name, named=named)
 
 
 SYNC_THREADS = 16
 
 
-def _publish(folder_fd: int, tmp: str, name: str, *, durable: bool = True) -> None:
+def _publish(
+    folder_fd: int,
+    tmp: str,
+    name: str,
+    *,
+    durable: bool = True,
+    named: Callable[[], None] | None = None,
+) -> None:
     """Rename the temp file ``tmp`` over ``name`` (never following a link planted there) and
-    fsync the folder; whatever fails, the temp name is removed."""
+    fsync the folder; whatever fails, the temp name is removed. ``named``: called right after
+    the rename (see :func:`link_at`)."""
     try:
         os.replace(tmp, name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
+        if named is not None:
+            named()
         if durable:
             os.fsync(folder_fd)
     except BaseException:

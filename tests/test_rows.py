@@ -11,7 +11,7 @@ from typing import Any, get_args, get_type_hints
 import pytest
 
 from meshtui.inventory import Inventory, rows
-from meshtui.inventory.kept import CHANGING_SQL, PAIRS_SQL
+from meshtui.inventory.status_read import STATUS_SQL
 
 ROWS: list[tuple[Any, str, frozenset[str]]] = [
     # (typed row, its table, the table's columns the row leaves out on purpose)
@@ -62,22 +62,17 @@ def test_the_rotation_update_names_only_rotation_columns(columns: dict[str, list
 
 
 def test_the_status_row_is_read_by_the_status_querys_column_names(tmp_path: Path) -> None:
-    """status reads its rows by name (``pair[rows.LOGIN]``, ``row[rows.GENERATION]``): the
-    names are the queries' columns, in the queries' order, each name's number is its place,
-    and the rowid, in both, has one number."""
+    """status reads its row by name (``row[rows.GENERATION]``): the names are the query's
+    columns, in the query's order, and each name's number is its place."""
     path = tmp_path / "inventory.db"
     Inventory.open(path).close()
-    for sql, row, columns in (
-        (PAIRS_SQL, rows.PairColumns, rows.PAIR_COLUMNS),
-        (CHANGING_SQL, rows.StatusRow, rows.STATUS_COLUMNS),
-    ):
-        with sqlite3.connect(path) as conn:
-            cursor = conn.execute(sql)
-            names = [d[0] for d in cursor.description]
-        assert names == list(columns)
-        assert len(get_args(row)) == len(names)
-        for number, name in enumerate(names):
-            assert getattr(rows, name.upper()) == number, name
+    with sqlite3.connect(path) as conn:
+        cursor = conn.execute(STATUS_SQL)
+        names = [d[0] for d in cursor.description]
+    assert names == list(rows.STATUS_COLUMNS)
+    assert len(get_args(rows.StatusRow)) == len(names)
+    for number, name in enumerate(names):
+        assert getattr(rows, name.upper()) == number, name
 
 
 def test_module_specs_decode_on_demand_as_modules_reads_them(tmp_path: Path) -> None:

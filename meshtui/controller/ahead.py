@@ -38,7 +38,8 @@ class Ahead:
         for node, its in items.items():
             client = agents.client(node)
             try:  # the delivery first: its prepare records its acceptance ahead, on the node
-                delivery = client.sign(messages.DELIVER, DeliverRequest(consumer=its))
+                # built too: once the providers have applied, sending it is all that is left
+                delivery = client.sign(messages.DELIVER, DeliverRequest(consumer=its), built=True)
                 prepare = PrepareRequest(consumer=its, delivery=delivery.seq)
                 self._prepares[node] = (prepare, client.sign(messages.PREPARE, prepare))
             except AgentError:

@@ -9,6 +9,7 @@ in its state folder), which the agent uses to refuse replays, even after it rest
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import secrets
 import ssl
@@ -167,6 +168,10 @@ def _believable(node: str, accepted: int) -> None:
         )
 
 
+BUILT_MAX = 64 * 1024
+"""The largest envelope body (base64 characters) whose HTTP request is built ahead: one
+rotated pair's consumer delivery is ~2 KB; a whole mesh's are not worth a second copy."""
+
 SIGNED_FRESH_S = 5.0
 """A request signed ahead (:meth:`AgentClient.sign`) is sent as signed for this long; after
 that it is signed again, well inside the clock limit the agent checks (``wire.MAX_SKEW_S``)."""
@@ -174,7 +179,9 @@ that it is signed again, well inside the clock limit the agent checks (``wire.MA
 
 @dataclass(frozen=True)
 class SignedRequest:
-    """A request numbered and signed ahead of sending it (:meth:`AgentClient.sign`)."""
+    """A request numbered and signed ahead of sending it (:meth:`AgentClient.sign`), with its
+    HTTP request built (``http``: encoded, headers made) when it was signed ahead, so sending it
+    is only the send: a rotation's consumer delivery goes out inside its window."""
 
     kind: str
     payload: Mapping[str, object]
@@ -182,6 +189,7 @@ class SignedRequest:
     nonce: str
     seq: int
     signed_at: float
+    http: httpx.Request | None = None
 
     def fits(self, kind: str, payload: Mapping[str, object]) -> bool:
         """True when this is ``payload`` of ``kind``, signed recently enough to send."""
@@ -213,9 +221,19 @@ class AgentClient:
         """Close the HTTP connection pool."""
         self._http.close()
 
-    def sign(self, kind: Kind[Req, Ans], payload: Req) -> SignedRequest:
+    def sign(self, kind: Kind[Req, Ans], payload: Req, *, built: bool = False) -> SignedRequest:
         """Number and sign a request now, to send it later with :meth:`call` (``signed=``):
-        the signing is then done before the moment the request is waited for."""
+        the signing is then done before the moment the request is waited for. ``built``: its
+        HTTP request is made now too (encoded, headers made), when the envelope is at most
+        :data:`BUILT_MAX` (a second copy of it is held until it is sent)."""
+        signed = self._signed(kind, payload)
+        if not built or len(signed.envelope["body"]) > BUILT_MAX:
+            return signed
+        http = self._http.build_request("POST", "/v1", json=signed.envelope)
+        return dataclasses.replace(signed, http=http)
+
+    def _signed(self, kind: Kind[Req, Ans], payload: Req) -> SignedRequest:
+        """The request numbered and signed now."""
         try:
             env, nonce = wire.envelope(
                 kind.name,
@@ -248,14 +266,14 @@ class AgentClient:
         """
         ahead = signed is not None and signed.fits(kind.name, payload)
         if signed is None or not ahead:
-            signed = self.sign(kind, payload)
+            signed = self._signed(kind, payload)
         kwargs: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
-        resp = self._send(signed.envelope, kwargs)
+        resp = self._send(signed, kwargs)
         if ahead and resp.status_code == 403:
             # refused before anything was done: the agent may have restarted since its number
             # was recorded ahead (then it counts as used); numbered anew, sent once more
-            signed = self.sign(kind, payload)
-            resp = self._send(signed.envelope, kwargs)
+            signed = self._signed(kind, payload)
+            resp = self._send(signed, kwargs)
         nonce = signed.nonce
         try:
             data = resp.json()
@@ -290,18 +308,22 @@ class AgentClient:
         except MessageError as exc:
             raise AgentError(self.name, f"answer refused: {exc}") from None
 
-    def _send(self, env: dict[str, str], kwargs: dict[str, Any]) -> httpx.Response:
-        resp = self._post(env, kwargs)
+    def _send(self, signed: SignedRequest, kwargs: dict[str, Any]) -> httpx.Response:
+        resp = self._post(signed, kwargs)
         for wait in BUSY_RETRIES:
             if resp.status_code != 503 or "retry-after" not in resp.headers:
                 break
             time.sleep(wait)  # busy: it read nothing, so the same envelope is still unused
-            resp = self._post(env, kwargs)
+            resp = self._post(signed, kwargs)
         return resp
 
-    def _post(self, env: dict[str, str], kwargs: dict[str, Any]) -> httpx.Response:
+    def _post(self, signed: SignedRequest, kwargs: dict[str, Any]) -> httpx.Response:
         try:
-            return self._http.post("/v1", json=env, **kwargs)
+            if signed.http is not None:  # built ahead: only its timeout is set now
+                if "timeout" in kwargs:
+                    signed.http.extensions["timeout"] = httpx.Timeout(kwargs["timeout"]).as_dict()
+                return self._http.send(signed.http)
+            return self._http.post("/v1", json=signed.envelope, **kwargs)
         except httpx.TimeoutException as exc:
             raise AgentError(self.name, f"agent at {self.agent} did not answer in time") from exc
         except httpx.HTTPError as exc:

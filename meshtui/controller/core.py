@@ -203,13 +203,14 @@ class Controller:
 
     # ---- reads --------------------------------------------------------------------------
     def status(
-        self, ids: Iterable[str] | None = None, *, limit: int | None = None
+        self, ids: Iterable[str] | None = None, *, limit: int | None = None, keep: bool = False
     ) -> list[PairStatus]:
         """Every pair (or the named ones) with its state and reason, by id; ``limit``: only the
-        first that many (the dashboard's first screenful)."""
+        first that many (the dashboard's first screenful); ``keep``: a reader that will read
+        every pair again keeps what it made, to make next only what changed (status.statuses)."""
         if ids is not None:
             ids = self.resolve_pairs(ids)
-        return status_mod.statuses(self.inventory, ids, limit=limit)
+        return status_mod.statuses(self.inventory, ids, limit=limit, keep=keep)
 
     def summary(self, rows: list[PairStatus] | None = None) -> Summary:
         """Counts by state, alarms, and when the last push ran."""

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import gc
 import re
-from collections.abc import Iterable, Iterator
+import threading
+import weakref
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from meshtui.inventory import Inventory
-from meshtui.inventory.rows import (  # PairColumns' and StatusRow's columns by name
+from meshtui.inventory.rows import (  # StatusRow's columns by name
     CLIENT_ADDR,
     CONSUMER,
     CONSUMER_ERROR,
@@ -37,6 +40,7 @@ from meshtui.inventory.rows import (  # PairColumns' and StatusRow's columns by 
     USED_PASSWORD,
     VERDICT,
     WITHDRAWN_AT,
+    StatusMark,
     StatusRow,
 )
 from meshtui.kinds import registry
@@ -216,25 +220,98 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+@dataclass
+class _Kept:
+    """What a keeping reader made at its last read of every pair: the statuses (sorted by id),
+    the mark the rows were read at, and the open rotations and provider kinds they were made
+    with; ``places``: each pair's place in ``out``, made at the first read that needs it."""
+
+    mark: StatusMark
+    rotating: dict[str, int]
+    kinds: dict[tuple[str, str], str]
+    out: list[PairStatus]
+    places: dict[str, int] | None = None
+
+
+_kept: weakref.WeakKeyDictionary[Inventory, _Kept] = weakref.WeakKeyDictionary()
+_kept_lock = threading.Lock()
+
+
 def statuses(
-    inv: Inventory, ids: Iterable[str] | None = None, *, limit: int | None = None
+    inv: Inventory,
+    ids: Iterable[str] | None = None,
+    *,
+    limit: int | None = None,
+    keep: bool = False,
 ) -> list[PairStatus]:
     """The status row of every pair (or the named ones, or the first ``limit``), sorted by pair
-    id: one query."""
+    id: one query.
+
+    ``keep``: a reader that reads every pair again and again (``watch``) keeps what it made
+    with ``inv`` and, next time, reads and makes only the pairs written since (by any process)
+    and those whose open rotation began or ended. The objects in the list are shared with that
+    next read: read-only, as :class:`~meshtui.model.PairStatus` says. A one-shot reader (the
+    CLI) keeps nothing and pays nothing for it.
+    """
     with _collector_paused():
-        return _statuses(inv, ids, limit)
+        if ids is not None or limit is not None:
+            return _statuses(inv.status_rows(ids, limit), _rotating(inv), inv.provider_kinds())
+        if not keep:
+            return _statuses(inv.status_rows(), _rotating(inv), inv.provider_kinds())
+        return _kept_statuses(inv)
 
 
-def _statuses(inv: Inventory, ids: Iterable[str] | None, limit: int | None) -> list[PairStatus]:
-    rotating = {i["pair"]: r["id"] for r in inv.open_rotations() for i in r["items"]}
-    read = inv.status_rows(ids, limit)
-    kinds = inv.provider_kinds()
+def _rotating(inv: Inventory) -> dict[str, int]:
+    """Each pair in an open (interrupted or running) rotation -> that rotation's number."""
+    return {i["pair"]: r["id"] for r in inv.open_rotations() for i in r["items"]}
+
+
+def _kept_statuses(inv: Inventory) -> list[PairStatus]:
+    """Every pair's status, made anew only for the pairs that changed since the kept read."""
+    rotating, kinds = _rotating(inv), inv.provider_kinds()
+    with _kept_lock:
+        kept = _kept.pop(inv, None)  # a reader in another thread meanwhile reads every pair
+    if kept is not None and kept.kinds != kinds:
+        kept = None  # a provider's kind changed: every status again
+    since = None if kept is None else kept.mark
+    read = inv.status_changes(since, () if kept is None else _moved(kept.rotating, rotating))
+    fresh = _statuses(read.rows, rotating, kinds)
+    places = None
+    if read.whole or kept is None:
+        out = fresh
+    else:
+        places = kept.places
+        if places is None:
+            places = {st.pair: i for i, st in enumerate(kept.out)}
+        out = list(kept.out)
+        for st in fresh:
+            place = places.get(st.pair)
+            if place is None:  # a pair not kept under the same stamp: never; read every pair
+                return _kept_statuses(inv)
+            out[place] = st
+    if read.mark is not None:
+        with _kept_lock:
+            _kept[inv] = _Kept(read.mark, rotating, kinds, out, places)
+    return list(out)
+
+
+def _moved(before: Mapping[str, int], now: Mapping[str, int]) -> set[str]:
+    """The pairs whose open rotation began, ended or changed between two reads."""
+    return {pid for pid in before.keys() | now.keys() if before.get(pid) != now.get(pid)}
+
+
+def _statuses(
+    rows: Iterable[StatusRow],
+    rotating: Mapping[str, int],
+    kinds: Mapping[tuple[str, str], str],
+) -> list[PairStatus]:
+    """A status per row, in the rows' order."""
     names: dict[tuple[str, str], str] = {}  # (provider, provision) -> kind name, once each
     default = registry.kind_of(None).name  # every pair's, when no provider names a kind
     out: list[PairStatus] = []
     append = out.append
-    for pair, row in zip(read.pairs, read.rows, strict=True):
-        pid = pair[ID]
+    for row in rows:
+        pid = row[ID]
         plain = _plain(row)
         if plain is not None:
             (state, reason), alarm = plain, False
@@ -246,7 +323,7 @@ def _statuses(inv: Inventory, ids: Iterable[str] | None, limit: int | None) -> l
                 f"rotation {rotating[pid]} was interrupted; the next push or rotate "
                 "finishes or rolls it back"
             )
-        provider, provision = pair[PROVIDER], pair[PROVISION]
+        provider, provision = row[PROVIDER], row[PROVISION]
         if not kinds:
             kind = default
         elif (known := names.get((provider, provision))) is not None:
@@ -259,9 +336,9 @@ def _statuses(inv: Inventory, ids: Iterable[str] | None, limit: int | None) -> l
             PairStatus(  # positional, in the field order: the fast way to build 10,000
                 pid,
                 provision,
-                pair[CONSUMER],
+                row[CONSUMER],
                 provider,
-                pair[LOGIN],
+                row[LOGIN],
                 row[GENERATION],
                 row[CONSUMER_GENERATION],
                 row[PROVIDER_GENERATION],
@@ -270,8 +347,8 @@ def _statuses(inv: Inventory, ids: Iterable[str] | None, limit: int | None) -> l
                 reason,
                 row[PROBED_AT],
                 row[ROTATED_AT],
-                pair[FILE],
-                pair[CREATED_AT],
+                row[FILE],
+                row[CREATED_AT],
                 alarm,
                 row[LATENCY_MS],
                 kind,

@@ -204,7 +204,9 @@ class Deliveries:
             want = files.resolve_access(item["owner"], item["group"], item["mode"])
             was = self.holdings.get(End.CONSUMER, pair)
             held_file = was.get("file") if was is not None else None
-            files.write_credential(
+            # when the file began to hold it (a prepared one: its rename, before the folder's
+            # fsync): the end of the rotation's window; the answer still waits for the fsync
+            written_at = files.write_credential(
                 path,
                 want,
                 digest,
@@ -224,7 +226,7 @@ class Deliveries:
         finally:
             if prepared is not None:
                 prepared.close()
-        out["written_at"] = time.time()
+        out["written_at"] = written_at
         record: Held = {
             "generation": gen,
             "digest": digest,

@@ -10,6 +10,7 @@ import grp
 import os
 import pwd
 import stat
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,12 +145,15 @@ class Unnamed:
             self.fd = -1
         self.folder.close()
 
-    def name(self, path: Path, ours: Ours | None = None) -> bool:
+    def name(
+        self, path: Path, ours: Ours | None = None, named: Callable[[], None] | None = None
+    ) -> bool:
         """Give it ``path``'s name, replacing what is there: only while ``path``'s folder is
         still the one checked when it was written, and still nobody else's to write (else
         False, nothing done). What is at ``path`` now is refused as :func:`write_credential`
         refuses it (a link, a FIFO, a folder, an oversize file, a file not ``ours``:
-        HostFileError)."""
+        HostFileError). ``named``: called once the name is there, before the folder's fsync
+        (:func:`~meshtui.atomic.link_at`)."""
         st = os.fstat(self.folder.fd)
         try:
             here = os.stat(path.parent)
@@ -168,7 +172,7 @@ class Unnamed:
                 raise HostFileError(too_large(str(path), MAX_SECRET))
             if ours is not None:
                 _require_ours(path, self.folder.read(path.name), ours)
-        link_at(self.folder.fd, self.fd, path.name)
+        link_at(self.folder.fd, self.fd, path.name, named=named)
         return True
 
 
@@ -207,18 +211,23 @@ def write_credential(
     unseal: Callable[[], bytes],
     prepared: Unnamed | None = None,
     ours: Ours | None = None,
-) -> None:
+) -> float:
     """Write a consumer's credential unless the file already holds it with the declared owner,
     group and mode. A file the agent must not read (a FIFO, a link) is refused, not replaced;
     with ``ours``, so is an existing file that is not a credential this agent wrote.
 
     ``prepared``: the same credential written ahead (:func:`prepare_credential`, with ``want``);
     it is given the name (:meth:`Unnamed.name`) instead of the credential being written again
-    (one that cannot be, say with no ``/proc``, is written the ordinary way)."""
+    (one that cannot be, say with no ``/proc``, is written the ordinary way).
+
+    Returns when (``time.time()``) ``path`` began to hold it for whoever reads it: for a
+    prepared one, the rename, which comes before the folder's fsync (a rotation's window ends
+    there; the fsync is still done before this returns)."""
     if prepared is not None:
+        named: list[float] = []
         with contextlib.suppress(OSError):
-            if prepared.name(path, ours):
-                return
+            if prepared.name(path, ours, lambda: named.append(time.time())):
+                return named[0]
     folder = open_folder(path.parent, create=0o755)
     assert folder is not None
     with folder:
@@ -226,9 +235,10 @@ def write_credential(
         if current is not None:
             data, st = current
             if secret_digest(data) == digest and want.matches(st):
-                return
+                return time.time()
             if ours is not None:
                 _require_ours(path, data, ours)
         secret = unseal()
         folder.write(path.name, secret, want.access)
         del secret
+    return time.time()

@@ -351,26 +351,15 @@ HeldSealed = tuple[str, bytes | None, bytes | None]
 HeldEnd = tuple[int | None, str | None, str | None, str | None]
 """What one end holds as the deliveries table says: (generation, digest, since, error)."""
 
-PairColumns = tuple[
-    int,  # rowid: the pair's place in its table
+StatusRow = tuple[
     str,  # id
     str,  # provision
     str,  # consumer
     str,  # provider
     str,  # login
     str,  # file
-    str,  # created_at
-]
-"""A pair's static columns, the ones only declare writes (the schema's
-``STATIC_PAIR_COLUMNS``, after the rowid): status keeps them between reads. Read by name
-through the column numbers below: :data:`PAIR_COLUMNS` are the query's column names."""
-
-PAIR_COLUMNS = ("rowid", "id", "provision", "consumer", "provider", "login", "file", "created_at")
-""":data:`PairColumns`' columns (``PAIRS_SQL`` selects them in this order)."""
-
-StatusRow = tuple[
-    int,  # rowid: the pair's place in its table (its :data:`PairColumns` have the same)
     int,  # generation
+    str,  # created_at
     str | None,  # rotated_at
     str | None,  # withdrawn_at
     int | None,  # consumer_generation: the generation the consumer end holds
@@ -388,14 +377,19 @@ StatusRow = tuple[
     int | None,  # used_password
     str | None,  # provider_attempted_at: the provider end's last attempt (only beside its error)
 ]
-"""What changes of a pair: its generation, both ends' deliveries and its newest probe (every
-column a state is decided from; status re-reads it on every refresh). A plain tuple, since
-status reads every pair, read by name through the column numbers below (never a bare index):
-:data:`STATUS_COLUMNS` are the query's column names, in order."""
+"""One pair joined with both ends' deliveries and its newest probe (status's one query). A plain
+tuple, since status reads every pair on every refresh, read by name through the column numbers
+below (never a bare index): :data:`STATUS_COLUMNS` are the query's column names, in order."""
 
 STATUS_COLUMNS = (
-    "rowid",
+    "id",
+    "provision",
+    "consumer",
+    "provider",
+    "login",
+    "file",
     "generation",
+    "created_at",
     "rotated_at",
     "withdrawn_at",
     "consumer_generation",
@@ -413,46 +407,56 @@ STATUS_COLUMNS = (
     "used_password",
     "provider_attempted_at",
 )
-""":data:`StatusRow`'s columns (``CHANGING_SQL`` selects them in this order; tests/test_rows.py
+""":data:`StatusRow`'s columns (``STATUS_SQL`` selects them in this order; tests/test_rows.py
 checks both this and the numbers below against the query)."""
 
-ROWID: Final = 0
-"""The rowid's number in both :data:`PairColumns` and :data:`StatusRow`."""
-ID: Final = 1
-PROVISION: Final = 2
-CONSUMER: Final = 3
-PROVIDER: Final = 4
-LOGIN: Final = 5
-FILE: Final = 6
+ID: Final = 0
+PROVISION: Final = 1
+CONSUMER: Final = 2
+PROVIDER: Final = 3
+LOGIN: Final = 4
+FILE: Final = 5
+GENERATION: Final = 6
 CREATED_AT: Final = 7
-"""Each column's number in :data:`PairColumns`: ``pair[rows.LOGIN]``."""
-
-GENERATION: Final = 1
-ROTATED_AT: Final = 2
-WITHDRAWN_AT: Final = 3
-CONSUMER_GENERATION: Final = 4
-CONSUMER_ERROR: Final = 5
-PROVIDER_GENERATION: Final = 6
-PROVIDER_ERROR: Final = 7
-VERDICT: Final = 8
-REASON: Final = 9
-PROBED_AT: Final = 10
-PROBE_GENERATION: Final = 11
-LOOPBACK: Final = 12
-CLIENT_ADDR: Final = 13
-PROBE_WITHDRAWN: Final = 14
-LATENCY_MS: Final = 15
-USED_PASSWORD: Final = 16
-PROVIDER_ATTEMPTED_AT: Final = 17
+ROTATED_AT: Final = 8
+WITHDRAWN_AT: Final = 9
+CONSUMER_GENERATION: Final = 10
+CONSUMER_ERROR: Final = 11
+PROVIDER_GENERATION: Final = 12
+PROVIDER_ERROR: Final = 13
+VERDICT: Final = 14
+REASON: Final = 15
+PROBED_AT: Final = 16
+PROBE_GENERATION: Final = 17
+LOOPBACK: Final = 18
+CLIENT_ADDR: Final = 19
+PROBE_WITHDRAWN: Final = 20
+LATENCY_MS: Final = 21
+USED_PASSWORD: Final = 22
+PROVIDER_ATTEMPTED_AT: Final = 23
 """Each column's number in :data:`StatusRow`: ``row[rows.GENERATION]``."""
 
 
 @dataclass(frozen=True)
-class StatusRows:
-    """Status's read: each pair's static columns and what changes of it, the two lists aligned
-    (``pairs[i]`` and ``rows[i]`` are one pair, the same rowid) and sorted by pair id."""
+class StatusMark:
+    """Where one status read stood, so the next may read only what changed since: the file's
+    ``epoch`` (random, drawn when its status clock was made), the pairs table's ``stamp``
+    (drawn anew whenever a pair is added, deleted or one of its static columns written) and the
+    status clock's ``tick`` (one more for every row written that a status row is read from)."""
 
-    pairs: list[PairColumns]
+    epoch: int
+    stamp: int
+    tick: int
+
+
+@dataclass(frozen=True)
+class StatusChanges:
+    """A status read since a :class:`StatusMark`: every pair, sorted by id (``whole``), or only
+    the pairs written since the mark and those asked for again, in no order; ``mark``: where
+    this read stood (None: inside a write transaction, nothing to read from later)."""
+
+    mark: StatusMark | None
+    whole: bool
     rows: list[StatusRow]
 
 

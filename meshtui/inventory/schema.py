@@ -186,6 +186,50 @@ def _pairs_stamp_v8(db: sqlite_utils.Database) -> None:
         db.execute(statement)
 
 
+STATUS_TICKS = {
+    "pair_written": ("UPDATE", "pairs", "NEW.id", ""),
+    "delivered": ("INSERT", "deliveries", "NEW.pair", ""),
+    "redelivered": ("UPDATE", "deliveries", "NEW.pair", ""),
+    "delivery_moved": ("UPDATE", "deliveries", "OLD.pair", "WHEN OLD.pair IS NOT NEW.pair"),
+    "delivery_forgotten": ("DELETE", "deliveries", "OLD.pair", ""),
+    "probed": ("INSERT", "probes", "NEW.pair", ""),
+    "probe_rewritten": ("UPDATE", "probes", "NEW.pair", ""),
+    "probe_deleted": ("DELETE", "probes", "OLD.pair", ""),
+}
+"""Every write a status row is read from, as the trigger ``status_ticks_<name>`` that ticks
+its pair: (event, table, the pair, when). A pair's static columns and the rows of ``pair_ends``
+need none of their own: a pair added or deleted, or a static column written, draws a new pairs
+stamp (:func:`_pairs_stamp_v8`), and ``pair_ends`` is written only by the triggers of
+``deliveries`` and ``probes``."""
+
+
+def _status_ticks_v9(db: sqlite_utils.Database) -> None:
+    """A status clock and, per pair, the clock's tick when a row its status is read from was
+    last written (:data:`STATUS_TICKS`), set by triggers in the very statement that writes it,
+    so a reader that read every pair up to one tick reads next only the pairs ticked since (an
+    index range), whichever connection wrote them. The clock's ``epoch`` is drawn once, at
+    random: a reader never takes another file's ticks for this one's."""
+    tick = (
+        "UPDATE status_clock SET tick = tick + 1; "
+        "INSERT INTO status_ticks (pair, tick) VALUES ({pair}, (SELECT tick FROM status_clock)) "
+        "ON CONFLICT (pair) DO UPDATE SET tick = excluded.tick;"
+    )
+    statements = [
+        "CREATE TABLE status_clock (id INTEGER PRIMARY KEY CHECK (id = 1), "
+        "epoch INTEGER NOT NULL, tick INTEGER NOT NULL)",
+        "INSERT INTO status_clock (id, epoch, tick) VALUES (1, random(), 0)",
+        "CREATE TABLE status_ticks (pair TEXT PRIMARY KEY, tick INTEGER NOT NULL)",
+        "CREATE INDEX status_ticks_tick ON status_ticks (tick)",
+    ]
+    for name, (event, table, pair, when) in STATUS_TICKS.items():
+        statements.append(
+            f"CREATE TRIGGER status_ticks_{name} AFTER {event} ON {table} {when} "
+            f"BEGIN {tick.format(pair=pair)} END"
+        )
+    for statement in statements:
+        db.execute(statement)
+
+
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _create_v1,
     _signed_head_v2,
@@ -195,6 +239,7 @@ MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _pair_ends_v6,
     _own_secrets_v7,
     _pairs_stamp_v8,
+    _status_ticks_v9,
 ]
 """``MIGRATIONS[i]`` takes the schema from version i to i+1; append, never edit."""
 

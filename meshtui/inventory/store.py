@@ -13,7 +13,7 @@ import json
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,9 +24,8 @@ import sqlite_utils
 from meshtui.errors import InventoryError, ReadOnlyError
 from meshtui.inventory import audit as audit_mod
 from meshtui.inventory import image as image_mod
-from meshtui.inventory import schema
+from meshtui.inventory import schema, status_read
 from meshtui.inventory.audit import ChainCheck
-from meshtui.inventory.kept import CHANGING_SQL, PAIRS_SQL, StatusRead
 from meshtui.inventory.rows import (
     AuditRecord,
     DeliveryRow,
@@ -53,7 +52,9 @@ from meshtui.inventory.rows import (
     RotationRow,
     RotationUpdate,
     ScheduleRow,
-    StatusRows,
+    StatusChanges,
+    StatusMark,
+    StatusRow,
 )
 from meshtui.model import Policy, PolicySource, RotationState
 from meshtui.wire import RestoreProof, SignedHead
@@ -377,7 +378,6 @@ class Inventory:
         self.signer: Callable[[bytes], bytes] | None = None  # signs the audit head when set
         self.actor: str | None = None  # the audit's operator when not a person (``watch``)
         self.restore_proof: RestoreProof | None = None  # shown with the head after a restore
-        self._status_read = StatusRead()  # the pairs' static columns, kept between reads
 
     @classmethod
     def open(cls, path: Path | str, *, read_only: bool = False) -> Inventory:
@@ -779,36 +779,26 @@ class Inventory:
             rows = audit_mod.stored(self._db.conn, limit=1, kind=kind)
         return _decoded(rows[0]) if rows else None
 
-    def status_rows(self, ids: Iterable[str] | None = None, limit: int | None = None) -> StatusRows:
-        """Every pair (or the named ones, or the first ``limit`` by id): its static columns and
-        what changes of it (its two ends and newest probe), by id."""
-        if ids is None and limit is None:
-            # Every pair: the table read in its own order and sorted in Python (instead of the
-            # id index walked with a seek into the table per pair: ~10 % of the read at 10,000
-            # pairs), its static columns kept for the next read (inventory/kept.py).
-            with self.lock, self._reading():
-                return self._status_read.every(self._db.conn)
-        where, params = "", []
+    def status_rows(
+        self, ids: Iterable[str] | None = None, limit: int | None = None
+    ) -> list[StatusRow]:
+        """Every pair (or the named ones, or the first ``limit`` by id) joined with its two ends
+        and newest probe, by id."""
         if ids is not None:
-            params = sorted(set(ids))
-            if not params:
-                return StatusRows([], [])
-            where = f" WHERE p.id IN ({_marks(len(params))})"
-        where += " ORDER BY p.id"
-        if limit is not None:
-            where += f" LIMIT {max(0, int(limit))}"
+            ids = sorted(set(ids))
+            if not ids:
+                return []
         with self.lock, self._reading():
-            conn = self._db.conn
-            began = not conn.in_transaction
-            if began:
-                conn.execute("BEGIN")  # both reads from one snapshot
-            try:
-                pairs = conn.execute(PAIRS_SQL + where, params).fetchall()
-                changing = conn.execute(CHANGING_SQL + where, params).fetchall()
-            finally:
-                if began:
-                    conn.rollback()
-        return StatusRows(pairs, changing)
+            if ids is None and limit is None:
+                return status_read.every(self._db.conn)
+            return status_read.named(self._db.conn, ids, limit)
+
+    def status_changes(self, since: StatusMark | None, also: Collection[str] = ()) -> StatusChanges:
+        """Every pair by id, or, while ``since`` (a read's mark) holds for this file, only the
+        pairs written since, by any connection, and those in ``also`` (see
+        :mod:`~meshtui.inventory.status_read`)."""
+        with self.lock, self._reading():
+            return status_read.changes(self._db.conn, since, also)
 
     def schedule_rows(self, declared_only: bool = False) -> list[ScheduleRow]:
         """Every pair with its policy and when its current generation began, by id.

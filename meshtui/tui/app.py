@@ -13,6 +13,7 @@ nodes it would have contacted).
 from __future__ import annotations
 
 import gc
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -29,7 +30,7 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.worker import Worker, WorkerState
 
-from meshtui.controller.core import Controller
+from meshtui.controller.core import INVENTORY, Controller
 from meshtui.controller.freshness import InventoryStamp
 from meshtui.controller.heartbeat import Heartbeat
 from meshtui.controller.reports import (
@@ -43,7 +44,7 @@ from meshtui.controller.reports import (
     is_probes,
 )
 from meshtui.errors import MeshtuiError, ReadOnlyError
-from meshtui.model import Verdict
+from meshtui.model import PairStatus, Verdict
 from meshtui.terminal import shown
 from meshtui.tui import actions
 from meshtui.tui.commands import MeshCommands
@@ -123,6 +124,9 @@ class MeshApp(App[int]):
         self.job_progress: tuple[str, int, int] | None = None
         self.job_record: JobRecord | None = None
         self._stamp: InventoryStamp | None = None
+        self._status_reader: Controller | None = None  # kept open: its reads keep what they made
+        self._status_file: tuple[int, int] | None = None  # the (device, inode) it reads
+        self._status_lock = threading.Lock()
         self.watch_line = ""  # "watch running · last cycle 2s ago", or "" without a watch
         self._load_seq = 0
         self._applied_seq = 0
@@ -215,12 +219,32 @@ class MeshApp(App[int]):
                 # that shows the first screenful be drawn before it starts
                 self._page_shown.wait(PAGE_WAIT)
             if not first_page or len(rows) > FIRST_PAGE:
-                rows = ctl.status()
+                rows = self._every_status()
             summary = ctl.summary(rows)
             dues = {d.pair: d for d in ctl.schedule(declared_only=True)}
         seconds = time.perf_counter() - start
         fresh = PairModel.build(rows, self.clock(), dues)
         return Loaded(fresh, summary, seconds, "", seq)
+
+    def _every_status(self) -> list[PairStatus]:
+        """Every pair's status through one read-only controller kept open between loads: it
+        keeps what it made and next reads and makes only the pairs written since, by any
+        process (controller/status.py). Opened again when the inventory is another file (a
+        restore into this folder)."""
+        with self._status_lock:
+            st = os.stat(self.state_dir / INVENTORY)
+            file = (st.st_dev, st.st_ino)
+            if self._status_reader is None or file != self._status_file:
+                self._close_status_reader()
+                self._status_reader = self.open_controller(reader=True)
+                self._status_file = file
+            return self._status_reader.status(keep=True)
+
+    def _close_status_reader(self) -> None:
+        """Close the kept status reader, if open (the caller holds its lock)."""
+        if self._status_reader is not None:
+            self._status_reader.close()
+            self._status_reader = self._status_file = None
 
     @on(Loaded)
     def _loaded(self, message: Loaded) -> None:
@@ -260,6 +284,8 @@ class MeshApp(App[int]):
         self._heap_frozen = True
 
     def on_unmount(self) -> None:
+        with self._status_lock:
+            self._close_status_reader()
         if self._heap_frozen:
             gc.unfreeze()  # what this app leaves behind becomes collectable again
             self._heap_frozen = False

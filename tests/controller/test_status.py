@@ -293,8 +293,10 @@ def _status_row(values: dict[str, object]) -> tuple[object, ...]:
 
 
 _HELD: dict[str, object] = {
-    "rowid": 1, "generation": 2, "rotated_at": None, "withdrawn_at": None, "consumer_generation": 2,
-    "consumer_error": None, "provider_generation": 2, "provider_error": None,
+    "id": GITEA, "provision": "database", "consumer": "app1/gitea", "provider": "db1/postgres",
+    "login": "gitea_app1_x", "file": "/srv/f", "created_at": "2026-01-01", "generation": 2,
+    "rotated_at": None, "withdrawn_at": None, "consumer_generation": 2, "consumer_error": None,
+    "provider_generation": 2, "provider_error": None,
 }  # fmt: skip
 _PROBED: dict[str, object] = {
     "verdict": "accepted", "reason": "logged in", "probed_at": "2026-01-02",

@@ -147,6 +147,36 @@ def test_a_prepared_credential_never_delivered_is_let_go(tmp_path):
     assert store.take(item) is None  # its delivery, too late, writes the credential in full
 
 
+def test_a_prepared_credential_is_held_from_its_rename_and_durable_before_the_write_returns(
+    tmp_path, monkeypatch
+):
+    """A rotation's window ends when the credential's name is there for the consumer's app to
+    read (the rename), not after the folder's fsync; that fsync still comes before
+    ``write_credential`` returns, so the agent answers only once it survives a crash."""
+    folder = tmp_path / "srv"
+    item, unnamed = made_ahead(folder)
+    path = folder / "db.password"
+    synced: list[tuple[float, bool]] = []
+    real_fsync = os.fsync
+
+    def slow_fsync(fd: int) -> None:  # the seam: an fsync that takes 0.2 s
+        visible = path.exists()
+        time.sleep(0.2)
+        real_fsync(fd)
+        synced.append((time.time(), visible))
+
+    monkeypatch.setattr(os, "fsync", slow_fsync)
+    want = files.resolve_access(None, None, "0600")
+    held_at = files.write_credential(path, want, item["digest"], lambda: b"unused", unnamed)
+    returned = time.time()
+    unnamed.close()
+    assert path.read_bytes() == b"s3cret"
+    ((fsynced_at, visible),) = synced  # the folder's, and only after the name was given
+    assert visible
+    assert held_at <= fsynced_at - 0.2  # held from the rename, before the fsync began
+    assert returned >= fsynced_at  # and durable before it returned
+
+
 def post(mesh, envelope: dict) -> httpx.Response:
     transport = httpx.HTTPTransport(uds=str(mesh.sockets["app1"]))
     with httpx.Client(transport=transport, base_url="http://agent", timeout=10) as client:
@@ -214,11 +244,34 @@ def test_a_fifo_planted_after_the_prepare_is_refused_not_replaced(mesh):
     assert unnamed_in(mesh.procs["app1"].pid, credential.parent) == []
 
 
-def test_a_delivery_recorded_ahead_still_lands_after_the_agent_restarted(mesh):
+def test_a_delivery_signed_ahead_is_sent_as_built_then(mesh, monkeypatch):
+    """A rotation's consumer delivery is encoded when it is signed, ahead of its window: the
+    send inside the window builds nothing (and the agent takes it as signed)."""
     item = item_of(mesh)
     with mesh.controller() as ctl, ctl.agents() as agents:
         client = agents.client("app1")
-        ahead = client.sign(messages.DELIVER, {"consumer": [item]})
+        ahead = client.sign(messages.DELIVER, {"consumer": [item]}, built=True)
+        prepare = {"consumer": [item], "delivery": ahead.seq}
+        assert client.call(messages.PREPARE, prepare)["consumer"][0]["ok"]
+
+        def built_now(*args, **kwargs):
+            raise AssertionError("the delivery signed ahead was built again when sent")
+
+        monkeypatch.setattr(client._http, "build_request", built_now)
+        answer = client.call(messages.DELIVER, {"consumer": [item]}, timeout=7.0, signed=ahead)
+    (done,) = answer["consumer"]
+    assert done["ok"]
+    assert ahead.http is not None and ahead.http.extensions["timeout"]["read"] == 7.0
+    credential = mesh.root / CREDENTIAL
+    assert crypto.secret_digest(credential.read_bytes()) == item["digest"]
+
+
+@pytest.mark.parametrize("built", [False, True])
+def test_a_delivery_recorded_ahead_still_lands_after_the_agent_restarted(mesh, built):
+    item = item_of(mesh)
+    with mesh.controller() as ctl, ctl.agents() as agents:
+        client = agents.client("app1")
+        ahead = client.sign(messages.DELIVER, {"consumer": [item]}, built=built)
         prepare = {"consumer": [item], "delivery": ahead.seq}
         assert client.call(messages.PREPARE, prepare)["consumer"][0]["ok"]
         mesh.start("app1")  # restart: the number recorded ahead is now used, the file gone

@@ -8,6 +8,9 @@ controller's report types and its toast says how it went in a severity Textual k
 
 from __future__ import annotations
 
+import os
+import sqlite3
+from pathlib import Path
 from typing import Any, get_args
 
 import pytest
@@ -24,6 +27,8 @@ from meshtui.controller.reports import (
     RotationReport,
 )
 from meshtui.errors import InventoryError
+from meshtui.inventory import Inventory, now
+from meshtui.inventory.rows import ProbeRecord
 from meshtui.model import RotationState
 from meshtui.tui.app import job_toast
 from meshtui.tui.messages import Job, JobKind, Loaded
@@ -135,3 +140,49 @@ def test_each_job_result_gets_its_toast(
     said, level = job_toast(Job(kind, (GITEA,), "the selected pair"), result)
     assert (said, level) == (text, severity)
     assert level in get_args(SeverityLevel)
+
+
+async def test_the_dashboard_keeps_one_status_reader_that_sees_every_write_and_a_new_file(
+    make_app: Any, built: Any, tmp_path: Path
+) -> None:
+    """The dashboard reads every pair's status through one read-only controller kept open
+    between loads (it reads next only the pairs written since): another process's probe shows
+    in the next load, exactly as a fresh read shows it, through the same reader; an inventory
+    put in the folder's place (as a restore into this folder) is read through a new one."""
+    path = built.state / "inventory.db"
+    older = tmp_path / "older.db"
+    with Inventory.open(path) as inv, sqlite3.connect(older) as copy:
+        inv._db.conn.backup(copy)
+    app = make_app()
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(pilot)  # the first load: one screenful, all 8 pairs
+        app.reload()
+        await settle(pilot)
+        reader = app._status_reader
+        assert reader is not None
+        pid = sorted(built.pairs)[0]
+        with Inventory.open(path) as inv, inv.transaction("test") as tx:
+            generation = inv.pairs([pid])[0]["generation"]
+            tx.add_probes([ProbeRecord(pair=pid, at=now(), generation=generation,
+                           verdict="refused", reason="password authentication failed (28P01)",
+                           latency_ms=None, used_password=1, loopback=0, client_addr=None,
+                           control=None, withdrawn=0)])  # fmt: skip
+        app.reload()
+        await settle(pilot)
+        assert app._status_reader is reader
+        with Controller.open(built.state, read_only=True) as ctl:
+            fresh = ctl.status()
+        assert [r.status for r in app.model.rows.values()] == fresh
+        shown = app.model.rows[pid].status
+        assert shown.reason == "probe refused: password authentication failed (28P01)"
+        moved = tmp_path / "moved"  # the folder's inventory moved away, another put in place
+        moved.mkdir()
+        for name in ("inventory.db", "inventory.db-wal", "inventory.db-shm"):
+            if (built.state / name).exists():
+                os.rename(built.state / name, moved / name)
+        os.rename(older, path)
+        app.reload()
+        await settle(pilot)
+        assert app._status_reader is not reader
+        assert app.model.rows[pid].status.reason != shown.reason
+    assert app._status_reader is None  # closed with the app

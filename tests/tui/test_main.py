@@ -264,10 +264,12 @@ async def test_the_first_screenful_shows_before_the_whole_read(
     real = Controller.status
     release = threading.Event()
 
-    def status(self: Controller, ids: Any = None, *, limit: int | None = None) -> Any:
+    def status(
+        self: Controller, ids: Any = None, *, limit: int | None = None, keep: bool = False
+    ) -> Any:
         if limit is None:
             assert release.wait(10), "the test never released the whole read"
-        return real(self, ids, limit=limit)
+        return real(self, ids, limit=limit, keep=keep)
 
     monkeypatch.setattr(Controller, "status", status)
     messages: list[Any] = []
