@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+from dataclasses import dataclass
 
 _LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"}
 
@@ -75,3 +76,60 @@ def same_addr(a: str | None, b: str) -> bool:
         return ipaddress.ip_address(a) == ipaddress.ip_address(b)
     except ValueError:
         return a == b
+
+
+ALLOW = "allow_loopback to test locally"
+"""What an operator declares to probe a server on this machine on purpose."""
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a probe connects: the first address its host names, and whether that login stays
+    on this machine (allowed only by ``allow_loopback``)."""
+
+    address: str
+    loopback: bool
+
+
+@dataclass(frozen=True)
+class NotRun:
+    """Why a probe is not sent (its reason, "not run: …" or "host name not resolved…"), and
+    whether the target it names is this machine."""
+
+    reason: str
+    loopback: bool
+
+
+def named_loopback(host: str, *, allow_loopback: bool) -> NotRun | None:
+    """The refusal of a host whose very name is this machine, before any other check of the
+    target (a loopback probe proves nothing about the private network), or None."""
+    if allow_loopback or not loopback_host(host):
+        return None
+    why = f"not run: {host!r} is a loopback target, not the provider's private address ({ALLOW})"
+    return NotRun(why, True)
+
+
+def route(host: str, port: int, *, allow_loopback: bool) -> Route | NotRun:
+    """Resolve ``host`` once and choose its first address, refusing one on this machine: any
+    address it names that is loopback, or a first address configured here (the login would not
+    cross the network). The kind connects to :attr:`Route.address`, never resolving again."""
+    named = loopback_host(host)
+    try:
+        addresses = resolve(host, port)
+    except OSError as exc:
+        return NotRun(f"host name not resolved: {exc.strerror}", named)
+    if not addresses:
+        return NotRun("host name not resolved", named)
+    first = addresses[0]
+    if any(loopback_addr(ipaddress.ip_address(a)) for a in addresses):
+        why = f"not run: {host!r} resolves to a loopback address ({ALLOW})"
+    elif own_address(first):
+        why = (
+            f"not run: {first} is an address of this host itself, so the login would not cross "
+            f"the network: loopback ({ALLOW})"
+        )
+    else:
+        return Route(first, named)
+    if not allow_loopback:
+        return NotRun(why, True)
+    return Route(first, True)

@@ -388,8 +388,8 @@ def test_post_login_check_catches_a_local_login(netns: lab_netns.Network, db: Cl
     code = (
         "import sys, json\n"
         "from meshtui.host import probe as p\n"
-        "from meshtui.kinds.postgres import probe as probe_postgres\n"
-        "probe_postgres.own_address = lambda addr: False\n"
+        "from meshtui.host import probe_address\n"
+        "probe_address.own_address = lambda addr: False\n"
         "a = json.load(sys.stdin)\n"
         "print(json.dumps(p.probe(**a).to_json()))"
     )

@@ -10,6 +10,7 @@ for a store that fails, not for the probe's logic, which is the code under test.
 from __future__ import annotations
 
 import http.server
+import socket
 import ssl
 import threading
 from collections.abc import Iterator
@@ -142,3 +143,24 @@ def test_the_host_header_is_signed_as_it_is_sent(peer: Peer) -> None:
         to_sign = auth.string_to_sign(arrived, auth.canonical_request(arrived))
         expected = auth.signature(to_sign, arrived)
         assert headers["Authorization"].endswith(f"Signature={expected}"), (path, headers)
+
+
+def test_the_host_is_resolved_once_and_the_checked_address_is_the_one_connected(
+    peer: Peer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A name is checked (loopback, this host's own address) on one resolution: resolving it
+    again to connect could land elsewhere. The certificate is still verified for the name."""
+    peer.answers.update(own=(200, LISTING), outside=(403, _error("AccessDenied")))
+    asked: list[object] = []
+    real = socket.getaddrinfo
+
+    def counted(host: object, *args: object, **kwargs: object) -> object:
+        asked.append(host)
+        return real(host, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(socket, "getaddrinfo", counted)
+    result = _probe(peer, host="localhost")
+    assert result.login.verdict is Verdict.ACCEPTED, result.login.reason
+    assert asked.count("localhost") == 1  # the check's; the connection asks for its address
+    assert set(asked) == {"localhost", "127.0.0.1"}
+    assert peer.seen[0][2]["Host"] == f"localhost:{peer.port}"

@@ -25,7 +25,14 @@ import httpx
 
 from meshtui.bao import APPROLE_MOUNT, REFUSED_TEXT, SEALED, Bao, BaoError
 from meshtui.errors import ProvisionError
-from meshtui.host.probe_address import loopback_addr, loopback_host, own_address, resolve, same_addr
+from meshtui.host.probe_address import (
+    NotRun,
+    loopback_addr,
+    loopback_host,
+    named_loopback,
+    route,
+    same_addr,
+)
 from meshtui.host.probe_types import (
     LoginResult,
     ProbeOptions,
@@ -63,33 +70,18 @@ def login(target: ProbeTarget, secret_id: str, options: ProbeOptions) -> LoginRe
             client_addr=client_addr,
         )
 
-    if loopback and not options.allow_loopback:
-        return result(
-            Verdict.UNKNOWN,
-            f"not run: {host!r} is a loopback target, not the provider's private address "
-            "(allow_loopback to test locally)",
-            None,
-        )
+    named = named_loopback(host, allow_loopback=options.allow_loopback)
+    if named is not None:
+        return result(Verdict.UNKNOWN, named.reason, None)
     if not secret_id or not user:
         return result(Verdict.UNKNOWN, "not run: no role_id or secret_id", None)
     if not target.ca:
         return result(Verdict.UNKNOWN, "not run: no CA to verify OpenBao's certificate", None)
-    try:
-        addresses = resolve(host, target.port)
-    except OSError as exc:
-        return result(Verdict.UNKNOWN, f"host name not resolved: {exc.strerror}", None)
-    if not addresses:
-        return result(Verdict.UNKNOWN, "host name not resolved", None)
-    address = addresses[0]
-    if loopback_addr(ipaddress.ip_address(address)) or own_address(address):
-        loopback = True
-        if not options.allow_loopback:
-            return result(
-                Verdict.UNKNOWN,
-                f"not run: {address} is this host itself, so the login would not cross the "
-                "network: loopback (allow_loopback to test locally)",
-                None,
-            )
+    found = route(host, target.port, allow_loopback=options.allow_loopback)
+    loopback = found.loopback
+    if isinstance(found, NotRun):
+        return result(Verdict.UNKNOWN, found.reason, None)
+    address = found.address
     started = time.perf_counter()
     try:
         bao = Bao(

@@ -16,7 +16,14 @@ from typing import Any
 
 import psycopg
 
-from meshtui.host.probe_address import loopback_addr, loopback_host, own_address, resolve, same_addr
+from meshtui.host.probe_address import (
+    NotRun,
+    loopback_addr,
+    loopback_host,
+    named_loopback,
+    route,
+    same_addr,
+)
 from meshtui.host.probe_types import (
     LoginResult,
     ProbeOptions,
@@ -105,12 +112,9 @@ def _check_target(t: ProbeTarget, options: ProbeOptions) -> LoginResult | None:
     loopback = loopback_host(t.host)
     if "," in t.host:
         return _not_run("a probe targets exactly one host", loopback)
-    if loopback and not options.allow_loopback:
-        return _not_run(
-            f"not run: {t.host!r} is a loopback target, not the provider's private address "
-            "(allow_loopback to test locally)",
-            True,
-        )
+    named = named_loopback(t.host, allow_loopback=options.allow_loopback)
+    if named is not None:
+        return _not_run(named.reason, named.loopback)
     if not t.password:
         return _not_run("not run: the password is empty", loopback)
     if isinstance(t.port, bool) or not isinstance(t.port, int) or not 0 < t.port < 65536:
@@ -121,30 +125,14 @@ def _check_target(t: ProbeTarget, options: ProbeOptions) -> LoginResult | None:
 
 
 def _route(t: ProbeTarget, options: ProbeOptions) -> _Route | LoginResult:
-    """Resolve the host once and refuse a loopback or own address unless allowed."""
-    named_loopback = loopback_host(t.host)
+    """Resolve the host once and refuse a loopback or own address unless allowed; a socket
+    path is libpq's own (no address to check)."""
     if t.host.startswith(("/", "@")):
-        return _Route(None, named_loopback)
-    try:
-        addresses = resolve(t.host, t.port)
-    except OSError as exc:
-        why = f"host name not resolved: {scrub_libpq(str(exc), t.password)}"
-        return _not_run(why, named_loopback)
-    if not addresses:
-        return _not_run("host name not resolved", named_loopback)
-    first = addresses[0]
-    if any(loopback_addr(ipaddress.ip_address(a)) for a in addresses):
-        why = f"not run: {t.host!r} resolves to a loopback address (allow_loopback to test locally)"
-    elif own_address(first):
-        why = (
-            f"not run: {first} is an address of this host itself, so the login would not cross "
-            "the network: loopback (allow_loopback to test locally)"
-        )
-    else:
-        return _Route(first, named_loopback)
-    if not options.allow_loopback:
-        return _not_run(why, True)
-    return _Route(first, True)
+        return _Route(None, loopback_host(t.host))
+    found = route(t.host, t.port, allow_loopback=options.allow_loopback)
+    if isinstance(found, NotRun):
+        return _not_run(found.reason, found.loopback)
+    return _Route(found.address, found.loopback)
 
 
 def _params(t: ProbeTarget, options: ProbeOptions, route: _Route) -> dict[str, Any]:

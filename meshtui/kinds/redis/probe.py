@@ -32,7 +32,14 @@ from typing import Any
 import redis
 from redis.connection import Connection
 
-from meshtui.host.probe_address import loopback_addr, loopback_host, own_address, resolve, same_addr
+from meshtui.host.probe_address import (
+    NotRun,
+    loopback_addr,
+    loopback_host,
+    named_loopback,
+    route,
+    same_addr,
+)
 from meshtui.host.probe_types import (
     LoginResult,
     ProbeOptions,
@@ -106,14 +113,9 @@ def login(
 ) -> LoginResult:
     """One AUTH with ``password`` on a fresh connection; never raises, never lets it out."""
     loopback = loopback_host(host)
-    if loopback and not allow_loopback:
-        return _result(
-            Verdict.UNKNOWN,
-            f"not run: {host!r} is a loopback target, not the provider's private address "
-            "(allow_loopback to test locally)",
-            None,
-            loopback=True,
-        )
+    named = named_loopback(host, allow_loopback=allow_loopback)
+    if named is not None:
+        return _result(Verdict.UNKNOWN, named.reason, None, loopback=named.loopback)
     if not password or not user or any(c in user + password for c in "\x00\r\n"):
         return _result(Verdict.UNKNOWN, "not run: bad login or password", None, loopback=loopback)
     if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
@@ -125,26 +127,12 @@ def login(
             None,
             loopback=loopback,
         )
-    try:
-        addresses = resolve(host, port)
-    except OSError as exc:
-        return _result(
-            Verdict.UNKNOWN, f"host name not resolved: {exc.strerror}", None, loopback=loopback
-        )
-    if not addresses:
-        return _result(Verdict.UNKNOWN, "host name not resolved", None, loopback=loopback)
-    if loopback_addr(ipaddress.ip_address(addresses[0])) or own_address(addresses[0]):
-        loopback = True
-        if not allow_loopback:
-            return _result(
-                Verdict.UNKNOWN,
-                f"not run: {addresses[0]} is this host itself, so the login would not cross "
-                "the network: loopback (allow_loopback to test locally)",
-                None,
-                loopback=True,
-            )
+    found = route(host, port, allow_loopback=allow_loopback)
+    if isinstance(found, NotRun):
+        return _result(Verdict.UNKNOWN, found.reason, None, loopback=found.loopback)
+    loopback = found.loopback
     common: dict[str, Any] = {
-        "host": addresses[0],
+        "host": found.address,
         "port": port,
         "socket_timeout": timeout,
         "socket_connect_timeout": timeout,

@@ -29,14 +29,14 @@ library's normalisation of a host name can turn into a ``SignatureDoesNotMatch``
 from __future__ import annotations
 
 import http.client
-import ipaddress
 import re
 import secrets
+import socket
 import ssl
 import threading
 import time
 
-from meshtui.host.probe_address import loopback_addr, loopback_host, own_address, resolve
+from meshtui.host.probe_address import NotRun, loopback_host, named_loopback, route
 from meshtui.host.probe_types import (
     LoginResult,
     ProbeOptions,
@@ -117,16 +117,29 @@ def _result(
     )
 
 
+class _Connection(http.client.HTTPSConnection):
+    """HTTPS to the address the probe checked, the certificate verified for the host as
+    declared: the name is never resolved a second time (it could answer otherwise)."""
+
+    def __init__(
+        self, host: str, address: str, port: int, *, timeout: float, context: ssl.SSLContext
+    ) -> None:
+        super().__init__(host, port, timeout=timeout, context=context)
+        self._address = address
+        self._tls = context
+
+    def connect(self) -> None:
+        sock = socket.create_connection((self._address, self.port), self.timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as http.client's own
+        self.sock = self._tls.wrap_socket(sock, server_hostname=self.host)
+
+
 def _checked(target: ProbeTarget, options: ProbeOptions) -> tuple[str, bool] | LoginResult:
     """The address to connect to and whether it is loopback, or why the probe does not run."""
     loopback = loopback_host(target.host)
-    if loopback and not options.allow_loopback:
-        return _result(
-            Verdict.UNKNOWN,
-            f"not run: {target.host!r} is a loopback target, not the provider's private address",
-            None,
-            loopback=True,
-        )
+    named = named_loopback(target.host, allow_loopback=options.allow_loopback)
+    if named is not None:
+        return _result(Verdict.UNKNOWN, named.reason, None, loopback=named.loopback)
     port = target.port
     if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
         return _result(Verdict.UNKNOWN, f"not run: bad port {port!r}", None, loopback=loopback)
@@ -145,24 +158,10 @@ def _checked(target: ProbeTarget, options: ProbeOptions) -> tuple[str, bool] | L
             None,
             loopback=loopback,
         )
-    try:
-        addresses = resolve(target.host, port)
-    except OSError as exc:
-        return _result(
-            Verdict.UNKNOWN, f"host name not resolved: {exc.strerror}", None, loopback=loopback
-        )
-    if not addresses:
-        return _result(Verdict.UNKNOWN, "host name not resolved", None, loopback=loopback)
-    if loopback_addr(ipaddress.ip_address(addresses[0])) or own_address(addresses[0]):
-        loopback = True
-        if not options.allow_loopback:
-            return _result(
-                Verdict.UNKNOWN,
-                f"not run: {addresses[0]} is this host itself: loopback",
-                None,
-                loopback=True,
-            )
-    return target.host, loopback
+    found = route(target.host, port, allow_loopback=options.allow_loopback)
+    if isinstance(found, NotRun):
+        return _result(Verdict.UNKNOWN, found.reason, None, loopback=found.loopback)
+    return found.address, found.loopback
 
 
 def login(target: ProbeTarget, options: ProbeOptions) -> LoginResult:
@@ -171,7 +170,8 @@ def login(target: ProbeTarget, options: ProbeOptions) -> LoginResult:
     checked = _checked(target, options)
     if isinstance(checked, LoginResult):
         return checked
-    host, loopback = checked
+    address, loopback = checked
+    host = target.host
     if not target.user or not target.password:
         return _result(Verdict.UNKNOWN, "not run: no login or secret", None, loopback=loopback)
     assert target.ca is not None
@@ -193,8 +193,8 @@ def login(target: ProbeTarget, options: ProbeOptions) -> LoginResult:
         return _signed("GET", f"https://{authority}{path}", user, password, authority)
 
     started = time.perf_counter()
-    conn = http.client.HTTPSConnection(
-        host.strip("[]"), target.port, timeout=options.timeout, context=context
+    conn = _Connection(
+        host.strip("[]"), address, target.port, timeout=options.timeout, context=context
     )
     try:
         status, code = _get(conn, own, signed(own))
