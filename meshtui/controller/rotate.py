@@ -12,7 +12,7 @@ signed note naming the generation they roll back from and this rotation
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -26,15 +26,16 @@ from meshtui.controller.recording import Delivered
 from meshtui.controller.reports import PairOutcome, Progress, RotationPlan, RotationReport
 from meshtui.controller.resolve import ask_state, asking_state
 from meshtui.controller.sending import (
+    begin_providers,
     node_batches,
     send_consumers,
     send_providers,
     sign_providers,
 )
-from meshtui.errors import InputError, NotResolvedError
+from meshtui.errors import AgentError, InputError, NotResolvedError
 from meshtui.inventory import Inventory, now
 from meshtui.inventory.rows import GenerationRow, PairRow, RotationItem, RotationStart
-from meshtui.messages import ConsumerItem, ProviderSet
+from meshtui.messages import ConsumerItem, DeliverAnswer, ProviderSet
 from meshtui.model import RotationState, node_of, split_pair_id
 
 if TYPE_CHECKING:
@@ -282,6 +283,40 @@ def _deliver(
     return result
 
 
+@dataclass
+class _Going:
+    """One batch of provider deliveries on its way (:func:`_deliver_batches` builds the next
+    meanwhile: two batches' payloads at most, and two provider nodes applying at once)."""
+
+    plan: Planner
+    sets: dict[str, list[ProviderSet]]
+    batch: list[str]
+    answering: Callable[[], Mapping[str, DeliverAnswer | AgentError]]
+
+    def settle(
+        self, agents: Agents, inv: Inventory, targets: dict[str, int], result: Delivered
+    ) -> bool:
+        """Wait for the batch's answers and gather them (a refused delta sent again whole);
+        whether every pair of the batch applied."""
+        plan = self.plan
+
+        def whole(provider: str, provision: str) -> ProviderSet:
+            (spec,) = plan.provider_sets([(provider, provision)], targets)[node_of(provider)]
+            return spec
+
+        send_providers(
+            agents,
+            inv,
+            self.sets,
+            result,
+            record=False,
+            whole=whole,
+            expected=plan.expected_bases,
+            answering=self.answering,
+        )
+        return all(result.provider_ok.get(pid, False) for pid in self.batch)
+
+
 def _deliver_batches(
     ctl: Controller,
     agents: Agents,
@@ -302,22 +337,20 @@ def _deliver_batches(
     result = Delivered()
     forward = key == "to"
     progress("delivering to providers", step, 4)
+    going: _Going | None = None  # the batch on its way while the next one is built
     for batch in node_batches(targets, lambda pid: node_of(ends[pid][2])):
         plan = Planner(inv, focus=batch)
         part = {pid: targets[pid] for pid in batch}
         keys = {(ends[pid][2], ends[pid][0]) for pid in batch}
         sets = plan.provider_deltas(keys, part) if forward else plan.provider_sets(keys, part)
-
-        def whole(provider: str, provision: str, plan: Planner = plan) -> ProviderSet:
-            (spec,) = plan.provider_sets([(provider, provision)], targets)[node_of(provider)]
-            return spec
-
-        send_providers(
-            agents, inv, sets, result, record=False, whole=whole, expected=plan.expected_bases
-        )
+        this = _Going(plan, sets, batch, begin_providers(agents, sets))
         del plan, sets
-        if forward and not all(result.provider_ok.get(pid, False) for pid in batch):
+        if going is not None and not going.settle(agents, inv, targets, result) and forward:
+            this.settle(agents, inv, targets, result)  # already sent: its answers recorded
             return result
+        going = this
+    if going is not None:
+        going.settle(agents, inv, targets, result)
     if not all(result.provider_ok.get(pid, False) for pid in targets):
         return result
     try:

@@ -77,22 +77,27 @@ def send_providers(
     whole: Callable[[str, str], ProviderSet] | None = None,
     expected: Mapping[Provision, str] | None = None,
     signed: Mapping[str, SignedRequest] | None = None,
+    answering: Callable[[], Mapping[str, DeliverAnswer | AgentError]] | None = None,
 ) -> None:
     """Deliver manifests to provider nodes (in parallel) and record each pair's provider end.
 
     A delta the node refuses (its manifest is not the delta's base) is sent again whole, from
     ``whole(provider, provision)``, in the same call. Each provision's new base is recorded
     when every consumer of its manifest applied: a whole one's from what was sent, a delta's
-    from ``expected`` (:attr:`Planner.expected_bases`).
+    from ``expected`` (:attr:`Planner.expected_bases`). ``answering``: the answers' waiter of
+    :func:`begin_providers` (the sets already on their way), instead of sending them here.
     """
     if not sets:
         return
-    answers = agents.call_many(
-        messages.DELIVER,
-        {n: DeliverRequest(provider=s) for n, s in sets.items()},
-        timeout=DELIVER_TIMEOUT_S,
-        signed=signed,
-    )
+    if answering is not None:
+        answers = answering()
+    else:
+        answers = agents.call_many(
+            messages.DELIVER,
+            {n: DeliverRequest(provider=s) for n, s in sets.items()},
+            timeout=DELIVER_TIMEOUT_S,
+            signed=signed,
+        )
     if whole is not None:
         sets, answers = _resend_whole(agents, sets, answers, whole)
     rows: list[EndRow] = []
@@ -142,6 +147,19 @@ def send_providers(
     result.pending.extend(rows)
     if record:
         result.flush(inv)
+
+
+def begin_providers(
+    agents: Agents,
+    sets: Mapping[str, list[ProviderSet]],
+    *,
+    signed: Mapping[str, SignedRequest] | None = None,
+) -> Callable[[], dict[str, DeliverAnswer | AgentError]]:
+    """Send ``sets`` to their provider nodes now, on the client's threads; the returned
+    callable waits for the answers (give it to :func:`send_providers` as ``answering``), so the
+    caller can build the next batch while these nodes apply."""
+    payloads = {n: DeliverRequest(provider=s) for n, s in sets.items()}
+    return agents.begin_many(messages.DELIVER, payloads, timeout=DELIVER_TIMEOUT_S, signed=signed)
 
 
 def sign_providers(

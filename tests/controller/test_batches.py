@@ -44,15 +44,25 @@ def mesh(mesh_with_agents, pg, pg_clean, pg_admin_file, monkeypatch):
 def sent(monkeypatch) -> list[tuple[str, list[str]]]:
     """Every deliver and prepare the controller sends, in order: (kind and end, nodes)."""
     seen: list[tuple[str, list[str]]] = []
-    real = Agents.call_many
+    real, begun = Agents.call_many, Agents.begin_many
 
-    def call_many(self: Agents, kind: Any, payloads: Any, **kw: Any) -> Any:
+    def note(kind: Any, payloads: Any) -> None:
         if kind.name in ("deliver", "prepare"):
             end = "provider" if any("provider" in p for p in payloads.values()) else "consumer"
             seen.append((f"{kind.name} {end}", sorted(payloads)))
+
+    def call_many(self: Agents, kind: Any, payloads: Any, **kw: Any) -> Any:
+        if len(payloads) != 1:  # more than one: sent through begin_many, noted there
+            return real(self, kind, payloads, **kw)
+        note(kind, payloads)
         return real(self, kind, payloads, **kw)
 
+    def begin_many(self: Agents, kind: Any, payloads: Any, **kw: Any) -> Any:
+        note(kind, payloads)  # sent now (a large rotation's provider batch, on its way)
+        return begun(self, kind, payloads, **kw)
+
     monkeypatch.setattr(Agents, "call_many", call_many)
+    monkeypatch.setattr(Agents, "begin_many", begin_many)
     return seen
 
 
