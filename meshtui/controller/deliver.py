@@ -14,7 +14,7 @@ generations and their rotations.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple, TypeVar
 
 from meshtui import crypto, messages
@@ -254,6 +254,16 @@ class Planner:
             ]
             out.setdefault(node_of(provider), []).append(self._set(provider, provision, consumers))
         return out
+
+    def whole_set(self, targets: Targets) -> Callable[[str, str], ProviderSet]:
+        """``whole(provider, provision)``: that provision's manifest whole, for a delta its
+        node refused (:func:`~meshtui.controller.sending.send_providers` sends it again)."""
+
+        def whole(provider: str, provision: str) -> ProviderSet:
+            (spec,) = self.provider_sets([(provider, provision)], targets)[node_of(provider)]
+            return spec
+
+        return whole
 
     def provider_deltas(
         self, providers: Iterable[tuple[str, str]], targets: Targets

@@ -255,10 +255,6 @@ def _deliver(
         ahead = ready.ahead if ready is not None else Ahead(agents, sent.consumers)
         ahead.start()
 
-    def whole(provider: str, provision: str) -> ProviderSet:
-        (spec,) = plan.provider_sets([(provider, provision)], targets)[node_of(provider)]
-        return spec
-
     # answers are recorded after the consumers are sent, so nothing slow sits in the window
     send_providers(
         agents,
@@ -266,7 +262,7 @@ def _deliver(
         sent.providers,
         result,
         record=False,
-        whole=whole,
+        whole=plan.whole_set(targets),
         expected=plan.expected_bases,
         signed=ready.providers if ready is not None else None,
     )
@@ -299,18 +295,13 @@ class _Going:
         """Wait for the batch's answers and gather them (a refused delta sent again whole);
         whether every pair of the batch applied."""
         plan = self.plan
-
-        def whole(provider: str, provision: str) -> ProviderSet:
-            (spec,) = plan.provider_sets([(provider, provision)], targets)[node_of(provider)]
-            return spec
-
         send_providers(
             agents,
             inv,
             self.sets,
             result,
             record=False,
-            whole=whole,
+            whole=plan.whole_set(targets),
             expected=plan.expected_bases,
             answering=self.answering,
         )
