@@ -228,7 +228,7 @@ def run(
             own = pg_create_all(cluster, pairs)
             rows.append(("pg own: create, one txn", own, "baseline for push"))
             print(f"  {'pg own: create, one txn':<26}{own * 1000:>12.1f} ms")
-            timed("status", ctl.status, rows, "one-shot, as the CLI reads (the kept reader: --status-only)")
+            timed("status", ctl.status, rows, "one-shot, as the CLI reads (kept: --status-only)")
             if not in_process:  # every end held: what a routine push (or watch's) holds
                 fresh(state, "push", rows, trace=trace, label="push again, converged")
             if probe:
