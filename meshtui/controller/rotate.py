@@ -267,16 +267,26 @@ def _deliver(
         signed=ready.providers if ready is not None else None,
     )
     signed = ahead.signed() if ahead is not None else None
-    if not all(result.provider_ok.get(pid, False) for pid in targets):
+    if not _providers_applied(ctl, result, targets, key):
         return result
-    try:
-        fault(ctl, f"after-providers:{key}")
-    except BaseException:
-        result.flush(inv)
-        raise
     progress("delivering to consumers", step + 1, 4)
     send_consumers(agents, inv, sent.consumers, result, record=False, signed=signed)
     return result
+
+
+def _providers_applied(
+    ctl: Controller, result: Delivered, targets: Iterable[str], key: Literal["from", "to"]
+) -> bool:
+    """Whether every pair's provider applied, so its consumer may be sent; the fault seam
+    between the two ends (``after-providers:KEY``) records the answers before it raises."""
+    if not all(result.provider_ok.get(pid, False) for pid in targets):
+        return False
+    try:
+        fault(ctl, f"after-providers:{key}")
+    except BaseException:
+        result.flush(ctl.inventory)
+        raise
+    return True
 
 
 @dataclass
@@ -342,13 +352,8 @@ def _deliver_batches(
         going = this
     if going is not None:
         going.settle(agents, inv, targets, result)
-    if not all(result.provider_ok.get(pid, False) for pid in targets):
+    if not _providers_applied(ctl, result, targets, key):
         return result
-    try:
-        fault(ctl, f"after-providers:{key}")
-    except BaseException:
-        result.flush(inv)
-        raise
     progress("delivering to consumers", step + 1, 4)
     for batch in node_batches(targets, lambda pid: node_of(ends[pid][1])):
         plan = Planner(inv, focus=batch)
