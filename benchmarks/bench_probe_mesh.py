@@ -38,16 +38,12 @@ import time
 from pathlib import Path
 
 from bench_rotate import stop_cluster  # noqa: E402  (one copy)
-from bench_scale import declaration  # noqa: E402
+from bench_scale import declaration, start_fleet  # noqa: E402
 
 from meshtui.controller.core import Controller, init_keys
 from meshtui.controller.deliver import Planner, target_of
 from meshtui.controller.probe import CONCURRENCY
-from meshtui.host import identity
-from meshtui.host import policy as node_policy
 from meshtui.kinds.postgres.lab import create_cluster
-from meshtui.lab.mesh import agent_answers
-from tests.fix_agents import mesh_policy
 from tests.fix_pg import free_port
 
 NODES_AT_ONCE = 8
@@ -146,25 +142,7 @@ def one_size(nodes: int, providers: int, pairs: int, repeat: int) -> dict[str, f
         state = root / "state"
         pub, _ = init_keys(state)
         decl = declaration(root, cluster.port, admin, nodes, providers, pairs)
-        for line in decl.read_text().splitlines():
-            if line.startswith("[nodes."):
-                name = line[len("[nodes.") : -1]
-                identity.init(name, root / "nodes" / name, pub)
-                node_policy.write(
-                    root / "nodes" / name, mesh_policy(name, root, admin=(str(admin),))
-                )
-        log = open(base / "fleet.log", "ab")  # noqa: SIM115
-        scale = Path(__file__).with_name("bench_scale.py")
-        fleet = subprocess.Popen([sys.executable, str(scale), "--serve", str(root)], stdout=log,
-                                 stderr=log, stdin=subprocess.DEVNULL)  # fmt: skip
-        deadline = time.monotonic() + 120
-        while (
-            not all(agent_answers(s) for s in (root / "run").glob("*.sock"))
-            or len(list((root / "run").glob("*.sock"))) < nodes
-        ):
-            if time.monotonic() > deadline or fleet.poll() is not None:
-                raise RuntimeError((base / "fleet.log").read_text()[-2000:])
-            time.sleep(0.2)
+        fleet = start_fleet(base, root, decl, admin, pub, nodes)
         with Controller.open(state) as ctl:
             ctl.declare(decl)
             assert ctl.push().ok

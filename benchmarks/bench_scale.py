@@ -163,6 +163,31 @@ def timed(what: str, fn, rows: list[tuple[str, float, str]], note: str = "") -> 
     return out
 
 
+def start_fleet(
+    base: Path, root: Path, decl: Path, admin: Path, pub: Path, nodes: int
+) -> subprocess.Popen[bytes]:
+    """Every node the declaration names given its keys and a policy allowing the mesh, then
+    the one process serving them all (``--serve``), returned once each node's agent answers;
+    its log is ``base/fleet.log``."""
+    for line in decl.read_text().splitlines():
+        if line.startswith("[nodes."):
+            name = line[len("[nodes.") : -1]
+            identity.init(name, root / "nodes" / name, pub)
+            node_policy.write(root / "nodes" / name, mesh_policy(name, root, admin=(str(admin),)))
+    log = open(base / "fleet.log", "ab")  # noqa: SIM115
+    fleet = subprocess.Popen([sys.executable, __file__, "--serve", str(root)], stdout=log,
+                             stderr=log, stdin=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while (
+        not all(agent_answers(s) for s in (root / "run").glob("*.sock"))
+        or len(list((root / "run").glob("*.sock"))) < nodes
+    ):
+        if time.monotonic() > deadline or fleet.poll() is not None:
+            raise RuntimeError((base / "fleet.log").read_text()[-2000:])
+        time.sleep(0.2)
+    return fleet
+
+
 def run(
     nodes: int,
     providers: int,
@@ -189,24 +214,7 @@ def run(
         state = root / "state"
         pub, _ = init_keys(state)
         decl = declaration(root, cluster.port, admin, nodes, providers, pairs, pin)
-        for line in decl.read_text().splitlines():
-            if line.startswith("[nodes."):
-                name = line[len("[nodes.") : -1]
-                identity.init(name, root / "nodes" / name, pub)
-                node_policy.write(
-                    root / "nodes" / name, mesh_policy(name, root, admin=(str(admin),))
-                )
-        log = open(base / "fleet.log", "ab")  # noqa: SIM115
-        fleet = subprocess.Popen([sys.executable, __file__, "--serve", str(root)], stdout=log,
-                                 stderr=log, stdin=subprocess.DEVNULL)  # fmt: skip
-        deadline = time.monotonic() + 120
-        while (
-            not all(agent_answers(s) for s in (root / "run").glob("*.sock"))
-            or len(list((root / "run").glob("*.sock"))) < nodes
-        ):
-            if time.monotonic() > deadline or fleet.poll() is not None:
-                raise RuntimeError((base / "fleet.log").read_text()[-2000:])
-            time.sleep(0.2)
+        fleet = start_fleet(base, root, decl, admin, pub, nodes)
         print(
             f"{nodes} nodes ({providers} providers{', pin = true' if pin else ''}), {pairs} pairs;"
             f" load {os.getloadavg()[0]:.1f}"
