@@ -4,11 +4,15 @@ The window is the time in which a rotated pair's consumer could not authenticate
 provider's agent having applied the new verifier (its provisioner returned, a few tenths of a
 ms after the commit) to the consumer's credential file holding the new one (its rename; the
 folder's fsync follows, before the agent answers).
-Baseline, side by side in the same process and lab: the same rotation done as two acts, as the
-seeds did it (the provider applies and the answer is recorded; then a separate push brings the
-consumer along). Prints both distributions and the ratio.
+Side by side in the same process and lab, ``--rounds`` rounds of ``--drills`` drills each,
+alternating: the agents' transport as shipped (``httptools`` under ``uvloop`` on the agents, the
+controller's kept :class:`~meshtui.controller.channel.Channel`) and as before (``h11`` under
+asyncio, httpx on the controller: the agents are restarted on the ``GuardedH11`` baseline and
+the client is switched here, in the benchmark only). ``--two-acts``: also the seeds' baseline,
+the same rotation done as two acts (the provider applies and the answer is recorded; then a
+separate push brings the consumer along).
 
-    python benchmarks/bench_drill.py [--drills 20]
+    python benchmarks/bench_drill.py [--drills 20] [--rounds 3] [--two-acts]
 """
 
 from __future__ import annotations
@@ -16,14 +20,21 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
+import httpx
 from bench_rotate import fsync_ms  # noqa: E402  (the same measure, one copy)
 
-from meshtui.controller.client import Agents
+from meshtui import runas
+from meshtui.controller import client as client_module
+from meshtui.controller.client import AgentClient, Agents, SignedRequest
 from meshtui.controller.core import Controller
 from meshtui.controller.deliver import Planner
 from meshtui.controller.recording import Delivered
@@ -31,6 +42,7 @@ from meshtui.controller.rotate import journal
 from meshtui.controller.sending import send_providers
 from meshtui.inventory import now
 from meshtui.lab import mesh as lab_mesh
+from meshtui.lab.wait import poll
 
 GOAL_MS = 3.0  # issue 25 (issue 13: 5 ms)
 FSYNCS_IN_WINDOW = 0
@@ -64,14 +76,92 @@ def two_acts(ctl: Controller, pid: str) -> float:
     return (written - result.applied_at[pid]) * 1000.0
 
 
+BASELINE_AGENT = """
+import sys
+from pathlib import Path
+from meshtui.host.connections import GuardedH11
+from meshtui.host.serve import serve
+serve(Path(sys.argv[1]), sys.argv[2], allow_loopback=sys.argv[3] == "1", protocol=GuardedH11)
+"""
+"""An agent on the transport before issue 25's last change: uvicorn's h11 under asyncio."""
+
+
+def restart_agents(state: Path, baseline: bool) -> None:
+    """Every lab agent stopped and started again, on the baseline transport or as shipped."""
+    lab = lab_mesh.load(state)
+    assert lab is not None
+    for node, pid in lab.pids.items():
+        os.kill(pid, signal.SIGTERM)
+        poll(lambda pid=pid: not lab_mesh._alive(pid), 10)
+        sock = str(lab.socket(node))
+        state_dir = str(lab.folder / "nodes" / node)
+        loopback = lab.mode == "loopback"
+        if baseline:
+            argv = [sys.executable, "-c", BASELINE_AGENT, state_dir, f"unix:{sock}"]
+            argv.append("1" if loopback else "0")
+        else:
+            argv = [sys.executable, "-m", "meshtui.cli", "host", "serve", "--state", state_dir]
+            argv += ["--listen", f"unix:{sock}"] + (["--allow-loopback"] if loopback else [])
+        log = lab_mesh._open_log(lab.folder / f"{node}.agent.log")
+        proc = runas.spawn(argv, None, netns=lab.namespace(node), stdout=log, stderr=log, cwd="/")
+        log.close()
+        lab.pids[node] = proc.pid
+    lab_mesh._save(lab)
+    for node in lab.pids:
+        lab_mesh._wait_agent(lab, node)
+
+
+class _HttpxChannel:
+    """The controller's transport before: an httpx client (its pool keeps the connection)."""
+
+    def __init__(self, agent: str, tls: Any) -> None:
+        self.http = client_module.http_client(agent, client_module.DEFAULT_TIMEOUT_S)
+
+    def close(self) -> None:
+        self.http.close()
+
+
+def _httpx_request(self: AgentClient, signed: SignedRequest) -> Any:
+    return self._channel.http.build_request("POST", "/v1", json=signed.envelope)  # type: ignore[attr-defined]
+
+
+def _httpx_post(self: AgentClient, request: Any, timeout: float) -> Any:
+    request.extensions["timeout"] = httpx.Timeout(timeout).as_dict()
+    return self._channel.http.send(request)  # type: ignore[attr-defined]
+
+
+@contextmanager
+def httpx_client() -> Iterator[None]:
+    """The controller's agent client on httpx, as before (the benchmark's switch only)."""
+    saved = client_module.Channel, AgentClient._request, AgentClient._post
+    client_module.Channel = _HttpxChannel  # type: ignore[assignment, misc]
+    AgentClient._request = _httpx_request  # type: ignore[method-assign]
+    AgentClient._post = _httpx_post  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        client_module.Channel, AgentClient._request, AgentClient._post = saved  # type: ignore[misc]
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
+NEW = "httptools+uvloop agents, kept channel"
+OLD = "h11 agents, httpx (before)"
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--drills", type=int, default=20)
+    parser.add_argument("--drills", type=int, default=20, help="drills a round")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of each transport")
+    parser.add_argument("--two-acts", action="store_true", help="also the two-acts baseline")
     args = parser.parse_args()
     state = Path(tempfile.mkdtemp(prefix="meshtui-bench-drill-"))
     state.chmod(0o711)
@@ -81,27 +171,47 @@ def main() -> int:
             ctl.declare(built.declaration)
             assert ctl.push().ok
             pairs = ctl.live_pairs()
-            ours, base, failed = [], [], 0
-            for i in range(args.drills):
-                (report,) = ctl.drill([pairs[i % len(pairs)]])
-                if report.ok and report.window_ms is not None:
-                    ours.append(report.window_ms)
-                else:
-                    failed += 1
-                base.append(two_acts(ctl, pairs[(i + 1) % len(pairs)]))
+            runs: dict[str, list[list[float]]] = {NEW: [], OLD: []}
+            base: list[float] = []
+            failed, i = 0, 0
+            for _ in range(args.rounds):
+                for name in (NEW, OLD):
+                    restart_agents(state, baseline=name == OLD)
+                    ours: list[float] = []
+                    with httpx_client() if name == OLD else _nothing():
+                        for _ in range(args.drills):
+                            (report,) = ctl.drill([pairs[i % len(pairs)]])
+                            i += 1
+                            if report.ok and report.window_ms is not None:
+                                ours.append(report.window_ms)
+                            else:
+                                failed += 1
+                            if args.two_acts and name == NEW:
+                                base.append(two_acts(ctl, pairs[i % len(pairs)]))
+                    runs[name].append(ours)
+                    print(
+                        f"  round {len(runs[name])} {name}: p50 {statistics.median(ours):.2f} ms"
+                        f" (load {os.getloadavg()[0]:.2f})",
+                        flush=True,
+                    )
         print(
-            f"lab mode: {built.mode}; {args.drills} drills over {len(pairs)} pairs; {failed} failed"
+            f"lab mode: {built.mode}; {args.rounds} rounds x {args.drills} drills a transport "
+            f"over {len(pairs)} pairs; {failed} failed"
         )
-        print(f"{'':28}{'p50 ms':>10}{'p90 ms':>10}{'max ms':>10}")
-        for name, values in (
-            ("meshtui rotate (one act)", ours),
-            ("two acts (record, then push)", base),
-        ):
+        print(f"{'':40}{'p50 ms':>9}{'p90 ms':>9}{'max ms':>9}{'p50s of rounds':>24}")
+        rows = [(name, runs[name]) for name in (NEW, OLD)]
+        if base:
+            rows.append(("two acts (record, then push)", [base]))
+        for name, rounds in rows:
+            values = [v for r in rounds for v in r]
+            each = " ".join(f"{statistics.median(r):.2f}" for r in rounds)
             print(
-                f"{name:28}{statistics.median(values):10.2f}{pct(values, 0.9):10.2f}{max(values):10.2f}"
+                f"{name:40}{statistics.median(values):9.2f}{pct(values, 0.9):9.2f}"
+                f"{max(values):9.2f}   {each}"
             )
-        p50 = statistics.median(ours)
-        print(f"ratio one act / two acts (p50): {p50 / statistics.median(base):.2f}")
+        p50 = statistics.median([v for r in runs[NEW] for v in r])
+        old = statistics.median([v for r in runs[OLD] for v in r])
+        print(f"ratio shipped / before (p50): {p50 / old:.2f}")
         sync = fsync_ms(state, 20)
         print(
             f"floor: fsync p50 {sync:.2f} ms x {FSYNCS_IN_WINDOW} durable writes on the consumer "

@@ -1,4 +1,5 @@
-"""Talking to host agents: signed requests over httpx (TCP or Unix socket), verified answers.
+"""Talking to host agents: signed requests over a kept connection (:mod:`.channel`: TCP, TLS
+or Unix socket), verified answers.
 
 An answer counts only if it is signed by the node key the inventory holds for that node, quotes
 the request's nonce and has its kind's shape (:mod:`meshtui.messages`, checked here, once);
@@ -17,11 +18,12 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import httpx
 
 from meshtui import crypto, messages, wire
+from meshtui.controller.channel import Answer, Channel, json_body, request_bytes
 from meshtui.errors import AgentError, EnvelopeError, MessageError
 from meshtui.inventory.rows import NodeRow
 from meshtui.messages import Kind
@@ -180,8 +182,8 @@ that it is signed again, well inside the clock limit the agent checks (``wire.MA
 @dataclass(frozen=True)
 class SignedRequest:
     """A request numbered and signed ahead of sending it (:meth:`AgentClient.sign`), with its
-    HTTP request built (``http``: encoded, headers made) when it was signed ahead, so sending it
-    is only the send: a rotation's consumer delivery goes out inside its window."""
+    HTTP request's bytes (``http``: encoded, head made) when it was built ahead, so sending it
+    is only the write: a rotation's consumer delivery goes out inside its window."""
 
     kind: str
     payload: Mapping[str, object]
@@ -189,7 +191,7 @@ class SignedRequest:
     nonce: str
     seq: int
     signed_at: float
-    http: httpx.Request | None = None
+    http: bytes | None = None
 
     def fits(self, kind: str, payload: Mapping[str, object]) -> bool:
         """True when this is ``payload`` of ``kind``, signed recently enough to send."""
@@ -215,11 +217,20 @@ class AgentClient:
         self.agent: str = node["agent"]
         self._verify_key = crypto.unb64(node["verify_key"], "verify_key")
         self._keys = keys
-        self._http = http_client(self.agent, timeout)
+        self._timeout = timeout
+        try:
+            self._channel = Channel(self.agent, _tls())
+        except ValueError as exc:
+            raise AgentError(self.name, str(exc)) from None
 
     def close(self) -> None:
-        """Close the HTTP connection pool."""
-        self._http.close()
+        """Close the kept connection."""
+        self._channel.close()
+
+    def _request(self, signed: SignedRequest) -> bytes:
+        """The HTTP request carrying ``signed``'s envelope (``POST /v1``)."""
+        channel = self._channel
+        return request_bytes(channel.host, channel.target("/v1"), json_body(signed.envelope))
 
     def sign(self, kind: Kind[Req, Ans], payload: Req, *, built: bool = False) -> SignedRequest:
         """Number and sign a request now, to send it later with :meth:`call` (``signed=``):
@@ -229,8 +240,7 @@ class AgentClient:
         signed = self._signed(kind, payload)
         if not built or len(signed.envelope["body"]) > BUILT_MAX:
             return signed
-        http = self._http.build_request("POST", "/v1", json=signed.envelope)
-        return dataclasses.replace(signed, http=http)
+        return dataclasses.replace(signed, http=self._request(signed))
 
     def _signed(self, kind: Kind[Req, Ans], payload: Req) -> SignedRequest:
         """The request numbered and signed now."""
@@ -267,13 +277,13 @@ class AgentClient:
         ahead = signed is not None and signed.fits(kind.name, payload)
         if signed is None or not ahead:
             signed = self._signed(kind, payload)
-        kwargs: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
-        resp = self._send(signed, kwargs)
+        wait = self._timeout if timeout is None else timeout
+        resp = self._send(signed, wait)
         if ahead and resp.status_code == 403:
             # refused before anything was done: the agent may have restarted since its number
             # was recorded ahead (then it counts as used); numbered anew, sent once more
             signed = self._signed(kind, payload)
-            resp = self._send(signed, kwargs)
+            resp = self._send(signed, wait)
         nonce = signed.nonce
         try:
             data = resp.json()
@@ -308,25 +318,22 @@ class AgentClient:
         except MessageError as exc:
             raise AgentError(self.name, f"answer refused: {exc}") from None
 
-    def _send(self, signed: SignedRequest, kwargs: dict[str, Any]) -> httpx.Response:
-        resp = self._post(signed, kwargs)
+    def _send(self, signed: SignedRequest, timeout: float) -> Answer:
+        request = signed.http if signed.http is not None else self._request(signed)
+        resp = self._post(request, timeout)
         for wait in BUSY_RETRIES:
             if resp.status_code != 503 or "retry-after" not in resp.headers:
                 break
             time.sleep(wait)  # busy: it read nothing, so the same envelope is still unused
-            resp = self._post(signed, kwargs)
+            resp = self._post(request, timeout)
         return resp
 
-    def _post(self, signed: SignedRequest, kwargs: dict[str, Any]) -> httpx.Response:
+    def _post(self, request: bytes, timeout: float) -> Answer:
         try:
-            if signed.http is not None:  # built ahead: only its timeout is set now
-                if "timeout" in kwargs:
-                    signed.http.extensions["timeout"] = httpx.Timeout(kwargs["timeout"]).as_dict()
-                return self._http.send(signed.http)
-            return self._http.post("/v1", json=signed.envelope, **kwargs)
-        except httpx.TimeoutException as exc:
+            return self._channel.exchange(request, timeout)
+        except TimeoutError as exc:
             raise AgentError(self.name, f"agent at {self.agent} did not answer in time") from exc
-        except httpx.HTTPError as exc:
+        except OSError as exc:
             raise AgentError(
                 self.name, f"agent at {self.agent} unreachable ({type(exc).__name__})"
             ) from exc

@@ -3,7 +3,7 @@
 uvicorn cancels its keep-alive timer on every byte it receives and has no deadline for a
 request's head, so a client that trickles one header byte every few seconds holds its
 connection for ever, and 64 of them made uvicorn answer 503 to everyone, the controller
-included. :class:`GuardedH11` is uvicorn's h11 protocol with two bounds added:
+included. :class:`Guard` adds two bounds to uvicorn's HTTP protocols:
 
 - a deadline for every request head (the request line and headers): :data:`HEAD_TIMEOUT_S`
   from the moment the connection opens or the previous answer was sent; a head that is late
@@ -14,6 +14,11 @@ included. :class:`GuardedH11` is uvicorn's h11 protocol with two bounds added:
   not fully arrived (head or body) (refusing the newcomer let anyone sharing the controller's address — a
   user on its machine, a host behind the same NAT — keep the controller out with 8 sockets);
   only when every one of them is being answered is the newcomer closed.
+
+The agent serves with :class:`GuardedHttpTools` (uvicorn's protocol on the ``httptools`` C
+parser: a request costs a fraction of the pure-Python ``h11``'s, which sat in every rotation's
+window twice); :class:`GuardedH11` is the same guard on ``h11``, kept as the baseline the drill
+benchmark measures against, and both run the attack tests (``tests/host/test_slow_clients.py``).
 
 The body has its own deadline and the requests being handled are capped per peer too
 (:mod:`meshtui.host.serve`).
@@ -26,6 +31,7 @@ from collections import Counter
 from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 HEAD_TIMEOUT_S = 5.0
 """Seconds a request head may take to arrive (the controller sends it in one write)."""
@@ -34,8 +40,8 @@ MAX_PEER_CONNECTIONS = 8
 
 _open: Counter[str] = Counter()
 """Open connections per peer address (one event loop, no lock)."""
-_waiting: dict[str, dict[GuardedH11, None]] = {}
-"""Per peer address, its connections waiting for a request head, oldest first."""
+_waiting: dict[str, dict[Guard, None]] = {}
+"""Per peer address, its connections waiting for a request (head or body), oldest first."""
 
 
 def peer_of(client: Any) -> str | None:
@@ -45,12 +51,19 @@ def peer_of(client: Any) -> str | None:
     return None
 
 
-class GuardedH11(H11Protocol):
-    """uvicorn's h11 protocol with a deadline on each request head and a cap per peer address."""
+class Guard(asyncio.Protocol):
+    """The deadline on each request head and the cap per peer address, for a uvicorn HTTP
+    protocol: mixed in before it (:class:`GuardedHttpTools`, :class:`GuardedH11`), which calls
+    :meth:`_head_arrived` and :meth:`_body_arrived` as its parser gets that far."""
 
     _head_timer: asyncio.TimerHandle | None = None
     _timed_cycle: Any = None
     _counted: str | None = None
+    # given by the protocol it is mixed into
+    client: Any
+    loop: asyncio.AbstractEventLoop
+    transport: asyncio.Transport
+    cycle: Any
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -81,20 +94,20 @@ class GuardedH11(H11Protocol):
                 del _open[self._counted]
             self._counted = None
 
-    def handle_events(self) -> None:
-        super().handle_events()
+    def _head_arrived(self) -> None:
+        """A request's head is parsed (``self.cycle`` is its cycle): its deadline is met."""
         cycle = self.cycle
         if cycle is not None and cycle is not self._timed_cycle:
             self._disarm()  # a whole head arrived: the body has its own deadline
             self._timed_cycle = cycle
             if cycle.more_body:
                 self._wait()  # its body still coming: a newcomer may replace it
-        elif cycle is not None and self._head_timer is None and not cycle.more_body:
-            self._unwait()  # its body arrived (no next head is being waited for)
 
-    def on_response_complete(self) -> None:
-        self._arm()  # the next head, if any, is due within HEAD_TIMEOUT_S from now
-        super().on_response_complete()
+    def _body_arrived(self) -> None:
+        """The current request's body is whole: no longer among those a newcomer replaces."""
+        cycle = self.cycle
+        if cycle is not None and self._head_timer is None and not cycle.more_body:
+            self._unwait()  # (no next head is being waited for)
 
     def _arm(self) -> None:
         self._disarm()
@@ -125,3 +138,34 @@ class GuardedH11(H11Protocol):
         self._head_timer = None
         if not self.transport.is_closing():
             self.transport.abort()
+
+
+class GuardedHttpTools(Guard, HttpToolsProtocol):
+    """uvicorn's ``httptools`` protocol with the :class:`Guard`: what the agent serves with."""
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        self._head_arrived()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._body_arrived()
+
+    def on_response_complete(self) -> None:
+        queued = bool(self.pipeline)  # a next request whose head already arrived: started now
+        super().on_response_complete()
+        if not queued:
+            self._arm()  # the next head, if any, is due within HEAD_TIMEOUT_S from now
+
+
+class GuardedH11(Guard, H11Protocol):
+    """uvicorn's ``h11`` protocol with the :class:`Guard` (the baseline; see the module)."""
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        self._head_arrived()
+        self._body_arrived()
+
+    def on_response_complete(self) -> None:
+        self._arm()  # the next head, if any, is due within HEAD_TIMEOUT_S from now
+        super().on_response_complete()  # a next head already received is parsed here

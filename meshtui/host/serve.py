@@ -38,7 +38,7 @@ from meshtui import folders
 from meshtui.errors import InputError
 from meshtui.host import identity, log
 from meshtui.host.agent import Agent
-from meshtui.host.connections import GuardedH11, peer_of
+from meshtui.host.connections import Guard, GuardedH11, GuardedHttpTools, peer_of
 
 MiB = 1024 * 1024
 MAX_BODY = 16 * MiB
@@ -195,8 +195,15 @@ def _handle(
     return agent.answer(data)
 
 
-def uvicorn_config(app: Starlette, listen: str) -> uvicorn.Config:
-    """A uvicorn config for ``HOST:PORT`` or ``unix:PATH``, quiet and without access logs."""
+def uvicorn_config(
+    app: Starlette, listen: str, *, protocol: type[Guard] = GuardedHttpTools
+) -> uvicorn.Config:
+    """A uvicorn config for ``HOST:PORT`` or ``unix:PATH``, quiet and without access logs.
+
+    ``protocol``: the guarded HTTP protocol, on ``httptools`` under ``uvloop`` (C parser and
+    event loop: the two HTTP half trips inside a rotation's window), or :class:`GuardedH11`
+    under asyncio's loop, the pure-Python baseline (benchmarks and the attack tests run both).
+    """
     uds: str | None = None
     host, port = "127.0.0.1", 8000  # uvicorn's defaults; a Unix socket ignores them
     if listen.startswith("unix:"):
@@ -223,14 +230,22 @@ def uvicorn_config(app: Starlette, listen: str) -> uvicorn.Config:
         lifespan="off",
         timeout_graceful_shutdown=5,
         limit_concurrency=MAX_CONNECTIONS,
-        http=GuardedH11,  # a deadline for each request head, a cap per peer address
+        http=protocol,  # a deadline for each request head, a cap per peer address
+        loop="asyncio" if protocol is GuardedH11 else "uvloop",
+        ws="none",  # no upgrade is ever taken
     )
 
 
-def serve(state_dir: Path, listen: str, *, allow_loopback: bool = False) -> int:
-    """Run the agent until SIGTERM/SIGINT."""
+def serve(
+    state_dir: Path,
+    listen: str,
+    *,
+    allow_loopback: bool = False,
+    protocol: type[Guard] = GuardedHttpTools,
+) -> int:
+    """Run the agent until SIGTERM/SIGINT (``protocol``: see :func:`uvicorn_config`)."""
     agent = Agent(identity.load(state_dir), allow_loopback=allow_loopback)
-    server = _Server(uvicorn_config(build_app(agent), listen))
+    server = _Server(uvicorn_config(build_app(agent), listen, protocol=protocol))
     log.say(f"node {agent.identity.name} starting (state {state_dir}, pid {os.getpid()})")
     server.run()
     log.say(f"node {agent.identity.name} stopped")

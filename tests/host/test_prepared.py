@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from meshtui import crypto, messages, wire
+from meshtui.controller import client as client_module
 from meshtui.controller.deliver import Planner
 from meshtui.host import files
 from meshtui.host.prepared import Prepared
@@ -257,11 +258,20 @@ def test_a_delivery_signed_ahead_is_sent_as_built_then(mesh, monkeypatch):
         def built_now(*args, **kwargs):
             raise AssertionError("the delivery signed ahead was built again when sent")
 
-        monkeypatch.setattr(client._http, "build_request", built_now)
+        sent = []
+        exchange = client._channel.exchange
+
+        def written(request, timeout):
+            sent.append((request, timeout))
+            return exchange(request, timeout)
+
+        monkeypatch.setattr(client_module, "request_bytes", built_now)
+        monkeypatch.setattr(client_module, "json_body", built_now)
+        monkeypatch.setattr(client._channel, "exchange", written)
         answer = client.call(messages.DELIVER, {"consumer": [item]}, timeout=7.0, signed=ahead)
     (done,) = answer["consumer"]
     assert done["ok"]
-    assert ahead.http is not None and ahead.http.extensions["timeout"]["read"] == 7.0
+    assert sent == [(ahead.http, 7.0)] and ahead.http is not None
     credential = mesh.root / CREDENTIAL
     assert crypto.secret_digest(credential.read_bytes()) == item["digest"]
 

@@ -5,7 +5,6 @@ a controller whose clock is a few seconds behind is not locked out by an agent r
 
 from __future__ import annotations
 
-import copy
 import json
 import threading
 import time
@@ -15,6 +14,7 @@ import httpx
 import pytest
 
 from meshtui import crypto, messages, wire
+from meshtui.controller.channel import Answer, Channel
 from meshtui.controller.client import AgentClient
 from meshtui.controller.deliver import Planner
 from meshtui.errors import EnvelopeError, WireError
@@ -69,14 +69,14 @@ class Wiretap:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.sent: list[tuple[str, dict[str, Any]]] = []
-        real_post = httpx.Client.post
+        real_exchange = Channel.exchange
 
-        def post(client: httpx.Client, url: str, **kwargs: Any) -> httpx.Response:
-            if "json" in kwargs:
-                self.sent.append((str(client.base_url), copy.deepcopy(kwargs["json"])))
-            return real_post(client, url, **kwargs)
+        def exchange(channel: Channel, request: bytes, timeout: float) -> Answer:
+            _, _, body = request.partition(b"\r\n\r\n")
+            self.sent.append((channel.host, json.loads(body)))
+            return real_exchange(channel, request, timeout)
 
-        monkeypatch.setattr(httpx.Client, "post", post)
+        monkeypatch.setattr(Channel, "exchange", exchange)
 
     def deliveries(self, to: str) -> list[dict[str, Any]]:
         out = []

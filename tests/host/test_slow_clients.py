@@ -5,6 +5,8 @@ byte every few seconds filled uvicorn's connection cap, and the agent answered 5
 request, the controller's included, for as long as they stayed. Here a real agent process on a
 loopback TCP port is held by real sockets trickling bytes (from another address, then from the
 controller's own), or by slow bodies, and a signed ``state`` request must still be answered.
+Every test runs against the protocol the agent serves with (``httptools``) and against the
+``h11`` baseline (:mod:`meshtui.host.connections`).
 """
 
 from __future__ import annotations
@@ -51,15 +53,29 @@ class TcpAgent:
             return client.post(f"http://{CONTROLLER}:{self.port}/v1", json=env)
 
 
-@pytest.fixture
-def agent(mesh_with_agents: Any) -> Iterator[TcpAgent]:
+BASELINE = """
+import sys
+from pathlib import Path
+from meshtui.host.connections import GuardedH11
+from meshtui.host.serve import serve
+serve(Path(sys.argv[1]), sys.argv[2], allow_loopback=True, protocol=GuardedH11)
+"""
+"""The agent on the ``h11`` baseline protocol (no command line option chooses it)."""
+
+
+@pytest.fixture(params=["httptools", "h11"])
+def agent(mesh_with_agents: Any, request: pytest.FixtureRequest) -> Iterator[TcpAgent]:
     mesh = mesh_with_agents(
         consumers={"app1": ["gitea"]}, port=5432, admin=None, provisioner=["true"], start=False
     )
     port = free_port()
     log = open(mesh.root / "app1.tcp.log", "ab")  # noqa: SIM115 - handed to the child
-    argv = [sys.executable, "-m", "meshtui.cli", "host", "serve", "--state"]
-    argv += [str(mesh.nodes["app1"]), "--listen", f"{CONTROLLER}:{port}", "--allow-loopback"]
+    state, listen = str(mesh.nodes["app1"]), f"{CONTROLLER}:{port}"
+    if request.param == "h11":
+        argv = [sys.executable, "-c", BASELINE, state, listen]
+    else:  # as the agent is run
+        argv = [sys.executable, "-m", "meshtui.cli", "host", "serve", "--state", state]
+        argv += ["--listen", listen, "--allow-loopback"]
     proc = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
     log.close()
     try:
@@ -244,3 +260,27 @@ def test_slow_bodies_from_the_controllers_own_address_do_not_keep_it_out(
         time.sleep(1.0)
         status, _ = answered_within(agent, 3.0)
         assert status == 200, f"the controller got {status} while its address's bodies hang"
+
+
+def test_the_next_head_on_a_kept_connection_has_its_deadline_too(agent: TcpAgent) -> None:
+    # after an answer the connection stays open for the next request: its head is due within
+    # the deadline from the moment the answer was sent, trickled or not
+    with socket.create_connection((CONTROLLER, agent.port)) as s:
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert s.recv(4096).startswith(b"HTTP/1.1 200")
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-a: ")
+        s.settimeout(0.5)
+        start, closed = time.monotonic(), False
+        while time.monotonic() - start < connections.HEAD_TIMEOUT_S + 3:
+            try:
+                s.sendall(b"a")
+                if s.recv(1) == b"":
+                    closed = True
+                    break
+            except TimeoutError:
+                continue
+            except OSError:
+                closed = True
+                break
+        assert closed, "a trickled second head kept its connection past the deadline"
+        assert time.monotonic() - start > connections.HEAD_TIMEOUT_S - 1

@@ -1,0 +1,196 @@
+"""One kept HTTP/1.1 connection to a node's agent, for its signed requests.
+
+A rotation's window holds one agent answer read and one request sent; through httpx each cost
+about a quarter of a millisecond of Python on this machine (its request and response models,
+httpcore's pool, the ``h11`` parser), more than the agent's own parse. A :class:`Channel` sends
+a request made whole ahead (:func:`request_bytes`, one write) on a connection kept open
+between requests, and reads the answer with the ``httptools`` C parser the agent serves with.
+It speaks to ``unix:/path``, ``http://`` and ``https://`` agents (TLS verified with the
+system's CA bundle, as the httpx client was).
+
+A kept connection the agent has closed meanwhile (its keep-alive or head deadline ended) is
+noticed before the request is written and opened anew; one that fails while the request is
+being written is opened again and the request written once more, nothing of an answer having
+come: the agent takes a request number once, so a request it did act on is refused as used,
+never done twice.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import httptools
+
+MAX_ANSWER = 256 * 1024 * 1024
+"""The largest answer read (a state answer for 10,000 pairs is a few MiB): a node that sends
+more is cut off, not held in memory."""
+CHUNK = 256 * 1024
+"""Bytes read from the socket at once."""
+
+
+class ChannelError(OSError):
+    """The agent's answer could not be read: not HTTP, too large, or cut short."""
+
+
+def request_bytes(host: str, target: str, body: bytes) -> bytes:
+    """A whole ``POST`` of a JSON ``body`` to ``target``, head and body in one buffer."""
+    head = (
+        f"POST {target} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\n\r\n"
+    )
+    return head.encode("ascii") + body
+
+
+def json_body(data: Mapping[str, object]) -> bytes:
+    """``data`` as the compact JSON a request carries."""
+    return json.dumps(data, separators=(",", ":")).encode()
+
+
+@dataclass
+class Answer:
+    """An agent's HTTP answer: status, headers (names in lower case) and body."""
+
+    status_code: int = 0
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+
+    def json(self) -> Any:
+        """The body parsed as JSON (ValueError when it is not)."""
+        return json.loads(self.body)
+
+
+class _Reading:
+    """The ``httptools`` callbacks filling one :class:`Answer`."""
+
+    def __init__(self) -> None:
+        self.answer = Answer()
+        self.parts: list[bytes] = []
+        self.done = False
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.answer.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+    def on_body(self, body: bytes) -> None:
+        self.parts.append(body)
+
+    def on_message_complete(self) -> None:
+        self.done = True
+
+
+class Channel:
+    """A kept connection to the agent at ``agent`` (``unix:/path`` or an ``http(s)://`` URL),
+    opened when first used; not shared between threads at once (one per node's client, whose
+    calls are one at a time)."""
+
+    def __init__(self, agent: str, tls: ssl.SSLContext) -> None:
+        self._sock: socket.socket | None = None
+        self._tls: ssl.SSLContext | None = None
+        self._uds: str | None = None
+        if agent.startswith("unix:"):
+            self._uds, self.host, self.prefix = agent[len("unix:") :], "agent", ""
+            return
+        url = urlsplit(agent)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise ValueError(f"agent address {agent!r}: use http(s)://HOST:PORT or unix:PATH")
+        self._tls = tls if url.scheme == "https" else None
+        self._address = (url.hostname, url.port or (443 if self._tls else 80))
+        self.host = url.netloc.rpartition("@")[2]
+        self.prefix = url.path.rstrip("/")
+
+    def target(self, path: str) -> str:
+        """The request target of ``path`` at this agent (its URL's path, if any, before it)."""
+        return self.prefix + path
+
+    def close(self) -> None:
+        """Close the kept connection (the next request opens another)."""
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def exchange(self, request: bytes, timeout: float) -> Answer:
+        """Write ``request`` (from :func:`request_bytes`) and read its answer; ``timeout`` bounds
+        the connect and each write and read. TimeoutError, or OSError when unreachable or the
+        answer is not readable."""
+        kept = self._sock is not None and not self._closed_meanwhile()
+        if not kept:
+            self.close()
+            self._sock = self._connect(timeout)
+        sock = self._sock
+        assert sock is not None
+        try:
+            sock.settimeout(timeout)
+            sock.sendall(request)
+        except TimeoutError:
+            self.close()
+            raise
+        except OSError:
+            self.close()
+            if not kept:
+                raise
+            sock = self._sock = self._connect(timeout)  # closed as it was reused: once more
+            sock.sendall(request)
+        try:
+            return self._read(sock)
+        except BaseException:
+            self.close()
+            raise
+
+    def _read(self, sock: socket.socket) -> Answer:
+        reading = _Reading()
+        parser = httptools.HttpResponseParser(reading)
+        size = 0
+        while not reading.done:
+            data = sock.recv(CHUNK)
+            if not data:
+                raise ChannelError("the agent closed the connection before its answer ended")
+            size += len(data)
+            if size > MAX_ANSWER:
+                raise ChannelError(f"the agent's answer is larger than {MAX_ANSWER} bytes")
+            try:
+                parser.feed_data(data)
+            except httptools.HttpParserError as exc:
+                raise ChannelError(f"the agent's answer is not HTTP: {exc}") from None
+        answer = reading.answer
+        answer.status_code = parser.get_status_code()
+        answer.body = b"".join(reading.parts)
+        closing = "close" in answer.headers.get("connection", "").lower()
+        if closing or parser.get_http_version() != "1.1":
+            self.close()  # the agent ends the connection after this answer
+        return answer
+
+    def _closed_meanwhile(self) -> bool:
+        """True when the kept connection has something to read before a request was written:
+        the agent closed it (or sent what nobody asked for); either way it is not reused."""
+        assert self._sock is not None
+        try:
+            readable, _, _ = select.select([self._sock], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        return bool(readable)
+
+    def _connect(self, timeout: float) -> socket.socket:
+        if self._uds is not None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.settimeout(timeout)
+                sock.connect(self._uds)
+            except BaseException:
+                sock.close()
+                raise
+            return sock
+        sock = socket.create_connection(self._address, timeout=timeout)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._tls is not None:
+                return self._tls.wrap_socket(sock, server_hostname=self._address[0])
+        except BaseException:
+            sock.close()
+            raise
+        return sock

@@ -1,0 +1,202 @@
+"""The controller's kept connection to an agent (meshtui/controller/channel.py).
+
+Against real agents (a Unix socket; TCP with TLS in front of uvicorn, as an operator serves
+one), and against a socket that misbehaves on purpose where a real agent never would: an answer
+that is not HTTP, cut short, or larger than the bound; a kept connection that breaks as it is
+reused.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from meshtui import messages
+from meshtui.controller import channel as channel_module
+from meshtui.controller.channel import Channel, request_bytes
+from meshtui.errors import AgentError
+from meshtui.lab import certificates
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def mesh(mesh_with_agents: Any) -> Any:
+    return mesh_with_agents(
+        consumers={"app1": ["gitea"]}, port=5432, admin=None, provisioner=["true"]
+    )
+
+
+def test_requests_share_one_kept_connection_reopened_when_the_agent_closed_it(mesh: Any) -> None:
+    with mesh.controller() as ctl, ctl.agents() as agents:
+        client = agents.client("app1")
+        client.call(messages.STATE, {})
+        kept = client._channel._sock
+        for _ in range(3):
+            client.call(messages.STATE, {})
+        assert client._channel._sock is kept and kept is not None
+        mesh.start("app1")  # a restart closes every connection it had
+        client.call(messages.STATE, {})
+        assert client._channel._sock is not kept
+
+
+def test_an_answer_larger_than_the_bound_is_cut_off(
+    mesh: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(channel_module, "MAX_ANSWER", 64)
+    with mesh.controller() as ctl, ctl.agents() as agents:
+        client = agents.client("app1")
+        with pytest.raises(AgentError, match=r"unreachable \(ChannelError\)"):
+            client.call(messages.STATE, {})
+        assert client._channel._sock is None  # not reused: the rest of it is unread
+
+
+class Rogue:
+    """A Unix socket whose ``n``-th accepted connection answers its requests with the items of
+    ``conns[n]`` in turn (bytes; None: closed there without an answer), then is closed."""
+
+    def __init__(self, path: Path, conns: list[list[bytes | None]]) -> None:
+        self.path, self.conns, self.accepted = path, conns, 0
+        self.server = socket.socket(socket.AF_UNIX)
+        self.server.bind(str(path))
+        self.server.listen()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        for answers in self.conns:
+            conn, _ = self.server.accept()
+            self.accepted += 1
+            with conn:
+                for answer in answers:
+                    if not conn.recv(65536) or answer is None:
+                        break
+                    conn.sendall(answer)
+
+    def close(self) -> None:
+        self.server.close()
+
+
+OK = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-type: application/json\r\n\r\n{}"
+ASK = request_bytes("agent", "/v1", b"{}")
+
+
+@pytest.fixture
+def rogue(tmp_path: Path) -> Iterator[Any]:
+    made: list[Rogue] = []
+
+    def make(conns: list[list[bytes | None]]) -> Rogue:
+        made.append(Rogue(tmp_path / "rogue.sock", conns))
+        return made[-1]
+
+    yield make
+    for r in made:
+        r.close()
+
+
+def channel_to(server: Rogue) -> Channel:
+    return Channel(f"unix:{server.path}", ssl.create_default_context())
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        (b"SSH-2.0-OpenSSH_9.2\r\n\r\n", "not HTTP"),
+        (b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{", "closed the connection before"),
+        (None, "closed the connection before"),
+    ],
+    ids=["not-http", "cut-short", "no-answer"],
+)
+def test_an_answer_that_is_not_whole_http_is_an_error_never_a_second_send(
+    rogue: Any, answer: bytes | None, why: str
+) -> None:
+    # the request was read: the agent may have acted on it, so it is not written again
+    server = rogue([[OK, answer], [OK]])
+    channel = channel_to(server)
+    assert channel.exchange(ASK, 5.0).json() == {}
+    with pytest.raises(channel_module.ChannelError, match=why):
+        channel.exchange(ASK, 5.0)
+    assert channel._sock is None and server.accepted == 1
+
+
+@pytest.mark.parametrize("noticed", [True, False], ids=["close-seen", "close-unseen"])
+def test_a_kept_connection_the_agent_closed_is_opened_again(
+    rogue: Any, monkeypatch: pytest.MonkeyPatch, noticed: bool
+) -> None:
+    # seen: the close is readable before the request is written; unseen (it came as the
+    # request was being written): the write fails, and the request goes once more on a new one
+    server = rogue([[OK], [OK]])
+    channel = channel_to(server)
+    assert channel.exchange(ASK, 5.0).json() == {}
+    time.sleep(0.2)  # the first connection is closed by now
+    if not noticed:
+        monkeypatch.setattr(channel, "_closed_meanwhile", lambda: False)
+    assert channel.exchange(ASK, 5.0).json() == {}
+    assert server.accepted == 2
+
+
+def test_a_fresh_connection_that_fails_is_not_tried_again(tmp_path: Path) -> None:
+    channel = Channel(f"unix:{tmp_path / 'nobody.sock'}", ssl.create_default_context())
+    with pytest.raises(FileNotFoundError):
+        channel.exchange(ASK, 1.0)
+
+
+TLS_AGENT = """
+import sys
+from pathlib import Path
+from meshtui.host.agent import Agent
+from meshtui.host import identity
+from meshtui.host.serve import _Server, build_app, uvicorn_config
+agent = Agent(identity.load(Path(sys.argv[1])), allow_loopback=True)
+config = uvicorn_config(build_app(agent), sys.argv[2])
+config.ssl_certfile, config.ssl_keyfile = sys.argv[3], sys.argv[4]
+_Server(config).run()
+"""
+"""The agent served over TLS by uvicorn itself (an operator may put TLS in front otherwise)."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_an_https_agent_is_verified_and_kept(mesh_with_agents: Any, tmp_path: Path) -> None:
+    mesh = mesh_with_agents(
+        consumers={"app1": ["gitea"]}, port=5432, admin=None, provisioner=["true"], start=False
+    )
+    certificates.make_certificates(tmp_path, "127.0.0.1", server="agent")
+    certificates.authority(tmp_path, "other", "another CA")
+    port = free_port()
+    argv = [sys.executable, "-c", TLS_AGENT, str(mesh.nodes["app1"]), f"127.0.0.1:{port}"]
+    argv += [str(tmp_path / "server.pem"), str(tmp_path / "server.key")]
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+    try:
+        trusted = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
+        channel = Channel(f"https://127.0.0.1:{port}", trusted)
+        health = request_bytes("x", "/health", b"").replace(b"POST", b"GET", 1)
+        for _ in range(200):
+            try:
+                answer = channel.exchange(health, 5.0)
+                break
+            except ConnectionRefusedError:
+                time.sleep(0.05)
+        assert answer.status_code == 200 and answer.json() == {"node": "app1"}
+        kept = channel._sock
+        assert channel.exchange(health, 5.0).status_code == 200 and channel._sock is kept
+        channel.close()
+        stranger = ssl.create_default_context(cafile=str(tmp_path / "other.pem"))
+        with pytest.raises(ssl.SSLCertVerificationError):
+            Channel(f"https://127.0.0.1:{port}", stranger).exchange(health, 5.0)
+    finally:
+        proc.terminate()
+        proc.wait(10)
