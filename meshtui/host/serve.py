@@ -1,7 +1,9 @@
 """``meshtui host serve``: the agent's Starlette app under uvicorn, on TCP or a Unix socket.
 
 One endpoint takes signed envelopes; the blocking work (files, provisioner, probes) runs in a
-thread so the event loop keeps answering. uvicorn's access logs are off: the agent logs each
+thread so the event loop keeps answering. That endpoint, ``POST /v1``, is served by
+:class:`AgentApp` itself (no router or middleware, its work handed to a thread pool of its own:
+both ends of a rotation's window pass through it); the other routes by Starlette. uvicorn's access logs are off: the agent logs each
 request's kind and outcome itself (:mod:`meshtui.host.log`), never its body.
 
 Everything before the signature check is bounded, since anyone who can connect gets that far: a
@@ -22,17 +24,18 @@ import asyncio
 import json
 import os
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from meshtui import folders
 from meshtui.errors import InputError
@@ -122,10 +125,26 @@ def _unread(exc: Exception) -> Response:
     return _refuse(400, "the client went away")  # nobody reads it; nothing logged
 
 
-def build_app(agent: Agent) -> Starlette:
+class AgentApp:
+    """The agent's ASGI app: ``POST /v1`` answered here, any other request by ``rest``."""
+
+    def __init__(self, message: Callable[[Request], Awaitable[Response]], rest: ASGIApp) -> None:
+        self._message, self._rest = message, rest
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == "/v1" and scope["method"] == "POST":
+            response = await self._message(Request(scope, receive))
+            await response(scope, receive, send)  # then its background task, if any
+        else:
+            await self._rest(scope, receive, send)
+
+
+def build_app(agent: Agent) -> AgentApp:
     """The agent's HTTP surface: ``POST /v1`` (signed envelopes), ``GET /v1/anchor`` (the audit
     head this node keeps, answered signed) and ``GET /health``."""
     slots = Slots()
+    # a request's work runs only while it holds a slot: one thread a slot, made as needed
+    workers = ThreadPoolExecutor(max_workers=MAX_REQUESTS, thread_name_prefix="agent-request")
 
     async def message(request: Request) -> Response:
         declared = request.headers.get("content-length", "")
@@ -152,7 +171,8 @@ def build_app(agent: Agent) -> Starlette:
                     return _unread(exc)
             box = [body]  # handed over, so the raw bytes go as soon as they are parsed
             del body
-            status, envelope, after = await run_in_threadpool(_handle, agent, box)
+            loop = asyncio.get_running_loop()
+            status, envelope, after = await loop.run_in_executor(workers, _handle, agent, box)
             # ``after`` (the audit head's readable copy) runs once the answer is sent; without
             # one, no background task (each costs a hop to a worker thread)
             later = BackgroundTask(after) if after is not None else None
@@ -174,13 +194,14 @@ def build_app(agent: Agent) -> Starlette:
         finally:
             slots.give(False, peer)
 
-    return Starlette(
+    rest = Starlette(
         routes=[
-            Route("/v1", message, methods=["POST"]),
+            Route("/v1", message, methods=["POST"]),  # (reached only by another method: 405)
             Route("/v1/anchor", anchor, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
         ]
     )
+    return AgentApp(message, rest)
 
 
 def _handle(
@@ -196,7 +217,7 @@ def _handle(
 
 
 def uvicorn_config(
-    app: Starlette, listen: str, *, protocol: type[Guard] = GuardedHttpTools
+    app: ASGIApp, listen: str, *, protocol: type[Guard] = GuardedHttpTools
 ) -> uvicorn.Config:
     """A uvicorn config for ``HOST:PORT`` or ``unix:PATH``, quiet and without access logs.
 
