@@ -5,14 +5,15 @@ provider's agent having applied the new verifier (its provisioner returned, a fe
 ms after the commit) to the consumer's credential file holding the new one (its rename; the
 folder's fsync follows, before the agent answers).
 Side by side in the same process and lab, ``--rounds`` rounds of ``--drills`` drills each,
-alternating: the agents' transport as shipped (``httptools`` under ``uvloop`` on the agents, the
-controller's kept :class:`~meshtui.controller.channel.Channel`) and as before (``h11`` under
-asyncio, httpx on the controller: the agents are restarted on the ``GuardedH11`` baseline and
-the client is switched here, in the benchmark only). ``--two-acts``: also the seeds' baseline,
+alternating: the agents' transport as shipped (``httptools`` under ``uvloop``, ``POST /v1``
+answered without Starlette's router, the controller's kept
+:class:`~meshtui.controller.channel.Channel`) and as before: every agent restarted on
+``--before``'s code (h11 under asyncio, Starlette, anyio's threads) and the controller's client
+switched to httpx here, in the benchmark only. ``--two-acts``: also the seeds' baseline,
 the same rotation done as two acts (the provider applies and the answer is recorded; then a
 separate push brings the consumer along).
 
-    python benchmarks/bench_drill.py [--drills 20] [--rounds 3] [--two-acts]
+    python benchmarks/bench_drill.py [--drills 20] [--rounds 3] [--before ba753ff] [--two-acts]
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from bench_rotate import fsync_ms  # noqa: E402  (the same measure, one copy)
+from bench_rotate import checkout, fsync_ms  # noqa: E402  (the same measure, one copy)
 
 from meshtui import runas
 from meshtui.controller import client as client_module
@@ -76,32 +77,25 @@ def two_acts(ctl: Controller, pid: str) -> float:
     return (written - result.applied_at[pid]) * 1000.0
 
 
-BASELINE_AGENT = """
-import sys
-from pathlib import Path
-from meshtui.host.connections import GuardedH11
-from meshtui.host.serve import serve
-serve(Path(sys.argv[1]), sys.argv[2], allow_loopback=sys.argv[3] == "1", protocol=GuardedH11)
-"""
-"""An agent on the transport before issue 25's last change: uvicorn's h11 under asyncio."""
-
-
-def restart_agents(state: Path, baseline: bool) -> None:
-    """Every lab agent stopped and started again, on the baseline transport or as shipped."""
+def restart_agents(state: Path, code: Path | None) -> None:
+    """Every lab agent stopped and started again: on the code in ``code`` (another revision's
+    ``meshtui``, first on the path), or as shipped (None)."""
     lab = lab_mesh.load(state)
     assert lab is not None
     for node, pid in lab.pids.items():
         os.kill(pid, signal.SIGTERM)
         poll(lambda pid=pid: not lab_mesh._alive(pid), 10)
-        sock = str(lab.socket(node))
-        state_dir = str(lab.folder / "nodes" / node)
-        loopback = lab.mode == "loopback"
-        if baseline:
-            argv = [sys.executable, "-c", BASELINE_AGENT, state_dir, f"unix:{sock}"]
-            argv.append("1" if loopback else "0")
-        else:
-            argv = [sys.executable, "-m", "meshtui.cli", "host", "serve", "--state", state_dir]
-            argv += ["--listen", f"unix:{sock}"] + (["--allow-loopback"] if loopback else [])
+        argv = [sys.executable, "-m", "meshtui.cli", "host", "serve"]
+        argv += [
+            "--state",
+            str(lab.folder / "nodes" / node),
+            "--listen",
+            f"unix:{lab.socket(node)}",
+        ]
+        if lab.mode == "loopback":
+            argv.append("--allow-loopback")
+        if code is not None:
+            argv = ["env", f"PYTHONPATH={code}", *argv]
         log = lab_mesh._open_log(lab.folder / f"{node}.agent.log")
         proc = runas.spawn(argv, None, netns=lab.namespace(node), stdout=log, stderr=log, cwd="/")
         log.close()
@@ -149,7 +143,7 @@ def pct(values: list[float], q: float) -> float:
 
 
 NEW = "httptools+uvloop agents, kept channel"
-OLD = "h11 agents, httpx (before)"
+OLD = "before (h11, Starlette, anyio; httpx)"
 
 
 @contextmanager
@@ -161,11 +155,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--drills", type=int, default=20, help="drills a round")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of each transport")
+    parser.add_argument(
+        "--before", default="ba753ff", help="the agents' code before (a git revision)"
+    )
     parser.add_argument("--two-acts", action="store_true", help="also the two-acts baseline")
     args = parser.parse_args()
     state = Path(tempfile.mkdtemp(prefix="meshtui-bench-drill-"))
     state.chmod(0o711)
     try:
+        before = checkout(args.before, state / "before-code")
         built = lab_mesh.up(state)
         with Controller.open(state) as ctl:
             ctl.declare(built.declaration)
@@ -176,7 +174,7 @@ def main() -> int:
             failed, i = 0, 0
             for _ in range(args.rounds):
                 for name in (NEW, OLD):
-                    restart_agents(state, baseline=name == OLD)
+                    restart_agents(state, before if name == OLD else None)
                     ours: list[float] = []
                     with httpx_client() if name == OLD else _nothing():
                         for _ in range(args.drills):
