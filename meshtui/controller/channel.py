@@ -21,6 +21,7 @@ import json
 import select
 import socket
 import ssl
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +34,8 @@ MAX_ANSWER = 256 * 1024 * 1024
 more is cut off, not held in memory."""
 CHUNK = 256 * 1024
 """Bytes read from the socket at once."""
+KEPT = 4
+"""Idle connections kept per agent; one more is closed after its answer."""
 
 
 class ChannelError(OSError):
@@ -85,12 +88,13 @@ class _Reading:
 
 
 class Channel:
-    """A kept connection to the agent at ``agent`` (``unix:/path`` or an ``http(s)://`` URL),
-    opened when first used; not shared between threads at once (one per node's client, whose
-    calls are one at a time)."""
+    """Kept connections to the agent at ``agent`` (``unix:/path`` or an ``http(s)://`` URL),
+    opened when first needed: one request at a time on each, so threads asking the same node
+    at once (a rotation's prepare to a node that is also a provider) each get their own."""
 
     def __init__(self, agent: str, tls: ssl.SSLContext) -> None:
-        self._sock: socket.socket | None = None
+        self._idle: list[socket.socket] = []
+        self._lock = threading.Lock()
         self._tls: ssl.SSLContext | None = None
         self._uds: str | None = None
         if agent.startswith("unix:"):
@@ -109,40 +113,65 @@ class Channel:
         return self.prefix + path
 
     def close(self) -> None:
-        """Close the kept connection (the next request opens another)."""
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
+        """Close the kept connections (the next request opens another)."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for sock in idle:
+            sock.close()
 
     def exchange(self, request: bytes, timeout: float) -> Answer:
         """Write ``request`` (from :func:`request_bytes`) and read its answer; ``timeout`` bounds
         the connect and each write and read. TimeoutError, or OSError when unreachable or the
         answer is not readable."""
-        kept = self._sock is not None and not self._closed_meanwhile()
-        if not kept:
-            self.close()
-            self._sock = self._connect(timeout)
-        sock = self._sock
-        assert sock is not None
+        sock = self._take()
+        kept = sock is not None
+        if sock is None:
+            sock = self._connect(timeout)
         try:
-            sock.settimeout(timeout)
-            sock.sendall(request)
-        except TimeoutError:
-            self.close()
-            raise
-        except OSError:
-            self.close()
-            if not kept:
+            try:
+                sock.settimeout(timeout)
+                sock.sendall(request)
+            except TimeoutError:
                 raise
-            sock = self._sock = self._connect(timeout)  # closed as it was reused: once more
-            sock.sendall(request)
-        try:
-            return self._read(sock)
+            except OSError:
+                if not kept:
+                    raise
+                sock.close()
+                sock = self._connect(timeout)  # closed as it was reused: once more, new
+                sock.settimeout(timeout)
+                sock.sendall(request)
+            answer, again = self._read(sock)
         except BaseException:
-            self.close()
+            sock.close()
             raise
+        if again:
+            self._give(sock)
+        else:
+            sock.close()  # the agent ends the connection after this answer
+        return answer
 
-    def _read(self, sock: socket.socket) -> Answer:
+    def _take(self) -> socket.socket | None:
+        """The most recently used kept connection the agent has not closed meanwhile, if any
+        (each is used by one request at a time: several threads may ask one node at once)."""
+        while True:
+            with self._lock:
+                if not self._idle:
+                    return None
+                sock = self._idle.pop()
+            if not _closed_meanwhile(sock):
+                return sock
+            sock.close()
+
+    def _give(self, sock: socket.socket) -> None:
+        """Keep ``sock`` for the next request (at most :data:`KEPT` are kept)."""
+        with self._lock:
+            if len(self._idle) < KEPT:
+                self._idle.append(sock)
+                return
+        sock.close()
+
+    def _read(self, sock: socket.socket) -> tuple[Answer, bool]:
+        """The answer, and whether the connection may carry the next request."""
         reading = _Reading()
         parser = httptools.HttpResponseParser(reading)
         size = 0
@@ -161,19 +190,7 @@ class Channel:
         answer.status_code = parser.get_status_code()
         answer.body = b"".join(reading.parts)
         closing = "close" in answer.headers.get("connection", "").lower()
-        if closing or parser.get_http_version() != "1.1":
-            self.close()  # the agent ends the connection after this answer
-        return answer
-
-    def _closed_meanwhile(self) -> bool:
-        """True when the kept connection has something to read before a request was written:
-        the agent closed it (or sent what nobody asked for); either way it is not reused."""
-        assert self._sock is not None
-        try:
-            readable, _, _ = select.select([self._sock], [], [], 0)
-        except (OSError, ValueError):
-            return True
-        return bool(readable)
+        return answer, not closing and parser.get_http_version() == "1.1"
 
     def _connect(self, timeout: float) -> socket.socket:
         if self._uds is not None:
@@ -194,3 +211,14 @@ class Channel:
             sock.close()
             raise
         return sock
+
+
+def _closed_meanwhile(sock: socket.socket) -> bool:
+    """True when a kept connection has something to read before a request was written: the
+    agent closed it (or sent what nobody asked for); either way it is not reused."""
+    poller = select.poll()  # (select.select stops at descriptor 1024)
+    poller.register(sock, select.POLLIN)
+    try:
+        return bool(poller.poll(0))
+    except OSError:
+        return True

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -40,13 +41,31 @@ def test_requests_share_one_kept_connection_reopened_when_the_agent_closed_it(me
     with mesh.controller() as ctl, ctl.agents() as agents:
         client = agents.client("app1")
         client.call(messages.STATE, {})
-        kept = client._channel._sock
+        (kept,) = client._channel._idle
         for _ in range(3):
             client.call(messages.STATE, {})
-        assert client._channel._sock is kept and kept is not None
+        assert client._channel._idle == [kept]
         mesh.start("app1")  # a restart closes every connection it had
         client.call(messages.STATE, {})
-        assert client._channel._sock is not kept
+        (again,) = client._channel._idle
+        assert again is not kept and kept.fileno() == -1
+
+
+def test_threads_asking_one_node_at_once_each_get_their_own_connection(mesh: Any) -> None:
+    # a rotation's prepare (on the agents' threads) and a provider delivery (this thread) can
+    # go to the same node at once: one socket shared would interleave their bytes
+    with mesh.controller() as ctl, ctl.agents() as agents:
+        client = agents.client("app1")
+        start = threading.Barrier(6)
+
+        def ask() -> list[str]:
+            start.wait()
+            return [client.call(messages.STATE, {})["node"] for _ in range(10)]
+
+        with ThreadPoolExecutor(6) as pool:
+            answers = list(pool.map(lambda _: ask(), range(6)))
+        assert answers == [["app1"] * 10] * 6
+        assert 1 <= len(client._channel._idle) <= channel_module.KEPT
 
 
 def test_an_answer_larger_than_the_bound_is_cut_off(
@@ -57,7 +76,7 @@ def test_an_answer_larger_than_the_bound_is_cut_off(
         client = agents.client("app1")
         with pytest.raises(AgentError, match=r"unreachable \(ChannelError\)"):
             client.call(messages.STATE, {})
-        assert client._channel._sock is None  # not reused: the rest of it is unread
+        assert client._channel._idle == []  # not reused: the rest of it is unread
 
 
 class Rogue:
@@ -125,7 +144,7 @@ def test_an_answer_that_is_not_whole_http_is_an_error_never_a_second_send(
     assert channel.exchange(ASK, 5.0).json() == {}
     with pytest.raises(channel_module.ChannelError, match=why):
         channel.exchange(ASK, 5.0)
-    assert channel._sock is None and server.accepted == 1
+    assert channel._idle == [] and server.accepted == 1
 
 
 @pytest.mark.parametrize("noticed", [True, False], ids=["close-seen", "close-unseen"])
@@ -139,7 +158,7 @@ def test_a_kept_connection_the_agent_closed_is_opened_again(
     assert channel.exchange(ASK, 5.0).json() == {}
     time.sleep(0.2)  # the first connection is closed by now
     if not noticed:
-        monkeypatch.setattr(channel, "_closed_meanwhile", lambda: False)
+        monkeypatch.setattr(channel_module, "_closed_meanwhile", lambda sock: False)
     assert channel.exchange(ASK, 5.0).json() == {}
     assert server.accepted == 2
 
@@ -191,8 +210,8 @@ def test_an_https_agent_is_verified_and_kept(mesh_with_agents: Any, tmp_path: Pa
             except ConnectionRefusedError:
                 time.sleep(0.05)
         assert answer.status_code == 200 and answer.json() == {"node": "app1"}
-        kept = channel._sock
-        assert channel.exchange(health, 5.0).status_code == 200 and channel._sock is kept
+        (kept,) = channel._idle
+        assert channel.exchange(health, 5.0).status_code == 200 and channel._idle == [kept]
         channel.close()
         stranger = ssl.create_default_context(cafile=str(tmp_path / "other.pem"))
         with pytest.raises(ssl.SSLCertVerificationError):
