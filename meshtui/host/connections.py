@@ -15,10 +15,9 @@ included. :class:`Guard` adds two bounds to uvicorn's HTTP protocols:
   user on its machine, a host behind the same NAT — keep the controller out with 8 sockets);
   only when every one of them is being answered is the newcomer closed.
 
-The agent serves with :class:`GuardedHttpTools` (uvicorn's protocol on the ``httptools`` C
-parser: a request costs a fraction of the pure-Python ``h11``'s, which sat in every rotation's
-window twice); :class:`GuardedH11` is the same guard on ``h11``, kept as the baseline the drill
-benchmark measures against, and both run the attack tests (``tests/host/test_slow_clients.py``).
+The agent serves with :class:`GuardedHttpTools`: uvicorn's protocol on the ``httptools`` C
+parser (a request costs a fraction of the pure-Python ``h11``'s, which sat in every rotation's
+window twice) with the guard mixed in (:class:`Guard`, kept apart from the parser's hooks).
 
 The body has its own deadline and the requests being handled are capped per peer too
 (:mod:`meshtui.host.serve`).
@@ -30,7 +29,6 @@ import asyncio
 from collections import Counter
 from typing import Any
 
-from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 HEAD_TIMEOUT_S = 5.0
@@ -53,8 +51,8 @@ def peer_of(client: Any) -> str | None:
 
 class Guard(asyncio.Protocol):
     """The deadline on each request head and the cap per peer address, for a uvicorn HTTP
-    protocol: mixed in before it (:class:`GuardedHttpTools`, :class:`GuardedH11`), which calls
-    :meth:`_head_arrived` and :meth:`_body_arrived` as its parser gets that far."""
+    protocol: mixed in before it (:class:`GuardedHttpTools`), which calls :meth:`_head_arrived`
+    and :meth:`_body_arrived` as its parser gets that far."""
 
     _head_timer: asyncio.TimerHandle | None = None
     _timed_cycle: Any = None
@@ -156,16 +154,3 @@ class GuardedHttpTools(Guard, HttpToolsProtocol):
         super().on_response_complete()
         if not queued:
             self._arm()  # the next head, if any, is due within HEAD_TIMEOUT_S from now
-
-
-class GuardedH11(Guard, H11Protocol):
-    """uvicorn's ``h11`` protocol with the :class:`Guard` (the baseline; see the module)."""
-
-    def handle_events(self) -> None:
-        super().handle_events()
-        self._head_arrived()
-        self._body_arrived()
-
-    def on_response_complete(self) -> None:
-        self._arm()  # the next head, if any, is due within HEAD_TIMEOUT_S from now
-        super().on_response_complete()  # a next head already received is parsed here

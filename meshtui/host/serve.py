@@ -1,10 +1,12 @@
-"""``meshtui host serve``: the agent's Starlette app under uvicorn, on TCP or a Unix socket.
+"""``meshtui host serve``: the agent's ASGI app under uvicorn, on TCP or a Unix socket.
 
 One endpoint takes signed envelopes; the blocking work (files, provisioner, probes) runs in a
 thread so the event loop keeps answering. That endpoint, ``POST /v1``, is served by
-:class:`AgentApp` itself (no router or middleware, its work handed to a thread pool of its own:
-both ends of a rotation's window pass through it); the other routes by Starlette. uvicorn's access logs are off: the agent logs each
-request's kind and outcome itself (:mod:`meshtui.host.log`), never its body.
+:class:`AgentApp` itself (no router or middleware, its work handed to a thread pool of its
+own: both ends of a rotation's window pass through it); the other routes by Starlette.
+uvicorn runs the ``httptools`` protocol under ``uvloop`` (C parser and event loop), guarded
+(:mod:`meshtui.host.connections`). Its access logs are off: the agent logs each request's kind
+and outcome itself (:mod:`meshtui.host.log`), never its body.
 
 Everything before the signature check is bounded, since anyone who can connect gets that far: a
 body must declare its length and stay under :data:`MAX_BODY` (413 before a byte of it is read),
@@ -41,7 +43,7 @@ from meshtui import folders
 from meshtui.errors import InputError
 from meshtui.host import identity, log
 from meshtui.host.agent import Agent
-from meshtui.host.connections import Guard, GuardedH11, GuardedHttpTools, peer_of
+from meshtui.host.connections import GuardedHttpTools, peer_of
 
 MiB = 1024 * 1024
 MAX_BODY = 16 * MiB
@@ -216,15 +218,8 @@ def _handle(
     return agent.answer(data)
 
 
-def uvicorn_config(
-    app: ASGIApp, listen: str, *, protocol: type[Guard] = GuardedHttpTools
-) -> uvicorn.Config:
-    """A uvicorn config for ``HOST:PORT`` or ``unix:PATH``, quiet and without access logs.
-
-    ``protocol``: the guarded HTTP protocol, on ``httptools`` under ``uvloop`` (C parser and
-    event loop: the two HTTP half trips inside a rotation's window), or :class:`GuardedH11`
-    under asyncio's loop, the pure-Python baseline (benchmarks and the attack tests run both).
-    """
+def uvicorn_config(app: ASGIApp, listen: str) -> uvicorn.Config:
+    """A uvicorn config for ``HOST:PORT`` or ``unix:PATH``, quiet and without access logs."""
     uds: str | None = None
     host, port = "127.0.0.1", 8000  # uvicorn's defaults; a Unix socket ignores them
     if listen.startswith("unix:"):
@@ -251,22 +246,16 @@ def uvicorn_config(
         lifespan="off",
         timeout_graceful_shutdown=5,
         limit_concurrency=MAX_CONNECTIONS,
-        http=protocol,  # a deadline for each request head, a cap per peer address
-        loop="asyncio" if protocol is GuardedH11 else "uvloop",
+        http=GuardedHttpTools,  # a deadline for each request head, a cap per peer address
+        loop="uvloop",
         ws="none",  # no upgrade is ever taken
     )
 
 
-def serve(
-    state_dir: Path,
-    listen: str,
-    *,
-    allow_loopback: bool = False,
-    protocol: type[Guard] = GuardedHttpTools,
-) -> int:
-    """Run the agent until SIGTERM/SIGINT (``protocol``: see :func:`uvicorn_config`)."""
+def serve(state_dir: Path, listen: str, *, allow_loopback: bool = False) -> int:
+    """Run the agent until SIGTERM/SIGINT."""
     agent = Agent(identity.load(state_dir), allow_loopback=allow_loopback)
-    server = _Server(uvicorn_config(build_app(agent), listen, protocol=protocol))
+    server = _Server(uvicorn_config(build_app(agent), listen))
     log.say(f"node {agent.identity.name} starting (state {state_dir}, pid {os.getpid()})")
     server.run()
     log.say(f"node {agent.identity.name} stopped")

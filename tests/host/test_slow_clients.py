@@ -5,8 +5,7 @@ byte every few seconds filled uvicorn's connection cap, and the agent answered 5
 request, the controller's included, for as long as they stayed. Here a real agent process on a
 loopback TCP port is held by real sockets trickling bytes (from another address, then from the
 controller's own), or by slow bodies, and a signed ``state`` request must still be answered.
-Every test runs against the protocol the agent serves with (``httptools``) and against the
-``h11`` baseline (:mod:`meshtui.host.connections`).
+The agent serves with uvicorn's ``httptools`` protocol, guarded (:mod:`meshtui.host.connections`).
 """
 
 from __future__ import annotations
@@ -53,29 +52,15 @@ class TcpAgent:
             return client.post(f"http://{CONTROLLER}:{self.port}/v1", json=env)
 
 
-BASELINE = """
-import sys
-from pathlib import Path
-from meshtui.host.connections import GuardedH11
-from meshtui.host.serve import serve
-serve(Path(sys.argv[1]), sys.argv[2], allow_loopback=True, protocol=GuardedH11)
-"""
-"""The agent on the ``h11`` baseline protocol (no command line option chooses it)."""
-
-
-@pytest.fixture(params=["httptools", "h11"])
-def agent(mesh_with_agents: Any, request: pytest.FixtureRequest) -> Iterator[TcpAgent]:
+@pytest.fixture
+def agent(mesh_with_agents: Any) -> Iterator[TcpAgent]:
     mesh = mesh_with_agents(
         consumers={"app1": ["gitea"]}, port=5432, admin=None, provisioner=["true"], start=False
     )
     port = free_port()
     log = open(mesh.root / "app1.tcp.log", "ab")  # noqa: SIM115 - handed to the child
-    state, listen = str(mesh.nodes["app1"]), f"{CONTROLLER}:{port}"
-    if request.param == "h11":
-        argv = [sys.executable, "-c", BASELINE, state, listen]
-    else:  # as the agent is run
-        argv = [sys.executable, "-m", "meshtui.cli", "host", "serve", "--state", state]
-        argv += ["--listen", listen, "--allow-loopback"]
+    argv = [sys.executable, "-m", "meshtui.cli", "host", "serve", "--state"]
+    argv += [str(mesh.nodes["app1"]), "--listen", f"{CONTROLLER}:{port}", "--allow-loopback"]
     proc = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
     log.close()
     try:
