@@ -99,8 +99,7 @@ def declared(inv: Inventory) -> list[Declared]:
     pairs are read only when a module declares a secret: status reads this on every refresh)."""
     specs = [
         (mid, spec)
-        for mid, module in sorted(inv.modules().items())
-        if module["declared"]
+        for mid, module in inv.modules_naming("secrets").items()
         for spec in module["spec"].get("secrets", [])
     ]
     if not specs:
