@@ -30,6 +30,7 @@ import os
 import stat
 import sys
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 
 import msgspec
@@ -197,7 +198,7 @@ def write(folder: Path, inventory: Path, image: StatusImage) -> bool:
                     (provider, provision, kind)
                     for (provider, provision), kind in image.kinds.items()
                 ],
-                StatusColumns(*([getattr(st, name) for st in image.rows] for name in FIELDS)),
+                StatusColumns(*(list(map(attrgetter(name), image.rows)) for name in FIELDS)),
             )
         )
         access = atomic.Access(0o600, *((inv.st_uid, inv.st_gid) if me == 0 else (-1, -1)))
