@@ -255,16 +255,17 @@ def statuses(
     and those whose open rotation began or ended. The objects in the list are shared with that
     next read: read-only, as :class:`~meshtui.model.PairStatus` says. ``image``: a one-shot
     reader (the CLI, a fresh process) does the same from the status image in that folder
-    (:mod:`~meshtui.controller.status_image`), and leaves a fresh one there when it read every
-    pair or many changed. Neither: every pair read and made, nothing kept.
+    (:mod:`~meshtui.controller.status_image`), as a keeping reader does at its first read; either
+    leaves a fresh image there when it read every pair or made many. Neither: every pair read
+    and made, nothing kept.
     """
     with _collector_paused():
         if ids is not None or limit is not None:
             return _statuses(inv.status_rows(ids, limit), _rotating(inv), inv.provider_kinds())
         if keep:
-            return _kept_statuses(inv)
+            return _kept_statuses(inv, image)
         if image is not None:
-            return _imaged_statuses(inv, image)
+            return _through_image(inv, None, image).out
         return _statuses(inv.status_rows(), _rotating(inv), inv.provider_kinds())
 
 
@@ -289,32 +290,35 @@ class _Read:
     made: int
 
 
-def _kept_statuses(inv: Inventory) -> list[PairStatus]:
-    """Every pair's status, made anew only for the pairs that changed since the kept read."""
+def _kept_statuses(inv: Inventory, image: Path | None) -> list[PairStatus]:
+    """Every pair's status, made anew only for the pairs that changed since the kept read (the
+    first read starts from the image in ``image``, when one holds)."""
     with _kept_lock:
         kept = _kept.pop(inv, None)  # a reader in another thread meanwhile reads every pair
-    read = _brought_up(inv, kept)
+    read = _through_image(inv, kept, image)
     if read.kept is not None:
         with _kept_lock:
             _kept[inv] = read.kept
     return list(read.out)
 
 
-def _imaged_statuses(inv: Inventory, folder: Path) -> list[PairStatus]:
-    """Every pair's status, from the image in ``folder`` brought up to date (or read whole
-    when there is none or it does not hold); the image written again when that read every pair
-    or made more than :data:`REWRITE_AFTER`."""
-    image = status_image.read(folder, inv.path)
-    kept = None if image is None else _Kept(image.mark, image.rotating, image.kinds, image.rows)
+def _through_image(inv: Inventory, kept: _Kept | None, image: Path | None) -> _Read:
+    """:func:`_brought_up` from ``kept``, or with nothing kept from the status image in the
+    folder ``image`` (when it holds); the image written again when that read every pair or
+    made more than :data:`REWRITE_AFTER` statuses."""
+    if kept is None and image is not None:
+        found = status_image.read(image, inv.path)
+        if found is not None:
+            kept = _Kept(found.mark, found.rotating, found.kinds, found.rows)
     read = _brought_up(inv, kept)
-    if read.kept is not None and (read.whole or read.made > REWRITE_AFTER):
+    if image is not None and read.kept is not None and (read.whole or read.made > REWRITE_AFTER):
         done = read.kept
         status_image.write(
-            folder,
+            image,
             inv.path,
             status_image.StatusImage(done.mark, done.rotating, done.kinds, done.out),
         )
-    return read.out
+    return read
 
 
 def _brought_up(inv: Inventory, kept: _Kept | None) -> _Read:

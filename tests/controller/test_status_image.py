@@ -374,3 +374,30 @@ def test_the_images_columns_are_a_status_rows_fields() -> None:
     from meshtui.model import PairStatus
 
     assert tuple(PairStatus.__dataclass_fields__) == status_image.FIELDS
+
+
+def test_a_keeping_reader_starts_from_the_image_and_leaves_one(
+    inv: Inventory, tmp_path: Path, reads: list[StatusChanges], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A keeping reader (``watch``, the dashboard) given the folder reads its first read from
+    the image (only the pair written since), keeps it in memory from then on, and leaves the
+    image again when its read made more than
+    :data:`~meshtui.controller.status.REWRITE_AFTER` statuses (a probe of many pairs), so the
+    next one-shot read after it starts from there."""
+    statuses(inv, image=tmp_path)
+    rng = random.Random(4)
+    with inv.transaction("test") as tx:
+        tx.add_probes([probe(PAIRS[1], rng)])
+    with Inventory.open(inv.path, read_only=True) as keeper:
+        del reads[:]
+        assert statuses(keeper, keep=True, image=tmp_path) == statuses(inv)
+        assert not reads[0].whole and len(reads[0].rows) == 1
+        monkeypatch.setattr(status_mod, "REWRITE_AFTER", 2)
+        with inv.transaction("test") as tx:
+            tx.add_probes([probe(pid, rng) for pid in PAIRS])
+        del reads[:]
+        assert statuses(keeper, keep=True, image=tmp_path) == statuses(inv)
+        assert image_json(tmp_path)["mark"] == mark_json(reads[0].mark)
+        del reads[:]
+        assert statuses(inv, image=tmp_path) == statuses(inv)
+        assert reads[0].rows == []  # the one-shot reader had nothing left to read
