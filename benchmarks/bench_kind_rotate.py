@@ -31,7 +31,10 @@ shared machine falls on all of them:
 
 A PostgreSQL pair of the same lab (``database:app1/gitea->db1/postgres``, pinned) is rotated in
 the same turns for reference: the mesh's own cost of one rotation (trips, fsyncs) is the same
-for every kind. Printed: p50/p90 of each, the ratios, and the load average before and after.
+for every kind. So is the floor printed under each kind: its raw calls plus three signed brief
+``state`` round trips to both ends (a rotation makes three such trips one after another:
+resolve, provider, consumer; each with its fsynced guard line), measured in the same turns.
+Printed: p50/p90 of each, the ratios, and the load average before and after.
 ``--profile`` adds each agent's own time per request (from its log) and the provisioner's
 adapter alone (the kind's ``create`` for one rotated secret, timed in this process).
 
@@ -57,7 +60,9 @@ import httpx
 from bench_rotate import agent_times  # (one copy)
 
 from meshtui.bao import APPROLE_MOUNT, read_admin, tls_context
+from meshtui.controller.client import Agents
 from meshtui.controller.core import Controller
+from meshtui.controller.resolve import ask_state
 from meshtui.crypto import secret_digest
 from meshtui.kinds.openbao import lab as lab_bao
 from meshtui.kinds.openbao.adapter import DIGEST_KEY, ROLE_SETTINGS
@@ -231,12 +236,16 @@ def main(argv: list[str] | None = None) -> int:
         assert store is not None
         raw_weed = RawWeed(store.admin_file)
         with Controller.open(state) as ctl:
+            agents = Agents(ctl.inventory.nodes(), ctl.keys(), sequence=ctl.sequence)
             turns: dict[str, Callable[[], None]] = {
                 "vault rotate": rotation(ctl, VAULT),
                 "vault raw": raw_bao.rotate,
                 "store rotate": rotation(ctl, STORE),
                 "store raw": raw_weed.rotate,
                 "postgres rotate": rotation(ctl, DATABASE),
+                "3 state trips": lambda: [
+                    ask_state(agents, ["db1", "app1"], listing=False) for _ in range(3)
+                ],
             }
             runs: dict[str, list[float]] = {k: [] for k in turns}
             load = os.getloadavg()
@@ -246,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
                     if n >= 2:
                         runs[what].append(took)
             after = os.getloadavg()
+            agents.__exit__(None, None, None)
             q = {k: quantiles(v) for k, v in runs.items()}
             print(f"rotate one pair, {args.repeat} runs each in turn (after 2 warm-ups), ms:")
             for what, (p50, p90) in q.items():
@@ -260,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
                 ratio = ours / raw
                 print(f"{'rotate one ' + title + ' pair (p50 ms)':<36}{ours:>9.1f}{raw:>9.1f}"
                       f"{ratio:>8.2f}{GOAL:>6.1f}  {'yes' if ratio <= GOAL else 'NO'}")  # fmt: skip
+                floor = raw + q["3 state trips"][0]
+                print(f"{'  floor: raw + 3 state trips':<36}{ours:>9.1f}{floor:>9.1f}"
+                      f"{ours / floor:>8.2f}{'-':>6}")  # fmt: skip
             if args.profile:
                 print("profile:")
                 profile(built, ctl, args.repeat)
