@@ -35,10 +35,12 @@ for every kind. So is the floor printed under each kind: its raw calls plus thre
 ``state`` round trips to both ends (a rotation makes three such trips one after another:
 resolve, provider, consumer; each with its fsynced guard line), measured in the same turns.
 Printed: p50/p90 of each, the ratios, and the load average before and after.
-``--profile`` adds each agent's own time per request (from its log) and the provisioner's
-adapter alone (the kind's ``create`` for one rotated secret, timed in this process).
+``--profile`` adds each agent's own time per request (from its log). ``--before REV`` builds a
+second lab whose agents (and so the provisioner inside the provider's) run git revision REV's
+code, and rotates its two pairs in the same turns: before and after side by side.
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_kind_rotate.py [--repeat 20] [--profile]
+        [--before fbe3438]
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-from bench_rotate import agent_times  # (one copy)
+from bench_rotate import agent_times, checkout  # (one copy)
 
 from meshtui.bao import APPROLE_MOUNT, read_admin, tls_context
 from meshtui.controller.client import Agents
@@ -181,9 +183,19 @@ def rotation(ctl: Controller, pid: str) -> Callable[[], None]:
     return run
 
 
-def build(state: Path) -> lab_mesh.Lab:
-    """The lab on loopback with its vault and object store (no Redis), declared and pushed."""
-    built = lab_mesh.up(state, loopback=True, redis=False, vault=True, s3=True)
+def build(state: Path, code: Path | None = None) -> lab_mesh.Lab:
+    """The lab on loopback with its vault and object store (no Redis), declared and pushed;
+    ``code``: a folder holding another revision's ``meshtui``, which its agents run."""
+    kept = os.environ.get("PYTHONPATH")
+    if code is not None:  # the agents inherit it: that revision's package comes first
+        os.environ["PYTHONPATH"] = str(code)
+    try:
+        built = lab_mesh.up(state, loopback=True, redis=False, vault=True, s3=True)
+    finally:
+        if kept is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = kept
     with Controller.open(state) as ctl:
         ctl.declare(built.declaration)
         for attempt in range(PUSH_TRIES):
@@ -215,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--profile", action="store_true", help="where each rotation's time goes")
+    ap.add_argument("--before", metavar="REV", help="a second lab's agents run REV's code")
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         print("run as root (the lab's servers run as their own users)", file=sys.stderr)
@@ -225,10 +238,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     state = Path(tempfile.mkdtemp(prefix="meshtui-benchkind-"))
     state.chmod(0o711)
+    old_state = Path(tempfile.mkdtemp(prefix="meshtui-benchkind-before-"))
+    old_state.chmod(0o711)
     raw_bao: RawBao | None = None
     raw_weed: RawWeed | None = None
+    old_ctl: Controller | None = None
     try:
         built = build(state)
+        if args.before:
+            build(old_state, checkout(args.before, old_state / "code"))
+            old_ctl = Controller.open(old_state)
         vault = lab_bao.existing(built.folder / "openbao")
         assert vault is not None
         raw_bao = RawBao(vault.admin_file)
@@ -242,6 +261,14 @@ def main(argv: list[str] | None = None) -> int:
                 "vault raw": raw_bao.rotate,
                 "store rotate": rotation(ctl, STORE),
                 "store raw": raw_weed.rotate,
+                **(
+                    {
+                        f"vault at {args.before}": rotation(old_ctl, VAULT),
+                        f"store at {args.before}": rotation(old_ctl, STORE),
+                    }
+                    if old_ctl is not None
+                    else {}
+                ),
                 "postgres rotate": rotation(ctl, DATABASE),
                 "3 state trips": lambda: [
                     ask_state(agents, ["db1", "app1"], listing=False) for _ in range(3)
@@ -259,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
             q = {k: quantiles(v) for k, v in runs.items()}
             print(f"rotate one pair, {args.repeat} runs each in turn (after 2 warm-ups), ms:")
             for what, (p50, p90) in q.items():
-                print(f"  {what:<16} p50 {p50:8.1f}  p90 {p90:8.1f}")
+                print(f"  {what:<18} p50 {p50:8.1f}  p90 {p90:8.1f}")
             print(f"load average at start {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "
                   f"after {after[0]:.2f} {after[1]:.2f} {after[2]:.2f} (2 cores shared)")  # fmt: skip
             head = f"{'what':<36}{'meshtui':>9}{'raw':>9}{'ratio':>8}{'goal':>6}  met"
@@ -270,6 +297,10 @@ def main(argv: list[str] | None = None) -> int:
                 ratio = ours / raw
                 print(f"{'rotate one ' + title + ' pair (p50 ms)':<36}{ours:>9.1f}{raw:>9.1f}"
                       f"{ratio:>8.2f}{GOAL:>6.1f}  {'yes' if ratio <= GOAL else 'NO'}")  # fmt: skip
+                if old_ctl is not None:
+                    was = q[f"{kind} at {args.before}"][0]
+                    print(f"{'  before: agents at ' + args.before:<36}{was:>9.1f}{raw:>9.1f}"
+                          f"{was / raw:>8.2f}{GOAL:>6.1f}")  # fmt: skip
                 floor = raw + q["3 state trips"][0]
                 print(f"{'  floor: raw + 3 state trips':<36}{ours:>9.1f}{floor:>9.1f}"
                       f"{ours / floor:>8.2f}{'-':>6}")  # fmt: skip
@@ -283,8 +314,11 @@ def main(argv: list[str] | None = None) -> int:
                     raw.close()
                 except Exception as exc:  # the lab goes anyway
                     print(f"warning: {exc}", file=sys.stderr)
-        lab_mesh.down(state, purge=True)
-        shutil.rmtree(state, ignore_errors=True)
+        if old_ctl is not None:
+            old_ctl.close()
+        for folder in (state, old_state):
+            lab_mesh.down(folder, purge=True)
+            shutil.rmtree(folder, ignore_errors=True)
     return 0
 
 
