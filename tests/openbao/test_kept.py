@@ -1,11 +1,12 @@
 """OpenBao admin sessions kept between an agent's runs, against a real OpenBao: a rotation on a
 kept session is proved alive by one read and then makes only its own reads and writes (no new
-TLS connection, no preflight), and a kept session whose token was revoked is never used: the
+TLS connection after seconds idle, no preflight), and a kept session whose token was revoked is never used: the
 next run opens a new one and names the token."""
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,7 @@ def test_a_rotation_on_a_kept_session_makes_only_its_own_calls(bmesh: BMesh) -> 
     bmesh.rotate("app1", "gitea")
     bmesh.write()
     mark = bmesh.server.audit_log.stat().st_size
+    time.sleep(6)  # longer than httpx keeps an idle connection by default (5 s)
     rotated = reconcile(bmesh.manifest, bmesh.admin, kept=kept_by(pool), only=frozenset({login}))
     assert outcomes(rotated) == {login: "updated"}, rotated.lines()
     # still read back by OpenBao itself: the new secret_id logs in, the old one is refused

@@ -48,6 +48,9 @@ PREFIX = "meshtui-"
 READERS = 8
 """How many reads an inspect (or writes a batch) keeps in flight at once."""
 MARK = "# meshtui:1 "
+KEEPALIVE_S = 60.0
+"""How long the session's idle connection is kept: an agent lends it again for the next run
+(``kept.py``), well within OpenBao's own idle timeout (``http_idle_timeout``, 5 minutes)."""
 TOKEN_TTL_S = 300
 TOKEN_MAX_TTL_S = 900
 DIGEST_KEY = "meshtui_digest"
@@ -133,7 +136,9 @@ class OpenBaoAdapter:
             )
         self.approle = APPROLE_MOUNT
         self.kv = KV_MOUNT
-        self.bao = Bao(fields["address"], ca=fields["ca"], token=fields["token"])
+        self.bao = Bao(
+            fields["address"], ca=fields["ca"], token=fields["token"], keepalive=KEEPALIVE_S
+        )
         self._seen: dict[str, Seen] = {}
         try:
             self._preflight()

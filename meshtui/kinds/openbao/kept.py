@@ -17,11 +17,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
-from meshtui.kinds.openbao.adapter import OpenBaoAdapter
+from meshtui.kinds.openbao.adapter import KEEPALIVE_S, OpenBaoAdapter
 from meshtui.provisioner.adapter import Done, Held, Scope, Wanted
 
-IDLE_S = 60.0
-"""Longest a kept session waits for its next loan (OpenBao may drop an idle connection)."""
+IDLE_S = KEEPALIVE_S
+"""Longest a kept session waits for its next loan (as long as its connection is kept)."""
 
 T = TypeVar("T")
 Key = tuple[str, Scope]
