@@ -386,3 +386,22 @@ def test_a_batch_larger_than_a_pipe_is_written_and_read_back_whole(s3mesh: S3Mes
     result = s3mesh.reconcile()
     assert outcomes(result) == dict.fromkeys(made, "created"), list(result.items())[:3]
     assert set(outcomes(s3mesh.reconcile()).values()) == {"unchanged"}
+
+
+def test_a_shell_that_says_everything_on_stdout_is_still_understood(
+    s3mesh: S3Mesh, store: Store, tmp_path: Path
+) -> None:
+    """The end of an exchange is found on stdout too (a ``weed`` whose stderr is merged into
+    its stdout, as another version or a wrapper may do): the run still reads, writes and reads
+    back, and the marker's line is no part of the answer (or the export would not parse)."""
+    wrapper = tmp_path / "weed"
+    wrapper.write_text(f'#!/bin/sh\nexec {lab.find_weed()} "$@" 2>&1\n')
+    wrapper.chmod(0o755)
+    admin = tmp_path / "admin.toml"
+    admin.write_text(store.server.admin_file.read_text() + f'weed = "{wrapper}"\n')
+    admin.chmod(0o600)
+    gitea = s3mesh.add("app1", "gitea")
+    assert outcomes(s3mesh.reconcile(admin)) == {gitea["as"]: "created"}, s3mesh.last_output
+    s3mesh.rotate("app1", "gitea")
+    assert outcomes(s3mesh.reconcile(admin)) == {gitea["as"]: "updated"}, s3mesh.last_output
+    assert outcomes(s3mesh.reconcile(admin)) == {gitea["as"]: "unchanged"}

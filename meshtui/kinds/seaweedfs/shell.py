@@ -140,8 +140,9 @@ def parse_export(out: str, master: str) -> tuple[dict[str, Any], frozenset[str]]
 class Conversation:
     """One ``weed shell`` kept open for several exchanges (a provisioner run's read, write and
     read-back): each :meth:`ask` sends its commands, then a command the shell does not know,
-    named by a random word; the shell answers it on stderr (``unknown command: WORD``) only
-    after every earlier command's output is on stdout (it runs them one after another and
+    named by a random word; the shell answers it (``unknown command: WORD`` on stderr; the word
+    is looked for on stdout too, should a version print it there, and cut off with its line)
+    only after every earlier command's output is on stdout (it runs them one after another and
     writes unbuffered), so that output is the answer, whole. Commands and answers go through
     the pipes only, as in :meth:`Session.run`; commands are written while the answer is read,
     so a long batch never blocks on a full pipe."""
@@ -166,9 +167,9 @@ class Conversation:
         writer = proc.stdin.fileno()
         os.set_blocking(writer, False)
         deadline = time.monotonic() + TIMEOUT_S
-        end = f"unknown command: {word}".encode()
+        end = word.encode()
         try:
-            while end not in err:
+            while end not in err and end not in out:
                 left = deadline - time.monotonic()
                 if left <= 0 or not readers:
                     break
@@ -188,6 +189,9 @@ class Conversation:
                         del readers[fd]
         finally:
             del pending
+        if end in out:
+            del out[out.rfind(b"\n", 0, out.find(end)) + 1 :]
+            return bytes(out).decode("utf-8", "replace")
         text = bytes(out).decode("utf-8", "replace")
         if end in err:
             return text
