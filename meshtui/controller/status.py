@@ -275,8 +275,9 @@ def _rotating(inv: Inventory) -> dict[str, int]:
 
 
 REWRITE_AFTER = 64
-"""A one-shot reader that made more statuses than this (of a kept image) writes the image
-again, so the next reads fewer; fewer changed pairs are not worth writing every pair's for."""
+"""A reader given the image's folder that made more statuses than this writes the image again
+(as after a read of every pair), so the next one-shot reader makes fewer; for fewer changed
+pairs writing every pair's status is not worth it."""
 
 
 @dataclass(frozen=True)
