@@ -207,7 +207,7 @@ def write(folder: Path, inventory: Path, image: StatusImage) -> bool:
             atomic.write_at(fd, IMAGE, data, access=access, durable=False)
         finally:
             os.close(fd)
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a string JSON cannot carry (never from SQLite)
         return False
     return True
 
