@@ -32,10 +32,13 @@ PostgreSQL and agents, pinned alike), p50 of each side and their ratio (goal <= 
 declaration is declared, then every end is recorded as delivered (as push leaves it) and, in a
 second round, every pair probed a few times (as probe and watch leave it). Each time, the first
 read after a change (one delivery recorded), ``--repeat`` times for each reader in turn: the
-kept reader (``watch``) and the one-shot reader (the CLI, which reads and makes every pair as
-every read did before); median and minimum wall, median CPU of this process (the machine may
-be shared), each against the goal, the one-shot reader and the floor from the same run: the
-bare read of the same pairs' rows (``SELECT`` of the pairs table through the stdlib cursor).
+kept reader (``watch``), the one-shot reader (the CLI: a fresh read-only controller, from the
+status image in the state folder) and the one-shot reader as before the image (every pair read
+and made, as every read did before issue 25); median and minimum wall, median CPU of this
+process (the machine may be shared), each against the goal, the old one-shot reader and the
+floor from the same run: the bare read of the same pairs' rows (``SELECT`` of the pairs table
+through the stdlib cursor). Before them, the one-shot reader with no image yet (the first read
+in a state folder: every pair read, the image written), three times.
 """
 
 from __future__ import annotations
@@ -57,15 +60,18 @@ import psycopg
 from bench_rotate import QUIET, lab, p50_ms, pg_create_all, stop_cluster  # noqa: E402  (one copy)
 from psycopg import sql
 
+from meshtui.controller import status as status_mod
 from meshtui.controller.client import Agents
 from meshtui.controller.core import Controller, init_keys
 from meshtui.controller.resolve import ask_state
+from meshtui.controller.status_image import IMAGE
 from meshtui.host import identity
 from meshtui.host import policy as node_policy
 from meshtui.inventory.rows import DeliveryRow, PairRow, ProbeRecord
 from meshtui.inventory.store import now
 from meshtui.kinds.postgres.lab import Cluster, create_cluster
 from meshtui.lab.mesh import agent_answers
+from meshtui.model import PairStatus
 from tests.fix_agents import mesh_policy
 from tests.fix_pg import free_port
 
@@ -304,6 +310,8 @@ def rotate_beside_demo(
           f" the demo mesh (goal <= {ROTATE_GOAL}x); load {os.getloadavg()[0]:.1f}")  # fmt: skip
 
 
+ONE_SHOT_BEFORE = "one-shot, every pair (before)"
+"""The one-shot reader as it read before the status image: every pair read and made."""
 STATUS_GOAL = 0.050
 """``status`` at 10,000 pairs, first read after a change (issue 25; issue 13 asked 100 ms)."""
 
@@ -395,9 +403,15 @@ def status_only(nodes: int, providers: int, pairs: int, repeat: int, rounds: int
             first = ctl.inventory.pairs()[0]
             conn = ctl.inventory._db.conn
             floor_sql = "SELECT * FROM pairs ORDER BY id"
+
+            def imaged() -> list[PairStatus]:
+                with Controller.open(state, read_only=True) as fresh:  # as the CLI opens it
+                    return fresh.status()
+
             readers = {
                 "kept (watch)": lambda: ctl.status(keep=True),
-                "one-shot (CLI), every pair": ctl.status,
+                "one-shot (CLI), status image": imaged,
+                ONE_SHOT_BEFORE: lambda: status_mod.statuses(ctl.inventory),
             }
             print(f"{pairs} pairs, {nodes} nodes; first read after a change, {repeat} each, "
                   f"in turn; load {os.getloadavg()[0]:.2f}")  # fmt: skip
@@ -408,6 +422,12 @@ def status_only(nodes: int, providers: int, pairs: int, repeat: int, rounds: int
                 (f"probed x{rounds}", lambda: _probed(ctl, rounds)),
             ):
                 prepare()
+                cold = []
+                for _ in range(3):  # no image (the first read ever): read whole, image written
+                    (state / IMAGE).unlink(missing_ok=True)
+                    t0 = time.perf_counter()
+                    imaged()
+                    cold.append(time.perf_counter() - t0)
                 ctl.status(keep=True)  # the kept reader has read every pair once
                 walls: dict[str, list[float]] = {how: [] for how in readers}
                 cpus: dict[str, list[float]] = {how: [] for how in readers}
@@ -420,7 +440,7 @@ def status_only(nodes: int, providers: int, pairs: int, repeat: int, rounds: int
                         cpus[how].append(time.process_time() - c0)
                         assert got == pairs, got
                 floor, _ = _median(lambda: conn.execute(floor_sql).fetchall(), repeat)
-                one_shot = statistics.median(walls["one-shot (CLI), every pair"])
+                one_shot = statistics.median(walls[ONE_SHOT_BEFORE])
                 for how in readers:
                     took = statistics.median(walls[how])
                     print(f"  {label + ', ' + how:<50}{took * 1000:>8.1f}"
@@ -428,6 +448,9 @@ def status_only(nodes: int, providers: int, pairs: int, repeat: int, rounds: int
                           f"{statistics.median(cpus[how]) * 1000:>8.1f}{took / STATUS_GOAL:>8.2f}"
                           f"{took / one_shot:>9.3f}{took / floor:>8.2f}")  # fmt: skip
                 print(f"  {label + ', bare SELECT (floor)':<50}{floor * 1000:>8.1f}")
+                print(f"  {label + ', one-shot, no image yet':<50}"
+                      f"{statistics.median(cold) * 1000:>8.1f}{min(cold) * 1000:>8.1f}"
+                      "  (3 reads: every pair read, the image written)")  # fmt: skip
             print(f"  load {os.getloadavg()[0]:.2f}")
     finally:
         shutil.rmtree(base, ignore_errors=True)

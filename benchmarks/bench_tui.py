@@ -18,6 +18,9 @@ pairs the dashboard reads and shows the first screenful, then the rest); "all pa
 to the frame after the whole read (summary counted, every pair filterable); a "keystroke" is
 from pressing a key in the filter box to the next frame drawing the filtered rows.
 
+Each figure of the dashboard is over ``--starts`` starts (5): the median first paint, every
+start's keystrokes pooled.
+
 The floor is measured in the same run: Textual's own first frame of a trivial app (one Static)
 at the same size, and the dashboard's own first frame on an inventory with no pairs.
 """
@@ -299,6 +302,20 @@ async def bench_baseline(state: Path) -> dict[str, Any]:
     return out
 
 
+def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several dashboard starts as one result: the median start's first paint, whole read and
+    complete frame, every start's keystrokes pooled (a single start is one sample of a noisy
+    machine: its first paint swung 104–238 ms in three starts in a row at load 2.9)."""
+    out = dict(runs[-1])
+    out["first_paints"] = [r["first_paint"] for r in runs]
+    for key in ("first_paint", "complete", "load"):
+        out[key] = statistics.median(r[key] for r in runs)
+    for key in ("keys", "view", "redrawn"):
+        out[key] = [x for r in runs for x in r[key]]
+    assert len({(r["rows"], r["first_rows"], r["shown"]) for r in runs}) == 1
+    return out
+
+
 def bench_controller(state: Path) -> dict[str, float]:
     """The controller reads the dashboard needs, on their own."""
     out: dict[str, float] = {}
@@ -335,6 +352,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--skip-baseline", action="store_true", help="leave out the stock DataTable baseline"
     )
+    parser.add_argument(
+        "--starts", type=int, default=5, help="dashboard starts measured (the median is shown)"
+    )
     args = parser.parse_args(argv)
     tmp: Path | None = None
     state = args.state
@@ -354,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"built {args.pairs} pairs in {time.perf_counter() - t0:.1f} s ({state})")
     try:
         ctl = bench_controller(state)
-        mine = asyncio.run(bench_meshtui(state))
+        mine = pooled([asyncio.run(bench_meshtui(state)) for _ in range(max(1, args.starts))])
         no_pairs = statistics.median(asyncio.run(bench_no_pairs(state)) for _ in range(3))
         trivial = statistics.median(asyncio.run(bench_trivial()) for _ in range(3))
         box_keys = asyncio.run(bench_box_keys())
@@ -362,6 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+    starts = mine["first_paints"]
     key_med, key_max = statistics.median(mine["keys"]), max(mine["keys"])
     nan = float("nan")
     base_paint = base["first_paint"] if base else nan
@@ -373,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'measure':<42}{'meshtui':>12}{'baseline':>12}{'ratio':>8}{'goal':>10}")
     print("-" * 84)
     rows = [
-        ("time to first paint (incl. status read)", mine["first_paint"], base_paint, paint_goal),
+        ("first paint (incl. status read), median", mine["first_paint"], base_paint, paint_goal),
         ("filter keystroke, median (press → frame)", key_med, base_med, key_goal),
         ("filter keystroke, worst", key_max, base_max, nan),
     ]
@@ -387,6 +408,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"{'  table lines redrawn per key (median)':<42}{statistics.median(mine['redrawn']):>12}")
     print(f"{'  rows in the first frame':<42}{mine['first_rows']:>12}")
+    print(
+        f"{'  first paint of each start (min / max)':<42}{_fmt(min(starts)):>12}"
+        f"{_fmt(max(starts)):>12}   ({len(starts)} starts)"
+    )
     print(f"{'all pairs shown (whole read, summary)':<42}{_fmt(mine['complete']):>12}")
     print(f"{'  of which the whole read in its worker':<42}{_fmt(mine['load']):>12}")
     print(f"{'floor: dashboard first frame, no pairs':<42}{_fmt(no_pairs):>12}")
@@ -400,7 +425,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, seconds in ctl.items():
         print(f"  {name:<20}{_fmt(seconds)}")
     print(f"\nkeys typed: {' '.join(KEYS)}  → {mine['shown']} rows shown")
-    print("per key (ms): " + " ".join(f"{k * 1000:.1f}" for k in mine["keys"]))
+    print(
+        "per key, first start (ms): "
+        + " ".join(f"{k * 1000:.1f}" for k in mine["keys"][: len(KEYS)])
+    )
     return 0
 
 

@@ -21,6 +21,8 @@ import httpx
 from meshtui.errors import ProvisionError
 
 TIMEOUT_S = 10.0
+KEEPALIVE_S = 5.0
+"""How long an idle connection is kept for the session's next request (httpx's default)."""
 SEALED = 503
 APPROLE_MOUNT = "approle"
 """Where AppRole is enabled: the provisioner writes roles there, probes and modules log in."""
@@ -92,11 +94,12 @@ class Bao:
         token: str | None = None,
         uds: str | None = None,
         timeout: float = TIMEOUT_S,
+        keepalive: float = KEEPALIVE_S,
     ) -> None:
         self.address = address.rstrip("/")
         self._token = token
         if uds is not None:
-            transport = httpx.HTTPTransport(uds=uds, retries=0)
+            transport = httpx.HTTPTransport(uds=uds, retries=0, limits=_limits(keepalive))
             verify: ssl.SSLContext | bool = False
         else:
             if not self.address.startswith("https://"):
@@ -112,7 +115,7 @@ class Bao:
                 raise ProvisionError(
                     f"the CA file {ca} cannot be used: {type(exc).__name__}: {exc}"
                 ) from None
-            transport = httpx.HTTPTransport(verify=verify, retries=0)
+            transport = httpx.HTTPTransport(verify=verify, retries=0, limits=_limits(keepalive))
         self.client = httpx.Client(
             base_url=self.address, transport=transport, timeout=timeout, trust_env=False
         )
@@ -187,6 +190,13 @@ class Bao:
         answer = self.call("LIST", path, missing_ok=True)
         found = (answer or {}).get("data", {}).get("keys") or []
         return [str(k) for k in found]
+
+
+def _limits(keepalive: float) -> httpx.Limits:
+    """httpx's default pool limits, an idle connection kept ``keepalive`` seconds."""
+    return httpx.Limits(
+        max_connections=100, max_keepalive_connections=20, keepalive_expiry=keepalive
+    )
 
 
 def _hint(status: int, path: str) -> str:

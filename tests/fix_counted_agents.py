@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from meshtui.controller.core import Controller, init_keys
+from meshtui.controller.status_image import IMAGE
 from meshtui.host import identity
 from meshtui.host import policy as node_policy
 from meshtui.lab.mesh import agent_answers
@@ -107,9 +108,13 @@ def written(before: dict[str, str], after: dict[str, str]) -> dict[str, tuple[st
     One thing is not a write: any reader of a WAL-mode SQLite file (``mode=ro`` included) makes
     the ``-shm`` lock index and an empty ``-wal`` beside it when they are missing; that is how
     it reads consistently while a writer commits. They hold no inventory data (the ``-wal`` must
-    be empty) and are left out; everything else must match byte for byte.
+    be empty) and are left out. Nor is the status image (``status-image.json``): what a read
+    of every pair made, which a one-shot reader leaves for the next (it holds the statuses
+    ``status`` prints, nothing else, and is checked against the inventory before any use);
+    everything else must match byte for byte.
     """
-    after = dict(after)
+    before = {n: d for n, d in before.items() if n != IMAGE}
+    after = {n: d for n, d in after.items() if n != IMAGE}
     for name in [n for n in after if n.endswith("-shm") and n not in before]:
         del after[name]
     for name in [n for n in after if n.endswith("-wal") and n not in before]:

@@ -412,3 +412,25 @@ def test_every_commit_is_on_disk_before_it_returns(tmp_path):
     with Inventory.open(tmp_path / "inv.db") as inv:
         assert inv._tuples("PRAGMA journal_mode") == [("wal",)]
         assert inv._tuples("PRAGMA synchronous") == [(2,)]  # FULL
+
+
+def test_modules_naming_a_key_are_the_declared_ones_whose_spec_holds_it(tmp_path: Path) -> None:
+    """``modules_naming("secrets")`` (status's read of the modules' own secrets) gives what
+    reading every module and keeping the declared ones with that key gives: a value that
+    is that very word is read and holds no such key, a withdrawn module is left out."""
+    specs = {
+        "app1/gitea": {"secrets": [{"name": "token"}]},
+        "app2/wiki": {"requires": [{"name": "secrets", "file": "/etc/secrets/db"}]},
+        "app3/old": {"secrets": [{"name": "gone"}]},
+        "db1/postgres": {"provides": [{"name": "database"}]},
+    }
+    with Inventory.open(tmp_path / "inventory.db") as inv:
+        with inv.transaction("test") as tx:
+            tx.put_modules([{"id": mid, "node": mid.split("/")[0], "name": mid.split("/")[1],
+                             "spec": json.dumps(spec), "declared": int(mid != "app3/old")}
+                            for mid, spec in specs.items()])  # fmt: skip
+        every = {m: r for m, r in inv.modules().items() if r["declared"]}
+        named = inv.modules_naming("secrets")
+        assert list(named) == ["app1/gitea", "app2/wiki"]
+        assert named == {m: every[m] for m in named}
+        assert [m for m, r in every.items() if "secrets" in r["spec"]] == ["app1/gitea"]

@@ -12,12 +12,14 @@ import random
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlite_utils
 
+from meshtui.controller import status as status_mod
 from meshtui.controller.status import statuses
 from meshtui.inventory import SCHEMA_VERSION, Inventory, now
 from meshtui.inventory import schema as schema_mod
@@ -133,6 +135,9 @@ def probe(pid: str, rng: random.Random) -> ProbeRecord:
 
 
 STALE = "a kept read differs from a read of every pair"
+READERS = ("kept", "image")
+"""The readers that make statuses from what an earlier read made: kept in memory (``watch``),
+or from the status image (a one-shot ``meshtui status``)."""
 
 
 def step(inv: Inventory, rng: random.Random) -> None:
@@ -211,15 +216,30 @@ def step(inv: Inventory, rng: random.Random) -> None:
             tx.add_probes([probe(p, rng) for p in rng.sample(PAIRS, 3)])
 
 
-def walk(path: Path, steps: int, seed: int, broken: str | None = None) -> set[State]:
+def walk(
+    path: Path,
+    steps: int,
+    seed: int,
+    broken: str | None = None,
+    readers: Collection[str] = READERS,
+) -> set[State]:
     """``steps`` random writes to the inventory at ``path``; after each, a reader keeping its
-    statuses through the writing connection and one through another connection read exactly
-    what a reader keeping nothing reads, which reads what the full join reads. ``broken``: the
-    status tick trigger dropped first (a detector that misses one kind of write). The states
-    seen."""
+    statuses through the writing connection and one through another connection, and one-shot
+    readers through the status image beside the file (through either connection, the image
+    written again after a whole read or, at random, after any read), read exactly what a
+    reader keeping nothing reads, which reads what the full join reads. ``broken``: the status
+    tick trigger dropped first (a detector that misses one kind of write); ``readers``: which
+    of "kept" and "image" are checked. The states seen."""
     rng = random.Random(seed)
+    chance = random.Random(seed + 1)  # the image's own draws: the walk's writes stay the same
     seen: set[State] = set()
-    with Inventory.open(path) as inv, Inventory.open(path, read_only=True) as other:
+    rewrite = status_mod.REWRITE_AFTER
+    with (
+        Inventory.open(path) as inv,
+        Inventory.open(path, read_only=True) as other,
+        contextlib.ExitStack() as undo,
+    ):
+        undo.callback(setattr, status_mod, "REWRITE_AFTER", rewrite)
         conn = inv._db.conn
         with inv.transaction("test") as tx:
             tx.put_pairs([pair_record(pid, generation=want(pid)) for pid in PAIRS])
@@ -234,8 +254,13 @@ def walk(path: Path, steps: int, seed: int, broken: str | None = None) -> set[St
             assert read(inv, limit=3) == reference(conn)[:3]
             fresh = statuses(inv)
             assert [st.pair for st in fresh] == [r[ID] for r in reference(conn)]
-            assert statuses(inv, keep=True) == fresh, STALE
-            assert statuses(other, keep=True) == fresh, STALE
+            if "kept" in readers:
+                assert statuses(inv, keep=True) == fresh, STALE
+                assert statuses(other, keep=True) == fresh, STALE
+            if "image" in readers:
+                status_mod.REWRITE_AFTER = chance.choice([rewrite, rewrite, 0])
+                one_shot = chance.choice([inv, other])
+                assert statuses(one_shot, image=path.parent) == fresh, STALE
             seen |= {st.state for st in fresh}
         assert conn.execute("SELECT count(*) FROM probes").fetchone()[0] > 20
         assert conn.execute("SELECT count(*) FROM rotations").fetchone()[0] > 0
@@ -278,12 +303,15 @@ def test_a_kept_read_reads_only_the_pairs_written_since(tmp_path: Path) -> None:
             assert tx is not None
 
 
+@pytest.mark.parametrize("reader", READERS)
 @pytest.mark.parametrize("trigger", sorted(schema_mod.STATUS_TICKS))
-def test_a_detector_missing_any_one_write_is_caught(tmp_path: Path, trigger: str) -> None:
-    """The walk above catches a stale kept read when any one status tick trigger is missing:
-    each is needed, and the test can fail."""
+def test_a_detector_missing_any_one_write_is_caught(
+    tmp_path: Path, trigger: str, reader: str
+) -> None:
+    """The walk above catches a stale kept read, and a stale one-shot read through the status
+    image, when any one status tick trigger is missing: each is needed, and the test can fail."""
     with pytest.raises(AssertionError, match=STALE):
-        walk(tmp_path / "inventory.db", steps=300, seed=13, broken=trigger)
+        walk(tmp_path / "inventory.db", steps=300, seed=13, broken=trigger, readers=[reader])
 
 
 def test_every_status_tick_trigger_is_in_the_schema(tmp_path: Path) -> None:

@@ -207,10 +207,14 @@ class Controller:
     ) -> list[PairStatus]:
         """Every pair (or the named ones) with its state and reason, by id; ``limit``: only the
         first that many (the dashboard's first screenful); ``keep``: a reader that will read
-        every pair again keeps what it made, to make next only what changed (status.statuses)."""
+        every pair again keeps what it made, to make next only what changed (status.statuses);
+        otherwise every pair is read through the state folder's status image (a one-shot
+        reader, such as ``meshtui status``, makes only what changed since it was written)."""
         if ids is not None:
             ids = self.resolve_pairs(ids)
-        return status_mod.statuses(self.inventory, ids, limit=limit, keep=keep)
+        return status_mod.statuses(
+            self.inventory, ids, limit=limit, keep=keep, image=self.state_dir
+        )
 
     def summary(self, rows: list[PairStatus] | None = None) -> Summary:
         """Counts by state, alarms, and when the last push ran."""

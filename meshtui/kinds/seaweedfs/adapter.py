@@ -8,10 +8,12 @@ removed, and a login whose name or access key another identity holds is refused 
 accepts two identities with one access key; meshtui never makes one).
 
 Every run reads the whole configuration once (``s3.iam.export``) and decides "unchanged"
-from it without writing. What must change is written in one ``weed shell`` session: a missing
+from it without writing. What must change is written in one batch of commands: a missing
 identity with ``s3.configure``, a rotated one by replacing its secret key in place, drift
 (rights widened, a second key, disabled) repaired in place; then the configuration is read
-again and a write counts only when the identity reads back exactly as wanted. A removal deletes
+again and a write counts only when the identity reads back exactly as wanted. The read, the
+write and the read-back are exchanges with one ``weed shell`` kept open for the run (a shell
+takes a third of a second to start; a rotation used to start three). A removal deletes
 the identity and keeps its buckets and their objects, and is held back ("drop pending") when it
 would leave the store with no identity at all: SeaweedFS then turns authentication off.
 
@@ -36,7 +38,7 @@ from typing import Any
 from meshtui.crypto import secret_digest
 from meshtui.errors import ProvisionError
 from meshtui.kinds.kind import ValuesError
-from meshtui.kinds.seaweedfs.shell import Session, errors, find_weed
+from meshtui.kinds.seaweedfs.shell import Conversation, Session, errors, find_weed
 from meshtui.kinds.seaweedfs.values import RIGHTS, Grant, grant_for
 from meshtui.model import OutcomeName
 from meshtui.provisioner.adapter import Change, Done, Held, Refused, Scope, Wanted, check_name
@@ -108,7 +110,8 @@ def _display_name(identity: Mapping[str, Any]) -> str:
 
 
 class SeaweedAdapter:
-    """One provisioner session with a SeaweedFS store (a ``weed shell`` per round trip)."""
+    """One provisioner session with a SeaweedFS store (one ``weed shell`` kept open for it,
+    started at its first exchange)."""
 
     create_decides = True  # create reads the configuration first (see adapter.Deciding)
 
@@ -119,6 +122,7 @@ class SeaweedAdapter:
         self.session = Session(
             self.admin.master, self.admin.filer, self.admin.config, self.admin.weed or find_weed()
         )
+        self._shell: Conversation | None = None
         self._looked: list[dict[str, Any]] | None = None  # inspect's read, used once by create
         self._buckets: frozenset[str] = frozenset()  # the buckets there were at the last read
         self._indexed: (
@@ -128,9 +132,15 @@ class SeaweedAdapter:
 
     # -- reading -------------------------------------------------------------------------------
 
+    def _conversation(self) -> Conversation:
+        """The run's shell, started at the first exchange (again after one that failed)."""
+        if self._shell is None or self._shell.ended:
+            self._shell = Conversation(self.session)
+        return self._shell
+
     def _identities(self) -> list[dict[str, Any]]:
         """Every identity the store holds (private: each with its secret key)."""
-        data, self._buckets = self.session.export()
+        data, self._buckets = self._conversation().export()
         found = data.get("identities") or []
         return [i for i in found if isinstance(i, dict) and isinstance(i.get("name"), str)]
 
@@ -233,7 +243,7 @@ class SeaweedAdapter:
             return results
         secrets = [p for p, _g, _n in written.values()]
         try:
-            out = self.session.run(commands, secrets, check=False)
+            out = self._conversation().ask(commands, secrets)
             after = {i["name"]: i for i in self._identities()}
         except ProvisionError as exc:
             return results | dict.fromkeys(written, exc)
@@ -341,14 +351,17 @@ class SeaweedAdapter:
                 "it is the store's last identity: without one SeaweedFS accepts any request "
                 f"(give the store its static admin identity {self.admin.admin})",
             )
-        self.session.run([f"s3.configure -user={login} -delete -apply"])
+        self._conversation().ask([f"s3.configure -user={login} -delete -apply"])
         if any(i["name"] == login for i in self._identities()):
             raise ProvisionError(f"identity {login} is still in the store after its removal")
         return Done(OutcomeName.REMOVED, "identity deleted; its buckets and objects are kept")
 
     def close(self) -> None:
-        """Nothing stays open between shell sessions."""
+        """End the run's shell; nothing stays open after the run."""
         self._looked = None
+        if self._shell is not None:
+            self._shell.close()
+            self._shell = None
 
 
 def _grant(login: str, values: Mapping[str, str]) -> Grant | None:

@@ -1,0 +1,403 @@
+"""The status image: a one-shot reader (``meshtui status``, a fresh process) brings up to date
+what an earlier reader made, kept in the state folder, and trusts it only when nothing is in
+doubt. Written by one process and read by another, stale, damaged, of another inventory, a link
+or a FIFO in its place, or a folder the reader cannot write: each read is exactly the read of
+every pair, and an image that must not be believed is not (each test gives the image a lie that
+would show if it were)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import sqlite3
+import stat
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from meshtui.controller import status as status_mod
+from meshtui.controller import status_image
+from meshtui.controller.status import statuses
+from meshtui.inventory import Inventory, now
+from meshtui.inventory.rows import StatusChanges, StatusMark
+from meshtui.model import State
+from tests.test_status_read import PAIRS, pair_record, probe, want
+
+LIE = "a lie the image was given"
+
+
+def made(folder: Path) -> Inventory:
+    """A fresh inventory in ``folder`` holding the walk's pairs, every end delivered."""
+    inv = Inventory.open(folder / "inventory.db")
+    with inv.transaction("test") as tx:
+        tx.put_pairs([pair_record(pid, generation=want(pid)) for pid in PAIRS])
+        tx.put_deliveries(
+            [
+                {"pair": pid, "end": end, "generation": want(pid), "digest": None,
+                 "since": now(), "attempted_at": now(), "error": None}
+                for pid in PAIRS for end in ("consumer", "provider")
+            ]
+        )  # fmt: skip
+    return inv
+
+
+@pytest.fixture
+def inv(tmp_path: Path) -> Iterator[Inventory]:
+    with made(tmp_path) as inv:
+        yield inv
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> list[StatusChanges]:
+    """Every status read the inventory answers from now on (a spy: the read itself runs)."""
+    seen: list[StatusChanges] = []
+    real = Inventory.status_changes
+
+    def spy(self: Inventory, since: StatusMark | None, also: Any = ()) -> StatusChanges:
+        got = real(self, since, also)
+        seen.append(got)
+        return got
+
+    monkeypatch.setattr(Inventory, "status_changes", spy)
+    return seen
+
+
+def image_json(folder: Path) -> dict[str, Any]:
+    return json.loads((folder / status_image.IMAGE).read_bytes())
+
+
+def lied(image: dict[str, Any]) -> dict[str, Any]:
+    """The image with every reason replaced by :data:`LIE` (still a well-formed image)."""
+    rows = image["rows"]
+    return image | {"rows": rows | {"reason": [LIE] * len(rows["reason"])}}
+
+
+def plant(folder: Path, image: dict[str, Any]) -> None:
+    path = folder / status_image.IMAGE
+    path.unlink(missing_ok=True)
+    path.write_bytes(json.dumps(image).encode())
+    path.chmod(0o600)
+
+
+def believed(got: list[Any]) -> bool:
+    return any(st.reason == LIE for st in got)
+
+
+def test_an_image_written_by_one_process_is_read_by_another(
+    inv: Inventory, tmp_path: Path, reads: list[StatusChanges]
+) -> None:
+    """``meshtui status --json`` in a fresh process reads every pair and leaves the image
+    (0600); after another write, this process reads the image and only the pair written since,
+    and a fresh CLI process again prints exactly what the read of every pair gives."""
+    cli = [sys.executable, "-m", "meshtui.cli", "--state", str(tmp_path), "status", "--json"]
+    subprocess.run(cli, check=True, capture_output=True)
+    written = os.stat(tmp_path / status_image.IMAGE)
+    assert stat.S_IMODE(written.st_mode) == 0o600 and stat.S_ISREG(written.st_mode)
+    with inv.transaction("test") as tx:
+        tx.add_probes([probe(PAIRS[2], random.Random(1))])
+    got = statuses(inv, image=tmp_path)
+    assert [r.whole for r in reads] == [False] and len(reads[0].rows) == 1
+    assert got == statuses(inv)
+    printed = json.loads(subprocess.run(cli, check=True, capture_output=True).stdout)
+    assert printed == json.loads(json.dumps([st.to_json() for st in statuses(inv)]))
+
+
+def test_a_stale_image_is_brought_up_to_date(
+    inv: Inventory, tmp_path: Path, reads: list[StatusChanges], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An image behind the inventory by a probe, a rotation, an open rotation and a provider's
+    kind is read with what changed since (not believed as it stands); once a pair is added,
+    every pair is read and the image written again at the new mark, and so it is when more
+    statuses were made than :data:`~meshtui.controller.status.REWRITE_AFTER`."""
+    statuses(inv, image=tmp_path)
+    rng = random.Random(2)
+    with inv.transaction("test") as tx:
+        refused = probe(PAIRS[0], rng) | {"verdict": "refused", "generation": want(PAIRS[0]),
+                                          "withdrawn": 0, "reason": "refused (28P01)"}  # fmt: skip
+        tx.add_probes([refused])  # type: ignore[list-item]
+        tx.set_generation(PAIRS[1], want(PAIRS[1]) + 1, now())
+        tx.journal_rotation([{"pair": PAIRS[3], "from": 1, "to": 2}], owner_pid=1)
+    del reads[:]
+    got = statuses(inv, image=tmp_path)
+    assert got == statuses(inv)
+    assert not reads[0].whole and {st.state for st in got} == {State.STALE, State.UNKNOWN}
+    with inv.transaction("test") as tx:
+        tx.put_modules([{"id": "db1/postgres", "node": "db1", "name": "postgres",
+                         "spec": '{"provides": [{"name": "database", "kind": "redis"}]}',
+                         "declared": 1}])  # fmt: skip
+    assert statuses(inv, image=tmp_path) == statuses(inv)
+    assert {st.kind for st in statuses(inv, image=tmp_path)} == {"redis"}
+    with inv.transaction("test") as tx:  # declare adds a pair: the pairs' stamp moves
+        tx.put_pairs([pair_record("database:late/svc->db1/postgres")])
+    del reads[:]
+    assert statuses(inv, image=tmp_path) == statuses(inv)
+    assert reads[0].whole and image_json(tmp_path)["mark"] == mark_json(reads[0].mark)
+    monkeypatch.setattr(status_mod, "REWRITE_AFTER", 2)
+    with inv.transaction("test") as tx:
+        tx.add_probes([probe(pid, rng) for pid in PAIRS[:3]])
+    del reads[:]
+    assert statuses(inv, image=tmp_path) == statuses(inv)
+    assert not reads[0].whole and len(reads[0].rows) == 3
+    assert image_json(tmp_path)["mark"] == mark_json(reads[0].mark)  # more than 2 made
+
+
+def mark_json(mark: StatusMark | None) -> dict[str, int]:
+    assert mark is not None
+    return {"epoch": mark.epoch, "stamp": mark.stamp, "tick": mark.tick}
+
+
+def _truncated(image: dict[str, Any]) -> bytes:
+    data = json.dumps(image).encode()
+    return data[: len(data) // 2]
+
+
+def _shorter_column(image: dict[str, Any]) -> bytes:
+    rows = image["rows"]
+    return json.dumps(image | {"rows": rows | {"reason": rows["reason"][:-1]}}).encode()
+
+
+def _unsorted(image: dict[str, Any]) -> bytes:
+    rows = image["rows"]
+    flipped = {name: column[::-1] for name, column in rows.items()}
+    return json.dumps(image | {"rows": flipped}).encode()
+
+
+DAMAGED = {
+    "truncated": _truncated,
+    "garbage": lambda image: os.urandom(4096),
+    "empty": lambda image: b"",
+    "a column shorter than the others": _shorter_column,
+    "rows out of order": _unsorted,
+    "another format": lambda image: json.dumps(image | {"format": 99}).encode(),
+    "other code": lambda image: json.dumps(image | {"code": "0" * 32}).encode(),
+    "an unknown field": lambda image: json.dumps(image | {"extra": 1}).encode(),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGED))
+def test_a_damaged_image_is_read_whole_and_written_again(
+    inv: Inventory, tmp_path: Path, reads: list[StatusChanges], damage: str
+) -> None:
+    """An image truncated, garbled, empty, of columns of unequal length, out of order, of
+    another format or other code, or with a field it does not know is not used (the read is
+    the read of every pair, never an error) and is replaced by a good one."""
+    statuses(inv, image=tmp_path)
+    path = tmp_path / status_image.IMAGE
+    path.write_bytes(DAMAGED[damage](lied(image_json(tmp_path))))
+    del reads[:]
+    got = statuses(inv, image=tmp_path)
+    assert not believed(got) and got == statuses(inv)
+    assert reads[0].whole
+    assert status_image.read(tmp_path, inv.path) is not None  # written again, good
+
+
+@pytest.mark.parametrize("how", ["readable by others", "another owner"])
+def test_an_image_others_could_have_written_is_not_believed(
+    inv: Inventory, tmp_path: Path, how: str
+) -> None:
+    """An image readable by group or others, or owned by someone other than the inventory's
+    owner, is not believed (its lie does not show) and is replaced by the owner's own."""
+    statuses(inv, image=tmp_path)
+    plant(tmp_path, lied(image_json(tmp_path)))
+    path = tmp_path / status_image.IMAGE
+    if how == "readable by others":
+        path.chmod(0o644)
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("giving a file to another user needs root")
+        os.chown(path, 65534, 65534)
+    assert not believed(statuses(inv, image=tmp_path))
+    st = os.stat(path)
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (os.stat(inv.path).st_uid, 0o600)
+
+
+def test_a_lie_in_a_well_formed_image_is_believed(inv: Inventory, tmp_path: Path) -> None:
+    """The control of the tests above: the same lie in a well-formed image of the owner's is
+    believed (the image is trusted as its owner wrote it), so each refusal above is the check
+    it names."""
+    statuses(inv, image=tmp_path)
+    plant(tmp_path, lied(image_json(tmp_path)))
+    assert believed(statuses(inv, image=tmp_path))
+
+
+def test_an_image_of_a_recreated_inventory_is_not_used(tmp_path: Path) -> None:
+    """The state folder made again (the inventory removed, declared anew): the old image,
+    left beside the new file, is not used (another epoch)."""
+    with made(tmp_path) as inv:
+        statuses(inv, image=tmp_path)
+        plant(tmp_path, lied(image_json(tmp_path)))
+    for name in ("inventory.db", "inventory.db-wal", "inventory.db-shm"):
+        (tmp_path / name).unlink(missing_ok=True)
+    with made(tmp_path) as inv:
+        got = statuses(inv, image=tmp_path)
+        assert not believed(got) and got == statuses(inv)
+
+
+def test_an_image_of_a_restored_inventory_is_not_used(tmp_path: Path) -> None:
+    """An older copy of the file put back in its place (a restore: a new file, the same epoch)
+    and written since to the very tick the image was made at: the image, made from the file
+    before it was replaced, holds writes the restored file never had, under the same mark. It
+    is not used: its file is another file."""
+    with made(tmp_path) as inv:
+        older = tmp_path / "older.db"
+        with sqlite3.connect(older) as copy:
+            inv._db.conn.backup(copy)
+        copy.close()
+        rng = random.Random(3)
+        with inv.transaction("test") as tx:
+            tx.add_probes([probe(PAIRS[0], rng)])
+        statuses(inv, image=tmp_path)
+        kept = image_json(tmp_path)
+    os.replace(older, tmp_path / "inventory.db")  # the restore
+    for name in ("inventory.db-wal", "inventory.db-shm"):
+        (tmp_path / name).unlink(missing_ok=True)
+    plant(tmp_path, kept)
+    with Inventory.open(tmp_path / "inventory.db") as inv:
+        with inv.transaction("test") as tx:
+            tx.add_probes([probe(PAIRS[5], rng)])
+        now_mark = inv.status_changes(None).mark
+        assert now_mark is not None and [now_mark.epoch, now_mark.stamp, now_mark.tick] == [
+            kept["mark"]["epoch"],
+            kept["mark"]["stamp"],
+            kept["mark"]["tick"],
+        ]  # the same mark: only the file tells them apart
+        got = statuses(inv, image=tmp_path)
+        assert got == statuses(inv), "an image of the file before the restore was used"
+
+
+def test_a_link_at_the_image_path_is_never_followed(inv: Inventory, tmp_path: Path) -> None:
+    """A link planted where the image goes, to a well-formed image that lies: not read
+    through, and replaced by the image itself (the link's target is left as it was)."""
+    statuses(inv, image=tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    target = elsewhere / "planted.json"
+    target.write_bytes(json.dumps(lied(image_json(tmp_path))).encode())
+    target.chmod(0o600)
+    before = target.read_bytes()
+    (tmp_path / status_image.IMAGE).unlink()
+    (tmp_path / status_image.IMAGE).symlink_to(target)
+    got = statuses(inv, image=tmp_path)
+    assert not believed(got) and got == statuses(inv)
+    assert not (tmp_path / status_image.IMAGE).is_symlink()
+    assert target.read_bytes() == before
+
+
+def test_a_fifo_at_the_image_path_never_blocks(inv: Inventory, tmp_path: Path) -> None:
+    """A FIFO planted where the image goes (nobody writing to it): a fresh process's read
+    neither blocks on it nor fails, and the FIFO is replaced by the image."""
+    os.mkfifo(tmp_path / status_image.IMAGE, 0o600)
+    read = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from meshtui.controller.status import statuses\n"
+        "from meshtui.inventory import Inventory\n"
+        "folder = Path(sys.argv[1])\n"
+        "with Inventory.open(folder / 'inventory.db', read_only=True) as inv:\n"
+        "    print(len(statuses(inv, image=folder)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", read, str(tmp_path)], capture_output=True,
+                          text=True, timeout=30, check=True)  # fmt: skip
+    assert done.stdout.strip() == str(len(PAIRS))
+    assert stat.S_ISREG(os.lstat(tmp_path / status_image.IMAGE).st_mode)
+    assert status_image.read(tmp_path, inv.path) is not None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs a reader as another user (root only)")
+def test_a_reader_that_cannot_write_the_folder_reads_and_writes_nothing() -> None:
+    """The inventory's owner reading from a folder it may not write (mode 0500): the read is
+    complete, no image is left and nothing is said; an image there it may not write over is
+    still read."""
+    base = Path(tempfile.mkdtemp(prefix="meshtui-image-"))
+    try:
+        base.chmod(0o755)
+        folder = base / "state"
+        folder.mkdir()
+        with made(folder) as inv:
+            whole = [st.to_json() for st in statuses(inv)]
+        for path in [folder, *folder.iterdir()]:
+            os.chown(path, 65534, 65534)
+        folder.chmod(0o500)
+        read = (  # imported as root (the interpreter is root's), then 65534 for good
+            "import importlib.metadata, json, os, sys\n"
+            "from pathlib import Path\n"
+            "from meshtui.controller.status import statuses\n"
+            "from meshtui.controller.status_image import code_digest\n"
+            "from meshtui.inventory import Inventory\n"
+            "code_digest()\n"
+            "os.setgroups([]); os.setresgid(65534, 65534, 65534); os.setresuid(65534, 65534, 65534)\n"
+            "folder = Path(sys.argv[1])\n"
+            "with Inventory.open(folder / 'inventory.db', read_only=True) as inv:\n"
+            "    print(json.dumps([st.to_json() for st in statuses(inv, image=folder)]))\n"
+        )
+        argv = [sys.executable, "-c", read, str(folder)]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True,
+                              cwd="/")  # fmt: skip
+        assert json.loads(done.stdout) == whole and done.stderr == ""
+        assert not (folder / status_image.IMAGE).exists()
+        folder.chmod(0o700)  # the owner may write: the image is left, given to the owner
+        subprocess.run(argv, capture_output=True, timeout=60, check=True,
+                       cwd="/")  # fmt: skip
+        st = os.stat(folder / status_image.IMAGE)
+        assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (65534, 0o600)
+        folder.chmod(0o500)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True,
+                              cwd="/")  # fmt: skip
+        assert json.loads(done.stdout) == whole
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_root_gives_the_image_the_inventorys_owner(tmp_path: Path) -> None:
+    """Root reading a state folder whose inventory another user owns leaves the image that
+    user's (0600), so the owner's own reads trust it."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    with made(tmp_path) as inv:
+        os.chown(inv.path, 65534, 65534)
+        statuses(inv, image=tmp_path)
+        st = os.stat(tmp_path / status_image.IMAGE)
+        assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (65534, 65534, 0o600)
+        assert status_image.read(tmp_path, inv.path) is not None
+
+
+def test_the_images_columns_are_a_status_rows_fields() -> None:
+    """The image's columns are :class:`~meshtui.model.PairStatus`'s fields, in order (the
+    statuses are made from them by position)."""
+    from meshtui.model import PairStatus
+
+    assert tuple(PairStatus.__dataclass_fields__) == status_image.FIELDS
+
+
+def test_a_keeping_reader_starts_from_the_image_and_leaves_one(
+    inv: Inventory, tmp_path: Path, reads: list[StatusChanges], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A keeping reader (``watch``, the dashboard) given the folder reads its first read from
+    the image (only the pair written since), keeps it in memory from then on, and leaves the
+    image again when its read made more than
+    :data:`~meshtui.controller.status.REWRITE_AFTER` statuses (a probe of many pairs), so the
+    next one-shot read after it starts from there."""
+    statuses(inv, image=tmp_path)
+    rng = random.Random(4)
+    with inv.transaction("test") as tx:
+        tx.add_probes([probe(PAIRS[1], rng)])
+    with Inventory.open(inv.path, read_only=True) as keeper:
+        del reads[:]
+        assert statuses(keeper, keep=True, image=tmp_path) == statuses(inv)
+        assert not reads[0].whole and len(reads[0].rows) == 1
+        monkeypatch.setattr(status_mod, "REWRITE_AFTER", 2)
+        with inv.transaction("test") as tx:
+            tx.add_probes([probe(pid, rng) for pid in PAIRS])
+        del reads[:]
+        assert statuses(keeper, keep=True, image=tmp_path) == statuses(inv)
+        assert image_json(tmp_path)["mark"] == mark_json(reads[0].mark)
+        del reads[:]
+        assert statuses(inv, image=tmp_path) == statuses(inv)
+        assert reads[0].rows == []  # the one-shot reader had nothing left to read
