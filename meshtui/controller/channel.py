@@ -1,10 +1,10 @@
-"""One kept HTTP/1.1 connection to a node's agent, for its signed requests.
+"""Kept HTTP/1.1 connections to a node's agent, for its signed requests.
 
 A rotation's window holds one agent answer read and one request sent; through httpx each cost
 about a quarter of a millisecond of Python on this machine (its request and response models,
 httpcore's pool, the ``h11`` parser), more than the agent's own parse. A :class:`Channel` sends
 a request made whole ahead (:func:`request_bytes`, one write) on a connection kept open
-between requests, and reads the answer with the ``httptools`` C parser the agent serves with.
+between requests (one request at a time on each), and reads the answer with the ``httptools`` C parser the agent serves with.
 It speaks to ``unix:/path``, ``http://`` and ``https://`` agents (TLS verified with the
 system's CA bundle, as the httpx client was).
 
