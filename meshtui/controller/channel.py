@@ -22,6 +22,7 @@ import select
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -121,8 +122,9 @@ class Channel:
 
     def exchange(self, request: bytes, timeout: float) -> Answer:
         """Write ``request`` (from :func:`request_bytes`) and read its answer; ``timeout`` bounds
-        the connect and each write and read. TimeoutError, or OSError when unreachable or the
-        answer is not readable."""
+        the connect, each write, and the whole answer from the request's write to its last byte
+        (an agent dripping it a byte at a time is cut off there, as one that never answers).
+        TimeoutError, or OSError when unreachable or the answer is not readable."""
         sock = self._take()
         kept = sock is not None
         if sock is None:
@@ -140,7 +142,7 @@ class Channel:
                 sock = self._connect(timeout)  # closed as it was reused: once more, new
                 sock.settimeout(timeout)
                 sock.sendall(request)
-            answer, again = self._read(sock)
+            answer, again = self._read(sock, time.monotonic() + timeout)
         except BaseException:
             sock.close()
             raise
@@ -170,12 +172,17 @@ class Channel:
                 return
         sock.close()
 
-    def _read(self, sock: socket.socket) -> tuple[Answer, bool]:
-        """The answer, and whether the connection may carry the next request."""
+    def _read(self, sock: socket.socket, deadline: float) -> tuple[Answer, bool]:
+        """The answer, whole by ``deadline`` (monotonic), and whether the connection may carry
+        the next request."""
         reading = _Reading()
         parser = httptools.HttpResponseParser(reading)
         size = 0
         while not reading.done:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the agent's answer did not end in time")
+            sock.settimeout(left)
             data = sock.recv(CHUNK)
             if not data:
                 raise ChannelError("the agent closed the connection before its answer ended")

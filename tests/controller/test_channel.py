@@ -222,3 +222,50 @@ def test_an_https_agent_is_verified_and_kept(mesh_with_agents: Any, tmp_path: Pa
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+# --- attack26: a hostile or broken agent / network peer -----------------------------------
+
+
+def test_a_slow_drip_answer_is_cut_off_at_the_timeout(tmp_path: Path) -> None:
+    # an agent (or anyone on the path of a plain http:// agent) that sends its answer a byte at
+    # a time, each well inside the timeout, held the controller for as long as it liked: the
+    # timeout bounded each read, not the answer
+    path = tmp_path / "drip.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    server.listen()
+    stop = threading.Event()
+
+    def drip() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 1000000\r\n\r\n")
+            while not stop.wait(0.1):
+                try:
+                    conn.sendall(b" ")
+                except OSError:
+                    return
+
+    threading.Thread(target=drip, daemon=True).start()
+    channel = Channel(f"unix:{path}", ssl.create_default_context())
+    outcome: list[BaseException | None] = []
+
+    def ask() -> None:
+        try:
+            channel.exchange(ASK, 1.0)
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 (recorded for the assertion below)
+            outcome.append(exc)
+
+    asker = threading.Thread(target=ask, daemon=True)
+    started = time.monotonic()
+    asker.start()
+    asker.join(6.0)
+    stop.set()
+    server.close()
+    assert not asker.is_alive(), "a dripping answer held the controller past its timeout"
+    assert isinstance(outcome[0], TimeoutError)
+    assert time.monotonic() - started < 3.0
+    assert channel._idle == []
