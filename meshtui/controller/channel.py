@@ -71,18 +71,35 @@ class Answer:
 
 
 class _Reading:
-    """The ``httptools`` callbacks filling one :class:`Answer`."""
+    """The ``httptools`` callbacks filling one :class:`Answer` from the first answer alone:
+    anything after it (an answer nobody asked for, in the same read) is not mixed into it, and
+    marks the connection as not to be kept."""
 
-    def __init__(self) -> None:
+    def __init__(self, parser_of: list[httptools.HttpResponseParser]) -> None:
         self.answer = Answer()
         self.parts: list[bytes] = []
         self.done = False
+        self.extra = False
+        self.keep = False
+        self._parser_of = parser_of
+
+    def on_message_begin(self) -> None:
+        if self.done:
+            self.extra = True
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.answer.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+        if not self.done:
+            self.answer.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+    def on_headers_complete(self) -> None:
+        if not self.done:
+            parser = self._parser_of[0]
+            self.answer.status_code = parser.get_status_code()
+            self.keep = parser.get_http_version() == "1.1"
 
     def on_body(self, body: bytes) -> None:
-        self.parts.append(body)
+        if not self.done:
+            self.parts.append(body)
 
     def on_message_complete(self) -> None:
         self.done = True
@@ -175,8 +192,10 @@ class Channel:
     def _read(self, sock: socket.socket, deadline: float) -> tuple[Answer, bool]:
         """The answer, whole by ``deadline`` (monotonic), and whether the connection may carry
         the next request."""
-        reading = _Reading()
+        parser_of: list[httptools.HttpResponseParser] = []
+        reading = _Reading(parser_of)
         parser = httptools.HttpResponseParser(reading)
+        parser_of.append(parser)
         size = 0
         while not reading.done:
             left = deadline - time.monotonic()
@@ -194,10 +213,9 @@ class Channel:
             except httptools.HttpParserError as exc:
                 raise ChannelError(f"the agent's answer is not HTTP: {exc}") from None
         answer = reading.answer
-        answer.status_code = parser.get_status_code()
         answer.body = b"".join(reading.parts)
         closing = "close" in answer.headers.get("connection", "").lower()
-        return answer, not closing and parser.get_http_version() == "1.1"
+        return answer, reading.keep and not closing and not reading.extra
 
     def _connect(self, timeout: float) -> socket.socket:
         if self._uds is not None:

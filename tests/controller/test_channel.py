@@ -269,3 +269,21 @@ def test_a_slow_drip_answer_is_cut_off_at_the_timeout(tmp_path: Path) -> None:
     assert isinstance(outcome[0], TimeoutError)
     assert time.monotonic() - started < 3.0
     assert channel._idle == []
+
+
+FORGED = b"HTTP/1.1 503 Busy\r\nretry-after: 1\r\ncontent-length: 2\r\n\r\n[]"
+
+
+def test_bytes_after_the_answer_are_not_mixed_into_it_nor_left_for_the_next(rogue: Any) -> None:
+    # a second answer nobody asked for, in the same write as the first: it was parsed into
+    # the same Answer (its status 503 and retry-after over the first's 200, its body after the
+    # first's), so the controller acted on the forged status (a busy agent: the same request
+    # sent again); the connection is not kept either, since what follows is not an answer
+    server = rogue([[OK + FORGED], [OK]])
+    channel = channel_to(server)
+    answer = channel.exchange(ASK, 5.0)
+    assert (answer.status_code, answer.body) == (200, b"{}")
+    assert "retry-after" not in answer.headers
+    assert channel._idle == []
+    assert channel.exchange(ASK, 5.0).json() == {}
+    assert server.accepted == 2
