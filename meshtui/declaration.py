@@ -245,11 +245,15 @@ def _node(r: _Reader, name: str, spec: Any) -> Node:
             "give the node's private address",
         )
     agent = r.string(spec, "agent", where)
-    if not agent.startswith(("http://", "https://", "unix:/")):
+    if not agent.startswith(("http://", "https://", "unix:/")) or (
+        # an http(s) URL's host and path go into the request line and host header as they are
+        not agent.startswith("unix:") and not all("!" <= c <= "~" for c in agent)
+    ):
         raise r.fail(
             f"{where}.agent",
             f"{agent!r} is not an agent URL",
-            'use "http://ADDRESS:PORT" or "unix:/PATH"',
+            'use "http://ADDRESS:PORT" or "unix:/PATH" (a URL in printable ASCII without '
+            "spaces: percent-encode anything else)",
         )
     if "keys" not in spec:
         raise r.fail(

@@ -214,6 +214,14 @@ def _address(value: str) -> Case:
     return case
 
 
+def _agent(value: str) -> Case:
+    def case(mesh: Mesh, spec: Spec) -> str:
+        spec["nodes"]["app2"]["agent"] = value
+        return ""
+
+    return case
+
+
 def _bad_module_name(mesh: Mesh, spec: Spec) -> str:
     spec["modules"]["app1/bad[b]name"] = consumer("app1/bad[b]name")
     return ""
@@ -328,6 +336,10 @@ ERRORS: list[tuple[str, Case, list[str]]] = [
     ("bad address", _address("10.213.0.300"), ["nodes.app2.address", "10.213.0.300", "address"]),
     ("host name as address", _address("db1.local"), ["nodes.app2.address", "db1.local"]),
     ("empty address", _address(""), ["nodes.app2.address", "non-empty"]),
+    # an agent URL's host and path reach the request line and host header as they are
+    ("agent URL with a space", _agent("http://10.0.0.2:1/a b"), ["nodes.app2.agent", "ASCII"]),
+    ("agent URL with CR LF", _agent("http://10.0.0.2:1/\r\nx: 1"), ["nodes.app2.agent"]),
+    ("agent URL non-ASCII", _agent("http://10.0.0.2:1/\u00e9"), ["nodes.app2.agent", "encode"]),
     ("bad module name", _bad_module_name, ['modules."app1/bad[b]name"', "bad[b]name", "1-32"]),
     ("70-character node name", _long_node_name, [f"nodes.{LONG}", "1-32"]),
     ("module requires itself", _self_requirement, ['modules."db1/postgres".requires[0]', "itself"]),

@@ -119,6 +119,11 @@ class Channel:
             self._uds, self.host, self.prefix = agent[len("unix:") :], "agent", ""
             return
         url = urlsplit(agent)
+        if not _one_token(agent):
+            raise ValueError(
+                f"agent address {agent!r}: a space, control or non-ASCII character would not "
+                "make one request line (urlsplit drops CR and LF); percent-encode it"
+            )
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ValueError(f"agent address {agent!r}: use http(s)://HOST:PORT or unix:PATH")
         self._tls = tls if url.scheme == "https" else None
@@ -236,6 +241,12 @@ class Channel:
             sock.close()
             raise
         return sock
+
+
+def _one_token(agent: str) -> bool:
+    """True when ``agent`` is printable ASCII without a space: its path and host go into the
+    request line and the ``host`` header as they are."""
+    return all("!" <= c <= "~" for c in agent)
 
 
 def _closed_meanwhile(sock: socket.socket) -> bool:

@@ -287,3 +287,22 @@ def test_bytes_after_the_answer_are_not_mixed_into_it_nor_left_for_the_next(rogu
     assert channel._idle == []
     assert channel.exchange(ASK, 5.0).json() == {}
     assert server.accepted == 2
+
+
+@pytest.mark.parametrize(
+    "agent",
+    [
+        "http://127.0.0.1:1/a b",
+        "http://127.0.0.1:1/a\u00e9",
+        "http://127.0.0.1:1/a\x00",
+        "http://127.0.0.1:1/v1\r\nx-forged: 1",
+        "http://127.0.0.1 x:1/",
+    ],
+    ids=["space", "non-ascii", "nul", "crlf", "space-in-host"],
+)
+def test_an_agent_address_that_would_not_make_one_request_line_is_refused(agent: str) -> None:
+    # the agent URL reaches the request line and the host header as it is: a space splits
+    # the request line, a non-ASCII character failed with a bare UnicodeEncodeError at the
+    # first request, and CR/LF were silently dropped by urlsplit (another URL than declared)
+    with pytest.raises(ValueError, match="agent address"):
+        Channel(agent, ssl.create_default_context())
