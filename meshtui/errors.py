@@ -21,6 +21,7 @@
     │   ├── EnvelopeError        bad signature, stale clock, replayed nonce, wrong recipient
     │   └── MessageError         a payload that does not have its kind's shape (names the field)
     ├── AgentError               a host agent could not be reached or did not do the work
+    ├── ChannelError             an agent's HTTP answer not readable (also an OSError)
     ├── HostFileError            a node's file or folder the agent must not trust or cannot use
     ├── PolicyRefusal            a delivered item the node's policy does not allow (that end only)
     ├── RotationError            a rotation could not start or finish
@@ -192,6 +193,11 @@ class AgentError(MeshtuiError):
     def __init__(self, node: str, reason: str) -> None:
         self.node, self.reason = node, reason
         super().__init__(f"node {node}: {reason}")
+
+
+class ChannelError(MeshtuiError, OSError):
+    """An agent's answer could not be read: not HTTP, too large, or cut short. Also an
+    ``OSError``, as a connection's failure is: the caller turns either into an AgentError."""
 
 
 class HostFileError(MeshtuiError):

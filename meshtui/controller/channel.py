@@ -30,6 +30,8 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from meshtui.errors import ChannelError
+
 MAX_ANSWER = 256 * 1024 * 1024
 """The largest answer read (a state answer for 10,000 pairs is a few MiB): a node that sends
 more is cut off, not held in memory."""
@@ -37,10 +39,6 @@ CHUNK = 256 * 1024
 """Bytes read from the socket at once."""
 KEPT = 4
 """Idle connections kept per agent; one more is closed after its answer."""
-
-
-class ChannelError(OSError):
-    """The agent's answer could not be read: not HTTP, too large, or cut short."""
 
 
 def request_bytes(host: str, target: str, body: bytes) -> bytes:

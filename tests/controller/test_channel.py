@@ -24,7 +24,7 @@ import pytest
 from meshtui import messages
 from meshtui.controller import channel as channel_module
 from meshtui.controller.channel import Channel, request_bytes
-from meshtui.errors import AgentError
+from meshtui.errors import AgentError, ChannelError
 from meshtui.lab import certificates
 
 pytestmark = pytest.mark.slow
@@ -145,7 +145,7 @@ def test_an_answer_that_is_not_whole_http_is_an_error_never_a_second_send(
     server = rogue([[OK, answer], [OK]])
     channel = channel_to(server)
     assert channel.exchange(ASK, 5.0).json() == {}
-    with pytest.raises(channel_module.ChannelError, match=why):
+    with pytest.raises(ChannelError, match=why):
         channel.exchange(ASK, 5.0)
     assert channel._idle == [] and server.accepted == 1
 
