@@ -8,6 +8,10 @@ included. :class:`Guard` adds two bounds to uvicorn's HTTP protocols:
 - a deadline for every request head (the request line and headers): :data:`HEAD_TIMEOUT_S`
   from the moment the connection opens or the previous answer was sent; a head that is late
   ends the connection, however many bytes trickle in;
+- at most :data:`MAX_HEAD_BYTES` for a request head (:class:`GuardedHttpTools`): uvicorn's
+  ``httptools`` protocol keeps every byte of a head's target and headers until it ends, so
+  for its deadline a head at a network's speed grew the agent by hundreds of MiB a
+  connection; a longer head is answered 431 and its connection ended;
 - at most :data:`MAX_PEER_CONNECTIONS` open connections per peer address (TCP; a Unix socket
   is 0600 and reachable by the controller's user only), so one host cannot fill uvicorn's cap.
   At the cap a newcomer replaces that address's longest-waiting connection whose request has
@@ -33,6 +37,13 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 HEAD_TIMEOUT_S = 5.0
 """Seconds a request head may take to arrive (the controller sends it in one write)."""
+MAX_HEAD_BYTES = 64 * 1024
+"""Bytes a request head may take (the controller's take about 150; ``h11`` stopped at 16 KiB)."""
+HEAD_TOO_LARGE = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\n"
+    b"connection: close\r\n\r\n"
+)
+"""The answer to a head longer than :data:`MAX_HEAD_BYTES` (its connection then ends)."""
 MAX_PEER_CONNECTIONS = 8
 """Open connections one peer address may hold at once; more are closed on arrival."""
 
@@ -139,9 +150,26 @@ class Guard(asyncio.Protocol):
 
 
 class GuardedHttpTools(Guard, HttpToolsProtocol):
-    """uvicorn's ``httptools`` protocol with the :class:`Guard`: what the agent serves with."""
+    """uvicorn's ``httptools`` protocol with the :class:`Guard`, and each head's bytes counted
+    from its first (:data:`MAX_HEAD_BYTES`): what the agent serves with."""
+
+    _heading = False
+    _head_bytes = 0
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self._heading:  # a head begun and not ended: this read counts whole (a head that
+            self._head_bytes += len(data)  # began after a body's end in it is over-counted)
+            if self._head_bytes > MAX_HEAD_BYTES and not self.transport.is_closing():
+                self.transport.write(HEAD_TOO_LARGE)
+                self.transport.close()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._heading, self._head_bytes = True, 0
 
     def on_headers_complete(self) -> None:
+        self._heading = False
         super().on_headers_complete()
         self._head_arrived()
 

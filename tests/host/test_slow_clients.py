@@ -269,3 +269,48 @@ def test_the_next_head_on_a_kept_connection_has_its_deadline_too(agent: TcpAgent
                 break
         assert closed, "a trickled second head kept its connection past the deadline"
         assert time.monotonic() - start > connections.HEAD_TIMEOUT_S - 1
+
+
+def _rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+@pytest.mark.parametrize(
+    "start",
+    [b"GET /", b"POST /v1 HTTP/1.1\r\nx-pad: ", b"GET /health HTTP/1.1\r\n"],
+    ids=["endless-target", "endless-header-value", "endless-header-lines"],
+)
+def test_a_head_without_end_is_cut_off_long_before_its_deadline(
+    agent: TcpAgent, start: bytes
+) -> None:
+    # h11 refused a head over 16 KiB; uvicorn's httptools protocol keeps every byte of the
+    # request target and headers until the head ends (concatenating them: quadratic), so for
+    # the 5 s head deadline each connection of the per-peer cap grew the agent by tens of MiB
+    line = b"x-pad: " + b"a" * 100 + b"\r\n"
+    chunk = (line * 600) if start.endswith(b"\r\n") else b"a" * 65536
+    before = _rss_kib(agent.proc.pid)
+    sock = socket.create_connection((CONTROLLER, agent.port), source_address=(ATTACKER, 0))
+    sock.settimeout(1.0)
+    sent, started, cut = 0, time.monotonic(), None
+    try:
+        sock.sendall(start)
+        while time.monotonic() - started < connections.HEAD_TIMEOUT_S - 1.5:
+            sock.sendall(chunk)
+            sent += len(chunk)
+    except OSError:  # reset by the agent (or its buffers full while it sends the refusal)
+        cut = time.monotonic() - started
+    grown = _rss_kib(agent.proc.pid) - before
+    try:
+        answer = sock.recv(4096)
+    except OSError:
+        answer = b""
+    sock.close()
+    assert cut is not None, f"the agent took {sent >> 20} MiB of one head (grew {grown} KiB)"
+    assert grown < 16 * 1024, f"the agent grew {grown} KiB for one head"
+    assert answer in (b"",) or answer.startswith(b"HTTP/1.1 431")
+    status, _ = answered_within(agent, 3.0)
+    assert status == 200
