@@ -35,6 +35,9 @@ from meshtui.errors import ChannelError
 MAX_ANSWER = 256 * 1024 * 1024
 """The largest answer read (a state answer for 10,000 pairs is a few MiB): a node that sends
 more is cut off, not held in memory."""
+MAX_HEAD = 64 * 1024
+"""The largest answer head (status line and headers; an agent's take about 200 bytes): a
+longer one is cut off, not joined piece by piece until :data:`MAX_ANSWER`."""
 CHUNK = 256 * 1024
 """Bytes read from the socket at once."""
 KEPT = 4
@@ -77,6 +80,7 @@ class _Reading:
         self.answer = Answer()
         self.parts: list[bytes] = []
         self.done = False
+        self.headed = False
         self.extra = False
         self.keep = False
         self._parser_of = parser_of
@@ -90,6 +94,7 @@ class _Reading:
             self.answer.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
+        self.headed = True
         if not self.done:
             parser = self._parser_of[0]
             self.answer.status_code = parser.get_status_code()
@@ -215,6 +220,9 @@ class Channel:
                 parser.feed_data(data)
             except httptools.HttpParserError as exc:
                 raise ChannelError(f"the agent's answer is not HTTP: {exc}") from None
+            if size > MAX_HEAD and not reading.headed:  # (checked once fed: a read may hold
+                # a short head and much of the body)
+                raise ChannelError(f"the agent's answer head is larger than {MAX_HEAD} bytes")
         answer = reading.answer
         answer.body = b"".join(reading.parts)
         closing = "close" in answer.headers.get("connection", "").lower()

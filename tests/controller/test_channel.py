@@ -306,3 +306,43 @@ def test_an_agent_address_that_would_not_make_one_request_line_is_refused(agent:
     # first request, and CR/LF were silently dropped by urlsplit (another URL than declared)
     with pytest.raises(ValueError, match="agent address"):
         Channel(agent, ssl.create_default_context())
+
+
+def test_an_answer_head_without_end_is_cut_off_at_its_bound(tmp_path: Path) -> None:
+    # the answer's head (status line and headers) was bounded only by MAX_ANSWER (256 MiB):
+    # httptools joins a header's pieces as they come, so a hostile agent's endless header held
+    # the controller copying hundreds of MiB until the timeout
+    path = tmp_path / "head.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    server.listen()
+    stop = threading.Event()
+
+    def endless() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nx-pad: ")
+            while not stop.is_set():
+                try:
+                    conn.sendall(b"a" * 65536)
+                except OSError:
+                    return
+
+    threading.Thread(target=endless, daemon=True).start()
+    channel = Channel(f"unix:{path}", ssl.create_default_context())
+    try:
+        with pytest.raises(ChannelError, match="head"):
+            channel.exchange(ASK, 3.0)
+    finally:
+        stop.set()
+        server.close()
+    assert channel._idle == []
+
+
+def test_a_short_head_before_a_long_body_in_one_read_is_not_taken_for_a_long_head(
+    rogue: Any,
+) -> None:
+    body = b"[" + b"0," * (1 << 19) + b"0]"
+    server = rogue([[b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(body) + body]])
+    assert channel_to(server).exchange(ASK, 5.0).body == body
