@@ -42,6 +42,10 @@ CHUNK = 256 * 1024
 """Bytes read from the socket at once."""
 KEPT = 4
 """Idle connections kept per agent; one more is closed after its answer."""
+KEPT_IDLE_S = 4.0
+"""Longest a connection is kept idle: the agent ends one idle for 5 s (its head deadline,
+uvicorn's keep-alive), and a request written just as it does is lost with the connection:
+an error for a delivery that was never read (httpx kept one 5 s, racing the agent)."""
 
 
 def request_bytes(host: str, target: str, body: bytes) -> bytes:
@@ -115,6 +119,7 @@ class Channel:
 
     def __init__(self, agent: str, tls: ssl.SSLContext) -> None:
         self._idle: list[socket.socket] = []
+        self._since: dict[socket.socket, float] = {}  # when each idle one was kept
         self._lock = threading.Lock()
         self._tls: ssl.SSLContext | None = None
         self._uds: str | None = None
@@ -142,6 +147,7 @@ class Channel:
         """Close the kept connections (the next request opens another)."""
         with self._lock:
             idle, self._idle = self._idle, []
+            self._since.clear()
         for sock in idle:
             sock.close()
 
@@ -178,14 +184,16 @@ class Channel:
         return answer
 
     def _take(self) -> socket.socket | None:
-        """The most recently used kept connection the agent has not closed meanwhile, if any
-        (each is used by one request at a time: several threads may ask one node at once)."""
+        """The most recently used kept connection, idle at most :data:`KEPT_IDLE_S` and not
+        closed by the agent meanwhile, if any (each is used by one request at a time: several
+        threads may ask one node at once)."""
         while True:
             with self._lock:
                 if not self._idle:
                     return None
                 sock = self._idle.pop()
-            if not _closed_meanwhile(sock):
+                since = self._since.pop(sock, 0.0)
+            if time.monotonic() - since <= KEPT_IDLE_S and not _closed_meanwhile(sock):
                 return sock
             sock.close()
 
@@ -194,6 +202,7 @@ class Channel:
         with self._lock:
             if len(self._idle) < KEPT:
                 self._idle.append(sock)
+                self._since[sock] = time.monotonic()
                 return
         sock.close()
 

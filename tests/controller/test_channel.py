@@ -346,3 +346,18 @@ def test_a_short_head_before_a_long_body_in_one_read_is_not_taken_for_a_long_hea
     body = b"[" + b"0," * (1 << 19) + b"0]"
     server = rogue([[b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(body) + body]])
     assert channel_to(server).exchange(ASK, 5.0).body == body
+
+
+def test_a_connection_idle_near_the_agents_deadline_is_not_reused(
+    rogue: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the agent ends a connection idle for 5 s (its head deadline): a request written as it
+    # does is lost with it (an error, the delivery never read), so one idle that long is not
+    # written on; this rogue would still answer on the first connection
+    monkeypatch.setattr(channel_module, "KEPT_IDLE_S", 0.3, raising=False)
+    server = rogue([[OK, OK], [OK]])
+    channel = channel_to(server)
+    assert channel.exchange(ASK, 5.0).json() == {}
+    time.sleep(0.5)
+    assert channel.exchange(ASK, 5.0).json() == {}
+    assert server.accepted == 2
