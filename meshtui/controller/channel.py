@@ -227,11 +227,15 @@ class Channel:
                 raise ChannelError(f"the agent's answer is larger than {MAX_ANSWER} bytes")
             try:
                 parser.feed_data(data)
+            except httptools.HttpParserUpgrade:  # (not an HttpParserError)
+                raise ChannelError(_SWITCH) from None
             except httptools.HttpParserError as exc:
                 raise ChannelError(f"the agent's answer is not HTTP: {exc}") from None
             if size > MAX_HEAD and not reading.headed:  # (checked once fed: a read may hold
                 # a short head and much of the body)
                 raise ChannelError(f"the agent's answer head is larger than {MAX_HEAD} bytes")
+        if parser.should_upgrade():  # its parse stopped at the head: the body is not read
+            raise ChannelError(_SWITCH)
         answer = reading.answer
         answer.body = b"".join(reading.parts)
         closing = "close" in answer.headers.get("connection", "").lower()
@@ -256,6 +260,9 @@ class Channel:
             sock.close()
             raise
         return sock
+
+
+_SWITCH = "the agent's answer asks to switch protocols (an agent never does)"
 
 
 def _one_token(agent: str) -> bool:

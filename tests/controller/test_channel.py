@@ -361,3 +361,15 @@ def test_a_connection_idle_near_the_agents_deadline_is_not_reused(
     time.sleep(0.5)
     assert channel.exchange(ASK, 5.0).json() == {}
     assert server.accepted == 2
+
+
+def test_an_answer_that_switches_protocols_is_an_error_of_the_channel(rogue: Any) -> None:
+    # httptools raises HttpParserUpgrade (not an HttpParserError, not an OSError) on a 101:
+    # it left the client as neither AgentError nor a connection's failure (a 200 naming an
+    # upgrade is parsed whole as a 200: llhttp switches only on a 101)
+    answer = b"HTTP/1.1 101 Switching Protocols\r\nupgrade: x\r\nconnection: upgrade\r\n\r\n"
+    server = rogue([[answer]])
+    channel = channel_to(server)
+    with pytest.raises(ChannelError, match="switch"):
+        channel.exchange(ASK, 5.0)
+    assert channel._idle == []
