@@ -134,6 +134,12 @@ class Channel:
             )
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ValueError(f"agent address {agent!r}: use http(s)://HOST:PORT or unix:PATH")
+        try:  # what the connect would do, failing there with a UnicodeError (not an OSError)
+            url.hostname.encode("idna")
+        except UnicodeError:
+            raise ValueError(
+                f"agent address {agent!r}: its host name has an empty or too long label"
+            ) from None
         self._tls = tls if url.scheme == "https" else None
         self._address = (url.hostname, url.port or (443 if self._tls else 80))
         self.host = url.netloc.rpartition("@")[2]

@@ -297,8 +297,10 @@ def test_bytes_after_the_answer_are_not_mixed_into_it_nor_left_for_the_next(rogu
         "http://127.0.0.1:1/a\x00",
         "http://127.0.0.1:1/v1\r\nx-forged: 1",
         "http://127.0.0.1 x:1/",
+        "http://agent..example:1/",
+        f"http://{'a' * 64}.example:1/",
     ],
-    ids=["space", "non-ascii", "nul", "crlf", "space-in-host"],
+    ids=["space", "non-ascii", "nul", "crlf", "space-in-host", "empty-label", "long-label"],
 )
 def test_an_agent_address_that_would_not_make_one_request_line_is_refused(agent: str) -> None:
     # the agent URL reaches the request line and the host header as it is: a space splits
