@@ -32,9 +32,11 @@ import httptools
 
 from meshtui.errors import ChannelError
 
-MAX_ANSWER = 256 * 1024 * 1024
-"""The largest answer read (a state answer for 10,000 pairs is a few MiB): a node that sends
-more is cut off, not held in memory."""
+MAX_ANSWER = 64 * 1024 * 1024
+"""The largest answer read: a node that sends more is cut off, not held in memory (its parts and
+their join hold twice this at most). A node's state answer is ~250 bytes a pair it holds (a few
+MiB at 10,000, ~13 MiB at 50,000 on one node), and four times what an agent reads of a request
+(16 MiB)."""
 MAX_HEAD = 64 * 1024
 """The largest answer head (status line and headers; an agent's take about 200 bytes): a
 longer one is cut off, not joined piece by piece until :data:`MAX_ANSWER`."""
