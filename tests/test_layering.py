@@ -94,7 +94,13 @@ KIND_FLOORS = {"probe": "host", "doctor": "host", "lab": "lab"}
 """The floor a kind's module serves, by its name; any other name serves the provisioner."""
 
 KIND_CONTRACTS = {
-    "provisioner": ("meshtui.provisioner.adapter", "meshtui.provisioner.manifest"),
+    # lent: the loan of a kept admin session, which a kind's pool subclasses (it imports only
+    # the adapter contract)
+    "provisioner": (
+        "meshtui.provisioner.adapter",
+        "meshtui.provisioner.manifest",
+        "meshtui.provisioner.lent",
+    ),
     "host": (
         "meshtui.host.probe_types",
         "meshtui.host.probe_address",

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from meshtui.kinds.openbao.adapter import KEEPALIVE_S, OpenBaoAdapter
-from meshtui.provisioner.adapter import Done, Held, Scope, Wanted
+from meshtui.provisioner import lent as provisioner_lent
+from meshtui.provisioner.adapter import Done, Scope, Wanted
 
 IDLE_S = KEEPALIVE_S
 """Longest a kept session waits for its next loan (as long as its connection is kept)."""
@@ -27,7 +28,7 @@ T = TypeVar("T")
 Key = tuple[str, Scope]
 
 
-class Lent:
+class Lent(provisioner_lent.Lent[OpenBaoAdapter]):
     """A kept (or new) session on loan: the adapter's calls, and ``close`` giving it back."""
 
     create_decides = OpenBaoAdapter.create_decides
@@ -43,30 +44,12 @@ class Lent:
             self.failed = True
             raise
 
-    def inspect(self, wanted: Mapping[str, Mapping[str, str]]) -> Mapping[str, Held]:
-        """See :meth:`OpenBaoAdapter.inspect`."""
-        return self._use(lambda a: a.inspect(wanted))
-
-    def inspect_only(
-        self, wanted: Mapping[str, Mapping[str, str]], logins: frozenset[str]
-    ) -> Mapping[str, Held]:
-        """See :meth:`OpenBaoAdapter.inspect_only`."""
-        return self._use(lambda a: a.inspect_only(wanted, logins))
-
-    def create(self, login: str, password: str, values: Mapping[str, str]) -> Done:
-        """See :meth:`OpenBaoAdapter.create`."""
-        return self._use(lambda a: a.create(login, password, values))
-
     def create_many(self, batch: Sequence[Wanted]) -> dict[str, Done | Exception]:
         """See :meth:`OpenBaoAdapter.create_many` (a login's error marks the loan failed)."""
-        done = self._use(lambda a: a.create_many(batch))
+        done = super().create_many(batch)
         if any(isinstance(d, Exception) for d in done.values()):
             self.failed = True
         return done
-
-    def remove(self, login: str) -> Done:
-        """See :meth:`OpenBaoAdapter.remove`."""
-        return self._use(lambda a: a.remove(login))
 
     def close(self) -> None:
         """Give the session back (closed instead when its run failed)."""

@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TypeVar
 
 import psycopg
 from psycopg.pq import TransactionStatus
 
 from meshtui.kinds.postgres.adapter import PostgresAdapter
-from meshtui.kinds.postgres.catalog import Batch
-from meshtui.provisioner.adapter import Done, Held, Scope
+from meshtui.provisioner import lent as provisioner_lent
+from meshtui.provisioner.adapter import Scope
 
 IDLE_S = 300.0
 KEEP = 2
@@ -32,7 +32,7 @@ KEEP = 2
 T = TypeVar("T")
 
 
-class Lent:
+class Lent(provisioner_lent.Lent[PostgresAdapter]):
     """A kept session on loan: an adapter whose ``close`` gives it back to its pool.
 
     Should a kept session be found gone by the loan's first round trip (the one that reads its
@@ -62,28 +62,6 @@ class Lent:
     def limits(self) -> list[str]:
         """What this admin cannot do (see :attr:`PostgresAdapter.limits`)."""
         return self._use(lambda a: a.limits)
-
-    def inspect(self, wanted: Mapping[str, Mapping[str, str]]) -> Mapping[str, Held]:
-        """See :meth:`PostgresAdapter.inspect`."""
-        return self._use(lambda a: a.inspect(wanted))
-
-    def inspect_only(
-        self, wanted: Mapping[str, Mapping[str, str]], logins: frozenset[str]
-    ) -> Mapping[str, Held]:
-        """See :meth:`PostgresAdapter.inspect_only`."""
-        return self._use(lambda a: a.inspect_only(wanted, logins))
-
-    def create(self, login: str, password: str, values: Mapping[str, str]) -> Done:
-        """See :meth:`PostgresAdapter.create`."""
-        return self._use(lambda a: a.create(login, password, values))
-
-    def create_many(self, batch: Batch) -> dict[str, Done | Exception]:
-        """See :meth:`PostgresAdapter.create_many`."""
-        return self._use(lambda a: a.create_many(batch))
-
-    def remove(self, login: str) -> Done:
-        """See :meth:`PostgresAdapter.remove`."""
-        return self._use(lambda a: a.remove(login))
 
     def close(self) -> None:
         """Give the session back (or close it when it is not fit to be lent again)."""
