@@ -108,6 +108,37 @@ class Rogue:
         self.server.close()
 
 
+class Endless:
+    """A Unix socket whose one connection, once asked, sends ``head`` and then ``piece`` again
+    and again (every ``every`` seconds) until closed: an answer that never ends."""
+
+    def __init__(self, path: Path, head: bytes, piece: bytes, *, every: float = 0.0) -> None:
+        self.path, self.head, self.piece, self.every = path, head, piece, every
+        self.stop = threading.Event()
+        self.server = socket.socket(socket.AF_UNIX)
+        self.server.bind(str(path))
+        self.server.listen()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        try:
+            conn, _ = self.server.accept()
+        except OSError:  # closed at the test's end: a connection nobody made
+            return
+        with conn:
+            conn.recv(65536)
+            conn.sendall(self.head)
+            while not self.stop.wait(self.every):
+                try:
+                    conn.sendall(self.piece)
+                except OSError:
+                    return
+
+    def close(self) -> None:
+        self.stop.set()
+        self.server.close()
+
+
 OK = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-type: application/json\r\n\r\n{}"
 ASK = request_bytes("agent", "/v1", b"{}")
 
@@ -231,25 +262,9 @@ def test_a_slow_drip_answer_is_cut_off_at_the_timeout(tmp_path: Path) -> None:
     # an agent (or anyone on the path of a plain http:// agent) that sends its answer a byte at
     # a time, each well inside the timeout, held the controller for as long as it liked: the
     # timeout bounded each read, not the answer
-    path = tmp_path / "drip.sock"
-    server = socket.socket(socket.AF_UNIX)
-    server.bind(str(path))
-    server.listen()
-    stop = threading.Event()
-
-    def drip() -> None:
-        conn, _ = server.accept()
-        with conn:
-            conn.recv(65536)
-            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 1000000\r\n\r\n")
-            while not stop.wait(0.1):
-                try:
-                    conn.sendall(b" ")
-                except OSError:
-                    return
-
-    threading.Thread(target=drip, daemon=True).start()
-    channel = Channel(f"unix:{path}", ssl.create_default_context())
+    head = b"HTTP/1.1 200 OK\r\ncontent-length: 1000000\r\n\r\n"
+    server = Endless(tmp_path / "drip.sock", head, b" ", every=0.1)
+    channel = Channel(f"unix:{server.path}", ssl.create_default_context())
     outcome: list[BaseException | None] = []
 
     def ask() -> None:
@@ -263,7 +278,6 @@ def test_a_slow_drip_answer_is_cut_off_at_the_timeout(tmp_path: Path) -> None:
     started = time.monotonic()
     asker.start()
     asker.join(6.0)
-    stop.set()
     server.close()
     assert not asker.is_alive(), "a dripping answer held the controller past its timeout"
     assert isinstance(outcome[0], TimeoutError)
@@ -314,30 +328,12 @@ def test_an_answer_head_without_end_is_cut_off_at_its_bound(tmp_path: Path) -> N
     # the answer's head (status line and headers) was bounded only by MAX_ANSWER (256 MiB):
     # httptools joins a header's pieces as they come, so a hostile agent's endless header held
     # the controller copying hundreds of MiB until the timeout
-    path = tmp_path / "head.sock"
-    server = socket.socket(socket.AF_UNIX)
-    server.bind(str(path))
-    server.listen()
-    stop = threading.Event()
-
-    def endless() -> None:
-        conn, _ = server.accept()
-        with conn:
-            conn.recv(65536)
-            conn.sendall(b"HTTP/1.1 200 OK\r\nx-pad: ")
-            while not stop.is_set():
-                try:
-                    conn.sendall(b"a" * 65536)
-                except OSError:
-                    return
-
-    threading.Thread(target=endless, daemon=True).start()
-    channel = Channel(f"unix:{path}", ssl.create_default_context())
+    server = Endless(tmp_path / "head.sock", b"HTTP/1.1 200 OK\r\nx-pad: ", b"a" * 65536)
+    channel = Channel(f"unix:{server.path}", ssl.create_default_context())
     try:
         with pytest.raises(ChannelError, match="head"):
             channel.exchange(ASK, 3.0)
     finally:
-        stop.set()
         server.close()
     assert channel._idle == []
 
