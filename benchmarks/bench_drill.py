@@ -109,7 +109,14 @@ class _HttpxChannel:
     """The controller's transport before: an httpx client (its pool keeps the connection)."""
 
     def __init__(self, agent: str, tls: Any) -> None:
-        self.http = client_module.http_client(agent, client_module.DEFAULT_TIMEOUT_S)
+        timeout = client_module.DEFAULT_TIMEOUT_S
+        if agent.startswith("unix:"):
+            transport = httpx.HTTPTransport(uds=agent[len("unix:") :], verify=tls)
+            self.http = httpx.Client(
+                transport=transport, base_url="http://agent", timeout=timeout, verify=tls
+            )
+        else:
+            self.http = httpx.Client(base_url=agent, timeout=timeout, verify=tls)
 
     def close(self) -> None:
         self.http.close()

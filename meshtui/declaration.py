@@ -232,6 +232,13 @@ def _files_apart(r: _Reader, modules: Mapping[str, Module]) -> None:
                     )
 
 
+def one_token(agent: str) -> bool:
+    """True when an agent URL is printable ASCII without a space: its host and path go into the
+    request line and the ``host`` header as they are (the controller's channel checks it too,
+    for an inventory declared before this rule)."""
+    return all("!" <= c <= "~" for c in agent)
+
+
 def _node(r: _Reader, name: str, spec: Any) -> Node:
     where = f"nodes.{name}"
     r.name(name, where, "node")
@@ -246,8 +253,7 @@ def _node(r: _Reader, name: str, spec: Any) -> Node:
         )
     agent = r.string(spec, "agent", where)
     if not agent.startswith(("http://", "https://", "unix:/")) or (
-        # an http(s) URL's host and path go into the request line and host header as they are
-        not agent.startswith("unix:") and not all("!" <= c <= "~" for c in agent)
+        not agent.startswith("unix:") and not one_token(agent)
     ):
         raise r.fail(
             f"{where}.agent",

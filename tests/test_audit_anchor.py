@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from meshtui import crypto, messages, wire
-from meshtui.controller.client import http_client, read_anchor
+from meshtui.controller.channel import Answer, request_bytes
+from meshtui.controller.client import channel_to, exchange, read_anchor
 from meshtui.controller.core import INVENTORY
 from meshtui.errors import AgentError, EnvelopeError, MessageError
 from meshtui.host.agent import Agent
@@ -193,10 +194,17 @@ def test_the_unsigned_read_changes_nothing_and_its_answer_is_the_nodes(mesh: Mes
         wrong = {**ctl.inventory.nodes()["app1"], "agent": row["agent"]}
         with pytest.raises(AgentError, match="answer not trusted"):
             read_anchor(wrong)
-    with http_client(str(row["agent"]), 5.0) as http:
-        assert http.get("/v1/anchor").status_code == 400  # no nonce
-        assert http.get("/v1/anchor", params={"nonce": "x" * 32}).status_code == 400
-        answer = http.get("/v1/anchor", params={"nonce": "ab" * 16}).json()
+    channel = channel_to("db1", str(row["agent"]))
+
+    def get(target: str) -> Answer:
+        return exchange("db1", channel, request_bytes(channel.host, target, None), 5.0)
+
+    try:
+        assert get("/v1/anchor").status_code == 400  # no nonce
+        assert get("/v1/anchor?nonce=" + "x" * 32).status_code == 400
+        answer = get("/v1/anchor?nonce=" + "ab" * 16).json()
+    finally:
+        channel.close()
     verify_key = crypto.unb64(row["verify_key"])
     with pytest.raises(EnvelopeError, match="does not answer this request"):
         wire.open_envelope(

@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from meshtui.declaration import one_token
 from meshtui.errors import ChannelError
 
 MAX_ANSWER = 64 * 1024 * 1024
@@ -50,8 +51,11 @@ uvicorn's keep-alive), and a request written just as it does is lost with the co
 an error for a delivery that was never read (httpx kept one 5 s, racing the agent)."""
 
 
-def request_bytes(host: str, target: str, body: bytes) -> bytes:
-    """A whole ``POST`` of a JSON ``body`` to ``target``, head and body in one buffer."""
+def request_bytes(host: str, target: str, body: bytes | None) -> bytes:
+    """A whole ``POST`` of a JSON ``body`` to ``target``, head and body in one buffer; a ``GET``
+    of ``target`` when ``body`` is None."""
+    if body is None:
+        return f"GET {target} HTTP/1.1\r\nhost: {host}\r\n\r\n".encode("ascii")
     head = (
         f"POST {target} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n"
         f"content-length: {len(body)}\r\n\r\n"
@@ -82,14 +86,14 @@ class _Reading:
     anything after it (an answer nobody asked for, in the same read) is not mixed into it, and
     marks the connection as not to be kept."""
 
-    def __init__(self, parser_of: list[httptools.HttpResponseParser]) -> None:
+    def __init__(self) -> None:
         self.answer = Answer()
         self.parts: list[bytes] = []
         self.done = False
         self.headed = False
         self.extra = False
         self.keep = False
-        self._parser_of = parser_of
+        self.parser = httptools.HttpResponseParser(self)
 
     def on_message_begin(self) -> None:
         if self.done:
@@ -102,9 +106,8 @@ class _Reading:
     def on_headers_complete(self) -> None:
         self.headed = True
         if not self.done:
-            parser = self._parser_of[0]
-            self.answer.status_code = parser.get_status_code()
-            self.keep = parser.get_http_version() == "1.1"
+            self.answer.status_code = self.parser.get_status_code()
+            self.keep = self.parser.get_http_version() == "1.1"
 
     def on_body(self, body: bytes) -> None:
         if not self.done:
@@ -120,6 +123,7 @@ class Channel:
     at once (a rotation's prepare to a node that is also a provider) each get their own."""
 
     def __init__(self, agent: str, tls: ssl.SSLContext) -> None:
+        self.agent = agent
         self._idle: list[socket.socket] = []
         self._since: dict[socket.socket, float] = {}  # when each idle one was kept
         self._lock = threading.Lock()
@@ -129,7 +133,7 @@ class Channel:
             self._uds, self.host, self.prefix = agent[len("unix:") :], "agent", ""
             return
         url = urlsplit(agent)
-        if not _one_token(agent):
+        if not one_token(agent):
             raise ValueError(
                 f"agent address {agent!r}: a space, control or non-ASCII character would not "
                 "make one request line (urlsplit drops CR and LF); percent-encode it"
@@ -217,10 +221,8 @@ class Channel:
     def _read(self, sock: socket.socket, deadline: float) -> tuple[Answer, bool]:
         """The answer, whole by ``deadline`` (monotonic), and whether the connection may carry
         the next request."""
-        parser_of: list[httptools.HttpResponseParser] = []
-        reading = _Reading(parser_of)
-        parser = httptools.HttpResponseParser(reading)
-        parser_of.append(parser)
+        reading = _Reading()
+        parser = reading.parser
         size = 0
         while not reading.done:
             left = deadline - time.monotonic()
@@ -271,12 +273,6 @@ class Channel:
 
 
 _SWITCH = "the agent's answer asks to switch protocols (an agent never does)"
-
-
-def _one_token(agent: str) -> bool:
-    """True when ``agent`` is printable ASCII without a space: its path and host go into the
-    request line and the ``host`` header as they are."""
-    return all("!" <= c <= "~" for c in agent)
 
 
 def _closed_meanwhile(sock: socket.socket) -> bool:

@@ -20,8 +20,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
-import httpx
-
 from meshtui import crypto, messages, wire
 from meshtui.controller.channel import Answer, Channel, json_body, request_bytes
 from meshtui.errors import AgentError, EnvelopeError, MessageError
@@ -70,18 +68,30 @@ HeadSource = Callable[[], wire.SignedHead | None]
 @functools.cache
 def _tls() -> ssl.SSLContext:
     """One verifying TLS context for the process: building one reads the CA bundle (~60 ms),
-    which httpx would otherwise do for every client, i.e. every node of every command."""
+    which would otherwise be read for every node's channel of every command."""
     return ssl.create_default_context()
 
 
-def http_client(agent: str, timeout: float) -> httpx.Client:
-    """An HTTP client for an agent URL: ``http(s)://…`` or ``unix:/path``."""
-    if agent.startswith("unix:"):
-        transport = httpx.HTTPTransport(uds=agent[len("unix:") :], verify=_tls())
-        return httpx.Client(
-            transport=transport, base_url="http://agent", timeout=timeout, verify=_tls()
-        )
-    return httpx.Client(base_url=agent, timeout=timeout, verify=_tls())
+def channel_to(name: str, agent: str) -> Channel:
+    """The kept connections to node ``name``'s agent at ``agent`` (AgentError naming the node
+    when the address cannot make a request line)."""
+    try:
+        return Channel(agent, _tls())
+    except ValueError as exc:
+        raise AgentError(name, str(exc)) from None
+
+
+def exchange(name: str, channel: Channel, request: bytes, timeout: float) -> Answer:
+    """``request`` written on ``channel`` and its answer read; a timeout or a connection's
+    failure is an AgentError naming node ``name``."""
+    try:
+        return channel.exchange(request, timeout)
+    except TimeoutError as exc:
+        raise AgentError(name, f"agent at {channel.agent} did not answer in time") from exc
+    except OSError as exc:
+        raise AgentError(
+            name, f"agent at {channel.agent} unreachable ({type(exc).__name__})"
+        ) from exc
 
 
 def read_anchor(node: NodeRow, *, timeout: float = STATE_TIMEOUT_S) -> wire.SignedHead | None:
@@ -111,15 +121,12 @@ def read_anchor_answer(node: NodeRow, *, timeout: float = STATE_TIMEOUT_S) -> An
     name = str(node["name"])
     nonce = secrets.token_hex(16)
     verify_key = crypto.unb64(node["verify_key"], "verify_key")
-    with http_client(str(node["agent"]), timeout) as http:
-        try:
-            resp = http.get("/v1/anchor", params={"nonce": nonce})
-        except httpx.TimeoutException as exc:
-            raise AgentError(name, f"agent at {node['agent']} did not answer in time") from exc
-        except httpx.HTTPError as exc:
-            raise AgentError(
-                name, f"agent at {node['agent']} unreachable ({type(exc).__name__})"
-            ) from exc
+    channel = channel_to(name, str(node["agent"]))
+    try:
+        ask = request_bytes(channel.host, channel.target(f"/v1/anchor?nonce={nonce}"), None)
+        resp = exchange(name, channel, ask, timeout)
+    finally:
+        channel.close()
     if resp.status_code == 404:
         raise AgentError(name, "the agent does not keep an audit head (update meshtui there)")
     try:
@@ -218,10 +225,7 @@ class AgentClient:
         self._verify_key = crypto.unb64(node["verify_key"], "verify_key")
         self._keys = keys
         self._timeout = timeout
-        try:
-            self._channel = Channel(self.agent, _tls())
-        except ValueError as exc:
-            raise AgentError(self.name, str(exc)) from None
+        self._channel = channel_to(self.name, self.agent)
 
     def close(self) -> None:
         """Close the kept connection."""
@@ -329,14 +333,7 @@ class AgentClient:
         return resp
 
     def _post(self, request: bytes, timeout: float) -> Answer:
-        try:
-            return self._channel.exchange(request, timeout)
-        except TimeoutError as exc:
-            raise AgentError(self.name, f"agent at {self.agent} did not answer in time") from exc
-        except OSError as exc:
-            raise AgentError(
-                self.name, f"agent at {self.agent} unreachable ({type(exc).__name__})"
-            ) from exc
+        return exchange(self.name, self._channel, request, timeout)
 
 
 class Agents:

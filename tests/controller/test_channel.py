@@ -24,6 +24,8 @@ import pytest
 from meshtui import messages
 from meshtui.controller import channel as channel_module
 from meshtui.controller.channel import Channel, request_bytes
+from meshtui.controller.client import read_anchor_answer
+from meshtui.crypto import b64
 from meshtui.errors import AgentError, ChannelError
 from meshtui.lab import certificates
 
@@ -371,3 +373,19 @@ def test_an_answer_that_switches_protocols_is_an_error_of_the_channel(rogue: Any
     with pytest.raises(ChannelError, match="switch"):
         channel.exchange(ASK, 5.0)
     assert channel._idle == []
+
+
+def test_an_anchor_read_is_bounded_like_every_request_to_an_agent(tmp_path: Path) -> None:
+    # the unsigned read of a node's audit head (restore, doctor) went through httpx, whose
+    # timeout bounded each read: an agent dripping its answer held the controller for as long
+    # as it liked; it now goes through the channel, bounded from the write to the last byte
+    head = b"HTTP/1.1 200 OK\r\ncontent-length: 1000000\r\n\r\n"
+    server = Endless(tmp_path / "anchor.sock", head, b" ", every=0.1)
+    node: Any = {"name": "db1", "agent": f"unix:{server.path}", "verify_key": b64(bytes(32))}
+    started = time.monotonic()
+    try:
+        with pytest.raises(AgentError, match="did not answer in time"):
+            read_anchor_answer(node, timeout=1.0)
+    finally:
+        server.close()
+    assert time.monotonic() - started < 3.0
