@@ -85,6 +85,15 @@ def _connect_read_only(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(uri + "?mode=ro&immutable=1", uri=True, check_same_thread=False)
 
 
+def _decoded_modules(rows: Iterable[dict[str, Any]]) -> dict[str, ModuleRow]:
+    """Modules' rows by id, each spec decoded from its stored JSON."""
+    out: dict[str, ModuleRow] = {}
+    for r in rows:
+        r["spec"] = json.loads(r["spec"])
+        out[r["id"]] = cast(ModuleRow, r)
+    return out
+
+
 def _chunks(values: Iterable[str]) -> Iterator[list[str]]:
     """``values`` sorted, without repeats, in lists that stay under SQLite's parameter limit."""
     wanted = sorted(set(values))
@@ -560,31 +569,24 @@ class Inventory:
 
     def modules(self, ids: Iterable[str] | None = None) -> dict[str, ModuleRow]:
         """Every module by id (or the named ones), with its spec decoded."""
-        out: dict[str, ModuleRow] = {}
         rows = (
             self._query("SELECT * FROM modules ORDER BY id")
             if ids is None
             else self._where_in("SELECT * FROM modules", "id", ids)
         )
-        for r in rows:
-            r["spec"] = json.loads(r["spec"])
-            out[r["id"]] = cast(ModuleRow, r)
-        return out
+        return _decoded_modules(rows)
 
     def modules_naming(self, key: str) -> dict[str, ModuleRow]:
         """The declared modules whose spec may hold ``key`` (its JSON text names it), by id,
         with their spec decoded: the few a reader of a rare key needs (``status`` reads the
         modules' own secrets on every read; decoding every module's spec at 10,000 pairs
         was 80 ms of it)."""
-        out: dict[str, ModuleRow] = {}
-        rows = self._query(
-            "SELECT * FROM modules WHERE declared AND instr(spec, ?) ORDER BY id",
-            [json.dumps(key)],
+        return _decoded_modules(
+            self._query(
+                "SELECT * FROM modules WHERE declared AND instr(spec, ?) ORDER BY id",
+                [json.dumps(key)],
+            )
         )
-        for r in rows:
-            r["spec"] = json.loads(r["spec"])
-            out[r["id"]] = cast(ModuleRow, r)
-        return out
 
     def module_specs(self, ids: Iterable[str] | None = None) -> ModuleSpecs:
         """Every module (or the named ones) by id, each spec decoded only when that module is
