@@ -20,6 +20,10 @@ from typing import IO, Any
 
 from meshtui.errors import MeshtuiError
 
+RUN_ENV = "MESHTUI_RUN"
+"""The test run a process was started under (``meshtui.lab.runs``): kept in every child's
+environment, even one given an environment of its own, so whatever the run started is found."""
+
 _OURS = ("user", "group", "extra_groups", "preexec_fn", "start_new_session", "process_group")
 """Popen arguments only this module sets: who the child is and which session it lives in."""
 
@@ -87,6 +91,8 @@ def _options(user: OsUser | None, netns: str | None, kwargs: dict[str, Any]) -> 
     if kwargs.get("close_fds") is False or kwargs.get("pass_fds"):
         raise RunAsError("a child of another user inherits no descriptor of ours")
     options = {"stdin": subprocess.DEVNULL, "cwd": "/", **kwargs}
+    if options.get("env") is not None and RUN_ENV in os.environ:
+        options["env"] = {**options["env"], RUN_ENV: os.environ[RUN_ENV]}
     if options.get("stdin") is None:
         options["stdin"] = subprocess.DEVNULL
     _no_terminal(options)

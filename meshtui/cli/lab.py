@@ -34,6 +34,12 @@ def cmd_lab(args: argparse.Namespace) -> int:
             f"next: meshtui --state {state} declare {built.declaration} && meshtui --state {state} push"
         )
         return EXIT_OK
+    if args.lab_command == "sweep":
+        from meshtui.lab import runs
+
+        for line in runs.sweep(runs.stale) or ["no killed test run left anything behind"]:
+            print(line)
+        return EXIT_OK
     if args.lab_command == "down":
         for line in lab.down(state, purge=args.purge) or ["nothing was running"]:
             print(line)

@@ -154,6 +154,11 @@ def _lab(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = group.add_parser("down", help="stop and remove every process and namespace the lab made")
     s.add_argument("--purge", action="store_true", help="also delete the lab folder")
     s.set_defaults(func=lab.cmd_lab)
+    s = group.add_parser(
+        "sweep",
+        help="kill every process and remove every namespace a killed test run left behind",
+    )
+    s.set_defaults(func=lab.cmd_lab)
     s = group.add_parser("status", help="what is up: agents, PostgreSQL, Redis")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=lab.cmd_lab)

@@ -34,12 +34,14 @@ from typing import Any
 
 from meshtui.errors import LabError
 from meshtui.lab.wait import poll
+from meshtui.runas import RUN_ENV
 
 DEFAULT_SUBNET = "10.213.0.0/24"
 BRIDGE_NODE = "net"  # the namespace "<name>-net" holds the bridge; no node may take this name
 BRIDGE = "br0"
 NODE_IFACE = "mesh0"
 PORT_PREFIX = "v-"
+MARK_PREFIX = "meshtui-run "  # the bridge's alias: the run that built the network
 IFNAMSIZ = 15  # Linux limit on an interface name, in bytes
 
 _NAME_RE = re.compile(r"[a-z0-9]{1,12}")
@@ -237,6 +239,9 @@ def create(name: str, nodes: list[str], subnet: str = DEFAULT_SUBNET) -> Network
         _ip("link", "add", BRIDGE, "type", "bridge", netns=bridge_ns)
     _ip("link", "set", "lo", "up", netns=bridge_ns)
     _ip("link", "set", BRIDGE, "up", netns=bridge_ns)
+    run = os.environ.get(RUN_ENV)
+    if run:  # the test run that built it, so a sweep finds it once that run is gone
+        _ip("link", "set", BRIDGE, "alias", MARK_PREFIX + run, netns=bridge_ns)
 
     for node in nodes:
         node_ns = _ns(name, node)
@@ -264,6 +269,23 @@ def create(name: str, nodes: list[str], subnet: str = DEFAULT_SUBNET) -> Network
         if _ip_json("route", "show", "default", netns=node_ns):  # we never add one; be sure
             _ip("route", "flush", "exact", "0.0.0.0/0", netns=node_ns)
     return Network(name=name, subnet=str(net), nodes=addresses)
+
+
+def marks() -> dict[str, str]:
+    """Each network whose bridge carries a run's mark, and that mark (``meshtui.lab.runs``)."""
+    found: dict[str, str] = {}
+    for ns in _list_namespaces():
+        name, _, node = ns.rpartition("-")
+        if node != BRIDGE_NODE or not _NAME_RE.fullmatch(name):
+            continue
+        try:
+            links = _ip_json("link", "show", BRIDGE, netns=ns)
+        except LabError:  # removed meanwhile, or no bridge: not a network of ours
+            continue
+        alias = str(links[0].get("ifalias", "")) if links else ""
+        if alias.startswith(MARK_PREFIX):
+            found[name] = alias[len(MARK_PREFIX) :]
+    return found
 
 
 def destroy(name: str) -> None:
