@@ -115,6 +115,11 @@ class ForeignStateFolderError(InputError):
         )
 
 
+class UntrustedPathError(InputError):
+    """A folder root would work in can be redirected by another user: a link of theirs, a
+    folder of theirs, or an entry of a world-writable folder without the sticky bit."""
+
+
 class InventoryError(MeshtuiError):
     """The inventory cannot be opened or does not hold what was asked."""
 

@@ -27,7 +27,7 @@ from meshtui.atomic import (
     write_at_after,
     write_many_at,
 )
-from meshtui.errors import HostFileError
+from meshtui.errors import HostFileError, UntrustedPathError
 
 MAX_SECRET = 4096
 """A credential is 44 bytes; anything over this is not one."""
@@ -327,3 +327,84 @@ def _group_name(gid: int) -> str:
         return grp.getgrgid(gid).gr_name
     except KeyError:
         return str(gid)
+
+
+_MAX_LINKS = 40  # as the kernel's ELOOP
+
+
+def trusted_path(path: Path, *, create: int | None = None, own: bool = False) -> None:
+    """UntrustedPathError naming the step unless no other user can change where ``path`` leads.
+
+    Walked from ``/`` with ``lstat``, each link followed by hand: every link and every folder on
+    the way must be owned by root or the caller, and an entry of a world-writable folder is
+    taken only when the folder is sticky (so only its owner, root or the caller, can replace
+    it). A state folder, and every folder root makes for the lab or the demo, is checked here
+    before anything is written. With ``create`` the missing folders are made (mode ``create``)
+    and checked again once made; without it a missing step ends the walk (nothing to follow).
+    ``own`` also requires the last folder to be the caller's and writable by nobody else.
+    """
+    me = os.geteuid()
+    pending = [p for p in str(path.absolute()).split("/") if p not in ("", ".")]
+    here, above, links = "/", os.lstat("/"), 0
+    while pending:
+        part = pending.pop(0)
+        if part == "..":
+            here = os.path.dirname(here)
+            above = os.lstat(here)
+            continue
+        step = os.path.join(here, part)
+        try:
+            st = os.lstat(step)
+        except FileNotFoundError:
+            if create is None:
+                return
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(step, 0o700)
+            st = os.lstat(step)
+            if stat.S_ISDIR(st.st_mode) and st.st_uid == me:
+                os.chmod(step, create)
+                st = os.lstat(step)
+        _trusted_step(step, st, above, me, last=not pending)
+        if stat.S_ISLNK(st.st_mode):
+            links += 1
+            if links > _MAX_LINKS:
+                raise UntrustedPathError(f"{path}: more than {_MAX_LINKS} links on the way")
+            target = os.readlink(step)
+            pending = [p for p in target.split("/") if p not in ("", ".")] + pending
+            if target.startswith("/"):
+                here, above = "/", os.lstat("/")
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            raise UntrustedPathError(
+                f"{step} is {kind(st.st_mode)}, not a folder; nothing was done"
+            )
+        here, above = step, st
+    if own and (above.st_uid != me or above.st_mode & 0o022):
+        who = user_name(above.st_uid)
+        raise UntrustedPathError(
+            f"{path} is owned by {who} with mode {stat.S_IMODE(above.st_mode):04o}: a state "
+            f"folder must be {user_name(me)}'s and writable by nobody else (remove it, or "
+            "choose another folder); nothing was done"
+        )
+
+
+def _trusted_step(
+    step: str, st: os.stat_result, above: os.stat_result, me: int, *, last: bool
+) -> None:
+    """UntrustedPathError unless entry ``step`` (its ``st``) of a folder (its ``above``) is one
+    no other user can replace or redirect. The ``last`` folder's owner is the caller's to judge
+    (``own``, or the controller's own message naming the owner to run as)."""
+    fix = "choose a folder only root or you can write, such as /var/lib/meshtui"
+    linked = stat.S_ISLNK(st.st_mode)
+    if st.st_uid not in (0, me) and (linked or not last):
+        what = "a symbolic link" if linked else kind(st.st_mode)
+        raise UntrustedPathError(
+            f"{step} is {what} owned by {user_name(st.st_uid)}, who could send what meshtui "
+            f"writes there anywhere (remove it, or {fix}); nothing was done"
+        )
+    if above.st_mode & 0o002 and not above.st_mode & stat.S_ISVTX:
+        parent = os.path.dirname(step)
+        raise UntrustedPathError(
+            f"{parent} can be written by anyone and has no sticky bit, so anyone could replace "
+            f"{step} (chmod +t {parent}, or {fix}); nothing was done"
+        )

@@ -80,3 +80,10 @@ def test_the_provision_unit_reads_the_declarations_paths() -> None:
     instance = "db1/postgres"  # %I: the instance name unescaped (systemd-escape --path)
     assert f"--manifest {manifest}" in start.replace("%I", instance)
     assert f"--admin {admin}" in start.replace("%I", instance)
+
+
+def test_the_first_command_keeps_roots_state_where_only_root_can_write() -> None:
+    first = re.search(r"meshtui --state (\S+) demo", README)
+    assert first is not None, "README.md's first command runs the demo"
+    folder = Path(first.group(1))
+    assert folder.parent in (Path("/var/lib"), Path("/opt"), Path("/srv")), folder

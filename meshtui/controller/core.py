@@ -50,7 +50,7 @@ from meshtui.errors import (
     RotationBusyError,
     UnknownPairError,
 )
-from meshtui.folders import user_name
+from meshtui.folders import trusted_path, user_name
 from meshtui.inventory import Inventory
 from meshtui.keys import KEY_STEM, write_keys_once
 from meshtui.model import PairStatus, State, node_of
@@ -73,7 +73,9 @@ INVENTORY = "inventory.db"
 def own_folder(state_dir: Path) -> None:
     """ForeignStateFolderError unless ``state_dir`` (when it exists) is this user's and nobody
     else may write it: root running ``push`` in the ``meshtui`` user's folder opened
-    ``deliver.lock`` (and SQLite its journal) through a link that user put there."""
+    ``deliver.lock`` (and SQLite its journal) through a link that user put there. No link or
+    folder on the way to it may be another user's either (:func:`trusted_path`)."""
+    trusted_path(state_dir)
     try:
         st = os.stat(state_dir)
     except FileNotFoundError:
@@ -94,6 +96,7 @@ def init_keys(state_dir: Path) -> tuple[Path, bool]:
     New keys with an inventory already there (its old key lost): the audit head is re-signed
     with the new key, on record (an ``init`` event naming its fingerprint).
     """
+    trusted_path(state_dir, create=0o700)  # made here, so no link planted meanwhile is followed
     own_folder(state_dir)
     pub, made = write_keys_once(state_dir)
     if made is not None and (state_dir / INVENTORY).exists():

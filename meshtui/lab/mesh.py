@@ -26,6 +26,7 @@ import httpx
 from meshtui import runas
 from meshtui.atomic import write_private
 from meshtui.errors import LabError
+from meshtui.folders import trusted_path
 from meshtui.host import identity
 from meshtui.host import policy as node_policy
 from meshtui.kinds import registry
@@ -161,6 +162,8 @@ def up(
     from meshtui.keys import write_keys_once
 
     mesh = mesh or DEFAULT_MESH
+    # made here and checked first: no link or folder another user planted is worked through
+    trusted_path(state_dir, create=0o711, own=True)
     state_dir = state_dir.resolve()
     folder = state_dir / LAB
     folder.mkdir(parents=True, exist_ok=True)
@@ -447,6 +450,7 @@ def _write_policies(folder: Path, nodes: list[str], tables: list[toml_writer.Tab
 
 def down(state_dir: Path, *, purge: bool = False) -> list[str]:
     """Stop every agent and PostgreSQL, remove the namespaces; ``purge`` deletes the lab folder."""
+    trusted_path(state_dir, own=True)  # its lab.json names the pids root signals
     state_dir = state_dir.resolve()
     lab = load(state_dir)
     done: list[str] = []
