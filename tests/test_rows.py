@@ -28,6 +28,7 @@ ROWS: list[tuple[Any, str, frozenset[str]]] = [
     (rows.DrillRecord, "drills", frozenset({"id"})),
     (rows.RotationRow, "rotations", frozenset()),
     (rows.PolicyRecord, "policies", frozenset()),
+    (rows.ClaimRecord, "claims", frozenset()),
     (rows.AuditRecord, "audit", frozenset()),
     (rows.EventRow, "audit", frozenset()),
     (rows.HeadRow, "audit_head", frozenset({"id"})),  # the one row's fixed key

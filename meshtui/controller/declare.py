@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from meshtui import crypto
+from meshtui.errors import DeclarationError
 from meshtui.inventory import Inventory, Transaction, now
 from meshtui.inventory.rows import (
+    ClaimRecord,
     GenerationRow,
     ModuleRecord,
     NodeRow,
@@ -22,6 +24,7 @@ from meshtui.inventory.rows import (
     PolicyRecord,
 )
 from meshtui.kinds import registry
+from meshtui.kinds.kind import Kind, owns_nothing
 from meshtui.model import Declaration, Node, Offer, OwnSecret, Pair, Requirement
 
 _sorted_json = json.JSONEncoder(sort_keys=True).encode
@@ -221,6 +224,7 @@ def _declare(inv: Inventory, tx: Transaction, decl: Declaration) -> DeclareResul
             )
     gone_modules = [m for m, r in old_modules.items() if m not in decl.modules and r["declared"]]
 
+    claim_rows = _claims(inv, decl, old_modules, old_pairs, stamp)
     pair_rows: list[PairRecord] = []
     gen_rows: list[GenerationRow] = []
     for p in decl.pairs:
@@ -273,6 +277,7 @@ def _declare(inv: Inventory, tx: Transaction, decl: Declaration) -> DeclareResul
         if pid not in declared_ids and not old_p["withdrawn_at"]:
             result.withdrawn.append(pid)
 
+    tx.put_claims(claim_rows)
     if not result.touched and not module_rows and not gone_modules:
         return result
     tx.put_nodes(node_rows)
@@ -297,6 +302,78 @@ def _declare(inv: Inventory, tx: Transaction, decl: Declaration) -> DeclareResul
         "ok",
     )
     return result
+
+
+def _offer_kinds(specs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Kind]:
+    """Each (provider module, provision) to its kind, from modules' stored specs."""
+    kinds: dict[tuple[str, str], Kind] = {}
+    for mid, spec in specs:
+        for offer in json.loads(spec).get("provides", []):
+            kinds[(mid, offer["name"])] = registry.kind_of(offer.get("kind"))
+    return kinds
+
+
+def _claims(
+    inv: Inventory,
+    decl: Declaration,
+    old_modules: Mapping[str, ModuleRecord],
+    old_pairs: Mapping[str, PairRecord],
+    stamp: str,
+) -> list[ClaimRecord]:
+    """The claims (buckets) whose holder changes; DeclarationError for a consumer that would
+    get what another module held — withdrawn, or moved elsewhere, its data still there —
+    unless its entry takes that claim over by name.
+
+    The record is the inventory's; claims made before it was kept are read from the pairs:
+    a current pair's claim is its, else the last withdrawn one's.
+    """
+    holders = {key: row["module"] for key, row in inv.claims().items()}
+    old_kinds = _offer_kinds((m, r["spec"]) for m, r in old_modules.items())
+    implied: dict[tuple[str, str], str] = {}
+    for old in sorted(
+        old_pairs.values(), key=lambda r: (not r["withdrawn_at"], r["withdrawn_at"] or "")
+    ):
+        kind = old_kinds.get((old["provider"], old["provision"]))
+        if kind is not None and kind.owns is not owns_nothing:
+            for claim in kind.owns(old["login"], json.loads(old["values"])):
+                implied[(old["provider"], claim)] = old["consumer"]
+    holders = {**implied, **holders}
+    kinds = {
+        (m.id, o.name): registry.kind_of(o.kind) for m in decl.modules.values() for o in m.provides
+    }
+    rows: list[ClaimRecord] = []
+    for p in decl.pairs:
+        kind = kinds[(p.provider, p.provision)]
+        taken = kind.takes_over(p.login, p.values)
+        for claim in kind.owns(p.login, p.values):
+            holder = holders.get((p.provider, claim))
+            if holder == p.consumer:
+                continue
+            if holder is not None and claim not in taken:
+                _refuse_inherited(decl, p, claim, holder)
+            rows.append(
+                ClaimRecord(provider=p.provider, claim=claim, module=p.consumer, since=stamp)
+            )
+    return rows
+
+
+def _refuse_inherited(decl: Declaration, p: Pair, claim: str, holder: str) -> NoReturn:
+    """DeclarationError: ``p``'s consumer would inherit ``claim``, ``holder``'s, and its data."""
+    index = next(
+        i
+        for i, r in enumerate(decl.modules[p.consumer].requires)
+        if r.name == p.provision and r.source in (None, p.provider)
+    )
+    moved = any(q.consumer == holder and q.provider == p.provider for q in decl.pairs)
+    state = "now names another" if moved else "withdrawn"
+    raise DeclarationError(
+        decl.source,
+        f'modules."{p.consumer}".requires[{index}].values',
+        f"{claim} at {p.provider} was {holder}'s ({state}) and still holds what it left "
+        f"there: {p.consumer} would get rights on it, objects and all",
+        f"if {p.consumer} is to take it over, name it in takes_over in these values, "
+        f'e.g. takes_over = "NAME"; otherwise choose another for {p.consumer}',
+    )
 
 
 def nodes_from_inventory(rows: Mapping[str, NodeRow]) -> dict[str, Node]:

@@ -307,6 +307,15 @@ class PolicyRecord(TypedDict):
     probe_source: str
 
 
+class ClaimRecord(TypedDict):
+    """Whose a claim at a provider is (a bucket): the module that made it, and since when."""
+
+    provider: str
+    claim: str
+    module: str
+    since: str
+
+
 class AuditRecord(TypedDict):
     """One audit event as chained and stored: ``pairs`` and ``detail`` as canonical JSON."""
 

@@ -230,6 +230,15 @@ def _status_ticks_v9(db: sqlite_utils.Database) -> None:
         db.execute(statement)
 
 
+def _claims_v10(db: sqlite_utils.Database) -> None:
+    """Whose each claim at a provider is (an object store's bucket): the module that made it,
+    kept after it is withdrawn, so a later consumer does not inherit what it left there."""
+    db.execute(
+        "CREATE TABLE claims (provider TEXT NOT NULL, claim TEXT NOT NULL, module TEXT NOT NULL, "
+        "since TEXT NOT NULL, PRIMARY KEY (provider, claim))"
+    )
+
+
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _create_v1,
     _signed_head_v2,
@@ -240,6 +249,7 @@ MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _own_secrets_v7,
     _pairs_stamp_v8,
     _status_ticks_v9,
+    _claims_v10,
 ]
 """``MIGRATIONS[i]`` takes the schema from version i to i+1; append, never edit."""
 

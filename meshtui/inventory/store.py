@@ -28,6 +28,7 @@ from meshtui.inventory import schema, status_read
 from meshtui.inventory.audit import ChainCheck
 from meshtui.inventory.rows import (
     AuditRecord,
+    ClaimRecord,
     DeliveryRow,
     DrillEvidence,
     DrillRecord,
@@ -234,6 +235,10 @@ class Transaction:
     def put_policies(self, rows: Sequence[PolicyRecord]) -> None:
         """Insert or update pairs' effective policies."""
         _upsert(self._conn, "policies", rows, "pair")
+
+    def put_claims(self, rows: Sequence[ClaimRecord]) -> None:
+        """Record whose each claim at a provider is now."""
+        _upsert(self._conn, "claims", rows, "provider", "claim")
 
     # ---- generations and rotations --------------------------------------------------------
     def add_generations(self, rows: Sequence[GenerationRow]) -> None:
@@ -670,6 +675,14 @@ class Inventory:
                 probe_source=psrc,
             )
             for pid, rotate, probe, rsrc, psrc in rows
+        }
+
+    def claims(self) -> dict[tuple[str, str], ClaimRecord]:
+        """Every recorded claim by (provider, claim): whose it is, or was last."""
+        rows = self._tuples("SELECT provider, claim, module, since FROM claims")
+        return {
+            (provider, claim): ClaimRecord(provider=provider, claim=claim, module=m, since=since)
+            for provider, claim, m, since in rows
         }
 
     def generation(self, pair: str, generation: int) -> GenerationRow | None:

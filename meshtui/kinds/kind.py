@@ -123,7 +123,11 @@ class Kind:
     ``dbname``: what a probe of a consumer with these ``values`` names as its database.
     ``owns``: ``owns(login, values)``, what a consumer claims at its provider for itself alone
     (an object store's buckets); ``declare`` refuses a second consumer of one provider that
-    claims the same.
+    claims the same. Each claim is recorded in the inventory with the consumer that made it,
+    and stays its after it is withdrawn or moves elsewhere.
+    ``takes_over``: ``takes_over(login, values)``, the claims (as ``owns`` names them) this
+    consumer takes from whoever held them before; ``declare`` refuses any other claim another
+    module held.
     ``connection``: what a consumer's connection file holds (None: the kind writes none).
     """
 
@@ -146,6 +150,7 @@ class Kind:
     finish_name: str = "pin"
     dbname: Callable[[Mapping[str, str]], str] = lambda values: ""
     owns: Callable[[str, Mapping[str, str]], tuple[str, ...]] = owns_nothing
+    takes_over: Callable[[str, Mapping[str, str]], tuple[str, ...]] = owns_nothing
     connection: ConnectionOf | None = None
 
     def refs(self) -> dict[str, Ref]:

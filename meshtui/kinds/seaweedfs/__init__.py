@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from meshtui.kinds.kind import Kind, Ref
 from meshtui.kinds.seaweedfs.connection import connection
-from meshtui.kinds.seaweedfs.values import check_values, first_bucket, owned_buckets
+from meshtui.kinds.seaweedfs.values import check_values, first_bucket, owned_buckets, taken_over
 
 KIND = Kind(
     name="seaweedfs",
@@ -33,5 +33,6 @@ KIND = Kind(
     workers=1,  # one weed shell at a time: each is a process and reads the whole configuration
     dbname=first_bucket,
     owns=owned_buckets,
+    takes_over=taken_over,
     connection=connection,
 )

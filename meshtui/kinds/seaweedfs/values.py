@@ -4,8 +4,11 @@ A consumer asks for ``bucket`` (one name) or ``buckets`` (names separated by spa
 one bucket derived from its login; and ``rights`` (``read``, ``write``, ``list``, ``tagging``,
 separated by spaces), default ``read write list``. A right on anything but its own buckets is
 refused: no wildcard, no ``admin``, and (checked across the declaration) no bucket another
-consumer of the same store already has. Pure functions, no I/O; the declaration and the
-adapter share them.
+consumer of the same store already has. A bucket another consumer held before (withdrawn, or
+moved to another bucket), objects and all, is taken only when ``takes_over`` names it (one of
+its own buckets, names separated by spaces): ``declare`` checks that against the inventory's
+record of whose each bucket was. Pure functions, no I/O; the declaration and the adapter share
+them.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from meshtui.kinds.kind import ValuesError
 
 REGION = "us-east-1"
 """The region requests are signed for (SeaweedFS accepts any; the AWS SDKs want one)."""
-KNOWN_VALUES = frozenset({"bucket", "buckets", "rights"})
+KNOWN_VALUES = frozenset({"bucket", "buckets", "rights", "takes_over"})
 RIGHTS = {"read": "Read", "write": "Write", "list": "List", "tagging": "Tagging"}
 """The rights a consumer may ask for, and SeaweedFS's name for each."""
 DEFAULT_RIGHTS = ("read", "write", "list")
@@ -89,6 +92,12 @@ def grant_for(login: str, values: Mapping[str, str]) -> Grant:
         why = bucket_problem(bucket)
         if why is not None:
             raise ValuesError(f"bucket {bucket!r}: {why}")
+    for taken in _words("takes_over", values["takes_over"]) if "takes_over" in values else ():
+        if taken not in buckets:
+            raise ValuesError(
+                f"takes_over names {taken!r}, which is not one of this consumer's buckets "
+                f"({' '.join(buckets)}); a consumer takes over only a bucket it names as its own"
+            )
     rights = _words("rights", values["rights"]) if "rights" in values else DEFAULT_RIGHTS
     for right in rights:
         if right not in RIGHTS:
@@ -107,6 +116,13 @@ def check_values(login: str, values: Mapping[str, str]) -> None:
 def owned_buckets(login: str, values: Mapping[str, str]) -> tuple[str, ...]:
     """The buckets this consumer claims for itself alone (``declare`` refuses a second claim)."""
     return tuple(f"bucket {b!r}" for b in grant_for(login, values).buckets)
+
+
+def taken_over(login: str, values: Mapping[str, str]) -> tuple[str, ...]:
+    """The buckets (as :func:`owned_buckets` names them) this consumer takes over from whoever
+    held them before, objects and all: what its ``takes_over`` names."""
+    grant_for(login, values)  # takes_over names only its own buckets
+    return tuple(f"bucket {b!r}" for b in values.get("takes_over", "").split())
 
 
 def first_bucket(values: Mapping[str, str]) -> str:
