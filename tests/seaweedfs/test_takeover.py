@@ -10,9 +10,6 @@ declaration alone, then end to end on the real lab (SeaweedFS in a namespace, re
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,13 +18,15 @@ import pytest
 
 from meshtui.kinds.seaweedfs import lab as lab_s3
 from meshtui.kinds.seaweedfs.values import default_bucket
+from meshtui.lab import mesh as lab_mesh
+from meshtui.lab import netns as lab_netns
 from meshtui.naming import derive_login
 from tests.fix_lab import cli, running_lab
 from tests.fix_mesh import Mesh
+from tests.seaweedfs.conftest import Store
 from tests.seaweedfs.test_declaration import s3_spec
 
-HERE = Path(__file__).parent
-GRAFANA = "objects:app1/grafana->db1/s3"
+LEFT = "what grafana left"
 
 
 def _without_gitea(spec: dict[str, Any]) -> dict[str, Any]:
@@ -79,20 +78,12 @@ def lab() -> Iterator[tuple[Path, Any]]:
         yield found
 
 
-def _s3(built: Any, node: str, method: str, path: str, login: str, secret: str) -> list[Any]:
-    """One signed S3 request from ``node``'s namespace: [[status, body or S3 error code]]."""
-    store = lab_s3.existing(built.folder / "weed")
-    assert store is not None
-    job = {"op": "request", "method": method, "login": login, "secret": secret,
-           "url": f"https://{store.address}:{store.ports.s3}/{path}", "ca": str(store.ca),
-           "body": "what grafana left"}  # fmt: skip
-    done = subprocess.run(
-        ["ip", "netns", "exec", built.namespace(node), sys.executable, str(HERE / "s3call.py")],
-        input=json.dumps(job).encode(), capture_output=True, timeout=120,
-        env={**os.environ, "PYTHONPATH": str(HERE.parent.parent)},
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr.decode()[-2000:]
-    return list(json.loads(done.stdout))
+def _store(built: Any) -> Store:
+    """The lab's object store, driven as the store tests drive theirs."""
+    server = lab_s3.existing(built.folder / "weed")
+    assert server is not None
+    net = lab_netns.Network(built.network, lab_mesh.SUBNET, dict(built.addresses))
+    return Store(server, net)
 
 
 @pytest.mark.root
@@ -105,7 +96,9 @@ def test_on_the_lab_a_new_module_gets_a_withdrawn_bucket_only_by_taking_it_over(
     login = derive_login("app1", "grafana")
     bucket = default_bucket(login)
     secret = (srv / "app1" / "grafana" / "s3.secret").read_text()
-    assert _s3(built, "app1", "PUT", f"{bucket}/own.txt", login, secret)[0][0] == 200
+    store = _store(built)
+    put = store.request("app1", "PUT", store.url(bucket, "own.txt"), login, secret, body=LEFT)
+    assert put[0][0] == 200, put
 
     text = built.declaration.read_text()
     grafana = text[text.index('[modules."app1/grafana"]') :].split("\n\n", 1)[0]
@@ -133,5 +126,5 @@ def test_on_the_lab_a_new_module_gets_a_withdrawn_bucket_only_by_taking_it_over(
     assert cli(state, "push").returncode == 0
     newapp = derive_login("app2", "newapp")
     held = (srv / "app2" / "newapp" / "s3.secret").read_text()
-    got = _s3(built, "app2", "GET", f"{bucket}/own.txt", newapp, held)
-    assert got[0] == [200, "what grafana left"], got
+    got = store.request("app2", "GET", store.url(bucket, "own.txt"), newapp, held)
+    assert got[0] == [200, LEFT], got
