@@ -23,6 +23,7 @@ import pytest
 
 from meshtui.errors import PolicyFileError
 from meshtui.host import policy as node_policy
+from meshtui.runas import RUN_ENV
 from tests.fix_agents import Mesh, agent_user
 
 GITEA = "database:app1/gitea->db1/postgres"
@@ -250,7 +251,8 @@ def test_an_allowed_reload_runs_as_the_policys_user_in_a_new_session_without_a_t
     nobody = pwd.getpwnam("nobody")
     assert (ran["uid"], ran["gid"], ran["argv"]) == (nobody.pw_uid, nobody.pw_gid, ["now"])
     assert ran["leader"] and not ran["tty"] and ran["cwd"] == "/"
-    assert set(ran["env"]) <= {"PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_CTYPE"}
+    # and the test run's mark (meshtui.runas.RUN_ENV), so an interrupted run finds it
+    assert set(ran["env"]) <= {"PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_CTYPE", RUN_ENV}
 
 
 def test_a_reload_of_systemd_run_or_systemctl_runs_only_as_the_exact_argv_listed(
