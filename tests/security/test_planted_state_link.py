@@ -77,9 +77,7 @@ def test_a_link_nobody_planted_in_a_sticky_folder_is_refused(
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
-def test_a_folder_nobody_made_in_a_sticky_folder_is_refused(
-    base: Path, command: list[str]
-) -> None:
+def test_a_folder_nobody_made_in_a_sticky_folder_is_refused(base: Path, command: list[str]) -> None:
     state = base / "tmp" / "meshtui-demo"
     as_nobody("mkdir", "-m", "0755", state)
     done = meshtui(state, *command)
