@@ -26,7 +26,7 @@ from meshtui.runas import RUN_ENV
 from tests.fix_lab import skip_without_netns
 from tests.lab.interrupted_run import READY, WITH_LAB
 
-pytestmark = [pytest.mark.root, pytest.mark.slow]
+pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(600)]
 
 REPO = Path(__file__).resolve().parents[2]
 START_S = 280.0
