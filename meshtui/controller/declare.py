@@ -277,9 +277,9 @@ def _declare(inv: Inventory, tx: Transaction, decl: Declaration) -> DeclareResul
         if pid not in declared_ids and not old_p["withdrawn_at"]:
             result.withdrawn.append(pid)
 
-    tx.put_claims(claim_rows)
     if not result.touched and not module_rows and not gone_modules:
         return result
+    tx.put_claims(claim_rows)
     tx.put_nodes(node_rows)
     tx.undeclare_nodes(gone_nodes, stamp)
     tx.put_modules(module_rows)
@@ -320,14 +320,14 @@ def _claims(
     old_pairs: Mapping[str, PairRecord],
     stamp: str,
 ) -> list[ClaimRecord]:
-    """The claims (buckets) whose holder changes; DeclarationError for a consumer that would
-    get what another module held — withdrawn, or moved elsewhere, its data still there —
-    unless its entry takes that claim over by name.
+    """The claims (buckets) to record; DeclarationError for a consumer that would get what
+    another module held — withdrawn, or moved elsewhere, its data still there — unless its
+    entry takes that claim over by name.
 
-    The record is the inventory's; claims made before it was kept are read from the pairs:
-    a current pair's claim is its, else the last withdrawn one's.
+    The record is the inventory's; claims made before it was kept are read from the pairs (a
+    current pair's claim is its, else the last withdrawn one's) and recorded with the rest.
     """
-    holders = {key: row["module"] for key, row in inv.claims().items()}
+    recorded = {key: row["module"] for key, row in inv.claims().items()}
     old_kinds = _offer_kinds((m, r["spec"]) for m, r in old_modules.items())
     implied: dict[tuple[str, str], str] = {}
     for old in sorted(
@@ -337,11 +337,15 @@ def _claims(
         if kind is not None and kind.owns is not owns_nothing:
             for claim in kind.owns(old["login"], json.loads(old["values"])):
                 implied[(old["provider"], claim)] = old["consumer"]
-    holders = {**implied, **holders}
+    holders = {**implied, **recorded}
+    rows = [
+        ClaimRecord(provider=key[0], claim=key[1], module=module, since=stamp)
+        for key, module in implied.items()
+        if key not in recorded
+    ]
     kinds = {
         (m.id, o.name): registry.kind_of(o.kind) for m in decl.modules.values() for o in m.provides
     }
-    rows: list[ClaimRecord] = []
     for p in decl.pairs:
         kind = kinds[(p.provider, p.provision)]
         taken = kind.takes_over(p.login, p.values)
