@@ -328,15 +328,19 @@ def _claims(
     current pair's claim is its, else the last withdrawn one's) and recorded with the rest.
     """
     recorded = {key: row["module"] for key, row in inv.claims().items()}
-    old_kinds = _offer_kinds((m, r["spec"]) for m, r in old_modules.items())
+    providers = {r["provider"] for r in old_pairs.values()}
+    old_kinds = _offer_kinds((m, old_modules[m]["spec"]) for m in providers if m in old_modules)
+    owning = [
+        (old, kind)
+        for old in old_pairs.values()
+        if (kind := old_kinds.get((old["provider"], old["provision"]))) is not None
+        and kind.owns is not owns_nothing
+    ]
+    owning.sort(key=lambda o: (not o[0]["withdrawn_at"], o[0]["withdrawn_at"] or ""))
     implied: dict[tuple[str, str], str] = {}
-    for old in sorted(
-        old_pairs.values(), key=lambda r: (not r["withdrawn_at"], r["withdrawn_at"] or "")
-    ):
-        kind = old_kinds.get((old["provider"], old["provision"]))
-        if kind is not None and kind.owns is not owns_nothing:
-            for claim in kind.owns(old["login"], json.loads(old["values"])):
-                implied[(old["provider"], claim)] = old["consumer"]
+    for old, kind in owning:  # the withdrawn by time, then the current: the last one holds
+        for claim in kind.owns(old["login"], json.loads(old["values"])):
+            implied[(old["provider"], claim)] = old["consumer"]
     holders = {**implied, **recorded}
     rows = [
         ClaimRecord(provider=key[0], claim=key[1], module=module, since=stamp)
