@@ -114,7 +114,9 @@ def _commands(
             yield from _commands(child, (*words, word))
 
 
-def commands(parser: argparse.ArgumentParser) -> list[tuple[tuple[str, ...], str, argparse.ArgumentParser]]:
+def commands(
+    parser: argparse.ArgumentParser,
+) -> list[tuple[tuple[str, ...], str, argparse.ArgumentParser]]:
     """Every command of the tree: its words, its one-line help, its parser."""
     return list(_commands(parser, ()))
 

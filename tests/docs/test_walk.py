@@ -54,14 +54,14 @@ def test_one_state_folder_in_the_walk_and_the_watch_unit() -> None:
     env = _service("meshtui-watch.service")["Environment"]
     state = env.removeprefix("MESHTUI_STATE=")
     assert _service("meshtui-watch.service")["User"] == "meshtui"
-    assert (
-        f"MESHTUI_STATE={state}" in WALK and f"-d -o meshtui -g meshtui -m 0700 {state}" in WALK
-    )
+    assert f"MESHTUI_STATE={state}" in WALK and f"-d -o meshtui -g meshtui -m 0700 {state}" in WALK
     assert "--state /var/lib/meshtui init" not in WALK
 
 
 def test_the_provision_unit_reads_the_declarations_paths() -> None:
-    decl = next(tomllib.loads(b) for b in BLOCKS if "db1/postgres" in tomllib.loads(b).get("modules", {}))
+    decl = next(
+        tomllib.loads(b) for b in BLOCKS if "db1/postgres" in tomllib.loads(b).get("modules", {})
+    )
     module = decl["modules"]["db1/postgres"]
     manifest, admin = module["receives"]["database"], module["admin"]
     start = _service("meshtui-provision@.service")["ExecStart"]
