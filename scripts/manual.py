@@ -1,6 +1,6 @@
 """Build and check the operator's manual (docs/, zensical.toml).
 
-``python scripts/manual.py build [--site DIR]``: every page under docs/ must be listed in
+``python scripts/manual.py build``: every page under docs/ must be listed in
 zensical.toml's ``nav``, then a strict Zensical build (a warning, a broken link or anchor fails).
 ``python scripts/manual.py cli``: write docs/reference/cli.md from meshtui's argument parser.
 ``python scripts/manual.py check``: fail when docs/reference/cli.md is not what ``cli`` would write.
@@ -9,6 +9,7 @@ zensical.toml's ``nav``, then a strict Zensical build (a warning, a broken link 
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -57,21 +58,23 @@ def missing_pages(config: Path = CONFIG, docs: Path = DOCS) -> list[str]:
     return [page for page in nav_pages(config) if not (docs / page).is_file()]
 
 
-def build(site: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """A strict build into ``site`` (default: zensical.toml's site/); the finished process."""
+def build(project: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """A strict build; the finished process, its output as text. With ``project``, in that
+    folder (Zensical wants the pages inside the configuration's folder): its docs/ (copied from
+    the checkout's when it has none) into its site/; else the checkout's docs/ into site/."""
     zensical = Path(sys.executable).with_name("zensical")
     config = CONFIG
-    if site is not None:
-        text = CONFIG.read_text().replace('site_dir = "site"', f'site_dir = "{site}"', 1)
-        text = text.replace('docs_dir = "docs"', f'docs_dir = "{DOCS}"', 1)
-        config = site.parent / f"{site.name}.zensical.toml"
-        config.write_text(text)
+    if project is not None:
+        if not (project / "docs").exists():
+            shutil.copytree(DOCS, project / "docs")
+        config = project / "zensical.toml"
+        config.write_text(CONFIG.read_text())
     return subprocess.run(
         [str(zensical), "build", "--strict", "--clean", "--config-file", str(config)],
-        cwd=ROOT,
+        cwd=config.parent,
         capture_output=True,
         text=True,
-        env={"PATH": "/usr/bin:/bin", "NO_COLOR": "1", "HOME": str(ROOT)},
+        env={"PATH": "/usr/bin:/bin", "NO_COLOR": "1", "HOME": str(config.parent)},
         check=False,
     )
 
@@ -190,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="what", required=True)
     b = sub.add_parser("build", help="check the navigation, then build strictly")
-    b.add_argument("--site", type=Path, help="where the site goes (default site/)")
+    b.add_argument("--project", type=Path, help="build a copy of docs/ in this folder instead")
     sub.add_parser("cli", help="write docs/reference/cli.md")
     sub.add_parser("check", help="fail when docs/reference/cli.md is out of date")
     args = p.parse_args(argv)
@@ -208,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     if problems:
         print("\n".join(problems), file=sys.stderr)
         return 1
-    done = build(args.site.resolve() if args.site else None)
+    done = build(args.project.resolve() if args.project else None)
     sys.stderr.write(done.stdout + done.stderr)
     return done.returncode
 
