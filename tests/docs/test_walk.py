@@ -68,3 +68,42 @@ def test_the_provision_unit_reads_the_declarations_paths() -> None:
     instance = "db1/postgres"  # %I: the instance name unescaped (systemd-escape --path)
     assert f"--manifest {manifest}" in start.replace("%I", instance)
     assert f"--admin {admin}" in start.replace("%I", instance)
+
+
+def _block(language: str, holding: str) -> str:
+    found = [
+        b
+        for b in re.findall(rf"^```{language}\n(.*?)^```", WALK, flags=re.M | re.S)
+        if holding in b
+    ]
+    assert len(found) == 1, (language, holding, len(found))
+    return found[0]
+
+
+def test_the_walks_openbao_policy_is_the_provisioners_policy() -> None:
+    from meshtui.kinds.openbao.lab import PROVISIONER_POLICY
+
+    assert _block("hcl", "auth/approle/role") == PROVISIONER_POLICY
+
+
+def test_the_walks_redis_conf_has_every_line_the_lab_runs_with() -> None:
+    lab_only = {"dir", "logfile", "pidfile", "daemonize", "save", "appendonly", "loglevel"}
+    source = (ROOT / "meshtui" / "kinds" / "redis" / "lab.py").read_text()
+    lab = set(re.findall(r'^\s+f?"([a-z-]+) [^"]*",$', source, flags=re.M)) - lab_only
+    walk = {line.split()[0] for line in _block("sh", "tls-port 6379").splitlines() if line}
+    assert lab and lab <= walk, sorted(lab - walk)
+
+
+def test_the_walks_weed_server_has_every_flag_the_lab_runs_with(tmp_path: Path) -> None:
+    from meshtui.kinds.seaweedfs import lab
+
+    lab_only = {"-master.volumeSizeLimitMB", "-volume.preStopSeconds"}
+    ports = lab.Ports(9333, 8080, 8888, 8333)
+    argv = lab.WeedServer(tmp_path, "10.0.0.2", ports, None).argv()[1:]
+    flags = {word.split("=", 1)[0] for word in argv} - lab_only
+    unit = _block("ini", "weed server")
+    assert flags <= set(re.findall(r"(?<=\s)(-[A-Za-z0-9.]+|server)(?==|\s)", unit)), flags
+    for role in ("master", "volume", "filer", "s3", "client"):
+        assert f"[grpc.{role}]" in WALK, role
+    for flag, port in (("master", 9333), ("volume", 8080), ("filer", 8888), ("s3", 8333)):
+        assert f"-{flag}.port={port} -{flag}.port.grpc={port + 10000}" in unit, flag
