@@ -107,3 +107,61 @@ def test_the_walks_weed_server_has_every_flag_the_lab_runs_with(tmp_path: Path) 
         assert f"[grpc.{role}]" in WALK, role
     for flag, port in (("master", 9333), ("volume", 8080), ("filer", 8888), ("s3", 8333)):
         assert f"-{flag}.port={port} -{flag}.port.grpc={port + 10000}" in unit, flag
+
+
+def _walk_declaration(tmp_path: Path):  # type: ignore[no-untyped-def]
+    from meshtui.crypto import PrivateKeys, write_keys
+    from meshtui.declaration import parse
+
+    text = next(b for b in BLOCKS if "[nodes.db1]" in b)
+    for name in tomllib.loads(text)["nodes"]:
+        write_keys(tmp_path / "keys", name, PrivateKeys.generate(node=True))
+    return parse(text, tmp_path / "mesh.toml")
+
+
+def test_each_nodes_policy_in_the_walk_allows_what_the_walks_declaration_asks_of_it(
+    tmp_path: Path,
+) -> None:
+    """What `meshtui doctor` would ask each node, asked of the walk's own policies: nothing of
+    the walk's declaration is refused (every kind, every file, owner, group, reload, admin)."""
+    from meshtui.host import policy as node_policy
+    from meshtui.host.policy import ConsumerAsk, ProviderAsk
+    from meshtui.kinds import registry
+
+    policies = {}
+    for text in (b for b in BLOCKS if b.startswith("# ") and "policy.toml" in b.splitlines()[0]):
+        node = text.split(":", 1)[0].removeprefix("# ")
+        node_policy.write(tmp_path / node, text)
+        policies[node] = node_policy.load(tmp_path / node, node)
+    assert set(policies) == {"db1", "app1", "app2"}
+    declared = _walk_declaration(tmp_path / "decl")
+    refused = []
+    for module in declared.modules.values():
+        allowed = policies[module.node]
+        for offer in module.provides:
+            kind = registry.name_of(offer.kind)
+            refused += allowed.provider_refusals(
+                ProviderAsk(
+                    module.id,
+                    offer.name,
+                    kind,
+                    module.receives[offer.name],
+                    module.grants[offer.name],
+                    module.admin,
+                    module.provisioner,
+                )
+            )
+        for need in module.requires:
+            connection = need.connection.file if need.connection else None
+            refused += allowed.consumer_refusals(
+                ConsumerAsk(
+                    module.id, need.name, need.file, need.owner, need.group, need.reload, connection
+                )
+            )
+        for own in module.secrets:
+            refused += allowed.consumer_refusals(
+                ConsumerAsk(module.id, "secret", own.file, own.owner, own.group, own.reload)
+            )
+    kinds = {registry.name_of(o.kind) for m in declared.modules.values() for o in m.provides}
+    assert kinds == set(registry.KINDS)
+    assert not refused, [str(r) for r in refused]
