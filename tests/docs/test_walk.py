@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from meshtui.model import Declaration
+
 ROOT = Path(__file__).parents[2]
 WALK = (ROOT / "docs" / "real-mesh.md").read_text()
 BLOCKS = re.findall(r"^```toml\n(.*?)^```", WALK, flags=re.M | re.S)
@@ -109,7 +111,7 @@ def test_the_walks_weed_server_has_every_flag_the_lab_runs_with(tmp_path: Path) 
         assert f"-{flag}.port={port} -{flag}.port.grpc={port + 10000}" in unit, flag
 
 
-def _walk_declaration(tmp_path: Path):  # type: ignore[no-untyped-def]
+def _walk_declaration(tmp_path: Path) -> Declaration:
     from meshtui.crypto import PrivateKeys, write_keys
     from meshtui.declaration import parse
 
