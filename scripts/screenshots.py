@@ -1,6 +1,6 @@
 """Make SVG screenshots of the real dashboard on a state folder, for review and the README.
 
-    .venv/bin/python scripts/screenshots.py --state state            # into screenshots/
+    .venv/bin/python scripts/screenshots.py --state state            # into docs/screenshots/
     .venv/bin/python scripts/screenshots.py --state S --drill run    # also run a drill (rotates!)
 
 It drives the real app headless (``App.run_test`` + ``save_screenshot``) and writes main.svg,
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     """Parse arguments and take the screenshots."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--state", type=Path, required=True, help="the state folder to show")
-    parser.add_argument("--out", type=Path, default=Path("screenshots"), help="where to write")
+    parser.add_argument("--out", type=Path, default=Path("docs/screenshots"), help="where to write")
     parser.add_argument("--size", default="120x36", help="terminal size, COLSxROWS")
     parser.add_argument(
         "--drill",

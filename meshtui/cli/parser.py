@@ -57,8 +57,8 @@ def _mesh(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.set_defaults(func=mesh.cmd_init)
 
     s = sub.add_parser("declare", help="load a declaration (TOML)")
-    s.add_argument("file", type=Path)
-    s.add_argument("--json", action="store_true")
+    s.add_argument("file", type=Path, help="the declaration (TOML)")
+    s.add_argument("--json", action="store_true", help="print the outcome as JSON")
     s.add_argument(
         "--check-nodes",
         action="store_true",
@@ -67,8 +67,10 @@ def _mesh(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.set_defaults(func=mesh.cmd_declare)
 
     s = sub.add_parser("status", help="every pair, its state and who is behind")
-    s.add_argument("pairs", nargs="*", metavar="PAIR")
-    s.add_argument("--json", action="store_true")
+    s.add_argument(
+        "pairs", nargs="*", metavar="PAIR", help="only these pairs (default: every pair)"
+    )
+    s.add_argument("--json", action="store_true", help="print every pair as JSON")
     s.add_argument(
         "--due", action="store_true", help="each pair's policy, age and when it is due (overdue)"
     )
@@ -76,7 +78,7 @@ def _mesh(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     s = sub.add_parser("audit", help="the read-only audit view, or the log as text/JSON/CSV")
     s.add_argument("--verify", action="store_true", help="check the hash chain; exit 1 when broken")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print the events (or the check) as JSON")
     s.add_argument(
         "--list", action="store_true", help="print the events instead of opening the view"
     )
@@ -89,7 +91,7 @@ def _host(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         dest="host_command", metavar="COMMAND", required=True
     )
     s = group.add_parser("init", help="write this node's keys and pin the controller key")
-    s.add_argument("--name", required=True)
+    s.add_argument("--name", required=True, help="the node's name, as the declaration says it")
     s.add_argument("--state", dest="state_dir", required=True, help="the node's state folder")
     s.add_argument("--controller", required=True, help="the controller's .pub file")
     s.set_defaults(func=host.cmd_host_init)
@@ -117,23 +119,25 @@ def _host(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _actions(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = sub.add_parser("push", help="converge every end")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print the outcome as JSON")
     s.set_defaults(func=actions.cmd_push)
     s = sub.add_parser("rotate", help="all-or-nothing rotation")
-    s.add_argument("pairs", nargs="*", metavar="PAIR")
-    s.add_argument("--provider", metavar="NODE/MODULE")
-    s.add_argument("--all", action="store_true")
+    s.add_argument("pairs", nargs="*", metavar="PAIR", help="the pairs to rotate")
+    s.add_argument("--provider", metavar="NODE/MODULE", help="every pair of this provider")
+    s.add_argument("--all", action="store_true", help="every active pair")
     s.add_argument("--due", action="store_true", help="the pairs whose policy says rotate now")
     s.add_argument("--yes", action="store_true", help="do not ask")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print the outcome as JSON")
     s.set_defaults(func=actions.cmd_rotate)
     s = sub.add_parser("probe", help="live logins from each consumer's node")
-    s.add_argument("pairs", nargs="*", metavar="PAIR")
-    s.add_argument("--json", action="store_true")
+    s.add_argument(
+        "pairs", nargs="*", metavar="PAIR", help="only these pairs (default: every pair)"
+    )
+    s.add_argument("--json", action="store_true", help="print every probe as JSON")
     s.set_defaults(func=actions.cmd_probe)
     s = sub.add_parser("drill", help="rotation + three logins, with the window")
-    s.add_argument("pairs", nargs="+", metavar="PAIR")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("pairs", nargs="+", metavar="PAIR", help="the pairs to drill")
+    s.add_argument("--json", action="store_true", help="print each step as JSON")
     s.set_defaults(func=actions.cmd_drill)
 
 
@@ -160,7 +164,7 @@ def _lab(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     s.set_defaults(func=lab.cmd_lab)
     s = group.add_parser("status", help="what is up: agents, PostgreSQL, Redis")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print it as JSON")
     s.set_defaults(func=lab.cmd_lab)
 
 
@@ -193,7 +197,7 @@ def _provision(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     s.add_argument(
         "--drift-every", type=float, default=300.0, help="seconds between drift checks (--watch)"
     )
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print the report as JSON")
     s.set_defaults(func=provision.cmd_provision)
 
 
@@ -222,7 +226,7 @@ def _doctor(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = sub.add_parser(
         "doctor", help="preflight: keys, folders, users, reloads, admin, ports, clocks"
     )
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print every problem as JSON")
     s.set_defaults(func=doctor.cmd_doctor)
 
 
@@ -247,7 +251,7 @@ def _recovery(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     s.add_argument("file", type=Path, help="the backup to restore")
     s.add_argument("--passphrase-file", help=phrase + "without it, asked on a terminal")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print what was restored as JSON")
     s.set_defaults(func=recovery.cmd_restore)
 
 

@@ -79,7 +79,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     group = sub.add_parser("secret", help="a module's own secrets, kept in its vault")
     words = group.add_subparsers(dest="secret_command", metavar="ACTION", required=True)
     s = words.add_parser("status", help="every own secret: the versions its vault and file hold")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print every secret as JSON")
     s.set_defaults(func=cmd_secret_status)
     s = words.add_parser(
         "put",
@@ -87,12 +87,12 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         description="Read the value of a supplied secret from a no-echo prompt (or stdin when "
         "it is not a terminal), seal it to the vault's node, and deliver it.",
     )
-    s.add_argument("module", metavar="MODULE")
-    s.add_argument("name", metavar="NAME")
+    s.add_argument("module", metavar="MODULE", help="the module, NODE/NAME (app1/gitea)")
+    s.add_argument("name", metavar="NAME", help="the secret's name in its secrets entry")
     s.set_defaults(func=cmd_secret_put)
     s = words.add_parser("rotate", help="mint a new version of a minted secret and deliver it")
-    s.add_argument("module", metavar="MODULE")
-    s.add_argument("name", metavar="NAME")
+    s.add_argument("module", metavar="MODULE", help="the module, NODE/NAME (app1/gitea)")
+    s.add_argument("name", metavar="NAME", help="the secret's name in its secrets entry")
     s.set_defaults(func=cmd_secret_rotate)
     s = words.add_parser(
         "drill",
@@ -100,7 +100,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         description="Rotate a minted secret, then prove from the module's node that its file "
         "and the vault's current version hold the new value and neither holds the old one.",
     )
-    s.add_argument("module", metavar="MODULE")
-    s.add_argument("name", metavar="NAME")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("module", metavar="MODULE", help="the module, NODE/NAME (app1/gitea)")
+    s.add_argument("name", metavar="NAME", help="the secret's name in its secrets entry")
+    s.add_argument("--json", action="store_true", help="print each check as JSON")
     s.set_defaults(func=cmd_secret_drill)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import configparser
+import re
 import shutil
 import subprocess
 import sys
@@ -112,15 +113,15 @@ def test_systemd_analyze_verify(unit: Path, tmp_path: Path) -> None:
     assert done.returncode == 0 and not problems, "\n".join(problems) or done.stderr
 
 
-def test_the_agent_units_writable_folders_are_the_readmes_policy_folders(tmp_path: Path) -> None:
-    """The agent's ReadWritePaths and the README's node policies ("What a node allows") name
-    the same folders, every policy there parses, and the unit mounts the policy read-only."""
+def test_the_agent_units_writable_folders_cover_the_walks_policy_folders(tmp_path: Path) -> None:
+    """Every folder the manual's node policies (docs/real-mesh.md) allow is writable by the
+    agent's unit, as shipped or with the walk's drop-in; every policy there parses; and the unit
+    mounts the policy read-only."""
     from meshtui.host import policy as node_policy
 
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    section = readme.split("### What a node allows", 1)[1].split("\n## ", 1)[0]
-    blocks = [b.split("```", 1)[0] for b in section.split("```toml\n")[1:]]
-    assert len(blocks) == 2  # db1's and app1's
+    walk = (Path(__file__).parents[2] / "docs" / "real-mesh.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in walk.split("<!-- run: policy -->\n```toml\n")[1:]]
+    assert len(blocks) == 3  # db1's, app1's and app2's
     folders: set[str] = set()
     for i, text in enumerate(blocks):
         node_policy.write(tmp_path / str(i), text)
@@ -128,7 +129,10 @@ def test_the_agent_units_writable_folders_are_the_readmes_policy_folders(tmp_pat
         folders |= {r.under for r in (*allowed.credentials, *allowed.providers)}
     service = _service(UNITS[[u.name for u in UNITS].index("meshtui-agent.service")])
     writable = {p.lstrip("-") for p in service["ReadWritePaths"].split()}
-    assert writable == folders
+    for drop_in in re.findall(r"ReadWritePaths=([^`\n]+)", walk):
+        writable |= set(drop_in.split())
+    for folder in folders:
+        assert any(folder == w or folder.startswith(w + "/") for w in writable), folder
     state = service["ExecStart"].split("--state ", 1)[1].split()[0]
     assert service["ReadOnlyPaths"].lstrip("-") == f"{state}/policy.toml"
     assert {"CAP_SETUID", "CAP_SETGID"} <= set(service["CapabilityBoundingSet"].split())

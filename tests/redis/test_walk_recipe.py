@@ -1,7 +1,8 @@
-"""The README's Redis TLS recipe starts Debian's Redis 7.0 as written (issue 26: without
-``tls-ca-cert-file`` it refused to start), and the admin URL the README shows logs in over it.
+"""The manual's Redis TLS recipe (docs/real-mesh.md, step 5) starts Debian's Redis 7.0 as
+written (without ``tls-ca-cert-file`` it refuses to start), and an admin URL of the form the
+walk writes logs in over it.
 
-The recipe's lines are read from README.md itself; only the paths and the address are this
+The recipe's lines are read from the page itself; only the paths and the address are this
 test's (loopback, a free port, the lab's certificates), plus where the server keeps its log."""
 
 from __future__ import annotations
@@ -16,16 +17,16 @@ import redis
 from meshtui.kinds.redis import lab as lab_redis
 from tests.redis.conftest import free_port
 
-README = (Path(__file__).parents[2] / "README.md").read_text()
+WALK = (Path(__file__).parents[2] / "docs" / "real-mesh.md").read_text()
 
 
 def recipe() -> list[str]:
-    found = re.search(r"These lines in `redis.conf`.*?```\n(.*?)```", README, flags=re.S)
-    assert found, "README.md lost its Redis recipe"
+    found = re.search(r"cat >> /etc/redis/redis.conf <<'EOF'\n(.*?)^EOF$", WALK, flags=re.S | re.M)
+    assert found, "docs/real-mesh.md lost its Redis recipe"
     return [line.strip() for line in found[1].splitlines() if line.strip()]
 
 
-def test_the_readme_recipe_starts_redis_and_the_admin_logs_in() -> None:
+def test_the_walks_recipe_starts_redis_and_the_admin_logs_in() -> None:
     port = free_port()
     # under a folder the server's own user may pass through (it runs as meshtui_redis as root)
     base = Path(tempfile.mkdtemp(prefix="meshtui-recipe-"))
