@@ -6,16 +6,15 @@ whose peak resident memory (``VmHWM``) is read from /proc before and after the c
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from meshtui import crypto, wire
+from tests.controller.test_channel import Endless
 
 MiB = 1024 * 1024
 ANSWER = 63 * MiB
@@ -76,16 +75,13 @@ def signed_objects(nonce: str, keys: crypto.PrivateKeys) -> bytes:
     return json.dumps(envelope).encode()
 
 
-class Hostile:
+class Hostile(Endless):
     """A Unix socket answering one request with ``make(nonce, keys)``: the request's nonce read
     from the controller's own envelope, so a signed answer quotes it as a real node's does."""
 
     def __init__(self, path: Path, make, keys: crypto.PrivateKeys) -> None:  # noqa: ANN001
-        self.path, self.make, self.keys = path, make, keys
-        self.server = socket.socket(socket.AF_UNIX)
-        self.server.bind(str(path))
-        self.server.listen()
-        threading.Thread(target=self._serve, daemon=True).start()
+        self.make, self.keys = make, keys
+        super().__init__(path, b"", b"")
 
     def _serve(self) -> None:
         try:
@@ -106,9 +102,6 @@ class Hostile:
                 b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
                 b"content-length: %d\r\n\r\n" % len(answer) + answer
             )
-
-    def close(self) -> None:
-        self.server.close()
 
 
 @pytest.mark.parametrize(
