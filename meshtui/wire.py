@@ -350,8 +350,8 @@ def open_envelope(
     reply_to: str | None = None,
     max_skew: float = MAX_SKEW_S,
 ) -> Message:
-    """Verify and decode an envelope (the bytes as they came, or a mapping made in this
-    process); EnvelopeError says why it was refused (for a signed body that does not have the
+    """Verify and decode an envelope (the bytes as they came, a bytearray emptied once read,
+    or a mapping made in this process); EnvelopeError says why it was refused (for a signed body that does not have the
     body's shape: the field, as ``- at `$.seq```).
 
     Bounded before anything is built: the envelope is read by its exact type (two base64
