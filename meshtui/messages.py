@@ -14,10 +14,14 @@ so an unknown field means a sender speaking another contract (a newer controller
 agent to probe a Redis target, say), and half-obeying a signed request is worse than a clear
 error naming the field. msgspec ignores extra keys of a TypedDict, so the check runs against a
 mirror of each shape made of ``forbid_unknown_fields`` Structs, built once from the TypedDicts
-(the shapes stay the one definition); the payload itself is handed on unchanged, except that
+(the shapes stay the one definition). A payload from the wire arrives as its signed JSON
+(:attr:`meshtui.wire.Message.payload`) and is decoded by the mirror, then by the TypedDict
+itself: nothing is built that the shape does not hold, and its depth is the shape's, so a
+signed payload of ten million empty objects or a million nested arrays is refused at its first
+item. A mapping made in this process is checked as it is and handed on unchanged, except that
 a shape holding one of the core's names (``Verdict``, ``Drift``, ``End``, ``OutcomeName``, from
 :mod:`meshtui.model`) is also converted to its TypedDict, so those fields hold the member and
-not merely a string equal to it (only answers hold them, so a delivery's request is not copied).
+not merely a string equal to it.
 """
 
 import enum
@@ -609,12 +613,35 @@ def _holds_enum(shape: object, seen: frozenset[object] = frozenset()) -> bool:
     return any(_holds_enum(a, seen) for a in get_args(shape))
 
 
+Payload = Mapping[str, object] | msgspec.Raw
+"""A payload to check: its JSON as signed (:attr:`meshtui.wire.Message.payload`), or a mapping
+made in this process."""
+
+
+class _Decoders(NamedTuple):
+    """One shape's strict decoders: its mirror (refusing unknown fields), then the shape."""
+
+    mirror: msgspec.json.Decoder[object]
+    shape: msgspec.json.Decoder[Mapping[str, object]]
+
+
 def _check(
-    mirror: object, shape: object | None, payload: Mapping[str, object], what: str
+    mirror: object,
+    shape: object | None,
+    decoders: _Decoders,
+    payload: Payload,
+    what: str,
 ) -> Mapping[str, object]:
     """``payload`` checked against ``mirror``; with ``shape`` (one holding enums), converted to
-    it, so a field typed ``Verdict`` holds the member, not only a string equal to it."""
+    it, so a field typed ``Verdict`` holds the member, not only a string equal to it.
+
+    JSON is decoded by the mirror first: every field typed, none unknown, so the first value
+    that is not what the shape holds ends the read, and nothing is built but what the shape
+    holds (its depth is the shape's); then by the shape itself, into the dicts handlers read."""
     try:
+        if isinstance(payload, msgspec.Raw):
+            decoders.mirror.decode(payload)
+            return decoders.shape.decode(payload)
         msgspec.convert(payload, type=mirror)
         if shape is not None:
             converted: Mapping[str, object] = msgspec.convert(payload, type=shape)
@@ -622,6 +649,8 @@ def _check(
     except msgspec.ValidationError as exc:
         text = str(exc)
         raise MessageError(f"{what}: {text if ' - at `' in text else text + ' - at `$`'}") from None
+    except msgspec.DecodeError:
+        raise MessageError(f"{what}: not JSON - at `$`") from None
     return payload
 
 
@@ -758,15 +787,25 @@ class Kind(Generic[Request, Answer]):
         self._answer = _mirror(answer)
         self._request_enums = request if _holds_enum(request) else None
         self._answer_enums = answer if _holds_enum(answer) else None
+        self._request_json = _Decoders(
+            msgspec.json.Decoder(self._request), msgspec.json.Decoder(request)
+        )
+        self._answer_json = _Decoders(
+            msgspec.json.Decoder(self._answer), msgspec.json.Decoder(answer)
+        )
 
-    def request_of(self, payload: Mapping[str, object]) -> Request:
+    def request_of(self, payload: Payload) -> Request:
         """The payload as this kind's request; MessageError naming the field when it is not."""
-        checked = _check(self._request, self._request_enums, payload, f"{self.name} request")
+        checked = _check(
+            self._request, self._request_enums, self._request_json, payload, f"{self.name} request"
+        )
         return cast(Request, checked)
 
-    def answer_of(self, payload: Mapping[str, object]) -> Answer:
+    def answer_of(self, payload: Payload) -> Answer:
         """The payload as this kind's answer; MessageError naming the field when it is not."""
-        checked = _check(self._answer, self._answer_enums, payload, f"{self.name} answer")
+        checked = _check(
+            self._answer, self._answer_enums, self._answer_json, payload, f"{self.name} answer"
+        )
         return cast(Answer, checked)
 
     def __repr__(self) -> str:

@@ -191,16 +191,20 @@ class Message:
     at: float
     nonce: str
     seq: int
-    payload: Mapping[str, object]  # checked against its kind's shape by :mod:`meshtui.messages`
+    payload: msgspec.Raw
+    """The payload's JSON as signed, not yet decoded: its kind's typed shape decodes it
+    (:meth:`meshtui.messages.Kind.request_of`), so nothing is built that the shape does not hold."""
     reply_to: str | None = None
     head: SignedHead | None = None  # the controller's audit head, shown on a request
 
 
-class _Envelope(msgspec.Struct):
-    """What travels: the signed body and its signature, both base64."""
+class _Envelope(msgspec.Struct, forbid_unknown_fields=True):
+    """What travels: the signed body and its signature, both base64 (decoded to bytes as they
+    are read). Strict: any other field, or a field of another type, ends the read at once, so
+    nothing but these two values is ever built from a body nobody has authenticated yet."""
 
-    body: str
-    sig: str
+    body: bytes
+    sig: bytes
 
 
 class _Version(msgspec.Struct):
@@ -219,11 +223,12 @@ class _Body(msgspec.Struct, forbid_unknown_fields=True):
     at: float
     nonce: str
     seq: Annotated[int, msgspec.Meta(ge=0)]
-    payload: dict[str, object]
+    payload: msgspec.Raw  # kept as JSON until its kind's shape decodes it
     reply_to: str | None = None
     head: HeadJson | None = None
 
 
+_ENVELOPE = msgspec.json.Decoder(_Envelope)
 _BODY = msgspec.json.Decoder(_Body)
 _VERSION = msgspec.json.Decoder(_Version)
 
@@ -337,7 +342,7 @@ def seq_of(envelope: Mapping[str, str]) -> int:
 
 
 def open_envelope(
-    data: object,
+    data: bytes | bytearray | Mapping[str, object],
     *,
     verify_key: bytes,
     sender: str,
@@ -345,14 +350,14 @@ def open_envelope(
     reply_to: str | None = None,
     max_skew: float = MAX_SKEW_S,
 ) -> Message:
-    """Verify and decode an envelope; EnvelopeError says why it was refused (for a signed body
-    that does not have the body's shape: the field, as ``- at `$.seq```)."""
-    try:
-        outer = msgspec.convert(data, type=_Envelope)
-        raw = crypto.unb64(outer.body, "body")
-        sig = crypto.unb64(outer.sig, "sig")
-    except ValueError as exc:  # msgspec.ValidationError is one
-        raise EnvelopeError("not a meshtui envelope (needs body and sig)") from exc
+    """Verify and decode an envelope (the bytes as they came, a bytearray emptied once read,
+    or a mapping made in this process); EnvelopeError says why it was refused (for a signed body that does not have the
+    body's shape: the field, as ``- at `$.seq```).
+
+    Bounded before anything is built: the envelope is read by its exact type (two base64
+    strings), the signature checked over the body's exact bytes, and only then is the body
+    decoded, its payload kept as JSON for its kind's typed shape (:mod:`meshtui.messages`)."""
+    raw, sig = _outer(data)
     try:
         crypto.verify(raw, sig, verify_key, sender)
     except SignatureError as exc:
@@ -364,8 +369,12 @@ def open_envelope(
         raise EnvelopeError(f"refused: signed body is malformed: {exc}") from None
     except msgspec.DecodeError as exc:
         raise EnvelopeError("refused: signed body is malformed: not JSON") from exc
+    except RecursionError:  # a field skipped or kept as JSON (a payload) nests without end
+        raise EnvelopeError("refused: signed body is malformed: nested too deeply") from None
     if body.v != VERSION:
         _refuse_version(raw)
+    if memoryview(body.payload)[:1].tobytes() != b"{":
+        raise EnvelopeError("refused: signed body is malformed: its payload is not an object")
     try:
         head = SignedHead.from_json(body.head) if body.head is not None else None
     except ValueError as exc:
@@ -395,11 +404,29 @@ def open_envelope(
     return msg
 
 
+def _outer(data: bytes | bytearray | Mapping[str, object]) -> tuple[bytes, bytes]:
+    """The signed body and its signature from an envelope; EnvelopeError when it is not one.
+
+    A bytearray (the agent's request body, the controller's answer buffer) is emptied once
+    read: the caller's copy goes before the signature's check makes its own of the body."""
+    try:
+        if isinstance(data, bytes | bytearray):
+            outer = _ENVELOPE.decode(data)
+            if isinstance(data, bytearray):
+                data.clear()
+        else:
+            outer = msgspec.convert(data, type=_Envelope)
+    except msgspec.DecodeError:  # (a ValidationError is one) its text is not repeated: whoever
+        # sent it is not known, and the agent logs its refusals
+        raise EnvelopeError("not a meshtui envelope (needs body and sig)") from None
+    return outer.body, outer.sig
+
+
 def _refuse_version(raw: bytes) -> None:
     """EnvelopeError saying to update meshtui when the body is of another version."""
     try:
         version = _VERSION.decode(raw).v
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return
     if version is not None and version != VERSION:
         raise EnvelopeError(

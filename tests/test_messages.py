@@ -210,7 +210,7 @@ def post(mesh, node: str, payload: dict) -> tuple[int, str]:
     msg = wire.open_envelope(
         resp.json(), verify_key=node_pub.verify, sender=node, to="controller", reply_to=nonce
     )
-    return resp.status_code, str(msg.payload.get("error", ""))
+    return resp.status_code, str(json.loads(bytes(msg.payload)).get("error", ""))
 
 
 def spoil_missing(item: dict) -> str:

@@ -61,7 +61,7 @@ def test_a_body_as_the_sender_writes_it_opens_with_its_fields() -> None:
         12,
         "ab" * 16,
     )
-    assert msg.payload == {"holdings": False} and msg.reply_to is None
+    assert bytes(msg.payload) == b'{"holdings":false}' and msg.reply_to is None
     assert msg.head is not None and msg.head.verifies(VERIFY) and msg.head.to_json() == a_head()
 
 
@@ -86,7 +86,7 @@ def test_the_envelope_signs_the_same_bytes_as_before() -> None:
         ({"seq": True}, "Expected `int`, got `bool` - at `$.seq`"),
         ({"at": "now"}, "Expected `float`, got `str` - at `$.at`"),
         ({"kind": 3}, "Expected `str`, got `int` - at `$.kind`"),
-        ({"payload": []}, "Expected `object`, got `array` - at `$.payload`"),
+        ({"payload": []}, "its payload is not an object"),
         ({"reply_to": 5}, "Expected `str | null`, got `int` - at `$.reply_to`"),
         ({"to": None}, "Expected `str`, got `null` - at `$.to`"),
         ({"surprise": 1}, "Object contains unknown field `surprise`"),

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from meshtui import terminal
 from meshtui.kinds import registry
 from meshtui.model import PairStatus, format_duration
 
@@ -169,6 +170,8 @@ def pushed(report: PushReport) -> None:
         print("every end already holds its generation" if report.ok else "nothing was delivered")
     for pid, why in sorted(report.behind.items()):
         print(f"behind    {pid}: {why}")
+    for node, what in sorted(report.claims.items()):  # a node's own words: shown, not obeyed
+        print(f"CLAIM     {node}: {terminal.shown(what)}")
     print("all ends agree" if report.ok else f"{len(report.behind)} pairs behind")
 
 

@@ -25,7 +25,6 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 from urllib.parse import urlsplit
 
 import httptools
@@ -34,8 +33,8 @@ from meshtui.declaration import one_token
 from meshtui.errors import ChannelError
 
 MAX_ANSWER = 64 * 1024 * 1024
-"""The largest answer read: a node that sends more is cut off, not held in memory (its parts and
-their join hold twice this at most). A node's state answer is ~250 bytes a pair it holds (a few
+"""The largest answer read: a node that sends more is cut off, not held in memory (its body is
+one buffer grown in place, this at most). A node's state answer is ~250 bytes a pair it holds (a few
 MiB at 10,000, ~13 MiB at 50,000 on one node), and four times what an agent reads of a request
 (16 MiB)."""
 MAX_HEAD = 64 * 1024
@@ -70,15 +69,15 @@ def json_body(data: Mapping[str, object]) -> bytes:
 
 @dataclass
 class Answer:
-    """An agent's HTTP answer: status, headers (names in lower case) and body."""
+    """An agent's HTTP answer: status, headers (names in lower case) and body.
+
+    The body is bytes as they came, never parsed here: an agent's answer is read only by the
+    envelope's exact type (:func:`meshtui.wire.open_envelope`), so a hostile one builds nothing
+    before its signature is checked."""
 
     status_code: int = 0
     headers: dict[str, str] = field(default_factory=dict)
-    body: bytes = b""
-
-    def json(self) -> Any:
-        """The body parsed as JSON (ValueError when it is not)."""
-        return json.loads(self.body)
+    body: bytearray = field(default_factory=bytearray)
 
 
 class _Reading:
@@ -88,7 +87,6 @@ class _Reading:
 
     def __init__(self) -> None:
         self.answer = Answer()
-        self.parts: list[bytes] = []
         self.done = False
         self.headed = False
         self.extra = False
@@ -110,8 +108,8 @@ class _Reading:
             self.keep = self.parser.get_http_version() == "1.1"
 
     def on_body(self, body: bytes) -> None:
-        if not self.done:
-            self.parts.append(body)
+        if not self.done:  # one buffer grown in place: no second copy to join the parts
+            self.answer.body += body
 
     def on_message_complete(self) -> None:
         self.done = True
@@ -247,7 +245,6 @@ class Channel:
         if parser.should_upgrade():  # its parse stopped at the head: the body is not read
             raise ChannelError(_SWITCH)
         answer = reading.answer
-        answer.body = b"".join(reading.parts)
         closing = "close" in answer.headers.get("connection", "").lower()
         return answer, reading.keep and not closing and not reading.extra
 

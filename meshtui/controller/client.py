@@ -131,9 +131,9 @@ def read_anchor_answer(node: NodeRow, *, timeout: float = STATE_TIMEOUT_S) -> An
         raise AgentError(name, "the agent does not keep an audit head (update meshtui there)")
     try:
         msg = wire.open_envelope(
-            resp.json(), verify_key=verify_key, sender=name, to=wire.CONTROLLER, reply_to=nonce
+            resp.body, verify_key=verify_key, sender=name, to=wire.CONTROLLER, reply_to=nonce
         )
-    except (ValueError, EnvelopeError) as exc:
+    except EnvelopeError as exc:
         raise AgentError(
             name, f"answer not trusted (HTTP {resp.status_code}): {exc} (is this the right agent?)"
         ) from exc
@@ -290,14 +290,8 @@ class AgentClient:
             resp = self._send(signed, wait)
         nonce = signed.nonce
         try:
-            data = resp.json()
-        except ValueError as exc:
-            raise AgentError(
-                self.name, f"agent answered HTTP {resp.status_code} without JSON"
-            ) from exc
-        try:
             msg = wire.open_envelope(
-                data,
+                resp.body,
                 verify_key=self._verify_key,
                 sender=self.name,
                 to=wire.CONTROLLER,

@@ -11,14 +11,16 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from meshtui import messages
-from meshtui.controller.client import AgentClient, by_pair
+from meshtui.controller.claims import Claim, asked_only
+from meshtui.controller.claims import record as record_claims
+from meshtui.controller.client import AgentClient
 from meshtui.controller.deliver import Planner, target_of
 from meshtui.controller.recording import probe_row
 from meshtui.controller.reports import ProbeOutcome, Progress
 from meshtui.errors import AgentError
 from meshtui.inventory import now
-from meshtui.messages import ProbeAnswer, ProbeItem, ProbeReport, ProbeRequest
-from meshtui.model import node_of
+from meshtui.messages import ProbeAnswer, ProbedPair, ProbeItem, ProbeReport, ProbeRequest
+from meshtui.model import End, node_of
 
 if TYPE_CHECKING:
     from meshtui.controller.core import Controller
@@ -67,9 +69,15 @@ def probe(ctl: Controller, ids: list[str], progress: Progress) -> list[ProbeOutc
 
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(by_node)))) as pool:
         answers = list(pool.map(ask, sorted(by_node)))
+    claimed: list[Claim] = []
     for node, stamp, answer in answers:
         items = by_node[node]
-        got = by_pair(answer, lambda a: a["results"])
+        got: dict[str, ProbedPair] = {}
+        if not isinstance(answer, AgentError):  # a verdict only for a pair it was asked about
+            got, foreign = asked_only(
+                node, (i["pair"] for i in items), answer["results"], End.CONSUMER
+            )
+            claimed.extend(foreign)
         for item in items:
             pid = item["pair"]
             r = got.get(pid)
@@ -104,4 +112,5 @@ def probe(ctl: Controller, ids: list[str], progress: Progress) -> list[ProbeOutc
             for o in out:
                 counts[o.verdict] = counts.get(o.verdict, 0) + 1
             tx.audit("probe", live, {"verdicts": counts}, "ok")
+    record_claims(inv, claimed)
     return out

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 from meshtui import crypto, messages
 from meshtui.controller import status as status_mod
 from meshtui.controller.catchup import settle
+from meshtui.controller.claims import Claim, own_inspections
+from meshtui.controller.claims import record as record_claims
 from meshtui.controller.client import STATE_TIMEOUT_S, Agents, by_pair, missing_reason
 from meshtui.controller.deliver import Planner, target_of
 from meshtui.controller.lock import delivering
@@ -93,9 +95,11 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
         # by settle): the holdings and every pair's row are never held at once
         plan = Planner(inv)
         provider_ends = {k: e for k, e in inv.held_ends().items() if k[1] == End.PROVIDER.value}
-        drift = _drift(agents, plan, answered, provider_ends, found_before)
+        claimed = [c for r in resolutions for c in r.claims]  # a node's word on others' ends
+        drift = _drift(agents, plan, answered, provider_ends, found_before, claimed)
         del provider_ends
         del found_before
+        claims = record_claims(inv, claimed)
         _record_drift(inv, plan, drift)
         deliveries = inv.held_ends()
         # what each end held before this push: its generation and whether its last delivery
@@ -241,7 +245,9 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
             "ok" if not behind_now else "behind",
         )
         progress("done", 4, 4)
-        return PushReport(delivered=delivered, withdrawn=revoked, behind=behind_now, ahead=ahead)
+        return PushReport(
+            delivered=delivered, withdrawn=revoked, behind=behind_now, ahead=ahead, claims=claims
+        )
 
 
 def _provider_batches(needed: set[Provision], live: list[PairRow]) -> list[list[Provision]]:
@@ -266,6 +272,7 @@ def _drift(
     answered: list[str],
     deliveries: Mapping[tuple[str, str], HeldEnd],
     found_before: Mapping[tuple[str, str], HeldEnd],
+    claims: list[Claim],
 ) -> dict[str, str]:
     """pair id -> what a provider's server was found holding instead of what meshtui delivered.
 
@@ -273,6 +280,7 @@ def _drift(
     live manifest it serves; a login its server no longer holds as delivered (password, login
     right, record or database changed, or the login gone) is drift, stamped with the time.
     Only ends recorded as holding their generation count: one still behind is delivered anyway.
+    A node's inspection of a server that is not its own is added to ``claims``, not believed.
     """
     specs: dict[str, list[InspectSpec]] = {}
     by_login: dict[tuple[str, str, str], str] = {}
@@ -304,10 +312,12 @@ def _drift(
     )
     stamp = now()
     out: dict[str, str] = {}
-    for answer in answers.values():
+    for node, answer in answers.items():
         if isinstance(answer, AgentError):
             continue  # unreachable now: the delivery round reports it
-        for got in answer.get("inspected", []):  # absent: nothing was asked of that node
+        inspected, foreign = own_inspections(node, answer.get("inspected", []))
+        claims.extend(foreign)
+        for got in inspected:  # none: nothing was asked of that node
             for found in got["logins"]:
                 pid = by_login.get((got["provider"], got["provision"], found["login"]))
                 if pid is not None and found["verdict"] in (Drift.CHANGED, Drift.MISSING):

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple, TypeGuard
 
+from meshtui.controller.claims import Claim
 from meshtui.model import PairStatus, RotationState, node_of
 
 Progress = Callable[[str, int, int], None]
@@ -53,6 +54,8 @@ class Resolution:
     ok: bool
     reason: str
     pairs: list[str] = field(default_factory=list)
+    claims: tuple[Claim, ...] = ()
+    """What the node's answer said of ends that are not its own (not believed)."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,7 @@ class PushReport:
     withdrawn: list[PairOutcome]
     behind: dict[str, str]  # pair -> reason
     ahead: dict[str, str] = field(default_factory=dict)  # pair -> ends ahead, what became of it
+    claims: dict[str, str] = field(default_factory=dict)  # node -> ends it claimed, not its own
 
     @property
     def ok(self) -> bool:

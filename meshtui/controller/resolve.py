@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from meshtui import messages
+from meshtui.controller.claims import own_holdings
 from meshtui.controller.client import STATE_TIMEOUT_S, Agents
 from meshtui.controller.reports import Resolution
 from meshtui.errors import AgentError
@@ -54,9 +55,15 @@ def _resolved(answers: Mapping[str, StateAnswer | AgentError]) -> Resolved:
                 Resolution(node=node, ok=False, reason=f"agent says it is {answer['node']!r}")
             )
             continue
-        holdings[node] = answer.get("holdings", [])  # absent when not asked for
+        # a node speaks only for its own ends: the rest is a claim, named, never believed
+        holdings[node], claims = own_holdings(node, answer.get("holdings", []))
         resolutions.append(
-            Resolution(node=node, ok=True, reason=f"answered, key {answer['fingerprint']}")
+            Resolution(
+                node=node,
+                ok=True,
+                reason=f"answered, key {answer['fingerprint']}",
+                claims=tuple(claims),
+            )
         )
     return resolutions, holdings
 

@@ -61,6 +61,9 @@ from meshtui.model import End, Verdict
 
 DRILL_HOLD_S = 300.0
 
+Envelope = bytes | bytearray | Mapping[str, object]
+"""A request as it came (the body's bytes), or as made in this process (tests, benchmarks)."""
+
 
 Req = TypeVar("Req", bound=Mapping[str, object])
 Ans = TypeVar("Ans", bound=Mapping[str, object])
@@ -71,7 +74,7 @@ class Accept(Protocol):
     durably (:mod:`meshtui.host.guard`), then answers."""
 
     def accept(
-        self, payload: Mapping[str, object], record: Record
+        self, payload: messages.Payload, record: Record
     ) -> Callable[[], Mapping[str, object]]: ...
 
 
@@ -81,7 +84,7 @@ class Route(Generic[Req, Ans]):
     def __init__(self, kind: messages.Kind[Req, Ans], handler: Callable[[Req], Ans]) -> None:
         self.kind, self.handler = kind, handler
 
-    def accept(self, payload: Mapping[str, object], record: Record) -> Callable[[], Ans]:
+    def accept(self, payload: messages.Payload, record: Record) -> Callable[[], Ans]:
         """MessageError (naming the field) unless ``payload`` is this kind's request."""
         request = self.kind.request_of(payload)
 
@@ -102,7 +105,7 @@ class RecordedRoute(Route[Req, Ans]):
         super().__init__(kind, lambda request: handler(request, lambda *_: None))
         self.recorded = handler
 
-    def accept(self, payload: Mapping[str, object], record: Record) -> Callable[[], Ans]:
+    def accept(self, payload: messages.Payload, record: Record) -> Callable[[], Ans]:
         request = self.kind.request_of(payload)
         return lambda: self.recorded(request, record)
 
@@ -161,14 +164,14 @@ class Agent:
         }
 
     # ---- envelope -----------------------------------------------------------------------
-    def handle(self, envelope: object) -> tuple[int, dict[str, str]]:
+    def handle(self, envelope: Envelope) -> tuple[int, dict[str, str]]:
         """Verify a request, do it, and sign the answer. Returns (HTTP status, envelope)."""
         status, answer, after = self.answer(envelope)
         if after is not None:
             after()
         return status, answer
 
-    def answer(self, envelope: object) -> tuple[int, dict[str, str], Callable[[], None] | None]:
+    def answer(self, envelope: Envelope) -> tuple[int, dict[str, str], Callable[[], None] | None]:
         """:meth:`handle`, leaving to the returned callable what need not delay the answer
         (the readable copy of the audit head: the guard's durable line already holds it; a
         provider's holdings, a cache; the digest of the manifest just written, for the next
@@ -188,7 +191,7 @@ class Agent:
         self.deliveries.serials.settle()  # the next delta's base digest, off its path
 
     def _answer(
-        self, envelope: object, kept: list[bool], kinds: list[str]
+        self, envelope: Envelope, kept: list[bool], kinds: list[str]
     ) -> tuple[int, dict[str, str]]:
         me = self.identity.name
         try:

@@ -15,7 +15,9 @@ one peer address, and only :data:`MAX_LARGE` of them may carry a body over :data
 (one more gets 503 at once), and a body must arrive within :data:`BODY_TIMEOUT_S`. A small body
 is read before its request takes a slot, so slow small bodies (from two addresses they held all
 eight) keep nobody out; only a large one is read inside its slot. Memory under
-a flood is therefore bounded by a few large bodies. Before that, a request's head must arrive
+a flood is therefore bounded by a few large bodies. A body read is never parsed as free JSON:
+its envelope is decoded by its exact type (two base64 strings), so a body of anything else
+builds nothing and is refused at its first byte out of place (:func:`meshtui.wire.open_envelope`). Before that, a request's head must arrive
 within a deadline and one address holds only a few connections
 (:mod:`meshtui.host.connections`), so slow or idle clients cannot keep the controller out.
 """
@@ -23,7 +25,6 @@ within a deadline and one address holds only a few connections
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -171,7 +172,7 @@ def build_app(agent: Agent) -> AgentApp:
                     body = await _read_body(request, length)
                 except (_TooLarge, TimeoutError, ClientDisconnect) as exc:
                     return _unread(exc)
-            box = [body]  # handed over, so the raw bytes go as soon as they are parsed
+            box = [body]  # handed over: the worker holds the only reference to the raw bytes
             del body
             loop = asyncio.get_running_loop()
             status, envelope, after = await loop.run_in_executor(workers, _handle, agent, box)
@@ -209,13 +210,10 @@ def build_app(agent: Agent) -> AgentApp:
 def _handle(
     agent: Agent, box: list[bytearray]
 ) -> tuple[int, dict[str, str], Callable[[], None] | None]:
-    """Parse and answer one request body (in a worker thread: parsing 16 MiB takes a while);
-    with what is left to do once the answer is sent, if anything (:meth:`Agent.answer`)."""
-    try:
-        data = json.loads(box.pop())
-    except ValueError:
-        return 400, {"error": "not JSON"}, None
-    return agent.answer(data)
+    """Answer one request body (in a worker thread: verifying 16 MiB takes a while); with what
+    is left to do once the answer is sent, if anything (:meth:`Agent.answer`). The body is
+    never parsed here: the envelope is read by its exact type (:func:`meshtui.wire.open_envelope`)."""
+    return agent.answer(box.pop())
 
 
 def uvicorn_config(app: ASGIApp, listen: str) -> uvicorn.Config:

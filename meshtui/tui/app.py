@@ -534,6 +534,8 @@ def job_toast(job: Job, result: JobResult) -> tuple[str, SeverityLevel]:
         text = f"delivered {len(result.delivered)}, withdrawn {len(result.withdrawn)}"
         if result.ahead:
             text += f", {len(result.ahead)} ahead of the inventory (rotated past)"
+        if result.claims:
+            text += f", {len(result.claims)} nodes claimed ends not their own (not believed)"
         if result.behind:
             text += f", {len(result.behind)} still behind"
         return text, "information" if result.ok else "warning"

@@ -105,6 +105,10 @@ def outcome_rows(result: JobResult) -> tuple[tuple[Column, ...], list[TableRow]]
             TableRow(f"a:{pid}", (pid, "ahead", "", what), "warn")
             for pid, what in sorted(result.ahead.items())
         ]
+        rows += [  # a node's word on ends not its own: not believed, named
+            TableRow(f"c:{node}", (node, "claim", "", what), "alarm")
+            for node, what in sorted(result.claims.items())
+        ]
         rows += [
             TableRow(f"d:{p.pair}", (p.pair, "delivered", str(p.generation), p.reason), "good")
             for p in result.delivered
