@@ -533,7 +533,7 @@ class Inventory:
             cursor = self._conn.execute(sql, list(params))
             keys = [d[0] for d in cursor.description]
             if len(set(keys)) != len(keys):  # a join naming a column twice: as sqlite_utils does
-                from sqlite_utils.db import dedupe_keys
+                from sqlite_utils.utils import dedupe_keys
 
                 keys = dedupe_keys(keys)
             return [dict(zip(keys, row, strict=True)) for row in cursor]
