@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+import meshtui
 from meshtui.cli import VERSION, render
 from meshtui.cli.parser import HANDLERS, build_parser
 from tests.fix_mesh import Mesh, consumer, provider
@@ -78,10 +79,15 @@ def test_version_imports_nothing_but_the_cli_package() -> None:
 
 
 def test_version_is_the_installed_distributions(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--version`` prints ``meshtui.__version__`` (reading the installed metadata costs ~45
+    ms): it must be pyproject.toml's version, and the installed distribution's."""
+    import tomllib
     from importlib.metadata import version
 
     from meshtui.cli import DISTRIBUTION
 
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    assert (project["name"], project["version"]) == (DISTRIBUTION, meshtui.__version__)
     assert f"{DISTRIBUTION} {version(DISTRIBUTION)}" == VERSION
     with pytest.raises(SystemExit):  # argparse's --version, after other options, says the same
         build_parser().parse_args(["--read-only", "--version"])

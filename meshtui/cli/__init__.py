@@ -26,7 +26,8 @@ DISTRIBUTION = "meshtui-credentials"
 
 VERSION = f"{DISTRIBUTION} {__version__}"
 """What ``meshtui --version`` prints: which distribution this ``meshtui`` command comes from
-(pyproject.toml reads its version from ``meshtui.__version__``: one source)."""
+(``meshtui.__version__``, held equal to pyproject.toml's and the installed metadata's by
+tests/test_cli_imports.py: reading the metadata costs ~45 ms)."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
