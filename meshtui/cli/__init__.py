@@ -17,7 +17,7 @@ from meshtui import __version__
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, read by mypy, without importing typing at start
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
 __all__ = ["DISTRIBUTION", "VERSION", "main"]
 
@@ -47,6 +47,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(args)
     finally:
         sys.stdout, sys.stderr = out, err
+
+
+def __getattr__(name: str) -> Callable[[], argparse.ArgumentParser]:
+    """``meshtui.cli.build_parser``, the parser module imported on first use."""
+    if name != "build_parser":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from meshtui.cli.parser import build_parser
+
+    return build_parser
 
 
 def _run(args: argparse.Namespace) -> int:
