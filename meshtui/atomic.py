@@ -15,7 +15,6 @@ import secrets
 import stat
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,6 +68,8 @@ def write_at_after(
     two fsyncs overlap); ``name`` is replaced only after ``before`` returned. Should ``before``
     raise, the temp file is removed and ``name`` is left as it was.
     """
+    from concurrent.futures import ThreadPoolExecutor  # start-up: status never waits on one
+
     with ThreadPoolExecutor(max_workers=1) as pool:
         staged = pool.submit(_write_temp, folder_fd, name, data, access, durable=True)
         try:
@@ -97,6 +98,8 @@ def write_many_at(folder_fd: int, files: dict[str, bytes], *, access: Access = P
     try:
         for name, data in files.items():
             temps[name] = _write_temp(folder_fd, name, data, access, durable=False)
+        from concurrent.futures import ThreadPoolExecutor  # start-up: see above
+
         with ThreadPoolExecutor(max_workers=min(SYNC_THREADS, len(temps))) as pool:
             list(pool.map(lambda tmp: _fsync_at(folder_fd, tmp), temps.values()))
         for name in list(temps):

@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 
 from meshtui.errors import ProvisionError
+from meshtui.model import KV_MOUNT as KV_MOUNT  # its home is the core (status names it)
 
 TIMEOUT_S = 10.0
 KEEPALIVE_S = 5.0
@@ -26,8 +27,6 @@ KEEPALIVE_S = 5.0
 SEALED = 503
 APPROLE_MOUNT = "approle"
 """Where AppRole is enabled: the provisioner writes roles there, probes and modules log in."""
-KV_MOUNT = "meshtui"
-"""The KV version 2 mount holding each module's own path (``meshtui/data/<login>/...``)."""
 REFUSED_TEXT = "invalid role or secret ID"
 """What OpenBao answers (400) to an AppRole login whose role_id or secret_id it does not hold."""
 

@@ -3,6 +3,10 @@
 A credential is minted, sealed to the two nodes that need it (libsodium sealed boxes to their
 X25519 keys), digested so both ends can be compared without revealing it, and dropped. Messages
 between controller and agents are signed with Ed25519.
+
+PyNaCl and ``tomllib`` are imported by the functions that use them, not with this module: most
+of meshtui imports it for a name or a type, and ``meshtui status`` never signs, seals or opens
+(docs/ARCHITECTURE.md, "Start-up").
 """
 
 from __future__ import annotations
@@ -11,18 +15,16 @@ import base64
 import hashlib
 import re
 import secrets
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-
-import nacl.exceptions
-import nacl.public
-import nacl.pwhash.argon2id
-import nacl.secret
-import nacl.signing
+from typing import TYPE_CHECKING
 
 from meshtui.atomic import read_private, write_private
 from meshtui.errors import CryptoError, KeyFileError, SignatureError, UnsealError
+
+if TYPE_CHECKING:
+    import nacl.public
+    import nacl.signing
 
 DIGEST_PERSON = b"meshtui-secret"
 
@@ -83,6 +85,8 @@ class PublicKeys:
 
 def parse_public(text: str, source: str, *, need_seal: bool) -> PublicKeys:
     """Parse a ``.pub`` file's TOML; errors name the file and the key."""
+    import tomllib
+
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -114,12 +118,20 @@ class PrivateKeys:
     """A party's private keys: a signing key, and for nodes an unsealing key. Kept in 0600 files."""
 
     def __init__(self, signing: bytes, unsealing: bytes | None = None) -> None:
-        self._signing = nacl.signing.SigningKey(signing)
-        self._unsealing = nacl.public.PrivateKey(unsealing) if unsealing is not None else None
+        import nacl.public
+        import nacl.signing
+
+        self._signing: nacl.signing.SigningKey = nacl.signing.SigningKey(signing)
+        self._unsealing: nacl.public.PrivateKey | None = (
+            nacl.public.PrivateKey(unsealing) if unsealing is not None else None
+        )
 
     @classmethod
     def generate(cls, *, node: bool) -> PrivateKeys:
         """Fresh keys; ``node`` adds the X25519 key that deliveries are sealed to."""
+        import nacl.public
+        import nacl.signing
+
         unsealing = bytes(nacl.public.PrivateKey.generate()) if node else None
         return cls(bytes(nacl.signing.SigningKey.generate()), unsealing)
 
@@ -136,6 +148,9 @@ class PrivateKeys:
         """Open a sealed box addressed to this node; never says what was inside on failure."""
         if self._unsealing is None:
             raise UnsealError("these keys cannot unseal (controller keys have no X25519 half)")
+        import nacl.exceptions
+        import nacl.public
+
         try:
             return bytes(nacl.public.SealedBox(self._unsealing).decrypt(blob))
         except (nacl.exceptions.CryptoError, ValueError, TypeError) as exc:
@@ -164,6 +179,8 @@ def load_private(path: Path) -> PrivateKeys:
 
 def parse_private(raw: bytes, source: str) -> PrivateKeys:
     """A private key file's bytes as keys; KeyFileError naming ``source`` when they are not."""
+    import tomllib
+
     try:
         data = tomllib.loads(raw.decode("utf-8"))
         signing = unb64(str(data["sign"]), "sign")
@@ -184,11 +201,16 @@ def write_keys(folder: Path, stem: str, keys: PrivateKeys) -> tuple[Path, Path]:
 
 def seal(secret: bytes, seal_key: bytes) -> bytes:
     """Seal ``secret`` to one node's X25519 public key (anonymous sender)."""
+    import nacl.public
+
     return bytes(nacl.public.SealedBox(nacl.public.PublicKey(seal_key)).encrypt(secret))
 
 
 def verify(body: bytes, signature: bytes, verify_key: bytes, who: str) -> None:
     """Check a detached Ed25519 signature; raise SignatureError naming ``who`` otherwise."""
+    import nacl.exceptions
+    import nacl.signing
+
     try:
         nacl.signing.VerifyKey(verify_key).verify(body, signature)
     except (nacl.exceptions.BadSignatureError, ValueError, TypeError) as exc:
@@ -197,11 +219,13 @@ def verify(body: bytes, signature: bytes, verify_key: bytes, who: str) -> None:
 
 # ---- passphrase encryption (backups) ------------------------------------------------------
 
-PASSPHRASE_OPSLIMIT = nacl.pwhash.argon2id.OPSLIMIT_MODERATE
-"""Argon2id passes for a backup's key (3, libsodium's "moderate"): about a second here."""
-PASSPHRASE_MEMLIMIT = nacl.pwhash.argon2id.MEMLIMIT_MODERATE
-"""Argon2id memory for a backup's key (256 MiB, libsodium's "moderate")."""
-PASSPHRASE_SALT_BYTES = nacl.pwhash.argon2id.SALTBYTES
+PASSPHRASE_OPSLIMIT = 3
+"""Argon2id passes for a backup's key (libsodium's ``OPSLIMIT_MODERATE``, a test holds them
+equal): about a second here."""
+PASSPHRASE_MEMLIMIT = 256 * 2**20
+"""Argon2id memory for a backup's key (256 MiB, libsodium's ``MEMLIMIT_MODERATE``)."""
+PASSPHRASE_SALT_BYTES = 16
+"""libsodium's ``crypto_pwhash_SALTBYTES``."""
 PASSPHRASE_LIMITS = ((1, 10), (8 * 2**20, 2**30))
 """The (opslimit, memlimit) ranges a file may ask for: a tampered header cannot make the
 reader spend more than a gigabyte or ten passes before the passphrase is even tried."""
@@ -217,6 +241,9 @@ def passphrase_key(passphrase: bytes, salt: bytes, opslimit: int, memlimit: int)
         raise ValueError(f"memlimit {memlimit} is outside {mem_lo}..{mem_hi}")
     if len(salt) != PASSPHRASE_SALT_BYTES:
         raise ValueError(f"salt must be {PASSPHRASE_SALT_BYTES} bytes")
+    import nacl.pwhash.argon2id
+    import nacl.secret
+
     return bytes(
         nacl.pwhash.argon2id.kdf(
             nacl.secret.SecretBox.KEY_SIZE, passphrase, salt, opslimit=opslimit, memlimit=memlimit
@@ -235,6 +262,8 @@ def box_seal(key: bytes, plaintext: bytes, associated: bytes = b"") -> bytes:
 
     ``associated`` is bound by prefixing its BLAKE2b digest to the plaintext, so a changed
     header fails exactly like a changed body."""
+    import nacl.secret
+
     bound = hashlib.blake2b(associated, digest_size=32).digest() + plaintext
     return bytes(nacl.secret.SecretBox(key).encrypt(bound))
 
@@ -242,6 +271,9 @@ def box_seal(key: bytes, plaintext: bytes, associated: bytes = b"") -> bytes:
 def box_open(key: bytes, sealed: bytes, associated: bytes = b"") -> bytes:
     """Open what :func:`box_seal` made; CryptoError when the key is wrong or anything changed
     (the ciphertext, its length, or ``associated``)."""
+    import nacl.exceptions
+    import nacl.secret
+
     try:
         bound = bytes(nacl.secret.SecretBox(key).decrypt(sealed))
     except (nacl.exceptions.CryptoError, ValueError, TypeError) as exc:

@@ -277,6 +277,10 @@ class Requirement:
 VAULT_PROVISION = "secret"
 """The provision a vault provides; a module with its own secrets requires it (its vault pair)."""
 
+KV_MOUNT = "meshtui"
+"""The vault's KV version 2 mount holding each module's own path (``meshtui/data/<login>/...``):
+here, not in bao.py, so that ``status`` names the path without importing httpx."""
+
 ALPHABETS = {
     "urlsafe": "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_",
     "alnum": "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789",

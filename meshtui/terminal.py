@@ -16,9 +16,18 @@ CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 """Every control character but newline and tab (C0, DEL and C1)."""
 
 
+ASCII_CONTROL = bytes([*range(0x09), *range(0x0B, 0x20), 0x7F])
+""":data:`CONTROL`'s ASCII part, as bytes: ASCII text (all JSON output) is checked by one
+``bytes.translate``, several times faster than the regex on megabytes of ``status --json``."""
+
+
 def shown(text: str) -> str:
     """``text`` with control characters (not newline or tab) written as ``\\xNN``."""
-    if CONTROL.search(text) is None:
+    if text.isascii():
+        data = text.encode("ascii")
+        if len(data.translate(None, ASCII_CONTROL)) == len(data):
+            return text
+    elif CONTROL.search(text) is None:
         return text
     return CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 

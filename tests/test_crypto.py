@@ -237,3 +237,13 @@ def test_node_keys_in_a_mesh_open_what_was_sealed_to_them(mesh: Mesh) -> None:
         pub = crypto.load_public(mesh.node_dirs[node] / "node.pub")
         assert keys.unseal(crypto.seal(b"x", pub.seal or b"")) == b"x"
     assert os.stat(mesh.state / "controller.key").st_mode & 0o077 == 0
+
+
+def test_the_passphrase_limits_are_libsodiums_moderate() -> None:
+    """crypto writes libsodium's numbers as literals (PyNaCl is imported only when used); they
+    must stay the library's own."""
+    import nacl.pwhash.argon2id
+
+    assert crypto.PASSPHRASE_OPSLIMIT == nacl.pwhash.argon2id.OPSLIMIT_MODERATE
+    assert crypto.PASSPHRASE_MEMLIMIT == nacl.pwhash.argon2id.MEMLIMIT_MODERATE
+    assert crypto.PASSPHRASE_SALT_BYTES == nacl.pwhash.argon2id.SALTBYTES

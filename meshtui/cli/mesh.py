@@ -11,7 +11,6 @@ from typing import Any
 
 from meshtui.cli import render
 from meshtui.cli.context import EXIT_FAILED, EXIT_OK, controller, progress_printer, state_dir
-from meshtui.controller.restored import restores_of
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -66,6 +65,8 @@ def cmd_status_due(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
+    from meshtui.controller.restored import restores_of  # start-up: not on status's path
+
     if not (args.verify or args.json or args.export or args.list):
         from meshtui.tui.app import run_dashboard
 

@@ -7,24 +7,57 @@ watch.py, doctor.py); this module only says which words and options exist and wh
 from __future__ import annotations
 
 import argparse
+import importlib
 from collections.abc import Callable
 from pathlib import Path
 
-from meshtui.cli import actions, doctor, host, lab, mesh, provision, recovery, secret, watch
+from meshtui.cli import VERSION, secret
 from meshtui.kinds import registry
 
-DISTRIBUTION = "meshtui-credentials"
-"""This project's distribution name (PyPI's "meshtui" is another program)."""
+HANDLERS: dict[str, str] = {
+    "": "mesh:cmd_dashboard",  # no command: the dashboard,
+    "init": "mesh:cmd_init",
+    "declare": "mesh:cmd_declare",
+    "status": "mesh:cmd_status",
+    "audit": "mesh:cmd_audit",
+    "host init": "host:cmd_host_init",
+    "host serve": "host:cmd_host_serve",
+    "host rekey": "host:cmd_host_rekey",
+    "push": "actions:cmd_push",
+    "rotate": "actions:cmd_rotate",
+    "probe": "actions:cmd_probe",
+    "drill": "actions:cmd_drill",
+    "lab up": "lab:cmd_lab",
+    "lab down": "lab:cmd_lab",
+    "lab status": "lab:cmd_lab",
+    "lab sweep": "lab:cmd_lab",
+    "demo": "lab:cmd_demo",
+    "provision": "provision:cmd_provision",
+    "watch": "watch:cmd_watch",
+    "doctor": "doctor:cmd_doctor",
+    "backup": "recovery:cmd_backup",
+    "restore": "recovery:cmd_restore",
+}
+"""Each command's handler as ``"module:function"`` in ``meshtui.cli``, imported only when the
+command runs. Why: the handler modules import the controller, the agent (Starlette, uvicorn),
+the provisioner (psycopg, redis, botocore), the lab or the dashboard (Textual), and building the
+parser must not pay for all of them: ``meshtui status`` imports what status reads and no more
+(tests/test_cli_imports.py). The ``secret`` group's handlers sit beside its words in secret.py,
+which is imported with the parser and so imports its own heavy modules when they run."""
 
 
-def installed_version() -> str:
-    """``meshtui-credentials 0.1.0``: which distribution this ``meshtui`` command comes from."""
-    from importlib.metadata import PackageNotFoundError, version
+def handler(command: str) -> Callable[[argparse.Namespace], int]:
+    """The handler of ``command`` (a key of :data:`HANDLERS`), its module imported on call."""
+    module, _, function = HANDLERS[command].partition(":")
 
-    try:
-        return f"{DISTRIBUTION} {version(DISTRIBUTION)}"
-    except PackageNotFoundError:
-        return f"{DISTRIBUTION} (run from a checkout, not installed)"
+    def run(args: argparse.Namespace) -> int:
+        found: Callable[[argparse.Namespace], int] = getattr(
+            importlib.import_module(f"meshtui.cli.{module}"), function
+        )
+        return found(args)
+
+    run.__qualname__ = run.__name__ = function
+    return run
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--version",
         action="version",
-        version=installed_version(),
+        version=VERSION,
         help="the installed distribution and its version, then exit",
     )
     p.add_argument(
@@ -45,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="open the inventory read-only; every action is refused",
     )
-    p.set_defaults(func=mesh.cmd_dashboard)
+    p.set_defaults(func=handler(""))
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     for group in GROUPS:
         group(sub)
@@ -54,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _mesh(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = sub.add_parser("init", help="write the controller's keys")
-    s.set_defaults(func=mesh.cmd_init)
+    s.set_defaults(func=handler("init"))
 
     s = sub.add_parser("declare", help="load a declaration (TOML)")
     s.add_argument("file", type=Path, help="the declaration (TOML)")
@@ -64,7 +97,7 @@ def _mesh(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="then ask every node whether its policy allows what is declared (nothing is pushed)",
     )
-    s.set_defaults(func=mesh.cmd_declare)
+    s.set_defaults(func=handler("declare"))
 
     s = sub.add_parser("status", help="every pair, its state and who is behind")
     s.add_argument(
@@ -74,7 +107,7 @@ def _mesh(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.add_argument(
         "--due", action="store_true", help="each pair's policy, age and when it is due (overdue)"
     )
-    s.set_defaults(func=mesh.cmd_status)
+    s.set_defaults(func=handler("status"))
 
     s = sub.add_parser("audit", help="the read-only audit view, or the log as text/JSON/CSV")
     s.add_argument("--verify", action="store_true", help="check the hash chain; exit 1 when broken")
@@ -83,7 +116,7 @@ def _mesh(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--list", action="store_true", help="print the events instead of opening the view"
     )
     s.add_argument("--export", choices=["json", "csv"], help="write every event to stdout")
-    s.set_defaults(func=mesh.cmd_audit)
+    s.set_defaults(func=handler("audit"))
 
 
 def _host(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -94,7 +127,7 @@ def _host(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.add_argument("--name", required=True, help="the node's name, as the declaration says it")
     s.add_argument("--state", dest="state_dir", required=True, help="the node's state folder")
     s.add_argument("--controller", required=True, help="the controller's .pub file")
-    s.set_defaults(func=host.cmd_host_init)
+    s.set_defaults(func=handler("host init"))
     s = group.add_parser("serve", help="run the agent")
     s.add_argument("--state", dest="state_dir", required=True, help="the node's state folder")
     s.add_argument("--listen", required=True, help="HOST:PORT or unix:PATH")
@@ -103,7 +136,7 @@ def _host(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="let probes target loopback (lab fallback only)",
     )
-    s.set_defaults(func=host.cmd_host_serve)
+    s.set_defaults(func=handler("host serve"))
     s = group.add_parser(
         "rekey",
         help="pin a new controller key on this node (the old one was lost); run on the node",
@@ -114,13 +147,13 @@ def _host(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.add_argument("--state", dest="state_dir", required=True, help="the node's state folder")
     s.add_argument("--controller", required=True, help="the new controller's .pub file")
     s.add_argument("--yes", action="store_true", help="the fingerprint was checked: do it")
-    s.set_defaults(func=host.cmd_host_rekey)
+    s.set_defaults(func=handler("host rekey"))
 
 
 def _actions(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = sub.add_parser("push", help="converge every end")
     s.add_argument("--json", action="store_true", help="print the outcome as JSON")
-    s.set_defaults(func=actions.cmd_push)
+    s.set_defaults(func=handler("push"))
     s = sub.add_parser("rotate", help="all-or-nothing rotation")
     s.add_argument("pairs", nargs="*", metavar="PAIR", help="the pairs to rotate")
     s.add_argument("--provider", metavar="NODE/MODULE", help="every pair of this provider")
@@ -128,17 +161,17 @@ def _actions(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.add_argument("--due", action="store_true", help="the pairs whose policy says rotate now")
     s.add_argument("--yes", action="store_true", help="do not ask")
     s.add_argument("--json", action="store_true", help="print the outcome as JSON")
-    s.set_defaults(func=actions.cmd_rotate)
+    s.set_defaults(func=handler("rotate"))
     s = sub.add_parser("probe", help="live logins from each consumer's node")
     s.add_argument(
         "pairs", nargs="*", metavar="PAIR", help="only these pairs (default: every pair)"
     )
     s.add_argument("--json", action="store_true", help="print every probe as JSON")
-    s.set_defaults(func=actions.cmd_probe)
+    s.set_defaults(func=handler("probe"))
     s = sub.add_parser("drill", help="rotation + three logins, with the window")
     s.add_argument("pairs", nargs="+", metavar="PAIR", help="the pairs to drill")
     s.add_argument("--json", action="store_true", help="print each step as JSON")
-    s.set_defaults(func=actions.cmd_drill)
+    s.set_defaults(func=handler("drill"))
 
 
 def _lab(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -154,18 +187,18 @@ def _lab(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="a provisioner command for the database node "
         "(default: built-in; also $MESHTUI_LAB_PROVISIONER); {admin} is replaced by the admin file",
     )
-    s.set_defaults(func=lab.cmd_lab)
+    s.set_defaults(func=handler("lab up"))
     s = group.add_parser("down", help="stop and remove every process and namespace the lab made")
     s.add_argument("--purge", action="store_true", help="also delete the lab folder")
-    s.set_defaults(func=lab.cmd_lab)
+    s.set_defaults(func=handler("lab down"))
     s = group.add_parser(
         "sweep",
         help="kill every process and remove every namespace a killed test run left behind",
     )
-    s.set_defaults(func=lab.cmd_lab)
+    s.set_defaults(func=handler("lab sweep"))
     s = group.add_parser("status", help="what is up: agents, PostgreSQL, Redis")
     s.add_argument("--json", action="store_true", help="print it as JSON")
-    s.set_defaults(func=lab.cmd_lab)
+    s.set_defaults(func=handler("lab status"))
 
 
 def _provision(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -173,7 +206,7 @@ def _provision(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     s = sub.add_parser("demo", help="embedded lab + dashboard; quitting tears the lab down")
     s.add_argument("--loopback", action="store_true", help="no namespaces even when root")
     s.add_argument("--keep", action="store_true", help="leave the lab up after quitting")
-    s.set_defaults(func=lab.cmd_demo)
+    s.set_defaults(func=handler("demo"))
 
     s = sub.add_parser(
         "provision",
@@ -198,7 +231,7 @@ def _provision(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--drift-every", type=float, default=300.0, help="seconds between drift checks (--watch)"
     )
     s.add_argument("--json", action="store_true", help="print the report as JSON")
-    s.set_defaults(func=provision.cmd_provision)
+    s.set_defaults(func=handler("provision"))
 
 
 def _watch(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -219,7 +252,7 @@ def _watch(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.add_argument(
         "--tick", type=float, default=1.0, help="longest sleep between two looks (seconds)"
     )
-    s.set_defaults(func=watch.cmd_watch)
+    s.set_defaults(func=handler("watch"))
 
 
 def _doctor(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -227,7 +260,7 @@ def _doctor(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "doctor", help="preflight: keys, folders, users, reloads, admin, ports, clocks"
     )
     s.add_argument("--json", action="store_true", help="print every problem as JSON")
-    s.set_defaults(func=doctor.cmd_doctor)
+    s.set_defaults(func=handler("doctor"))
 
 
 def _recovery(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -242,7 +275,7 @@ def _recovery(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.add_argument("file", type=Path, help="the backup to write (must not exist)")
     s.add_argument("--passphrase-file", help=phrase + "without it, asked on a terminal")
     s.add_argument("--json", action="store_true", help="say what it holds as JSON")
-    s.set_defaults(func=recovery.cmd_backup)
+    s.set_defaults(func=handler("backup"))
     s = sub.add_parser(
         "restore",
         help="put a backup back into an empty state folder, as a signed audit event",
@@ -252,7 +285,7 @@ def _recovery(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.add_argument("file", type=Path, help="the backup to restore")
     s.add_argument("--passphrase-file", help=phrase + "without it, asked on a terminal")
     s.add_argument("--json", action="store_true", help="print what was restored as JSON")
-    s.set_defaults(func=recovery.cmd_restore)
+    s.set_defaults(func=handler("restore"))
 
 
 GROUPS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [

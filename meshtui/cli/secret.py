@@ -14,7 +14,6 @@ import os
 import pwd
 import sys
 
-from meshtui.cli import render
 from meshtui.cli.context import EXIT_FAILED, EXIT_INPUT, EXIT_OK, controller
 
 MAX_VALUE_BYTES = 65536
@@ -23,6 +22,8 @@ MAX_VALUE_BYTES = 65536
 def cmd_secret_status(args: argparse.Namespace) -> int:
     with controller(args, read_only=True) as ctl:
         rows = ctl.secrets()
+    from meshtui.cli import render  # start-up: secret.py is imported with the parser
+
     if args.json:
         render.print_json([r.to_json() for r in rows])
     else:
@@ -67,6 +68,8 @@ def cmd_secret_rotate(args: argparse.Namespace) -> int:
 def cmd_secret_drill(args: argparse.Namespace) -> int:
     with controller(args) as ctl:
         report = ctl.secret_drill(args.module, args.name)
+    from meshtui.cli import render  # start-up: secret.py is imported with the parser
+
     if args.json:
         render.print_json(report.to_json())
     else:

@@ -18,11 +18,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from meshtui import crypto, declaration, wire
+from meshtui import crypto, wire
 from meshtui.controller import detail as detail_mod
 from meshtui.controller import schedule as schedule_mod
 from meshtui.controller import status as status_mod
-from meshtui.controller.declare import DeclareResult, declare
 from meshtui.controller.freshness import InventoryStamp, inventory_stamp
 from meshtui.controller.heartbeat import Heartbeat
 from meshtui.controller.reports import (
@@ -58,6 +57,7 @@ from meshtui.model import PairStatus, State, node_of
 if TYPE_CHECKING:  # httpx stays out of the import of core (see controller.client)
     from meshtui.controller.anchors import AnchorCheck
     from meshtui.controller.client import Agents
+    from meshtui.controller.declare import DeclareResult
     from meshtui.controller.doctor import DoctorReport
     from meshtui.controller.reports import SecretDrillReport, SecretStatus
     from meshtui.inventory.rows import EventRow, NodeRow
@@ -354,6 +354,9 @@ class Controller:
     def declare(self, path: Path | str) -> DeclareResult:
         """Load a declaration into the inventory."""
         self._writable("declare")
+        from meshtui import declaration  # start-up: only declare reads a declaration (TOML)
+        from meshtui.controller.declare import declare
+
         decl = declaration.load(path)
         from meshtui.controller.lock import delivering
 
@@ -384,9 +387,9 @@ class Controller:
 
     def secrets(self) -> list[SecretStatus]:
         """Every module's own secrets: the versions the vault and each file hold (no value)."""
-        from meshtui.controller import own_secrets
+        from meshtui.controller import secret_states
 
-        return own_secrets.status(self.inventory)
+        return secret_states.status(self.inventory)
 
     def secret_put(self, module: str, name: str, value: bytes, supplied_by: str) -> int:
         """Seal an operator's value for a supplied secret to its vault's node (the plaintext

@@ -5,6 +5,7 @@ The dashboard's pair screen reads these fields; it never sees an inventory row.
 
 from __future__ import annotations
 
+from meshtui.controller import secret_states
 from meshtui.controller import status as status_mod
 from meshtui.controller.reports import (
     DeliveryView,
@@ -97,7 +98,5 @@ def pair_detail(inv: Inventory, pid: str) -> PairDetail:
 
 
 def _secrets(inv: Inventory, pid: str) -> list[SecretStatus]:
-    """A vault pair's module's own secrets (imported here: httpx stays out of core's import)."""
-    from meshtui.controller import own_secrets
-
-    return [s for s in own_secrets.status(inv) if s.pair == pid]
+    """A vault pair's module's own secrets."""
+    return [s for s in secret_states.status(inv) if s.pair == pid]

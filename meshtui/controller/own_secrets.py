@@ -24,7 +24,8 @@ loop (:func:`_run`: group, send, settle, record and audit per group).
 :func:`due` says which minted secrets the watch rotates (their vault pair's ``rotate_every``,
 counted from when the version was minted); :func:`drill` rotates one and proves from the
 module's node (``secret-check``) that the new value is in its file and is the vault's current
-version, and the old one in neither.
+version, and the old one in neither. Where each stands (:func:`status`) is read in
+secret_states.py, which imports none of this.
 """
 
 from __future__ import annotations
@@ -36,11 +37,12 @@ from typing import Any, Protocol, TypedDict
 
 from meshtui import crypto
 from meshtui.controller.deliver import offer_of
-from meshtui.controller.reports import SecretDrillCheck, SecretDrillReport, SecretStatus
+from meshtui.controller.reports import SecretDrillCheck, SecretDrillReport
 from meshtui.controller.schedule import PairDue, epoch, spread_offset
+from meshtui.controller.secret_states import Declared, declared
 from meshtui.errors import InputError, MeshtuiError
 from meshtui.inventory import Inventory, now
-from meshtui.inventory.rows import ModuleRow, NodeRow, OwnSecretRow, OwnSecretSpec, PairRow
+from meshtui.inventory.rows import ModuleRow, NodeRow, OwnSecretRow, PairRow
 from meshtui.messages import (
     SECRET_CHECK,
     SECRET_FETCH,
@@ -57,19 +59,6 @@ from meshtui.messages import (
 from meshtui.model import ALPHABETS, VAULT_PROVISION, node_of
 
 TIMEOUT_S = 30.0
-
-
-@dataclass(frozen=True)
-class Declared:
-    """One declared own secret, with the module's vault pair (None: not resolved)."""
-
-    module: str
-    spec: OwnSecretSpec
-    pair: PairRow | None
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.module, self.spec["name"])
 
 
 @dataclass(frozen=True)
@@ -91,21 +80,6 @@ def mint_text(length: int, alphabet: str) -> bytes:
     """A fresh random secret: ``length`` characters of the named alphabet."""
     chars = ALPHABETS[alphabet]
     return "".join(random.choice(chars) for _ in range(length)).encode("ascii")
-
-
-def declared(inv: Inventory) -> list[Declared]:
-    """Every declared own secret of every declared module, with its module's vault pair (the
-    pairs are read only when a module declares a secret: status reads this on every refresh)."""
-    specs = [
-        (mid, spec)
-        for mid, module in inv.modules_naming("secrets").items()
-        for spec in module["spec"].get("secrets", [])
-    ]
-    if not specs:
-        return []
-    pairs = [p for p in inv.pairs() if p["provision"] == VAULT_PROVISION and not p["withdrawn_at"]]
-    by_consumer = {p["consumer"]: p for p in pairs}
-    return [Declared(mid, spec, by_consumer.get(mid)) for mid, spec in specs]
 
 
 def _sealed(value: bytes, vault_node: NodeRow) -> tuple[bytes, str]:
@@ -604,54 +578,3 @@ def drill(ctl: Any, module: str, name: str) -> SecretDrillReport:
             "ok" if ok else "failed",
         )
     return SecretDrillReport(module, name, ok, old_version, new_version, checks, reason)
-
-
-def status(inv: Inventory) -> list[SecretStatus]:
-    """Every declared own secret: the version the vault and the module's file hold, and why."""
-    found = declared(inv)
-    if not found:
-        return []
-    from meshtui.bao import KV_MOUNT  # here: bao brings httpx, ~70 ms of every status
-
-    rows = inv.own_secrets()
-    out: list[SecretStatus] = []
-    for d in found:
-        row = rows.get(d.key)
-        version = row["version"] if row else 0
-        vault_v = row["vault_version"] if row else None
-        file_v = row["file_version"] if row else None
-        error = row["error"] if row else None
-        if d.pair is None:
-            state, reason = "stale", f"{d.module} has no live vault pair"
-        elif version == 0:
-            state, reason = (
-                ("stale", f"not supplied yet: meshtui secret put {d.module} {d.spec['name']}")
-                if d.spec["supplied"]
-                else ("unknown", "not minted yet: meshtui push")
-            )
-        elif vault_v == version and file_v == version and not error:
-            state, reason = "working", f"version {version} in the vault and in the file"
-        else:
-            state = "stale"
-            held = f"the vault holds {vault_v or 'none'}, the file {file_v or 'none'}"
-            reason = f"wants version {version}; {held}" + (f"; {error}" if error else "")
-        out.append(
-            SecretStatus(
-                module=d.module,
-                name=d.spec["name"],
-                origin="supplied" if d.spec["supplied"] else "minted",
-                pair=d.pair["id"] if d.pair else None,
-                vault=d.pair["provider"] if d.pair else None,
-                path=f"{KV_MOUNT}/{d.pair['login']}/{d.spec['name']}" if d.pair else None,
-                file=d.spec["file"],
-                version=version,
-                vault_version=vault_v,
-                file_version=file_v,
-                state=state,
-                reason=reason,
-                supplied_by=row["supplied_by"] if row else None,
-                supplied_at=row["supplied_at"] if row and row["supplied_by"] else None,
-                since=row["supplied_at"] if row and row["version"] else None,
-            )
-        )
-    return out

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from meshtui.atomic import write_private
-from meshtui.controller import lock, own_secrets
+from meshtui.controller import lock, own_secrets, secret_states
 from meshtui.controller.core import Controller
 from meshtui.controller.heartbeat import HEARTBEAT, Heartbeat
 from meshtui.controller.metrics import CycleView, Metrics
@@ -230,7 +230,7 @@ class Watch:
             rows = statuses(inv, keep=True, image=self.ctl.state_dir)  # leaves the CLI's image
             self._cache = (version, rows, schedule(inv))
             self.secrets_behind = any(
-                s.version and s.state != "working" for s in own_secrets.status(inv)
+                s.version and s.state != "working" for s in secret_states.status(inv)
             )
             return self._cache[1], self._cache[2], True
         return self._cache[1], self._cache[2], False

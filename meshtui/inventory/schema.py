@@ -7,8 +7,10 @@ and cannot drift from them. Append a step for a change; never edit one that ship
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import sqlite_utils
+if TYPE_CHECKING:  # the connection is handed in: a read that migrates nothing never imports it
+    import sqlite_utils
 
 
 def _create_v1(db: sqlite_utils.Database) -> None:

@@ -9,6 +9,7 @@ It stores only sealed blobs and digests, never a plaintext credential. Opened re
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import sqlite3
@@ -17,9 +18,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
-
-import sqlite_utils
+from typing import TYPE_CHECKING, Any, cast
 
 from meshtui.errors import InventoryError, ReadOnlyError
 from meshtui.inventory import audit as audit_mod
@@ -59,6 +58,9 @@ from meshtui.inventory.rows import (
 )
 from meshtui.model import Policy, PolicySource, RotationState
 from meshtui.wire import RestoreProof, SignedHead
+
+if TYPE_CHECKING:  # imported when a migration runs: a read never pays for it (~80 ms)
+    import sqlite_utils
 
 CHUNK = 500
 """Ids per ``IN (...)``: stays under SQLite's variable limit."""
@@ -145,7 +147,7 @@ class Transaction:
 
     def __init__(self, inv: Inventory) -> None:
         self._inv = inv
-        self._conn = inv._db.conn
+        self._conn = inv._conn
 
     # ---- audit ----------------------------------------------------------------------------
     def audit(
@@ -387,7 +389,9 @@ class Inventory:
     def __init__(self, path: Path, conn: sqlite3.Connection, *, read_only: bool) -> None:
         self.path = path
         self.read_only = read_only
-        self._db = sqlite_utils.Database(conn)
+        self._conn = conn
+        # as sqlite_utils.Database sets it for the migrations: one behaviour whether one ran or not
+        conn.execute("PRAGMA recursive_triggers = on")
         self.lock = threading.RLock()
         self.signer: Callable[[bytes], bytes] | None = None  # signs the audit head when set
         self.actor: str | None = None  # the audit's operator when not a person (``watch``)
@@ -436,9 +440,16 @@ class Inventory:
             raise
         return inv
 
+    @functools.cached_property
+    def _db(self) -> sqlite_utils.Database:
+        """The connection as sqlite_utils sees it, for the migrations (imported only then)."""
+        import sqlite_utils
+
+        return sqlite_utils.Database(self._conn)
+
     def close(self) -> None:
         """Close the connection."""
-        self._db.conn.close()
+        self._conn.close()
 
     def __enter__(self) -> Inventory:
         return self
@@ -449,12 +460,12 @@ class Inventory:
     # ---- schema -------------------------------------------------------------------------
     def version(self) -> int:
         """The schema version the file is at (0 for a new file)."""
-        return int(self._db.execute("PRAGMA user_version").fetchone()[0])
+        return int(self._conn.execute("PRAGMA user_version").fetchone()[0])
 
     def data_version(self) -> int:
         """A number that changes whenever another connection commits (an idle check is cheap)."""
         with self.lock:
-            return int(self._db.conn.execute("PRAGMA data_version").fetchone()[0])
+            return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
 
     def _check_version(self) -> None:
         found = self.version()
@@ -473,14 +484,14 @@ class Inventory:
         )
 
     def _migrate(self) -> None:
-        with self.lock, self._db.conn:
-            self._db.execute("BEGIN IMMEDIATE")
+        with self.lock, self._conn:
+            self._conn.execute("BEGIN IMMEDIATE")
             found = self.version()
             if found > schema.SCHEMA_VERSION:
                 raise self._newer(found)
             for step in schema.MIGRATIONS[found:]:
                 step(self._db)
-            self._db.execute(f"PRAGMA user_version = {int(schema.SCHEMA_VERSION)}")
+            self._conn.execute(f"PRAGMA user_version = {int(schema.SCHEMA_VERSION)}")
 
     # ---- writes -------------------------------------------------------------------------
     def require_writable(self, action: str) -> None:
@@ -494,8 +505,8 @@ class Inventory:
         self.require_writable(action)
         with self.lock:
             try:
-                with self._db.conn:
-                    self._db.execute("BEGIN IMMEDIATE")
+                with self._conn:
+                    self._conn.execute("BEGIN IMMEDIATE")
                     yield Transaction(self)
             except sqlite3.OperationalError as exc:
                 if "readonly" in str(exc):
@@ -524,11 +535,17 @@ class Inventory:
     def _query(self, sql: str, params: Sequence[object] = ()) -> list[dict[str, Any]]:
         """Rows as plain dicts, for the typed reads below to cast."""
         with self.lock, self._reading():
-            return list(self._db.query(sql, list(params)))
+            cursor = self._conn.execute(sql, list(params))
+            keys = [d[0] for d in cursor.description]
+            if len(set(keys)) != len(keys):  # a join naming a column twice: as sqlite_utils does
+                from sqlite_utils.utils import dedupe_keys
+
+                keys = dedupe_keys(keys)
+            return [dict(zip(keys, row, strict=True)) for row in cursor]
 
     def _tuples(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         with self.lock, self._reading():
-            return self._db.conn.execute(sql, params).fetchall()
+            return self._conn.execute(sql, params).fetchall()
 
     @contextmanager
     def _reading(self) -> Iterator[None]:
@@ -545,7 +562,7 @@ class Inventory:
         """A consistent image of the whole file (SQLite's online backup, safe while another
         process writes) and what it holds: what ``meshtui backup`` saves."""
         with self.lock, self._reading():
-            return image_mod.take(self._db.conn, self.path)
+            return image_mod.take(self._conn, self.path)
 
     def nodes(self) -> dict[str, NodeRow]:
         """Every node by name."""
@@ -801,12 +818,12 @@ class Inventory:
     def events(self, limit: int | None = None) -> list[EventRow]:
         """Audit events (the newest ``limit``, or all), oldest first, pairs and detail decoded."""
         with self.lock, self._reading():
-            return [_decoded(r) for r in audit_mod.stored(self._db.conn, limit=limit)]
+            return [_decoded(r) for r in audit_mod.stored(self._conn, limit=limit)]
 
     def last_event(self, kind: str) -> EventRow | None:
         """The newest audit event of one kind, decoded, or None."""
         with self.lock, self._reading():
-            rows = audit_mod.stored(self._db.conn, limit=1, kind=kind)
+            rows = audit_mod.stored(self._conn, limit=1, kind=kind)
         return _decoded(rows[0]) if rows else None
 
     def status_rows(
@@ -820,15 +837,15 @@ class Inventory:
                 return []
         with self.lock, self._reading():
             if ids is None and limit is None:
-                return status_read.every(self._db.conn)
-            return status_read.named(self._db.conn, ids, limit)
+                return status_read.every(self._conn)
+            return status_read.named(self._conn, ids, limit)
 
     def status_changes(self, since: StatusMark | None, also: Collection[str] = ()) -> StatusChanges:
         """Every pair by id, or, while ``since`` (a read's mark) holds for this file, only the
         pairs written since, by any connection, and those in ``also`` (see
         :mod:`~meshtui.inventory.status_read`)."""
         with self.lock, self._reading():
-            return status_read.changes(self._db.conn, since, also)
+            return status_read.changes(self._conn, since, also)
 
     def schedule_rows(self, declared_only: bool = False) -> list[ScheduleRow]:
         """Every pair with its policy and when its current generation began, by id.
@@ -843,12 +860,12 @@ class Inventory:
     def last_seq(self) -> int:
         """The number of the newest audit event (0: none yet)."""
         with self.lock, self._reading():
-            return audit_mod.last_seq(self._db.conn)
+            return audit_mod.last_seq(self._conn)
 
     def signed_head(self) -> SignedHead | None:
         """The chain's head with the controller's signature (None: no events, or unsigned)."""
         with self.lock, self._reading():
-            head = audit_mod.signed_head(self._db.conn)
+            head = audit_mod.signed_head(self._conn)
         if head is None or self.restore_proof is None:
             return head
         return dataclasses.replace(head, restore=self.restore_proof)
@@ -856,7 +873,7 @@ class Inventory:
     def event_hash_at(self, seq: int) -> str | None:
         """The stored hash of audit event ``seq`` (None when there is no such event)."""
         with self.lock, self._reading():
-            return audit_mod.hash_at(self._db.conn, seq)
+            return audit_mod.hash_at(self._conn, seq)
 
     def own_secrets(self) -> dict[tuple[str, str], OwnSecretRow]:
         """Every own secret's state, by (module, name)."""
@@ -884,7 +901,7 @@ class Inventory:
         rewritten by someone who can write the file but has no controller key is caught.
         """
         with self.lock, self._reading():
-            return audit_mod.walk(self._db.conn, verify_key)
+            return audit_mod.walk(self._conn, verify_key)
 
 
 class ModuleSpecs(Mapping[str, ModuleRow]):
