@@ -11,9 +11,9 @@ claimed what, and the audit log keeps it as a ``claim`` event.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import TypeVar
 
+from meshtui.controller.reports import Claim
 from meshtui.inventory import Inventory
 from meshtui.messages import Holding, Inspection
 from meshtui.model import End, node_of, split_pair_id
@@ -22,23 +22,6 @@ CLAIM = "claim"
 """The audit event's kind."""
 
 Item = TypeVar("Item", bound=Mapping[str, object])
-
-
-@dataclass(frozen=True)
-class Claim:
-    """Node ``node`` spoke for ``end`` of ``pair`` (or of a provider module's server), which is
-    not its own."""
-
-    node: str
-    pair: str
-    end: str
-
-    def describe(self) -> str:
-        """One phrase, for push's output and the audit."""
-        return (
-            f"{self.node} claims the {self.end} end of {self.pair}, which is not its own: "
-            "not believed (check that node)"
-        )
 
 
 def end_node(pair: str, end: str) -> str | None:

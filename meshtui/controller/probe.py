@@ -11,12 +11,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from meshtui import messages
-from meshtui.controller.claims import Claim, asked_only
+from meshtui.controller.claims import asked_only
 from meshtui.controller.claims import record as record_claims
 from meshtui.controller.client import AgentClient
 from meshtui.controller.deliver import Planner, target_of
 from meshtui.controller.recording import probe_row
-from meshtui.controller.reports import ProbeOutcome, Progress
+from meshtui.controller.reports import Claim, ProbeOutcome, Progress
 from meshtui.errors import AgentError
 from meshtui.inventory import now
 from meshtui.messages import ProbeAnswer, ProbedPair, ProbeItem, ProbeReport, ProbeRequest

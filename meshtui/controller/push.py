@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from meshtui import crypto, messages
 from meshtui.controller import status as status_mod
 from meshtui.controller.catchup import settle
-from meshtui.controller.claims import Claim, own_inspections
+from meshtui.controller.claims import own_inspections
 from meshtui.controller.claims import record as record_claims
 from meshtui.controller.client import STATE_TIMEOUT_S, Agents, by_pair, missing_reason
 from meshtui.controller.deliver import Planner, target_of
@@ -29,7 +29,7 @@ from meshtui.controller.recording import (
     probe_row,
     record_end,
 )
-from meshtui.controller.reports import PairOutcome, Progress, PushReport
+from meshtui.controller.reports import Claim, PairOutcome, Progress, PushReport
 from meshtui.controller.resolve import ask_state
 from meshtui.controller.sending import batches, node_batches, send_consumers, send_providers
 from meshtui.errors import AgentError

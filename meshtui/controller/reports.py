@@ -6,11 +6,27 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple, TypeGuard
 
-from meshtui.controller.claims import Claim
 from meshtui.model import PairStatus, RotationState, node_of
 
 Progress = Callable[[str, int, int], None]
 """``progress(message, done, total)``: called from the worker doing the action, never blocks."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Node ``node`` spoke for ``end`` of ``pair`` (or of a provider module's server), which is
+    not its own."""
+
+    node: str
+    pair: str
+    end: str
+
+    def describe(self) -> str:
+        """One phrase, for push's output and the audit."""
+        return (
+            f"{self.node} claims the {self.end} end of {self.pair}, which is not its own: "
+            "not believed (check that node)"
+        )
 
 
 def no_progress(message: str, done: int, total: int) -> None:
