@@ -473,6 +473,14 @@ class DrillCheckAnswer(TypedDict):
 # answers it; both use these shapes as they are
 
 
+class CheckVault(TypedDict):
+    """The vault a module's own secrets are read from: address, port and CA file, as declared."""
+
+    host: str
+    port: int
+    ca: str | None
+
+
 class CheckConsumer(TypedDict):
     """A consumer end on the node: its credential file, who must read it, its reload."""
 
@@ -482,6 +490,7 @@ class CheckConsumer(TypedDict):
     group: str | None
     reload: list[str]
     connection: NotRequired[str]  # its connection file, when the requirement declares one
+    vault: NotRequired[CheckVault]  # a vault pair's: where the module's credential is sent
 
 
 class CheckProvision(TypedDict):

@@ -22,7 +22,7 @@ from meshtui.errors import AgentError
 from meshtui.inventory.rows import ModuleRow, NodeRow, PairRow
 from meshtui.kinds import registry
 from meshtui.messages import CheckConsumer, CheckProvider, CheckRequest
-from meshtui.model import BUILTIN_POSTGRES, node_of
+from meshtui.model import BUILTIN_POSTGRES, VAULT_PROVISION, node_of
 
 if TYPE_CHECKING:
     from meshtui.controller.core import Controller
@@ -113,8 +113,21 @@ def requests(
             same = need["name"] == p["provision"] and need["file"] == p["file"]
             if same and "connection" in need:  # where its connection file goes, for the policy
                 end["connection"] = str(need["connection"]["file"])
-        consumers[node].append(end)
         provider_node = nodes.get(node_of(p["provider"]))
+        vault = modules.get(p["provider"]) if p["provision"] == VAULT_PROVISION else None
+        offer = (
+            next((o for o in vault["spec"]["provides"] if o["name"] == VAULT_PROVISION), None)
+            if vault
+            else None
+        )
+        if provider_node is not None and offer is not None:
+            # where the module's vault credential goes: the node's policy must list it
+            end["vault"] = {
+                "host": str(provider_node["address"]),
+                "port": int(p["port"]),
+                "ca": offer.get("ca"),
+            }
+        consumers[node].append(end)
         if provider_node is not None:
             where = (str(provider_node["address"]), int(p["port"]))
             ports[node].setdefault(where, []).append(p["id"])

@@ -141,7 +141,7 @@ class Agent:
             self.accepted.history,
         )
         self._drills: dict[str, tuple[bytes, float]] = {}
-        self.own_secrets = OwnSecrets(identity, self.policy)
+        self.own_secrets = OwnSecrets(identity, self.policy, self.holdings)
         self._drill_lock = threading.Lock()
         self._routes: dict[str, Accept] = {
             r.kind.name: r

@@ -16,6 +16,7 @@ leaves (:func:`write_default`). Running an allowed command as its user is
 from __future__ import annotations
 
 import grp
+import ipaddress
 import json
 import os
 import pwd
@@ -36,7 +37,7 @@ POLICY_FILE = "policy.toml"
 VERSION = 1
 MAX_POLICY = 1024 * 1024
 _KIND = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
-_TABLES = ("credentials", "providers", "reload", "provisioner")
+_TABLES = ("credentials", "providers", "vaults", "reload", "provisioner")
 
 
 def normal(text: str) -> str:
@@ -114,6 +115,39 @@ class ProviderRoot:
 
 
 @dataclass(frozen=True)
+class Vault:
+    """A vault this node's modules may log in to with their AppRole credential (and read their
+    own secrets from): its address and port, and the one CA file its certificate is checked
+    against. Nothing else is sent a module's vault credential, nor trusted for it."""
+
+    address: str
+    port: int
+    ca: str
+
+    def entry(self) -> str:
+        """This vault as the policy entry that allows it."""
+        return "\n".join(
+            [
+                "[[vaults]]",
+                f"address = {_q(self.address)}",
+                f"port = {self.port}",
+                f"ca = {_q(self.ca)}",
+            ]
+        )
+
+    def at(self, host: str, port: int) -> bool:
+        """Whether ``host``:``port`` is this vault (addresses compared as addresses)."""
+        return port == self.port and _same_host(host, self.address)
+
+
+def _same_host(a: str, b: str) -> bool:
+    try:
+        return ipaddress.ip_address(a.strip("[]")) == ipaddress.ip_address(b.strip("[]"))
+    except ValueError:
+        return a.lower().rstrip(".") == b.lower().rstrip(".")
+
+
+@dataclass(frozen=True)
 class ConsumerAsk:
     """What one consumer end asks of its node (a delivery's item, or doctor's)."""
 
@@ -148,6 +182,7 @@ class Policy:
     node: str
     credentials: tuple[CredentialRoot, ...] = ()
     providers: tuple[ProviderRoot, ...] = ()
+    vaults: tuple[Vault, ...] = ()
     reload: tuple[Command, ...] = ()
     provisioner: tuple[Command, ...] = ()
 
@@ -300,6 +335,37 @@ class Policy:
                 where, "provisioner", self.provisioner, ask.provisioner or (), None
             )
         return out
+
+    def vault(self, module: str, host: str, port: int, ca: str | None) -> Vault:
+        """The listed vault at ``host``:``port`` with CA file ``ca`` (the declaration's), the
+        only one a module's vault credential is sent to; PolicyRefusal naming the entry to add
+        when this node lists no such vault, before anything is read or connected."""
+        where = f"{module} requires secret"
+        try:
+            path = normal(ca) if ca else ""
+        except ValueError as exc:
+            raise self._refuse(where, "ca", str(exc), "name an absolute path") from None
+        found = next((v for v in self.vaults if v.at(host, port) and v.ca == path), None)
+        if found is not None:
+            return found
+        at = [v for v in self.vaults if v.at(host, port)]
+        if at:
+            problem = f"the vault at {host}:{port} is trusted here only with CA file {at[0].ca}"
+            key = "ca"
+        else:
+            problem = f"{host}:{port} is not a vault this node sends a module's credential to"
+            key = "vault"
+        entry = Vault(host.strip("[]"), port, path or "/PATH/TO/VAULT-CA.pem").entry()
+        raise self._refuse(where, key, problem, self._add(entry))
+
+    def lists_admin(self, admin: str) -> bool:
+        """Whether ``admin`` is an admin file some ``[[providers]]`` entry lists (the only
+        admin files the agent opens, doctor's checks included)."""
+        try:
+            path = normal(admin)
+        except ValueError:
+            return False
+        return any(path in r.admin for r in self.providers)
 
     def inspect_refusal(
         self, module: str, provision: str, receives: str, admin: str | None
@@ -496,6 +562,26 @@ class _Reader:
             raise self.fail(key, "may not be /", "name the folder the agent may write in")
         return path
 
+    def file(self, key: str, value: object) -> str:
+        text = self.text(key, value)
+        try:
+            return normal(text)
+        except ValueError as exc:
+            raise self.fail(key, str(exc), "name an absolute file path without '..'") from None
+
+    def address(self, key: str, value: object) -> str:
+        text = self.text(key, value)
+        if not re.fullmatch(r"[A-Za-z0-9.:\[\]-]{1,253}", text):
+            raise self.fail(key, f"{text!r} is not a host name or address", 'e.g. "10.0.0.2"')
+        return text.strip("[]")
+
+    def port(self, key: str, value: object) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
+            raise self.fail(
+                key, "must be a port number (1 to 65535)", f"write {key.split('.')[-1]} = 8200"
+            )
+        return value
+
     def command(self, key: str, entry: dict[str, Any]) -> Command:
         argv = entry.get("argv")
         if (
@@ -562,6 +648,14 @@ def _parse(path: Path, node: str, doc: dict[str, Any]) -> Policy:
         providers.append(
             ProviderRoot(r.folder(f"providers[{i}].under", e.get("under")), kinds, admin)
         )
+    vaults = tuple(
+        Vault(
+            r.address(f"vaults[{i}].address", e.get("address")),
+            r.port(f"vaults[{i}].port", e.get("port")),
+            r.file(f"vaults[{i}].ca", e.get("ca")),
+        )
+        for i, e in enumerate(r.entries(doc, "vaults", ("address", "port", "ca")))
+    )
     commands = {
         name: tuple(
             r.command(f"{name}[{i}]", e)
@@ -574,6 +668,7 @@ def _parse(path: Path, node: str, doc: dict[str, Any]) -> Policy:
         node=node,
         credentials=credentials,
         providers=tuple(providers),
+        vaults=vaults,
         reload=commands["reload"],
         provisioner=commands["provisioner"],
     )
@@ -585,8 +680,8 @@ HEADER = """\
 # meshtui node policy of node {node}: what this node's agent may do when the controller asks.
 #
 # Deny by default. The controller's key and the operator's declaration can ask this node for a
-# credential file, a manifest, a grants folder, a provider kind, an admin file or a command;
-# the agent does only what this file allows, and refuses the rest for that end alone (naming
+# credential file, a manifest, a grants folder, a provider kind, an admin file, a vault or a
+# command; the agent does only what this file allows, and refuses the rest for that end alone (naming
 # the entry that would allow it). Nothing the controller sends can change this file: edit it
 # here, keep it owned by the agent's user and writable by nobody else (0600), and restart the
 # agent. `meshtui doctor` and `meshtui declare FILE --check-nodes` name what a declaration needs.
@@ -613,6 +708,17 @@ EXAMPLES = """
 # kinds = ["postgres"]
 # admin = ["/var/lib/meshtui/db1/postgres/admin.conninfo"]
 
+# Vaults (providers of `kind = "openbao"`) this node's modules log in to with their AppRole
+# credential, to read their own secrets (`secrets = [...]`): the agent sends a module's vault
+# credential (only the file it wrote for that module's `secret` pair) to no address, port or
+# CA file but one listed here. The address and port are the vault node's `address` and the
+# `port` its `provides` entry declares; `ca` is the same file as that entry's `ca`.
+#
+# [[vaults]]
+# address = "10.0.0.2"
+# port    = 8200
+# ca      = "/etc/meshtui/openbao-ca.pem"
+
 # Commands: only these exact argv run, as `user` (and `group`: default the user's own), in a
 # new session with no terminal. Name root only for a command that must run as root.
 #
@@ -632,6 +738,7 @@ def render(
     *,
     credentials: Sequence[CredentialRoot] = (),
     providers: Sequence[ProviderRoot] = (),
+    vaults: Sequence[Vault] = (),
     reload: Sequence[Command] = (),
     provisioner: Sequence[Command] = (),
 ) -> str:
@@ -639,6 +746,7 @@ def render(
     parts = [HEADER.format(node=node)]
     parts += [root.entry() for root in credentials]
     parts += [root.entry() for root in providers]
+    parts += [vault.entry() for vault in vaults]
     parts += [c.entry("reload") for c in reload]
     parts += [c.entry("provisioner") for c in provisioner]
     return "\n\n".join(parts) + "\n"

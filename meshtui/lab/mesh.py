@@ -35,6 +35,7 @@ from meshtui.kinds.redis import lab as lab_redis
 from meshtui.kinds.seaweedfs import lab as lab_s3
 from meshtui.lab import foreign, netns, toml_writer
 from meshtui.lab.wait import ended, poll
+from meshtui.model import VAULT_PROVISION
 
 LAB = "lab"
 SUBNET = "10.213.0.0/24"
@@ -395,7 +396,8 @@ def _write_declaration(
             if store is not None and (node, module) in S3_CONSUMERS:
                 requires.append(lab_s3.requirement(srv / node / module / "s3.secret"))
             tables.append((("modules", f"{node}/{module}"), table))
-    _write_policies(folder, list(addresses), tables)
+    vaults = [node_policy.Vault(vault.address, vault.port, str(vault.ca))] if vault else []
+    _write_policies(folder, list(addresses), tables, vaults)
     path = folder / "mesh.toml"
     text = toml_writer.document(
         tables, comment="written by meshtui lab up: the lab's nodes, reached over Unix sockets"
@@ -409,19 +411,31 @@ def kind_name(given: object) -> str:
     return registry.name_of(str(given) if given else None)
 
 
-def _write_policies(folder: Path, nodes: list[str], tables: list[toml_writer.Table]) -> None:
+def _write_policies(
+    folder: Path,
+    nodes: list[str],
+    tables: list[toml_writer.Table],
+    vaults: list[node_policy.Vault],
+) -> None:
     """Each node's policy: what the lab's declaration asks of it and no more. Credential files
     and provider files only below the node's own folder in ``srv/``, the kinds and admin files
-    its providers declare, and a declared provisioner command run as the agent's own user."""
+    its providers declare, the lab's ``vaults`` for a node whose modules require ``secret``,
+    and a declared provisioner command run as the agent's own user."""
     me = pwd.getpwuid(os.geteuid()).pw_name
     for node in nodes:
         kinds: set[str] = set()
         admin: set[str] = set()
         groups: set[str] = set()  # the groups its modules' own secrets declare
         commands: list[node_policy.Command] = []
+        reads_vault = False
         for key, body in tables:
             if key[0] != "modules" or not key[1].startswith(f"{node}/"):
                 continue
+            needs = body.get("requires")
+            if isinstance(needs, list):
+                reads_vault |= any(
+                    isinstance(n, Mapping) and n.get("name") == VAULT_PROVISION for n in needs
+                )
             offers = body.get("provides")
             if isinstance(offers, list):
                 kinds |= {kind_name(o.get("kind")) for o in offers if isinstance(o, Mapping)}
@@ -440,6 +454,7 @@ def _write_policies(folder: Path, nodes: list[str], tables: list[toml_writer.Tab
             providers=[node_policy.ProviderRoot(under, frozenset(kinds), frozenset(admin))]
             if kinds
             else [],
+            vaults=vaults if reads_vault else [],
             provisioner=commands,
         )
         node_policy.write(folder / "nodes" / node, text)

@@ -1,0 +1,330 @@
+"""The node reads only what its policy names: no signed request makes the agent (root) read a
+file, trust a CA or send a credential anywhere its own policy does not allow.
+
+Real agents (``meshtui host serve`` on Unix sockets) get requests signed with the controller's
+key, as an attacker holding that key would send them. A real TLS listener on loopback stands in
+for the attacker's vault and records every connection; a real FIFO, a real link and a real
+root-only file stand in for what the attacker points the agent at.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import ssl
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from meshtui.crypto import secret_digest
+from meshtui.errors import PolicyFileError
+from meshtui.host import policy as node_policy
+from meshtui.lab.certificates import make_certificates
+from meshtui.messages import CHECK, SECRET_CHECK, SECRET_FETCH
+from tests.fix_agents import Mesh, mesh_policy
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the agent reads as root")
+
+WIKI_VAULT = "secret:app1/wiki->db1/openbao"
+VALUE = b"own-secret-value"
+
+
+@dataclass
+class Listener:
+    """A TLS server on loopback answering like a vault; ``seen`` holds every request it got
+    (method, path, body) and ``connections`` every TCP connection accepted."""
+
+    server: ThreadingHTTPServer
+    ca: Path
+    seen: list[tuple[str, str, str]] = field(default_factory=list)
+    connections: int = 0
+
+    @property
+    def port(self) -> int:
+        return int(self.server.server_address[1])
+
+    def bodies(self) -> str:
+        return "\n".join(f"{m} {p} {b}" for m, p, b in self.seen)
+
+
+@pytest.fixture
+def vault(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Listener]:
+    folder = tmp_path_factory.mktemp("evil-vault")
+    make_certificates(folder, "127.0.0.1", server="attacker's vault")
+    seen: list[tuple[str, str, str]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def _answer(self, body: object) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("content-length") or 0)
+            seen.append(("POST", self.path, self.rfile.read(length).decode(errors="replace")))
+            self._answer({"auth": {"client_token": "t"}})
+
+        def do_GET(self) -> None:
+            seen.append(("GET", self.path, ""))
+            self._answer({"data": {"data": {"value": VALUE.decode()}, "metadata": {"version": 1}}})
+
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+
+        def get_request(self) -> Any:
+            got = super().get_request()
+            listener.connections += 1
+            return got
+
+    server = Server(("127.0.0.1", 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(folder / "server.pem", folder / "server.key")
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    listener = Listener(server, folder / "ca.pem", seen)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield listener
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def mesh(mesh_with_agents: Any) -> Mesh:
+    """app1 runs gitea (a database consumer) and wiki, whose vault pair with db1/openbao is
+    delivered: app1 holds wiki's vault credential, a file its agent wrote."""
+    m: Mesh = mesh_with_agents(
+        consumers={"app1": ["gitea"]}, port=5432, admin=None, provisioner=["true"]
+    )
+    ca = m.root / "vault-ca.pem"  # the declared vault's CA (never reached in these tests)
+    ca.write_text("not used\n")
+    m.decl.write_text(
+        m.decl.read_text()
+        + '\n[modules."db1/openbao"]\n'
+        + f'provides = [{{ name = "secret", kind = "openbao", port = 8200, ca = "{ca}" }}]\n'
+        + 'receives = { secret = "srv/db1/openbao/mesh.json" }\n'
+        + 'grants = { secret = "srv/db1/openbao/grants" }\n'
+        + 'provisioner = ["true"]\n'
+        + '\n[modules."app1/wiki"]\n'
+        + 'requires = [{ name = "secret", file = "srv/app1/wiki/vault.secret_id" }]\n'
+    )
+    with m.controller() as ctl:
+        ctl.declare(m.decl)
+        ctl.push()
+    assert (m.root / "srv/app1/wiki/vault.secret_id").is_file()
+    return m
+
+
+def allow_vault(mesh: Mesh, listener: Listener) -> None:
+    """app1's policy also lists the listener as a vault (address, port, CA), and its agent
+    restarts to read it."""
+    entry = node_policy.Vault("127.0.0.1", listener.port, str(listener.ca)).entry()
+    node_policy.write(mesh.nodes["app1"], mesh_policy("app1", mesh.root) + "\n" + entry + "\n")
+    mesh.start("app1")
+
+
+def item(mesh: Mesh, listener: Listener, credential: Path, **more: object) -> dict[str, Any]:
+    """A signed ``secret-fetch`` item as the attacker writes it: the credential, the vault's
+    address and its CA are the request's."""
+    return {
+        "module": "app1/wiki",
+        "name": "session_key",
+        "version": 1,
+        "kv_version": 1,
+        "digest": secret_digest(VALUE),
+        "login": "attacker_login",
+        "credential": str(credential),
+        "host": "127.0.0.1",
+        "port": listener.port,
+        "ca": str(listener.ca),
+        "file": str(mesh.root / "srv/app1/wiki/own.key"),
+        "owner": None,
+        "group": None,
+        "mode": None,
+        "reload": [],
+        **more,
+    }
+
+
+def call(mesh: Mesh, kind: Any, payload: Any) -> Any:
+    with mesh.controller() as ctl, ctl.agents() as agents:
+        return agents.call("app1", kind, payload)
+
+
+def fetch(mesh: Mesh, one: dict[str, Any]) -> str:
+    """The error of a forged ``secret-fetch`` (empty when it was done)."""
+    return str(call(mesh, SECRET_FETCH, {"items": [one]})["fetched"][0]["error"] or "")
+
+
+def check(mesh: Mesh, one: dict[str, Any]) -> str:
+    """The error of a forged ``secret-check``."""
+    keys = ("module", "name", "login", "credential", "host", "port", "ca", "file")
+    answer = call(mesh, SECRET_CHECK, {"items": [{k: one[k] for k in keys}]})
+    return str(answer["checked"][0]["error"] or "")
+
+
+def victims(mesh: Mesh) -> list[Path]:
+    """Small root-only files outside every folder app1's policy allows: its own signing key
+    and a 0600 file of root's."""
+    secret = mesh.root / "victim-secret"
+    secret.write_text("TOP-SECRET-ROOT-ONLY\n")
+    secret.chmod(0o600)
+    return [mesh.nodes["app1"] / "node.key", secret]
+
+
+# ---- H1: the module's vault credential and where it goes ----------------------------------------
+
+
+@pytest.mark.parametrize("listed", [False, True], ids=["vault-not-listed", "vault-listed"])
+def test_secret_fetch_reads_no_file_the_agent_did_not_write_for_the_vault_pair(
+    mesh: Mesh, vault: Listener, listed: bool
+) -> None:
+    if listed:  # even a vault the policy lists is sent only the module's own credential
+        allow_vault(mesh, vault)
+    for victim in victims(mesh):
+        error = fetch(mesh, item(mesh, vault, victim))
+        assert "nothing was read" in error or "not a vault this node" in error, error
+    assert vault.connections == 0, vault.bodies()
+    assert not (mesh.root / "srv/app1/wiki/own.key").exists()
+
+
+def test_secret_check_reads_no_file_the_agent_did_not_write_for_the_vault_pair(
+    mesh: Mesh, vault: Listener
+) -> None:
+    allow_vault(mesh, vault)
+    held = mesh.root / "srv/app1/wiki/vault.secret_id"
+    assert fetch(mesh, item(mesh, vault, held)) == ""  # the secret's file, written lawfully
+    vault.seen.clear()
+    vault.connections = 0
+    for victim in victims(mesh):
+        error = check(mesh, item(mesh, vault, victim))
+        assert "nothing was read" in error, error
+    assert vault.connections == 0, vault.bodies()
+
+
+def test_the_held_vault_credential_goes_only_to_a_vault_the_policy_lists(
+    mesh: Mesh, vault: Listener
+) -> None:
+    # the secret's file, written while the policy listed the vault; then the policy lists none:
+    # a declaration (or the key) naming that address and port gets the module's real
+    # credential sent nowhere
+    held = mesh.root / "srv/app1/wiki/vault.secret_id"
+    secret_id = held.read_text().strip()
+    allow_vault(mesh, vault)
+    assert fetch(mesh, item(mesh, vault, held)) == ""
+    node_policy.write(mesh.nodes["app1"], mesh_policy("app1", mesh.root))
+    mesh.start("app1")
+    vault.seen.clear()
+    vault.connections = 0
+    for kind in (fetch, check):
+        error = kind(mesh, item(mesh, vault, held))
+        assert "is not a vault this node sends a module's credential to" in error, error
+        assert "[[vaults]]" in error and f"port = {vault.port}" in error, error
+    assert vault.connections == 0 and secret_id not in vault.bodies()
+    # the same vault listed with another CA file is refused as well
+    entry = node_policy.Vault("127.0.0.1", vault.port, "/etc/ssl/certs/ca-certificates.crt")
+    node_policy.write(
+        mesh.nodes["app1"], mesh_policy("app1", mesh.root) + "\n" + entry.entry() + "\n"
+    )
+    mesh.start("app1")
+    error = fetch(mesh, item(mesh, vault, held))
+    assert "is trusted here only with CA file /etc/ssl/certs/ca-certificates.crt" in error
+    assert vault.connections == 0
+
+
+def test_a_listed_vault_gets_the_login_with_the_credential_the_agent_wrote(
+    mesh: Mesh, vault: Listener
+) -> None:
+    allow_vault(mesh, vault)
+    held = mesh.root / "srv/app1/wiki/vault.secret_id"
+    assert fetch(mesh, item(mesh, vault, held)) == ""
+    assert (mesh.root / "srv/app1/wiki/own.key").read_bytes() == VALUE
+    logins = [json.loads(b) for m, p, b in vault.seen if p == "/v1/auth/approle/login"]
+    assert logins == [{"role_id": "attacker_login", "secret_id": held.read_text().strip()}]
+
+
+# ---- L2: doctor's check opens only admin files the policy lists ----------------------------------
+
+
+def provider_check(admin: str, kind: str) -> dict[str, Any]:
+    return {
+        "provider": "db1/postgres",
+        "admin": admin,
+        "builtin": True,
+        "databases": False,
+        "pin": False,
+        "kind": kind,
+    }
+
+
+def test_check_opens_no_admin_file_and_looks_at_no_path_the_policy_does_not_list(
+    mesh: Mesh,
+) -> None:
+    fifo = mesh.root / "admin-fifo"
+    os.mkfifo(fifo, 0o600)
+    admins = [str(p) for p in victims(mesh)] + [str(fifo), str(mesh.root / "nonexistent")]
+    found: dict[str, list[Any]] = {}
+    for admin in admins:
+        for kind in ("postgres", "openbao", "redis"):
+            answer = call(
+                mesh,
+                CHECK,
+                {"consumers": [], "providers": [provider_check(admin, kind)], "ports": []},
+            )
+            assert all(f["check"] == "policy" for f in answer["findings"]), answer["findings"]
+            found[admin + kind] = [f["problem"].replace(admin, "PATH") for f in answer["findings"]]
+    # an existing root file, a FIFO and a missing path are answered alike: no oracle
+    assert len({json.dumps(v) for v in found.values()}) == 1, found
+    # a consumer end outside the policy: neither its folder nor its reload command looked at
+    ends = []
+    for folder in ("/root/.ssh", "/nonexistent/folder"):
+        end = {
+            "pair": "database:app1/evil->db1/postgres",
+            "file": f"{folder}/id",
+            "owner": None,
+            "group": None,
+            "reload": [f"{folder}/reload"],
+        }
+        answer = call(mesh, CHECK, {"consumers": [end], "providers": [], "ports": []})
+        assert all(f["check"] == "policy" for f in answer["findings"]), answer["findings"]
+        ends.append([f["problem"].replace(folder, "PATH") for f in answer["findings"]])
+    assert ends[0] == ends[1]
+
+
+# ---- the policy's [[vaults]] ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("entry", "key"),
+    [
+        ('address = "10.0.0.2"\nport = 8200', "vaults[0].ca"),
+        ('address = "10.0.0.2"\nport = 0\nca = "/ca.pem"', "vaults[0].port"),
+        ('address = "a b"\nport = 8200\nca = "/ca.pem"', "vaults[0].address"),
+        ('address = "10.0.0.2"\nport = 8200\nca = "ca.pem"', "vaults[0].ca"),
+        ('address = "10.0.0.2"\nport = 8200\nca = "/ca.pem"\nfrom = "x"', "vaults[0].from"),
+    ],
+)
+def test_a_malformed_vault_entry_names_the_key(tmp_path: Path, entry: str, key: str) -> None:
+    node_policy.write(tmp_path, f"version = 1\n[[vaults]]\n{entry}\n")
+    with pytest.raises(PolicyFileError) as err:
+        node_policy.load(tmp_path, "app1")
+    assert err.value.key == key, err.value
+
+
+def test_host_init_writes_the_vaults_table_commented_and_render_reads_back(tmp_path: Path) -> None:
+    path, written = node_policy.write_default(tmp_path, "app1")
+    assert written and "# [[vaults]]" in path.read_text()
+    assert node_policy.load(tmp_path, "app1").vaults == ()
+    vault = node_policy.Vault("10.0.0.2", 8200, "/etc/meshtui/openbao-ca.pem")
+    node_policy.write(tmp_path, node_policy.render("app1", vaults=[vault]))
+    assert node_policy.load(tmp_path, "app1").vaults == (vault,)
