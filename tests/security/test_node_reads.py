@@ -13,6 +13,7 @@ import json
 import os
 import ssl
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,11 +22,12 @@ from typing import Any
 
 import pytest
 
+from meshtui import cafile
 from meshtui.crypto import secret_digest
-from meshtui.errors import PolicyFileError
+from meshtui.errors import CAFileError, PolicyFileError
 from meshtui.host import policy as node_policy
 from meshtui.lab.certificates import make_certificates
-from meshtui.messages import CHECK, SECRET_CHECK, SECRET_FETCH
+from meshtui.messages import CHECK, PROBE, SECRET_CHECK, SECRET_FETCH, STATE
 from tests.fix_agents import Mesh, mesh_policy
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the agent reads as root")
@@ -251,6 +253,96 @@ def test_a_listed_vault_gets_the_login_with_the_credential_the_agent_wrote(
     assert (mesh.root / "srv/app1/wiki/own.key").read_bytes() == VALUE
     logins = [json.loads(b) for m, p, b in vault.seen if p == "/v1/auth/approle/login"]
     assert logins == [{"role_id": "attacker_login", "secret_id": held.read_text().strip()}]
+
+
+# ---- M2: CA files are read like credential files --------------------------------------------
+
+
+def probe_item(mesh: Mesh, ca: str) -> dict[str, Any]:
+    """A forged probe of app1's held vault pair whose CA file is ``ca``."""
+    return {
+        "pair": WIKI_VAULT,
+        "file": str(mesh.root / "srv/app1/wiki/vault.secret_id"),
+        "host": "192.0.2.1",  # TEST-NET-1: never reached
+        "port": 8200,
+        "login": "attacker_login",
+        "dbname": "",
+        "kind": "openbao",
+        "ca": ca,
+        "tls": True,
+    }
+
+
+def test_a_fifo_as_a_ca_file_is_refused_at_once_and_never_holds_a_request_slot(
+    mesh: Mesh,
+) -> None:
+    fifo = mesh.root / "fifo-ca.pem"
+    os.mkfifo(fifo, 0o644)
+    results: list[Any] = []
+
+    def one() -> None:
+        try:
+            results.append(call(mesh, PROBE, {"targets": [probe_item(mesh, str(fifo))]}))
+        except Exception as exc:  # an unanswered probe
+            results.append(exc)
+
+    threads = [threading.Thread(target=one, daemon=True) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=20)
+    started = time.monotonic()
+    state = call(mesh, STATE, {"holdings": False})  # a slot is free: the agent answers
+    assert state["node"] == "app1" and time.monotonic() - started < 5
+    assert len(results) == 16, "probes still blocked on the FIFO"
+    for got in results:
+        assert not isinstance(got, Exception), got
+        reason = got["results"][0]["result"]["login"]["reason"]
+        assert f"CA file {fifo} is a FIFO" in reason, reason
+
+
+def test_a_ca_file_through_a_link_or_in_another_users_folder_is_refused(
+    mesh: Mesh, vault: Listener, tmp_path: Path
+) -> None:
+    link = mesh.root / "link-ca.pem"
+    link.symlink_to(vault.ca)
+    theirs = mesh.root / "theirs"
+    theirs.mkdir()
+    (theirs / "ca.pem").write_bytes(vault.ca.read_bytes())
+    os.chown(theirs, 65534, 65534)
+    cases = {
+        str(link): "is a symbolic link",
+        str(theirs / "ca.pem"): "is owned by",
+    }
+    for ca, why in cases.items():
+        got = call(mesh, PROBE, {"targets": [probe_item(mesh, ca)]})
+        reason = got["results"][0]["result"]["login"]["reason"]
+        assert why in reason and ca in reason, reason
+    # and for a vault the policy lists with such a CA: nothing is sent
+    held = mesh.root / "srv/app1/wiki/vault.secret_id"
+    entry = node_policy.Vault("127.0.0.1", vault.port, str(link)).entry()
+    node_policy.write(mesh.nodes["app1"], mesh_policy("app1", mesh.root) + "\n" + entry + "\n")
+    mesh.start("app1")
+    error = fetch(mesh, item(mesh, vault, held, ca=str(link)))
+    assert "is a symbolic link" in error, error
+    assert vault.connections == 0
+
+
+@pytest.mark.parametrize(
+    ("make", "why"),
+    [
+        (lambda p: os.mkfifo(p, 0o644), "is a FIFO"),
+        (lambda p: p.symlink_to("/etc/shadow"), "is a symbolic link"),
+        (lambda p: p.write_bytes(b"x" * (cafile.MAX_CA + 1)), "larger than"),
+        (lambda p: (p.write_text("-----BEGIN CERTIFICATE-----\n"), p.chmod(0o666)), "written by"),
+    ],
+    ids=["fifo", "link", "oversize", "writable"],
+)
+def test_cafile_refuses_what_root_must_not_trust(tmp_path: Path, make: Any, why: str) -> None:
+    ca = tmp_path / "ca.pem"
+    make(ca)
+    with pytest.raises(CAFileError, match=why):
+        cafile.context(str(ca))
 
 
 # ---- L2: doctor's check opens only admin files the policy lists ----------------------------------
