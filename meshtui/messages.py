@@ -473,9 +473,11 @@ class DrillCheckAnswer(TypedDict):
 # answers it; both use these shapes as they are
 
 
-class CheckVault(TypedDict):
-    """The vault a module's own secrets are read from: address, port and CA file, as declared."""
+class CheckServer(TypedDict):
+    """The server a consumer end's credential is handed to (a kind whose login sends it, as
+    declared): its kind, address, port and CA file, for the node's ``[[servers]]``."""
 
+    kind: str
     host: str
     port: int
     ca: str | None
@@ -490,7 +492,7 @@ class CheckConsumer(TypedDict):
     group: str | None
     reload: list[str]
     connection: NotRequired[str]  # its connection file, when the requirement declares one
-    vault: NotRequired[CheckVault]  # a vault pair's: where the module's credential is sent
+    server: NotRequired[CheckServer]  # where its credential is sent, for such a kind
 
 
 class CheckProvision(TypedDict):

@@ -22,7 +22,7 @@ from meshtui.errors import AgentError
 from meshtui.inventory.rows import ModuleRow, NodeRow, PairRow
 from meshtui.kinds import registry
 from meshtui.messages import CheckConsumer, CheckProvider, CheckRequest
-from meshtui.model import BUILTIN_POSTGRES, VAULT_PROVISION, node_of
+from meshtui.model import BUILTIN_POSTGRES, node_of
 
 if TYPE_CHECKING:
     from meshtui.controller.core import Controller
@@ -114,18 +114,17 @@ def requests(
             if same and "connection" in need:  # where its connection file goes, for the policy
                 end["connection"] = str(need["connection"]["file"])
         provider_node = nodes.get(node_of(p["provider"]))
-        vault = modules.get(p["provider"]) if p["provision"] == VAULT_PROVISION else None
-        offer = (
-            next((o for o in vault["spec"]["provides"] if o["name"] == VAULT_PROVISION), None)
-            if vault
-            else None
-        )
-        if provider_node is not None and offer is not None:
-            # where the module's vault credential goes: the node's policy must list it
-            end["vault"] = {
+        provider = modules.get(p["provider"])
+        offers = provider["spec"].get("provides", []) if provider else []
+        offer = next((o for o in offers if o["name"] == p["provision"]), None)
+        kind = registry.kind_of(offer.get("kind")) if offer is not None else None
+        if provider_node is not None and offer is not None and kind is not None and kind.hands_over:
+            # its login hands the server the credential: the node's policy must list the server
+            end["server"] = {
+                "kind": kind.name,
                 "host": str(provider_node["address"]),
                 "port": int(p["port"]),
-                "ca": offer.get("ca"),
+                "ca": offer.get("ca") if offer.get("tls", True) else None,
             }
         consumers[node].append(end)
         if provider_node is not None:

@@ -115,14 +115,15 @@ def allowed_keys(refused: list[PolicyRefusal]) -> frozenset[str]:
 
 
 def consumer_policy(item: CheckConsumer, policy: Policy) -> Found:
-    """Whether the node's policy allows a consumer end's file, owner, group and reload, and for
-    a vault pair the vault its credential is sent to."""
-    ask = _consumer_ask(item)
-    refused = policy.consumer_refusals(ask)
-    vault = item.get("vault")
-    if vault is not None:
+    """Whether the node's policy allows a consumer end's file, owner, group and reload, and the
+    server its credential is handed to (for a kind whose login sends it)."""
+    refused = policy.consumer_refusals(_consumer_ask(item))
+    server = item.get("server")
+    if server is not None:
         try:
-            policy.vault(ask.module, vault["host"], vault["port"], vault["ca"])
+            policy.server(
+                server["kind"], item["pair"], server["host"], server["port"], server["ca"]
+            )
         except PolicyRefusal as exc:
             refused.append(exc)
     return _policy_found(item["pair"], refused)

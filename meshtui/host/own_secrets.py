@@ -23,7 +23,8 @@ vault's current version, read as the module; never a value.
 What a request may name is bounded by this node alone: the module's vault credential read
 for the login is the file this agent wrote for that module's ``secret`` pair (its holdings),
 never a path the request chooses, and it is sent only to a vault the node's policy lists
-(``[[vaults]]``: address, port, CA file), checked before anything is read or connected.
+(``[[servers]]`` of kind openbao: address, port, CA file), checked before anything is read
+or connected.
 
 Values live here only in memory, for one request; no log, answer or error carries them.
 """
@@ -41,7 +42,7 @@ from meshtui.host.deliver import run_reload
 from meshtui.host.holdings import Holdings
 from meshtui.host.identity import Identity
 from meshtui.host.paths import StateFolder, node_path
-from meshtui.host.policy import ConsumerAsk, Policy, ProviderAsk, Vault
+from meshtui.host.policy import ConsumerAsk, Policy, ProviderAsk, Server
 from meshtui.host.secret_files import SecretFiles, Written
 from meshtui.messages import (
     SecretCheckAnswer,
@@ -61,6 +62,8 @@ from meshtui.model import NAME_RE, VAULT_PROVISION, End, split_pair_id
 from meshtui.provisioner.files import read_admin as read_admin_file
 
 _LOGIN = re.compile(r"[a-z0-9_]{1,63}")
+VAULT_KIND = "openbao"
+"""The kind of server a module's vault credential is sent to (the policy's ``[[servers]]``)."""
 DIGEST_KEY = "meshtui_digest"
 VERSION_KEY = "meshtui_version"
 
@@ -216,7 +219,13 @@ class OwnSecrets:
         read as the module: an AppRole login with the pair credential this node holds, the
         token revoked after; or (None, None, why not)."""
         try:
-            vault = self.policy.vault(item["module"], item["host"], item["port"], item["ca"])
+            vault = self.policy.server(
+                VAULT_KIND,
+                f"{item['module']} requires {VAULT_PROVISION}",
+                item["host"],
+                item["port"],
+                item["ca"],
+            )
             credential = self._vault_credential(item["module"], item["credential"])
         except PolicyRefusal as exc:
             return None, None, str(exc)
@@ -334,7 +343,7 @@ class OwnSecrets:
         return out
 
 
-def _session(vault: Vault) -> Bao:
+def _session(vault: Server) -> Bao:
     """A session with a vault the node's policy lists, verified with the CA file it lists."""
     host = f"[{vault.address}]" if ":" in vault.address else vault.address
     return Bao(f"https://{host}:{vault.port}", ca=vault.ca)

@@ -29,7 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from meshtui.atomic import write_private
-from meshtui.errors import PolicyFileError, PolicyRefusal
+from meshtui.errors import PolicyFileError, PolicyRefusal, UnknownKindError
+from meshtui.kinds import registry
+from meshtui.messages import Target
 from meshtui.model import BUILTIN_POSTGRES
 
 POLICY_FILE = "policy.toml"
@@ -37,7 +39,7 @@ POLICY_FILE = "policy.toml"
 VERSION = 1
 MAX_POLICY = 1024 * 1024
 _KIND = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
-_TABLES = ("credentials", "providers", "vaults", "reload", "provisioner")
+_TABLES = ("credentials", "providers", "servers", "reload", "provisioner")
 
 
 def normal(text: str) -> str:
@@ -115,29 +117,32 @@ class ProviderRoot:
 
 
 @dataclass(frozen=True)
-class Vault:
-    """A vault this node's modules may log in to with their AppRole credential (and read their
-    own secrets from): its address and port, and the one CA file its certificate is checked
-    against. Nothing else is sent a module's vault credential, nor trusted for it."""
+class Server:
+    """A server this node's credentials of one kind may be sent to: a kind whose login hands
+    the server the credential itself (a vault's AppRole login, Redis's AUTH), at this address
+    and port, its certificate checked against this CA file alone (None: a server without TLS).
+    Nothing else is sent such a credential, nor trusted for it."""
 
+    kind: str
     address: str
     port: int
-    ca: str
+    ca: str | None
 
     def entry(self) -> str:
-        """This vault as the policy entry that allows it."""
-        return "\n".join(
-            [
-                "[[vaults]]",
-                f"address = {_q(self.address)}",
-                f"port = {self.port}",
-                f"ca = {_q(self.ca)}",
-            ]
-        )
+        """This server as the policy entry that allows it."""
+        lines = [
+            "[[servers]]",
+            f"kind = {_q(self.kind)}",
+            f"address = {_q(self.address)}",
+            f"port = {self.port}",
+        ]
+        if self.ca is not None:
+            lines.append(f"ca = {_q(self.ca)}")
+        return "\n".join(lines)
 
-    def at(self, host: str, port: int) -> bool:
-        """Whether ``host``:``port`` is this vault (addresses compared as addresses)."""
-        return port == self.port and _same_host(host, self.address)
+    def at(self, kind: str, host: str, port: int) -> bool:
+        """Whether ``host``:``port`` is this server (addresses compared as addresses)."""
+        return kind == self.kind and port == self.port and _same_host(host, self.address)
 
 
 def _same_host(a: str, b: str) -> bool:
@@ -182,7 +187,7 @@ class Policy:
     node: str
     credentials: tuple[CredentialRoot, ...] = ()
     providers: tuple[ProviderRoot, ...] = ()
-    vaults: tuple[Vault, ...] = ()
+    servers: tuple[Server, ...] = ()
     reload: tuple[Command, ...] = ()
     provisioner: tuple[Command, ...] = ()
 
@@ -336,27 +341,46 @@ class Policy:
             )
         return out
 
-    def vault(self, module: str, host: str, port: int, ca: str | None) -> Vault:
-        """The listed vault at ``host``:``port`` with CA file ``ca`` (the declaration's), the
-        only one a module's vault credential is sent to; PolicyRefusal naming the entry to add
-        when this node lists no such vault, before anything is read or connected."""
-        where = f"{module} requires secret"
+    def server(self, kind: str, where: str, host: str, port: int, ca: str | None) -> Server:
+        """The listed server of ``kind`` at ``host``:``port`` with CA file ``ca`` (the
+        request's), the only one this node's credential of that kind is sent to; PolicyRefusal
+        (``where``: the module or pair asking) naming the entry to add when it lists none,
+        before anything is read or connected."""
         try:
-            path = normal(ca) if ca else ""
+            path = normal(ca) if ca else None
         except ValueError as exc:
             raise self._refuse(where, "ca", str(exc), "name an absolute path") from None
-        found = next((v for v in self.vaults if v.at(host, port) and v.ca == path), None)
+        found = next((v for v in self.servers if v.at(kind, host, port) and v.ca == path), None)
         if found is not None:
             return found
-        at = [v for v in self.vaults if v.at(host, port)]
+        at = [v for v in self.servers if v.at(kind, host, port)]
         if at:
-            problem = f"the vault at {host}:{port} is trusted here only with CA file {at[0].ca}"
+            trusted = f"CA file {at[0].ca}" if at[0].ca else "no CA (no TLS)"
+            problem = f"the {kind} server at {host}:{port} is trusted here only with {trusted}"
             key = "ca"
         else:
-            problem = f"{host}:{port} is not a vault this node sends a module's credential to"
-            key = "vault"
-        entry = Vault(host.strip("[]"), port, path or "/PATH/TO/VAULT-CA.pem").entry()
+            problem = f"{host}:{port} is not a server this node sends its {kind} credentials to"
+            key = "server"
+        entry = Server(kind, host.strip("[]"), port, path).entry()
         raise self._refuse(where, key, problem, self._add(entry))
+
+    def send_refusal(self, pair: str, target: Target) -> PolicyRefusal | None:
+        """Why this node's credential for ``pair`` may not go to a probe's ``target``: its kind's
+        login hands the server the credential itself and the policy lists no such server (with
+        that CA); None otherwise (SCRAM and SigV4 logins prove a credential without handing it
+        over, and an unknown kind is not probed at all)."""
+        try:
+            kind = registry.kind_of(target.get("kind"))
+        except UnknownKindError:
+            return None
+        if not kind.hands_over:
+            return None
+        ca = target.get("ca") if target.get("tls", True) else None
+        try:
+            self.server(kind.name, pair, target["host"], target["port"], ca)
+        except PolicyRefusal as exc:
+            return exc
+        return None
 
     def lists_admin(self, admin: str) -> bool:
         """Whether ``admin`` is an admin file some ``[[providers]]`` entry lists (the only
@@ -569,6 +593,12 @@ class _Reader:
         except ValueError as exc:
             raise self.fail(key, str(exc), "name an absolute file path without '..'") from None
 
+    def kind(self, key: str, value: object) -> str:
+        text = self.text(key, value)
+        if not _KIND.match(text):
+            raise self.fail(key, f"{text!r} is not a kind name", 'e.g. "openbao"')
+        return text
+
     def address(self, key: str, value: object) -> str:
         text = self.text(key, value)
         if not re.fullmatch(r"[A-Za-z0-9.:\[\]-]{1,253}", text):
@@ -648,13 +678,14 @@ def _parse(path: Path, node: str, doc: dict[str, Any]) -> Policy:
         providers.append(
             ProviderRoot(r.folder(f"providers[{i}].under", e.get("under")), kinds, admin)
         )
-    vaults = tuple(
-        Vault(
-            r.address(f"vaults[{i}].address", e.get("address")),
-            r.port(f"vaults[{i}].port", e.get("port")),
-            r.file(f"vaults[{i}].ca", e.get("ca")),
+    servers = tuple(
+        Server(
+            r.kind(f"servers[{i}].kind", e.get("kind")),
+            r.address(f"servers[{i}].address", e.get("address")),
+            r.port(f"servers[{i}].port", e.get("port")),
+            r.file(f"servers[{i}].ca", e["ca"]) if "ca" in e else None,
         )
-        for i, e in enumerate(r.entries(doc, "vaults", ("address", "port", "ca")))
+        for i, e in enumerate(r.entries(doc, "servers", ("kind", "address", "port", "ca")))
     )
     commands = {
         name: tuple(
@@ -668,7 +699,7 @@ def _parse(path: Path, node: str, doc: dict[str, Any]) -> Policy:
         node=node,
         credentials=credentials,
         providers=tuple(providers),
-        vaults=vaults,
+        servers=servers,
         reload=commands["reload"],
         provisioner=commands["provisioner"],
     )
@@ -680,7 +711,7 @@ HEADER = """\
 # meshtui node policy of node {node}: what this node's agent may do when the controller asks.
 #
 # Deny by default. The controller's key and the operator's declaration can ask this node for a
-# credential file, a manifest, a grants folder, a provider kind, an admin file, a vault or a
+# credential file, a manifest, a grants folder, a provider kind, an admin file, a server or a
 # command; the agent does only what this file allows, and refuses the rest for that end alone (naming
 # the entry that would allow it). Nothing the controller sends can change this file: edit it
 # here, keep it owned by the agent's user and writable by nobody else (0600), and restart the
@@ -708,13 +739,15 @@ EXAMPLES = """
 # kinds = ["postgres"]
 # admin = ["/var/lib/meshtui/db1/postgres/admin.conninfo"]
 
-# Vaults (providers of `kind = "openbao"`) this node's modules log in to with their AppRole
-# credential, to read their own secrets (`secrets = [...]`): the agent sends a module's vault
-# credential (only the file it wrote for that module's `secret` pair) to no address, port or
-# CA file but one listed here. The address and port are the vault node's `address` and the
-# `port` its `provides` entry declares; `ca` is the same file as that entry's `ca`.
+# Servers this node sends a credential to, for kinds whose login hands the server the
+# credential itself: a vault (`kind = "openbao"`: a module's AppRole credential, for probes and
+# to read its own secrets) and Redis (`kind = "redis"`: AUTH). The agent sends such a
+# credential (only a file it wrote for that pair) to no address, port or CA file but one listed
+# here. `address` is the provider node's `address`, `port` and `ca` those its `provides` entry
+# declares (no `ca`: a server without TLS).
 #
-# [[vaults]]
+# [[servers]]
+# kind    = "openbao"
 # address = "10.0.0.2"
 # port    = 8200
 # ca      = "/etc/meshtui/openbao-ca.pem"
@@ -738,7 +771,7 @@ def render(
     *,
     credentials: Sequence[CredentialRoot] = (),
     providers: Sequence[ProviderRoot] = (),
-    vaults: Sequence[Vault] = (),
+    servers: Sequence[Server] = (),
     reload: Sequence[Command] = (),
     provisioner: Sequence[Command] = (),
 ) -> str:
@@ -746,7 +779,7 @@ def render(
     parts = [HEADER.format(node=node)]
     parts += [root.entry() for root in credentials]
     parts += [root.entry() for root in providers]
-    parts += [vault.entry() for vault in vaults]
+    parts += [server.entry() for server in servers]
     parts += [c.entry("reload") for c in reload]
     parts += [c.entry("provisioner") for c in provisioner]
     return "\n\n".join(parts) + "\n"

@@ -125,6 +125,9 @@ class Kind:
     (an object store's buckets); ``declare`` refuses a second consumer of one provider that
     claims the same.
     ``connection``: what a consumer's connection file holds (None: the kind writes none).
+    ``hands_over``: whether a login gives the server the credential itself (a password sent,
+    as Redis's AUTH and an AppRole login do; not a proof of it, as SCRAM and SigV4 are): the
+    agent then sends it only to a server its node policy lists (``[[servers]]``).
     """
 
     name: str
@@ -147,6 +150,7 @@ class Kind:
     dbname: Callable[[Mapping[str, str]], str] = lambda values: ""
     owns: Callable[[str, Mapping[str, str]], tuple[str, ...]] = owns_nothing
     connection: ConnectionOf | None = None
+    hands_over: bool = False
 
     def refs(self) -> dict[str, Ref]:
         """Every lazy reference this kind declares, by field name (for the registry's test)."""

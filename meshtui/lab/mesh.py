@@ -35,7 +35,6 @@ from meshtui.kinds.redis import lab as lab_redis
 from meshtui.kinds.seaweedfs import lab as lab_s3
 from meshtui.lab import foreign, netns, toml_writer
 from meshtui.lab.wait import ended, poll
-from meshtui.model import VAULT_PROVISION
 
 LAB = "lab"
 SUBNET = "10.213.0.0/24"
@@ -396,8 +395,15 @@ def _write_declaration(
             if store is not None and (node, module) in S3_CONSUMERS:
                 requires.append(lab_s3.requirement(srv / node / module / "s3.secret"))
             tables.append((("modules", f"{node}/{module}"), table))
-    vaults = [node_policy.Vault(vault.address, vault.port, str(vault.ca))] if vault else []
-    _write_policies(folder, list(addresses), tables, vaults)
+    servers = {
+        "secret": node_policy.Server("openbao", vault.address, vault.port, str(vault.ca))
+        if vault
+        else None,
+        "cache": node_policy.Server("redis", cache.address, cache.port, str(cache.ca))
+        if cache
+        else None,
+    }
+    _write_policies(folder, list(addresses), tables, servers)
     path = folder / "mesh.toml"
     text = toml_writer.document(
         tables, comment="written by meshtui lab up: the lab's nodes, reached over Unix sockets"
@@ -415,27 +421,31 @@ def _write_policies(
     folder: Path,
     nodes: list[str],
     tables: list[toml_writer.Table],
-    vaults: list[node_policy.Vault],
+    servers: Mapping[str, node_policy.Server | None],
 ) -> None:
     """Each node's policy: what the lab's declaration asks of it and no more. Credential files
     and provider files only below the node's own folder in ``srv/``, the kinds and admin files
-    its providers declare, the lab's ``vaults`` for a node whose modules require ``secret``,
-    and a declared provisioner command run as the agent's own user."""
+    its providers declare, the lab's ``servers`` (by provision) its modules require whose login
+    hands the server the credential (the vault, Redis), and a declared provisioner command run
+    as the agent's own user."""
     me = pwd.getpwuid(os.geteuid()).pw_name
     for node in nodes:
         kinds: set[str] = set()
         admin: set[str] = set()
         groups: set[str] = set()  # the groups its modules' own secrets declare
         commands: list[node_policy.Command] = []
-        reads_vault = False
+        sends_to: set[node_policy.Server] = set()
         for key, body in tables:
             if key[0] != "modules" or not key[1].startswith(f"{node}/"):
                 continue
             needs = body.get("requires")
             if isinstance(needs, list):
-                reads_vault |= any(
-                    isinstance(n, Mapping) and n.get("name") == VAULT_PROVISION for n in needs
-                )
+                sends_to |= {
+                    server
+                    for n in needs
+                    if isinstance(n, Mapping)
+                    and (server := servers.get(str(n.get("name")))) is not None
+                }
             offers = body.get("provides")
             if isinstance(offers, list):
                 kinds |= {kind_name(o.get("kind")) for o in offers if isinstance(o, Mapping)}
@@ -454,7 +464,7 @@ def _write_policies(
             providers=[node_policy.ProviderRoot(under, frozenset(kinds), frozenset(admin))]
             if kinds
             else [],
-            vaults=vaults if reads_vault else [],
+            servers=sorted(sends_to, key=lambda s: s.kind),
             provisioner=commands,
         )
         node_policy.write(folder / "nodes" / node, text)

@@ -27,7 +27,16 @@ from meshtui.crypto import secret_digest
 from meshtui.errors import CAFileError, PolicyFileError
 from meshtui.host import policy as node_policy
 from meshtui.lab.certificates import make_certificates
-from meshtui.messages import CHECK, PROBE, SECRET_CHECK, SECRET_FETCH, STATE
+from meshtui.messages import (
+    CHECK,
+    DRILL_CHECK,
+    DRILL_HOLD,
+    PROBE,
+    SECRET_CHECK,
+    SECRET_FETCH,
+    STATE,
+    WITHDRAW,
+)
 from tests.fix_agents import Mesh, mesh_policy
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the agent reads as root")
@@ -61,6 +70,8 @@ def vault(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Listener]:
     seen: list[tuple[str, str, str]] = []
 
     class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keeps the connection, as OpenBao does
+
         def log_message(self, *args: object) -> None:
             pass
 
@@ -130,7 +141,7 @@ def mesh(mesh_with_agents: Any) -> Mesh:
 def allow_vault(mesh: Mesh, listener: Listener) -> None:
     """app1's policy also lists the listener as a vault (address, port, CA), and its agent
     restarts to read it."""
-    entry = node_policy.Vault("127.0.0.1", listener.port, str(listener.ca)).entry()
+    entry = node_policy.Server("openbao", "127.0.0.1", listener.port, str(listener.ca)).entry()
     node_policy.write(mesh.nodes["app1"], mesh_policy("app1", mesh.root) + "\n" + entry + "\n")
     mesh.start("app1")
 
@@ -195,7 +206,7 @@ def test_secret_fetch_reads_no_file_the_agent_did_not_write_for_the_vault_pair(
         allow_vault(mesh, vault)
     for victim in victims(mesh):
         error = fetch(mesh, item(mesh, vault, victim))
-        assert "nothing was read" in error or "not a vault this node" in error, error
+        assert "nothing was read" in error or "is not a server this node" in error, error
     assert vault.connections == 0, vault.bodies()
     assert not (mesh.root / "srv/app1/wiki/own.key").exists()
 
@@ -230,11 +241,12 @@ def test_the_held_vault_credential_goes_only_to_a_vault_the_policy_lists(
     vault.connections = 0
     for kind in (fetch, check):
         error = kind(mesh, item(mesh, vault, held))
-        assert "is not a vault this node sends a module's credential to" in error, error
-        assert "[[vaults]]" in error and f"port = {vault.port}" in error, error
+        assert "is not a server this node sends its openbao credentials to" in error, error
+        assert "[[servers]]" in error and f"port = {vault.port}" in error, error
     assert vault.connections == 0 and secret_id not in vault.bodies()
     # the same vault listed with another CA file is refused as well
-    entry = node_policy.Vault("127.0.0.1", vault.port, "/etc/ssl/certs/ca-certificates.crt")
+    bundle = "/etc/ssl/certs/ca-certificates.crt"
+    entry = node_policy.Server("openbao", "127.0.0.1", vault.port, bundle)
     node_policy.write(
         mesh.nodes["app1"], mesh_policy("app1", mesh.root) + "\n" + entry.entry() + "\n"
     )
@@ -255,6 +267,39 @@ def test_a_listed_vault_gets_the_login_with_the_credential_the_agent_wrote(
     assert logins == [{"role_id": "attacker_login", "secret_id": held.read_text().strip()}]
 
 
+def test_a_probe_hands_a_credential_only_to_a_server_the_policy_lists(
+    mesh: Mesh, vault: Listener
+) -> None:
+    # a probe of the held vault pair, aimed at the attacker's listener with a CA it signs: a
+    # vault's login hands the server the credential itself, so the policy must list the server
+    held = mesh.root / "srv/app1/wiki/vault.secret_id"
+    target = {**probe_item(mesh, str(vault.ca)), "host": "127.0.0.1", "port": vault.port}
+    got = call(mesh, PROBE, {"targets": [target]})["results"][0]
+    assert got["result"] is None and "is not a server this node sends" in got["error"], got
+    assert got["digest"] is None
+    bare = {k: v for k, v in target.items() if k not in ("pair", "file")}
+    drill = {"drill": "d" * 32, "pair": WIKI_VAULT, "file": str(held), "target": bare}
+    for kind in (DRILL_HOLD, DRILL_CHECK):
+        answer = call(mesh, kind, drill)
+        reports = [answer.get(k) for k in ("result", "new", "old") if answer.get(k)]
+        assert reports and all("not run: " in r["reason"] for r in reports), answer
+    withdrawn = {"pair": WIKI_VAULT, "file": str(held), "target": bare}
+    answer = call(mesh, WITHDRAW, {"consumer": [withdrawn]})["consumer"][0]
+    assert not answer["removed"] and held.exists(), answer
+    assert vault.connections == 0, vault.bodies()
+
+
+def test_a_listed_server_that_closes_the_connection_gets_a_verdict_not_a_500(
+    mesh: Mesh, vault: Listener
+) -> None:
+    list_server(mesh, node_policy.Server("openbao", "127.0.0.1", vault.port, str(vault.ca)))
+    vault.server.RequestHandlerClass.protocol_version = "HTTP/1.0"  # type: ignore[attr-defined]
+    target = {**probe_item(mesh, str(vault.ca)), "host": "127.0.0.1", "port": vault.port}
+    got = call(mesh, PROBE, {"targets": [target]})["results"][0]
+    assert got["result"]["login"]["verdict"] == "accepted", got
+    assert vault.connections > 0
+
+
 # ---- M2: CA files are read like credential files --------------------------------------------
 
 
@@ -273,11 +318,19 @@ def probe_item(mesh: Mesh, ca: str) -> dict[str, Any]:
     }
 
 
+def list_server(mesh: Mesh, *servers: node_policy.Server) -> None:
+    """app1's policy lists ``servers`` too; its agent restarts to read it."""
+    entries = "".join("\n" + s.entry() + "\n" for s in servers)
+    node_policy.write(mesh.nodes["app1"], mesh_policy("app1", mesh.root) + entries)
+    mesh.start("app1")
+
+
 def test_a_fifo_as_a_ca_file_is_refused_at_once_and_never_holds_a_request_slot(
     mesh: Mesh,
 ) -> None:
     fifo = mesh.root / "fifo-ca.pem"
     os.mkfifo(fifo, 0o644)
+    list_server(mesh, node_policy.Server("openbao", "192.0.2.1", 8200, str(fifo)))
     results: list[Any] = []
 
     def one() -> None:
@@ -314,15 +367,14 @@ def test_a_ca_file_through_a_link_or_in_another_users_folder_is_refused(
         str(link): "is a symbolic link",
         str(theirs / "ca.pem"): "is owned by",
     }
+    list_server(mesh, *(node_policy.Server("openbao", "192.0.2.1", 8200, ca) for ca in cases))
     for ca, why in cases.items():
         got = call(mesh, PROBE, {"targets": [probe_item(mesh, ca)]})
         reason = got["results"][0]["result"]["login"]["reason"]
         assert why in reason and ca in reason, reason
     # and for a vault the policy lists with such a CA: nothing is sent
     held = mesh.root / "srv/app1/wiki/vault.secret_id"
-    entry = node_policy.Vault("127.0.0.1", vault.port, str(link)).entry()
-    node_policy.write(mesh.nodes["app1"], mesh_policy("app1", mesh.root) + "\n" + entry + "\n")
-    mesh.start("app1")
+    list_server(mesh, node_policy.Server("openbao", "127.0.0.1", vault.port, str(link)))
     error = fetch(mesh, item(mesh, vault, held, ca=str(link)))
     assert "is a symbolic link" in error, error
     assert vault.connections == 0
@@ -393,30 +445,35 @@ def test_check_opens_no_admin_file_and_looks_at_no_path_the_policy_does_not_list
     assert ends[0] == ends[1]
 
 
-# ---- the policy's [[vaults]] ------------------------------------------------------------------
+# ---- the policy's [[servers]] -----------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
     ("entry", "key"),
     [
-        ('address = "10.0.0.2"\nport = 8200', "vaults[0].ca"),
-        ('address = "10.0.0.2"\nport = 0\nca = "/ca.pem"', "vaults[0].port"),
-        ('address = "a b"\nport = 8200\nca = "/ca.pem"', "vaults[0].address"),
-        ('address = "10.0.0.2"\nport = 8200\nca = "ca.pem"', "vaults[0].ca"),
-        ('address = "10.0.0.2"\nport = 8200\nca = "/ca.pem"\nfrom = "x"', "vaults[0].from"),
+        ('address = "10.0.0.2"\nport = 8200', "servers[0].kind"),
+        ('kind = "openbao"\naddress = "10.0.0.2"\nport = 0', "servers[0].port"),
+        ('kind = "openbao"\naddress = "a b"\nport = 8200', "servers[0].address"),
+        ('kind = "openbao"\naddress = "10.0.0.2"\nport = 8200\nca = "ca.pem"', "servers[0].ca"),
+        ('kind = "redis"\naddress = "10.0.0.2"\nport = 6379\nfrom = "x"', "servers[0].from"),
     ],
 )
-def test_a_malformed_vault_entry_names_the_key(tmp_path: Path, entry: str, key: str) -> None:
-    node_policy.write(tmp_path, f"version = 1\n[[vaults]]\n{entry}\n")
+def test_a_malformed_server_entry_names_the_key(tmp_path: Path, entry: str, key: str) -> None:
+    node_policy.write(tmp_path, f"version = 1\n[[servers]]\n{entry}\n")
     with pytest.raises(PolicyFileError) as err:
         node_policy.load(tmp_path, "app1")
     assert err.value.key == key, err.value
 
 
-def test_host_init_writes_the_vaults_table_commented_and_render_reads_back(tmp_path: Path) -> None:
+def test_host_init_writes_the_servers_table_commented_and_render_reads_back(
+    tmp_path: Path,
+) -> None:
     path, written = node_policy.write_default(tmp_path, "app1")
-    assert written and "# [[vaults]]" in path.read_text()
-    assert node_policy.load(tmp_path, "app1").vaults == ()
-    vault = node_policy.Vault("10.0.0.2", 8200, "/etc/meshtui/openbao-ca.pem")
-    node_policy.write(tmp_path, node_policy.render("app1", vaults=[vault]))
-    assert node_policy.load(tmp_path, "app1").vaults == (vault,)
+    assert written and "# [[servers]]" in path.read_text()
+    assert node_policy.load(tmp_path, "app1").servers == ()
+    servers = [
+        node_policy.Server("openbao", "10.0.0.2", 8200, "/etc/meshtui/openbao-ca.pem"),
+        node_policy.Server("redis", "10.0.0.2", 6379, None),
+    ]
+    node_policy.write(tmp_path, node_policy.render("app1", servers=servers))
+    assert node_policy.load(tmp_path, "app1").servers == tuple(servers)
