@@ -288,7 +288,7 @@ class OwnSecrets:
         if not held:
             raise HostFileError(
                 f"this node holds no vault credential for {module} (push delivers its "
-                f"{VAULT_PROVISION!r} pair first)"
+                f"{VAULT_PROVISION!r} pair first); nothing was read"
             )
         raise HostFileError(
             f"{named} is not the vault credential this agent wrote for {module} "

@@ -445,6 +445,23 @@ def test_check_opens_no_admin_file_and_looks_at_no_path_the_policy_does_not_list
     assert ends[0] == ends[1]
 
 
+def test_check_looks_at_a_reload_command_the_policy_runs(mesh: Mesh) -> None:
+    script = mesh.root / "reload.sh"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    script.chmod(0o644)
+    mesh.allow("app1", reload=((str(script),),))
+    end = {
+        "pair": "database:app1/gitea->db1/postgres",
+        "file": str(mesh.root / "srv/app1/gitea/db.password"),
+        "owner": None,
+        "group": None,
+        "reload": [str(script)],
+    }
+    answer = call(mesh, CHECK, {"consumers": [end], "providers": [], "ports": []})
+    assert [f["check"] for f in answer["findings"]] == ["reload"], answer["findings"]
+    assert f"reload command {script} is not executable (mode 0644)" in str(answer["findings"])
+
+
 # ---- the policy's [[servers]] -----------------------------------------------------------------
 
 
