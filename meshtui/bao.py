@@ -9,15 +9,14 @@ of an error's text; OpenBao's errors are scrubbed of it all the same.
 
 from __future__ import annotations
 
-import os
 import ssl
-import threading
 import tomllib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
 
+from meshtui import cafile
 from meshtui.errors import ProvisionError
 from meshtui.model import KV_MOUNT as KV_MOUNT  # its home is the core (status names it)
 
@@ -40,25 +39,10 @@ class BaoError(ProvisionError):
         self.errors = tuple(errors)
 
 
-_CONTEXTS: dict[tuple[str, int, int, int], ssl.SSLContext] = {}
-_CONTEXTS_LOCK = threading.Lock()
-
-
 def tls_context(ca: str) -> ssl.SSLContext:
-    """A client TLS context trusting ``ca`` alone (host names checked); OSError/SSLError when
-    the file cannot be used. One context per CA file as it is now (path, inode, size, mtime):
-    loading a CA costs more than a login, and a context serves many connections at once."""
-    st = os.stat(ca)
-    key = (ca, st.st_ino, st.st_size, st.st_mtime_ns)
-    with _CONTEXTS_LOCK:
-        found = _CONTEXTS.get(key)
-    if found is None:
-        found = ssl.create_default_context(cafile=ca)
-        with _CONTEXTS_LOCK:
-            if len(_CONTEXTS) > 64:
-                _CONTEXTS.clear()
-            _CONTEXTS[key] = found
-    return found
+    """A client TLS context trusting ``ca`` alone (host names checked), read as root reads a
+    credential file (:func:`meshtui.cafile.context`); OSError/SSLError when it cannot be used."""
+    return cafile.context(ca)
 
 
 def _errors(response: httpx.Response) -> list[str]:

@@ -23,6 +23,7 @@
     ├── AgentError               a host agent could not be reached or did not do the work
     ├── ChannelError             an agent's HTTP answer not readable (also an OSError)
     ├── HostFileError            a node's file or folder the agent must not trust or cannot use
+    │   └── CAFileError          a CA file root will not trust (also an OSError)
     ├── PolicyRefusal            a delivered item the node's policy does not allow (that end only)
     ├── RotationError            a rotation could not start or finish
     │   ├── NotResolvedError     an affected node did not answer or prove its identity
@@ -208,6 +209,11 @@ class ChannelError(MeshtuiError, OSError):
 class HostFileError(MeshtuiError):
     """A file or folder on a node that the agent refuses to use: a link, a FIFO, another
     user's folder, a folder others can write, an unknown owner. Nothing was written."""
+
+
+class CAFileError(HostFileError, OSError):
+    """A CA file root will not trust: not a regular file of root's in checked folders, or too
+    large. Also an ``OSError``, as a CA file that cannot be read is, for the TLS callers."""
 
 
 class PolicyRefusal(MeshtuiError):

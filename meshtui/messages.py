@@ -477,6 +477,16 @@ class DrillCheckAnswer(TypedDict):
 # answers it; both use these shapes as they are
 
 
+class CheckServer(TypedDict):
+    """The server a consumer end's credential is handed to (a kind whose login sends it, as
+    declared): its kind, address, port and CA file, for the node's ``[[servers]]``."""
+
+    kind: str
+    host: str
+    port: int
+    ca: str | None
+
+
 class CheckConsumer(TypedDict):
     """A consumer end on the node: its credential file, who must read it, its reload."""
 
@@ -486,6 +496,7 @@ class CheckConsumer(TypedDict):
     group: str | None
     reload: list[str]
     connection: NotRequired[str]  # its connection file, when the requirement declares one
+    server: NotRequired[CheckServer]  # where its credential is sent, for such a kind
 
 
 class CheckProvision(TypedDict):

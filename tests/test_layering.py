@@ -77,6 +77,7 @@ CORE = (
     "meshtui.wire",
     "meshtui.atomic",
     "meshtui.folders",
+    "meshtui.cafile",
     "meshtui.declaration",
     "meshtui.terminal",
     "meshtui.runas",

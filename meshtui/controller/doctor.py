@@ -113,8 +113,20 @@ def requests(
             same = need["name"] == p["provision"] and need["file"] == p["file"]
             if same and "connection" in need:  # where its connection file goes, for the policy
                 end["connection"] = str(need["connection"]["file"])
-        consumers[node].append(end)
         provider_node = nodes.get(node_of(p["provider"]))
+        provider = modules.get(p["provider"])
+        offers = provider["spec"].get("provides", []) if provider else []
+        offer = next((o for o in offers if o["name"] == p["provision"]), None)
+        kind = registry.kind_of(offer.get("kind")) if offer is not None else None
+        if provider_node is not None and offer is not None and kind is not None and kind.hands_over:
+            # its login hands the server the credential: the node's policy must list the server
+            end["server"] = {
+                "kind": kind.name,
+                "host": str(provider_node["address"]),
+                "port": int(p["port"]),
+                "ca": offer.get("ca") if offer.get("tls", True) else None,
+            }
+        consumers[node].append(end)
         if provider_node is not None:
             where = (str(provider_node["address"]), int(p["port"]))
             ports[node].setdefault(where, []).append(p["id"])

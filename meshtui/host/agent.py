@@ -144,7 +144,7 @@ class Agent:
             self.accepted.history,
         )
         self._drills: dict[str, tuple[bytes, float]] = {}
-        self.own_secrets = OwnSecrets(identity, self.policy)
+        self.own_secrets = OwnSecrets(identity, self.policy, self.holdings)
         self._drill_lock = threading.Lock()
         self._routes: dict[str, Accept] = {
             r.kind.name: r
@@ -338,7 +338,12 @@ class Agent:
         }
 
     # ---- withdraw, probe, drill ---------------------------------------------------------
-    def _target_login(self, target: Target, secret: bytes, *, control: bool) -> ProbeReport:
+    def _target_login(
+        self, pair: str, target: Target, secret: bytes, *, control: bool
+    ) -> ProbeReport:
+        refused = self.policy.send_refusal(pair, target)
+        if refused is not None:  # a server its policy does not list: the credential stays here
+            return probe_mod.not_run(f"not run: {refused}").to_json()
         result = probe_mod.probe_target(
             _probe_target(target, secret),
             timeout=self.probe_timeout,
@@ -358,7 +363,9 @@ class Agent:
             if error:
                 res["error"] = error  # not ours to delete: a FIFO, a link, another's folder
             if secret is not None and path is not None:
-                res["probe"] = probed = self._target_login(item["target"], secret, control=False)
+                res["probe"] = probed = self._target_login(
+                    pair, item["target"], secret, control=False
+                )
                 del secret
                 if probed["verdict"] != Verdict.REFUSED:
                     # not proven revoked: keep the file so the next push can try again
@@ -392,8 +399,11 @@ class Agent:
             for item in items:
                 pair = item["pair"]
                 path = self._held_file(pair, item["file"])
+                refused = self.policy.send_refusal(pair, item)
                 secret, error = (
-                    files.read_credential(path, ancestors) if path is not None else (None, None)
+                    files.read_credential(path, ancestors)
+                    if path is not None and refused is None
+                    else (None, str(refused) if refused else None)
                 )
                 if secret is None:
                     results[pair] = {
@@ -431,7 +441,7 @@ class Agent:
                 "result": None,
                 "error": error or f"holds no credential for {payload['pair']}",
             }
-        result = self._target_login(payload["target"], secret, control=True)
+        result = self._target_login(payload["pair"], payload["target"], secret, control=True)
         with self._drill_lock:
             self._drills[payload["drill"]] = (secret, time.time() + DRILL_HOLD_S)
         return {"result": result, "digest": crypto.secret_digest(secret)}
@@ -442,8 +452,9 @@ class Agent:
             held = self._drills.pop(payload["drill"], None)
         path = self._held_file(payload["pair"], payload["file"])
         secret, _ = files.read_credential(path) if path is not None else (None, None)
-        new = self._target_login(payload["target"], secret, control=False) if secret else None
-        old = self._target_login(payload["target"], held[0], control=False) if held else None
+        pair, target = payload["pair"], payload["target"]
+        new = self._target_login(pair, target, secret, control=False) if secret else None
+        old = self._target_login(pair, target, held[0], control=False) if held else None
         return {
             "new": new,
             "old": old,

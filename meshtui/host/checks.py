@@ -7,6 +7,12 @@ the rights the built-in provisioner needs. Per provider port a consumer here use
 its network namespace), which is what a probe and the app itself will need. And for every end:
 whether the node's policy allows its paths, owner, group, kind, admin file and commands (only
 what the request names is answered; the policy itself is never sent).
+
+A request names paths, and the agent is root: it looks only at what the policy allows. A
+credential folder is walked only when the policy allows the file, a reload command looked at
+only when the policy runs that argv, an admin file opened only when a ``[[providers]]`` entry
+lists it; anything else gets the policy's refusal alone, so a ``check`` neither uses a root
+file as an admin file nor says whether a path exists, what it is or its mode.
 """
 
 from __future__ import annotations
@@ -44,8 +50,15 @@ PARALLEL = 8
 def run(node: str, request: CheckRequest, policy: Policy) -> CheckAnswer:
     """Every check ``request`` asks for, at once where they wait on the network."""
     started = time.monotonic()
-    jobs: list[Callable[[], Found]] = [partial(consumer, c) for c in request["consumers"]]
-    jobs += [partial(provider, p) for p in request["providers"]]
+    jobs: list[Callable[[], Found]] = [
+        partial(consumer, c, allowed_keys(policy.consumer_refusals(_consumer_ask(c))))
+        for c in request["consumers"]
+    ]
+    jobs += [
+        partial(provider, p)
+        for p in request["providers"]
+        if p["admin"] is None or policy.lists_admin(p["admin"])
+    ]
     jobs += [partial(consumer_policy, c, policy) for c in request["consumers"]]
     jobs += [partial(provider_policy, p, policy) for p in request["providers"]]
     jobs += [partial(port, p) for p in request["ports"]]
@@ -82,10 +95,9 @@ def _policy_found(subject: str, refused: list[PolicyRefusal]) -> Found:
     ], int(not refused)
 
 
-def consumer_policy(item: CheckConsumer, policy: Policy) -> Found:
-    """Whether the node's policy allows a consumer end's file, owner, group and reload."""
+def _consumer_ask(item: CheckConsumer) -> ConsumerAsk:
     provision, module, _ = split_pair_id(item["pair"])
-    ask = ConsumerAsk(
+    return ConsumerAsk(
         module,
         provision,
         item["file"],
@@ -94,7 +106,27 @@ def consumer_policy(item: CheckConsumer, policy: Policy) -> Found:
         item["reload"],
         item.get("connection"),
     )
-    return _policy_found(item["pair"], policy.consumer_refusals(ask))
+
+
+def allowed_keys(refused: list[PolicyRefusal]) -> frozenset[str]:
+    """Which of a consumer end's paths the policy allows the agent to look at: ``file`` (its
+    folder) and ``reload`` (its command), unless refused."""
+    return frozenset({"file", "reload"} - {r.key for r in refused})
+
+
+def consumer_policy(item: CheckConsumer, policy: Policy) -> Found:
+    """Whether the node's policy allows a consumer end's file, owner, group and reload, and the
+    server its credential is handed to (for a kind whose login sends it)."""
+    refused = policy.consumer_refusals(_consumer_ask(item))
+    server = item.get("server")
+    if server is not None:
+        try:
+            policy.server(
+                server["kind"], item["pair"], server["host"], server["port"], server["ca"]
+            )
+        except PolicyRefusal as exc:
+            refused.append(exc)
+    return _policy_found(item["pair"], refused)
 
 
 def provider_policy(item: CheckProvider, policy: Policy) -> Found:
@@ -115,13 +147,17 @@ def provider_policy(item: CheckProvider, policy: Policy) -> Found:
     return _policy_found(item["provider"], refused)
 
 
-def consumer(item: CheckConsumer) -> Found:
-    """Credential folder, owner, group and reload command of one consumer end."""
+def consumer(item: CheckConsumer, allowed: frozenset[str]) -> Found:
+    """Credential folder, owner, group and reload command of one consumer end; the folder and
+    the command only when ``allowed`` (by the node's policy: :func:`allowed_keys`; otherwise
+    the policy's refusal says it all, and nothing about the path is looked at)."""
     found: list[Finding] = []
     passed = 0
     folder = os.path.dirname(item["file"]) or "/"
-    why = _folder_problem(folder)
-    if why == "does not exist":  # push makes it, but root:root 0755: say so, and how to choose
+    why = _folder_problem(folder) if "file" in allowed else None
+    if "file" not in allowed:
+        pass
+    elif why == "does not exist":  # push makes it, but root:root 0755: say so, and how to choose
         found.append(
             finding(
                 "folder",
@@ -168,7 +204,7 @@ def consumer(item: CheckConsumer) -> Found:
                     f"create the group {item['group']} or fix group in the declaration",
                 )
             )
-    if item["reload"]:
+    if item["reload"] and "reload" in allowed:
         why = _command_problem(item["reload"][0])
         if why:
             found.append(

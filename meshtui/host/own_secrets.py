@@ -20,6 +20,12 @@ owner, group, reload), and never over a file this agent did not write for that s
 secret (only that file, only where the policy allows a credential file) and the digest of the
 vault's current version, read as the module; never a value.
 
+What a request may name is bounded by this node alone: the module's vault credential read
+for the login is the file this agent wrote for that module's ``secret`` pair (its holdings),
+never a path the request chooses, and it is sent only to a vault the node's policy lists
+(``[[servers]]`` of kind openbao: address, port, CA file), checked before anything is read
+or connected.
+
 Values live here only in memory, for one request; no log, answer or error carries them.
 """
 
@@ -33,9 +39,10 @@ from meshtui.bao import APPROLE_MOUNT, KV_MOUNT, Bao, BaoError, read_admin, scru
 from meshtui.errors import CryptoError, HostFileError, MeshtuiError, PolicyRefusal
 from meshtui.host import files
 from meshtui.host.deliver import run_reload
+from meshtui.host.holdings import Holdings
 from meshtui.host.identity import Identity
 from meshtui.host.paths import StateFolder, node_path
-from meshtui.host.policy import ConsumerAsk, Policy, ProviderAsk
+from meshtui.host.policy import ConsumerAsk, Policy, ProviderAsk, Server
 from meshtui.host.secret_files import SecretFiles, Written
 from meshtui.messages import (
     SecretCheckAnswer,
@@ -51,10 +58,12 @@ from meshtui.messages import (
     SecretStoreItem,
     SecretStoreRequest,
 )
-from meshtui.model import NAME_RE
+from meshtui.model import NAME_RE, VAULT_PROVISION, End, split_pair_id
 from meshtui.provisioner.files import read_admin as read_admin_file
 
 _LOGIN = re.compile(r"[a-z0-9_]{1,63}")
+VAULT_KIND = "openbao"
+"""The kind of server a module's vault credential is sent to (the policy's ``[[servers]]``)."""
 DIGEST_KEY = "meshtui_digest"
 VERSION_KEY = "meshtui_version"
 
@@ -69,9 +78,10 @@ def _path(login: str, name: str) -> str:
 class OwnSecrets:
     """The agent's handlers for ``secret-store`` and ``secret-fetch``."""
 
-    def __init__(self, identity: Identity, policy: Policy) -> None:
+    def __init__(self, identity: Identity, policy: Policy, holdings: Holdings) -> None:
         self.identity = identity
         self.policy = policy
+        self.holdings = holdings
         self.state = StateFolder(identity.state_dir)
         self.written = SecretFiles(identity.state_dir)
 
@@ -208,15 +218,27 @@ class OwnSecrets:
         """The value of ``path``'s KV ``version`` (None: the current one) and its KV version,
         read as the module: an AppRole login with the pair credential this node holds, the
         token revoked after; or (None, None, why not)."""
-        held, why = files.read_credential(node_path(item["credential"], "credential file"))
+        try:
+            vault = self.policy.server(
+                VAULT_KIND,
+                f"{item['module']} requires {VAULT_PROVISION}",
+                item["host"],
+                item["port"],
+                item["ca"],
+            )
+            credential = self._vault_credential(item["module"], item["credential"])
+        except PolicyRefusal as exc:
+            return None, None, str(exc)
+        except HostFileError as exc:
+            return None, None, f"{where}: {exc}"
+        held, why = files.read_credential(credential)
         if held is None:
             why = why or "missing"
             return None, None, f"{where}: the module's vault credential is not held ({why})"
         secret_id = held.decode("utf-8", "replace").strip()
         del held
-        host = f"[{item['host']}]" if ":" in item["host"] else item["host"]
         try:
-            bao = Bao(f"https://{host}:{item['port']}", ca=item["ca"])
+            bao = _session(vault)
         except MeshtuiError as exc:
             return None, None, f"{where}: {exc}"
         with bao:
@@ -246,6 +268,32 @@ class OwnSecrets:
                     pass  # short-lived: it expires within the role's token TTL
                 del token
         return value, kv_version, ""
+
+    def _vault_credential(self, module: str, named: str) -> Path:
+        """The credential file this agent wrote for ``module``'s vault pair, when ``named`` is
+        it; HostFileError otherwise (nothing is read: any other path, however small and
+        root-only, is not the module's vault credential)."""
+        held = []
+        for h in self.holdings.listing():
+            if h["end"] != End.CONSUMER or "file" not in h:
+                continue
+            try:
+                provision, consumer, _ = split_pair_id(h["pair"])
+            except ValueError:
+                continue
+            if provision == VAULT_PROVISION and consumer == module:
+                held.append(h["file"])
+        if named in held:
+            return Path(named)
+        if not held:
+            raise HostFileError(
+                f"this node holds no vault credential for {module} (push delivers its "
+                f"{VAULT_PROVISION!r} pair first); nothing was read"
+            )
+        raise HostFileError(
+            f"{named} is not the vault credential this agent wrote for {module} "
+            f"({', '.join(held)}); nothing was read"
+        )
 
     # ---- a drill ---------------------------------------------------------------------------
     def check(self, request: SecretCheckRequest) -> SecretCheckAnswer:
@@ -293,6 +341,12 @@ class OwnSecrets:
         problems = [p for p in (why and f"{where}: file: {why}", error) if p]
         out["error"] = "; ".join(problems) or None
         return out
+
+
+def _session(vault: Server) -> Bao:
+    """A session with a vault the node's policy lists, verified with the CA file it lists."""
+    host = f"[{vault.address}]" if ":" in vault.address else vault.address
+    return Bao(f"https://{host}:{vault.port}", ca=vault.ca)
 
 
 def _stored(item: SecretStoreItem, kv_version: int | None, error: str | None) -> SecretStored:

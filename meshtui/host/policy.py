@@ -16,6 +16,7 @@ leaves (:func:`write_default`). Running an allowed command as its user is
 from __future__ import annotations
 
 import grp
+import ipaddress
 import json
 import os
 import pwd
@@ -28,7 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from meshtui.atomic import write_private
-from meshtui.errors import PolicyFileError, PolicyRefusal
+from meshtui.errors import PolicyFileError, PolicyRefusal, UnknownKindError
+from meshtui.kinds import registry
+from meshtui.messages import Target
 from meshtui.model import BUILTIN_POSTGRES
 
 POLICY_FILE = "policy.toml"
@@ -36,7 +39,7 @@ POLICY_FILE = "policy.toml"
 VERSION = 1
 MAX_POLICY = 1024 * 1024
 _KIND = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
-_TABLES = ("credentials", "providers", "reload", "provisioner")
+_TABLES = ("credentials", "providers", "servers", "reload", "provisioner")
 
 
 def normal(text: str) -> str:
@@ -114,6 +117,42 @@ class ProviderRoot:
 
 
 @dataclass(frozen=True)
+class Server:
+    """A server this node's credentials of one kind may be sent to: a kind whose login hands
+    the server the credential itself (a vault's AppRole login, Redis's AUTH), at this address
+    and port, its certificate checked against this CA file alone (None: a server without TLS).
+    Nothing else is sent such a credential, nor trusted for it."""
+
+    kind: str
+    address: str
+    port: int
+    ca: str | None
+
+    def entry(self) -> str:
+        """This server as the policy entry that allows it."""
+        lines = [
+            "[[servers]]",
+            f"kind = {_q(self.kind)}",
+            f"address = {_q(self.address)}",
+            f"port = {self.port}",
+        ]
+        if self.ca is not None:
+            lines.append(f"ca = {_q(self.ca)}")
+        return "\n".join(lines)
+
+    def at(self, kind: str, host: str, port: int) -> bool:
+        """Whether ``host``:``port`` is this server (addresses compared as addresses)."""
+        return kind == self.kind and port == self.port and _same_host(host, self.address)
+
+
+def _same_host(a: str, b: str) -> bool:
+    try:
+        return ipaddress.ip_address(a.strip("[]")) == ipaddress.ip_address(b.strip("[]"))
+    except ValueError:
+        return a.lower().rstrip(".") == b.lower().rstrip(".")
+
+
+@dataclass(frozen=True)
 class ConsumerAsk:
     """What one consumer end asks of its node (a delivery's item, or doctor's)."""
 
@@ -148,6 +187,7 @@ class Policy:
     node: str
     credentials: tuple[CredentialRoot, ...] = ()
     providers: tuple[ProviderRoot, ...] = ()
+    servers: tuple[Server, ...] = ()
     reload: tuple[Command, ...] = ()
     provisioner: tuple[Command, ...] = ()
 
@@ -300,6 +340,56 @@ class Policy:
                 where, "provisioner", self.provisioner, ask.provisioner or (), None
             )
         return out
+
+    def server(self, kind: str, where: str, host: str, port: int, ca: str | None) -> Server:
+        """The listed server of ``kind`` at ``host``:``port`` with CA file ``ca`` (the
+        request's), the only one this node's credential of that kind is sent to; PolicyRefusal
+        (``where``: the module or pair asking) naming the entry to add when it lists none,
+        before anything is read or connected."""
+        try:
+            path = normal(ca) if ca else None
+        except ValueError as exc:
+            raise self._refuse(where, "ca", str(exc), "name an absolute path") from None
+        found = next((v for v in self.servers if v.at(kind, host, port) and v.ca == path), None)
+        if found is not None:
+            return found
+        at = [v for v in self.servers if v.at(kind, host, port)]
+        if at:
+            trusted = f"CA file {at[0].ca}" if at[0].ca else "no CA (no TLS)"
+            problem = f"the {kind} server at {host}:{port} is trusted here only with {trusted}"
+            key = "ca"
+        else:
+            problem = f"{host}:{port} is not a server this node sends its {kind} credentials to"
+            key = "server"
+        entry = Server(kind, host.strip("[]"), port, path).entry()
+        raise self._refuse(where, key, problem, self._add(entry))
+
+    def send_refusal(self, pair: str, target: Target) -> PolicyRefusal | None:
+        """Why this node's credential for ``pair`` may not go to a probe's ``target``: its kind's
+        login hands the server the credential itself and the policy lists no such server (with
+        that CA); None otherwise (SCRAM and SigV4 logins prove a credential without handing it
+        over, and an unknown kind is not probed at all)."""
+        try:
+            kind = registry.kind_of(target.get("kind"))
+        except UnknownKindError:
+            return None
+        if not kind.hands_over:
+            return None
+        ca = target.get("ca") if target.get("tls", True) else None
+        try:
+            self.server(kind.name, pair, target["host"], target["port"], ca)
+        except PolicyRefusal as exc:
+            return exc
+        return None
+
+    def lists_admin(self, admin: str) -> bool:
+        """Whether ``admin`` is an admin file some ``[[providers]]`` entry lists (the only
+        admin files the agent opens, doctor's checks included)."""
+        try:
+            path = normal(admin)
+        except ValueError:
+            return False
+        return any(path in r.admin for r in self.providers)
 
     def inspect_refusal(
         self, module: str, provision: str, receives: str, admin: str | None
@@ -496,6 +586,32 @@ class _Reader:
             raise self.fail(key, "may not be /", "name the folder the agent may write in")
         return path
 
+    def file(self, key: str, value: object) -> str:
+        text = self.text(key, value)
+        try:
+            return normal(text)
+        except ValueError as exc:
+            raise self.fail(key, str(exc), "name an absolute file path without '..'") from None
+
+    def kind(self, key: str, value: object) -> str:
+        text = self.text(key, value)
+        if not _KIND.match(text):
+            raise self.fail(key, f"{text!r} is not a kind name", 'e.g. "openbao"')
+        return text
+
+    def address(self, key: str, value: object) -> str:
+        text = self.text(key, value)
+        if not re.fullmatch(r"[A-Za-z0-9.:\[\]-]{1,253}", text):
+            raise self.fail(key, f"{text!r} is not a host name or address", 'e.g. "10.0.0.2"')
+        return text.strip("[]")
+
+    def port(self, key: str, value: object) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
+            raise self.fail(
+                key, "must be a port number (1 to 65535)", f"write {key.split('.')[-1]} = 8200"
+            )
+        return value
+
     def command(self, key: str, entry: dict[str, Any]) -> Command:
         argv = entry.get("argv")
         if (
@@ -562,6 +678,15 @@ def _parse(path: Path, node: str, doc: dict[str, Any]) -> Policy:
         providers.append(
             ProviderRoot(r.folder(f"providers[{i}].under", e.get("under")), kinds, admin)
         )
+    servers = tuple(
+        Server(
+            r.kind(f"servers[{i}].kind", e.get("kind")),
+            r.address(f"servers[{i}].address", e.get("address")),
+            r.port(f"servers[{i}].port", e.get("port")),
+            r.file(f"servers[{i}].ca", e["ca"]) if "ca" in e else None,
+        )
+        for i, e in enumerate(r.entries(doc, "servers", ("kind", "address", "port", "ca")))
+    )
     commands = {
         name: tuple(
             r.command(f"{name}[{i}]", e)
@@ -574,6 +699,7 @@ def _parse(path: Path, node: str, doc: dict[str, Any]) -> Policy:
         node=node,
         credentials=credentials,
         providers=tuple(providers),
+        servers=servers,
         reload=commands["reload"],
         provisioner=commands["provisioner"],
     )
@@ -585,8 +711,8 @@ HEADER = """\
 # meshtui node policy of node {node}: what this node's agent may do when the controller asks.
 #
 # Deny by default. The controller's key and the operator's declaration can ask this node for a
-# credential file, a manifest, a grants folder, a provider kind, an admin file or a command;
-# the agent does only what this file allows, and refuses the rest for that end alone (naming
+# credential file, a manifest, a grants folder, a provider kind, an admin file, a server or a
+# command; the agent does only what this file allows, and refuses the rest for that end alone (naming
 # the entry that would allow it). Nothing the controller sends can change this file: edit it
 # here, keep it owned by the agent's user and writable by nobody else (0600), and restart the
 # agent. `meshtui doctor` and `meshtui declare FILE --check-nodes` name what a declaration needs.
@@ -613,6 +739,19 @@ EXAMPLES = """
 # kinds = ["postgres"]
 # admin = ["/var/lib/meshtui/db1/postgres/admin.conninfo"]
 
+# Servers this node sends a credential to, for kinds whose login hands the server the
+# credential itself: a vault (`kind = "openbao"`: a module's AppRole credential, for probes and
+# to read its own secrets) and Redis (`kind = "redis"`: AUTH). The agent sends such a
+# credential (only a file it wrote for that pair) to no address, port or CA file but one listed
+# here. `address` is the provider node's `address`, `port` and `ca` those its `provides` entry
+# declares (no `ca`: a server without TLS).
+#
+# [[servers]]
+# kind    = "openbao"
+# address = "10.0.0.2"
+# port    = 8200
+# ca      = "/etc/meshtui/openbao-ca.pem"
+
 # Commands: only these exact argv run, as `user` (and `group`: default the user's own), in a
 # new session with no terminal. Name root only for a command that must run as root.
 #
@@ -632,6 +771,7 @@ def render(
     *,
     credentials: Sequence[CredentialRoot] = (),
     providers: Sequence[ProviderRoot] = (),
+    servers: Sequence[Server] = (),
     reload: Sequence[Command] = (),
     provisioner: Sequence[Command] = (),
 ) -> str:
@@ -639,6 +779,7 @@ def render(
     parts = [HEADER.format(node=node)]
     parts += [root.entry() for root in credentials]
     parts += [root.entry() for root in providers]
+    parts += [server.entry() for server in servers]
     parts += [c.entry("reload") for c in reload]
     parts += [c.entry("provisioner") for c in provisioner]
     return "\n\n".join(parts) + "\n"

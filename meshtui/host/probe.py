@@ -53,6 +53,7 @@ __all__ = [
     "ProbeTarget",
     "Verdict",
     "login",
+    "not_run",
     "probe",
     "probe_many",
     "probe_one",
@@ -68,10 +69,14 @@ def probe_one(target: ProbeTarget, options: ProbeOptions) -> ProbeResult:
     try:
         kind = registry.kind_of(target.kind)
     except UnknownKindError:
-        why = f"not run: unknown provider kind {target.kind!r}"
-        return ProbeResult(LoginResult(Verdict.UNKNOWN, why, 0.0, None, None, False), None)
+        return not_run(f"not run: unknown provider kind {target.kind!r}")
     run: KindProbe = kind.probe.load()
     return run(target, options)
+
+
+def not_run(why: str) -> ProbeResult:
+    """The result of a probe that was not sent (``why`` says so): unknown, never refused."""
+    return ProbeResult(LoginResult(Verdict.UNKNOWN, why, 0.0, None, None, False), None)
 
 
 def login(

@@ -129,6 +129,9 @@ class Kind:
     consumer takes from whoever held them before; ``declare`` refuses any other claim another
     module held.
     ``connection``: what a consumer's connection file holds (None: the kind writes none).
+    ``hands_over``: whether a login gives the server the credential itself (a password sent,
+    as Redis's AUTH and an AppRole login do; not a proof of it, as SCRAM and SigV4 are): the
+    agent then sends it only to a server its node policy lists (``[[servers]]``).
     """
 
     name: str
@@ -152,6 +155,7 @@ class Kind:
     owns: Callable[[str, Mapping[str, str]], tuple[str, ...]] = owns_nothing
     takes_over: Callable[[str, Mapping[str, str]], tuple[str, ...]] = owns_nothing
     connection: ConnectionOf | None = None
+    hands_over: bool = False
 
     def refs(self) -> dict[str, Ref]:
         """Every lazy reference this kind declares, by field name (for the registry's test)."""

@@ -398,7 +398,15 @@ def _write_declaration(
             if store is not None and (node, module) in S3_CONSUMERS:
                 requires.append(lab_s3.requirement(srv / node / module / "s3.secret"))
             tables.append((("modules", f"{node}/{module}"), table))
-    _write_policies(folder, list(addresses), tables)
+    servers = {
+        "secret": node_policy.Server("openbao", vault.address, vault.port, str(vault.ca))
+        if vault
+        else None,
+        "cache": node_policy.Server("redis", cache.address, cache.port, str(cache.ca))
+        if cache
+        else None,
+    }
+    _write_policies(folder, list(addresses), tables, servers)
     path = folder / "mesh.toml"
     text = toml_writer.document(
         tables, comment="written by meshtui lab up: the lab's nodes, reached over Unix sockets"
@@ -412,19 +420,35 @@ def kind_name(given: object) -> str:
     return registry.name_of(str(given) if given else None)
 
 
-def _write_policies(folder: Path, nodes: list[str], tables: list[toml_writer.Table]) -> None:
+def _write_policies(
+    folder: Path,
+    nodes: list[str],
+    tables: list[toml_writer.Table],
+    servers: Mapping[str, node_policy.Server | None],
+) -> None:
     """Each node's policy: what the lab's declaration asks of it and no more. Credential files
     and provider files only below the node's own folder in ``srv/``, the kinds and admin files
-    its providers declare, and a declared provisioner command run as the agent's own user."""
+    its providers declare, the lab's ``servers`` (by provision) its modules require whose login
+    hands the server the credential (the vault, Redis), and a declared provisioner command run
+    as the agent's own user."""
     me = pwd.getpwuid(os.geteuid()).pw_name
     for node in nodes:
         kinds: set[str] = set()
         admin: set[str] = set()
         groups: set[str] = set()  # the groups its modules' own secrets declare
         commands: list[node_policy.Command] = []
+        sends_to: set[node_policy.Server] = set()
         for key, body in tables:
             if key[0] != "modules" or not key[1].startswith(f"{node}/"):
                 continue
+            needs = body.get("requires")
+            if isinstance(needs, list):
+                sends_to |= {
+                    server
+                    for n in needs
+                    if isinstance(n, Mapping)
+                    and (server := servers.get(str(n.get("name")))) is not None
+                }
             offers = body.get("provides")
             if isinstance(offers, list):
                 kinds |= {kind_name(o.get("kind")) for o in offers if isinstance(o, Mapping)}
@@ -443,6 +467,7 @@ def _write_policies(folder: Path, nodes: list[str], tables: list[toml_writer.Tab
             providers=[node_policy.ProviderRoot(under, frozenset(kinds), frozenset(admin))]
             if kinds
             else [],
+            servers=sorted(sends_to, key=lambda s: s.kind),
             provisioner=commands,
         )
         node_policy.write(folder / "nodes" / node, text)

@@ -136,3 +136,18 @@ def test_the_agent_units_writable_folders_cover_the_walks_policy_folders(tmp_pat
     state = service["ExecStart"].split("--state ", 1)[1].split()[0]
     assert service["ReadOnlyPaths"].lstrip("-") == f"{state}/policy.toml"
     assert {"CAP_SETUID", "CAP_SETGID"} <= set(service["CapabilityBoundingSet"].split())
+
+
+def test_the_agent_cannot_even_read_the_nodes_key_material() -> None:
+    """The agent stays root, so its unit's view of the filesystem hides what no request of its
+    may reach: home folders, the host's SSH keys, password hashes, TLS private keys, and a
+    controller's state and backups on the same machine (the watch and backup units' folders)."""
+    folder = UNITS[0].parent
+    service = _service(folder / "meshtui-agent.service")
+    assert service["ProtectHome"] == "true"
+    hidden = {p.lstrip("-") for p in service["InaccessiblePaths"].split()}
+    controller = _service(folder / "meshtui-watch.service")["Environment"].split("=", 1)[1]
+    backups = _service(folder / "meshtui-backup.service")["ReadWritePaths"].split()[-1]
+    assert {"/etc/ssh", "/etc/shadow", "/etc/ssl/private", controller, backups} <= hidden
+    state = service["ExecStart"].split("--state ", 1)[1].split()[0]
+    assert not any(state.startswith(p) for p in hidden)  # its own key it must read

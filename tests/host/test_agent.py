@@ -298,7 +298,9 @@ def test_a_check_is_answered_in_its_one_shape_and_a_misshapen_one_is_named(mesh)
     assert set(answer) == {"node", "at", "passed", "findings", "elapsed_ms"}
     assert answer["node"] == "app1"
     checks = {(f["check"], f["subject"]) for f in answer["findings"]}
-    assert {("reload", GITEA), ("port", "127.0.0.1:1")} <= checks
+    # the reload is not in the node's policy: that is the finding, the program is not looked at
+    assert {("policy", GITEA), ("port", "127.0.0.1:1")} <= checks
+    assert ("reload", GITEA) not in checks
     assert caught.value.reason == (
         "app1 refused: check request: Expected `array`, got `str` - at `$.consumers[0].reload`"
     )

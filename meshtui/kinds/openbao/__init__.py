@@ -29,5 +29,6 @@ KIND = Kind(
     lab=Ref("meshtui.kinds.openbao.lab"),
     check_values=check_values,
     tls=True,
+    hands_over=True,
     workers=1,  # one session: what inspect read is create's to use, no second read
 )

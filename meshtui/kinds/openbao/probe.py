@@ -155,7 +155,10 @@ def _client_addr(stream: object) -> str | None:
     get = getattr(stream, "get_extra_info", None)
     if get is None:
         return None
-    found = get("client_addr")
+    try:
+        found = get("client_addr")
+    except OSError:  # the server closed the connection with its answer: nothing to read back
+        return None
     if isinstance(found, tuple) and found:
         return str(found[0])
     return None

@@ -26,6 +26,7 @@ KIND = Kind(
     lab=Ref("meshtui.kinds.redis.lab"),
     check_values=check_values,
     tls=True,
+    hands_over=True,
     workers=1,  # one Redis thread serves every session: a second only adds contention
     connection=connection,
 )

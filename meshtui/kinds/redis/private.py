@@ -17,7 +17,6 @@ of quietly trusting the system's CAs or breaking the probe.
 
 from __future__ import annotations
 
-import os
 import socket
 import ssl
 from typing import Any
@@ -25,6 +24,8 @@ from typing import Any
 import redis
 from redis._parsers import _RESP2Parser
 from redis.connection import SSLConnection
+
+from meshtui import cafile
 
 PINNED_REDIS_PY = "8.1.0"
 """The redis-py version these internals were checked against."""
@@ -49,21 +50,11 @@ class ReadOnParser(_RESP2Parser):
     }
 
 
-_CONTEXTS: dict[tuple[str, int, int], ssl.SSLContext] = {}
-
-
 def tls_context(ca: str) -> ssl.SSLContext:
     """A client context trusting the CA file ``ca`` and nothing else (no system store, no
-    SSL_CERT_FILE), checking the host name; built once per CA file version."""
-    info = os.stat(ca)
-    key = (ca, info.st_mtime_ns, info.st_size)
-    context = _CONTEXTS.get(key)
-    if context is None:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # CERT_REQUIRED, check_hostname
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.load_verify_locations(cafile=ca)
-        _CONTEXTS[key] = context
-    return context
+    SSL_CERT_FILE), checking the host name; the file read as root reads a credential file
+    (:func:`meshtui.cafile.context`)."""
+    return cafile.context(ca)
 
 
 class ContextTLSConnection(SSLConnection):

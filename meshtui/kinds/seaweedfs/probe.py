@@ -33,9 +33,9 @@ import re
 import secrets
 import socket
 import ssl
-import threading
 import time
 
+from meshtui import cafile
 from meshtui.host.probe_address import NotRun, loopback_host, named_loopback, route
 from meshtui.host.probe_types import (
     LoginResult,
@@ -54,18 +54,12 @@ PAST_AUTH = frozenset({"OK", "NoSuchBucket", "NoSuchKey"})
 _CODE = re.compile(rb"<Code>([A-Za-z0-9.]{1,64})</Code>")
 MAX_BODY = 65536
 """The most of an answer a probe reads: its own bucket lists at most one key."""
-_contexts: dict[str, ssl.SSLContext] = {}
-_contexts_lock = threading.Lock()
 
 
 def tls_context(ca: str) -> ssl.SSLContext:
-    """A client context trusting ``ca`` alone (not the system's store), one per CA file."""
-    with _contexts_lock:
-        context = _contexts.get(ca)
-        if context is None:
-            context = ssl.create_default_context(cafile=ca)  # a cafile: no default roots
-            _contexts[ca] = context
-        return context
+    """A client context trusting ``ca`` alone (not the system's store), the file read as root
+    reads a credential file (:func:`meshtui.cafile.context`)."""
+    return cafile.context(ca)
 
 
 def _code(status: int, body: bytes) -> str:
