@@ -61,12 +61,6 @@ def keyed_digest(secret: bytes, key: bytes) -> str:
     return KEYED_PREFIX + h.hexdigest()
 
 
-def digest_under(secret: bytes, key: bytes | None) -> str:
-    """:func:`keyed_digest` under ``key``, or :func:`secret_digest` without one (a record made
-    before own secrets' digests were keyed is compared in its own form)."""
-    return keyed_digest(secret, key) if key is not None else secret_digest(secret)
-
-
 def b64(data: bytes) -> str:
     """Standard base64 text of ``data``."""
     return base64.b64encode(data).decode("ascii")

@@ -584,3 +584,47 @@ def test_a_supplied_secrets_digest_cannot_be_guessed_offline(
     for where, text in records.items():
         assert digest in text, where  # the record is there, and it is the keyed digest
         assert guessed(text) is None, f"{weak} recovered from {where}"
+
+
+def test_a_version_digested_before_digests_were_keyed_still_arrives(
+    lab: tuple[Path, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A version an earlier meshtui sealed (its digest unkeyed, ``blake2b:``) is still stored
+    and delivered, compared in its own form with no key sent; the next version is keyed."""
+    from meshtui import crypto
+    from meshtui.controller import own_secrets
+
+    state, built = lab
+    file = srv(built, "app2", "wiki") / "smtp.password"
+
+    def unkeyed(value: bytes, vault_node: Any, key: bytes) -> tuple[bytes, str]:
+        sealed = crypto.seal(value, crypto.unb64(vault_node["seal_key"], "seal key"))
+        return sealed, secret_digest(value)
+
+    wire: list[str] = []
+    send = AgentClient.call
+
+    def tap(self: AgentClient, kind: Any, payload: Any, **options: Any) -> Any:
+        wire.append(msgspec.json.encode(payload).decode())
+        return send(self, kind, payload, **options)
+
+    monkeypatch.setattr(own_secrets, "_sealed", unkeyed)
+    monkeypatch.setattr(AgentClient, "call", tap)
+    old = "legacy-" + os.urandom(8).hex()
+    with Controller.open(state) as ctl:
+        ctl.secret_put("app2/wiki", "smtp_password", old.encode(), "root")
+    monkeypatch.undo()
+    assert file.read_text() == old
+    row = rows(state)[("app2/wiki", "smtp_password")]
+    assert row["state"] == "working", row
+    with sqlite3.connect(state / INVENTORY) as db:
+        ((digest,),) = db.execute(
+            "SELECT digest FROM own_secrets WHERE module = 'app2/wiki' AND name = 'smtp_password'"
+        )
+    assert digest == secret_digest(old.encode())
+    assert not any('"digest_key"' in body for body in wire if digest in body)
+    new = "keyed-" + os.urandom(8).hex()
+    with Controller.open(state) as ctl:
+        ctl.secret_put("app2/wiki", "smtp_password", new.encode(), "root")
+    assert file.read_text() == new
+    assert rows(state)[("app2/wiki", "smtp_password")]["state"] == "working"
