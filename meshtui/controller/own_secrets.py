@@ -393,11 +393,9 @@ def _label(d: Declared) -> str:
     return f"{d.module} {d.spec['name']}"
 
 
-class _Store:
-    """Step 1: the vault's node writes each sealed secret into KV (``secret-store``); only once
-    it answered with KV's version is the sealed blob dropped."""
-
-    event = "secret-store"
+class _Sealing:
+    """What both steps build their items from: the nodes (the keys a digest's key is sealed
+    to), the modules, and the controller's keys (the digest keys are derived from them)."""
 
     def __init__(
         self,
@@ -406,6 +404,13 @@ class _Store:
         keys: crypto.PrivateKeys,
     ) -> None:
         self.nodes, self.modules, self.keys = nodes, modules, keys
+
+
+class _Store(_Sealing):
+    """Step 1: the vault's node writes each sealed secret into KV (``secret-store``); only once
+    it answered with KV's version is the sealed blob dropped."""
+
+    event = "secret-store"
 
     def pick(
         self, d: Declared, pair: PairRow, row: OwnSecretRow
@@ -467,20 +472,12 @@ class _Store:
         return {"vault": group}
 
 
-class _Deliver:
+class _Deliver(_Sealing):
     """Step 2: the module's node reads exactly the stored KV version with the module's own
     AppRole credential and writes its file (``secret-fetch``); only once its digest came back
     is the file recorded as holding it."""
 
     event = "secret-deliver"
-
-    def __init__(
-        self,
-        nodes: Mapping[str, NodeRow],
-        modules: Mapping[str, ModuleRow],
-        keys: crypto.PrivateKeys,
-    ) -> None:
-        self.nodes, self.modules, self.keys = nodes, modules, keys
 
     def pick(
         self, d: Declared, pair: PairRow, row: OwnSecretRow

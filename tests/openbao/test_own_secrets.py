@@ -518,6 +518,20 @@ async def test_the_dashboard_rotates_a_modules_minted_secrets_after_a_confirm(
     assert key.read_text() == kv_value(state, login, "session_key") != old
 
 
+def tapped(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every request body the controller sends an agent from now on, as JSON text: what a
+    reader of a plain http:// agent link sees (the envelope is signed, not encrypted)."""
+    wire: list[str] = []
+    send = AgentClient.call
+
+    def tap(self: AgentClient, kind: Any, payload: Any, **options: Any) -> Any:
+        wire.append(msgspec.json.encode(payload).decode())
+        return send(self, kind, payload, **options)
+
+    monkeypatch.setattr(AgentClient, "call", tap)
+    return wire
+
+
 GUESSES = ["password", "Winter2025!", "letmein", "Summer2026!", "hunter2", "Autumn2026?"]
 
 
@@ -547,14 +561,7 @@ def test_a_supplied_secrets_digest_cannot_be_guessed_offline(
     record of the files it wrote and the vault's KV metadata. Delivery still works."""
     state, built = lab
     weak = "Summer2026!"
-    wire: list[str] = []
-    send = AgentClient.call
-
-    def tap(self: AgentClient, kind: Any, payload: Any, **options: Any) -> Any:
-        wire.append(msgspec.json.encode(payload).decode())
-        return send(self, kind, payload, **options)
-
-    monkeypatch.setattr(AgentClient, "call", tap)
+    wire = tapped(monkeypatch)
     with Controller.open(state) as ctl:
         ctl.secret_put("app2/wiki", "smtp_password", weak.encode(), "root")
     monkeypatch.undo()
@@ -601,15 +608,8 @@ def test_a_version_digested_before_digests_were_keyed_still_arrives(
         sealed = crypto.seal(value, crypto.unb64(vault_node["seal_key"], "seal key"))
         return sealed, secret_digest(value)
 
-    wire: list[str] = []
-    send = AgentClient.call
-
-    def tap(self: AgentClient, kind: Any, payload: Any, **options: Any) -> Any:
-        wire.append(msgspec.json.encode(payload).decode())
-        return send(self, kind, payload, **options)
-
     monkeypatch.setattr(own_secrets, "_sealed", unkeyed)
-    monkeypatch.setattr(AgentClient, "call", tap)
+    wire = tapped(monkeypatch)
     old = "legacy-" + os.urandom(8).hex()
     with Controller.open(state) as ctl:
         ctl.secret_put("app2/wiki", "smtp_password", old.encode(), "root")
