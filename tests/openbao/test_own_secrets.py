@@ -15,6 +15,7 @@ import sys
 import time
 import tomllib
 from collections.abc import Iterator, Mapping
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +108,7 @@ def test_a_supplied_secret_waits_then_arrives_from_stdin(lab: tuple[Path, Any]) 
     inventory = state / INVENTORY
     for path in state.glob(f"{INVENTORY}*"):
         assert value.encode() not in path.read_bytes()
-    with sqlite3.connect(inventory) as db:
+    with closing(sqlite3.connect(inventory)) as db:
         digests = [r[0] for r in db.execute("SELECT digest FROM own_secrets")]
     assert secret_digest(value.encode()) not in digests  # keyed: see the guessing test
     assert any(str(d).startswith(KEYED_PREFIX) for d in digests)
@@ -567,7 +568,7 @@ def test_a_supplied_secrets_digest_cannot_be_guessed_offline(
     monkeypatch.undo()
     assert (srv(built, "app2", "wiki") / "smtp.password").read_text() == weak
     assert rows(state)[("app2/wiki", "smtp_password")]["state"] == "working"
-    with sqlite3.connect(state / INVENTORY) as db:
+    with closing(sqlite3.connect(state / INVENTORY)) as db:
         ((digest,),) = db.execute(
             "SELECT digest FROM own_secrets WHERE module = 'app2/wiki' AND name = 'smtp_password'"
         )
@@ -617,7 +618,7 @@ def test_a_version_digested_before_digests_were_keyed_still_arrives(
     assert file.read_text() == old
     row = rows(state)[("app2/wiki", "smtp_password")]
     assert row["state"] == "working", row
-    with sqlite3.connect(state / INVENTORY) as db:
+    with closing(sqlite3.connect(state / INVENTORY)) as db:
         ((digest,),) = db.execute(
             "SELECT digest FROM own_secrets WHERE module = 'app2/wiki' AND name = 'smtp_password'"
         )
