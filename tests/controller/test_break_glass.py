@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import subprocess
+import sys
+import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -123,3 +126,28 @@ def test_watch_revokes_an_overdue_pairs_old_credential_only_when_told(mesh, pg):
     fix()
     assert mesh.cli("push").returncode == 0
     assert can_login(pg, login, path.read_text(), "gitea_app1") is True
+
+
+def test_a_break_glass_rotation_interrupted_after_its_journal_is_finished_break_glass(mesh, pg):
+    """The controller killed right after journaling a ``--revoke-old`` rotation: the next
+    command (push) finishes it as one, so the vetoing consumer is locked out, not rolled back."""
+    path = mesh.root / FILE
+    stolen = path.read_text()
+    fix = oversized(path)
+    script = textwrap.dedent(f"""
+        import os, signal
+        from meshtui.controller.core import Controller
+        ctl = Controller.open({str(mesh.state)!r})
+        ctl.faults["after-journal"] = lambda: os.kill(os.getpid(), signal.SIGKILL)
+        ctl.rotate([{GITEA!r}], revoke_old=True)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+    assert done.returncode == -signal.SIGKILL
+    with mesh.controller() as ctl:
+        (journaled,) = ctl.inventory.open_rotations()
+        assert [i.get("revoke_old") for i in journaled["items"]] == [True]
+    assert mesh.cli("push").returncode == 1  # the rotation finished; that consumer is behind
+    assert refused(can_login(pg, login_of(mesh, GITEA), stolen, "gitea_app1"))
+    assert status_of(mesh, GITEA)["reason"].startswith("LOCKED OUT")
+    fix()
+    assert mesh.cli("push").returncode == 0
