@@ -151,3 +151,19 @@ def test_a_break_glass_rotation_interrupted_after_its_journal_is_finished_break_
     assert status_of(mesh, GITEA)["reason"].startswith("LOCKED OUT")
     fix()
     assert mesh.cli("push").returncode == 0
+
+
+async def test_the_dashboard_shows_a_locked_out_pair(mesh) -> None:
+    from tests.tui.helpers import RecordingApp, settle
+
+    fix = immutable(mesh.root / FILE)
+    with mesh.controller() as ctl:
+        report = ctl.rotate([GITEA], revoke_old=True)
+    assert report.outcome == "locked out", report
+    app = RecordingApp(mesh.state)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(pilot)
+        row = app.model.rows[GITEA]
+        assert str(row.status.state) == "stale"
+        assert row.cells[-1].startswith("LOCKED OUT: the provider refuses what the consumer holds")
+    fix()
