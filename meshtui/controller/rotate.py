@@ -91,7 +91,8 @@ def rotate(
     a batch at a time (:func:`_deliver_batches`).
 
     ``revoke_old``: break-glass (the module docstring): a consumer end that cannot take the new
-    credential is locked out instead of rolling the rotation back.
+    credential, or whose node does not answer, is locked out instead of stopping or rolling
+    back the rotation; only the providers' nodes must answer.
     """
     inv = ctl.inventory
     rows = inv.pairs(ids)
@@ -109,13 +110,20 @@ def rotate(
         progress("resolving every affected node (minting meanwhile, in memory)", 0, 4)
         answers = asking_state(agents, list(affected_nodes(rows)), listing=False)
         minted = mint(ctl, rows, revoke_old=revoke_old)  # in memory: dropped unless all resolve
+        # break-glass needs the providers alone: a consumer's node that does not answer is
+        # locked out like one that cannot take the credential
+        needed = {node_of(p["provider"]) for p in rows} if revoke_old else None
         forward, ready = None, None  # a large rotation: built from the journal, in batches
         if len(rows) <= sending.BATCH:
             forward = payloads(inv, minted.items, "to", minted.generations, rows)
             ready = Ready.sign(agents, forward)  # signed, not sent: that waits for the journal
         del rows  # minted (and planned): every pair's row, 12 MiB at 10,000, is needed no more
         resolutions, _ = answers()
-        failed = {r.node: r.reason for r in resolutions if not r.ok}
+        failed = {
+            r.node: r.reason
+            for r in resolutions
+            if not r.ok and (needed is None or r.node in needed)
+        }
         if failed:
             inv.record("rotate", ids, {"refused": failed}, "not resolved")
             raise NotResolvedError(failed)

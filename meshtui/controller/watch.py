@@ -344,10 +344,12 @@ class Watch:
         for d in plan:
             if not d.is_due(now) or d.pair in interrupted:
                 continue
-            ends = (node_of(d.provider), node_of(d.consumer))
+            revoke_old = self.revoke_old_overdue and d.is_overdue(now)
+            ends = [node_of(d.provider)]  # break-glass waits for no consumer's node
+            if not revoke_old:
+                ends.append(node_of(d.consumer))
             if any(not self.nodes.get(n, Backoff()).ready(now) for n in ends):
                 continue  # retried when the node's backoff ends; meanwhile it turns overdue
-            revoke_old = self.revoke_old_overdue and d.is_overdue(now)
             by_provider.setdefault((d.provider, revoke_old), []).append(d.pair)
         rotated: list[str] = []
         failed: list[str] = []

@@ -167,3 +167,19 @@ async def test_the_dashboard_shows_a_locked_out_pair(mesh) -> None:
         assert str(row.status.state) == "stale"
         assert row.cells[-1].startswith("LOCKED OUT: the provider refuses what the consumer holds")
     fix()
+
+
+def test_revoke_old_does_not_wait_for_a_consumer_node_that_does_not_answer(mesh, pg):
+    """Only the providers' nodes must answer a break-glass rotation: a consumer node whose
+    agent is down is locked out (an ordinary rotation refuses to start without it)."""
+    stolen = mesh.secret(FILE)
+    login = login_of(mesh, GITEA)
+    mesh.stop("app1")
+    assert mesh.cli("rotate", "--yes", GITEA).returncode == 1  # not resolved: nothing sent
+    assert can_login(pg, login, stolen, "gitea_app1") is True
+    done = mesh.cli("rotate", "--revoke-old", "--yes", GITEA)
+    assert done.returncode == 1 and "LOCKED OUT: app1/gitea" in done.stdout, done.stdout
+    assert refused(can_login(pg, login, stolen, "gitea_app1"))
+    mesh.start("app1")
+    assert mesh.cli("push").returncode == 0
+    assert can_login(pg, login, mesh.secret(FILE), "gitea_app1") is True
