@@ -27,6 +27,10 @@ if TYPE_CHECKING:
     import nacl.signing
 
 DIGEST_PERSON = b"meshtui-secret"
+KEYED_PREFIX = "keyed-blake2b:"
+"""How a keyed digest (:func:`keyed_digest`) begins; any other digest is :func:`secret_digest`'s."""
+KEYED_PERSON = b"meshtui-keyed"
+DIGEST_KEY_PERSON = b"meshtui-dkey"
 
 
 def mint() -> str:
@@ -44,9 +48,19 @@ def is_minted(data: bytes) -> bool:
 
 
 def secret_digest(secret: bytes) -> str:
-    """The digest of a secret file's exact bytes (docs/ARCHITECTURE.md); safe to show, since secrets are random."""
+    """The digest of a secret file's exact bytes (docs/ARCHITECTURE.md), unkeyed: safe to show
+    only for what :func:`mint` makes (256 random bits); a value that may be guessed takes
+    :func:`keyed_digest`."""
     h = hashlib.blake2b(secret, digest_size=32, person=DIGEST_PERSON)
     return "blake2b:" + h.hexdigest()
+
+
+def keyed_digest(secret: bytes, key: bytes) -> str:
+    """The digest of a value that may have low entropy (a module's own secret, which an operator
+    may choose): BLAKE2b keyed with ``key``, so whoever holds the digest but not the key cannot
+    test guesses against it (docs/security-digests.md)."""
+    h = hashlib.blake2b(secret, digest_size=32, key=key, person=KEYED_PERSON)
+    return KEYED_PREFIX + h.hexdigest()
 
 
 def b64(data: bytes) -> str:
@@ -155,6 +169,13 @@ class PrivateKeys:
             return bytes(nacl.public.SealedBox(self._unsealing).decrypt(blob))
         except (nacl.exceptions.CryptoError, ValueError, TypeError) as exc:
             raise UnsealError("sealed blob does not open with this node's key") from exc
+
+    def digest_key(self, context: bytes) -> bytes:
+        """A 32-byte key for :func:`keyed_digest`, derived from the signing key and ``context``:
+        the controller makes the same key again for the same context, and it never rests
+        anywhere in the clear (nodes receive it sealed, for one request)."""
+        seed = bytes(self._signing)
+        return hashlib.blake2b(context, digest_size=32, key=seed, person=DIGEST_KEY_PERSON).digest()
 
     def to_toml(self) -> str:
         """The private key file text (0600 only)."""

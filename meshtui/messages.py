@@ -677,6 +677,7 @@ class SecretStoreItem(TypedDict):
     version: int
     digest: str
     sealed: str
+    digest_key: NotRequired[str]  # a keyed digest's key, sealed to this node (absent: unkeyed)
 
 
 class SecretStoreRequest(TypedDict):
@@ -724,6 +725,7 @@ class SecretFetchItem(TypedDict):
     group: str | None
     mode: str | None
     reload: list[str]
+    digest_key: NotRequired[str]  # a keyed digest's key, sealed to this node (absent: unkeyed)
 
 
 class SecretFetchRequest(TypedDict):
@@ -759,6 +761,7 @@ class SecretCheckItem(TypedDict):
     port: int
     ca: str | None
     file: str
+    digest_key: NotRequired[str]  # a keyed digest's key, sealed to this node (absent: unkeyed)
 
 
 class SecretCheckRequest(TypedDict):

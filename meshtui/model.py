@@ -123,8 +123,8 @@ class End(StrEnum):
 
 
 class RotationState(StrEnum):
-    """Where a journaled rotation is. The last three are also how it ended, its outcome: all
-    new, all old again, or left for ``push`` to converge."""
+    """Where a journaled rotation is. The last four are also how it ended, its outcome: all
+    new, all old again, left for ``push`` to converge, or new with a consumer locked out."""
 
     JOURNALED = "journaled"
     DELIVERING = "delivering"
@@ -132,6 +132,7 @@ class RotationState(StrEnum):
     DONE = "done"
     ROLLED_BACK = "rolled back"
     CONVERGING = "converging"
+    LOCKED_OUT = "locked out"  # break-glass: new at every provider, some consumer not yet
 
 
 DEFAULT_PROBE_EVERY_S = 300.0

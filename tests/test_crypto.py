@@ -194,6 +194,22 @@ def test_digest_is_designs_formula() -> None:
     assert crypto.secret_digest(secret + b"\n") != crypto.secret_digest(secret)
 
 
+def test_a_keyed_digest_needs_its_key_and_the_key_comes_again_from_the_same_keys() -> None:
+    keys, other = crypto.PrivateKeys.generate(node=False), crypto.PrivateKeys.generate(node=False)
+    key = keys.digest_key(b"own-secret\0app1/gitea\0smtp")
+    assert key == keys.digest_key(b"own-secret\0app1/gitea\0smtp") and len(key) == 32
+    assert key != keys.digest_key(b"own-secret\0app1/gitea\0smtq")
+    assert key != other.digest_key(b"own-secret\0app1/gitea\0smtp")
+    weak = b"Summer2026!"
+    made = crypto.keyed_digest(weak, key)
+    assert made.startswith(crypto.KEYED_PREFIX) and len(made) == len(crypto.KEYED_PREFIX) + 64
+    assert made.split(":")[1] not in (
+        crypto.secret_digest(weak).split(":")[1],
+        hashlib.blake2b(weak, digest_size=32).hexdigest(),
+        hashlib.blake2b(weak, digest_size=32, key=key).hexdigest(),  # the person string counts
+    )
+
+
 # ---------------------------------------------------------------------------- signatures
 
 

@@ -40,6 +40,12 @@ def rotation_ids(ctl: Controller, args: argparse.Namespace) -> list[str]:
     return list(args.pairs)
 
 
+REVOKE_OLD_WARNING = (
+    "--revoke-old: the old credential is revoked at every provider even when a consumer "
+    "cannot take the new one; such a consumer is LOCKED OUT until a later push delivers it"
+)
+
+
 def cmd_rotate(args: argparse.Namespace) -> int:
     with controller(args) as ctl:
         if ctl.read_only:
@@ -50,13 +56,15 @@ def cmd_rotate(args: argparse.Namespace) -> int:
             return EXIT_OK
         if not args.yes:
             render.rotation_plan(ctl.plan_rotation(ids))
+            if args.revoke_old:
+                print(REVOKE_OLD_WARNING)
             if not sys.stdin.isatty():
                 print("meshtui: not a terminal; pass --yes to rotate", file=sys.stderr)
                 return EXIT_INPUT
             if input("type yes to rotate: ").strip() != "yes":
                 print("cancelled; nothing was changed")
                 return EXIT_OK
-        report = ctl.rotate(ids, progress_printer(args))
+        report = ctl.rotate(ids, progress_printer(args), revoke_old=args.revoke_old)
     if args.json:
         render.print_json(report.to_json())
     else:

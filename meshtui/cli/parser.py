@@ -159,6 +159,12 @@ def _actions(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.add_argument("--provider", metavar="NODE/MODULE", help="every pair of this provider")
     s.add_argument("--all", action="store_true", help="every active pair")
     s.add_argument("--due", action="store_true", help="the pairs whose policy says rotate now")
+    s.add_argument(
+        "--revoke-old",
+        action="store_true",
+        help="break-glass: revoke the old credential even if a consumer cannot take the new "
+        "one (it is locked out until a later push); see docs/rotation.md",
+    )
     s.add_argument("--yes", action="store_true", help="do not ask")
     s.add_argument("--json", action="store_true", help="print the outcome as JSON")
     s.set_defaults(func=handler("rotate"))
@@ -251,6 +257,12 @@ def _watch(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     s.add_argument(
         "--tick", type=float, default=1.0, help="longest sleep between two looks (seconds)"
+    )
+    s.add_argument(
+        "--revoke-old-overdue",
+        action="store_true",
+        help="rotate an overdue pair as rotate --revoke-old does: a consumer that cannot take "
+        "the new credential is locked out instead of keeping the old one valid",
     )
     s.set_defaults(func=handler("watch"))
 

@@ -27,4 +27,5 @@ def cmd_watch(args: argparse.Namespace) -> int:
             notify_timeout=args.notify_timeout,
             listen=listen,
             tick=args.tick,
+            revoke_old_overdue=args.revoke_old_overdue,
         )

@@ -454,14 +454,17 @@ class Controller:
         self.contact("planning a rotation", lambda: self._ends(ids))
         return plan(self, ids)
 
-    def rotate(self, ids: Iterable[str], progress: Progress = no_progress) -> RotationReport:
-        """All-or-nothing rotation of ``ids``."""
+    def rotate(
+        self, ids: Iterable[str], progress: Progress = no_progress, *, revoke_old: bool = False
+    ) -> RotationReport:
+        """All-or-nothing rotation of ``ids``; ``revoke_old``: break-glass, the old credential
+        revoked at every provider even when a consumer cannot take the new one (locked out)."""
         from meshtui.controller.rotate import rotate
 
         ids = self.resolve_pairs(ids)
         self.contact("rotate", lambda: self._ends(ids))
         self._writable("rotate")
-        return rotate(self, ids, progress)
+        return rotate(self, ids, progress, revoke_old=revoke_old)
 
     def probe(
         self, ids: Iterable[str] | None = None, progress: Progress = no_progress
@@ -507,10 +510,12 @@ class Controller:
         notify_timeout: float,
         listen: tuple[str, int] | None = None,
         tick: float,
+        revoke_old_overdue: bool = False,
     ) -> int:
         """The unattended loop (:class:`meshtui.controller.watch.Watch`) until ``stop`` is set:
         with ``notify`` (an argv) run on each alert, and metrics served at ``listen``. Refused
-        read-only; InputError when the metrics endpoint cannot listen. Its exit status."""
+        read-only; InputError when the metrics endpoint cannot listen. Its exit status.
+        ``revoke_old_overdue``: an overdue pair is rotated break-glass (docs/rotation.md)."""
         from meshtui.controller.metrics import Metrics
         from meshtui.controller.notify import Notifier
         from meshtui.controller.watch import Watch, log_line
@@ -527,7 +532,13 @@ class Controller:
                     where = f"{listen[0]}:{listen[1]}"
                     raise InputError(f"--metrics {where}: cannot listen: {exc.strerror}") from exc
                 log_line(f"metrics at http://{host}:{port}/metrics")
-            loop = Watch(self, notify=notifier, metrics=metrics, tick=tick)
+            loop = Watch(
+                self,
+                notify=notifier,
+                metrics=metrics,
+                tick=tick,
+                revoke_old_overdue=revoke_old_overdue,
+            )
             loop.stop = stop
             loop.sleep = stop.wait
             return loop.run()

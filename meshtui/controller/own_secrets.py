@@ -82,11 +82,35 @@ def mint_text(length: int, alphabet: str) -> bytes:
     return "".join(random.choice(chars) for _ in range(length)).encode("ascii")
 
 
-def _sealed(value: bytes, vault_node: NodeRow) -> tuple[bytes, str]:
-    """``value`` sealed to the vault's node, and its digest."""
+def digest_key(keys: crypto.PrivateKeys, module: str, name: str) -> bytes:
+    """The key of a module's own secret's keyed digest: derived from the controller's key, the
+    same for every version of that secret (so a drill compares versions), never stored."""
+    return keys.digest_key(f"own-secret\0{module}\0{name}".encode())
+
+
+class SealedKey(TypedDict, total=False):
+    """The ``digest_key`` field every request about an own secret may carry."""
+
+    digest_key: str
+
+
+def sealed_digest_key(
+    keys: crypto.PrivateKeys, module: str, name: str, digest: str, node: NodeRow
+) -> SealedKey:
+    """The ``digest_key`` field of a request about a secret whose digest is keyed: its key
+    sealed to ``node``, for that request alone (none for a digest made before they were keyed,
+    which the node compares in its own form)."""
+    if not digest.startswith(crypto.KEYED_PREFIX):
+        return {}
+    key = crypto.seal(digest_key(keys, module, name), crypto.unb64(node["seal_key"], "seal key"))
+    return {"digest_key": crypto.b64(key)}
+
+
+def _sealed(value: bytes, vault_node: NodeRow, key: bytes) -> tuple[bytes, str]:
+    """``value`` sealed to the vault's node, and its keyed digest."""
     return crypto.seal(
         value, crypto.unb64(vault_node["seal_key"], "seal key")
-    ), crypto.secret_digest(value)
+    ), crypto.keyed_digest(value, key)
 
 
 def _row(d: Declared, old: OwnSecretRow | None, **fields: Any) -> OwnSecretRow:
@@ -114,7 +138,13 @@ def _row(d: Declared, old: OwnSecretRow | None, **fields: Any) -> OwnSecretRow:
 
 
 def _new_version(
-    inv: Inventory, d: Declared, value: bytes, *, event: str, supplied_by: str | None = None
+    inv: Inventory,
+    keys: crypto.PrivateKeys,
+    d: Declared,
+    value: bytes,
+    *,
+    event: str,
+    supplied_by: str | None = None,
 ) -> int:
     """Seal ``value`` to the vault's node as the secret's next version (the plaintext is the
     caller's to drop); audited. Returns the version."""
@@ -124,7 +154,7 @@ def _new_version(
         )
     nodes = inv.nodes()
     vault_node = nodes[node_of(d.pair["provider"])]
-    sealed, digest = _sealed(value, vault_node)
+    sealed, digest = _sealed(value, vault_node, digest_key(keys, d.module, d.spec["name"]))
     old = inv.own_secrets().get(d.key)
     version = (old["version"] if old else 0) + 1
     # supplied_at: when this version was sealed, by an operator (supplied_by) or minted here;
@@ -142,7 +172,7 @@ def _new_version(
     return version
 
 
-def _mint_missing(inv: Inventory, found: Sequence[Declared]) -> list[str]:
+def _mint_missing(inv: Inventory, keys: crypto.PrivateKeys, found: Sequence[Declared]) -> list[str]:
     rows = inv.own_secrets()
     done = []
     for d in found:
@@ -150,7 +180,7 @@ def _mint_missing(inv: Inventory, found: Sequence[Declared]) -> list[str]:
         if d.spec["supplied"] or d.pair is None or (old is not None and old["version"] > 0):
             continue
         value = mint_text(d.spec["length"], d.spec["alphabet"])
-        version = _new_version(inv, d, value, event="secret-mint")
+        version = _new_version(inv, keys, d, value, event="secret-mint")
         del value
         done.append(f"{d.module} {d.spec['name']}: minted version {version}")
     return done
@@ -165,7 +195,7 @@ def rotate(ctl: Any, module: str, name: str) -> int:
             f"meshtui secret put {module} {name}"
         )
     value = mint_text(d.spec["length"], d.spec["alphabet"])
-    version = _new_version(ctl.inventory, d, value, event="secret-rotate")
+    version = _new_version(ctl.inventory, ctl.keys(), d, value, event="secret-rotate")
     del value
     return version
 
@@ -184,7 +214,9 @@ def put(ctl: Any, module: str, name: str, value: bytes, supplied_by: str) -> int
         value.decode("utf-8")
     except UnicodeDecodeError:
         raise InputError(f"{module} secret {name}: the value is not UTF-8 text") from None
-    return _new_version(ctl.inventory, d, value, event="secret-put", supplied_by=supplied_by)
+    return _new_version(
+        ctl.inventory, ctl.keys(), d, value, event="secret-put", supplied_by=supplied_by
+    )
 
 
 def _find(inv: Inventory, module: str, name: str) -> Declared:
@@ -245,14 +277,15 @@ def converge(ctl: Any) -> SecretsReport:
     module's file does not hold (see the module docstring)."""
     inv: Inventory = ctl.inventory
     found = declared(inv)
-    done = _mint_missing(inv, found)
     behind: dict[str, str] = {}
     if not found:
-        return SecretsReport(done, behind)
+        return SecretsReport([], behind)
+    keys = ctl.keys()
+    done = _mint_missing(inv, keys, found)
     nodes, modules = inv.nodes(), inv.modules()
     with ctl.agents(timeout=TIMEOUT_S) as agents:
-        done += _run(inv, agents, found, behind, _Store(modules))
-        done += _run(inv, agents, found, behind, _Deliver(nodes, modules))
+        done += _run(inv, agents, found, behind, _Store(nodes, modules, keys))
+        done += _run(inv, agents, found, behind, _Deliver(nodes, modules, keys))
     for d in found:
         if d.pair is None:
             behind[f"{d.module} {d.spec['name']}"] = f"{d.module} has no live vault pair"
@@ -334,14 +367,24 @@ def _label(d: Declared) -> str:
     return f"{d.module} {d.spec['name']}"
 
 
-class _Store:
+class _Sealing:
+    """What both steps build their items from: the nodes (the keys a digest's key is sealed
+    to), the modules, and the controller's keys (the digest keys are derived from them)."""
+
+    def __init__(
+        self,
+        nodes: Mapping[str, NodeRow],
+        modules: Mapping[str, ModuleRow],
+        keys: crypto.PrivateKeys,
+    ) -> None:
+        self.nodes, self.modules, self.keys = nodes, modules, keys
+
+
+class _Store(_Sealing):
     """Step 1: the vault's node writes each sealed secret into KV (``secret-store``); only once
     it answered with KV's version is the sealed blob dropped."""
 
     event = "secret-store"
-
-    def __init__(self, modules: Mapping[str, ModuleRow]) -> None:
-        self.modules = modules
 
     def pick(
         self, d: Declared, pair: PairRow, row: OwnSecretRow
@@ -355,7 +398,11 @@ class _Store:
             "version": row["version"],
             "digest": str(row["digest"]),
             "sealed": crypto.b64(row["sealed"]),
-        }
+            **sealed_digest_key(
+                self.keys, d.module, d.spec["name"], str(row["digest"]),
+                self.nodes[node_of(pair["provider"])],
+            ),
+        }  # fmt: skip
         return pair["provider"], item
 
     def send(
@@ -399,15 +446,12 @@ class _Store:
         return {"vault": group}
 
 
-class _Deliver:
+class _Deliver(_Sealing):
     """Step 2: the module's node reads exactly the stored KV version with the module's own
     AppRole credential and writes its file (``secret-fetch``); only once its digest came back
     is the file recorded as holding it."""
 
     event = "secret-deliver"
-
-    def __init__(self, nodes: Mapping[str, NodeRow], modules: Mapping[str, ModuleRow]) -> None:
-        self.nodes, self.modules = nodes, modules
 
     def pick(
         self, d: Declared, pair: PairRow, row: OwnSecretRow
@@ -431,7 +475,11 @@ class _Deliver:
             "group": spec["group"],
             "mode": spec["mode"],
             "reload": list(spec["reload"]),
-        }
+            **sealed_digest_key(
+                self.keys, d.module, spec["name"], str(row["digest"]),
+                self.nodes[node_of(d.module)],
+            ),
+        }  # fmt: skip
         return node_of(d.module), item
 
     def send(
@@ -508,13 +556,15 @@ def drill(ctl: Any, module: str, name: str) -> SecretDrillReport:
             "run meshtui push, then drill it"
         )
     old_version, old_digest = row["version"], str(row["digest"])
+    nodes = inv.nodes()
+    node = node_of(module)
     item: SecretCheckItem = {
         "module": module,
         "name": name,
-        **_reach(d.pair, inv.nodes(), inv.modules()),
+        **_reach(d.pair, nodes, inv.modules()),
         "file": d.spec["file"],
+        **sealed_digest_key(ctl.keys(), module, name, old_digest, nodes[node]),
     }
-    node = node_of(module)
     checks: list[SecretDrillCheck] = []
     new_version: int | None = None
     reason = ""
@@ -539,6 +589,10 @@ def drill(ctl: Any, module: str, name: str) -> SecretDrillReport:
             new_version = rotate(ctl, module, name)
             converge(ctl)
             new_digest = str(inv.own_secrets()[d.key]["digest"])
+            item = {
+                **item,
+                **sealed_digest_key(ctl.keys(), module, name, new_digest, nodes[node]),
+            }
             after = look()
             seen = after["error"] or f"KV version {after['kv_version']}"
             checks += [

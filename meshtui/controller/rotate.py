@@ -7,6 +7,11 @@ sent, so a controller killed mid-way is finished or rolled back by the next comm
 re-deliver them. An agent refuses an older generation unless told: the rollback's items carry a
 signed note naming the generation they roll back from and this rotation
 (:meth:`Planner.rollback`), which the journal makes known before anything is sent.
+
+Break-glass (``rotate --revoke-old``, journaled on each item): once every provider applied
+the new credential, a consumer end that cannot take it no longer rolls the rotation back. The
+old credential stays revoked, the pair moves to the new generation, and that consumer is
+*locked out* (its status says so) until a later push delivers it (docs/rotation.md).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from meshtui.controller.sending import (
     send_providers,
     sign_providers,
 )
+from meshtui.controller.status import LOCKED_OUT
 from meshtui.errors import AgentError, InputError, NotResolvedError
 from meshtui.inventory import Inventory, now
 from meshtui.inventory.rows import GenerationRow, PairRow, RotationItem, RotationStart
@@ -73,7 +79,9 @@ def plan(ctl: Controller, ids: list[str]) -> RotationPlan:
     )
 
 
-def rotate(ctl: Controller, ids: list[str], progress: Progress) -> RotationReport:
+def rotate(
+    ctl: Controller, ids: list[str], progress: Progress, *, revoke_old: bool = False
+) -> RotationReport:
     """Rotate ``ids`` all-or-nothing; NotResolvedError (nothing kept or sent) when a node is down.
 
     While the affected nodes answer, the next generations are minted and, for up to
@@ -81,6 +89,10 @@ def rotate(ctl: Controller, ids: list[str], progress: Progress) -> RotationRepor
     memory; they are journaled only once every node has answered as itself, and nothing is sent
     before that journal is on disk. A larger rotation builds its deliveries after the journal,
     a batch at a time (:func:`_deliver_batches`).
+
+    ``revoke_old``: break-glass (the module docstring): a consumer end that cannot take the new
+    credential, or whose node does not answer, is locked out instead of stopping or rolling
+    back the rotation; only the providers' nodes must answer.
     """
     inv = ctl.inventory
     rows = inv.pairs(ids)
@@ -97,14 +109,21 @@ def rotate(ctl: Controller, ids: list[str], progress: Progress) -> RotationRepor
             rows = inv.pairs(ids)  # a recovered rotation moved generations: start from those
         progress("resolving every affected node (minting meanwhile, in memory)", 0, 4)
         answers = asking_state(agents, list(affected_nodes(rows)), listing=False)
-        minted = mint(ctl, rows)  # in memory: dropped unless every node resolves
+        minted = mint(ctl, rows, revoke_old=revoke_old)  # in memory: dropped unless all resolve
+        # break-glass needs the providers alone: a consumer's node that does not answer is
+        # locked out like one that cannot take the credential
+        needed = {node_of(p["provider"]) for p in rows} if revoke_old else None
         forward, ready = None, None  # a large rotation: built from the journal, in batches
         if len(rows) <= sending.BATCH:
             forward = payloads(inv, minted.items, "to", minted.generations, rows)
             ready = Ready.sign(agents, forward)  # signed, not sent: that waits for the journal
         del rows  # minted (and planned): every pair's row, 12 MiB at 10,000, is needed no more
         resolutions, _ = answers()
-        failed = {r.node: r.reason for r in resolutions if not r.ok}
+        failed = {
+            r.node: r.reason
+            for r in resolutions
+            if not r.ok and (needed is None or r.node in needed)
+        }
         if failed:
             inv.record("rotate", ids, {"refused": failed}, "not resolved")
             raise NotResolvedError(failed)
@@ -124,8 +143,9 @@ class Minted:
     items: list[RotationItem]
 
 
-def mint(ctl: Controller, rows: list[PairRow]) -> Minted:
-    """Mint and seal every pair's next generation; nothing is stored."""
+def mint(ctl: Controller, rows: list[PairRow], *, revoke_old: bool = False) -> Minted:
+    """Mint and seal every pair's next generation; nothing is stored. ``revoke_old`` is
+    journaled on each item, so a recovered rotation keeps it."""
     inv = ctl.inventory
     model_nodes = nodes_from_inventory(inv.nodes())
     taken = inv.minted(p["id"] for p in rows)
@@ -143,7 +163,10 @@ def mint(ctl: Controller, rows: list[PairRow]) -> Minted:
                 model_nodes[node_of(p["provider"])],
             )
         )
-        items.append({"pair": p["id"], "from": p["generation"], "to": new})
+        item: RotationItem = {"pair": p["id"], "from": p["generation"], "to": new}
+        if revoke_old:
+            item["revoke_old"] = True
+        items.append(item)
     return Minted(gens, items)
 
 
@@ -239,12 +262,14 @@ def _deliver(
     progress: Progress,
     step: int,
     ready: Ready | None = None,
+    every_consumer: bool = False,
 ) -> Delivered:
     """Send one direction: providers, then consumers. The answers are gathered, not recorded:
     the caller records them (:meth:`Delivered.flush`, or in the rotation's final commit).
-    ``sent``: the deliveries built whole; None: built and sent in batches."""
+    ``sent``: the deliveries built whole; None: built and sent in batches.
+    ``every_consumer``: a consumer that fails does not stop the others (break-glass)."""
     if sent is None:
-        return _deliver_batches(ctl, agents, items, key, progress, step)
+        return _deliver_batches(ctl, agents, items, key, progress, step, every_consumer)
     inv = ctl.inventory
     plan, targets = sent.plan, sent.targets
     result = Delivered()
@@ -325,6 +350,7 @@ def _deliver_batches(
     key: Literal["from", "to"],
     progress: Progress,
     step: int,
+    every_consumer: bool = False,
 ) -> Delivered:
     """:func:`_deliver` of a large rotation: the providers' deliveries, then (once every
     provider applied) the consumers', a batch of nodes at a time (:func:`node_batches`), each
@@ -361,7 +387,8 @@ def _deliver_batches(
         del plan
         send_consumers(agents, inv, sent, result, record=False)
         del sent
-        if forward and not all(result.consumer_ok.get(pid, False) for pid in batch):
+        failed = not all(result.consumer_ok.get(pid, False) for pid in batch)
+        if forward and failed and not every_consumer:
             return result
         fault(ctl, f"after-consumer-batch:{key}")
     return result
@@ -390,9 +417,11 @@ def execute(
     forward, ready = handover.take() if handover is not None else (None, None)
     if forward is None and len(items) <= sending.BATCH:
         forward = payloads(inv, items, "to")
-    there = _deliver(ctl, agents, forward, items, "to", progress, 2, ready)
+    revoke_old = any(i.get("revoke_old") for i in items)
+    there = _deliver(ctl, agents, forward, items, "to", progress, 2, ready, revoke_old)
     del forward, ready  # sent: their payloads go before the answers are recorded
-    if all(there.provider_ok.get(i["pair"]) and there.consumer_ok.get(i["pair"]) for i in items):
+    applied = all(there.provider_ok.get(i["pair"]) for i in items)
+    if applied and (revoke_old or all(there.consumer_ok.get(i["pair"]) for i in items)):
         return _finish(ctl, rotation, there, progress)  # the answers recorded in its commit
     there.flush(inv)
     errors = there.errors
@@ -458,10 +487,21 @@ RELOAD_AGAIN = "every end holds the new credential; push tries the rest again"
 def _finish(
     ctl: Controller, rotation: RotationStart, result: Delivered, progress: Progress
 ) -> RotationReport:
+    """Every provider holds the new generation: so does the pair. Every consumer took it, or
+    (break-glass) the ones that did not are locked out: named in the report and the audit."""
     inv = ctl.inventory
     items = rotation["items"]
     stamp = now()
     windows = {i["pair"]: result.window_ms(i["pair"]) for i in items}
+    locked = {
+        i["pair"]: locked_out_reason(i, result.errors.get(i["pair"], "it did not confirm"))
+        for i in items
+        if not result.consumer_ok.get(i["pair"])
+    }
+    outcome = RotationState.LOCKED_OUT if locked else RotationState.DONE
+    detail: dict[str, object] = {}
+    if any(i.get("revoke_old") for i in items):
+        detail["locked_out"] = locked
     answers = result.staged(inv)
     with inv.transaction("rotate") as tx:
         if answers is not None:
@@ -470,29 +510,36 @@ def _finish(
             tx.set_generation(i["pair"], i["to"], stamp)
             tx.discard_generation(i["pair"], i["from"], stamp)
         tx.update_rotation(
-            rotation["id"],
-            {"state": RotationState.DONE, "finished_at": stamp, "outcome": RotationState.DONE},
+            rotation["id"], {"state": outcome, "finished_at": stamp, "outcome": outcome}
         )
         tx.audit(
-            "rotate",
+            "rotate-revoke-old" if "locked_out" in detail else "rotate",
             [i["pair"] for i in items],
             {
                 "rotation": rotation["id"],
                 "windows_ms": windows,
                 "generations": {i["pair"]: i["to"] for i in items},
+                **detail,
             },
-            RotationState.DONE,
+            outcome,
         )
     for n, i in enumerate(items, 1):
         window = windows[i["pair"]]
         took = f"window {window:.1f} ms" if window is not None else "window not measured"
-        failed = result.errors.get(i["pair"])  # held, but its reload failed
+        failed = locked.get(i["pair"]) or result.errors.get(i["pair"])  # or its reload failed
         took += f"; {failed}" if failed else ""
         progress(f"{i['pair']}: generation {i['from']}->{i['to']}, {took}", n, len(items))
     failures = sorted({why for pid, why in result.errors.items() if pid in windows})
+    if locked:
+        reason = (
+            f"{LOCKED_OUT}: {len(locked)} of {len(items)} consumers could not take the new "
+            "credential and the old one is revoked; fix each, then meshtui push"
+        )
+    else:
+        reason = f"{'; '.join(failures)} ({RELOAD_AGAIN})" if failures else ""
     return RotationReport(
         rotation=rotation["id"],
-        outcome=RotationState.DONE,
+        outcome=outcome,
         pairs=[
             PairOutcome(
                 pair=i["pair"],
@@ -500,11 +547,21 @@ def _finish(
                 generation=i["to"],
                 previous=i["from"],
                 window_ms=windows[i["pair"]],
-                reason=result.errors.get(i["pair"], ""),
+                reason=locked.get(i["pair"]) or result.errors.get(i["pair"], ""),
             )
             for i in items
         ],
-        reason=f"{'; '.join(failures)} ({RELOAD_AGAIN})" if failures else "",
+        reason=reason,
+    )
+
+
+def locked_out_reason(item: RotationItem, why: str) -> str:
+    """What a break-glass rotation says of a consumer end that could not take the new
+    credential: locked out, why, and the way out."""
+    _, consumer, provider = split_pair_id(item["pair"])
+    return (
+        f"{LOCKED_OUT}: {consumer} could not take generation {item['to']} ({why}); the old "
+        f"credential is revoked at {provider}; fix it, then meshtui push"
     )
 
 

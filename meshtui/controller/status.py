@@ -52,6 +52,9 @@ DRIFT = "changed outside meshtui at "
 """How push records a provider end whose server no longer holds what meshtui delivered."""
 REPAIRED = "re-applied after it was "
 """The prefix of a provider end's note once push re-applied it (not an error)."""
+LOCKED_OUT = "LOCKED OUT"
+"""A pair whose provider holds the current generation while its consumer holds an older one:
+the provider refuses what the consumer has (after ``rotate --revoke-old``, docs/rotation.md)."""
 NOT_AS_DECLARED = "not yet as declared"
 """A consumer end whose file still holds its generation, but not where or as the declaration
 now says (file, owner, group, mode): push writes it again; it is not "holding nothing"."""
@@ -140,6 +143,8 @@ def _pair_state(row: StatusRow, probed: bool) -> tuple[State, str, bool]:
         if r
     ]
     if behind:
+        if v_gen == want and c_gen is not None and c_gen < want:
+            behind.insert(0, f"{LOCKED_OUT}: the provider refuses what the consumer holds")
         return State.STALE, "; ".join(behind), False
     if not probed or pr_withdrawn:
         return State.UNKNOWN, NEVER_PROBED, False

@@ -29,12 +29,13 @@ from meshtui.controller.heartbeat import HEARTBEAT, Heartbeat
 from meshtui.controller.metrics import CycleView, Metrics
 from meshtui.controller.notify import Alert
 from meshtui.controller.schedule import SPREAD, PairDue, epoch, probe_slot, schedule
-from meshtui.controller.status import NOT_PROBED_SINCE, statuses
+from meshtui.controller.status import LOCKED_OUT, NOT_PROBED_SINCE, statuses
 from meshtui.errors import MeshtuiError, NotResolvedError, RotationBusyError
 from meshtui.inventory import now as stamp_now
 from meshtui.model import (
     DEFAULT_PROBE_EVERY_S,
     PairStatus,
+    RotationState,
     State,
     Verdict,
     node_of,
@@ -100,8 +101,10 @@ class Watch:
         log: Callable[[str], None] = log_line,
         tick: float = TICK_S,
         seed: int | None = None,
+        revoke_old_overdue: bool = False,
     ) -> None:
         self.ctl = ctl
+        self.revoke_old_overdue = revoke_old_overdue  # break-glass for overdue pairs (opt-in)
         self.notify = notify
         self.metrics = metrics
         self.clock = clock
@@ -337,23 +340,32 @@ class Watch:
         """Rotate the due pairs, all-or-nothing per provider; a down node's pairs wait."""
         now = self.clock()
         interrupted = {i["pair"] for r in self.ctl.inventory.open_rotations() for i in r["items"]}
-        by_provider: dict[str, list[str]] = {}
+        by_provider: dict[tuple[str, bool], list[str]] = {}
         for d in plan:
             if not d.is_due(now) or d.pair in interrupted:
                 continue
-            ends = (node_of(d.provider), node_of(d.consumer))
+            revoke_old = self.revoke_old_overdue and d.is_overdue(now)
+            ends = [node_of(d.provider)]  # break-glass waits for no consumer's node
+            if not revoke_old:
+                ends.append(node_of(d.consumer))
             if any(not self.nodes.get(n, Backoff()).ready(now) for n in ends):
                 continue  # retried when the node's backoff ends; meanwhile it turns overdue
-            by_provider.setdefault(d.provider, []).append(d.pair)
+            by_provider.setdefault((d.provider, revoke_old), []).append(d.pair)
         rotated: list[str] = []
         failed: list[str] = []
         alerts: list[Alert] = []
-        for provider, ids in sorted(by_provider.items()):
+        for (provider, revoke_old), ids in sorted(by_provider.items()):
             for i in range(0, len(ids), ROTATE_BATCH):
                 if self.stop.is_set() or not self._lock_free("rotate"):
                     return rotated, failed, alerts
                 batch = ids[i : i + ROTATE_BATCH]
-                done, why = self._rotate_batch(provider, batch)
+                done, why, locked = self._rotate_batch(provider, batch, revoke_old)
+                alerts += [
+                    Alert(
+                        "locked-out", pid, self._state(pid), str(State.STALE), reason, stamp_now()
+                    )
+                    for pid, reason in locked.items()
+                ]
                 if done:
                     rotated += batch
                     self.failing.difference_update(batch)
@@ -411,10 +423,13 @@ class Watch:
             alerts.append(Alert("rotation-failed", s.pair, state, state, why, stamp_now()))
         return rotated, failed, alerts
 
-    def _rotate_batch(self, provider: str, batch: list[str]) -> tuple[bool, str]:
-        """One all-or-nothing rotation; (done, why not)."""
+    def _rotate_batch(
+        self, provider: str, batch: list[str], revoke_old: bool = False
+    ) -> tuple[bool, str, dict[str, str]]:
+        """One all-or-nothing rotation (``revoke_old``: break-glass); (done, why not, the
+        pairs it locked out and why)."""
         try:
-            report = self.ctl.rotate(batch)
+            report = self.ctl.rotate(batch, revoke_old=revoke_old)
         except NotResolvedError as exc:
             now = self.clock()  # after the wait: a hung node's timeout is not its backoff
             for node in exc.reasons:
@@ -422,10 +437,10 @@ class Watch:
             self._count("rotate")
             why = "; ".join(f"{n}: {r}" for n, r in sorted(exc.reasons.items()))
             self.log(f"not rotated ({len(batch)} pairs of {provider}): {why}; old credentials kept")
-            return False, f"not rotated, old credential kept: {why}"
+            return False, f"not rotated, old credential kept: {why}", {}
         except RotationBusyError as exc:
             self.log(f"waiting to rotate: {exc}")
-            return False, str(exc)
+            return False, str(exc), {}
         nodes = {node_of(provider)} | {node_of(split_pair_id(p)[1]) for p in batch}
         if report.ok:
             for node in nodes:
@@ -433,10 +448,16 @@ class Watch:
             if self.metrics is not None:
                 self.metrics.rotations.labels(provider=provider).inc(len(batch))
             self.log(f"rotated {len(batch)} pairs of {provider} (rotation {report.rotation})")
-            return True, ""
+            return True, "", {}
         self._count("rotate")
         self.log(f"rotation {report.rotation} of {provider} {report.outcome}: {report.reason}")
-        return False, f"rotation {report.outcome}: {report.reason}"
+        if report.outcome == RotationState.LOCKED_OUT:  # the old credential is gone all the same
+            return (
+                True,
+                "",
+                {p.pair: p.reason for p in report.pairs if p.reason.startswith(LOCKED_OUT)},
+            )
+        return False, f"rotation {report.outcome}: {report.reason}", {}
 
     # ---- alerts -------------------------------------------------------------------------
     def _changes(

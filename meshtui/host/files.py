@@ -103,7 +103,9 @@ def remove_credential(path: Path) -> bool:
         return folder.remove(path.name)
 
 
-def remove_written(path: Path, digest: str) -> bool:
+def remove_written(
+    path: Path, digest: str, digest_of: Callable[[bytes], str] = secret_digest
+) -> bool:
     """Unlink a file the agent wrote and no longer holds (a credential or connection file left
     at a path the declaration moved away from), only while it still holds exactly what the
     agent wrote there: a file someone replaced, a link, a FIFO is left alone, never followed.
@@ -114,7 +116,7 @@ def remove_written(path: Path, digest: str) -> bool:
             return False
         with folder:
             got = folder.read_with_stat(path.name)
-            if got is None or secret_digest(got[0]) != digest:
+            if got is None or digest_of(got[0]) != digest:
                 return False
             return folder.remove(path.name)
     except (HostFileError, OSError):
@@ -211,6 +213,7 @@ def write_credential(
     unseal: Callable[[], bytes],
     prepared: Unnamed | None = None,
     ours: Ours | None = None,
+    digest_of: Callable[[bytes], str] = secret_digest,
 ) -> float:
     """Write a consumer's credential unless the file already holds it with the declared owner,
     group and mode. A file the agent must not read (a FIFO, a link) is refused, not replaced;
@@ -234,7 +237,7 @@ def write_credential(
         current = folder.read_with_stat(path.name)
         if current is not None:
             data, st = current
-            if secret_digest(data) == digest and want.matches(st):
+            if digest_of(data) == digest and want.matches(st):
                 return time.time()
             if ours is not None:
                 _require_ours(path, data, ours)

@@ -32,6 +32,8 @@ Values live here only in memory, for one request; no log, answer or error carrie
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from meshtui import crypto
@@ -153,9 +155,25 @@ class OwnSecrets:
             value = self.identity.keys.unseal(crypto.unb64(item["sealed"], "sealed"))
         except (CryptoError, ValueError) as exc:
             raise CryptoError(f"does not open with {self.identity.name}'s key") from exc
-        if crypto.secret_digest(value) != item["digest"]:
+        if self._digest_of(item)(value) != item["digest"]:
             raise CryptoError("does not match its digest (tampered?)")
         return value
+
+    def _digest_of(
+        self, item: SecretStoreItem | SecretFetchItem | SecretCheckItem
+    ) -> Callable[[bytes], str]:
+        """How this request's digests are made: keyed under the key it carries sealed to this
+        node (docs/security-digests.md), or unkeyed for a version made before they were."""
+        sealed = item.get("digest_key")
+        if sealed is None:
+            return crypto.secret_digest
+        try:
+            key = self.identity.keys.unseal(crypto.unb64(sealed, "digest key"))
+        except (CryptoError, ValueError) as exc:
+            raise CryptoError(
+                f"its digest key does not open with {self.identity.name}'s key"
+            ) from exc
+        return partial(crypto.keyed_digest, key=key)
 
     # ---- the module's node -----------------------------------------------------------------
     def fetch(self, request: SecretFetchRequest) -> SecretFetchAnswer:
@@ -169,6 +187,7 @@ class OwnSecrets:
             target = node_path(item["file"], "secret file")
             self.state.refuse_inside(target.parent, "secret file")
             want = files.resolve_access(item["owner"], item["group"], item["mode"])
+            digest_of = self._digest_of(item)
             reload = self.policy.consumer(
                 ConsumerAsk(
                     item["module"],
@@ -181,12 +200,12 @@ class OwnSecrets:
             )
         except PolicyRefusal as exc:
             return _fetched(item, None, str(exc))
-        except (ValueError, HostFileError) as exc:
+        except (ValueError, HostFileError, CryptoError) as exc:
             return _fetched(item, None, f"{where}: {exc}")
         value, _, error = self._from_vault(item, path, where, item["kv_version"])
         if value is None:
             return _fetched(item, None, error)
-        if crypto.secret_digest(value) != item["digest"]:
+        if digest_of(value) != item["digest"]:
             return _fetched(item, None, f"{where}: the vault's value does not match its digest")
         data = value
         was = self.written.get(item["module"], item["name"])
@@ -197,6 +216,7 @@ class OwnSecrets:
                 item["digest"],
                 lambda: data,
                 ours=lambda _: was is not None and was.file == str(target),
+                digest_of=digest_of,
             )
         except HostFileError as exc:
             return _fetched(item, None, f"{where}: file: {exc}")
@@ -208,7 +228,10 @@ class OwnSecrets:
             item["module"], item["name"], Written(str(target), item["version"], item["digest"])
         )
         if was is not None and was.file != str(target):  # the declaration moved it
-            files.remove_written(Path(was.file), was.digest)
+            keyed = was.digest.startswith(crypto.KEYED_PREFIX)
+            files.remove_written(
+                Path(was.file), was.digest, digest_of if keyed else crypto.secret_digest
+            )
         ran = run_reload(reload) if reload is not None else None
         return _fetched(item, item["digest"], None, ran)
 
@@ -320,10 +343,11 @@ class OwnSecrets:
             refused = self.policy.consumer_refusals(ask)
             if refused:
                 raise refused[0]
+            digest_of = self._digest_of(item)
         except PolicyRefusal as exc:
             out["error"] = str(exc)
             return out
-        except ValueError as exc:
+        except (ValueError, CryptoError) as exc:
             out["error"] = f"{where}: {exc}"
             return out
         was = self.written.get(item["module"], item["name"])
@@ -332,11 +356,11 @@ class OwnSecrets:
             return out
         held, why = files.read_credential(target)
         if held is not None:
-            out["file_digest"] = crypto.secret_digest(held)
+            out["file_digest"] = digest_of(held)
             del held
         value, kv_version, error = self._from_vault(item, path, where, None)
         if value is not None:
-            out["vault_digest"], out["kv_version"] = crypto.secret_digest(value), kv_version
+            out["vault_digest"], out["kv_version"] = digest_of(value), kv_version
             del value
         problems = [p for p in (why and f"{where}: file: {why}", error) if p]
         out["error"] = "; ".join(problems) or None

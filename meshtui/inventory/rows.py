@@ -265,8 +265,11 @@ class DrillRow(TypedDict):
     evidence: DrillEvidence
 
 
-RotationItem = TypedDict("RotationItem", {"pair": str, "from": int, "to": int})
-"""One pair of a rotation: the generation it leaves and the one it goes to."""
+RotationItem = TypedDict(
+    "RotationItem", {"pair": str, "from": int, "to": int, "revoke_old": NotRequired[bool]}
+)
+"""One pair of a rotation: the generation it leaves and the one it goes to; ``revoke_old``:
+break-glass (a consumer end that cannot take it is locked out, not rolled back)."""
 
 
 class RotationStart(TypedDict):

@@ -173,7 +173,7 @@ def test_a_hung_node_backs_off_from_when_the_attempt_gave_up_and_alerts_once(
         due = max(d.due_at or 0.0 for d in ctl.schedule())
         fake.t = fake.start = due + 1.0
 
-        def hung_rotate(ids: list[str], *_: Any) -> Any:
+        def hung_rotate(ids: list[str], *_: Any, **_k: Any) -> Any:
             tries.append(fake.t)
             fake.t += 10.0  # the agent's timeout
             raise NotResolvedError({"db1": "timed out after 10 s"})

@@ -15,14 +15,17 @@ import sys
 import time
 import tomllib
 from collections.abc import Iterator, Mapping
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from meshtui.bao import KV_MOUNT
+from meshtui.controller.client import AgentClient
 from meshtui.controller.core import INVENTORY, Controller
-from meshtui.crypto import secret_digest
+from meshtui.crypto import KEYED_PREFIX, secret_digest
 from meshtui.kinds.openbao import lab as lab_bao
 from meshtui.lab import mesh as lab_mesh
 from meshtui.lab import toml_writer
@@ -105,9 +108,10 @@ def test_a_supplied_secret_waits_then_arrives_from_stdin(lab: tuple[Path, Any]) 
     inventory = state / INVENTORY
     for path in state.glob(f"{INVENTORY}*"):
         assert value.encode() not in path.read_bytes()
-    with sqlite3.connect(inventory) as db:
+    with closing(sqlite3.connect(inventory)) as db:
         digests = [r[0] for r in db.execute("SELECT digest FROM own_secrets")]
-    assert secret_digest(value.encode()) in digests
+    assert secret_digest(value.encode()) not in digests  # keyed: see the guessing test
+    assert any(str(d).startswith(KEYED_PREFIX) for d in digests)
     # nor the agents' logs, nor OpenBao's logs (its audit log keeps an HMAC)
     for log in Path(built.folder).glob("*.agent.log"):
         assert value not in log.read_text(errors="replace")
@@ -308,7 +312,8 @@ def test_status_lists_each_secret_under_its_vault_pair_and_the_audit_log_records
     assert delivered["detail"]["versions"] == {"app1/gitea session_key": key["version"]}
     put_event = [e for e in events if e["kind"] == "secret-put"][-1]
     assert put_event["detail"]["supplied_by"] == "root"
-    assert put_event["detail"]["digest"] == secret_digest(supplied.encode())
+    assert put_event["detail"]["digest"].startswith(KEYED_PREFIX)
+    assert put_event["detail"]["digest"] != secret_digest(supplied.encode())
     assert value not in json.dumps(events) and supplied not in json.dumps(events)
 
 
@@ -512,3 +517,115 @@ async def test_the_dashboard_rotates_a_modules_minted_secrets_after_a_confirm(
     assert after[("app1/gitea", "smtp_password")] == before[("app1/gitea", "smtp_password")]
     login = login_of(state, "app1/gitea")
     assert key.read_text() == kv_value(state, login, "session_key") != old
+
+
+def tapped(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every request body the controller sends an agent from now on, as JSON text: what a
+    reader of a plain http:// agent link sees (the envelope is signed, not encrypted)."""
+    wire: list[str] = []
+    send = AgentClient.call
+
+    def tap(self: AgentClient, kind: Any, payload: Any, **options: Any) -> Any:
+        wire.append(msgspec.json.encode(payload).decode())
+        return send(self, kind, payload, **options)
+
+    monkeypatch.setattr(AgentClient, "call", tap)
+    return wire
+
+
+GUESSES = ["password", "Winter2025!", "letmein", "Summer2026!", "hunter2", "Autumn2026?"]
+
+
+def guessed(records: str) -> str | None:
+    """An offline dictionary attack on every digest in ``records``: each guess hashed the
+    way an unkeyed digest is made (as :func:`secret_digest`, and bare BLAKE2b and SHA-256)."""
+    import hashlib
+
+    for word in GUESSES:
+        raw = word.encode()
+        for made in (
+            secret_digest(raw).split(":", 1)[1],
+            hashlib.blake2b(raw, digest_size=32).hexdigest(),
+            hashlib.sha256(raw).hexdigest(),
+        ):
+            if made in records:
+                return word
+    return None
+
+
+def test_a_supplied_secrets_digest_cannot_be_guessed_offline(
+    lab: tuple[Path, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A weak password put as a supplied secret is not recovered by a dictionary run over
+    every digest of it that leaves the controller: on the wire (each request to an agent, as
+    a reader of a plain http:// link sees it), in the inventory, an audit export, the node's
+    record of the files it wrote and the vault's KV metadata. Delivery still works."""
+    state, built = lab
+    weak = "Summer2026!"
+    wire = tapped(monkeypatch)
+    with Controller.open(state) as ctl:
+        ctl.secret_put("app2/wiki", "smtp_password", weak.encode(), "root")
+    monkeypatch.undo()
+    assert (srv(built, "app2", "wiki") / "smtp.password").read_text() == weak
+    assert rows(state)[("app2/wiki", "smtp_password")]["state"] == "working"
+    with closing(sqlite3.connect(state / INVENTORY)) as db:
+        ((digest,),) = db.execute(
+            "SELECT digest FROM own_secrets WHERE module = 'app2/wiki' AND name = 'smtp_password'"
+        )
+    on_wire = "\n".join(wire)
+    assert on_wire.count(digest) >= 2  # both steps carried it: the tap saw them
+    server = lab_bao.existing(state / "lab" / "openbao")
+    assert server is not None
+    with server.root() as bao:
+        meta = bao.data("GET", f"{KV_MOUNT}/metadata/{login_of(state, 'app2/wiki')}/smtp_password")
+    records = {
+        "the wire": on_wire,
+        "the inventory": "".join(
+            p.read_bytes().decode("latin-1") for p in state.glob(f"{INVENTORY}*")
+        ),
+        "an audit export": cli(state, "audit", "--json").stdout,
+        "the node's records": "".join(
+            p.read_text() for p in Path(built.folder).rglob("secret-files.json")
+        ),
+        "the vault's metadata": json.dumps(meta),
+    }
+    for where, text in records.items():
+        assert digest in text, where  # the record is there, and it is the keyed digest
+        assert guessed(text) is None, f"{weak} recovered from {where}"
+
+
+def test_a_version_digested_before_digests_were_keyed_still_arrives(
+    lab: tuple[Path, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A version an earlier meshtui sealed (its digest unkeyed, ``blake2b:``) is still stored
+    and delivered, compared in its own form with no key sent; the next version is keyed."""
+    from meshtui import crypto
+    from meshtui.controller import own_secrets
+
+    state, built = lab
+    file = srv(built, "app2", "wiki") / "smtp.password"
+
+    def unkeyed(value: bytes, vault_node: Any, key: bytes) -> tuple[bytes, str]:
+        sealed = crypto.seal(value, crypto.unb64(vault_node["seal_key"], "seal key"))
+        return sealed, secret_digest(value)
+
+    monkeypatch.setattr(own_secrets, "_sealed", unkeyed)
+    wire = tapped(monkeypatch)
+    old = "legacy-" + os.urandom(8).hex()
+    with Controller.open(state) as ctl:
+        ctl.secret_put("app2/wiki", "smtp_password", old.encode(), "root")
+    monkeypatch.undo()
+    assert file.read_text() == old
+    row = rows(state)[("app2/wiki", "smtp_password")]
+    assert row["state"] == "working", row
+    with closing(sqlite3.connect(state / INVENTORY)) as db:
+        ((digest,),) = db.execute(
+            "SELECT digest FROM own_secrets WHERE module = 'app2/wiki' AND name = 'smtp_password'"
+        )
+    assert digest == secret_digest(old.encode())
+    assert not any('"digest_key"' in body for body in wire if digest in body)
+    new = "keyed-" + os.urandom(8).hex()
+    with Controller.open(state) as ctl:
+        ctl.secret_put("app2/wiki", "smtp_password", new.encode(), "root")
+    assert file.read_text() == new
+    assert rows(state)[("app2/wiki", "smtp_password")]["state"] == "working"
