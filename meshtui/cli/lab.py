@@ -9,6 +9,7 @@ from typing import Any
 from meshtui.cli import render
 from meshtui.cli.context import EXIT_FAILED, EXIT_OK, state_dir
 from meshtui.kinds import registry
+from meshtui.terminal import require_terminal
 
 
 def cmd_lab(args: argparse.Namespace) -> int:
@@ -62,6 +63,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from meshtui.lab import mesh as lab
     from meshtui.tui.app import run_dashboard
 
+    require_terminal(
+        "meshtui demo (a lab and its dashboard)",
+        "meshtui lab up, then meshtui status, probe or audit --list, which print text",
+    )
     state = state_dir(args)
     print(
         "meshtui demo: building the lab (PostgreSQL, Redis, SeaweedFS, namespaces, agents) ...",
