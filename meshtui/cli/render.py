@@ -185,9 +185,12 @@ def pushed(report: PushReport) -> None:
     if not report.delivered and not report.withdrawn and not report.ahead:
         # only true when nobody is behind: a node that refused or did not answer holds nothing known
         print("every end already holds its generation" if report.ok else "nothing was delivered")
+    cut_off = set(report.unreachable)
     for pid, why in sorted(report.behind.items()):
-        print(f"behind    {pid}: {why}")
-    print("all ends agree" if report.ok else f"{len(report.behind)} pairs behind")
+        print(f"{'unreachable' if pid in cut_off else 'behind':9} {pid}: {why}")
+    late = len(report.behind) - len(cut_off)
+    counts = [f"{late} pairs behind"] * bool(late) + [f"{len(cut_off)} unreachable"] * bool(cut_off)
+    print("all ends agree" if report.ok else ", ".join(counts))
 
 
 def rotation_plan(plan: RotationPlan) -> None:

@@ -110,12 +110,15 @@ class PushReport:
 
     delivered: list[PairOutcome]
     withdrawn: list[PairOutcome]
-    behind: dict[str, str]  # pair -> reason
+    behind: dict[str, str]  # pair -> reason (a pair of an unreachable node included)
     ahead: dict[str, str] = field(default_factory=dict)  # pair -> ends ahead, what became of it
+    unreachable: list[str] = field(default_factory=list)
+    """The pairs in ``behind`` for no reason but a node of theirs that did not answer: not known
+    to be behind (their ends may well hold their generation), only not reached."""
 
     @property
     def ok(self) -> bool:
-        """True when nobody is behind."""
+        """True when nobody is behind (or unreachable)."""
         return not self.behind
 
     def to_json(self) -> dict[str, Any]:
