@@ -197,6 +197,15 @@ def test_probe_verdicts_with_the_negative_control(provider: Provider, server: Se
     assert unknown.verdict() in (Verdict.REFUSED, Verdict.UNKNOWN), unknown.reason()
 
 
+def test_an_accepted_probe_names_the_consumers_address(provider: Provider) -> None:
+    login = provider.add("app1", "gitea")
+    provider.reconcile()
+    accepted = provider.probe(login, provider.password("app1", "gitea"))
+    assert accepted.verdict() is Verdict.ACCEPTED, accepted.reason()
+    assert accepted.login.client_addr == "127.0.0.1", accepted.reason()
+    assert "from 127.0.0.1" in accepted.reason(), accepted.reason()
+
+
 def test_a_server_that_is_down_is_unknown_never_revoked(provider: Provider, server: Server) -> None:
     login = provider.add("app1", "gitea")
     provider.reconcile()

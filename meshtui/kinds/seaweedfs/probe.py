@@ -111,9 +111,15 @@ def _result(
     *,
     loopback: bool,
     used_password: bool | None = None,
+    client_addr: str | None = None,
 ) -> LoginResult:
     return LoginResult.after(
-        verdict, reason, started, loopback=loopback, used_password=used_password
+        verdict,
+        reason,
+        started,
+        loopback=loopback,
+        used_password=used_password,
+        client_addr=client_addr,
     )
 
 
@@ -127,10 +133,12 @@ class _Connection(http.client.HTTPSConnection):
         super().__init__(host, port, timeout=timeout, context=context)
         self._address = address
         self._tls = context
+        self.local: str | None = None  # this end's address (S3 does not say whom it saw)
 
     def connect(self) -> None:
         sock = socket.create_connection((self._address, self.port), self.timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as http.client's own
+        self.local = str(sock.getsockname()[0])
         self.sock = self._tls.wrap_socket(sock, server_hostname=self.host)
 
 
@@ -214,9 +222,9 @@ def login(target: ProbeTarget, options: ProbeOptions) -> LoginResult:
         if wide == "AccessDenied":
             return _result(
                 Verdict.ACCEPTED,
-                f"signed request accepted on {bucket} over TLS (certificate verified); "
-                "a bucket outside its rights was refused",
-                started, loopback=loopback, used_password=True,
+                f"signed request accepted on {bucket} over TLS (certificate verified) from "
+                f"{conn.local or 'an unread address'}; a bucket outside its rights was refused",
+                started, loopback=loopback, used_password=True, client_addr=conn.local,
             )  # fmt: skip
         if wide_status >= 500:  # the store failed: not a word about the key's rights
             return _result(
