@@ -206,6 +206,25 @@ def test_watch_waits_for_an_operators_lock_and_says_so(mesh):
 # ---------------------------------------------------------------------------- nodes that go away
 
 
+def test_the_first_scrape_names_every_node(mesh):
+    """A node holding only providers is never probed from: it is asked, so the first cycle's
+    metrics say whether every node is up (db1 was missing until a push happened to run)."""
+    mesh.stop("app2", signal.SIGKILL)
+    metrics = Metrics()
+    host, port = metrics.serve("127.0.0.1", 0)
+    try:
+        with mesh.controller() as ctl:
+            first = Watch(ctl, metrics=metrics, log=print).cycle()  # nothing to push or probe
+            assert not first.pushed and first.probed == 0
+        text = scrape(port)
+        assert sample(text, 'meshtui_node_up{node="db1"}') == 1.0
+        assert sample(text, 'meshtui_node_up{node="app1"}') == 1.0
+        assert sample(text, 'meshtui_node_up{node="app2"}') == 0.0
+    finally:
+        metrics.close()
+        mesh.start("app2")
+
+
 def test_consumer_agent_killed_makes_pairs_unknown_and_alerts_then_back(mesh):
     with_policy(mesh, 'probe_every = "1s"')
     argv, out = notify_script(mesh.root)
