@@ -88,6 +88,7 @@ class RotationReport:
     outcome: RotationState  # DONE, ROLLED_BACK or CONVERGING
     pairs: list[PairOutcome]
     reason: str = ""
+    probes: list[ProbeOutcome] = field(default_factory=list)  # the probe after (an operator's)
 
     @property
     def done(self) -> bool:

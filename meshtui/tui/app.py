@@ -74,7 +74,7 @@ batches, so the dashboard keeps up instead of redrawing once per line."""
 
 JobRun = Callable[[Controller, tuple[str, ...], Progress], JobResult]
 JOB_RUNS: dict[JobKind, JobRun] = {
-    JobKind.ROTATE: lambda ctl, ids, progress: ctl.rotate(ids, progress),
+    JobKind.ROTATE: lambda ctl, ids, progress: ctl.rotate(ids, progress, probe_after=True),
     JobKind.DRILL: lambda ctl, ids, progress: ctl.drill(ids, progress),
     JobKind.PROBE: lambda ctl, ids, progress: ctl.probe(ids or None, progress),
     JobKind.PUSH: lambda ctl, ids, progress: ctl.push(progress),
