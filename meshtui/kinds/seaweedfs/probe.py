@@ -111,15 +111,9 @@ def _result(
     *,
     loopback: bool,
     used_password: bool | None = None,
-    client_addr: str | None = None,
 ) -> LoginResult:
     return LoginResult.after(
-        verdict,
-        reason,
-        started,
-        loopback=loopback,
-        used_password=used_password,
-        client_addr=client_addr,
+        verdict, reason, started, loopback=loopback, used_password=used_password
     )
 
 
@@ -220,7 +214,7 @@ def login(target: ProbeTarget, options: ProbeOptions) -> LoginResult:
             )  # fmt: skip
         wide_status, wide = _get(conn, outside, signed(outside))
         if wide == "AccessDenied":
-            return _result(
+            return LoginResult.after(
                 Verdict.ACCEPTED,
                 f"signed request accepted on {bucket} over TLS (certificate verified) from "
                 f"{conn.local or 'an unread address'}; a bucket outside its rights was refused",
