@@ -185,7 +185,10 @@ def test_due_rotations_are_spread_and_rotate_due_rotates_only_those(mesh):
     time.sleep(max(0.0, max(d.due_at for d in plan.values()) - time.time()) + 0.1)
     result = mesh.cli("rotate", "--due", "--yes")
     assert result.returncode == 0, result.stderr
-    assert sorted(line.split()[1] for line in result.stdout.splitlines()) == sorted(ALL)
+    lines = result.stdout.splitlines()
+    rotated = [line.split()[1] for line in lines if not line.startswith("now ")]
+    assert sorted(rotated) == sorted(ALL)
+    assert sorted(line.split()[2] for line in lines if line.startswith("now ")) == sorted(ALL)
 
 
 def test_watch_waits_for_an_operators_lock_and_says_so(mesh):
