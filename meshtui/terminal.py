@@ -10,10 +10,36 @@ process's original stderr, not to ``sys.stdout``/``sys.stderr``.
 from __future__ import annotations
 
 import re
+import sys
 from typing import TextIO
+
+from meshtui.errors import InputError
 
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 """Every control character but newline and tab (C0, DEL and C1)."""
+
+TEXT_INSTEAD = "meshtui status, meshtui audit --list or meshtui probe, which print text"
+"""What to use instead of the dashboard where no terminal is: the commands that print text."""
+
+
+def not_a_terminal() -> str | None:
+    """Which of stdin, stdout and stderr is not a terminal (a full-screen view needs all
+    three: it reads keys, and draws), or None when each is one."""
+    for name, stream in (("stdin", sys.stdin), ("stdout", sys.stdout), ("stderr", sys.stderr)):
+        try:
+            if stream is None or not stream.isatty():
+                return name
+        except (AttributeError, ValueError):  # a closed or replaced stream
+            return name
+    return None
+
+
+def require_terminal(what: str, instead: str = TEXT_INSTEAD) -> None:
+    """Refuse (InputError, exit 2, one line) to open ``what`` without a terminal: drawn into
+    a pipe or a file it would never return, and nobody could read it."""
+    missing = not_a_terminal()
+    if missing is not None:
+        raise InputError(f"{what} needs a terminal and {missing} is not one; use {instead}")
 
 
 ASCII_CONTROL = bytes([*range(0x09), *range(0x0B, 0x20), 0x7F])

@@ -111,6 +111,34 @@ def test_an_older_copy_of_the_inventory_fails(mesh: Mesh) -> None:
     assert code == 1 and "app1, app2, db1" in err
 
 
+def merged(mesh: Mesh, *args: str) -> tuple[int, list[str]]:
+    """The real CLI with stdout and stderr in one pipe, in the order it wrote them."""
+    done = subprocess.run(
+        [sys.executable, "-m", "meshtui.cli", "--state", str(mesh.state), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        timeout=120,
+    )
+    return done.returncode, done.stdout.splitlines()
+
+
+def test_the_verdict_comes_first_and_no_pass_precedes_a_disagreement(mesh: Mesh) -> None:
+    code, lines = merged(mesh, "audit", "--verify")
+    assert code == 0 and lines[0].startswith("audit chain verified: "), lines
+    backup = mesh.root / "old-inventory.db"
+    copy_db(mesh.state / INVENTORY, backup)
+    for _ in range(2):
+        assert mesh.cli("push").returncode == 0
+    copy_db(backup, mesh.state / INVENTORY)
+    code, lines = merged(mesh, "audit", "--verify")
+    assert code == 1
+    assert lines[0].startswith("audit chain DISAGREES with what nodes saw: app1, app2, db1"), lines
+    assert not any("verified" in line for line in lines), lines
+    assert [n for n in NODES if any(f"node {n}" in line for line in lines[1:])] == NODES
+
+
 def test_a_chain_that_went_on_from_an_older_copy_diverges(mesh: Mesh) -> None:
     backup = mesh.root / "old-inventory.db"
     copy_db(mesh.state / INVENTORY, backup)

@@ -64,11 +64,16 @@ def cmd_rotate(args: argparse.Namespace) -> int:
             if input("type yes to rotate: ").strip() != "yes":
                 print("cancelled; nothing was changed")
                 return EXIT_OK
-        report = ctl.rotate(ids, progress_printer(args), revoke_old=args.revoke_old)
+        report = ctl.rotate(
+            ids, progress_printer(args), revoke_old=args.revoke_old, probe_after=True
+        )
+        after = ctl.status([o.pair for o in report.probes]) if report.probes else []
     if args.json:
         render.print_json(report.to_json())
     else:
         render.rotated(report)
+        for r in after:  # what the probe after it found, in status's words
+            print(f"now {r.state.value:8} {r.pair}  {r.reason}")
     return EXIT_OK if report.ok else EXIT_FAILED
 
 

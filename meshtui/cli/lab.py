@@ -9,6 +9,7 @@ from typing import Any
 from meshtui.cli import render
 from meshtui.cli.context import EXIT_FAILED, EXIT_OK, state_dir
 from meshtui.kinds import registry
+from meshtui.terminal import require_terminal
 
 
 def cmd_lab(args: argparse.Namespace) -> int:
@@ -64,13 +65,22 @@ def lab_ok(info: dict[str, Any]) -> bool:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    require_terminal(
+        "meshtui demo (a lab and its dashboard)",
+        "meshtui lab up, then meshtui status, probe or audit --list, which print text",
+    )
     from meshtui.controller.core import Controller
     from meshtui.lab import mesh as lab
     from meshtui.tui.app import run_dashboard
 
     state = state_dir(args)
+    servers = lab.default_servers()
+    started = ", ".join(name for name, here in servers.items() if here)
+    missing = [name for name, here in servers.items() if not here]
     print(
-        "meshtui demo: building the lab (PostgreSQL, Redis, SeaweedFS, namespaces, agents) ...",
+        f"meshtui demo: building the lab ({started}, namespaces, agents)"
+        + (f"; not installed, left out: {', '.join(missing)}" if missing else "")
+        + " ...",
         file=sys.stderr,
     )
     built = lab.up(state, loopback=True if args.loopback else None)
@@ -88,5 +98,5 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 f"the lab is still up; meshtui --state {state} lab down removes it", file=sys.stderr
             )
         else:
-            for line in lab.down(state):
+            for line in lab.down(state, waiting=lambda w: print(w, file=sys.stderr, flush=True)):
                 print(line, file=sys.stderr)

@@ -11,6 +11,7 @@ from typing import Any
 
 from meshtui.cli import render
 from meshtui.cli.context import EXIT_FAILED, EXIT_OK, controller, progress_printer, state_dir
+from meshtui.terminal import not_a_terminal, require_terminal
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -67,7 +68,7 @@ def cmd_status_due(args: argparse.Namespace) -> int:
 def cmd_audit(args: argparse.Namespace) -> int:
     from meshtui.controller.restored import restores_of  # start-up: not on status's path
 
-    if not (args.verify or args.json or args.export or args.list):
+    if not (args.verify or args.json or args.export or args.list) and not_a_terminal() is None:
         from meshtui.tui.app import run_dashboard
 
         return run_dashboard(state_dir(args), read_only=True, screen="audit")
@@ -92,20 +93,16 @@ def cmd_audit(args: argparse.Namespace) -> int:
                 "restores": [asdict(r) for r in restores],
             }
         render.print_json(out)
+    elif check is not None and anchors is not None:
+        render.verdict(check, anchors, [r.line() for r in restores])
     else:
-        if not args.verify:
-            render.events(events)
-        if check is not None:
-            render.chain(check)
-        for r in restores:
-            print(f"  {r.line()}")
-        if anchors is not None:
-            render.anchors(anchors)
+        render.events(events)
     broken = (check is not None and not check.ok) or (anchors is not None and not anchors.ok)
     return EXIT_FAILED if broken else EXIT_OK
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
+    require_terminal("the dashboard")
     from meshtui.tui.app import run_dashboard
 
     return run_dashboard(state_dir(args), read_only=args.read_only)

@@ -126,30 +126,48 @@ def events(rows: Sequence[AuditEvent]) -> None:
         print(f"{e.seq:>5} {e.at} {e.operator:<10} {e.kind:<10} {e.outcome:<8} {pairs}")
 
 
-def chain(check: ChainReport) -> None:
-    if check.ok:
-        print(f"audit chain verified: {check.events} events")
-    else:
-        print(f"audit chain BROKEN at event {check.bad_seq}: {check.problem}", file=sys.stderr)
-
-
-def anchors(check: AnchorCheck) -> None:
-    """Each node's kept audit head against the chain; disagreements on stderr."""
-    for n in check.nodes:
-        out = sys.stderr if n.disagrees else sys.stdout
-        mark = "DISAGREES" if n.disagrees else n.verdict
-        print(f"  node {n.node:<12} {mark:<11} {n.reason}", file=out)
+def verdict(check: ChainReport, anchors: AnchorCheck, restores: Sequence[str]) -> None:
+    """``audit --verify``: the verdict on the first line, then its evidence (the restores on
+    record, each node's kept head). A chain that fails says so first, on stderr; "verified" is
+    printed only when the chain and every node that answered agree."""
+    disagrees = (
+        "audit chain DISAGREES with what nodes saw: "
+        + ", ".join(anchors.disagreeing)
+        + " (events were deleted or rewritten, or an inventory was copied back by hand: "
+        "find out who changed it, and put a backup back with meshtui restore into an empty "
+        'folder, which the nodes take on record; README, "Backup and restore")'
+    )
     if not check.ok:
+        _err(f"audit chain BROKEN at event {check.bad_seq}: {check.problem}")
+        if not anchors.ok:
+            _err(disagrees)
+    elif not anchors.ok:
+        _err(disagrees)
+        print(f"  the inventory's chain alone links {check.events} events (it cannot show an "
+              "older copy or a wipe; the nodes can)", flush=True)  # fmt: skip
+    elif not anchors.answered:
         print(
-            "audit chain DISAGREES with what nodes saw: "
-            + ", ".join(check.disagreeing)
-            + " (events were deleted or rewritten, or an inventory was copied back by hand: "
-            "find out who changed it, and put a backup back with meshtui restore into an empty "
-            'folder, which the nodes take on record; README, "Backup and restore")',
-            file=sys.stderr,
+            f"audit chain verified: {check.events} events; no node answered: the chain is not "
+            "checked against what the nodes saw",
+            flush=True,
         )
-    elif not check.answered:
-        print("no node answered: the chain is not checked against what the nodes saw")
+    else:
+        print(f"audit chain verified: {check.events} events", flush=True)
+    for line in restores:
+        print(f"  {line}", flush=True)
+    for n in anchors.nodes:
+        mark = "DISAGREES" if n.disagrees else n.verdict
+        line = f"  node {n.node:<12} {mark:<11} {n.reason}"
+        if n.disagrees:
+            _err(line)
+        else:
+            print(line, flush=True)
+
+
+def _err(line: str) -> None:
+    """One line on stderr, after everything printed before it on stdout."""
+    sys.stdout.flush()
+    print(line, file=sys.stderr, flush=True)
 
 
 def doctor(report: DoctorReport) -> None:
@@ -179,11 +197,14 @@ def pushed(report: PushReport) -> None:
     if not report.delivered and not report.withdrawn and not report.ahead:
         # only true when nobody is behind: a node that refused or did not answer holds nothing known
         print("every end already holds its generation" if report.ok else "nothing was delivered")
+    cut_off = set(report.unreachable)
     for pid, why in sorted(report.behind.items()):
-        print(f"behind    {pid}: {why}")
+        print(f"{'unreachable' if pid in cut_off else 'behind':9} {pid}: {why}")
     for node, what in sorted(report.claims.items()):  # a node's own words: shown, not obeyed
         print(f"CLAIM     {node}: {terminal.shown(what)}")
-    print("all ends agree" if report.ok else f"{len(report.behind)} pairs behind")
+    late = len(report.behind) - len(cut_off)
+    counts = [f"{late} pairs behind"] * bool(late) + [f"{len(cut_off)} unreachable"] * bool(cut_off)
+    print("all ends agree" if report.ok else ", ".join(counts))
 
 
 def rotation_plan(plan: RotationPlan) -> None:

@@ -15,6 +15,7 @@ import json
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -44,6 +45,7 @@ from meshtui.controller.schedule import PairDue
 from meshtui.errors import (
     ForeignStateFolderError,
     InputError,
+    MeshtuiError,
     ReadOnlyContactError,
     ReadOnlyError,
     RotationBusyError,
@@ -52,7 +54,7 @@ from meshtui.errors import (
 from meshtui.folders import trusted_path, user_name
 from meshtui.inventory import Inventory
 from meshtui.keys import KEY_STEM, write_keys_once
-from meshtui.model import PairStatus, State, node_of
+from meshtui.model import PairStatus, RotationState, State, node_of
 
 if TYPE_CHECKING:  # httpx stays out of the import of core (see controller.client)
     from meshtui.controller.anchors import AnchorCheck
@@ -455,16 +457,32 @@ class Controller:
         return plan(self, ids)
 
     def rotate(
-        self, ids: Iterable[str], progress: Progress = no_progress, *, revoke_old: bool = False
+        self,
+        ids: Iterable[str],
+        progress: Progress = no_progress,
+        *,
+        revoke_old: bool = False,
+        probe_after: bool = False,
     ) -> RotationReport:
         """All-or-nothing rotation of ``ids``; ``revoke_old``: break-glass, the old credential
-        revoked at every provider even when a consumer cannot take the new one (locked out)."""
+        revoked at every provider even when a consumer cannot take the new one (locked out).
+        ``probe_after`` (an operator's rotation): then a probe of the pairs it moved, stored and
+        in the report, so they read working or stale at once, not unknown; a probe that cannot
+        run is said in the reason, never undoes it."""
         from meshtui.controller.rotate import rotate
 
         ids = self.resolve_pairs(ids)
         self.contact("rotate", lambda: self._ends(ids))
         self._writable("rotate")
-        return rotate(self, ids, progress, revoke_old=revoke_old)
+        report = rotate(self, ids, progress, revoke_old=revoke_old)
+        if not probe_after or report.outcome == RotationState.ROLLED_BACK or not report.pairs:
+            return report
+        try:
+            probes = self.probe([p.pair for p in report.pairs], progress)
+        except MeshtuiError as exc:
+            why = f"the probe after it could not run: {exc}"
+            return replace(report, reason=f"{report.reason}; {why}" if report.reason else why)
+        return replace(report, probes=probes)
 
     def probe(
         self, ids: Iterable[str] | None = None, progress: Progress = no_progress

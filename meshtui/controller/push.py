@@ -226,10 +226,13 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
             if r.withdrawn and r.state is State.STALE and not r.alarm
         }
         behind_now.update(unknown)  # held by nodes, unknown here: not in agreement
+        cut_off: set[str] = set()  # not known behind: only a node of theirs did not answer
         for node, why in unreachable.items():
             for r in rows:
                 if node in (r.consumer_node, r.provider_node) and not r.withdrawn:
                     said, down = behind_now.get(r.pair), f"{node} unreachable: {why}"
+                    if said is None or r.pair in cut_off:
+                        cut_off.add(r.pair)
                     behind_now[r.pair] = down if said is None else f"{said}; {down}"
         inv.record(
             "push",
@@ -246,7 +249,12 @@ def push(ctl: Controller, progress: Progress) -> PushReport:
         )
         progress("done", 4, 4)
         return PushReport(
-            delivered=delivered, withdrawn=revoked, behind=behind_now, ahead=ahead, claims=claims
+            delivered=delivered,
+            withdrawn=revoked,
+            behind=behind_now,
+            ahead=ahead,
+            unreachable=sorted(cut_off),
+            claims=claims,
         )
 
 

@@ -107,6 +107,7 @@ class RotationReport:
     outcome: RotationState  # DONE, ROLLED_BACK or CONVERGING
     pairs: list[PairOutcome]
     reason: str = ""
+    probes: list[ProbeOutcome] = field(default_factory=list)  # the probe after (an operator's)
 
     @property
     def done(self) -> bool:
@@ -129,13 +130,16 @@ class PushReport:
 
     delivered: list[PairOutcome]
     withdrawn: list[PairOutcome]
-    behind: dict[str, str]  # pair -> reason
+    behind: dict[str, str]  # pair -> reason (a pair of an unreachable node included)
     ahead: dict[str, str] = field(default_factory=dict)  # pair -> ends ahead, what became of it
     claims: dict[str, str] = field(default_factory=dict)  # node -> ends it claimed, not its own
+    unreachable: list[str] = field(default_factory=list)
+    """The pairs in ``behind`` for no reason but a node of theirs that did not answer: not known
+    to be behind (their ends may well hold their generation), only not reached."""
 
     @property
     def ok(self) -> bool:
-        """True when nobody is behind."""
+        """True when nobody is behind (or unreachable)."""
         return not self.behind
 
     def to_json(self) -> dict[str, Any]:

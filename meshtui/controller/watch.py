@@ -28,6 +28,7 @@ from meshtui.controller.core import Controller
 from meshtui.controller.heartbeat import HEARTBEAT, Heartbeat
 from meshtui.controller.metrics import CycleView, Metrics
 from meshtui.controller.notify import Alert
+from meshtui.controller.resolve import resolve_nodes
 from meshtui.controller.schedule import SPREAD, PairDue, epoch, probe_slot, schedule
 from meshtui.controller.status import LOCKED_OUT, NOT_PROBED_SINCE, statuses
 from meshtui.errors import MeshtuiError, NotResolvedError, RotationBusyError
@@ -202,6 +203,7 @@ class Watch:
         if ok and self.waiting is None:
             self.last_ok_at = stamp_now()
         if self.metrics is not None:
+            self._ask_unheard(now)
             self.metrics.update(
                 CycleView(
                     statuses=rows,
@@ -505,6 +507,18 @@ class Watch:
         return str((self.states or {}).get(pid, (State.UNKNOWN, ""))[0])
 
     # ---- bookkeeping --------------------------------------------------------------------
+    def _ask_unheard(self, now: float) -> None:
+        """Ask each node no push or probe has heard from yet (a node holding only providers
+        is not probed from), so ``meshtui_node_up`` names every node from the first scrape."""
+        unheard = [n for n in self.ctl.inventory.nodes() if n not in self.nodes_up]
+        if not unheard or self.stop.is_set():
+            return
+        for res in resolve_nodes(self.ctl, unheard):
+            if res.ok:
+                self._node_up(res.node)
+            else:
+                self._node_down(res.node, now)
+
     def _node_down(self, node: str, now: float) -> None:
         if self.nodes_up.get(node, True):
             self.log(f"node {node} does not answer; retrying with backoff")

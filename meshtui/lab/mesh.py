@@ -16,7 +16,7 @@ import shlex
 import signal
 import socket
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -473,13 +473,32 @@ def _write_policies(
         node_policy.write(folder / "nodes" / node, text)
 
 
-def down(state_dir: Path, *, purge: bool = False) -> list[str]:
-    """Stop every agent and PostgreSQL, remove the namespaces; ``purge`` deletes the lab folder."""
+def default_servers() -> dict[str, bool]:
+    """The servers the default mesh of :func:`up` runs, by title, each with whether it is
+    installed here (one not installed is left out of the mesh)."""
+    return {
+        "PostgreSQL": True,
+        "Redis": lab_redis.available(),
+        "OpenBao": lab_bao.available(),
+        "SeaweedFS": lab_s3.available(),
+    }
+
+
+def down(
+    state_dir: Path, *, purge: bool = False, waiting: Callable[[str], None] | None = None
+) -> list[str]:
+    """Stop every agent and server, remove the namespaces; ``purge`` deletes the lab folder.
+
+    ``waiting`` is told, before each stop that may take a while, what is being waited for (a
+    teardown that looks hung invites a Ctrl-C in the middle of it)."""
+    say = waiting or (lambda _line: None)
     trusted_path(state_dir, own=True)  # its lab.json names the pids root signals
     state_dir = state_dir.resolve()
     lab = load(state_dir)
     done: list[str] = []
     if lab is not None:
+        if any(_alive(pid) for pid in lab.pids.values()):
+            say("stopping the agents ...")
         for node, pid in lab.pids.items():
             if _alive(pid):
                 os.kill(pid, signal.SIGTERM)
@@ -493,19 +512,27 @@ def down(state_dir: Path, *, purge: bool = False) -> list[str]:
     folder = state_dir / LAB
     cache = lab_redis.existing(folder / "redis")
     if cache is not None and cache.pid() is not None:
+        say("stopping Redis ...")
         cache.stop()
         done.append("stopped Redis")
     bao = lab_bao.existing(folder / "openbao")
     if bao is not None and bao.pid() is not None:
+        say("stopping OpenBao ...")
         bao.stop()
         done.append("stopped OpenBao")
     store = lab_s3.existing(folder / "weed")
     if store is not None and store.pid() is not None:
+        if not purge:
+            say(
+                "stopping SeaweedFS: its filer waits about 15 s for its own S3 gateway to let "
+                "go before it exits (weed's graceful stop; the data stays whole) ..."
+            )
         store.stop(kill=purge)  # its data goes with the lab folder: no graceful wait
         done.append("stopped SeaweedFS")
     try:
         cluster = postgres.open_cluster(folder / "pg")
         if cluster.running():
+            say("stopping PostgreSQL ...")
             cluster.stop()
             done.append("stopped PostgreSQL")
     except LabError:

@@ -45,7 +45,7 @@ from meshtui.controller.reports import (
 )
 from meshtui.errors import MeshtuiError, ReadOnlyError
 from meshtui.model import PairStatus, Verdict
-from meshtui.terminal import shown
+from meshtui.terminal import require_terminal, shown
 from meshtui.tui import actions
 from meshtui.tui.commands import MeshCommands
 from meshtui.tui.keymap import config_paths, load_keymap
@@ -74,7 +74,7 @@ batches, so the dashboard keeps up instead of redrawing once per line."""
 
 JobRun = Callable[[Controller, tuple[str, ...], Progress], JobResult]
 JOB_RUNS: dict[JobKind, JobRun] = {
-    JobKind.ROTATE: lambda ctl, ids, progress: ctl.rotate(ids, progress),
+    JobKind.ROTATE: lambda ctl, ids, progress: ctl.rotate(ids, progress, probe_after=True),
     JobKind.DRILL: lambda ctl, ids, progress: ctl.drill(ids, progress),
     JobKind.PROBE: lambda ctl, ids, progress: ctl.probe(ids or None, progress),
     JobKind.PUSH: lambda ctl, ids, progress: ctl.push(progress),
@@ -562,7 +562,9 @@ def job_toast(job: Job, result: JobResult) -> tuple[str, SeverityLevel]:
 
 
 def run_dashboard(state_dir: Path, *, read_only: bool = False, screen: str | None = None) -> int:
-    """Open the dashboard on ``state_dir`` until the operator quits; the CLI's entry point."""
+    """Open the dashboard on ``state_dir`` until the operator quits; the CLI's entry point.
+    Without a terminal it refuses (InputError, one line) instead of drawing into a pipe."""
+    require_terminal("the dashboard")
     app = MeshApp(state_dir, read_only=read_only, screen=screen)
     result = app.run()
     if app.return_code not in (None, 0):

@@ -154,3 +154,23 @@ def test_drift_that_cannot_be_reapplied_is_shown_in_status(mesh, pg):
     with mesh.controller() as ctl:
         assert ctl.push().ok
         assert [p.verdict for p in ctl.probe([GITEA])] == ["accepted"]
+
+
+def test_an_unreachable_nodes_pairs_are_called_unreachable_not_behind(mesh):
+    mesh.stop("app1")  # both ends of both pairs hold their generation: nothing is behind
+    done = mesh.cli("push")
+    assert done.returncode == 1, done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split()[:2] for line in lines if GITEA in line or WIKI in line] == [
+        ["unreachable", f"{GITEA}:"],
+        ["unreachable", f"{WIKI}:"],
+    ], lines
+    assert not any(line.startswith("behind") for line in lines), lines
+    assert lines[-1] == "2 unreachable"
+    with mesh.controller() as ctl:
+        report = ctl.push()
+    assert not report.ok and report.unreachable == [GITEA, WIKI]
+    mesh.start("app1")
+    with mesh.controller() as ctl:
+        report = ctl.push()
+    assert report.ok and report.unreachable == []

@@ -223,3 +223,18 @@ def test_plaintext_in_no_agent_log_environment_or_command_line(mesh):
     for s in secrets:
         assert s not in logs
     assert os.environ.get("MESHTUI_SECRET") is None
+
+
+def test_an_operators_rotation_ends_with_a_probe_of_what_it_rotated(mesh):
+    """Right after ``rotate`` the rotated pair reads what a probe found, not "not probed since
+    generation N": the CLI says it, and the inventory (what the dashboard shows) holds it."""
+    result = mesh.cli("rotate", "--yes", GITEA)
+    assert result.returncode == 0, result.stdout + result.stderr
+    with mesh.controller(read_only=True) as ctl:
+        rows = {r.pair: r for r in ctl.status()}
+    assert rows[GITEA].state.value == "working", rows[GITEA].reason
+    assert f"now working  {GITEA}  " in result.stdout, result.stdout
+    assert rows[WIKI].pair not in result.stdout  # only what it rotated was probed
+    with mesh.controller() as ctl:  # the watch's rotations probe on their own schedule
+        report = ctl.rotate([WIKI])
+    assert report.ok and report.probes == []

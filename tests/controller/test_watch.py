@@ -185,7 +185,10 @@ def test_due_rotations_are_spread_and_rotate_due_rotates_only_those(mesh):
     time.sleep(max(0.0, max(d.due_at for d in plan.values()) - time.time()) + 0.1)
     result = mesh.cli("rotate", "--due", "--yes")
     assert result.returncode == 0, result.stderr
-    assert sorted(line.split()[1] for line in result.stdout.splitlines()) == sorted(ALL)
+    lines = result.stdout.splitlines()
+    rotated = [line.split()[1] for line in lines if not line.startswith("now ")]
+    assert sorted(rotated) == sorted(ALL)
+    assert sorted(line.split()[2] for line in lines if line.startswith("now ")) == sorted(ALL)
 
 
 def test_watch_waits_for_an_operators_lock_and_says_so(mesh):
@@ -204,6 +207,25 @@ def test_watch_waits_for_an_operators_lock_and_says_so(mesh):
 
 
 # ---------------------------------------------------------------------------- nodes that go away
+
+
+def test_the_first_scrape_names_every_node(mesh):
+    """A node holding only providers is never probed from: it is asked, so the first cycle's
+    metrics say whether every node is up (db1 was missing until a push happened to run)."""
+    mesh.stop("app2", signal.SIGKILL)
+    metrics = Metrics()
+    host, port = metrics.serve("127.0.0.1", 0)
+    try:
+        with mesh.controller() as ctl:
+            first = Watch(ctl, metrics=metrics, log=print).cycle()  # nothing to push or probe
+            assert not first.pushed and first.probed == 0
+        text = scrape(port)
+        assert sample(text, 'meshtui_node_up{node="db1"}') == 1.0
+        assert sample(text, 'meshtui_node_up{node="app1"}') == 1.0
+        assert sample(text, 'meshtui_node_up{node="app2"}') == 0.0
+    finally:
+        metrics.close()
+        mesh.start("app2")
 
 
 def test_consumer_agent_killed_makes_pairs_unknown_and_alerts_then_back(mesh):

@@ -88,6 +88,9 @@ class Server(Protocol):
     def down(self) -> AbstractContextManager[None]:
         """The server cannot answer (stopped, or sealed) inside the block, and is back after."""
 
+    def restart(self) -> None:
+        """Stop the server's process and start it again on what it keeps (changing nothing)."""
+
 
 @dataclass
 class Provider:

@@ -182,6 +182,10 @@ class OpenBaoServer:
         with self.server.root() as bao:
             return sorted(bao.keys(f"auth/{APPROLE_MOUNT}/role/{role}/secret-id"))
 
+    def restart(self) -> None:
+        self.server.stop()
+        self.server.start()  # unsealed again, as an operator would after a restart
+
     @contextmanager
     def down(self) -> Iterator[None]:
         """Sealed: OpenBao answers 503 to every login; unsealed again after."""

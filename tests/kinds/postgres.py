@@ -128,6 +128,10 @@ class PostgresServer:
             ).fetchone()
         return [str(row[0])] if row and row[0] else []
 
+    def restart(self) -> None:
+        self.cluster.stop()
+        self.cluster.start()
+
     @contextmanager
     def down(self) -> Iterator[None]:
         self.cluster.stop()

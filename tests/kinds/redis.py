@@ -162,6 +162,11 @@ class RedisServer:
             user = admin.acl_getuser(login) or {}
         return [str(p) for p in user.get("passwords", [])]
 
+    def restart(self) -> None:
+        self.server.stop()
+        self.server.start()  # loads its aclfile
+        self._loud()
+
     @contextmanager
     def down(self) -> Iterator[None]:
         self.server.stop()

@@ -175,6 +175,10 @@ class WeedFixture:
         identity = self._identities().get(login) or {}
         return [str(c["secretKey"]) for c in identity.get("credentials") or []]
 
+    def restart(self) -> None:
+        self.server.stop()  # a stop it is told of: the filer flushes what it holds
+        self.server.start()
+
     @contextmanager
     def down(self) -> Iterator[None]:
         self.server.stop(kill=True)  # down as a crash: weed's graceful stop takes 15 s

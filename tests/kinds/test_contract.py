@@ -11,8 +11,8 @@ import pytest
 
 from meshtui.errors import ManifestError
 from meshtui.kinds import registry
-from meshtui.model import Verdict
-from meshtui.provisioner.harness import reconcile
+from meshtui.model import Drift, Verdict
+from meshtui.provisioner.harness import inspect, reconcile
 
 from .conftest import fixture_module
 from .contract import Provider, Server, every_password, outcomes
@@ -64,6 +64,20 @@ def test_drift_is_restored(provider: Provider, server: Server) -> None:
     assert outcomes(report) == {login: "updated"}, report.lines()
     assert provider.can_login("app1", "gitea")
     assert not server.can_login(login, "typed-by-hand")
+
+
+def test_a_restart_of_the_server_reports_no_drift(provider: Provider, server: Server) -> None:
+    login = provider.add("app1", "gitea")
+    other = provider.add("app2", "web")
+    assert provider.reconcile().ok
+    server.restart()
+    found = {f.login: f.verdict for f in inspect(provider.manifest, server.admin)}
+    assert found == {login: Drift.MATCHES, other: Drift.MATCHES}
+    report = provider.reconcile()
+    assert outcomes(report) == {login: "unchanged", other: "unchanged"}, report.lines()
+    server.drift(login)  # a real change after the restart is still seen
+    found = {f.login: f.verdict for f in inspect(provider.manifest, server.admin)}
+    assert found == {login: Drift.CHANGED, other: Drift.MATCHES}
 
 
 def test_removal_keeps_the_data_and_ends_live_sessions(provider: Provider, server: Server) -> None:
@@ -181,6 +195,15 @@ def test_probe_verdicts_with_the_negative_control(provider: Provider, server: Se
     assert revoked.verdict() is Verdict.REFUSED, revoked.reason()
     unknown = provider.probe("nobody_app1_x", password)
     assert unknown.verdict() in (Verdict.REFUSED, Verdict.UNKNOWN), unknown.reason()
+
+
+def test_an_accepted_probe_names_the_consumers_address(provider: Provider) -> None:
+    login = provider.add("app1", "gitea")
+    provider.reconcile()
+    accepted = provider.probe(login, provider.password("app1", "gitea"))
+    assert accepted.verdict() is Verdict.ACCEPTED, accepted.reason()
+    assert accepted.login.client_addr == "127.0.0.1", accepted.reason()
+    assert "from 127.0.0.1" in accepted.reason(), accepted.reason()
 
 
 def test_a_server_that_is_down_is_unknown_never_revoked(provider: Provider, server: Server) -> None:

@@ -276,8 +276,15 @@ def test_lab_down_leaves_no_process_namespace_or_server(lab):
     """Runs last in this module: the fixture's own teardown then finds nothing to do."""
     state, built = lab
     pids = dict(built.pids)
-    done = lab_mesh.down(state)
+    heard: list[str] = []
+    done = lab_mesh.down(state, waiting=heard.append)
     assert any("stopped PostgreSQL" in line for line in done)
+    for line in done:  # each server stopped was announced before its stop, with what it waits for
+        if line.startswith("stopped ") and not line.startswith("stopped agent"):
+            assert any(h.startswith(f"stopping {line.removeprefix('stopped ')}") for h in heard)
+    assert "stopping the agents ..." in heard
+    if any("SeaweedFS" in line for line in done):
+        assert any("15 s" in h for h in heard if h.startswith("stopping SeaweedFS")), heard
     for node, pid in pids.items():
         assert not Path(f"/proc/{pid}").exists(), f"agent {node} still runs"
     left = subprocess.run(

@@ -43,6 +43,19 @@ def test_accepted_with_a_refused_control(rmesh: RMesh) -> None:
     assert "certificate verified" in result.reason() and result.loopback
 
 
+def test_a_restricted_login_is_named_by_its_address_not_an_error(rmesh: RMesh) -> None:
+    """A login without @connection (as asked: ``+@read +@write``) may not run CLIENT INFO:
+    the reason says what was proven and from where, not a permission error."""
+    rmesh.add("app1", "wiki", values={"commands": "+@read +@write"})
+    assert rmesh.reconcile().ok
+    result = _probe(rmesh, rmesh.login_of("app1", "wiki"), rmesh.password("app1", "wiki"))
+    assert result.verdict() is Verdict.ACCEPTED, result.reason()
+    assert result.login.client_addr == "127.0.0.1"
+    assert "from 127.0.0.1" in result.reason(), result.reason()
+    assert "NoPermission" not in result.reason() and "could not" not in result.reason()
+    assert "may not run CLIENT INFO" in result.reason()
+
+
 def test_wrong_password_and_removed_user_are_refused(rmesh: RMesh) -> None:
     rmesh.add("app1", "worker")
     assert rmesh.reconcile().ok

@@ -18,6 +18,7 @@ from redis.connection import SSLConnection, parse_url
 
 from meshtui.kinds.redis import lab as lab_redis
 from meshtui.kinds.redis import private as redis_private
+from meshtui.kinds.redis import probe as probe_redis
 from meshtui.kinds.redis.private import (
     ContextTLSConnection,
     NoAuth,
@@ -102,3 +103,24 @@ def test_only_ca_switches_a_ca_only_url_and_leaves_the_rest(tmp_path: Path) -> N
 def test_the_pin_names_a_redis_py_with_these_internals() -> None:
     major = int(redis_private.PINNED_REDIS_PY.split(".")[0])
     assert major >= 5  # redis._parsers exists from redis-py 5
+
+
+def test_a_connection_keeps_its_socket_in_the_private_sock() -> None:
+    import socket
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        conn: Any = redis.connection.Connection(
+            host="127.0.0.1",
+            port=listener.getsockname()[1],
+            socket_connect_timeout=2,
+            protocol=2,
+            **probe_redis._NO_LIB_INFO,
+        )
+        assert redis_private.local_address(conn) is None  # not connected yet
+        conn.connect()  # sends nothing: no password, no name, no library info
+        try:
+            assert redis_private.local_address(conn) == "127.0.0.1"
+        finally:
+            conn.disconnect()

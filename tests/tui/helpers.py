@@ -172,7 +172,9 @@ def install_fake(monkeypatch: Any) -> FakeActions:
     f = FakeActions()
     monkeypatch.setattr(Controller, "plan_rotation", lambda self, ids: f.plan(self, list(ids)))
     monkeypatch.setattr(
-        Controller, "rotate", lambda self, ids, progress=None: f.rotate(self, ids, progress)
+        Controller,
+        "rotate",
+        lambda self, ids, progress=None, probe_after=False: f.rotate(self, ids, progress),
     )
     monkeypatch.setattr(
         Controller, "probe", lambda self, ids=None, progress=None: f.probe(self, ids, progress)

@@ -230,7 +230,9 @@ async def test_each_pairs_outcome_shows_while_the_rotation_runs(
 ) -> None:
     gate = threading.Event()
 
-    def rotate(ctl: Controller, ids: Any, progress: Any = None) -> RotationReport:
+    def rotate(
+        ctl: Controller, ids: Any, progress: Any = None, probe_after: bool = False
+    ) -> RotationReport:
         progress(f"{GITEA}: generation 1->2, window 12.5 ms", 1, 2)
         gate.wait(10)  # the test looks at the screen while the job is still running
         return RotationReport(
@@ -268,7 +270,9 @@ async def test_a_burst_of_progress_lines_is_drawn_in_batches(
         f"database:app{i}/x->db1/postgres: generation 1->2, window 1.0 ms" for i in range(1500)
     ]
 
-    def rotate(ctl: Controller, ids: Any, progress: Any = None) -> RotationReport:
+    def rotate(
+        ctl: Controller, ids: Any, progress: Any = None, probe_after: bool = False
+    ) -> RotationReport:
         for n, text in enumerate(texts, 1):
             progress(text, n, len(texts))
         return RotationReport(rotation=8, outcome=RotationState.DONE, pairs=[])

@@ -85,9 +85,12 @@ async def test_push_probe_rotate_and_drill_from_the_keyboard(mesh: Any) -> None:
         outcome = f"{GITEA}: generation 1->2, window {rotation.pairs[0].window_ms:.1f} ms"
         assert outcome in progress_before_end(messages)
         assert isinstance(app.screen, JobScreen)
-        assert app.screen.query_one(Log).lines[-1].endswith(outcome)
+        assert any(line.endswith(outcome) for line in app.screen.query_one(Log).lines)
         await settle(pilot)
         assert app.model.rows[GITEA].status.generation == 2
+        # the rotation ended with a probe of what it rotated: working, not "not probed since"
+        assert [p.verdict for p in rotation.probes] == ["accepted"], rotation.probes
+        assert app.model.rows[GITEA].status.state.value == "working"
 
         await pilot.press("escape", "d")
         await settle(pilot)

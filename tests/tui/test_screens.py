@@ -237,5 +237,6 @@ def test_run_dashboard_returns_when_the_app_exits(built: Built, monkeypatch: Any
         return 0
 
     monkeypatch.setattr(app_module.MeshApp, "run", fake_run)
+    monkeypatch.setattr(app_module, "require_terminal", lambda what: None)  # pytest has none
     assert app_module.run_dashboard(built.state, read_only=True, screen="audit") == 0
     assert seen[0].read_only and seen[0].start_screen == "audit"

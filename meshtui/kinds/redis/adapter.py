@@ -124,7 +124,24 @@ class User:
     marker: Marker | None
 
     def rules_hash(self) -> str:
-        """A hash of everything in this user's ACL except our marker."""
+        """A hash of everything in this user's ACL except our marker, in its canonical form
+        (:func:`canonical_commands`, empty keys or channels spelled out), so that Redis printing
+        the same rules in another order (as 7.0 does after loading its aclfile) is no change."""
+        text = json.dumps(
+            [
+                sorted(self.flags),
+                sorted(self.passwords),
+                canonical_commands(self.commands),
+                self.keys or "resetkeys",
+                self.channels or "resetchannels",
+                [list(s) for s in self.selectors],
+            ]
+        )
+        return hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
+
+    def printed_hash(self) -> str:
+        """The rules hash over the rules exactly as Redis printed them: what a marker written
+        before the canonical form records (accepted as unchanged, rewritten by the next write)."""
         text = json.dumps(
             [
                 sorted(self.flags),
@@ -136,6 +153,40 @@ class User:
             ]
         )
         return hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
+
+    def intact(self) -> bool:
+        """Whether this user still holds the rules its marker recorded."""
+        return self.marker is not None and self.marker.rules in (
+            self.rules_hash(),
+            self.printed_hash(),
+        )
+
+    def printed_only(self) -> bool:
+        """Intact by a marker over the rules as printed, not their canonical form: its marker
+        is rewritten by the next reconcile (:meth:`RedisAdapter.catch_up`)."""
+        return (
+            self.marker is not None
+            and not self.selectors
+            and self.marker.rules == self.printed_hash() != self.rules_hash()
+        )
+
+
+def canonical_commands(text: str) -> str:
+    """A user's command rules with the single-command ones sorted by command.
+
+    Redis 7.0 prints a user's rules as category rules (``-@all +@read``, in a fixed order) then
+    the single commands and subcommands that differ from them (``-keys +memory|usage``) in the
+    order of its command table, a hash table seeded anew at each start: the same user prints
+    in another order after a restart. The category rules keep their order (it has meaning);
+    the trailing single-command rules each name one command, so their order does not, and they
+    are sorted (a command before its subcommands).
+    """
+    tokens = text.split()
+    tail = len(tokens)
+    while tail > 0 and "@" not in tokens[tail - 1]:
+        tail -= 1
+    singles = sorted(tokens[tail:], key=lambda t: (t[1:], t[0]))
+    return " ".join(tokens[:tail] + singles)
 
 
 def _pairs(reply: Sequence[Any]) -> dict[str, Any]:
@@ -301,6 +352,8 @@ class RedisAdapter:
         self._keys_verbatim = False
         self.dirty = False
         self._unsaved = False  # inspect saw the mark of an earlier run's failed save
+        self._printed_only: list[User] = []  # inspect saw markers over the rules as printed
+        self._written: set[str] = set()  # the users this session wrote
         try:
             pool = redis.ConnectionPool(
                 **_admin_kwargs(url),
@@ -341,10 +394,18 @@ class RedisAdapter:
 
     def catch_up(self) -> None:
         """Make this run persist even if it changes nothing, when an earlier run's save failed
-        (its mark was in the inspect's ACL LIST). Called by reconcile, never by a read-only
+        (its mark was in the inspect's ACL LIST), and give a marker over the rules as printed
+        its canonical hash (the marker alone). Called by reconcile, never by a read-only
         inspect."""
         if self._unsaved and self.persist is not None:
             self.dirty = True
+        for user in self._printed_only:
+            assert user.marker is not None
+            if user.name in self._written:  # this run wrote it whole, with a new marker
+                continue
+            marker = self._marker(user.marker.values, user.rules_hash(), user.marker.digest)
+            self._write(user.name, ["clearselectors", f"({marker} -@all)"])
+        self._printed_only = []
 
     def close(self) -> None:
         """Persist what this session changed (ACL SAVE or CONFIG REWRITE), then disconnect.
@@ -448,7 +509,9 @@ class RedisAdapter:
                     out[name] = Held(name, ours=False, note=foreign)
                 continue
             assert user.marker is not None
-            intact = user.rules_hash() == user.marker.rules
+            intact = user.intact()
+            if name in wanted and user.printed_only():
+                self._printed_only.append(user)
             in_place = False
             if name in wanted:
                 try:
@@ -515,6 +578,7 @@ class RedisAdapter:
 
     def _write(self, login: str, args: Sequence[str]) -> None:
         """One ACL SETUSER; Redis applies it whole or not at all."""
+        self._written.add(login)
         try:
             _command(self.client, "ACL", "SETUSER", login, *args)
         except redis.ResponseError as exc:
@@ -613,6 +677,7 @@ class RedisAdapter:
         pipe = self.client.pipeline(transaction=False)
         for write in writes:
             _command(pipe, "ACL", "SETUSER", write.login, *write.args)
+            self._written.add(write.login)
         self.dirty = True
         try:
             replies = pipe.execute(raise_on_error=False)

@@ -1,6 +1,6 @@
 """The private redis-py internals meshtui relies on, in one place.
 
-redis-py has no public way to do these two things:
+redis-py has no public way to do these three things:
 
 * connect over TLS with an ``ssl.SSLContext`` we built (trusting the declared CA and nothing
   else): its ``SSLConnection`` always starts from ``ssl.create_default_context()``, which loads
@@ -8,7 +8,9 @@ redis-py has no public way to do these two things:
   ``_wrap_socket_with_ssl``;
 * read on after a ``-NOAUTH`` or ``-WRONGPASS`` reply: its RESP2 parser (private
   ``redis._parsers._RESP2Parser``) maps them to ``AuthenticationError``, a ConnectionError,
-  which ends the connection, so the probe could not read the replies pipelined after them.
+  which ends the connection, so the probe could not read the replies pipelined after them;
+* tell this end's address of a connection (its socket is the private ``_sock``): what the
+  probe names when the login may not run ``CLIENT INFO``.
 
 tests/redis/test_redis_private.py checks every name and behaviour used here against the
 installed redis-py (pinned below), so an upgrade that changes them fails loudly there instead
@@ -79,3 +81,12 @@ def only_ca(kwargs: dict[str, Any]) -> dict[str, Any]:
     out["connection_class"] = ContextTLSConnection
     out["context"] = tls_context(str(kwargs["ssl_ca_certs"]))
     return out
+
+
+def local_address(conn: Any) -> str | None:
+    """This end's address of a connected redis-py connection, or None when it cannot be read."""
+    sock = getattr(conn, "_sock", None)
+    try:
+        return str(sock.getsockname()[0]) if sock is not None else None
+    except (OSError, IndexError, TypeError):
+        return None

@@ -53,6 +53,7 @@ from meshtui.kinds.redis.private import (
     NoAuth,
     ReadOnParser,
     WrongPass,
+    local_address,
     tls_context,
 )
 from meshtui.model import Verdict
@@ -163,6 +164,7 @@ def login(
     started = time.perf_counter()
     try:
         conn.connect()
+        here = local_address(conn)
         conn.send_packed_command(
             conn.pack_commands([("PING",), ("AUTH", user, password), ("CLIENT", "INFO")])
         )
@@ -206,11 +208,12 @@ def login(
             loopback=loopback,
         )
     client, server = (None, None) if isinstance(info, Exception) else _client_info(str(info))
-    note = (
-        f"; could not read CLIENT INFO: {_error_reason(info, password)}"
-        if isinstance(info, Exception)
-        else ""
-    )
+    note = ""
+    if isinstance(info, redis.exceptions.NoPermissionError) and here is not None:
+        # a login restricted as asked (no @connection): the address is this end's own
+        client, note = here, " (this end's address: the login may not run CLIENT INFO)"
+    elif isinstance(info, Exception):
+        note = f"; could not read CLIENT INFO: {_error_reason(info, password)}"
     seen_local = client is not None and (
         client == server or loopback_addr(ipaddress.ip_address(client))
     )

@@ -121,10 +121,12 @@ class _Connection(http.client.HTTPSConnection):
         super().__init__(host, port, timeout=timeout, context=context)
         self._address = address
         self._tls = context
+        self.local: str | None = None  # this end's address (S3 does not say whom it saw)
 
     def connect(self) -> None:
         sock = socket.create_connection((self._address, self.port), self.timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as http.client's own
+        self.local = str(sock.getsockname()[0])
         self.sock = self._tls.wrap_socket(sock, server_hostname=self.host)
 
 
@@ -206,11 +208,11 @@ def login(target: ProbeTarget, options: ProbeOptions) -> LoginResult:
             )  # fmt: skip
         wide_status, wide = _get(conn, outside, signed(outside))
         if wide == "AccessDenied":
-            return _result(
+            return LoginResult.after(
                 Verdict.ACCEPTED,
-                f"signed request accepted on {bucket} over TLS (certificate verified); "
-                "a bucket outside its rights was refused",
-                started, loopback=loopback, used_password=True,
+                f"signed request accepted on {bucket} over TLS (certificate verified) from "
+                f"{conn.local or 'an unread address'}; a bucket outside its rights was refused",
+                started, loopback=loopback, used_password=True, client_addr=conn.local,
             )  # fmt: skip
         if wide_status >= 500:  # the store failed: not a word about the key's rights
             return _result(
