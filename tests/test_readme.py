@@ -29,7 +29,7 @@ def test_every_toml_block_parses(number: int) -> None:
 
 
 def test_an_inline_table_over_two_lines_is_named_with_the_fix(tmp_path: Path) -> None:
-    from meshtui.declaration import load
+    from meshtui.controller.plan.declaration import load
     from meshtui.errors import DeclarationError
 
     path = tmp_path / "mesh.toml"

@@ -11,7 +11,7 @@ from typing import Any
 
 from meshtui.cli import render
 from meshtui.cli.context import EXIT_FAILED, EXIT_OK, controller, progress_printer, state_dir
-from meshtui.controller.restored import restores_of
+from meshtui.controller.records.restored import restores_of
 
 
 def cmd_init(args: argparse.Namespace) -> int:

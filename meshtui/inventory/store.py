@@ -57,7 +57,7 @@ from meshtui.inventory.rows import (
     StatusRow,
 )
 from meshtui.model import Policy, PolicySource, RotationState
-from meshtui.wire import RestoreProof, SignedHead
+from meshtui.protocol.wire import RestoreProof, SignedHead
 
 CHUNK = 500
 """Ids per ``IN (...)``: stays under SQLite's variable limit."""

@@ -10,7 +10,7 @@ provision`` calls it too). ``watch`` polls the manifest and the secret files by 
 reconciles on a change and every ``drift_every`` seconds. A run reads each secret file once,
 after the adapter's inspect, and drops it once its login is made true; nothing long-lived holds
 one. A delta's run (``only``) on an adapter whose ``create`` looks before it writes
-(:class:`~meshtui.provisioner.adapter.Deciding`) inspects only the logins the delta removes.
+(:class:`~meshtui.contracts.adapter.Deciding`) inspects only the logins the delta removes.
 """
 
 from __future__ import annotations
@@ -30,11 +30,7 @@ from typing import Any
 
 import psycopg
 
-from meshtui.crypto import secret_digest
-from meshtui.errors import ManifestError, MeshtuiError, ProvisionError, UnsafeLoginError
-from meshtui.kinds import registry
-from meshtui.model import SUCCESS, Drift, OutcomeName
-from meshtui.provisioner.adapter import (
+from meshtui.contracts.adapter import (
     Adapter,
     AdapterFactory,
     Batching,
@@ -51,14 +47,18 @@ from meshtui.provisioner.adapter import (
     Whole,
     check_name,
 )
-from meshtui.provisioner.files import SecretFiles, read_admin
-from meshtui.provisioner.manifest import (
+from meshtui.contracts.manifest_reader import (
     Consumer,
     Manifest,
     load_manifest,
     parse_manifest,
     read_manifest_bytes,
 )
+from meshtui.contracts.provider_files import SecretFiles, read_admin
+from meshtui.crypto import secret_digest
+from meshtui.errors import ManifestError, MeshtuiError, ProvisionError, UnsafeLoginError
+from meshtui.kinds import registry
+from meshtui.model import SUCCESS, Drift, OutcomeName
 
 MAX_SECRET_BYTES = 4096
 PARALLEL_FROM = 16  # below this many writes one session is as quick as two

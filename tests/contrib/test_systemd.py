@@ -115,7 +115,7 @@ def test_systemd_analyze_verify(unit: Path, tmp_path: Path) -> None:
 def test_the_agent_units_writable_folders_are_the_readmes_policy_folders(tmp_path: Path) -> None:
     """The agent's ReadWritePaths and the README's node policies ("What a node allows") name
     the same folders, every policy there parses, and the unit mounts the policy read-only."""
-    from meshtui.host import policy as node_policy
+    from meshtui.host.policy import node_policy
 
     readme = (Path(__file__).parents[2] / "README.md").read_text()
     section = readme.split("### What a node allows", 1)[1].split("\n## ", 1)[0]

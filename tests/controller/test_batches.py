@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from meshtui.controller import sending
-from meshtui.controller.client import Agents
+from meshtui.controller.act import sending
+from meshtui.controller.agents.client import Agents
 from tests.controller.test_rotate import GITEA, OTHER, WIKI, can_login, login_of, refused
 
 FILES = {

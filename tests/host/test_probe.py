@@ -21,9 +21,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from meshtui.host import probe as p
-from meshtui.host import probe_address, probe_types
-from meshtui.host.probe import LoginResult, ProbeResult, ProbeTarget, Verdict
+from meshtui.contracts import probe_target as probe_address
+from meshtui.contracts import probe_types
+from meshtui.host import probe_runner as p
+from meshtui.host.probe_runner import LoginResult, ProbeResult, ProbeTarget, Verdict
 from meshtui.kinds.postgres import probe as probe_postgres
 from meshtui.kinds.postgres.lab import Cluster, create_cluster
 from meshtui.lab import netns as lab_netns
@@ -188,7 +189,7 @@ def test_probe_many_keeps_order_and_bounds_concurrency(monkeypatch: pytest.Monke
 
 def test_probe_module_imports_nothing_it_must_not() -> None:
     code = (
-        "import sys, meshtui.host.probe\n"
+        "import sys, meshtui.host.probe_runner\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('textual', 'rich') or "
         "m.startswith(('meshtui.controller', 'meshtui.inventory', 'meshtui.tui'))]\n"
         "print(bad)"

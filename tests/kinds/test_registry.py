@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from meshtui import declaration
+from meshtui.contracts.manifest_reader import parse_manifest
+from meshtui.contracts.probe_types import ProbeOptions, ProbeTarget
+from meshtui.controller.plan import declaration
 from meshtui.errors import DeclarationError, ManifestError, UnknownKindError
-from meshtui.host.probe_types import ProbeOptions, ProbeTarget
 from meshtui.kinds import registry
 from meshtui.kinds.kind import DEFAULT_KIND, Kind
-from meshtui.provisioner.manifest import parse_manifest
 from tests.fix_mesh import Mesh, provider
 
 

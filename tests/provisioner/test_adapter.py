@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from meshtui.contracts.adapter import Adapter, Done, Held, Refused, Scope
 from meshtui.crypto import secret_digest
 from meshtui.errors import UnsafeLoginError
 from meshtui.kinds.postgres import adapter as postgres
 from meshtui.kinds.postgres import create as postgres_create
-from meshtui.provisioner.adapter import Adapter, Done, Held, Refused, Scope
 from meshtui.provisioner.harness import read_admin_file, reconcile
 
 from .conftest import PROVIDER, Mesh, outcomes

@@ -46,6 +46,7 @@ from __future__ import annotations
 import psycopg
 from psycopg import sql
 
+from meshtui.contracts.adapter import Done, Refused, check_name
 from meshtui.errors import ProvisionError
 from meshtui.kinds.postgres.catalog import (
     _DEPENDENT_DATABASES,
@@ -56,7 +57,6 @@ from meshtui.kinds.postgres.catalog import (
 )
 from meshtui.kinds.postgres.create import _Creating
 from meshtui.model import OutcomeName
-from meshtui.provisioner.adapter import Done, Refused, check_name
 
 
 class PostgresAdapter(_Creating):

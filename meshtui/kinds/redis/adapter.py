@@ -47,13 +47,13 @@ from redis.backoff import NoBackoff
 from redis.connection import parse_url
 from redis.retry import Retry
 
+from meshtui.contracts.adapter import Change, Done, Held, Refused, Scope, Wanted
 from meshtui.crypto import secret_digest
 from meshtui.errors import ProvisionError, UnsafeLoginError
 from meshtui.kinds.kind import ValuesError
 from meshtui.kinds.redis.acl import Rules, name_problem, rules_for
 from meshtui.kinds.redis.private import only_ca
 from meshtui.model import OutcomeName
-from meshtui.provisioner.adapter import Change, Done, Held, Refused, Scope, Wanted
 
 MARKER_HEAD = "meshtui:1:"
 UNSAVED_USER = "meshtui-unsaved"

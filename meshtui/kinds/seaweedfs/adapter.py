@@ -35,13 +35,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from meshtui.contracts.adapter import Change, Done, Held, Refused, Scope, Wanted, check_name
 from meshtui.crypto import secret_digest
 from meshtui.errors import ProvisionError
 from meshtui.kinds.kind import ValuesError
 from meshtui.kinds.seaweedfs.shell import Conversation, Session, errors, find_weed
 from meshtui.kinds.seaweedfs.values import RIGHTS, Grant, grant_for
 from meshtui.model import OutcomeName
-from meshtui.provisioner.adapter import Change, Done, Held, Refused, Scope, Wanted, check_name
 
 _SAFE_SECRET = re.compile(r"[A-Za-z0-9_.~+/=-]{16,128}")
 """A secret key weed shell passes whole (its command line splits on spaces)."""
