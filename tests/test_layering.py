@@ -500,9 +500,9 @@ def test_no_module_reaches_itself_through_its_imports() -> None:
 
 def test_a_circle_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake = tmp_path / "meshtui"
-    (fake / "controller").mkdir(parents=True)
-    (fake / "controller" / "core.py").write_text("from meshtui.controller import push\n")
-    (fake / "controller" / "push.py").write_text(
+    (fake / "controller" / "act").mkdir(parents=True)
+    (fake / "controller" / "core.py").write_text("from meshtui.controller.act import push\n")
+    (fake / "controller" / "act" / "push.py").write_text(
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
         "    from meshtui.controller.core import Controller\n"
     )
@@ -511,7 +511,7 @@ def test_a_circle_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     (fake / "cli" / "render.py").write_text("from meshtui.cli import __name__\n")
     monkeypatch.setattr(sys.modules[__name__], "PACKAGE", fake)
     monkeypatch.setattr(sys.modules[__name__], "FILES", sorted(fake.rglob("*.py")))
-    assert circles() == [["meshtui.controller.core", "meshtui.controller.push"]]
+    assert circles() == [["meshtui.controller.act.push", "meshtui.controller.core"]]
 
 
 def shared_names(files: list[Path]) -> dict[str, list[str]]:
@@ -562,7 +562,10 @@ INJECTED = {
         "provisioner/x.py",
         "from meshtui.host.receive.credential_files import read_credential\n",
     ),
-    "provisioner-kind": ("kinds/redis/adapter.py", "from meshtui.host import agent\n"),
+    "provisioner-kind": (
+        "kinds/redis/adapter.py",
+        "from meshtui.host.server import routes as agent\n",
+    ),
     "keys": ("controller/keys.py", "from meshtui.inventory import Inventory\n"),
     "faces-watch": ("cli/x.py", "from meshtui.controller.unattended.watch import Watch\n"),
     "faces-export": ("tui/x.py", "from meshtui.controller.records.export import write_export\n"),
@@ -601,7 +604,7 @@ def test_each_rule_fails_on_an_injected_violation(
     ("rule", "start", "hop"),
     [
         ("hands", "host/x.py", "from meshtui.controller import core\n"),
-        ("controller", "controller/x.py", "from meshtui.host import agent\n"),
+        ("controller", "controller/x.py", "from meshtui.host.server import routes as agent\n"),
         ("provisioner", "provisioner/x.py", "import meshtui.host.receive.credential_files\n"),
         ("core", "model.py", "from meshtui.inventory import Inventory\n"),
         ("lab", "lab/x.py", "from meshtui.controller.core import Controller\n"),

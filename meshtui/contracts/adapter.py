@@ -70,6 +70,25 @@ class Held:
 
 
 @dataclass(frozen=True)
+class Capabilities:
+    """What an adapter does beyond the contract's four calls, declared once on its class (as a
+    Vault plugin declares what it supports): the harness branches on this value, and a test
+    holds each kind's declaration against the methods its adapter has.
+
+    ``batching``: :class:`Batching` (``create_many``). ``narrowing``: :class:`Narrowing`
+    (``inspect_only``). ``deciding``: :class:`Deciding` (``create`` looks first).
+    ``limited``: :class:`Limited` (``limits``). ``catching_up``: :class:`CatchingUp`
+    (``catch_up``).
+    """
+
+    batching: bool = False
+    narrowing: bool = False
+    deciding: bool = False
+    limited: bool = False
+    catching_up: bool = False
+
+
+@dataclass(frozen=True)
 class Wanted:
     """One login to make true in a batch: its name, its password and the values asked for."""
 
@@ -80,6 +99,16 @@ class Wanted:
 
 class Adapter(Protocol):
     """One session with the provider's software. Not thread-safe: one per thread."""
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this adapter does beyond the four calls below (see :class:`Capabilities`)."""
+        ...
+
+    def describe(self, exc: BaseException) -> str | None:
+        """The software's own words for an error its client raised (None: not the software's
+        error), so the harness never knows a kind's client library."""
+        ...
 
     def inspect(self, wanted: Mapping[str, Mapping[str, str]]) -> Mapping[str, Held]:
         """Read-only: Held for every wanted login that exists, and for every login of ours."""

@@ -12,7 +12,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Generic, Protocol, TypeVar
 
-from meshtui.contracts.adapter import Adapter, Batching, Done, Held, Narrowing, Wanted
+from meshtui.contracts.adapter import (
+    Adapter,
+    Batching,
+    Capabilities,
+    Done,
+    Held,
+    Narrowing,
+    Wanted,
+)
 
 
 class KeptAdapter(Adapter, Batching, Narrowing, Protocol):
@@ -28,6 +36,15 @@ class Lent(Generic[A]):
     """A kept session on loan: every call of the adapter's goes through :meth:`_use`."""
 
     adapter: A
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """The lent adapter's (see :class:`~meshtui.contracts.adapter.Capabilities`)."""
+        return self.adapter.capabilities
+
+    def describe(self, exc: BaseException) -> str | None:
+        """See :meth:`~meshtui.contracts.adapter.Adapter.describe`."""
+        return self.adapter.describe(exc)
 
     def _use(self, call: Callable[[A], T]) -> T:
         """Make ``call`` on the session (the subclass decides what its failure means)."""

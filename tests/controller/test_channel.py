@@ -209,7 +209,7 @@ TLS_AGENT = """
 import sys
 from pathlib import Path
 from meshtui.host.server.routes import Agent
-from meshtui.host import identity
+from meshtui.host.state import identity
 from meshtui.host.server.serve import _Server, build_app, uvicorn_config
 agent = Agent(identity.load(Path(sys.argv[1])), allow_loopback=True)
 config = uvicorn_config(build_app(agent), sys.argv[2])

@@ -215,7 +215,7 @@ def add_role(cluster: Cluster, role: str, password: str, **opts: str) -> None:
 
 RUNNER = """
 import json, sys
-from meshtui.host import probe
+from meshtui.host import probe_runner as probe
 out = []
 for r in json.load(sys.stdin):
     kind = r.pop("kind")
@@ -388,8 +388,8 @@ def test_post_login_check_catches_a_local_login(netns: lab_netns.Network, db: Cl
     # Where binding cannot tell (ip_nonlocal_bind), client == server address still does.
     code = (
         "import sys, json\n"
-        "from meshtui.host import probe as p\n"
-        "from meshtui.host import probe_address\n"
+        "from meshtui.host import probe_runner as p\n"
+        "from meshtui.contracts import probe_target as probe_address\n"
         "probe_address.own_address = lambda addr: False\n"
         "a = json.load(sys.stdin)\n"
         "print(json.dumps(p.probe(**a).to_json()))"

@@ -21,7 +21,8 @@ from meshtui.kinds.kind import Kind, ValuesError
 from meshtui.model import (
     ACCOUNT_RE,
     ALPHABETS,
-    BUILTIN_POSTGRES,
+    BUILTIN,
+    BUILTIN_ARGV,
     CONNECTION_FORMATS,
     DEFAULT_MODE,
     NAME_RE,
@@ -38,6 +39,7 @@ from meshtui.model import (
     effective_policy,
     file_mode,
     format_duration,
+    is_builtin,
     parse_duration,
     plain_address,
 )
@@ -334,19 +336,17 @@ def _module(r: _Reader, key: str, spec: Any, nodes: Mapping[str, Node]) -> Modul
                 f"{folder} is not inside {manifest_dir}",
                 "put the secret files' folder beside or below the manifest (receives)",
             )
-    provisioner: tuple[str, ...] = (BUILTIN_POSTGRES,)
+    provisioner: tuple[str, ...] = BUILTIN_ARGV
     if "provisioner" in spec:
         raw = spec["provisioner"]
-        if raw == BUILTIN_POSTGRES:
-            provisioner = (BUILTIN_POSTGRES,)
+        if raw in (BUILTIN, *BUILTIN_ARGV):
+            provisioner = BUILTIN_ARGV
         elif isinstance(raw, list) and raw and all(isinstance(a, str) and a for a in raw):
             provisioner = tuple(raw)
         else:
-            raise r.fail(
-                f"{where}.provisioner", 'must be "builtin:postgres" or a list of strings (argv)'
-            )
+            raise r.fail(f"{where}.provisioner", 'must be "builtin" or a list of strings (argv)')
     admin = r.path_on_node(spec, "admin", where) if "admin" in spec else None
-    if provides and provisioner == (BUILTIN_POSTGRES,) and admin is None:
+    if provides and is_builtin(provisioner) and admin is None:
         kind = registry.kind_of(provides[0].kind)
         raise r.fail(
             f"{where}.admin",
@@ -369,7 +369,7 @@ def _module(r: _Reader, key: str, spec: Any, nodes: Mapping[str, Node]) -> Modul
             "a module's policy applies to the pairs it provides, and it provides nothing",
             "put the key on its requires entry (one consumer) or in [policy]",
         )
-    if len({o.kind for o in provides}) > 1 and provisioner == (BUILTIN_POSTGRES,):
+    if len({o.kind for o in provides}) > 1 and is_builtin(provisioner):
         first, other = (registry.kind_of(o.kind) for o in _two_kinds(provides))
         raise r.fail(
             f"{where}.provides",

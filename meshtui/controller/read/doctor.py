@@ -20,7 +20,7 @@ from meshtui.controller.reports import Progress
 from meshtui.errors import AgentError
 from meshtui.inventory.rows import ModuleRow, NodeRow, PairRow
 from meshtui.kinds import registry
-from meshtui.model import BUILTIN_POSTGRES, node_of
+from meshtui.model import is_builtin, node_of
 from meshtui.protocol import messages, wire
 from meshtui.protocol.messages import CheckConsumer, CheckProvider, CheckRequest
 
@@ -125,12 +125,13 @@ def requests(
         if not m["declared"] or not spec.get("provides") or m["node"] not in providers:
             continue
         kinds = {registry.kind_of(o.get("kind")) for o in spec["provides"]}
-        argv = list(spec.get("provisioner") or [BUILTIN_POSTGRES])
         kind = next(iter(kinds)) if len(kinds) == 1 else None
         item: CheckProvider = {
             "provider": mid,
             "admin": spec.get("admin"),
-            "builtin": argv == [BUILTIN_POSTGRES] and kind is not None and kind.doctor is not None,
+            "builtin": is_builtin(spec.get("provisioner"))
+            and kind is not None
+            and kind.doctor is not None,
             "databases": any(
                 p["provider"] == mid and bool(p["values"].get("database")) for p in live
             ),

@@ -29,7 +29,7 @@ from typing import Any
 
 from meshtui.atomic import write_private
 from meshtui.errors import PolicyFileError, PolicyRefusal
-from meshtui.model import BUILTIN_POSTGRES
+from meshtui.model import is_builtin
 
 POLICY_FILE = "policy.toml"
 """The policy's name in the agent's state folder."""
@@ -129,7 +129,7 @@ class ConsumerAsk:
 @dataclass(frozen=True)
 class ProviderAsk:
     """What one provider end asks of its node: where its manifest and grants go, its kind,
-    its admin file and its provisioner (None or ``builtin:postgres``: the built-in one)."""
+    its admin file and its provisioner (None or ``builtin``: the built-in one)."""
 
     module: str
     provision: str
@@ -366,11 +366,6 @@ class Policy:
                 self._add(suggestion.entry(table)),
             )
         ]
-
-
-def is_builtin(argv: Sequence[str] | None) -> bool:
-    """Whether a provider's ``provisioner`` means the built-in one (in the agent's process)."""
-    return not argv or list(argv) == [BUILTIN_POSTGRES]
 
 
 # ---- reading ---------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from meshtui.host.policy import commands
 from meshtui.host.policy.node_policy import Command
 from meshtui.host.policy.paths import node_path
 from meshtui.kinds import registry
-from meshtui.model import OutcomeName
+from meshtui.model import BUILTIN_ARGV, OutcomeName, is_builtin
 from meshtui.protocol.messages import Inspection, InspectSpec, LoginOutcome, ProviderSet
 from meshtui.runas import RunAsError
 
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 PROVISION_TIMEOUT_S = 300.0
 INSPECT_TIMEOUT_S = 5.0  # within the controller's STATE_TIMEOUT_S
 MAX_REASON = 300
-BUILTIN = ["builtin:postgres"]
 
 
 class ProvisionReport(TypedDict):
@@ -103,9 +102,9 @@ def provision(
     (``command``: the policy's entry for that exact argv; without one it does not run).
     ``scoped`` goes to this module's :func:`builtin_provisioner` only (another ``builtin``, a
     test's seam, reads the file)."""
-    argv = spec["provisioner"] or BUILTIN
+    argv = spec["provisioner"] or list(BUILTIN_ARGV)
     admin = spec["admin"] or ""
-    if argv == BUILTIN:
+    if is_builtin(argv):
         if not admin:
             return {
                 "ok": False,
@@ -215,7 +214,7 @@ def inspect_provider(spec: InspectSpec) -> Inspection:
         "logins": [],
     }
     admin = spec["admin"]
-    if (spec["provisioner"] or BUILTIN) != BUILTIN:
+    if not is_builtin(spec["provisioner"]):
         out["error"] = "a declared provisioner command cannot be inspected"
         return out
     if not admin:

@@ -47,7 +47,7 @@ from redis.backoff import NoBackoff
 from redis.connection import parse_url
 from redis.retry import Retry
 
-from meshtui.contracts.adapter import Change, Done, Held, Refused, Scope, Wanted
+from meshtui.contracts.adapter import Capabilities, Change, Done, Held, Refused, Scope, Wanted
 from meshtui.crypto import secret_digest
 from meshtui.errors import ProvisionError, UnsafeLoginError
 from meshtui.kinds.kind import ValuesError
@@ -293,6 +293,12 @@ def _admin_kwargs(url: str) -> dict[str, Any]:
 
 class RedisAdapter:
     """One admin session with one Redis, working for one manifest scope."""
+
+    capabilities = Capabilities(batching=True, catching_up=True)
+
+    def describe(self, exc: BaseException) -> str | None:
+        """None: Redis's errors keep their own text (the harness shows it with its type)."""
+        return None
 
     def __init__(self, url: str, scope: Scope) -> None:
         self.scope = scope

@@ -35,7 +35,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from meshtui.contracts.adapter import Change, Done, Held, Refused, Scope, Wanted, check_name
+from meshtui.contracts.adapter import (
+    Capabilities,
+    Change,
+    Done,
+    Held,
+    Refused,
+    Scope,
+    Wanted,
+    check_name,
+)
 from meshtui.crypto import secret_digest
 from meshtui.errors import ProvisionError
 from meshtui.kinds.kind import ValuesError
@@ -114,6 +123,11 @@ class SeaweedAdapter:
     started at its first exchange)."""
 
     create_decides = True  # create reads the configuration first (see adapter.Deciding)
+    capabilities = Capabilities(batching=True, deciding=True)
+
+    def describe(self, exc: BaseException) -> str | None:
+        """None: the shell's failures reach the harness as meshtui's own errors already."""
+        return None
 
     def __init__(self, conninfo: str, scope: Scope) -> None:
         self.admin = Admin.parse(conninfo)
