@@ -37,7 +37,7 @@ from pathlib import Path
 from bench_scale import _delivered, declaration  # noqa: E402  (one copy of the 10,000-pair mesh)
 
 from meshtui.controller.core import Controller, init_keys
-from meshtui.host import identity
+from meshtui.host.state import identity
 from meshtui.kinds.openbao import lab as lab_bao
 from meshtui.kinds.redis import lab as lab_redis
 from meshtui.kinds.seaweedfs import lab as lab_s3

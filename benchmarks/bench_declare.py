@@ -21,8 +21,8 @@ from pathlib import Path
 
 from meshtui import crypto
 from meshtui.controller.core import Controller, init_keys
-from meshtui.controller.status import statuses
-from meshtui.host import identity
+from meshtui.controller.read.status import statuses
+from meshtui.host.state import identity
 
 NODES = {"db1": "10.213.0.2", "app1": "10.213.0.3", "app2": "10.213.0.4"}
 

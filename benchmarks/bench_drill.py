@@ -7,7 +7,7 @@ folder's fsync follows, before the agent answers).
 Side by side in the same process and lab, ``--rounds`` rounds of ``--drills`` drills each,
 alternating: the agents' transport as shipped (``httptools`` under ``uvloop``, ``POST /v1``
 answered without Starlette's router, the controller's kept
-:class:`~meshtui.controller.channel.Channel`) and as before: every agent restarted on
+:class:`~meshtui.controller.agents.channel.Channel`) and as before: every agent restarted on
 ``--before``'s code (h11 under asyncio, Starlette, anyio's threads) and the controller's client
 switched to httpx here, in the benchmark only. ``--two-acts``: also the seeds' baseline,
 the same rotation done as two acts (the provider applies and the answer is recorded; then a
@@ -34,13 +34,13 @@ import httpx
 from bench_rotate import checkout, fsync_ms  # noqa: E402  (the same measure, one copy)
 
 from meshtui import runas
-from meshtui.controller import client as client_module
-from meshtui.controller.client import AgentClient, Agents, SignedRequest
+from meshtui.controller.act.recording import Delivered
+from meshtui.controller.act.rotate import journal
+from meshtui.controller.act.sending import send_providers
+from meshtui.controller.agents import client as client_module
+from meshtui.controller.agents.client import AgentClient, Agents, SignedRequest
 from meshtui.controller.core import Controller
-from meshtui.controller.deliver import Planner
-from meshtui.controller.recording import Delivered
-from meshtui.controller.rotate import journal
-from meshtui.controller.sending import send_providers
+from meshtui.controller.plan.planner import Planner
 from meshtui.inventory import now
 from meshtui.lab import mesh as lab_mesh
 from meshtui.lab.wait import poll
@@ -49,7 +49,7 @@ GOAL_MS = 3.0  # issue 25 (issue 13: 5 ms)
 FSYNCS_IN_WINDOW = 0
 """Durable writes on the consumer inside the window: none. The credential itself and the
 delivery's guard line are written ahead, with the consumer's ``prepare``, while the provider
-applies (meshtui/controller/ahead.py); the folder's fsync comes after the rename that ends the
+applies (meshtui/controller/act/ahead.py); the folder's fsync comes after the rename that ends the
 window (the agent answers after it)."""
 
 

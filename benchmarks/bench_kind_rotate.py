@@ -61,13 +61,13 @@ from pathlib import Path
 import httpx
 from bench_rotate import agent_times, checkout  # (one copy)
 
-from meshtui.bao import APPROLE_MOUNT, read_admin, tls_context
-from meshtui.controller.client import Agents
+from meshtui.controller.agents.client import Agents
 from meshtui.controller.core import Controller
-from meshtui.controller.resolve import ask_state
+from meshtui.controller.plan.resolve import ask_state
 from meshtui.crypto import secret_digest
 from meshtui.kinds.openbao import lab as lab_bao
 from meshtui.kinds.openbao.adapter import DIGEST_KEY, ROLE_SETTINGS
+from meshtui.kinds.openbao.client import APPROLE_MOUNT, read_admin, tls_context
 from meshtui.kinds.seaweedfs import lab as lab_s3
 from meshtui.kinds.seaweedfs.adapter import Admin
 from meshtui.kinds.seaweedfs.shell import find_weed

@@ -1,6 +1,6 @@
 """The provider agent's manifest step of one rotation, before and after, side by side in one
 process: a delta of one consumer merged into a manifest of ``--consumers`` lines, by this
-revision's ``meshtui/host/manifest.py`` and by ``--before`` REV's, alternating, each on its own
+revision's ``meshtui/host/receive/manifest_writer.py`` and by ``--before`` REV's, alternating, each on its own
 folder; and the same delta on a 5-consumer manifest (the demo mesh's size).
 
 Each side is timed (p50 of ``--repeat``), counted (Python function calls of one delta, by
@@ -33,16 +33,16 @@ from typing import Any
 
 from meshtui import crypto, folders
 from meshtui.atomic import PRIVATE, write_at
-from meshtui.host import manifest as current
-from meshtui.messages import ConsumerLine, ManifestEntry, ProviderSet, rebased_digest
+from meshtui.host.receive import manifest_writer as current
+from meshtui.protocol.messages import ConsumerLine, ManifestEntry, ProviderSet, rebased_digest
 
 
 def revision_module(rev: str) -> ModuleType:
-    """``meshtui/host/manifest.py`` as it was at git revision ``rev``, loaded under its own
+    """``meshtui/host/receive/manifest_writer.py`` as it was at git revision ``rev``, loaded under its own
     name beside this one (both use the same :mod:`meshtui` around them)."""
     repo = Path(__file__).resolve().parents[1]
     text = subprocess.run(
-        ["git", "-C", str(repo), "show", f"{rev}:meshtui/host/manifest.py"],
+        ["git", "-C", str(repo), "show", f"{rev}:meshtui/host/receive/manifest_writer.py"],
         check=True,
         capture_output=True,
     ).stdout
@@ -50,7 +50,7 @@ def revision_module(rev: str) -> ModuleType:
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up
-    exec(compile(text, f"{rev}:meshtui/host/manifest.py", "exec"), module.__dict__)
+    exec(compile(text, f"{rev}:meshtui/host/receive/manifest_writer.py", "exec"), module.__dict__)
     return module
 
 
@@ -124,7 +124,7 @@ def _line(c: ManifestEntry) -> ConsumerLine:
 
 
 def _digest(entries: list[ManifestEntry]) -> str:
-    from meshtui.messages import consumer_set_digest
+    from meshtui.protocol.messages import consumer_set_digest
 
     return consumer_set_digest(_line(c) for c in entries)
 

@@ -32,12 +32,12 @@ from pathlib import Path
 
 import httpx
 
-from meshtui.bao import APPROLE_MOUNT, Bao, read_admin, tls_context
+from meshtui.contracts.adapter import Scope
 from meshtui.crypto import secret_digest
-from meshtui.host.probe import ProbeTarget, probe_many
+from meshtui.host.probe_runner import ProbeTarget, probe_many
 from meshtui.kinds.openbao import lab as lab_bao
 from meshtui.kinds.openbao.adapter import ROLE_SETTINGS, policy_text
-from meshtui.provisioner.adapter import Scope
+from meshtui.kinds.openbao.client import APPROLE_MOUNT, Bao, read_admin, tls_context
 from meshtui.provisioner.harness import reconcile
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from meshtui.crypto import secret_digest
-from meshtui.host.provision import ProvisionReport, builtin_provisioner
+from meshtui.host.receive.run_provisioner import ProvisionReport, builtin_provisioner
 from meshtui.kinds.postgres import hba
 from meshtui.kinds.postgres.lab import Cluster, create_cluster
 

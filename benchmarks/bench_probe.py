@@ -46,7 +46,7 @@ import json, sys, time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 import psycopg
-from meshtui.host import probe
+from meshtui.host import probe_runner as probe
 req = json.load(sys.stdin)
 pairs = req.pop("pairs")
 host, port, n = req["host"], req["port"], req["concurrency"]

@@ -40,9 +40,9 @@ from pathlib import Path
 from bench_rotate import stop_cluster  # noqa: E402  (one copy)
 from bench_scale import declaration, start_fleet  # noqa: E402
 
+from meshtui.controller.act.probe import CONCURRENCY
 from meshtui.controller.core import Controller, init_keys
-from meshtui.controller.deliver import Planner, target_of
-from meshtui.controller.probe import CONCURRENCY
+from meshtui.controller.plan.planner import Planner, target_of
 from meshtui.kinds.postgres.lab import create_cluster
 from tests.fix_pg import free_port
 
@@ -54,7 +54,7 @@ LOOP = """
 import json, sys, time
 from concurrent.futures import ThreadPoolExecutor
 import psycopg
-from meshtui.host.probe_types import control_password
+from meshtui.contracts.probe_types import control_password
 req = json.load(sys.stdin)
 items, same = req["items"], req["same"]
 

@@ -57,7 +57,7 @@ import json, sys, time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from redis.connection import SSLConnection
-from meshtui.host import probe
+from meshtui.host import probe_runner as probe
 req = json.load(sys.stdin)
 pairs = req.pop("pairs")
 host, port, n, ca = req["host"], req["port"], req["concurrency"], req["ca"]

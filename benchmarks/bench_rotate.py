@@ -53,13 +53,13 @@ from psycopg import sql
 
 from meshtui import folders
 from meshtui.atomic import PRIVATE, write_at, write_many_at
-from meshtui.controller.client import Agents
+from meshtui.controller.agents.client import Agents
 from meshtui.controller.core import Controller, init_keys
-from meshtui.controller.resolve import ask_state
+from meshtui.controller.plan.resolve import ask_state
 from meshtui.errors import LabError
-from meshtui.host import identity
-from meshtui.host import policy as node_policy
-from meshtui.host.deliver import CONSUMER_WRITERS
+from meshtui.host.policy import node_policy
+from meshtui.host.receive.delivery import CONSUMER_WRITERS
+from meshtui.host.state import identity
 from meshtui.kinds.postgres.lab import Cluster, create_cluster
 from meshtui.kinds.postgres.scram import VerifiersAhead, scram_verifier
 from tests.fix_agents import Mesh, mesh_policy

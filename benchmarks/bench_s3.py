@@ -54,7 +54,7 @@ import http.client, json, sys, time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 import httpx
-from meshtui.host import probe
+from meshtui.host import probe_runner as probe
 from meshtui.kinds.seaweedfs import probe as s3probe
 from meshtui.kinds.seaweedfs.values import default_bucket
 req = json.load(sys.stdin)

@@ -1,6 +1,6 @@
 """One controller for many nodes and pairs: declare, push, status, probe, rotate-one, rotate-all.
 
-The nodes are real agents (the real :class:`~meshtui.host.agent.Agent` behind the real Starlette
+The nodes are real agents (the real :class:`~meshtui.host.server.routes.Agent` behind the real Starlette
 app), each on its own Unix socket with its own keys and state folder, all served by ONE helper
 process (one uvicorn server per node in one event loop): 100 Python processes would not fit on
 this machine beside the controller. Several provider nodes (``db0``, ``db1``, ...) run the
@@ -60,13 +60,13 @@ import psycopg
 from bench_rotate import QUIET, lab, p50_ms, pg_create_all, stop_cluster  # noqa: E402  (one copy)
 from psycopg import sql
 
-from meshtui.controller import status as status_mod
-from meshtui.controller.client import Agents
+from meshtui.controller.agents.client import Agents
 from meshtui.controller.core import Controller, init_keys
-from meshtui.controller.resolve import ask_state
-from meshtui.controller.status_image import IMAGE
-from meshtui.host import identity
-from meshtui.host import policy as node_policy
+from meshtui.controller.plan.resolve import ask_state
+from meshtui.controller.read import status as status_mod
+from meshtui.controller.read.status_image import IMAGE
+from meshtui.host.policy import node_policy
+from meshtui.host.state import identity
 from meshtui.inventory.rows import DeliveryRow, PairRow, ProbeRecord
 from meshtui.inventory.store import now
 from meshtui.kinds.postgres.lab import Cluster, create_cluster
@@ -80,8 +80,8 @@ def serve(root: Path) -> None:
     """The helper process: every node folder under ``root/nodes`` served on its socket."""
     import uvicorn
 
-    from meshtui.host.agent import Agent
-    from meshtui.host.serve import build_app, uvicorn_config
+    from meshtui.host.server.routes import Agent
+    from meshtui.host.server.serve import build_app, uvicorn_config
 
     async def run() -> None:
         servers = []

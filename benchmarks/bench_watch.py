@@ -26,12 +26,12 @@ from pathlib import Path
 import psycopg
 
 from meshtui.controller.core import INVENTORY, Controller, init_keys
-from meshtui.controller.schedule import epoch
-from meshtui.controller.status import statuses
-from meshtui.controller.watch import Watch
+from meshtui.controller.read.schedule import epoch
+from meshtui.controller.read.status import statuses
+from meshtui.controller.unattended.watch import Watch
 from meshtui.errors import LabError
-from meshtui.host import identity
-from meshtui.host import policy as node_policy
+from meshtui.host.policy import node_policy
+from meshtui.host.state import identity
 from meshtui.inventory import now
 from meshtui.kinds.postgres.lab import Cluster, create_cluster
 from tests.fix_agents import Mesh, mesh_policy, write_declaration

@@ -18,7 +18,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from meshtui.controller import sending
+from meshtui.controller.act import sending
 from meshtui.controller.core import Controller
 
 

@@ -6,8 +6,8 @@ owned by root or the caller and not writable by anyone else (a sticky folder suc
 may be passed through, never worked in); everything after that is done relative to the folder's
 descriptor. Files are read with ``O_NOFOLLOW|O_NONBLOCK``, must be regular and small, so a link,
 a FIFO or a device is an error that names the file instead of a hang or a read of something
-else. Core: shared by the host agent (meshtui/host/files.py) and the provisioner
-(meshtui/provisioner/files.py).
+else. Core: shared by the host agent (meshtui/host/receive/credential_files.py) and the provisioner
+(meshtui/contracts/provider_files.py).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -13,8 +13,18 @@ from meshtui.kinds.kind import DEFAULT_KIND
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}\Z")
 """Node and module names: they become file names, login stems and path parts, so keep them plain."""
 
-BUILTIN_POSTGRES = "builtin:postgres"
-"""The built-in provisioner; it reconciles whichever kind the manifest names."""
+BUILTIN = "builtin"
+"""The built-in provisioner, as a declaration names it: it reconciles whichever kind the manifest
+names (``"builtin:postgres"``, its name from before every kind had one, is read as an alias)."""
+
+BUILTIN_ARGV = ("builtin:postgres",)
+"""How the inventory stores the built-in provisioner and an agent is sent it: the spelling of
+before, kept so that stored specs and agents read the same across an upgrade."""
+
+
+def is_builtin(argv: Sequence[str] | None) -> bool:
+    """Whether a provider's ``provisioner`` means the built-in one (run in the agent's process)."""
+    return not argv or tuple(argv) in (BUILTIN_ARGV, (BUILTIN,))
 
 
 DEFAULT_MODE = "0600"
@@ -318,7 +328,7 @@ class Module:
     receives: Mapping[str, str] = field(default_factory=dict)
     grants: Mapping[str, str] = field(default_factory=dict)
     admin: str | None = None
-    provisioner: tuple[str, ...] = (BUILTIN_POSTGRES,)
+    provisioner: tuple[str, ...] = BUILTIN_ARGV
     pin: bool = False  # provider only: one pg_hba line per login, from its consumer's address
     policy: PolicySettings = field(default_factory=lambda: PolicySettings())
     secrets: tuple[OwnSecret, ...] = ()  # its own secrets, kept in the vault it requires

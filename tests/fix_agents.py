@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from meshtui.controller.core import Controller, init_keys
-from meshtui.host import identity
-from meshtui.host import policy as node_policy
+from meshtui.host.policy import node_policy
+from meshtui.host.state import identity
 from meshtui.kinds import registry
 from meshtui.lab.mesh import agent_answers
 

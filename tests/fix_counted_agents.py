@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from meshtui.controller.core import Controller, init_keys
-from meshtui.controller.status_image import IMAGE
-from meshtui.host import identity
-from meshtui.host import policy as node_policy
+from meshtui.controller.read.status_image import IMAGE
+from meshtui.host.policy import node_policy
+from meshtui.host.state import identity
 from meshtui.lab.mesh import agent_answers
 from tests.fix_agents import mesh_policy, write_declaration
 
@@ -58,8 +58,8 @@ def counting(app: ASGI, log: Path) -> ASGI:
 
 def serve_counted(state: Path, listen: str, log: Path) -> None:
     """Serve one real agent on ``listen`` with its requests counted in ``log``."""
-    from meshtui.host.agent import Agent
-    from meshtui.host.serve import _Server, build_app, uvicorn_config
+    from meshtui.host.server.routes import Agent
+    from meshtui.host.server.serve import _Server, build_app, uvicorn_config
 
     agent = Agent(identity.load(state), allow_loopback=True)
     app = counting(build_app(agent), log)

@@ -22,7 +22,7 @@ import pytest
 
 from meshtui import cli, crypto
 from meshtui.controller.core import INVENTORY, init_keys
-from meshtui.host import identity
+from meshtui.host.state import identity
 
 ADDRESSES = {"db1": "10.213.0.2", "app1": "10.213.0.3", "app2": "10.213.0.4"}
 

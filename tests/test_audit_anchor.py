@@ -19,15 +19,16 @@ from pathlib import Path
 
 import pytest
 
-from meshtui import crypto, messages, wire
-from meshtui.controller.channel import Answer, request_bytes
-from meshtui.controller.client import channel_to, exchange, read_anchor
+from meshtui import crypto
+from meshtui.controller.agents.channel import Answer, request_bytes
+from meshtui.controller.agents.client import channel_to, exchange, read_anchor
 from meshtui.controller.core import INVENTORY
 from meshtui.errors import AgentError, EnvelopeError, MessageError
-from meshtui.host.agent import Agent
-from meshtui.host.anchor import ANCHOR
-from meshtui.host.identity import load
+from meshtui.host.server.routes import Agent
+from meshtui.host.state.anchor import ANCHOR
+from meshtui.host.state.identity import load
 from meshtui.lab.mesh import agent_answers
+from meshtui.protocol import messages, wire
 from tests.fix_agents import Mesh
 
 pytestmark = pytest.mark.slow
@@ -246,7 +247,7 @@ def test_the_head_is_kept_in_the_requests_own_durable_record(mesh: Mesh) -> None
     """The longer head is written with the request's line in the guard's record (one
     fdatasync, before the request is acted on); ``audit-head.json`` is only a readable copy: a
     restart with that copy behind (a crash before it reached the disk) keeps the longer head."""
-    from meshtui.host.guard import LEDGER
+    from meshtui.host.state.guard import LEDGER
 
     mesh.stop("app1")
     folder = mesh.nodes["app1"]
@@ -274,7 +275,7 @@ def test_the_head_is_kept_in_the_requests_own_durable_record(mesh: Mesh) -> None
 def serve_headless(state: Path, listen: str) -> None:
     """The real agent and server, whose anchor answer names no node (an agent of another
     contract): its answer is still signed by the node and quotes the nonce."""
-    from meshtui.host.serve import _Server, build_app, uvicorn_config
+    from meshtui.host.server.serve import _Server, build_app, uvicorn_config
 
     class Headless(Agent):
         def read_anchor(self, nonce: str) -> tuple[int, dict[str, str]]:

@@ -114,7 +114,7 @@ def test_status_imports_what_it_reads_and_no_more(vault_mesh: Mesh, form: list[s
         names, out = imported("--state", vault_mesh.state, "status", *form)
     assert "secret:app1/gitea->db1/bao" in out and "smtp_password" in out
     assert among(names, (*HEAVY, "nacl", "tomllib")) == []
-    assert among(names, ("meshtui.controller.own_secrets", "meshtui.messages")) == []
+    assert among(names, ("meshtui.controller.act.own_secrets", "meshtui.protocol.messages")) == []
     assert among(names, ("meshtui.tui", "meshtui.host", "meshtui.provisioner", "meshtui.lab")) == []
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from meshtui.connection import render
+from meshtui.controller.plan.connection_file import render
 from meshtui.kinds import registry
 from meshtui.kinds.kind import ConnectionFacts
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from meshtui import declaration
+from meshtui.controller.plan import declaration
+from meshtui.controller.plan.naming import derive_login
 from meshtui.errors import DeclarationError
-from meshtui.naming import derive_login
 from tests.fix_mesh import Mesh, consumer, modules, provider
 
 Spec = dict[str, Any]

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import sqlite_utils
 
-from meshtui import declaration
 from meshtui.controller.core import Controller
-from meshtui.controller.declare import declare
+from meshtui.controller.plan import declaration
+from meshtui.controller.plan.declare import declare
 from meshtui.controller.reports import AuditEvent, ChainReport, DrillReport, DrillStep
 from meshtui.errors import InventoryError, ReadOnlyError
 from meshtui.inventory import SCHEMA_VERSION, Inventory, now

@@ -2,27 +2,37 @@
 
 The floors, bottom up:
 
-- the core (:data:`CORE`): ``model``, ``naming``, ``errors``, ``crypto``, ``wire``, ``atomic``,
-  ``declaration``, ``terminal`` (outside text made safe to print), ``runas`` (the one way to
-  start a program as another user), ``messages``, and the kinds'
-  registry (``kinds/kind.py``, ``kinds/registry.py``, each kind package's ``__init__.py`` and its
-  ``values`` check, e.g. ``kinds/redis/acl.py``): the words, the shapes and the pure functions
-  everyone shares. The core imports nothing of meshtui above it.
-- a kind's package (``meshtui/kinds/<kind>/``) is cut across the floors by its modules' names
-  (:func:`kind_floor`): ``probe.py`` and ``doctor.py`` serve the agent (host), ``lab.py`` the
-  lab, the rest the provisioner. Each module imports only the core, its own package and the
-  contracts of the floor it serves (:data:`KIND_CONTRACTS`); every other module reaches a kind
-  through the registry only (``Kind``'s lazy references), never by importing its package.
+- the core (:data:`CORE`): ``model``, ``errors``, ``crypto``, ``atomic``, ``folders``,
+  ``terminal`` (outside text made safe to print), ``runas`` (the one way to start a program as
+  another user), and the kinds' registry (``kinds/kind.py``, ``kinds/registry.py``, each kind
+  package's ``__init__.py`` and its ``values`` check, e.g. ``kinds/redis/acl.py``): the words, the
+  shapes and the pure functions everyone shares. The core imports nothing of meshtui above it.
+- the protocol (``meshtui/protocol/``): what the controller, the agent and the provisioner agree
+  on (the signed envelope, every request and answer, the manifest). It imports the core only.
+- the contracts (``meshtui/contracts/``): what a kind implements (the adapter, the loan of a kept
+  session, the probe's types and target gate, the provider's files). They import the core and
+  the protocol only.
+- a kind's package (``meshtui/kinds/<kind>/``) imports the core, the protocol, the contracts and
+  itself (its ``lab.py`` also the lab's building blocks, :data:`LAB_CONTRACTS`). Its modules are
+  cut across the floors by their names (:func:`kind_floor`): ``probe.py`` and ``doctor.py`` serve
+  the agent (host), ``lab.py`` the lab, the rest the provisioner. Every other module reaches a
+  kind through the registry only (``Kind``'s lazy references), never by importing its package.
 - the inventory (``meshtui/inventory/``): the only code that imports ``sqlite3`` or
   ``sqlite_utils``, and the only place an inventory SQL statement is written.
-- the controller (``meshtui/controller/``) decides; the hands (``host/``, ``provisioner/``) act
-  and never import the controller or the inventory; ``lab/`` builds meshes and never imports the
-  controller (the controller's key files come from ``meshtui/keys.py``).
+- the controller (``meshtui/controller/``) decides; its subpackages import each other only as
+  :data:`CONTROLLER_ROOMS` allows. The hands (``host/``, ``provisioner/``) act and never import
+  the controller or the inventory; the agent's subpackages import each other only as
+  :data:`HOST_ROOMS` allows. ``lab/`` builds meshes and never imports the controller but for its
+  key files (``controller/keys.py``, which imports only the core).
 - the dashboard (``meshtui/tui/``) imports only the controller, the core and itself, and is
   the only code that imports Textual or Rich; neither it nor the command line (``meshtui/cli/``)
   imports the inventory: both read the controller's typed reports.
 - SQL is written only in the inventory, and (PostgreSQL's own) in the hands and the lab's
   modules that talk to PostgreSQL through ``psycopg``.
+- no circle: no module reaches itself through its imports, type-only and function-local ones
+  included (they are the coupling); a package's modules may import its ``__init__``.
+- no two modules share a name, but where the name says which contract, command or screen a
+  module implements (:data:`NAMED_FOR_WHAT_THEY_IMPLEMENT`).
 """
 
 from __future__ import annotations
@@ -71,18 +81,12 @@ def imports(path: Path) -> set[str]:
 
 CORE = (
     "meshtui.model",
-    "meshtui.naming",
     "meshtui.errors",
     "meshtui.crypto",
-    "meshtui.wire",
     "meshtui.atomic",
     "meshtui.folders",
     "meshtui.cafile",
-    "meshtui.declaration",
     "meshtui.terminal",
-    "meshtui.runas",
-    "meshtui.messages",
-    "meshtui.bao",
     "meshtui.runas",
     "meshtui.kinds",
     "meshtui.kinds.kind",
@@ -91,37 +95,63 @@ CORE = (
 """The bottom floor (see the module docstring); each kind's record and what it imports of its own
 package (its values check) join it: :func:`kind_records`."""
 
+PROTOCOL = "meshtui.protocol"
+CONTRACTS = "meshtui.contracts"
+
 KIND_FLOORS = {"probe": "host", "doctor": "host", "lab": "lab"}
 """The floor a kind's module serves, by its name; any other name serves the provisioner."""
 
-KIND_CONTRACTS = {
-    # lent: the loan of a kept admin session, which a kind's pool subclasses (it imports only
-    # the adapter contract)
-    "provisioner": (
-        "meshtui.provisioner.adapter",
-        "meshtui.provisioner.manifest",
-        "meshtui.provisioner.lent",
-    ),
-    "host": (
-        "meshtui.host.probe_types",
-        "meshtui.host.probe_address",
-        "meshtui.provisioner.files",
-    ),
-    "lab": (
-        "meshtui.lab.netns",
-        "meshtui.lab.wait",
-        "meshtui.lab.foreign",
-        "meshtui.lab.toml_writer",
-        "meshtui.lab.service",
-        "meshtui.lab.accounts",
-        "meshtui.lab.certificates",
-    ),
-}
-"""What a kind's module may import beyond the core and its own package, by the floor it serves."""
+LAB_CONTRACTS = (
+    "meshtui.lab.netns",
+    "meshtui.lab.wait",
+    "meshtui.lab.foreign",
+    "meshtui.lab.toml_writer",
+    "meshtui.lab.accounts",
+    "meshtui.lab.certificates",
+)
+"""What a kind's ``lab.py`` may import of the lab to raise its server."""
 
 REACHES_KINDS = ("meshtui/kinds/", "meshtui/lab/mesh.py")
 """Who may import a kind's package by name: the kinds themselves, and the demo mesh, which
 chooses which servers the lab raises. Everything else goes through the registry."""
+
+OWN_SECRETS_BY_NAME = {
+    "meshtui/controller/act/own_secrets.py": "meshtui.kinds.openbao.client",
+    "meshtui/host/module_secrets.py": "meshtui.kinds.openbao.client",
+}
+"""A module's own secrets reach OpenBao's client by name until a kind declares that it stores
+them (a capability, as a kind declares everything else): the one exception to the registry."""
+
+CONTROLLER_ROOMS = {
+    "agents": (),
+    "plan": ("agents",),
+    "read": ("plan", "agents", "act.own_secrets"),
+    "act": ("plan", "agents", "read"),
+    "records": ("plan", "agents", "read", "act", "core"),
+    "unattended": ("plan", "agents", "read", "act"),
+}
+"""Which of the controller's rooms each may import (besides its own modules and the leaves at
+the controller's top: ``reports``, ``lock``, ``freshness``, ``keys``, ``reach``). ``core.py``
+(the front door) imports them; none of them imports it back, but records' restore and backup,
+which need its state folder's names (a pair's detail reads a module's own secrets through their
+one module until they become a feature package of their own)."""
+
+CONTROLLER_LEAVES = ("reports", "lock", "freshness", "keys", "reach")
+
+HOST_ROOMS = {
+    "policy": (),
+    "state": (),
+    "receive": ("policy", "state", "log"),
+    "top": ("policy", "state", "receive", "log"),
+    "server": ("policy", "state", "receive", "top", "log"),
+}
+"""Which of the agent's rooms each may import (``top`` is the modules at ``host/``'s top: its
+probe runner, the doctor's checks, a module's own secrets, the log)."""
+
+NAMED_FOR_WHAT_THEY_IMPLEMENT = ("meshtui/kinds/", "meshtui/cli/", "meshtui/tui/screens/")
+"""Where a module's name repeats another's on purpose: a kind's modules are named for the
+contract they implement (``probe.py``, ``adapter.py``), the command line's for the commands they
+run (``cli/watch.py``), the dashboard's screens for what they show (``screens/audit.py``)."""
 
 
 def kind_package(name: str) -> str | None:
@@ -184,15 +214,36 @@ TRANSITIVE = frozenset({"controller", "hands", "provisioner", "lab", "core", "ke
 """The rules checked on everything a module reaches, not only on what it imports itself: an
 arrow one hop away (host -> a core module -> the controller) breaks them as surely."""
 
-ACTING = tuple(
-    f"meshtui.controller.{m}"
-    for m in (
-        "watch", "metrics", "notify", "export", "push", "rotate", "probe", "drill",
-        "deliver", "sending", "recording", "client", "resolve", "lock", "ahead",
-    )
-)  # fmt: skip
-"""The controller's modules that act: the CLI and the dashboard reach them through
+ACTING = (
+    "meshtui.controller.act",
+    "meshtui.controller.agents",
+    "meshtui.controller.unattended",
+    "meshtui.controller.records.export",
+    "meshtui.controller.plan.planner",
+    "meshtui.controller.plan.resolve",
+    "meshtui.controller.lock",
+)
+"""The controller's rooms and modules that act: the CLI and the dashboard reach them through
 ``controller/core.py`` (the front door), never by importing them."""
+
+
+def room(name: str, floor: str) -> str | None:
+    """The room of ``floor`` (``controller`` or ``host``) an imported name is in: its subpackage;
+    at the floor's top, ``core`` (the controller's front door), ``leaf`` (a controller leaf),
+    ``log`` (the agent's log) or ``top`` (another module at the agent's top); None outside the
+    floor, and for a room's package itself (``from meshtui.controller.act import push`` also
+    names ``meshtui.controller.act``, which holds nothing)."""
+    parts = name.split(".")
+    if parts[:2] != ["meshtui", floor] or len(parts) < 3:
+        return None
+    rooms = CONTROLLER_ROOMS if floor == "controller" else HOST_ROOMS
+    if parts[2] in rooms:
+        return parts[2] if len(parts) > 3 else None
+    if floor == "controller":
+        if parts[2] == "core":
+            return "core"
+        return "leaf" if parts[2] in CONTROLLER_LEAVES else parts[2]
+    return "log" if parts[2] == "log" else "top"
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -250,7 +301,7 @@ def violations(rule: str) -> list[str]:
                 where.startswith("meshtui/provisioner/") or floor == "provisioner"
             ):
                 bad = under(name, "meshtui.host", "meshtui.controller", "meshtui.inventory")
-            elif rule == "keys" and where == "meshtui/keys.py":
+            elif rule == "keys" and where == "meshtui/controller/keys.py":
                 bad = under(name, "meshtui") and not under(name, *core)
             elif rule == "nacl" and where != "meshtui/crypto.py":
                 bad = under(name, "nacl")
@@ -264,16 +315,38 @@ def violations(rule: str) -> list[str]:
             elif rule == "faces" and where.startswith(("meshtui/cli/", "meshtui/tui/")):
                 bad = under(name, "meshtui.inventory", *ACTING)
             elif rule == "lab" and (where.startswith("meshtui/lab/") or floor == "lab"):
-                bad = under(name, "meshtui.controller")
+                bad = under(name, "meshtui.controller") and name != "meshtui.controller.keys"
+            elif rule == "protocol" and under(here, PROTOCOL):
+                bad = under(name, "meshtui") and name != "meshtui"
+                bad = bad and not under(name, PROTOCOL, *core)
+            elif rule == "contracts" and under(here, CONTRACTS):
+                bad = under(name, "meshtui") and name != "meshtui"
+                bad = bad and not under(name, CONTRACTS, PROTOCOL, *core)
+            elif rule == "rooms" and room(here, "controller") not in (None, "core", "leaf"):
+                mine, theirs = room(here, "controller"), room(name, "controller")
+                allowed_rooms = CONTROLLER_ROOMS.get(mine or "", ())
+                bad = theirs not in (None, mine, "leaf") and not any(
+                    theirs == r.split(".")[0]
+                    and (r == theirs or under(name, f"meshtui.controller.{r}"))
+                    for r in allowed_rooms
+                )
+                bad = bad and name != "meshtui.controller"
+            elif rule == "rooms" and room(here, "host") is not None:
+                mine, theirs = room(here, "host"), room(name, "host")
+                bad = theirs not in (None, mine) and theirs not in HOST_ROOMS.get(mine or "", ())
+                bad = bad and name != "meshtui.host"
             elif rule == "kind" and floor is not None and package is not None:
-                allowed = (package, *core, *KIND_CONTRACTS[floor])
+                lab = LAB_CONTRACTS if floor == "lab" else ()
+                allowed = (package, *core, PROTOCOL, CONTRACTS, *lab)
                 bad = (
                     under(name, "meshtui")
                     and not under(name, *allowed)
                     and not any(a.startswith(name + ".") for a in allowed)  # `from pkg import`
                 )
             elif rule == "registry" and not where.startswith(REACHES_KINDS):
-                bad = kind_package(name) is not None
+                bad = kind_package(name) is not None and not under(
+                    name, OWN_SECRETS_BY_NAME.get(where, "-")
+                )
             elif rule == "core" and here in core:
                 bad = under(name, "meshtui") and name != "meshtui" and not under(name, *core)
             else:
@@ -299,7 +372,7 @@ def test_the_walk_sees_the_package() -> None:
     names = {rel(p) for p in FILES}
     assert {"meshtui/crypto.py", "meshtui/controller/core.py", "meshtui/cli/__init__.py"} <= names
     assert "nacl.public" in imports(PACKAGE / "crypto.py")
-    assert "meshtui.controller.status" in imports(PACKAGE / "controller" / "core.py")
+    assert "meshtui.controller.read.status" in imports(PACKAGE / "controller" / "core.py")
 
 
 def test_relative_imports_are_resolved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -367,6 +440,107 @@ def test_layers_reach_a_kind_only_through_the_registry() -> None:
     assert violations("registry") == []
 
 
+def test_the_protocol_imports_only_the_core() -> None:
+    assert violations("protocol") == []
+
+
+def test_the_contracts_import_only_the_core_and_the_protocol() -> None:
+    assert violations("contracts") == []
+
+
+def test_the_controllers_and_the_agents_rooms_import_only_what_they_may() -> None:
+    assert violations("rooms") == []
+
+
+def circles() -> list[list[str]]:
+    """Every set of modules that reach each other through their imports (each import counts:
+    type-only and function-local ones are the coupling too). A module's import of its own
+    package (``from meshtui.cli import render`` inside ``meshtui.cli``) is not an arrow back: a
+    package's ``__init__`` runs before any of its modules, whoever imports them."""
+    graph = import_graph()
+    graph = {
+        m: {t for t in ts if t in graph and not (m.startswith(t + ".") and t != m)}
+        for m, ts in graph.items()
+    }
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                part.append(w)
+                if w == v:
+                    break
+            if len(part) > 1 or v in graph[v]:
+                found.append(sorted(part))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_module_reaches_itself_through_its_imports() -> None:
+    assert circles() == []
+
+
+def test_a_circle_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "meshtui"
+    (fake / "controller" / "act").mkdir(parents=True)
+    (fake / "controller" / "core.py").write_text("from meshtui.controller.act import push\n")
+    (fake / "controller" / "act" / "push.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from meshtui.controller.core import Controller\n"
+    )
+    (fake / "cli").mkdir()
+    (fake / "cli" / "__init__.py").write_text("from meshtui.cli import render\n")
+    (fake / "cli" / "render.py").write_text("from meshtui.cli import __name__\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", fake)
+    monkeypatch.setattr(sys.modules[__name__], "FILES", sorted(fake.rglob("*.py")))
+    assert circles() == [["meshtui.controller.act.push", "meshtui.controller.core"]]
+
+
+def shared_names(files: list[Path]) -> dict[str, list[str]]:
+    """File names two modules share, outside :data:`NAMED_FOR_WHAT_THEY_IMPLEMENT`."""
+    by_name: dict[str, list[str]] = {}
+    for path in files:
+        if path.name != "__init__.py" and not rel(path).startswith(NAMED_FOR_WHAT_THEY_IMPLEMENT):
+            by_name.setdefault(path.name, []).append(rel(path))
+    return {n: ws for n, ws in by_name.items() if len(ws) > 1}
+
+
+def test_no_two_modules_share_a_name() -> None:
+    assert shared_names(FILES) == {}
+
+
+def test_a_shared_name_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "meshtui"
+    for where in ("host/receive/manifest.py", "protocol/manifest.py", "kinds/redis/probe.py",
+                  "kinds/postgres/probe.py"):  # fmt: skip
+        (fake / where).parent.mkdir(parents=True, exist_ok=True)
+        (fake / where).write_text("")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", fake)
+    files = sorted(fake.rglob("*.py"))
+    assert shared_names(files) == {
+        "manifest.py": ["meshtui/host/receive/manifest.py", "meshtui/protocol/manifest.py"]
+    }
+
+
 INJECTED = {
     "sqlite": ("controller/x.py", "import sqlite3\n"),
     "sql": ("controller/x.py", 'Q = "SELECT id FROM pairs"\n'),
@@ -380,16 +554,33 @@ INJECTED = {
     "lab": ("lab/x.py", "from meshtui.controller.core import Controller\n"),
     "core": ("model.py", "from meshtui.controller import core\n"),
     "kind": ("kinds/postgres/adapter.py", "from meshtui.provisioner.harness import reconcile\n"),
-    "kind-probe": ("kinds/redis/probe.py", "from meshtui.host.agent import Agent\n"),
-    "kind-lab": ("kinds/redis/lab.py", "from meshtui.provisioner.adapter import Done\n"),
+    "kind-probe": ("kinds/redis/probe.py", "from meshtui.host.server.routes import Agent\n"),
+    "kind-lab": ("kinds/redis/lab.py", "from meshtui.host.state import identity\n"),
     "registry": ("host/x.py", "from meshtui.kinds.redis.probe import probe_target\n"),
     "registry-provisioner": ("provisioner/x.py", "import meshtui.kinds.postgres.adapter\n"),
     "hands": ("kinds/postgres/adapter.py", "from meshtui.inventory import Inventory\n"),
-    "provisioner": ("provisioner/x.py", "from meshtui.host.files import read_credential\n"),
-    "provisioner-kind": ("kinds/redis/adapter.py", "from meshtui.host import agent\n"),
-    "keys": ("keys.py", "from meshtui.inventory import Inventory\n"),
-    "faces-watch": ("cli/x.py", "from meshtui.controller.watch import Watch\n"),
-    "faces-export": ("tui/x.py", "from meshtui.controller.export import write_export\n"),
+    "provisioner": (
+        "provisioner/x.py",
+        "from meshtui.host.receive.credential_files import read_credential\n",
+    ),
+    "provisioner-kind": (
+        "kinds/redis/adapter.py",
+        "from meshtui.host.server import routes as agent\n",
+    ),
+    "keys": ("controller/keys.py", "from meshtui.inventory import Inventory\n"),
+    "faces-watch": ("cli/x.py", "from meshtui.controller.unattended.watch import Watch\n"),
+    "faces-export": ("tui/x.py", "from meshtui.controller.records.export import write_export\n"),
+    "protocol": ("protocol/x.py", "from meshtui.controller.core import Controller\n"),
+    "protocol-host": ("protocol/x.py", "from meshtui.host.state import guard\n"),
+    "contracts": ("contracts/x.py", "from meshtui.provisioner.harness import reconcile\n"),
+    "kind-host": ("kinds/redis/probe.py", "from meshtui.host.probe_runner import run\n"),
+    "rooms": ("controller/agents/x.py", "from meshtui.controller.act.push import push\n"),
+    "rooms-core": ("controller/act/x.py", "from meshtui.controller.core import Controller\n"),
+    "rooms-plan": ("controller/plan/x.py", "from meshtui.controller.read import status\n"),
+    "rooms-host": ("host/state/x.py", "from meshtui.host.receive import delivery\n"),
+    "rooms-server": ("host/receive/x.py", "from meshtui.host.server.routes import Agent\n"),
+    "registry-own-secrets": ("controller/act/x.py", "from meshtui.kinds.openbao import client\n"),
+    "lab-keys": ("lab/x.py", "from meshtui.controller.plan import declaration\n"),
 }
 
 
@@ -414,8 +605,8 @@ def test_each_rule_fails_on_an_injected_violation(
     ("rule", "start", "hop"),
     [
         ("hands", "host/x.py", "from meshtui.controller import core\n"),
-        ("controller", "controller/x.py", "from meshtui.host import agent\n"),
-        ("provisioner", "provisioner/x.py", "import meshtui.host.files\n"),
+        ("controller", "controller/x.py", "from meshtui.host.server import routes as agent\n"),
+        ("provisioner", "provisioner/x.py", "import meshtui.host.receive.credential_files\n"),
         ("core", "model.py", "from meshtui.inventory import Inventory\n"),
         ("lab", "lab/x.py", "from meshtui.controller.core import Controller\n"),
     ],

@@ -15,14 +15,16 @@ from pathlib import Path
 import httpx
 import pytest
 
-from meshtui import crypto, messages, wire
-from meshtui.controller import doctor
-from meshtui.controller.client import Agents
-from meshtui.controller.deliver import Planner, target_of
+from meshtui import crypto
+from meshtui.controller.agents.client import Agents
+from meshtui.controller.plan.planner import Planner, target_of
+from meshtui.controller.read import doctor
 from meshtui.errors import AgentError, MessageError
-from meshtui.host import policy as node_policy
+from meshtui.host.policy import node_policy
 from meshtui.lab.mesh import agent_answers
-from meshtui.messages import (
+from meshtui.model import Drift, End, OutcomeName, Verdict, node_of
+from meshtui.protocol import messages, wire
+from meshtui.protocol.messages import (
     DeliverRequest,
     DrillRequest,
     InspectSpec,
@@ -39,7 +41,6 @@ from meshtui.messages import (
     WithdrawItem,
     WithdrawRequest,
 )
-from meshtui.model import Drift, End, OutcomeName, Verdict, node_of
 from tests.fix_agents import mesh_policy
 
 GITEA = "database:app1/gitea->db1/postgres"
@@ -266,9 +267,9 @@ MISWIRED = "login"
 
 def serve_miswired(state: Path, listen: str) -> None:
     """The real agent, whose provisioner seam reports a login that is not a string."""
-    from meshtui.host import identity
-    from meshtui.host.agent import Agent
-    from meshtui.host.serve import _Server, build_app, uvicorn_config
+    from meshtui.host.server.routes import Agent
+    from meshtui.host.server.serve import _Server, build_app, uvicorn_config
+    from meshtui.host.state import identity
 
     def provisioner(manifest: Path, admin: Path, only: frozenset[str] | None) -> dict:
         logins = json.loads(manifest.read_text())["consumers"]
@@ -438,7 +439,7 @@ def test_a_misshapen_base_is_refused_naming_the_field(mesh, base, where):
 
 
 def test_a_consumer_set_digest_is_moved_past_a_delta_in_the_deltas_size():
-    from meshtui.messages import ConsumerLine, consumer_set_digest, rebased_digest
+    from meshtui.protocol.messages import ConsumerLine, consumer_set_digest, rebased_digest
 
     lines = [ConsumerLine(f"l{i}", "app1", f"m{i}", "10.0.0.2", {"database": f"d{i}"}, f"g{i}")
              for i in range(50)]  # fmt: skip

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from meshtui.controller.plan.naming import MAX_LOGIN_BYTES, derive_login, is_safe_login
 from meshtui.model import NAME_RE
-from meshtui.naming import MAX_LOGIN_BYTES, derive_login, is_safe_login
 
 IDENT = re.compile(r"[a-z_][a-z0-9_]*")
 names = st.from_regex(NAME_RE, fullmatch=True)

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from meshtui import declaration
 from meshtui.controller.core import Controller
+from meshtui.controller.plan import declaration
 from meshtui.errors import DeclarationError
 from meshtui.model import (
     DEFAULT_PROBE_EVERY_S,

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import sqlite_utils
 
-from meshtui.controller import status as status_mod
-from meshtui.controller.status import statuses
+from meshtui.controller.read import status as status_mod
+from meshtui.controller.read.status import statuses
 from meshtui.inventory import SCHEMA_VERSION, Inventory, now
 from meshtui.inventory import schema as schema_mod
 from meshtui.inventory.rows import ID, LOGIN, DeliveryRow, PairRecord, ProbeRecord

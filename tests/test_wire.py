@@ -12,8 +12,9 @@ import time
 
 import pytest
 
-from meshtui import crypto, wire
+from meshtui import crypto
 from meshtui.errors import EnvelopeError
+from meshtui.protocol import wire
 
 KEYS = crypto.PrivateKeys.generate(node=False)
 VERIFY = KEYS.public().verify

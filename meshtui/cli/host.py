@@ -9,8 +9,8 @@ from meshtui.cli.context import EXIT_OK
 
 
 def cmd_host_init(args: argparse.Namespace) -> int:
-    from meshtui.host.identity import init
-    from meshtui.host.policy import write_default
+    from meshtui.host.policy.node_policy import write_default
+    from meshtui.host.state.identity import init
 
     pub, created = init(args.name, Path(args.state_dir), Path(args.controller))
     print(
@@ -29,13 +29,13 @@ def cmd_host_init(args: argparse.Namespace) -> int:
 
 
 def cmd_host_serve(args: argparse.Namespace) -> int:
-    from meshtui.host.serve import serve
+    from meshtui.host.server.serve import serve
 
     return serve(Path(args.state_dir), args.listen, allow_loopback=args.allow_loopback)
 
 
 def cmd_host_rekey(args: argparse.Namespace) -> int:
-    from meshtui.host.rekey import rekey
+    from meshtui.host.state.rekey import rekey
 
     done = rekey(Path(args.state_dir), Path(args.controller), confirmed=args.yes)
     if not done.changed:

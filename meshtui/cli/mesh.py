@@ -66,7 +66,7 @@ def cmd_status_due(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from meshtui.controller.restored import restores_of  # start-up: not on status's path
+    from meshtui.controller.records.restored import restores_of  # start-up: not on status's path
 
     if not (args.verify or args.json or args.export or args.list) and not_a_terminal() is None:
         from meshtui.tui.app import run_dashboard

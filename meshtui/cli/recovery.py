@@ -17,7 +17,7 @@ from meshtui.errors import BackupError
 
 def _passphrase(args: argparse.Namespace, *, twice: bool) -> bytes:
     """``--passphrase-file``, else a no-echo prompt when stdin is a terminal."""
-    from meshtui.controller.backup import read_passphrase
+    from meshtui.controller.records.backup import read_passphrase
 
     if args.passphrase_file is not None:
         return read_passphrase(Path(args.passphrase_file))
@@ -35,7 +35,7 @@ def _passphrase(args: argparse.Namespace, *, twice: bool) -> bytes:
 
 
 def cmd_backup(args: argparse.Namespace) -> int:
-    from meshtui.controller.backup import KdfParams, as_text, take
+    from meshtui.controller.records.backup import KdfParams, as_text, take
 
     passphrase = _passphrase(args, twice=True)
     summary = take(state_dir(args), Path(args.file), passphrase, KdfParams())
@@ -47,7 +47,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    from meshtui.controller.restore import restore
+    from meshtui.controller.records.restore import restore
 
     passphrase = _passphrase(args, twice=False)
     report = restore(state_dir(args), Path(args.file), passphrase)

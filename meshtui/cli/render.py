@@ -17,9 +17,10 @@ from meshtui.kinds import registry
 from meshtui.model import PairStatus, format_duration
 
 if TYPE_CHECKING:
-    from meshtui.controller.anchors import AnchorCheck
-    from meshtui.controller.declare import DeclareResult
-    from meshtui.controller.doctor import DoctorReport
+    from meshtui.controller.plan.declare import DeclareResult
+    from meshtui.controller.read.doctor import DoctorReport
+    from meshtui.controller.read.schedule import PairDue
+    from meshtui.controller.records.anchors import AnchorCheck
     from meshtui.controller.reports import (
         AuditEvent,
         ChainReport,
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
         SecretDrillReport,
         SecretStatus,
     )
-    from meshtui.controller.schedule import PairDue
 
 
 def print_json(data: Any) -> None:

@@ -19,12 +19,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from meshtui import crypto, wire
-from meshtui.controller import detail as detail_mod
-from meshtui.controller import schedule as schedule_mod
-from meshtui.controller import status as status_mod
+from meshtui import crypto
 from meshtui.controller.freshness import InventoryStamp, inventory_stamp
-from meshtui.controller.heartbeat import Heartbeat
+from meshtui.controller.keys import KEY_STEM, write_keys_once
+from meshtui.controller.read import detail as detail_mod
+from meshtui.controller.read import schedule as schedule_mod
+from meshtui.controller.read import status as status_mod
+from meshtui.controller.read.heartbeat import Heartbeat
+from meshtui.controller.read.schedule import PairDue
+from meshtui.controller.records.restored import load_proof
 from meshtui.controller.reports import (
     AuditEvent,
     ChainReport,
@@ -40,8 +43,6 @@ from meshtui.controller.reports import (
     Summary,
     no_progress,
 )
-from meshtui.controller.restored import load_proof
-from meshtui.controller.schedule import PairDue
 from meshtui.errors import (
     ForeignStateFolderError,
     InputError,
@@ -53,21 +54,21 @@ from meshtui.errors import (
 )
 from meshtui.folders import trusted_path, user_name
 from meshtui.inventory import Inventory
-from meshtui.keys import KEY_STEM, write_keys_once
 from meshtui.model import PairStatus, RotationState, State, node_of
+from meshtui.protocol import wire
 
 if TYPE_CHECKING:  # httpx stays out of the import of core (see controller.client)
-    from meshtui.controller.anchors import AnchorCheck
-    from meshtui.controller.client import Agents
-    from meshtui.controller.declare import DeclareResult
-    from meshtui.controller.doctor import DoctorReport
+    from meshtui.controller.agents.client import Agents
+    from meshtui.controller.plan.declare import DeclareResult
+    from meshtui.controller.read.doctor import DoctorReport
+    from meshtui.controller.records.anchors import AnchorCheck
     from meshtui.controller.reports import SecretDrillReport, SecretStatus
     from meshtui.inventory.rows import EventRow, NodeRow
 
 __all__ = ["INVENTORY", "KEY_STEM", "SEQUENCE_FILE", "Controller", "init_keys"]
 
 SEQUENCE_FILE = "sequence"
-"""The last number of the controller's requests (see :class:`meshtui.wire.Sequence`)."""
+"""The last number of the controller's requests (see :class:`meshtui.protocol.wire.Sequence`)."""
 INVENTORY = "inventory.db"
 """The inventory file's name in a state folder."""
 
@@ -181,7 +182,7 @@ class Controller:
     ) -> Agents:
         """Signed clients for the nodes (all by default), built in this one place: the key comes
         through the gate, every request carries the next sequence number and the audit head."""
-        from meshtui.controller.client import DEFAULT_TIMEOUT_S, Agents
+        from meshtui.controller.agents.client import DEFAULT_TIMEOUT_S, Agents
 
         return Agents(
             self.inventory.nodes() if nodes is None else nodes,
@@ -277,7 +278,7 @@ class Controller:
         """Every node: fingerprint, what it holds, who is behind; ``check`` asks each agent."""
         answers: dict[str, tuple[bool, str]] = {}
         if check:
-            from meshtui.controller.resolve import resolve_nodes
+            from meshtui.controller.plan.resolve import resolve_nodes
 
             nodes = list(self.inventory.nodes())
             self.contact("checking the agents", nodes)
@@ -338,7 +339,7 @@ class Controller:
         Allowed read-only: the read is unsigned (needs no key, changes nothing on the node) and
         its answer is checked with the node's public key and controller.pub only.
         """
-        from meshtui.controller.anchors import check_anchors
+        from meshtui.controller.records.anchors import check_anchors
 
         pub = self.state_dir / f"{KEY_STEM}.pub"
         key = crypto.load_public(pub, need_seal=False).verify if pub.exists() else None
@@ -347,7 +348,7 @@ class Controller:
 
     def doctor(self, progress: Progress = no_progress) -> DoctorReport:
         """The preflight: every node's key, folders, users, reloads, admin files, ports, clocks."""
-        from meshtui.controller.doctor import doctor
+        from meshtui.controller.read.doctor import doctor
 
         self.contact("doctor", lambda: list(self.inventory.nodes()))
         return doctor(self, progress)
@@ -356,8 +357,8 @@ class Controller:
     def declare(self, path: Path | str) -> DeclareResult:
         """Load a declaration into the inventory."""
         self._writable("declare")
-        from meshtui import declaration  # start-up: only declare reads a declaration (TOML)
-        from meshtui.controller.declare import declare
+        from meshtui.controller.plan import declaration  # start-up: only declare reads TOML
+        from meshtui.controller.plan.declare import declare
 
         decl = declaration.load(path)
         from meshtui.controller.lock import delivering
@@ -375,9 +376,9 @@ class Controller:
         """Bring every end to the generation the inventory says it must hold."""
         self.contact("push", lambda: list(self.inventory.nodes()))
         self._writable("push")
-        from meshtui.controller import own_secrets
+        from meshtui.controller.act import own_secrets
+        from meshtui.controller.act.push import push
         from meshtui.controller.lock import delivering
-        from meshtui.controller.push import push
 
         report = push(self, progress)
         with delivering(self.state_dir, "push (own secrets)"):
@@ -389,7 +390,7 @@ class Controller:
 
     def secrets(self) -> list[SecretStatus]:
         """Every module's own secrets: the versions the vault and each file hold (no value)."""
-        from meshtui.controller import secret_states
+        from meshtui.controller.read import secret_states
 
         return secret_states.status(self.inventory)
 
@@ -398,7 +399,7 @@ class Controller:
         is dropped here), then deliver it; returns its version."""
         self._writable("secret put")
         self.contact("secret put", lambda: list(self.inventory.nodes()))
-        from meshtui.controller import own_secrets
+        from meshtui.controller.act import own_secrets
         from meshtui.controller.lock import delivering
 
         with delivering(self.state_dir, "secret put"):
@@ -411,7 +412,7 @@ class Controller:
         """Mint the next version of a minted secret and deliver it (vault, then file)."""
         self._writable("secret rotate")
         self.contact("secret rotate", lambda: list(self.inventory.nodes()))
-        from meshtui.controller import own_secrets
+        from meshtui.controller.act import own_secrets
         from meshtui.controller.lock import delivering
 
         with delivering(self.state_dir, "secret rotate"):
@@ -442,7 +443,7 @@ class Controller:
         its file and is the vault's current version, and the old one in neither."""
         self._writable("secret drill")
         self.contact("secret drill", lambda: list(self.inventory.nodes()))
-        from meshtui.controller import own_secrets
+        from meshtui.controller.act import own_secrets
         from meshtui.controller.lock import delivering
 
         with delivering(self.state_dir, "secret drill"):
@@ -450,7 +451,7 @@ class Controller:
 
     def plan_rotation(self, ids: Iterable[str]) -> RotationPlan:
         """Resolve every node a rotation of ``ids`` would touch (asks each agent)."""
-        from meshtui.controller.rotate import plan
+        from meshtui.controller.act.rotate import plan
 
         ids = self.resolve_pairs(ids)
         self.contact("planning a rotation", lambda: self._ends(ids))
@@ -469,7 +470,7 @@ class Controller:
         ``probe_after`` (an operator's rotation): then a probe of the pairs it moved, stored and
         in the report, so they read working or stale at once, not unknown; a probe that cannot
         run is said in the reason, never undoes it."""
-        from meshtui.controller.rotate import rotate
+        from meshtui.controller.act.rotate import rotate
 
         ids = self.resolve_pairs(ids)
         self.contact("rotate", lambda: self._ends(ids))
@@ -488,7 +489,7 @@ class Controller:
         self, ids: Iterable[str] | None = None, progress: Progress = no_progress
     ) -> list[ProbeOutcome]:
         """Live logins from each consumer's node; results stored (so not in read-only)."""
-        from meshtui.controller.probe import probe
+        from meshtui.controller.act.probe import probe
 
         chosen = self.resolve_pairs(ids) if ids is not None else self.live_pairs()
         self.contact("probe", lambda: self._ends(chosen, consumers_only=True))
@@ -497,7 +498,7 @@ class Controller:
 
     def drill(self, ids: Iterable[str], progress: Progress = no_progress) -> list[DrillReport]:
         """Rotation checked by three logins, per pair."""
-        from meshtui.controller.drill import drill
+        from meshtui.controller.act.drill import drill
 
         ids = self.resolve_pairs(ids)
         self.contact("drill", lambda: self._ends(ids))
@@ -507,16 +508,16 @@ class Controller:
     @staticmethod
     def write_export(path: Path, body: str) -> None:
         """Write an export (:meth:`export_events`) to a new 0600 file, never over one that is
-        there (:func:`meshtui.controller.export.write_export`); OSError naming the path."""
-        from meshtui.controller.export import write_export
+        there (:func:`meshtui.controller.records.export.write_export`); OSError naming the path."""
+        from meshtui.controller.records.export import write_export
 
         write_export(path, body)
 
     @staticmethod
     def parse_listen(text: str, *, allow_remote: bool = False) -> tuple[str, int]:
         """``HOST:PORT`` for the watch's metrics endpoint; InputError for a bad value or an
-        unasked-for remote bind (:func:`meshtui.controller.metrics.parse_listen`)."""
-        from meshtui.controller.metrics import parse_listen
+        unasked-for remote bind (:func:`meshtui.controller.unattended.metrics.parse_listen`)."""
+        from meshtui.controller.unattended.metrics import parse_listen
 
         return parse_listen(text, allow_remote=allow_remote)
 
@@ -530,13 +531,13 @@ class Controller:
         tick: float,
         revoke_old_overdue: bool = False,
     ) -> int:
-        """The unattended loop (:class:`meshtui.controller.watch.Watch`) until ``stop`` is set:
+        """The unattended loop (:class:`meshtui.controller.unattended.watch.Watch`) until ``stop`` is set:
         with ``notify`` (an argv) run on each alert, and metrics served at ``listen``. Refused
         read-only; InputError when the metrics endpoint cannot listen. Its exit status.
         ``revoke_old_overdue``: an overdue pair is rotated break-glass (docs/rotation.md)."""
-        from meshtui.controller.metrics import Metrics
-        from meshtui.controller.notify import Notifier
-        from meshtui.controller.watch import Watch, log_line
+        from meshtui.controller.unattended.metrics import Metrics
+        from meshtui.controller.unattended.notify import Notifier
+        from meshtui.controller.unattended.watch import Watch, log_line
 
         if self.read_only:
             raise ReadOnlyError("watch")

@@ -30,9 +30,10 @@ from functools import partial
 from pathlib import Path
 
 from meshtui.errors import PolicyRefusal
-from meshtui.host.policy import ConsumerAsk, Policy, ProviderAsk
+from meshtui.host.policy.node_policy import ConsumerAsk, Policy, ProviderAsk
 from meshtui.kinds import registry
-from meshtui.messages import (
+from meshtui.model import split_pair_id
+from meshtui.protocol.messages import (
     CheckAnswer,
     CheckConsumer,
     CheckPort,
@@ -40,7 +41,6 @@ from meshtui.messages import (
     CheckRequest,
     Finding,
 )
-from meshtui.model import split_pair_id
 
 CONNECT_TIMEOUT_S = 3.0
 """A TCP connect or an admin login that takes longer is reported as not reachable."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from meshtui.inventory.audit import GENESIS, ChainCheck, event_hash, operator
 from meshtui.inventory.schema import MIGRATIONS, SCHEMA_VERSION
 from meshtui.inventory.store import Inventory, Transaction, now
-from meshtui.wire import head_message
+from meshtui.protocol.wire import head_message
 
 __all__ = [
     "GENESIS",

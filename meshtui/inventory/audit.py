@@ -21,7 +21,7 @@ from typing import cast
 from meshtui import crypto
 from meshtui.errors import CryptoError
 from meshtui.inventory.rows import AuditRecord, HeadRow
-from meshtui.wire import SignedHead, head_message
+from meshtui.protocol.wire import SignedHead, head_message
 
 GENESIS = "0" * 64
 """The ``prev`` of the first event."""

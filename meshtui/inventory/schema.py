@@ -76,7 +76,7 @@ def _policies_v4(db: sqlite_utils.Database) -> None:
 
 def _provider_bases_v5(db: sqlite_utils.Database) -> None:
     """Per (provider module, provision): the digest of the consumer set its node's manifest
-    holds as last delivered (:func:`meshtui.messages.consumer_set_digest`), kept so a rotation's
+    holds as last delivered (:func:`meshtui.protocol.messages.consumer_set_digest`), kept so a rotation's
     delta names its base without reading the provision's every pair. Empty after the upgrade:
     each provision's next delivery is whole once."""
     db.execute(

@@ -57,7 +57,7 @@ from meshtui.inventory.rows import (
     StatusRow,
 )
 from meshtui.model import Policy, PolicySource, RotationState
-from meshtui.wire import RestoreProof, SignedHead
+from meshtui.protocol.wire import RestoreProof, SignedHead
 
 if TYPE_CHECKING:  # imported when a migration runs: a read never pays for it (~80 ms)
     import sqlite_utils

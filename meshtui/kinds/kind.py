@@ -106,13 +106,13 @@ class Kind:
 
     Lazy references (see :class:`Ref`), each to be called as the layer that uses it says:
 
-    * ``adapter``: the provisioner's :data:`~meshtui.provisioner.adapter.AdapterFactory`;
+    * ``adapter``: the provisioner's :data:`~meshtui.contracts.adapter.AdapterFactory`;
     * ``kept``: optional, a class whose instance keeps admin sessions between runs in a
       long-lived agent; its ``open`` is an ``AdapterFactory`` (the agent keeps one per kind);
     * ``finish``: optional, ``finish(admin, manifest, outcomes) -> Outcome | None`` run after a
       whole reconcile (PostgreSQL: the pin block of pg_hba.conf);
     * ``probe``: ``probe(target: ProbeTarget, options: ProbeOptions) -> ProbeResult``, one login
-      and its negative control (meshtui.host.probe_types), the same signature for every kind;
+      and its negative control (meshtui.contracts.probe_types), the same signature for every kind;
     * ``doctor``: optional, ``check(provider: CheckProvider, path) -> list[(problem, fix)]``,
       what the admin file lacks for the built-in provisioner (run on the provider's node);
     * ``lab``: the module that raises a real server of this kind for the lab and the tests.

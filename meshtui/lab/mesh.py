@@ -27,8 +27,8 @@ from meshtui import runas
 from meshtui.atomic import write_private
 from meshtui.errors import LabError
 from meshtui.folders import trusted_path
-from meshtui.host import identity
-from meshtui.host import policy as node_policy
+from meshtui.host.policy import node_policy
+from meshtui.host.state import identity
 from meshtui.kinds import registry
 from meshtui.kinds.openbao import lab as lab_bao
 from meshtui.kinds.postgres import lab as postgres
@@ -159,7 +159,7 @@ def up(
     with_s3 = (mesh is None and lab_s3.available()) if s3 is None else s3
     with_redis = (mesh is None and lab_redis.available()) if redis is None else redis
     with_vault = (mesh is None and lab_bao.available()) if vault is None else vault
-    from meshtui.keys import write_keys_once
+    from meshtui.controller.keys import write_keys_once
 
     mesh = mesh or DEFAULT_MESH
     # made here and checked first: no link or folder another user planted is worked through

@@ -10,7 +10,7 @@ provision`` calls it too). ``watch`` polls the manifest and the secret files by 
 reconciles on a change and every ``drift_every`` seconds. A run reads each secret file once,
 after the adapter's inspect, and drops it once its login is made true; nothing long-lived holds
 one. A delta's run (``only``) on an adapter whose ``create`` looks before it writes
-(:class:`~meshtui.provisioner.adapter.Deciding`) inspects only the logins the delta removes.
+(:class:`~meshtui.contracts.adapter.Deciding`) inspects only the logins the delta removes.
 """
 
 from __future__ import annotations
@@ -26,20 +26,13 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-import psycopg
-
-from meshtui.crypto import secret_digest
-from meshtui.errors import ManifestError, MeshtuiError, ProvisionError, UnsafeLoginError
-from meshtui.kinds import registry
-from meshtui.model import SUCCESS, Drift, OutcomeName
-from meshtui.provisioner.adapter import (
+from meshtui.contracts.adapter import (
     Adapter,
     AdapterFactory,
     Batching,
     CatchingUp,
-    Deciding,
     Done,
     Finish,
     Held,
@@ -51,14 +44,18 @@ from meshtui.provisioner.adapter import (
     Whole,
     check_name,
 )
-from meshtui.provisioner.files import SecretFiles, read_admin
-from meshtui.provisioner.manifest import (
+from meshtui.contracts.manifest_reader import (
     Consumer,
     Manifest,
     load_manifest,
     parse_manifest,
     read_manifest_bytes,
 )
+from meshtui.contracts.provider_files import SecretFiles, read_admin
+from meshtui.crypto import secret_digest
+from meshtui.errors import ManifestError, MeshtuiError, ProvisionError, UnsafeLoginError
+from meshtui.kinds import registry
+from meshtui.model import SUCCESS, Drift, OutcomeName
 
 MAX_SECRET_BYTES = 4096
 PARALLEL_FROM = 16  # below this many writes one session is as quick as two
@@ -179,15 +176,26 @@ def _apply(adapter: Adapter, consumer: Consumer, secret: bytes) -> Outcome:
     except (Refused, UnsafeLoginError) as exc:
         return _outcome(consumer, OutcomeName.REFUSED, str(exc))
     except Exception as exc:  # one consumer's failure is its outcome, not the run's end
-        return _outcome(consumer, OutcomeName.FAILED, _reason(exc))
+        return _outcome(consumer, OutcomeName.FAILED, _reason(exc, adapter))
     finally:
         del secret
     return _outcome(consumer, done.outcome, done.reason)
 
 
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, psycopg.Error):
-        return (exc.diag.message_primary or str(exc).splitlines()[0]).strip()
+def _unread(adapter: Adapter, exc: Exception, kind: str | None) -> Exception:
+    """What ends a run whose logins cannot be read: the software's own words for its error
+    (``Adapter.describe``), or the error as it was when it is not the software's."""
+    said = adapter.describe(exc)
+    if said is None:
+        return exc
+    named = registry.kind_of(kind)
+    return ProvisionError(f"cannot read the {named.login_word}s from {named.title}: {said}")
+
+
+def _reason(exc: BaseException, adapter: Adapter) -> str:
+    said = adapter.describe(exc)
+    if said is not None:
+        return said
     if isinstance(exc, MeshtuiError):
         return str(exc)
     return f"{type(exc).__name__}: {exc}"
@@ -202,7 +210,7 @@ def _opened(factory: AdapterFactory, conninfo: str, scope: Scope) -> Iterator[Ad
         adapter.close()
 
 
-def _apply_batch(adapter: Batching, todo: list[tuple[Consumer, bytes]]) -> dict[str, Outcome]:
+def _apply_batch(adapter: Adapter, todo: list[tuple[Consumer, bytes]]) -> dict[str, Outcome]:
     """Make ``todo`` true through the adapter's batch (``create_many``: one transaction, or
     one pipeline); the secrets are dropped with the batch."""
     results: dict[str, Outcome] = {}
@@ -215,7 +223,7 @@ def _apply_batch(adapter: Batching, todo: list[tuple[Consumer, bytes]]) -> dict[
         except Refused as exc:
             results[consumer.login] = _outcome(consumer, OutcomeName.REFUSED, str(exc))
         del secret
-    done = adapter.create_many(batch)
+    done = cast(Batching, adapter).create_many(batch)
     batch.clear()
     for login, consumer in by_login.items():
         got = done.get(login)
@@ -225,7 +233,7 @@ def _apply_batch(adapter: Batching, todo: list[tuple[Consumer, bytes]]) -> dict[
             results[login] = _outcome(consumer, OutcomeName.REFUSED, str(got))
         else:
             results[login] = _outcome(
-                consumer, OutcomeName.FAILED, _reason(got or ProvisionError("no outcome"))
+                consumer, OutcomeName.FAILED, _reason(got or ProvisionError("no outcome"), adapter)
             )
     return results
 
@@ -241,7 +249,7 @@ def _apply_all(
     """Apply ``todo`` (each consumer with its secret): in one batch when the adapter can (one
     transaction, verifiers computed on every core; or one Redis pipeline); else, with many, over
     ``workers`` sessions so the server uses every core."""
-    if len(todo) >= BATCH_FROM and isinstance(first, Batching):
+    if len(todo) >= BATCH_FROM and first.capabilities.batching:
         return _apply_batch(first, todo)
     if workers <= 1 or len(todo) < PARALLEL_FROM:
         return {c.login: _apply(first, c, secret) for c, secret in todo}
@@ -412,8 +420,8 @@ def _held(
         return adapter.inspect(wanted)
     if not only:
         return {}
-    if isinstance(adapter, Narrowing):  # the delta's logins only, not the whole server
-        held = adapter.inspect_only(wanted, only)
+    if adapter.capabilities.narrowing:  # the delta's logins only, not the whole server
+        held = cast(Narrowing, adapter).inspect_only(wanted, only)
     else:
         held = adapter.inspect(wanted)
     return {login: h for login, h in held.items() if login in only}
@@ -444,15 +452,15 @@ def _reconcile(
     wanted: Mapping[str, Mapping[str, str]] = {c.login: c.values for c in manifest.consumers}
     removed: list[Outcome] = []
     with _opened(factory, conninfo, scope) as adapter:
-        limits = tuple(adapter.limits) if isinstance(adapter, Limited) else ()
+        limits = tuple(cast(Limited, adapter).limits) if adapter.capabilities.limited else ()
         asked: Mapping[str, Mapping[str, str]] = {c.login: c.values for c in safe}
         look = only
-        if only is not None and isinstance(adapter, Deciding) and adapter.create_decides:
+        if only is not None and adapter.capabilities.deciding:
             asked, look = {}, only - wanted.keys()  # create looks at the rest itself
         try:
             held = _held(adapter, asked, look)
-        except psycopg.Error as exc:
-            raise ProvisionError(f"cannot read the roles from PostgreSQL: {_reason(exc)}") from None
+        except Exception as exc:
+            raise _unread(adapter, exc, manifest.kind) from None
         todo: list[tuple[Consumer, bytes]] = []
         for consumer in safe:
             secret = _read_secret(secrets, consumer)
@@ -471,8 +479,8 @@ def _reconcile(
         for login in sorted(held):
             if held[login].ours and login not in wanted:
                 removed.append(_remove(adapter, held[login]))
-        if isinstance(adapter, CatchingUp):  # optional: redo an earlier failed save
-            adapter.catch_up()
+        if adapter.capabilities.catching_up:  # optional: redo an earlier failed save
+            cast(CatchingUp, adapter).catch_up()
     return tuple(outcomes[c.login] for c in manifest.consumers) + tuple(removed), limits
 
 
@@ -545,8 +553,8 @@ def inspect(
     with _opened(factory, conninfo, scope) as adapter:
         try:
             held = adapter.inspect({c.login: c.values for c in ready})
-        except psycopg.Error as exc:
-            raise ProvisionError(f"cannot read the roles from PostgreSQL: {_reason(exc)}") from None
+        except Exception as exc:
+            raise _unread(adapter, exc, manifest.kind) from None
     for consumer in ready:
         found[consumer.login] = _compare(consumer, held.get(consumer.login))
     return tuple(found[c.login] for c in manifest.consumers)
@@ -578,7 +586,9 @@ def _remove(adapter: Adapter, held: Held) -> Outcome:
     except (Refused, UnsafeLoginError) as exc:
         return Outcome(held.login, held.node, held.module, OutcomeName.REFUSED, str(exc))
     except Exception as exc:  # one login's failure is its outcome, not the run's end
-        return Outcome(held.login, held.node, held.module, OutcomeName.FAILED, _reason(exc))
+        return Outcome(
+            held.login, held.node, held.module, OutcomeName.FAILED, _reason(exc, adapter)
+        )
     return Outcome(held.login, held.node, held.module, done.outcome, done.reason)
 
 

@@ -2,7 +2,7 @@
 
 The app owns the state every screen shares (the pairs model, the summary, the job running) and
 the background work: every controller call runs in a thread worker that opens its own
-``Controller`` and posts a message from :mod:`meshtui.tui.messages`; ``@on`` handlers here
+``Controller`` and posts a message from :mod:`meshtui.tui.events`; ``@on`` handlers here
 turn those into UI changes. :meth:`MeshApp.report_error` is the one place an exception becomes
 something the operator reads. Read-only is enforced twice: :meth:`MeshApp.allows` hides and
 blocks every action that changes things or asks an agent, and every controller is opened
@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from textual import on
 from textual.app import App
@@ -32,7 +32,7 @@ from textual.worker import Worker, WorkerState
 
 from meshtui.controller.core import INVENTORY, Controller
 from meshtui.controller.freshness import InventoryStamp
-from meshtui.controller.heartbeat import Heartbeat
+from meshtui.controller.read.heartbeat import Heartbeat
 from meshtui.controller.reports import (
     JobResult,
     Progress,
@@ -47,15 +47,15 @@ from meshtui.errors import MeshtuiError, ReadOnlyError
 from meshtui.model import PairStatus, Verdict
 from meshtui.terminal import require_terminal, shown
 from meshtui.tui import actions
-from meshtui.tui.commands import MeshCommands
+from meshtui.tui.dashboard import Clock, Dashboard
+from meshtui.tui.events import Job, JobFailed, JobFinished, JobKind, JobProgress, Loaded
 from meshtui.tui.keymap import config_paths, load_keymap
-from meshtui.tui.messages import Job, JobFailed, JobFinished, JobKind, JobProgress, Loaded
 from meshtui.tui.pairs import PairModel, parse_time, short_age
+from meshtui.tui.palette import MeshCommands
 from meshtui.tui.screens import job as job_screen
 from meshtui.tui.screens.base import failure_context, run_in_background
 from meshtui.tui.screens.job import JobRecord, JobScreen
 
-Clock = Callable[[], datetime]
 Read = TypeVar("Read")
 
 FIRST_PAGE = 250
@@ -570,3 +570,10 @@ def run_dashboard(state_dir: Path, *, read_only: bool = False, screen: str | Non
     if app.return_code not in (None, 0):
         return int(app.return_code)
     return int(result or 0)
+
+
+if TYPE_CHECKING:
+
+    def _is_a_dashboard(app: MeshApp) -> Dashboard:
+        """The app is what its screens hold (checked by mypy, never run)."""
+        return app

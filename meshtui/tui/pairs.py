@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from meshtui.controller.schedule import PairDue
+from meshtui.controller.read.schedule import PairDue
 from meshtui.kinds import registry
 from meshtui.model import PairStatus, State, format_duration, parse_duration
 from meshtui.tui.widgets.line_table import Column, Entry, GroupHeader

@@ -117,7 +117,7 @@ def test_the_agent_units_writable_folders_cover_the_walks_policy_folders(tmp_pat
     """Every folder the manual's node policies (docs/real-mesh.md) allow is writable by the
     agent's unit, as shipped or with the walk's drop-in; every policy there parses; and the unit
     mounts the policy read-only."""
-    from meshtui.host import policy as node_policy
+    from meshtui.host.policy import node_policy
 
     walk = (Path(__file__).parents[2] / "docs" / "real-mesh.md").read_text()
     blocks = [b.split("```", 1)[0] for b in walk.split("<!-- run: policy -->\n```toml\n")[1:]]

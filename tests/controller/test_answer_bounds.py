@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from meshtui import crypto, wire
+from meshtui import crypto
+from meshtui.protocol import wire
 from tests.controller.test_channel import Endless
 
 MiB = 1024 * 1024
@@ -23,8 +24,8 @@ ANSWER = 63 * MiB
 ASKER = r"""
 import json, sys
 from pathlib import Path
-from meshtui import crypto, messages
-from meshtui.controller.client import AgentClient
+from meshtui import crypto; from meshtui.protocol import messages
+from meshtui.controller.agents.client import AgentClient
 from meshtui.errors import AgentError
 
 def peak():

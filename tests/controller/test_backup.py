@@ -252,7 +252,7 @@ def test_on_a_terminal_the_passphrase_is_asked_without_echo(mesh: Mesh) -> None:
 
 def test_a_backup_naming_a_path_is_refused_and_nothing_is_written(mesh: Mesh) -> None:
     """Made by someone who knows the passphrase, a payload naming ``../x`` writes nowhere."""
-    from meshtui.controller.backup import KdfParams, Payload, open_file, seal
+    from meshtui.controller.records.backup import KdfParams, Payload, open_file, seal
 
     declared(mesh)
     good, pw = mesh.root / "b", secret_file(mesh.root)

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from meshtui.controller import sending
-from meshtui.controller.client import Agents
+from meshtui.controller.act import sending
+from meshtui.controller.agents.client import Agents
 from tests.controller.test_rotate import GITEA, OTHER, WIKI, can_login, login_of, refused
 
 FILES = {
@@ -168,7 +168,7 @@ def test_a_provider_failing_sends_no_consumer_anything(mesh, pg, sent):
 def test_a_controller_killed_between_batches_is_finished_by_the_next_push(mesh, pg):
     script = textwrap.dedent(f"""
         import os, signal
-        from meshtui.controller import sending
+        from meshtui.controller.act import sending
         from meshtui.controller.core import Controller
         sending.BATCH = 1
         ctl = Controller.open({str(mesh.state)!r})

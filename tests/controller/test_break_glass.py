@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from meshtui.controller import lock
-from meshtui.controller.watch import Watch
+from meshtui.controller.unattended.watch import Watch
 from tests.controller.test_rotate import can_login, login_of, refused
 from tests.controller.test_watch import with_policy
 

@@ -1,4 +1,4 @@
-"""The controller's kept connection to an agent (meshtui/controller/channel.py).
+"""The controller's kept connection to an agent (meshtui/controller/agents/channel.py).
 
 Against real agents (a Unix socket; TCP with TLS in front of uvicorn, as an operator serves
 one), and against a socket that misbehaves on purpose where a real agent never would: an answer
@@ -22,13 +22,13 @@ from typing import Any
 
 import pytest
 
-from meshtui import messages
-from meshtui.controller import channel as channel_module
-from meshtui.controller.channel import Channel, request_bytes
-from meshtui.controller.client import read_anchor_answer
+from meshtui.controller.agents import channel as channel_module
+from meshtui.controller.agents.channel import Channel, request_bytes
+from meshtui.controller.agents.client import read_anchor_answer
 from meshtui.crypto import b64
 from meshtui.errors import AgentError, ChannelError
 from meshtui.lab import certificates
+from meshtui.protocol import messages
 
 pytestmark = pytest.mark.slow
 
@@ -209,9 +209,9 @@ def test_a_fresh_connection_that_fails_is_not_tried_again(tmp_path: Path) -> Non
 TLS_AGENT = """
 import sys
 from pathlib import Path
-from meshtui.host.agent import Agent
-from meshtui.host import identity
-from meshtui.host.serve import _Server, build_app, uvicorn_config
+from meshtui.host.server.routes import Agent
+from meshtui.host.state import identity
+from meshtui.host.server.serve import _Server, build_app, uvicorn_config
 agent = Agent(identity.load(Path(sys.argv[1])), allow_loopback=True)
 config = uvicorn_config(build_app(agent), sys.argv[2])
 config.ssl_certfile, config.ssl_keyfile = sys.argv[3], sys.argv[4]

@@ -1,4 +1,4 @@
-"""Whose an end is (meshtui/controller/claims.py): the pair's id decides, never the answer."""
+"""Whose an end is (meshtui/controller/plan/claims.py): the pair's id decides, never the answer."""
 
 from __future__ import annotations
 
@@ -6,7 +6,13 @@ from typing import Any
 
 import pytest
 
-from meshtui.controller.claims import Claim, asked_only, end_node, own_holdings, own_inspections
+from meshtui.controller.plan.claims import (
+    Claim,
+    asked_only,
+    end_node,
+    own_holdings,
+    own_inspections,
+)
 from meshtui.model import End
 
 APP1 = "database:app1/gitea->db1/postgres"

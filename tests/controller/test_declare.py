@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 
-from meshtui import crypto, declaration
-from meshtui.controller import declare as declare_mod
+from meshtui import crypto
 from meshtui.controller.core import Controller
-from meshtui.controller.declare import declare
-from meshtui.controller.status_image import IMAGE
+from meshtui.controller.plan import declaration
+from meshtui.controller.plan import declare as declare_mod
+from meshtui.controller.plan.declare import declare
+from meshtui.controller.read.status_image import IMAGE
 from meshtui.errors import UnsealError
-from meshtui.host import identity
+from meshtui.host.state import identity
 from meshtui.inventory import Inventory, Transaction
 from tests.fix_mesh import Mesh, MeshFactory, consumer, modules
 

@@ -20,14 +20,14 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from meshtui import messages
 from meshtui.atomic import write_private
-from meshtui.controller.client import Agents
+from meshtui.controller.agents.client import Agents
 from meshtui.controller.core import Controller
-from meshtui.host import identity
+from meshtui.host.state import identity
 from meshtui.lab import mesh as lab_mesh
 from meshtui.lab import netns
-from meshtui.messages import CheckConsumer, CheckRequest
+from meshtui.protocol import messages
+from meshtui.protocol.messages import CheckConsumer, CheckRequest
 from tests.fix_lab import running_lab
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]

@@ -73,7 +73,7 @@ def test_a_consumer_never_moves_ahead_of_its_provider(mesh):
 def test_declare_waits_for_an_interrupted_rotation(mesh):
     with mesh.controller() as ctl:
         rows = ctl.inventory.pairs([GITEA])
-        from meshtui.controller.rotate import journal
+        from meshtui.controller.act.rotate import journal
 
         journal(ctl, rows)  # as if a controller died right after journaling
         with pytest.raises(RotationBusyError, match="interrupted"):
@@ -83,7 +83,7 @@ def test_declare_waits_for_an_interrupted_rotation(mesh):
 
 
 def test_rotate_after_an_interrupted_rotation_starts_from_the_recovered_generation(mesh, pg):
-    from meshtui.controller.rotate import journal
+    from meshtui.controller.act.rotate import journal
 
     with mesh.controller() as ctl:
         journal(ctl, ctl.inventory.pairs([GITEA]))  # generation 2 journaled, nothing sent

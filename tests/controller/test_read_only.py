@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 
-from meshtui.controller import drill as drill_mod
-from meshtui.controller import probe as probe_mod
-from meshtui.controller import push as push_mod
-from meshtui.controller import rotate as rotate_mod
+from meshtui.controller.act import drill as drill_mod
+from meshtui.controller.act import probe as probe_mod
+from meshtui.controller.act import push as push_mod
+from meshtui.controller.act import rotate as rotate_mod
 from meshtui.controller.core import Controller
+from meshtui.controller.plan.resolve import resolve_nodes
 from meshtui.controller.reports import no_progress
-from meshtui.controller.resolve import resolve_nodes
 from meshtui.errors import ReadOnlyError
 from tests.fix_counted_agents import (
     GITEA,

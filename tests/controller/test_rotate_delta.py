@@ -16,10 +16,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from meshtui.controller.client import Agents
-from meshtui.controller.deliver import Planner
-from meshtui.controller.recording import Delivered
-from meshtui.controller.sending import send_providers
+from meshtui.controller.act.recording import Delivered
+from meshtui.controller.act.sending import send_providers
+from meshtui.controller.agents.client import Agents
+from meshtui.controller.plan.planner import Planner
 from meshtui.crypto import secret_digest
 from tests.controller.test_rotate import GITEA, OTHER, WIKI, can_login, login_of, refused
 

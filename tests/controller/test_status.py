@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from meshtui.controller.status import statuses
+from meshtui.controller.read.status import statuses
 from meshtui.inventory import Inventory, now
 from meshtui.model import PairStatus, State
 from tests.fix_mesh import Mesh, modules
@@ -311,7 +311,7 @@ def test_the_plain_working_shortcut_agrees_with_the_full_rules() -> None:
     full rules' answer, and leave every other row to them."""
     import itertools
 
-    from meshtui.controller.status import _working, pair_state
+    from meshtui.controller.read.status import _working, pair_state
 
     choices: dict[str, list[object]] = {
         "generation": [2, 0],  # generation wanted
@@ -343,7 +343,7 @@ def test_the_plain_shortcut_agrees_with_the_full_rules_never_probed_included() -
     the full rules' answer."""
     import itertools
 
-    from meshtui.controller.status import _plain, pair_state
+    from meshtui.controller.read.status import _plain, pair_state
 
     choices: dict[str, list[object]] = {
         "generation": [2, 0],  # generation wanted

@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from meshtui.controller import status as status_mod
-from meshtui.controller import status_image
-from meshtui.controller.status import statuses
+from meshtui.controller.read import status as status_mod
+from meshtui.controller.read import status_image
+from meshtui.controller.read.status import statuses
 from meshtui.inventory import Inventory, now
 from meshtui.inventory.rows import StatusChanges, StatusMark
 from meshtui.model import State
@@ -115,7 +115,7 @@ def test_a_stale_image_is_brought_up_to_date(
     """An image behind the inventory by a probe, a rotation, an open rotation and a provider's
     kind is read with what changed since (not believed as it stands); once a pair is added,
     every pair is read and the image written again at the new mark, and so it is when more
-    statuses were made than :data:`~meshtui.controller.status.REWRITE_AFTER`."""
+    statuses were made than :data:`~meshtui.controller.read.status.REWRITE_AFTER`."""
     statuses(inv, image=tmp_path)
     rng = random.Random(2)
     with inv.transaction("test") as tx:
@@ -297,7 +297,7 @@ def test_a_fifo_at_the_image_path_never_blocks(inv: Inventory, tmp_path: Path) -
     read = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from meshtui.controller.status import statuses\n"
+        "from meshtui.controller.read.status import statuses\n"
         "from meshtui.inventory import Inventory\n"
         "folder = Path(sys.argv[1])\n"
         "with Inventory.open(folder / 'inventory.db', read_only=True) as inv:\n"
@@ -328,8 +328,8 @@ def test_a_reader_that_cannot_write_the_folder_reads_and_writes_nothing() -> Non
         read = (  # imported as root (the interpreter is root's), then 65534 for good
             "import importlib.metadata, json, os, sys\n"
             "from pathlib import Path\n"
-            "from meshtui.controller.status import statuses\n"
-            "from meshtui.controller.status_image import code_digest\n"
+            "from meshtui.controller.read.status import statuses\n"
+            "from meshtui.controller.read.status_image import code_digest\n"
             "from meshtui.inventory import Inventory\n"
             "code_digest()\n"
             "os.setgroups([]); os.setresgid(65534, 65534, 65534); os.setresuid(65534, 65534, 65534)\n"
@@ -382,7 +382,7 @@ def test_a_keeping_reader_starts_from_the_image_and_leaves_one(
     """A keeping reader (``watch``, the dashboard) given the folder reads its first read from
     the image (only the pair written since), keeps it in memory from then on, and leaves the
     image again when its read made more than
-    :data:`~meshtui.controller.status.REWRITE_AFTER` statuses (a probe of many pairs), so the
+    :data:`~meshtui.controller.read.status.REWRITE_AFTER` statuses (a probe of many pairs), so the
     next one-shot read after it starts from there."""
     statuses(inv, image=tmp_path)
     rng = random.Random(4)

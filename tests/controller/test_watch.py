@@ -19,9 +19,9 @@ import pytest
 
 from meshtui.controller import lock
 from meshtui.controller.lock import delivering
-from meshtui.controller.metrics import Metrics
-from meshtui.controller.notify import Alert
-from meshtui.controller.watch import Heartbeat, Watch
+from meshtui.controller.unattended.metrics import Metrics
+from meshtui.controller.unattended.notify import Alert
+from meshtui.controller.unattended.watch import Heartbeat, Watch
 from tests.controller.test_rotate import can_login, login_of, refused
 from tests.fix_pg import free_port
 
@@ -167,7 +167,7 @@ def test_pairs_past_their_policy_are_rotated_and_still_work(mesh, pg):
 
 
 def test_due_rotations_are_spread_and_rotate_due_rotates_only_those(mesh):
-    from meshtui.controller.schedule import schedule
+    from meshtui.controller.read.schedule import schedule
 
     with_policy(mesh, 'rotate_every = "5s"\nprobe_every = "1s"')
     with mesh.controller(read_only=True) as ctl:  # a fast machine may be here within 5 s
@@ -338,7 +338,7 @@ def test_provider_agent_killed_due_rotations_fail_old_credential_works_overdue(m
 DRIVER = """
 import os, signal, sys, time
 from meshtui.controller.core import Controller
-from meshtui.controller.watch import Watch
+from meshtui.controller.unattended.watch import Watch
 ctl = Controller.open({state!r})
 watch = Watch(ctl, clock=lambda: time.time() + 7200, tick=0.2)
 for sig in (signal.SIGTERM, signal.SIGINT):
@@ -379,7 +379,7 @@ def test_signal_mid_rotation_leaves_all_new_or_all_old(mesh, pg, sig):
 
 
 def test_notify_failure_and_timeout_are_logged_and_never_stop_anything(tmp_path):
-    from meshtui.controller.notify import Notifier
+    from meshtui.controller.unattended.notify import Notifier
 
     lines: list[str] = []
     alert = Alert("state", GITEA, "working", "stale", "probe refused", "now")

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from meshtui.controller.core import Controller
-from meshtui.controller.heartbeat import Heartbeat
-from meshtui.controller.metrics import parse_listen
-from meshtui.controller.notify import Alert
-from meshtui.controller.schedule import probe_slot
-from meshtui.controller.watch import BACKOFF_MIN_S, Watch
+from meshtui.controller.read.heartbeat import Heartbeat
+from meshtui.controller.read.schedule import probe_slot
+from meshtui.controller.unattended.metrics import parse_listen
+from meshtui.controller.unattended.notify import Alert
+from meshtui.controller.unattended.watch import BACKOFF_MIN_S, Watch
 from meshtui.errors import InputError
 from tests.fix_mesh import Mesh, modules
 
@@ -88,7 +88,7 @@ def test_probe_slots_spread_the_load_evenly() -> None:
 
 
 def test_backoff_doubles_from_the_minimum() -> None:
-    from meshtui.controller.watch import Backoff
+    from meshtui.controller.unattended.watch import Backoff
 
     b = Backoff()
     waits = []

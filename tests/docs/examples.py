@@ -93,8 +93,8 @@ def _node_names(data: dict[str, object]) -> list[str]:
 
 def check_declaration(text: str) -> str | None:
     """None when meshtui resolves ``text`` as a declaration, else the error it gives."""
+    from meshtui.controller.plan.declaration import parse
     from meshtui.crypto import PrivateKeys, write_keys
-    from meshtui.declaration import parse
     from meshtui.errors import DeclarationError
 
     data = tomllib.loads(text)
@@ -121,7 +121,7 @@ def check_declaration(text: str) -> str | None:
 def check_policy(text: str) -> str | None:
     """None when the agent's loader reads ``text`` as a node's policy, else why not."""
     from meshtui.errors import PolicyFileError
-    from meshtui.host import policy
+    from meshtui.host.policy import node_policy as policy
     from meshtui.kinds import registry
 
     with tempfile.TemporaryDirectory() as folder:

@@ -6,7 +6,7 @@ import re
 
 from tests.docs.manual import ROOT
 
-SOURCE = (ROOT / "meshtui" / "host" / "policy.py").read_text()
+SOURCE = (ROOT / "meshtui" / "host" / "policy" / "node_policy.py").read_text()
 PAGE = (ROOT / "docs" / "node-allows.md").read_text()
 
 

@@ -19,7 +19,7 @@ BLOCKS = re.findall(r"^```toml\n(.*?)^```", WALK, flags=re.M | re.S)
 
 
 def test_an_inline_table_over_two_lines_is_named_with_the_fix(tmp_path: Path) -> None:
-    from meshtui.declaration import load
+    from meshtui.controller.plan.declaration import load
     from meshtui.errors import DeclarationError
 
     path = tmp_path / "mesh.toml"
@@ -112,8 +112,8 @@ def test_the_walks_weed_server_has_every_flag_the_lab_runs_with(tmp_path: Path) 
 
 
 def _walk_declaration(tmp_path: Path) -> Declaration:
+    from meshtui.controller.plan.declaration import parse
     from meshtui.crypto import PrivateKeys, write_keys
-    from meshtui.declaration import parse
 
     text = next(b for b in BLOCKS if "[nodes.db1]" in b)
     for name in tomllib.loads(text)["nodes"]:
@@ -126,8 +126,8 @@ def test_each_nodes_policy_in_the_walk_allows_what_the_walks_declaration_asks_of
 ) -> None:
     """What `meshtui doctor` would ask each node, asked of the walk's own policies: nothing of
     the walk's declaration is refused (every kind, every file, owner, group, reload, admin)."""
-    from meshtui.host import policy as node_policy
-    from meshtui.host.policy import ConsumerAsk, ProviderAsk
+    from meshtui.host.policy import node_policy
+    from meshtui.host.policy.node_policy import ConsumerAsk, ProviderAsk
     from meshtui.kinds import registry
 
     policies = {}

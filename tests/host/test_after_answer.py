@@ -10,12 +10,13 @@ from pathlib import Path
 
 import httpx
 
-from meshtui import crypto, wire
+from meshtui import crypto
 from meshtui.controller.core import init_keys
-from meshtui.host import identity
-from meshtui.host.agent import Agent
-from meshtui.host.policy import write_default
-from meshtui.host.serve import build_app
+from meshtui.host.policy.node_policy import write_default
+from meshtui.host.server.routes import Agent
+from meshtui.host.server.serve import build_app
+from meshtui.host.state import identity
+from meshtui.protocol import wire
 
 DIGEST = "ab" * 32
 

@@ -9,8 +9,9 @@ import json
 import httpx
 import pytest
 
-from meshtui import crypto, messages, wire
-from meshtui.controller.deliver import Planner
+from meshtui import crypto
+from meshtui.controller.plan.planner import Planner
+from meshtui.protocol import messages, wire
 
 GITEA = "database:app1/gitea->db1/postgres"
 
@@ -260,7 +261,7 @@ def test_a_body_without_length_or_too_large_is_refused_unread(mesh):
 
 
 def test_a_state_asked_without_the_listing_reads_no_credential_file(mesh):
-    from meshtui.controller.client import Agents
+    from meshtui.controller.agents.client import Agents
 
     with mesh.controller() as ctl:
         assert ctl.push().ok
@@ -275,7 +276,7 @@ def test_a_state_asked_without_the_listing_reads_no_credential_file(mesh):
 
 def test_a_check_is_answered_in_its_one_shape_and_a_misshapen_one_is_named(mesh):
     """doctor's check travels as messages.CheckRequest/CheckAnswer, nothing re-declares them."""
-    from meshtui.controller.client import Agents
+    from meshtui.controller.agents.client import Agents
     from meshtui.errors import AgentError
 
     consumer = {

@@ -17,8 +17,9 @@ from typing import Any
 import httpx
 import pytest
 
-from meshtui import crypto, folders, wire
-from meshtui.controller.deliver import Planner
+from meshtui import crypto, folders
+from meshtui.controller.plan.planner import Planner
+from meshtui.protocol import wire
 from tests.passwd import account
 
 GITEA = "database:app1/gitea->db1/postgres"
@@ -316,7 +317,7 @@ def test_a_node_state_folder_reached_through_a_link_or_writable_by_others_is_ref
 ) -> None:
     from meshtui.controller.core import init_keys
     from meshtui.errors import KeyFileError
-    from meshtui.host import identity
+    from meshtui.host.state import identity
 
     pub, _ = init_keys(tmp_path / "controller")
     real = tmp_path / "node"
@@ -335,7 +336,7 @@ def test_a_node_state_folder_reached_through_a_link_or_writable_by_others_is_ref
 
 def test_the_agent_socket_folder_must_be_one_nobody_else_can_write(tmp_path: Path) -> None:
     from meshtui.errors import HostFileError
-    from meshtui.host.serve import uvicorn_config
+    from meshtui.host.server.serve import uvicorn_config
 
     shared = tmp_path / "run"
     shared.mkdir()

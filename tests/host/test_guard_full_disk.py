@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from meshtui.errors import EnvelopeError
-from meshtui.host import guard
-from meshtui.host.guard import LEDGER, Accepted
+from meshtui.host.state import guard
+from meshtui.host.state.guard import LEDGER, Accepted
 
 LINE = 23  # len('{"s":1796150452272066}\n')
 START = 1796150452272066

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from meshtui.errors import HostFileError
-from meshtui.host.holdings import FILE, Holdings
+from meshtui.host.state.holdings import FILE, Holdings
 from meshtui.model import End
 
 GITEA = "database:app1/gitea->db1/postgres"

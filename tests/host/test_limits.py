@@ -15,10 +15,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from meshtui import crypto, wire
+from meshtui import crypto
 from meshtui.controller.core import Controller, init_keys
-from meshtui.controller.deliver import Planner
-from meshtui.host import identity, serve
+from meshtui.controller.plan.planner import Planner
+from meshtui.host.server import serve
+from meshtui.host.state import identity
+from meshtui.protocol import wire
 from tests.fix_agents import write_declaration
 
 MiB = 1024 * 1024
@@ -74,7 +76,7 @@ def post(mesh, node: str, envelope: dict) -> httpx.Response:
 
 def state_request(mesh, pad: int = 0) -> dict:
     keys = crypto.load_private(mesh.state / "controller.key")
-    # padded inside a real field: an unknown one is refused (meshtui.messages)
+    # padded inside a real field: an unknown one is refused (meshtui.protocol.messages)
     spec = {"provider": "app1/x", "provision": "database", "receives": "/" + "x" * pad}
     payload = {"inspect": [{**spec, "admin": None, "provisioner": ["true"]}]} if pad else {}
     env, _ = wire.envelope(wire.STATE, payload, sender="controller", to="app1", keys=keys)

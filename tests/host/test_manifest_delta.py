@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from meshtui import crypto, folders
-from meshtui.host import manifest as host_manifest
-from meshtui.host.manifest import Serials, write_provider_files
-from meshtui.messages import ConsumerLine, ManifestEntry, ProviderSet, consumer_set_digest
+from meshtui.host.receive import manifest_writer as host_manifest
+from meshtui.host.receive.manifest_writer import Serials, write_provider_files
+from meshtui.protocol.messages import ConsumerLine, ManifestEntry, ProviderSet, consumer_set_digest
 
 
 class Provision:
@@ -94,7 +94,7 @@ class Provision:
 
 
 def _lines_run(fn: Callable[[], object]) -> int:
-    """How many lines of meshtui/host/manifest.py ``fn`` runs (a loop's body once per turn)."""
+    """How many lines of meshtui/host/receive/manifest_writer.py ``fn`` runs (a loop's body once per turn)."""
     code_file = host_manifest.__file__
     count = 0
 

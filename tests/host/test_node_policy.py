@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from meshtui.errors import PolicyFileError
-from meshtui.host import policy as node_policy
+from meshtui.host.policy import node_policy
 from meshtui.runas import RUN_ENV
 from tests.fix_agents import Mesh, agent_user
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from meshtui.host import serve
+from meshtui.host.server import serve
 
 MiB = 1024 * 1024
 HWM_GROWTH_LIMIT = 64 * MiB

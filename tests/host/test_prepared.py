@@ -14,12 +14,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from meshtui import crypto, messages, wire
-from meshtui.controller import client as client_module
-from meshtui.controller.deliver import Planner
-from meshtui.host import files
-from meshtui.host.prepared import Prepared
-from meshtui.messages import ConsumerItem
+from meshtui import crypto
+from meshtui.controller.agents import client as client_module
+from meshtui.controller.plan.planner import Planner
+from meshtui.host.receive import credential_files as files
+from meshtui.host.receive.prepared import Prepared
+from meshtui.protocol import messages, wire
+from meshtui.protocol.messages import ConsumerItem
 
 GITEA = "database:app1/gitea->db1/postgres"
 CREDENTIAL = "srv/app1/gitea/db.password"

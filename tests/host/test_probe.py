@@ -21,9 +21,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from meshtui.host import probe as p
-from meshtui.host import probe_address, probe_types
-from meshtui.host.probe import LoginResult, ProbeResult, ProbeTarget, Verdict
+from meshtui.contracts import probe_target as probe_address
+from meshtui.contracts import probe_types
+from meshtui.host import probe_runner as p
+from meshtui.host.probe_runner import LoginResult, ProbeResult, ProbeTarget, Verdict
 from meshtui.kinds.postgres import probe as probe_postgres
 from meshtui.kinds.postgres.lab import Cluster, create_cluster
 from meshtui.lab import netns as lab_netns
@@ -188,7 +189,7 @@ def test_probe_many_keeps_order_and_bounds_concurrency(monkeypatch: pytest.Monke
 
 def test_probe_module_imports_nothing_it_must_not() -> None:
     code = (
-        "import sys, meshtui.host.probe\n"
+        "import sys, meshtui.host.probe_runner\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('textual', 'rich') or "
         "m.startswith(('meshtui.controller', 'meshtui.inventory', 'meshtui.tui'))]\n"
         "print(bad)"
@@ -214,7 +215,7 @@ def add_role(cluster: Cluster, role: str, password: str, **opts: str) -> None:
 
 RUNNER = """
 import json, sys
-from meshtui.host import probe
+from meshtui.host import probe_runner as probe
 out = []
 for r in json.load(sys.stdin):
     kind = r.pop("kind")
@@ -387,8 +388,8 @@ def test_post_login_check_catches_a_local_login(netns: lab_netns.Network, db: Cl
     # Where binding cannot tell (ip_nonlocal_bind), client == server address still does.
     code = (
         "import sys, json\n"
-        "from meshtui.host import probe as p\n"
-        "from meshtui.host import probe_address\n"
+        "from meshtui.host import probe_runner as p\n"
+        "from meshtui.contracts import probe_target as probe_address\n"
         "probe_address.own_address = lambda addr: False\n"
         "a = json.load(sys.stdin)\n"
         "print(json.dumps(p.probe(**a).to_json()))"

@@ -1,6 +1,6 @@
 """A declared provisioner command's report is decoded into its typed shape, or fails by field.
 
-Each test runs a real executable through :func:`meshtui.host.provision.provision`, as the agent
+Each test runs a real executable through :func:`meshtui.host.receive.run_provisioner.provision`, as the agent
 does after writing a manifest: what the command prints on stdout is its report.
 """
 
@@ -12,10 +12,10 @@ import pwd
 import stat
 from pathlib import Path
 
-from meshtui.host.policy import Command
-from meshtui.host.provision import MAX_REASON, ProvisionReport, provision
-from meshtui.messages import ProviderSet
+from meshtui.host.policy.node_policy import Command
+from meshtui.host.receive.run_provisioner import MAX_REASON, ProvisionReport, provision
 from meshtui.model import OutcomeName
+from meshtui.protocol.messages import ProviderSet
 
 LOGINS = ["app_gitea", "app_wiki"]
 

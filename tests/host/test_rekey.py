@@ -10,11 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from meshtui import crypto, messages
-from meshtui.controller.client import read_anchor_answer
+from meshtui import crypto
+from meshtui.controller.agents.client import read_anchor_answer
 from meshtui.controller.core import Controller, init_keys
 from meshtui.errors import AgentError
-from meshtui.messages import StateRequest
+from meshtui.protocol import messages
+from meshtui.protocol.messages import StateRequest
 from tests.fix_agents import Mesh
 
 
@@ -95,7 +96,7 @@ def test_a_new_controller_key_is_refused_until_the_operator_rekeys_the_node(
 
 
 def test_host_init_with_the_same_key_again_is_fine(tmp_path: Path) -> None:
-    from meshtui.host import identity
+    from meshtui.host.state import identity
 
     pub, _ = init_keys(tmp_path / "state")
     identity.init("app1", tmp_path / "n", pub)

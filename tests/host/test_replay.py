@@ -13,11 +13,12 @@ from typing import Any
 import httpx
 import pytest
 
-from meshtui import crypto, messages, wire
-from meshtui.controller.channel import Answer, Channel
-from meshtui.controller.client import AgentClient
-from meshtui.controller.deliver import Planner
+from meshtui import crypto
+from meshtui.controller.agents.channel import Answer, Channel
+from meshtui.controller.agents.client import AgentClient
+from meshtui.controller.plan.planner import Planner
 from meshtui.errors import EnvelopeError, WireError
+from meshtui.protocol import messages, wire
 
 GITEA = "database:app1/gitea->db1/postgres"
 CREDENTIAL = "srv/app1/gitea/db.password"
@@ -264,7 +265,7 @@ def test_a_sequence_file_never_repeats_across_processes_or_a_clock_stepping_back
 
 
 def test_an_upgraded_agent_starts_from_the_generations_it_holds(tmp_path):
-    from meshtui.host.guard import Accepted
+    from meshtui.host.state.guard import Accepted
 
     held = [{"end": "consumer", "pair": GITEA, "generation": 3, "digest": "x"}]
     accepted = Accepted(tmp_path, "app1", held)
@@ -284,7 +285,7 @@ def test_an_upgraded_agent_starts_from_the_generations_it_holds(tmp_path):
 
 def test_an_agent_reads_the_record_of_the_version_before(tmp_path):
     """Upgrading from two files (requests.json, generations.json) keeps what they say."""
-    from meshtui.host.guard import Accepted
+    from meshtui.host.state.guard import Accepted
 
     (tmp_path / "requests.json").write_text(json.dumps({"floor": 5, "recent": [9]}))
     (tmp_path / "generations.json").write_text(json.dumps({"consumer": {GITEA: 6}, "provider": {}}))
@@ -299,7 +300,7 @@ def test_an_agent_reads_the_record_of_the_version_before(tmp_path):
 def test_a_torn_last_line_is_dropped_and_any_other_bad_line_stops_the_agent(tmp_path):
     """A crash inside an append (before its fdatasync returned: nothing was acted on) leaves a
     line without its newline: dropped. A broken line before the last is not guessed at."""
-    from meshtui.host.guard import LEDGER, Accepted
+    from meshtui.host.state.guard import LEDGER, Accepted
 
     accepted = Accepted(tmp_path, "app1", [])
     accepted.take(11)
@@ -328,7 +329,7 @@ def test_a_torn_last_line_is_dropped_and_any_other_bad_line_stops_the_agent(tmp_
 def test_a_line_of_the_wrong_shape_stops_the_agent_naming_the_field(tmp_path, line, field):
     """JSON that parses but is not a line of the record (a number as text, a fraction of a
     generation, a list) is named, field and all, never folded in half-read."""
-    from meshtui.host.guard import LEDGER, Accepted
+    from meshtui.host.state.guard import LEDGER, Accepted
 
     accepted = Accepted(tmp_path, "app1", [])
     accepted.take(11)
@@ -342,7 +343,7 @@ def test_a_line_of_the_wrong_shape_stops_the_agent_naming_the_field(tmp_path, li
 
 
 def test_an_unknown_end_in_a_line_stops_the_agent(tmp_path):
-    from meshtui.host.guard import LEDGER, Accepted
+    from meshtui.host.state.guard import LEDGER, Accepted
 
     (tmp_path / LEDGER).write_bytes(b'{"s":5,"g":[["sideways","p",2]]}\n')
     with pytest.raises(WireError, match="unknown end 'sideways'"):

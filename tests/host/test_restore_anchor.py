@@ -8,9 +8,10 @@ import hashlib
 import json
 from pathlib import Path
 
-from meshtui import crypto, wire
-from meshtui.host.anchor import AuditAnchor
-from meshtui.host.guard import Accepted
+from meshtui import crypto
+from meshtui.host.state.anchor import AuditAnchor
+from meshtui.host.state.guard import Accepted
+from meshtui.protocol import wire
 
 KEY = crypto.PrivateKeys.generate(node=False)
 OTHER = crypto.PrivateKeys.generate(node=False)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from meshtui.errors import HostFileError
-from meshtui.host.secret_files import FILE, SecretFiles, Written
+from meshtui.host.state.secret_files import FILE, SecretFiles, Written
 
 
 def test_what_the_agent_wrote_is_kept_across_a_restart(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ byte every few seconds filled uvicorn's connection cap, and the agent answered 5
 request, the controller's included, for as long as they stayed. Here a real agent process on a
 loopback TCP port is held by real sockets trickling bytes (from another address, then from the
 controller's own), or by slow bodies, and a signed ``state`` request must still be answered.
-The agent serves with uvicorn's ``httptools`` protocol, guarded (:mod:`meshtui.host.connections`).
+The agent serves with uvicorn's ``httptools`` protocol, guarded (:mod:`meshtui.host.server.connections`).
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from typing import Any
 import httpx
 import pytest
 
-from meshtui import crypto, wire
-from meshtui.host import connections
+from meshtui import crypto
+from meshtui.host.server import connections
+from meshtui.protocol import wire
 
 pytestmark = pytest.mark.slow
 

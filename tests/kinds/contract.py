@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from meshtui.contracts.probe_types import ProbeOptions, ProbeResult, ProbeTarget
 from meshtui.crypto import secret_digest
-from meshtui.host.probe import probe_one
-from meshtui.host.probe_types import ProbeOptions, ProbeResult, ProbeTarget
+from meshtui.host.probe_runner import probe_one
 from meshtui.kinds import registry
 from meshtui.kinds.kind import Kind
 from meshtui.provisioner.harness import Report, reconcile
@@ -172,7 +172,7 @@ class Provider:
     def probe(
         self, login: str, password: str, values: Mapping[str, str] | None = None
     ) -> ProbeResult:
-        """The kind's probe (through meshtui.host.probe, as an agent runs it), on loopback."""
+        """The kind's probe (through meshtui.host.probe_runner, as an agent runs it), on loopback."""
         server = self.server
         target = ProbeTarget(
             host=server.host,

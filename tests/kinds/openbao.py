@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from meshtui.bao import APPROLE_MOUNT, KV_MOUNT, Bao
 from meshtui.kinds import registry
 from meshtui.kinds.kind import Kind
 from meshtui.kinds.openbao import lab as lab_bao
+from meshtui.kinds.openbao.client import APPROLE_MOUNT, KV_MOUNT, Bao
 
 KEPT_POLICIES = ("default", "root", lab_bao.PROVISIONER_POLICY_NAME)
 

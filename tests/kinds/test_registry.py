@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from meshtui import declaration
+from meshtui.contracts.adapter import Capabilities
+from meshtui.contracts.manifest_reader import parse_manifest
+from meshtui.contracts.probe_types import ProbeOptions, ProbeTarget
+from meshtui.controller.plan import declaration
 from meshtui.errors import DeclarationError, ManifestError, UnknownKindError
-from meshtui.host.probe_types import ProbeOptions, ProbeTarget
 from meshtui.kinds import registry
 from meshtui.kinds.kind import DEFAULT_KIND, Kind
-from meshtui.provisioner.manifest import parse_manifest
 from tests.fix_mesh import Mesh, provider
 
 
@@ -32,6 +33,32 @@ def test_every_reference_of_every_kind_loads(name: str) -> None:
     )
     assert ProbeTarget.__name__ in str(inspect.signature(probe))
     assert ProbeOptions.__name__ in str(inspect.signature(probe))
+
+
+def declared_and_implemented(adapter: type) -> tuple[Capabilities, Capabilities]:
+    """An adapter class's declared capabilities, and the ones its methods say it has."""
+    has = Capabilities(
+        batching=callable(getattr(adapter, "create_many", None)),
+        narrowing=callable(getattr(adapter, "inspect_only", None)),
+        deciding=bool(getattr(adapter, "create_decides", False)),
+        limited=hasattr(adapter, "limits"),
+        catching_up=callable(getattr(adapter, "catch_up", None)),
+    )
+    return adapter.capabilities, has  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("name", registry.NAMES)
+def test_every_adapter_declares_exactly_what_it_implements(name: str) -> None:
+    declared, has = declared_and_implemented(registry.KINDS[name].adapter.load())
+    assert declared == has, f"{name}: declares {declared}, implements {has}"
+
+
+def test_a_declaration_that_overstates_is_caught() -> None:
+    class Overstated:
+        capabilities = Capabilities(batching=True)
+
+    declared, has = declared_and_implemented(Overstated)
+    assert declared != has
 
 
 def test_an_omitted_kind_is_the_default_and_the_default_is_stored_as_omitted() -> None:

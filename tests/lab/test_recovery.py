@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from meshtui import crypto
-from meshtui.controller.backup import open_file
-from meshtui.controller.client import read_anchor_answer
+from meshtui.controller.agents.client import read_anchor_answer
 from meshtui.controller.core import Controller
+from meshtui.controller.records.backup import open_file
 from tests.fix_lab import cli, running_lab
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]

@@ -19,8 +19,8 @@ from typing import Any
 import httpx
 import pytest
 
-from meshtui.bao import APPROLE_MOUNT, KV_MOUNT, Bao
 from meshtui.kinds.openbao import lab as lab_bao
+from meshtui.kinds.openbao.client import APPROLE_MOUNT, KV_MOUNT, Bao
 from meshtui.provisioner.harness import Report, reconcile
 from tests.fix_manifest import ManifestFolder
 

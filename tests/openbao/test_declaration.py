@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from meshtui import declaration
+from meshtui.controller.plan import declaration
 from meshtui.errors import DeclarationError
 from tests.fix_mesh import Mesh, consumer
 

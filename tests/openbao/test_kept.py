@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
+from meshtui.contracts.adapter import AdapterFactory
 from meshtui.errors import ProvisionError
 from meshtui.kinds.openbao import lab as lab_bao
 from meshtui.kinds.openbao.kept import KeptSessions
 from meshtui.kinds.openbao.lab import admin_text
-from meshtui.provisioner.adapter import AdapterFactory
 from meshtui.provisioner.harness import reconcile
 from tests.openbao.conftest import BMesh, outcomes
 

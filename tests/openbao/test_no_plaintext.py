@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from meshtui.host.probe import ProbeOptions, ProbeTarget, probe_one
+from meshtui.host.probe_runner import ProbeOptions, ProbeTarget, probe_one
 from meshtui.model import Verdict
 from tests.openbao.conftest import BMesh
 

@@ -22,11 +22,11 @@ from typing import Any
 import msgspec
 import pytest
 
-from meshtui.bao import KV_MOUNT
-from meshtui.controller.client import AgentClient
+from meshtui.controller.agents.client import AgentClient
 from meshtui.controller.core import INVENTORY, Controller
 from meshtui.crypto import KEYED_PREFIX, secret_digest
 from meshtui.kinds.openbao import lab as lab_bao
+from meshtui.kinds.openbao.client import KV_MOUNT
 from meshtui.lab import mesh as lab_mesh
 from meshtui.lab import toml_writer
 from tests.fix_lab import cli, running_lab
@@ -383,7 +383,7 @@ def test_watch_rotates_a_minted_secret_by_its_vault_pairs_policy(lab: tuple[Path
     """A ``rotate_every`` on a module's vault requirement rotates its minted secrets too (its
     supplied ones are the operator's): the watch, two hours on, stores a new version in the
     vault and writes it to the module's file, on the record as the watch's act."""
-    from meshtui.controller.watch import Watch
+    from meshtui.controller.unattended.watch import Watch
 
     state, built = lab
     key = srv(built, "app1", "gitea") / "session.key"
@@ -462,7 +462,7 @@ async def test_the_dashboard_rotates_a_modules_minted_secrets_after_a_confirm(
     from textual.widgets import Button
 
     from meshtui.controller.reports import SecretsRotated
-    from meshtui.tui.messages import JobFinished
+    from meshtui.tui.events import JobFinished
     from meshtui.tui.screens.confirm import ConfirmScreen
     from meshtui.tui.screens.pair import PairScreen
     from tests.tui.helpers import RecordingApp, settle
@@ -600,7 +600,7 @@ def test_a_version_digested_before_digests_were_keyed_still_arrives(
     """A version an earlier meshtui sealed (its digest unkeyed, ``blake2b:``) is still stored
     and delivered, compared in its own form with no key sent; the next version is keyed."""
     from meshtui import crypto
-    from meshtui.controller import own_secrets
+    from meshtui.controller.act import own_secrets
 
     state, built = lab
     file = srv(built, "app2", "wiki") / "smtp.password"

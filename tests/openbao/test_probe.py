@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from meshtui.host.probe import ProbeOptions, ProbeTarget, probe_one
+from meshtui.contracts.adapter import Scope
+from meshtui.host.probe_runner import ProbeOptions, ProbeTarget, probe_one
 from meshtui.kinds.openbao.adapter import TOKEN_TTL_S, OpenBaoAdapter
 from meshtui.lab.certificates import make_certificates
 from meshtui.model import Verdict
-from meshtui.provisioner.adapter import Scope
 from tests.openbao.conftest import BMesh
 
 LOCAL = ProbeOptions(timeout=5.0, allow_loopback=True)

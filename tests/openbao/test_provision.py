@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from meshtui.bao import APPROLE_MOUNT, KV_MOUNT, Bao
 from meshtui.errors import ProvisionError
+from meshtui.kinds.openbao.client import APPROLE_MOUNT, KV_MOUNT, Bao
 from meshtui.kinds.openbao.lab import admin_text
 from meshtui.provisioner.harness import reconcile
 from tests.openbao.conftest import BMesh, outcomes

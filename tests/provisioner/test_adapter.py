@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from meshtui.contracts.adapter import Adapter, Capabilities, Done, Held, Refused, Scope
 from meshtui.crypto import secret_digest
 from meshtui.errors import UnsafeLoginError
 from meshtui.kinds.postgres import adapter as postgres
 from meshtui.kinds.postgres import create as postgres_create
-from meshtui.provisioner.adapter import Adapter, Done, Held, Refused, Scope
 from meshtui.provisioner.harness import read_admin_file, reconcile
 
 from .conftest import PROVIDER, Mesh, outcomes
@@ -49,6 +49,10 @@ class MemoryAdapter:
     """A Redis-shaped adapter (ACL users in a dict), to show how little the contract asks."""
 
     users: dict[str, tuple[str, str]] = {}  # login -> (digest, provider), shared like a server
+    capabilities = Capabilities()  # the four calls and nothing more
+
+    def describe(self, exc: BaseException) -> str | None:
+        return None
 
     def __init__(self, conninfo: str, scope: Scope) -> None:
         self.scope = scope

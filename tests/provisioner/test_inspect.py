@@ -3,9 +3,9 @@ per login, does the server still hold what the secret file says? It writes nothi
 
 from __future__ import annotations
 
+from meshtui.contracts.adapter import Scope
 from meshtui.kinds.postgres.adapter import PostgresAdapter
 from meshtui.kinds.postgres.catalog import held_name
-from meshtui.provisioner.adapter import Scope
 from meshtui.provisioner.harness import inspect, read_admin_file
 
 from .conftest import PROVIDER, Mesh

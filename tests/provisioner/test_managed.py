@@ -8,9 +8,9 @@ from __future__ import annotations
 import psycopg
 import pytest
 
+from meshtui.contracts.adapter import Scope
 from meshtui.kinds.postgres.adapter import PostgresAdapter
 from meshtui.kinds.postgres.catalog import held_name
-from meshtui.provisioner.adapter import Scope
 
 from .conftest import PROVIDER, Mesh, outcomes, server_version
 

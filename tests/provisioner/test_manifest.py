@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from meshtui.contracts.manifest_reader import load_manifest, parse_manifest
 from meshtui.crypto import secret_digest
 from meshtui.errors import ManifestError
-from meshtui.provisioner.manifest import load_manifest, parse_manifest
 
 DIGEST = secret_digest(b"x" * 43)
 
@@ -170,12 +170,12 @@ def test_provisioner_imports_no_controller_inventory_or_ui() -> None:
 
 
 def test_the_agents_writer_and_the_provisioners_reader_share_one_shape() -> None:
-    """Every key of the one shape (meshtui/manifest.py), written by the agent's writer, is read
+    """Every key of the one shape (meshtui/protocol/manifest.py), written by the agent's writer, is read
     back by the provisioner's reader: a key added to the shape that either side ignores fails."""
     from typing import get_type_hints
 
-    from meshtui.host.manifest import manifest_text
-    from meshtui.manifest import VERSION, ManifestBody, ManifestLine, secret_name
+    from meshtui.host.receive.manifest_writer import manifest_text
+    from meshtui.protocol.manifest import VERSION, ManifestBody, ManifestLine, secret_name
 
     line: ManifestLine = {
         "as": "wiki_app2_77aa01",

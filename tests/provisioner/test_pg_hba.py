@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from meshtui.contracts.manifest_reader import Consumer, Manifest
 from meshtui.errors import ProvisionError
 from meshtui.kinds.postgres import hba as pg_hba
-from meshtui.provisioner.manifest import Consumer, Manifest
 
 SCOPE = pg_hba.scope_key("db1/postgres", "database")
 

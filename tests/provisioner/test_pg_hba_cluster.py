@@ -11,10 +11,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from meshtui.contracts.manifest_reader import load_manifest
 from meshtui.kinds.postgres import hba as pg_hba
 from meshtui.kinds.postgres.lab import Cluster
 from meshtui.provisioner.harness import Report, reconcile
-from meshtui.provisioner.manifest import load_manifest
 from tests.provisioner.conftest import Mesh, outcomes
 
 

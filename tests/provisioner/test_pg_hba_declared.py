@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from meshtui import declaration
+from meshtui.contracts.manifest_reader import parse_manifest
 from meshtui.controller.core import Controller
-from meshtui.controller.deliver import Planner
+from meshtui.controller.plan import declaration
+from meshtui.controller.plan.planner import Planner
 from meshtui.errors import DeclarationError, ManifestError
-from meshtui.provisioner.manifest import parse_manifest
 from tests.fix_mesh import MeshFactory, modules
 
 

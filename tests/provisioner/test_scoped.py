@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from psycopg import pq
 
+from meshtui.contracts.adapter import AdapterFactory, Held, Scope, Wanted
 from meshtui.kinds.postgres.adapter import PostgresAdapter
 from meshtui.kinds.postgres.catalog import held_name
 from meshtui.kinds.postgres.warm import Lent, WarmSessions
-from meshtui.provisioner.adapter import AdapterFactory, Held, Scope, Wanted
 from meshtui.provisioner.harness import Report, read_admin_file, reconcile
 
 from .conftest import PROVIDER, Mesh, outcomes

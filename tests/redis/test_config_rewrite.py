@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from meshtui import declaration
+from meshtui.contracts.adapter import Refused, Scope
+from meshtui.controller.plan import declaration
 from meshtui.errors import DeclarationError
 from meshtui.kinds.redis.acl import ValuesError, name_problem, rules_for
 from meshtui.kinds.redis.adapter import RedisAdapter
-from meshtui.provisioner.adapter import Refused, Scope
 from tests.fix_mesh import Mesh
 
 from .conftest import PROVIDER, PROVISION, free_port

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from meshtui import declaration
+from meshtui.contracts.manifest_reader import parse_manifest
+from meshtui.controller.plan import declaration
 from meshtui.errors import DeclarationError, ManifestError
-from meshtui.provisioner.manifest import parse_manifest
 from tests.fix_mesh import Mesh, consumer, provider
 
 

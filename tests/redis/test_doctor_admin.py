@@ -11,7 +11,7 @@ from urllib.parse import quote
 from meshtui.atomic import write_private
 from meshtui.kinds import registry
 from meshtui.kinds.redis import lab as lab_redis
-from meshtui.messages import CheckProvider
+from meshtui.protocol.messages import CheckProvider
 from tests.redis.conftest import admin_client
 
 ITEM = CheckProvider(

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from meshtui.host.probe import ProbeTarget, Verdict, probe_many
+from meshtui.host.probe_runner import ProbeTarget, Verdict, probe_many
 from meshtui.kinds.redis import probe as probe_redis
 from meshtui.lab.certificates import make_certificates
 

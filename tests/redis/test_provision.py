@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import redis
 
+from meshtui.contracts.adapter import Scope
+from meshtui.contracts.provider_files import SecretFiles
 from meshtui.errors import ManifestError, ProvisionError
 from meshtui.kinds.redis import lab as lab_redis
 from meshtui.kinds.redis.adapter import RedisAdapter
-from meshtui.provisioner.adapter import Scope
-from meshtui.provisioner.files import SecretFiles
 from meshtui.provisioner.harness import inspect, reconcile
 
 from .conftest import (

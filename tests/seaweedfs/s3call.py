@@ -8,7 +8,7 @@ import sys
 
 import httpx
 
-from meshtui.host.probe_types import ProbeOptions, ProbeTarget
+from meshtui.contracts.probe_types import ProbeOptions, ProbeTarget
 from meshtui.kinds.seaweedfs import probe as s3probe
 
 

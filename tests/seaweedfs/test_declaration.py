@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from meshtui import declaration
+from meshtui.controller.plan import declaration
+from meshtui.controller.plan.naming import derive_login
 from meshtui.errors import DeclarationError
 from meshtui.kinds.seaweedfs.values import Grant, default_bucket, grant_for
-from meshtui.naming import derive_login
 from tests.fix_mesh import Mesh, consumer, provider
 
 
@@ -64,7 +64,7 @@ def test_rights_outside_its_own_buckets_are_refused(
 
 
 def test_plain_text_is_not_probed(mesh: Mesh) -> None:
-    from meshtui.host.probe_types import ProbeOptions, ProbeTarget
+    from meshtui.contracts.probe_types import ProbeOptions, ProbeTarget
     from meshtui.kinds.seaweedfs import probe
 
     target = ProbeTarget(

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from meshtui.host.probe_types import ProbeOptions, ProbeTarget
+from meshtui.contracts.probe_types import ProbeOptions, ProbeTarget
 from meshtui.kinds.seaweedfs import probe as s3probe
 from meshtui.kinds.seaweedfs.values import REGION
 from meshtui.lab import certificates

@@ -48,8 +48,8 @@ def test_a_shell_that_ends_before_answering_is_an_error_not_a_wait(weed: str) ->
     the provisioner says so at once and names the store, never waiting out its timeout."""
     import time
 
+    from meshtui.contracts.adapter import Scope
     from meshtui.kinds.seaweedfs.adapter import SeaweedAdapter
-    from meshtui.provisioner.adapter import Scope
 
     text = (
         f'master = "127.0.0.1:1"\nfiler = "127.0.0.1:2"\nadmin = "meshtui-admin"\nweed = "{weed}"\n'

@@ -224,8 +224,8 @@ def test_no_zero_identity_window_and_no_secret_in_argv(s3mesh: S3Mesh, store: St
 
 def test_the_last_identity_is_never_removed(tmp_path: Path) -> None:
     """A store with no static identity: removing meshtui's last identity is held back."""
+    from meshtui.contracts.adapter import Scope
     from meshtui.kinds.seaweedfs.adapter import SeaweedAdapter
-    from meshtui.provisioner.adapter import Scope
 
     class One(SeaweedAdapter):
         def _identities(self):  # type: ignore[no-untyped-def]

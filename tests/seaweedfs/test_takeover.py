@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
+from meshtui.controller.plan.naming import derive_login
 from meshtui.kinds.seaweedfs import lab as lab_s3
 from meshtui.kinds.seaweedfs.values import default_bucket
 from meshtui.lab import mesh as lab_mesh
 from meshtui.lab import netns as lab_netns
-from meshtui.naming import derive_login
 from tests.fix_lab import cli, running_lab
 from tests.fix_mesh import Mesh
 from tests.seaweedfs.conftest import Store

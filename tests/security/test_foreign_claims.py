@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from meshtui.host.holdings import FILE
+from meshtui.host.state.holdings import FILE
 from tests.fix_agents import Mesh
 
 pytestmark = pytest.mark.slow

@@ -20,9 +20,10 @@ from typing import Any
 import httpx
 import pytest
 
-from meshtui import crypto, messages
-from meshtui.controller.client import AgentClient
+from meshtui import crypto
+from meshtui.controller.agents.client import AgentClient
 from meshtui.errors import AgentError
+from meshtui.protocol import messages
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from meshtui import declaration
+from meshtui.controller.plan import declaration
 from meshtui.errors import DeclarationError
 from tests.fix_mesh import MeshFactory, consumer, provider
 

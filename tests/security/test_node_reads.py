@@ -25,9 +25,9 @@ import pytest
 from meshtui import cafile
 from meshtui.crypto import secret_digest
 from meshtui.errors import CAFileError, PolicyFileError
-from meshtui.host import policy as node_policy
+from meshtui.host.policy import node_policy
 from meshtui.lab.certificates import make_certificates
-from meshtui.messages import (
+from meshtui.protocol.messages import (
     CHECK,
     DRILL_CHECK,
     DRILL_HOLD,

@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-from meshtui.controller.client import read_anchor_answer
-from meshtui.host.guard import LEDGER
+from meshtui.controller.agents.client import read_anchor_answer
+from meshtui.host.state.guard import LEDGER
 from tests.fix_agents import Mesh
 
 pytestmark = pytest.mark.slow

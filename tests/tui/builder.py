@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from meshtui.controller.core import Controller, init_keys
-from meshtui.host.identity import init as host_init
+from meshtui.host.state.identity import init as host_init
 from meshtui.inventory.rows import DeliveryRow, DrillRecord, PairRecord, ProbeRecord
 
 FIXED_NOW = datetime(2026, 5, 4, 12, 0, 0, tzinfo=UTC)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from meshtui.tui.messages import Exported
+from meshtui.tui.events import Exported
 from meshtui.tui.screens.audit import AuditScreen
 from tests.tui.helpers import settle
 
@@ -51,7 +51,7 @@ async def test_export_is_0600_under_a_permissive_umask(
 
 
 def test_export_never_replaces_a_file_and_names_it(tmp_path: Path, permissive_umask: None) -> None:
-    from meshtui.controller.export import write_export
+    from meshtui.controller.records.export import write_export
 
     target = tmp_path / "meshtui-audit.json"
     target.write_text("someone's file\n")

@@ -20,7 +20,7 @@ from textual.message import Message
 
 import meshtui.tui
 from meshtui.controller.core import Controller
-from meshtui.controller.doctor import DoctorReport, NodeCheck, Problem
+from meshtui.controller.read.doctor import DoctorReport, NodeCheck, Problem
 from meshtui.tui.outside import Outside
 from meshtui.tui.screens.hosts import DoctorDone, HostsScreen
 from meshtui.tui.screens.pair import PairScreen

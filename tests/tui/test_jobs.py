@@ -14,7 +14,7 @@ from meshtui.controller.core import Controller
 from meshtui.controller.reports import PairOutcome, RotationReport
 from meshtui.errors import NotResolvedError
 from meshtui.model import RotationState
-from meshtui.tui.messages import Job, JobFailed, JobFinished, JobProgress, PlanReady
+from meshtui.tui.events import Job, JobFailed, JobFinished, JobProgress, PlanReady
 from meshtui.tui.screens.confirm import ConfirmScreen
 from meshtui.tui.screens.job import JobScreen
 from meshtui.tui.screens.main import MainScreen

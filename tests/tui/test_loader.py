@@ -31,7 +31,7 @@ from meshtui.inventory import Inventory, now
 from meshtui.inventory.rows import ProbeRecord
 from meshtui.model import RotationState
 from meshtui.tui.app import job_toast
-from meshtui.tui.messages import Job, JobKind, Loaded
+from meshtui.tui.events import Job, JobKind, Loaded
 from tests.tui.helpers import settle
 
 GITEA = "database:app1/gitea->db1/postgres"

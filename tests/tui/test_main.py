@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from meshtui.controller.core import Controller
-from meshtui.tui.messages import Loaded
+from meshtui.tui.events import Loaded
 from meshtui.tui.pairs import PairModel
 from meshtui.tui.screens.main import MainScreen
 from meshtui.tui.screens.pair import PairScreen

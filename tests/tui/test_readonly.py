@@ -17,8 +17,8 @@ from textual.worker import WorkerCancelled, WorkerFailed
 
 from meshtui.errors import ReadOnlyError
 from meshtui.tui import actions
-from meshtui.tui.commands import MeshCommands
-from meshtui.tui.messages import Job, JobFailed
+from meshtui.tui.events import Job, JobFailed
+from meshtui.tui.palette import MeshCommands
 from meshtui.tui.screens.audit import AuditScreen
 from meshtui.tui.screens.confirm import ConfirmScreen, ErrorScreen
 from meshtui.tui.screens.help import HelpScreen

@@ -11,7 +11,7 @@ from textual.widgets import Button, Log
 
 from meshtui.controller.core import Controller
 from meshtui.controller.reports import DrillReport, ProbeOutcome, PushReport, RotationReport
-from meshtui.tui.messages import Job, JobFinished, JobProgress, PlanReady
+from meshtui.tui.events import Job, JobFinished, JobProgress, PlanReady
 from meshtui.tui.screens.hosts import HostsScreen
 from meshtui.tui.screens.job import JobScreen
 from meshtui.tui.screens.main import MainScreen

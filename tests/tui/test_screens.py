@@ -13,8 +13,8 @@ from textual.command import CommandPalette
 
 from meshtui.tui import actions
 from meshtui.tui.app import MeshApp
-from meshtui.tui.commands import MeshCommands
-from meshtui.tui.messages import AuditLoaded, Exported, HostsLoaded
+from meshtui.tui.events import AuditLoaded, Exported, HostsLoaded
+from meshtui.tui.palette import MeshCommands
 from meshtui.tui.screens.audit import AuditScreen
 from meshtui.tui.screens.help import HelpScreen
 from meshtui.tui.screens.hosts import HostsScreen

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from meshtui.controller.core import Controller
-from meshtui.controller.heartbeat import HEARTBEAT
-from meshtui.controller.schedule import schedule
-from meshtui.controller.watch import Watch
+from meshtui.controller.read.heartbeat import HEARTBEAT
+from meshtui.controller.read.schedule import schedule
+from meshtui.controller.unattended.watch import Watch
 from meshtui.tui.screens.main import MainScreen
 from meshtui.tui.screens.pair import PairScreen
 from tests.tui.builder import FIXED_NOW, Built

@@ -36,13 +36,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from meshtui.bao import APPROLE_MOUNT, KV_MOUNT, Bao, BaoError, read_admin
+from meshtui.contracts.adapter import Capabilities, Done, Held, Refused, Scope, Wanted
 from meshtui.crypto import secret_digest
 from meshtui.errors import ProvisionError, UnsafeLoginError
 from meshtui.kinds.kind import ValuesError
+from meshtui.kinds.openbao.client import APPROLE_MOUNT, KV_MOUNT, Bao, BaoError, read_admin
 from meshtui.kinds.openbao.values import check_values
 from meshtui.model import OutcomeName
-from meshtui.provisioner.adapter import Done, Held, Refused, Scope, Wanted
 
 PREFIX = "meshtui-"
 READERS = 8
@@ -123,6 +123,11 @@ class OpenBaoAdapter:
     """One session with one OpenBao, working for one manifest scope."""
 
     create_decides = True
+    capabilities = Capabilities(batching=True, narrowing=True, deciding=True)
+
+    def describe(self, exc: BaseException) -> str | None:
+        """None: OpenBao's refusals reach the harness as meshtui's own errors already."""
+        return None
 
     def __init__(self, admin: str, scope: Scope) -> None:
         self.scope = scope

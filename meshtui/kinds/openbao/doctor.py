@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from meshtui.bao import APPROLE_MOUNT, KV_MOUNT, SEALED, Bao, BaoError, read_admin
+from meshtui.contracts.provider_files import read_admin as read_admin_file
 from meshtui.errors import MeshtuiError
-from meshtui.messages import CheckProvider
-from meshtui.provisioner.files import read_admin as read_admin_file
+from meshtui.kinds.openbao.client import APPROLE_MOUNT, KV_MOUNT, SEALED, Bao, BaoError, read_admin
+from meshtui.protocol.messages import CheckProvider
 
 NEEDED: dict[str, tuple[str, ...]] = {
     f"auth/{APPROLE_MOUNT}/role": ("list",),

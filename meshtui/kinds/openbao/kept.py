@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+from meshtui.contracts import lent as provisioner_lent
+from meshtui.contracts.adapter import Done, Scope, Wanted
 from meshtui.kinds.openbao.adapter import KEEPALIVE_S, OpenBaoAdapter
-from meshtui.provisioner import lent as provisioner_lent
-from meshtui.provisioner.adapter import Done, Scope, Wanted
 
 IDLE_S = KEEPALIVE_S
 """Longest a kept session waits for its next loan (as long as its connection is kept)."""

@@ -42,8 +42,8 @@ from pathlib import Path
 
 from meshtui import runas
 from meshtui.atomic import write_private
-from meshtui.bao import APPROLE_MOUNT, KV_MOUNT, Bao
 from meshtui.errors import LabError, ProvisionError
+from meshtui.kinds.openbao.client import APPROLE_MOUNT, KV_MOUNT, Bao
 from meshtui.lab import toml_writer
 from meshtui.lab.accounts import check_path_open, ensure_system_user
 from meshtui.lab.certificates import make_certificates

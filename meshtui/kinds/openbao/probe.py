@@ -1,6 +1,6 @@
 """The live login to an OpenBao: an AppRole login from the consumer's node, over verified TLS.
 
-Same evidence and verdicts as every probe (:mod:`meshtui.host.probe_types`), OpenBao-shaped:
+Same evidence and verdicts as every probe (:mod:`meshtui.contracts.probe_types`), OpenBao-shaped:
 
 * ``POST /v1/auth/approle/login`` with the role_id (the pair's login) and the held secret_id,
   over TLS verified against the declared CA alone (host name: the private address);
@@ -13,7 +13,7 @@ Same evidence and verdicts as every probe (:mod:`meshtui.host.probe_types`), Ope
 * the negative control logs in with a random wrong secret_id and must be refused.
 
 The secret_id is only ever the request body's field; it is scrubbed from any error text. One TLS
-context per CA file is shared by every probe (:func:`meshtui.bao.tls_context`).
+context per CA file is shared by every probe (:func:`meshtui.kinds.openbao.client.tls_context`).
 """
 
 from __future__ import annotations
@@ -23,9 +23,7 @@ import time
 
 import httpx
 
-from meshtui.bao import APPROLE_MOUNT, REFUSED_TEXT, SEALED, Bao, BaoError
-from meshtui.errors import ProvisionError
-from meshtui.host.probe_address import (
+from meshtui.contracts.probe_target import (
     NotRun,
     loopback_addr,
     loopback_host,
@@ -33,7 +31,7 @@ from meshtui.host.probe_address import (
     route,
     same_addr,
 )
-from meshtui.host.probe_types import (
+from meshtui.contracts.probe_types import (
     LoginResult,
     ProbeOptions,
     ProbeResult,
@@ -41,6 +39,8 @@ from meshtui.host.probe_types import (
     control_password,
     scrub,
 )
+from meshtui.errors import ProvisionError
+from meshtui.kinds.openbao.client import APPROLE_MOUNT, REFUSED_TEXT, SEALED, Bao, BaoError
 from meshtui.model import Verdict
 
 

@@ -46,6 +46,7 @@ from __future__ import annotations
 import psycopg
 from psycopg import sql
 
+from meshtui.contracts.adapter import Capabilities, Done, Refused, check_name
 from meshtui.errors import ProvisionError
 from meshtui.kinds.postgres.catalog import (
     _DEPENDENT_DATABASES,
@@ -56,11 +57,18 @@ from meshtui.kinds.postgres.catalog import (
 )
 from meshtui.kinds.postgres.create import _Creating
 from meshtui.model import OutcomeName
-from meshtui.provisioner.adapter import Done, Refused, check_name
 
 
 class PostgresAdapter(_Creating):
     """One admin session with one PostgreSQL, working for one manifest scope."""
+
+    capabilities = Capabilities(batching=True, narrowing=True, deciding=True, limited=True)
+
+    def describe(self, exc: BaseException) -> str | None:
+        """PostgreSQL's own primary message for a psycopg error (None for any other)."""
+        if isinstance(exc, psycopg.Error):
+            return (exc.diag.message_primary or str(exc).splitlines()[0]).strip()
+        return None
 
     # -- remove ------------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 
-from meshtui.provisioner.adapter import Refused, Wanted
+from meshtui.contracts.adapter import Refused, Wanted
 
 MARKER = "meshtui_provisioned"
 HELD_PREFIX = "meshtui_held_"

@@ -12,6 +12,7 @@ import psycopg
 from psycopg import sql
 from psycopg.pq import TransactionStatus
 
+from meshtui.contracts.adapter import Change, Done, Refused, Wanted, check_name
 from meshtui.crypto import secret_digest
 from meshtui.errors import ProvisionError, UnsafeLoginError
 from meshtui.kinds.postgres.catalog import (
@@ -40,7 +41,6 @@ from meshtui.kinds.postgres.scram import (
     is_plain_ascii,
 )
 from meshtui.model import OutcomeName
-from meshtui.provisioner.adapter import Change, Done, Refused, Wanted, check_name
 
 
 class _Creating(_Roles):

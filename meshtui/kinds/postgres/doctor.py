@@ -11,9 +11,9 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import make_conninfo
 
+from meshtui.contracts.provider_files import read_admin
 from meshtui.errors import MeshtuiError
-from meshtui.messages import CheckProvider
-from meshtui.provisioner.files import read_admin
+from meshtui.protocol.messages import CheckProvider
 
 
 def admin_rights(item: CheckProvider, path: Path, timeout: float) -> list[tuple[str, str]]:

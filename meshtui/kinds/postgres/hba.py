@@ -24,7 +24,7 @@ A delta's run (a rotation, a pair added or withdrawn) changes only its logins' l
 block this process last verified (:mod:`meshtui.kinds.postgres.verified`): while the file's
 stat is the one remembered it is not read at all, and a rotation that moves no address writes,
 asks and reloads nothing. A block this process has not verified, or one changed outside it,
-sends the run back whole (:class:`~meshtui.provisioner.adapter.Whole`). The admin session is
+sends the run back whole (:class:`~meshtui.contracts.adapter.Whole`). The admin session is
 kept between runs in a long-lived process; the server's check reads only its errors and the
 lines just written.
 """
@@ -49,11 +49,11 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from meshtui.atomic import Access, write_at
+from meshtui.contracts.adapter import Finished, Whole
+from meshtui.contracts.manifest_reader import Manifest
 from meshtui.errors import ProvisionError
 from meshtui.kinds.postgres import FINISH_NAME, verified
 from meshtui.model import APPLIED, KEEP_PINNED, OutcomeName, plain_address
-from meshtui.provisioner.adapter import Finished, Whole
-from meshtui.provisioner.manifest import Manifest
 
 BEGIN = "# meshtui pin begin "
 END = "# meshtui pin end "

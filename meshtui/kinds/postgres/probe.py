@@ -1,7 +1,7 @@
 """One PostgreSQL login for a probe: connect with SCRAM demanded, then judge the session; and
 :func:`probe`, the kind's probe (the login, then its negative control).
 
-The rules (why each outcome has its verdict) are in meshtui/host/probe.py's docstring. The
+The rules (why each outcome has its verdict) are in meshtui/host/probe_runner.py's docstring. The
 password goes to psycopg as the ``password=`` keyword only, and every error text is scrubbed.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 
-from meshtui.host.probe_address import (
+from meshtui.contracts.probe_target import (
     NotRun,
     loopback_addr,
     loopback_host,
@@ -24,7 +24,7 @@ from meshtui.host.probe_address import (
     route,
     same_addr,
 )
-from meshtui.host.probe_types import (
+from meshtui.contracts.probe_types import (
     LoginResult,
     ProbeOptions,
     ProbeResult,

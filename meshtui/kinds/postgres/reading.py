@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from meshtui.contracts.adapter import Held
 from meshtui.kinds.postgres.catalog import (
     _DATABASES,
     _DIGEST_HEAD,
@@ -21,7 +22,6 @@ from meshtui.kinds.postgres.catalog import (
 )
 from meshtui.kinds.postgres.quiet import plan_of, quiet_query
 from meshtui.kinds.postgres.session import _Session
-from meshtui.provisioner.adapter import Held
 
 
 class _Reading(_Session):

@@ -8,6 +8,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from meshtui.contracts.adapter import Refused
 from meshtui.errors import ProvisionError, UnsafeLoginError
 from meshtui.kinds.postgres.catalog import (
     _DEPENDENT_DATABASES,
@@ -20,7 +21,6 @@ from meshtui.kinds.postgres.scram import (
     is_plain_ascii,
     scram_verifier,
 )
-from meshtui.provisioner.adapter import Refused
 
 
 class _Roles(_Reading):

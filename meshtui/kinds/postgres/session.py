@@ -9,6 +9,7 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 from psycopg.errors import Diagnostic
 
+from meshtui.contracts.adapter import Scope
 from meshtui.errors import ProvisionError
 from meshtui.kinds.postgres.catalog import (
     _INSPECT,
@@ -21,7 +22,6 @@ from meshtui.kinds.postgres.quiet import QuietPlan, quiet_plan
 from meshtui.kinds.postgres.scram import (
     DEFAULT_ITERATIONS,
 )
-from meshtui.provisioner.adapter import Scope
 
 
 class _Session:
@@ -30,7 +30,7 @@ class _Session:
 
     create_decides = True
     """:meth:`create` reads the role and its database before it writes and says "unchanged"
-    or refuses as the inspection would (:class:`~meshtui.provisioner.adapter.Deciding`)."""
+    or refuses as the inspection would (:class:`~meshtui.contracts.adapter.Deciding`)."""
 
     def __init__(self, conninfo: str, scope: Scope) -> None:
         self.scope = scope

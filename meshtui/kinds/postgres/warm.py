@@ -20,9 +20,9 @@ from typing import TypeVar
 import psycopg
 from psycopg.pq import TransactionStatus
 
+from meshtui.contracts import lent as provisioner_lent
+from meshtui.contracts.adapter import Scope
 from meshtui.kinds.postgres.adapter import PostgresAdapter
-from meshtui.provisioner import lent as provisioner_lent
-from meshtui.provisioner.adapter import Scope
 
 IDLE_S = 300.0
 KEEP = 2

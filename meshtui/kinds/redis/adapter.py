@@ -47,13 +47,13 @@ from redis.backoff import NoBackoff
 from redis.connection import parse_url
 from redis.retry import Retry
 
+from meshtui.contracts.adapter import Capabilities, Change, Done, Held, Refused, Scope, Wanted
 from meshtui.crypto import secret_digest
 from meshtui.errors import ProvisionError, UnsafeLoginError
 from meshtui.kinds.kind import ValuesError
 from meshtui.kinds.redis.acl import Rules, name_problem, rules_for
 from meshtui.kinds.redis.private import only_ca
 from meshtui.model import OutcomeName
-from meshtui.provisioner.adapter import Change, Done, Held, Refused, Scope, Wanted
 
 MARKER_HEAD = "meshtui:1:"
 UNSAVED_USER = "meshtui-unsaved"
@@ -344,6 +344,12 @@ def _admin_kwargs(url: str) -> dict[str, Any]:
 
 class RedisAdapter:
     """One admin session with one Redis, working for one manifest scope."""
+
+    capabilities = Capabilities(batching=True, catching_up=True)
+
+    def describe(self, exc: BaseException) -> str | None:
+        """None: Redis's errors keep their own text (the harness shows it with its type)."""
+        return None
 
     def __init__(self, url: str, scope: Scope) -> None:
         self.scope = scope

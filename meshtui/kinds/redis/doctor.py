@@ -9,10 +9,10 @@ from urllib.parse import urlsplit
 
 import redis
 
+from meshtui.contracts.provider_files import read_admin
 from meshtui.errors import MeshtuiError
 from meshtui.kinds.redis.adapter import admin_session
-from meshtui.messages import CheckProvider
-from meshtui.provisioner.files import read_admin
+from meshtui.protocol.messages import CheckProvider
 
 GRANT = "ACL SETUSER {user} on ~* &* +@all (and the same line in the aclfile)"
 

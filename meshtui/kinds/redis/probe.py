@@ -1,6 +1,6 @@
 """The live login to a Redis: ``AUTH <login> <password>`` from the consumer's node, over TLS.
 
-Same evidence and verdicts as the PostgreSQL probe (:mod:`meshtui.host.probe`), Redis-shaped:
+Same evidence and verdicts as the PostgreSQL probe (:mod:`meshtui.host.probe_runner`), Redis-shaped:
 
 * the connection is TLS and verifies the server's certificate against the CA the declaration
   names, host name (the private address) included; ``tls = false`` is allowed but said in every
@@ -32,7 +32,7 @@ from typing import Any
 import redis
 from redis.connection import Connection
 
-from meshtui.host.probe_address import (
+from meshtui.contracts.probe_target import (
     NotRun,
     loopback_addr,
     loopback_host,
@@ -40,7 +40,7 @@ from meshtui.host.probe_address import (
     route,
     same_addr,
 )
-from meshtui.host.probe_types import (
+from meshtui.contracts.probe_types import (
     LoginResult,
     ProbeOptions,
     ProbeResult,

@@ -35,13 +35,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from meshtui.contracts.adapter import (
+    Capabilities,
+    Change,
+    Done,
+    Held,
+    Refused,
+    Scope,
+    Wanted,
+    check_name,
+)
 from meshtui.crypto import secret_digest
 from meshtui.errors import ProvisionError
 from meshtui.kinds.kind import ValuesError
 from meshtui.kinds.seaweedfs.shell import Conversation, Session, errors, find_weed
 from meshtui.kinds.seaweedfs.values import RIGHTS, Grant, grant_for
 from meshtui.model import OutcomeName
-from meshtui.provisioner.adapter import Change, Done, Held, Refused, Scope, Wanted, check_name
 
 _SAFE_SECRET = re.compile(r"[A-Za-z0-9_.~+/=-]{16,128}")
 """A secret key weed shell passes whole (its command line splits on spaces)."""
@@ -114,6 +123,11 @@ class SeaweedAdapter:
     started at its first exchange)."""
 
     create_decides = True  # create reads the configuration first (see adapter.Deciding)
+    capabilities = Capabilities(batching=True, deciding=True)
+
+    def describe(self, exc: BaseException) -> str | None:
+        """None: the shell's failures reach the harness as meshtui's own errors already."""
+        return None
 
     def __init__(self, conninfo: str, scope: Scope) -> None:
         self.admin = Admin.parse(conninfo)

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from meshtui.contracts.provider_files import read_admin
 from meshtui.errors import MeshtuiError
 from meshtui.kinds.seaweedfs.adapter import Admin
 from meshtui.kinds.seaweedfs.shell import Session, find_weed
-from meshtui.messages import CheckProvider
-from meshtui.provisioner.files import read_admin
+from meshtui.protocol.messages import CheckProvider
 
 
 def admin_rights(item: CheckProvider, path: Path, timeout: float) -> list[tuple[str, str]]:

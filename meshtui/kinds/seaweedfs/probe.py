@@ -36,8 +36,8 @@ import ssl
 import time
 
 from meshtui import cafile
-from meshtui.host.probe_address import NotRun, loopback_host, named_loopback, route
-from meshtui.host.probe_types import (
+from meshtui.contracts.probe_target import NotRun, loopback_host, named_loopback, route
+from meshtui.contracts.probe_types import (
     LoginResult,
     ProbeOptions,
     ProbeResult,

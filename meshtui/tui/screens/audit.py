@@ -26,7 +26,7 @@ from meshtui.controller.core import Controller
 from meshtui.controller.reports import AuditEvent, ChainReport
 from meshtui.model import split_pair_id
 from meshtui.tui import actions
-from meshtui.tui.messages import AuditLoaded, Exported
+from meshtui.tui.events import AuditLoaded, Exported
 from meshtui.tui.pairs import Changes
 from meshtui.tui.screens.base import MeshScreen, run_in_background
 from meshtui.tui.widgets.footer import MeshFooter

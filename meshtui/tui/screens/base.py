@@ -13,7 +13,7 @@ from textual.worker import Worker, WorkerState
 
 if TYPE_CHECKING:
     from meshtui.controller.core import Controller
-    from meshtui.tui.app import MeshApp
+    from meshtui.tui.dashboard import Dashboard
 
 
 def run_in_background(
@@ -65,9 +65,9 @@ class MeshScreen(Screen[Any]):
     SCOPE: ClassVar[str] = ""
 
     @property
-    def mesh(self) -> MeshApp:
+    def mesh(self) -> Dashboard:
         """The app, typed."""
-        return cast("MeshApp", self.app)
+        return cast("Dashboard", self.app)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         return self.mesh.allows(action)
@@ -112,9 +112,9 @@ class MeshModal(ModalScreen[bool]):
     SCOPE: ClassVar[str] = "dialog"
 
     @property
-    def mesh(self) -> MeshApp:
+    def mesh(self) -> Dashboard:
         """The app, typed."""
-        return cast("MeshApp", self.app)
+        return cast("Dashboard", self.app)
 
     def action_cancel(self) -> None:
         """Close, doing nothing."""

@@ -22,7 +22,7 @@ from meshtui.tui import actions
 from meshtui.tui.keymap import config_paths
 
 if TYPE_CHECKING:
-    from meshtui.tui.app import MeshApp
+    from meshtui.tui.dashboard import Dashboard
 
 
 def help_table(keymap: dict[str, str], read_only: bool) -> Table:
@@ -58,7 +58,7 @@ class HelpScreen(ModalScreen[None]):
     ]
 
     def compose(self) -> ComposeResult:
-        mesh = cast("MeshApp", self.app)
+        mesh = cast("Dashboard", self.app)
         with Vertical(id="help"):
             yield Label(Text("meshtui keys", style="bold"), id="help-title")
             with VerticalScroll(id="help-body"):
@@ -75,7 +75,7 @@ class HelpScreen(ModalScreen[None]):
                 yield Static(help_table(mesh.keymap, mesh.read_only), id="help-table")
                 yield Static(self._keymap_text(mesh), id="help-keymap")
 
-    def _keymap_text(self, mesh: MeshApp) -> Text:
+    def _keymap_text(self, mesh: Dashboard) -> Text:
         text = Text("\nRemap keys in a [keymap] table (later files win):\n", style="bold")
         for path in config_paths(mesh.state_dir):
             used = " (read)" if path in mesh.keymap_sources else ""

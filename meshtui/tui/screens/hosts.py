@@ -20,7 +20,7 @@ from textual.widgets import Label, Static
 
 from meshtui.controller.reports import HostView
 from meshtui.tui import actions
-from meshtui.tui.messages import HostsLoaded
+from meshtui.tui.events import HostsLoaded
 from meshtui.tui.outside import Outside
 from meshtui.tui.pairs import Changes
 from meshtui.tui.screens.base import MeshScreen
@@ -28,7 +28,7 @@ from meshtui.tui.widgets.footer import MeshFooter
 from meshtui.tui.widgets.line_table import Column, LineTable, TableRow
 
 if TYPE_CHECKING:  # the doctor (and httpx) load only when it runs
-    from meshtui.controller.doctor import DoctorReport
+    from meshtui.controller.read.doctor import DoctorReport
 
 COLUMNS = (
     Column("name", "node", max_width=20),

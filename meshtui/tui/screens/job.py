@@ -29,7 +29,7 @@ from meshtui.controller.reports import (
 from meshtui.model import Verdict
 from meshtui.terminal import shown
 from meshtui.tui import actions
-from meshtui.tui.messages import Job
+from meshtui.tui.events import Job
 from meshtui.tui.screens.base import MeshScreen
 from meshtui.tui.widgets.drill_checklist import DrillChecklist
 from meshtui.tui.widgets.footer import MeshFooter

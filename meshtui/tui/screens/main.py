@@ -18,7 +18,7 @@ from textual.containers import Horizontal
 from textual.widgets import Label
 
 from meshtui.tui import actions
-from meshtui.tui.messages import Job, JobKind
+from meshtui.tui.events import Job, JobKind
 from meshtui.tui.pairs import COLUMNS, GROUPINGS, SORT_KEYS, Changes, PairRow, Query
 from meshtui.tui.screens.base import MeshScreen
 from meshtui.tui.widgets.age_histogram import AgeHistogram

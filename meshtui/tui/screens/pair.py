@@ -18,12 +18,12 @@ from textual.binding import BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Label, LoadingIndicator, Sparkline, Static
 
+from meshtui.controller.read.schedule import PairDue
 from meshtui.controller.reports import PairDetail, SecretStatus
-from meshtui.controller.schedule import PairDue
 from meshtui.kinds import registry
 from meshtui.model import PairStatus, PolicySource, State
 from meshtui.tui import actions
-from meshtui.tui.messages import DetailLoaded, Job, JobKind
+from meshtui.tui.events import DetailLoaded, Job, JobKind
 from meshtui.tui.pairs import Changes, parse_time, short_age, short_time
 from meshtui.tui.screens.base import MeshScreen
 from meshtui.tui.widgets.drill_checklist import DrillChecklist

@@ -18,7 +18,7 @@ from textual.widgets import Button, Label, LoadingIndicator, Static
 from meshtui.controller.reports import RotationPlan
 from meshtui.terminal import shown
 from meshtui.tui import actions
-from meshtui.tui.messages import Job, JobKind, PlanReady
+from meshtui.tui.events import Job, JobKind, PlanReady
 from meshtui.tui.screens.base import MeshModal, run_in_background
 
 SHOWN_PAIRS = 12

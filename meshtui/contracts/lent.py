@@ -1,0 +1,73 @@
+"""A session on loan from a kind's pool of kept admin sessions: the adapter's calls made through
+one hook, and ``close`` giving it back.
+
+PostgreSQL (``kinds/postgres/warm.py``) and OpenBao (``kinds/openbao/kept.py``) keep their admin
+sessions open between an agent's runs and lend them out again; each lends through a subclass of
+:class:`Lent` whose :meth:`Lent._use` says what a call's failure means for the session (opened
+anew and the call made again, or not kept after the run).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Generic, Protocol, TypeVar
+
+from meshtui.contracts.adapter import (
+    Adapter,
+    Batching,
+    Capabilities,
+    Done,
+    Held,
+    Narrowing,
+    Wanted,
+)
+
+
+class KeptAdapter(Adapter, Batching, Narrowing, Protocol):
+    """What a kept session's adapter can do: inspect (all or a few), create (one or many),
+    remove."""
+
+
+A = TypeVar("A", bound=KeptAdapter)
+T = TypeVar("T")
+
+
+class Lent(Generic[A]):
+    """A kept session on loan: every call of the adapter's goes through :meth:`_use`."""
+
+    adapter: A
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """The lent adapter's (see :class:`~meshtui.contracts.adapter.Capabilities`)."""
+        return self.adapter.capabilities
+
+    def describe(self, exc: BaseException) -> str | None:
+        """See :meth:`~meshtui.contracts.adapter.Adapter.describe`."""
+        return self.adapter.describe(exc)
+
+    def _use(self, call: Callable[[A], T]) -> T:
+        """Make ``call`` on the session (the subclass decides what its failure means)."""
+        raise NotImplementedError
+
+    def inspect(self, wanted: Mapping[str, Mapping[str, str]]) -> Mapping[str, Held]:
+        """See :meth:`~meshtui.contracts.adapter.Adapter.inspect`."""
+        return self._use(lambda a: a.inspect(wanted))
+
+    def inspect_only(
+        self, wanted: Mapping[str, Mapping[str, str]], logins: frozenset[str]
+    ) -> Mapping[str, Held]:
+        """See :meth:`~meshtui.contracts.adapter.Narrowing.inspect_only`."""
+        return self._use(lambda a: a.inspect_only(wanted, logins))
+
+    def create(self, login: str, password: str, values: Mapping[str, str]) -> Done:
+        """See :meth:`~meshtui.contracts.adapter.Adapter.create`."""
+        return self._use(lambda a: a.create(login, password, values))
+
+    def create_many(self, batch: Sequence[Wanted]) -> dict[str, Done | Exception]:
+        """See :meth:`~meshtui.contracts.adapter.Batching.create_many`."""
+        return self._use(lambda a: a.create_many(batch))
+
+    def remove(self, login: str) -> Done:
+        """See :meth:`~meshtui.contracts.adapter.Adapter.remove`."""
+        return self._use(lambda a: a.remove(login))

@@ -1,0 +1,128 @@
+"""``meshtui drill``: a rotation checked by three logins from the consumer's node.
+
+The old credential logs in before; the pair is rotated; the new credential logs in after and
+the old one is refused. The old credential lives only in the consumer agent's memory for the
+drill. The evidence (each login's verdict and timing, the window) is stored and shown.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import TYPE_CHECKING
+
+from meshtui.controller.act.recording import as_json, probe_row
+from meshtui.controller.act.rotate import rotate
+from meshtui.controller.agents.client import AgentClient
+from meshtui.controller.plan.planner import Planner, target_of
+from meshtui.controller.reports import DrillReport, DrillStep, Progress, RotationReport
+from meshtui.errors import AgentError, MeshtuiError
+from meshtui.inventory import now
+from meshtui.inventory.rows import DrillRecord
+from meshtui.model import Verdict, node_of
+from meshtui.protocol import messages
+from meshtui.protocol.messages import DrillRequest, ProbeReport
+
+if TYPE_CHECKING:
+    from meshtui.controller.reach import Reach
+
+
+def _step(name: str, expected: str, login: ProbeReport | None, missing: str) -> DrillStep:
+    if login is None:
+        return DrillStep(
+            name=name, expected=expected, verdict="unknown", latency_ms=None, reason=missing
+        )
+    return DrillStep(
+        name=name,
+        expected=expected,
+        verdict=login["verdict"],
+        latency_ms=login["login"]["latency_ms"],
+        reason=login["reason"],
+    )
+
+
+def drill_one(ctl: Reach, pid: str, progress: Progress) -> DrillReport:
+    """Drill one pair; always returns a report (failures are in it, not raised)."""
+    plan = Planner(ctl.inventory, focus=[pid])
+    p = plan.pairs[pid]
+    node = node_of(p["consumer"])
+    drill_id = secrets.token_hex(8)
+    request = DrillRequest(
+        drill=drill_id, pair=pid, file=p["file"], target=target_of(p, plan.nodes, plan.modules)
+    )
+    client = AgentClient(
+        plan.nodes[node], ctl.keys(), sequence=ctl.sequence, head=ctl.inventory.signed_head
+    )
+    steps: list[DrillStep] = []
+    report: RotationReport | None = None
+    reason = ""
+    new_login: ProbeReport | None = None
+    try:
+        progress(f"{pid}: old credential before", 0, 3)
+        held = client.call(messages.DRILL_HOLD, request)
+        steps.append(_step("old before", Verdict.ACCEPTED, held["result"], held.get("error", "")))
+        if steps[0].ok:
+            progress(f"{pid}: rotating", 1, 3)
+            try:
+                report = rotate(ctl, [pid], lambda *_: None)
+            except MeshtuiError as exc:
+                reason = f"rotation not done: {exc}"
+            progress(f"{pid}: new and old credential after", 2, 3)
+        checked = client.call(messages.DRILL_CHECK, request)  # the agent forgets the old one
+        if steps[0].ok:
+            new_login = checked["new"]
+            steps.append(_step("new after", Verdict.ACCEPTED, new_login, "no credential file"))
+            steps.append(
+                _step("old after", Verdict.REFUSED, checked["old"], checked["error"] or "")
+            )
+    except AgentError as exc:
+        reason = f"consumer's node unreachable: {exc.reason}"
+    finally:
+        client.close()
+    if report is not None and not report.ok:
+        reason = f"rotation {report.outcome}: {report.reason}"
+    if not reason and steps and not steps[0].ok:
+        reason = "the current credential did not log in before the rotation; nothing was rotated"
+    window = report.pairs[0].window_ms if report is not None and report.done else None
+    ok = len(steps) == 3 and all(s.ok for s in steps) and report is not None and report.ok
+    if ok:
+        reason = "old worked before, new works after, old is refused after"
+    result = DrillReport(
+        pair=pid,
+        ok=ok,
+        steps=steps,
+        window_ms=window,
+        rotation=report.rotation if report else None,
+        reason=reason,
+    )
+    with ctl.inventory.transaction("drill") as tx:
+        if new_login is not None and report is not None and report.done:
+            # the "new after" login is a probe of the current generation from the consumer's node
+            generation = report.pairs[0].generation
+            tx.add_probes([probe_row(pid, generation, new_login, now(), withdrawn=False)])
+        tx.add_drill(
+            DrillRecord(
+                pair=pid,
+                at=now(),
+                rotation=result.rotation,
+                ok=int(ok),
+                window_ms=window,
+                evidence=as_json(result.to_json()),
+            )
+        )
+        tx.audit(
+            "drill",
+            [pid],
+            {
+                "window_ms": window,
+                "rotation": result.rotation,
+                "steps": {s.name: s.verdict for s in steps},
+            },
+            "ok" if ok else "failed",
+        )
+    progress(f"{pid}: {'passed' if ok else 'FAILED'}", 3, 3)
+    return result
+
+
+def drill(ctl: Reach, ids: list[str], progress: Progress) -> list[DrillReport]:
+    """Drill each pair in turn."""
+    return [drill_one(ctl, pid, progress) for pid in ids]

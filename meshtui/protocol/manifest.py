@@ -1,0 +1,46 @@
+"""The manifest (``mesh.json``): its one shape, written by the provider's agent
+(meshtui/host/receive/manifest_writer.py) and read by the provisioner (meshtui/contracts/manifest_reader.py).
+
+Both sides name its keys through these TypedDicts, so a key added here is a key both must handle
+(``tests/provisioner/test_manifest.py`` writes a manifest with the agent's writer and reads every
+key of these shapes back with the provisioner's reader). Core: no I/O here.
+"""
+
+from __future__ import annotations
+
+from typing import NotRequired, TypedDict
+
+VERSION = 1
+"""The manifest version this meshtui writes and reads."""
+
+ManifestLine = TypedDict(
+    "ManifestLine",
+    {
+        "as": str,
+        "node": str,
+        "module": str,
+        "at": str,
+        "values": dict[str, str],
+        "secret": str,
+        "digest": str,
+    },
+)
+"""One consumer as the provisioner reads it: its login, where it connects from, its values, and
+its secret file (relative to the manifest) with the digest that file must match."""
+
+
+class ManifestBody(TypedDict):
+    """The manifest file (docs/ARCHITECTURE.md, the manifest)."""
+
+    version: int
+    provision: str
+    provider: str
+    serial: int
+    pin: bool
+    consumers: list[ManifestLine]
+    kind: NotRequired[str]  # absent: the default kind; the harness picks its adapter by this
+
+
+def secret_name(node: str, module: str) -> str:
+    """The secret file's name beside the manifest (docs/ARCHITECTURE.md, the manifest)."""
+    return f"{node}.{module}.secret"
