@@ -14,7 +14,7 @@ too, by the same console script, in turn with this checkout's, on copies of the 
 
 Each run's wall time, and its CPU time (user + system, the kernel's own accounting of the
 reaped child); min and median of ``--runs``, the median of the ratios run by run, and the goal
-(issue 40: ``--version`` <= 2x the bare start, ``status`` on the demo mesh <= 150 ms,
+(goals: ``--version`` <= 2x the bare start, ``status`` on the demo mesh <= 150 ms,
 ``status --json`` at 10,000 pairs <= 300 ms). Results: docs/benchmarks-cli.md.
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_cli.py [--runs 15] [--pairs 10000]

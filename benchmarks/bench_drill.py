@@ -45,7 +45,7 @@ from meshtui.inventory import now
 from meshtui.lab import mesh as lab_mesh
 from meshtui.lab.wait import poll
 
-GOAL_MS = 3.0  # issue 25 (issue 13: 5 ms)
+GOAL_MS = 3.0  # the drill's window goal, in milliseconds
 FSYNCS_IN_WINDOW = 0
 """Durable writes on the consumer inside the window: none. The credential itself and the
 delivery's guard line are written ahead, with the consumer's ``prepare``, while the provider

@@ -1,6 +1,6 @@
 """Rotate one pair of each new kind (vault, object store) against that kind's raw API calls.
 
-Issue 25's last goal: ``meshtui rotate`` of one OpenBao pair and of one SeaweedFS pair, each
+The goal: ``meshtui rotate`` of one OpenBao pair and of one SeaweedFS pair, each
 within 1.5x of the same kind's raw API calls for it. One process, one lab (``meshtui lab up``'s
 own builder, :func:`meshtui.lab.mesh.up`, on loopback: a rotation logs nobody in, so no
 namespace is needed), declared and pushed through the real controller and agents; then, in

@@ -23,7 +23,7 @@ which overlaps the server's own PBKDF2 of each verifier rather than adding to it
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_rotate.py [--repeat 15] [--others 1000]
 
-Issue 25's pinned row, before and after side by side (a third mesh whose provider agent runs an
+The pinned row, before and after side by side (a third mesh whose provider agent runs an
 older revision's code, rotated in the same turns; ``--profile`` adds where the time goes):
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_rotate.py --pin --others 10000 --repeat 11 \
@@ -509,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             goal = 1.15 if args.pin else 1.2
             if args.pin and args.others >= 10000:
-                goal = 1.3  # issue 25: one pinned provider holding 10,000
+                goal = 1.3  # one pinned provider holding 10,000
             rows.append(
                 (f"rotate one among {args.others}{pinned} (ms)", among, demo, among / demo, goal)
             )

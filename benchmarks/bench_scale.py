@@ -34,7 +34,7 @@ second round, every pair probed a few times (as probe and watch leave it). Each 
 read after a change (one delivery recorded), ``--repeat`` times for each reader in turn: the
 kept reader (``watch``), the one-shot reader (the CLI: a fresh read-only controller, from the
 status image in the state folder) and the one-shot reader as before the image (every pair read
-and made, as every read did before issue 25); median and minimum wall, median CPU of this
+and made, as a read without the image does); median and minimum wall, median CPU of this
 process (the machine may be shared), each against the goal, the old one-shot reader and the
 floor from the same run: the bare read of the same pairs' rows (``SELECT`` of the pairs table
 through the stdlib cursor). Before them, the one-shot reader with no image yet (the first read
@@ -277,7 +277,7 @@ def run(
 
 
 ROTATE_GOAL = 1.3
-"""Rotate one pair among 10,000 against the same in the demo mesh (issue 25)."""
+"""Rotate one pair among 10,000 against the same in the demo mesh."""
 
 
 def rotate_beside_demo(
@@ -313,7 +313,7 @@ def rotate_beside_demo(
 ONE_SHOT_BEFORE = "one-shot, every pair (before)"
 """The one-shot reader as it read before the status image: every pair read and made."""
 STATUS_GOAL = 0.050
-"""``status`` at 10,000 pairs, first read after a change (issue 25; issue 13 asked 100 ms)."""
+"""``status`` at 10,000 pairs, first read after a change."""
 
 
 def _median(fn, repeat: int) -> tuple[float, float]:  # type: ignore[no-untyped-def]
@@ -386,7 +386,7 @@ def status_only(nodes: int, providers: int, pairs: int, repeat: int, rounds: int
     read after a change, ``repeat`` times for each reader in turn (each after a change of its
     own): the kept reader (``watch``: what it made kept, only the pairs written since read and
     made), the one-shot reader (the CLI: every pair read and made, nothing kept: the path every
-    read took before issue 25), and the bare ``SELECT`` of the pairs table as the floor."""
+    read takes without the image), and the bare ``SELECT`` of the pairs table as the floor."""
     base = Path(tempfile.mkdtemp(prefix="meshtui-benchstatus-"))
     try:
         root = base / "mesh"

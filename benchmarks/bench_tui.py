@@ -6,7 +6,7 @@ Run from the repository root::
     .venv/bin/python benchmarks/bench_tui.py --state S  # or measures an existing state folder
     .venv/bin/python benchmarks/bench_tui.py --pairs 50000 --skip-baseline   # the 50k goals
 
-Goals (issue 25): up to 10,000 pairs, first paint <= 120 ms and a keystroke's median <= 8 ms;
+Goals: up to 10,000 pairs, first paint <= 120 ms and a keystroke's median <= 8 ms;
 at 50,000, <= 250 ms and <= 15 ms. ``--skip-baseline`` leaves out the stock DataTable (at
 50,000 pairs it takes minutes to mount every row).
 

@@ -1,4 +1,4 @@
-"""The state folder a new operator meets (issue 26): a command run on a folder that holds no
+"""The state folder a new operator meets: a command run on a folder that holds no
 controller key says so, names the folder and what to do, and creates nothing; a lock file left
 by a root-run command does not break the watch unit's user with a traceback."""
 

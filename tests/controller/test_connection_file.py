@@ -1,4 +1,4 @@
-"""A consumer's connection file (issue 26): what the app needs besides its password (login with
+"""A consumer's connection file: what the app needs besides its password (login with
 its suffix, host, port, database, where the password is), written beside the credential with the
 same access, in a format apps read, and kept in step by push. Real agents, real PostgreSQL: the
 app's side is a psycopg login made only from what the two files hold."""

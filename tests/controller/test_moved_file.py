@@ -1,4 +1,4 @@
-"""No live credential left behind (issue 26): a changed ``file =`` path moves the credential,
+"""No live credential left behind: a changed ``file =`` path moves the credential,
 and the file the agent wrote at the old path goes (only that file: one the operator replaced,
 or a link, stays); until push, status does not say the consumer holds nothing while its file
 still works. Real agents, real PostgreSQL."""

@@ -37,7 +37,7 @@ def test_no_revocation_probe_while_the_provider_still_holds_the_login(mesh, pg):
     with mesh.controller() as ctl:
         report = ctl.push()
         assert not report.withdrawn  # the consumer was not asked: the login may still work
-        # a withdrawal not verified is not a success (issue 26: push said "all ends agree")
+        # a withdrawal not verified is not a success (push must not say "all ends agree")
         assert not report.ok and "revocation not verified" in report.behind[WIKI]
         row = {r.pair: r for r in ctl.status()}[WIKI]
         assert row.state.value == "stale" and "not verified" in row.reason and not row.alarm

@@ -1,7 +1,7 @@
 """A consumer's reload that fails is that end's failure, with real agents and PostgreSQL.
 
-The new-user walk (issue 26) found a failed ``reload`` reported as success: ``rotate`` said
-done, ``drill`` PASSED, ``push`` "all ends agree", and the reload was never run again. Here a
+A failed ``reload`` is never reported as success (``rotate`` saying done, ``drill`` PASSED,
+``push`` "all ends agree", the reload never run again). Here a
 reload command that fails (and writes an escape sequence on stderr) must make rotate, drill and
 push fail and say why, be shown in status, and be run again by the next push.
 """
@@ -103,7 +103,7 @@ def test_rotate_and_drill_exit_non_zero_when_the_reload_fails(mesh):
 
 
 def test_the_agent_logs_its_start_each_request_and_the_failed_reload(mesh):
-    """Issue 26: the agent printed nothing, so journalctl -u meshtui-agent was empty."""
+    """The agent prints the failed reload, so journalctl -u meshtui-agent is not empty."""
     with_reload(mesh)
     with mesh.controller() as ctl:
         ctl.rotate([GITEA])

@@ -399,8 +399,8 @@ def test_notify_failure_and_timeout_are_logged_and_never_stop_anything(tmp_path)
 
 
 def test_a_routine_rotation_is_no_alert_and_a_failed_reload_is_one(mesh):
-    """Issue 26: each routine rotation sent two alerts (working -> unknown "not probed since
-    generation N", then back); a rotation whose reload failed must be one alert, not none."""
+    """A routine rotation sends no alert (not working -> unknown "not probed since generation
+    N", then back); a rotation whose reload failed is one alert, not none."""
     with_policy(mesh, 'rotate_every = "6s"\nprobe_every = "1s"')
     script = mesh.root / "reload.sh"
     script.write_text("#!/bin/sh\necho 'gitea.service not found' >&2\nexit 1\n")

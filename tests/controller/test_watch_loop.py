@@ -160,8 +160,8 @@ def test_heartbeat_is_not_read_through_a_symlink_or_a_fifo(tmp_path: Any) -> Non
 def test_a_hung_node_backs_off_from_when_the_attempt_gave_up_and_alerts_once(
     declared: Mesh, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 26: a hung node (each try waits for the 10 s timeout) was tried, and alerted,
-    every ~10 s: the 2 s backoff counted from the try's start was over when it gave up. The
+    """A hung node (each try waits for the 10 s timeout) is not tried, and alerted, every ~10 s:
+    a 2 s backoff counted from the try's start would be over when it gave up. The
     seam: the controller's rotate, push and probe, so only the watch's own timing is tested."""
     from meshtui.controller.reports import PushReport
     from meshtui.errors import NotResolvedError

@@ -20,7 +20,9 @@ def test_the_test_command_is_the_one_ci_runs() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
     pytest_line = next(line for line in ci.splitlines() if line.startswith(".venv/bin/pytest"))
     assert f"pip install -e '.[dev]' && {pytest_line}\n" in README
-    assert "pip install -e '.[lab]' && .venv/bin/meshtui --state /var/lib/meshtui-demo demo" in README
+    assert (
+        "pip install -e '.[lab]' && .venv/bin/meshtui --state /var/lib/meshtui-demo demo" in README
+    )
 
 
 def test_every_link_reaches_a_file_and_every_page_is_in_the_nav() -> None:

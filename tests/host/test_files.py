@@ -208,7 +208,7 @@ def test_an_oversize_credential_file_is_refused_unread(mesh):
     assert "larger than 4096 bytes" in held[GITEA]["error"]
 
 
-# ------------------------------------------------ issue 10 item 1: who may read the file
+# ------------------------------------------------ who may read the file
 
 
 def declare_access(mesh, **access: str) -> None:

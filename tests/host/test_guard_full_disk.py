@@ -1,4 +1,4 @@
-"""M4: a failed append to ``accepted.log`` leaves nothing behind, so the agent starts again.
+"""A failed append to ``accepted.log`` leaves nothing behind, so the agent starts again.
 
 The reviewer's attack: on a state filesystem that filled up in the middle of an append, the
 first ``write`` was short and the next raised ENOSPC; the request failed (correctly) but its

@@ -138,7 +138,7 @@ def test_a_flood_of_unsigned_oversize_posts_gets_413_and_memory_stays_flat(mesh)
 
 def test_too_many_requests_at_once_get_503_quickly(mesh):
     """Connections that send headers and then stall: a large body holds its (one) large slot and
-    the next large one is told at once; small bodies hold no slot (round 3: read before a slot
+    the next large one is told at once; small bodies hold no slot (read before a slot
     is taken), so a request behind 16 of them is still answered."""
     sock_path = str(mesh.sockets["app1"])
     held = []

@@ -1,4 +1,4 @@
-"""The node policy (issue 23 item 1): a declaration asks, the node decides, deny by default.
+"""The node policy: a declaration asks, the node decides, deny by default.
 
 The attack (shared/notes/security-2026-12-01.md, H2) was a declaration pushed through the real
 controller: a credential file in ``/etc/cron.d``, a ``reload`` and a provisioner run as root, a

@@ -1,4 +1,4 @@
-"""M3: slow or idle clients cannot keep the controller's signed requests out of an agent.
+"""Slow or idle clients cannot keep the controller's signed requests out of an agent.
 
 The reviewer's attack: 64 TCP connections that each sent a partial request head and then one
 byte every few seconds filled uvicorn's connection cap, and the agent answered 503 to every
@@ -208,9 +208,9 @@ class Holding:
 def test_connections_held_from_the_controllers_own_address_do_not_keep_it_out(
     agent: TcpAgent,
 ) -> None:
-    # Round 3: the per-address cap refused newcomers, so 8 connections from the controller's
-    # address, reopened as they are cut, kept the controller out (only the instants between a
-    # cut and a reopen let it in). A newcomer now replaces that address's longest-waiting
+    # A per-address cap that refused newcomers let 8 connections from the controller's
+    # address, reopened as they are cut, keep the controller out (only the instants between a
+    # cut and a reopen let it in). A newcomer replaces that address's longest-waiting
     # connection that has not sent a whole request head.
     with Holding(agent.port, CONTROLLER, connections.MAX_PEER_CONNECTIONS) as held:
         time.sleep(1.0)
@@ -224,9 +224,9 @@ SLOW_BODY += b"Content-Length: 100000\r\n\r\n{"
 
 
 def test_slow_bodies_from_two_hosts_leave_the_controller_in(agent: TcpAgent) -> None:
-    # Round 3: a body being read held one of the agent's 8 request slots for up to 30 s, 4 per
-    # address: two hosts (two addresses: any IPv6 host has plenty) held all 8, re-opening as
-    # they were cut, and the controller got 503 busy. A small body is now read before it takes
+    # A body being read must not hold one of the agent's 8 request slots for up to 30 s, 4 per
+    # address: two hosts (two addresses: any IPv6 host has plenty) would hold all 8, re-opening
+    # as they were cut, and the controller get 503 busy. A small body is read before it takes
     # a slot (memory stays bounded by the connections one address may hold).
     with (
         Holding(agent.port, ATTACKER, 4, head=SLOW_BODY),

@@ -1,4 +1,4 @@
-"""M2: no value a consumer declares can keep a config-file Redis from starting again.
+"""No value a consumer declares can keep a config-file Redis from starting again.
 
 A Redis started from a config file with no aclfile persists its users with ``CONFIG REWRITE``,
 which writes each user's rules into ``redis.conf`` as they are; at the next start that file is

@@ -1,4 +1,4 @@
-"""L4: the lab's Redis runs as a system user of its own, and a consumer runs no Lua by default.
+"""The lab's Redis runs as a system user of its own, and a consumer runs no Lua by default.
 
 The reviewer found the lab's ``redis-server`` running as root while every consumer login could
 ``EVAL``: any Redis bug reachable by a consumer would have been root on the host. Here a real

@@ -87,7 +87,7 @@ def test_the_unsaved_mark_is_no_login(rmesh: RMesh) -> None:
 
 
 def test_a_hand_made_user_of_the_marks_name_is_left_alone(rmesh: RMesh) -> None:
-    """L2: the failed-save mark never resets, disables or deletes a user meshtui did not make."""
+    """The failed-save mark never resets, disables or deletes a user meshtui did not make."""
     with rmesh.redis() as admin:
         admin.execute_command(
             "ACL", "SETUSER", UNSAVED_USER, "on", ">hand-made-password", "~reports:*", "+@read"

@@ -1,6 +1,6 @@
 """Root never works in a controller state folder another user owns.
 
-Attack (round 3): the shipped units run ``watch`` and the nightly ``backup`` as the ``meshtui``
+Attack: the shipped units run ``watch`` and the nightly ``backup`` as the ``meshtui``
 user, which owns the controller's state folder. Root running a controller command on that
 folder (``meshtui --state /var/lib/meshtui/controller push``) opened ``deliver.lock`` through
 whatever that user had put there, following a link, then truncated it and wrote its pid into

@@ -1,4 +1,4 @@
-"""L3: an on-path attacker cannot make a request look refused by the node, in the node's words.
+"""An on-path attacker cannot make a request look refused by the node, in the node's words.
 
 The reviewer's attack: a keyless proxy between controller and agent dropped the controller's
 request, sent the real agent ``{"body": "AAAA", "sig": "AAAA"}`` instead and relayed its answer:

@@ -195,7 +195,7 @@ def victims(mesh: Mesh) -> list[Path]:
     return [mesh.nodes["app1"] / "node.key", secret]
 
 
-# ---- H1: the module's vault credential and where it goes ----------------------------------------
+# ---- the module's vault credential and where it goes --------------------------------------------
 
 
 @pytest.mark.parametrize("listed", [False, True], ids=["vault-not-listed", "vault-listed"])
@@ -300,7 +300,7 @@ def test_a_listed_server_that_closes_the_connection_gets_a_verdict_not_a_500(
     assert vault.connections > 0
 
 
-# ---- M2: CA files are read like credential files --------------------------------------------
+# ---- CA files are read like credential files ------------------------------------------------
 
 
 def probe_item(mesh: Mesh, ca: str) -> dict[str, Any]:
@@ -397,7 +397,7 @@ def test_cafile_refuses_what_root_must_not_trust(tmp_path: Path, make: Any, why:
         cafile.context(str(ca))
 
 
-# ---- L2: doctor's check opens only admin files the policy lists ----------------------------------
+# ---- doctor's check opens only admin files the policy lists --------------------------------------
 
 
 def provider_check(admin: str, kind: str) -> dict[str, Any]:

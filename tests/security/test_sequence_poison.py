@@ -1,6 +1,6 @@
 """One node's replay record must not renumber the whole mesh.
 
-Attack (round 3): root on one node (db1) edits its agent's replay record so that it claims to
+Attack: root on one node (db1) edits its agent's replay record so that it claims to
 have accepted request number 10**40, and restarts it. db1 now refuses every request "as older";
 the next ``push`` reads db1's high-water mark (unsigned by the controller, signed by db1's own
 key) and jumped the controller's sequence past it. Every other node then accepted numbers near

@@ -1,4 +1,4 @@
-"""H1: a child that runs as another user never shares root's session or terminal.
+"""A child that runs as another user never shares root's session or terminal.
 
 The reviewer's attack: ``pg_ctl`` ran as the PostgreSQL user inside root's session, with root's
 terminal as its controlling terminal; another process of that user ptrace-attached it and

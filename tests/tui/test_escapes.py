@@ -1,4 +1,4 @@
-"""M1: text from outside reaches the operator's terminal as text, never as escape sequences.
+"""Text from outside reaches the operator's terminal as text, never as escape sequences.
 
 The reviewer's attack: a PostgreSQL login event trigger answered every probe with a message
 holding OSC 0 (window title), OSC 52 (clipboard) and CSI erase-line; the probe's reason was
