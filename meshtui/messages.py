@@ -143,6 +143,7 @@ class Holding(EndRecord):
     pair: str
     present: NotRequired[bool]
     error: NotRequired[str]
+    unlike: NotRequired[list[str]]  # how its files' mode, owner or group differ from written
 
 
 class InspectedLogin(TypedDict):
@@ -431,6 +432,7 @@ class ProbedPair(TypedDict):
     digest: str | None
     result: ProbeReport | None
     error: NotRequired[str]
+    unlike: NotRequired[list[str]]  # as a Holding's: the file is not as it was written
 
 
 class ProbeAnswer(TypedDict):
@@ -482,6 +484,8 @@ class CheckConsumer(TypedDict):
     group: str | None
     reload: list[str]
     connection: NotRequired[str]  # its connection file, when the requirement declares one
+    mode: NotRequired[str]  # the credential file's declared mode
+    digests: NotRequired[list[str]]  # the digests of every generation meshtui delivered
 
 
 class CheckProvision(TypedDict):

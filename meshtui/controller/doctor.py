@@ -90,9 +90,13 @@ class DoctorReport:
 
 
 def requests(
-    nodes: Mapping[str, NodeRow], modules: Mapping[str, ModuleRow], pairs: list[PairRow]
+    nodes: Mapping[str, NodeRow],
+    modules: Mapping[str, ModuleRow],
+    pairs: list[PairRow],
+    digests: Mapping[str, list[str]] | None = None,
 ) -> dict[str, CheckRequest]:
-    """What each declared node must check, from the inventory."""
+    """What each declared node must check, from the inventory (``digests``: per pair, the
+    digest of each of its generations, for the credential file a node holds)."""
     live = [p for p in pairs if not p["withdrawn_at"]]
     consumers: dict[str, list[CheckConsumer]] = {n: [] for n in nodes}
     ports: dict[str, dict[tuple[str, int], list[str]]] = {n: {} for n in nodes}
@@ -107,7 +111,10 @@ def requests(
             "owner": p.get("file_owner"),
             "group": p.get("file_group"),
             "reload": list(p["reload"]),
+            "mode": p["file_mode"],
         }
+        if digests and p["id"] in digests:
+            end["digests"] = digests[p["id"]]
         consumer = modules.get(p["consumer"])
         for need in consumer["spec"].get("requires", []) if consumer else []:
             same = need["name"] == p["provision"] and need["file"] == p["file"]
@@ -240,7 +247,10 @@ def doctor(ctl: Controller, progress: Progress) -> DoctorReport:
     started = time.monotonic()
     inv = ctl.inventory
     nodes = {n: r for n, r in inv.nodes().items() if r["declared"]}
-    asks = requests(nodes, inv.modules(), inv.pairs())
+    digests: dict[str, list[str]] = {}
+    for pid, digest in inv.generation_by_digest():
+        digests.setdefault(pid, []).append(digest)
+    asks = requests(nodes, inv.modules(), inv.pairs(), digests)
     progress(f"checking {len(asks)} nodes", 0, len(asks))
     sent = time.time()
     with ctl.agents(timeout=CHECK_TIMEOUT_S, nodes=nodes) as agents:

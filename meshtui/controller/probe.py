@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from meshtui import messages
 from meshtui.controller.client import AgentClient, by_pair
 from meshtui.controller.deliver import Planner, target_of
-from meshtui.controller.recording import probe_row
+from meshtui.controller.recording import files_unlike, probe_row
 from meshtui.controller.reports import ProbeOutcome, Progress
 from meshtui.errors import AgentError
 from meshtui.inventory import now
@@ -39,6 +39,7 @@ def probe(ctl: Controller, ids: list[str], progress: Progress) -> list[ProbeOutc
             ProbeItem(pair=pid, file=p["file"], **target_of(p, plan.nodes, plan.modules))
         )
     gen_of = inv.generation_by_digest()
+    unlike: dict[str, tuple[int, str, list[str]]] = {}  # files not as written: push repairs
     total, done = len(live), 0
     rows, out = [], []
     progress(f"probing {total} pairs", 0, total)
@@ -76,6 +77,8 @@ def probe(ctl: Controller, ids: list[str], progress: Progress) -> list[ProbeOutc
             result: ProbeReport | None = r["result"] if r else None
             digest = r["digest"] if r else None
             generation = gen_of.get((pid, digest)) if digest is not None else None
+            if r is not None and r.get("unlike") and generation and digest is not None:
+                unlike[pid] = (generation, digest, r["unlike"])
             if result is None:
                 reason = (
                     f"consumer's node {node} unreachable: {answer.reason}"
@@ -97,6 +100,7 @@ def probe(ctl: Controller, ids: list[str], progress: Progress) -> list[ProbeOutc
             )
         done += len(items)
         progress(f"probed {done} of {total}", done, total)
+    files_unlike(inv, unlike)
     if rows:
         with inv.transaction("probe") as tx:
             tx.add_probes(rows)

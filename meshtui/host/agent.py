@@ -32,7 +32,7 @@ from meshtui.host import probe as probe_mod
 from meshtui.host.anchor import AuditAnchor, is_nonce
 from meshtui.host.deliver import Deliveries
 from meshtui.host.guard import Accepted, Change, Record
-from meshtui.host.holdings import Holdings
+from meshtui.host.holdings import Holdings, examine
 from meshtui.host.identity import Identity
 from meshtui.host.own_secrets import OwnSecrets
 from meshtui.host.provision import Provisioner, builtin_provisioner, inspect_provider
@@ -301,15 +301,7 @@ class Agent:
         held = self.holdings.listing()  # the agent's own record
         with folders.Ancestors() as ancestors:
             for h in held:
-                if h["end"] == "consumer":
-                    data, error = files.read_credential(Path(h.get("file", "")), ancestors)
-                    h["present"] = data is not None and crypto.secret_digest(data) == h["digest"]
-                    if error:
-                        h["error"] = error
-                    if "connection" in h:  # its connection file: gone or changed, push rewrites it
-                        text, _ = files.read_credential(Path(h["connection"]), ancestors)
-                        if text is None or crypto.secret_digest(text) != h.get("connection_digest"):
-                            h.pop("connection_digest", None)
+                examine(h, ancestors)  # a consumer's files as they are, not as recorded
         out: StateAnswer = {
             "node": self.identity.name,
             "fingerprint": self.identity.keys.public().fingerprint(),
@@ -389,9 +381,8 @@ class Agent:
             for item in items:
                 pair = item["pair"]
                 path = self._held_file(pair, item["file"])
-                secret, error = (
-                    files.read_credential(path, ancestors) if path is not None else (None, None)
-                )
+                holding = self.holdings.examined(pair, ancestors) if path is not None else None
+                secret, error = (holding.data, holding.error) if holding else (None, None)
                 if secret is None:
                     results[pair] = {
                         "pair": pair,
@@ -405,6 +396,8 @@ class Agent:
                     continue
                 digest = crypto.secret_digest(secret)
                 results[pair] = {"pair": pair, "digest": digest, "result": None}
+                if holding is not None and holding.unlike:
+                    results[pair]["unlike"] = list(holding.unlike)
                 targets.append(_probe_target(item, secret))
                 order.append(pair)
                 del secret
