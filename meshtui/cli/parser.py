@@ -72,6 +72,11 @@ def _mesh(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.add_argument(
         "--due", action="store_true", help="each pair's policy, age and when it is due (overdue)"
     )
+    s.add_argument(
+        "--check",
+        action="store_true",
+        help="for a monitor: exit 1 unless every active pair and own secret is working",
+    )
     s.set_defaults(func=mesh.cmd_status)
 
     s = sub.add_parser("audit", help="the read-only audit view, or the log as text/JSON/CSV")

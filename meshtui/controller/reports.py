@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple, TypeGuard
 
-from meshtui.model import PairStatus, RotationState, node_of
+from meshtui.model import PairStatus, RotationState, State, node_of
 
 Progress = Callable[[str, int, int], None]
 """``progress(message, done, total)``: called from the worker doing the action, never blocks."""
@@ -368,3 +368,20 @@ def is_drills(result: JobResult) -> TypeGuard[list[DrillReport]]:
 def is_probes(result: JobResult) -> TypeGuard[list[ProbeOutcome]]:
     """True for a probe's outcomes (an empty list counts: no pair was probed)."""
     return isinstance(result, list) and all(isinstance(r, ProbeOutcome) for r in result)
+
+
+def not_working(rows: Iterable[PairStatus], secrets: Iterable[SecretStatus] = ()) -> list[str]:
+    """What fails a monitor's check (``status --check``, ``probe``): each active pair that is
+    not working (stale, refused, unknown), each alarm, each module's own secret not working,
+    one line each; empty when everything is working."""
+    out = [
+        f"{r.pair}: {r.state}: {r.reason}"
+        for r in rows
+        if r.alarm or (not r.withdrawn and r.state is not State.WORKING)
+    ]
+    out += [
+        f"{s.module} secret {s.name}: {s.state}: {s.reason}"
+        for s in secrets
+        if s.state != State.WORKING
+    ]
+    return out

