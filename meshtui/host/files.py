@@ -116,9 +116,7 @@ class HeldFile:
     unlike: tuple[str, ...] = ()
 
 
-def read_held(
-    path: Path, want: FileAccess | None, ancestors: Ancestors | None = None
-) -> HeldFile:
+def read_held(path: Path, want: FileAccess | None, ancestors: Ancestors | None = None) -> HeldFile:
     """:func:`read_credential`, with the file's own mode, owner and group (from its open
     descriptor, never through a link) compared with ``want``."""
     try:

@@ -100,3 +100,76 @@ def test_a_credential_file_given_to_another_user_is_taken_back_by_push(
         report = ctl.push()
         assert pid in {o.pair for o in report.delivered} and report.ok
     assert os.stat(cred).st_uid == 0 and mode(cred) == 0o600
+
+
+def requirement(text: str, name: str, file: Path) -> str:
+    """The inline table of the requirement ``name`` whose file is ``file``, as lab up wrote it."""
+    tail = f'file = "{file}" }}'
+    start = text.rindex(f'{{ name = "{name}", ', 0, text.index(tail))
+    return text[start : text.index(tail) + len(tail)]
+
+
+def test_a_declared_change_of_what_an_end_holds_is_delivered_without_a_rotation(
+    lab: tuple[Path, lab_mesh.Lab],
+) -> None:
+    """Per kind, something its ends hold: PostgreSQL's database, Redis's commands, the object
+    store's bucket, the vault credential file's mode (an OpenBao pair takes no values)."""
+    state, built = lab
+    pairs = live(state)
+    by_provider = {p["provider"]: (pid, p) for pid, p in sorted(pairs.items(), reverse=True)}
+    text = built.declaration.read_text()
+    changes = {  # provider -> (provision, what to write in its requirement, and where)
+        "db1/postgres": ("database", 'values = { database = "heldtest" }, ', "values = { "),
+        "db1/redis": ("cache", 'values = { commands = "+@read" }, ', "file = "),
+        "db1/s3": ("objects", 'values = { bucket = "held-test-bucket" }, ', "file = "),
+        "db1/openbao": ("secret", 'mode = "0400", ', "file = "),
+    }
+    changed: dict[str, str] = {}
+    for provider, (name, extra, before) in changes.items():
+        if provider not in by_provider:
+            continue
+        pid, pair = by_provider[provider]
+        old = requirement(text, name, Path(pair["file"]))
+        if before == "values = { ":  # it has values already: they are replaced
+            cut = old.index(before)
+            new = old[:cut] + extra + old[old.index("}, ", cut) + 3 :]
+        else:
+            new = old.replace(before, extra + before, 1)
+        text = text.replace(old, new)
+        changed[provider] = pid
+    decl = state / "lab" / "held.toml"
+    decl.write_text(text)
+    before = {pid: pairs[pid]["generation"] for pid in changed.values()}
+    with Controller.open(state) as ctl:
+        result = ctl.declare(decl)
+        assert set(result.changed) == set(changed.values()), result
+        rows = {r.pair: r for r in ctl.status()}
+        for pid in changed.values():  # declared, not yet delivered: behind, and why
+            assert rows[pid].state is State.STALE and "not yet as declared" in rows[pid].reason
+        report = ctl.push()
+        assert report.ok, report.behind
+        assert set(changed.values()) <= {o.pair for o in report.delivered}
+        assert {pid: r.generation for pid, r in ((p, rows[p]) for p in before)} == before
+        again = ctl.push()  # delivered: the next push has nothing to do
+        assert again.ok and not again.delivered, again.delivered
+    assert cli(state, "probe").returncode == 0
+    assert all(s is State.WORKING for s, _ in states(state).values())
+    after = live(state)
+    assert {pid: after[pid]["generation"] for pid in before} == before  # no rotation
+    if "db1/postgres" in changed:
+        manifest = json.loads(
+            Path(built.folder / "srv" / "db1" / "postgres" / "mesh.json").read_text()
+        )
+        login = after[changed["db1/postgres"]]["login"]
+        (entry,) = [c for c in manifest["consumers"] if c["as"] == login]
+        assert entry["values"] == {"database": "heldtest"}
+    if "db1/redis" in changed:
+        from meshtui.kinds.redis import lab as lab_redis
+
+        server = lab_redis.existing(state / "lab" / "redis")
+        assert server is not None
+        login = after[changed["db1/redis"]]["login"]
+        (line,) = [x for x in server.aclfile.read_text().splitlines() if f"user {login} " in x]
+        assert "+@read" in line and "+@all" not in line, line
+    if "db1/openbao" in changed:
+        assert mode(Path(after[changed["db1/openbao"]]["file"])) == 0o400
