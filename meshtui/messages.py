@@ -116,6 +116,7 @@ class StateRequest(TypedDict):
 
     holdings: NotRequired[bool]
     inspect: NotRequired[list[InspectSpec]]
+    secrets: NotRequired[bool]  # also its modules' own secret files, as they are
 
 
 class EndRecord(TypedDict):
@@ -164,6 +165,19 @@ class Inspection(TypedDict):
     error: NotRequired[str]
 
 
+class HeldSecret(TypedDict):
+    """One of a module's own secret files the node wrote, as it is now: whether it still holds
+    the digest written, how its mode, owner or group differ, or why it cannot be read."""
+
+    module: str
+    name: str
+    file: str
+    version: int
+    present: bool
+    unlike: NotRequired[list[str]]
+    error: NotRequired[str]
+
+
 class StateAnswer(TypedDict):
     """Who the node is (name, key fingerprint) and what it holds."""
 
@@ -171,6 +185,7 @@ class StateAnswer(TypedDict):
     fingerprint: str
     holdings: NotRequired[list[Holding]]  # absent when asked with ``holdings: False``
     inspected: NotRequired[list[Inspection]]
+    secrets: NotRequired[list[HeldSecret]]  # asked with ``secrets: True``
 
 
 # ---- deliver --------------------------------------------------------------------------------

