@@ -22,7 +22,7 @@ from meshtui.errors import AgentError
 from meshtui.inventory.rows import ModuleRow, NodeRow, PairRow
 from meshtui.kinds import registry
 from meshtui.messages import CheckConsumer, CheckProvider, CheckRequest
-from meshtui.model import BUILTIN_POSTGRES, node_of
+from meshtui.model import BUILTIN_POSTGRES, End, node_of
 
 if TYPE_CHECKING:
     from meshtui.controller.core import Controller
@@ -242,6 +242,34 @@ def pinned_elsewhere(ctl: Controller, node: str, row: NodeRow, exc: AgentError) 
     )
 
 
+def provider_files(
+    ctl: Controller, agents_for: Mapping[str, NodeRow], answered: set[str]
+) -> list[Problem]:
+    """Each provider's secret file its node says is not what the agent wrote there: changed,
+    gone, world-readable, another owner (a pair not delivered yet is push's)."""
+    from meshtui.controller.resolve import ask_state
+
+    modules = ctl.inventory.modules()
+    providers = {node_of(m) for m, r in modules.items() if r["spec"].get("provides")}
+    if not providers & answered:
+        return []
+    with ctl.agents(timeout=CHECK_TIMEOUT_S, nodes=agents_for) as agents:
+        _, holdings = ask_state(agents, sorted(providers & answered))
+    out: list[Problem] = []
+    for node, held in sorted(holdings.items()):
+        for h in held:
+            if h["end"] != End.PROVIDER or "file" not in h:
+                continue
+            found = h.get("error") or "; ".join(h.get("unlike", []))
+            if not found and not h.get("present", True):
+                found = f"{h['file']} does not hold the credential delivered (changed, or gone)"
+            if found:
+                out.append(
+                    Problem(node, "file", h["pair"], found, "meshtui push writes it again (0600)")
+                )
+    return out
+
+
 def secret_files(
     ctl: Controller, agents_for: Mapping[str, NodeRow], answered: set[str]
 ) -> list[Problem]:
@@ -326,9 +354,9 @@ def doctor(ctl: Controller, progress: Progress) -> DoctorReport:
             for f in found["findings"]
         ]
         checked.append(NodeCheck(node, True, round(skew, 3), found["passed"], found["elapsed_ms"]))
-    problems += secret_files(
-        ctl, agents_for=nodes, answered={n.node for n in checked if n.answered}
-    )
+    answered = {n.node for n in checked if n.answered}
+    problems += provider_files(ctl, nodes, answered)
+    problems += secret_files(ctl, nodes, answered)
     progress("checked", len(asks), len(asks))
     return DoctorReport(
         problems=problems, nodes=checked, elapsed_ms=(time.monotonic() - started) * 1000

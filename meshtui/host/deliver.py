@@ -25,6 +25,7 @@ from meshtui.host.policy import Command, ConsumerAsk, Policy, ProviderAsk
 from meshtui.host.prepared import PREPARED_LIMIT, Prepared
 from meshtui.host.provision import Provisioner, provision
 from meshtui.kinds import registry
+from meshtui.manifest import secret_name
 from meshtui.messages import (
     ConnectionItem,
     ConsumerItem,
@@ -344,6 +345,7 @@ class Deliveries:
         """Hold what the provisioner applied; forget a withdrawn pair once its login is gone."""
         provider = spec["provider"]
         by_login = {o["login"]: o["outcome"] for o in out["outcomes"]}
+        grants = node_path(spec["grants"], "grants folder")
         changes: dict[str, Held | None] = {}
         for c in spec["consumers"]:
             if by_login.get(c["as"]) in APPLIED:
@@ -352,6 +354,7 @@ class Deliveries:
                     "digest": c["digest"],
                     "provider": provider,
                     "login": c["as"],
+                    "file": str(grants / secret_name(c["node"], c["module"])),
                 }
         listed = {c["pair"] for c in spec["consumers"]}
         delta, removed = "base" in spec, set(spec.get("removed", []))

@@ -171,12 +171,22 @@ def remove_written(path: Path, digest: str) -> bool:
         return False
 
 
-def read_in(folder: Folder, name: str) -> tuple[bytes | None, str | None]:
-    """:func:`read_credential` for a file in a folder already open."""
+PRIVATE_FILE = FileAccess(owner=None, group=None, mode="0600", access=Access())
+"""The agent's own 0600 file (a provider's secret file): its user, mode 0600."""
+
+
+def read_in(
+    folder: Folder, name: str, want: FileAccess | None = None
+) -> tuple[bytes | None, str | None]:
+    """:func:`read_credential` for a file in a folder already open; with ``want``, a file whose
+    mode, owner or group differ from it reads as missing (so it is written again)."""
     try:
-        return folder.read(name), None
+        got = folder.read_with_stat(name)
     except HostFileError as exc:
         return None, str(exc)
+    if got is None or (want is not None and want.unlike(got[1])):
+        return None, None
+    return got[0], None
 
 
 @dataclass

@@ -133,13 +133,22 @@ class Holdings:
 
 
 def examine(h: Holding, ancestors: Ancestors | None = None) -> files.HeldFile | None:
-    """Look at a consumer holding's files as they are now, never through a link, and say so in
-    ``h``: ``present`` (its file holds the digest), ``error`` (why it cannot be read),
-    ``unlike`` (how its or its connection file's mode, owner or group differ from what was
-    written), and the connection file's digest dropped when its text changed. The credential
-    file as read, with all of ``unlike`` (None for a provider holding)."""
+    """Look at a holding's files as they are now, never through a link, and say so in ``h``:
+    ``present`` (its file holds the digest), ``error`` (why it cannot be read), ``unlike`` (how
+    its or its connection file's mode, owner or group differ from what was written), and the
+    connection file's digest dropped when its text changed. The credential file as read, with
+    all of ``unlike``. A provider's secret file (0600, the agent's) is looked at the same way
+    (None: a provider holding recorded before its file was)."""
     if h["end"] != End.CONSUMER:
-        return None
+        if "file" not in h:
+            return None
+        found = files.read_held(Path(h["file"]), files.PRIVATE_FILE, ancestors)
+        h["present"] = found.data is not None and crypto.secret_digest(found.data) == h["digest"]
+        if found.error:
+            h["error"] = found.error
+        if found.unlike and found.data is not None:
+            h["unlike"] = [f"{h['file']} {u}" for u in found.unlike]
+        return files.HeldFile(None, found.error, tuple(h.get("unlike", ())))
     want = files.held_access(h.get("owner"), h.get("group"), h.get("mode"))
     access = want if isinstance(want, files.FileAccess) else None
     path = h.get("file", "")

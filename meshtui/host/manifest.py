@@ -476,7 +476,7 @@ def write_provider_files(
             secrets: dict[str, bytes] = {}
             for c in consumers:
                 name = secret_name(c["node"], c["module"])
-                current, _ = files.read_in(gdir, name)
+                current, _ = files.read_in(gdir, name, files.PRIVATE_FILE)
                 if current is None or crypto.secret_digest(current) != c["digest"]:
                     secrets[name] = unseal(c["sealed"], c["digest"], c["pair"])
             serial = serials.next(mdir, manifest)

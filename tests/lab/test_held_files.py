@@ -209,3 +209,42 @@ def test_own_secret_files_changed_by_hand_are_named_and_written_back(
     assert all(after[(s.module, s.name)].state == "working" for s in own[:2])
     assert cli(state, "doctor").returncode == 0
     assert cli(state, "probe").returncode == 0  # own secrets working too
+
+
+def provider_secret(state: Path, pair: PairRow) -> Path:
+    """The provider's secret file of ``pair``, as its manifest names it."""
+    with Controller.open(state, read_only=True) as ctl:
+        spec = ctl.inventory.modules()[pair["provider"]]["spec"]
+    manifest = Path(spec["receives"][pair["provision"]])
+    (line,) = [
+        c for c in json.loads(manifest.read_text())["consumers"] if c["as"] == pair["login"]
+    ]
+    return manifest.parent / line["secret"]
+
+
+def test_provider_secret_files_made_world_readable_are_named_and_written_back(
+    lab: tuple[Path, lab_mesh.Lab],
+) -> None:
+    """One pair of every kind: its provider's secret file chmod 0644."""
+    state, _ = lab
+    by_provider = {p["provider"]: p for _, p in sorted(live(state).items())}
+    secrets_ = {pair["id"]: provider_secret(state, pair) for pair in by_provider.values()}
+    for f in secrets_.values():
+        assert mode(f) == 0o600
+        f.chmod(0o644)
+    doctor = cli(state, "doctor", "--json")
+    assert doctor.returncode == 1, doctor.stdout
+    named = {
+        p["subject"]: p["problem"]
+        for p in json.loads(doctor.stdout)["problems"]
+        if p["check"] == "file"
+    }
+    assert set(named) == set(secrets_)
+    for pid, f in secrets_.items():
+        assert f"{f} mode 0644, not 0600 (every user on the node can read" in named[pid]
+    with Controller.open(state) as ctl:
+        report = ctl.push()
+        assert report.ok, report.behind
+        assert set(secrets_) <= {o.pair for o in report.delivered}
+    assert {pid: mode(f) for pid, f in secrets_.items()} == dict.fromkeys(secrets_, 0o600)
+    assert cli(state, "doctor").returncode == 0
