@@ -18,7 +18,7 @@ from meshtui.controller.reports import ProbeOutcome, Progress
 from meshtui.errors import AgentError
 from meshtui.inventory import now
 from meshtui.messages import ProbeAnswer, ProbeItem, ProbeReport, ProbeRequest
-from meshtui.model import node_of
+from meshtui.model import End, node_of
 
 if TYPE_CHECKING:
     from meshtui.controller.core import Controller
@@ -101,6 +101,13 @@ def probe(ctl: Controller, ids: list[str], progress: Progress) -> list[ProbeOutc
         done += len(items)
         progress(f"probed {done} of {total}", done, total)
     files_unlike(inv, unlike)
+    _look_at_providers(ctl, plan, live, gen_of)
+    from meshtui.controller import own_secrets  # the probed vault pairs' modules' own secrets
+
+    probed = set(live)
+    if mine := [d for d in own_secrets.declared(inv) if d.pair and d.pair["id"] in probed]:
+        with ctl.agents() as agents:
+            own_secrets.look_at_files(inv, agents, mine)
     if rows:
         with inv.transaction("probe") as tx:
             tx.add_probes(rows)
@@ -109,3 +116,31 @@ def probe(ctl: Controller, ids: list[str], progress: Progress) -> list[ProbeOutc
                 counts[o.verdict] = counts.get(o.verdict, 0) + 1
             tx.audit("probe", live, {"verdicts": counts}, "ok")
     return out
+
+
+def _look_at_providers(
+    ctl: Controller, plan: Planner, live: list[str], gen_of: dict[tuple[str, str], int]
+) -> None:
+    """Ask the probed pairs' provider nodes what they hold: a provider's secret file found not
+    as written (changed by hand, world-readable) makes its end behind, with why, as push would
+    find it (push writes it again)."""
+    from meshtui.controller.resolve import ask_state
+
+    nodes = sorted({node_of(plan.pairs[pid]["provider"]) for pid in live})
+    if not nodes:
+        return
+    with ctl.agents(nodes={n: plan.nodes[n] for n in nodes}) as agents:
+        _, holdings = ask_state(agents, nodes)
+    wanted = set(live)
+    found: dict[str, tuple[int, str, list[str]]] = {}
+    for held in holdings.values():
+        for h in held:
+            gen = gen_of.get((h["pair"], h["digest"]))
+            if h["end"] != End.PROVIDER or h["pair"] not in wanted or not gen:
+                continue
+            why = h.get("unlike") or ([h["error"]] if h.get("error") else [])
+            if not why and not h.get("present", True):
+                why = [f"{h.get('file')} does not hold the credential delivered"]
+            if why:
+                found[h["pair"]] = (gen, h["digest"], why)
+    files_unlike(ctl.inventory, found, End.PROVIDER)

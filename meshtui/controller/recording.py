@@ -152,8 +152,10 @@ def not_as_declared(moved: list[str], unlike: list[str]) -> str:
     return f"{NOT_AS_DECLARED} ({'; '.join(said + unlike)}); push writes it again"
 
 
-def files_unlike(inv: Inventory, found: Mapping[str, tuple[int, str, list[str]]]) -> None:
-    """Record consumer ends whose files a probe found not as written (pair -> generation,
+def files_unlike(
+    inv: Inventory, found: Mapping[str, tuple[int, str, list[str]]], end: End = End.CONSUMER
+) -> None:
+    """Record ends whose files a probe cycle found not as written (pair -> generation,
     digest, how): held, but behind until push writes them again."""
     if not found:
         return
@@ -161,9 +163,9 @@ def files_unlike(inv: Inventory, found: Mapping[str, tuple[int, str, list[str]]]
     rows: list[EndRow] = []
     for pid, (gen, digest, unlike) in found.items():
         why = not_as_declared([], unlike)
-        old = current.get((pid, End.CONSUMER.value))
+        old = current.get((pid, end.value))
         if old is None or old[0] != gen or old[3] != why:
-            rows.append((pid, End.CONSUMER, gen, digest, why))
+            rows.append((pid, end, gen, digest, why))
     record_end(inv, rows)
 
 

@@ -201,6 +201,11 @@ def test_own_secret_files_changed_by_hand_are_named_and_written_back(
         f"{own[1].module} {own[1].name}": f"{readable} mode 0644, not 0600 "
         "(every user on the node can read or change it)",
     }
+    probe = cli(state, "probe")  # a probe cycle looks at them too: status says why
+    assert probe.returncode == 1 and f"{tampered} does not hold version" in probe.stdout
+    with Controller.open(state, read_only=True) as ctl:
+        now = {(s.module, s.name): s for s in ctl.secrets()}
+    assert {now[(s.module, s.name)].state for s in own[:2]} == {"stale"}
     with Controller.open(state) as ctl:
         report = ctl.push()
         assert report.ok, report.behind
@@ -216,9 +221,7 @@ def provider_secret(state: Path, pair: PairRow) -> Path:
     with Controller.open(state, read_only=True) as ctl:
         spec = ctl.inventory.modules()[pair["provider"]]["spec"]
     manifest = Path(spec["receives"][pair["provision"]])
-    (line,) = [
-        c for c in json.loads(manifest.read_text())["consumers"] if c["as"] == pair["login"]
-    ]
+    (line,) = [c for c in json.loads(manifest.read_text())["consumers"] if c["as"] == pair["login"]]
     return manifest.parent / line["secret"]
 
 
@@ -242,6 +245,11 @@ def test_provider_secret_files_made_world_readable_are_named_and_written_back(
     assert set(named) == set(secrets_)
     for pid, f in secrets_.items():
         assert f"{f} mode 0644, not 0600 (every user on the node can read" in named[pid]
+    assert cli(state, "probe").returncode == 1  # a probe cycle asks the providers too
+    found = states(state)
+    for pid, f in secrets_.items():
+        got, why = found[pid]
+        assert got is State.STALE and f"provider: not yet as declared ({f} mode 0644" in why, why
     with Controller.open(state) as ctl:
         report = ctl.push()
         assert report.ok, report.behind
