@@ -133,6 +133,7 @@ class EndRecord(TypedDict):
     provider: NotRequired[str]
     login: NotRequired[str]
     connection: NotRequired[str]  # a consumer's connection file, as last written
+    manifest: NotRequired[str]  # a provider's manifest, as last written
     connection_digest: NotRequired[str]  # the digest of the text written there
 
 

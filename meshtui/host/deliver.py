@@ -346,6 +346,7 @@ class Deliveries:
         provider = spec["provider"]
         by_login = {o["login"]: o["outcome"] for o in out["outcomes"]}
         grants = node_path(spec["grants"], "grants folder")
+        manifest = str(node_path(spec["receives"], "manifest"))
         changes: dict[str, Held | None] = {}
         for c in spec["consumers"]:
             if by_login.get(c["as"]) in APPLIED:
@@ -355,6 +356,7 @@ class Deliveries:
                     "provider": provider,
                     "login": c["as"],
                     "file": str(grants / secret_name(c["node"], c["module"])),
+                    "manifest": manifest,
                 }
         listed = {c["pair"] for c in spec["consumers"]}
         delta, removed = "base" in spec, set(spec.get("removed", []))

@@ -135,6 +135,20 @@ def read_held(path: Path, want: FileAccess | None, ancestors: Ancestors | None =
     return HeldFile(data, None, tuple(want.unlike(st)) if want is not None else ())
 
 
+def access_unlike(path: Path, want: FileAccess, ancestors: Ancestors | None = None) -> list[str]:
+    """How a file's mode, owner and group differ from ``want`` (its stat, never through a
+    link; nothing is read, so a file of any size); empty when it is missing or unreadable."""
+    try:
+        folder = open_folder(path.parent, ancestors=ancestors)
+        if folder is None:
+            return []
+        with folder:
+            st = os.stat(path.name, dir_fd=folder.fd, follow_symlinks=False)
+    except (HostFileError, OSError):
+        return []
+    return want.unlike(st)
+
+
 def held_access(owner: str | None, group: str | None, mode: str | None) -> FileAccess | str:
     """:func:`resolve_access` for what a file was written as; why not, in words, when its
     owner or group is no longer on this node."""

@@ -146,8 +146,12 @@ def examine(h: Holding, ancestors: Ancestors | None = None) -> files.HeldFile | 
         h["present"] = found.data is not None and crypto.secret_digest(found.data) == h["digest"]
         if found.error:
             h["error"] = found.error
-        if found.unlike and found.data is not None:
-            h["unlike"] = [f"{h['file']} {u}" for u in found.unlike]
+        unlike = [f"{h['file']} {u}" for u in found.unlike] if found.data is not None else []
+        if "manifest" in h:  # the manifest beside: the agent's 0600 file too
+            manifest = Path(h["manifest"])
+            unlike += [f"{manifest} {u}" for u in files.access_unlike(manifest, files.PRIVATE_FILE)]
+        if unlike:
+            h["unlike"] = unlike
         return files.HeldFile(None, found.error, tuple(h.get("unlike", ())))
     want = files.held_access(h.get("owner"), h.get("group"), h.get("mode"))
     access = want if isinstance(want, files.FileAccess) else None

@@ -256,3 +256,23 @@ def test_provider_secret_files_made_world_readable_are_named_and_written_back(
         assert set(secrets_) <= {o.pair for o in report.delivered}
     assert {pid: mode(f) for pid, f in secrets_.items()} == dict.fromkeys(secrets_, 0o600)
     assert cli(state, "doctor").returncode == 0
+
+
+def test_a_provider_manifest_made_world_readable_is_named_and_written_back(
+    lab: tuple[Path, lab_mesh.Lab],
+) -> None:
+    state, _ = lab
+    pair = sorted(live(state).values(), key=lambda p: p["id"])[0]
+    with Controller.open(state, read_only=True) as ctl:
+        spec = ctl.inventory.modules()[pair["provider"]]["spec"]
+    manifest = Path(spec["receives"][pair["provision"]])
+    assert mode(manifest) == 0o600
+    manifest.chmod(0o644)
+    doctor = cli(state, "doctor", "--json")
+    assert doctor.returncode == 1, doctor.stdout
+    problems = [p["problem"] for p in json.loads(doctor.stdout)["problems"]]
+    assert any(f"{manifest} mode 0644, not 0600" in p for p in problems), problems
+    with Controller.open(state) as ctl:
+        assert ctl.push().ok
+    assert mode(manifest) == 0o600
+    assert cli(state, "doctor").returncode == 0
