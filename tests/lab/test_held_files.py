@@ -42,6 +42,17 @@ def states(state: Path) -> dict[str, tuple[State, str]]:
         return {r.pair: (r.state, r.reason) for r in ctl.status() if not r.withdrawn}
 
 
+def doctor_found(state: Path, check: str) -> dict[str, str]:
+    """``doctor --json``, which must exit 1: its problems of one check, subject -> problem."""
+    doctor = cli(state, "doctor", "--json")
+    assert doctor.returncode == 1, doctor.stdout
+    return {
+        p["subject"]: p["problem"]
+        for p in json.loads(doctor.stdout)["problems"]
+        if p["check"] == check
+    }
+
+
 def mode(path: Path) -> int:
     return os.stat(path).st_mode & 0o777
 
@@ -59,13 +70,7 @@ def test_world_readable_credential_files_are_named_and_written_back(
     for f in files.values():
         f.chmod(0o644)
     try:
-        doctor = cli(state, "doctor", "--json")
-        assert doctor.returncode == 1, doctor.stdout
-        named = {
-            p["subject"]: p["problem"]
-            for p in json.loads(doctor.stdout)["problems"]
-            if p["check"] == "file"
-        }
+        named = doctor_found(state, "file")
         assert set(named) == set(files)
         for pid, f in files.items():
             assert f"{f} is mode 0644, not 0600 (every user on the node can read" in named[pid]
@@ -188,13 +193,7 @@ def test_own_secret_files_changed_by_hand_are_named_and_written_back(
     kept = tampered.read_bytes()
     tampered.write_bytes(b"tampered")
     readable.chmod(0o644)
-    doctor = cli(state, "doctor", "--json")
-    assert doctor.returncode == 1, doctor.stdout
-    named = {
-        p["subject"]: p["problem"]
-        for p in json.loads(doctor.stdout)["problems"]
-        if p["check"] == "secret-file"
-    }
+    named = doctor_found(state, "secret-file")
     assert named == {
         f"{own[0].module} {own[0].name}": f"{tampered} does not hold version {own[0].version} "
         "(changed, or gone)",
@@ -235,13 +234,7 @@ def test_provider_secret_files_made_world_readable_are_named_and_written_back(
     for f in secrets_.values():
         assert mode(f) == 0o600
         f.chmod(0o644)
-    doctor = cli(state, "doctor", "--json")
-    assert doctor.returncode == 1, doctor.stdout
-    named = {
-        p["subject"]: p["problem"]
-        for p in json.loads(doctor.stdout)["problems"]
-        if p["check"] == "file"
-    }
+    named = doctor_found(state, "file")
     assert set(named) == set(secrets_)
     for pid, f in secrets_.items():
         assert f"{f} mode 0644, not 0600 (every user on the node can read" in named[pid]
@@ -268,9 +261,7 @@ def test_a_provider_manifest_made_world_readable_is_named_and_written_back(
     manifest = Path(spec["receives"][pair["provision"]])
     assert mode(manifest) == 0o600
     manifest.chmod(0o644)
-    doctor = cli(state, "doctor", "--json")
-    assert doctor.returncode == 1, doctor.stdout
-    problems = [p["problem"] for p in json.loads(doctor.stdout)["problems"]]
+    problems = list(doctor_found(state, "file").values())
     assert any(f"{manifest} mode 0644, not 0600" in p for p in problems), problems
     with Controller.open(state) as ctl:
         assert ctl.push().ok
