@@ -32,7 +32,7 @@ from meshtui.host import probe as probe_mod
 from meshtui.host.anchor import AuditAnchor, is_nonce
 from meshtui.host.deliver import Deliveries
 from meshtui.host.guard import Accepted, Change, Record
-from meshtui.host.holdings import Holdings, examine
+from meshtui.host.holdings import Holdings, examine_all
 from meshtui.host.identity import Identity
 from meshtui.host.own_secrets import OwnSecrets
 from meshtui.host.provision import Provisioner, builtin_provisioner, inspect_provider
@@ -303,8 +303,7 @@ class Agent:
             return who
         held = self.holdings.listing()  # the agent's own record
         with folders.Ancestors() as ancestors:
-            for h in held:
-                examine(h, ancestors)  # a consumer's files as they are, not as recorded
+            examine_all(held, ancestors)  # each holding's files as they are, not as recorded
         out: StateAnswer = {**who, "holdings": held}
         if "inspect" in payload:  # a provider: what its server holds, read-only
             out["inspected"] = [self._inspect(spec) for spec in payload["inspect"]]

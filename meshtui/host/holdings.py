@@ -132,13 +132,24 @@ class Holdings:
             ]
 
 
-def examine(h: Holding, ancestors: Ancestors | None = None) -> files.HeldFile | None:
+def examine_all(held: list[Holding], ancestors: Ancestors | None = None) -> None:
+    """:func:`examine` every holding of a ``state`` answer (a manifest's stat taken once for
+    all the provider holdings it serves)."""
+    manifests: dict[str, list[str]] = {}
+    for h in held:
+        examine(h, ancestors, manifests)
+
+
+def examine(
+    h: Holding, ancestors: Ancestors | None = None, manifests: dict[str, list[str]] | None = None
+) -> files.HeldFile | None:
     """Look at a holding's files as they are now, never through a link, and say so in ``h``:
     ``present`` (its file holds the digest), ``error`` (why it cannot be read), ``unlike`` (how
     its or its connection file's mode, owner or group differ from what was written), and the
     connection file's digest dropped when its text changed. The credential file as read, with
     all of ``unlike``. A provider's secret file (0600, the agent's) is looked at the same way
-    (None: a provider holding recorded before its file was)."""
+    (None: a provider holding recorded before its file was), and its manifest's mode and
+    owner (``manifests``: what was found of each manifest already, by path)."""
     if h["end"] != End.CONSUMER:
         if "file" not in h:
             return None
@@ -148,8 +159,11 @@ def examine(h: Holding, ancestors: Ancestors | None = None) -> files.HeldFile | 
             h["error"] = found.error
         unlike = [f"{h['file']} {u}" for u in found.unlike] if found.data is not None else []
         if "manifest" in h:  # the manifest beside: the agent's 0600 file too
-            manifest = Path(h["manifest"])
-            unlike += [f"{manifest} {u}" for u in files.access_unlike(manifest, files.PRIVATE_FILE)]
+            seen = manifests if manifests is not None else {}
+            if (manifest := h["manifest"]) not in seen:
+                found_there = files.access_unlike(Path(manifest), files.PRIVATE_FILE, ancestors)
+                seen[manifest] = [f"{manifest} {u}" for u in found_there]
+            unlike += seen[manifest]
         if unlike:
             h["unlike"] = unlike
         return files.HeldFile(None, found.error, tuple(h.get("unlike", ())))
