@@ -6,7 +6,7 @@ owned by root or the caller and not writable by anyone else (a sticky folder suc
 may be passed through, never worked in); everything after that is done relative to the folder's
 descriptor. Files are read with ``O_NOFOLLOW|O_NONBLOCK``, must be regular and small, so a link,
 a FIFO or a device is an error that names the file instead of a hang or a read of something
-else. Core: shared by the host agent (meshtui/host/receive/credential_files.py) and the provisioner
+else. Core: shared by the host agent (meshtui/host/credential_files.py) and the provisioner
 (meshtui/contracts/provider_files.py).
 """
 
@@ -315,14 +315,15 @@ def check_folder(here: str, st: os.stat_result, *, last: bool, own: bool, work_i
     loose = st.st_mode & 0o022
     sticky = bool(st.st_mode & stat.S_ISVTX)
     if loose and (last and work_in or not sticky):
-        who = "other users" if st.st_mode & 0o002 else f"group {_group_name(st.st_gid)}"
+        who = "other users" if st.st_mode & 0o002 else f"group {group_name(st.st_gid)}"
         raise HostFileError(
             f"{here} can be written by {who} (mode {stat.S_IMODE(st.st_mode):04o}), so they "
             f"could swap what the agent writes there (chmod go-w {here}, or choose another path)"
         )
 
 
-def _group_name(gid: int) -> str:
+def group_name(gid: int) -> str:
+    """A group's name, or its number when the node has no such group."""
     try:
         return grp.getgrgid(gid).gr_name
     except KeyError:

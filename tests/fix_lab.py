@@ -7,6 +7,7 @@ fixture, with the prefix of their temp folder and what ``lab up`` should build.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -30,8 +31,12 @@ def skip_without_netns() -> None:
 
 
 @contextmanager
-def running_lab(prefix: str, **up: Any) -> Iterator[tuple[Path, lab_mesh.Lab]]:
-    """A lab in a fresh folder (``lab up`` with ``up``), declared and pushed; removed after."""
+def running_lab(
+    prefix: str, *, supply: bool = True, **up: Any
+) -> Iterator[tuple[Path, lab_mesh.Lab]]:
+    """A lab in a fresh folder (``lab up`` with ``up``), declared and pushed; removed after.
+    ``supply``: every own secret an operator supplies is supplied (a random value), so the
+    lab is all working (``probe`` exits 0); False leaves them waiting for ``secret put``."""
     skip_without_netns()
     state = Path(tempfile.mkdtemp(prefix=prefix))
     state.chmod(0o711)  # the PostgreSQL user must be able to enter it
@@ -40,6 +45,9 @@ def running_lab(prefix: str, **up: Any) -> Iterator[tuple[Path, lab_mesh.Lab]]:
         with Controller.open(state) as ctl:
             ctl.declare(built.declaration)
             assert ctl.push().ok
+            for s in ctl.secrets() if supply else []:
+                if s.origin == "supplied" and not s.version:
+                    ctl.secret_put(s.module, s.name, secrets.token_hex(16).encode(), "lab")
         yield state, built
     finally:
         lab_mesh.down(state, purge=True)

@@ -141,12 +141,16 @@ CONTROLLER_LEAVES = ("reports", "lock", "freshness", "keys", "reach")
 HOST_ROOMS = {
     "policy": (),
     "state": (),
-    "receive": ("policy", "state", "log"),
-    "top": ("policy", "state", "receive", "log"),
-    "server": ("policy", "state", "receive", "top", "log"),
+    "receive": ("policy", "state"),
+    "top": ("policy", "state", "receive"),
+    "server": ("policy", "state", "receive", "top"),
 }
 """Which of the agent's rooms each may import (``top`` is the modules at ``host/``'s top: its
-probe runner, the doctor's checks, a module's own secrets, the log)."""
+probe runner, the doctor's checks, a module's own secrets), besides its leaves."""
+
+HOST_LEAVES = ("log", "credential_files")
+"""The agent's modules every room may use: its log, and how a credential file is read, written
+and examined (a delivery writes one, the holdings examine it, a probe reads it)."""
 
 NAMED_FOR_WHAT_THEY_IMPLEMENT = ("meshtui/kinds/", "meshtui/cli/", "meshtui/tui/screens/")
 """Where a module's name repeats another's on purpose: a kind's modules are named for the
@@ -243,7 +247,7 @@ def room(name: str, floor: str) -> str | None:
         if parts[2] == "core":
             return "core"
         return "leaf" if parts[2] in CONTROLLER_LEAVES else parts[2]
-    return "log" if parts[2] == "log" else "top"
+    return "leaf" if parts[2] in HOST_LEAVES else "top"
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -331,9 +335,10 @@ def violations(rule: str) -> list[str]:
                     for r in allowed_rooms
                 )
                 bad = bad and name != "meshtui.controller"
-            elif rule == "rooms" and room(here, "host") is not None:
+            elif rule == "rooms" and room(here, "host") not in (None, "leaf"):
                 mine, theirs = room(here, "host"), room(name, "host")
-                bad = theirs not in (None, mine) and theirs not in HOST_ROOMS.get(mine or "", ())
+                bad = theirs not in (None, mine, "leaf")
+                bad = bad and theirs not in HOST_ROOMS.get(mine or "", ())
                 bad = bad and name != "meshtui.host"
             elif rule == "kind" and floor is not None and package is not None:
                 lab = LAB_CONTRACTS if floor == "lab" else ()
@@ -561,7 +566,7 @@ INJECTED = {
     "hands": ("kinds/postgres/adapter.py", "from meshtui.inventory import Inventory\n"),
     "provisioner": (
         "provisioner/x.py",
-        "from meshtui.host.receive.credential_files import read_credential\n",
+        "from meshtui.host.credential_files import read_credential\n",
     ),
     "provisioner-kind": (
         "kinds/redis/adapter.py",
@@ -606,7 +611,7 @@ def test_each_rule_fails_on_an_injected_violation(
     [
         ("hands", "host/x.py", "from meshtui.controller import core\n"),
         ("controller", "controller/x.py", "from meshtui.host.server import routes as agent\n"),
-        ("provisioner", "provisioner/x.py", "import meshtui.host.receive.credential_files\n"),
+        ("provisioner", "provisioner/x.py", "import meshtui.host.credential_files\n"),
         ("core", "model.py", "from meshtui.inventory import Inventory\n"),
         ("lab", "lab/x.py", "from meshtui.controller.core import Controller\n"),
     ],

@@ -86,14 +86,18 @@ def cmd_probe(args: argparse.Namespace) -> int:
             for r in ctl.status([o.pair for o in outcomes] or None)
             if r.state is State.STALE and not r.withdrawn and r.pair in {o.pair for o in outcomes}
         }
+        # the whole mesh probed: a module's own secret not working fails the check too
+        secrets = [s for s in ctl.secrets() if s.state != State.WORKING] if not args.pairs else []
     if args.json:
         render.print_json([o.__dict__ | {"stale": stale.get(o.pair)} for o in outcomes])
     else:
         render.probed(outcomes)
         for pid, why in sorted(stale.items()):
             print(f"but stale {pid}: {why}")
+        for s in secrets:
+            print(f"but {s.state} {s.module} secret {s.name}: {s.reason}")
     accepted = all(o.verdict == Verdict.ACCEPTED for o in outcomes)
-    return EXIT_OK if accepted and not stale else EXIT_FAILED
+    return EXIT_OK if accepted and not stale and not secrets else EXIT_FAILED
 
 
 def cmd_drill(args: argparse.Namespace) -> int:

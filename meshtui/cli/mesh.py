@@ -48,6 +48,13 @@ def cmd_status(args: argparse.Namespace) -> int:
         render.print_json(render.status_json(rows, secrets))
     else:
         render.statuses(rows, secrets)
+    if getattr(args, "check", False):  # a monitor's check: 0 only when everything works
+        from meshtui.controller.reports import not_working
+
+        failing = not_working(rows, secrets)
+        for line in failing:
+            print(f"not working: {line}", file=sys.stderr)
+        return EXIT_FAILED if failing else EXIT_OK
     return EXIT_FAILED if any(r.alarm for r in rows) else EXIT_OK
 
 

@@ -60,11 +60,81 @@ def handler(command: str) -> Callable[[argparse.Namespace], int]:
     return run
 
 
+EXIT_TABLE: tuple[tuple[str, str, str], ...] = (
+    ("meshtui (dashboard)", "quit normally", "it could not start"),
+    ("init", "keys written (or already there)", "they could not be written"),
+    ("declare FILE", "loaded", "--check-nodes: a node's policy refuses, or a node did not answer"),
+    (
+        "status",
+        "listed (stale and unknown pairs included)",
+        "a pair is in ALARM (withdrawn, and its login still works)",
+    ),
+    (
+        "status --check",
+        "every active pair and every module's own secret is working",
+        "any active pair is stale, refused or unknown, any own secret is not working, or an ALARM",
+    ),
+    ("status --due", "nothing is overdue", "a pair is overdue for rotation"),
+    ("audit", "listed / exported", "--verify: the chain, or a node's anchor, disagrees"),
+    (
+        "push",
+        "every end holds what the inventory says (all ends agree)",
+        "an end is behind, unreachable or not as declared",
+    ),
+    (
+        "rotate",
+        "rotated, every end holds the new generation",
+        "not rotated (nothing minted), or an end is still behind",
+    ),
+    (
+        "probe [PAIR…]",
+        "every probed pair was accepted and is working (with no PAIR: every own secret too)",
+        "any probed pair was refused, unknown or is stale (an end behind, a file not as declared), or an own secret is not working",
+    ),
+    ("drill PAIR…", "every drill passed its three logins", "any drill failed"),
+    (
+        "doctor",
+        "no problems",
+        "problems named, one line each (a world-readable credential file is one)",
+    ),
+    ("watch", "stopped by SIGTERM or SIGINT", "it could not start"),
+    ("host init, host rekey", "done", "it could not be done"),
+    ("host serve", "stopped by SIGTERM", "it could not start"),
+    (
+        "provision",
+        "every consumer in the manifest is as delivered",
+        "a login could not be made true",
+    ),
+    ("lab up, lab status", "every lab server is up", "one is not"),
+    ("lab down, demo", "done", "it could not be done"),
+    ("backup, restore", "written / restored", "it could not be done"),
+    ("secret status", "every own secret is working", "any is not"),
+    (
+        "secret put, secret rotate",
+        "the new version is in the vault and the file",
+        "it is not (yet)",
+    ),
+    ("secret drill", "passed", "failed"),
+)
+"""Each command, when it exits 0 and when 1 (2 is always bad input): docs/exit-codes.md's
+table, word for word (a test holds them together), and the end of ``meshtui --help``."""
+
+
+def exit_codes() -> str:
+    """``--help``'s epilog: :data:`EXIT_TABLE` as text."""
+    lines = ["exit codes (docs/exit-codes.md): 0 done and good, 1 failed or not good, 2 bad input"]
+    for command, ok, failed in EXIT_TABLE:
+        lines += [f"  {command}", f"      0: {ok}", f"      1: {failed}"]
+    return "\n".join(lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line (docs/ARCHITECTURE.md lists the commands; ``--help`` every option)."""
     p = argparse.ArgumentParser(
         prog="meshtui",
         description="The operator's console for the credentials of a small service mesh.",
+        epilog=exit_codes(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--state", help="state folder (default ./state, or $MESHTUI_STATE)")
     p.add_argument(
@@ -106,6 +176,11 @@ def _mesh(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.add_argument("--json", action="store_true", help="print every pair as JSON")
     s.add_argument(
         "--due", action="store_true", help="each pair's policy, age and when it is due (overdue)"
+    )
+    s.add_argument(
+        "--check",
+        action="store_true",
+        help="for a monitor: exit 1 unless every active pair and own secret is working",
     )
     s.set_defaults(func=handler("status"))
 

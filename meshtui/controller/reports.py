@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple, TypeGuard
 
-from meshtui.model import PairStatus, RotationState, node_of
+from meshtui.model import PairStatus, RotationState, State, node_of
 
 Progress = Callable[[str, int, int], None]
 """``progress(message, done, total)``: called from the worker doing the action, never blocks."""
+
+
+NOT_AS_DECLARED = "not yet as declared"
+"""A consumer end whose file still holds its generation, but not where or as the declaration
+now says (file, owner, group, mode): push writes it again; it is not "holding nothing"."""
 
 
 @dataclass(frozen=True)
@@ -392,3 +397,20 @@ def is_drills(result: JobResult) -> TypeGuard[list[DrillReport]]:
 def is_probes(result: JobResult) -> TypeGuard[list[ProbeOutcome]]:
     """True for a probe's outcomes (an empty list counts: no pair was probed)."""
     return isinstance(result, list) and all(isinstance(r, ProbeOutcome) for r in result)
+
+
+def not_working(rows: Iterable[PairStatus], secrets: Iterable[SecretStatus] = ()) -> list[str]:
+    """What fails a monitor's check (``status --check``, ``probe``): each active pair that is
+    not working (stale, refused, unknown), each alarm, each module's own secret not working,
+    one line each; empty when everything is working."""
+    out = [
+        f"{r.pair}: {r.state}: {r.reason}"
+        for r in rows
+        if r.alarm or (not r.withdrawn and r.state is not State.WORKING)
+    ]
+    out += [
+        f"{s.module} secret {s.name}: {s.state}: {s.reason}"
+        for s in secrets
+        if s.state != State.WORKING
+    ]
+    return out

@@ -29,7 +29,9 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
-from meshtui.errors import PolicyRefusal
+from meshtui.crypto import secret_digest
+from meshtui.errors import HostFileError, PolicyRefusal
+from meshtui.host import credential_files as files
 from meshtui.host.policy.node_policy import ConsumerAsk, Policy, ProviderAsk
 from meshtui.kinds import registry
 from meshtui.model import split_pair_id
@@ -204,6 +206,10 @@ def consumer(item: CheckConsumer, allowed: frozenset[str]) -> Found:
                     f"create the group {item['group']} or fix group in the declaration",
                 )
             )
+    if not why:  # the file itself, once its folder may be read
+        held, held_passed = held_file(item)
+        found += held
+        passed += held_passed
     if item["reload"] and "reload" in allowed:
         why = _command_problem(item["reload"][0])
         if why:
@@ -218,6 +224,37 @@ def consumer(item: CheckConsumer, allowed: frozenset[str]) -> Found:
         else:
             passed += 1
     return found, passed
+
+
+def held_file(item: CheckConsumer) -> Found:
+    """The credential file as it is on the node, when there is one: its mode, owner and group
+    as declared (a file every user can read is a problem), and the declared generation in it.
+    Read through checked folders, never through a link; a missing file is push's to write."""
+    try:
+        want = files.resolve_access(item["owner"], item["group"], item.get("mode"))
+    except HostFileError:
+        return [], 0  # an unknown owner or group, or a bad mode: named by its own check
+    path = item["file"]
+    held = files.read_held(Path(path), want)
+    fix = f"meshtui push writes it again as declared (mode {want.mode})"
+    if held.error:
+        return [finding("file", item["pair"], held.error, "move it away; " + fix)], 0
+    if held.data is None:
+        return [], 0
+    found = [
+        finding("file", item["pair"], f"credential file {path} is {u}", fix) for u in held.unlike
+    ]
+    if "digests" in item and secret_digest(held.data) not in item["digests"]:
+        found.append(
+            finding(
+                "file",
+                item["pair"],
+                f"credential file {path} holds no credential meshtui delivered for this pair "
+                "(changed by hand?)",
+                "meshtui push writes the current one",
+            )
+        )
+    return found, int(not found)
 
 
 def _folder_problem(folder: str) -> str | None:

@@ -39,9 +39,9 @@ from pathlib import Path
 from meshtui import crypto
 from meshtui.contracts.provider_files import read_admin as read_admin_file
 from meshtui.errors import CryptoError, HostFileError, MeshtuiError, PolicyRefusal
+from meshtui.host import credential_files as files
 from meshtui.host.policy.node_policy import ConsumerAsk, Policy, ProviderAsk, Server
 from meshtui.host.policy.paths import StateFolder, node_path
-from meshtui.host.receive import credential_files as files
 from meshtui.host.receive.delivery import run_reload
 from meshtui.host.state.holdings import Holdings
 from meshtui.host.state.identity import Identity
@@ -49,6 +49,7 @@ from meshtui.host.state.secret_files import SecretFiles, Written
 from meshtui.kinds.openbao.client import APPROLE_MOUNT, KV_MOUNT, Bao, BaoError, read_admin, scrub
 from meshtui.model import NAME_RE, VAULT_PROVISION, End, split_pair_id
 from meshtui.protocol.messages import (
+    HeldSecret,
     SecretCheckAnswer,
     SecretChecked,
     SecretCheckItem,
@@ -159,6 +160,24 @@ class OwnSecrets:
             raise CryptoError("does not match its digest (tampered?)")
         return value
 
+    def _local_digest(self, value: bytes) -> str:
+        """The digest of a secret file as this node records it for itself: keyed under a key
+        only this node's own key makes (never sent), so the node can tell later whether the
+        file still holds it, and its record tells nothing to whoever reads it."""
+        return crypto.keyed_digest(value, self.identity.keys.digest_key(b"own secret files"))
+
+    def _held(self, w: Written, data: bytes | None) -> bool:
+        """Whether ``data`` (a secret file's bytes now) is what the agent wrote there: by the
+        node's own keyed digest; a record from before it kept one cannot tell a changed file
+        from the one written and says it holds it (the next write records one)."""
+        if data is None:
+            return False
+        if w.local is not None:
+            return self._local_digest(data) == w.local
+        if w.digest.startswith(crypto.KEYED_PREFIX):
+            return True
+        return crypto.secret_digest(data) == w.digest
+
     def _digest_of(
         self, item: SecretStoreItem | SecretFetchItem | SecretCheckItem
     ) -> Callable[[bytes], str]:
@@ -208,6 +227,7 @@ class OwnSecrets:
         if digest_of(value) != item["digest"]:
             return _fetched(item, None, f"{where}: the vault's value does not match its digest")
         data = value
+        local = self._local_digest(value)
         was = self.written.get(item["module"], item["name"])
         try:
             files.write_credential(
@@ -225,7 +245,17 @@ class OwnSecrets:
         finally:
             data = value = b""
         self.written.put(
-            item["module"], item["name"], Written(str(target), item["version"], item["digest"])
+            item["module"],
+            item["name"],
+            Written(
+                str(target),
+                item["version"],
+                item["digest"],
+                want.owner,
+                want.group,
+                want.mode,
+                local,
+            ),
         )
         if was is not None and was.file != str(target):  # the declaration moved it
             keyed = was.digest.startswith(crypto.KEYED_PREFIX)
@@ -317,6 +347,31 @@ class OwnSecrets:
             f"{named} is not the vault credential this agent wrote for {module} "
             f"({', '.join(held)}); nothing was read"
         )
+
+    def examined(self) -> list[HeldSecret]:
+        """Each secret file this agent wrote, as it is now (read through checked folders, never
+        through a link): whether it holds the digest written, and how its mode, owner and
+        group differ from what was written."""
+        out: list[HeldSecret] = []
+        for key, w in sorted(self.written.listing().items()):
+            module, name = key.split(" ", 1)
+            want = files.held_access(w.owner, w.group, w.mode)
+            access = want if isinstance(want, files.FileAccess) else None
+            found = files.read_held(Path(w.file), access)
+            held: HeldSecret = {
+                "module": module,
+                "name": name,
+                "file": w.file,
+                "version": w.version,
+                "present": self._held(w, found.data),
+            }
+            unlike = list(found.unlike) + ([want] if isinstance(want, str) else [])
+            if unlike and found.data is not None:
+                held["unlike"] = unlike
+            if found.error:
+                held["error"] = found.error
+            out.append(held)
+        return out
 
     # ---- a drill ---------------------------------------------------------------------------
     def check(self, request: SecretCheckRequest) -> SecretCheckAnswer:

@@ -294,6 +294,16 @@ class Transaction:
         self._drop_bases_of([r["pair"] for r in rows if r["end"] == "provider"])
         _upsert(self._conn, "deliveries", rows, "pair", "end")
 
+    def redeliver(self, ends: Sequence[tuple[str, str, str]]) -> None:
+        """(pair, end, why): an end holding its generation is behind until its next delivery
+        (what the declaration says it holds changed); a provider end's kept base goes, so that
+        delivery is its whole manifest. An end never delivered, or holding nothing, is left."""
+        self._drop_bases_of([pair for pair, end, _ in ends if end == "provider"])
+        self._conn.executemany(
+            'UPDATE deliveries SET error = ? WHERE pair = ? AND "end" = ? AND generation > 0',
+            [(why, pair, end) for pair, end, why in ends],
+        )
+
     def touch_deliveries(self, ends: Sequence[tuple[str, str]], stamp: str) -> None:
         """Record a new attempt on (pair, end) rows that nothing else changed: one statement."""
         self._conn.executemany(

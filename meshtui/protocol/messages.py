@@ -120,6 +120,7 @@ class StateRequest(TypedDict):
 
     holdings: NotRequired[bool]
     inspect: NotRequired[list[InspectSpec]]
+    secrets: NotRequired[bool]  # also its modules' own secret files, as they are
 
 
 class EndRecord(TypedDict):
@@ -136,6 +137,7 @@ class EndRecord(TypedDict):
     provider: NotRequired[str]
     login: NotRequired[str]
     connection: NotRequired[str]  # a consumer's connection file, as last written
+    manifest: NotRequired[str]  # a provider's manifest, as last written
     connection_digest: NotRequired[str]  # the digest of the text written there
 
 
@@ -147,6 +149,7 @@ class Holding(EndRecord):
     pair: str
     present: NotRequired[bool]
     error: NotRequired[str]
+    unlike: NotRequired[list[str]]  # how its files' mode, owner or group differ from written
 
 
 class InspectedLogin(TypedDict):
@@ -167,6 +170,19 @@ class Inspection(TypedDict):
     error: NotRequired[str]
 
 
+class HeldSecret(TypedDict):
+    """One of a module's own secret files the node wrote, as it is now: whether it still holds
+    the digest written, how its mode, owner or group differ, or why it cannot be read."""
+
+    module: str
+    name: str
+    file: str
+    version: int
+    present: bool
+    unlike: NotRequired[list[str]]
+    error: NotRequired[str]
+
+
 class StateAnswer(TypedDict):
     """Who the node is (name, key fingerprint) and what it holds."""
 
@@ -174,6 +190,7 @@ class StateAnswer(TypedDict):
     fingerprint: str
     holdings: NotRequired[list[Holding]]  # absent when asked with ``holdings: False``
     inspected: NotRequired[list[Inspection]]
+    secrets: NotRequired[list[HeldSecret]]  # asked with ``secrets: True``
 
 
 # ---- deliver --------------------------------------------------------------------------------
@@ -435,6 +452,7 @@ class ProbedPair(TypedDict):
     digest: str | None
     result: ProbeReport | None
     error: NotRequired[str]
+    unlike: NotRequired[list[str]]  # as a Holding's: the file is not as it was written
 
 
 class ProbeAnswer(TypedDict):
@@ -497,6 +515,8 @@ class CheckConsumer(TypedDict):
     reload: list[str]
     connection: NotRequired[str]  # its connection file, when the requirement declares one
     server: NotRequired[CheckServer]  # where its credential is sent, for such a kind
+    mode: NotRequired[str]  # the credential file's declared mode
+    digests: NotRequired[list[str]]  # the digests of every generation meshtui delivered
 
 
 class CheckProvision(TypedDict):

@@ -76,9 +76,10 @@ def test_a_clean_lab_has_no_problems(lab: tuple[Path, lab_mesh.Lab]) -> None:
     assert report["problems"] == [] and code == 0
     assert {n["node"] for n in report["nodes"] if n["answered"]} == {"db1", "app1", "app2"}
     assert all(abs(n["skew_s"]) < 2 for n in report["nodes"])
-    # 5 consumer folders, 1 admin file + its rights, 2 ports (one per consumer node), and each
-    # of the 5 consumer ends and the 1 provider allowed by its node's policy
-    assert sum(n["passed"] for n in report["nodes"]) == 5 + 2 + 2 + 5 + 1
+    # 5 consumer folders and their 5 credential files as declared, 1 admin file + its rights,
+    # 2 ports (one per consumer node), and each of the 5 consumer ends and the 1 provider
+    # allowed by its node's policy
+    assert sum(n["passed"] for n in report["nodes"]) == 5 + 5 + 2 + 2 + 5 + 1
     done = subprocess.run(
         [sys.executable, "-m", "meshtui.cli", "--state", str(state), "doctor"],
         capture_output=True,
@@ -289,3 +290,36 @@ def test_read_only_refuses_doctor(lab: tuple[Path, lab_mesh.Lab]) -> None:
     )
     assert done.returncode == 1
     assert "read-only: doctor would contact app1, app2, db1" in done.stderr
+
+
+def test_a_credential_file_every_user_can_read(lab: tuple[Path, lab_mesh.Lab]) -> None:
+    """A consumer's credential file made 0644 by hand is a problem, named with the fix."""
+    state, _ = lab
+    cred = state / "lab" / "srv" / "app1" / "gitea" / "db.password"
+    assert cred.stat().st_mode & 0o777 == 0o600
+    cred.chmod(0o644)
+    try:
+        code, report, _ = doctor(state)
+    finally:
+        cred.chmod(0o600)
+    assert code == 1
+    assert problems(report) == [("app1", "file", GITEA)]
+    (p,) = report["problems"]
+    assert p["problem"] == (
+        f"credential file {cred} is mode 0644, not 0600 "
+        "(every user on the node can read or change it)"
+    )
+    assert p["fix"].startswith("meshtui push writes it again")
+
+
+def test_a_credential_file_that_holds_another_secret(lab: tuple[Path, lab_mesh.Lab]) -> None:
+    state, _ = lab
+    cred = state / "lab" / "srv" / "app1" / "gitea" / "db.password"
+    kept = cred.read_bytes()
+    cred.write_bytes(b"tampered")
+    try:
+        code, report, _ = doctor(state)
+    finally:
+        cred.write_bytes(kept)
+    assert code == 1 and problems(report) == [("app1", "file", GITEA)]
+    assert "holds no credential meshtui delivered" in report["problems"][0]["problem"]

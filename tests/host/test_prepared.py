@@ -17,7 +17,7 @@ import pytest
 from meshtui import crypto
 from meshtui.controller.agents import client as client_module
 from meshtui.controller.plan.planner import Planner
-from meshtui.host.receive import credential_files as files
+from meshtui.host import credential_files as files
 from meshtui.host.receive.prepared import Prepared
 from meshtui.protocol import messages, wire
 from meshtui.protocol.messages import ConsumerItem

@@ -41,7 +41,7 @@ if not lab_bao.available():
 @pytest.fixture(scope="module")
 def lab() -> Iterator[tuple[Path, Any]]:
     # its own kind only (tests/lab/test_lab.py runs the whole lab)
-    with running_lab("meshtui-olab-", redis=False, s3=False) as found:
+    with running_lab("meshtui-olab-", supply=False, redis=False, s3=False) as found:
         yield found
 
 

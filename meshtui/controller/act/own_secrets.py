@@ -48,6 +48,8 @@ from meshtui.protocol.messages import (
     SECRET_CHECK,
     SECRET_FETCH,
     SECRET_STORE,
+    STATE,
+    HeldSecret,
     SecretChecked,
     SecretCheckItem,
     SecretFetched,
@@ -56,6 +58,7 @@ from meshtui.protocol.messages import (
     SecretStored,
     SecretStoreItem,
     SecretStoreRequest,
+    StateRequest,
 )
 
 TIMEOUT_S = 30.0
@@ -287,6 +290,7 @@ def converge(ctl: Reach) -> SecretsReport:
     done = _mint_missing(inv, keys, found)
     nodes, modules = inv.nodes(), inv.modules()
     with ctl.agents(timeout=TIMEOUT_S) as agents:
+        look_at_files(inv, agents, found)
         done += _run(inv, agents, found, behind, _Store(nodes, modules, keys))
         done += _run(inv, agents, found, behind, _Deliver(nodes, modules, keys))
     for d in found:
@@ -295,6 +299,65 @@ def converge(ctl: Reach) -> SecretsReport:
         # a supplied secret nobody supplied yet waits for an operator, not for a push: status
         # says so (stale, with the command), push does not fail on it
     return SecretsReport(done, behind)
+
+
+def file_problem(held: HeldSecret) -> str | None:
+    """Why a module's own secret file, as its node reports it, is not what the agent wrote
+    there (gone, changed, unreadable, another mode, owner or group); None when it is."""
+    if held.get("error"):
+        return held.get("error")
+    if not held["present"]:
+        return f"{held['file']} does not hold version {held['version']} (changed, or gone)"
+    if held.get("unlike"):
+        return "; ".join(f"{held['file']} {u}" for u in held["unlike"])
+    return None
+
+
+def held_files(agents: Any, nodes: Sequence[str]) -> dict[str, list[HeldSecret]]:
+    """Each answering node's own secret files as they are now (``state`` with ``secrets``)."""
+    answers = agents.call_many(
+        STATE, {n: StateRequest(holdings=False, secrets=True) for n in nodes}, timeout=TIMEOUT_S
+    )
+    return {
+        node: answer.get("secrets", [])
+        for node, answer in answers.items()
+        if not isinstance(answer, MeshtuiError)
+    }
+
+
+def look_at_files(inv: Inventory, agents: Any, found: Sequence[Declared]) -> None:
+    """Ask each module's node what its own secret files hold now: one recorded as holding its
+    version but not as written (changed, gone, another mode, owner or group) is recorded as
+    not holding it, with why, so the deliver step writes it again (status says why meanwhile)."""
+    rows = inv.own_secrets()
+    held = {
+        d.key: d
+        for d in found
+        if d.pair is not None
+        and (row := rows.get(d.key)) is not None
+        and row["version"]
+        and row["file_version"] == row["version"]
+    }
+    if not held:
+        return
+    updates: list[OwnSecretRow] = []
+    for files in held_files(agents, sorted({node_of(d.module) for d in held.values()})).values():
+        for h in files:
+            d = held.get((h["module"], h["name"]))
+            if d is None or h["file"] != d.spec["file"] or h["version"] != rows[d.key]["version"]:
+                continue
+            why = file_problem(h)
+            if why:
+                updates.append(_row(d, rows[d.key], file_version=None, error=f"file: {why}"))
+    if updates:
+        with inv.transaction("secret-file") as tx:
+            tx.put_own_secrets(updates)
+            tx.audit(
+                "secret-file",
+                [],
+                {"not as written": sorted(f"{u['module']} {u['name']}" for u in updates)},
+                "behind",
+            )
 
 
 class _Step(Protocol):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from meshtui.controller.act.recording import probe_row
+from meshtui.controller.act.recording import files_unlike, probe_row
 from meshtui.controller.agents.client import AgentClient
 from meshtui.controller.plan.claims import asked_only
 from meshtui.controller.plan.claims import record as record_claims
@@ -41,6 +41,7 @@ def probe(ctl: Reach, ids: list[str], progress: Progress) -> list[ProbeOutcome]:
             ProbeItem(pair=pid, file=p["file"], **target_of(p, plan.nodes, plan.modules))
         )
     gen_of = inv.generation_by_digest()
+    unlike: dict[str, tuple[int, str, list[str]]] = {}  # files not as written: push repairs
     total, done = len(live), 0
     rows, out = [], []
     progress(f"probing {total} pairs", 0, total)
@@ -84,6 +85,8 @@ def probe(ctl: Reach, ids: list[str], progress: Progress) -> list[ProbeOutcome]:
             result: ProbeReport | None = r["result"] if r else None
             digest = r["digest"] if r else None
             generation = gen_of.get((pid, digest)) if digest is not None else None
+            if r is not None and r.get("unlike") and generation and digest is not None:
+                unlike[pid] = (generation, digest, r["unlike"])
             if result is None:
                 reason = (
                     f"consumer's node {node} unreachable: {answer.reason}"
@@ -105,6 +108,15 @@ def probe(ctl: Reach, ids: list[str], progress: Progress) -> list[ProbeOutcome]:
             )
         done += len(items)
         progress(f"probed {done} of {total}", done, total)
+    files_unlike(inv, unlike)
+    _look_at_providers(ctl, plan, live, gen_of)
+    from meshtui.controller.act import own_secrets  # the probed vault pairs' modules' own secrets
+    from meshtui.controller.read.secret_states import declared
+
+    probed = set(live)
+    if mine := [d for d in declared(inv) if d.pair and d.pair["id"] in probed]:
+        with ctl.agents() as agents:
+            own_secrets.look_at_files(inv, agents, mine)
     if rows:
         with inv.transaction("probe") as tx:
             tx.add_probes(rows)
@@ -114,3 +126,31 @@ def probe(ctl: Reach, ids: list[str], progress: Progress) -> list[ProbeOutcome]:
             tx.audit("probe", live, {"verdicts": counts}, "ok")
     record_claims(inv, claimed)
     return out
+
+
+def _look_at_providers(
+    ctl: Reach, plan: Planner, live: list[str], gen_of: dict[tuple[str, str], int]
+) -> None:
+    """Ask the probed pairs' provider nodes what they hold: a provider's secret file found not
+    as written (changed by hand, world-readable) makes its end behind, with why, as push would
+    find it (push writes it again)."""
+    from meshtui.controller.plan.resolve import ask_state
+
+    nodes = sorted({node_of(plan.pairs[pid]["provider"]) for pid in live})
+    if not nodes:
+        return
+    with ctl.agents(nodes={n: plan.nodes[n] for n in nodes}) as agents:
+        _, holdings = ask_state(agents, nodes)
+    wanted = set(live)
+    found: dict[str, tuple[int, str, list[str]]] = {}
+    for held in holdings.values():
+        for h in held:
+            gen = gen_of.get((h["pair"], h["digest"]))
+            if h["end"] != End.PROVIDER or h["pair"] not in wanted or not gen:
+                continue
+            why = h.get("unlike") or ([h["error"]] if h.get("error") else [])
+            if not why and not h.get("present", True):
+                why = [f"{h.get('file')} does not hold the credential delivered"]
+            if why:
+                found[h["pair"]] = (gen, h["digest"], why)
+    files_unlike(ctl.inventory, found, End.PROVIDER)

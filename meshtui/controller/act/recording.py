@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from meshtui.controller.read.status import NOT_AS_DECLARED
+from meshtui.controller.reports import NOT_AS_DECLARED
 from meshtui.inventory import Inventory, Transaction, now
 from meshtui.inventory.rows import (
     DeliveryRow,
@@ -145,12 +145,37 @@ HELD_FILE: dict[str, Literal["file", "file_owner", "file_group", "file_mode"]] =
 """A consumer holding's file keys (as the agent reports them) -> the pairs table's columns."""
 
 
+def not_as_declared(moved: list[str], unlike: list[str]) -> str:
+    """Why a consumer end holding its generation is still behind: what the declaration moved
+    (file, owner, group, mode) and how its files on the node differ (the agent's words)."""
+    said = [f"{', '.join(moved)} changed"] if moved else []
+    return f"{NOT_AS_DECLARED} ({'; '.join(said + unlike)}); push writes it again"
+
+
+def files_unlike(
+    inv: Inventory, found: Mapping[str, tuple[int, str, list[str]]], end: End = End.CONSUMER
+) -> None:
+    """Record ends whose files a probe cycle found not as written (pair -> generation,
+    digest, how): held, but behind until push writes them again."""
+    if not found:
+        return
+    current = inv.held_ends(list(found) if len(found) <= FEW else None)
+    rows: list[EndRow] = []
+    for pid, (gen, digest, unlike) in found.items():
+        why = not_as_declared([], unlike)
+        old = current.get((pid, end.value))
+        if old is None or old[0] != gen or old[3] != why:
+            rows.append((pid, end, gen, digest, why))
+    record_end(inv, rows)
+
+
 def held_generations(inv: Inventory, holdings: Mapping[str, list[Holding]]) -> None:
     """Correct the deliveries table from agents' own ``state`` answers (by digest).
 
     A consumer file that is missing, unreadable (the agent names why), or no longer where or
     as the declaration wants it (file, owner, group, mode) counts as holding nothing, so the
-    next push writes it again.
+    next push writes it again; one whose mode, owner or group on the node differ from what
+    was written (the agent's ``unlike``) is held but behind, and push writes it again too.
     """
     digests = inv.generation_by_digest()
     declared = inv.consumer_files()
@@ -174,8 +199,9 @@ def held_generations(inv: Inventory, holdings: Mapping[str, list[Holding]]) -> N
                 and reported[key] != want[column]
             ]
             old = current.get((h["pair"], h["end"]))
-            if present and moved:  # still on disk and working: held, but push writes it again
-                why = f"{NOT_AS_DECLARED} ({', '.join(moved)} changed); push writes it again"
+            unlike = h.get("unlike", [])
+            if present and (moved or unlike):  # still there and working: push writes it again
+                why = not_as_declared(moved, unlike)
                 if old is None or old[0] != gen or old[3] != why:
                     rows.append((h["pair"], End(h["end"]), gen, h["digest"], why))
                 continue

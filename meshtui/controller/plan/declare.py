@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from meshtui import crypto
+from meshtui.controller.reports import NOT_AS_DECLARED
 from meshtui.errors import DeclarationError
 from meshtui.inventory import Inventory, Transaction, now
 from meshtui.inventory.rows import (
@@ -25,7 +26,7 @@ from meshtui.inventory.rows import (
 )
 from meshtui.kinds import registry
 from meshtui.kinds.kind import Kind, owns_nothing
-from meshtui.model import Declaration, Node, Offer, OwnSecret, Pair, Requirement
+from meshtui.model import Declaration, End, Node, Offer, OwnSecret, Pair, Requirement
 
 _sorted_json = json.JSONEncoder(sort_keys=True).encode
 """``json.dumps(x, sort_keys=True)`` without building an encoder per call (10,000 pairs)."""
@@ -117,8 +118,17 @@ NODE_KEYS = ("name", "address", "agent", "seal_key", "verify_key")
 """The node columns the declaration sets (a change in any of them is a changed node)."""
 
 
+END_WORDS = {"file_owner": "owner", "file_group": "group", "file_mode": "mode"}
+"""A pair column's word in the reason of an end the declaration moved."""
+
+
 def _differs(old: Mapping[str, object], new: Mapping[str, object], keys: Iterable[str]) -> bool:
     return any(old[k] != new[k] for k in keys)
+
+
+def _moved(old: Mapping[str, object], new: Mapping[str, object]) -> list[str]:
+    """What of a pair's row the declaration changed, in the words an end's reason uses."""
+    return [END_WORDS.get(k, k) for k in new if old[k] != new[k]]
 
 
 def _offer_spec(o: Offer) -> dict[str, object]:
@@ -227,6 +237,14 @@ def _declare(inv: Inventory, tx: Transaction, decl: Declaration) -> DeclareResul
     claim_rows = _claims(inv, decl, old_modules, old_pairs, stamp)
     pair_rows: list[PairRecord] = []
     gen_rows: list[GenerationRow] = []
+    # what a live pair's ends hold that the declaration changed: the next push delivers it
+    behind: dict[str, tuple[list[str], tuple[End, ...]]] = {}
+    moved_modules = {r["id"] for r in module_rows if r["id"] in old_modules}
+    moved_nodes = {
+        r["name"]
+        for r in node_rows
+        if r["name"] in old_nodes and old_nodes[r["name"]]["address"] != r["address"]
+    }
     for p in decl.pairs:
         row = _pair_row(p)
         old_p = old_pairs.get(p.id)
@@ -257,8 +275,13 @@ def _declare(inv: Inventory, tx: Transaction, decl: Declaration) -> DeclareResul
         elif _differs(old_p, row, row):
             result.changed.append(p.id)
             pair_rows.append({**old_p, **row})
+            behind[p.id] = (_moved(old_p, row), (End.PROVIDER, End.CONSUMER))
         else:
             result.unchanged.append(p.id)
+            if p.provider in moved_modules:
+                behind[p.id] = (["the provider's declaration"], (End.PROVIDER,))
+            elif p.consumer_node in moved_nodes:
+                behind[p.id] = (["the consumer node's address"], (End.PROVIDER,))
         if len(pair_rows) >= WRITE_CHUNK:  # only a new, reissued or changed pair adds one
             tx.add_generations(gen_rows)
             tx.put_pairs(pair_rows)
@@ -288,6 +311,13 @@ def _declare(inv: Inventory, tx: Transaction, decl: Declaration) -> DeclareResul
     tx.put_pairs(pair_rows)
     tx.put_policies(policy_rows)
     tx.withdraw_pairs(result.withdrawn, stamp)
+    tx.redeliver(
+        [
+            (pid, end.value, f"{NOT_AS_DECLARED} ({', '.join(what)} changed); push delivers it")
+            for pid, (what, ends) in behind.items()
+            for end in ends
+        ]
+    )
     tx.audit(
         "declare",
         result.new + result.reissued + result.changed + result.withdrawn,

@@ -20,7 +20,7 @@ from meshtui.controller.reports import Progress
 from meshtui.errors import AgentError
 from meshtui.inventory.rows import ModuleRow, NodeRow, PairRow
 from meshtui.kinds import registry
-from meshtui.model import is_builtin, node_of
+from meshtui.model import End, is_builtin, node_of
 from meshtui.protocol import messages, wire
 from meshtui.protocol.messages import CheckConsumer, CheckProvider, CheckRequest
 
@@ -39,7 +39,7 @@ class Problem:
 
     node: str
     check: str  # key, reach, clock, folder, owner, group, reload, admin-file, admin-rights, port,
-    # policy
+    # policy, file (a credential file), secret-file (a module's own secret file)
     subject: str
     problem: str
     fix: str
@@ -90,9 +90,13 @@ class DoctorReport:
 
 
 def requests(
-    nodes: Mapping[str, NodeRow], modules: Mapping[str, ModuleRow], pairs: list[PairRow]
+    nodes: Mapping[str, NodeRow],
+    modules: Mapping[str, ModuleRow],
+    pairs: list[PairRow],
+    digests: Mapping[str, list[str]] | None = None,
 ) -> dict[str, CheckRequest]:
-    """What each declared node must check, from the inventory."""
+    """What each declared node must check, from the inventory (``digests``: per pair, the
+    digest of each of its generations, for the credential file a node holds)."""
     live = [p for p in pairs if not p["withdrawn_at"]]
     consumers: dict[str, list[CheckConsumer]] = {n: [] for n in nodes}
     ports: dict[str, dict[tuple[str, int], list[str]]] = {n: {} for n in nodes}
@@ -107,7 +111,10 @@ def requests(
             "owner": p.get("file_owner"),
             "group": p.get("file_group"),
             "reload": list(p["reload"]),
+            "mode": p["file_mode"],
         }
+        if digests and p["id"] in digests:
+            end["digests"] = digests[p["id"]]
         consumer = modules.get(p["consumer"])
         for need in consumer["spec"].get("requires", []) if consumer else []:
             same = need["name"] == p["provision"] and need["file"] == p["file"]
@@ -248,12 +255,78 @@ def pinned_elsewhere(ctl: Reach, node: str, row: NodeRow, exc: AgentError) -> Pr
     )
 
 
+def provider_files(
+    ctl: Reach, agents_for: Mapping[str, NodeRow], answered: set[str]
+) -> list[Problem]:
+    """Each provider's secret file its node says is not what the agent wrote there: changed,
+    gone, world-readable, another owner (a pair not delivered yet is push's)."""
+    from meshtui.controller.plan.resolve import ask_state
+
+    modules = ctl.inventory.modules()
+    providers = {node_of(m) for m, r in modules.items() if r["spec"].get("provides")}
+    if not providers & answered:
+        return []
+    with ctl.agents(timeout=CHECK_TIMEOUT_S, nodes=agents_for) as agents:
+        _, holdings = ask_state(agents, sorted(providers & answered))
+    out: list[Problem] = []
+    for node, held in sorted(holdings.items()):
+        for h in held:
+            if h["end"] != End.PROVIDER or "file" not in h:
+                continue
+            found = h.get("error") or "; ".join(h.get("unlike", []))
+            if not found and not h.get("present", True):
+                found = f"{h['file']} does not hold the credential delivered (changed, or gone)"
+            if found:
+                out.append(
+                    Problem(node, "file", h["pair"], found, "meshtui push writes it again (0600)")
+                )
+    return out
+
+
+def secret_files(
+    ctl: Reach, agents_for: Mapping[str, NodeRow], answered: set[str]
+) -> list[Problem]:
+    """Each module's own secret file its node says is not what the agent wrote there: changed,
+    gone, world-readable, another owner or group (a file not delivered yet is push's)."""
+    from meshtui.controller.act import own_secrets
+    from meshtui.controller.read.secret_states import declared
+
+    found = declared(ctl.inventory)
+    rows = ctl.inventory.own_secrets()
+    wanted = {
+        d.key: d.spec["file"]
+        for d in found
+        if d.pair is not None and (row := rows.get(d.key)) is not None and row["file_version"]
+    }
+    nodes = sorted({node_of(m) for m, _ in wanted} & answered)
+    if not nodes:
+        return []
+    with ctl.agents(timeout=CHECK_TIMEOUT_S, nodes=agents_for) as agents:
+        held = own_secrets.held_files(agents, nodes)
+    return [
+        Problem(
+            node,
+            "secret-file",
+            f"{h['module']} {h['name']}",
+            why,
+            "meshtui push writes it again as declared (from the vault)",
+        )
+        for node, files in sorted(held.items())
+        for h in files
+        if wanted.get((h["module"], h["name"])) == h["file"]
+        and (why := own_secrets.file_problem(h)) is not None
+    ]
+
+
 def doctor(ctl: Reach, progress: Progress) -> DoctorReport:
     """Ask every declared node to check its part; judge keys and clocks here."""
     started = time.monotonic()
     inv = ctl.inventory
     nodes = {n: r for n, r in inv.nodes().items() if r["declared"]}
-    asks = requests(nodes, inv.modules(), inv.pairs())
+    digests: dict[str, list[str]] = {}
+    for pid, digest in inv.generation_by_digest():
+        digests.setdefault(pid, []).append(digest)
+    asks = requests(nodes, inv.modules(), inv.pairs(), digests)
     progress(f"checking {len(asks)} nodes", 0, len(asks))
     sent = time.time()
     with ctl.agents(timeout=CHECK_TIMEOUT_S, nodes=nodes) as agents:
@@ -295,6 +368,9 @@ def doctor(ctl: Reach, progress: Progress) -> DoctorReport:
             for f in found["findings"]
         ]
         checked.append(NodeCheck(node, True, round(skew, 3), found["passed"], found["elapsed_ms"]))
+    answered = {n.node for n in checked if n.answered}
+    problems += provider_files(ctl, nodes, answered)
+    problems += secret_files(ctl, nodes, answered)
     progress("checked", len(asks), len(asks))
     return DoctorReport(
         problems=problems, nodes=checked, elapsed_ms=(time.monotonic() - started) * 1000

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from meshtui.controller.read import status_image
+from meshtui.controller.reports import NOT_AS_DECLARED
 from meshtui.inventory import Inventory
 from meshtui.inventory.rows import (  # StatusRow's columns by name
     CLIENT_ADDR,
@@ -55,9 +56,6 @@ REPAIRED = "re-applied after it was "
 LOCKED_OUT = "LOCKED OUT"
 """A pair whose provider holds the current generation while its consumer holds an older one:
 the provider refuses what the consumer has (after ``rotate --revoke-old``, docs/rotation.md)."""
-NOT_AS_DECLARED = "not yet as declared"
-"""A consumer end whose file still holds its generation, but not where or as the declaration
-now says (file, owner, group, mode): push writes it again; it is not "holding nothing"."""
 
 
 def _note(error: str | None) -> str:

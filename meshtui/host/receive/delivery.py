@@ -15,11 +15,11 @@ from pathlib import Path
 
 from meshtui import crypto
 from meshtui.errors import CryptoError, HostFileError, PolicyRefusal
+from meshtui.host import credential_files as files
 from meshtui.host import log
 from meshtui.host.policy import commands
 from meshtui.host.policy.node_policy import Command, ConsumerAsk, Policy, ProviderAsk
 from meshtui.host.policy.paths import StateFolder, node_path
-from meshtui.host.receive import credential_files as files
 from meshtui.host.receive.manifest_writer import Serials, write_provider_files
 from meshtui.host.receive.prepared import PREPARED_LIMIT, Prepared
 from meshtui.host.receive.run_provisioner import Provisioner, provision
@@ -28,6 +28,7 @@ from meshtui.host.state.holdings import Held, Holdings
 from meshtui.host.state.identity import Identity
 from meshtui.kinds import registry
 from meshtui.model import APPLIED, NAME_RE, SUCCESS, End, OutcomeName, split_pair_id
+from meshtui.protocol.manifest import secret_name
 from meshtui.protocol.messages import (
     ConnectionItem,
     ConsumerItem,
@@ -346,6 +347,8 @@ class Deliveries:
         """Hold what the provisioner applied; forget a withdrawn pair once its login is gone."""
         provider = spec["provider"]
         by_login = {o["login"]: o["outcome"] for o in out["outcomes"]}
+        grants = node_path(spec["grants"], "grants folder")
+        manifest = str(node_path(spec["receives"], "manifest"))
         changes: dict[str, Held | None] = {}
         for c in spec["consumers"]:
             if by_login.get(c["as"]) in APPLIED:
@@ -354,6 +357,8 @@ class Deliveries:
                     "digest": c["digest"],
                     "provider": provider,
                     "login": c["as"],
+                    "file": str(grants / secret_name(c["node"], c["module"])),
+                    "manifest": manifest,
                 }
         listed = {c["pair"] for c in spec["consumers"]}
         delta, removed = "base" in spec, set(spec.get("removed", []))

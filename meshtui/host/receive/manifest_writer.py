@@ -26,7 +26,7 @@ import msgspec
 from meshtui import crypto, folders
 from meshtui.atomic import PRIVATE
 from meshtui.errors import HostFileError
-from meshtui.host.receive import credential_files as files
+from meshtui.host import credential_files as files
 from meshtui.kinds import registry
 from meshtui.protocol.manifest import VERSION, ManifestBody, ManifestLine, secret_name
 from meshtui.protocol.messages import (
@@ -476,7 +476,7 @@ def write_provider_files(
             secrets: dict[str, bytes] = {}
             for c in consumers:
                 name = secret_name(c["node"], c["module"])
-                current, _ = files.read_in(gdir, name)
+                current, _ = files.read_in(gdir, name, files.PRIVATE_FILE)
                 if current is None or crypto.secret_digest(current) != c["digest"]:
                     secrets[name] = unseal(c["sealed"], c["digest"], c["pair"])
             serial = serials.next(mdir, manifest)

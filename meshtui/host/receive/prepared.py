@@ -1,7 +1,7 @@
 """Consumer credentials written ahead: the consumer's half of a rotation, ready before its
 provider applies, so that once it has, holding the new credential is one rename.
 
-A prepared credential is an unnamed file (:class:`meshtui.host.receive.credential_files.Unnamed`): nobody can open
+A prepared credential is an unnamed file (:class:`meshtui.host.credential_files.Unnamed`): nobody can open
 it and nothing holds it. It is given its name only by a ``deliver`` of exactly the item it was
 prepared for (pair, node, generation, digest, file, owner, group, mode); a different delivery
 of the pair, a newer prepare, or :data:`PREPARED_S` going by lets it go, and the filesystem
@@ -14,7 +14,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from meshtui.host.receive.credential_files import Unnamed
+from meshtui.host.credential_files import Unnamed
 from meshtui.protocol.messages import ConsumerItem
 
 PREPARED_S = 60.0

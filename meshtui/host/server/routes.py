@@ -26,16 +26,16 @@ from meshtui.errors import (
     OffClockError,
 )
 from meshtui.host import checks as checks_mod
+from meshtui.host import credential_files as files
 from meshtui.host import log
 from meshtui.host import probe_runner as probe_mod
 from meshtui.host.module_secrets import OwnSecrets
 from meshtui.host.policy import node_policy as policy_mod
-from meshtui.host.receive import credential_files as files
 from meshtui.host.receive.delivery import Deliveries
 from meshtui.host.receive.run_provisioner import Provisioner, builtin_provisioner, inspect_provider
 from meshtui.host.state.anchor import AuditAnchor, is_nonce
 from meshtui.host.state.guard import Accepted, Change, Record
-from meshtui.host.state.holdings import Holdings
+from meshtui.host.state.holdings import Holdings, examine_all
 from meshtui.host.state.identity import Identity
 from meshtui.kinds import registry
 from meshtui.model import End, Verdict
@@ -298,28 +298,18 @@ class Agent:
         Asked with ``inspect`` (provider manifests), it also answers what each provider's server
         holds, from the provisioner's read-only inspection (:func:`inspect_provider`).
         """
-        if payload.get("holdings") is False:  # only who this is (a rotation resolving it)
-            return {
-                "node": self.identity.name,
-                "fingerprint": self.identity.keys.public().fingerprint(),
-            }
-        held = self.holdings.listing()  # the agent's own record
-        with folders.Ancestors() as ancestors:
-            for h in held:
-                if h["end"] == "consumer":
-                    data, error = files.read_credential(Path(h.get("file", "")), ancestors)
-                    h["present"] = data is not None and crypto.secret_digest(data) == h["digest"]
-                    if error:
-                        h["error"] = error
-                    if "connection" in h:  # its connection file: gone or changed, push rewrites it
-                        text, _ = files.read_credential(Path(h["connection"]), ancestors)
-                        if text is None or crypto.secret_digest(text) != h.get("connection_digest"):
-                            h.pop("connection_digest", None)
-        out: StateAnswer = {
+        who: StateAnswer = {
             "node": self.identity.name,
             "fingerprint": self.identity.keys.public().fingerprint(),
-            "holdings": held,
         }
+        if payload.get("secrets"):  # its modules' own secret files, as they are
+            who["secrets"] = self.own_secrets.examined()
+        if payload.get("holdings") is False:  # only who this is (a rotation resolving it)
+            return who
+        held = self.holdings.listing()  # the agent's own record
+        with folders.Ancestors() as ancestors:
+            examine_all(held, ancestors)  # each holding's files as they are, not as recorded
+        out: StateAnswer = {**who, "holdings": held}
         if "inspect" in payload:  # a provider: what its server holds, read-only
             out["inspected"] = [self._inspect(spec) for spec in payload["inspect"]]
         return out
@@ -402,9 +392,14 @@ class Agent:
                 pair = item["pair"]
                 path = self._held_file(pair, item["file"])
                 refused = self.policy.send_refusal(pair, item)
-                secret, error = (
-                    files.read_credential(path, ancestors)
+                holding = (
+                    self.holdings.examined(pair, ancestors)
                     if path is not None and refused is None
+                    else None
+                )
+                secret, error = (
+                    (holding.data, holding.error)
+                    if holding
                     else (None, str(refused) if refused else None)
                 )
                 if secret is None:
@@ -420,6 +415,8 @@ class Agent:
                     continue
                 digest = crypto.secret_digest(secret)
                 results[pair] = {"pair": pair, "digest": digest, "result": None}
+                if holding is not None and holding.unlike:
+                    results[pair]["unlike"] = list(holding.unlike)
                 targets.append(_probe_target(item, secret))
                 order.append(pair)
                 del secret

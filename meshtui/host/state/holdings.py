@@ -12,7 +12,10 @@ from typing import cast
 
 import msgspec
 
+from meshtui import crypto
 from meshtui.atomic import write_private
+from meshtui.folders import Ancestors
+from meshtui.host import credential_files as files
 from meshtui.host.state.record import read_record
 from meshtui.protocol.messages import EndRecord, Holding
 from meshtui.model import End
@@ -112,6 +115,13 @@ class Holdings:
         write_private(self._path, _ENCODER.encode(self._data), durable=False)
         self._unwritten = False
 
+    def examined(self, pair: str, ancestors: Ancestors | None = None) -> files.HeldFile | None:
+        """A consumer end's credential file as it is now (:func:`examine`); None when not held."""
+        held = self.get(End.CONSUMER, pair)
+        if held is None:
+            return None
+        return examine(cast(Holding, {"end": End.CONSUMER, "pair": pair, **held}), ancestors)
+
     def listing(self) -> list[Holding]:
         """Every holding as ``{end, pair, generation, digest, ...}`` (each a fresh dict)."""
         with self._lock:
@@ -120,3 +130,59 @@ class Holdings:
                 for end, pairs in self._data.items()
                 for pair, held in sorted(pairs.items())
             ]
+
+
+def examine_all(held: list[Holding], ancestors: Ancestors | None = None) -> None:
+    """:func:`examine` every holding of a ``state`` answer (a manifest's stat taken once for
+    all the provider holdings it serves)."""
+    manifests: dict[str, list[str]] = {}
+    for h in held:
+        examine(h, ancestors, manifests)
+
+
+def examine(
+    h: Holding, ancestors: Ancestors | None = None, manifests: dict[str, list[str]] | None = None
+) -> files.HeldFile | None:
+    """Look at a holding's files as they are now, never through a link, and say so in ``h``:
+    ``present`` (its file holds the digest), ``error`` (why it cannot be read), ``unlike`` (how
+    its or its connection file's mode, owner or group differ from what was written), and the
+    connection file's digest dropped when its text changed. The credential file as read, with
+    all of ``unlike``. A provider's secret file (0600, the agent's) is looked at the same way
+    (None: a provider holding recorded before its file was), and its manifest's mode and
+    owner (``manifests``: what was found of each manifest already, by path)."""
+    if h["end"] != End.CONSUMER:
+        if "file" not in h:
+            return None
+        found = files.read_held(Path(h["file"]), files.PRIVATE_FILE, ancestors)
+        h["present"] = found.data is not None and crypto.secret_digest(found.data) == h["digest"]
+        if found.error:
+            h["error"] = found.error
+        unlike = [f"{h['file']} {u}" for u in found.unlike] if found.data is not None else []
+        if "manifest" in h:  # the manifest beside: the agent's 0600 file too
+            seen = manifests if manifests is not None else {}
+            if (manifest := h["manifest"]) not in seen:
+                found_there = files.access_unlike(Path(manifest), files.PRIVATE_FILE, ancestors)
+                seen[manifest] = [f"{manifest} {u}" for u in found_there]
+            unlike += seen[manifest]
+        if unlike:
+            h["unlike"] = unlike
+        return files.HeldFile(None, found.error, tuple(h.get("unlike", ())))
+    want = files.held_access(h.get("owner"), h.get("group"), h.get("mode"))
+    access = want if isinstance(want, files.FileAccess) else None
+    path = h.get("file", "")
+    found = files.read_held(Path(path), access, ancestors)
+    h["present"] = found.data is not None and crypto.secret_digest(found.data) == h["digest"]
+    if found.error:
+        h["error"] = found.error
+    unlike = [f"{path} {u}" for u in found.unlike] if found.data is not None else []
+    if isinstance(want, str) and found.data is not None:
+        unlike.append(f"{path}: {want}")
+    if "connection" in h:  # its connection file: gone or changed, push rewrites it
+        conn = files.read_held(Path(h["connection"]), access, ancestors)
+        if conn.data is None or crypto.secret_digest(conn.data) != h.get("connection_digest"):
+            h.pop("connection_digest", None)
+        else:
+            unlike += [f"{h['connection']} {u}" for u in conn.unlike]
+    if unlike:
+        h["unlike"] = unlike
+    return files.HeldFile(found.data, found.error, tuple(unlike))

@@ -26,11 +26,17 @@ ADVICE = (
 
 
 class Written(msgspec.Struct, forbid_unknown_fields=True):
-    """One secret file the agent wrote: where, which version, and that version's digest."""
+    """One secret file the agent wrote: where, which version, that version's digest, its
+    owner, group and mode (absent from a record written before they were kept: the default),
+    and ``local``, the node's own keyed digest of what it wrote (absent from an older record)."""
 
     file: str
     version: int
     digest: str
+    owner: str | None = None
+    group: str | None = None
+    mode: str = "0600"
+    local: str | None = None
 
 
 class SecretFiles:
@@ -56,6 +62,11 @@ class SecretFiles:
         """What the agent last wrote for a module's secret."""
         with self._lock:
             return self._data.get(self.key(module, name))
+
+    def listing(self) -> dict[str, Written]:
+        """Every file written, by :meth:`key`."""
+        with self._lock:
+            return dict(self._data)
 
     def put(self, module: str, name: str, written: Written) -> None:
         """Record a file written (persisted at once: a lost record would refuse the file)."""

@@ -27,10 +27,12 @@ from meshtui.folders import (
     Ancestors,
     Folder,
     check_folder,
+    group_name,
     open_folder,
     read_file,
     require_regular,
     too_large,
+    user_name,
 )
 from meshtui.model import file_mode
 
@@ -46,12 +48,22 @@ class FileAccess:
 
     def matches(self, st: os.stat_result) -> bool:
         """True when a file already has this owner, group and mode."""
+        return not self.unlike(st)
+
+    def unlike(self, st: os.stat_result) -> list[str]:
+        """How a file's mode, owner and group differ from these, in words (empty: none do);
+        a mode that lets every user read or change it says so."""
+        out: list[str] = []
+        mode = stat.S_IMODE(st.st_mode)
+        if mode != self.access.mode:
+            other = " (every user on the node can read or change it)" if mode & 0o007 else ""
+            out.append(f"mode {mode:04o}, not {self.access.mode:04o}{other}")
         uid = os.geteuid() if self.access.uid == -1 else self.access.uid
-        return (
-            stat.S_IMODE(st.st_mode) == self.access.mode
-            and st.st_uid == uid
-            and (self.access.gid == -1 or st.st_gid == self.access.gid)
-        )
+        if st.st_uid != uid:
+            out.append(f"owner {user_name(st.st_uid)}, not {user_name(uid)}")
+        if self.access.gid != -1 and st.st_gid != self.access.gid:
+            out.append(f"group {group_name(st.st_gid)}, not {group_name(self.access.gid)}")
+        return out
 
 
 def resolve_access(owner: str | None, group: str | None, mode: str | None) -> FileAccess:
@@ -94,6 +106,58 @@ def read_credential(
         return None, f"{path} cannot be read ({exc.strerror})"
 
 
+@dataclass(frozen=True)
+class HeldFile:
+    """What a file the agent wrote holds now: its bytes (None when missing or unusable), why
+    it cannot be used, and how its mode, owner and group differ from what was written."""
+
+    data: bytes | None
+    error: str | None = None
+    unlike: tuple[str, ...] = ()
+
+
+def read_held(path: Path, want: FileAccess | None, ancestors: Ancestors | None = None) -> HeldFile:
+    """:func:`read_credential`, with the file's own mode, owner and group (from its open
+    descriptor, never through a link) compared with ``want``."""
+    try:
+        folder = open_folder(path.parent, ancestors=ancestors)
+        if folder is None:
+            return HeldFile(None)
+        with folder:
+            got = folder.read_with_stat(path.name)
+    except HostFileError as exc:
+        return HeldFile(None, str(exc))
+    except OSError as exc:
+        return HeldFile(None, f"{path} cannot be read ({exc.strerror})")
+    if got is None:
+        return HeldFile(None)
+    data, st = got
+    return HeldFile(data, None, tuple(want.unlike(st)) if want is not None else ())
+
+
+def access_unlike(path: Path, want: FileAccess, ancestors: Ancestors | None = None) -> list[str]:
+    """How a file's mode, owner and group differ from ``want`` (its stat, never through a
+    link; nothing is read, so a file of any size); empty when it is missing or unreadable."""
+    try:
+        folder = open_folder(path.parent, ancestors=ancestors)
+        if folder is None:
+            return []
+        with folder:
+            st = os.stat(path.name, dir_fd=folder.fd, follow_symlinks=False)
+    except (HostFileError, OSError):
+        return []
+    return want.unlike(st)
+
+
+def held_access(owner: str | None, group: str | None, mode: str | None) -> FileAccess | str:
+    """:func:`resolve_access` for what a file was written as; why not, in words, when its
+    owner or group is no longer on this node."""
+    try:
+        return resolve_access(owner, group, mode)
+    except HostFileError as exc:
+        return str(exc)
+
+
 def remove_credential(path: Path) -> bool:
     """Unlink a withdrawn credential file through its checked folder; True when it was there."""
     folder = open_folder(path.parent)
@@ -123,12 +187,22 @@ def remove_written(
         return False
 
 
-def read_in(folder: Folder, name: str) -> tuple[bytes | None, str | None]:
-    """:func:`read_credential` for a file in a folder already open."""
+PRIVATE_FILE = FileAccess(owner=None, group=None, mode="0600", access=Access())
+"""The agent's own 0600 file (a provider's secret file): its user, mode 0600."""
+
+
+def read_in(
+    folder: Folder, name: str, want: FileAccess | None = None
+) -> tuple[bytes | None, str | None]:
+    """:func:`read_credential` for a file in a folder already open; with ``want``, a file whose
+    mode, owner or group differ from it reads as missing (so it is written again)."""
     try:
-        return folder.read(name), None
+        got = folder.read_with_stat(name)
     except HostFileError as exc:
         return None, str(exc)
+    if got is None or (want is not None and want.unlike(got[1])):
+        return None, None
+    return got[0], None
 
 
 @dataclass
