@@ -544,13 +544,6 @@ class Controller:
         notifier = Notifier(list(notify), log_line, timeout=notify_timeout) if notify else None
         metrics = Metrics() if listen else None
         try:
-            if metrics is not None and listen is not None:
-                try:
-                    host, port = metrics.serve(*listen)
-                except OSError as exc:
-                    where = f"{listen[0]}:{listen[1]}"
-                    raise InputError(f"--metrics {where}: cannot listen: {exc.strerror}") from exc
-                log_line(f"metrics at http://{host}:{port}/metrics")
             loop = Watch(
                 self,
                 notify=notifier,
@@ -560,6 +553,14 @@ class Controller:
             )
             loop.stop = stop
             loop.sleep = stop.wait
+            if metrics is not None and listen is not None:
+                loop.measure_first()  # the first scrape is whole, never an empty page
+                try:
+                    host, port = metrics.serve(*listen)
+                except OSError as exc:
+                    where = f"{listen[0]}:{listen[1]}"
+                    raise InputError(f"--metrics {where}: cannot listen: {exc.strerror}") from exc
+                log_line(f"metrics at http://{host}:{port}/metrics")
             return loop.run()
         finally:
             if notifier is not None:

@@ -228,6 +228,30 @@ def test_the_first_scrape_names_every_node(mesh):
         mesh.start("app2")
 
 
+def test_the_very_first_scrape_of_a_starting_watch_is_complete(mesh):
+    """Scraped as soon as ``watch --metrics`` answers at all, the metrics name every node and
+    every pair's state: a scrape that finds the port before anything was measured must not be
+    an empty page a monitor reads as nothing wrong."""
+    port = free_port()
+    proc = start_watch(mesh, "--metrics", f"127.0.0.1:{port}")
+    try:
+        deadline = time.monotonic() + 60
+        first = None
+        while first is None and time.monotonic() < deadline and proc.poll() is None:
+            first = _try_scrape(port)
+            if first is None:
+                time.sleep(0.005)
+        assert first is not None, "the watch never served its metrics"
+        for node in ("db1", "app1", "app2"):
+            assert sample(first, f'meshtui_node_up{{node="{node}"}}') == 1.0, first
+        states_counted = [
+            sample(first, f'meshtui_pairs{{state="{s}"}}') for s in ("working", "unknown")
+        ]
+        assert sum(v or 0.0 for v in states_counted) == 3.0, first
+    finally:
+        assert stop_watch(proc) == 0
+
+
 def test_consumer_agent_killed_makes_pairs_unknown_and_alerts_then_back(mesh):
     with_policy(mesh, 'probe_every = "1s"')
     argv, out = notify_script(mesh.root)

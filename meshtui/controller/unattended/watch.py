@@ -508,6 +508,20 @@ class Watch:
     def _state(self, pid: str) -> str:
         return str((self.states or {}).get(pid, (State.UNKNOWN, ""))[0])
 
+    def measure_first(self) -> None:
+        """Fill the metrics before they are served: every pair's state read and every node
+        asked once, so the first scrape is whole (a scrape before it finds no listener, which a
+        monitor reads as down, never an empty page it reads as nothing wrong). No cycle has
+        run, so no cycle is counted as succeeded."""
+        if self.metrics is None:
+            return
+        now = self.clock()
+        rows, plan, _ = self._read(force=False)
+        self._ask_unheard(now)
+        self.metrics.update(
+            CycleView(statuses=rows, schedule=plan, nodes_up=dict(self.nodes_up), now=now, ok=False)
+        )
+
     # ---- bookkeeping --------------------------------------------------------------------
     def _ask_unheard(self, now: float) -> None:
         """Ask each node no push or probe has heard from yet (a node holding only providers
