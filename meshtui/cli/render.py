@@ -200,6 +200,8 @@ def pushed(report: PushReport) -> None:
     cut_off = set(report.unreachable)
     for pid, why in sorted(report.behind.items()):
         print(f"{'unreachable' if pid in cut_off else 'behind':9} {pid}: {why}")
+    for pid, why in sorted(report.stale_by_probe.items()):  # nothing to deliver: probe decides
+        print(f"stale     {pid}: {why} (every end holds its generation; meshtui probe decides)")
     for node, what in sorted(report.claims.items()):  # a node's own words: shown, not obeyed
         print(f"CLAIM     {node}: {terminal.shown(what)}")
     late = len(report.behind) - len(cut_off)

@@ -138,6 +138,9 @@ class PushReport:
     behind: dict[str, str]  # pair -> reason (a pair of an unreachable node included)
     ahead: dict[str, str] = field(default_factory=dict)  # pair -> ends ahead, what became of it
     claims: dict[str, str] = field(default_factory=dict)  # node -> ends it claimed, not its own
+    stale_by_probe: dict[str, str] = field(default_factory=dict)
+    """Pairs whose every end holds its generation but whose last probe refused or could not
+    decide: nothing to deliver (not behind), a probe decides them again."""
     unreachable: list[str] = field(default_factory=list)
     """The pairs in ``behind`` for no reason but a node of theirs that did not answer: not known
     to be behind (their ends may well hold their generation), only not reached."""

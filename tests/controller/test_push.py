@@ -156,6 +156,31 @@ def test_drift_that_cannot_be_reapplied_is_shown_in_status(mesh, pg):
         assert [p.verdict for p in ctl.probe([GITEA])] == ["accepted"]
 
 
+def test_a_pair_stale_only_by_its_last_probe_is_not_behind(mesh, pg):
+    """A probe that could not decide (the server was down) leaves the pair stale until a probe
+    decides; once the server is back and every end holds its generation, push has nothing to
+    deliver: it says the ends agree (exit 0) and names the pair as stale by its last probe,
+    not "behind" on every run until someone probes."""
+    assert mesh.cli("push").returncode == 0
+    pg.stop()
+    try:
+        mesh.cli("probe")  # could not decide: nothing listens on the server's port
+    finally:
+        pg.start()
+    with mesh.controller() as ctl:
+        (gitea,) = ctl.status([GITEA])
+    assert gitea.state == "stale" and "could not decide" in gitea.reason, gitea
+    done = mesh.cli("push")
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert not any(line.startswith("behind") for line in lines), lines
+    assert any(line.split()[:2] == ["stale", f"{GITEA}:"] for line in lines), lines
+    assert lines[-1] == "all ends agree", lines
+    with mesh.controller() as ctl:
+        report = ctl.push()
+    assert report.ok and GITEA in report.stale_by_probe and GITEA not in report.behind
+
+
 def test_an_unreachable_nodes_pairs_are_called_unreachable_not_behind(mesh):
     mesh.stop("app1")  # both ends of both pairs hold their generation: nothing is behind
     done = mesh.cli("push")

@@ -215,10 +215,18 @@ def push(ctl: Reach, progress: Progress) -> PushReport:
             if pid in result.errors or was_behind(pid) or pid in drift
         ]
         rows = status_mod.statuses(inv)
+        by_probe = {  # every end holds its generation; only the last probe says otherwise
+            r.pair: r.reason
+            for r in rows
+            if r.state is State.STALE
+            and not r.withdrawn
+            and not r.alarm
+            and r.reason.startswith((status_mod.PROBE_REFUSED, status_mod.PROBE_UNDECIDED))
+        }
         behind_now = {
             r.pair: r.reason
             for r in rows
-            if (r.state is State.STALE and not r.withdrawn) or r.alarm
+            if ((r.state is State.STALE and not r.withdrawn) or r.alarm) and r.pair not in by_probe
         }
         # a withdrawal whose refusal was not seen is not done: the old login may still work
         behind_now |= {
@@ -255,6 +263,7 @@ def push(ctl: Reach, progress: Progress) -> PushReport:
             behind=behind_now,
             ahead=ahead,
             unreachable=sorted(cut_off),
+            stale_by_probe=by_probe,
             claims=claims,
         )
 

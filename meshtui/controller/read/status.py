@@ -49,6 +49,10 @@ from meshtui.inventory.rows import (  # StatusRow's columns by name
 from meshtui.kinds import registry
 from meshtui.model import End, PairStatus, State, Verdict
 
+PROBE_REFUSED = "probe refused: "
+PROBE_UNDECIDED = "probe could not decide: "
+"""How a pair stale by its last probe alone says so (every end holds its generation): a probe
+decides it again, a delivery cannot."""
 DRIFT = "changed outside meshtui at "
 """How push records a provider end whose server no longer holds what meshtui delivered."""
 REPAIRED = "re-applied after it was "
@@ -156,8 +160,8 @@ def _pair_state(row: StatusRow, probed: bool) -> tuple[State, str, bool]:
     if verdict in (Verdict.ACCEPTED, Verdict.NO_PASSWORD):
         return State.STALE, "ALARM: the server did not demand a password", True
     if verdict == Verdict.REFUSED:
-        return State.STALE, f"probe refused: {why}", False
-    return State.STALE, f"probe could not decide: {why}", False
+        return State.STALE, f"{PROBE_REFUSED}{why}", False
+    return State.STALE, f"{PROBE_UNDECIDED}{why}", False
 
 
 NEVER_PROBED = "never probed"
