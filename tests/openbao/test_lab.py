@@ -30,7 +30,7 @@ if not lab_bao.available():
 @pytest.fixture(scope="module")
 def lab() -> Iterator[tuple[Path, Any]]:
     # its own kind only (tests/lab/test_lab.py runs the whole lab)
-    with running_lab("meshtui-blab-", redis=False, s3=False) as found:
+    with running_lab("meshtui-blab-", kinds={"redis": False, "seaweedfs": False}) as found:
         yield found
 
 

