@@ -16,7 +16,7 @@ from meshtui.controller.core import INVENTORY, Controller
 from meshtui.kinds.openbao import lab as lab_bao
 from meshtui.lab import mesh as lab_mesh
 from tests.fix_lab import cli, running_lab
-from tests.openbao.conftest import process_texts
+from tests.kinds.openbao.conftest import process_texts
 
 GITEA = "secret:app1/gitea->db1/openbao"
 WIKI = "secret:app2/wiki->db1/openbao"

@@ -30,7 +30,7 @@ from meshtui.kinds.openbao.client import KV_MOUNT
 from meshtui.lab import mesh as lab_mesh
 from meshtui.lab import toml_writer
 from tests.fix_lab import cli, running_lab
-from tests.openbao.conftest import process_texts
+from tests.kinds.openbao.conftest import process_texts
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 

@@ -14,8 +14,7 @@ from psycopg import sql
 from meshtui.kinds.postgres.lab import Cluster
 from meshtui.kinds.postgres.quiet import LOWER
 from tests.fix_pg import BINARIES, reset_cluster, start_cluster
-
-from .conftest import Mesh, outcomes, server_version
+from tests.provisioner.conftest import Mesh, outcomes, server_version
 
 LOUD: dict[str, str] = {
     "log_statement": "all",

@@ -24,8 +24,8 @@ from meshtui.lab import mesh as lab_mesh
 from meshtui.lab import netns as lab_netns
 from tests.fix_lab import cli, running_lab
 from tests.fix_mesh import Mesh
-from tests.seaweedfs.conftest import Store
-from tests.seaweedfs.test_declaration import s3_spec
+from tests.kinds.seaweedfs.conftest import Store
+from tests.kinds.seaweedfs.test_declaration import s3_spec
 
 LEFT = "what grafana left"
 

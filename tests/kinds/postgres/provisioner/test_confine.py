@@ -6,7 +6,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from .conftest import Mesh, outcomes
+from tests.provisioner.conftest import Mesh, outcomes
 
 
 def _refused(mesh: Mesh, login: str, password: str, dbname: str) -> str:
