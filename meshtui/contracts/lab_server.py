@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 Value = str | int | float | bool | Sequence["Value"] | Mapping[str, "Value"]
 """What a key of a declaration may hold; a mapping inside a section is written as an inline
@@ -95,3 +95,51 @@ class LabServer(Protocol):
     def need(self, consumer: LabConsumer) -> LabNeed | None:
         """What ``consumer`` requires of the server in the demo mesh (None: nothing)."""
         ...
+
+
+class Found(Protocol):
+    """A lab server as the files in its folder describe it."""
+
+    def pid(self) -> int | None: ...
+
+    def running(self) -> bool: ...
+
+    def stop(self) -> None: ...
+
+
+S = TypeVar("S", bound=Found)
+
+
+class FoundInFolder(Generic[S]):
+    """The half of a :class:`LabServer` that kinds write alike, for a server found from its
+    folder's files (``find``): whether it runs, stopping it, and what a fixed set of the demo's
+    modules (``consumers``) require of it (``requires``). ``halt`` says more on a slow stop."""
+
+    title: str = ""
+    consumers: frozenset[tuple[str, str]] = frozenset()
+
+    def find(self, folder: Path) -> S | None:
+        raise NotImplementedError
+
+    def requires(self, consumer: LabConsumer) -> LabNeed:
+        raise NotImplementedError
+
+    def halt(self, server: S, *, purge: bool, say: Callable[[str], None]) -> None:
+        say(f"stopping {self.title} ...")
+        server.stop()
+
+    def running(self, folder: Path) -> bool | None:
+        server = self.find(folder)
+        return None if server is None else server.running()
+
+    def stop(self, folder: Path, *, purge: bool, say: Callable[[str], None]) -> bool:
+        server = self.find(folder)
+        if server is None or server.pid() is None:
+            return False
+        self.halt(server, purge=purge, say=say)
+        return True
+
+    def need(self, consumer: LabConsumer) -> LabNeed | None:
+        if (consumer.node, consumer.module) not in self.consumers:
+            return None
+        return self.requires(consumer)

@@ -36,13 +36,19 @@ import os
 import shutil
 import signal
 import stat
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from meshtui import runas
 from meshtui.atomic import write_private
-from meshtui.contracts.lab_server import LabConsumer, LabNeed, LabProvider, LabSite
+from meshtui.contracts.lab_server import (
+    FoundInFolder,
+    LabConsumer,
+    LabNeed,
+    LabProvider,
+    LabServer,
+    LabSite,
+)
 from meshtui.errors import LabError, ProvisionError
 from meshtui.kinds.openbao.client import APPROLE_MOUNT, KV_MOUNT, Bao
 from meshtui.lab import toml_writer
@@ -446,11 +452,13 @@ CONSUMERS = frozenset({("app1", "gitea"), ("app2", "wiki")})
 """Who requires the demo's vault (``secret`` at ``db1/openbao``), when they are in the mesh."""
 
 
-class BaoLab:
+class BaoLab(FoundInFolder[BaoServer]):
     """The lab's OpenBao as the lab raises it (:class:`~meshtui.contracts.lab_server.LabServer`)."""
 
     folder = "openbao"
     module = "openbao"
+    title = "OpenBao"
+    consumers = CONSUMERS
 
     def available(self) -> bool:
         return available()
@@ -469,26 +477,15 @@ class BaoLab:
         _, table = declaration_table(server, site.files, site.module)
         return LabProvider(table, server.address, server.port, server.ca)
 
-    def running(self, folder: Path) -> bool | None:
-        server = existing(folder)
-        return None if server is None else server.running()
+    def find(self, folder: Path) -> BaoServer | None:
+        return existing(folder)
 
-    def stop(self, folder: Path, *, purge: bool, say: Callable[[str], None]) -> bool:
-        server = existing(folder)
-        if server is None or server.pid() is None:
-            return False
-        say("stopping OpenBao ...")
-        server.stop()
-        return True
-
-    def need(self, consumer: LabConsumer) -> LabNeed | None:
-        if (consumer.node, consumer.module) not in CONSUMERS:
-            return None
+    def requires(self, consumer: LabConsumer) -> LabNeed:
         return LabNeed(
             requirement(consumer.files / "vault.secret_id"),
             {"secrets": own_secrets(consumer.files)},
         )
 
 
-LAB = BaoLab()
+LAB: LabServer = BaoLab()
 """What ``Kind.lab`` names."""

@@ -39,7 +39,14 @@ from psycopg.conninfo import make_conninfo
 
 from meshtui import runas
 from meshtui.atomic import write_private
-from meshtui.contracts.lab_server import LabConsumer, LabNeed, LabProvider, LabSite, Value
+from meshtui.contracts.lab_server import (
+    LabConsumer,
+    LabNeed,
+    LabProvider,
+    LabServer,
+    LabSite,
+    Value,
+)
 from meshtui.errors import LabError
 from meshtui.lab.accounts import check_path_open as _check_path_open
 from meshtui.lab.accounts import ensure_system_user as _ensure_system_user
@@ -628,5 +635,5 @@ class PostgresLab:
         )
 
 
-LAB = PostgresLab()
+LAB: LabServer = PostgresLab()
 """What ``Kind.lab`` names."""

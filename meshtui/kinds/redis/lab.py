@@ -21,7 +21,6 @@ import secrets
 import shutil
 import signal
 import subprocess
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,14 @@ from urllib.parse import quote
 
 from meshtui import runas
 from meshtui.atomic import write_private
-from meshtui.contracts.lab_server import LabConsumer, LabNeed, LabProvider, LabSite
+from meshtui.contracts.lab_server import (
+    FoundInFolder,
+    LabConsumer,
+    LabNeed,
+    LabProvider,
+    LabServer,
+    LabSite,
+)
 from meshtui.errors import LabError
 from meshtui.lab import toml_writer
 from meshtui.lab.accounts import check_path_open, ensure_system_user
@@ -288,11 +294,13 @@ def _old_port(folder: Path) -> int | None:
     return old.port if old is not None else None
 
 
-class RedisLab:
+class RedisLab(FoundInFolder[RedisServer]):
     """The lab's Redis as the lab raises it (:class:`~meshtui.contracts.lab_server.LabServer`)."""
 
     folder = "redis"
     module = "redis"
+    title = "Redis"
+    consumers = CONSUMERS
 
     def available(self) -> bool:
         return available()
@@ -304,23 +312,12 @@ class RedisLab:
         _, table = declaration_table(server, site.files, site.module)
         return LabProvider(table, server.address, server.port, server.ca)
 
-    def running(self, folder: Path) -> bool | None:
-        server = existing(folder)
-        return None if server is None else server.running()
+    def find(self, folder: Path) -> RedisServer | None:
+        return existing(folder)
 
-    def stop(self, folder: Path, *, purge: bool, say: Callable[[str], None]) -> bool:
-        server = existing(folder)
-        if server is None or server.pid() is None:
-            return False
-        say("stopping Redis ...")
-        server.stop()
-        return True
-
-    def need(self, consumer: LabConsumer) -> LabNeed | None:
-        if (consumer.node, consumer.module) not in CONSUMERS:
-            return None
+    def requires(self, consumer: LabConsumer) -> LabNeed:
         return LabNeed(requirement(consumer.files / "cache.password"))
 
 
-LAB = RedisLab()
+LAB: LabServer = RedisLab()
 """What ``Kind.lab`` names."""

@@ -33,7 +33,14 @@ from pathlib import Path
 
 from meshtui import runas
 from meshtui.atomic import write_private
-from meshtui.contracts.lab_server import LabConsumer, LabNeed, LabProvider, LabSite
+from meshtui.contracts.lab_server import (
+    FoundInFolder,
+    LabConsumer,
+    LabNeed,
+    LabProvider,
+    LabServer,
+    LabSite,
+)
 from meshtui.errors import LabError
 from meshtui.kinds.seaweedfs import KIND
 from meshtui.kinds.seaweedfs.shell import find_weed
@@ -361,12 +368,14 @@ CONSUMERS = frozenset({("app1", "grafana"), ("app2", "wiki")})
 """Who requires the demo's object store (``objects`` at ``db1/s3``), when they are in the mesh."""
 
 
-class WeedLab:
+class WeedLab(FoundInFolder[WeedServer]):
     """The lab's SeaweedFS as the lab raises it
     (:class:`~meshtui.contracts.lab_server.LabServer`)."""
 
     folder = "weed"
     module = "s3"
+    title = "SeaweedFS"
+    consumers = CONSUMERS
 
     def available(self) -> bool:
         return available()
@@ -380,28 +389,21 @@ class WeedLab:
         _, table = declaration_table(server, site.files, site.module)
         return LabProvider(table, server.address, server.ports.s3, server.ca)
 
-    def running(self, folder: Path) -> bool | None:
-        server = existing(folder)
-        return None if server is None else server.running()
+    def find(self, folder: Path) -> WeedServer | None:
+        return existing(folder)
 
-    def stop(self, folder: Path, *, purge: bool, say: Callable[[str], None]) -> bool:
+    def requires(self, consumer: LabConsumer) -> LabNeed:
+        return LabNeed(requirement(consumer.files / "s3.secret"))
+
+    def halt(self, server: WeedServer, *, purge: bool, say: Callable[[str], None]) -> None:
         """Its data goes with the lab folder on ``purge``: no graceful wait then."""
-        server = existing(folder)
-        if server is None or server.pid() is None:
-            return False
         if not purge:
             say(
                 "stopping SeaweedFS: its filer waits about 15 s for its own S3 gateway to let "
                 "go before it exits (weed's graceful stop; the data stays whole) ..."
             )
         server.stop(kill=purge)
-        return True
-
-    def need(self, consumer: LabConsumer) -> LabNeed | None:
-        if (consumer.node, consumer.module) not in CONSUMERS:
-            return None
-        return LabNeed(requirement(consumer.files / "s3.secret"))
 
 
-LAB = WeedLab()
+LAB: LabServer = WeedLab()
 """What ``Kind.lab`` names."""
