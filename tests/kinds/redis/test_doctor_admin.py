@@ -1,5 +1,5 @@
-"""doctor logs in with a Redis provider's admin URL (issue 26: a wrong password passed doctor and
-failed the first rotation) and names what is wrong with a command that fixes it. Real Redis."""
+"""doctor logs in with a Redis provider's admin URL (a wrong password must not pass doctor and
+fail the first rotation) and names what is wrong with a command that fixes it. Real Redis."""
 
 from __future__ import annotations
 

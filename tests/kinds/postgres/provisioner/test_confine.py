@@ -1,4 +1,4 @@
-"""Finding 9.8: each consumer's login reaches only its own database; databases meshtui did not
+"""Each consumer's login reaches only its own database; databases meshtui did not
 create keep their rights."""
 
 from __future__ import annotations

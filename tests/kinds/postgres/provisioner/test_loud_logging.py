@@ -1,4 +1,4 @@
-"""Finding 9.3: no password and no SCRAM verifier reaches the server log or pg_stat_statements,
+"""No password and no SCRAM verifier reaches the server log or pg_stat_statements,
 with every logging setting a DBA may turn on, all at once (auto_explain and pg_stat_statements
 preloaded, so this test has a cluster of its own per server version)."""
 

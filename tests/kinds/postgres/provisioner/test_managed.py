@@ -1,4 +1,4 @@
-"""Issue 10.2: managed PostgreSQL. The admin is not a superuser but has CREATEROLE and CREATEDB
+"""Managed PostgreSQL. The admin is not a superuser but has CREATEROLE and CREATEDB
 (on 16+ the creating role gets ADMIN OPTION; on 15 CREATEROLE alone may alter any
 non-superuser role). Every rule holds: only roles it made, only verifiers, data kept on
 removal, drift repaired ("set every time"), and what it cannot do is said."""

@@ -210,8 +210,8 @@ def test_the_new_file_keeps_its_owner_and_mode(tmp_path: Path) -> None:
 
 
 def test_pin_lines_demand_tls_where_the_files_own_rules_do() -> None:
-    """Issue 26: a file whose rules are hostssl got plain ``host`` pin lines, letting a pinned
-    login in without TLS where nobody else could."""
+    """A file whose rules are hostssl gets hostssl pin lines: plain ``host`` ones would let a
+    pinned login in without TLS where nobody else could."""
     text = (
         "local all postgres peer\n"
         "hostssl all all 10.0.0.0/24 scram-sha-256\n"

@@ -229,7 +229,7 @@ def dba_saves_in_place(hba: Path) -> None:
 def test_a_dba_edit_saved_while_pinning_is_kept(
     mesh: Mesh, hba: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """L1: the edit lands between the pin run's read and its write; it must not be reverted."""
+    """The edit lands between the pin run's read and its write; it must not be reverted."""
     real_rules = pg_hba._rules
     calls = []
 
