@@ -121,7 +121,7 @@ def _save(lab: Lab) -> None:
     write_private(lab.folder / "lab.json", json.dumps(data, indent=1).encode())
 
 
-def servers() -> dict[str, tuple[Kind, LabServer]]:
+def lab_servers() -> dict[str, tuple[Kind, LabServer]]:
     """Every registered kind's lab server, by kind name, in the registry's order."""
     return {name: (kind, kind.lab.load()) for name, kind in registry.KINDS.items()}
 
@@ -142,11 +142,11 @@ def up(
     machine can run its server. The default kind's server, which every module requires, always
     runs; ``provisioner`` (or $MESHTUI_LAB_PROVISIONER) is its provider's provisioner command.
     """
-    chosen = kinds or {}
-    raised = {
+    wanted = kinds or {}
+    chosen = {
         name: pair
-        for name, pair in servers().items()
-        if name == registry.DEFAULT or chosen.get(name, mesh is None and pair[1].available())
+        for name, pair in lab_servers().items()
+        if name == registry.DEFAULT or wanted.get(name, mesh is None and pair[1].available())
     }
     from meshtui.controller.keys import write_keys_once
 
@@ -176,8 +176,8 @@ def up(
     pub, _ = write_keys_once(state_dir)
     for node in nodes:
         identity.init(node, folder / "nodes" / node, pub)
-    providers: dict[str, LabProvider] = {}
-    for kind, (_kind, server) in raised.items():
+    raised: dict[str, tuple[Kind, LabServer, LabProvider]] = {}
+    for kind, server in chosen.values():
         module = f"{PROVIDER_NODE}/{server.module}"
         site = LabSite(
             folder=folder / server.folder,
@@ -188,13 +188,13 @@ def up(
             netns=f"{name}-{PROVIDER_NODE}" if use_netns else None,
             networks=networks,
         )
-        providers[kind] = server.raise_server(site)
+        raised[kind.name] = (kind, server, server.raise_server(site))
     command = provisioner if provisioner is not None else os.environ.get(PROVISIONER_ENV)
     decl = _write_declaration(
         folder,
         addresses,
         mesh,
-        {k: (raised[k][0], raised[k][1], p) for k, p in providers.items()},
+        raised,
         provisioner=shlex.split(command) if command else None,
     )
     _make_credential_folders(folder / "srv", mesh)
@@ -205,7 +205,7 @@ def up(
         addresses=addresses,
         pids=dict(previous.pids) if previous else {},
         declaration=decl,
-        datadir=folder / raised[registry.DEFAULT][1].folder,
+        datadir=folder / chosen[registry.DEFAULT][1].folder,
     )
     for node in nodes:
         if not (lab.pids.get(node) and _alive(lab.pids[node]) and agent_answers(lab.socket(node))):
@@ -307,7 +307,7 @@ def _write_declaration(
                     requires.append(need.requires)
                     table.update(need.more)
             tables.append((("modules", f"{node}/{module}"), table))
-    servers = {  # the provisions whose login hands the server the credential
+    handed = {  # the provisions whose login hands the server the credential
         str(entry["name"]): node_policy.Server(
             kind.name, provider.address, provider.port, str(provider.ca)
         )
@@ -315,7 +315,7 @@ def _write_declaration(
         if kind.hands_over
         for entry in _provides(provider)
     }
-    _write_policies(folder, list(addresses), tables, servers)
+    _write_policies(folder, list(addresses), tables, handed)
     path = folder / "mesh.toml"
     text = toml_writer.document(
         tables, comment="written by meshtui lab up: the lab's nodes, reached over Unix sockets"
@@ -393,7 +393,7 @@ def _provides(provider: LabProvider) -> list[Mapping[str, toml_writer.Value]]:
 def default_servers() -> dict[str, bool]:
     """The servers the default mesh of :func:`up` runs, by title, each with whether it is
     installed here (one not installed is left out of the mesh)."""
-    return {kind.title: server.available() for kind, server in servers().values()}
+    return {kind.title: server.available() for kind, server in lab_servers().values()}
 
 
 def down(
@@ -422,7 +422,7 @@ def down(
         for node in lab.pids:
             lab.socket(node).unlink(missing_ok=True)
     folder = state_dir / LAB
-    last = sorted(servers().values(), key=lambda pair: pair[0].name == registry.DEFAULT)
+    last = sorted(lab_servers().values(), key=lambda pair: pair[0].name == registry.DEFAULT)
     for kind, server in last:  # the mesh's database last
         if server.stop(folder / server.folder, purge=purge, say=say):
             done.append(f"stopped {kind.title}")
@@ -447,7 +447,7 @@ def status(state_dir: Path) -> dict[str, Any]:
         return {"up": False}
     running = {
         name: server.running(lab.folder / server.folder)
-        for name, (_kind, server) in servers().items()
+        for name, (_kind, server) in lab_servers().items()
     }
     return {
         "up": True,
