@@ -36,9 +36,12 @@ from pathlib import Path
 
 from bench_scale import _delivered, declaration  # noqa: E402  (one copy of the 10,000-pair mesh)
 
+from meshtui.contracts.lab_server import LabProvider
 from meshtui.controller.core import Controller, init_keys
 from meshtui.host.state import identity
+from meshtui.kinds import registry
 from meshtui.kinds.openbao import lab as lab_bao
+from meshtui.kinds.postgres import lab as lab_pg
 from meshtui.kinds.redis import lab as lab_redis
 from meshtui.kinds.seaweedfs import lab as lab_s3
 from meshtui.lab import mesh as lab_mesh
@@ -132,16 +135,39 @@ def demo_state(root: Path) -> Path:
     admin = root / "admin.conninfo"
     admin.write_text("host=/run/postgresql user=postgres dbname=postgres\n")
     admin.chmod(0o600)
+    srv = lab / "srv" / lab_mesh.PROVIDER_NODE
+    cache = lab_redis.RedisServer(lab / "redis", "127.0.0.1", lab_redis.PORT)
+    vault = lab_bao.BaoServer(lab / "openbao", "127.0.0.1", 8200, 8201, None)
+    store = lab_s3.WeedServer(lab / "weed", "127.0.0.1", lab_s3.Ports(1, 2, 3, 4), None)
+    tables = {
+        "postgres": (
+            lab_pg.provider_table(srv / "postgres", lab_pg.PORT, admin),
+            lab_pg.PORT,
+            None,
+        ),
+        "redis": (
+            lab_redis.declaration_table(cache, srv / "redis", "db1/redis")[1],
+            cache.port,
+            cache.ca,
+        ),
+        "openbao": (
+            lab_bao.declaration_table(vault, srv / "openbao", "db1/openbao")[1],
+            vault.port,
+            vault.ca,
+        ),
+        "seaweedfs": (
+            lab_s3.declaration_table(store, srv / "s3", "db1/s3")[1],
+            store.ports.s3,
+            store.ca,
+        ),
+    }
+    raised = {
+        name: (kind, kind.lab.load(), LabProvider(table, "127.0.0.1", port, ca))
+        for name, kind in registry.KINDS.items()
+        for table, port, ca in [tables[name]]
+    }
     decl = lab_mesh._write_declaration(
-        lab,
-        {n: "127.0.0.1" for n in nodes},
-        lab_mesh.DEFAULT_MESH,
-        port=lab_mesh.PG_PORT,
-        admin=admin,
-        provisioner=None,
-        cache=lab_redis.RedisServer(lab / "redis", "127.0.0.1", lab_mesh.REDIS_PORT),
-        vault=lab_bao.BaoServer(lab / "openbao", "127.0.0.1", 8200, 8201, None),
-        store=lab_s3.WeedServer(lab / "weed", "127.0.0.1", lab_s3.Ports(1, 2, 3, 4), None),
+        lab, {n: "127.0.0.1" for n in nodes}, lab_mesh.DEFAULT_MESH, raised, provisioner=None
     )
     with Controller.open(state) as ctl:
         ctl.declare(decl)

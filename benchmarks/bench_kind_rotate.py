@@ -190,7 +190,9 @@ def build(state: Path, code: Path | None = None) -> lab_mesh.Lab:
     if code is not None:  # the agents inherit it: that revision's package comes first
         os.environ["PYTHONPATH"] = str(code)
     try:
-        built = lab_mesh.up(state, loopback=True, redis=False, vault=True, s3=True)
+        built = lab_mesh.up(
+            state, loopback=True, kinds={"redis": False, "openbao": True, "seaweedfs": True}
+        )
     finally:
         if kept is None:
             os.environ.pop("PYTHONPATH", None)

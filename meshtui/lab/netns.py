@@ -27,6 +27,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -196,6 +197,13 @@ def available() -> bool:
         _ip("netns", "del", probe, check=False)
         return False
     return True
+
+
+def free_port() -> int:
+    """A free TCP port on loopback, for a server of a lab without namespaces."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def exec_argv(namespace: str, argv: list[str]) -> list[str]:

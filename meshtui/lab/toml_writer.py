@@ -12,11 +12,10 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
-Value = str | int | float | bool | Sequence["Value"] | Mapping[str, "Value"]
-"""What a key may hold; a mapping inside a section is written as an inline table."""
+from meshtui.contracts.lab_server import Table, Value
 
-Table = tuple[Sequence[str], Mapping[str, Value]]
-"""A section: its path (``("modules", "db1/postgres")``) and its keys."""
+__all__ = ["Table", "Value", "document", "key", "string", "table", "value"]
+
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 

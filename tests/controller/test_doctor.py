@@ -39,7 +39,7 @@ WIKI = "database:app2/wiki->db1/postgres"
 @pytest.fixture(scope="module")
 def lab() -> Iterator[tuple[Path, lab_mesh.Lab]]:
     with running_lab(
-        "meshtui-doctor-", redis=False, s3=False, vault=False
+        "meshtui-doctor-", kinds={"redis": False, "seaweedfs": False, "openbao": False}
     ) as found:  # the counts are PostgreSQL's
         yield found
 

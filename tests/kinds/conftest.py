@@ -1,5 +1,5 @@
 """The contract suite's fixtures: one real server per registered kind, found as
-``tests/kinds/<kind>.py``'s ``serve`` (see tests/kinds/contract.py), and a fresh provider folder
+``tests/kinds/<kind>/serve.py``'s ``serve`` (see tests/kinds/contract.py), and a fresh provider folder
 for each test."""
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from .contract import Provider, Server
 
 
 def fixture_module(name: str) -> object:
-    """``tests.kinds.<name>``: the kind's fixture object's module (a kind without one fails)."""
-    return importlib.import_module(f"tests.kinds.{name}")
+    """``tests.kinds.<name>.serve``: the kind's fixture object's module (a kind without one
+    fails)."""
+    return importlib.import_module(f"tests.kinds.{name}.serve")
 
 
 @pytest.fixture(scope="session", params=registry.NAMES)

@@ -1,8 +1,8 @@
 """What the contract suite needs of a kind: :class:`Server`, the fixture object each kind's
-``tests/kinds/<kind>.py`` provides, and :class:`Provider`, the provider's folder (manifest and
+``tests/kinds/<kind>/serve.py`` provides, and :class:`Provider`, the provider's folder (manifest and
 secret files) written as the provider's agent would, the same for every kind.
 
-A kind joins the suite by adding ``tests/kinds/<kind>.py`` with a ``serve`` context manager
+A kind joins the suite by adding ``tests/kinds/<kind>/serve.py`` with a ``serve`` context manager
 (``serve(tmp: Path) -> Iterator[Server]``) that raises a real server of the kind and takes it
 down after; :mod:`tests.kinds.conftest` finds it by the kind's registered name.
 """

@@ -1,5 +1,5 @@
 """The contract every kind's adapter and probe keep, run over every registered kind against its
-real server (tests/kinds/<kind>.py raises it; tests/kinds/contract.py says what it must offer).
+real server (tests/kinds/<kind>/serve.py raises it; tests/kinds/contract.py says what it must offer).
 
 A new kind is done when it passes this module. What is specific to one kind (Redis's ACL rules,
 PostgreSQL's databases and pg_hba.conf) stays in that kind's own tests.
@@ -21,7 +21,7 @@ from .contract import Provider, Server, every_password, outcomes
 @pytest.mark.parametrize("name", registry.NAMES)
 def test_every_registered_kind_has_a_fixture_object(name: str) -> None:
     assert callable(getattr(fixture_module(name), "serve", None)), (
-        f"tests/kinds/{name}.py must define serve(tmp) (see tests/kinds/contract.py)"
+        f"tests/kinds/{name}/serve.py must define serve(tmp) (see tests/kinds/contract.py)"
     )
 
 

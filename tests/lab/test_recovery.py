@@ -28,7 +28,7 @@ OTHERS = ["database:app1/grafana->db1/postgres", "database:app2/gitea->db1/postg
 
 @pytest.fixture(scope="module")
 def lab():
-    with running_lab("meshtui-recovery-", redis=False, s3=False) as found:
+    with running_lab("meshtui-recovery-", kinds={"redis": False, "seaweedfs": False}) as found:
         yield found
 
 

@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from meshtui.contracts.lab_server import LabProvider
+from meshtui.kinds import registry
+from meshtui.kinds.postgres.lab import provider_table
 from meshtui.lab import mesh, toml_writer
 
 AWKWARD = [
@@ -60,12 +63,13 @@ def test_the_declaration_keeps_awkward_paths(tmp_path: Path) -> None:
     folder = tmp_path / 'lab "one" \\ two'
     folder.mkdir()
     admin = folder / 'admin "file"'
+    kind = registry.KINDS[registry.DEFAULT]
+    table = provider_table(folder / "srv" / "db1" / "postgres", 5432, admin)
     path = mesh._write_declaration(
         folder,
         {"db1": "10.213.0.2", "app1": "10.213.0.3"},
         {"app1": ["gitea"]},
-        port=5432,
-        admin=admin,
+        {kind.name: (kind, kind.lab.load(), LabProvider(table, "10.213.0.2", 5432, None))},
         provisioner=["/usr/bin/prov", 'say "{admin}"'],
     )
     doc = tomllib.loads(path.read_text())

@@ -18,13 +18,7 @@ from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
 from meshtui import crypto, folders
-from meshtui.errors import (
-    EnvelopeError,
-    HostFileError,
-    MeshtuiError,
-    MessageError,
-    OffClockError,
-)
+from meshtui.errors import HostFileError
 from meshtui.host import checks as checks_mod
 from meshtui.host import credential_files as files
 from meshtui.host import log
@@ -33,6 +27,7 @@ from meshtui.host.module_secrets import OwnSecrets
 from meshtui.host.policy import node_policy as policy_mod
 from meshtui.host.receive.delivery import Deliveries
 from meshtui.host.receive.run_provisioner import Provisioner, builtin_provisioner, inspect_provider
+from meshtui.host.server.answers import Asked, Refused, Step, answering
 from meshtui.host.state.anchor import AuditAnchor, is_nonce
 from meshtui.host.state.guard import Accepted, Change, Record
 from meshtui.host.state.holdings import Holdings, examine_all
@@ -197,56 +192,46 @@ class Agent:
     ) -> tuple[int, dict[str, str]]:
         me = self.identity.name
         try:
-            msg = wire.open_envelope(
-                envelope,
-                verify_key=self.identity.controller.verify,
-                sender=wire.CONTROLLER,
-                to=me,
-            )
-        except OffClockError as exc:  # signed by the controller, but off this clock
-            return 403, self._reply("error", {"error": str(exc)}, exc.nonce)
-        except EnvelopeError as exc:
-            # unsigned: nobody is known yet, and the node's signature must never cover an
-            # answer to whoever asked (an on-path attacker would relay it as the node's word)
-            return 403, {"error": str(exc)}
-        try:
-            self.accepted.take(msg.seq)  # durably recorded below, before anything is done
-        except EnvelopeError as exc:  # signed by the controller, but used: quote its nonce
-            return 403, self._reply("error", {"error": str(exc)}, msg.nonce)
-        kinds.append(msg.kind)
-        route = self._routes.get(msg.kind)
-        if route is None:
-            return 400, self._reply("error", {"error": f"unknown kind {msg.kind!r}"}, msg.nonce)
-        head = msg.head if msg.head is not None and self.anchor.wants(msg.head) else None
-        recorded: list[int] = []
+            with answering(Step.OPEN, Asked(me)):
+                msg = wire.open_envelope(
+                    envelope,
+                    verify_key=self.identity.controller.verify,
+                    sender=wire.CONTROLLER,
+                    to=me,
+                )
+            recorded: list[int] = []
+            asked = Asked(me, msg.kind, msg.nonce, recorded)
+            with answering(Step.TAKE, asked):
+                self.accepted.take(msg.seq)  # durably recorded below, before anything is done
+            kinds.append(msg.kind)
+            route = self._routes.get(msg.kind)
+            if route is None:
+                return 400, self._reply("error", {"error": f"unknown kind {msg.kind!r}"}, msg.nonce)
+            head = msg.head if msg.head is not None and self.anchor.wants(msg.head) else None
 
-        def record(changes: Sequence[Change], ahead: Sequence[int] = ()) -> None:
-            # the audit head goes in the same durable line, before the request is acted on
-            self.accepted.record(msg.seq, changes, head.to_json() if head else None, ahead)
-            recorded.append(msg.seq)
+            def record(changes: Sequence[Change], ahead: Sequence[int] = ()) -> None:
+                # the audit head goes in the same durable line, before the request is acted on
+                self.accepted.record(msg.seq, changes, head.to_json() if head else None, ahead)
+                recorded.append(msg.seq)
 
-        try:
-            work = route.accept(msg.payload, record)  # the one check of the request's shape
-        except MessageError as exc:
-            return 400, self._reply("error", {"error": f"{me} refused: {exc}"}, msg.nonce)
-        try:
-            payload = work()
-        except OSError as exc:
-            what = f"{msg.kind} failed on {me}" if recorded else f"{me} cannot record the request"
-            return 500, self._reply("error", {"error": f"{what}: {exc.strerror}"}, msg.nonce)
-        except MeshtuiError as exc:
-            return 422, self._reply("error", {"error": str(exc)}, msg.nonce)
-        except ValueError as exc:  # a value that has the shape but not the meaning
-            return 400, self._reply(
-                "error", {"error": f"{me} refused {msg.kind}: {exc}"}, msg.nonce
-            )
-        finally:
-            self._forget_expired_drills()
-            if head is not None and recorded:
-                # the head is durable in the guard's line; its readable copy is written after
-                # the answer is sent (outside a rotation's window), and a failed copy loses nothing
-                self.anchor.take(head)
-                kept.append(True)
+            with answering(Step.CHECK, asked):
+                work = route.accept(msg.payload, record)  # the one check of the request's shape
+            try:
+                with answering(Step.WORK, asked):
+                    payload = work()
+            finally:
+                self._forget_expired_drills()
+                if head is not None and recorded:
+                    # the head is durable in the guard's line; its readable copy is written after
+                    # the answer is sent (outside a rotation's window), and a failed copy loses
+                    # nothing
+                    self.anchor.take(head)
+                    kept.append(True)
+        except Refused as refused:
+            error = {"error": refused.error}
+            if refused.nonce is None:
+                return refused.status, error
+            return refused.status, self._reply("error", error, refused.nonce)
         return 200, self._reply(msg.kind, payload, msg.nonce)
 
     def read_anchor(self, nonce: str) -> tuple[int, dict[str, str]]:

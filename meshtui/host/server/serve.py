@@ -35,7 +35,7 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -43,6 +43,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from meshtui import folders
 from meshtui.errors import InputError
 from meshtui.host import log
+from meshtui.host.server.answers import BODY_TIMEOUT_S, BodyTooLong, Refused, Step, answering
 from meshtui.host.server.connections import GuardedHttpTools, peer_of
 from meshtui.host.server.routes import Agent
 from meshtui.host.state import identity
@@ -62,13 +63,8 @@ for the controller's."""
 MAX_LARGE = 1
 """Requests with a body over SMALL_BODY handled at once (provider deliveries are serialized by
 the agent anyway)."""
-BODY_TIMEOUT_S = 30.0
 MAX_CONNECTIONS = 64
 """uvicorn's own cap on open connections and tasks (a backstop; it answers 503 past it)."""
-
-
-class _TooLarge(Exception):
-    """The body grew past what it declared or past MAX_BODY while it was read."""
 
 
 class Slots:
@@ -115,18 +111,19 @@ async def _read_body(request: Request, length: int) -> bytearray:
     async with asyncio.timeout(BODY_TIMEOUT_S):
         async for chunk in request.stream():
             if len(body) + len(chunk) > min(length, MAX_BODY):
-                raise _TooLarge
+                raise BodyTooLong
             body += chunk
     return body
 
 
-def _unread(exc: Exception) -> Response:
-    """The refusal of a body that could not be read: too long, too slow, or its client gone."""
-    if isinstance(exc, _TooLarge):
-        return _refuse(413, "request body longer than declared")
-    if isinstance(exc, TimeoutError):
-        return _refuse(408, f"request body not received within {BODY_TIMEOUT_S:.0f}s")
-    return _refuse(400, "the client went away")  # nobody reads it; nothing logged
+async def _read_or_refuse(request: Request, length: int) -> bytearray | Response:
+    """The body, or the refusal of one that could not be read: too long, too slow, or its
+    client gone (:mod:`meshtui.host.server.answers`)."""
+    try:
+        with answering(Step.READ):
+            return await _read_body(request, length)
+    except Refused as refused:
+        return _refuse(refused.status, refused.error)
 
 
 class AgentApp:
@@ -161,18 +158,19 @@ def build_app(agent: Agent) -> AgentApp:
         peer = peer_of(request.client)
         body = bytearray()
         if not large:  # read before a slot is taken: slow small bodies hold no slot (memory:
-            try:  # at most a MiB per connection one address may hold)
-                body = await _read_body(request, length)
-            except (_TooLarge, TimeoutError, ClientDisconnect) as exc:
-                return _unread(exc)
+            # at most a MiB per connection one address may hold)
+            read = await _read_or_refuse(request, length)
+            if isinstance(read, Response):
+                return read
+            body = read
         if not slots.take(large, peer):
             return _refuse(503, "agent busy; try again", **{"retry-after": "1"})
         try:
             if large:
-                try:
-                    body = await _read_body(request, length)
-                except (_TooLarge, TimeoutError, ClientDisconnect) as exc:
-                    return _unread(exc)
+                read = await _read_or_refuse(request, length)
+                if isinstance(read, Response):
+                    return read
+                body = read
             box = [body]  # handed over: the worker holds the only reference to the raw bytes
             del body
             loop = asyncio.get_running_loop()

@@ -35,18 +35,26 @@ import json
 import os
 import shutil
 import signal
-import socket
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from meshtui import runas
 from meshtui.atomic import write_private
+from meshtui.contracts.lab_server import (
+    FoundInFolder,
+    LabConsumer,
+    LabNeed,
+    LabProvider,
+    LabServer,
+    LabSite,
+)
 from meshtui.errors import LabError, ProvisionError
 from meshtui.kinds.openbao.client import APPROLE_MOUNT, KV_MOUNT, Bao
 from meshtui.lab import toml_writer
 from meshtui.lab.accounts import check_path_open, ensure_system_user
 from meshtui.lab.certificates import make_certificates
+from meshtui.lab.netns import free_port
 from meshtui.lab.wait import ended, poll
 
 SERVER_USER = "meshtui_bao"
@@ -334,13 +342,6 @@ def _hcl_string(text: str) -> str:
     return json.dumps(text)
 
 
-def free_port() -> int:
-    """A free TCP port on loopback (for a lab without namespaces)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def create(folder: Path, *, address: str, port: int, cluster_port: int | None = None) -> BaoServer:
     """Lay out the lab OpenBao's files in ``folder`` (see the module docstring); runs nothing."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -413,10 +414,10 @@ def existing(folder: Path) -> BaoServer | None:
         return None
 
 
-def declaration_table(server: BaoServer, srv: Path) -> toml_writer.Table:
-    """The provider module ``db1/openbao`` of the lab's declaration (a TOML table)."""
+def declaration_table(server: BaoServer, srv: Path, module: str) -> toml_writer.Table:
+    """The provider module (``db1/openbao``) of the lab's declaration (a TOML table)."""
     return (
-        ("modules", "db1/openbao"),
+        ("modules", module),
         {
             "provides": [
                 {"name": "secret", "kind": "openbao", "port": server.port, "ca": str(server.ca)}
@@ -445,3 +446,46 @@ def own_secrets(folder: Path) -> list[toml_writer.Value]:
 def requirement(file: Path) -> dict[str, toml_writer.Value]:
     """A consumer's ``requires`` entry for the lab's vault (an inline TOML table)."""
     return {"name": "secret", "file": str(file)}
+
+
+CONSUMERS = frozenset({("app1", "gitea"), ("app2", "wiki")})
+"""Who requires the demo's vault (``secret`` at ``db1/openbao``), when they are in the mesh."""
+
+
+class BaoLab(FoundInFolder[BaoServer]):
+    """The lab's OpenBao as the lab raises it (:class:`~meshtui.contracts.lab_server.LabServer`)."""
+
+    folder = "openbao"
+    module = "openbao"
+    title = "OpenBao"
+    consumers = CONSUMERS
+
+    def available(self) -> bool:
+        return available()
+
+    def raise_server(self, site: LabSite) -> LabProvider:
+        """Its own ports again on a loopback lab."""
+        old = existing(site.folder)
+        if site.netns is not None:
+            port, cluster = PORT, PORT + 1
+        elif old is not None:
+            port, cluster = old.port, old.cluster_port
+        else:
+            port, cluster = free_port(), free_port()
+        server = create(site.folder, address=site.address, port=port, cluster_port=cluster)
+        server.start(netns=site.netns)
+        _, table = declaration_table(server, site.files, site.module)
+        return LabProvider(table, server.address, server.port, server.ca)
+
+    def find(self, folder: Path) -> BaoServer | None:
+        return existing(folder)
+
+    def requires(self, consumer: LabConsumer) -> LabNeed:
+        return LabNeed(
+            requirement(consumer.files / "vault.secret_id"),
+            {"secrets": own_secrets(consumer.files)},
+        )
+
+
+LAB: LabServer = BaoLab()
+"""What ``Kind.lab`` names."""

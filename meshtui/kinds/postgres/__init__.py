@@ -37,7 +37,7 @@ KIND = Kind(
     finish_name=FINISH_NAME,
     probe=Ref("meshtui.kinds.postgres.probe", "probe"),
     doctor=Ref("meshtui.kinds.postgres.doctor", "admin_rights"),
-    lab=Ref("meshtui.kinds.postgres.lab"),
+    lab=Ref("meshtui.kinds.postgres.lab", "LAB"),
     dbname=_dbname,
     connection=connection,
 )

@@ -28,7 +28,7 @@ import pwd
 import stat
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,10 +39,19 @@ from psycopg.conninfo import make_conninfo
 
 from meshtui import runas
 from meshtui.atomic import write_private
+from meshtui.contracts.lab_server import (
+    LabConsumer,
+    LabNeed,
+    LabProvider,
+    LabServer,
+    LabSite,
+    Value,
+)
 from meshtui.errors import LabError
 from meshtui.lab.accounts import check_path_open as _check_path_open
 from meshtui.lab.accounts import ensure_system_user as _ensure_system_user
 from meshtui.lab.foreign import ForeignDir, open_dir
+from meshtui.lab.netns import free_port
 from meshtui.lab.wait import wait_until
 from meshtui.runas import OsUser
 
@@ -539,3 +548,92 @@ def open_cluster(datadir: Path) -> Cluster:
         system_user=system_user,
         bindir=bindir,
     )
+
+
+PORT = 5432
+"""Where the lab's PostgreSQL listens inside the provider's namespace."""
+
+
+def _database(consumer: LabConsumer) -> str:
+    """The consumer's database: its module's name, or ``<module>_<node>`` when a module of
+    that name on an earlier node holds it already."""
+    taken: set[str] = set()
+    for node, modules in consumer.mesh.items():
+        for module in modules:
+            name = module if module not in taken else f"{module}_{node}"
+            if (node, module) == (consumer.node, consumer.module):
+                return name
+            taken.add(name)
+    return consumer.module
+
+
+def provider_table(files: Path, port: int, admin: Path) -> dict[str, Value]:
+    """The lab's PostgreSQL provider module in the declaration: pinned, its files in ``files``."""
+    return {
+        "provides": [{"name": "database", "port": port}],
+        "receives": {"database": str(files / "mesh.json")},
+        "grants": {"database": str(files / "grants")},
+        "admin": str(admin),
+        "pin": True,
+    }
+
+
+def _old_port(datadir: Path) -> int | None:
+    try:
+        return open_cluster(datadir).port
+    except LabError:
+        return None
+
+
+class PostgresLab:
+    """The lab's PostgreSQL as the lab raises it
+    (:class:`~meshtui.contracts.lab_server.LabServer`): the mesh's database, which every module
+    of the demo requires; its admin file goes to the provider node's state folder."""
+
+    folder = "pg"
+    module = "postgres"
+
+    def available(self) -> bool:
+        """Always: without its binaries ``lab up`` fails saying what to install."""
+        return True
+
+    def raise_server(self, site: LabSite) -> LabProvider:
+        port = PORT if site.netns else _old_port(site.folder) or free_port()
+        cluster = create_cluster(
+            site.folder, port=port, listen=(site.address,), hba_networks=site.networks
+        )
+        if not cluster.running():
+            cluster.start(netns=site.netns)
+        admin = cluster.write_admin_file(site.node_state / "admin.conninfo")
+        return LabProvider(provider_table(site.files, port, admin), site.address, port, None)
+
+    def running(self, folder: Path) -> bool | None:
+        """False (never None) when there is no cluster: the lab always has one."""
+        try:
+            return open_cluster(folder).running()
+        except LabError:
+            return False
+
+    def stop(self, folder: Path, *, purge: bool, say: Callable[[str], None]) -> bool:
+        try:
+            cluster = open_cluster(folder)
+            if not cluster.running():
+                return False
+            say("stopping PostgreSQL ...")
+            cluster.stop()
+        except LabError:
+            return False
+        return True
+
+    def need(self, consumer: LabConsumer) -> LabNeed | None:
+        return LabNeed(
+            {
+                "name": "database",
+                "values": {"database": _database(consumer)},
+                "file": str(consumer.files / "db.password"),
+            }
+        )
+
+
+LAB: LabServer = PostgresLab()
+"""What ``Kind.lab`` names."""

@@ -28,11 +28,20 @@ from urllib.parse import quote
 
 from meshtui import runas
 from meshtui.atomic import write_private
+from meshtui.contracts.lab_server import (
+    FoundInFolder,
+    LabConsumer,
+    LabNeed,
+    LabProvider,
+    LabServer,
+    LabSite,
+)
 from meshtui.errors import LabError
 from meshtui.lab import toml_writer
 from meshtui.lab.accounts import check_path_open, ensure_system_user
 from meshtui.lab.certificates import make_certificates
 from meshtui.lab.foreign import ForeignDir
+from meshtui.lab.netns import free_port
 from meshtui.lab.wait import ended, poll
 
 ADMIN_USER = "meshtui-admin"
@@ -252,10 +261,17 @@ def existing(folder: Path) -> RedisServer | None:
         return None
 
 
-def declaration_table(server: RedisServer, srv: Path) -> toml_writer.Table:
-    """The provider module ``db1/redis`` of the lab's declaration (a TOML table)."""
+PORT = 6379
+"""Where the lab's Redis listens inside the provider's namespace."""
+
+CONSUMERS = frozenset({("app1", "gitea"), ("app2", "wiki")})
+"""Who requires the demo's Redis (``cache`` at ``db1/redis``), when they are in the mesh."""
+
+
+def declaration_table(server: RedisServer, srv: Path, module: str) -> toml_writer.Table:
+    """The provider module (``db1/redis``) of the lab's declaration (a TOML table)."""
     return (
-        ("modules", "db1/redis"),
+        ("modules", module),
         {
             "provides": [
                 {"name": "cache", "kind": "redis", "port": server.port, "ca": str(server.ca)}
@@ -270,3 +286,38 @@ def declaration_table(server: RedisServer, srv: Path) -> toml_writer.Table:
 def requirement(file: Path) -> dict[str, toml_writer.Value]:
     """A consumer's ``requires`` entry for the lab's Redis (an inline TOML table)."""
     return {"name": "cache", "file": str(file)}
+
+
+def _old_port(folder: Path) -> int | None:
+    """The port a loopback lab's Redis was given before (None: none yet)."""
+    old = existing(folder)
+    return old.port if old is not None else None
+
+
+class RedisLab(FoundInFolder[RedisServer]):
+    """The lab's Redis as the lab raises it (:class:`~meshtui.contracts.lab_server.LabServer`)."""
+
+    folder = "redis"
+    module = "redis"
+    title = "Redis"
+    consumers = CONSUMERS
+
+    def available(self) -> bool:
+        return available()
+
+    def raise_server(self, site: LabSite) -> LabProvider:
+        port = PORT if site.netns else _old_port(site.folder) or free_port()
+        server = create(site.folder, address=site.address, port=port)
+        server.start(netns=site.netns)
+        _, table = declaration_table(server, site.files, site.module)
+        return LabProvider(table, server.address, server.port, server.ca)
+
+    def find(self, folder: Path) -> RedisServer | None:
+        return existing(folder)
+
+    def requires(self, consumer: LabConsumer) -> LabNeed:
+        return LabNeed(requirement(consumer.files / "cache.password"))
+
+
+LAB: LabServer = RedisLab()
+"""What ``Kind.lab`` names."""

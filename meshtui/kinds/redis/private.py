@@ -12,7 +12,7 @@ redis-py has no public way to do these three things:
 * tell this end's address of a connection (its socket is the private ``_sock``): what the
   probe names when the login may not run ``CLIENT INFO``.
 
-tests/redis/test_redis_private.py checks every name and behaviour used here against the
+tests/kinds/redis/test_redis_private.py checks every name and behaviour used here against the
 installed redis-py (pinned below), so an upgrade that changes them fails loudly there instead
 of quietly trusting the system's CAs or breaking the probe.
 """

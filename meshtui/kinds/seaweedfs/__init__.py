@@ -26,7 +26,7 @@ KIND = Kind(
     admin_example='master = "127.0.0.1:9333"  filer = "127.0.0.1:8888"  admin = "meshtui-admin"',
     adapter=Ref("meshtui.kinds.seaweedfs.adapter", "SeaweedAdapter"),
     probe=Ref("meshtui.kinds.seaweedfs.probe", "probe"),
-    lab=Ref("meshtui.kinds.seaweedfs.lab"),
+    lab=Ref("meshtui.kinds.seaweedfs.lab", "LAB"),
     doctor=Ref("meshtui.kinds.seaweedfs.doctor", "admin_rights"),
     check_values=check_values,
     tls=True,

@@ -27,11 +27,20 @@ import secrets
 import shutil
 import signal
 import stat
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from meshtui import runas
 from meshtui.atomic import write_private
+from meshtui.contracts.lab_server import (
+    FoundInFolder,
+    LabConsumer,
+    LabNeed,
+    LabProvider,
+    LabServer,
+    LabSite,
+)
 from meshtui.errors import LabError
 from meshtui.kinds.seaweedfs import KIND
 from meshtui.kinds.seaweedfs.shell import find_weed
@@ -353,3 +362,48 @@ def declaration_table(server: WeedServer, srv: Path, module: str) -> toml_writer
 def requirement(file: Path) -> dict[str, toml_writer.Value]:
     """A consumer's ``requires`` entry for the lab's object store (its derived bucket)."""
     return {"name": PROVISION, "file": str(file)}
+
+
+CONSUMERS = frozenset({("app1", "grafana"), ("app2", "wiki")})
+"""Who requires the demo's object store (``objects`` at ``db1/s3``), when they are in the mesh."""
+
+
+class WeedLab(FoundInFolder[WeedServer]):
+    """The lab's SeaweedFS as the lab raises it
+    (:class:`~meshtui.contracts.lab_server.LabServer`)."""
+
+    folder = "weed"
+    module = "s3"
+    title = "SeaweedFS"
+    consumers = CONSUMERS
+
+    def available(self) -> bool:
+        return available()
+
+    def raise_server(self, site: LabSite) -> LabProvider:
+        """Run as its own user, its ports kept from an earlier ``lab up``."""
+        old = existing(site.folder)
+        ports = old.ports if old is not None else pick_ports(os.getpid())
+        server = create(site.folder, address=site.address, ports=ports)
+        server.start(netns=site.netns)
+        _, table = declaration_table(server, site.files, site.module)
+        return LabProvider(table, server.address, server.ports.s3, server.ca)
+
+    def find(self, folder: Path) -> WeedServer | None:
+        return existing(folder)
+
+    def requires(self, consumer: LabConsumer) -> LabNeed:
+        return LabNeed(requirement(consumer.files / "s3.secret"))
+
+    def halt(self, server: WeedServer, *, purge: bool, say: Callable[[str], None]) -> None:
+        """Its data goes with the lab folder on ``purge``: no graceful wait then."""
+        if not purge:
+            say(
+                "stopping SeaweedFS: its filer waits about 15 s for its own S3 gateway to let "
+                "go before it exits (weed's graceful stop; the data stays whole) ..."
+            )
+        server.stop(kill=purge)
+
+
+LAB: LabServer = WeedLab()
+"""What ``Kind.lab`` names."""

@@ -11,7 +11,7 @@ from meshtui.errors import ProvisionError
 from meshtui.kinds.openbao.client import APPROLE_MOUNT, KV_MOUNT, Bao
 from meshtui.kinds.openbao.lab import admin_text
 from meshtui.provisioner.harness import reconcile
-from tests.openbao.conftest import BMesh, outcomes
+from tests.kinds.openbao.conftest import BMesh, outcomes
 
 
 def test_create_sets_role_id_and_secret_id(bmesh: BMesh) -> None:

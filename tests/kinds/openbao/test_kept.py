@@ -18,7 +18,7 @@ from meshtui.kinds.openbao import lab as lab_bao
 from meshtui.kinds.openbao.kept import KeptSessions
 from meshtui.kinds.openbao.lab import admin_text
 from meshtui.provisioner.harness import reconcile
-from tests.openbao.conftest import BMesh, outcomes
+from tests.kinds.openbao.conftest import BMesh, outcomes
 
 
 def provisioner_requests(server: lab_bao.BaoServer, since: int) -> list[dict[str, Any]]:

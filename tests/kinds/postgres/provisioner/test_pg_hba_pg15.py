@@ -14,8 +14,7 @@ import pytest
 
 from meshtui.kinds.postgres.lab import Cluster, create_cluster
 from tests.fix_pg import free_port, reset_cluster
-from tests.provisioner.conftest import Mesh
-from tests.provisioner.test_pg_hba_cluster import (  # noqa: F401  (collected here on 15)
+from tests.kinds.postgres.provisioner.test_pg_hba_cluster import (  # noqa: F401  (collected here on 15)
     cluster_version,
     hba,
     test_a_broken_pg_hba_conf_changes_nothing_and_is_reported,
@@ -25,6 +24,7 @@ from tests.provisioner.test_pg_hba_cluster import (  # noqa: F401  (collected he
     test_pin_turned_off_takes_the_block_away,
     test_removal_takes_the_line_away,
 )
+from tests.provisioner.conftest import Mesh
 
 PG15_BIN = Path("/usr/lib/postgresql/15/bin")
 

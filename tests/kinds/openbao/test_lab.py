@@ -16,7 +16,7 @@ from meshtui.controller.core import INVENTORY, Controller
 from meshtui.kinds.openbao import lab as lab_bao
 from meshtui.lab import mesh as lab_mesh
 from tests.fix_lab import cli, running_lab
-from tests.openbao.conftest import process_texts
+from tests.kinds.openbao.conftest import process_texts
 
 GITEA = "secret:app1/gitea->db1/openbao"
 WIKI = "secret:app2/wiki->db1/openbao"
@@ -30,7 +30,7 @@ if not lab_bao.available():
 @pytest.fixture(scope="module")
 def lab() -> Iterator[tuple[Path, Any]]:
     # its own kind only (tests/lab/test_lab.py runs the whole lab)
-    with running_lab("meshtui-blab-", redis=False, s3=False) as found:
+    with running_lab("meshtui-blab-", kinds={"redis": False, "seaweedfs": False}) as found:
         yield found
 
 

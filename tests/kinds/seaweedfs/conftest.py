@@ -72,7 +72,7 @@ class Store:
         done = subprocess.run(
             ["ip", "netns", "exec", self.ns(node), sys.executable, str(HERE / "s3call.py")],
             input=json.dumps(job).encode(), capture_output=True, timeout=120,
-            env={**os.environ, "PYTHONPATH": str(HERE.parent.parent)},
+            env={**os.environ, "PYTHONPATH": str(HERE.parents[2])},
         )  # fmt: skip
         assert done.returncode == 0, done.stderr.decode()[-2000:]
         return json.loads(done.stdout)

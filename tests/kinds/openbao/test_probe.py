@@ -10,7 +10,7 @@ from meshtui.host.probe_runner import ProbeOptions, ProbeTarget, probe_one
 from meshtui.kinds.openbao.adapter import TOKEN_TTL_S, OpenBaoAdapter
 from meshtui.lab.certificates import make_certificates
 from meshtui.model import Verdict
-from tests.openbao.conftest import BMesh
+from tests.kinds.openbao.conftest import BMesh
 
 LOCAL = ProbeOptions(timeout=5.0, allow_loopback=True)
 

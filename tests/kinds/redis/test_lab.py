@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.root, pytest.mark.slow]
 @pytest.fixture(scope="module")
 def lab() -> Iterator[tuple[Path, Any]]:
     # its own kind only (tests/lab/test_lab.py runs the whole lab)
-    with running_lab("meshtui-rlab-", vault=False, s3=False) as found:
+    with running_lab("meshtui-rlab-", kinds={"openbao": False, "seaweedfs": False}) as found:
         yield found
 
 

@@ -1,4 +1,4 @@
-"""Finding 9.8: each consumer's login reaches only its own database; databases meshtui did not
+"""Each consumer's login reaches only its own database; databases meshtui did not
 create keep their rights."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from .conftest import Mesh, outcomes
+from tests.provisioner.conftest import Mesh, outcomes
 
 
 def _refused(mesh: Mesh, login: str, password: str, dbname: str) -> str:

@@ -15,9 +15,9 @@ from pathlib import Path
 import redis
 
 from meshtui.kinds.redis import lab as lab_redis
-from tests.redis.conftest import free_port
+from tests.kinds.redis.conftest import free_port
 
-WALK = (Path(__file__).parents[2] / "docs" / "real-mesh.md").read_text()
+WALK = (Path(__file__).parents[3] / "docs" / "real-mesh.md").read_text()
 
 
 def recipe() -> list[str]:

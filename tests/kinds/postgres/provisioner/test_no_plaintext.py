@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .conftest import Mesh, outcomes
+from tests.provisioner.conftest import Mesh, outcomes
 
 
 def test_log_statement_all_and_a_failing_write_leak_nothing(mesh: Mesh) -> None:

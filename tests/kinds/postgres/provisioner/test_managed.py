@@ -11,8 +11,7 @@ import pytest
 from meshtui.contracts.adapter import Scope
 from meshtui.kinds.postgres.adapter import PostgresAdapter
 from meshtui.kinds.postgres.catalog import held_name
-
-from .conftest import PROVIDER, Mesh, outcomes, server_version
+from tests.provisioner.conftest import PROVIDER, Mesh, outcomes, server_version
 
 ADMIN_PASSWORD = "managed-admin-pw-1"
 

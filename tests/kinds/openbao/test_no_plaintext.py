@@ -7,7 +7,7 @@ import json
 
 from meshtui.host.probe_runner import ProbeOptions, ProbeTarget, probe_one
 from meshtui.model import Verdict
-from tests.openbao.conftest import BMesh
+from tests.kinds.openbao.conftest import BMesh
 
 
 def test_no_secret_id_or_token_in_the_audit_or_server_log(bmesh: BMesh) -> None:

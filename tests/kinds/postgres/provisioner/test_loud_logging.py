@@ -1,4 +1,4 @@
-"""Finding 9.3: no password and no SCRAM verifier reaches the server log or pg_stat_statements,
+"""No password and no SCRAM verifier reaches the server log or pg_stat_statements,
 with every logging setting a DBA may turn on, all at once (auto_explain and pg_stat_statements
 preloaded, so this test has a cluster of its own per server version)."""
 
@@ -14,8 +14,7 @@ from psycopg import sql
 from meshtui.kinds.postgres.lab import Cluster
 from meshtui.kinds.postgres.quiet import LOWER
 from tests.fix_pg import BINARIES, reset_cluster, start_cluster
-
-from .conftest import Mesh, outcomes, server_version
+from tests.provisioner.conftest import Mesh, outcomes, server_version
 
 LOUD: dict[str, str] = {
     "log_statement": "all",

@@ -123,7 +123,7 @@ TMP_NAMES = ["pg_hba.conf", "pg_ident.conf", CONF_NAME, "postgresql.conf", META_
 def test_planted_temp_symlinks_do_not_hand_root_files_to_the_server_user(
     running: Cluster, scratch: Path
 ) -> None:
-    """Finding 1 exactly: ``ln -s <victim> pg_hba.conf.meshtui-tmp`` as the server user, then
+    """``ln -s <victim> pg_hba.conf.meshtui-tmp`` as the server user, then
     the cluster is created again (what every ``lab up`` does)."""
     victims = {name: make_victim(scratch, f"victim-{i}") for i, name in enumerate(TMP_NAMES)}
     for name, victim in victims.items():

@@ -16,7 +16,7 @@ import pytest
 
 from meshtui.kinds.seaweedfs import lab
 from meshtui.lab import netns as lab_netns
-from tests.seaweedfs.conftest import S3Mesh, Store, outcomes
+from tests.kinds.seaweedfs.conftest import S3Mesh, Store, outcomes
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 

@@ -30,7 +30,7 @@ from meshtui.kinds.openbao.client import KV_MOUNT
 from meshtui.lab import mesh as lab_mesh
 from meshtui.lab import toml_writer
 from tests.fix_lab import cli, running_lab
-from tests.openbao.conftest import process_texts
+from tests.kinds.openbao.conftest import process_texts
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -41,7 +41,9 @@ if not lab_bao.available():
 @pytest.fixture(scope="module")
 def lab() -> Iterator[tuple[Path, Any]]:
     # its own kind only (tests/lab/test_lab.py runs the whole lab)
-    with running_lab("meshtui-olab-", supply=False, redis=False, s3=False) as found:
+    with running_lab(
+        "meshtui-olab-", supply=False, kinds={"redis": False, "seaweedfs": False}
+    ) as found:
         yield found
 
 
@@ -156,7 +158,7 @@ def test_a_rotation_killed_between_vault_and_file_converges(lab: tuple[Path, Any
     assert key.read_text() == old
     login = login_of(state, "app1/gitea")
     assert kv_value(state, login, "session_key") != old  # the new version is in the vault
-    lab_mesh.up(state, redis=False, s3=False)  # restarts the dead agent
+    lab_mesh.up(state, kinds={"redis": False, "seaweedfs": False})  # restarts the dead agent
     with Controller.open(state) as ctl:
         assert ctl.push().ok
     row = rows(state)[("app1/gitea", "session_key")]

@@ -12,7 +12,7 @@ from meshtui.atomic import write_private
 from meshtui.kinds import registry
 from meshtui.kinds.redis import lab as lab_redis
 from meshtui.protocol.messages import CheckProvider
-from tests.redis.conftest import admin_client
+from tests.kinds.redis.conftest import admin_client
 
 ITEM = CheckProvider(
     provider="db1/redis", admin=None, builtin=True, databases=False, pin=False, kind="redis"

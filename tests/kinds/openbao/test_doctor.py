@@ -9,7 +9,7 @@ from typing import Any, cast
 from meshtui.kinds.openbao.doctor import admin_rights
 from meshtui.kinds.openbao.lab import admin_text
 from meshtui.protocol.messages import CheckProvider
-from tests.openbao.conftest import BMesh
+from tests.kinds.openbao.conftest import BMesh
 
 ITEM = cast(CheckProvider, {"provider": "db1/openbao", "admin": "", "builtin": True})
 

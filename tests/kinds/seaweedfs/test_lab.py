@@ -28,7 +28,7 @@ if not lab_s3.available():
 @pytest.fixture(scope="module")
 def lab() -> Iterator[tuple[Path, Any]]:
     # its own kind only (tests/lab/test_lab.py runs the whole lab)
-    with running_lab("meshtui-slab-", redis=False, vault=False) as found:
+    with running_lab("meshtui-slab-", kinds={"redis": False, "openbao": False}) as found:
         yield found
 
 
