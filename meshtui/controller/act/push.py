@@ -430,9 +430,9 @@ def _drift(
         key: InspectSpec = {
             "provider": p["provider"],
             "provision": p["provision"],
-            "receives": spec["receives"][p["provision"]],
-            "admin": spec.get("admin"),
-            "provisioner": spec.get("provisioner"),
+            "receives": spec.receives[p["provision"]],
+            "admin": spec.admin,
+            "provisioner": spec.provisioner,
         }
         wanted = specs.setdefault(node_of(p["provider"]), [])
         if key not in wanted:
