@@ -368,7 +368,7 @@ class EventRow(TypedDict):
     ssh_client: str | None
     kind: str
     pairs: list[str]
-    detail: dict[str, Any]
+    detail: dict[str, Any]  # open: each kind of event records its own detail
     outcome: str
     prev: str
     hash: str

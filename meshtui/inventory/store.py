@@ -544,7 +544,8 @@ class Inventory:
 
     # ---- reads --------------------------------------------------------------------------
     def _query(self, sql: str, params: Sequence[object] = ()) -> list[dict[str, Any]]:
-        """Rows as plain dicts, for the typed reads below to cast."""
+        """Rows as plain dicts, for the typed reads below to cast (open: any table's
+        columns; no row leaves the store in this shape)."""
         with self.lock, self._reading():
             cursor = self._conn.execute(sql, list(params))
             keys = [d[0] for d in cursor.description]
