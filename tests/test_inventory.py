@@ -418,11 +418,16 @@ def test_modules_naming_a_key_are_the_declared_ones_whose_spec_holds_it(tmp_path
     """``modules_naming("secrets")`` (status's read of the modules' own secrets) gives what
     reading every module and keeping the declared ones with that key gives: a value that
     is that very word is read and holds no such key, a withdrawn module is left out."""
+    def secret(name: str) -> dict[str, object]:
+        return {"name": name, "file": f"/etc/app/{name}", "supplied": False, "length": 32,
+                "alphabet": "base64url", "reload": [], "owner": None, "group": None,
+                "mode": "0600"}  # fmt: skip
+
     specs = {
-        "app1/gitea": {"secrets": [{"name": "token"}]},
+        "app1/gitea": {"secrets": [secret("token")]},
         "app2/wiki": {"requires": [{"name": "secrets", "file": "/etc/secrets/db"}]},
-        "app3/old": {"secrets": [{"name": "gone"}]},
-        "db1/postgres": {"provides": [{"name": "database"}]},
+        "app3/old": {"secrets": [secret("gone")]},
+        "db1/postgres": {"provides": [{"name": "database", "port": 5432}]},
     }
     with Inventory.open(tmp_path / "inventory.db") as inv:
         with inv.transaction("test") as tx:
@@ -433,4 +438,4 @@ def test_modules_naming_a_key_are_the_declared_ones_whose_spec_holds_it(tmp_path
         named = inv.modules_naming("secrets")
         assert list(named) == ["app1/gitea", "app2/wiki"]
         assert named == {m: every[m] for m in named}
-        assert [m for m, r in every.items() if "secrets" in r["spec"]] == ["app1/gitea"]
+        assert [m for m, r in every.items() if r["spec"].secrets] == ["app1/gitea"]

@@ -10,6 +10,7 @@ from typing import Any, get_args, get_type_hints
 
 import pytest
 
+from meshtui.errors import InventoryError
 from meshtui.inventory import Inventory, rows
 from meshtui.inventory.status_read import STATUS_SQL
 
@@ -82,7 +83,7 @@ def test_module_specs_decode_on_demand_as_modules_reads_them(tmp_path: Path) -> 
     with Inventory.open(tmp_path / "inventory.db") as inv:
         with inv.transaction("test") as tx:
             tx.put_modules([rows.ModuleRecord(id=f"n{i}/m", node=f"n{i}", name="m",
-                            spec=f'{{"provides": [], "i": {i}}}', declared=1)
+                            spec=f'{{"provides": [], "admin": "/etc/a{i}"}}', declared=1)
                             for i in range(7)])  # fmt: skip
         lazy, eager = inv.module_specs(), inv.modules()
         lazy.KEEP = 3  # type: ignore[misc]
@@ -90,3 +91,30 @@ def test_module_specs_decode_on_demand_as_modules_reads_them(tmp_path: Path) -> 
         for _ in range(2):
             assert {k: lazy[k] for k in lazy} == eager
         assert "n0/m" in lazy and "n9/m" not in lazy and lazy.get("n9/m") is None
+
+
+def test_a_stored_spec_is_read_as_its_shape_or_named_as_not(tmp_path: Path) -> None:
+    """A spec stored before pin, secrets and kinds existed reads with their defaults; a spec
+    not of the shape declare writes (a provision with no port) is an InventoryError naming
+    the module, from every read of it, not a KeyError somewhere in the controller."""
+    old = (
+        '{"admin": null, "grants": {"database": "/g"}, "provides": [{"name": "database", '
+        '"port": 5432}], "provisioner": [], "receives": {"database": "/m"}, "requires": []}'
+    )
+    with Inventory.open(tmp_path / "inventory.db") as inv:
+        with inv.transaction("test") as tx:
+            tx.put_modules([rows.ModuleRecord(id="db1/postgres", node="db1", name="postgres",
+                                              spec=old, declared=1)])  # fmt: skip
+        spec = inv.modules()["db1/postgres"]["spec"]
+        assert spec == inv.module_specs()["db1/postgres"]["spec"]
+        (offer,) = spec.provides
+        assert (offer.name, offer.port, offer.kind, offer.ca, offer.tls) == (
+            "database", 5432, None, None, True,
+        )  # fmt: skip
+        assert (spec.pin, spec.secrets, spec.receives) == (False, [], {"database": "/m"})
+        with inv.transaction("test") as tx:
+            tx.put_modules([rows.ModuleRecord(id="db1/postgres", node="db1", name="postgres",
+                            spec='{"provides": [{"name": "database"}]}', declared=1)])  # fmt: skip
+        for read in (inv.modules, lambda: inv.module_specs()["db1/postgres"]):
+            with pytest.raises(InventoryError, match="module db1/postgres: its stored spec"):
+                read()

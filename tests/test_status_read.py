@@ -207,7 +207,7 @@ def step(inv: Inventory, rng: random.Random) -> None:
                 [rng.choice(["accepted", "refused", "unknown"]), want(pid), pid],
             )
         elif kind == 14:  # a provider's kind declared, or left to the default
-            spec = '{"provides": [{"name": "database", "kind": "redis"}]}'
+            spec = '{"provides": [{"name": "database", "port": 6379, "kind": "redis"}]}'
             tx.put_modules([{"id": "db1/postgres", "node": "db1", "name": "postgres",
                              "spec": rng.choice([spec, '{"provides": []}']), "declared": 1}])  # fmt: skip
         elif kind == 15:  # what no caller does: a pair's withdrawal undone

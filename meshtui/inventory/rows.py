@@ -5,12 +5,20 @@ the keys stay the columns (one vocabulary from the schema to the screen), caller
 indexing by name, and mypy checks every key and its type. JSON columns are decoded on the way
 out (``values``, ``reload``, ``spec``, ``items``, ``evidence``, ``pairs``, ``detail``); the
 ``*Record`` shapes are what a write takes, columns as stored.
+
+A module's ``spec`` is the one column decoded into msgspec Structs (:class:`ModuleSpec`,
+:func:`decode_spec`): it is nested, read field by field across the controller, and checked
+once, here, against the shape declare writes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Final, NotRequired, TypedDict
+
+import msgspec
+
+from meshtui.errors import InventoryError
 
 Provision = tuple[str, str]
 """(provider module, provision name): one manifest on one provider node."""
@@ -28,33 +36,34 @@ class NodeRow(TypedDict):
     updated_at: str
 
 
-class OfferSpec(TypedDict):
-    """One provision a module offers, in its stored spec (kind, ca, tls: not PostgreSQL only)."""
+class OfferSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """One provision a module offers, in its stored spec: ``kind``, ``ca`` and ``tls`` are
+    stored only for a kind other than the default."""
 
     name: str
     port: int
-    kind: NotRequired[str]
-    ca: NotRequired[str | None]
-    tls: NotRequired[bool]
+    kind: str | None = None
+    ca: str | None = None
+    tls: bool = True
 
 
-class ConnectionSpec(TypedDict):
+class ConnectionSpec(msgspec.Struct, frozen=True, kw_only=True):
     """Where a consumer's connection file goes, and its format (``env``, ``json``, ``dsn``)."""
 
     file: str
     format: str
-    ca: NotRequired[str]
+    ca: str | None = None
 
 
-class NeedSpec(TypedDict):
+class NeedSpec(msgspec.Struct, frozen=True, kw_only=True):
     """One provision a module requires, the file it wants it in, and its connection file."""
 
     name: str
     file: str
-    connection: NotRequired[ConnectionSpec]
+    connection: ConnectionSpec | None = None
 
 
-class OwnSecretSpec(TypedDict):
+class OwnSecretSpec(msgspec.Struct, frozen=True, kw_only=True):
     """One of a module's own secrets, in its stored spec: minted or supplied, and its file."""
 
     name: str
@@ -86,17 +95,33 @@ class OwnSecretRow(TypedDict):
     updated_at: str
 
 
-class ModuleSpec(TypedDict):
-    """A module's declared spec, as stored (canonical JSON) and decoded."""
+class ModuleSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """A module's declared spec, decoded once from the canonical JSON it is stored as
+    (:func:`decode_spec`); a key an older spec lacks reads as its default."""
 
-    provides: list[OfferSpec]
-    receives: dict[str, str]
-    grants: dict[str, str]
-    admin: str | None
-    provisioner: list[str]
-    requires: list[NeedSpec]
-    pin: NotRequired[bool]
-    secrets: NotRequired[list[OwnSecretSpec]]
+    provides: list[OfferSpec] = []
+    receives: dict[str, str] = {}  # provision -> the manifest's path on the node
+    grants: dict[str, str] = {}  # provision -> the grants folder's path on the node
+    admin: str | None = None
+    provisioner: list[str] | None = None
+    requires: list[NeedSpec] = []
+    pin: bool = False
+    secrets: list[OwnSecretSpec] = []
+
+
+_SPEC_DECODER = msgspec.json.Decoder(ModuleSpec)
+
+
+def decode_spec(module: str, text: str | bytes) -> ModuleSpec:
+    """A module's stored spec as its typed shape; InventoryError naming the module when the
+    stored JSON does not have that shape."""
+    try:
+        return _SPEC_DECODER.decode(text)
+    except msgspec.DecodeError as exc:
+        raise InventoryError(
+            f"module {module}: its stored spec is not as declare writes it ({exc}); "
+            "declare again, or restore the inventory from a backup"
+        ) from exc
 
 
 class ModuleRow(TypedDict):
@@ -343,7 +368,7 @@ class EventRow(TypedDict):
     ssh_client: str | None
     kind: str
     pairs: list[str]
-    detail: dict[str, Any]
+    detail: dict[str, Any]  # open: each kind of event records its own detail
     outcome: str
     prev: str
     hash: str

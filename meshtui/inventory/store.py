@@ -55,6 +55,7 @@ from meshtui.inventory.rows import (
     StatusChanges,
     StatusMark,
     StatusRow,
+    decode_spec,
 )
 from meshtui.model import Policy, PolicySource, RotationState
 from meshtui.protocol.wire import RestoreProof, SignedHead
@@ -92,7 +93,7 @@ def _decoded_modules(rows: Iterable[dict[str, Any]]) -> dict[str, ModuleRow]:
     """Modules' rows by id, each spec decoded from its stored JSON."""
     out: dict[str, ModuleRow] = {}
     for r in rows:
-        r["spec"] = json.loads(r["spec"])
+        r["spec"] = decode_spec(r["id"], r["spec"])
         out[r["id"]] = cast(ModuleRow, r)
     return out
 
@@ -543,7 +544,8 @@ class Inventory:
 
     # ---- reads --------------------------------------------------------------------------
     def _query(self, sql: str, params: Sequence[object] = ()) -> list[dict[str, Any]]:
-        """Rows as plain dicts, for the typed reads below to cast."""
+        """Rows as plain dicts, for the typed reads below to cast (open: any table's
+        columns; no row leaves the store in this shape)."""
         with self.lock, self._reading():
             cursor = self._conn.execute(sql, list(params))
             keys = [d[0] for d in cursor.description]
@@ -899,9 +901,9 @@ class Inventory:
             "AND spec LIKE '%\"kind\"%'"
         )
         for mid, spec in rows:
-            for offer in json.loads(spec).get("provides", []):
-                if offer.get("kind"):
-                    out[(mid, offer["name"])] = str(offer["kind"])
+            for offer in decode_spec(mid, spec).provides:
+                if offer.kind:
+                    out[(mid, offer.name)] = offer.kind
         return out
 
     def verify_chain(self, verify_key: bytes | None = None) -> ChainCheck:
@@ -929,7 +931,8 @@ class ModuleSpecs(Mapping[str, ModuleRow]):
         row = self._decoded.get(mid)
         if row is None:
             _, node, name, spec, declared = self._raw[mid]
-            row = ModuleRow(id=mid, node=node, name=name, spec=json.loads(spec), declared=declared)
+            spec = decode_spec(mid, spec)
+            row = ModuleRow(id=mid, node=node, name=name, spec=spec, declared=declared)
             if len(self._decoded) >= self.KEEP:
                 self._decoded.clear()
             self._decoded[mid] = row

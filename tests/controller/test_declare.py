@@ -337,7 +337,7 @@ def test_module_specs_follow_the_declaration_and_gone_modules_are_marked(mesh: M
     with Inventory.open(mesh.inventory, read_only=True) as inv:
         got = inv.modules()
         events = inv.events()
-    assert got["db1/postgres"]["spec"]["admin"] == "/etc/other.conninfo"
+    assert got["db1/postgres"]["spec"].admin == "/etc/other.conninfo"
     assert got["app1/wiki"]["declared"] == 0 and got["app1/gitea"]["declared"] == 1
     assert len(events) == 2
     tables = mesh.tables()

@@ -130,7 +130,7 @@ def test_a_stale_image_is_brought_up_to_date(
     assert not reads[0].whole and {st.state for st in got} == {State.STALE, State.UNKNOWN}
     with inv.transaction("test") as tx:
         tx.put_modules([{"id": "db1/postgres", "node": "db1", "name": "postgres",
-                         "spec": '{"provides": [{"name": "database", "kind": "redis"}]}',
+                         "spec": '{"provides": [{"name": "database", "port": 6379, "kind": "redis"}]}',
                          "declared": 1}])  # fmt: skip
     assert statuses(inv, image=tmp_path) == statuses(inv)
     assert {st.kind for st in statuses(inv, image=tmp_path)} == {"redis"}

@@ -214,7 +214,7 @@ def provider_secret(state: Path, pair: PairRow) -> Path:
     """The provider's secret file of ``pair``, as its manifest names it."""
     with Controller.open(state, read_only=True) as ctl:
         spec = ctl.inventory.modules()[pair["provider"]]["spec"]
-    manifest = Path(spec["receives"][pair["provision"]])
+    manifest = Path(spec.receives[pair["provision"]])
     (line,) = [c for c in json.loads(manifest.read_text())["consumers"] if c["as"] == pair["login"]]
     return manifest.parent / line["secret"]
 
@@ -253,7 +253,7 @@ def test_a_provider_manifest_made_world_readable_is_named_and_written_back(
     pair = sorted(live(state).values(), key=lambda p: p["id"])[0]
     with Controller.open(state, read_only=True) as ctl:
         spec = ctl.inventory.modules()[pair["provider"]]["spec"]
-    manifest = Path(spec["receives"][pair["provision"]])
+    manifest = Path(spec.receives[pair["provision"]])
     assert mode(manifest) == 0o600
     manifest.chmod(0o644)
     problems = list(doctor_found(state, "file").values())

@@ -21,13 +21,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from meshtui.controller.act import sending
-from meshtui.controller.act.rotate import Handover, Minted, execute, payloads, store
+from meshtui.controller.act.rotate import Handover, execute, mint, payloads, store
 from meshtui.controller.agents.client import DOUBTED, read_anchor_answer
-from meshtui.controller.plan.declare import nodes_from_inventory, seal_generation
 from meshtui.controller.reports import Progress, Resolution, RotationReport
 from meshtui.errors import AgentError
 from meshtui.inventory import Inventory
-from meshtui.inventory.rows import GenerationRow, RotationItem
 from meshtui.model import RotationState, node_of
 from meshtui.protocol.messages import Holding
 
@@ -110,24 +108,12 @@ def catch_up(
     """Rotate every pair with an end ahead to one fresh generation above all its ends hold,
     all-or-nothing (journaled first; a failure rolls back and leaves push reporting it)."""
     inv = ctl.inventory
-    rows = inv.pairs(sorted(ahead))
-    model_nodes = nodes_from_inventory(inv.nodes())
-    taken = inv.minted(p["id"] for p in rows)
-    gens: list[GenerationRow] = []
-    items: list[RotationItem] = []
-    for p in rows:
-        new = max([p["generation"], *(e.held for e in ahead[p["id"]])]) + 1
-        while new in taken.get(p["id"], ()):
-            new += 1
-        gens.append(
-            seal_generation(
-                p["id"],
-                new,
-                model_nodes[node_of(p["consumer"])],
-                model_nodes[node_of(p["provider"])],
-            )
-        )
-        items.append({"pair": p["id"], "from": p["generation"], "to": new})
+    minted = mint(
+        ctl,
+        inv.pairs(sorted(ahead)),
+        held={pid: max(e.held for e in ends) for pid, ends in ahead.items()},
+    )
+    items = minted.items
     inv.record(
         "ahead",
         sorted(ahead),
@@ -141,8 +127,11 @@ def catch_up(
         f"{len(items)} pairs ahead of the inventory: rotating them to a fresh generation", 0, 4
     )
     # a large one is built from its journal and sent in batches, as a large rotation is
-    handover = Handover(payloads(inv, items, "to", gens) if len(items) <= sending.BATCH else None)
-    rotation = store(ctl, Minted(gens, items), RotationState.DELIVERING)
+    forward = (
+        payloads(inv, items, "to", minted.generations) if len(items) <= sending.BATCH else None
+    )
+    rotation = store(ctl, minted, RotationState.DELIVERING)
+    handover = Handover(forward)
     return execute(ctl, agents, rotation, progress, handover=handover)
 
 

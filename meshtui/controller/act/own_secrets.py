@@ -125,7 +125,7 @@ def _row(d: Declared, old: OwnSecretRow | None, **fields: Any) -> OwnSecretRow:
         if old is not None
         else {
             "module": d.module,
-            "name": d.spec["name"],
+            "name": d.spec.name,
             "version": 0,
             "digest": None,
             "sealed": None,
@@ -160,7 +160,7 @@ def _new_version(
         )
     nodes = inv.nodes()
     vault_node = nodes[node_of(d.pair["provider"])]
-    sealed, digest = _sealed(value, vault_node, digest_key(keys, d.module, d.spec["name"]))
+    sealed, digest = _sealed(value, vault_node, digest_key(keys, d.module, d.spec.name))
     old = inv.own_secrets().get(d.key)
     version = (old["version"] if old else 0) + 1
     # supplied_at: when this version was sealed, by an operator (supplied_by) or minted here;
@@ -170,7 +170,7 @@ def _new_version(
     with inv.transaction(event) as tx:
         tx.put_own_secrets([row])
         detail: dict[str, object] = {
-            "module": d.module, "name": d.spec["name"], "version": version, "digest": digest,
+            "module": d.module, "name": d.spec.name, "version": version, "digest": digest,
         }  # fmt: skip
         if supplied_by:
             detail["supplied_by"] = supplied_by
@@ -183,24 +183,24 @@ def _mint_missing(inv: Inventory, keys: crypto.PrivateKeys, found: Sequence[Decl
     done = []
     for d in found:
         old = rows.get(d.key)
-        if d.spec["supplied"] or d.pair is None or (old is not None and old["version"] > 0):
+        if d.spec.supplied or d.pair is None or (old is not None and old["version"] > 0):
             continue
-        value = mint_text(d.spec["length"], d.spec["alphabet"])
+        value = mint_text(d.spec.length, d.spec.alphabet)
         version = _new_version(inv, keys, d, value, event="secret-mint")
         del value
-        done.append(f"{d.module} {d.spec['name']}: minted version {version}")
+        done.append(f"{d.module} {d.spec.name}: minted version {version}")
     return done
 
 
 def rotate(ctl: Reach, module: str, name: str) -> int:
     """Mint the next version of a minted secret (delivered by the :func:`converge` after)."""
     d = _find(ctl.inventory, module, name)
-    if d.spec["supplied"]:
+    if d.spec.supplied:
         raise InputError(
             f"{module} secret {name} is supplied by an operator: put a new value with "
             f"meshtui secret put {module} {name}"
         )
-    value = mint_text(d.spec["length"], d.spec["alphabet"])
+    value = mint_text(d.spec.length, d.spec.alphabet)
     version = _new_version(ctl.inventory, ctl.keys(), d, value, event="secret-rotate")
     del value
     return version
@@ -209,7 +209,7 @@ def rotate(ctl: Reach, module: str, name: str) -> int:
 def put(ctl: Reach, module: str, name: str, value: bytes, supplied_by: str) -> int:
     """Seal an operator's value for a supplied secret as its next version, at once."""
     d = _find(ctl.inventory, module, name)
-    if not d.spec["supplied"]:
+    if not d.spec.supplied:
         raise InputError(
             f"{module} secret {name} is minted by the mesh, not supplied: rotate it with "
             f"meshtui secret rotate {module} {name}"
@@ -230,7 +230,7 @@ def _find(inv: Inventory, module: str, name: str) -> Declared:
     for d in found:
         if d.key == (module, name):
             return d
-    names = sorted(f"{d.module} {d.spec['name']}" for d in found)
+    names = sorted(f"{d.module} {d.spec.name}" for d in found)
     raise InputError(
         f"{module} declares no secret {name!r}; declared: {', '.join(names) or 'none'} "
         "(add it to the module's secrets and declare again); nothing was sealed"
@@ -264,7 +264,7 @@ def due(inv: Inventory, plan: Sequence[PairDue], at: float) -> list[SecretDue]:
     out: list[SecretDue] = []
     for d in declared(inv):
         row = rows.get(d.key)
-        if d.spec["supplied"] or d.pair is None or row is None or not row["version"]:
+        if d.spec.supplied or d.pair is None or row is None or not row["version"]:
             continue
         rotate = every.get(d.pair["id"])
         if rotate is None or row["file_version"] != row["version"]:
@@ -273,7 +273,7 @@ def due(inv: Inventory, plan: Sequence[PairDue], at: float) -> list[SecretDue]:
         due_at = since + rotate + spread_offset(_label(d), rotate)
         if at >= due_at:
             out.append(
-                SecretDue(d.module, d.spec["name"], d.pair["id"], d.pair["provider"], since, due_at)
+                SecretDue(d.module, d.spec.name, d.pair["id"], d.pair["provider"], since, due_at)
             )
     return out
 
@@ -295,7 +295,7 @@ def converge(ctl: Reach) -> SecretsReport:
         done += _run(inv, agents, found, behind, _Deliver(nodes, modules, keys))
     for d in found:
         if d.pair is None:
-            behind[f"{d.module} {d.spec['name']}"] = f"{d.module} has no live vault pair"
+            behind[f"{d.module} {d.spec.name}"] = f"{d.module} has no live vault pair"
         # a supplied secret nobody supplied yet waits for an operator, not for a push: status
         # says so (stale, with the command), push does not fail on it
     return SecretsReport(done, behind)
@@ -344,7 +344,7 @@ def look_at_files(inv: Inventory, agents: Any, found: Sequence[Declared]) -> Non
     for files in held_files(agents, sorted({node_of(d.module) for d in held.values()})).values():
         for h in files:
             d = held.get((h["module"], h["name"]))
-            if d is None or h["file"] != d.spec["file"] or h["version"] != rows[d.key]["version"]:
+            if d is None or h["file"] != d.spec.file or h["version"] != rows[d.key]["version"]:
                 continue
             why = file_problem(h)
             if why:
@@ -430,7 +430,7 @@ def _run(
 
 
 def _label(d: Declared) -> str:
-    return f"{d.module} {d.spec['name']}"
+    return f"{d.module} {d.spec.name}"
 
 
 class _Sealing:
@@ -460,12 +460,12 @@ class _Store(_Sealing):
         item: SecretStoreItem = {
             "module": d.module,
             "login": pair["login"],
-            "name": d.spec["name"],
+            "name": d.spec.name,
             "version": row["version"],
             "digest": str(row["digest"]),
             "sealed": crypto.b64(row["sealed"]),
             **sealed_digest_key(
-                self.keys, d.module, d.spec["name"], str(row["digest"]),
+                self.keys, d.module, d.spec.name, str(row["digest"]),
                 self.nodes[node_of(pair["provider"])],
             ),
         }  # fmt: skip
@@ -475,13 +475,13 @@ class _Store(_Sealing):
         self, agents: Any, group: str, items: list[SecretStoreItem]
     ) -> dict[tuple[str, str], SecretStored]:
         spec = self.modules[group]["spec"]
-        offer = next((o for o in spec["provides"] if o["name"] == VAULT_PROVISION), None)
+        offer = next((o for o in spec.provides if o.name == VAULT_PROVISION), None)
         request: SecretStoreRequest = {
             "vault": group,
-            "kind": str(offer.get("kind") or "") if offer is not None else "",
-            "receives": spec["receives"].get(VAULT_PROVISION, ""),
-            "grants": spec["grants"].get(VAULT_PROVISION, ""),
-            "admin": str(spec.get("admin") or ""),
+            "kind": (offer.kind or "") if offer is not None else "",
+            "receives": spec.receives.get(VAULT_PROVISION, ""),
+            "grants": spec.grants.get(VAULT_PROVISION, ""),
+            "admin": spec.admin or "",
             "items": items,
         }
         answer = agents.call(node_of(group), SECRET_STORE, request)
@@ -531,18 +531,18 @@ class _Deliver(_Sealing):
         spec = d.spec
         item: SecretFetchItem = {
             "module": d.module,
-            "name": spec["name"],
+            "name": spec.name,
             "version": row["version"],
             "kv_version": row["kv_version"],
             "digest": str(row["digest"]),
             **_reach(pair, self.nodes, self.modules),
-            "file": spec["file"],
-            "owner": spec["owner"],
-            "group": spec["group"],
-            "mode": spec["mode"],
-            "reload": list(spec["reload"]),
+            "file": spec.file,
+            "owner": spec.owner,
+            "group": spec.group,
+            "mode": spec.mode,
+            "reload": list(spec.reload),
             **sealed_digest_key(
-                self.keys, d.module, spec["name"], str(row["digest"]),
+                self.keys, d.module, spec.name, str(row["digest"]),
                 self.nodes[node_of(d.module)],
             ),
         }  # fmt: skip
@@ -598,7 +598,7 @@ def _reach(pair: PairRow, nodes: Mapping[str, NodeRow], modules: Mapping[str, Mo
         "credential": pair["file"],
         "host": nodes[node_of(pair["provider"])]["address"],
         "port": pair["port"],
-        "ca": offer.get("ca") if offer is not None else None,
+        "ca": offer.ca if offer is not None else None,
     }
 
 
@@ -608,7 +608,7 @@ def drill(ctl: Reach, module: str, name: str) -> SecretDrillReport:
     and neither the old. Always a report (failures are in it); audited as ``secret-drill``."""
     inv: Inventory = ctl.inventory
     d = _find(inv, module, name)
-    if d.spec["supplied"]:
+    if d.spec.supplied:
         raise InputError(
             f"{module} secret {name} is supplied by an operator: a drill rotates, and only a "
             "minted secret is rotated by the mesh"
@@ -628,7 +628,7 @@ def drill(ctl: Reach, module: str, name: str) -> SecretDrillReport:
         "module": module,
         "name": name,
         **_reach(d.pair, nodes, inv.modules()),
-        "file": d.spec["file"],
+        "file": d.spec.file,
         **sealed_digest_key(ctl.keys(), module, name, old_digest, nodes[node]),
     }
     checks: list[SecretDrillCheck] = []

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from meshtui import crypto
@@ -31,13 +32,19 @@ from meshtui.controller.plan.claims import record as record_claims
 from meshtui.controller.plan.planner import Planner, target_of
 from meshtui.controller.plan.resolve import ask_state
 from meshtui.controller.read import status as status_mod
-from meshtui.controller.reports import Claim, PairOutcome, Progress, PushReport
+from meshtui.controller.reports import Claim, PairOutcome, Progress, PushReport, Resolution
 from meshtui.errors import AgentError
 from meshtui.inventory import Inventory, now
 from meshtui.inventory.rows import HeldEnd, PairRow, ProbeRecord, Provision
 from meshtui.model import Drift, End, State, Verdict, node_of
 from meshtui.protocol import messages
-from meshtui.protocol.messages import InspectSpec, StateRequest, WithdrawItem, WithdrawRequest
+from meshtui.protocol.messages import (
+    Holding,
+    InspectSpec,
+    StateRequest,
+    WithdrawItem,
+    WithdrawRequest,
+)
 
 if TYPE_CHECKING:
     from meshtui.controller.reach import Reach
@@ -54,168 +61,274 @@ def push(ctl: Reach, progress: Progress) -> PushReport:
     """Converge every end; the report names who is still behind."""
     from meshtui.controller.act.rotate import recover
 
-    inv = ctl.inventory
     with (
         delivering(ctl.state_dir, "push"),
         ctl.agents() as agents,
     ):
         recover(ctl, agents, progress)
-        progress("asking every node what it holds", 0, 4)
-        nodes = sorted(inv.nodes())
-        resolutions, holdings = ask_state(agents, nodes)
-        settled = settle(ctl, agents, nodes, resolutions, holdings, progress)
-        resolutions, holdings = settled.resolutions, settled.holdings  # (and why, if doubted)
-        ahead, unknown = settled.ahead, settled.unknown
-        del settled  # its holdings are let go with ``holdings`` below
-        unreachable = {r.node: r.reason for r in resolutions if not r.ok}
-        # a drift still unrepaired keeps the time it was found; every end as a plain tuple
-        # (generation, digest, since, error): as row dicts, 12 MiB per copy at 10,000 pairs
-        found_before = {
+        run = Push(ctl, agents, progress)
+        holdings = run.settle(run.ask())
+        run.note_held(holdings)
+        del holdings  # the holdings and every pair's row (read next) are never held at once
+        run.find_drift()
+        run.plan()
+        run.deliver_providers()
+        run.deliver_consumers()
+        run.revoke_withdrawn()
+        return run.record()
+
+
+Connection = tuple[str | None, str | None]
+"""A consumer's connection file as its agent last wrote it: (file, digest of its text)."""
+
+
+@dataclass
+class Push:
+    """One push, in the order its steps run: :meth:`ask` what every node holds, :meth:`settle`
+    what is ahead and catch it up, :meth:`note_held` and :meth:`find_drift` (what is behind,
+    changed outside or claimed), :meth:`plan` what each provider must be sent, deliver to
+    providers then consumers, revoke withdrawn pairs, and :meth:`record` the outcome.
+
+    Each step fills the fields it names for the steps after it. Only the few facts push goes on
+    with are kept: every holding is a dict of some 800 bytes (16 MiB at 10,000 pairs held at
+    both ends), every end's row as a dict 12 MiB per copy.
+    """
+
+    ctl: Reach
+    agents: Agents
+    progress: Progress
+    nodes: list[str] = field(default_factory=list)
+    resolutions: list[Resolution] = field(default_factory=list)
+    unreachable: dict[str, str] = field(default_factory=dict)
+    """node -> why it did not answer."""
+    ahead: dict[str, str] = field(default_factory=dict)
+    """pair -> which ends were ahead of the inventory and what became of it (and the pairs
+    the nodes hold that the inventory has no record of)."""
+    unknown: dict[str, str] = field(default_factory=dict)
+    """pair -> held by nodes but not in this inventory: not in agreement."""
+    found_before: dict[tuple[str, str], HeldEnd] = field(default_factory=dict)
+    """The ends a drift was found on and is still unrepaired: it keeps the time it was found."""
+    answered: list[str] = field(default_factory=list)
+    held_by_provider: set[str] = field(default_factory=set)
+    held_by_consumer: set[str] = field(default_factory=set)
+    held_connection: dict[str, Connection] = field(default_factory=dict)
+    planner: Planner = field(init=False)
+    """The whole mesh, read once the answers are recorded (and any end ahead rotated past)."""
+    drift: dict[str, str] = field(default_factory=dict)
+    """pair -> what its provider's server was found holding instead of what was delivered."""
+    claims: dict[str, str] = field(default_factory=dict)
+    """node -> what it claimed of ends not its own."""
+    deliveries: dict[tuple[str, str], HeldEnd] = field(default_factory=dict)
+    """What each end holds as recorded, read again once the providers are delivered to."""
+    before: dict[tuple[str, str], tuple[int | None, bool]] = field(default_factory=dict)
+    """What each end held before this push: its generation and whether its last delivery
+    failed after all."""
+    live: list[PairRow] = field(default_factory=list)
+    withdrawn: list[PairRow] = field(default_factory=list)
+    providers_due: set[Provision] = field(default_factory=set)
+    """The provisions whose manifests are sent whole this push."""
+    result: Delivered = field(default_factory=Delivered)
+    revoked: list[PairOutcome] = field(default_factory=list)
+
+    def ask(self) -> dict[str, list[Holding]]:
+        """Ask every node what it holds (so a lost reply or a deleted file is noticed)."""
+        self.progress("asking every node what it holds", 0, 4)
+        self.nodes = sorted(self.ctl.inventory.nodes())
+        self.resolutions, holdings = ask_state(self.agents, self.nodes)
+        return holdings
+
+    def settle(self, holdings: dict[str, list[Holding]]) -> dict[str, list[Holding]]:
+        """Jump the sequence past nodes that refused it as older and rotate every pair with an
+        end ahead of the inventory past it (:func:`catchup.settle`); the nodes' answers, asked
+        again when that changed anything (and why a node's number was doubted)."""
+        settled = settle(
+            self.ctl, self.agents, self.nodes, self.resolutions, holdings, self.progress
+        )
+        self.resolutions = settled.resolutions
+        self.ahead, self.unknown = settled.ahead, settled.unknown
+        self.unreachable = {r.node: r.reason for r in self.resolutions if not r.ok}
+        return settled.holdings
+
+    def note_held(self, holdings: Mapping[str, list[Holding]]) -> None:
+        """Correct the deliveries table from the nodes' answers, and keep of them only the
+        few facts push goes on with: which pairs each end holds, and each consumer's
+        connection file as last written."""
+        inv = self.ctl.inventory
+        # only the ends a drift was found on: every end's tuple is ~400 bytes
+        self.found_before = {
             key: end
             for key, end in inv.held_ends().items()
             if end[3] and str(end[3]).startswith(status_mod.DRIFT)
-        }  # only the ends a drift was found on: every end's tuple is ~400 bytes
+        }
         held_generations(inv, holdings)
-        answered = sorted(set(holdings))
-        # what the nodes hold, kept as the few facts push goes on with: every holding is a dict
-        # of some 800 bytes (16 MiB at 10,000 pairs held at both ends)
-        held_by_provider = {
+        self.answered = sorted(set(holdings))
+        self.held_by_provider = {
             h["pair"] for hs in holdings.values() for h in hs if h["end"] == End.PROVIDER
         }
-        held_by_consumer = {
+        self.held_by_consumer = {
             h["pair"] for hs in holdings.values() for h in hs if h["end"] == End.CONSUMER
         }
-        held_connection = {
+        self.held_connection = {
             h["pair"]: (h.get("connection"), h.get("connection_digest"))
             for hs in holdings.values()
             for h in hs
             if h["end"] == End.CONSUMER
         }
-        del holdings
-        # the whole mesh, read once the answers are recorded (and any end ahead rotated past
-        # by settle): the holdings and every pair's row are never held at once
-        plan = Planner(inv)
+
+    def find_drift(self) -> None:
+        """Read the whole mesh, ask each provider's server what it holds (a password changed
+        outside meshtui is re-applied), record the drift found and every node's claims on
+        ends not its own, and note what each end held before this push."""
+        inv = self.ctl.inventory
+        self.planner = Planner(inv)
         provider_ends = {k: e for k, e in inv.held_ends().items() if k[1] == End.PROVIDER.value}
-        claimed = [c for r in resolutions for c in r.claims]  # a node's word on others' ends
-        drift = _drift(agents, plan, answered, provider_ends, found_before, claimed)
+        claimed = [c for r in self.resolutions for c in r.claims]  # a node's word on others' ends
+        self.drift = _drift(
+            self.agents, self.planner, self.answered, provider_ends, self.found_before, claimed
+        )
         del provider_ends
-        del found_before
-        claims = record_claims(inv, claimed)
-        _record_drift(inv, plan, drift)
-        deliveries = inv.held_ends()
-        # what each end held before this push: its generation and whether its last delivery
-        # failed after all, not the rows (the next read replaces ``deliveries``)
-        before = {
-            key: (d[0], str(d[3] or "").startswith(KEPT_FAILURES)) for key, d in deliveries.items()
+        self.found_before = {}
+        self.claims = record_claims(inv, claimed)
+        _record_drift(inv, self.planner, self.drift)
+        self.deliveries = inv.held_ends()
+        self.before = {
+            key: (d[0], str(d[3] or "").startswith(KEPT_FAILURES))
+            for key, d in self.deliveries.items()
         }
 
-        def was_behind(pid: str) -> bool:
-            want = plan.pairs[pid]["generation"]
-            ends = [before.get((pid, end.value)) for end in End]
-            return (
-                any((e[0] if e else None) != want for e in ends)
-                or any(e[1] for e in ends if e)
-                or connection_differs(pid)
-            )
-
-        def short(pid: str, end: End) -> bool:
-            d = deliveries.get((pid, end.value))
-            return d is None or d[0] != plan.pairs[pid]["generation"]
-
-        def connection_differs(pid: str) -> bool:
-            """The declared connection file is not what the consumer's agent last wrote."""
-            want = plan.connection(pid)
-            if want is None:
-                return False
-            held = held_connection.get(pid)
-            digest = crypto.secret_digest(want["text"].encode("utf-8"))
-            return held is None or held != (want["file"], digest)
-
-        def behind(pid: str, end: End) -> bool:
-            if short(pid, end):
-                return True
-            if end is End.CONSUMER and connection_differs(pid):
-                return True
-            # a reload or a pin that failed: the end holds the credential, not all it should
-            d = deliveries.get((pid, end.value))
-            return d is not None and str(d[3] or "").startswith(KEPT_FAILURES)
-
-        live = [p for p in plan.pairs.values() if not p["withdrawn_at"]]
-        withdrawn = [p for p in plan.pairs.values() if p["withdrawn_at"]]
-        sets_needed = {
-            (p["provider"], p["provision"]) for p in live if behind(p["id"], End.PROVIDER)
+    def plan(self) -> None:
+        """Which provisions' manifests are sent: those with a live end behind, a withdrawn
+        pair its provider still holds, or a login changed outside meshtui."""
+        pairs = self.planner.pairs
+        self.live = [p for p in pairs.values() if not p["withdrawn_at"]]
+        self.withdrawn = [p for p in pairs.values() if p["withdrawn_at"]]
+        due = {
+            (p["provider"], p["provision"]) for p in self.live if self.behind(p["id"], End.PROVIDER)
         }
-        sets_needed |= {
-            (p["provider"], p["provision"]) for p in withdrawn if p["id"] in held_by_provider
+        due |= {
+            (p["provider"], p["provision"])
+            for p in self.withdrawn
+            if p["id"] in self.held_by_provider
         }
-        sets_needed |= {
-            (plan.pairs[pid]["provider"], plan.pairs[pid]["provision"]) for pid in drift
-        }
-        result = Delivered()
-        progress("delivering to providers", 1, 4)
-        # a batch of provider nodes at a time, each batch's manifests let go once sent (every
-        # provider's manifest at once, sealed secrets and all, was 14 MiB at 10,000 pairs)
-        for keys in _provider_batches(sets_needed, live):
+        due |= {(pairs[pid]["provider"], pairs[pid]["provision"]) for pid in self.drift}
+        self.providers_due = due
+
+    def deliver_providers(self) -> None:
+        """Send the due manifests a batch of provider nodes at a time (each batch's manifests
+        let go once sent: every provider's at once, sealed secrets and all, was 14 MiB at
+        10,000 pairs); an unreachable provider fails each of its consumers."""
+        inv, plan, unreachable = self.ctl.inventory, self.planner, self.unreachable
+        self.progress("delivering to providers", 1, 4)
+        for keys in _provider_batches(self.providers_due, self.live):
             sets = plan.provider_sets(keys, {})
             reached = {n: s for n, s in sets.items() if n not in unreachable}
-            send_providers(agents, inv, reached, result)
+            send_providers(self.agents, inv, reached, self.result)
             for node in set(sets) & set(unreachable):
                 for spec in sets[node]:
                     for c in spec["consumers"]:
-                        result.fail(c["pair"], f"provider {node}: {unreachable[node]}")
+                        self.result.fail(c["pair"], f"provider {node}: {unreachable[node]}")
             del sets, reached
-        _record_repairs(inv, plan, drift, result)
-        deliveries = inv.held_ends()
-        progress("delivering to consumers", 2, 4)
-        # a consumer never moves ahead of its provider: it would hold a password nobody accepts
+        _record_repairs(inv, plan, self.drift, self.result)
+        self.deliveries = inv.held_ends()
+
+    def consumers_due(self) -> list[str]:
+        """The live pairs whose consumer is behind and can be sent now; one whose provider
+        does not hold the generation yet waits (it would hold a password nobody accepts)."""
         todo = [
             p["id"]
-            for p in live
-            if behind(p["id"], End.CONSUMER)
-            and not short(p["id"], End.PROVIDER)
-            and node_of(p["consumer"]) not in unreachable
+            for p in self.live
+            if self.behind(p["id"], End.CONSUMER)
+            and not self.short(p["id"], End.PROVIDER)
+            and node_of(p["consumer"]) not in self.unreachable
         ]
-        for p in live:
-            if behind(p["id"], End.CONSUMER) and short(p["id"], End.PROVIDER):
-                result.fail(p["id"], "consumer waits until its provider holds the generation")
-        for batch in node_batches(todo, lambda pid: node_of(plan.pairs[pid]["consumer"])):
-            send_consumers(agents, inv, plan.consumer_items(batch, {}), result)
-        progress("revoking withdrawn pairs", 3, 4)
-        # only once the provider no longer holds a withdrawn pair is its login gone: ask again
-        providers_now = {node_of(p["provider"]) for p in withdrawn} - set(unreachable)
-        _, after = ask_state(agents, sorted(providers_now))
+        for p in self.live:
+            if self.behind(p["id"], End.CONSUMER) and self.short(p["id"], End.PROVIDER):
+                self.result.fail(p["id"], "consumer waits until its provider holds the generation")
+        return todo
+
+    def deliver_consumers(self) -> None:
+        """Send each due consumer its credential, a batch of nodes at a time."""
+        self.progress("delivering to consumers", 2, 4)
+        plan = self.planner
+        for batch in node_batches(
+            self.consumers_due(), lambda pid: node_of(plan.pairs[pid]["consumer"])
+        ):
+            send_consumers(
+                self.agents, self.ctl.inventory, plan.consumer_items(batch, {}), self.result
+            )
+
+    def revoke_withdrawn(self) -> None:
+        """Revoke the withdrawn pairs a consumer still holds, once their provider no longer
+        does: only then is the login gone, so its node is asked again first."""
+        self.progress("revoking withdrawn pairs", 3, 4)
+        providers_now = {node_of(p["provider"]) for p in self.withdrawn} - set(self.unreachable)
+        _, after = ask_state(self.agents, sorted(providers_now))
         still_at_provider = {
             h["pair"] for hs in after.values() for h in hs if h["end"] == "provider"
         }
-        revoked = revoke(
-            ctl,
-            agents,
-            plan,
+        self.revoked = revoke(
+            self.ctl,
+            self.agents,
+            self.planner,
             [
                 p["id"]
-                for p in withdrawn
-                if p["id"] in held_by_consumer
+                for p in self.withdrawn
+                if p["id"] in self.held_by_consumer
                 and p["id"] not in still_at_provider
                 and node_of(p["provider"]) in after
-                and node_of(p["consumer"]) not in unreachable
+                and node_of(p["consumer"]) not in self.unreachable
             ],
         )
+
+    def record(self) -> PushReport:
+        """Audit the push (one ``push`` event) and report: the pairs that moved, those still
+        behind and why, and those known only to be cut off by a node that did not answer."""
+        inv, result, drift = self.ctl.inventory, self.result, self.drift
         delivered = [
             PairOutcome(
                 pair=pid,
                 ok=result.provider_ok.get(pid, True)
                 and result.consumer_ok.get(pid, True)
                 and pid not in result.errors,
-                generation=plan.pairs[pid]["generation"],
+                generation=self.planner.pairs[pid]["generation"],
                 reason=result.errors.get(pid, "")
                 or (f"re-applied: {drift[pid]}" if pid in drift else ""),
             )
             for pid in sorted(set(result.provider_ok) | set(result.consumer_ok))
             # a manifest carries every consumer of its provider: list only the ends that moved
-            if pid in result.errors or was_behind(pid) or pid in drift
+            if pid in result.errors or self.was_behind(pid) or pid in drift
         ]
-        rows = status_mod.statuses(inv)
-        by_probe = {  # every end holds its generation; only the last probe says otherwise
+        behind_now, cut_off, by_probe = self.still_behind()
+        inv.record(
+            "push",
+            [o.pair for o in delivered] + [o.pair for o in self.revoked],
+            {
+                "delivered": len(delivered),
+                "revoked": len(self.revoked),
+                "behind": len(behind_now),
+                "unreachable": sorted(self.unreachable),
+                "changed_outside": sorted(drift),
+                "ahead": sorted(self.ahead),
+            },
+            "ok" if not behind_now else "behind",
+        )
+        self.progress("done", 4, 4)
+        return PushReport(
+            delivered=delivered,
+            withdrawn=self.revoked,
+            behind=behind_now,
+            ahead=self.ahead,
+            unreachable=sorted(cut_off),
+            stale_by_probe=by_probe,
+            claims=self.claims,
+        )
+
+    def still_behind(self) -> tuple[dict[str, str], set[str], dict[str, str]]:
+        """pair -> why it is still behind, read from the statuses now; the pairs not known
+        behind, only cut off because a node of theirs did not answer; and the pairs stale by
+        their last probe alone (every end holds its generation: nothing to deliver)."""
+        rows = status_mod.statuses(self.ctl.inventory)
+        by_probe = {
             r.pair: r.reason
             for r in rows
             if r.state is State.STALE
@@ -234,38 +347,51 @@ def push(ctl: Reach, progress: Progress) -> PushReport:
             for r in rows
             if r.withdrawn and r.state is State.STALE and not r.alarm
         }
-        behind_now.update(unknown)  # held by nodes, unknown here: not in agreement
-        cut_off: set[str] = set()  # not known behind: only a node of theirs did not answer
-        for node, why in unreachable.items():
+        behind_now.update(self.unknown)  # held by nodes, unknown here: not in agreement
+        cut_off: set[str] = set()
+        for node, why in self.unreachable.items():
             for r in rows:
                 if node in (r.consumer_node, r.provider_node) and not r.withdrawn:
                     said, down = behind_now.get(r.pair), f"{node} unreachable: {why}"
                     if said is None or r.pair in cut_off:
                         cut_off.add(r.pair)
                     behind_now[r.pair] = down if said is None else f"{said}; {down}"
-        inv.record(
-            "push",
-            [o.pair for o in delivered] + [o.pair for o in revoked],
-            {
-                "delivered": len(delivered),
-                "revoked": len(revoked),
-                "behind": len(behind_now),
-                "unreachable": sorted(unreachable),
-                "changed_outside": sorted(drift),
-                "ahead": sorted(ahead),
-            },
-            "ok" if not behind_now else "behind",
+        return behind_now, cut_off, by_probe
+
+    def was_behind(self, pid: str) -> bool:
+        """Before this push, an end of the pair was short of its generation, its last delivery
+        failed after all, or its connection file differed."""
+        want = self.planner.pairs[pid]["generation"]
+        ends = [self.before.get((pid, end.value)) for end in End]
+        return (
+            any((e[0] if e else None) != want for e in ends)
+            or any(e[1] for e in ends if e)
+            or self.connection_differs(pid)
         )
-        progress("done", 4, 4)
-        return PushReport(
-            delivered=delivered,
-            withdrawn=revoked,
-            behind=behind_now,
-            ahead=ahead,
-            unreachable=sorted(cut_off),
-            stale_by_probe=by_probe,
-            claims=claims,
-        )
+
+    def short(self, pid: str, end: End) -> bool:
+        """The end is recorded holding no generation, or not the pair's."""
+        d = self.deliveries.get((pid, end.value))
+        return d is None or d[0] != self.planner.pairs[pid]["generation"]
+
+    def connection_differs(self, pid: str) -> bool:
+        """The declared connection file is not what the consumer's agent last wrote."""
+        want = self.planner.connection(pid)
+        if want is None:
+            return False
+        held = self.held_connection.get(pid)
+        digest = crypto.secret_digest(want["text"].encode("utf-8"))
+        return held is None or held != (want["file"], digest)
+
+    def behind(self, pid: str, end: End) -> bool:
+        """The end must be sent: short of its generation, its connection file differs, or a
+        reload or a pin failed (it holds the credential, not all it should)."""
+        if self.short(pid, end):
+            return True
+        if end is End.CONSUMER and self.connection_differs(pid):
+            return True
+        d = self.deliveries.get((pid, end.value))
+        return d is not None and str(d[3] or "").startswith(KEPT_FAILURES)
 
 
 def _provider_batches(needed: set[Provision], live: list[PairRow]) -> list[list[Provision]]:
@@ -314,9 +440,9 @@ def _drift(
         key: InspectSpec = {
             "provider": p["provider"],
             "provision": p["provision"],
-            "receives": spec["receives"][p["provision"]],
-            "admin": spec.get("admin"),
-            "provisioner": spec.get("provisioner"),
+            "receives": spec.receives[p["provision"]],
+            "admin": spec.admin,
+            "provisioner": spec.provisioner,
         }
         wanted = specs.setdefault(node_of(p["provider"]), [])
         if key not in wanted:

@@ -143,16 +143,25 @@ class Minted:
     items: list[RotationItem]
 
 
-def mint(ctl: Reach, rows: list[PairRow], *, revoke_old: bool = False) -> Minted:
+def mint(
+    ctl: Reach,
+    rows: list[PairRow],
+    *,
+    revoke_old: bool = False,
+    held: Mapping[str, int] | None = None,
+) -> Minted:
     """Mint and seal every pair's next generation; nothing is stored. ``revoke_old`` is
-    journaled on each item, so a recovered rotation keeps it."""
+    journaled on each item, so a recovered rotation keeps it. ``held``: pair -> the highest
+    generation one of its ends holds, when above the inventory's (an end ahead): the next is
+    minted above it, since an agent never goes back."""
     inv = ctl.inventory
     model_nodes = nodes_from_inventory(inv.nodes())
     taken = inv.minted(p["id"] for p in rows)
-    gens = []
+    above = held or {}
+    gens: list[GenerationRow] = []
     items: list[RotationItem] = []
     for p in rows:
-        new = p["generation"] + 1
+        new = max(p["generation"], above.get(p["id"], p["generation"])) + 1
         while new in taken.get(p["id"], ()):  # a rolled-back attempt keeps its number
             new += 1
         gens.append(

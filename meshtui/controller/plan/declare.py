@@ -23,6 +23,7 @@ from meshtui.inventory.rows import (
     PairFields,
     PairRecord,
     PolicyRecord,
+    decode_spec,
 )
 from meshtui.kinds import registry
 from meshtui.kinds.kind import Kind, owns_nothing
@@ -338,8 +339,8 @@ def _offer_kinds(specs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Kind
     """Each (provider module, provision) to its kind, from modules' stored specs."""
     kinds: dict[tuple[str, str], Kind] = {}
     for mid, spec in specs:
-        for offer in json.loads(spec).get("provides", []):
-            kinds[(mid, offer["name"])] = registry.kind_of(offer.get("kind"))
+        for offer in decode_spec(mid, spec).provides:
+            kinds[(mid, offer.name)] = registry.kind_of(offer.kind)
     return kinds
 
 

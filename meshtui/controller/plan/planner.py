@@ -56,8 +56,8 @@ def _provision(pair: PairRow) -> Provision:
 def offer_of(pair: PairRow, modules: Mapping[str, ModuleRow] | None) -> OfferSpec | None:
     """The provider's ``provides`` entry for ``pair`` as stored (None when unknown)."""
     module = (modules or {}).get(pair["provider"])
-    for offer in module["spec"]["provides"] if module else []:
-        if offer["name"] == pair["provision"]:
+    for offer in module["spec"].provides if module else []:
+        if offer.name == pair["provision"]:
             return offer
     return None
 
@@ -67,7 +67,7 @@ def target_of(
 ) -> Target:
     """Where a probe of ``pair`` logs in: the provider node's private address, port and kind."""
     offer = offer_of(pair, modules)
-    kind = registry.kind_of(offer.get("kind") if offer is not None else None)
+    kind = registry.kind_of(offer.kind if offer is not None else None)
     target: Target = {
         "host": nodes[node_of(pair["provider"])]["address"],
         "port": pair["port"],
@@ -75,8 +75,8 @@ def target_of(
         "dbname": kind.dbname(pair["values"]),
     }
     if offer is not None and registry.stored_name(kind.name) is not None:
-        target["kind"], target["ca"] = kind.name, offer.get("ca")
-        target["tls"] = bool(offer.get("tls", True))
+        target["kind"], target["ca"] = kind.name, offer.ca
+        target["tls"] = offer.tls
     return target
 
 
@@ -226,17 +226,17 @@ class Planner:
     def _set(self, provider: str, provision: str, consumers: list[ManifestEntry]) -> ProviderSet:
         spec = self.modules[provider]["spec"]
         kind = next(
-            (o.get("kind") for o in spec.get("provides", []) if o.get("name") == provision),
+            (o.kind for o in spec.provides if o.name == provision),
             None,
         )
         delivery: ProviderSet = {
             "provider": provider,
             "provision": provision,
-            "receives": spec["receives"][provision],
-            "grants": spec["grants"][provision],
-            "admin": spec.get("admin"),
-            "provisioner": spec.get("provisioner"),
-            "pin": bool(spec.get("pin", False)),
+            "receives": spec.receives[provision],
+            "grants": spec.grants[provision],
+            "admin": spec.admin,
+            "provisioner": spec.provisioner,
+            "pin": spec.pin,
             "consumers": consumers,
         }
         if kind is not None and registry.stored_name(kind) is not None:
@@ -352,14 +352,14 @@ class Planner:
         need = next(
             (
                 n
-                for n in (consumer["spec"]["requires"] if consumer else [])
-                if n["name"] == p["provision"] and n["file"] == p["file"]
+                for n in (consumer["spec"].requires if consumer else [])
+                if n.name == p["provision"] and n.file == p["file"]
             ),
             None,
         )
-        if need is None or "connection" not in need:
+        if need is None or need.connection is None:
             return None
-        spec = need["connection"]
+        spec = need.connection
         target = target_of(p, self.nodes, self.modules)
         kind = registry.kind_of(target.get("kind"))
         if kind.connection is None:
@@ -369,9 +369,9 @@ class Planner:
             host=target["host"],
             port=target["port"],
             values=p["values"],
-            ca=spec.get("ca") or target.get("ca"),
+            ca=spec.ca or target.get("ca"),
             tls=bool(target.get("tls", kind.tls)),
             password_file=p["file"],
         )
-        text = render(kind.connection(facts), spec["format"]).decode("utf-8")
-        return ConnectionItem(file=spec["file"], text=text)
+        text = render(kind.connection(facts), spec.format).decode("utf-8")
+        return ConnectionItem(file=spec.file, text=text)

@@ -116,22 +116,22 @@ def requests(
         if digests and p["id"] in digests:
             end["digests"] = digests[p["id"]]
         consumer = modules.get(p["consumer"])
-        for need in consumer["spec"].get("requires", []) if consumer else []:
-            same = need["name"] == p["provision"] and need["file"] == p["file"]
-            if same and "connection" in need:  # where its connection file goes, for the policy
-                end["connection"] = str(need["connection"]["file"])
+        for need in consumer["spec"].requires if consumer else []:
+            same = need.name == p["provision"] and need.file == p["file"]
+            if same and need.connection is not None:  # where its file goes, for the policy
+                end["connection"] = need.connection.file
         provider_node = nodes.get(node_of(p["provider"]))
         provider = modules.get(p["provider"])
-        offers = provider["spec"].get("provides", []) if provider else []
-        offer = next((o for o in offers if o["name"] == p["provision"]), None)
-        kind = registry.kind_of(offer.get("kind")) if offer is not None else None
+        offers = provider["spec"].provides if provider else []
+        offer = next((o for o in offers if o.name == p["provision"]), None)
+        kind = registry.kind_of(offer.kind) if offer is not None else None
         if provider_node is not None and offer is not None and kind is not None and kind.hands_over:
             # its login hands the server the credential: the node's policy must list the server
             end["server"] = {
                 "kind": kind.name,
                 "host": str(provider_node["address"]),
                 "port": int(p["port"]),
-                "ca": offer.get("ca") if offer.get("tls", True) else None,
+                "ca": offer.ca if offer.tls else None,
             }
         consumers[node].append(end)
         if provider_node is not None:
@@ -141,34 +141,34 @@ def requests(
     providers: dict[str, list[CheckProvider]] = {n: [] for n in nodes}
     for mid, m in modules.items():
         spec = m["spec"]
-        if not m["declared"] or not spec.get("provides") or m["node"] not in providers:
+        if not m["declared"] or not spec.provides or m["node"] not in providers:
             continue
-        kinds = {registry.kind_of(o.get("kind")) for o in spec["provides"]}
+        kinds = {registry.kind_of(o.kind) for o in spec.provides}
         kind = next(iter(kinds)) if len(kinds) == 1 else None
         item: CheckProvider = {
             "provider": mid,
-            "admin": spec.get("admin"),
-            "builtin": is_builtin(spec.get("provisioner"))
+            "admin": spec.admin,
+            "builtin": is_builtin(spec.provisioner)
             and kind is not None
             and kind.doctor is not None,
             "databases": any(
                 p["provider"] == mid and bool(p["values"].get("database")) for p in live
             ),
-            "pin": bool(spec.get("pin", False)),
+            "pin": spec.pin,
         }
         if kind is not None and (name := registry.stored_name(kind.name)) is not None:
             item["kind"] = name
         item["provisions"] = [  # for the node's policy: where each manifest and grants go
             {
-                "provision": str(o["name"]),
-                "kind": registry.name_of(o.get("kind")),
-                "receives": str(spec["receives"][o["name"]]),
-                "grants": str(spec["grants"][o["name"]]),
+                "provision": o.name,
+                "kind": registry.name_of(o.kind),
+                "receives": spec.receives[o.name],
+                "grants": spec.grants[o.name],
             }
-            for o in spec["provides"]
-            if o["name"] in spec.get("receives", {}) and o["name"] in spec.get("grants", {})
+            for o in spec.provides
+            if o.name in spec.receives and o.name in spec.grants
         ]
-        item["provisioner"] = spec.get("provisioner")
+        item["provisioner"] = spec.provisioner
         providers[m["node"]].append(item)
     return {
         n: {
@@ -263,7 +263,7 @@ def provider_files(
     from meshtui.controller.plan.resolve import ask_state
 
     modules = ctl.inventory.modules()
-    providers = {node_of(m) for m, r in modules.items() if r["spec"].get("provides")}
+    providers = {node_of(m) for m, r in modules.items() if r["spec"].provides}
     if not providers & answered:
         return []
     with ctl.agents(timeout=CHECK_TIMEOUT_S, nodes=agents_for) as agents:
@@ -294,7 +294,7 @@ def secret_files(
     found = declared(ctl.inventory)
     rows = ctl.inventory.own_secrets()
     wanted = {
-        d.key: d.spec["file"]
+        d.key: d.spec.file
         for d in found
         if d.pair is not None and (row := rows.get(d.key)) is not None and row["file_version"]
     }

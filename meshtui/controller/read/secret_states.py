@@ -26,7 +26,7 @@ class Declared:
 
     @property
     def key(self) -> tuple[str, str]:
-        return (self.module, self.spec["name"])
+        return (self.module, self.spec.name)
 
 
 def declared(inv: Inventory) -> list[Declared]:
@@ -35,7 +35,7 @@ def declared(inv: Inventory) -> list[Declared]:
     specs = [
         (mid, spec)
         for mid, module in inv.modules_naming("secrets").items()
-        for spec in module["spec"].get("secrets", [])
+        for spec in module["spec"].secrets
     ]
     if not specs:
         return []
@@ -61,8 +61,8 @@ def status(inv: Inventory) -> list[SecretStatus]:
             state, reason = "stale", f"{d.module} has no live vault pair"
         elif version == 0:
             state, reason = (
-                ("stale", f"not supplied yet: meshtui secret put {d.module} {d.spec['name']}")
-                if d.spec["supplied"]
+                ("stale", f"not supplied yet: meshtui secret put {d.module} {d.spec.name}")
+                if d.spec.supplied
                 else ("unknown", "not minted yet: meshtui push")
             )
         elif vault_v == version and file_v == version and not error:
@@ -74,12 +74,12 @@ def status(inv: Inventory) -> list[SecretStatus]:
         out.append(
             SecretStatus(
                 module=d.module,
-                name=d.spec["name"],
-                origin="supplied" if d.spec["supplied"] else "minted",
+                name=d.spec.name,
+                origin="supplied" if d.spec.supplied else "minted",
                 pair=d.pair["id"] if d.pair else None,
                 vault=d.pair["provider"] if d.pair else None,
-                path=f"{KV_MOUNT}/{d.pair['login']}/{d.spec['name']}" if d.pair else None,
-                file=d.spec["file"],
+                path=f"{KV_MOUNT}/{d.pair['login']}/{d.spec.name}" if d.pair else None,
+                file=d.spec.file,
                 version=version,
                 vault_version=vault_v,
                 file_version=file_v,
