@@ -520,6 +520,70 @@ def test_a_circle_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert circles() == [["meshtui.controller.act.push", "meshtui.controller.core"]]
 
 
+LAZY = {
+    "meshtui/cli/__init__.py": "start-up: `--version` answers before argparse or any command loads",
+    "meshtui/cli/context.py": "start-up: the controller loads only for a command that opens one",
+    "meshtui/cli/host.py": "start-up: a node's commands load only the agent's part they run",
+    "meshtui/cli/lab.py": "start-up: the lab and the dashboard load only for `lab` and `demo`",
+    "meshtui/cli/mesh.py": "start-up: the dashboard and the restore records stay out of `status`",
+    "meshtui/cli/provision.py": "start-up: the harness loads only for `provision`",
+    "meshtui/cli/recovery.py": "start-up: backup and restore load only for their commands",
+    "meshtui/cli/secret.py": "start-up: the renderer stays out of building the parser",
+    "meshtui/cli/watch.py": "start-up: the controller loads only when `watch` runs",
+    "meshtui/controller/core.py": (
+        "start-up: `status` uses the front door but never acts: the actions, the agents' "
+        "transport (httpx), the doctor, the records and the unattended loop load when called"
+    ),
+    "meshtui/controller/read/doctor.py": (
+        "start-up: the dashboard imports the doctor's report shapes; the agents' transport "
+        "(httpx) and a module's own secrets load when the doctor runs"
+    ),
+    "meshtui/tui/app.py": "first paint: each screen but the pairs' loads when it is opened",
+    "meshtui/tui/palette.py": "first paint: the palette's commands load the main screen when run",
+    "meshtui/tui/screens/main.py": "first paint: a pair's screen loads when one is opened",
+}
+"""Every module that imports meshtui inside a function, and why (each reason is the start-up
+of a command or the dashboard's first paint: no import is deferred to hide a circle)."""
+
+
+def lazy_importers() -> set[str]:
+    """Every module that imports a meshtui module inside a function."""
+    found = set()
+    for path in FILES:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for fn in ast.walk(tree):
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(fn):
+                named = (
+                    [node.module or ""]
+                    if isinstance(node, ast.ImportFrom)
+                    else [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else []
+                )
+                if any(under(n, "meshtui") for n in named):
+                    found.add(rel(path))
+    return found
+
+
+def test_every_function_local_import_is_listed_with_its_reason() -> None:
+    assert lazy_importers() == set(LAZY)
+
+
+def test_an_unlisted_function_local_import_is_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = tmp_path / "meshtui"
+    (fake / "controller" / "act").mkdir(parents=True)
+    (fake / "controller" / "act" / "push.py").write_text(
+        "def push():\n    from meshtui.controller.act import rotate\n"
+    )
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", fake)
+    monkeypatch.setattr(sys.modules[__name__], "FILES", sorted(fake.rglob("*.py")))
+    assert lazy_importers() == {"meshtui/controller/act/push.py"}
+
+
 def shared_names(files: list[Path]) -> dict[str, list[str]]:
     """File names two modules share, outside :data:`NAMED_FOR_WHAT_THEY_IMPLEMENT`."""
     by_name: dict[str, list[str]] = {}

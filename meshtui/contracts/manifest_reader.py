@@ -34,6 +34,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from meshtui.contracts.provider_files import read_manifest
 from meshtui.errors import ManifestError, UnknownKindError
 from meshtui.kinds import registry
 from meshtui.kinds.kind import DEFAULT_KIND
@@ -47,7 +48,6 @@ _DIGEST = re.compile(r"blake2b:[0-9a-f]{64}")
 @dataclass(frozen=True)
 class Consumer:
     """One consumer the provider must accept: its login, where its secret is, what it asked for."""
-
     login: str
     node: str
     module: str
@@ -65,7 +65,6 @@ class Consumer:
 @dataclass(frozen=True)
 class Manifest:
     """A valid manifest; ``consumers`` may be empty (nobody is asked for)."""
-
     path: Path
     version: int
     provision: str
@@ -102,7 +101,6 @@ def _no_constant(name: str) -> Any:
 
 class _Reader:
     """Typed access to one JSON object, raising ManifestError that names the file and key."""
-
     def __init__(self, source: str, where: str, obj: Any) -> None:
         self.source, self.where = source, where
         if not isinstance(obj, dict):
@@ -263,7 +261,6 @@ def parse_manifest(data: bytes, path: Path) -> Manifest:
 def read_manifest_bytes(path: Path) -> bytes:
     """The manifest's bytes through its checked folder (no link followed, no FIFO waited on),
     or ManifestError if it cannot be read."""
-    from meshtui.contracts.provider_files import read_manifest  # files imports nothing of ours back
 
     return read_manifest(path, MAX_MANIFEST_BYTES)
 

@@ -27,6 +27,7 @@ import httpx
 from meshtui import runas
 from meshtui.atomic import write_private
 from meshtui.contracts.lab_server import LabConsumer, LabProvider, LabServer, LabSite
+from meshtui.controller.keys import write_keys_once
 from meshtui.errors import LabError
 from meshtui.folders import trusted_path
 from meshtui.host.policy import node_policy
@@ -50,7 +51,6 @@ PROVISIONER_ENV = "MESHTUI_LAB_PROVISIONER"
 @dataclass(frozen=True)
 class Lab:
     """What ``lab up`` built, as recorded in ``<state>/lab/lab.json``."""
-
     folder: Path
     mode: str  # "netns" or "loopback"
     network: str
@@ -148,7 +148,6 @@ def up(
         for name, pair in lab_servers().items()
         if name == registry.DEFAULT or wanted.get(name, mesh is None and pair[1].available())
     }
-    from meshtui.controller.keys import write_keys_once
 
     mesh = mesh or DEFAULT_MESH
     # made here and checked first: no link or folder another user planted is worked through

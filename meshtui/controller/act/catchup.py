@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from meshtui.controller.act import sending
 from meshtui.controller.act.rotate import Handover, execute, mint, payloads, store
 from meshtui.controller.agents.client import DOUBTED, read_anchor_answer
+from meshtui.controller.plan.resolve import ask_state
 from meshtui.controller.reports import Progress, Resolution, RotationReport
 from meshtui.errors import AgentError
 from meshtui.inventory import Inventory
@@ -40,7 +41,6 @@ REFUSED_AS_OLDER = ("older than the requests this agent already accepted", "repl
 @dataclass(frozen=True)
 class AheadEnd:
     """One end holding a generation the inventory does not know, at or above its own."""
-
     pair: str
     end: str
     node: str
@@ -188,7 +188,6 @@ def settle(
 ) -> Settled:
     """Before push delivers anything: jump the sequence past nodes that refused it as older,
     then find the ends ahead of the inventory and rotate their pairs past them."""
-    from meshtui.controller.plan.resolve import ask_state
 
     changed = False
     older = refused_as_older(resolutions)

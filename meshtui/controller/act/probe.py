@@ -10,11 +10,14 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+from meshtui.controller.act import own_secrets
 from meshtui.controller.act.recording import files_unlike, probe_row
 from meshtui.controller.agents.client import AgentClient
 from meshtui.controller.plan.claims import asked_only
 from meshtui.controller.plan.claims import record as record_claims
 from meshtui.controller.plan.planner import Planner, target_of
+from meshtui.controller.plan.resolve import ask_state
+from meshtui.controller.read.secret_states import declared
 from meshtui.controller.reports import Claim, ProbeOutcome, Progress
 from meshtui.errors import AgentError
 from meshtui.inventory import now
@@ -110,8 +113,6 @@ def probe(ctl: Reach, ids: list[str], progress: Progress) -> list[ProbeOutcome]:
         progress(f"probed {done} of {total}", done, total)
     files_unlike(inv, unlike)
     _look_at_providers(ctl, plan, live, gen_of)
-    from meshtui.controller.act import own_secrets  # the probed vault pairs' modules' own secrets
-    from meshtui.controller.read.secret_states import declared
 
     probed = set(live)
     if mine := [d for d in declared(inv) if d.pair and d.pair["id"] in probed]:
@@ -134,7 +135,6 @@ def _look_at_providers(
     """Ask the probed pairs' provider nodes what they hold: a provider's secret file found not
     as written (changed by hand, world-readable) makes its end behind, with why, as push would
     find it (push writes it again)."""
-    from meshtui.controller.plan.resolve import ask_state
 
     nodes = sorted({node_of(plan.pairs[pid]["provider"]) for pid in live})
     if not nodes:

@@ -24,6 +24,7 @@ from meshtui.controller.act.recording import (
     probe_row,
     record_end,
 )
+from meshtui.controller.act.rotate import recover
 from meshtui.controller.act.sending import batches, node_batches, send_consumers, send_providers
 from meshtui.controller.agents.client import STATE_TIMEOUT_S, Agents, by_pair, missing_reason
 from meshtui.controller.lock import delivering
@@ -59,8 +60,6 @@ UNVERIFIED_HINT = (
 
 def push(ctl: Reach, progress: Progress) -> PushReport:
     """Converge every end; the report names who is still behind."""
-    from meshtui.controller.act.rotate import recover
-
     with (
         delivering(ctl.state_dir, "push"),
         ctl.agents() as agents,

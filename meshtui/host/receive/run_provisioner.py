@@ -25,6 +25,7 @@ from meshtui.host.policy.paths import node_path
 from meshtui.kinds import registry
 from meshtui.model import BUILTIN_ARGV, OutcomeName, is_builtin
 from meshtui.protocol.messages import Inspection, InspectSpec, LoginOutcome, ProviderSet
+from meshtui.provisioner.harness import inspect, reconcile
 from meshtui.runas import RunAsError
 
 if TYPE_CHECKING:
@@ -37,7 +38,6 @@ MAX_REASON = 300
 
 class ProvisionReport(TypedDict):
     """What a provisioner reports to the agent: ok, each login's outcome, or why not."""
-
     ok: bool
     outcomes: list[LoginOutcome]
     error: NotRequired[str]
@@ -59,8 +59,6 @@ def builtin_provisioner(
     before it is used). ``only``: a delta's logins,
     applied and read back alone (the rest of the manifest is as the last delivery left it).
     """
-    from meshtui.provisioner.harness import reconcile
-
     report = reconcile(manifest, admin, kept=_kept_sessions, only=only, scoped=scoped)
     return {
         "ok": report.ok,
@@ -134,7 +132,6 @@ def provision(
 
 class CommandOutcome(msgspec.Struct):
     """One login's outcome as a provisioner command reports it (its other fields are dropped)."""
-
     login: str
     outcome: OutcomeName
     reason: str = ""
@@ -142,7 +139,6 @@ class CommandOutcome(msgspec.Struct):
 
 class CommandReport(msgspec.Struct):
     """A provisioner command's JSON report on stdout: each login's outcome, and ``ok``."""
-
     outcomes: list[CommandOutcome]
     ok: bool | None = None
 
@@ -205,8 +201,6 @@ def inspect_provider(spec: InspectSpec) -> Inspection:
     ``waiting`` or ``refused``. Nothing is written; a declared command provisioner cannot be
     asked, so it answers no logins.
     """
-    from meshtui.provisioner.harness import inspect
-
     out: Inspection = {
         "provider": spec["provider"],
         "provision": spec["provision"],
