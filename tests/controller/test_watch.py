@@ -209,6 +209,26 @@ def test_watch_waits_for_an_operators_lock_and_says_so(mesh):
 # ---------------------------------------------------------------------------- nodes that go away
 
 
+def test_a_pair_stale_only_because_its_server_was_down_is_not_pushed_every_cycle(mesh, pg):
+    """A probe that could not decide (the server is down) leaves nothing to deliver: the watch
+    waits for its next probe instead of pushing, and writing a push to the audit log, on every
+    cycle."""
+    with mesh.controller() as ctl:
+        assert ctl.push().ok
+    pg.stop()
+    try:
+        with mesh.controller() as ctl:
+            ctl.probe()
+            assert {r.state for r in ctl.status()} == {"stale"}
+            before = len(ctl.inventory.events())
+            report = Watch(ctl, log=print).cycle()
+            assert not report.pushed
+            pushes = [e for e in ctl.inventory.events()[before:] if e["kind"] == "push"]
+            assert pushes == []
+    finally:
+        pg.start()
+
+
 def test_the_first_scrape_names_every_node(mesh):
     """A node holding only providers is never probed from: it is asked, so the first cycle's
     metrics say whether every node is up (db1 was missing until a push happened to run)."""

@@ -30,7 +30,12 @@ from meshtui.controller.reach import FrontDoor
 from meshtui.controller.read import secret_states
 from meshtui.controller.read.heartbeat import HEARTBEAT, Heartbeat
 from meshtui.controller.read.schedule import SPREAD, PairDue, epoch, probe_slot, schedule
-from meshtui.controller.read.status import LOCKED_OUT, NOT_PROBED_SINCE, statuses
+from meshtui.controller.read.status import (
+    LOCKED_OUT,
+    NOT_PROBED_SINCE,
+    PROBE_UNDECIDED,
+    statuses,
+)
 from meshtui.controller.unattended.metrics import CycleView, Metrics
 from meshtui.controller.unattended.notify import Alert
 from meshtui.errors import MeshtuiError, NotResolvedError, RotationBusyError
@@ -262,7 +267,13 @@ class Watch:
             return True
         if self.secrets_behind:
             return True
-        return any(r.state is State.STALE and not r.withdrawn and not r.alarm for r in rows)
+        return any(
+            r.state is State.STALE
+            and not r.withdrawn
+            and not r.alarm
+            and not r.reason.startswith(PROBE_UNDECIDED)  # nothing to deliver: a probe decides
+            for r in rows
+        )
 
     def _push(self) -> tuple[int, bool]:
         """Recover and converge; nodes that did not answer are retried with backoff."""
