@@ -378,11 +378,15 @@ class Controller:
         self._writable("push")
         from meshtui.controller.act import own_secrets
         from meshtui.controller.act.push import push
+        from meshtui.controller.act.secret_versions import read_versions
         from meshtui.controller.lock import delivering
 
         report = push(self, progress)
         with delivering(self.state_dir, "push (own secrets)"):
+            versions = read_versions(self)
             secrets = own_secrets.converge(self)
+        report.ahead.update({f"secret {k}": v for k, v in versions.ahead.items()})
+        report.behind.update({f"secret {k}": v for k, v in versions.outside.items()})
         for i, line in enumerate(secrets.done, 1):
             progress(line, i, len(secrets.done))
         report.behind.update({f"secret {k}": v for k, v in secrets.behind.items()})

@@ -221,7 +221,7 @@ class OwnSecrets:
             return _fetched(item, None, str(exc))
         except (ValueError, HostFileError, CryptoError) as exc:
             return _fetched(item, None, f"{where}: {exc}")
-        value, _, error = self._from_vault(item, path, where, item["kv_version"])
+        value, _, error, _ = self._from_vault(item, path, where, item["kv_version"])
         if value is None:
             return _fetched(item, None, error)
         if digest_of(value) != item["digest"]:
@@ -267,10 +267,11 @@ class OwnSecrets:
 
     def _from_vault(
         self, item: SecretFetchItem | SecretCheckItem, path: str, where: str, version: int | None
-    ) -> tuple[bytes | None, int | None, str]:
-        """The value of ``path``'s KV ``version`` (None: the current one) and its KV version,
-        read as the module: an AppRole login with the pair credential this node holds, the
-        token revoked after; or (None, None, why not)."""
+    ) -> tuple[bytes | None, int | None, str, dict[str, str]]:
+        """The value of ``path``'s KV ``version`` (None: the current one), its KV version and
+        the entry's custom metadata (the version and digest meshtui's last store marked it
+        with), read as the module: an AppRole login with the pair credential this node holds,
+        the token revoked after; or (None, None, why not, {})."""
         try:
             vault = self.policy.server(
                 VAULT_KIND,
@@ -281,19 +282,19 @@ class OwnSecrets:
             )
             credential = self._vault_credential(item["module"], item["credential"])
         except PolicyRefusal as exc:
-            return None, None, str(exc)
+            return None, None, str(exc), {}
         except HostFileError as exc:
-            return None, None, f"{where}: {exc}"
+            return None, None, f"{where}: {exc}", {}
         held, why = files.read_credential(credential)
         if held is None:
             why = why or "missing"
-            return None, None, f"{where}: the module's vault credential is not held ({why})"
+            return None, None, f"{where}: the module's vault credential is not held ({why})", {}
         secret_id = held.decode("utf-8", "replace").strip()
         del held
         try:
             bao = _session(vault)
         except MeshtuiError as exc:
-            return None, None, f"{where}: {exc}"
+            return None, None, f"{where}: {exc}", {}
         with bao:
             try:
                 login = bao.call(
@@ -304,23 +305,25 @@ class OwnSecrets:
                 )
                 token = str(((login or {}).get("auth") or {})["client_token"])
             except (BaoError, KeyError, TypeError) as exc:
-                return None, None, f"{where}: AppRole login: {scrub(str(exc), [secret_id])}"
+                return None, None, f"{where}: AppRole login: {scrub(str(exc), [secret_id])}", {}
             finally:
                 del secret_id
             query = "" if version is None else f"?version={int(version)}"
             try:
                 found = bao.data("GET", f"{KV_MOUNT}/data/{path}{query}", token=token) or {}
                 value = str((found.get("data") or {})["value"]).encode("utf-8")
-                kv_version = int((found.get("metadata") or {}).get("version") or 0) or None
+                meta = found.get("metadata") or {}
+                kv_version = int(meta.get("version") or 0) or None
+                marks = {str(k): str(v) for k, v in (meta.get("custom_metadata") or {}).items()}
             except (BaoError, KeyError, TypeError, ValueError) as exc:
-                return None, None, f"{where}: reading it from the vault: {exc}"
+                return None, None, f"{where}: reading it from the vault: {exc}", {}
             finally:
                 try:
                     bao.call("POST", "auth/token/revoke-self", token=token)
                 except BaoError:
                     pass  # short-lived: it expires within the role's token TTL
                 del token
-        return value, kv_version, ""
+        return value, kv_version, "", marks
 
     def _vault_credential(self, module: str, named: str) -> Path:
         """The credential file this agent wrote for ``module``'s vault pair, when ``named`` is
@@ -413,10 +416,14 @@ class OwnSecrets:
         if held is not None:
             out["file_digest"] = digest_of(held)
             del held
-        value, kv_version, error = self._from_vault(item, path, where, None)
+        value, kv_version, error, marks = self._from_vault(item, path, where, None)
         if value is not None:
             out["vault_digest"], out["kv_version"] = digest_of(value), kv_version
             del value
+            # what meshtui's last store marked the entry with: a current version whose digest
+            # is not the marked one was written by someone else
+            out["marked_digest"] = marks.get(DIGEST_KEY)
+            out["marked_version"] = int(marks[VERSION_KEY]) if marks.get(VERSION_KEY, "").isdigit() else None
         problems = [p for p in (why and f"{where}: file: {why}", error) if p]
         out["error"] = "; ".join(problems) or None
         return out

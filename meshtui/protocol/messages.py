@@ -800,6 +800,8 @@ class SecretChecked(TypedDict):
     vault_digest: str | None
     kv_version: int | None
     error: str | None
+    marked_version: NotRequired[int | None]  # meshtui's version its last store marked KV with
+    marked_digest: NotRequired[str | None]  # and that version's digest
 
 
 class SecretCheckAnswer(TypedDict):

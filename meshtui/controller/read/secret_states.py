@@ -15,6 +15,10 @@ from meshtui.inventory import Inventory
 from meshtui.inventory.rows import OwnSecretSpec, PairRow
 from meshtui.model import KV_MOUNT, VAULT_PROVISION
 
+OUTSIDE = "vault: "
+"""How the error of a secret whose vault's current version was written outside meshtui begins
+(act/secret_versions.py records it; cleared by the next version meshtui makes)."""
+
 
 @dataclass(frozen=True)
 class Declared:
@@ -65,6 +69,8 @@ def status(inv: Inventory) -> list[SecretStatus]:
                 if d.spec["supplied"]
                 else ("unknown", "not minted yet: meshtui push")
             )
+        elif error and error.startswith(OUTSIDE):
+            state, reason = "stale", error.removeprefix(OUTSIDE)
         elif vault_v == version and file_v == version and not error:
             state, reason = "working", f"version {version} in the vault and in the file"
         else:
