@@ -271,6 +271,13 @@ class SecretStatus:
     supplied_by: str | None
     supplied_at: str | None
     since: str | None = None  # when the wanted version was sealed (minted, or supplied)
+    max_age: float | None = None  # a supplied secret's declared maximum age, seconds
+    overdue: bool = False  # held longer than max_age: an operator must supply a new one
+
+    @property
+    def label(self) -> str:
+        """``secret app1/gitea smtp_password``: how an alert or a metric names it."""
+        return f"secret {self.module} {self.name}"
 
     @property
     def node(self) -> str:

@@ -66,6 +66,7 @@ class OwnSecretSpec(TypedDict):
     owner: str | None
     group: str | None
     mode: str
+    max_age: NotRequired[float]  # seconds (a supplied secret's; absent: no limit)
 
 
 class OwnSecretRow(TypedDict):
