@@ -50,6 +50,7 @@ class Summary:
     alarms: int
     withdrawn: int
     last_push: str | None
+    secrets: tuple[tuple[str, int], ...] = ()  # modules' own secrets by state (state, count)
 
 
 @dataclass(frozen=True)
@@ -394,7 +395,14 @@ class SecretsRotated:
         return all(s.state == "working" for s in self.secrets)
 
 
-JobResult = RotationReport | PushReport | SecretsRotated | list[DrillReport] | list[ProbeOutcome]
+JobResult = (
+    RotationReport
+    | PushReport
+    | SecretsRotated
+    | SecretDrillReport
+    | list[DrillReport]
+    | list[ProbeOutcome]
+)
 """What one of the dashboard's jobs returns: ``rotate``, ``push``, ``drill``, ``probe`` or the
 rotation of a module's minted secrets' report."""
 

@@ -423,7 +423,9 @@ class OwnSecrets:
             # what meshtui's last store marked the entry with: a current version whose digest
             # is not the marked one was written by someone else
             out["marked_digest"] = marks.get(DIGEST_KEY)
-            out["marked_version"] = int(marks[VERSION_KEY]) if marks.get(VERSION_KEY, "").isdigit() else None
+            out["marked_version"] = (
+                int(marks[VERSION_KEY]) if marks.get(VERSION_KEY, "").isdigit() else None
+            )
         problems = [p for p in (why and f"{where}: file: {why}", error) if p]
         out["error"] = "; ".join(problems) or None
         return out
