@@ -582,13 +582,14 @@ class _Deliver(_Sealing):
 
 class _Reach(TypedDict):
     """How a module's node reaches its vault as the module: its login, the pair credential's
-    file, the vault's address, port and CA."""
+    file, the vault's address, port, CA and kind."""
 
     login: str
     credential: str
     host: str
     port: int
     ca: str | None
+    kind: str
 
 
 def _reach(pair: PairRow, nodes: Mapping[str, NodeRow], modules: Mapping[str, ModuleRow]) -> _Reach:
@@ -599,6 +600,7 @@ def _reach(pair: PairRow, nodes: Mapping[str, NodeRow], modules: Mapping[str, Mo
         "host": nodes[node_of(pair["provider"])]["address"],
         "port": pair["port"],
         "ca": offer.get("ca") if offer is not None else None,
+        "kind": str(offer.get("kind") or "") if offer is not None else "",
     }
 
 
