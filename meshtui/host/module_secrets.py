@@ -23,7 +23,7 @@ vault's current version, read as the module; never a value.
 What a request may name is bounded by this node alone: the module's vault credential read
 for the login is the file this agent wrote for that module's ``secret`` pair (its holdings),
 never a path the request chooses, and it is sent only to a vault the node's policy lists
-(``[[servers]]`` of kind openbao: address, port, CA file), checked before anything is read
+(``[[servers]]`` of the vault's kind: address, port, CA file), checked before anything is read
 or connected.
 
 Values live here only in memory, for one request; no log, answer or error carries them.

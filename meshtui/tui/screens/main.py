@@ -247,10 +247,14 @@ class MainScreen(MeshScreen):
                 if s.origin == "supplied" and action in ("rotate", "drill")
                 else "is a module's own secret, not a pair: push and doctor look at its file"
             )
-            self.notify(f"{s.label} {how}", severity="warning")
+            self.notify(f"{s.label} {how}", severity="warning", markup=False)
         elif action == "open":
             if s.pair is None:
-                self.notify(f"{s.label}: its module has no live vault pair", severity="warning")
+                self.notify(
+                    f"{s.label}: its module has no live vault pair",
+                    severity="warning",
+                    markup=False,
+                )
             else:
                 from meshtui.tui.screens.pair import PairScreen
 
