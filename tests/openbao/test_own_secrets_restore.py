@@ -118,7 +118,8 @@ def test_a_secret_rotated_after_the_backup_is_named_ahead_and_adopted(
     assert row["version"] == held["version"]
     assert key.read_text() == file_before
     refused = cli(fresh, "secret", "drill", "app1/gitea", "session_key")
-    assert refused.returncode != 0
+    assert refused.returncode == 2 and "outside meshtui" in refused.stderr, refused.stderr
+    assert "nothing was rotated" in refused.stderr
     # a rotation meshtui makes puts it right: its own version becomes the vault's current one
     ok(cli(fresh, "secret", "rotate", "app1/gitea", "session_key"))
     row = secret_row(fresh, "app1/gitea", "session_key")

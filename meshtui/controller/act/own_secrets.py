@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 from meshtui import crypto
 from meshtui.controller.plan.planner import offer_of
 from meshtui.controller.read.schedule import PairDue, epoch, spread_offset
-from meshtui.controller.read.secret_states import Declared, declared
+from meshtui.controller.read.secret_states import OUTSIDE, Declared, declared
 from meshtui.controller.reports import SecretDrillCheck, SecretDrillReport
 from meshtui.errors import InputError, MeshtuiError
 from meshtui.inventory import Inventory, now
@@ -622,6 +622,11 @@ def drill(ctl: Reach, module: str, name: str) -> SecretDrillReport:
         raise InputError(
             f"{module} secret {name} is not in place yet (see meshtui secret status); "
             "run meshtui push, then drill it"
+        )
+    moved = row["error"] or ""
+    if moved.startswith(OUTSIDE):
+        raise InputError(
+            f"{module} secret {name}: {moved.removeprefix(OUTSIDE)}; nothing was rotated"
         )
     old_version, old_digest = row["version"], str(row["digest"])
     nodes = inv.nodes()
