@@ -96,8 +96,8 @@ def read_versions(ctl: Reach) -> VersionsReport:
     cleared: list[OwnSecretRow] = []
     for d in stored:
         c, row = checked.get(d.key), rows[d.key]
-        if c is None or c["error"] or c["vault_digest"] is None:
-            continue  # not known: nothing is believed either way
+        if c is None or c["error"] or c["vault_digest"] is None or "marked_digest" not in c:
+            continue  # not known (or an agent that does not read the marks): nothing believed
         marked, kv = c.get("marked_version"), c["kv_version"]
         if c.get("marked_digest") != c["vault_digest"] or marked is None:
             why = (
