@@ -315,6 +315,7 @@ class OwnSecret:
     owner: str | None = None
     group: str | None = None
     mode: str = DEFAULT_MODE
+    max_age: float | None = None  # seconds a supplied value may be held before an alert says so
 
 
 @dataclass(frozen=True)

@@ -115,13 +115,6 @@ REACHES_KINDS = ("meshtui/kinds/",)
 """Who may import a kind's package by name: the kinds themselves. Everything else, the lab
 included (it raises each kind's server through ``Kind.lab``), goes through the registry."""
 
-OWN_SECRETS_BY_NAME = {
-    "meshtui/controller/act/own_secrets.py": "meshtui.kinds.openbao.client",
-    "meshtui/host/module_secrets.py": "meshtui.kinds.openbao.client",
-}
-"""A module's own secrets reach OpenBao's client by name until a kind declares that it stores
-them (a capability, as a kind declares everything else): the one exception to the registry."""
-
 CONTROLLER_ROOMS = {
     "agents": (),
     "plan": ("agents",),
@@ -349,9 +342,7 @@ def violations(rule: str) -> list[str]:
                     and not any(a.startswith(name + ".") for a in allowed)  # `from pkg import`
                 )
             elif rule == "registry" and not where.startswith(REACHES_KINDS):
-                bad = kind_package(name) is not None and not under(
-                    name, OWN_SECRETS_BY_NAME.get(where, "-")
-                )
+                bad = kind_package(name) is not None
             elif rule == "core" and here in core:
                 bad = under(name, "meshtui") and name != "meshtui" and not under(name, *core)
             else:

@@ -66,7 +66,10 @@ def cmd_restore(args: argparse.Namespace) -> int:
     for n in report.nodes:
         seen = f"had seen event {n.seen_seq}" if n.seen_seq is not None else n.reason
         print(f"  {n.node}: {seen}")
-    print("next: meshtui push (it names every end ahead of this inventory and converges them)")
+    print(
+        "next: meshtui push (it names every end and every own secret ahead of this inventory "
+        "and converges them)"
+    )
     unasked = [n.node for n in report.nodes if n.reason.startswith("not asked")]
     if unasked:
         print(f"not asked (unreachable): {', '.join(unasked)}; push shows them the restore later")

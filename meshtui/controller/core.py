@@ -222,10 +222,14 @@ class Controller:
             self.inventory, ids, limit=limit, keep=keep, image=self.state_dir
         )
 
-    def summary(self, rows: list[PairStatus] | None = None) -> Summary:
-        """Counts by state, alarms, and when the last push ran."""
+    def summary(
+        self, rows: list[PairStatus] | None = None, secrets: Sequence[SecretStatus] = ()
+    ) -> Summary:
+        """Counts by state (the pairs', and ``secrets``' apart), alarms, and when the last push
+        ran."""
         rows = self.status() if rows is None else rows
         count = {s: sum(1 for r in rows if r.state is s) for s in State}
+        by_state = [(str(s), sum(1 for x in secrets if x.state == s)) for s in State]
         last_push = self.inventory.last_event("push")
         return Summary(
             pairs=len(rows),
@@ -236,6 +240,7 @@ class Controller:
             alarms=sum(1 for r in rows if r.alarm),
             withdrawn=sum(1 for r in rows if r.withdrawn),
             last_push=last_push["at"] if last_push else None,
+            secrets=tuple((s, n) for s, n in by_state if n),
         )
 
     def schedule(self, *, declared_only: bool = False) -> list[PairDue]:
@@ -378,11 +383,15 @@ class Controller:
         self._writable("push")
         from meshtui.controller.act import own_secrets
         from meshtui.controller.act.push import push
+        from meshtui.controller.act.secret_versions import read_versions
         from meshtui.controller.lock import delivering
 
         report = push(self, progress)
         with delivering(self.state_dir, "push (own secrets)"):
+            versions = read_versions(self)
             secrets = own_secrets.converge(self)
+        report.ahead.update({f"secret {k}": v for k, v in versions.ahead.items()})
+        report.behind.update({f"secret {k}": v for k, v in versions.outside.items()})
         for i, line in enumerate(secrets.done, 1):
             progress(line, i, len(secrets.done))
         report.behind.update({f"secret {k}": v for k, v in secrets.behind.items()})
@@ -423,12 +432,20 @@ class Controller:
     def rotate_secrets(
         self, ids: Iterable[str], progress: Progress = no_progress
     ) -> SecretsRotated:
-        """Rotate every minted own secret of the modules of the vault pairs ``ids``, one by
-        one as :meth:`secret_rotate` does (the dashboard's action on a vault pair)."""
-        ids = self.resolve_pairs(ids)
+        """Rotate every minted own secret of the modules of the vault pairs ``ids`` (and each
+        secret ``ids`` names by its label, ``secret MODULE NAME``), one by one as
+        :meth:`secret_rotate` does (the dashboard's action on a vault pair, or a secret's row)."""
+        ids = list(ids)
+        labels = {i for i in ids if i.startswith("secret ")}
+        pairs = [i for i in ids if i not in labels]
+        ids = self.resolve_pairs(pairs) if pairs else []
         self._writable("rotate secrets")
         self.contact("rotate secrets", lambda: list(self.inventory.nodes()))
-        chosen = [s for s in self.secrets() if s.pair in ids and s.origin == "minted"]
+        chosen = [
+            s
+            for s in self.secrets()
+            if (s.pair in ids or s.label in labels) and s.origin == "minted"
+        ]
         for i, s in enumerate(chosen):
             progress(f"{s.module} secret {s.name}: rotating", i, len(chosen))
             self.secret_rotate(s.module, s.name)

@@ -50,6 +50,7 @@ class Summary:
     alarms: int
     withdrawn: int
     last_push: str | None
+    secrets: tuple[tuple[str, int], ...] = ()  # modules' own secrets by state (state, count)
 
 
 @dataclass(frozen=True)
@@ -271,6 +272,13 @@ class SecretStatus:
     supplied_by: str | None
     supplied_at: str | None
     since: str | None = None  # when the wanted version was sealed (minted, or supplied)
+    max_age: float | None = None  # a supplied secret's declared maximum age, seconds
+    overdue: bool = False  # held longer than max_age: an operator must supply a new one
+
+    @property
+    def label(self) -> str:
+        """``secret app1/gitea smtp_password``: how an alert or a metric names it."""
+        return f"secret {self.module} {self.name}"
 
     @property
     def node(self) -> str:
@@ -387,7 +395,14 @@ class SecretsRotated:
         return all(s.state == "working" for s in self.secrets)
 
 
-JobResult = RotationReport | PushReport | SecretsRotated | list[DrillReport] | list[ProbeOutcome]
+JobResult = (
+    RotationReport
+    | PushReport
+    | SecretsRotated
+    | SecretDrillReport
+    | list[DrillReport]
+    | list[ProbeOutcome]
+)
 """What one of the dashboard's jobs returns: ``rotate``, ``push``, ``drill``, ``probe`` or the
 rotation of a module's minted secrets' report."""
 

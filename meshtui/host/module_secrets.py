@@ -23,7 +23,7 @@ vault's current version, read as the module; never a value.
 What a request may name is bounded by this node alone: the module's vault credential read
 for the login is the file this agent wrote for that module's ``secret`` pair (its holdings),
 never a path the request chooses, and it is sent only to a vault the node's policy lists
-(``[[servers]]`` of kind openbao: address, port, CA file), checked before anything is read
+(``[[servers]]`` of the vault's kind: address, port, CA file), checked before anything is read
 or connected.
 
 Values live here only in memory, for one request; no log, answer or error carries them.
@@ -38,15 +38,29 @@ from pathlib import Path
 
 from meshtui import crypto
 from meshtui.contracts.provider_files import read_admin as read_admin_file
-from meshtui.errors import CryptoError, HostFileError, MeshtuiError, PolicyRefusal
+from meshtui.contracts.vault_store import (
+    MARK_DIGEST,
+    MARK_VERSION,
+    AdminStore,
+    OwnSecretStore,
+    VaultRead,
+)
+from meshtui.errors import (
+    CryptoError,
+    HostFileError,
+    MeshtuiError,
+    PolicyRefusal,
+    UnknownKindError,
+)
 from meshtui.host import credential_files as files
-from meshtui.host.policy.node_policy import ConsumerAsk, Policy, ProviderAsk, Server
+from meshtui.host.policy.node_policy import ConsumerAsk, Policy, ProviderAsk
 from meshtui.host.policy.paths import StateFolder, node_path
 from meshtui.host.receive.delivery import run_reload
 from meshtui.host.state.holdings import Holdings
 from meshtui.host.state.identity import Identity
 from meshtui.host.state.secret_files import SecretFiles, Written
-from meshtui.kinds.openbao.client import APPROLE_MOUNT, KV_MOUNT, Bao, BaoError, read_admin, scrub
+from meshtui.kinds import registry
+from meshtui.kinds.kind import Kind
 from meshtui.model import NAME_RE, VAULT_PROVISION, End, split_pair_id
 from meshtui.protocol.messages import (
     HeldSecret,
@@ -65,10 +79,17 @@ from meshtui.protocol.messages import (
 )
 
 _LOGIN = re.compile(r"[a-z0-9_]{1,63}")
-VAULT_KIND = "openbao"
-"""The kind of server a module's vault credential is sent to (the policy's ``[[servers]]``)."""
-DIGEST_KEY = "meshtui_digest"
-VERSION_KEY = "meshtui_version"
+DIGEST_KEY = MARK_DIGEST
+VERSION_KEY = MARK_VERSION
+
+
+def _store_of(name: str | None) -> tuple[Kind, OwnSecretStore]:
+    """The kind that stores modules' own secrets named ``name`` (None: the one there is) and
+    its store, reached through the kind's declaration only (UnknownKindError: not such a kind)."""
+    kind = registry.own_secret_kind(name or None)
+    assert kind.own_secrets is not None
+    store: OwnSecretStore = kind.own_secrets.load()
+    return kind, store
 
 
 def _path(login: str, name: str) -> str:
@@ -105,49 +126,34 @@ class OwnSecrets:
         if refused:
             return {"stored": [_stored(i, None, str(refused[0])) for i in request["items"]]}
         try:
-            admin = read_admin(read_admin_file(node_path(request["admin"], "admin file")))
-            bao = Bao(admin.get("address", ""), ca=admin.get("ca"), token=admin.get("token"))
+            _, kind_store = _store_of(request["kind"])
+            store = kind_store.admin(read_admin_file(node_path(request["admin"], "admin file")))
         except (MeshtuiError, ValueError) as exc:
             why = f"{request['vault']}: the admin file cannot be used: {exc}"
             return {"stored": [_stored(i, None, why) for i in request["items"]]}
-        with bao:
+        with store:
             for item in request["items"]:
-                out.append(self._store_one(bao, item))
+                out.append(self._store_one(store, item))
         return {"stored": out}
 
-    def _store_one(self, bao: Bao, item: SecretStoreItem) -> SecretStored:
+    def _store_one(self, store: AdminStore, item: SecretStoreItem) -> SecretStored:
         where = f"{item['module']} secret {item['name']}"
         try:
             path = _path(item["login"], item["name"])
             value = self._unseal(item)
         except (ValueError, CryptoError) as exc:
             return _stored(item, None, f"{where}: {exc}")
+        marks = {DIGEST_KEY: item["digest"], VERSION_KEY: str(item["version"])}
         try:
-            meta = bao.data("GET", f"{KV_MOUNT}/metadata/{path}", missing_ok=True) or {}
-            custom = meta.get("custom_metadata") or {}
-            if custom.get(DIGEST_KEY) == item["digest"] and custom.get(VERSION_KEY) == str(
-                item["version"]
-            ):
-                return _stored(item, int(meta["current_version"]), None)
-            text = value.decode("utf-8")
-            written = bao.data(
-                "POST", f"{KV_MOUNT}/data/{path}", {"data": {"value": text}}, secrets=[text]
-            )
-            del text, value
-            kv_version = int((written or {})["version"])
-            bao.call(
-                "POST",
-                f"{KV_MOUNT}/metadata/{path}",
-                {
-                    "custom_metadata": {
-                        DIGEST_KEY: item["digest"],
-                        VERSION_KEY: str(item["version"]),
-                    }
-                },
-            )
+            held, current = store.marked(path)
+            if current is not None and dict(held) == marks:
+                return _stored(item, current, None)
+            value.decode("utf-8")
+            kv_version = store.put(path, value, marks)
+            del value
         except UnicodeDecodeError:
             return _stored(item, None, f"{where}: the secret is not UTF-8 text")
-        except (BaoError, KeyError, TypeError, ValueError) as exc:
+        except (MeshtuiError, KeyError, TypeError, ValueError) as exc:
             return _stored(item, None, f"{where}: {exc}")
         return _stored(item, kv_version, None)
 
@@ -221,9 +227,10 @@ class OwnSecrets:
             return _fetched(item, None, str(exc))
         except (ValueError, HostFileError, CryptoError) as exc:
             return _fetched(item, None, f"{where}: {exc}")
-        value, _, error = self._from_vault(item, path, where, item["kv_version"])
+        found = self._from_vault(item, path, where, item["kv_version"])
+        value = found.value
         if value is None:
-            return _fetched(item, None, error)
+            return _fetched(item, None, found.error)
         if digest_of(value) != item["digest"]:
             return _fetched(item, None, f"{where}: the vault's value does not match its digest")
         data = value
@@ -267,13 +274,15 @@ class OwnSecrets:
 
     def _from_vault(
         self, item: SecretFetchItem | SecretCheckItem, path: str, where: str, version: int | None
-    ) -> tuple[bytes | None, int | None, str]:
-        """The value of ``path``'s KV ``version`` (None: the current one) and its KV version,
-        read as the module: an AppRole login with the pair credential this node holds, the
-        token revoked after; or (None, None, why not)."""
+    ) -> VaultRead:
+        """``path``'s ``version`` in the module's vault (None: the current one), its version
+        number there and meshtui's marks on it, read as the module with the pair credential
+        this node holds, through the vault kind's store (its Kind's ``own_secrets``); or why
+        not, in the answer's ``error``."""
         try:
+            kind, store = _store_of(item.get("kind"))
             vault = self.policy.server(
-                VAULT_KIND,
+                kind.name,
                 f"{item['module']} requires {VAULT_PROVISION}",
                 item["host"],
                 item["port"],
@@ -281,46 +290,24 @@ class OwnSecrets:
             )
             credential = self._vault_credential(item["module"], item["credential"])
         except PolicyRefusal as exc:
-            return None, None, str(exc)
-        except HostFileError as exc:
-            return None, None, f"{where}: {exc}"
+            return VaultRead(None, None, str(exc))
+        except (HostFileError, UnknownKindError) as exc:
+            return VaultRead(None, None, f"{where}: {exc}")
         held, why = files.read_credential(credential)
         if held is None:
             why = why or "missing"
-            return None, None, f"{where}: the module's vault credential is not held ({why})"
+            return VaultRead(
+                None, None, f"{where}: the module's vault credential is not held ({why})"
+            )
         secret_id = held.decode("utf-8", "replace").strip()
         del held
-        try:
-            bao = _session(vault)
-        except MeshtuiError as exc:
-            return None, None, f"{where}: {exc}"
-        with bao:
-            try:
-                login = bao.call(
-                    "POST",
-                    f"auth/{APPROLE_MOUNT}/login",
-                    {"role_id": item["login"], "secret_id": secret_id},
-                    secrets=[secret_id],
-                )
-                token = str(((login or {}).get("auth") or {})["client_token"])
-            except (BaoError, KeyError, TypeError) as exc:
-                return None, None, f"{where}: AppRole login: {scrub(str(exc), [secret_id])}"
-            finally:
-                del secret_id
-            query = "" if version is None else f"?version={int(version)}"
-            try:
-                found = bao.data("GET", f"{KV_MOUNT}/data/{path}{query}", token=token) or {}
-                value = str((found.get("data") or {})["value"]).encode("utf-8")
-                kv_version = int((found.get("metadata") or {}).get("version") or 0) or None
-            except (BaoError, KeyError, TypeError, ValueError) as exc:
-                return None, None, f"{where}: reading it from the vault: {exc}"
-            finally:
-                try:
-                    bao.call("POST", "auth/token/revoke-self", token=token)
-                except BaoError:
-                    pass  # short-lived: it expires within the role's token TTL
-                del token
-        return value, kv_version, ""
+        found = store.read_as(
+            vault.address, vault.port, vault.ca, item["login"], secret_id, path, version
+        )
+        del secret_id
+        if found.value is None:
+            return VaultRead(None, None, f"{where}: {found.error}")
+        return found
 
     def _vault_credential(self, module: str, named: str) -> Path:
         """The credential file this agent wrote for ``module``'s vault pair, when ``named`` is
@@ -413,19 +400,20 @@ class OwnSecrets:
         if held is not None:
             out["file_digest"] = digest_of(held)
             del held
-        value, kv_version, error = self._from_vault(item, path, where, None)
-        if value is not None:
-            out["vault_digest"], out["kv_version"] = digest_of(value), kv_version
-            del value
+        found = self._from_vault(item, path, where, None)
+        error, marks = found.error, found.marks
+        if found.value is not None:
+            out["vault_digest"], out["kv_version"] = digest_of(found.value), found.version
+            del found
+            # what meshtui's last store marked the entry with: a current version whose digest
+            # is not the marked one was written by someone else
+            out["marked_digest"] = marks.get(DIGEST_KEY)
+            out["marked_version"] = (
+                int(marks[VERSION_KEY]) if marks.get(VERSION_KEY, "").isdigit() else None
+            )
         problems = [p for p in (why and f"{where}: file: {why}", error) if p]
         out["error"] = "; ".join(problems) or None
         return out
-
-
-def _session(vault: Server) -> Bao:
-    """A session with a vault the node's policy lists, verified with the CA file it lists."""
-    host = f"[{vault.address}]" if ":" in vault.address else vault.address
-    return Bao(f"https://{host}:{vault.port}", ca=vault.ca)
 
 
 def _stored(item: SecretStoreItem, kv_version: int | None, error: str | None) -> SecretStored:

@@ -75,6 +75,7 @@ class OwnSecretSpec(msgspec.Struct, frozen=True, kw_only=True):
     owner: str | None
     group: str | None
     mode: str
+    max_age: float | None = None  # seconds (a supplied secret's; None: no limit)
 
 
 class OwnSecretRow(TypedDict):

@@ -116,7 +116,9 @@ class Kind:
     * ``doctor``: optional, ``check(provider: CheckProvider, path) -> list[(problem, fix)]``,
       what the admin file lacks for the built-in provisioner (run on the provider's node);
     * ``lab``: the kind's :class:`~meshtui.contracts.lab_server.LabServer` (its ``lab.py``'s
-      ``LAB``), which raises a real server of this kind for the lab and the demo.
+      ``LAB``), which raises a real server of this kind for the lab and the demo;
+    * ``own_secrets``: optional, the kind stores modules' own secrets (a vault): an
+      :class:`~meshtui.contracts.vault_store.OwnSecretStore`, the agent's only way to it.
 
     ``finish_name``: the name of the report line of ``finish`` (PostgreSQL: ``pg_hba.conf``);
     the controller records a pinned provider end whose line failed as not confined.
@@ -157,6 +159,7 @@ class Kind:
     takes_over: Callable[[str, Mapping[str, str]], tuple[str, ...]] = owns_nothing
     connection: ConnectionOf | None = None
     hands_over: bool = False
+    own_secrets: Ref | None = None
 
     def refs(self) -> dict[str, Ref]:
         """Every lazy reference this kind declares, by field name (for the registry's test)."""
@@ -167,5 +170,6 @@ class Kind:
             "kept": self.kept,
             "finish": self.finish,
             "doctor": self.doctor,
+            "own_secrets": self.own_secrets,
         }
         return {k: v for k, v in named.items() if v is not None}

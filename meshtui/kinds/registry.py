@@ -82,3 +82,20 @@ def name_of(stored: str | None) -> str:
 def is_default(name: object) -> bool:
     """Whether ``name`` (as a stored shape holds it, None for omitted) is the default kind."""
     return kind_of(name).name == DEFAULT_KIND
+
+
+def own_secret_kinds() -> tuple[Kind, ...]:
+    """The kinds that store modules' own secrets (their ``own_secrets`` declared)."""
+    return tuple(k for k in KINDS.values() if k.own_secrets is not None)
+
+
+def own_secret_kind(name: str | None) -> Kind:
+    """The kind named ``name`` when it stores modules' own secrets; None (a request from before
+    it named one): the one registered kind that does. UnknownKindError otherwise."""
+    stores = own_secret_kinds()
+    if name is None and len(stores) == 1:
+        return stores[0]
+    kind = KINDS.get(name) if name else None
+    if kind is None or kind.own_secrets is None:
+        raise UnknownKindError(name, tuple(k.name for k in stores))
+    return kind

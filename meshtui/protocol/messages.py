@@ -746,6 +746,7 @@ class SecretFetchItem(TypedDict):
     mode: str | None
     reload: list[str]
     digest_key: NotRequired[str]  # a keyed digest's key, sealed to this node (absent: unkeyed)
+    kind: NotRequired[str]  # the vault's kind (absent: the one kind that stores own secrets)
 
 
 class SecretFetchRequest(TypedDict):
@@ -782,6 +783,7 @@ class SecretCheckItem(TypedDict):
     ca: str | None
     file: str
     digest_key: NotRequired[str]  # a keyed digest's key, sealed to this node (absent: unkeyed)
+    kind: NotRequired[str]  # the vault's kind (absent: the one kind that stores own secrets)
 
 
 class SecretCheckRequest(TypedDict):
@@ -800,6 +802,8 @@ class SecretChecked(TypedDict):
     vault_digest: str | None
     kv_version: int | None
     error: str | None
+    marked_version: NotRequired[int | None]  # meshtui's version its last store marked KV with
+    marked_digest: NotRequired[str | None]  # and that version's digest
 
 
 class SecretCheckAnswer(TypedDict):

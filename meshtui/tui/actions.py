@@ -38,6 +38,9 @@ class Act:
     contacts: bool = False
     show: bool = True
     priority: bool = False
+    secrets: tuple[str, ...] = ()
+    """On the main list, the origins of a module's own secret (``minted``, ``supplied``) whose
+    row this action acts on; none: it acts on pairs only (a secret's row is refused)."""
 
 
 ACTIONS: tuple[Act, ...] = (
@@ -90,7 +93,15 @@ ACTIONS: tuple[Act, ...] = (
         "Filter as you type (state:stale node:app1 provider:db1 words…)",
         ("pairs", "audit"),
     ),
-    Act("open", "enter", "open", "Open", "Open what the cursor is on", ("pairs", "hosts", "audit")),
+    Act(
+        "open",
+        "enter",
+        "open",
+        "Open",
+        "Open what the cursor is on (a module's own secret: its vault pair)",
+        ("pairs", "hosts", "audit"),
+        secrets=("minted", "supplied"),
+    ),
     # pairs
     Act(
         "mark",
@@ -99,6 +110,7 @@ ACTIONS: tuple[Act, ...] = (
         "Mark",
         "Mark or unmark the pair (marked pairs act together)",
         ("pairs",),
+        secrets=("minted", "supplied"),
     ),
     Act(
         "mark-shown",
@@ -141,9 +153,10 @@ ACTIONS: tuple[Act, ...] = (
         "r",
         "rotate",
         "Rotate",
-        "Rotate the pair under the cursor (plan first, then confirm)",
+        "Rotate the pair (or the minted own secret) under the cursor (plan first, then confirm)",
         ("pairs", "pair"),
         mutating=True,
+        secrets=("minted",),
     ),
     Act(
         "rotate-set",
@@ -162,6 +175,7 @@ ACTIONS: tuple[Act, ...] = (
         "Rotate and prove it with three logins (old before, new after, old after)",
         ("pairs", "pair"),
         mutating=True,
+        secrets=("minted",),
     ),
     Act(
         "rotate-secrets",
@@ -217,6 +231,7 @@ ACTIONS: tuple[Act, ...] = (
         "Copy the pair id to the clipboard (OSC 52)",
         ("pairs", "pair"),
         show=False,
+        secrets=("minted", "supplied"),
     ),
     # hosts
     Act(
@@ -277,6 +292,12 @@ the mutating ones and the ones that send anything to an agent."""
 
 IDS: frozenset[str] = frozenset(a.id for a in ACTIONS)
 """Every binding id a keymap may name."""
+
+
+def acts_on_secret(action: str, origin: str) -> bool:
+    """Whether the action ``action`` (its id) acts on the row of a module's own secret of
+    ``origin`` (minted or supplied): the registry decides, never the screen."""
+    return any(a.id == action and origin in a.secrets for a in ACTIONS)
 
 
 def bindings(scope: str) -> list[BindingType]:

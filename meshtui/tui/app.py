@@ -38,6 +38,7 @@ from meshtui.controller.reports import (
     Progress,
     PushReport,
     RotationReport,
+    SecretDrillReport,
     SecretsRotated,
     Summary,
     is_drills,
@@ -79,6 +80,7 @@ JOB_RUNS: dict[JobKind, JobRun] = {
     JobKind.PROBE: lambda ctl, ids, progress: ctl.probe(ids or None, progress),
     JobKind.PUSH: lambda ctl, ids, progress: ctl.push(progress),
     JobKind.ROTATE_SECRETS: lambda ctl, ids, progress: ctl.rotate_secrets(ids, progress),
+    JobKind.DRILL_SECRET: lambda ctl, ids, progress: ctl.secret_drill(*ids[0].split(" ")[1:3]),
 }
 """What each kind of job runs on a fresh controller: its pairs and the progress callback."""
 
@@ -220,10 +222,11 @@ class MeshApp(App[int]):
                 self._page_shown.wait(PAGE_WAIT)
             if not first_page or len(rows) > FIRST_PAGE:
                 rows = self._every_status()
-            summary = ctl.summary(rows)
+            secrets = ctl.secrets()
+            summary = ctl.summary(rows, secrets)
             dues = {d.pair: d for d in ctl.schedule(declared_only=True)}
         seconds = time.perf_counter() - start
-        fresh = PairModel.build(rows, self.clock(), dues)
+        fresh = PairModel.build(rows, self.clock(), dues, secrets)
         return Loaded(fresh, summary, seconds, "", seq)
 
     def _every_status(self) -> list[PairStatus]:
@@ -539,6 +542,9 @@ def job_toast(job: Job, result: JobResult) -> tuple[str, SeverityLevel]:
         if result.behind:
             text += f", {len(result.behind)} still behind"
         return text, "information" if result.ok else "warning"
+    if isinstance(result, SecretDrillReport):
+        text = f"{result.module} {result.name}: " + ("passed" if result.ok else "FAILED")
+        return f"{text} ({result.reason})", "information" if result.ok else "error"
     if isinstance(result, SecretsRotated):
         behind = [s for s in result.secrets if s.state != "working"]
         text = f"rotated {len(result.secrets)} secrets" + (

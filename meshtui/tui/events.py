@@ -93,7 +93,8 @@ class JobKind(StrEnum):
     DRILL = "drill"
     PROBE = "probe"
     PUSH = "push"
-    ROTATE_SECRETS = "rotate_secrets"  # a vault pair's module's minted own secrets
+    ROTATE_SECRETS = "rotate_secrets"  # a vault pair's module's minted own secrets, or one
+    DRILL_SECRET = "drill_secret"  # one minted own secret (its label)
 
     @property
     def needs_pairs(self) -> bool:
@@ -118,7 +119,11 @@ class Job:
         if self.kind is JobKind.PUSH:
             return "Push every end"
         if self.kind is JobKind.ROTATE_SECRETS:
+            if self.basis.startswith("secret "):
+                return f"Rotate {self.basis}"
             return f"Rotate the minted secrets of {self.basis}"
+        if self.kind is JobKind.DRILL_SECRET:
+            return f"Drill {self.basis}"
         return f"{self.kind.value.capitalize()} {self.basis}"
 
 

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from meshtui.controller.read.schedule import PairDue
+from meshtui.controller.reports import SecretStatus
 from meshtui.kinds import registry
 from meshtui.model import PairStatus, State, format_duration, parse_duration
 from meshtui.tui.widgets.line_table import Column, Entry, GroupHeader
@@ -45,6 +46,9 @@ TONES = {State.WORKING: "good", State.STALE: "warn", State.REVOKED: "muted", Sta
 FILTER_FIELDS = (
     "state", "provision", "consumer", "provider", "login", "node", "reason", "gen", "due",
 )  # fmt: skip
+OWN = "own"
+"""The provision cell of a module's own secret's row (``own (minted)``, ``own (supplied)``): what
+tells it from a pair's row, and what ``provision:own`` filters."""
 OVERDUE_WORD = "overdue"
 """A bare ``overdue`` in the filter keeps the pairs past their rotation policy."""
 
@@ -117,6 +121,7 @@ class PairRow:
     due: PairDue | None = None
     due_in_s: float | None = None  # seconds until the policy's rotation (negative: late)
     overdue: bool = False
+    secret: SecretStatus | None = None  # a module's own secret's row (None: a pair's)
 
     def sort_value(self, column: str) -> Any:
         """The value a column sorts by (numbers sort as numbers, unknown last)."""
@@ -174,6 +179,40 @@ def make_row(
     if due is None:
         return PairRow(st.pair, cells, tone, st, age_s, probed_s, hay)  # positional: fast path
     return PairRow(st.pair, cells, tone, st, age_s, probed_s, hay, due, due_in, overdue)
+
+
+def secret_row(s: SecretStatus, vault: PairStatus | None, now: datetime, ages: Ages) -> PairRow:
+    """The display row of a module's own secret, beside its module's pairs: keyed by its label
+    (``secret app1/gitea session_key``), its provision cell ``own (minted)`` or ``own
+    (supplied)``, its versions where a pair's generations are (wanted, the file's, the
+    vault's), filtered, sorted and grouped as a pair's row is."""
+    st = PairStatus(
+        pair=s.label,
+        provision=f"{OWN} ({s.origin})",
+        consumer=s.module,
+        provider=s.vault or "-",
+        login=s.name,
+        generation=s.version,
+        consumer_generation=s.file_version,
+        provider_generation=s.vault_version,
+        withdrawn=False,
+        state=State(s.state),
+        reason=s.reason,
+        probed_at=None,
+        rotated_at=s.since,
+        consumer_file=s.file,
+        created_at=s.since or "",
+        kind=vault.kind if vault is not None else registry.DEFAULT,
+    )
+    row = make_row(st, now, ages)
+    row.secret = s
+    cells = list(row.cells)
+    cells[SORT_KEYS.index("probed")] = "-"  # a secret is not probed: push and doctor look
+    if s.overdue:  # a supplied one held past its max_age
+        cells[SORT_KEYS.index("age")] = f"OVERDUE {cells[SORT_KEYS.index('age')]}"
+        row.overdue = True
+    row.cells = tuple(cells)
+    return row
 
 
 @dataclass(frozen=True)
@@ -316,14 +355,22 @@ class PairModel:
 
     @staticmethod
     def build(
-        statuses: Iterable[PairStatus], now: datetime, dues: Mapping[str, PairDue] | None = None
+        statuses: Iterable[PairStatus],
+        now: datetime,
+        dues: Mapping[str, PairDue] | None = None,
+        secrets: Sequence[SecretStatus] = (),
     ) -> Fresh:
-        """Display rows and column widths for a load; pure, so a worker thread can do it."""
+        """Display rows and column widths for a load (a module's own secrets beside the
+        pairs); pure, so a worker thread can do it."""
         ages: Ages = {}
         if dues:
             rows = {st.pair: make_row(st, now, ages, dues.get(st.pair)) for st in statuses}
         else:
             rows = {st.pair: make_row(st, now, ages) for st in statuses}
+        for s in secrets:
+            rows[s.label] = secret_row(
+                s, rows[s.pair].status if s.pair in rows else None, now, ages
+            )
         return Fresh(dict(sorted(rows.items())), PairModel._measure(rows.values()))
 
     def merge(self, fresh: Fresh) -> Changes:
@@ -413,14 +460,22 @@ class PairModel:
         return entries
 
     def counts(self) -> Counter[str]:
-        """How many rows are in each state (and how many alarm)."""
+        """How many rows (pairs and own secrets) are in each state (and how many alarm)."""
         c: Counter[str] = Counter(str(r.status.state) for r in self.rows.values())
         c["alarm"] = sum(1 for r in self.rows.values() if r.status.alarm)
         return c
 
     def live(self, keys: Iterable[str]) -> list[str]:
-        """The keys that name pairs which are not withdrawn (only those can be acted on)."""
-        return [k for k in keys if k in self.rows and not self.rows[k].status.withdrawn]
+        """The keys that name pairs which are not withdrawn (only those can be acted on as
+        pairs; a module's own secret's row is not a pair)."""
+        rows = self.rows
+        return [
+            k for k in keys if k in rows and not rows[k].status.withdrawn and rows[k].secret is None
+        ]
+
+    def secrets(self, keys: Iterable[str]) -> list[SecretStatus]:
+        """The module's own secrets among ``keys``."""
+        return [s for k in keys if k in self.rows and (s := self.rows[k].secret) is not None]
 
 
 def group_label(group: str, name: str, members: Sequence[PairRow]) -> str:

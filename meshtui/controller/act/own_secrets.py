@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 from meshtui import crypto
 from meshtui.controller.plan.planner import offer_of
 from meshtui.controller.read.schedule import PairDue, epoch, spread_offset
-from meshtui.controller.read.secret_states import Declared, declared
+from meshtui.controller.read.secret_states import OUTSIDE, Declared, declared
 from meshtui.controller.reports import SecretDrillCheck, SecretDrillReport
 from meshtui.errors import InputError, MeshtuiError
 from meshtui.inventory import Inventory, now
@@ -582,13 +582,14 @@ class _Deliver(_Sealing):
 
 class _Reach(TypedDict):
     """How a module's node reaches its vault as the module: its login, the pair credential's
-    file, the vault's address, port and CA."""
+    file, the vault's address, port, CA and kind."""
 
     login: str
     credential: str
     host: str
     port: int
     ca: str | None
+    kind: str
 
 
 def _reach(pair: PairRow, nodes: Mapping[str, NodeRow], modules: Mapping[str, ModuleRow]) -> _Reach:
@@ -599,6 +600,7 @@ def _reach(pair: PairRow, nodes: Mapping[str, NodeRow], modules: Mapping[str, Mo
         "host": nodes[node_of(pair["provider"])]["address"],
         "port": pair["port"],
         "ca": offer.ca if offer is not None else None,
+        "kind": str(offer.kind or "") if offer is not None else "",
     }
 
 
@@ -620,6 +622,11 @@ def drill(ctl: Reach, module: str, name: str) -> SecretDrillReport:
         raise InputError(
             f"{module} secret {name} is not in place yet (see meshtui secret status); "
             "run meshtui push, then drill it"
+        )
+    moved = row["error"] or ""
+    if moved.startswith(OUTSIDE):
+        raise InputError(
+            f"{module} secret {name}: {moved.removeprefix(OUTSIDE)}; nothing was rotated"
         )
     old_version, old_digest = row["version"], str(row["digest"])
     nodes = inv.nodes()

@@ -49,7 +49,7 @@ NODE_KEYS = {"address", "agent", "keys"}
 MODULE_KEYS = {
     "provides", "requires", "receives", "grants", "admin", "provisioner", "pin", "secrets",
 }  # fmt: skip
-SECRET_KEYS = {"name", "mint", "supplied", "file", "reload", "owner", "group", "mode"}
+SECRET_KEYS = {"name", "mint", "supplied", "file", "reload", "owner", "group", "mode", "max_age"}
 MINT_KEYS = {"length", "alphabet"}
 REQUIRE_KEYS = {
     "name",
@@ -538,6 +538,21 @@ def _own_secret(r: _Reader, i: int, item: Any, where: str) -> OwnSecret:
                 f"write one of {', '.join(repr(a) for a in ALPHABETS)}",
             )
     file, reload, owner, group, mode = _file_spec(r, item, at)
+    max_age = None
+    if "max_age" in item:
+        if not supplied:
+            raise r.fail(
+                f"{at}.max_age",
+                "is for a supplied secret: a minted one rotates on its vault pair's rotate_every",
+                "remove max_age, or set rotate_every on the module's secret requirement",
+            )
+        raw = item["max_age"]
+        if not isinstance(raw, str):
+            raise r.fail(f"{at}.max_age", "must be a duration string", 'max_age = "90d"')
+        try:
+            max_age = parse_duration(raw)
+        except ValueError as exc:
+            raise r.fail(f"{at}.max_age", str(exc)) from exc
     return OwnSecret(
         name=name,
         file=file,
@@ -548,6 +563,7 @@ def _own_secret(r: _Reader, i: int, item: Any, where: str) -> OwnSecret:
         owner=owner,
         group=group,
         mode=mode,
+        max_age=max_age,
     )
 
 

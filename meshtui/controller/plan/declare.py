@@ -142,7 +142,7 @@ def _offer_spec(o: Offer) -> dict[str, object]:
 
 def _secret_spec(o: OwnSecret) -> dict[str, object]:
     """One of a module's own secrets as stored in its spec."""
-    return {
+    spec: dict[str, object] = {
         "name": o.name,
         "file": o.file,
         "supplied": o.supplied,
@@ -153,6 +153,9 @@ def _secret_spec(o: OwnSecret) -> dict[str, object]:
         "group": o.group,
         "mode": o.mode,
     }
+    if o.max_age is not None:  # only when declared: a spec without it is unchanged
+        spec["max_age"] = o.max_age
+    return spec
 
 
 def _need_spec(r: Requirement) -> dict[str, object]:

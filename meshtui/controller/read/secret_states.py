@@ -8,12 +8,18 @@ and sealing those need.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from datetime import datetime
 
 from meshtui.controller.reports import SecretStatus
 from meshtui.inventory import Inventory
 from meshtui.inventory.rows import OwnSecretSpec, PairRow
-from meshtui.model import KV_MOUNT, VAULT_PROVISION
+from meshtui.model import KV_MOUNT, VAULT_PROVISION, format_duration
+
+OUTSIDE = "vault: "
+"""How the error of a secret whose vault's current version was written outside meshtui begins
+(act/secret_versions.py records it; cleared by the next version meshtui makes)."""
 
 
 @dataclass(frozen=True)
@@ -44,8 +50,18 @@ def declared(inv: Inventory) -> list[Declared]:
     return [Declared(mid, spec, by_consumer.get(mid)) for mid, spec in specs]
 
 
-def status(inv: Inventory) -> list[SecretStatus]:
-    """Every declared own secret: the version the vault and the module's file hold, and why."""
+def _since(stamp: str | None) -> float | None:
+    """An inventory timestamp as epoch seconds, or None."""
+    try:
+        return datetime.fromisoformat(stamp).timestamp() if stamp else None
+    except ValueError:
+        return None
+
+
+def status(inv: Inventory, at: float | None = None) -> list[SecretStatus]:
+    """Every declared own secret: the version the vault and the module's file hold, and why;
+    a supplied one held longer than its ``max_age`` at ``at`` (now) is overdue."""
+    at = time.time() if at is None else at
     found = declared(inv)
     if not found:
         return []
@@ -65,12 +81,22 @@ def status(inv: Inventory) -> list[SecretStatus]:
                 if d.spec.supplied
                 else ("unknown", "not minted yet: meshtui push")
             )
+        elif error and error.startswith(OUTSIDE):
+            state, reason = "stale", error.removeprefix(OUTSIDE)
         elif vault_v == version and file_v == version and not error:
             state, reason = "working", f"version {version} in the vault and in the file"
         else:
             state = "stale"
             held = f"the vault holds {vault_v or 'none'}, the file {file_v or 'none'}"
             reason = f"wants version {version}; {held}" + (f"; {error}" if error else "")
+        max_age = d.spec.max_age
+        since = _since(row["supplied_at"]) if row and row["version"] else None
+        overdue = bool(max_age and d.spec.supplied and since and at - since > max_age)
+        if overdue and max_age:
+            reason += (
+                f"; held longer than its max_age {format_duration(max_age)}: supply a new "
+                f"one with meshtui secret put {d.module} {d.spec.name}"
+            )
         out.append(
             SecretStatus(
                 module=d.module,
@@ -88,6 +114,8 @@ def status(inv: Inventory) -> list[SecretStatus]:
                 supplied_by=row["supplied_by"] if row else None,
                 supplied_at=row["supplied_at"] if row and row["supplied_by"] else None,
                 since=row["supplied_at"] if row and row["version"] else None,
+                max_age=max_age,
+                overdue=overdue,
             )
         )
     return out

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import ipaddress
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from meshtui.controller.read.schedule import PairDue
+from meshtui.controller.reports import SecretStatus
 from meshtui.errors import InputError
 from meshtui.model import PairStatus, State
 
@@ -52,6 +53,8 @@ class CycleView:
     nodes_up: Mapping[str, bool]
     now: float
     ok: bool
+    secrets: Sequence[SecretStatus] = ()  # every module's own secret
+    secrets_overdue: int = 0  # supplied secrets held past their max_age
 
 
 class Metrics:
@@ -65,6 +68,17 @@ class Metrics:
             "meshtui_provider_pairs",
             "Live pairs by provider and state",
             ["provider", "state"],
+            registry=r,
+        )
+        self.secrets = Gauge(
+            "meshtui_secrets",
+            "Modules' own secrets by origin (minted, supplied) and state",
+            ["origin", "state"],
+            registry=r,
+        )
+        self.secrets_overdue = Gauge(
+            "meshtui_secrets_overdue",
+            "Supplied own secrets held longer than their declared max_age",
             registry=r,
         )
         self.overdue = Gauge(
@@ -136,6 +150,11 @@ class Metrics:
         with self._lock:
             for state, n in by_state.items():
                 self.pairs.labels(state=str(state)).set(n)
+            for origin in ("minted", "supplied"):
+                for state in State:
+                    n = sum(1 for s in view.secrets if s.origin == origin and s.state == state)
+                    self.secrets.labels(origin=origin, state=str(state)).set(n)
+            self.secrets_overdue.set(view.secrets_overdue)
             self.provider_pairs.clear()
             for (provider, label), n in by_provider.items():
                 self.provider_pairs.labels(provider=provider, state=label).set(n)

@@ -36,6 +36,7 @@ from meshtui.controller.read.status import (
     PROBE_UNDECIDED,
     statuses,
 )
+from meshtui.controller.reports import SecretStatus
 from meshtui.controller.unattended.metrics import CycleView, Metrics
 from meshtui.controller.unattended.notify import Alert
 from meshtui.errors import MeshtuiError, NotResolvedError, RotationBusyError
@@ -46,6 +47,7 @@ from meshtui.model import (
     RotationState,
     State,
     Verdict,
+    format_duration,
     node_of,
     split_pair_id,
 )
@@ -134,6 +136,9 @@ class Watch:
         self.waiting: str | None = None
         self._cache: tuple[int, list[PairStatus], list[PairDue]] | None = None
         self.secrets_behind = False  # a module's own secret waits for a store or a delivery
+        self.secrets: list[SecretStatus] = []  # every own secret, as the last fresh read saw it
+        self.secret_states: dict[str, tuple[str, str]] | None = None
+        self.secrets_overdue: set[str] = set()  # supplied secrets held past their max_age
         ctl.inventory.actor = ACTOR
         lock.WHO = ACTOR
 
@@ -200,6 +205,7 @@ class Watch:
             for a in self._changes(rows, plan, now, fresh)
             if a.event != "state" or a.pair not in told
         ]
+        alerts += self._secret_changes(now, fresh)
         for alert in alerts:
             self.log(
                 f"alert {alert.event}: {alert.pair} {alert.from_} -> {alert.to}: {alert.reason}"
@@ -218,6 +224,8 @@ class Watch:
                     nodes_up=dict(self.nodes_up),
                     now=now,
                     ok=ok and self.waiting is None,
+                    secrets=list(self.secrets),
+                    secrets_overdue=len(self.secrets_overdue),
                 )
             )
         self._beat()
@@ -241,9 +249,8 @@ class Watch:
         if force or self._cache is None or version != self._cache[0]:
             rows = statuses(inv, keep=True, image=self.ctl.state_dir)  # leaves the CLI's image
             self._cache = (version, rows, schedule(inv))
-            self.secrets_behind = any(
-                s.version and s.state != "working" for s in secret_states.status(inv)
-            )
+            self.secrets = secret_states.status(inv, self.clock())
+            self.secrets_behind = any(s.version and s.state != "working" for s in self.secrets)
             return self._cache[1], self._cache[2], True
         return self._cache[1], self._cache[2], False
 
@@ -516,6 +523,48 @@ class Watch:
         self.overdue = overdue
         return out
 
+    def _overdue_secrets(self, now: float) -> dict[str, SecretStatus]:
+        """The supplied secrets held longer than their declared ``max_age`` at ``now``."""
+        return {
+            s.label: s
+            for s in self.secrets
+            if s.origin == "supplied"
+            and s.max_age
+            and (since := _epoch_or_none(s.since)) is not None
+            and now - since > s.max_age
+        }
+
+    def _secret_changes(self, now: float, fresh: bool) -> list[Alert]:
+        """A module's own secret whose state changed since the last fresh read, and a supplied
+        one that just passed its ``max_age`` (the alert names the command that supplies a new
+        one); each once, as a pair's."""
+        when = stamp_now()
+        out: list[Alert] = []
+        if fresh or self.secret_states is None:
+            current = {s.label: (s.state, s.reason) for s in self.secrets}
+            for label, (state, reason) in current.items():
+                before = (self.secret_states or {}).get(label)
+                if before is not None and before[0] != state:
+                    out.append(Alert("state", label, before[0], state, reason, when))
+            self.secret_states = current
+        overdue = self._overdue_secrets(now)
+        for label in sorted(set(overdue) - self.secrets_overdue):
+            s = overdue[label]
+            age = format_duration(now - (_epoch_or_none(s.since) or now))
+            out.append(
+                Alert(
+                    "overdue",
+                    label,
+                    s.state,
+                    s.state,
+                    f"supplied {age} ago, longer than its max_age {format_duration(s.max_age or 0)}"
+                    f": supply a new one with meshtui secret put {s.module} {s.name}",
+                    when,
+                )
+            )
+        self.secrets_overdue = set(overdue)
+        return out
+
     def _state(self, pid: str) -> str:
         return str((self.states or {}).get(pid, (State.UNKNOWN, ""))[0])
 
@@ -530,7 +579,15 @@ class Watch:
         rows, plan, _ = self._read(force=False)
         self._ask_unheard(now)
         self.metrics.update(
-            CycleView(statuses=rows, schedule=plan, nodes_up=dict(self.nodes_up), now=now, ok=False)
+            CycleView(
+                statuses=rows,
+                schedule=plan,
+                nodes_up=dict(self.nodes_up),
+                now=now,
+                ok=False,
+                secrets=list(self.secrets),
+                secrets_overdue=len(self._overdue_secrets(now)),
+            )
         )
 
     # ---- bookkeeping --------------------------------------------------------------------

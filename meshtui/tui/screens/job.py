@@ -22,6 +22,7 @@ from meshtui.controller.reports import (
     JobResult,
     PushReport,
     RotationReport,
+    SecretDrillReport,
     SecretsRotated,
     is_drills,
     is_probes,
@@ -120,6 +121,19 @@ def outcome_rows(result: JobResult) -> tuple[tuple[Column, ...], list[TableRow]]
         rows += [
             TableRow(f"b:{pid}", (pid, "behind", "", why), "warn")
             for pid, why in sorted(result.behind.items())
+        ]
+        return cols, rows
+    if isinstance(result, SecretDrillReport):
+        cols = (
+            Column("check", "check", max_width=60),
+            Column("state", "state", max_width=8),
+            Column("seen", "seen", max_width=60),
+        )
+        rows = [
+            TableRow(
+                c.name, (c.name, "ok" if c.ok else "FAILED", c.seen), "good" if c.ok else "bad"
+            )
+            for c in result.checks
         ]
         return cols, rows
     if isinstance(result, SecretsRotated):

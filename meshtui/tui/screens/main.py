@@ -232,9 +232,52 @@ class MainScreen(MeshScreen):
         key = self.table.current_key
         return self.mesh.model.rows.get(key) if key else None
 
+    def _on_secret(self, action: str) -> bool:
+        """True when the cursor is on a module's own secret's row, which this handles: the
+        action runs when the registry lets it act on a secret of that origin, else it is
+        refused with why (a supplied secret is the operator's to put, never rotated)."""
+        row = self.current_row()
+        if row is None or row.secret is None:
+            return False
+        s = row.secret
+        if not actions.acts_on_secret(action, s.origin):
+            how = (
+                f"is supplied by an operator: put a new value with meshtui secret put "
+                f"{s.module} {s.name}"
+                if s.origin == "supplied" and action in ("rotate", "drill")
+                else "is a module's own secret, not a pair: push and doctor look at its file"
+            )
+            self.notify(f"{s.label} {how}", severity="warning", markup=False)
+        elif action == "open":
+            if s.pair is None:
+                self.notify(
+                    f"{s.label}: its module has no live vault pair",
+                    severity="warning",
+                    markup=False,
+                )
+            else:
+                from meshtui.tui.screens.pair import PairScreen
+
+                self.app.push_screen(PairScreen(s.pair))
+        elif action == "rotate":
+            self.mesh.confirm_job(
+                Job(JobKind.ROTATE_SECRETS, (s.label,), s.label),
+                f"Mint a new version of {s.label}: its vault stores it, then its file on "
+                f"{s.node} gets it and the module's reload runs.",
+            )
+        elif action == "drill":
+            self.mesh.confirm_job(
+                Job(JobKind.DRILL_SECRET, (s.label,), s.label),
+                f"Rotate {s.label} and prove from {s.node} that the new version is in its "
+                "file and the vault, and the old one in neither.",
+            )
+        return True
+
     def action_open(self) -> None:
         """Enter: open the pair, or fold/unfold the group under the cursor."""
         entry = self.table.current_entry
+        if self._on_secret("open"):
+            return
         if isinstance(entry, GroupHeader):
             self.collapsed.symmetric_difference_update({entry.name})
             self.refresh_view()
@@ -316,19 +359,26 @@ class MainScreen(MeshScreen):
 
     def _job(self, kind: JobKind, ids: list[str], basis: str) -> Job | None:
         live = self.mesh.live_ids(ids)
+        own = len(self.mesh.model.secrets(ids))
         if not live:
             self.notify(
-                "nothing to act on: withdrawn pairs cannot be rotated, drilled or probed",
+                "nothing to act on: withdrawn pairs cannot be rotated, drilled or probed"
+                + (" (a module's own secret is acted on alone, under the cursor)" if own else ""),
                 severity="warning",
             )
             return None
-        if len(live) != len(ids):
-            basis += f", {len(ids) - len(live)} withdrawn left out"
+        left = len(ids) - len(live) - own
+        if left:
+            basis += f", {left} withdrawn left out"
+        if own:
+            basis += f", {own} own secrets left out"
         return Job(kind, tuple(live), f"{basis}")
 
     def action_rotate(self) -> None:
         """``r``: rotate the pair under the cursor (or the group), after the plan."""
         entry = self.table.current_entry
+        if self._on_secret("rotate"):
+            return
         if isinstance(entry, GroupHeader):
             ids, basis = list(entry.keys), f"every shown pair of {self.group} {entry.name}"
         elif entry is None:
@@ -354,12 +404,16 @@ class MainScreen(MeshScreen):
 
     def action_drill(self) -> None:
         """``d``: drill the selection, after the plan."""
+        if not self.table.marked and self._on_secret("drill"):
+            return
         job = self._job(JobKind.DRILL, *self.selection())
         if job:
             self.mesh.plan_job(job)
 
     def action_probe(self) -> None:
         """``p``: probe the selection."""
+        if not self.table.marked and self._on_secret("probe"):
+            return
         job = self._job(JobKind.PROBE, *self.selection())
         if job:
             self.mesh.start_job(job)

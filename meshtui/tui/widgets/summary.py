@@ -79,6 +79,12 @@ class SummaryBar(Widget):
                 text.append("  ")
             if s.alarms:
                 text.append(f" {s.alarms} ALARM ", self._s("bad"))
+            if s.secrets:
+                text.append(f" {sum(n for _, n in s.secrets)} own secrets ")
+                for word, n in s.secrets:
+                    tone = {"working": "good", "stale": "warn"}.get(word, "muted")
+                    text.append(f"{n} {word}", self._s(tone))
+                    text.append(" ")
             text.append("\n")
         if self.job is not None:
             title, what, done, total = self.job
