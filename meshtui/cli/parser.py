@@ -334,6 +334,13 @@ def _watch(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--tick", type=float, default=1.0, help="longest sleep between two looks (seconds)"
     )
     s.add_argument(
+        "--drift-every",
+        type=float,
+        default=300.0,
+        help="seconds between pushes made with every pair working, to find a login or a right "
+        "changed outside meshtui (default 300; 0: never)",
+    )
+    s.add_argument(
         "--revoke-old-overdue",
         action="store_true",
         help="rotate an overdue pair as rotate --revoke-old does: a consumer that cannot take "

@@ -28,4 +28,5 @@ def cmd_watch(args: argparse.Namespace) -> int:
             listen=listen,
             tick=args.tick,
             revoke_old_overdue=args.revoke_old_overdue,
+            drift_every=args.drift_every,
         )

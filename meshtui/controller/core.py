@@ -547,11 +547,13 @@ class Controller:
         listen: tuple[str, int] | None = None,
         tick: float,
         revoke_old_overdue: bool = False,
+        drift_every: float = 300.0,
     ) -> int:
         """The unattended loop (:class:`meshtui.controller.unattended.watch.Watch`) until ``stop`` is set:
         with ``notify`` (an argv) run on each alert, and metrics served at ``listen``. Refused
         read-only; InputError when the metrics endpoint cannot listen. Its exit status.
-        ``revoke_old_overdue``: an overdue pair is rotated break-glass (docs/rotation.md)."""
+        ``revoke_old_overdue``: an overdue pair is rotated break-glass (docs/rotation.md).
+        ``drift_every``: seconds between pushes made only to look at what the servers hold."""
         from meshtui.controller.unattended.metrics import Metrics
         from meshtui.controller.unattended.notify import Notifier
         from meshtui.controller.unattended.watch import Watch, log_line
@@ -567,6 +569,7 @@ class Controller:
                 metrics=metrics,
                 tick=tick,
                 revoke_old_overdue=revoke_old_overdue,
+                drift_every=drift_every,
             )
             loop.stop = stop
             loop.sleep = stop.wait

@@ -139,6 +139,10 @@ class PushReport:
     behind: dict[str, str]  # pair -> reason (a pair of an unreachable node included)
     ahead: dict[str, str] = field(default_factory=dict)  # pair -> ends ahead, what became of it
     claims: dict[str, str] = field(default_factory=dict)  # node -> ends it claimed, not its own
+    repaired: dict[str, str] = field(default_factory=dict)
+    """Pairs delivered again because an end was found not as meshtui left it (a file changed,
+    opened to others or taken away; a login changed outside meshtui), and what was found: a
+    repair is said, so the watch alerts on it, never silent."""
     stale_by_probe: dict[str, str] = field(default_factory=dict)
     """Pairs whose every end holds its generation but whose last probe refused or could not
     decide: nothing to deliver (not behind), a probe decides them again."""

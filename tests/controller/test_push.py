@@ -103,7 +103,7 @@ def _alter_by_hand(pg, login: str) -> None:
 
 
 def test_push_reapplies_a_password_changed_outside_meshtui(mesh, pg):
-    """Finding 9.6: a DBA's ALTER ROLE is found by the provider's read-only inspection,
+    """A DBA's ALTER ROLE is found by the provider's read-only inspection,
     re-applied by the next push, and status says what was found and when."""
     with mesh.controller() as ctl:
         login = {r.pair: r for r in ctl.status()}[GITEA].login

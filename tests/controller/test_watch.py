@@ -229,6 +229,49 @@ def test_a_pair_stale_only_because_its_server_was_down_is_not_pushed_every_cycle
         pg.start()
 
 
+def test_a_file_the_watch_writes_again_is_an_alert_not_a_silent_repair(mesh):
+    """A consumer's credential file opened to others is put right by the watch's push, and
+    said: an alert "repaired" names the pair and what was found, rather than a pair that reads
+    working again with nobody told the password was world-readable."""
+    with mesh.controller() as ctl:
+        assert ctl.push().ok
+    path = mesh.root / FILES[GITEA]
+    path.chmod(0o644)
+    got: list[Alert] = []
+    with mesh.controller() as ctl:
+        ctl.probe()  # the node says the file is not as written: the pair is stale
+        Watch(ctl, notify=got.append, log=print).cycle()
+    repaired = [a for a in got if a.event == "repaired"]
+    assert [a.pair for a in repaired] == [GITEA], got
+    assert "0644" in repaired[0].reason, repaired[0]
+    assert not [a for a in got if a.event == "state" and a.pair == GITEA], got
+    assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_login_changed_by_hand_is_found_by_a_watch_whose_pairs_all_work(mesh, pg):
+    """With every pair working the watch has nothing to deliver, yet it still pushes every
+    ``drift_every`` to read what the servers hold: a password a DBA set by hand is re-applied
+    and said (an alert "repaired"), not left standing until something else moves."""
+    import psycopg
+
+    with mesh.controller() as ctl:
+        assert ctl.push().ok
+        ctl.probe()
+        login = {r.pair: r for r in ctl.status()}[GITEA].login
+    with psycopg.connect(pg.admin_conninfo(), autocommit=True) as conn:
+        conn.execute(f"ALTER ROLE {login} PASSWORD 'typed-by-a-dba'")
+    got: list[Alert] = []
+    with mesh.controller() as ctl:
+        watch = Watch(ctl, notify=got.append, log=print, drift_every=300.0)
+        watch.cycle()  # every pair reads working: nothing pushed yet
+        assert not [a for a in got if a.event == "repaired"], got
+        watch.looked_at -= 300.0  # as if five minutes passed since the last look
+        watch.cycle()
+    repaired = [a for a in got if a.event == "repaired"]
+    assert [a.pair for a in repaired] == [GITEA], got
+    assert "changed outside meshtui" in repaired[0].reason, repaired[0]
+
+
 def test_the_first_scrape_names_every_node(mesh):
     """A node holding only providers is never probed from: it is asked, so the first cycle's
     metrics say whether every node is up (db1 was missing until a push happened to run)."""

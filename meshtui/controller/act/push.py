@@ -115,6 +115,9 @@ class Push:
     """The whole mesh, read once the answers are recorded (and any end ahead rotated past)."""
     drift: dict[str, str] = field(default_factory=dict)
     """pair -> what its provider's server was found holding instead of what was delivered."""
+    found: dict[str, str] = field(default_factory=dict)
+    """pair -> what an end's file was found to be instead of what was written (the agents'
+    answers): delivered again, and said."""
     claims: dict[str, str] = field(default_factory=dict)
     """node -> what it claimed of ends not its own."""
     deliveries: dict[tuple[str, str], HeldEnd] = field(default_factory=dict)
@@ -159,7 +162,7 @@ class Push:
             for key, end in inv.held_ends().items()
             if end[3] and str(end[3]).startswith(status_mod.DRIFT)
         }
-        held_generations(inv, holdings)
+        self.found = held_generations(inv, holdings)
         self.answered = sorted(set(holdings))
         self.held_by_provider = {
             h["pair"] for hs in holdings.values() for h in hs if h["end"] == End.PROVIDER
@@ -291,7 +294,8 @@ class Push:
                 and pid not in result.errors,
                 generation=self.planner.pairs[pid]["generation"],
                 reason=result.errors.get(pid, "")
-                or (f"re-applied: {drift[pid]}" if pid in drift else ""),
+                or (f"re-applied: {drift[pid]}" if pid in drift else "")
+                or (f"written again: {self.found[pid]}" if pid in self.found else ""),
             )
             for pid in sorted(set(result.provider_ok) | set(result.consumer_ok))
             # a manifest carries every consumer of its provider: list only the ends that moved
@@ -307,6 +311,7 @@ class Push:
                 "behind": len(behind_now),
                 "unreachable": sorted(self.unreachable),
                 "changed_outside": sorted(drift),
+                "written_again": sorted(p for p in self.found if p in {o.pair for o in delivered}),
                 "ahead": sorted(self.ahead),
             },
             "ok" if not behind_now else "behind",
@@ -320,6 +325,11 @@ class Push:
             unreachable=sorted(cut_off),
             stale_by_probe=by_probe,
             claims=self.claims,
+            repaired={
+                o.pair: o.reason
+                for o in delivered
+                if o.ok and o.reason.startswith(("re-applied: ", "written again: "))
+            },
         )
 
     def still_behind(self) -> tuple[dict[str, str], set[str], dict[str, str]]:

@@ -169,17 +169,20 @@ def files_unlike(
     record_end(inv, rows)
 
 
-def held_generations(inv: Inventory, holdings: Mapping[str, list[Holding]]) -> None:
+def held_generations(inv: Inventory, holdings: Mapping[str, list[Holding]]) -> dict[str, str]:
     """Correct the deliveries table from agents' own ``state`` answers (by digest).
 
     A consumer file that is missing, unreadable (the agent names why), or no longer where or
     as the declaration wants it (file, owner, group, mode) counts as holding nothing, so the
     next push writes it again; one whose mode, owner or group on the node differ from what
     was written (the agent's ``unlike``) is held but behind, and push writes it again too.
+    Returns what was found of a held end that is not as written (pair -> what), so that its
+    repair is said, never silent.
     """
     digests = inv.generation_by_digest()
     declared = inv.consumer_files()
     rows: list[EndRow] = []
+    found: dict[str, str] = {}
     current = inv.held_ends()  # (generation, digest, since, error): not 20,000 row dicts
     for _node, held in holdings.items():
         for h in held:
@@ -202,6 +205,7 @@ def held_generations(inv: Inventory, holdings: Mapping[str, list[Holding]]) -> N
             unlike = h.get("unlike", [])
             if present and (moved or unlike):  # still there and working: push writes it again
                 why = not_as_declared(moved, unlike)
+                found[h["pair"]] = f"{h['end']} end: {why}"
                 if old is None or old[0] != gen or old[3] != why:
                     rows.append((h["pair"], End(h["end"]), gen, h["digest"], why))
                 continue
@@ -212,7 +216,10 @@ def held_generations(inv: Inventory, holdings: Mapping[str, list[Holding]]) -> N
                 rows.append((h["pair"], End(h["end"]), gen, h["digest"], None))
             elif not present and (old_gen or old_error != why):
                 rows.append((h["pair"], End(h["end"]), NOTHING, None, why))
+                if old_gen:  # it held this generation: the file was changed or taken away
+                    found[h["pair"]] = f"{h['end']} end: {why}"
     record_end(inv, rows)
+    return found
 
 
 def as_json(data: Any) -> str:

@@ -25,7 +25,7 @@ class Alert:
     """One thing an operator should hear about: a pair's state changed, a rotation failed, or a
     pair is overdue."""
 
-    event: str  # "state" | "rotation-failed" | "overdue" | "locked-out"
+    event: str  # "state" | "rotation-failed" | "overdue" | "locked-out" | "repaired"
     pair: str
     from_: str  # the state before ("from" in the JSON)
     to: str  # the state now

@@ -54,6 +54,9 @@ from meshtui.model import (
 
 ACTOR = "watch"
 TICK_S = 1.0
+DRIFT_EVERY_S = 300.0
+"""How often the watch pushes with every pair working, to find what changed outside meshtui (a
+login's password or rights changed by hand): the provisioner's own ``--watch`` looks as often."""
 """The longest the loop sleeps between two looks at the clock."""
 BACKOFF_MIN_S, BACKOFF_MAX_S = 2.0, 300.0
 PROBE_BATCH = 2000
@@ -112,8 +115,10 @@ class Watch:
         tick: float = TICK_S,
         seed: int | None = None,
         revoke_old_overdue: bool = False,
+        drift_every: float = DRIFT_EVERY_S,
     ) -> None:
         self.ctl = ctl
+        self.drift_every = drift_every  # 0: never push only to look
         self.revoke_old_overdue = revoke_old_overdue  # break-glass for overdue pairs (opt-in)
         self.notify = notify
         self.metrics = metrics
@@ -130,6 +135,7 @@ class Watch:
         self.nodes: dict[str, Backoff] = {}  # nodes that did not answer, until they do
         self.nodes_up: dict[str, bool] = {}
         self.push_backoff = Backoff()
+        self.looked_at = clock()  # the last push: it looked at every provider's logins
         self.states: dict[str, tuple[State, str]] | None = None
         self.overdue: set[str] = set()
         self.failing: set[str] = set()  # pairs whose rotation failed and has not worked since
@@ -177,16 +183,18 @@ class Watch:
         rotated: list[str] = []
         failed: list[str] = []
         alerts: list[Alert] = []
-        if not self.stop.is_set() and self._needs_push(rows) and self.push_backoff.ready(now):
+        if not self.stop.is_set() and self._needs_push(rows, now) and self.push_backoff.ready(now):
             acted = True
-            pushed, push_ok = self._push()
+            pushed, push_ok, repaired = self._push()
+            alerts += repaired
             ok = ok and push_ok
             rows, plan, _ = self._read(force=True)  # a recovered rotation moved generations
         if not self.stop.is_set():
             count, probe_ok = self._probe(rows, plan)
             probed, acted, ok = count, acted or count > 0, ok and probe_ok
         if not self.stop.is_set():
-            rotated, failed, alerts = self._rotate(plan)
+            rotated, failed, more = self._rotate(plan)
+            alerts += more
             acted = acted or bool(rotated or failed)
             ok = ok and not failed
         secrets_rotated: list[str] = []
@@ -269,7 +277,9 @@ class Watch:
         return False
 
     # ---- steps --------------------------------------------------------------------------
-    def _needs_push(self, rows: list[PairStatus]) -> bool:
+    def _needs_push(self, rows: list[PairStatus], now: float) -> bool:
+        if self.drift_every and now - self.looked_at >= self.drift_every:
+            return True  # every pair working: a push still looks at what the servers hold
         if self.ctl.inventory.open_rotations():
             return True
         if self.secrets_behind:
@@ -282,15 +292,24 @@ class Watch:
             for r in rows
         )
 
-    def _push(self) -> tuple[int, bool]:
-        """Recover and converge; nodes that did not answer are retried with backoff."""
+    def _push(self) -> tuple[int, bool, list[Alert]]:
+        """Recover and converge; nodes that did not answer are retried with backoff. Each end
+        it found not as meshtui left it and wrote again is an alert ("repaired"): a credential
+        file that was open to others, or a login changed outside meshtui, is news even when
+        the watch put it right before anyone looked."""
         if not self._lock_free("push"):
-            return 0, True
+            return 0, True, []
         try:
             report = self.ctl.push()
         except RotationBusyError as exc:
             self.log(f"waiting to push: {exc}")
-            return 0, True
+            return 0, True, []
+        self.looked_at = self.clock()
+        when = stamp_now()
+        repaired = [
+            Alert("repaired", pid, self._state(pid), State.WORKING.value, why, when)
+            for pid, why in sorted(report.repaired.items())
+        ]
         now = self.clock()  # after the push: backoff counts from when it gave up
         last = self.ctl.inventory.last_event("push")
         down = last["detail"].get("unreachable", []) if last else []
@@ -309,7 +328,7 @@ class Watch:
             )
             if self.metrics is not None:
                 self.metrics.failures.labels(step="push").inc()
-        return len(report.delivered) + len(report.withdrawn), report.ok
+        return len(report.delivered) + len(report.withdrawn), report.ok, repaired
 
     def _probe(self, rows: list[PairStatus], plan: list[PairDue]) -> tuple[int, bool]:
         """Probe the live pairs whose probe is due, at most PROBE_BATCH a cycle. Each pair has its

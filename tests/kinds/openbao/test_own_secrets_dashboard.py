@@ -27,7 +27,7 @@ SUPPLIED = "secret app1/gitea smtp_password"
 
 @pytest.fixture(scope="module")
 def lab() -> Iterator[tuple[Path, Any]]:
-    with running_lab("meshtui-sdash-", redis=False, s3=False) as found:
+    with running_lab("meshtui-sdash-", kinds={"redis": False, "seaweedfs": False}) as found:
         yield found
 
 

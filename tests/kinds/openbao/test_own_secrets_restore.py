@@ -28,7 +28,7 @@ SECRET = "secret app1/gitea session_key"
 
 @pytest.fixture(scope="module")
 def lab() -> Iterator[tuple[Path, Any]]:
-    with running_lab("meshtui-srestore-", redis=False, s3=False) as found:
+    with running_lab("meshtui-srestore-", kinds={"redis": False, "seaweedfs": False}) as found:
         yield found
 
 

@@ -34,7 +34,7 @@ SESSION = "secret app1/gitea session_key"
 
 @pytest.fixture(scope="module")
 def lab() -> Iterator[tuple[Path, Any]]:
-    with running_lab("meshtui-swatch-", redis=False, s3=False) as found:
+    with running_lab("meshtui-swatch-", kinds={"redis": False, "seaweedfs": False}) as found:
         yield found
 
 
