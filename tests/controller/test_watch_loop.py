@@ -185,7 +185,7 @@ def test_a_hung_node_backs_off_from_when_the_attempt_gave_up_and_alerts_once(
             ctl, notify=got.append, clock=fake.clock, sleep=fake.sleep, log=lambda _l: None
         )
         # every end holds its generation, as after a push: the hung node is met by rotations only
-        monkeypatch.setattr(watch, "_needs_push", lambda _rows: False)
+        monkeypatch.setattr(watch, "_needs_push", lambda _rows, _now: False)
         fake.stop = watch.stop
         watch.run()
     gaps = [b - a for a, b in zip(tries, tries[1:], strict=False)]
