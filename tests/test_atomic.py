@@ -102,8 +102,8 @@ def test_two_threads_writing_one_file_both_succeed_and_one_wins(tmp_path: Path) 
 
 
 def test_a_failed_rename_leaves_no_plaintext_temp_file(tmp_path: Path) -> None:
-    """Finding 10: a folder at the credential path made os.replace fail, twice, and each time
-    a 0600 temp file holding the plaintext stayed behind."""
+    """A folder at the credential path makes os.replace fail; no 0600 temp file holding the
+    plaintext stays behind, however often it is tried."""
     (tmp_path / "db.password").mkdir()
     for _ in range(2):
         with pytest.raises(OSError):

@@ -89,7 +89,7 @@ def victim(tmp_path: Path) -> Path:
     return folder
 
 
-# ---------------------------------------------------------------- finding 4: the grants folder
+# ---------------------------------------------------------------------------- the grants folder
 
 
 def test_a_link_planted_at_the_grants_folder_is_refused_and_nothing_is_touched(mesh, tmp_path):
@@ -147,7 +147,7 @@ def test_a_manifest_folder_others_can_write_is_refused(mesh):
     assert "chmod go-w" in got["error"] and list(folder.iterdir()) == []
 
 
-# ------------------------------------------------------- finding 5: FIFOs and /dev/zero
+# --------------------------------------------------------------- FIFOs and /dev/zero
 
 
 @pytest.mark.parametrize("plant", ["fifo", "dev-zero"])
