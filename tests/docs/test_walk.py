@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from meshtui.errors import PolicyRefusal
 from meshtui.model import Declaration
 
 ROOT = Path(__file__).parents[2]
@@ -164,6 +165,22 @@ def test_each_nodes_policy_in_the_walk_allows_what_the_walks_declaration_asks_of
             refused += allowed.consumer_refusals(
                 ConsumerAsk(module.id, "secret", own.file, own.owner, own.group, own.reload)
             )
+    handed = 0  # a consumer's node hands some kinds' credentials to their server: listed?
+    for pair in declared.pairs:
+        provider = declared.modules[pair.provider]
+        offer = next(o for o in provider.provides if o.name == pair.provision)
+        kind = registry.kind_of(offer.kind)
+        if not kind.hands_over:
+            continue
+        handed += 1
+        node = declared.modules[pair.consumer].node
+        try:
+            policies[node].server(
+                kind.name, pair.consumer, declared.nodes[provider.node].address, pair.port, offer.ca
+            )
+        except PolicyRefusal as exc:
+            refused.append(exc)
+    assert handed, "the walk declares a vault and a Redis: their credentials are handed over"
     kinds = {registry.name_of(o.kind) for m in declared.modules.values() for o in m.provides}
     assert kinds == set(registry.KINDS)
     assert not refused, [str(r) for r in refused]
