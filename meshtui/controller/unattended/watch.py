@@ -306,8 +306,13 @@ class Watch:
             return 0, True, []
         self.looked_at = self.clock()
         when = stamp_now()
+        after = (  # what each repaired pair reads now (unknown until its next probe, say)
+            {r.pair: str(r.state) for r in statuses(self.ctl.inventory, list(report.repaired))}
+            if report.repaired
+            else {}
+        )
         repaired = [
-            Alert("repaired", pid, self._state(pid), State.WORKING.value, why, when)
+            Alert("repaired", pid, self._state(pid), after.get(pid, self._state(pid)), why, when)
             for pid, why in sorted(report.repaired.items())
         ]
         now = self.clock()  # after the push: backoff counts from when it gave up
