@@ -98,7 +98,7 @@ def admin_conninfo(place: ServerPlace, password: str) -> str:
 
 def build(place: ServerPlace) -> ServerConfig:
     """PostgreSQL's files for ``place`` (see the module docstring)."""
-    sql = f"{place.data}/meshtui-admin.sql"
+    sql = f"{place.conf}/meshtui-admin.sql"
     return ServerConfig(
         title="PostgreSQL",
         files=(
@@ -119,8 +119,9 @@ def build(place: ServerPlace) -> ServerConfig:
             ),
             ConfigFile(
                 "meshtui-admin.sql",
-                "the provisioner's admin role: CREATEROLE, CREATEDB, the logging settings it "
-                "lowers, ending sessions, and what pin = true reads and reloads; not a superuser",
+                "the provisioner's admin role, run once as postgres: CREATEROLE, CREATEDB, the "
+                "logging settings it lowers, ending sessions, what pin = true reads and reloads; "
+                "not a superuser (one works too, and lets push see drift)",
                 admin_sql(place.admin),
                 sql,
                 0o644,
@@ -140,7 +141,7 @@ def build(place: ServerPlace) -> ServerConfig:
             f"cat {place.conf}/pg_hba.meshtui >> {place.conf}/pg_hba.conf",
             f"chown postgres {place.key}; chmod 0600 {place.key}",
             "systemctl restart postgresql@15-main",
-            f"runuser -u postgres -- psql -v ON_ERROR_STOP=1 -f {sql}",
+            f"runuser -u postgres -- psql -v ON_ERROR_STOP=1 < {sql}",
             f"runuser -u postgres -- psql -c '\\password {place.admin}'",
         ),
         expires=(

@@ -3,7 +3,8 @@
 
 The admin reads and writes the ACL (``ACL LIST``, ``GETUSER``, ``SETUSER``, ``DELUSER``,
 ``SAVE``, ``WHOAMI``, ``CAT``), reads two settings (``CONFIG GET aclfile``, ``INFO server``:
-where to persist) and may ``CONFIG REWRITE`` a Redis started without an aclfile. It reaches no
+where to persist), may ``CONFIG REWRITE`` a Redis started without an aclfile, and may end a
+login's connections (``CLIENT KILL USER``). It reaches no
 key and no channel and cannot ``FLUSHALL``, ``CONFIG SET`` or ``SHUTDOWN``. It can still make
 any user it likes (``ACL SETUSER`` is all-or-nothing in Redis): keep its file as guarded as any
 admin credential. The lab's Redis (``lab.py``) writes these same lines.
@@ -23,9 +24,11 @@ from meshtui.contracts.server_config import (
 )
 
 ADMIN_RULES = (
-    "resetkeys resetchannels -@all +acl +config|get +config|rewrite +info +ping +hello +auth"
+    "resetkeys resetchannels -@all +acl +config|get +config|rewrite +info +ping +hello +auth "
+    "+client|kill"
 )
-"""What the provisioner's admin may run: the ACL, and reading where Redis persists it."""
+"""What the provisioner's admin may run: the ACL, reading where Redis persists it, and ending
+a login's connections (``CLIENT KILL USER``, after a leaked password is rotated)."""
 
 DEFAULT_USER = "user default off resetkeys resetchannels -@all"
 """``default`` switched off: nobody uses Redis without an ACL user and its password."""
