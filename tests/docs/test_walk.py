@@ -87,6 +87,8 @@ def _block(language: str, holding: str) -> str:
 def _outs() -> dict[str, str]:
     """Each ``--out`` folder of the walk and the kind whose configuration was written there."""
     found = re.findall(r"^meshtui kind config (\S+) --out (\S+)", WALK, flags=re.M)
+    # each written once: a second --out into the same folder is refused
+    assert len({folder for _, folder in found}) == len(found), found
     return {folder: kind for kind, folder in found}
 
 
