@@ -6,13 +6,14 @@ indexing by name, and mypy checks every key and its type. JSON columns are decod
 out (``values``, ``reload``, ``spec``, ``items``, ``evidence``, ``pairs``, ``detail``); the
 ``*Record`` shapes are what a write takes, columns as stored.
 
-A module's ``spec`` is the one column decoded into msgspec Structs (:class:`ModuleSpec`,
-:func:`decode_spec`): it is nested, read field by field across the controller, and checked
-once, here, against the shape declare writes.
+A module's ``spec`` is the one column held as msgspec Structs (:class:`ModuleSpec`): declare
+builds one and stores it with :func:`encode_spec`, every read decodes it with
+:func:`decode_spec`, checked once, here, against that same shape.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Final, NotRequired, TypedDict
 
@@ -47,7 +48,7 @@ class OfferSpec(msgspec.Struct, frozen=True, kw_only=True):
     tls: bool = True
 
 
-class ConnectionSpec(msgspec.Struct, frozen=True, kw_only=True):
+class ConnectionSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Where a consumer's connection file goes, and its format (``env``, ``json``, ``dsn``)."""
 
     file: str
@@ -55,7 +56,7 @@ class ConnectionSpec(msgspec.Struct, frozen=True, kw_only=True):
     ca: str | None = None
 
 
-class NeedSpec(msgspec.Struct, frozen=True, kw_only=True):
+class NeedSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """One provision a module requires, the file it wants it in, and its connection file."""
 
     name: str
@@ -63,7 +64,7 @@ class NeedSpec(msgspec.Struct, frozen=True, kw_only=True):
     connection: ConnectionSpec | None = None
 
 
-class OwnSecretSpec(msgspec.Struct, frozen=True, kw_only=True):
+class OwnSecretSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """One of a module's own secrets, in its stored spec: minted or supplied, and its file."""
 
     name: str
@@ -111,6 +112,35 @@ class ModuleSpec(msgspec.Struct, frozen=True, kw_only=True):
 
 
 _SPEC_DECODER = msgspec.json.Decoder(ModuleSpec)
+
+_sorted_json = json.JSONEncoder(sort_keys=True).encode
+"""``json.dumps(x, sort_keys=True)`` without building an encoder per call."""
+
+_ADDED_LATER = ("pin", "secrets")
+"""ModuleSpec keys stored only when not at their default, so a spec stored before they existed
+still equals what declare writes for the same module."""
+
+_KIND_ONLY = ("kind", "ca", "tls")
+"""OfferSpec keys stored only for a kind other than the default (``kind`` set), all three then."""
+
+
+def encode_spec(spec: ModuleSpec) -> str:
+    """``spec`` as stored: canonical JSON (sorted keys, ``json``'s separators), byte for byte
+    what declare has always written, so declaring the same module again compares equal.
+
+    ConnectionSpec, NeedSpec and OwnSecretSpec leave out their defaults (``omit_defaults``);
+    ModuleSpec writes every key but :data:`_ADDED_LATER` and OfferSpec writes ``kind``, ``ca``
+    and ``tls`` together or not at all, rules ``omit_defaults`` cannot say."""
+    stored = msgspec.to_builtins(spec)
+    for key in _ADDED_LATER:
+        if getattr(spec, key) == getattr(ModuleSpec(), key):
+            del stored[key]
+    for offer in stored["provides"]:
+        if offer["kind"] is None:
+            for key in _KIND_ONLY:
+                del offer[key]
+    text: str = _sorted_json(stored)
+    return text
 
 
 def decode_spec(module: str, text: str | bytes) -> ModuleSpec:
