@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from meshtui import crypto
 from meshtui.controller.reports import NOT_AS_DECLARED
 from meshtui.errors import DeclarationError
+from meshtui.freeform import JsonObject
 from meshtui.inventory import Inventory, Transaction, now
 from meshtui.inventory.rows import (
     ClaimRecord,
@@ -57,7 +58,7 @@ class DeclareResult:
             self.new or self.reissued or self.changed or self.withdrawn or self.nodes_changed
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The ``declare --json`` object."""
         return {
             k: getattr(self, k)

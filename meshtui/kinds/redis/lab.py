@@ -23,7 +23,6 @@ import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote
 
 from meshtui import runas
@@ -37,6 +36,7 @@ from meshtui.contracts.lab_server import (
     LabSite,
 )
 from meshtui.errors import LabError
+from meshtui.freeform import LibraryKwargs
 from meshtui.lab import toml_writer
 from meshtui.lab.accounts import check_path_open, ensure_system_user
 from meshtui.lab.certificates import make_certificates
@@ -158,7 +158,7 @@ class RedisServer:
         if self.running():
             return
         argv = [find_server(), str(self.folder / "redis.conf")]
-        kwargs: dict[str, Any] = {
+        kwargs: LibraryKwargs = {
             "stdin": subprocess.DEVNULL,
             "stdout": subprocess.DEVNULL,
             "stderr": subprocess.DEVNULL,
