@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Final, NotRequired, TypedDict
+from typing import Final, NotRequired, TypedDict
 
 import msgspec
 
 from meshtui.errors import InventoryError
+from meshtui.freeform import JsonObject
 
 Provision = tuple[str, str]
 """(provider module, provision name): one manifest on one provider node."""
@@ -399,7 +400,7 @@ class EventRow(TypedDict):
     ssh_client: str | None
     kind: str
     pairs: list[str]
-    detail: dict[str, Any]  # open: each kind of event records its own detail
+    detail: JsonObject  # each kind of event records its own detail
     outcome: str
     prev: str
     hash: str
