@@ -38,7 +38,7 @@ class NodeRow(TypedDict):
     updated_at: str
 
 
-class OfferSpec(msgspec.Struct, frozen=True, kw_only=True):
+class OfferSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """One provision a module offers, in its stored spec: ``kind``, ``ca`` and ``tls`` are
     stored only for a kind other than the default."""
 
@@ -98,7 +98,7 @@ class OwnSecretRow(TypedDict):
     updated_at: str
 
 
-class ModuleSpec(msgspec.Struct, frozen=True, kw_only=True):
+class ModuleSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A module's declared spec, decoded once from the canonical JSON it is stored as
     (:func:`decode_spec`); a key an older spec lacks reads as its default."""
 
@@ -117,29 +117,25 @@ _SPEC_DECODER = msgspec.json.Decoder(ModuleSpec)
 _sorted_json = json.JSONEncoder(sort_keys=True).encode
 """``json.dumps(x, sort_keys=True)`` without building an encoder per call."""
 
-_ADDED_LATER = ("pin", "secrets")
-"""ModuleSpec keys stored only when not at their default, so a spec stored before they existed
-still equals what declare writes for the same module."""
-
-_KIND_ONLY = ("kind", "ca", "tls")
-"""OfferSpec keys stored only for a kind other than the default (``kind`` set), all three then."""
+_ALWAYS_STORED = ("admin", "grants", "provides", "provisioner", "receives", "requires")
+"""ModuleSpec keys stored even at their default, as the first specs were. Every other key of the
+spec shapes is left out at its default (``omit_defaults``): a key added later with a default
+leaves every spec stored before it byte for byte as it was, so declare finds it unchanged."""
 
 
 def encode_spec(spec: ModuleSpec) -> str:
     """``spec`` as stored: canonical JSON (sorted keys, ``json``'s separators), byte for byte
     what declare has always written, so declaring the same module again compares equal.
 
-    ConnectionSpec, NeedSpec and OwnSecretSpec leave out their defaults (``omit_defaults``);
-    ModuleSpec writes every key but :data:`_ADDED_LATER` and OfferSpec writes ``kind``, ``ca``
-    and ``tls`` together or not at all, rules ``omit_defaults`` cannot say."""
+    Defaults are left out but for :data:`_ALWAYS_STORED`, and an offer of a kind other than
+    the default writes ``kind``, ``ca`` and ``tls`` together (``ca`` null, ``tls`` true too)."""
     stored = msgspec.to_builtins(spec)
-    for key in _ADDED_LATER:
-        if getattr(spec, key) == getattr(ModuleSpec(), key):
-            del stored[key]
-    for offer in stored["provides"]:
-        if offer["kind"] is None:
-            for key in _KIND_ONLY:
-                del offer[key]
+    for key in _ALWAYS_STORED:
+        if key not in stored:
+            stored[key] = msgspec.to_builtins(getattr(spec, key))
+    for offer, written in zip(spec.provides, stored["provides"], strict=True):
+        if offer.kind is not None:
+            written.update(ca=offer.ca, tls=offer.tls)
     text: str = _sorted_json(stored)
     return text
 

@@ -8,6 +8,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from meshtui import crypto
@@ -19,7 +20,7 @@ from meshtui.controller.read.status_image import IMAGE
 from meshtui.errors import UnsealError
 from meshtui.host.state import identity
 from meshtui.inventory import Inventory, Transaction
-from meshtui.inventory.rows import decode_spec, encode_spec
+from meshtui.inventory.rows import ModuleSpec, decode_spec, encode_spec
 from meshtui.model import ConnectionFile, Declaration, Module, Offer, OwnSecret, Requirement
 from tests.fix_mesh import Mesh, MeshFactory, consumer, modules
 
@@ -427,3 +428,11 @@ def test_a_module_spec_is_stored_byte_for_byte_as_inventories_already_hold_it() 
     for mid, stored in STORED_SPECS.items():
         assert declare_mod._module_spec(decl, mid) == stored, mid
         assert encode_spec(decode_spec(mid, stored)) == stored, mid
+        later = _SpecWithALaterKey(**msgspec.structs.asdict(decode_spec(mid, stored)))
+        assert encode_spec(later) == stored, mid  # a key added later, at its default: left out
+
+
+class _SpecWithALaterKey(ModuleSpec, frozen=True, kw_only=True, omit_defaults=True):
+    """A spec shape grown by a key with a default, as a later change to the spec adds one."""
+
+    later: list[str] = []
