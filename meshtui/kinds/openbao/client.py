@@ -18,6 +18,7 @@ import httpx
 
 from meshtui import cafile
 from meshtui.errors import ProvisionError
+from meshtui.freeform import ForeignJson
 from meshtui.kinds.openbao.server_config import APPROLE_MOUNT as APPROLE_MOUNT
 from meshtui.model import KV_MOUNT as KV_MOUNT  # its home is the core (status names it)
 
@@ -141,7 +142,7 @@ class Bao:
         token: str | None = None,
         secrets: Sequence[str] = (),
         missing_ok: bool = False,
-    ) -> dict[str, Any] | None:
+    ) -> ForeignJson | None:
         """The JSON body of a success (None for 204, or for 404 when ``missing_ok``); else
         BaoError naming the request, the status and what OpenBao said."""
         response = self.send(method, path, body, token=token, secrets=secrets)

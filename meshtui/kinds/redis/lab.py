@@ -26,7 +26,6 @@ import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from meshtui import runas
 from meshtui.atomic import write_private
@@ -40,6 +39,7 @@ from meshtui.contracts.lab_server import (
 )
 from meshtui.contracts.server_config import ServerPlace
 from meshtui.errors import LabError
+from meshtui.freeform import LibraryKwargs
 from meshtui.kinds.redis import server_config
 from meshtui.lab import toml_writer
 from meshtui.lab.accounts import check_path_open, ensure_system_user
@@ -170,7 +170,7 @@ class RedisServer:
         if self.running():
             return
         argv = [find_server(), str(self.folder / "redis.conf")]
-        kwargs: dict[str, Any] = {
+        kwargs: LibraryKwargs = {
             "stdin": subprocess.DEVNULL,
             "stdout": subprocess.DEVNULL,
             "stderr": subprocess.DEVNULL,
