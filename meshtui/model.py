@@ -145,6 +145,22 @@ class RotationState(StrEnum):
     LOCKED_OUT = "locked out"  # break-glass: new at every provider, some consumer not yet
 
 
+class Sessions(StrEnum):
+    """What a rotation does to the sessions (connections, tokens) opened with the old
+    credential, which a changed password alone ends on none of the servers (docs/sessions.md).
+
+    ``end``: ended when the provider takes the new credential (the default: a rotation after a
+    leak must shut the intruder out, not only refuse its next login). ``drain``: left to end
+    on their own, counted in the rotation's report and the pair's status."""
+
+    END = "end"
+    DRAIN = "drain"
+
+
+DEFAULT_SESSIONS = Sessions.END
+"""What a rotation does to old sessions when neither the command nor the declaration says."""
+
+
 DEFAULT_PROBE_EVERY_S = 300.0
 """Without a policy pairs are still probed, every five minutes; they are never rotated."""
 

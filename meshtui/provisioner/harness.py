@@ -11,6 +11,8 @@ reconciles on a change and every ``drift_every`` seconds. A run reads each secre
 after the adapter's inspect, and drops it once its login is made true; nothing long-lived holds
 one. A delta's run (``only``) on an adapter whose ``create`` looks before it writes
 (:class:`~meshtui.contracts.adapter.Deciding`) inspects only the logins the delta removes.
+A rotation's run names what becomes of each rotated login's sessions on the old credential
+(``sessions``): ended or counted once the login holds the new one (:func:`_settle`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from meshtui.contracts.adapter import (
     Finish,
     Held,
     Limited,
+    LiveSessions,
     Narrowing,
     Refused,
     Scope,
@@ -55,7 +58,7 @@ from meshtui.contracts.provider_files import SecretFiles, read_admin
 from meshtui.crypto import secret_digest
 from meshtui.errors import ManifestError, MeshtuiError, ProvisionError, UnsafeLoginError
 from meshtui.kinds import registry
-from meshtui.model import SUCCESS, Drift, OutcomeName
+from meshtui.model import APPLIED, SUCCESS, Drift, OutcomeName, Sessions
 
 MAX_SECRET_BYTES = 4096
 PARALLEL_FROM = 16  # below this many writes one session is as quick as two
@@ -71,6 +74,8 @@ class Outcome:
     module: str
     outcome: OutcomeName
     reason: str = ""
+    sessions: int | None = None  # sessions on the old credential: ended, or left to drain
+    sessions_ended: bool = False
 
     @property
     def ok(self) -> bool:
@@ -113,6 +118,7 @@ class Report:
                     "module": o.module,
                     "outcome": o.outcome,
                     "reason": o.reason,
+                    **_sessions_fields(o),
                 }
                 for o in self.outcomes
             ],
@@ -136,6 +142,13 @@ class Report:
             line = f"  {item.outcome:<12} {item.login:<40} {who}"
             out.append(line + (f"  ({item.reason})" if item.reason else ""))
         return out
+
+
+def _sessions_fields(outcome: Outcome) -> dict[str, object]:
+    """An outcome's sessions, for a report's JSON: absent when the run was asked nothing."""
+    if outcome.sessions is None:
+        return {}
+    return {"sessions": outcome.sessions, "sessions_ended": outcome.sessions_ended}
 
 
 def read_admin_file(path: Path) -> str:
@@ -331,6 +344,7 @@ def reconcile(
     kept: KeptSessions | None = None,
     only: frozenset[str] | None = None,
     scoped: bytes | None = None,
+    sessions: Mapping[str, Sessions] | None = None,
 ) -> Report:
     """Make the provider's software match the manifest once; see the module docstring.
 
@@ -342,6 +356,8 @@ def reconcile(
     reconciled whole, and the delta's own outcomes are kept in the report.
     ``scoped`` (with ``only``): the manifest's text cut to those logins by whoever just wrote
     the file (the host agent), validated here instead of the file being read and cut again.
+    ``sessions``: a rotation's logins, each with what becomes of its sessions on the old
+    credential once it holds the new one (:func:`_settle`).
 
     Raises ManifestError (nothing touched) for a broken manifest and ProvisionError when the
     admin file or the server cannot be used. Every other problem is an outcome in the Report.
@@ -365,7 +381,7 @@ def reconcile(
     scope = Scope(provider=manifest.provider, provision=manifest.provision)
     with secret_files(manifest) as secrets:
         ordered, limits = _reconcile(
-            manifest, conninfo, scope, secrets, factory, workers or _workers(), only
+            manifest, conninfo, scope, secrets, factory, workers or _workers(), only, sessions
         )
     done = _finish(manifest, conninfo, ordered, only)  # PostgreSQL: the pin block of pg_hba.conf
     if isinstance(done, Whole):  # the delta's logins are made true; now every login and the pin
@@ -435,6 +451,7 @@ def _reconcile(
     factory: AdapterFactory,
     workers: int,
     only: frozenset[str] | None = None,
+    sessions: Mapping[str, Sessions] | None = None,
 ) -> tuple[tuple[Outcome, ...], tuple[str, ...]]:
     """Every consumer's outcome and every removal, and what the admin cannot do.
 
@@ -476,12 +493,69 @@ def _reconcile(
             del secret
         outcomes.update(_apply_all(factory, adapter, conninfo, scope, todo, workers))
         todo.clear()
+        if sessions:
+            _settle(adapter, manifest, outcomes, sessions)
         for login in sorted(held):
             if held[login].ours and login not in wanted:
                 removed.append(_remove(adapter, held[login]))
         if adapter.capabilities.catching_up:  # optional: redo an earlier failed save
             cast(CatchingUp, adapter).catch_up()
     return tuple(outcomes[c.login] for c in manifest.consumers) + tuple(removed), limits
+
+
+def _settle(
+    adapter: Adapter,
+    manifest: Manifest,
+    outcomes: dict[str, Outcome],
+    sessions: Mapping[str, Sessions],
+) -> None:
+    """End (``end``) or count (``drain``) the sessions still on an old credential of each
+    rotated login that now holds its new one, into its outcome. A login not made true keeps
+    its sessions: its old credential is still the one it holds. A kind whose software keeps
+    no session (S3: every request signed alone) has nothing to end, and says so."""
+    live = adapter.capabilities.live_sessions
+    for consumer in manifest.consumers:
+        choice = sessions.get(consumer.login)
+        done = outcomes.get(consumer.login)
+        if choice is None or done is None or done.outcome not in APPLIED:
+            continue
+        if not live:
+            outcomes[consumer.login] = _with_sessions(done, 0, choice)
+            continue
+        try:
+            if choice == Sessions.END:
+                n = cast(LiveSessions, adapter).end_sessions(consumer.login, consumer.digest)
+            else:
+                n = cast(LiveSessions, adapter).count_sessions(consumer.login, consumer.digest)
+        except Exception as exc:  # the login is made true: its sessions' failure is a note
+            verb = "ended" if choice == Sessions.END else "counted"
+            why = f"its sessions on the old credential could not be {verb}: "
+            outcomes[consumer.login] = dataclasses.replace(
+                done,
+                outcome=OutcomeName.FAILED if choice == Sessions.END else done.outcome,
+                reason=_joined(done.reason, why + _reason(exc, adapter)),
+            )
+            continue
+        outcomes[consumer.login] = _with_sessions(done, n, choice)
+
+
+def _with_sessions(done: Outcome, n: int, choice: Sessions) -> Outcome:
+    plural = "session" if n == 1 else "sessions"
+    said = (
+        f"{n} {plural} on the old credential ended"
+        if choice == Sessions.END
+        else f"{n} {plural} on the old credential left to drain"
+    )
+    return dataclasses.replace(
+        done,
+        reason=_joined(done.reason, said),
+        sessions=n,
+        sessions_ended=choice == Sessions.END,
+    )
+
+
+def _joined(first: str, then: str) -> str:
+    return f"{first}; {then}" if first else then
 
 
 def _safe(manifest: Manifest) -> tuple[list[Consumer], list[tuple[Consumer, str]]]:
