@@ -160,6 +160,10 @@ class Sessions(StrEnum):
 DEFAULT_SESSIONS = Sessions.END
 """What a rotation does to old sessions when neither the command nor the declaration says."""
 
+SESSIONS_UNSETTLED = "its sessions on the old credential could not be"
+"""How a provisioner's note begins when it was asked to end or count a login's sessions on the
+old credential and could not (the login holds the new one all the same)."""
+
 
 DEFAULT_PROBE_EVERY_S = 300.0
 """Without a policy pairs are still probed, every five minutes; they are never rotated."""
@@ -273,6 +277,7 @@ class Offer:
     kind: str = DEFAULT_KIND  # a registered kind's name (meshtui.kinds.registry)
     ca: str | None = None
     tls: bool = True
+    sessions: Sessions | None = None  # its pairs' old sessions in a rotation (None: default)
 
 
 @dataclass(frozen=True)
@@ -299,6 +304,7 @@ class Requirement:
     mode: str = DEFAULT_MODE  # its mode, as declared ("0640")
     policy: PolicySettings = field(default_factory=lambda: PolicySettings())
     connection: ConnectionFile | None = None  # login, host, port... for the app, no secret
+    sessions: Sessions | None = None  # its pair's old sessions in a rotation (None: offer's)
 
 
 VAULT_PROVISION = "secret"

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from meshtui.cli import render
 from meshtui.cli.context import EXIT_FAILED, EXIT_INPUT, EXIT_OK, controller, progress_printer
 from meshtui.errors import InputError, ReadOnlyError
-from meshtui.model import State, Verdict
+from meshtui.model import Sessions, State, Verdict
 
 if TYPE_CHECKING:
     from meshtui.controller.core import Controller
@@ -65,7 +65,11 @@ def cmd_rotate(args: argparse.Namespace) -> int:
                 print("cancelled; nothing was changed")
                 return EXIT_OK
         report = ctl.rotate(
-            ids, progress_printer(args), revoke_old=args.revoke_old, probe_after=True
+            ids,
+            progress_printer(args),
+            revoke_old=args.revoke_old,
+            probe_after=True,
+            sessions=Sessions(args.sessions) if args.sessions else None,
         )
         after = ctl.status([o.pair for o in report.probes]) if report.probes else []
     if args.json:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from meshtui.cli import VERSION, secret
 from meshtui.kinds import registry
+from meshtui.model import Sessions
 
 HANDLERS: dict[str, str] = {
     "": "mesh:cmd_dashboard",  # no command: the dashboard,
@@ -239,6 +240,13 @@ def _actions(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="break-glass: revoke the old credential even if a consumer cannot take the new "
         "one (it is locked out until a later push); see docs/rotation.md",
+    )
+    s.add_argument(
+        "--sessions",
+        choices=[c.value for c in Sessions],
+        help="what becomes of the sessions and tokens opened with the old credential: ended "
+        "at once (end), or left to drain and counted (drain); default: each pair's declared "
+        "sessions, else end. See docs/sessions.md",
     )
     s.add_argument("--yes", action="store_true", help="do not ask")
     s.add_argument("--json", action="store_true", help="print the outcome as JSON")

@@ -103,6 +103,8 @@ class PairOutcome:
     previous: int | None = None
     window_ms: float | None = None
     reason: str = ""
+    sessions: int | None = None  # on the old credential at its provider: ended, or left
+    sessions_ended: bool = False
 
 
 @dataclass(frozen=True)

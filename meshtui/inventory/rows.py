@@ -45,6 +45,7 @@ class OfferSpec(msgspec.Struct, frozen=True, kw_only=True):
     kind: str | None = None
     ca: str | None = None
     tls: bool = True
+    sessions: str | None = None  # a Sessions, when declared on the offer
 
 
 class ConnectionSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -61,6 +62,7 @@ class NeedSpec(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     file: str
     connection: ConnectionSpec | None = None
+    sessions: str | None = None  # a Sessions, when declared on the requirement
 
 
 class OwnSecretSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -292,10 +294,18 @@ class DrillRow(TypedDict):
 
 
 RotationItem = TypedDict(
-    "RotationItem", {"pair": str, "from": int, "to": int, "revoke_old": NotRequired[bool]}
+    "RotationItem",
+    {
+        "pair": str,
+        "from": int,
+        "to": int,
+        "revoke_old": NotRequired[bool],
+        "sessions": NotRequired[str],
+    },
 )
 """One pair of a rotation: the generation it leaves and the one it goes to; ``revoke_old``:
-break-glass (a consumer end that cannot take it is locked out, not rolled back)."""
+break-glass (a consumer end that cannot take it is locked out, not rolled back); ``sessions``:
+what becomes of the sessions opened with the old credential (a ``Sessions`` value)."""
 
 
 class RotationStart(TypedDict):

@@ -58,7 +58,7 @@ from meshtui.contracts.provider_files import SecretFiles, read_admin
 from meshtui.crypto import secret_digest
 from meshtui.errors import ManifestError, MeshtuiError, ProvisionError, UnsafeLoginError
 from meshtui.kinds import registry
-from meshtui.model import APPLIED, SUCCESS, Drift, OutcomeName, Sessions
+from meshtui.model import APPLIED, SESSIONS_UNSETTLED, SUCCESS, Drift, OutcomeName, Sessions
 
 MAX_SECRET_BYTES = 4096
 PARALLEL_FROM = 16  # below this many writes one session is as quick as two
@@ -512,7 +512,8 @@ def _settle(
     """End (``end``) or count (``drain``) the sessions still on an old credential of each
     rotated login that now holds its new one, into its outcome. A login not made true keeps
     its sessions: its old credential is still the one it holds. A kind whose software keeps
-    no session (S3: every request signed alone) has nothing to end, and says so."""
+    no session (S3: every request signed alone) has nothing to end, and says so. A failure to
+    end or count leaves the outcome as it was, its note saying so, and ``sessions`` unset."""
     live = adapter.capabilities.live_sessions
     for consumer in manifest.consumers:
         choice = sessions.get(consumer.login)
@@ -527,14 +528,11 @@ def _settle(
                 n = cast(LiveSessions, adapter).end_sessions(consumer.login, consumer.digest)
             else:
                 n = cast(LiveSessions, adapter).count_sessions(consumer.login, consumer.digest)
-        except Exception as exc:  # the login is made true: its sessions' failure is a note
+        except Exception as exc:  # the login holds the new credential: rolling it back for
+            # this would leave the old one accepted, so the failure is said, not the outcome's
             verb = "ended" if choice == Sessions.END else "counted"
-            why = f"its sessions on the old credential could not be {verb}: "
-            outcomes[consumer.login] = dataclasses.replace(
-                done,
-                outcome=OutcomeName.FAILED if choice == Sessions.END else done.outcome,
-                reason=_joined(done.reason, why + _reason(exc, adapter)),
-            )
+            why = f"{SESSIONS_UNSETTLED} {verb}: {_reason(exc, adapter)}"
+            outcomes[consumer.login] = dataclasses.replace(done, reason=_joined(done.reason, why))
             continue
         outcomes[consumer.login] = _with_sessions(done, n, choice)
 

@@ -137,6 +137,8 @@ def _offer_spec(o: Offer) -> dict[str, object]:
     spec: dict[str, object] = {"name": o.name, "port": o.port}
     if registry.stored_name(o.kind) is not None:
         spec.update(kind=o.kind, ca=o.ca, tls=o.tls)
+    if o.sessions is not None:
+        spec["sessions"] = o.sessions.value
     return spec
 
 
@@ -166,6 +168,8 @@ def _need_spec(r: Requirement) -> dict[str, object]:
         if r.connection.ca is not None:
             connection["ca"] = r.connection.ca
         spec["connection"] = connection
+    if r.sessions is not None:
+        spec["sessions"] = r.sessions.value
     return spec
 
 
