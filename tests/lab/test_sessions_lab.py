@@ -1,7 +1,7 @@
 """``rotate --sessions`` end to end in the lab's namespaces: a consumer's live PostgreSQL
 session, Redis connection and OpenBao token, opened from its own node with the credential it
 held, are ended by ``rotate --sessions end`` and left (and counted) by ``--sessions drain``; the
-old credential is refused to new logins either way."""
+old credential is refused to new logins either way; a withdrawal ends them all."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import ctypes
 import json
 import os
 import ssl
+import tomllib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -23,6 +24,7 @@ from meshtui.controller.core import Controller
 from meshtui.kinds.openbao import lab as lab_bao
 from meshtui.lab import mesh as lab_mesh
 from tests.fix_lab import cli, running_lab
+from tests.fix_mesh import to_toml
 
 PG = "database:app1/gitea->db1/postgres"
 REDIS = "cache:app1/gitea->db1/redis"
@@ -196,6 +198,28 @@ def test_rotate_sessions_drain_leaves_and_counts_them(lab: tuple[Path, lab_mesh.
                 False,
             ), pairs
         _old_refused(state)
+    finally:
+        for s in sessions:
+            s.close()
+        node.close()
+
+
+def test_a_withdrawal_ends_every_session_of_its_logins(lab: tuple[Path, lab_mesh.Lab]) -> None:
+    state, built = lab
+    node, sessions = _sessions(lab)
+    declared = tomllib.loads(built.declaration.read_text())
+    del declared["modules"]["app1/gitea"]
+    smaller = built.declaration.with_name("without-app1-gitea.toml")
+    smaller.write_text(to_toml(declared))
+    try:
+        assert all(s.alive() for s in sessions)
+        with Controller.open(state) as ctl:
+            ctl.declare(smaller)
+            assert ctl.push().ok
+            states = {r.pair: r.state.value for r in ctl.status() if r.pair in PAIRS}
+        assert states == dict.fromkeys(PAIRS, "revoked"), states
+        for s in sessions:
+            assert not s.alive(), f"{s.pair}: a withdrawn login's session still works"
     finally:
         for s in sessions:
             s.close()
