@@ -103,7 +103,8 @@ class PairOutcome:
     previous: int | None = None
     window_ms: float | None = None
     reason: str = ""
-    sessions: int | None = None  # on the old credential at its provider: ended, or left
+    sessions: int | None = None  # on the old credential when its provider took the new one
+    sessions_left: int | None = None  # of those, open still (0 once ended; drain: all)
     sessions_ended: bool = False
 
 

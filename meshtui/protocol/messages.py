@@ -281,7 +281,8 @@ class LoginOutcome(TypedDict):
     reason: str
     node: NotRequired[str]
     module: NotRequired[str]
-    sessions: NotRequired[int]  # sessions on the old credential, ended or left to drain
+    sessions: NotRequired[int]  # on the old credential when the new one was applied
+    sessions_left: NotRequired[int]  # of those, still open after (ended, or left to drain)
     sessions_ended: NotRequired[bool]
 
 

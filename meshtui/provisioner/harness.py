@@ -74,7 +74,8 @@ class Outcome:
     module: str
     outcome: OutcomeName
     reason: str = ""
-    sessions: int | None = None  # sessions on the old credential: ended, or left to drain
+    sessions: int | None = None  # on the old credential when the new one was applied
+    sessions_left: int | None = None  # of those, still open once ended (or left to drain)
     sessions_ended: bool = False
 
     @property
@@ -148,7 +149,11 @@ def _sessions_fields(outcome: Outcome) -> dict[str, object]:
     """An outcome's sessions, for a report's JSON: absent when the run was asked nothing."""
     if outcome.sessions is None:
         return {}
-    return {"sessions": outcome.sessions, "sessions_ended": outcome.sessions_ended}
+    return {
+        "sessions": outcome.sessions,
+        "sessions_left": outcome.sessions_left,
+        "sessions_ended": outcome.sessions_ended,
+    }
 
 
 def read_admin_file(path: Path) -> str:
@@ -521,33 +526,38 @@ def _settle(
         if choice is None or done is None or done.outcome not in APPLIED:
             continue
         if not live:
-            outcomes[consumer.login] = _with_sessions(done, 0, choice)
+            outcomes[consumer.login] = _with_sessions(done, 0, 0, choice)
             continue
+        login, digest, kept = consumer.login, consumer.digest, cast(LiveSessions, adapter)
         try:
-            if choice == Sessions.END:
-                n = cast(LiveSessions, adapter).end_sessions(consumer.login, consumer.digest)
+            if choice == Sessions.END:  # counted again after: the report says what is left
+                ended = kept.end_sessions(login, digest)
+                left = kept.count_sessions(login, digest)
             else:
-                n = cast(LiveSessions, adapter).count_sessions(consumer.login, consumer.digest)
+                ended, left = 0, kept.count_sessions(login, digest)
         except Exception as exc:  # the login holds the new credential: rolling it back for
             # this would leave the old one accepted, so the failure is said, not the outcome's
             verb = "ended" if choice == Sessions.END else "counted"
             why = f"{SESSIONS_UNSETTLED} {verb}: {_reason(exc, adapter)}"
             outcomes[consumer.login] = dataclasses.replace(done, reason=_joined(done.reason, why))
             continue
-        outcomes[consumer.login] = _with_sessions(done, n, choice)
+        outcomes[login] = _with_sessions(done, ended + left, left, choice)
 
 
-def _with_sessions(done: Outcome, n: int, choice: Sessions) -> Outcome:
-    plural = "session" if n == 1 else "sessions"
-    said = (
-        f"{n} {plural} on the old credential ended"
-        if choice == Sessions.END
-        else f"{n} {plural} on the old credential left to drain"
-    )
+def _with_sessions(done: Outcome, found: int, left: int, choice: Sessions) -> Outcome:
+    """``done`` with its sessions: ``found`` on the old credential, ``left`` open after."""
+    plural = "session" if found == 1 else "sessions"
+    if choice == Sessions.DRAIN:
+        said = f"{found} {plural} on the old credential left to drain"
+    else:
+        said = f"{found - left} {plural} on the old credential ended" + (
+            f", {left} still open" if left else ""
+        )
     return dataclasses.replace(
         done,
         reason=_joined(done.reason, said),
-        sessions=n,
+        sessions=found,
+        sessions_left=left,
         sessions_ended=choice == Sessions.END,
     )
 

@@ -56,11 +56,13 @@ def test_a_rotation_ends_or_counts_the_old_credentials_sessions(
             assert done[login].sessions == 0
         elif choice is Sessions.END:
             assert not server.session_alive(session), "a session on the old credential lives"
-            assert (done[login].sessions, done[login].sessions_ended) == (1, True)
+            settled = done[login].sessions, done[login].sessions_left, done[login].sessions_ended
+            assert settled == (1, 0, True)
             assert "1 session on the old credential ended" in done[login].reason
         else:
             assert server.session_alive(session), "drain ended a session"
-            assert (done[login].sessions, done[login].sessions_ended) == (1, False)
+            settled = done[login].sessions, done[login].sessions_left, done[login].sessions_ended
+            assert settled == (1, 1, False)
             assert "1 session on the old credential left to drain" in done[login].reason
         assert server.session_alive(bystander), "another login's session was ended"
         fresh = server.open_session(login, provider.password("app1", "gitea"))

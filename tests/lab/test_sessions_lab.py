@@ -175,7 +175,8 @@ def test_rotate_sessions_end_ends_every_old_session(lab: tuple[Path, lab_mesh.La
         pairs = _rotate(state, "end")
         for s in sessions:
             assert not s.alive(), f"{s.pair}: a session on the old credential still works"
-            assert (pairs[s.pair]["sessions"], pairs[s.pair]["sessions_ended"]) == (1, True)
+            got = pairs[s.pair]
+            assert (got["sessions"], got["sessions_left"], got["sessions_ended"]) == (1, 0, True)
         _old_refused(state)
     finally:
         for s in sessions:

@@ -50,10 +50,12 @@ EndRow = tuple[str, End, int | None, str | None, str | None]
 @dataclass(frozen=True)
 class SessionsSettled:
     """What became of a rotated pair's sessions on the old credential at its provider: how
-    many were ended or left to drain (None: not ended nor counted, ``note`` says why)."""
+    many were open when it took the new one (None: not ended nor counted, ``note`` says why),
+    how many of them are open still (0 once ended; all of them, left to drain)."""
 
     count: int | None
     ended: bool
+    left: int | None = None
     note: str = ""
 
 

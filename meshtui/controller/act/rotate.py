@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from meshtui.controller.act import sending
 from meshtui.controller.act.ahead import Ahead
@@ -532,7 +532,8 @@ def _finish(
         detail["locked_out"] = locked
     if result.sessions:
         detail["sessions"] = {
-            pid: {"count": s.count, "ended": s.ended} for pid, s in sorted(result.sessions.items())
+            pid: {"count": s.count, "left": s.left, "ended": s.ended}
+            for pid, s in sorted(result.sessions.items())
         }
     answers = result.staged(inv)
     with inv.transaction("rotate") as tx:
@@ -581,8 +582,7 @@ def _finish(
                 previous=i["from"],
                 window_ms=windows[i["pair"]],
                 reason=locked.get(i["pair"]) or result.errors.get(i["pair"], ""),
-                sessions=_count(result.sessions.get(i["pair"])),
-                sessions_ended=_ended(result.sessions.get(i["pair"])),
+                **_sessions_fields(result.sessions.get(i["pair"])),
             )
             for i in items
         ],
@@ -595,16 +595,17 @@ def _sessions_said(done: SessionsSettled | None) -> str:
     or when they could not be settled: the error says so)."""
     if done is None or done.count is None:
         return ""
-    what = "ended" if done.ended else "left to drain"
-    return f"; {done.count} session{'' if done.count == 1 else 's'} on the old credential {what}"
+    said = f"; {done.count} session{'' if done.count == 1 else 's'} on the old credential"
+    if not done.ended:
+        return f"{said} left to drain"
+    return said + " ended" + (f", {done.left} still open" if done.left else "")
 
 
-def _count(done: SessionsSettled | None) -> int | None:
-    return None if done is None else done.count
-
-
-def _ended(done: SessionsSettled | None) -> bool:
-    return done is not None and done.ended
+def _sessions_fields(done: SessionsSettled | None) -> dict[str, Any]:
+    """A pair's outcome fields for its old sessions (none when none were asked about)."""
+    if done is None:
+        return {}
+    return {"sessions": done.count, "sessions_left": done.left, "sessions_ended": done.ended}
 
 
 def locked_out_reason(item: RotationItem, why: str) -> str:

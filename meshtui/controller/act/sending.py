@@ -73,16 +73,17 @@ def settled(choice: Sessions, outcome: LoginOutcome) -> SessionsSettled:
     declared provisioner command, or a failure to end them, leaves them unsettled."""
     count = outcome.get("sessions")
     if count is not None:
-        return SessionsSettled(count, bool(outcome.get("sessions_ended")))
+        left = outcome.get("sessions_left", count)
+        return SessionsSettled(count, bool(outcome.get("sessions_ended")), left)
     said = outcome["reason"]
     note = said[said.index(SESSIONS_UNSETTLED) :] if SESSIONS_UNSETTLED in said else ""
     verb = "ended" if choice == Sessions.END else "counted"
     return SessionsSettled(
         None,
         False,
-        note
-        or f"its sessions on the old credential were not {verb} (the "
-        "provider's provisioner does not say; a declared command is not asked)",
+        note=note
+        or f"its sessions on the old credential were not {verb} (the provider's provisioner "
+        "does not say; a declared command is not asked)",
     )
 
 

@@ -80,6 +80,7 @@ def _login_outcome(o: Outcome) -> LoginOutcome:
     }
     if o.sessions is not None:
         out["sessions"], out["sessions_ended"] = o.sessions, o.sessions_ended
+        out["sessions_left"] = o.sessions if o.sessions_left is None else o.sessions_left
     return out
 
 
