@@ -106,7 +106,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 def cmd_drill(args: argparse.Namespace) -> int:
     with controller(args) as ctl:
-        reports = ctl.drill(args.pairs, progress_printer(args))
+        asked = Sessions(args.sessions) if args.sessions else None
+        reports = ctl.drill(args.pairs, progress_printer(args), asked)
     if args.json:
         render.print_json([r.to_json() for r in reports])
     else:

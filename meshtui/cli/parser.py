@@ -259,6 +259,12 @@ def _actions(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.set_defaults(func=handler("probe"))
     s = sub.add_parser("drill", help="rotation + three logins, with the window")
     s.add_argument("pairs", nargs="+", metavar="PAIR", help="the pairs to drill")
+    s.add_argument(
+        "--sessions",
+        choices=[c.value for c in Sessions],
+        help="as rotate's: end or drain the sessions on the old credential (the drill counts "
+        "them before and after); default: each pair's declared sessions, else end",
+    )
     s.add_argument("--json", action="store_true", help="print each step as JSON")
     s.set_defaults(func=handler("drill"))
 

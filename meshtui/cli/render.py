@@ -240,6 +240,8 @@ def drilled(reports: Sequence[DrillReport]) -> None:
             print(f"  [{mark}] {s.name:10} expected {s.expected:8} got {s.verdict:8} {lat}")
         if r.window_ms is not None:
             print(f"  window {r.window_ms:.1f} ms (rotation {r.rotation})")
+        if r.sessions:
+            print(f"  {r.sessions_line()}")
         if r.reason:
             print(f"  {r.reason}")
 

@@ -516,14 +516,20 @@ class Controller:
         self._writable("probe")
         return probe(self, chosen, progress)
 
-    def drill(self, ids: Iterable[str], progress: Progress = no_progress) -> list[DrillReport]:
-        """Rotation checked by three logins, per pair."""
+    def drill(
+        self,
+        ids: Iterable[str],
+        progress: Progress = no_progress,
+        sessions: Sessions | None = None,
+    ) -> list[DrillReport]:
+        """Rotation checked by three logins, per pair; ``sessions`` as :meth:`rotate`'s, and
+        the old credential's sessions counted before and after."""
         from meshtui.controller.act.drill import drill
 
         ids = self.resolve_pairs(ids)
         self.contact("drill", lambda: self._ends(ids))
         self._writable("drill")
-        return drill(self, ids, progress)
+        return drill(self, ids, progress, sessions)
 
     @staticmethod
     def write_export(path: Path, body: str) -> None:

@@ -200,10 +200,22 @@ class DrillReport:
     window_ms: float | None
     rotation: int | None
     reason: str = ""
+    sessions: str = ""  # what the rotation did to the old credential's sessions ("": not asked)
+    sessions_before: int | None = None  # open on the old credential when the provider took new
+    sessions_after: int | None = None  # of those, open after the rotation
 
     def to_json(self) -> dict[str, Any]:
         """The ``drill --json`` object."""
         return asdict(self)
+
+    def sessions_line(self) -> str:
+        """The old credential's sessions in words ("" when its provider did not say)."""
+        if not self.sessions:
+            return ""
+        before = "-" if self.sessions_before is None else self.sessions_before
+        after = "-" if self.sessions_after is None else self.sessions_after
+        what = "ended" if self.sessions == "end" else "left to drain"
+        return f"sessions on the old credential: {before} before, {after} after ({what})"
 
 
 @dataclass(frozen=True)

@@ -279,6 +279,9 @@ class DrillEvidence(TypedDict):
     window_ms: float | None
     rotation: int | None
     reason: str
+    sessions: NotRequired[str]
+    sessions_before: NotRequired[int | None]
+    sessions_after: NotRequired[int | None]
 
 
 class DrillRow(TypedDict):

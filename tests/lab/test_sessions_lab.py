@@ -23,6 +23,7 @@ import redis
 from meshtui.controller.core import Controller
 from meshtui.kinds.openbao import lab as lab_bao
 from meshtui.lab import mesh as lab_mesh
+from meshtui.model import Sessions
 from tests.fix_lab import cli, running_lab
 from tests.fix_mesh import to_toml
 
@@ -205,6 +206,32 @@ def test_rotate_sessions_drain_leaves_and_counts_them(lab: tuple[Path, lab_mesh.
         node.close()
 
 
+@pytest.mark.parametrize("choice", list(Sessions))
+def test_a_drill_counts_the_old_credentials_sessions_before_and_after(
+    lab: tuple[Path, lab_mesh.Lab], choice: Sessions
+) -> None:
+    state, built = lab
+    namespace = built.namespace("app1")
+    assert namespace is not None
+    node = Node(namespace)
+    session = Session(node, state, PG, built.addresses["db1"])
+    try:
+        with Controller.open(state) as ctl:
+            (report,) = ctl.drill([PG], sessions=choice)
+        assert report.ok, report
+        assert report.sessions == choice.value
+        assert report.sessions_before == 1, report  # the drill's own logins closed theirs
+        assert report.sessions_after == (0 if choice is Sessions.END else 1), report
+        assert session.alive() is (choice is Sessions.DRAIN)
+        with Controller.open(state) as ctl:  # as the dashboard reads it back
+            stored = ctl.pair_detail(PG).drills[0].report
+        assert stored.sessions_line() == report.sessions_line() != ""
+    finally:
+        session.close()
+        node.close()
+
+
+# last: it withdraws the pairs the tests above rotate
 def test_a_withdrawal_ends_every_session_of_its_logins(lab: tuple[Path, lab_mesh.Lab]) -> None:
     state, built = lab
     node, sessions = _sessions(lab)
