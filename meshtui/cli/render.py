@@ -220,6 +220,8 @@ def rotation_plan(plan: RotationPlan) -> None:
 def rotated(report: RotationReport) -> None:
     for o in report.pairs:
         window = f" window {o.window_ms:.1f} ms" if o.window_ms is not None else ""
+        said = o.sessions_said()
+        window += f"; {said}" if said else ""
         print(f"{report.outcome:11} {o.pair} g{o.previous}->g{o.generation}{window} {o.reason}")
     if report.reason:
         print(f"reason: {report.reason}")

@@ -107,6 +107,21 @@ class PairOutcome:
     sessions_left: int | None = None  # of those, open still (0 once ended; drain: all)
     sessions_ended: bool = False
 
+    def sessions_said(self) -> str:
+        """The old credential's sessions in words ("" when its provider was not asked)."""
+        return sessions_said(self.sessions, self.sessions_left, self.sessions_ended)
+
+
+def sessions_said(found: int | None, left: int | None, ended: bool) -> str:
+    """'2 sessions on the old credential ended' (', 1 still open'), or '… left to drain';
+    empty when nobody counted them."""
+    if found is None:
+        return ""
+    said = f"{found} session{'' if found == 1 else 's'} on the old credential"
+    if not ended:
+        return f"{said} left to drain"
+    return said + " ended" + (f", {left} still open" if left else "")
+
 
 @dataclass(frozen=True)
 class RotationReport:

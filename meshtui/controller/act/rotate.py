@@ -38,7 +38,13 @@ from meshtui.controller.plan.planner import Planner
 from meshtui.controller.plan.resolve import ask_state, asking_state
 from meshtui.controller.plan.sessions import journaled, session_choices
 from meshtui.controller.read.status import LOCKED_OUT
-from meshtui.controller.reports import PairOutcome, Progress, RotationPlan, RotationReport
+from meshtui.controller.reports import (
+    PairOutcome,
+    Progress,
+    RotationPlan,
+    RotationReport,
+    sessions_said,
+)
 from meshtui.errors import AgentError, InputError, NotResolvedError
 from meshtui.inventory import Inventory, now
 from meshtui.inventory.rows import GenerationRow, PairRow, RotationItem, RotationStart
@@ -593,12 +599,8 @@ def _finish(
 def _sessions_said(done: SessionsSettled | None) -> str:
     """A rotation line's word on the old credential's sessions (nothing when none was asked,
     or when they could not be settled: the error says so)."""
-    if done is None or done.count is None:
-        return ""
-    said = f"; {done.count} session{'' if done.count == 1 else 's'} on the old credential"
-    if not done.ended:
-        return f"{said} left to drain"
-    return said + " ended" + (f", {done.left} still open" if done.left else "")
+    said = sessions_said(done.count, done.left, done.ended) if done is not None else ""
+    return f"; {said}" if said else ""
 
 
 def _sessions_fields(done: SessionsSettled | None) -> dict[str, Any]:
