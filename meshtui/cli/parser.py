@@ -13,6 +13,7 @@ from pathlib import Path
 
 from meshtui.cli import VERSION, secret
 from meshtui.kinds import registry
+from meshtui.model import Sessions
 
 HANDLERS: dict[str, str] = {
     "": "mesh:cmd_dashboard",  # no command: the dashboard,
@@ -247,6 +248,13 @@ def _actions(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="break-glass: revoke the old credential even if a consumer cannot take the new "
         "one (it is locked out until a later push); see docs/rotation.md",
     )
+    s.add_argument(
+        "--sessions",
+        choices=[c.value for c in Sessions],
+        help="what becomes of the sessions and tokens opened with the old credential: ended "
+        "at once (end), or left to drain and counted (drain); default: each pair's declared "
+        "sessions, else end. See docs/sessions.md",
+    )
     s.add_argument("--yes", action="store_true", help="do not ask")
     s.add_argument("--json", action="store_true", help="print the outcome as JSON")
     s.set_defaults(func=handler("rotate"))
@@ -258,6 +266,12 @@ def _actions(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.set_defaults(func=handler("probe"))
     s = sub.add_parser("drill", help="rotation + three logins, with the window")
     s.add_argument("pairs", nargs="+", metavar="PAIR", help="the pairs to drill")
+    s.add_argument(
+        "--sessions",
+        choices=[c.value for c in Sessions],
+        help="as rotate's: end or drain the sessions on the old credential (the drill counts "
+        "them before and after); default: each pair's declared sessions, else end",
+    )
     s.add_argument("--json", action="store_true", help="print each step as JSON")
     s.set_defaults(func=handler("drill"))
 
