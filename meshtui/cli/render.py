@@ -195,7 +195,10 @@ def pushed(report: PushReport) -> None:
         print(f"{'delivered' if o.ok else 'FAILED':9} {o.pair} g{o.generation} {o.reason}")
     for o in report.withdrawn:
         print(f"{'revoked' if o.ok else 'NOT REVOKED':9} {o.pair} {o.reason}")
-    if not report.delivered and not report.withdrawn and not report.ahead:
+    secrets_again = {k: v for k, v in report.repaired.items() if k.startswith("secret ")}
+    for key, why in sorted(secrets_again.items()):
+        print(f"{'delivered':9} {key} {why}")
+    if not (report.delivered or report.withdrawn or report.ahead or secrets_again):
         # only true when nobody is behind: a node that refused or did not answer holds nothing known
         print("every end already holds its generation" if report.ok else "nothing was delivered")
     cut_off = set(report.unreachable)

@@ -395,6 +395,7 @@ class Controller:
         for i, line in enumerate(secrets.done, 1):
             progress(line, i, len(secrets.done))
         report.behind.update({f"secret {k}": v for k, v in secrets.behind.items()})
+        report.repaired.update({f"secret {k}": v for k, v in secrets.repaired.items()})
         return report
 
     def secrets(self) -> list[SecretStatus]:

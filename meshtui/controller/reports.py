@@ -313,7 +313,7 @@ class SecretStatus:
     @property
     def label(self) -> str:
         """``secret app1/gitea smtp_password``: how an alert or a metric names it."""
-        return f"secret {self.module} {self.name}"
+        return f"secret {self.module} {self.name}"  # SECRET_LABEL's prefix
 
     @property
     def node(self) -> str:
