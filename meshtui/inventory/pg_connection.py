@@ -65,8 +65,8 @@ def connect(path: Path, *, read_only: bool) -> PgConnection:
     """A connection to the inventory's PostgreSQL named by the conninfo file ``path``.
 
     InventoryError naming the server (never the password) when it cannot be reached, refuses
-    the login, or (``read_only`` False) cannot take writes: a hot standby, or a server whose
-    transactions are read-only by default.
+    the login, or cannot take writes (:func:`check`); ``read_only``: every transaction of this
+    session is read-only.
     """
     import psycopg
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -90,7 +90,7 @@ def connect(path: Path, *, read_only: bool) -> PgConnection:
         ) from None
     try:
         _as_sqlite_stores(raw)
-        check(raw, server, writable=not read_only)
+        check(raw, server)
         raw.execute(f"SET lock_timeout = {LOCK_TIMEOUT_MS}")
         if read_only:
             raw.execute("SET default_transaction_read_only = on")
@@ -100,9 +100,10 @@ def connect(path: Path, *, read_only: bool) -> PgConnection:
     return PgConnection(raw, server)
 
 
-def check(conn: psycopg.Connection[Any], server: str, *, writable: bool) -> None:
-    """InventoryError unless ``conn`` answers and, when ``writable``, can take writes (psycopg's
-    own checks do not notice a primary that became a read-only standby)."""
+def check(conn: psycopg.Connection[Any], server: str) -> None:
+    """InventoryError unless ``conn`` answers and can take writes: a hot standby (or a server
+    read-only by default) is refused even for a read, whose answer may be behind the primary's
+    (psycopg's own checks do not notice a primary that became a read-only standby)."""
     import psycopg
 
     try:
@@ -111,7 +112,7 @@ def check(conn: psycopg.Connection[Any], server: str, *, writable: bool) -> None
         raise InventoryError(
             f"inventory on PostgreSQL {server}: the server does not answer ({reason(exc)})"
         ) from None
-    if writable and row is not None and row[0] == "on":
+    if row is not None and row[0] == "on":
         raise InventoryError(
             f"inventory on PostgreSQL {server}: the server is read-only (a hot standby, or "
             "default_transaction_read_only); point the conninfo file at the primary, or add "

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from meshtui.inventory.schema import STATUS_TICKS
+from meshtui.inventory.schema import STATIC_PAIR_COLUMNS, STATUS_TICKS
 
 
 class Executes(Protocol):
@@ -205,8 +205,6 @@ def _own_secrets_v7(db: Executes) -> None:
 
 def _pairs_stamp_v8(db: Executes) -> None:
     """A new random stamp whenever a pair is added or deleted or a static column written."""
-    from meshtui.inventory.schema import STATIC_PAIR_COLUMNS
-
     static = ", ".join(STATIC_PAIR_COLUMNS)
     each = "FOR EACH STATEMENT EXECUTE FUNCTION pairs_stamp_drawn()"
     _run(

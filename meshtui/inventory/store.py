@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, cast
 from meshtui.errors import InventoryError, ReadOnlyError
 from meshtui.inventory import audit as audit_mod
 from meshtui.inventory import image as image_mod
-from meshtui.inventory import schema, status_read
+from meshtui.inventory import pg_connection, pg_schema, schema, status_read
 from meshtui.inventory.audit import ChainCheck
 from meshtui.inventory.engine import SQLITE, Dialect, dialect
 from meshtui.inventory.rows import (
@@ -63,8 +63,6 @@ from meshtui.protocol.wire import RestoreProof, SignedHead
 
 if TYPE_CHECKING:  # imported when a migration runs: a read never pays for it (~80 ms)
     import sqlite_utils
-
-    from meshtui.inventory.pg_connection import PgConnection
 
 CHUNK = 500
 """Ids per ``IN (...)``: stays under SQLite's variable limit."""
@@ -412,7 +410,7 @@ class Inventory:
     :meth:`open`; every write goes through :meth:`transaction`."""
 
     def __init__(
-        self, path: Path, conn: sqlite3.Connection | PgConnection, *, read_only: bool
+        self, path: Path, conn: sqlite3.Connection | pg_connection.PgConnection, *, read_only: bool
     ) -> None:
         self.path = path
         self.read_only = read_only
@@ -484,8 +482,6 @@ class Inventory:
 
     @classmethod
     def _open_postgres(cls, path: Path, conninfo: Path, *, read_only: bool) -> Inventory:
-        from meshtui.inventory import pg_connection
-
         conn = pg_connection.connect(conninfo, read_only=read_only)
         try:
             inv = cls(path, conn, read_only=read_only)
@@ -524,8 +520,6 @@ class Inventory:
     def version(self) -> int:
         """The schema version the file is at (0 for a new file)."""
         if self.dialect is not SQLITE:
-            from meshtui.inventory import pg_schema
-
             if not self._conn.execute(pg_schema.HAS_VERSION).fetchone()[0]:
                 return 0
             row = self._conn.execute(pg_schema.READ_VERSION).fetchone()
@@ -569,8 +563,6 @@ class Inventory:
     def _migrate_postgres(self) -> None:
         """PostgreSQL's steps to :data:`~meshtui.inventory.schema.SCHEMA_VERSION`, in the
         transaction (and under the writer lock) :meth:`_migrate` began: all or none."""
-        from meshtui.inventory import pg_schema
-
         found = self.version()
         if found > schema.SCHEMA_VERSION:
             raise self._newer(found)
@@ -605,8 +597,6 @@ class Inventory:
                         fence(tx)
                     yield tx
             except self._engine_errors as exc:
-                from meshtui.inventory import pg_connection
-
                 raise pg_connection.failed(self.where, action, exc) from None
             except sqlite3.OperationalError as exc:
                 if "readonly" in str(exc):
@@ -656,8 +646,6 @@ class Inventory:
         try:
             yield
         except self._engine_errors as exc:
-            from meshtui.inventory import pg_connection
-
             raise pg_connection.failed(self.where, "reading", exc) from None
         except sqlite3.DatabaseError as exc:
             if image_mod.is_damage(exc):
