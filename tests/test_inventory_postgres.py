@@ -6,6 +6,7 @@ server within seconds; and the audit chain one linear chain with two processes a
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -249,3 +250,64 @@ def test_a_read_only_server_is_refused_naming_it(initialised: Path, conninfo: Pa
             )
         )
     failing(initialised, f"/{dbname}", "read-only")
+
+
+APPENDER = """
+import sys
+from pathlib import Path
+from meshtui.controller.core import Controller
+
+state, writer, count = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+Path(sys.argv[4]).touch()
+while not Path(sys.argv[5]).exists():  # both start appending at once
+    pass
+with Controller.open(state) as ctl:
+    for i in range(count):
+        ctl.inventory.record("test", [], {"writer": writer, "i": i}, "ok")
+"""
+
+
+def test_two_processes_appending_at_once_keep_one_linear_signed_chain(
+    initialised: Path, tmp_path: Path, conninfo: Path
+) -> None:
+    """Two controller processes append hundreds of events each to one PostgreSQL inventory at
+    once: no number is skipped or used twice, each writer's events are all there in its order,
+    and ``audit --verify`` passes (the chain and its signed head)."""
+    count = 300
+    go = tmp_path / "go"
+    writers = []
+    for name in ("a", "b"):
+        ready = tmp_path / f"ready-{name}"
+        cmd = [
+            sys.executable,
+            "-c",
+            APPENDER,
+            str(initialised),
+            name,
+            str(count),
+            str(ready),
+            str(go),
+        ]
+        writers.append((subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True), ready))
+    while not all(ready.exists() for _, ready in writers):
+        time.sleep(0.01)
+    go.touch()
+    for proc, _ in writers:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+    with database(conninfo) as conn:
+        rows = conn.execute("SELECT seq, detail FROM audit ORDER BY seq").fetchall()
+        head = conn.execute("SELECT seq FROM audit_head").fetchone()
+    seqs = [seq for seq, _ in rows]
+    assert seqs == list(range(1, len(rows) + 1))
+    assert head == (seqs[-1],)
+    mine = {"a": [], "b": []}
+    for _, detail in rows:
+        if '"writer"' in detail:
+            found = json.loads(detail)
+            mine[found["writer"]].append(found["i"])
+    assert mine == {"a": list(range(count)), "b": list(range(count))}
+    interleaved = [json.loads(d).get("writer") for _, d in rows if '"writer"' in d]
+    assert any(x != y for x, y in zip(interleaved, interleaved[1:], strict=False))  # at once
+    done = cli(initialised, "audit", "--verify")
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -5,6 +5,18 @@ Every other statement of the inventory is written once, in the SQL both engines 
 are the few each engine says its own way, side by side. The store and the status read ask
 :func:`dialect` for the connection in hand, so a SQLite connection stays ``sqlite3``'s own and
 nothing of PostgreSQL is imported for it.
+
+Several writers (two controllers on one PostgreSQL): every PostgreSQL write transaction first
+takes one transaction-scoped advisory lock, the writer lock, as SQLite's ``BEGIN IMMEDIATE``
+takes its file's. An audit append reads the newest event and writes the next one after it, so
+under the lock two controllers never fork the chain, skip a number or use one twice (without
+it, a test's second writer collides on a number). Chosen over SERIALIZABLE with retries: a
+write transaction is the caller's block (a rotation's journal, the agents' answers recorded),
+which the inventory cannot run again, so writers wait rather than fail; and no statement runs
+SERIALIZABLE, so no serialization failure arises to retry. Chosen over a row lock on the audit
+head: that row does not exist before the first event, and every write (deliveries, generations,
+the provider bases), not only an append, reads and then writes as SQLite's one writer allowed.
+A writer waits at most ``lock_timeout`` (10 s, SQLite's busy timeout) and then fails clearly.
 """
 
 from __future__ import annotations
