@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -21,7 +23,7 @@ from psycopg import sql
 from meshtui.controller import config
 from meshtui.inventory import SCHEMA_VERSION, Inventory, pg_schema
 from meshtui.inventory import schema as schema_mod
-from tests.fix_pg import Clusters, inventory_database
+from tests.fix_pg import Clusters, free_port, inventory_database, start_cluster
 
 SECRET = "hunter2-never-shown"
 
@@ -175,12 +177,6 @@ def test_a_sqlite_state_folder_is_not_switched_over(conninfo: Path, tmp_path: Pa
     assert config.load(state).postgres is None
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
 def initialised(conninfo: Path, tmp_path: Path) -> Path:
     """A state folder whose inventory is on PostgreSQL; its conninfo file may be rewritten."""
@@ -311,3 +307,54 @@ def test_two_processes_appending_at_once_keep_one_linear_signed_chain(
     assert any(x != y for x, y in zip(interleaved, interleaved[1:], strict=False))  # at once
     done = cli(initialised, "audit", "--verify")
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.fixture
+def standby(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """A primary of its own with an inventory database, and a real hot standby of it
+    (``pg_basebackup -R``): conninfo files naming the database on each."""
+    primary, base = start_cluster("18")
+    folder = tmp_path / "pg"
+    folder.mkdir(mode=0o700)
+    copy = base / "standby"
+    try:
+        on_primary = inventory_database(primary, folder)
+        primary.set_hba([
+            "local all postgres peer map=admin",
+            "local replication postgres peer map=admin",
+        ])  # fmt: skip
+        copy.mkdir(mode=0o700)
+        if primary.system_user is not None:
+            shutil.chown(copy, primary.system_user, primary.system_user)
+        bins = primary.binaries
+        done = primary._run([str(bins / "pg_basebackup"), "-D", str(copy), "-R", "-X", "stream",
+                             "-h", str(primary.socket_dir), "-p", str(primary.port),
+                             "-U", "postgres", "--no-sync", "-c", "fast"])  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        port = free_port()
+        done = primary._run([str(bins / "pg_ctl"), "-D", str(copy), "-w", "-t", "60",
+                             "-l", str(copy / "log"), "-o", f"-p {port} -k {copy}", "start"])  # fmt: skip
+        assert done.returncode == 0, done.stderr + done.stdout
+        dbname = psycopg.conninfo.conninfo_to_dict(text_of(on_primary))["dbname"]
+        on_standby = write_conninfo(
+            folder / "standby.conninfo",
+            f"host={copy} port={port} user=postgres dbname={dbname}",
+        )
+        with psycopg.connect(text_of(on_standby)) as conn:  # a standby indeed
+            assert conn.execute("SELECT pg_is_in_recovery()").fetchone() == (True,)
+        yield on_primary, on_standby
+    finally:
+        primary._run([str(primary.binaries / "pg_ctl"), "-D", str(copy), "-m", "immediate", "stop"])
+        primary.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_hot_standby_is_refused_naming_it(standby: tuple[Path, Path], tmp_path: Path) -> None:
+    """A conninfo naming a real streaming standby: every command refuses it, one line."""
+    on_primary, on_standby = standby
+    state = tmp_path / "state"
+    mine = write_conninfo(tmp_path / "mine.conninfo", text_of(on_primary))
+    assert cli(state, "init", "--postgres", str(mine)).returncode == 0
+    write_conninfo(mine, text_of(on_standby))
+    params = psycopg.conninfo.conninfo_to_dict(text_of(on_standby))
+    failing(state, f"{params['host']}:{params['port']}/{params['dbname']}", "read-only")
