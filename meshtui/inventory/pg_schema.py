@@ -45,6 +45,19 @@ WRITE_VERSION = (
 )
 
 
+def once_per_transaction(flag: str, statement: str) -> str:
+    """PL/pgSQL running ``statement`` only at the first call in a transaction (``flag``, a
+    setting local to the transaction, remembers it). A singleton row updated at every row
+    written makes PostgreSQL keep every version of it until the commit, each update walking
+    them all (10,000 pairs declared took minutes); once per transaction the readers see the
+    same, since none sees a transaction before its commit."""
+    return f"""
+        IF current_setting('meshtui.{flag}', true) IS DISTINCT FROM 'done' THEN
+            {statement}
+            PERFORM set_config('meshtui.{flag}', 'done', true);
+        END IF;"""
+
+
 def _run(db: Executes, *statements: str) -> None:
     for statement in statements:
         db.execute(statement)
@@ -204,7 +217,8 @@ def _own_secrets_v7(db: Executes) -> None:
 
 
 def _pairs_stamp_v8(db: Executes) -> None:
-    """A new random stamp whenever a pair is added or deleted or a static column written."""
+    """A new random stamp whenever a pair is added or deleted or a static column written (once
+    per transaction: :func:`once_per_transaction`)."""
     static = ", ".join(STATIC_PAIR_COLUMNS)
     each = "FOR EACH STATEMENT EXECUTE FUNCTION pairs_stamp_drawn()"
     _run(
@@ -212,7 +226,10 @@ def _pairs_stamp_v8(db: Executes) -> None:
         "CREATE TABLE pairs_stamp (id INTEGER PRIMARY KEY CHECK (id = 1), stamp BIGINT NOT NULL)",
         f"INSERT INTO pairs_stamp (id, stamp) VALUES (1, {RANDOM})",
         f"""CREATE FUNCTION pairs_stamp_drawn() RETURNS trigger LANGUAGE plpgsql AS $$
-        BEGIN UPDATE pairs_stamp SET stamp = {RANDOM}; RETURN NULL; END $$""",
+        BEGIN
+            {once_per_transaction("stamped", f"UPDATE pairs_stamp SET stamp = {RANDOM};")}
+            RETURN NULL;
+        END $$""",
         f"CREATE TRIGGER pairs_stamp_added AFTER INSERT ON pairs {each}",
         f"CREATE TRIGGER pairs_stamp_deleted AFTER DELETE ON pairs {each}",
         f"CREATE TRIGGER pairs_stamp_changed AFTER UPDATE OF {static} ON pairs {each}",
@@ -221,7 +238,8 @@ def _pairs_stamp_v8(db: Executes) -> None:
 
 def _status_ticks_v9(db: Executes) -> None:
     """The status clock and each pair's tick, set by one trigger per :data:`STATUS_TICKS`
-    entry (the pair it ticks: ``NEW.id``, ``NEW.pair`` or ``OLD.pair``)."""
+    entry (the pair it ticks: ``NEW.id``, ``NEW.pair`` or ``OLD.pair``). The clock moves once
+    per transaction (:func:`once_per_transaction`): every pair it writes gets that one tick."""
     statements = [
         "CREATE TABLE status_clock (id INTEGER PRIMARY KEY CHECK (id = 1), "
         "epoch BIGINT NOT NULL, tick BIGINT NOT NULL)",
@@ -237,7 +255,7 @@ def _status_ticks_v9(db: Executes) -> None:
             statements.append(
                 f"""CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$
                 BEGIN
-                    UPDATE status_clock SET tick = tick + 1;
+                    {once_per_transaction("ticked", "UPDATE status_clock SET tick = tick + 1;")}
                     INSERT INTO status_ticks (pair, tick)
                     VALUES ({pair}, (SELECT tick FROM status_clock))
                     ON CONFLICT (pair) DO UPDATE SET tick = excluded.tick;
