@@ -469,3 +469,12 @@ def test_a_move_killed_midway_leaves_the_target_empty_and_the_folder_on_sqlite(
     done = cli(state, "move-inventory", "--to-postgres", str(conninfo))
     assert done.returncode == 0, done.stderr
     assert cli(state, "audit", "--verify").returncode == 0
+
+
+def test_backup_of_a_postgres_inventory_names_the_pg_dump_way(
+    initialised: Path, tmp_path: Path
+) -> None:
+    phrase = write_conninfo(tmp_path / "phrase", "correct horse battery staple")
+    done = cli(initialised, "backup", str(tmp_path / "b.backup"), "--passphrase-file", str(phrase))
+    one_clear_line(done, "pg_dump", "PostgreSQL")
+    assert not (tmp_path / "b.backup").exists()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -209,7 +210,11 @@ class Controller:
         """A token that changes whenever the inventory is written (None: there is none yet).
 
         Cheap (two stats, no connection): a reader compares it with the one it loaded under.
+        A PostgreSQL inventory has no file to stat: its token is new at every call, so a
+        reader polling it reads it again each time.
         """
+        if config.inventory_postgres(Path(state_dir)) is not None:
+            return InventoryStamp((time.monotonic_ns(),))
         return inventory_stamp(Path(state_dir) / INVENTORY)
 
     @property
