@@ -478,3 +478,38 @@ def test_backup_of_a_postgres_inventory_names_the_pg_dump_way(
     done = cli(initialised, "backup", str(tmp_path / "b.backup"), "--passphrase-file", str(phrase))
     one_clear_line(done, "pg_dump", "PostgreSQL")
     assert not (tmp_path / "b.backup").exists()
+
+
+def test_the_pg_dump_way_restores_an_inventory_that_verifies(
+    initialised: Path, tmp_path: Path, pg_clusters: Clusters
+) -> None:
+    """The manual's backup of a PostgreSQL inventory: ``pg_dump`` of the database beside the
+    state folder's key files; ``pg_restore`` into a new database and a state folder holding
+    those files, whose settings name it: the chain verifies with the controller key, the
+    pairs are all there."""
+    cluster = pg_clusters.get("18")
+    filled(initialised, probes=50)
+    source = config.load(initialised).postgres
+    assert source is not None
+    dump_file = tmp_path / "inventory.dump"
+    bins = cluster.binaries
+    done = subprocess.run([str(bins / "pg_dump"), "--format=custom", "--file", str(dump_file),
+                           "--dbname", text_of(source)], capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    folder = tmp_path / "restored-pg"
+    folder.mkdir(mode=0o700)
+    target = inventory_database(cluster, folder, empty=True)
+    done = subprocess.run([str(bins / "pg_restore"), "--no-owner", "--exit-on-error",
+                           "--dbname", text_of(target), str(dump_file)],
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    restored = tmp_path / "restored"
+    restored.mkdir(mode=0o700)
+    for name in ("controller.key", "controller.pub", "sequence"):
+        if (initialised / name).exists():
+            shutil.copy2(initialised / name, restored / name)
+    config.save(restored, config.ControllerConfig(name="ctl-a", postgres=target))
+    verify = cli(restored, "audit", "--verify")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    with database(source) as a, database(target) as b:
+        assert dump(a) == dump(b)
