@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import random
 import shutil
 import socket
@@ -26,23 +25,10 @@ from psycopg import sql
 from meshtui.controller import config
 from meshtui.inventory import SCHEMA_VERSION, Inventory, pg_schema
 from meshtui.inventory import schema as schema_mod
+from tests.fix_lab import cli
 from tests.fix_pg import Clusters, free_port, inventory_database, start_cluster
 
 SECRET = "hunter2-never-shown"
-
-
-def cli(
-    state: Path, *args: str, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """``meshtui --state STATE ARGS…`` in a fresh process."""
-    return subprocess.run(
-        [sys.executable, "-m", "meshtui.cli", "--state", str(state), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, **(env or {})},
-    )
 
 
 @pytest.fixture
@@ -100,10 +86,12 @@ def test_init_postgres_makes_the_schema_and_every_later_command_reads_it(
     assert not (state / "inventory.db").exists()
 
 
-def test_the_environment_names_the_file_for_one_command(conninfo: Path, tmp_path: Path) -> None:
+def test_the_environment_names_the_file_for_one_command(
+    conninfo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     state = tmp_path / "state"
-    env = {config.ENV: str(conninfo)}
-    assert cli(state, "init", env=env).returncode == 0
+    monkeypatch.setenv(config.ENV, str(conninfo))
+    assert cli(state, "init").returncode == 0
     assert config.load(state).postgres == conninfo.absolute()
     with database(conninfo) as conn:
         assert conn.execute(pg_schema.READ_VERSION).fetchone() == (SCHEMA_VERSION,)
