@@ -501,3 +501,33 @@ def test_the_pg_dump_way_restores_an_inventory_that_verifies(
     assert verify.returncode == 0, verify.stdout + verify.stderr
     with database(source) as a, database(target) as b:
         assert dump(a) == dump(b)
+
+
+def test_a_server_restarted_between_writes_is_reconnected_and_said_while_down(
+    tmp_path: Path,
+) -> None:
+    """An open inventory (``watch`` holds one for days) whose server restarts: a write while
+    it is down fails in seconds with one line naming it, and the next write after it is back
+    goes through on a new connection, the chain still one."""
+    from meshtui.errors import InventoryError
+
+    cluster, base = start_cluster("18")
+    folder = tmp_path / "pg"
+    folder.mkdir(mode=0o700)
+    try:
+        with Inventory.open(
+            tmp_path / "inventory.db", postgres=inventory_database(cluster, folder)
+        ) as inv:
+            inv.record("note", [], {"i": 1}, "ok")
+            cluster.stop()
+            began = time.monotonic()
+            with pytest.raises(InventoryError, match=f"PostgreSQL .*:{cluster.port}/"):
+                inv.record("note", [], {"i": 2}, "ok")
+            assert time.monotonic() - began < 10
+            cluster.start()
+            inv.record("note", [], {"i": 3}, "ok")
+            assert [e["detail"]["i"] for e in inv.events()] == [1, 3]
+            assert inv.verify_chain().ok
+    finally:
+        cluster.stop()
+        shutil.rmtree(base, ignore_errors=True)

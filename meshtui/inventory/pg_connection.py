@@ -13,7 +13,7 @@ PostgreSQL inventory is opened.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -81,23 +81,28 @@ def connect(path: Path, *, read_only: bool) -> PgConnection:
         ) from None
     params.setdefault("connect_timeout", str(CONNECT_TIMEOUT))
     params.setdefault("application_name", "meshtui")
-    try:
-        raw = psycopg.connect(make_conninfo("", **params), autocommit=True)
-    except psycopg.Error as exc:
-        raise InventoryError(
-            f"inventory on PostgreSQL {server}: cannot connect ({reason(exc)}); "
-            f"nothing was sent to any node (conninfo file {path})"
-        ) from None
-    try:
-        _as_sqlite_stores(raw)
-        check(raw, server)
-        raw.execute(f"SET lock_timeout = {LOCK_TIMEOUT_MS}")
-        if read_only:
-            raw.execute("SET default_transaction_read_only = on")
-    except BaseException:
-        raw.close()
-        raise
-    return PgConnection(raw, server)
+    conninfo = make_conninfo("", **params)
+
+    def opened() -> psycopg.Connection[Any]:
+        try:
+            raw = psycopg.connect(conninfo, autocommit=True)
+        except psycopg.Error as exc:
+            raise InventoryError(
+                f"inventory on PostgreSQL {server}: cannot connect ({reason(exc)}); "
+                f"nothing was sent to any node (conninfo file {path})"
+            ) from None
+        try:
+            _as_sqlite_stores(raw)
+            check(raw, server)
+            raw.execute(f"SET lock_timeout = {LOCK_TIMEOUT_MS}")
+            if read_only:
+                raw.execute("SET default_transaction_read_only = on")
+        except BaseException:
+            raw.close()
+            raise
+        return raw
+
+    return PgConnection(opened(), server, opened)
 
 
 def check(conn: psycopg.Connection[Any], server: str) -> None:
@@ -150,14 +155,42 @@ class PgConnection:
 
     dialect: Dialect = POSTGRES
 
-    def __init__(self, raw: psycopg.Connection[Any], server: str) -> None:
+    def __init__(
+        self,
+        raw: psycopg.Connection[Any],
+        server: str,
+        reopen: Callable[[], psycopg.Connection[Any]] | None = None,
+    ) -> None:
         self.raw = raw
         self.server = server
+        self._reopen = reopen
 
     def execute(self, sql: str, params: Sequence[object] | None = None) -> psycopg.Cursor[Any]:
+        """Run one statement; a connection found broken between transactions (the server
+        restarted, the link was cut and is back) is opened anew, once, and the statement sent
+        again: nothing of a transaction is lost then, since none was open."""
+        import psycopg
+
+        idle = self._fresh_if_broken()
+        try:
+            return self._execute(sql, params)
+        except psycopg.OperationalError:
+            if not (idle and self.raw.broken and self._reopen is not None):
+                raise
+            self.raw = self._reopen()
+            return self._execute(sql, params)
+
+    def _execute(self, sql: str, params: Sequence[object] | None) -> psycopg.Cursor[Any]:
         if params:
             return self.raw.execute(_placeholders(sql), list(params))
         return self.raw.execute(sql)  # type: ignore[arg-type,unused-ignore]  # the store's text
+
+    def _fresh_if_broken(self) -> bool:
+        """Open anew a connection that broke (its transaction is gone with it); True when no
+        transaction is open now."""
+        if self.raw.broken and self._reopen is not None:
+            self.raw = self._reopen()
+        return not self.in_transaction
 
     def executemany(self, sql: str, rows: Iterable[Sequence[object]]) -> None:
         rows = list(rows)
