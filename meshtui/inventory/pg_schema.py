@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from meshtui.inventory.schema import STATIC_PAIR_COLUMNS, STATUS_TICKS
+from meshtui.inventory.schema import PAIR_ENDS_FILL, STATIC_PAIR_COLUMNS, STATUS_TICKS, gone, held
 
 
 class Executes(Protocol):
@@ -130,46 +130,15 @@ def _provider_bases_v5(db: Executes) -> None:
     )
 
 
-ENDS = {
-    "consumer": {"consumer_generation": "generation", "consumer_error": "error"},
-    "provider": {
-        "provider_generation": "generation",
-        "provider_error": "error",
-        "provider_attempted_at": "attempted_at",
-    },
-}
-"""``pair_ends``' columns for each end, and the ``deliveries`` column each is read from."""
-
-
 def _pair_ends_v6(db: Executes) -> None:
     """``pair_ends`` kept by triggers on ``deliveries`` and ``probes``, as on SQLite."""
-
-    def held(end: str) -> str:
-        cols = ENDS[end]
-        return (
-            f"INSERT INTO pair_ends (pair, {', '.join(cols)}) "
-            f"VALUES (NEW.pair, {', '.join('NEW.' + c for c in cols.values())}) "
-            "ON CONFLICT (pair) DO UPDATE SET "
-            + ", ".join(f"{c} = excluded.{c}" for c in cols)
-            + ";"
-        )
-
-    def gone(end: str) -> str:
-        return (
-            f"UPDATE pair_ends SET {', '.join(c + ' = NULL' for c in ENDS[end])} "
-            f"WHERE pair = OLD.pair AND OLD.\"end\" = '{end}';"
-        )
 
     _run(
         db,
         f"CREATE TABLE pair_ends (pair {T} PRIMARY KEY, consumer_generation BIGINT, "
         f"consumer_error {T}, provider_generation BIGINT, provider_error {T}, "
         f"provider_attempted_at {T}, probe BIGINT)",
-        """INSERT INTO pair_ends SELECT k.pair, c.generation, c.error, v.generation, v.error,
-            v.attempted_at, (SELECT MAX(id) FROM probes WHERE pair = k.pair)
-        FROM (SELECT pair FROM deliveries UNION SELECT pair FROM probes) k
-        LEFT JOIN deliveries c ON c.pair = k.pair AND c."end" = 'consumer'
-        LEFT JOIN deliveries v ON v.pair = k.pair AND v."end" = 'provider'""",
+        PAIR_ENDS_FILL,
         f"""CREATE FUNCTION pair_ends_delivered() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
             IF TG_OP = 'UPDATE' AND (OLD.pair IS DISTINCT FROM NEW.pair
