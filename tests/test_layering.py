@@ -130,7 +130,7 @@ the controller's top: ``reports``, ``lock``, ``freshness``, ``keys``, ``reach``)
 which need its state folder's names (a pair's detail reads a module's own secrets through their
 one module until they become a feature package of their own)."""
 
-CONTROLLER_LEAVES = ("reports", "lock", "freshness", "keys", "reach")
+CONTROLLER_LEAVES = ("reports", "lock", "freshness", "keys", "reach", "config")
 
 HOST_ROOMS = {
     "policy": (),

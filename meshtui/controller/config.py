@@ -1,0 +1,104 @@
+"""The controller's own settings, ``<state>/controller.toml``: its name and where its inventory is.
+
+```toml
+name = "ctl-a"                       # default: this machine's host name
+
+[inventory]
+postgres = "/etc/meshtui/inventory.conninfo"   # absent: the SQLite file in the state folder
+```
+
+``postgres`` names a libpq conninfo *file* (0600, this user's; relative paths are read from the
+state folder); the environment variable :data:`ENV` naming such a file wins over it, for one
+command. Nothing here ever holds a password. This module is the one reader and writer of the
+file.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from meshtui.atomic import write_private
+from meshtui.errors import InputError
+
+CONFIG = "controller.toml"
+"""The settings' file name in a state folder."""
+
+ENV = "MESHTUI_POSTGRES_FILE"
+"""Names a conninfo file (its path, never its text): this command's inventory is there."""
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    """What ``controller.toml`` says (every field has its default when the file is absent)."""
+
+    name: str
+    postgres: Path | None = None
+    """The conninfo file of a PostgreSQL inventory (None: SQLite in the state folder)."""
+
+
+def default_name() -> str:
+    """This controller's name when none is set: the host name."""
+    return socket.gethostname().split(".")[0] or "controller"
+
+
+def load(state_dir: Path) -> ControllerConfig:
+    """The settings of ``state_dir``; InputError naming the file and key when one is wrong."""
+    path = Path(state_dir) / CONFIG
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return ControllerConfig(name=default_name())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot be read ({exc})") from None
+    import tomllib  # only where the file is: a state folder without one starts without it
+
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{path}: not TOML ({exc})") from None
+    name = data.get("name", default_name())
+    if not isinstance(name, str) or not name:
+        raise InputError(f'{path}: name must be a non-empty string, e.g. name = "ctl-a"')
+    table = data.get("inventory", {})
+    if not isinstance(table, dict):
+        raise InputError(f"{path}: [inventory] must be a table")
+    unknown = sorted(set(table) - {"postgres"})
+    if unknown:
+        raise InputError(f"{path}: [inventory] has no key {unknown[0]!r} (known: postgres)")
+    postgres = table.get("postgres")
+    if postgres is not None and (not isinstance(postgres, str) or not postgres):
+        raise InputError(
+            f"{path}: [inventory] postgres must name a conninfo file, "
+            'e.g. postgres = "/etc/meshtui/inventory.conninfo"'
+        )
+    return ControllerConfig(name=name, postgres=Path(state_dir, postgres) if postgres else None)
+
+
+def inventory_postgres(state_dir: Path) -> Path | None:
+    """The conninfo file of this command's PostgreSQL inventory: :data:`ENV`'s, else the
+    settings'; None for the SQLite file in the state folder."""
+    named = os.environ.get(ENV)
+    if named:
+        return Path(named).absolute()
+    return load(state_dir).postgres
+
+
+def save(state_dir: Path, config: ControllerConfig) -> Path:
+    """Write ``config`` as ``state_dir``'s settings (0600), whole; the file's path."""
+    lines = [f"name = {_quoted(config.name)}"]
+    if config.postgres is not None:
+        lines += ["", "[inventory]", f"postgres = {_quoted(str(config.postgres))}"]
+    path = Path(state_dir) / CONFIG
+    write_private(path, ("\n".join(lines) + "\n").encode())
+    return path
+
+
+def _quoted(text: str) -> str:
+    """A TOML basic string."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    if any(ord(c) < 0x20 or c == "\x7f" for c in escaped):
+        raise InputError(f"{text!r}: a name or path with control characters")
+    return f'"{escaped}"'
