@@ -405,6 +405,9 @@ def test_drill_evidence_comes_out_typed_whatever_was_stored(mesh: Mesh) -> None:
         "window_ms": None,
         "rotation": None,
         "reason": "",
+        "sessions": "",
+        "sessions_before": None,
+        "sessions_after": None,
     }
     assert broken["evidence"]["pair"] == pid and broken["evidence"]["steps"] == []
     with Controller.open(mesh.state, read_only=True) as ctl:
