@@ -189,6 +189,30 @@ class PolicySettings:
     probe_every: float | None = None
 
 
+SWAP = "swap"
+"""A rotation that replaces the credential at the provider, then at the consumer (a window)."""
+
+OVERLAP = "overlap"
+"""A rotation that adds the new credential beside the old, delivers and proves it at the
+consumer, then removes the old (docs/rotation-overlap.md): no window."""
+
+ROTATIONS = (SWAP, OVERLAP)
+"""The rotations a declaration may name (``rotation = "overlap"``)."""
+
+DEFAULT_GRACE_S = 5.0
+"""How long an overlap keeps the old credential accepted at most after the consumer holds the
+new one, when the declaration names no ``grace``."""
+
+
+@dataclass(frozen=True)
+class RotationMode:
+    """How a pair's credential is rotated (:data:`ROTATIONS`) and, for an overlap, its grace
+    in seconds: the longest the old stays accepted once the consumer holds the new."""
+
+    rotation: str = SWAP
+    grace: float = DEFAULT_GRACE_S
+
+
 @dataclass(frozen=True)
 class Policy:
     """A pair's effective policy and where each value came from."""
@@ -257,6 +281,8 @@ class Offer:
     kind: str = DEFAULT_KIND  # a registered kind's name (meshtui.kinds.registry)
     ca: str | None = None
     tls: bool = True
+    rotation: str | None = None  # as declared on the offer (None: not set here)
+    grace: float | None = None
 
 
 @dataclass(frozen=True)
@@ -283,6 +309,8 @@ class Requirement:
     mode: str = DEFAULT_MODE  # its mode, as declared ("0640")
     policy: PolicySettings = field(default_factory=lambda: PolicySettings())
     connection: ConnectionFile | None = None  # login, host, port... for the app, no secret
+    rotation: str | None = None  # as declared on the requirement (None: the offer's)
+    grace: float | None = None
 
 
 VAULT_PROVISION = "secret"
@@ -375,6 +403,7 @@ class Pair:
     group: str | None = None
     mode: str = DEFAULT_MODE
     policy: Policy = field(default_factory=lambda: Policy())
+    rotation: RotationMode = field(default_factory=RotationMode)
 
     @property
     def id(self) -> str:

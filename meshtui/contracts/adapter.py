@@ -78,7 +78,8 @@ class Capabilities:
     ``batching``: :class:`Batching` (``create_many``). ``narrowing``: :class:`Narrowing`
     (``inspect_only``). ``deciding``: :class:`Deciding` (``create`` looks first).
     ``limited``: :class:`Limited` (``limits``). ``catching_up``: :class:`CatchingUp`
-    (``catch_up``).
+    (``catch_up``). ``overlapping``: :class:`Overlapping` (``create_keeping``): one login can
+    hold two credentials at once, so a pair may be declared ``rotation = "overlap"``.
     """
 
     batching: bool = False
@@ -86,6 +87,7 @@ class Capabilities:
     deciding: bool = False
     limited: bool = False
     catching_up: bool = False
+    overlapping: bool = False
 
 
 @dataclass(frozen=True)
@@ -175,6 +177,19 @@ class CatchingUp(Protocol):
 
     def catch_up(self) -> None:
         """Mark this run to finish what an earlier one could not; called by reconcile only."""
+        ...
+
+
+@runtime_checkable
+class Overlapping(Protocol):
+    """An adapter whose login can hold two credentials at once: the new one is added while the
+    one it holds stays accepted (an overlap rotation's first step). The plain ``create`` of the
+    same login later leaves the new one alone accepted (its last step)."""
+
+    def create_keeping(self, login: str, password: str, values: Mapping[str, str]) -> Done:
+        """Make ``login`` accept ``password`` as well as the one credential it holds now (its
+        values made true as ``create`` would); raises Refused if not ours. Run again, it keeps
+        the same two: never a third."""
         ...
 
 

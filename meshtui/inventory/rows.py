@@ -334,6 +334,8 @@ class PolicyRecord(TypedDict):
     probe_every: float
     rotate_source: str
     probe_source: str
+    rotation: str  # "swap" or "overlap" (meshtui.model.ROTATIONS)
+    grace: float
 
 
 class ClaimRecord(TypedDict):

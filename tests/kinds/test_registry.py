@@ -43,6 +43,7 @@ def declared_and_implemented(adapter: type) -> tuple[Capabilities, Capabilities]
         deciding=bool(getattr(adapter, "create_decides", False)),
         limited=hasattr(adapter, "limits"),
         catching_up=callable(getattr(adapter, "catch_up", None)),
+        overlapping=callable(getattr(adapter, "create_keeping", None)),
     )
     return adapter.capabilities, has  # type: ignore[attr-defined]
 

@@ -24,8 +24,12 @@ from meshtui.model import (
     BUILTIN,
     BUILTIN_ARGV,
     CONNECTION_FORMATS,
+    DEFAULT_GRACE_S,
     DEFAULT_MODE,
     NAME_RE,
+    OVERLAP,
+    ROTATIONS,
+    SWAP,
     VAULT_PROVISION,
     ConnectionFile,
     Declaration,
@@ -36,6 +40,7 @@ from meshtui.model import (
     Pair,
     PolicySettings,
     Requirement,
+    RotationMode,
     effective_policy,
     file_mode,
     format_duration,
@@ -61,9 +66,11 @@ REQUIRE_KEYS = {
     "group",
     "mode",
     "connection",
+    "rotation",
+    "grace",
 }
 CONNECTION_KEYS = {"file", "format", "ca"}
-PROVIDE_KEYS = {"name", "port", "kind", "ca", "tls"}
+PROVIDE_KEYS = {"name", "port", "kind", "ca", "tls", "rotation", "grace"}
 POLICY_KEYS = {"rotate_every", "probe_every"}
 """Allowed in [policy], on a provider module (all its pairs) and on a requires entry."""
 _TWICE = re.compile(r"Cannot declare \((?P<key>.*)\) twice (?P<where>\(at line \d+, column \d+\))")
@@ -450,13 +457,53 @@ def _offer(r: _Reader, i: int, item: Any, where: str) -> Offer:
         ca = r.path_on_node(item, "ca", at)
     elif "ca" in item:
         raise r.fail(f"{at}.ca", "is not used with tls = false", "remove ca, or set tls = true")
+    rotation, grace = _rotation(r, item, at)
+    if rotation == OVERLAP:
+        _can_overlap(r, kind, f"{at}.rotation")
     return Offer(
         name=r.name(r.string(item, "name", at), f"{at}.name", "provision"),
         port=port,
         kind=kind.name,
         ca=ca,
         tls=tls,
+        rotation=rotation,
+        grace=grace,
     )
+
+
+def _rotation(r: _Reader, item: Mapping[str, Any], at: str) -> tuple[str | None, float | None]:
+    """An offer's or a requirement's ``rotation`` and ``grace`` (None: not set at this level)."""
+    rotation = item.get("rotation")
+    if rotation is not None and rotation not in ROTATIONS:
+        raise r.fail(
+            f"{at}.rotation",
+            f"{rotation!r} is not a rotation",
+            " or ".join(f'rotation = "{name}"' for name in ROTATIONS),
+        )
+    grace = None
+    if "grace" in item:
+        raw = item["grace"]
+        if not isinstance(raw, str):
+            raise r.fail(f"{at}.grace", "must be a duration string", 'grace = "5s"')
+        try:
+            grace = parse_duration(raw)
+        except ValueError as exc:
+            raise r.fail(f"{at}.grace", str(exc), 'grace = "5s"') from exc
+    return rotation, grace
+
+
+def _can_overlap(r: _Reader, kind: Kind, at: str) -> None:
+    """Refuse ``rotation = "overlap"`` for a kind whose login holds one credential only."""
+    if not registry.can_overlap(kind):
+        able = " or ".join(
+            f'kind = "{k.name}"' for k in registry.KINDS.values() if registry.can_overlap(k)
+        )
+        raise r.fail(
+            at,
+            f"a {kind.title} {kind.login_word} cannot hold two credentials at once, so "
+            f"{kind.name} cannot rotate by overlap",
+            f'rotation = "{SWAP}" (or leave it out)' + (f"; overlap is for {able}" if able else ""),
+        )
 
 
 def _requirement(r: _Reader, i: int, item: Any, where: str) -> Requirement:
@@ -469,6 +516,7 @@ def _requirement(r: _Reader, i: int, item: Any, where: str) -> Requirement:
             raise r.fail(f"{at}.values.{k}", "must be a non-empty string")
     source = r.string(item, "from", at) if "from" in item else None
     file, reload, owner, group, mode = _file_spec(r, item, at)
+    rotation, grace = _rotation(r, item, at)
     return Requirement(
         name=r.name(r.string(item, "name", at), f"{at}.name", "provision"),
         file=file,
@@ -480,6 +528,8 @@ def _requirement(r: _Reader, i: int, item: Any, where: str) -> Requirement:
         mode=mode,
         policy=_policy(r, item, at),
         connection=_connection(r, item, at, file) if "connection" in item else None,
+        rotation=rotation,
+        grace=grace,
     )
 
 
@@ -685,6 +735,8 @@ def _pairs(
                     f"{req.file} on {module.node} is already {holder}'s file",
                     "give each requirement its own file",
                 )
+            if req.rotation == OVERLAP:
+                _can_overlap(r, kind, f"{at}.rotation")
             policy = effective_policy(top, provider.policy, req.policy)
             if policy.rotate_every is not None and policy.probe_every > policy.rotate_every:
                 raise r.fail(
@@ -709,6 +761,12 @@ def _pairs(
                     group=req.group,
                     mode=req.mode,
                     policy=policy,
+                    rotation=RotationMode(
+                        req.rotation or offer.rotation or SWAP,
+                        next(
+                            (g for g in (req.grace, offer.grace) if g is not None), DEFAULT_GRACE_S
+                        ),
+                    ),
                 )
             )
     return tuple(sorted(pairs, key=lambda p: p.id))
