@@ -143,6 +143,9 @@ class RotationState(StrEnum):
     ROLLED_BACK = "rolled back"
     CONVERGING = "converging"
     LOCKED_OUT = "locked out"  # break-glass: new at every provider, some consumer not yet
+    ADDING_NEW = "adding new"  # overlap: the provider is asked to accept the new beside the old
+    BOTH_ACCEPTED = "both accepted"  # overlap: old and new accepted, the consumer next
+    REMOVING_OLD = "removing old"  # overlap: the consumer proved the new; the old goes
 
 
 DEFAULT_PROBE_EVERY_S = 300.0

@@ -103,6 +103,8 @@ class PairOutcome:
     previous: int | None = None
     window_ms: float | None = None
     reason: str = ""
+    both_accepted_ms: float | None = None  # an overlap: the new added -> the old removed
+    old_after: str = ""  # an overlap: what a login with the old said at its end
 
 
 @dataclass(frozen=True)

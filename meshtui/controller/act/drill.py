@@ -10,6 +10,7 @@ from __future__ import annotations
 import secrets
 from typing import TYPE_CHECKING
 
+from meshtui.controller.act.overlap import execute_overlap
 from meshtui.controller.act.recording import as_json, probe_row
 from meshtui.controller.act.rotate import rotate
 from meshtui.controller.agents.client import AgentClient
@@ -63,7 +64,7 @@ def drill_one(ctl: Reach, pid: str, progress: Progress) -> DrillReport:
         if steps[0].ok:
             progress(f"{pid}: rotating", 1, 3)
             try:
-                report = rotate(ctl, [pid], lambda *_: None)
+                report = rotate(ctl, [pid], lambda *_: None, overlap=execute_overlap)
             except MeshtuiError as exc:
                 reason = f"rotation not done: {exc}"
             progress(f"{pid}: new and old credential after", 2, 3)

@@ -41,7 +41,7 @@ from meshtui.controller.reports import PairOutcome, Progress, RotationPlan, Rota
 from meshtui.errors import AgentError, InputError, NotResolvedError
 from meshtui.inventory import Inventory, now
 from meshtui.inventory.rows import GenerationRow, PairRow, RotationItem, RotationStart
-from meshtui.model import RotationState, node_of, split_pair_id
+from meshtui.model import OVERLAP, RotationMode, RotationState, node_of, split_pair_id
 from meshtui.protocol.messages import ConsumerItem, DeliverAnswer, ProviderSet
 
 if TYPE_CHECKING:
@@ -79,8 +79,19 @@ def plan(ctl: Reach, ids: list[str]) -> RotationPlan:
     )
 
 
+OverlapRun = Callable[
+    ["Reach", Agents, RotationStart, Progress, Mapping[str, RotationMode]], RotationReport
+]
+"""How a journaled rotation of overlap pairs is delivered (controller/act/overlap.py)."""
+
+
 def rotate(
-    ctl: Reach, ids: list[str], progress: Progress, *, revoke_old: bool = False
+    ctl: Reach,
+    ids: list[str],
+    progress: Progress,
+    *,
+    revoke_old: bool = False,
+    overlap: OverlapRun | None = None,
 ) -> RotationReport:
     """Rotate ``ids`` all-or-nothing; NotResolvedError (nothing kept or sent) when a node is down.
 
@@ -93,6 +104,9 @@ def rotate(
     ``revoke_old``: break-glass (the module docstring): a consumer end that cannot take the new
     credential, or whose node does not answer, is locked out instead of stopping or rolling
     back the rotation; only the providers' nodes must answer.
+
+    ``overlap``: when every pair is declared ``rotation = "overlap"`` (and not break-glass),
+    the journaled rotation is delivered by it (no window) instead of swapped.
     """
     inv = ctl.inventory
     rows = inv.pairs(ids)
@@ -129,6 +143,14 @@ def rotate(
             raise NotResolvedError(failed)
         progress("every node answered: journaling", 1, 4)
         rotation = store(ctl, minted, RotationState.DELIVERING)
+        modes = inv.rotation_modes(ids)
+        if (
+            overlap is not None
+            and not revoke_old
+            and all(m.rotation == OVERLAP for m in modes.values())
+        ):
+            fault(ctl, "after-journal")
+            return overlap(ctl, agents, rotation, progress, modes)
         handover = Handover(forward, ready)
         del minted, forward, ready  # the handover holds them alone from here
         fault(ctl, "after-journal")
@@ -433,7 +455,21 @@ def execute(
     if applied and (revoke_old or all(there.consumer_ok.get(i["pair"]) for i in items)):
         return _finish(ctl, rotation, there, progress)  # the answers recorded in its commit
     there.flush(inv)
-    errors = there.errors
+    return roll_back(ctl, agents, rotation, there.errors, progress)
+
+
+def roll_back(
+    ctl: Reach,
+    agents: Agents,
+    rotation: RotationStart,
+    errors: Mapping[str, str],
+    progress: Progress,
+) -> RotationReport:
+    """Deliver every pair's old generation to both ends again (its manifests whole) and end
+    the rotation rolled back, or converging when an end could not be reached; ``errors``: why
+    the forward delivery stopped, by pair."""
+    inv = ctl.inventory
+    items = rotation["items"]
     reason = "; ".join(sorted(set(errors.values()))) or "an end did not confirm"
     progress("rolling back", 3, 4)
     with inv.transaction("rotate") as tx:

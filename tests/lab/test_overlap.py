@@ -1,0 +1,169 @@
+"""An overlap rotation end to end in the lab (root, namespaces, real Redis and agents): a client
+in the consumer's namespace reconnects every ~1 ms with whatever its credential file holds at
+that instant, through a whole rotation, and counts refusals: none for an overlap; a swap of
+the same pair, beside it, shows its window. The old credential is refused at the end, and a
+controller killed between two steps leaves the pair all-new with the old removed once push
+recovers the journal."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from meshtui.controller.core import Controller
+from meshtui.controller.plan.planner import Planner, target_of
+from meshtui.model import RotationState, node_of
+from tests.fix_lab import running_lab
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+GITEA = "cache:app1/gitea->db1/redis"
+WIKI = "cache:app2/wiki->db1/redis"
+
+RECONNECT = r"""
+import os, sys, time
+from meshtui.contracts.probe_types import ProbeOptions, ProbeTarget
+from meshtui.host.probe_runner import probe_one
+file, host, port, ca, login, kind, dbname, stop = sys.argv[1:9]
+options = ProbeOptions(timeout=2.0, control=False)
+tries = refused = 0
+seen = {}
+while not os.path.exists(stop):
+    password = open(file).read().strip()
+    target = ProbeTarget(host=host, port=int(port), user=login, password=password,
+                         dbname=dbname, kind=kind, ca=ca or None, tls=bool(ca))
+    verdict = str(probe_one(target, options).login.verdict)
+    refused += verdict == "refused"
+    seen[verdict] = seen.get(verdict, 0) + 1
+    tries += 1
+    time.sleep(0.001)
+print(tries, refused)
+print(seen, file=sys.stderr)
+"""
+
+
+@pytest.fixture(scope="module")
+def lab() -> Iterator[tuple[Path, Any]]:
+    with running_lab("meshtui-overlap-", kinds={"openbao": False, "seaweedfs": False}) as found:
+        state, built = found
+        text = built.declaration.read_text()
+        overlapped = state / "overlap.toml"
+        overlapped.write_text(
+            text.replace('kind = "redis"', 'kind = "redis", rotation = "overlap", grace = "5s"', 1)
+        )
+        with Controller.open(state) as ctl:
+            ctl.declare(overlapped)
+        yield state, built
+
+
+def _reconnecting(state: Path, built: Any, pair: str, stop: Path) -> subprocess.Popen[str]:
+    """A client in the consumer's namespace: the kind's own probe (its real client library), a
+    new connection every ~1 ms with what the credential file holds at that instant."""
+    with Controller.open(state, read_only=True) as ctl:
+        plan = Planner(ctl.inventory, focus=[pair])
+        row = plan.pairs[pair]
+        target = target_of(row, plan.nodes, plan.modules)
+    return subprocess.Popen(
+        ["ip", "netns", "exec", built.namespace(node_of(row["consumer"])), sys.executable,
+         "-c", RECONNECT, row["file"], target["host"], str(target["port"]),
+         target.get("ca") or "", target["login"], target.get("kind") or "postgres",
+         target["dbname"], str(stop)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def _count(state: Path, built: Any, pair: str, tmp: Path, act: Any) -> tuple[int, int, Any]:
+    stop = tmp / "stop"
+    proc = _reconnecting(state, built, pair, stop)
+    time.sleep(1.0)  # the client has started
+    try:
+        result = act()
+        time.sleep(0.5)
+    finally:
+        stop.touch()
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    print(err)
+    tries, refused = map(int, out.split())
+    return tries, refused, result
+
+
+STALL_S = 0.3
+"""A slow consumer: the time between the provider holding the new credential and the consumer
+holding it, stretched alike for both rotations (the fault seam between the two ends)."""
+
+
+def _rotate(state: Path, pair: str, stall_at: str) -> Any:
+    with Controller.open(state) as ctl:
+        ctl.faults = {stall_at: lambda: time.sleep(STALL_S)}  # type: ignore[attr-defined]
+        return ctl.rotate([pair])
+
+
+def test_an_overlap_refuses_no_connection_and_the_old_is_refused_after(
+    lab: tuple[Path, Any], tmp_path: Path
+) -> None:
+    state, built = lab
+    act = lambda: _rotate(state, GITEA, "overlap:both-accepted")  # noqa: E731
+    tries, refused, report = _count(state, built, GITEA, tmp_path, act)
+    assert report.ok, report
+    (pair,) = report.pairs
+    assert pair.both_accepted_ms is not None and pair.both_accepted_ms > STALL_S * 1000
+    assert pair.old_after == "refused", pair
+    print(f"overlap: {tries} connections, {refused} refused")
+    assert tries > 50 and refused == 0, (tries, refused)
+
+
+def test_a_swap_of_the_same_pair_refuses_connections_in_its_window(
+    lab: tuple[Path, Any], tmp_path: Path
+) -> None:
+    state, built = lab
+    with Controller.open(state) as ctl:
+        ctl.declare(built.declaration)  # the lab's own: every pair a swap
+    try:
+        act = lambda: _rotate(state, GITEA, "after-providers:to")  # noqa: E731
+        tries, refused, report = _count(state, built, GITEA, tmp_path, act)
+    finally:
+        with Controller.open(state) as ctl:
+            ctl.declare(state / "overlap.toml")
+    assert report.ok, report
+    print(f"swap: {tries} connections, {refused} refused, window {report.pairs[0].window_ms} ms")
+    assert refused > 0, (tries, refused)
+
+
+def test_the_drill_of_an_overlap_pair_passes(lab: tuple[Path, Any]) -> None:
+    state, _ = lab
+    with Controller.open(state) as ctl:
+        (report,) = ctl.drill([GITEA])
+    assert report.ok, report
+    assert "WRONGPASS" in json.dumps(report.to_json())
+
+
+@pytest.mark.parametrize("point", ["overlap:both-accepted", "overlap:removing-old"])
+def test_a_controller_killed_mid_overlap_ends_all_new_with_the_old_removed(
+    lab: tuple[Path, Any], point: str
+) -> None:
+    state, _ = lab
+
+    def die() -> None:
+        raise KeyboardInterrupt(point)
+
+    with Controller.open(state) as ctl:
+        before = ctl.inventory.pairs([WIKI])[0]["generation"]
+        ctl.faults = {point: die}  # type: ignore[attr-defined]
+        with pytest.raises(KeyboardInterrupt):
+            ctl.rotate([WIKI])
+        (open_one,) = ctl.inventory.open_rotations()
+        assert open_one["state"] in (RotationState.BOTH_ACCEPTED, RotationState.REMOVING_OLD)
+    with Controller.open(state) as ctl:
+        assert ctl.push().ok
+        assert not ctl.inventory.open_rotations()
+        assert ctl.inventory.pairs([WIKI])[0]["generation"] == before + 1
+        (drilled,) = ctl.drill([WIKI])  # the old of this drill refused: one password held
+    assert drilled.ok, drilled
