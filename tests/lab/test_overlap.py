@@ -167,3 +167,42 @@ def test_a_controller_killed_mid_overlap_ends_all_new_with_the_old_removed(
         assert ctl.inventory.pairs([WIKI])[0]["generation"] == before + 1
         (drilled,) = ctl.drill([WIKI])  # the old of this drill refused: one password held
     assert drilled.ok, drilled
+
+
+def test_a_consumer_that_cannot_take_the_new_leaves_the_old_alone_accepted(
+    lab: tuple[Path, Any], tmp_path: Path
+) -> None:
+    state, built = lab
+    with Controller.open(state, read_only=True) as ctl:
+        row = ctl.inventory.pairs([GITEA])[0]
+    file = Path(row["file"])
+    aside = file.with_name(file.name + ".aside")
+
+    def unwritable() -> None:  # the consumer's file becomes a link: its agent will not write it
+        file.rename(aside)
+        file.symlink_to(aside)
+
+    def rotate() -> Any:
+        with Controller.open(state) as ctl:
+            ctl.faults = {"overlap:both-accepted": unwritable}  # type: ignore[attr-defined]
+            return ctl.rotate([GITEA])
+
+    try:
+        tries, refused, report = _count(state, built, GITEA, tmp_path, rotate)
+    finally:
+        if file.is_symlink():
+            file.unlink()
+            aside.rename(file)
+    assert not report.ok and report.outcome in (
+        RotationState.ROLLED_BACK,
+        RotationState.CONVERGING,
+    ), report
+    assert report.pairs[0].generation == row["generation"]
+    assert tries > 50 and refused == 0, (tries, refused)  # the old was accepted throughout
+    with Controller.open(state) as ctl:
+        assert ctl.push().ok
+        events = [e for e in ctl.inventory.events(limit=20) if e["kind"] == "rotate"]
+        assert events and events[-1]["outcome"] in ("rolled back", "converging"), events[-1]
+        # the new one was removed: the next overlap adds one beside the old (two, never three)
+        again = ctl.rotate([GITEA])
+    assert again.ok and again.pairs[0].old_after == "refused", again
