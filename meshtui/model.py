@@ -202,6 +202,13 @@ consumer, then removes the old (docs/rotation-overlap.md): no window."""
 ROTATIONS = (SWAP, OVERLAP)
 """The rotations a declaration may name (``rotation = "overlap"``)."""
 
+OVERLAP_STATES = frozenset({"adding new", "both accepted", "removing old"})
+"""The states of an open rotation (``RotationState``) in which an overlap may have both
+credentials accepted at its provider: status, doctor and watch name such a pair."""
+
+OVERLAP_OPEN = "overlap not closed"
+"""What status, doctor and an alert say of a pair whose overlap may still accept both."""
+
 DEFAULT_GRACE_S = 5.0
 """How long an overlap keeps the old credential accepted at most after the consumer holds the
 new one, when the declaration names no ``grace``."""

@@ -19,7 +19,7 @@ import pytest
 
 from meshtui.controller.core import Controller
 from meshtui.controller.plan.planner import Planner, target_of
-from meshtui.model import RotationState, node_of
+from meshtui.model import OVERLAP_OPEN, RotationState, node_of
 from tests.fix_lab import running_lab
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -161,6 +161,10 @@ def test_a_controller_killed_mid_overlap_ends_all_new_with_the_old_removed(
             ctl.rotate([WIKI])
         (open_one,) = ctl.inventory.open_rotations()
         assert open_one["state"] in (RotationState.BOTH_ACCEPTED, RotationState.REMOVING_OLD)
+        (row,) = ctl.status([WIKI])
+        assert row.reason.startswith(f"{OVERLAP_OPEN}: both credentials accepted since "), row
+        named = [p for p in ctl.doctor().problems if p.check == "overlap"]
+        assert [(p.node, p.subject) for p in named] == [("db1", WIKI)], named
     with Controller.open(state) as ctl:
         assert ctl.push().ok
         assert not ctl.inventory.open_rotations()

@@ -27,7 +27,7 @@ from meshtui.controller.agents.client import Agents
 from meshtui.controller.plan.planner import Planner, target_of
 from meshtui.controller.reports import PairOutcome, Progress, RotationReport
 from meshtui.errors import AgentError
-from meshtui.model import RotationMode, RotationState, Verdict, node_of
+from meshtui.model import OVERLAP_OPEN, RotationMode, RotationState, Verdict, node_of
 from meshtui.protocol import messages
 from meshtui.protocol.messages import DrillRequest, ProbeItem, ProbeRequest, ProviderSet
 
@@ -261,7 +261,3 @@ def _left_open(ctl: Reach, rotation: RotationStart, why: str) -> RotationReport:
         ],
         reason=reason,
     )
-
-
-OVERLAP_OPEN = "overlap not closed"
-"""What status, doctor and an alert say of an overlap whose old credential is still accepted."""
