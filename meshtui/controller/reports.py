@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple, TypeGuard
 
-from meshtui.model import PairStatus, RotationState, State, node_of
+from meshtui.model import SWAP, PairStatus, RotationMode, RotationState, State, node_of
 
 Progress = Callable[[str, int, int], None]
 """``progress(message, done, total)``: called from the worker doing the action, never blocks."""
@@ -105,6 +105,7 @@ class PairOutcome:
     reason: str = ""
     both_accepted_ms: float | None = None  # an overlap: the new added -> the old removed
     old_after: str = ""  # an overlap: what a login with the old said at its end
+    refused: int | None = None  # an overlap: its logins with what the consumer held, refused
 
 
 @dataclass(frozen=True)
@@ -199,6 +200,9 @@ class DrillReport:
     window_ms: float | None
     rotation: int | None
     reason: str = ""
+    rotation_kind: str = SWAP
+    both_accepted_ms: float | None = None  # an overlap: the new added -> the old removed
+    refused: int | None = None  # an overlap: logins with what the consumer held, refused
 
     def to_json(self) -> dict[str, Any]:
         """The ``drill --json`` object."""
@@ -342,6 +346,7 @@ class PairDetail:
     drills: list[DrillRecord]
     rotations: list[RotationView]
     secrets: list[SecretStatus] = field(default_factory=list)  # a vault pair's module's own
+    rotation: RotationMode = field(default_factory=RotationMode)  # as declared
 
 
 class AuditEvent(NamedTuple):

@@ -277,6 +277,9 @@ class DrillEvidence(TypedDict):
     window_ms: float | None
     rotation: int | None
     reason: str
+    rotation_kind: NotRequired[str]  # "overlap" (absent: a swap, or a drill stored before)
+    both_accepted_ms: NotRequired[float | None]
+    refused: NotRequired[int | None]
 
 
 class DrillRow(TypedDict):

@@ -57,7 +57,7 @@ from meshtui.inventory.rows import (
     StatusRow,
     decode_spec,
 )
-from meshtui.model import Policy, PolicySource, RotationMode, RotationState
+from meshtui.model import OVERLAP, Policy, PolicySource, RotationMode, RotationState
 from meshtui.protocol.wire import RestoreProof, SignedHead
 
 if TYPE_CHECKING:  # imported when a migration runs: a read never pays for it (~80 ms)
@@ -357,7 +357,7 @@ def _drill_evidence(text: str, pair: str) -> DrillEvidence:
     if not isinstance(data, dict):
         data = {}
     steps = data.get("steps")
-    return DrillEvidence(
+    evidence = DrillEvidence(
         pair=str(data.get("pair") or pair),
         ok=data.get("ok") is True,
         steps=[
@@ -375,6 +375,11 @@ def _drill_evidence(text: str, pair: str) -> DrillEvidence:
         rotation=_whole(data.get("rotation")),
         reason=str(data.get("reason") or ""),
     )
+    if data.get("rotation_kind") == OVERLAP:
+        evidence["rotation_kind"] = OVERLAP
+        evidence["both_accepted_ms"] = _number(data.get("both_accepted_ms"))
+        evidence["refused"] = _whole(data.get("refused"))
+    return evidence
 
 
 def _decoded(row: audit_mod.StoredEvent) -> EventRow:

@@ -19,7 +19,7 @@ import pytest
 
 from meshtui.controller.core import Controller
 from meshtui.controller.plan.planner import Planner, target_of
-from meshtui.model import OVERLAP_OPEN, RotationState, node_of
+from meshtui.model import OVERLAP, OVERLAP_OPEN, RotationState, node_of
 from tests.fix_lab import running_lab
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -141,8 +141,12 @@ def test_the_drill_of_an_overlap_pair_passes(lab: tuple[Path, Any]) -> None:
     state, _ = lab
     with Controller.open(state) as ctl:
         (report,) = ctl.drill([GITEA])
+        (stored,) = ctl.pair_detail(GITEA).drills[:1]
     assert report.ok, report
     assert "WRONGPASS" in json.dumps(report.to_json())
+    assert report.rotation_kind == OVERLAP and report.refused == 0
+    assert report.both_accepted_ms is not None and report.both_accepted_ms > 0
+    assert stored.report.both_accepted_ms == report.both_accepted_ms  # as the screen reads it
 
 
 @pytest.mark.parametrize("point", ["overlap:both-accepted", "overlap:removing-old"])

@@ -19,7 +19,7 @@ from meshtui.controller.reports import DrillReport, DrillStep, Progress, Rotatio
 from meshtui.errors import AgentError, MeshtuiError
 from meshtui.inventory import now
 from meshtui.inventory.rows import DrillRecord
-from meshtui.model import Verdict, node_of
+from meshtui.model import OVERLAP, SWAP, Verdict, node_of
 from meshtui.protocol import messages
 from meshtui.protocol.messages import DrillRequest, ProbeReport
 
@@ -84,9 +84,15 @@ def drill_one(ctl: Reach, pid: str, progress: Progress) -> DrillReport:
     if not reason and steps and not steps[0].ok:
         reason = "the current credential did not log in before the rotation; nothing was rotated"
     window = report.pairs[0].window_ms if report is not None and report.done else None
+    done = report.pairs[0] if report is not None and report.done else None
+    both = done.both_accepted_ms if done is not None else None
+    refused = done.refused if done is not None else None
     ok = len(steps) == 3 and all(s.ok for s in steps) and report is not None and report.ok
+    ok = ok and not refused
     if ok:
         reason = "old worked before, new works after, old is refused after"
+        if both is not None:
+            reason += f"; both accepted for {both:.1f} ms, {refused or 0} logins refused"
     result = DrillReport(
         pair=pid,
         ok=ok,
@@ -94,6 +100,9 @@ def drill_one(ctl: Reach, pid: str, progress: Progress) -> DrillReport:
         window_ms=window,
         rotation=report.rotation if report else None,
         reason=reason,
+        rotation_kind=OVERLAP if both is not None else SWAP,
+        both_accepted_ms=both,
+        refused=refused,
     )
     with ctl.inventory.transaction("drill") as tx:
         if new_login is not None and report is not None and report.done:
@@ -115,6 +124,8 @@ def drill_one(ctl: Reach, pid: str, progress: Progress) -> DrillReport:
             [pid],
             {
                 "window_ms": window,
+                "both_accepted_ms": both,
+                "refused": refused,
                 "rotation": result.rotation,
                 "steps": {s.name: s.verdict for s in steps},
             },

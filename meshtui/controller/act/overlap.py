@@ -93,9 +93,12 @@ def _check_old(agents: Agents, plan: Planner, asks: Mapping[str, DrillRequest]) 
     return out
 
 
-def _probe_new(agents: Agents, plan: Planner, pids: list[str], grace: float) -> dict[str, str]:
+def _probe_new(
+    agents: Agents, plan: Planner, pids: list[str], grace: float, refused: dict[str, int]
+) -> dict[str, str]:
     """Probe each pair from its consumer's node with the credential it holds (the new one) until
-    every one is accepted or ``grace`` is over; pair -> why not, for each never accepted."""
+    every one is accepted or ``grace`` is over; pair -> why not, for each never accepted.
+    ``refused``: counts, by pair, the logins the server refused meanwhile."""
     by_node: dict[str, list[ProbeItem]] = {}
     for pid in pids:
         p = plan.pairs[pid]
@@ -122,6 +125,8 @@ def _probe_new(agents: Agents, plan: Planner, pids: list[str], grace: float) -> 
                 if result is not None and result["verdict"] == Verdict.ACCEPTED:
                     del left[pid]
                 else:
+                    if result is not None and result["verdict"] == Verdict.REFUSED:
+                        refused[pid] = refused.get(pid, 0) + 1
                     left[pid] = result["reason"] if result else got.get("error", "no result")
         if not left or time.monotonic() + PROBE_PAUSE_S > deadline:
             return {
@@ -191,7 +196,8 @@ def execute_overlap(
     fault(ctl, "overlap:consumer-holds-new")
 
     progress("overlap: a login with the new credential from the consumer's node", 3, 6)
-    failed = _probe_new(agents, plan, pids, grace)
+    refused = {pid: 0 for pid in pids}
+    failed = _probe_new(agents, plan, pids, grace, refused)
     if failed:
         added.flush(inv)
         return roll_back(ctl, agents, rotation, failed, progress)
@@ -221,6 +227,7 @@ def execute_overlap(
             "rotation": rotation["id"],
             "both_accepted_ms": {pid: round(ms, 1) for pid, ms in span.items()},
             "old_after": old_after,
+            "refused": refused,
         },
         "ok" if refused_old == set(pids) else "old not refused",
     )
@@ -229,6 +236,7 @@ def execute_overlap(
             o,
             both_accepted_ms=span.get(o.pair),
             old_after=old_after.get(o.pair, ""),
+            refused=refused.get(o.pair),
             ok=o.ok and o.pair in refused_old,
             reason=o.reason
             or ("" if o.pair in refused_old else f"the old credential: {old_after.get(o.pair)}"),
