@@ -10,7 +10,7 @@ anew and the call made again, or not kept after the run).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar, cast
 
 from meshtui.contracts.adapter import (
     Adapter,
@@ -19,6 +19,7 @@ from meshtui.contracts.adapter import (
     Done,
     Held,
     Narrowing,
+    Overlapping,
     Wanted,
 )
 
@@ -63,6 +64,11 @@ class Lent(Generic[A]):
     def create(self, login: str, password: str, values: Mapping[str, str]) -> Done:
         """See :meth:`~meshtui.contracts.adapter.Adapter.create`."""
         return self._use(lambda a: a.create(login, password, values))
+
+    def create_keeping(self, login: str, password: str, values: Mapping[str, str]) -> Done:
+        """See :meth:`~meshtui.contracts.adapter.Overlapping.create_keeping` (called only when
+        the lent adapter's capabilities say ``overlapping``)."""
+        return self._use(lambda a: cast(Overlapping, a).create_keeping(login, password, values))
 
     def create_many(self, batch: Sequence[Wanted]) -> dict[str, Done | Exception]:
         """See :meth:`~meshtui.contracts.adapter.Batching.create_many`."""

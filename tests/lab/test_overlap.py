@@ -7,11 +7,11 @@ recovers the journal."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +24,8 @@ from tests.fix_lab import running_lab
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
-GITEA = "cache:app1/gitea->db1/redis"
-WIKI = "cache:app2/wiki->db1/redis"
+PROVISIONS = {"redis": "cache", "openbao": "secret"}
+"""Each kind that can overlap, with the provision the lab's server of it provides."""
 
 RECONNECT = r"""
 import os, sys, time
@@ -49,18 +49,37 @@ print(seen, file=sys.stderr)
 """
 
 
-@pytest.fixture(scope="module")
-def lab() -> Iterator[tuple[Path, Any]]:
-    with running_lab("meshtui-overlap-", kinds={"openbao": False, "seaweedfs": False}) as found:
-        state, built = found
+@dataclass(frozen=True)
+class Lab:
+    """The lab with one overlapping kind's pairs declared ``rotation = "overlap"``."""
+
+    state: Path
+    built: Any
+    gitea: str
+    wiki: str
+
+
+@pytest.fixture(scope="module", params=sorted(PROVISIONS))
+def lab(request: pytest.FixtureRequest) -> Iterator[Lab]:
+    kind = request.param
+    kinds = {k: k == kind for k in ("redis", "openbao", "seaweedfs")}
+    with running_lab(f"meshtui-overlap-{kind}-", kinds=kinds) as (state, built):
         text = built.declaration.read_text()
         overlapped = state / "overlap.toml"
+        needle = f'kind = "{kind}"'
+        assert needle in text
         overlapped.write_text(
-            text.replace('kind = "redis"', 'kind = "redis", rotation = "overlap", grace = "5s"', 1)
+            text.replace(needle, f'{needle}, rotation = "overlap", grace = "5s"', 1)
         )
         with Controller.open(state) as ctl:
             ctl.declare(overlapped)
-        yield state, built
+        provision = PROVISIONS[kind]
+        yield Lab(
+            state,
+            built,
+            f"{provision}:app1/gitea->db1/{kind}",
+            f"{provision}:app2/wiki->db1/{kind}",
+        )
 
 
 def _reconnecting(state: Path, built: Any, pair: str, stop: Path) -> subprocess.Popen[str]:
@@ -107,43 +126,25 @@ def _rotate(state: Path, pair: str, stall_at: str) -> Any:
 
 
 def test_an_overlap_refuses_no_connection_and_the_old_is_refused_after(
-    lab: tuple[Path, Any], tmp_path: Path
+    lab: Lab, tmp_path: Path
 ) -> None:
-    state, built = lab
-    act = lambda: _rotate(state, GITEA, "overlap:both-accepted")  # noqa: E731
-    tries, refused, report = _count(state, built, GITEA, tmp_path, act)
+    state, built, gitea = lab.state, lab.built, lab.gitea
+    act = lambda: _rotate(state, gitea, "overlap:both-accepted")  # noqa: E731
+    tries, refused, report = _count(state, built, gitea, tmp_path, act)
     assert report.ok, report
     (pair,) = report.pairs
     assert pair.both_accepted_ms is not None and pair.both_accepted_ms > STALL_S * 1000
     assert pair.old_after == "refused", pair
     print(f"overlap: {tries} connections, {refused} refused")
-    assert tries > 50 and refused == 0, (tries, refused)
+    assert tries > 20 and refused == 0, (tries, refused)
 
 
-def test_a_swap_of_the_same_pair_refuses_connections_in_its_window(
-    lab: tuple[Path, Any], tmp_path: Path
-) -> None:
-    state, built = lab
-    with Controller.open(state) as ctl:
-        ctl.declare(built.declaration)  # the lab's own: every pair a swap
-    try:
-        act = lambda: _rotate(state, GITEA, "after-providers:to")  # noqa: E731
-        tries, refused, report = _count(state, built, GITEA, tmp_path, act)
-    finally:
-        with Controller.open(state) as ctl:
-            ctl.declare(state / "overlap.toml")
-    assert report.ok, report
-    print(f"swap: {tries} connections, {refused} refused, window {report.pairs[0].window_ms} ms")
-    assert refused > 0, (tries, refused)
-
-
-def test_the_drill_of_an_overlap_pair_passes(lab: tuple[Path, Any]) -> None:
-    state, _ = lab
-    with Controller.open(state) as ctl:
-        (report,) = ctl.drill([GITEA])
-        (stored,) = ctl.pair_detail(GITEA).drills[:1]
-    assert report.ok, report
-    assert "WRONGPASS" in json.dumps(report.to_json())
+def test_the_drill_of_an_overlap_pair_passes(lab: Lab) -> None:
+    with Controller.open(lab.state) as ctl:
+        (report,) = ctl.drill([lab.gitea])
+        (stored,) = ctl.pair_detail(lab.gitea).drills[:1]
+    assert report.ok, (report.reason, report.steps)
+    assert [s.verdict for s in report.steps] == ["accepted", "accepted", "refused"]
     assert report.rotation_kind == OVERLAP and report.refused == 0
     assert report.both_accepted_ms is not None and report.both_accepted_ms > 0
     assert stored.report.both_accepted_ms == report.both_accepted_ms  # as the screen reads it
@@ -151,38 +152,38 @@ def test_the_drill_of_an_overlap_pair_passes(lab: tuple[Path, Any]) -> None:
 
 @pytest.mark.parametrize("point", ["overlap:both-accepted", "overlap:removing-old"])
 def test_a_controller_killed_mid_overlap_ends_all_new_with_the_old_removed(
-    lab: tuple[Path, Any], point: str
+    lab: Lab, point: str
 ) -> None:
-    state, _ = lab
+    state, wiki = lab.state, lab.wiki
 
     def die() -> None:
         raise KeyboardInterrupt(point)
 
     with Controller.open(state) as ctl:
-        before = ctl.inventory.pairs([WIKI])[0]["generation"]
+        before = ctl.inventory.pairs([wiki])[0]["generation"]
         ctl.faults = {point: die}  # type: ignore[attr-defined]
         with pytest.raises(KeyboardInterrupt):
-            ctl.rotate([WIKI])
+            ctl.rotate([wiki])
         (open_one,) = ctl.inventory.open_rotations()
         assert open_one["state"] in (RotationState.BOTH_ACCEPTED, RotationState.REMOVING_OLD)
-        (row,) = ctl.status([WIKI])
+        (row,) = ctl.status([wiki])
         assert row.reason.startswith(f"{OVERLAP_OPEN}: both credentials accepted since "), row
         named = [p for p in ctl.doctor().problems if p.check == "overlap"]
-        assert [(p.node, p.subject) for p in named] == [("db1", WIKI)], named
+        assert [(p.node, p.subject) for p in named] == [("db1", wiki)], named
     with Controller.open(state) as ctl:
         assert ctl.push().ok
         assert not ctl.inventory.open_rotations()
-        assert ctl.inventory.pairs([WIKI])[0]["generation"] == before + 1
-        (drilled,) = ctl.drill([WIKI])  # the old of this drill refused: one password held
+        assert ctl.inventory.pairs([wiki])[0]["generation"] == before + 1
+        (drilled,) = ctl.drill([wiki])  # the old of this drill refused: one password held
     assert drilled.ok, drilled
 
 
 def test_a_consumer_that_cannot_take_the_new_leaves_the_old_alone_accepted(
-    lab: tuple[Path, Any], tmp_path: Path
+    lab: Lab, tmp_path: Path
 ) -> None:
-    state, built = lab
+    state, built, gitea = lab.state, lab.built, lab.gitea
     with Controller.open(state, read_only=True) as ctl:
-        row = ctl.inventory.pairs([GITEA])[0]
+        row = ctl.inventory.pairs([gitea])[0]
     file = Path(row["file"])
     aside = file.with_name(file.name + ".aside")
 
@@ -193,10 +194,10 @@ def test_a_consumer_that_cannot_take_the_new_leaves_the_old_alone_accepted(
     def rotate() -> Any:
         with Controller.open(state) as ctl:
             ctl.faults = {"overlap:both-accepted": unwritable}  # type: ignore[attr-defined]
-            return ctl.rotate([GITEA])
+            return ctl.rotate([gitea])
 
     try:
-        tries, refused, report = _count(state, built, GITEA, tmp_path, rotate)
+        tries, refused, report = _count(state, built, gitea, tmp_path, rotate)
     finally:
         if file.is_symlink():
             file.unlink()
@@ -206,11 +207,29 @@ def test_a_consumer_that_cannot_take_the_new_leaves_the_old_alone_accepted(
         RotationState.CONVERGING,
     ), report
     assert report.pairs[0].generation == row["generation"]
-    assert tries > 50 and refused == 0, (tries, refused)  # the old was accepted throughout
+    assert tries > 20 and refused == 0, (tries, refused)  # the old was accepted throughout
     with Controller.open(state) as ctl:
         assert ctl.push().ok
         events = [e for e in ctl.inventory.events(limit=20) if e["kind"] == "rotate"]
         assert events and events[-1]["outcome"] in ("rolled back", "converging"), events[-1]
         # the new one was removed: the next overlap adds one beside the old (two, never three)
-        again = ctl.rotate([GITEA])
+        again = ctl.rotate([gitea])
     assert again.ok and again.pairs[0].old_after == "refused", again
+
+
+def test_a_swap_of_the_same_pair_refuses_connections_in_its_window(
+    lab: Lab, tmp_path: Path
+) -> None:
+    # last: OpenBao locks a role out after a few refused logins (the swap's window makes them)
+    state, built, gitea = lab.state, lab.built, lab.gitea
+    with Controller.open(state) as ctl:
+        ctl.declare(built.declaration)  # the lab's own: every pair a swap
+    try:
+        act = lambda: _rotate(state, gitea, "after-providers:to")  # noqa: E731
+        tries, refused, report = _count(state, built, gitea, tmp_path, act)
+    finally:
+        with Controller.open(state) as ctl:
+            ctl.declare(state / "overlap.toml")
+    assert report.ok, report
+    print(f"swap: {tries} connections, {refused} refused, window {report.pairs[0].window_ms} ms")
+    assert refused > 0, (tries, refused)
