@@ -217,6 +217,17 @@ def test_a_consumer_that_cannot_take_the_new_leaves_the_old_alone_accepted(
     assert again.ok and again.pairs[0].old_after == "refused", again
 
 
+def test_a_rotation_mixing_swap_and_overlap_pairs_rotates_each_as_declared(lab: Lab) -> None:
+    database = "database:app1/gitea->db1/postgres"  # PostgreSQL: a swap
+    with Controller.open(lab.state) as ctl:
+        report = ctl.rotate([database, lab.gitea])
+    assert report.ok, report
+    by_pair = {p.pair: p for p in report.pairs}
+    assert by_pair[database].window_ms is not None and by_pair[database].both_accepted_ms is None
+    assert by_pair[lab.gitea].both_accepted_ms is not None
+    assert by_pair[lab.gitea].old_after == "refused"
+
+
 def test_a_swap_of_the_same_pair_refuses_connections_in_its_window(
     lab: Lab, tmp_path: Path
 ) -> None:

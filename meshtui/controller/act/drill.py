@@ -10,9 +10,8 @@ from __future__ import annotations
 import secrets
 from typing import TYPE_CHECKING
 
-from meshtui.controller.act.overlap import execute_overlap
+from meshtui.controller.act.overlap import rotate_declared
 from meshtui.controller.act.recording import as_json, probe_row
-from meshtui.controller.act.rotate import rotate
 from meshtui.controller.agents.client import AgentClient
 from meshtui.controller.plan.planner import Planner, target_of
 from meshtui.controller.reports import DrillReport, DrillStep, Progress, RotationReport
@@ -64,7 +63,7 @@ def drill_one(ctl: Reach, pid: str, progress: Progress) -> DrillReport:
         if steps[0].ok:
             progress(f"{pid}: rotating", 1, 3)
             try:
-                report = rotate(ctl, [pid], lambda *_: None, overlap=execute_overlap)
+                report = rotate_declared(ctl, [pid], lambda *_: None)
             except MeshtuiError as exc:
                 reason = f"rotation not done: {exc}"
             progress(f"{pid}: new and old credential after", 2, 3)

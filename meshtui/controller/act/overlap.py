@@ -21,13 +21,13 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from meshtui.controller.act.recording import Delivered
-from meshtui.controller.act.rotate import _finish, fault, roll_back
+from meshtui.controller.act.rotate import _finish, fault, roll_back, rotate
 from meshtui.controller.act.sending import send_consumers, send_providers
 from meshtui.controller.agents.client import Agents
 from meshtui.controller.plan.planner import Planner, target_of
 from meshtui.controller.reports import PairOutcome, Progress, RotationReport
 from meshtui.errors import AgentError
-from meshtui.model import OVERLAP_OPEN, RotationMode, RotationState, Verdict, node_of
+from meshtui.model import OVERLAP, OVERLAP_OPEN, RotationMode, RotationState, Verdict, node_of
 from meshtui.protocol import messages
 from meshtui.protocol.messages import DrillRequest, ProbeItem, ProbeRequest, ProviderSet
 
@@ -268,4 +268,24 @@ def _left_open(ctl: Reach, rotation: RotationStart, why: str) -> RotationReport:
             for i in rotation["items"]
         ],
         reason=reason,
+    )
+
+
+def rotate_declared(
+    ctl: Reach, ids: list[str], progress: Progress, *, revoke_old: bool = False
+) -> RotationReport:
+    """Rotate ``ids`` as each pair is declared: its overlap pairs by one overlap rotation, the
+    others by one swap (each all-or-nothing on its own). Break-glass is always a swap: after a
+    leak the old credential must not stay accepted a moment longer."""
+    modes = ctl.inventory.rotation_modes(ids)
+    over = [pid for pid in ids if modes[pid].rotation == OVERLAP]
+    if revoke_old or not over or len(over) == len(ids):
+        return rotate(ctl, ids, progress, revoke_old=revoke_old, overlap=execute_overlap)
+    swapped = rotate(ctl, [pid for pid in ids if pid not in over], progress)
+    overlapped = rotate(ctl, over, progress, overlap=execute_overlap)
+    return RotationReport(
+        rotation=overlapped.rotation,
+        outcome=overlapped.outcome if swapped.done else swapped.outcome,
+        pairs=swapped.pairs + overlapped.pairs,
+        reason="; ".join(r for r in (swapped.reason, overlapped.reason) if r),
     )
