@@ -20,10 +20,8 @@ def overlapping(provider: Provider, server: Server) -> Provider:
     return provider
 
 
-def test_the_new_is_added_beside_the_old_then_the_old_alone_is_removed(
-    overlapping: Provider,
-) -> None:
-    provider = overlapping
+def _first_step(provider: Provider) -> tuple[str, str, str]:
+    """A consumer made, then its overlap's first step run: (its login, the old, the new)."""
     login = provider.add("app1", "gitea")
     provider.reconcile()
     old = provider.password("app1", "gitea")
@@ -31,7 +29,14 @@ def test_the_new_is_added_beside_the_old_then_the_old_alone_is_removed(
     provider.consumers["app1/gitea"]["keep"] = True
     report = provider.reconcile()
     assert outcomes(report) == {login: "updated"}, report.lines()
-    new = provider.password("app1", "gitea")
+    return login, old, provider.password("app1", "gitea")
+
+
+def test_the_new_is_added_beside_the_old_then_the_old_alone_is_removed(
+    overlapping: Provider,
+) -> None:
+    provider = overlapping
+    login, old, new = _first_step(provider)
     assert provider.can_login("app1", "gitea", new) and provider.can_login("app1", "gitea", old)
     report = provider.reconcile()  # a retried first step: the same two, never a third
     assert report.ok, report.lines()
@@ -53,13 +58,7 @@ def test_a_first_step_over_an_open_overlap_is_refused_and_changes_nothing(
     overlapping: Provider,
 ) -> None:
     provider = overlapping
-    login = provider.add("app1", "gitea")
-    provider.reconcile()
-    first = provider.password("app1", "gitea")
-    provider.rotate("app1", "gitea")
-    provider.consumers["app1/gitea"]["keep"] = True
-    provider.reconcile()
-    second = provider.password("app1", "gitea")
+    login, first, second = _first_step(provider)
     provider.rotate("app1", "gitea")  # a next overlap before the last one was closed
     report = provider.reconcile()
     assert outcomes(report) == {login: "refused"}, report.lines()

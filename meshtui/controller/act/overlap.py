@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from meshtui.controller.act.recording import Delivered
 from meshtui.controller.act.rotate import _finish, fault, roll_back, rotate
@@ -29,11 +29,21 @@ from meshtui.controller.reports import PairOutcome, Progress, RotationReport
 from meshtui.errors import AgentError
 from meshtui.model import OVERLAP, OVERLAP_OPEN, RotationMode, RotationState, Verdict, node_of
 from meshtui.protocol import messages
-from meshtui.protocol.messages import DrillRequest, ProbeItem, ProbeRequest, ProviderSet
+from meshtui.protocol.messages import (
+    DrillCheckAnswer,
+    DrillHoldAnswer,
+    DrillRequest,
+    Kind,
+    ProbeItem,
+    ProbeRequest,
+    ProviderSet,
+)
 
 if TYPE_CHECKING:
     from meshtui.controller.reach import Reach
     from meshtui.inventory.rows import RotationStart
+
+A = TypeVar("A", bound=Mapping[str, object])
 
 PROBE_PAUSE_S = 0.2
 """Between two probes with the new credential while the grace lasts (a slow reload)."""
@@ -61,36 +71,50 @@ def _requests(plan: Planner, pids: list[str], drill: str) -> dict[str, DrillRequ
     return out
 
 
+def _each(
+    agents: Agents,
+    plan: Planner,
+    asks: Mapping[str, DrillRequest],
+    kind: Kind[DrillRequest, A],
+    said: Callable[[A], str],
+) -> dict[str, str]:
+    """Ask each pair's consumer's agent; pair -> what ``said`` makes of its answer, or why its
+    node did not answer."""
+    out: dict[str, str] = {}
+    for pid, ask in asks.items():
+        try:
+            out[pid] = said(agents.call(node_of(plan.pairs[pid]["consumer"]), kind, ask))
+        except AgentError as exc:
+            out[pid] = f"consumer's node unreachable: {exc.reason}"
+    return out
+
+
+def _held_why(held: DrillHoldAnswer) -> str:
+    """Why a consumer's current credential did not log in ("" when it did)."""
+    result = held["result"]
+    if result is not None and result["verdict"] == Verdict.ACCEPTED:
+        return ""
+    why = held.get("error") or (result["reason"] if result else "no result")
+    return f"the current credential did not log in before the overlap: {why}"
+
+
+def _old_verdict(checked: DrillCheckAnswer) -> str:
+    """What a login with the old credential said, or why there was none."""
+    old = checked["old"]
+    return old["verdict"] if old is not None else checked["error"] or "no result"
+
+
 def _hold(agents: Agents, plan: Planner, asks: Mapping[str, DrillRequest]) -> dict[str, str]:
     """Have each consumer's agent log in with the credential it holds now and keep it in memory
     (the drill's first login); pair -> why not, for each that did not."""
-    failed = {}
-    for pid, ask in asks.items():
-        try:
-            held = agents.call(node_of(plan.pairs[pid]["consumer"]), messages.DRILL_HOLD, ask)
-        except AgentError as exc:
-            failed[pid] = f"consumer's node unreachable: {exc.reason}"
-            continue
-        result = held["result"]
-        if result is None or result["verdict"] != Verdict.ACCEPTED:
-            why = held.get("error") or (result["reason"] if result else "no result")
-            failed[pid] = f"the current credential did not log in before the overlap: {why}"
-    return failed
+    said = _each(agents, plan, asks, messages.DRILL_HOLD, _held_why)
+    return {pid: why for pid, why in said.items() if why}
 
 
 def _check_old(agents: Agents, plan: Planner, asks: Mapping[str, DrillRequest]) -> dict[str, str]:
     """The login with the old credential each consumer's agent held, now (the agent forgets it);
     pair -> its verdict, or why there is none."""
-    out = {}
-    for pid, ask in asks.items():
-        try:
-            checked = agents.call(node_of(plan.pairs[pid]["consumer"]), messages.DRILL_CHECK, ask)
-        except AgentError as exc:
-            out[pid] = f"consumer's node unreachable: {exc.reason}"
-            continue
-        old = checked["old"]
-        out[pid] = old["verdict"] if old is not None else checked["error"] or "no result"
-    return out
+    return _each(agents, plan, asks, messages.DRILL_CHECK, _old_verdict)
 
 
 def _probe_new(

@@ -480,16 +480,19 @@ def _rotation(r: _Reader, item: Mapping[str, Any], at: str) -> tuple[str | None,
             f"{rotation!r} is not a rotation",
             " or ".join(f'rotation = "{name}"' for name in ROTATIONS),
         )
-    grace = None
-    if "grace" in item:
-        raw = item["grace"]
-        if not isinstance(raw, str):
-            raise r.fail(f"{at}.grace", "must be a duration string", 'grace = "5s"')
-        try:
-            grace = parse_duration(raw)
-        except ValueError as exc:
-            raise r.fail(f"{at}.grace", str(exc), 'grace = "5s"') from exc
+    grace = _duration(r, item, "grace", at, 'grace = "5s"') if "grace" in item else None
     return rotation, grace
+
+
+def _duration(r: _Reader, item: Mapping[str, Any], key: str, at: str, example: str) -> float:
+    """``item[key]``, a duration string (``"90d"``), in seconds; refused naming the key."""
+    raw = item[key]
+    if not isinstance(raw, str):
+        raise r.fail(f"{at}.{key}", "must be a duration string", example)
+    try:
+        return parse_duration(raw)
+    except ValueError as exc:
+        raise r.fail(f"{at}.{key}", str(exc), example) from exc
 
 
 def _can_overlap(r: _Reader, kind: Kind, at: str) -> None:
@@ -596,13 +599,7 @@ def _own_secret(r: _Reader, i: int, item: Any, where: str) -> OwnSecret:
                 "is for a supplied secret: a minted one rotates on its vault pair's rotate_every",
                 "remove max_age, or set rotate_every on the module's secret requirement",
             )
-        raw = item["max_age"]
-        if not isinstance(raw, str):
-            raise r.fail(f"{at}.max_age", "must be a duration string", 'max_age = "90d"')
-        try:
-            max_age = parse_duration(raw)
-        except ValueError as exc:
-            raise r.fail(f"{at}.max_age", str(exc)) from exc
+        max_age = _duration(r, item, "max_age", at, 'max_age = "90d"')
     return OwnSecret(
         name=name,
         file=file,
