@@ -20,7 +20,7 @@ import pytest
 from meshtui.controller.core import Controller
 from meshtui.controller.plan.planner import Planner, target_of
 from meshtui.model import OVERLAP, OVERLAP_OPEN, RotationState, node_of
-from tests.fix_lab import running_lab
+from tests.fix_lab import cli, running_lab
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -226,6 +226,16 @@ def test_a_rotation_mixing_swap_and_overlap_pairs_rotates_each_as_declared(lab: 
     assert by_pair[database].window_ms is not None and by_pair[database].both_accepted_ms is None
     assert by_pair[lab.gitea].both_accepted_ms is not None
     assert by_pair[lab.gitea].old_after == "refused"
+
+
+def test_the_command_line_says_the_overlap_in_place_of_the_window(lab: Lab) -> None:
+    rotated = cli(lab.state, "rotate", "--yes", lab.gitea)
+    assert rotated.returncode == 0, rotated.stdout + rotated.stderr
+    assert "overlap: both accepted" in rotated.stdout and "old refused" in rotated.stdout
+    assert "window" not in rotated.stdout.split(lab.gitea, 1)[1].splitlines()[0]
+    drilled = cli(lab.state, "drill", lab.gitea)
+    assert drilled.returncode == 0, drilled.stdout + drilled.stderr
+    assert "logins refused" in drilled.stdout and "  overlap: both accepted" in drilled.stdout
 
 
 def test_a_swap_of_the_same_pair_refuses_connections_in_its_window(
