@@ -66,3 +66,19 @@ def test_a_first_step_over_an_open_overlap_is_refused_and_changes_nothing(
     assert provider.can_login("app1", "gitea", first)
     assert provider.can_login("app1", "gitea", second)
     assert not provider.can_login("app1", "gitea", third)
+
+
+def test_a_batch_keeps_the_old_of_its_overlap_line_alone(overlapping: Provider) -> None:
+    provider = overlapping
+    provider.add("app1", "gitea")
+    provider.add("app2", "wiki")
+    provider.reconcile()
+    old = {k: provider.password(*k.split("/")) for k in ("app1/gitea", "app2/wiki")}
+    provider.rotate("app1", "gitea")
+    provider.rotate("app2", "wiki")
+    provider.consumers["app1/gitea"]["keep"] = True  # one line of the batch overlaps
+    report = provider.reconcile()
+    assert report.ok, report.lines()
+    assert provider.can_login("app1", "gitea") and provider.can_login("app2", "wiki")
+    assert provider.can_login("app1", "gitea", old["app1/gitea"])
+    assert not provider.can_login("app2", "wiki", old["app2/wiki"])
