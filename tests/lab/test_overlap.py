@@ -150,9 +150,16 @@ def test_the_drill_of_an_overlap_pair_passes(lab: Lab) -> None:
     assert stored.report.both_accepted_ms == report.both_accepted_ms  # as the screen reads it
 
 
-@pytest.mark.parametrize("point", ["overlap:both-accepted", "overlap:removing-old"])
-def test_a_controller_killed_mid_overlap_ends_all_new_with_the_old_removed(
-    lab: Lab, point: str
+@pytest.mark.parametrize(
+    ("point", "moves"),
+    [
+        ("overlap:both-accepted", 0),  # the consumer not given the new: rolled back
+        ("overlap:consumer-holds-new", 0),  # given it, not proved: rolled back, consumer first
+        ("overlap:removing-old", 1),  # proved: finished, the old removed
+    ],
+)
+def test_a_controller_killed_mid_overlap_ends_all_old_or_all_new_never_both(
+    lab: Lab, tmp_path: Path, point: str, moves: int
 ) -> None:
     state, wiki = lab.state, lab.wiki
 
@@ -161,21 +168,28 @@ def test_a_controller_killed_mid_overlap_ends_all_new_with_the_old_removed(
 
     with Controller.open(state) as ctl:
         before = ctl.inventory.pairs([wiki])[0]["generation"]
-        ctl.faults = {point: die}  # type: ignore[attr-defined]
-        with pytest.raises(KeyboardInterrupt):
-            ctl.rotate([wiki])
-        (open_one,) = ctl.inventory.open_rotations()
-        assert open_one["state"] in (RotationState.BOTH_ACCEPTED, RotationState.REMOVING_OLD)
-        (row,) = ctl.status([wiki])
-        assert row.reason.startswith(f"{OVERLAP_OPEN}: both credentials accepted since "), row
-        named = [p for p in ctl.doctor().problems if p.check == "overlap"]
-        assert [(p.node, p.subject) for p in named] == [("db1", wiki)], named
+
+    def killed_then_pushed() -> None:
+        with Controller.open(state) as ctl:
+            ctl.faults = {point: die}  # type: ignore[attr-defined]
+            with pytest.raises(KeyboardInterrupt):
+                ctl.rotate([wiki])
+            (open_one,) = ctl.inventory.open_rotations()
+            assert open_one["state"] in (RotationState.BOTH_ACCEPTED, RotationState.REMOVING_OLD)
+            (row,) = ctl.status([wiki])
+            assert row.reason.startswith(f"{OVERLAP_OPEN}: both credentials accepted since ")
+            named = [p for p in ctl.doctor().problems if p.check == "overlap"]
+            assert [(p.node, p.subject) for p in named] == [("db1", wiki)], named
+        with Controller.open(state) as ctl:
+            assert ctl.push().ok
+            assert not ctl.inventory.open_rotations()
+
+    tries, refused, _ = _count(state, lab.built, wiki, tmp_path, killed_then_pushed)
+    assert tries > 20 and refused == 0, (tries, refused)
     with Controller.open(state) as ctl:
-        assert ctl.push().ok
-        assert not ctl.inventory.open_rotations()
-        assert ctl.inventory.pairs([wiki])[0]["generation"] == before + 1
-        (drilled,) = ctl.drill([wiki])  # the old of this drill refused: one password held
-    assert drilled.ok, drilled
+        assert ctl.inventory.pairs([wiki])[0]["generation"] == before + moves
+        (drilled,) = ctl.drill([wiki])  # two passwords held would refuse its first step
+    assert drilled.ok, (drilled.reason, drilled.steps)
 
 
 def test_a_consumer_that_cannot_take_the_new_leaves_the_old_alone_accepted(

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypeVar
 
 from meshtui.controller.act.recording import Delivered
-from meshtui.controller.act.rotate import _finish, fault, roll_back, rotate
+from meshtui.controller.act.rotate import _finish, fault, roll_back, roll_back_overlap, rotate
 from meshtui.controller.act.sending import send_consumers, send_providers
 from meshtui.controller.agents.client import Agents
 from meshtui.controller.plan.planner import Planner, target_of
@@ -216,7 +216,7 @@ def execute_overlap(
     send_consumers(agents, inv, plan.consumer_items(pids, targets), added, record=False)
     if not all(added.consumer_ok.get(pid) for pid in pids) or added.errors:
         added.flush(inv)  # a reload that failed is the consumer not taking it
-        return roll_back(ctl, agents, rotation, added.errors, progress)
+        return roll_back_overlap(ctl, agents, rotation, added.errors, progress)
     fault(ctl, "overlap:consumer-holds-new")
 
     progress("overlap: a login with the new credential from the consumer's node", 3, 6)
@@ -224,7 +224,7 @@ def execute_overlap(
     failed = _probe_new(agents, plan, pids, grace, refused)
     if failed:
         added.flush(inv)
-        return roll_back(ctl, agents, rotation, failed, progress)
+        return roll_back_overlap(ctl, agents, rotation, failed, progress)
 
     progress("overlap: the provider removes the old credential", 4, 6)
     _step(ctl, rotation, RotationState.REMOVING_OLD)

@@ -611,7 +611,9 @@ def locked_out_reason(item: RotationItem, why: str) -> str:
 
 
 def recover(ctl: Reach, agents: Agents, progress: Progress) -> list[RotationReport]:
-    """Finish (or roll back) rotations a dead controller left journaled; call under the lock."""
+    """Finish (or roll back) rotations a dead controller left journaled; call under the lock.
+    An overlap whose consumer had not proved the new credential is rolled back, never swapped
+    (:data:`UNPROVED_OVERLAP`)."""
     reports = []
     for rotation in ctl.inventory.open_rotations():
         progress(f"recovering rotation {rotation['id']}", 0, 4)
@@ -625,5 +627,31 @@ def recover(ctl: Reach, agents: Agents, progress: Progress) -> list[RotationRepo
             },
             "resuming",
         )
-        reports.append(execute(ctl, agents, rotation, progress))
+        if rotation["state"] in UNPROVED_OVERLAP:  # the new not proved: the old alone again
+            why = "an overlap was interrupted before the consumer proved the new credential"
+            errors = {i["pair"]: why for i in rotation["items"]}
+            reports.append(roll_back_overlap(ctl, agents, rotation, errors, progress))
+        else:  # a swap, or an overlap whose consumer proved the new: the old goes
+            reports.append(execute(ctl, agents, rotation, progress))
     return reports
+
+
+def roll_back_overlap(
+    ctl: Reach,
+    agents: Agents,
+    rotation: RotationStart,
+    errors: Mapping[str, str],
+    progress: Progress,
+) -> RotationReport:
+    """:func:`roll_back` of an overlap: its consumers are given the old credential first, while
+    their providers still accept both, so a consumer that held the new is refused at no moment;
+    then both ends as any rollback (the providers' new removed)."""
+    back = payloads(ctl.inventory, rotation["items"], "from")
+    send_consumers(agents, ctl.inventory, back.consumers, Delivered(), record=False)
+    return roll_back(ctl, agents, rotation, errors, progress)
+
+
+UNPROVED_OVERLAP = (RotationState.ADDING_NEW, RotationState.BOTH_ACCEPTED)
+"""An overlap interrupted in these states is rolled back (its provider may accept both, its
+consumer holds either): finishing it as a swap would refuse the old before the consumer had the
+new. One interrupted at ``removing old`` is finished: its consumer logged in with the new."""
