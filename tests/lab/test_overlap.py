@@ -7,6 +7,8 @@ recovers the journal."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -19,6 +21,7 @@ import pytest
 
 from meshtui.controller.core import Controller
 from meshtui.controller.plan.planner import Planner, target_of
+from meshtui.lab import mesh as lab_mesh
 from meshtui.model import OVERLAP, OVERLAP_OPEN, RotationState, node_of
 from tests.fix_lab import cli, running_lab
 
@@ -250,6 +253,43 @@ def test_the_command_line_says_the_overlap_in_place_of_the_window(lab: Lab) -> N
     drilled = cli(lab.state, "drill", lab.gitea)
     assert drilled.returncode == 0, drilled.stdout + drilled.stderr
     assert "logins refused" in drilled.stdout and "  overlap: both accepted" in drilled.stdout
+
+
+def test_an_old_that_cannot_be_removed_is_said_until_push_removes_it(
+    lab: Lab, tmp_path: Path
+) -> None:
+    state, gitea = lab.state, lab.gitea
+    kind = gitea.rsplit("/", 1)[1]
+
+    def provider_gone() -> None:  # db1's agent stops between the proof and "remove old"
+        running = lab_mesh.load(state)
+        assert running is not None
+        os.kill(running.pids["db1"], signal.SIGTERM)
+        while lab_mesh.agent_answers(running.socket("db1")):
+            time.sleep(0.05)
+
+    def rotate_then_recover() -> Any:
+        with Controller.open(state) as ctl:
+            ctl.faults = {"overlap:removing-old": provider_gone}  # type: ignore[attr-defined]
+            report = ctl.rotate([gitea])
+            (row,) = ctl.status([gitea])
+            named = [p for p in ctl.doctor().problems if p.check == "overlap"]
+        lab_mesh.up(state, kinds={k: k == kind for k in ("redis", "openbao", "seaweedfs")})
+        with Controller.open(state) as ctl:
+            assert ctl.push().ok
+            assert not ctl.inventory.open_rotations()
+        return report, row, named
+
+    tries, refused, (report, row, named) = _count(
+        state, lab.built, gitea, tmp_path, rotate_then_recover
+    )
+    assert report.outcome == RotationState.CONVERGING and report.reason.startswith(OVERLAP_OPEN)
+    assert row.reason.startswith(f"{OVERLAP_OPEN}: both credentials accepted since "), row
+    assert [(p.node, p.subject) for p in named] == [("db1", gitea)], named
+    assert tries > 20 and refused == 0, (tries, refused)
+    with Controller.open(state) as ctl:
+        (drilled,) = ctl.drill([gitea])  # the old was removed by the push: one password held
+    assert drilled.ok, (drilled.reason, drilled.steps)
 
 
 def test_a_swap_of_the_same_pair_refuses_connections_in_its_window(
