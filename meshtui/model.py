@@ -143,6 +143,9 @@ class RotationState(StrEnum):
     ROLLED_BACK = "rolled back"
     CONVERGING = "converging"
     LOCKED_OUT = "locked out"  # break-glass: new at every provider, some consumer not yet
+    ADDING_NEW = "adding new"  # overlap: the provider is asked to accept the new beside the old
+    BOTH_ACCEPTED = "both accepted"  # overlap: old and new accepted, the consumer next
+    REMOVING_OLD = "removing old"  # overlap: the consumer proved the new; the old goes
 
 
 class Sessions(StrEnum):
@@ -207,6 +210,37 @@ class PolicySettings:
 
     rotate_every: float | None = None
     probe_every: float | None = None
+
+
+SWAP = "swap"
+"""A rotation that replaces the credential at the provider, then at the consumer (a window)."""
+
+OVERLAP = "overlap"
+"""A rotation that adds the new credential beside the old, delivers and proves it at the
+consumer, then removes the old (docs/rotation-overlap.md): no window."""
+
+ROTATIONS = (SWAP, OVERLAP)
+"""The rotations a declaration may name (``rotation = "overlap"``)."""
+
+OVERLAP_STATES = frozenset({"adding new", "both accepted", "removing old"})
+"""The states of an open rotation (``RotationState``) in which an overlap may have both
+credentials accepted at its provider: status, doctor and watch name such a pair."""
+
+OVERLAP_OPEN = "overlap not closed"
+"""What status, doctor and an alert say of a pair whose overlap may still accept both."""
+
+DEFAULT_GRACE_S = 5.0
+"""How long an overlap keeps the old credential accepted at most after the consumer holds the
+new one, when the declaration names no ``grace``."""
+
+
+@dataclass(frozen=True)
+class RotationMode:
+    """How a pair's credential is rotated (:data:`ROTATIONS`) and, for an overlap, its grace
+    in seconds: the longest the old stays accepted once the consumer holds the new."""
+
+    rotation: str = SWAP
+    grace: float = DEFAULT_GRACE_S
 
 
 @dataclass(frozen=True)
@@ -278,6 +312,8 @@ class Offer:
     ca: str | None = None
     tls: bool = True
     sessions: Sessions | None = None  # its pairs' old sessions in a rotation (None: default)
+    rotation: str | None = None  # as declared on the offer (None: not set here)
+    grace: float | None = None
 
 
 @dataclass(frozen=True)
@@ -305,6 +341,8 @@ class Requirement:
     policy: PolicySettings = field(default_factory=lambda: PolicySettings())
     connection: ConnectionFile | None = None  # login, host, port... for the app, no secret
     sessions: Sessions | None = None  # its pair's old sessions in a rotation (None: offer's)
+    rotation: str | None = None  # as declared on the requirement (None: the offer's)
+    grace: float | None = None
 
 
 VAULT_PROVISION = "secret"
@@ -397,6 +435,7 @@ class Pair:
     group: str | None = None
     mode: str = DEFAULT_MODE
     policy: Policy = field(default_factory=lambda: Policy())
+    rotation: RotationMode = field(default_factory=RotationMode)
 
     @property
     def id(self) -> str:

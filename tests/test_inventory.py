@@ -408,6 +408,9 @@ def test_drill_evidence_comes_out_typed_whatever_was_stored(mesh: Mesh) -> None:
         "sessions": "",
         "sessions_before": None,
         "sessions_after": None,
+        "rotation_kind": "swap",
+        "both_accepted_ms": None,
+        "refused": None,
     }
     assert broken["evidence"]["pair"] == pid and broken["evidence"]["steps"] == []
     with Controller.open(mesh.state, read_only=True) as ctl:

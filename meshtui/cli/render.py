@@ -224,6 +224,8 @@ def rotation_plan(plan: RotationPlan) -> None:
 def rotated(report: RotationReport) -> None:
     for o in report.pairs:
         window = f" window {o.window_ms:.1f} ms" if o.window_ms is not None else ""
+        if o.both_accepted_ms is not None:  # an overlap: no window
+            window = f" overlap: both accepted {o.both_accepted_ms:.1f} ms, old {o.old_after}"
         said = o.sessions_said()
         window += f"; {said}" if said else ""
         print(f"{report.outcome:11} {o.pair} g{o.previous}->g{o.generation}{window} {o.reason}")
@@ -244,7 +246,12 @@ def drilled(reports: Sequence[DrillReport]) -> None:
             lat = f"{s.latency_ms:.1f} ms" if s.latency_ms is not None else "-"
             mark = "ok " if s.ok else "BAD"
             print(f"  [{mark}] {s.name:10} expected {s.expected:8} got {s.verdict:8} {lat}")
-        if r.window_ms is not None:
+        if r.both_accepted_ms is not None:
+            print(
+                f"  overlap: both accepted {r.both_accepted_ms:.1f} ms, {r.refused or 0} logins "
+                f"refused (rotation {r.rotation})"
+            )
+        elif r.window_ms is not None:
             print(f"  window {r.window_ms:.1f} ms (rotation {r.rotation})")
         if r.sessions:
             print(f"  {r.sessions_line()}")

@@ -81,6 +81,8 @@ class Capabilities:
     (``catch_up``).
     ``live_sessions``: :class:`LiveSessions` (``end_sessions``, ``count_sessions``): the
     software keeps sessions (connections, tokens) that outlive a credential's change.
+    ``overlapping``: :class:`Overlapping` (``create_keeping``): one login can
+    hold two credentials at once, so a pair may be declared ``rotation = "overlap"``.
     """
 
     batching: bool = False
@@ -89,6 +91,7 @@ class Capabilities:
     limited: bool = False
     catching_up: bool = False
     live_sessions: bool = False
+    overlapping: bool = False
 
 
 @dataclass(frozen=True)
@@ -198,6 +201,19 @@ class LiveSessions(Protocol):
 
     def count_sessions(self, login: str, digest: str) -> int:
         """How many of the login's sessions are on a credential other than ``digest``'s."""
+        ...
+
+
+@runtime_checkable
+class Overlapping(Protocol):
+    """An adapter whose login can hold two credentials at once: the new one is added while the
+    one it holds stays accepted (an overlap rotation's first step). The plain ``create`` of the
+    same login later leaves the new one alone accepted (its last step)."""
+
+    def create_keeping(self, login: str, password: str, values: Mapping[str, str]) -> Done:
+        """Make ``login`` accept ``password`` as well as the one credential it holds now (its
+        values made true as ``create`` would); raises Refused if not ours. Run again, it keeps
+        the same two: never a third."""
         ...
 
 

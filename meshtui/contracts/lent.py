@@ -20,6 +20,7 @@ from meshtui.contracts.adapter import (
     Held,
     LiveSessions,
     Narrowing,
+    Overlapping,
     Wanted,
 )
 
@@ -64,6 +65,11 @@ class Lent(Generic[A]):
     def create(self, login: str, password: str, values: Mapping[str, str]) -> Done:
         """See :meth:`~meshtui.contracts.adapter.Adapter.create`."""
         return self._use(lambda a: a.create(login, password, values))
+
+    def create_keeping(self, login: str, password: str, values: Mapping[str, str]) -> Done:
+        """See :meth:`~meshtui.contracts.adapter.Overlapping.create_keeping` (called only when
+        the lent adapter's capabilities say ``overlapping``)."""
+        return self._use(lambda a: cast(Overlapping, a).create_keeping(login, password, values))
 
     def create_many(self, batch: Sequence[Wanted]) -> dict[str, Done | Exception]:
         """See :meth:`~meshtui.contracts.adapter.Batching.create_many`."""

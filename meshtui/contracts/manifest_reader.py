@@ -56,6 +56,7 @@ class Consumer:
     values: Mapping[str, str]
     secret: str
     digest: str
+    keep: bool = False  # an overlap's first step: the login keeps its credential beside this
 
     @property
     def name(self) -> str:
@@ -183,8 +184,10 @@ def _consumer(source: str, index: int, obj: Any) -> Consumer:
             and _DIGEST.fullmatch(digest)
             and _secret_ok(secret)
             and (not at or plain_address(at))
+            and type(obj.get("keep", False)) is bool
         ):
-            return Consumer(login, node, module, at, MappingProxyType(values), secret, digest)
+            keep = obj.get("keep", False) is True
+            return Consumer(login, node, module, at, MappingProxyType(values), secret, digest, keep)
     return _consumer_checked(source, index, obj)
 
 
@@ -211,6 +214,7 @@ def _consumer_checked(source: str, index: int, obj: Any) -> Consumer:
         values=MappingProxyType(values),
         secret=_secret_name(reader, reader.text("secret")),
         digest=digest,
+        keep=reader.get("keep", bool, required=False) is True,
     )
 
 

@@ -566,12 +566,12 @@ class Controller:
         ``probe_after`` (an operator's rotation): then a probe of the pairs it moved, stored and
         in the report, so they read working or stale at once, not unknown; a probe that cannot
         run is said in the reason, never undoes it."""
-        from meshtui.controller.act.rotate import rotate
+        from meshtui.controller.act.overlap import rotate_declared
 
         ids = self.resolve_pairs(ids)
         self.contact("rotate", lambda: self._ends(ids))
         self._writable("rotate")
-        report = rotate(self, ids, progress, revoke_old=revoke_old, sessions=sessions)
+        report = rotate_declared(self, ids, progress, revoke_old=revoke_old, sessions=sessions)
         if not probe_after or report.outcome == RotationState.ROLLED_BACK or not report.pairs:
             return report
         try:

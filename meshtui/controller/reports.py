@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import NamedTuple, TypeGuard
 
 from meshtui.freeform import JsonObject
-from meshtui.model import PairStatus, RotationState, State, node_of
+from meshtui.model import SWAP, PairStatus, RotationMode, RotationState, State, node_of
 
 Progress = Callable[[str, int, int], None]
 """``progress(message, done, total)``: called from the worker doing the action, never blocks."""
@@ -107,6 +107,9 @@ class PairOutcome:
     sessions: int | None = None  # on the old credential when its provider took the new one
     sessions_left: int | None = None  # of those, open still (0 once ended; drain: all)
     sessions_ended: bool = False
+    both_accepted_ms: float | None = None  # an overlap: the new added -> the old removed
+    old_after: str = ""  # an overlap: what a login with the old said at its end
+    refused: int | None = None  # an overlap: its logins with what the consumer held, refused
 
     def sessions_said(self) -> str:
         """The old credential's sessions in words ("" when its provider was not asked)."""
@@ -219,6 +222,9 @@ class DrillReport:
     sessions: str = ""  # what the rotation did to the old credential's sessions ("": not asked)
     sessions_before: int | None = None  # open on the old credential when the provider took new
     sessions_after: int | None = None  # of those, open after the rotation
+    rotation_kind: str = SWAP
+    both_accepted_ms: float | None = None  # an overlap: the new added -> the old removed
+    refused: int | None = None  # an overlap: logins with what the consumer held, refused
 
     def to_json(self) -> JsonObject:
         """The ``drill --json`` object."""
@@ -371,6 +377,7 @@ class PairDetail:
     drills: list[DrillRecord]
     rotations: list[RotationView]
     secrets: list[SecretStatus] = field(default_factory=list)  # a vault pair's module's own
+    rotation: RotationMode = field(default_factory=RotationMode)  # as declared
 
 
 class AuditEvent(NamedTuple):

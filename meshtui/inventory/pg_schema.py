@@ -247,6 +247,14 @@ def _claims_v10(db: Executes) -> None:
     )
 
 
+def _rotation_modes_v11(db: Executes) -> None:
+    _run(
+        db,
+        f"ALTER TABLE policies ADD COLUMN rotation {T} NOT NULL DEFAULT 'swap'",
+        "ALTER TABLE policies ADD COLUMN grace DOUBLE PRECISION NOT NULL DEFAULT 5.0",
+    )
+
+
 PG_MIGRATIONS: list[Callable[[Executes], None]] = [
     _create_v1,
     _signed_head_v2,
@@ -258,5 +266,6 @@ PG_MIGRATIONS: list[Callable[[Executes], None]] = [
     _pairs_stamp_v8,
     _status_ticks_v9,
     _claims_v10,
+    _rotation_modes_v11,
 ]
 """``PG_MIGRATIONS[i]`` takes a PostgreSQL inventory from version i to i+1; append, never edit."""

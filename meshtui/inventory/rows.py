@@ -309,6 +309,9 @@ class DrillEvidence(TypedDict):
     sessions: NotRequired[str]
     sessions_before: NotRequired[int | None]
     sessions_after: NotRequired[int | None]
+    rotation_kind: NotRequired[str]  # "overlap" (absent: a swap, or a drill stored before)
+    both_accepted_ms: NotRequired[float | None]
+    refused: NotRequired[int | None]
 
 
 class DrillRow(TypedDict):
@@ -374,6 +377,8 @@ class PolicyRecord(TypedDict):
     probe_every: float
     rotate_source: str
     probe_source: str
+    rotation: str  # "swap" or "overlap" (meshtui.model.ROTATIONS)
+    grace: float
 
 
 class ClaimRecord(TypedDict):

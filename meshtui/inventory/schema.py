@@ -249,6 +249,13 @@ def _claims_v10(db: sqlite_utils.Database) -> None:
     )
 
 
+def _rotation_modes_v11(db: sqlite_utils.Database) -> None:
+    """Each pair's rotation as declared (``swap`` or ``overlap``) and an overlap's grace in
+    seconds, beside its policy: every pair stored before reads as a swap."""
+    db.execute("ALTER TABLE policies ADD COLUMN rotation TEXT NOT NULL DEFAULT 'swap'")
+    db.execute("ALTER TABLE policies ADD COLUMN grace REAL NOT NULL DEFAULT 5.0")
+
+
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _create_v1,
     _signed_head_v2,
@@ -260,6 +267,7 @@ MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _pairs_stamp_v8,
     _status_ticks_v9,
     _claims_v10,
+    _rotation_modes_v11,
 ]
 """``MIGRATIONS[i]`` takes the schema from version i to i+1; append, never edit."""
 

@@ -58,7 +58,7 @@ from meshtui.inventory.rows import (
     StatusRow,
     decode_spec,
 )
-from meshtui.model import Policy, PolicySource, RotationState
+from meshtui.model import OVERLAP, SWAP, Policy, PolicySource, RotationMode, RotationState
 from meshtui.protocol.wire import RestoreProof, SignedHead
 
 if TYPE_CHECKING:  # imported when a migration runs: a read never pays for it (~80 ms)
@@ -363,7 +363,7 @@ def _drill_evidence(text: str, pair: str) -> DrillEvidence:
     if not isinstance(data, dict):
         data = {}
     steps = data.get("steps")
-    return DrillEvidence(
+    evidence = DrillEvidence(
         pair=str(data.get("pair") or pair),
         ok=data.get("ok") is True,
         steps=[
@@ -383,7 +383,11 @@ def _drill_evidence(text: str, pair: str) -> DrillEvidence:
         sessions=str(data.get("sessions")) if data.get("sessions") in ("end", "drain") else "",
         sessions_before=_whole(data.get("sessions_before")),
         sessions_after=_whole(data.get("sessions_after")),
+        rotation_kind=OVERLAP if data.get("rotation_kind") == OVERLAP else SWAP,
+        both_accepted_ms=_number(data.get("both_accepted_ms")),
+        refused=_whole(data.get("refused")),
     )
+    return evidence
 
 
 def _decoded(row: audit_mod.StoredEvent) -> EventRow:
@@ -785,7 +789,8 @@ class Inventory:
     def policy_records(self) -> dict[str, PolicyRecord]:
         """Every stored policy row by pair."""
         rows = self._tuples(
-            "SELECT pair, rotate_every, probe_every, rotate_source, probe_source FROM policies"
+            "SELECT pair, rotate_every, probe_every, rotate_source, probe_source, rotation, "
+            "grace FROM policies"
         )
         return {
             pid: PolicyRecord(
@@ -794,9 +799,24 @@ class Inventory:
                 probe_every=probe,
                 rotate_source=rsrc,
                 probe_source=psrc,
+                rotation=rotation,
+                grace=grace,
             )
-            for pid, rotate, probe, rsrc, psrc in rows
+            for pid, rotate, probe, rsrc, psrc, rotation, grace in rows
         }
+
+    def rotation_modes(self, pairs: Iterable[str]) -> dict[str, RotationMode]:
+        """How each of ``pairs`` rotates, as declared (a pair without a policy row: a swap)."""
+        wanted = list(pairs)
+        out = {pid: RotationMode() for pid in wanted}
+        for i in range(0, len(wanted), CHUNK):
+            chunk = wanted[i : i + CHUNK]
+            for pid, rotation, grace in self._tuples(
+                f"SELECT pair, rotation, grace FROM policies WHERE pair IN ({_marks(len(chunk))})",
+                chunk,
+            ):
+                out[pid] = RotationMode(rotation, grace)
+        return out
 
     def claims(self) -> dict[tuple[str, str], ClaimRecord]:
         """Every recorded claim by (provider, claim): whose it is, or was last."""

@@ -84,6 +84,13 @@ def is_default(name: object) -> bool:
     return kind_of(name).name == DEFAULT_KIND
 
 
+def can_overlap(kind: Kind) -> bool:
+    """Whether ``kind``'s adapter declares that one login holds two credentials at once (its
+    ``capabilities.overlapping``): the one answer ``declare`` asks before it accepts
+    ``rotation = "overlap"``. Loads the adapter's module (its client library) on first use."""
+    return bool(kind.adapter.load().capabilities.overlapping)
+
+
 def own_secret_kinds() -> tuple[Kind, ...]:
     """The kinds that store modules' own secrets (their ``own_secrets`` declared)."""
     return tuple(k for k in KINDS.values() if k.own_secrets is not None)

@@ -23,10 +23,12 @@ ManifestLine = TypedDict(
         "values": dict[str, str],
         "secret": str,
         "digest": str,
+        "keep": NotRequired[bool],
     },
 )
 """One consumer as the provisioner reads it: its login, where it connects from, its values, and
-its secret file (relative to the manifest) with the digest that file must match."""
+its secret file (relative to the manifest) with the digest that file must match. ``keep``: an
+overlap rotation's first step: the login accepts this secret and keeps the one it holds now."""
 
 
 class ManifestBody(TypedDict):

@@ -208,10 +208,13 @@ ManifestEntry = TypedDict(
         "digest": str,
         "sealed": str,
         "rollback": NotRequired[Rollback],
+        "keep": NotRequired[bool],
     },
 )
 """One consumer in a provider's manifest: its login (``as``), where it connects from, its
-declared values and its credential sealed to the provider."""
+declared values and its credential sealed to the provider. ``keep``: an overlap rotation's
+first step, the login keeps the credential it holds now beside this one (the manifest's
+``keep``)."""
 
 
 class ManifestBase(TypedDict):

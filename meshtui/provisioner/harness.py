@@ -41,6 +41,7 @@ from meshtui.contracts.adapter import (
     Limited,
     LiveSessions,
     Narrowing,
+    Overlapping,
     Refused,
     Scope,
     Wanted,
@@ -191,7 +192,11 @@ def _outcome(consumer: Consumer, name: OutcomeName, reason: str = "") -> Outcome
 def _apply(adapter: Adapter, consumer: Consumer, secret: bytes) -> Outcome:
     """Create-or-make-true one consumer with its secret (read once, by :func:`_reconcile`)."""
     try:
-        done: Done = adapter.create(consumer.login, _password(secret), consumer.values)
+        if consumer.keep and adapter.capabilities.overlapping:
+            keeping = cast(Overlapping, adapter)
+            done: Done = keeping.create_keeping(consumer.login, _password(secret), consumer.values)
+        else:
+            done = adapter.create(consumer.login, _password(secret), consumer.values)
     except (Refused, UnsafeLoginError) as exc:
         return _outcome(consumer, OutcomeName.REFUSED, str(exc))
     except Exception as exc:  # one consumer's failure is its outcome, not the run's end
@@ -269,7 +274,8 @@ def _apply_all(
     transaction, verifiers computed on every core; or one Redis pipeline); else, with many, over
     ``workers`` sessions so the server uses every core."""
     if len(todo) >= BATCH_FROM and first.capabilities.batching:
-        return _apply_batch(first, todo)
+        kept = {c.login: _apply(first, c, secret) for c, secret in todo if c.keep}
+        return {**_apply_batch(first, [t for t in todo if not t[0].keep]), **kept}
     if workers <= 1 or len(todo) < PARALLEL_FROM:
         return {c.login: _apply(first, c, secret) for c, secret in todo}
     lock = threading.Lock()

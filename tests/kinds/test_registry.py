@@ -45,6 +45,7 @@ def declared_and_implemented(adapter: type) -> tuple[Capabilities, Capabilities]
         catching_up=callable(getattr(adapter, "catch_up", None)),
         live_sessions=callable(getattr(adapter, "end_sessions", None))
         and callable(getattr(adapter, "count_sessions", None)),
+        overlapping=callable(getattr(adapter, "create_keeping", None)),
     )
     return adapter.capabilities, has  # type: ignore[attr-defined]
 

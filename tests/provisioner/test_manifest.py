@@ -185,6 +185,7 @@ def test_the_agents_writer_and_the_provisioners_reader_share_one_shape() -> None
         "values": {"keys": "wiki:*"},
         "secret": secret_name("app2", "wiki"),
         "digest": DIGEST,
+        "keep": True,
     }
     body: ManifestBody = {
         "version": VERSION,
@@ -215,6 +216,7 @@ def test_the_agents_writer_and_the_provisioners_reader_share_one_shape() -> None
         "values": dict(consumer.values),
         "secret": consumer.secret,
         "digest": consumer.digest,
+        "keep": consumer.keep,
     }
     assert read_top == {k: v for k, v in body.items() if k != "consumers"}
     assert read_line == line

@@ -10,8 +10,8 @@ from __future__ import annotations
 import secrets
 from typing import TYPE_CHECKING
 
+from meshtui.controller.act.overlap import rotate_declared
 from meshtui.controller.act.recording import as_json, probe_row
-from meshtui.controller.act.rotate import rotate
 from meshtui.controller.agents.client import AgentClient
 from meshtui.controller.plan.planner import Planner, target_of
 from meshtui.controller.reports import (
@@ -24,7 +24,7 @@ from meshtui.controller.reports import (
 from meshtui.errors import AgentError, MeshtuiError
 from meshtui.inventory import now
 from meshtui.inventory.rows import DrillRecord
-from meshtui.model import Sessions, Verdict, node_of
+from meshtui.model import OVERLAP, SWAP, Sessions, Verdict, node_of
 from meshtui.protocol import messages
 from meshtui.protocol.messages import DrillRequest, ProbeReport
 
@@ -74,7 +74,7 @@ def drill_one(
         if steps[0].ok:
             progress(f"{pid}: rotating", 1, 3)
             try:
-                report = rotate(ctl, [pid], lambda *_: None, sessions=sessions)
+                report = rotate_declared(ctl, [pid], lambda *_: None, sessions=sessions)
             except MeshtuiError as exc:
                 reason = f"rotation not done: {exc}"
             progress(f"{pid}: new and old credential after", 2, 3)
@@ -97,15 +97,21 @@ def drill_one(
     moved = report.pairs[0] if report is not None and report.pairs else None
     choice, before, after = _sessions_seen(moved)
     lingering = choice == Sessions.END and after != 0
+    done = report.pairs[0] if report is not None and report.done else None
+    both = done.both_accepted_ms if done is not None else None
+    refused = done.refused if done is not None else None
     ok = (
         len(steps) == 3
         and all(s.ok for s in steps)
         and report is not None
         and report.ok
         and not lingering
+        and not refused
     )
     if ok:
         reason = "old worked before, new works after, old is refused after"
+        if both is not None:
+            reason += f"; both accepted for {both:.1f} ms, {refused or 0} logins refused"
         if choice == Sessions.END:
             reason += f"; {before} session{'' if before == 1 else 's'} on it ended"
         elif choice == Sessions.DRAIN:
@@ -125,6 +131,9 @@ def drill_one(
         sessions=choice,
         sessions_before=before,
         sessions_after=after,
+        rotation_kind=OVERLAP if both is not None else SWAP,
+        both_accepted_ms=both,
+        refused=refused,
     )
     with ctl.inventory.transaction("drill") as tx:
         if new_login is not None and report is not None and report.done:
@@ -146,6 +155,8 @@ def drill_one(
             [pid],
             {
                 "window_ms": window,
+                "both_accepted_ms": both,
+                "refused": refused,
                 "rotation": result.rotation,
                 "steps": {s.name: s.verdict for s in steps},
                 "sessions": {"choice": choice, "before": before, "after": after},

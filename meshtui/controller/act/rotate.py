@@ -48,7 +48,7 @@ from meshtui.controller.reports import (
 from meshtui.errors import AgentError, InputError, NotResolvedError
 from meshtui.inventory import Inventory, now
 from meshtui.inventory.rows import GenerationRow, PairRow, RotationItem, RotationStart
-from meshtui.model import RotationState, Sessions, node_of, split_pair_id
+from meshtui.model import OVERLAP, RotationMode, RotationState, Sessions, node_of, split_pair_id
 from meshtui.protocol.messages import ConsumerItem, DeliverAnswer, ProviderSet
 
 if TYPE_CHECKING:
@@ -86,6 +86,12 @@ def plan(ctl: Reach, ids: list[str]) -> RotationPlan:
     )
 
 
+OverlapRun = Callable[
+    ["Reach", Agents, RotationStart, Progress, Mapping[str, RotationMode]], RotationReport
+]
+"""How a journaled rotation of overlap pairs is delivered (controller/act/overlap.py)."""
+
+
 def rotate(
     ctl: Reach,
     ids: list[str],
@@ -93,6 +99,7 @@ def rotate(
     *,
     revoke_old: bool = False,
     sessions: Sessions | None = None,
+    overlap: OverlapRun | None = None,
 ) -> RotationReport:
     """Rotate ``ids`` all-or-nothing; NotResolvedError (nothing kept or sent) when a node is down.
 
@@ -108,6 +115,8 @@ def rotate(
 
     ``sessions``: what becomes of the sessions opened with the old credential (ended, or left
     to drain and counted), for every pair; None: each pair's declared choice, else ``end``.
+    ``overlap``: when every pair is declared ``rotation = "overlap"`` (and not break-glass),
+    the journaled rotation is delivered by it (no window) instead of swapped.
     """
     inv = ctl.inventory
     rows = inv.pairs(ids)
@@ -146,6 +155,14 @@ def rotate(
             raise NotResolvedError(failed)
         progress("every node answered: journaling", 1, 4)
         rotation = store(ctl, minted, RotationState.DELIVERING)
+        modes = inv.rotation_modes(ids)
+        if (
+            overlap is not None
+            and not revoke_old
+            and all(m.rotation == OVERLAP for m in modes.values())
+        ):
+            fault(ctl, "after-journal")
+            return overlap(ctl, agents, rotation, progress, modes)
         handover = Handover(forward, ready)
         del minted, forward, ready  # the handover holds them alone from here
         fault(ctl, "after-journal")
@@ -458,7 +475,21 @@ def execute(
     if applied and (revoke_old or all(there.consumer_ok.get(i["pair"]) for i in items)):
         return _finish(ctl, rotation, there, progress)  # the answers recorded in its commit
     there.flush(inv)
-    errors = there.errors
+    return roll_back(ctl, agents, rotation, there.errors, progress)
+
+
+def roll_back(
+    ctl: Reach,
+    agents: Agents,
+    rotation: RotationStart,
+    errors: Mapping[str, str],
+    progress: Progress,
+) -> RotationReport:
+    """Deliver every pair's old generation to both ends again (its manifests whole) and end
+    the rotation rolled back, or converging when an end could not be reached; ``errors``: why
+    the forward delivery stopped, by pair."""
+    inv = ctl.inventory
+    items = rotation["items"]
     reason = "; ".join(sorted(set(errors.values()))) or "an end did not confirm"
     progress("rolling back", 3, 4)
     with inv.transaction("rotate") as tx:
@@ -621,7 +652,9 @@ def locked_out_reason(item: RotationItem, why: str) -> str:
 
 
 def recover(ctl: Reach, agents: Agents, progress: Progress) -> list[RotationReport]:
-    """Finish (or roll back) rotations a dead controller left journaled; call under the lock."""
+    """Finish (or roll back) rotations a dead controller left journaled; call under the lock.
+    An overlap whose consumer had not proved the new credential is rolled back, never swapped
+    (:data:`UNPROVED_OVERLAP`)."""
     reports = []
     for rotation in ctl.inventory.open_rotations():
         progress(f"recovering rotation {rotation['id']}", 0, 4)
@@ -635,5 +668,31 @@ def recover(ctl: Reach, agents: Agents, progress: Progress) -> list[RotationRepo
             },
             "resuming",
         )
-        reports.append(execute(ctl, agents, rotation, progress))
+        if rotation["state"] in UNPROVED_OVERLAP:  # the new not proved: the old alone again
+            why = "an overlap was interrupted before the consumer proved the new credential"
+            errors = {i["pair"]: why for i in rotation["items"]}
+            reports.append(roll_back_overlap(ctl, agents, rotation, errors, progress))
+        else:  # a swap, or an overlap whose consumer proved the new: the old goes
+            reports.append(execute(ctl, agents, rotation, progress))
     return reports
+
+
+def roll_back_overlap(
+    ctl: Reach,
+    agents: Agents,
+    rotation: RotationStart,
+    errors: Mapping[str, str],
+    progress: Progress,
+) -> RotationReport:
+    """:func:`roll_back` of an overlap: its consumers are given the old credential first, while
+    their providers still accept both, so a consumer that held the new is refused at no moment;
+    then both ends as any rollback (the providers' new removed)."""
+    back = payloads(ctl.inventory, rotation["items"], "from")
+    send_consumers(agents, ctl.inventory, back.consumers, Delivered(), record=False)
+    return roll_back(ctl, agents, rotation, errors, progress)
+
+
+UNPROVED_OVERLAP = (RotationState.ADDING_NEW, RotationState.BOTH_ACCEPTED)
+"""An overlap interrupted in these states is rolled back (its provider may accept both, its
+consumer holds either): finishing it as a swap would refuse the old before the consumer had the
+new. One interrupted at ``removing old`` is finished: its consumer logged in with the new."""

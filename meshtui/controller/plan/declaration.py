@@ -25,8 +25,12 @@ from meshtui.model import (
     BUILTIN,
     BUILTIN_ARGV,
     CONNECTION_FORMATS,
+    DEFAULT_GRACE_S,
     DEFAULT_MODE,
     NAME_RE,
+    OVERLAP,
+    ROTATIONS,
+    SWAP,
     VAULT_PROVISION,
     ConnectionFile,
     Declaration,
@@ -37,6 +41,7 @@ from meshtui.model import (
     Pair,
     PolicySettings,
     Requirement,
+    RotationMode,
     Sessions,
     effective_policy,
     file_mode,
@@ -64,9 +69,11 @@ REQUIRE_KEYS = {
     "mode",
     "connection",
     "sessions",
+    "rotation",
+    "grace",
 }
 CONNECTION_KEYS = {"file", "format", "ca"}
-PROVIDE_KEYS = {"name", "port", "kind", "ca", "tls", "sessions"}
+PROVIDE_KEYS = {"name", "port", "kind", "ca", "tls", "sessions", "rotation", "grace"}
 POLICY_KEYS = {"rotate_every", "probe_every"}
 """Allowed in [policy], on a provider module (all its pairs) and on a requires entry."""
 _TWICE = re.compile(r"Cannot declare \((?P<key>.*)\) twice (?P<where>\(at line \d+, column \d+\))")
@@ -453,6 +460,9 @@ def _offer(r: _Reader, i: int, item: Any, where: str) -> Offer:
         ca = r.path_on_node(item, "ca", at)
     elif "ca" in item:
         raise r.fail(f"{at}.ca", "is not used with tls = false", "remove ca, or set tls = true")
+    rotation, grace = _rotation(r, item, at)
+    if rotation == OVERLAP:
+        _can_overlap(r, kind, f"{at}.rotation")
     return Offer(
         name=r.name(r.string(item, "name", at), f"{at}.name", "provision"),
         port=port,
@@ -460,6 +470,8 @@ def _offer(r: _Reader, i: int, item: Any, where: str) -> Offer:
         ca=ca,
         tls=tls,
         sessions=_sessions(r, item, at),
+        rotation=rotation,
+        grace=grace,
     )
 
 
@@ -477,6 +489,44 @@ def _sessions(r: _Reader, item: Mapping[str, Any], at: str) -> Sessions | None:
     return Sessions(value)
 
 
+def _rotation(r: _Reader, item: Mapping[str, Any], at: str) -> tuple[str | None, float | None]:
+    """An offer's or a requirement's ``rotation`` and ``grace`` (None: not set at this level)."""
+    rotation = item.get("rotation")
+    if rotation is not None and rotation not in ROTATIONS:
+        raise r.fail(
+            f"{at}.rotation",
+            f"{rotation!r} is not a rotation",
+            " or ".join(f'rotation = "{name}"' for name in ROTATIONS),
+        )
+    grace = _duration(r, item, "grace", at, 'grace = "5s"') if "grace" in item else None
+    return rotation, grace
+
+
+def _duration(r: _Reader, item: Mapping[str, Any], key: str, at: str, example: str) -> float:
+    """``item[key]``, a duration string (``"90d"``), in seconds; refused naming the key."""
+    raw = item[key]
+    if not isinstance(raw, str):
+        raise r.fail(f"{at}.{key}", "must be a duration string", example)
+    try:
+        return parse_duration(raw)
+    except ValueError as exc:
+        raise r.fail(f"{at}.{key}", str(exc), example) from exc
+
+
+def _can_overlap(r: _Reader, kind: Kind, at: str) -> None:
+    """Refuse ``rotation = "overlap"`` for a kind whose login holds one credential only."""
+    if not registry.can_overlap(kind):
+        able = " or ".join(
+            f'kind = "{k.name}"' for k in registry.KINDS.values() if registry.can_overlap(k)
+        )
+        raise r.fail(
+            at,
+            f"a {kind.title} {kind.login_word} cannot hold two credentials at once, so "
+            f"{kind.name} cannot rotate by overlap",
+            f'rotation = "{SWAP}" (or leave it out)' + (f"; overlap is for {able}" if able else ""),
+        )
+
+
 def _requirement(r: _Reader, i: int, item: Any, where: str) -> Requirement:
     at = f"{where}.requires[{i}]"
     item = r.table(item, at)
@@ -487,6 +537,7 @@ def _requirement(r: _Reader, i: int, item: Any, where: str) -> Requirement:
             raise r.fail(f"{at}.values.{k}", "must be a non-empty string")
     source = r.string(item, "from", at) if "from" in item else None
     file, reload, owner, group, mode = _file_spec(r, item, at)
+    rotation, grace = _rotation(r, item, at)
     return Requirement(
         name=r.name(r.string(item, "name", at), f"{at}.name", "provision"),
         file=file,
@@ -499,6 +550,8 @@ def _requirement(r: _Reader, i: int, item: Any, where: str) -> Requirement:
         policy=_policy(r, item, at),
         connection=_connection(r, item, at, file) if "connection" in item else None,
         sessions=_sessions(r, item, at),
+        rotation=rotation,
+        grace=grace,
     )
 
 
@@ -565,13 +618,7 @@ def _own_secret(r: _Reader, i: int, item: Any, where: str) -> OwnSecret:
                 "is for a supplied secret: a minted one rotates on its vault pair's rotate_every",
                 "remove max_age, or set rotate_every on the module's secret requirement",
             )
-        raw = item["max_age"]
-        if not isinstance(raw, str):
-            raise r.fail(f"{at}.max_age", "must be a duration string", 'max_age = "90d"')
-        try:
-            max_age = parse_duration(raw)
-        except ValueError as exc:
-            raise r.fail(f"{at}.max_age", str(exc)) from exc
+        max_age = _duration(r, item, "max_age", at, 'max_age = "90d"')
     return OwnSecret(
         name=name,
         file=file,
@@ -704,6 +751,8 @@ def _pairs(
                     f"{req.file} on {module.node} is already {holder}'s file",
                     "give each requirement its own file",
                 )
+            if req.rotation == OVERLAP:
+                _can_overlap(r, kind, f"{at}.rotation")
             policy = effective_policy(top, provider.policy, req.policy)
             if policy.rotate_every is not None and policy.probe_every > policy.rotate_every:
                 raise r.fail(
@@ -728,6 +777,12 @@ def _pairs(
                     group=req.group,
                     mode=req.mode,
                     policy=policy,
+                    rotation=RotationMode(
+                        req.rotation or offer.rotation or SWAP,
+                        next(
+                            (g for g in (req.grace, offer.grace) if g is not None), DEFAULT_GRACE_S
+                        ),
+                    ),
                 )
             )
     return tuple(sorted(pairs, key=lambda p: p.id))

@@ -107,6 +107,8 @@ def _policy_row(p: Pair) -> PolicyRecord:
         probe_every=p.policy.probe_every,
         rotate_source=str(p.policy.rotate_source),
         probe_source=str(p.policy.probe_source),
+        rotation=p.rotation.rotation,
+        grace=p.rotation.grace,
     )
 
 

@@ -20,7 +20,7 @@ from meshtui.controller.reports import (
 )
 from meshtui.inventory import Inventory
 from meshtui.inventory.rows import DrillRow
-from meshtui.model import VAULT_PROVISION
+from meshtui.model import SWAP, VAULT_PROVISION
 
 
 def drill_report(row: DrillRow) -> DrillReport:
@@ -36,6 +36,9 @@ def drill_report(row: DrillRow) -> DrillReport:
         sessions=evidence.get("sessions", ""),
         sessions_before=evidence.get("sessions_before"),
         sessions_after=evidence.get("sessions_after"),
+        rotation_kind=evidence.get("rotation_kind", SWAP),
+        both_accepted_ms=evidence.get("both_accepted_ms"),
+        refused=evidence.get("refused"),
     )
 
 
@@ -97,6 +100,7 @@ def pair_detail(inv: Inventory, pid: str) -> PairDetail:
         drills=drills,
         rotations=rotations,
         secrets=_secrets(inv, pid) if row["provision"] == VAULT_PROVISION else [],
+        rotation=inv.rotation_modes([pid])[pid],
     )
 
 

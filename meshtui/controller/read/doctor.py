@@ -16,12 +16,13 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
+from meshtui.controller.read.status import overlaps
 from meshtui.controller.reports import Progress
 from meshtui.errors import AgentError
 from meshtui.freeform import JsonObject
 from meshtui.inventory.rows import ModuleRow, NodeRow, PairRow
 from meshtui.kinds import registry
-from meshtui.model import End, is_builtin, node_of
+from meshtui.model import End, is_builtin, node_of, split_pair_id
 from meshtui.protocol import messages, wire
 from meshtui.protocol.messages import CheckConsumer, CheckProvider, CheckRequest
 
@@ -40,7 +41,7 @@ class Problem:
 
     node: str
     check: str  # key, reach, clock, folder, owner, group, reload, admin-file, admin-rights, port,
-    # policy, file (a credential file), secret-file (a module's own secret file)
+    # policy, file (a credential file), secret-file (a module's own secret file), overlap
     subject: str
     problem: str
     fix: str
@@ -319,6 +320,21 @@ def secret_files(
     ]
 
 
+def open_overlaps(ctl: Reach) -> list[Problem]:
+    """Each pair whose overlap rotation could not be closed: both credentials may be accepted
+    at its provider until a push removes the old one."""
+    return [
+        Problem(
+            node_of(split_pair_id(pid)[2]),
+            "overlap",
+            pid,
+            said,
+            "meshtui push (once the provider's node answers) removes the old credential",
+        )
+        for pid, said in sorted(overlaps(ctl.inventory).items())
+    ]
+
+
 def doctor(ctl: Reach, progress: Progress) -> DoctorReport:
     """Ask every declared node to check its part; judge keys and clocks here."""
     started = time.monotonic()
@@ -370,6 +386,7 @@ def doctor(ctl: Reach, progress: Progress) -> DoctorReport:
         ]
         checked.append(NodeCheck(node, True, round(skew, 3), found["passed"], found["elapsed_ms"]))
     answered = {n.node for n in checked if n.answered}
+    problems += open_overlaps(ctl)
     problems += provider_files(ctl, nodes, answered)
     problems += secret_files(ctl, nodes, answered)
     progress("checked", len(asks), len(asks))

@@ -47,7 +47,7 @@ from meshtui.inventory.rows import (  # StatusRow's columns by name
     StatusRow,
 )
 from meshtui.kinds import registry
-from meshtui.model import End, PairStatus, State, Verdict
+from meshtui.model import OVERLAP_OPEN, OVERLAP_STATES, End, PairStatus, State, Verdict
 
 PROBE_REFUSED = "probe refused: "
 PROBE_UNDECIDED = "probe could not decide: "
@@ -268,17 +268,31 @@ def statuses(
     """
     with _collector_paused():
         if ids is not None or limit is not None:
-            return _statuses(inv.status_rows(ids, limit), _rotating(inv), inv.provider_kinds())
+            return _statuses(inv.status_rows(ids, limit), _rotating(inv), inv.provider_kinds(), inv)
         if keep:
             return _kept_statuses(inv, image)
         if image is not None:
             return _through_image(inv, None, image).out
-        return _statuses(inv.status_rows(), _rotating(inv), inv.provider_kinds())
+        return _statuses(inv.status_rows(), _rotating(inv), inv.provider_kinds(), inv)
 
 
 def _rotating(inv: Inventory) -> dict[str, int]:
     """Each pair in an open (interrupted or running) rotation -> that rotation's number."""
     return {i["pair"]: r["id"] for r in inv.open_rotations() for i in r["items"]}
+
+
+def overlaps(inv: Inventory) -> dict[str, str]:
+    """Each pair of an open overlap whose provider may accept both credentials -> what status,
+    doctor and watch say of it: since when, and what closes it."""
+    return {
+        i["pair"]: (
+            f"{OVERLAP_OPEN}: both credentials accepted since {r['started_at']} (rotation "
+            f"{r['id']}, {r['state']}); the next push or watch removes the old one"
+        )
+        for r in inv.open_rotations()
+        if r["state"] in OVERLAP_STATES
+        for i in r["items"]
+    }
 
 
 REWRITE_AFTER = 64
@@ -338,7 +352,7 @@ def _brought_up(inv: Inventory, kept: _Kept | None) -> _Read:
         kept = None  # a provider's kind changed: every status again
     since = None if kept is None else kept.mark
     read = inv.status_changes(since, () if kept is None else _moved(kept.rotating, rotating))
-    fresh = _statuses(read.rows, rotating, kinds)
+    fresh = _statuses(read.rows, rotating, kinds, inv)
     places = None
     if read.whole or kept is None:
         out = fresh
@@ -365,9 +379,11 @@ def _statuses(
     rows: Iterable[StatusRow],
     rotating: Mapping[str, int],
     kinds: Mapping[tuple[str, str], str],
+    inv: Inventory | None = None,
 ) -> list[PairStatus]:
     """A status per row, in the rows' order."""
     names: dict[tuple[str, str], str] = {}  # (provider, provision) -> kind name, once each
+    open_overlaps = overlaps(inv) if rotating and inv is not None else {}
     default = registry.kind_of(None).name  # every pair's, when no provider names a kind
     out: list[PairStatus] = []
     append = out.append
@@ -380,7 +396,7 @@ def _statuses(
             state, reason, alarm = pair_state(row)
         if rotating and pid in rotating:
             state = State.STALE
-            reason = (
+            reason = open_overlaps.get(pid) or (
                 f"rotation {rotating[pid]} was interrupted; the next push or rotate "
                 "finishes or rolls it back"
             )

@@ -282,7 +282,7 @@ class Written:
 
 
 def _line(c: ManifestEntry, rel: str) -> ManifestLine:
-    return {
+    line: ManifestLine = {
         "as": c["as"],
         "node": c["node"],
         "module": c["module"],
@@ -291,6 +291,9 @@ def _line(c: ManifestEntry, rel: str) -> ManifestLine:
         "secret": rel + secret_name(c["node"], c["module"]),
         "digest": c["digest"],
     }
+    if c.get("keep"):
+        line["keep"] = True
+    return line
 
 
 def _held_lines(

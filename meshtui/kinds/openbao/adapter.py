@@ -12,7 +12,8 @@ API with the admin file's token (never the root token):
   never the provider), bound to that one policy, with short token TTLs (:data:`TOKEN_TTL_S`);
 * the pair's credential as the role's secret_id, set with ``custom-secret-id`` and carrying the
   secret's digest as its metadata. Set every time: after a run the role holds exactly the
-  delivered secret_id and no other (every other accessor is destroyed).
+  delivered secret_id and no other (every other accessor is destroyed). An overlap's first
+  step (``create_keeping``) keeps the one it held beside the new until that plain run.
 
 "Unchanged" is decided without writing where it can be proved: ``create`` asks
 ``secret-id/lookup`` whether the role holds exactly that secret_id (OpenBao answers from its
@@ -123,7 +124,9 @@ class OpenBaoAdapter:
     """One session with one OpenBao, working for one manifest scope."""
 
     create_decides = True
-    capabilities = Capabilities(batching=True, narrowing=True, deciding=True, live_sessions=True)
+    capabilities = Capabilities(
+        batching=True, narrowing=True, deciding=True, live_sessions=True, overlapping=True
+    )
 
     def describe(self, exc: BaseException) -> str | None:
         """None: OpenBao's refusals reach the harness as meshtui's own errors already."""
@@ -359,6 +362,15 @@ class OpenBaoAdapter:
     def create(self, login: str, password: str, values: Mapping[str, str]) -> Done:
         """Make ``login``'s role hold exactly ``password`` as its one secret_id (see the module
         docstring); "unchanged" when OpenBao already holds exactly that, nothing written."""
+        return self._make(login, password, values, keeping=False)
+
+    def create_keeping(self, login: str, password: str, values: Mapping[str, str]) -> Done:
+        """Make ``login``'s role hold ``password`` as a secret_id beside the one it holds now
+        (an overlap's first step); a later :meth:`create` destroys that one by its accessor.
+        A role that holds two others already is refused: meshtui will not choose."""
+        return self._make(login, password, values, keeping=True)
+
+    def _make(self, login: str, password: str, values: Mapping[str, str], keeping: bool) -> Done:
         self._check(login, values)
         if not password or "\x00" in password:
             raise Refused("the secret is empty or holds a NUL character")
@@ -408,6 +420,11 @@ class OpenBaoAdapter:
                 missing_ok=True,
             )
         mine = str(held["secret_id_accessor"]) if held else None
+        if keeping and len([a for a in seen.accessors if a != mine]) > 1:
+            raise Refused(
+                f"{login}'s role holds {len(seen.accessors)} secret_ids; an overlap keeps one "
+                "beside the new, so meshtui will not choose: a plain rotation (swap) sets it right"
+            )
         if held is not None and ((held.get("metadata") or {}).get(DIGEST_KEY)) != digest:
             self._destroy(login, [str(held["secret_id_accessor"])])
             mine, wrote = None, True
@@ -422,7 +439,7 @@ class OpenBaoAdapter:
             wrote = True
         del password
         others = [a for a in seen.accessors if a != mine]  # as read this run (drift: next run)
-        if others:
+        if others and not keeping:
             self._destroy(login, others)
             wrote = True
         if not wrote:

@@ -98,6 +98,7 @@ class _Write:
     digest: str
     values_hash: str
     rules: Rules
+    kept: tuple[str, ...] = ()  # an overlap's old password hash, held beside the new one
 
 
 @dataclass(frozen=True)
@@ -301,6 +302,12 @@ def parse_line(line: str) -> User | None:
     )
 
 
+def kept_digest(digest: str) -> str:
+    """The marker's digest of a user that holds a new secret and keeps its old one: never the
+    new secret's own, so a plain write of that secret is not taken for "unchanged"."""
+    return hashlib.blake2b(b"kept:" + digest.encode(), digest_size=32).hexdigest()
+
+
 def values_hash(rules: Rules) -> str:
     """A hash of the rules a consumer's values ask for (the marker records it)."""
     return hashlib.blake2b(json.dumps(rules.args()).encode(), digest_size=6).hexdigest()
@@ -346,7 +353,9 @@ def _admin_kwargs(url: str) -> LibraryKwargs:
 class RedisAdapter:
     """One admin session with one Redis, working for one manifest scope."""
 
-    capabilities = Capabilities(batching=True, catching_up=True, live_sessions=True)
+    capabilities = Capabilities(
+        batching=True, catching_up=True, live_sessions=True, overlapping=True
+    )
 
     def describe(self, exc: BaseException) -> str | None:
         """None: Redis's errors keep their own text (the harness shows it with its type)."""
@@ -562,7 +571,7 @@ class RedisAdapter:
             f"{vhash}:{rules_hash}:{digest.removeprefix('blake2b:')}"
         )
 
-    def _predict(self, login: str, sha: str, rules: Rules) -> str | None:
+    def _predict(self, login: str, shas: tuple[str, ...], rules: Rules) -> str | None:
         """The rules hash Redis will print for this write, or None when not yet learned.
 
         Redis prints flags, channels and commands in its own normal form, the same for every
@@ -573,7 +582,7 @@ class RedisAdapter:
             return None
         flags, channels, commands = form
         keys = " ".join(f"~{k}" for k in rules.keys)
-        return User(login, flags, (sha,), commands, keys, channels, (), None).rules_hash()
+        return User(login, flags, shas, commands, keys, channels, (), None).rules_hash()
 
     def _read_back(self, login: str) -> User | None:
         try:
@@ -595,8 +604,13 @@ class RedisAdapter:
         finally:
             self.dirty = True
 
-    def _prepare(self, login: str, password: str, values: Mapping[str, str]) -> _Write:
-        """Check ``login`` is ours (or free) and its values, and build its one write."""
+    def _prepare(
+        self, login: str, password: str, values: Mapping[str, str], *, keeping: bool = False
+    ) -> _Write:
+        """Check ``login`` is ours (or free) and its values, and build its one write.
+        ``keeping``: the one other password the user holds now stays beside the new one (an
+        overlap), and the marker's digest is not the new secret's alone, so the next plain
+        ``create`` of the same secret rewrites the user with the new password only."""
         self._check(login)
         rules = self._rules(login, values)
         if "\x00" in password or not password:
@@ -610,12 +624,23 @@ class RedisAdapter:
             foreign = self._foreign(before)
             if foreign is not None:
                 raise Refused(foreign)
+        kept: tuple[str, ...] = ()
+        if keeping and before is not None:
+            kept = tuple(p for p in before.passwords if p != sha)
+            if len(kept) > 1:
+                raise Refused(
+                    f"{login} holds {len(kept)} other passwords; an overlap keeps one, so "
+                    "meshtui will not choose: a plain rotation (swap) sets it right"
+                )
+        if keeping:
+            digest = kept_digest(digest)
         vhash = values_hash(rules)
-        predicted = self._predict(login, sha, rules)
+        predicted = self._predict(login, (sha, *kept), rules)
         marker = self._marker(vhash, predicted or "0" * 12, digest)
         change: Change = OutcomeName.CREATED if before is None else OutcomeName.UPDATED
-        args = ("reset", "on", f"#{sha}", *rules.args(), f"({marker} -@all)")
-        return _Write(login, args, change, predicted is not None, sha, digest, vhash, rules)
+        hashes = (f"#{sha}", *(f"#{old}" for old in kept))
+        args = ("reset", "on", *hashes, *rules.args(), f"({marker} -@all)")
+        return _Write(login, args, change, predicted is not None, sha, digest, vhash, rules, kept)
 
     def _learn(self, write: _Write) -> None:
         """Read back a write whose marker was a guess, learn Redis's form of its rules, and
@@ -632,7 +657,7 @@ class RedisAdapter:
             back = self._read_back(login)
         if (
             back is None
-            or back.passwords != (write.sha,)
+            or sorted(back.passwords) != sorted((write.sha, *write.kept))
             or back.marker is None
             or back.rules_hash() != back.marker.rules
         ):
@@ -647,6 +672,18 @@ class RedisAdapter:
         writes are one round trip each.
         """
         write = self._prepare(login, password, values)
+        del password
+        self._write(login, write.args)
+        if not write.predicted:
+            self._learn(write)
+        return Done(write.change, self.note)
+
+    def create_keeping(self, login: str, password: str, values: Mapping[str, str]) -> Done:
+        """:meth:`create`, keeping the one password ``login`` holds now accepted beside the
+        new one (an overlap's first step): ``ACL SETUSER reset on #new #old ...`` in one write,
+        so a retry sets the same two and the plain ``create`` that ends the overlap sets the
+        new one alone (no ``<old`` that errors when the old is gone already)."""
+        write = self._prepare(login, password, values, keeping=True)
         del password
         self._write(login, write.args)
         if not write.predicted:

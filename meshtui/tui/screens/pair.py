@@ -21,7 +21,7 @@ from textual.widgets import Label, LoadingIndicator, Sparkline, Static
 from meshtui.controller.read.schedule import PairDue
 from meshtui.controller.reports import PairDetail, SecretStatus
 from meshtui.kinds import registry
-from meshtui.model import PairStatus, PolicySource, State
+from meshtui.model import OVERLAP, PairStatus, PolicySource, RotationMode, State, format_duration
 from meshtui.tui import actions
 from meshtui.tui.events import DetailLoaded, Job, JobKind
 from meshtui.tui.pairs import Changes, parse_time, short_age, short_time
@@ -110,6 +110,16 @@ def overview_text(st: PairStatus, now: Any, due: PairDue | None = None) -> Text:
     return text
 
 
+def rotation_words(mode: RotationMode) -> str:
+    """How the pair rotates, as its screen says it."""
+    if mode.rotation == OVERLAP:
+        return (
+            f"overlap: the new added beside the old, the old removed once the consumer "
+            f"logs in with the new (grace {format_duration(mode.grace)})"
+        )
+    return "swap: the new replaces the old at the provider, then at the consumer"
+
+
 def holders_text(st: PairStatus, detail: PairDetail | None) -> Text:
     """Who holds the credential: the consumer's file and the provider's login."""
     text = Text()
@@ -119,6 +129,8 @@ def holders_text(st: PairStatus, detail: PairDetail | None) -> Text:
     text.append(f"{st.provider} on {st.provider_node} ({registry.kind_of(st.kind).title})")
     text.append(f", login {st.login}")
     if detail is not None:
+        text.append("\nrotation  ", "bold")
+        text.append(rotation_words(detail.rotation))
         if detail.values:
             text.append("\nvalues    ", "bold")
             text.append(", ".join(f"{k}={v}" for k, v in sorted(detail.values.items())))

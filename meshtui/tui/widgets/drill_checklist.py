@@ -25,8 +25,12 @@ def drill_text(report: DrillReport, *, when: str = "") -> Text:
     text.append(verdict, "bold green" if report.ok else "bold red")
     text.append("  ")
     text.append(report.pair, "bold")
-    window = f"{report.window_ms:.1f} ms" if report.window_ms is not None else "not measured"
-    text.append(f"\n   window {window}")
+    if report.both_accepted_ms is not None:  # an overlap: no window, both accepted meanwhile
+        text.append(f"\n   overlap: both accepted {report.both_accepted_ms:.1f} ms")
+        text.append(f" · {report.refused or 0} logins refused")
+    else:
+        window = f"{report.window_ms:.1f} ms" if report.window_ms is not None else "not measured"
+        text.append(f"\n   window {window}")
     if report.rotation is not None:
         text.append(f" · rotation {report.rotation}")
     if when:

@@ -1,0 +1,79 @@
+"""A pair's rotation as declared: ``rotation = "overlap"`` and its ``grace`` per offer or per
+requirement, stored for ``rotate``; refused, naming the kind, where the kind's login holds one
+credential only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from meshtui.controller.plan import declaration
+from meshtui.errors import DeclarationError
+from meshtui.kinds import registry
+from meshtui.model import DEFAULT_GRACE_S, OVERLAP, SWAP
+from tests.fix_mesh import Mesh, consumer, provider
+
+
+def _redis(module_id: str = "db1/redis") -> dict[str, Any]:
+    mod = provider(module_id, "cache", 6379)
+    mod["provides"][0].update(kind="redis", tls=False)
+    return mod
+
+
+def _declared(mesh: Mesh, mods: dict[str, Any]) -> dict[str, Any]:
+    decl = declaration.load(mesh.write(mesh.spec(mods)))
+    return {p.id: p.rotation for p in decl.pairs}
+
+
+def test_a_pair_is_a_swap_unless_declared_otherwise(mesh: Mesh) -> None:
+    modes = _declared(mesh, {"db1/postgres": provider(), "app1/gitea": consumer("app1/gitea")})
+    assert [(m.rotation, m.grace) for m in modes.values()] == [(SWAP, DEFAULT_GRACE_S)]
+
+
+def test_overlap_on_the_offer_reaches_each_pair_and_a_requirement_overrides_it(
+    mesh: Mesh,
+) -> None:
+    redis = _redis()
+    redis["provides"][0].update(rotation="overlap", grace="30s")
+    app1 = consumer("app1/gitea", "cache")
+    app1["requires"][0]["values"] = {}
+    app2 = consumer("app1/other", "cache")
+    app2["requires"][0].update(values={}, rotation="swap")
+    modes = _declared(mesh, {"db1/redis": redis, "app1/gitea": app1, "app1/other": app2})
+    assert modes["cache:app1/gitea->db1/redis"].rotation == OVERLAP
+    assert modes["cache:app1/gitea->db1/redis"].grace == 30.0
+    assert modes["cache:app1/other->db1/redis"].rotation == SWAP
+
+
+@pytest.mark.parametrize("where", ["offer", "requirement"])
+def test_overlap_for_a_kind_that_holds_one_credential_is_refused_naming_it(
+    mesh: Mesh, where: str
+) -> None:
+    pg = provider()
+    app = consumer("app1/gitea")
+    (pg["provides"][0] if where == "offer" else app["requires"][0])["rotation"] = "overlap"
+    assert not registry.can_overlap(registry.kind_of("postgres"))
+    path = mesh.write(mesh.spec({"db1/postgres": pg, "app1/gitea": app}))
+    with pytest.raises(DeclarationError) as caught:
+        declaration.load(path)
+    text = str(caught.value)
+    key = "provides[0].rotation" if where == "offer" else "requires[0].rotation"
+    assert str(path) in text and key in text, text
+    assert "PostgreSQL" in text and "postgres cannot rotate by overlap" in text, text
+    assert 'rotation = "swap"' in text
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "said"),
+    [("rotation", "fast", "'fast' is not a rotation"), ("grace", 5, "must be a duration")],
+)
+def test_a_bad_rotation_or_grace_names_the_key(
+    mesh: Mesh, key: str, value: object, said: str
+) -> None:
+    pg = provider()
+    pg["provides"][0][key] = value
+    path = mesh.write(mesh.spec({"db1/postgres": pg, "app1/gitea": consumer("app1/gitea")}))
+    with pytest.raises(DeclarationError) as caught:
+        declaration.load(path)
+    assert f"provides[0].{key}" in str(caught.value) and said in str(caught.value)
