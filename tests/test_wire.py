@@ -116,10 +116,10 @@ def test_another_version_says_to_update_even_when_its_fields_differ() -> None:
     old = good_body()
     old["v"] = 1
     del old["seq"]  # version 1 had no sequence number
-    with pytest.raises(EnvelopeError, match="message version 1, expected 2 .update meshtui"):
+    with pytest.raises(EnvelopeError, match="message version 1, expected 3 .update meshtui"):
         opened(signed(old))
-    with pytest.raises(EnvelopeError, match="message version 3, expected 2"):
-        opened(signed({**good_body(), "v": 3}))
+    with pytest.raises(EnvelopeError, match="message version 4, expected 3"):
+        opened(signed({**good_body(), "v": 4}))
 
 
 @pytest.mark.parametrize("envelope", [{"body": "e30="}, {"body": 1, "sig": "x"}, [], "x"])

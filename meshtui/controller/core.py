@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from meshtui import crypto
+from meshtui.controller import config
 from meshtui.controller.freshness import InventoryStamp, inventory_stamp
 from meshtui.controller.keys import KEY_STEM, write_keys_once
 from meshtui.controller.read import detail as detail_mod
@@ -56,6 +57,7 @@ from meshtui.folders import trusted_path, user_name
 from meshtui.inventory import Inventory
 from meshtui.model import PairStatus, RotationState, State, node_of
 from meshtui.protocol import wire
+from meshtui.protocol.fence import Fence
 
 if TYPE_CHECKING:  # httpx stays out of the import of core (see controller.client)
     from meshtui.controller.agents.client import Agents
@@ -117,6 +119,8 @@ class Controller:
         self.inventory = inventory
         self._keys: crypto.PrivateKeys | None = None
         self.sequence = wire.Sequence(state_dir / SEQUENCE_FILE)  # numbers every agent request
+        self.fence = Fence(config.load(state_dir).name)
+        """This controller's name and epoch on every request (epoch 0 until a lease sets it)."""
         self.faults: dict[str, Callable[[], None]] = {}  # fault-injection seam for tests
 
     @classmethod
@@ -190,6 +194,7 @@ class Controller:
             timeout=DEFAULT_TIMEOUT_S if timeout is None else timeout,
             sequence=self.sequence,
             head=self.inventory.signed_head,
+            fence=lambda: self.fence,
         )
 
     def _ends(self, ids: Iterable[str], *, consumers_only: bool = False) -> list[str]:

@@ -25,6 +25,7 @@ from meshtui.controller.agents.channel import Answer, Channel, json_body, reques
 from meshtui.errors import AgentError, EnvelopeError, MessageError
 from meshtui.inventory.rows import NodeRow
 from meshtui.protocol import messages, wire
+from meshtui.protocol.fence import Fence
 from meshtui.protocol.messages import Kind
 
 Req = TypeVar("Req", bound=Mapping[str, object])
@@ -64,6 +65,9 @@ UNSIGNED_REFUSALS = {
 
 HeadSource = Callable[[], wire.SignedHead | None]
 """Where a client reads the audit head it shows the agent with each request (read per request)."""
+FenceSource = Callable[[], Fence]
+"""Where a client reads the controller's name and epoch each request carries (read per request:
+a lease taken or lost changes the epoch)."""
 
 
 @functools.cache
@@ -218,10 +222,12 @@ class AgentClient:
         timeout: float = DEFAULT_TIMEOUT_S,
         sequence: wire.Sequence | None = None,
         head: HeadSource | None = None,
+        fence: FenceSource | None = None,
     ) -> None:
         self.name: str = node["name"]
         self._sequence = sequence
         self._head = head
+        self._fence = fence
         self.agent: str = node["agent"]
         self._verify_key = crypto.unb64(node["verify_key"], "verify_key")
         self._keys = keys
@@ -258,6 +264,7 @@ class AgentClient:
                 keys=self._keys,
                 sequence=self._sequence,
                 head=self._head() if self._head is not None else None,
+                fence=self._fence() if self._fence is not None else None,
             )
         except OSError as exc:
             where = self._sequence.path if self._sequence else "the sequence file"
@@ -342,9 +349,10 @@ class Agents:
         timeout: float = DEFAULT_TIMEOUT_S,
         sequence: wire.Sequence | None = None,
         head: HeadSource | None = None,
+        fence: FenceSource | None = None,
     ) -> None:
         self._nodes, self._keys, self._timeout = nodes, keys, timeout
-        self._sequence, self._head = sequence, head
+        self._sequence, self._head, self._fence = sequence, head, fence
         self._clients: dict[str, AgentClient] = {}
         self._pool: ThreadPoolExecutor | None = None  # made by the first call to several nodes
 
@@ -368,6 +376,7 @@ class Agents:
                 timeout=self._timeout,
                 sequence=self._sequence,
                 head=self._head,
+                fence=self._fence,
             )
         return self._clients[node]
 
