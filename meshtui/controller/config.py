@@ -19,7 +19,7 @@ from pathlib import Path
 
 from meshtui.atomic import write_private
 from meshtui.errors import InputError
-from meshtui.protocol.fence import NAME
+from meshtui.model import CONTROLLER_NAME_RE as NAME
 
 CONFIG_FILE = "controller.toml"
 DEFAULT_NAME = "controller"

@@ -241,6 +241,13 @@ def _claims_v10(db: sqlite_utils.Database) -> None:
     )
 
 
+def _audit_controller_v11(db: sqlite_utils.Database) -> None:
+    """Which controller wrote each event and signed the head (NULL: before controllers were
+    named; one controller then)."""
+    db.execute("ALTER TABLE audit ADD COLUMN controller TEXT")
+    db.execute("ALTER TABLE audit_head ADD COLUMN controller TEXT")
+
+
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _create_v1,
     _signed_head_v2,
@@ -252,6 +259,7 @@ MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _pairs_stamp_v8,
     _status_ticks_v9,
     _claims_v10,
+    _audit_controller_v11,
 ]
 """``MIGRATIONS[i]`` takes the schema from version i to i+1; append, never edit."""
 

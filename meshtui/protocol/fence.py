@@ -8,11 +8,9 @@ turn (paused past its lease while another took over) delivers nothing when it wa
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
-"""A controller's name: lower-case letters, digits, ``.``, ``_``, ``-`` (a host name fits)."""
+from meshtui.model import CONTROLLER_NAME_RE as NAME
 
 
 @dataclass(frozen=True)

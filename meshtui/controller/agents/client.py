@@ -119,6 +119,8 @@ class AnchorRead:
     history: list[wire.SignedHead]
     accepted: int | None
     controller: str | None
+    controllers: list[messages.AcceptedController] | None = None
+    """The controllers it accepts (None: an agent that does not say)."""
 
 
 def read_anchor_answer(node: NodeRow, *, timeout: float = STATE_TIMEOUT_S) -> AnchorRead:
@@ -156,6 +158,7 @@ def read_anchor_answer(node: NodeRow, *, timeout: float = STATE_TIMEOUT_S) -> An
             history=[wire.SignedHead.from_json(h) for h in answer.get("history", [])],
             accepted=accepted,
             controller=answer.get("controller"),
+            controllers=answer.get("controllers"),
         )
     except MessageError as exc:
         raise AgentError(name, f"answer refused: {exc}") from None

@@ -32,8 +32,8 @@ from meshtui import crypto
 from meshtui.atomic import write_private
 from meshtui.errors import KeyFileError, PolicyFileError, PolicyRefusal, UnknownKindError
 from meshtui.kinds import registry
+from meshtui.model import CONTROLLER_NAME_RE as CONTROLLER_NAME
 from meshtui.model import is_builtin
-from meshtui.protocol.fence import NAME as CONTROLLER_NAME
 from meshtui.protocol.messages import Target
 
 POLICY_FILE = "policy.toml"

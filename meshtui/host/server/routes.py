@@ -25,7 +25,7 @@ from meshtui.host import log
 from meshtui.host import probe_runner as probe_mod
 from meshtui.host.module_secrets import OwnSecrets
 from meshtui.host.policy import node_policy as policy_mod
-from meshtui.host.policy.controllers import Controllers
+from meshtui.host.policy.controller_keys import Controllers
 from meshtui.host.receive.delivery import Deliveries
 from meshtui.host.receive.run_provisioner import Provisioner, builtin_provisioner, inspect_provider
 from meshtui.host.server.answers import Asked, Refused, Step, answering
@@ -268,6 +268,9 @@ class Agent:
             "history": [h.to_json() for h in self.anchor.history],
             "accepted": self.accepted.high_water(),
             "controller": self.identity.controller.fingerprint(),
+            "controllers": [
+                {"name": name, "fingerprint": fp} for name, fp in self.controllers.listing()
+            ],
         }
         return 200, self._reply(messages.ANCHOR.name, payload, nonce)
 

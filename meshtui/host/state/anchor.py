@@ -57,7 +57,7 @@ class AuditAnchor:
         history: Iterable[Mapping[str, object]] = (),
     ) -> None:
         """``controller_verify_key``: the one controller key, or the key of each accepted
-        controller by name (:meth:`meshtui.host.policy.controllers.Controllers.key_of`): a head
+        controller by name (:meth:`meshtui.host.policy.controller_keys.Controllers.key_of`): a head
         is verified with the key of the controller that signed it."""
         self._path = state_dir / ANCHOR
         self._key_of: KeyOf = (

@@ -1,0 +1,100 @@
+"""Two controllers, each with its own key, on one inventory and one mesh of real agents: every
+audit event names the controller that appended it, the head is signed by that controller's key,
+and ``audit --verify`` (the chain and every node's anchor) passes with events from both.
+
+Until the inventory can live on PostgreSQL, the second controller is this state folder's
+inventory opened under ctl-b's name and key (what a second machine on a shared inventory does).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from meshtui import crypto
+from meshtui.controller import config
+from meshtui.controller.core import Controller
+from meshtui.controller.keys import add_peer
+from meshtui.host.policy import node_policy
+from meshtui.protocol.fence import Fence
+from tests.fix_agents import Mesh, mesh_policy
+
+GITEA = "database:app1/gitea->db1/postgres"
+
+
+@pytest.fixture
+def mesh(mesh_with_agents: Callable[..., Mesh], tmp_path) -> Mesh:
+    m = mesh_with_agents(
+        consumers={"app1": ["gitea"]}, port=5432, admin=None, provisioner=["/bin/true"]
+    )
+    config.write_name(m.state, "ctl-a")
+    b = crypto.PrivateKeys.generate(node=False)
+    crypto.write_keys(tmp_path, "ctl-b", b)
+    m.ctl_b = b  # type: ignore[attr-defined]
+    m.ctl_b_pub = tmp_path / "ctl-b.pub"  # type: ignore[attr-defined]
+    a = crypto.load_public(m.state / "controller.pub", need_seal=False)
+    for node in m.nodes:
+        entries = [
+            node_policy.ControllerKey("ctl-a", a.verify).entry(),
+            node_policy.ControllerKey("ctl-b", b.public().verify).entry(),
+        ]
+        policy = mesh_policy(node, m.root, provisioner=(("/bin/true",),))
+        text = policy + "\n" + "\n\n".join(entries) + "\n"
+        node_policy.write(m.nodes[node], text)
+    m.start_all(list(m.nodes))
+    return m
+
+
+@contextmanager
+def controller_b(mesh: Mesh) -> Iterator[Controller]:
+    """The shared inventory, acted on by ctl-b with its own key."""
+    ctl = Controller.open(mesh.state)
+    keys: crypto.PrivateKeys = mesh.ctl_b  # type: ignore[attr-defined]
+    ctl._keys = keys
+    ctl.fence = Fence("ctl-b")
+    ctl.inventory.signer = keys.sign
+    ctl.inventory.controller = "ctl-b"
+    try:
+        yield ctl
+    finally:
+        ctl.close()
+
+
+def test_the_audit_names_each_controller_and_verifies_with_events_from_both(mesh: Mesh) -> None:
+    with mesh.controller() as a:
+        pushed = a.push()
+        assert pushed.ok, [(o.pair, o.reason) for o in pushed.delivered]
+    with controller_b(mesh) as b:
+        assert b.rotate([GITEA]).outcome == "done"
+        assert b.push().ok  # every node now keeps a head ctl-b signed
+    events = Controller.open(mesh.state, read_only=True)
+    with events as ctl:
+        by = {e["controller"] for e in ctl.inventory.events()}
+        assert {"ctl-a", "ctl-b"} <= by
+        assert ctl.inventory.signed_head().controller == "ctl-b"  # type: ignore[union-attr]
+        exported = list(csv.DictReader(io.StringIO(ctl.export_events("csv"))))
+        assert {"ctl-a", "ctl-b"} <= {row["controller"] for row in exported}
+        # ctl-a does not know ctl-b's key yet: the head cannot be checked, and it says why
+        chain = ctl.verify_chain()
+        assert not chain.ok and "controller ctl-b" in chain.problem
+        assert "controllers/ctl-b.pub" in chain.problem
+    add_peer(mesh.state, "ctl-b", mesh.ctl_b_pub)  # type: ignore[attr-defined]
+    done = mesh.cli("audit", "--verify")
+    assert done.returncode == 0, done.stdout + done.stderr
+    for node in mesh.nodes:
+        assert f"node {node}" in done.stdout and "agrees" in done.stdout
+
+
+def test_a_head_signed_by_another_key_than_its_controllers_fails(mesh: Mesh) -> None:
+    with mesh.controller() as a:
+        assert a.push().ok
+    add_peer(mesh.state, "ctl-b", mesh.ctl_b_pub)  # type: ignore[attr-defined]
+    with mesh.controller() as a:  # ctl-a's key, but the events say ctl-b
+        a.inventory.controller = "ctl-b"
+        a.inventory.record("declare", [], {}, "ok")
+        chain = a.verify_chain()
+    assert not chain.ok and "not signed by the controller key of controller ctl-b" in chain.problem
