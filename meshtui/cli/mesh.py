@@ -17,10 +17,15 @@ from meshtui.terminal import not_a_terminal, require_terminal
 def cmd_init(args: argparse.Namespace) -> int:
     from meshtui.controller.core import init_keys
 
-    pub, created = init_keys(state_dir(args))
+    from meshtui.controller import config
+
+    state = state_dir(args)
+    pub, created = init_keys(state)
     print(
         f"{'wrote' if created else 'kept'} controller keys: {pub} (give this file to meshtui host init)"
     )
+    if args.name is not None:
+        print(f"controller name {args.name}: {config.write_name(state, args.name)}")
     return EXIT_OK
 
 

@@ -98,3 +98,38 @@ def test_a_head_signed_by_another_key_than_its_controllers_fails(mesh: Mesh) -> 
         a.inventory.record("declare", [], {}, "ok")
         chain = a.verify_chain()
     assert not chain.ok and "not signed by the controller key of controller ctl-b" in chain.problem
+
+
+def test_doctor_names_the_nodes_that_do_not_yet_accept_a_controller(
+    mesh_with_agents: Callable[..., Mesh], tmp_path
+) -> None:
+    m = mesh_with_agents(
+        consumers={"app1": ["gitea"]}, port=5432, admin=None, provisioner=["/bin/true"]
+    )
+    b = crypto.PrivateKeys.generate(node=False)
+    crypto.write_keys(tmp_path, "ctl-b", b)
+    with m.controller() as ctl:
+        assert not [p for p in ctl.doctor().problems if p.check == "controller"]
+    add_peer(m.state, "ctl-b", tmp_path / "ctl-b.pub")  # ctl-b added here, not yet on the nodes
+    with m.controller() as ctl:
+        found = [p for p in ctl.doctor().problems if p.check == "controller"]
+    assert sorted(p.node for p in found) == sorted(m.nodes)
+    assert all("does not accept controller ctl-b" in p.problem for p in found)
+    assert all("pins only controller key" in p.problem for p in found)
+    assert all(crypto.b64(b.public().verify) in p.fix for p in found)
+
+    a = crypto.load_public(m.state / "controller.pub", need_seal=False)
+    name = config.load(m.state).name
+    policy = mesh_policy("app1", m.root, provisioner=(("/bin/true",),))
+    entries = [node_policy.ControllerKey(name, a.verify).entry()]
+    node_policy.write(m.nodes["app1"], policy + "\n" + "\n\n".join(entries) + "\n")
+    m.start("app1")  # names this controller only: ctl-b still missing there
+    entries.append(node_policy.ControllerKey("ctl-b", b.public().verify).entry())
+    for node in ("db1",):
+        policy = mesh_policy(node, m.root, provisioner=(("/bin/true",),))
+        node_policy.write(m.nodes[node], policy + "\n" + "\n\n".join(entries) + "\n")
+        m.start(node)
+    with m.controller() as ctl:
+        found = [p for p in ctl.doctor().problems if p.check == "controller"]
+    assert [(p.node, p.subject) for p in found] == [("app1", "ctl-b")]
+    assert f"its policy names {name}" in found[0].problem

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from meshtui import crypto
 from meshtui.controller.reports import Progress
 from meshtui.errors import AgentError
 from meshtui.inventory.rows import ModuleRow, NodeRow, PairRow
@@ -39,7 +40,7 @@ class Problem:
 
     node: str
     check: str  # key, reach, clock, folder, owner, group, reload, admin-file, admin-rights, port,
-    # policy, file (a credential file), secret-file (a module's own secret file)
+    # policy, file (a credential file), secret-file (a module's own secret file), controller
     subject: str
     problem: str
     fix: str
@@ -255,6 +256,27 @@ def pinned_elsewhere(ctl: Reach, node: str, row: NodeRow, exc: AgentError) -> Pr
     )
 
 
+def controllers_not_accepted(ctl: Reach, nodes: Mapping[str, NodeRow]) -> list[Problem]:
+    """A node that does not accept a controller this one knows (itself, or another in
+    ``controllers/NAME.pub``): named, with the policy entry that would accept it."""
+    from meshtui.controller.keys import keyring
+    from meshtui.controller.read.accepting import not_accepting
+
+    keys = keyring(ctl.state_dir, ctl.fence.controller)
+    return [
+        Problem(
+            gap.node,
+            "controller",
+            gap.name,
+            f"does not accept controller {gap.name} (key {gap.fingerprint}): {gap.accepts}",
+            f'add to {gap.node}\'s policy.toml: [[controllers]] name = "{gap.name}", '
+            f'verify = "{crypto.b64(keys.keys[gap.name])}" (and one for every controller '
+            "it should keep accepting), then restart its agent",
+        )
+        for gap in not_accepting(keys, nodes)
+    ]
+
+
 def provider_files(
     ctl: Reach, agents_for: Mapping[str, NodeRow], answered: set[str]
 ) -> list[Problem]:
@@ -369,6 +391,7 @@ def doctor(ctl: Reach, progress: Progress) -> DoctorReport:
         ]
         checked.append(NodeCheck(node, True, round(skew, 3), found["passed"], found["elapsed_ms"]))
     answered = {n.node for n in checked if n.answered}
+    problems += controllers_not_accepted(ctl, nodes)
     problems += provider_files(ctl, nodes, answered)
     problems += secret_files(ctl, nodes, answered)
     progress("checked", len(asks), len(asks))
