@@ -214,6 +214,11 @@ class AgentError(MeshtuiError):
         super().__init__(f"node {node}: {reason}")
 
 
+class FencedOutError(AgentError):
+    """A node refused a delivering request for its epoch (:class:`FencedError` on the node):
+    another controller leads, and this one must stop delivering."""
+
+
 class ChannelError(MeshtuiError, OSError):
     """An agent's answer could not be read: not HTTP, too large, or cut short. Also an
     ``OSError``, as a connection's failure is: the caller turns either into an AgentError."""

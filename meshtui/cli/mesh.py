@@ -15,9 +15,8 @@ from meshtui.terminal import not_a_terminal, require_terminal
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from meshtui.controller.core import init_keys
-
     from meshtui.controller import config
+    from meshtui.controller.core import init_keys
 
     state = state_dir(args)
     pub, created = init_keys(state)

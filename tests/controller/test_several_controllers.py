@@ -133,3 +133,22 @@ def test_doctor_names_the_nodes_that_do_not_yet_accept_a_controller(
         found = [p for p in ctl.doctor().problems if p.check == "controller"]
     assert [(p.node, p.subject) for p in found] == [("app1", "ctl-b")]
     assert f"its policy names {name}" in found[0].problem
+
+
+def test_a_rotation_under_an_epoch_behind_the_nodes_changes_nothing(
+    mesh_with_agents: Callable[..., Mesh],
+) -> None:
+    m = mesh_with_agents(
+        consumers={"app1": ["gitea"]}, port=5432, admin=None, provisioner=["/bin/true"]
+    )
+    with m.controller() as ctl:
+        name = ctl.fence.controller
+        ctl.fence = Fence(name, 5)  # as a lease at epoch 5 would set it
+        assert ctl.push().ok
+    held = m.secret("srv/app1/gitea/db.password")
+    with m.controller() as ctl:
+        ctl.fence = Fence(name, 4)  # woke up after another controller took epoch 5
+        report = ctl.rotate([GITEA])
+    assert report.outcome != "done"
+    assert f"controller {name}'s epoch 4 is behind epoch 5" in report.reason
+    assert m.secret("srv/app1/gitea/db.password") == held

@@ -22,7 +22,7 @@ from typing import TypeVar
 
 from meshtui import crypto
 from meshtui.controller.agents.channel import Answer, Channel, json_body, request_bytes
-from meshtui.errors import AgentError, EnvelopeError, MessageError
+from meshtui.errors import AgentError, EnvelopeError, FencedOutError, MessageError
 from meshtui.inventory.rows import NodeRow
 from meshtui.protocol import messages, wire
 from meshtui.protocol.fence import Fence
@@ -46,6 +46,9 @@ PARALLEL = 8
 BUSY_RETRIES = (0.2, 0.5, 1.0, 2.0)
 """Waits before sending again when an agent answered 503 busy (it read nothing of the request)."""
 
+
+FENCED = 409
+"""The status of a node's signed refusal of a delivering request under a lower epoch."""
 
 UNSIGNED_REFUSAL = "refused, unsigned"
 """How a 403 the node did not sign for this request begins: the agent could not authenticate
@@ -320,6 +323,8 @@ class AgentClient:
         try:
             if resp.status_code != 200 or msg.kind == messages.ERROR.name:
                 refusal = messages.ERROR.answer_of(msg.payload)
+                if resp.status_code == FENCED:  # signed: the node's word, for this request
+                    raise FencedOutError(self.name, refusal["error"])
                 raise AgentError(self.name, refusal["error"])
             if msg.kind != kind.name:
                 raise MessageError(f"the answer is a {msg.kind!r}, not a {kind.name!r}")
