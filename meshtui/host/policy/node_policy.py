@@ -28,9 +28,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from meshtui import crypto
+from meshtui import crypto, folders
 from meshtui.atomic import write_private
-from meshtui.errors import KeyFileError, PolicyFileError, PolicyRefusal, UnknownKindError
+from meshtui.errors import (
+    HostFileError,
+    KeyFileError,
+    PolicyFileError,
+    PolicyRefusal,
+    UnknownKindError,
+)
 from meshtui.kinds import registry
 from meshtui.model import CONTROLLER_NAME_RE as CONTROLLER_NAME
 from meshtui.model import is_builtin
@@ -664,6 +670,37 @@ class _Reader:
                 ) from None
         return Command(tuple(argv), user, group)
 
+    def pub(self, key: str, value: object) -> bytes:
+        """The verify key in a controller's .pub file, read only when no other user can change
+        it: through folders nobody else can write, a regular file (not a link) of root's or the
+        agent's user, writable by nobody else."""
+        path = self.file(key, value)
+        fix = "keep the .pub file owned by root or the agent's user, mode 0644, in such folders"
+        try:
+            got = folders.open_folder(Path(path).parent)
+            read = None
+            if got is not None:
+                with got:
+                    read = got.read_with_stat(Path(path).name, limit=4096)
+        except HostFileError as exc:
+            raise self.fail(key, str(exc), fix) from None
+        if read is None:
+            raise self.fail(key, f"{path} does not exist", "copy that controller's .pub there")
+        data, st = read
+        if st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
+            raise self.fail(
+                key,
+                f"{path} can be changed by another user (owner {_user(st.st_uid)}, mode "
+                f"{stat.S_IMODE(st.st_mode):04o})",
+                fix,
+            )
+        try:
+            return crypto.parse_public(
+                data.decode("utf-8", "replace"), path, need_seal=False
+            ).verify
+        except KeyFileError as exc:
+            raise self.fail(key, str(exc), "copy that controller's controller.pub there") from None
+
     def controller(self, key: str, entry: dict[str, Any]) -> ControllerKey:
         name = self.text(f"{key}.name", entry.get("name"))
         if not CONTROLLER_NAME.match(name):
@@ -677,17 +714,7 @@ class _Reader:
                 'write pub = "/etc/meshtui/ctl-a.pub"',
             )
         if "pub" in entry:
-            try:
-                return ControllerKey(
-                    name,
-                    crypto.load_public(
-                        Path(self.file(f"{key}.pub", entry["pub"])), need_seal=False
-                    ).verify,
-                )
-            except KeyFileError as exc:
-                raise self.fail(
-                    f"{key}.pub", str(exc), "name that controller's .pub file"
-                ) from None
+            return ControllerKey(name, self.pub(f"{key}.pub", entry["pub"]))
         try:
             verify = crypto.unb64(self.text(f"{key}.verify", entry["verify"]), "verify")
         except ValueError as exc:
