@@ -52,7 +52,9 @@ FENCED = 409
 
 UNSIGNED_REFUSAL = "refused, unsigned"
 """How a 403 the node did not sign for this request begins: the agent could not authenticate
-it (another controller key pinned there, or the request changed on the way)."""
+it (it does not accept this controller's key, or the request changed on the way). Its own
+words are not shown: a refusal of a request nobody authenticated is never signed (an on-path
+relay could otherwise make a delivered request look refused)."""
 
 UNSIGNED_REFUSALS = {
     413: "the request is larger than the agent reads (16 MiB); deliver fewer pairs at once",
@@ -60,8 +62,10 @@ UNSIGNED_REFUSALS = {
     408: "the agent did not receive the whole request in time",
     400: "the agent could not read the request",
     403: (
-        f"{UNSIGNED_REFUSAL}: the agent could not verify the request (it pins another "
-        "controller key, or the request changed on the way)"
+        f"{UNSIGNED_REFUSAL}: the agent could not verify the request (it does not accept "
+        "this controller: its policy's [[controllers]] do not name it with this key, or it "
+        "pins another controller key; or the request changed on the way; meshtui doctor "
+        "says which)"
     ),
 }
 """What an unsigned refusal (before the agent knew who asked) means, by HTTP status."""
