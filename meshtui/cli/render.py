@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         SecretDrillReport,
         SecretStatus,
     )
+    from meshtui.lab.mesh import LabStatus
 
 
 def print_json(data: Any) -> None:
@@ -244,7 +245,7 @@ def drilled(reports: Sequence[DrillReport]) -> None:
             print(f"  {r.reason}")
 
 
-def lab_status(info: dict[str, Any]) -> None:
+def lab_status(info: LabStatus) -> None:
     if not info["up"]:
         print("no lab is up")
         return

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, NamedTuple, TypeGuard
+from typing import NamedTuple, TypeGuard
 
+from meshtui.freeform import JsonObject
 from meshtui.model import PairStatus, RotationState, State, node_of
 
 Progress = Callable[[str, int, int], None]
@@ -125,7 +126,7 @@ class RotationReport:
         """True when the rotation finished all-new and every consumer's reload worked."""
         return self.done and all(p.ok for p in self.pairs)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The ``rotate --json`` object."""
         return asdict(self)
 
@@ -155,7 +156,7 @@ class PushReport:
         """True when nobody is behind (or unreachable)."""
         return not self.behind
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The ``push --json`` object."""
         return asdict(self)
 
@@ -198,7 +199,7 @@ class DrillReport:
     rotation: int | None
     reason: str = ""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The ``drill --json`` object."""
         return asdict(self)
 
@@ -289,7 +290,7 @@ class SecretStatus:
         """The module's node, where its file is."""
         return node_of(self.module)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The ``secret status --json`` object (and, under its vault pair, ``status --json``'s):
         who holds the secret (the module's file, the vault's path), the versions, never a
         value."""
@@ -323,7 +324,7 @@ class SecretDrillReport:
     checks: list[SecretDrillCheck]
     reason: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return asdict(self)
 
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 from meshtui.contracts.adapter import (
     Adapter,
@@ -54,6 +54,7 @@ from meshtui.contracts.manifest_reader import (
 from meshtui.contracts.provider_files import SecretFiles, read_admin
 from meshtui.crypto import secret_digest
 from meshtui.errors import ManifestError, MeshtuiError, ProvisionError, UnsafeLoginError
+from meshtui.freeform import JsonObject
 from meshtui.kinds import registry
 from meshtui.model import SUCCESS, Drift, OutcomeName
 
@@ -97,7 +98,7 @@ class Report:
             out[item.outcome] = out.get(item.outcome, 0) + 1
         return out
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         """A JSON-ready dict (``--json``)."""
         return {
             "provision": self.provision,

@@ -16,6 +16,7 @@ from typing import Any
 from meshtui import crypto
 from meshtui.controller.plan.naming import derive_login
 from meshtui.errors import DeclarationError, KeyFileError, UnknownKindError
+from meshtui.freeform import TomlTable
 from meshtui.kinds import registry
 from meshtui.kinds.kind import Kind, ValuesError
 from meshtui.model import (
@@ -79,7 +80,7 @@ class _Reader:
     def fail(self, key: str, problem: str, fix: str = "") -> DeclarationError:
         return DeclarationError(str(self.path), key, problem, fix)
 
-    def table(self, data: Any, key: str) -> dict[str, Any]:
+    def table(self, data: Any, key: str) -> TomlTable:
         if not isinstance(data, dict):
             raise self.fail(key, "must be a table", f"write it as [{key}] or {{ ... }}")
         return data

@@ -26,7 +26,6 @@ import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from meshtui import crypto, folders
 from meshtui.atomic import write_private
@@ -37,6 +36,7 @@ from meshtui.errors import (
     PolicyRefusal,
     UnknownKindError,
 )
+from meshtui.freeform import TomlTable
 from meshtui.kinds import registry
 from meshtui.model import CONTROLLER_NAME_RE as CONTROLLER_NAME
 from meshtui.model import is_builtin
@@ -572,7 +572,7 @@ class _Reader:
     def fail(self, key: str, problem: str, fix: str) -> PolicyFileError:
         return PolicyFileError(str(self.path), key, problem, fix)
 
-    def table(self, key: str, value: object, known: Sequence[str]) -> dict[str, Any]:
+    def table(self, key: str, value: object, known: Sequence[str]) -> TomlTable:
         if not isinstance(value, dict):
             raise self.fail(key, "must be a table", f"write it as [[{key.split('[')[0]}]]")
         for k in value:
@@ -582,7 +582,7 @@ class _Reader:
                 )
         return value
 
-    def entries(self, doc: dict[str, Any], name: str, known: Sequence[str]) -> list[dict[str, Any]]:
+    def entries(self, doc: TomlTable, name: str, known: Sequence[str]) -> list[TomlTable]:
         value = doc.get(name, [])
         if not isinstance(value, list):
             raise self.fail(name, "must be a list of tables", f"write each as [[{name}]]")
@@ -634,7 +634,7 @@ class _Reader:
             )
         return value
 
-    def command(self, key: str, entry: dict[str, Any]) -> Command:
+    def command(self, key: str, entry: TomlTable) -> Command:
         argv = entry.get("argv")
         if (
             not isinstance(argv, list)
@@ -701,7 +701,7 @@ class _Reader:
         except KeyFileError as exc:
             raise self.fail(key, str(exc), "copy that controller's controller.pub there") from None
 
-    def controller(self, key: str, entry: dict[str, Any]) -> ControllerKey:
+    def controller(self, key: str, entry: TomlTable) -> ControllerKey:
         name = self.text(f"{key}.name", entry.get("name"))
         if not CONTROLLER_NAME.match(name):
             raise self.fail(
@@ -728,7 +728,7 @@ class _Reader:
         return ControllerKey(name, verify)
 
 
-def _parse(path: Path, node: str, doc: dict[str, Any]) -> Policy:
+def _parse(path: Path, node: str, doc: TomlTable) -> Policy:
     r = _Reader(path)
     for key in doc:
         if key not in ("version", *_TABLES):

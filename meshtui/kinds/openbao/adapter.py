@@ -34,11 +34,11 @@ import re
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
 
 from meshtui.contracts.adapter import Capabilities, Done, Held, Refused, Scope, Wanted
 from meshtui.crypto import secret_digest
 from meshtui.errors import ProvisionError, UnsafeLoginError
+from meshtui.freeform import ForeignJson
 from meshtui.kinds.kind import ValuesError
 from meshtui.kinds.openbao.client import APPROLE_MOUNT, KV_MOUNT, Bao, BaoError, read_admin
 from meshtui.kinds.openbao.values import check_values
@@ -55,7 +55,7 @@ TOKEN_TTL_S = 300
 TOKEN_MAX_TTL_S = 900
 DIGEST_KEY = "meshtui_digest"
 _LOGIN = re.compile(r"[a-z0-9_]{1,63}")
-ROLE_SETTINGS: dict[str, Any] = {
+ROLE_SETTINGS: ForeignJson = {
     "bind_secret_id": True,
     "secret_id_num_uses": 0,
     "secret_id_ttl": 0,
@@ -113,7 +113,7 @@ class Seen:
 
     login: str
     policy: str | None = None
-    role: dict[str, Any] | None = None
+    role: ForeignJson | None = None
     role_id: str | None = None
     accessors: list[str] = field(default_factory=list)
     digest: str | None = None  # the one secret_id's metadata digest

@@ -40,4 +40,5 @@ KIND = Kind(
     lab=Ref("meshtui.kinds.postgres.lab", "LAB"),
     dbname=_dbname,
     connection=connection,
+    server_config=Ref("meshtui.kinds.postgres.server_config", "RECIPE"),
 )

@@ -50,6 +50,7 @@ from redis.retry import Retry
 from meshtui.contracts.adapter import Capabilities, Change, Done, Held, Refused, Scope, Wanted
 from meshtui.crypto import secret_digest
 from meshtui.errors import ProvisionError, UnsafeLoginError
+from meshtui.freeform import ForeignJson, LibraryKwargs
 from meshtui.kinds.kind import ValuesError
 from meshtui.kinds.redis.acl import Rules, name_problem, rules_for
 from meshtui.kinds.redis.private import only_ca
@@ -189,7 +190,7 @@ def canonical_commands(text: str) -> str:
     return " ".join(tokens[:tail] + singles)
 
 
-def _pairs(reply: Sequence[Any]) -> dict[str, Any]:
+def _pairs(reply: Sequence[Any]) -> ForeignJson:
     return {str(reply[i]): reply[i + 1] for i in range(0, len(reply) - 1, 2)}
 
 
@@ -311,7 +312,7 @@ def _why(exc: BaseException) -> str:
     return _HASH_ARG.sub("#…", text)[:300]
 
 
-def _admin_kwargs(url: str) -> dict[str, Any]:
+def _admin_kwargs(url: str) -> LibraryKwargs:
     """redis-py connection arguments from the admin URL; the URL's text is never shown."""
     if not url.startswith(("redis://", "rediss://", "unix://")):
         raise ProvisionError(
@@ -320,7 +321,7 @@ def _admin_kwargs(url: str) -> dict[str, Any]:
             "unix://ADMIN:PASSWORD@/run/redis/redis.sock"
         )
     try:
-        kwargs: dict[str, Any] = dict(parse_url(url))  # type: ignore[no-untyped-call]
+        kwargs: LibraryKwargs = dict(parse_url(url))  # type: ignore[no-untyped-call]
     except ValueError:
         raise ProvisionError(
             "the admin file is not a valid Redis URL (its text is not shown)"
