@@ -28,6 +28,7 @@ import msgspec
 
 from meshtui import crypto
 from meshtui.atomic import read_private
+from meshtui.controller.config import CONFIG_FILE
 from meshtui.controller.core import INVENTORY, own_folder
 from meshtui.controller.keys import KEY_STEM
 from meshtui.controller.records.export import write_new
@@ -39,7 +40,10 @@ from meshtui.inventory import Inventory, now
 MAGIC = b"meshtui-backup 1\n"
 FORMAT = 1
 SEQUENCE_FILE = "sequence"  # the controller's (controller.core.SEQUENCE_FILE; core imports us not)
-KEPT_FILES = (f"{KEY_STEM}.key", f"{KEY_STEM}.pub", SEQUENCE_FILE, PROOF_FILE)
+KEPT_FILES = (f"{KEY_STEM}.key", f"{KEY_STEM}.pub", SEQUENCE_FILE, PROOF_FILE, CONFIG_FILE)
+PUBLIC_FILES = (f"{KEY_STEM}.pub", CONFIG_FILE)
+"""Kept files anyone may read (0644): the public key, and the config naming the controller
+(a restored controller must keep its name: the nodes' policies accept it by that name)."""
 """The state folder's files a backup carries beside the inventory (the key is required)."""
 MAX_PASSPHRASE = 4096
 
@@ -164,7 +168,7 @@ def take(state_dir: Path, target: Path, passphrase: bytes, params: KdfParams) ->
     for name in KEPT_FILES:
         path = state_dir / name
         try:
-            data = read_private(path) if name != f"{KEY_STEM}.pub" else path.read_bytes()
+            data = read_private(path) if name not in PUBLIC_FILES else path.read_bytes()
         except FileNotFoundError:
             if name == f"{KEY_STEM}.key":
                 raise BackupError(
