@@ -17,7 +17,7 @@ import pwd
 import shlex
 import signal
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -296,7 +296,7 @@ def _write_declaration(
     raised: Mapping[str, tuple[Kind, LabServer, LabProvider]],
     *,
     provisioner: list[str] | None,
-    controllers: list[node_policy.ControllerKey],
+    controllers: Sequence[node_policy.ControllerKey] = (),
 ) -> tuple[Path, set[str]]:
     """The lab's declaration, and the nodes whose policy it changed."""
     srv = folder / "srv"
@@ -354,7 +354,7 @@ def _write_policies(
     nodes: list[str],
     tables: list[toml_writer.Table],
     servers: Mapping[str, node_policy.Server],
-    controllers: list[node_policy.ControllerKey],
+    controllers: Sequence[node_policy.ControllerKey],
 ) -> set[str]:
     """Each node's policy: what the lab's declaration asks of it and no more. Credential files
     and provider files only below the node's own folder in ``srv/``, the kinds and admin files
