@@ -29,6 +29,7 @@ import msgspec
 
 from meshtui import crypto
 from meshtui.errors import EnvelopeError, OffClockError, SignatureError
+from meshtui.model import CONTROLLER_NAME_RE
 from meshtui.protocol.fence import Fence
 
 VERSION = 3  # 2: every body carries "seq"; 3: a request names its controller and its epoch
@@ -219,6 +220,10 @@ class Message:
     epoch: int = 0  # the sending controller's epoch (0: no lease in use)
 
 
+ControllerName = Annotated[str, msgspec.Meta(pattern=CONTROLLER_NAME_RE.pattern)]
+"""A controller's name as a body may carry it (:data:`meshtui.model.CONTROLLER_NAME_RE`)."""
+
+
 class _Envelope(msgspec.Struct, forbid_unknown_fields=True):
     """What travels: the signed body and its signature, both base64 (decoded to bytes as they
     are read). Strict: any other field, or a field of another type, ends the read at once, so
@@ -247,14 +252,15 @@ class _Body(msgspec.Struct, forbid_unknown_fields=True):
     payload: msgspec.Raw  # kept as JSON until its kind's shape decodes it
     reply_to: str | None = None
     head: HeadJson | None = None
-    controller: str | None = None
+    controller: ControllerName | None = None
     epoch: Annotated[int, msgspec.Meta(ge=0)] = 0
 
 
 class _Signer(msgspec.Struct):
-    """Only the body's controller name, read (unverified) to choose the key that verifies it."""
+    """Only the body's controller name, read (unverified) to choose the key that verifies it:
+    a name by its shape, so nothing longer or stranger reaches a refusal's text or a log."""
 
-    controller: str | None = None
+    controller: ControllerName | None = None
 
 
 KeyOf = Callable[[str | None], bytes]
