@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 import socket
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,10 +49,16 @@ def load(state_dir: Path) -> ControllerConfig:
     file and the key when it cannot be read."""
     path = path_of(state_dir)
     try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return ControllerConfig(name=host_name())
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot be read ({exc}); fix it or remove it") from None
+    import tomllib  # only when there is a file: a status without one stays light
+
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{path}: cannot be read ({exc}); fix it or remove it") from None
     name = doc.get("name", None)
     if name is None:
