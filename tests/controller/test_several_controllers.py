@@ -152,3 +152,24 @@ def test_a_rotation_under_an_epoch_behind_the_nodes_changes_nothing(
     assert report.outcome != "done"
     assert f"controller {name}'s epoch 4 is behind epoch 5" in report.reason
     assert m.secret("srv/app1/gitea/db.password") == held
+
+
+def test_doctor_names_a_node_whose_policy_no_longer_names_this_controller(
+    mesh_with_agents: Callable[..., Mesh],
+) -> None:
+    m = mesh_with_agents(
+        consumers={"app1": ["gitea"]}, port=5432, admin=None, provisioner=["/bin/true"]
+    )
+    other = crypto.PrivateKeys.generate(node=False).public().verify
+    policy = mesh_policy("app1", m.root, provisioner=(("/bin/true",),))
+    entry = node_policy.ControllerKey("ctl-b", other).entry()
+    node_policy.write(m.nodes["app1"], policy + "\n" + entry + "\n")  # this controller retired
+    m.start("app1")
+    with m.controller() as ctl:
+        name = ctl.fence.controller
+        problems = ctl.doctor().problems
+    mine = [p for p in problems if p.node == "app1" and p.check == "controller"]
+    assert [p.subject for p in mine] == [name]
+    assert "its policy names ctl-b" in mine[0].problem
+    refused = [p for p in problems if p.node == "app1" and p.check == "key"]
+    assert refused and "[[controllers]]" in refused[0].fix

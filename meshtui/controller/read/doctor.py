@@ -213,8 +213,10 @@ def refusal(node: str, row: NodeRow, exc: AgentError) -> Problem:
             "key",
             node,
             f"the agent refuses this controller's key ({why})",
-            f"on {node}: meshtui host rekey --controller controller.pub (see README, "
-            '"If the controller\'s key is lost too")',
+            f"when {node}'s policy names controllers ([[controllers]]), add this one there "
+            f"(the 'controller' line for {node} gives the entry); else, on {node}: meshtui "
+            "host rekey --controller controller.pub (see README, \"If the controller's key is "
+            'lost too")',
         )
     if "unknown kind" in why:
         return Problem(
