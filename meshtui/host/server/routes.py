@@ -3,8 +3,9 @@
 Deliveries (files, manifest, provisioner) are :mod:`meshtui.host.receive.delivery`'s; this module keeps
 the envelope, the routes, and the read-side work: state, withdraw, probe and drill.
 
-Each request is a signed envelope from the pinned controller key; each answer is signed with
-this node's key. Secrets exist only while a request is handled (and, for a drill, in memory
+Each request is a signed envelope from a controller this node accepts, verified with that
+controller's key (:mod:`meshtui.host.policy.controller_keys`: the policy's ``[[controllers]]``,
+else the pinned key); each answer is signed with this node's key. Secrets exist only while a request is handled (and, for a drill, in memory
 for a bounded time); they are never logged, returned or put in an exception.
 """
 
