@@ -7,6 +7,7 @@ import argparse
 import sys
 import time
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from meshtui.cli import render
@@ -15,16 +16,32 @@ from meshtui.terminal import not_a_terminal, require_terminal
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from meshtui.controller import config
-    from meshtui.controller.core import init_keys
+    import os
 
-    state = state_dir(args)
-    pub, created = init_keys(state)
+    from meshtui.controller.config import ENV
+    from meshtui.controller.core import init_keys, init_postgres
+
+    folder = state_dir(args)
+    conninfo = args.postgres or (Path(os.environ[ENV]) if os.environ.get(ENV) else None)
+    if conninfo is not None:
+        saved = init_postgres(folder, conninfo, args.name)
+        print(f"inventory on PostgreSQL, named by {conninfo.absolute()} (settings: {saved})")
+    pub, created = init_keys(folder)
     print(
         f"{'wrote' if created else 'kept'} controller keys: {pub} (give this file to meshtui host init)"
     )
-    if args.name is not None:
-        print(f"controller name {args.name}: {config.write_name(state, args.name)}")
+    return EXIT_OK
+
+
+def cmd_move_inventory(args: argparse.Namespace) -> int:
+    from meshtui.controller.core import MOVED, move_to_postgres
+
+    folder = state_dir(args)
+    saved = move_to_postgres(folder, args.to_postgres)
+    print(
+        f"inventory moved to PostgreSQL, named by {args.to_postgres.absolute()} (settings: "
+        f"{saved}); the SQLite file is kept as {folder / MOVED} and no longer read"
+    )
     return EXIT_OK
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from meshtui.cli import VERSION, secret
 from meshtui.kinds import registry
+from meshtui.model import Sessions
 
 HANDLERS: dict[str, str] = {
     "": "mesh:cmd_dashboard",  # no command: the dashboard,
@@ -39,6 +40,7 @@ HANDLERS: dict[str, str] = {
     "kind config": "kind:cmd_kind_config",
     "backup": "recovery:cmd_backup",
     "restore": "recovery:cmd_restore",
+    "move-inventory": "mesh:cmd_move_inventory",
 }
 """Each command's handler as ``"module:function"`` in ``meshtui.cli``, imported only when the
 command runs. Why: the handler modules import the controller, the agent (Starlette, uvicorn),
@@ -115,6 +117,7 @@ EXIT_TABLE: tuple[tuple[str, str, str], ...] = (
         "--out: a file is there already, or cannot be written",
     ),
     ("backup, restore", "written / restored", "it could not be done"),
+    ("move-inventory", "moved, the state folder reads PostgreSQL", "nothing was moved"),
     ("secret status", "every own secret is working", "any is not"),
     (
         "secret put, secret rotate",
@@ -165,11 +168,30 @@ def build_parser() -> argparse.ArgumentParser:
 def _mesh(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = sub.add_parser("init", help="write the controller's keys")
     s.add_argument(
+        "--postgres",
+        type=Path,
+        metavar="FILE",
+        help="keep the inventory in the PostgreSQL database this libpq conninfo file (0600) "
+        "names, not in a SQLite file in the state folder",
+    )
+    s.add_argument(
         "--name",
-        help="this controller's name (controller.toml; default: the host name), as each node's "
-        "policy [[controllers]] names it",
+        help="this controller's name in controller.toml (default: the host name), as each "
+        "node's policy [[controllers]] names it",
     )
     s.set_defaults(func=handler("init"))
+
+    s = sub.add_parser(
+        "move-inventory", help="move this state folder's SQLite inventory into PostgreSQL"
+    )
+    s.add_argument(
+        "--to-postgres",
+        type=Path,
+        metavar="FILE",
+        required=True,
+        help="a libpq conninfo file (0600) naming an empty database",
+    )
+    s.set_defaults(func=handler("move-inventory"))
 
     s = sub.add_parser("declare", help="load a declaration (TOML)")
     s.add_argument("file", type=Path, help="the declaration (TOML)")
@@ -252,6 +274,13 @@ def _actions(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="break-glass: revoke the old credential even if a consumer cannot take the new "
         "one (it is locked out until a later push); see docs/rotation.md",
     )
+    s.add_argument(
+        "--sessions",
+        choices=[c.value for c in Sessions],
+        help="what becomes of the sessions and tokens opened with the old credential: ended "
+        "at once (end), or left to drain and counted (drain); default: each pair's declared "
+        "sessions, else end. See docs/sessions.md",
+    )
     s.add_argument("--yes", action="store_true", help="do not ask")
     s.add_argument("--json", action="store_true", help="print the outcome as JSON")
     s.set_defaults(func=handler("rotate"))
@@ -263,6 +292,12 @@ def _actions(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.set_defaults(func=handler("probe"))
     s = sub.add_parser("drill", help="rotation + three logins, with the window")
     s.add_argument("pairs", nargs="+", metavar="PAIR", help="the pairs to drill")
+    s.add_argument(
+        "--sessions",
+        choices=[c.value for c in Sessions],
+        help="as rotate's: end or drain the sessions on the old credential (the drill counts "
+        "them before and after); default: each pair's declared sessions, else end",
+    )
     s.add_argument("--json", action="store_true", help="print each step as JSON")
     s.set_defaults(func=handler("drill"))
 

@@ -195,7 +195,10 @@ def pushed(report: PushReport) -> None:
         print(f"{'delivered' if o.ok else 'FAILED':9} {o.pair} g{o.generation} {o.reason}")
     for o in report.withdrawn:
         print(f"{'revoked' if o.ok else 'NOT REVOKED':9} {o.pair} {o.reason}")
-    if not report.delivered and not report.withdrawn and not report.ahead:
+    secrets_again = {k: v for k, v in report.repaired.items() if k.startswith("secret ")}
+    for key, why in sorted(secrets_again.items()):
+        print(f"{'delivered':9} {key} {why}")
+    if not (report.delivered or report.withdrawn or report.ahead or secrets_again):
         # only true when nobody is behind: a node that refused or did not answer holds nothing known
         print("every end already holds its generation" if report.ok else "nothing was delivered")
     cut_off = set(report.unreachable)
@@ -221,6 +224,8 @@ def rotation_plan(plan: RotationPlan) -> None:
 def rotated(report: RotationReport) -> None:
     for o in report.pairs:
         window = f" window {o.window_ms:.1f} ms" if o.window_ms is not None else ""
+        said = o.sessions_said()
+        window += f"; {said}" if said else ""
         print(f"{report.outcome:11} {o.pair} g{o.previous}->g{o.generation}{window} {o.reason}")
     if report.reason:
         print(f"reason: {report.reason}")
@@ -241,6 +246,8 @@ def drilled(reports: Sequence[DrillReport]) -> None:
             print(f"  [{mark}] {s.name:10} expected {s.expected:8} got {s.verdict:8} {lat}")
         if r.window_ms is not None:
             print(f"  window {r.window_ms:.1f} ms (rotation {r.rotation})")
+        if r.sessions:
+            print(f"  {r.sessions_line()}")
         if r.reason:
             print(f"  {r.reason}")
 

@@ -1,88 +1,125 @@
-"""The controller's own config, ``<state>/controller.toml``: its name (and, beside it, the
-tables other parts read). One reader, typed; a missing file is every default.
+"""The controller's own settings, ``<state>/controller.toml``: its name and where its inventory is.
 
 ```toml
-name = "ctl-a"   # this controller's name on every request, audit event and node policy
+name = "ctl-a"                       # default: this machine's host name
+
+[inventory]
+postgres = "/etc/meshtui/inventory.conninfo"   # absent: the SQLite file in the state folder
 ```
 
-The name defaults to this machine's host name (made a controller name: lower case, other
-characters as ``-``), so a one-controller mesh needs no file.
+``postgres`` names a libpq conninfo *file* (0600, this user's; relative paths are read from the
+state folder); the environment variable :data:`ENV` naming such a file wins over it, for one
+command. Nothing here ever holds a password. This module is the one reader and writer of the
+file.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from meshtui.atomic import write_private
 from meshtui.errors import InputError
-from meshtui.model import CONTROLLER_NAME_RE as NAME
+from meshtui.model import CONTROLLER_NAME_RE
 
-CONFIG_FILE = "controller.toml"
-DEFAULT_NAME = "controller"
-"""The name when the host name makes none."""
+CONFIG = "controller.toml"
+"""The settings' file name in a state folder."""
+
+ENV = "MESHTUI_POSTGRES_FILE"
+"""Names a conninfo file (its path, never its text): this command's inventory is there."""
 
 
 @dataclass(frozen=True)
 class ControllerConfig:
-    """What ``controller.toml`` says (every field with its default when absent)."""
+    """What ``controller.toml`` says (every field has its default when the file is absent)."""
 
     name: str
+    postgres: Path | None = None
+    """The conninfo file of a PostgreSQL inventory (None: SQLite in the state folder)."""
 
 
-def host_name() -> str:
-    """This machine's host name as a controller name (DEFAULT_NAME when it makes none)."""
-    text = re.sub(r"[^a-z0-9_.-]", "-", socket.gethostname().split(".")[0].lower()).strip("-")
-    text = text[:63]
-    return text if NAME.match(text) else DEFAULT_NAME
+def default_name() -> str:
+    """This controller's name when none is set: the host name, made a controller name (lower
+    case, other characters as ``-``; "controller" when it makes none)."""
+    host = socket.gethostname().split(".")[0].lower()
+    text = re.sub(r"[^a-z0-9_.-]", "-", host).strip("-")[:63]
+    return text if CONTROLLER_NAME_RE.match(text) else "controller"
 
 
 def path_of(state_dir: Path) -> Path:
-    """Where a state folder's config lives."""
-    return Path(state_dir) / CONFIG_FILE
+    """Where a state folder's settings are."""
+    return Path(state_dir) / CONFIG
 
 
 def load(state_dir: Path) -> ControllerConfig:
-    """The config of the controller whose state folder is ``state_dir``; InputError naming the
-    file and the key when it cannot be read."""
-    path = path_of(state_dir)
+    """The settings of ``state_dir``; InputError naming the file and key when one is wrong."""
+    path = Path(state_dir) / CONFIG
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        return ControllerConfig(name=host_name())
+        return ControllerConfig(name=default_name())
     except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot be read ({exc}); fix it or remove it") from None
-    import tomllib  # only when there is a file: a status without one stays light
+        raise InputError(f"{path}: cannot be read ({exc})") from None
+    import tomllib  # only where the file is: a state folder without one starts without it
 
     try:
-        doc = tomllib.loads(text)
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"{path}: cannot be read ({exc}); fix it or remove it") from None
-    name = doc.get("name", None)
-    if name is None:
-        return ControllerConfig(name=host_name())
-    if not isinstance(name, str) or not NAME.match(name):
+        raise InputError(f"{path}: not TOML ({exc})") from None
+    name = data.get("name", default_name())
+    if not isinstance(name, str) or not CONTROLLER_NAME_RE.match(name):
         raise InputError(
             f"{path}: name = {name!r} is not a controller name (1-63 of a-z 0-9 . _ -, "
-            'starting with a letter or digit); e.g. name = "ctl-a"'
+            'starting with a letter or digit), e.g. name = "ctl-a"'
         )
-    return ControllerConfig(name=name)
+    table = data.get("inventory", {})
+    if not isinstance(table, dict):
+        raise InputError(f"{path}: [inventory] must be a table")
+    unknown = sorted(set(table) - {"postgres"})
+    if unknown:
+        raise InputError(f"{path}: [inventory] has no key {unknown[0]!r} (known: postgres)")
+    postgres = table.get("postgres")
+    if postgres is not None and (not isinstance(postgres, str) or not postgres):
+        raise InputError(
+            f"{path}: [inventory] postgres must name a conninfo file, "
+            'e.g. postgres = "/etc/meshtui/inventory.conninfo"'
+        )
+    return ControllerConfig(name=name, postgres=Path(state_dir, postgres) if postgres else None)
+
+
+def inventory_postgres(state_dir: Path) -> Path | None:
+    """The conninfo file of this command's PostgreSQL inventory: :data:`ENV`'s, else the
+    settings'; None for the SQLite file in the state folder."""
+    named = os.environ.get(ENV)
+    if named:
+        return Path(named).absolute()
+    return load(state_dir).postgres
+
+
+def save(state_dir: Path, config: ControllerConfig) -> Path:
+    """Write ``config`` as ``state_dir``'s settings (0600), whole; the file's path."""
+    lines = [f"name = {quoted(config.name)}"]
+    if config.postgres is not None:
+        lines += ["", "[inventory]", f"postgres = {quoted(str(config.postgres))}"]
+    path = Path(state_dir) / CONFIG
+    write_private(path, ("\n".join(lines) + "\n").encode())
+    return path
 
 
 def write_name(state_dir: Path, name: str) -> Path:
-    """Write ``name = NAME`` into the config (its top, before any table), keeping the rest of
-    the file; InputError for a name that is not one."""
-    if not NAME.match(name):
+    """Set this controller's name in ``state_dir``'s settings, keeping the rest; the file's
+    path (InputError for a name that is not one)."""
+    if not CONTROLLER_NAME_RE.match(name):
         raise InputError(f"controller name {name!r} is not allowed (1-63 of a-z 0-9 . _ -)")
-    path = path_of(state_dir)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        lines = []
-    top = next((i for i, line in enumerate(lines) if line.lstrip().startswith("[")), len(lines))
-    head = [line for line in lines[:top] if not re.match(r"\s*name\s*=", line)]
-    text = "\n".join([*head, f'name = "{name}"', *lines[top:]]) + "\n"
-    write_private(path, text.encode(), mode=0o644)
-    return path
+    return save(state_dir, replace(load(state_dir), name=name))
+
+
+def quoted(text: str) -> str:
+    """A TOML basic string."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    if any(ord(c) < 0x20 or c == "\x7f" for c in escaped):
+        raise InputError(f"{text!r}: a name or path with control characters")
+    return f'"{escaped}"'

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -47,6 +48,7 @@ from meshtui.controller.reports import (
 from meshtui.errors import (
     ForeignStateFolderError,
     InputError,
+    InventoryError,
     MeshtuiError,
     ReadOnlyContactError,
     ReadOnlyError,
@@ -55,7 +57,7 @@ from meshtui.errors import (
 )
 from meshtui.folders import trusted_path, user_name
 from meshtui.inventory import Inventory
-from meshtui.model import PairStatus, RotationState, State, node_of
+from meshtui.model import PairStatus, RotationState, Sessions, State, node_of
 from meshtui.protocol import wire
 from meshtui.protocol.fence import Fence
 
@@ -95,6 +97,74 @@ def own_folder(state_dir: Path) -> None:
         )
 
 
+def open_inventory(state_dir: Path, *, read_only: bool = False) -> Inventory:
+    """The state folder's inventory: the SQLite file in it, or the PostgreSQL database its
+    settings (or :data:`~meshtui.controller.config.ENV`) name."""
+    postgres = config.inventory_postgres(state_dir)
+    return Inventory.open(state_dir / INVENTORY, read_only=read_only, postgres=postgres)
+
+
+def has_inventory(state_dir: Path) -> bool:
+    """True when the state folder has an inventory to open (on PostgreSQL: one is named)."""
+    return (state_dir / INVENTORY).exists() or config.inventory_postgres(state_dir) is not None
+
+
+def init_postgres(state_dir: Path, conninfo: Path, name: str | None) -> Path:
+    """Put ``state_dir``'s inventory on the PostgreSQL database ``conninfo`` names: the file
+    checked, the settings written, the schema created (or migrated, or a newer one refused).
+    A state folder holding a SQLite inventory is refused: its history would be left behind."""
+    from meshtui.inventory.pg_connection import read_conninfo
+
+    conninfo = Path(conninfo).absolute()
+    read_conninfo(conninfo)  # private, this user's, a conninfo: refused before anything is written
+    trusted_path(state_dir, create=0o700)
+    own_folder(state_dir)
+    if (state_dir / INVENTORY).exists():
+        raise InventoryError(
+            f"{state_dir / INVENTORY}: this state folder's inventory is a SQLite file; "
+            "init --postgres makes a new one, it does not move this one (nothing was changed)"
+        )
+    old = config.load(state_dir)
+    saved = config.save(
+        state_dir, config.ControllerConfig(name=name or old.name, postgres=conninfo)
+    )
+    try:
+        Inventory.open(state_dir / INVENTORY, postgres=conninfo).close()
+    except BaseException:
+        config.save(state_dir, old)  # the folder keeps pointing where it did
+        raise
+    return saved
+
+
+MOVED = f"{INVENTORY}.moved"
+"""The SQLite file's name once its inventory moved to PostgreSQL (kept, no longer read)."""
+
+
+def move_to_postgres(state_dir: Path, conninfo: Path) -> Path:
+    """Move the state folder's SQLite inventory into the empty PostgreSQL database ``conninfo``
+    names, then point the folder's settings there and set the file aside (:data:`MOVED`).
+
+    The copy is one PostgreSQL transaction: interrupted, the target is as empty as it was and
+    the folder still reads its SQLite file. Interrupted after the copy's commit, a second run
+    finds the same inventory there and only finishes the switch. Stop ``watch`` first: a
+    process holding the SQLite inventory open goes on writing it. The settings' path."""
+    from meshtui.inventory.move import to_postgres
+    from meshtui.inventory.pg_connection import read_conninfo
+
+    conninfo = Path(conninfo).absolute()
+    read_conninfo(conninfo)
+    own_folder(state_dir)
+    source = state_dir / INVENTORY
+    if config.inventory_postgres(state_dir) is not None:
+        raise InventoryError(f"{state_dir}: its inventory is on PostgreSQL already")
+    if not source.exists():
+        raise InventoryError(f"{source}: no SQLite inventory to move")
+    to_postgres(source, conninfo)
+    saved = config.save(state_dir, replace(config.load(state_dir), postgres=conninfo))
+    os.replace(source, state_dir / MOVED)
+    return saved
+
+
 def init_keys(state_dir: Path) -> tuple[Path, bool]:
     """Write the controller's keys once; the .pub path and whether they were made now.
 
@@ -104,8 +174,8 @@ def init_keys(state_dir: Path) -> tuple[Path, bool]:
     trusted_path(state_dir, create=0o700)  # made here, so no link planted meanwhile is followed
     own_folder(state_dir)
     pub, made = write_keys_once(state_dir)
-    if made is not None and (state_dir / INVENTORY).exists():
-        with Inventory.open(state_dir / INVENTORY) as inv:
+    if made is not None and has_inventory(state_dir):
+        with open_inventory(state_dir) as inv:
             inv.signer = made.sign
             inv.record("init", [], {"fingerprint": made.public().fingerprint()}, "ok")
     return pub, made is not None
@@ -128,7 +198,7 @@ class Controller:
         """Open the controller on a state folder (the inventory is created when writable)."""
         state_dir = Path(state_dir)
         own_folder(state_dir)
-        ctl = cls(state_dir, Inventory.open(state_dir / INVENTORY, read_only=read_only))
+        ctl = cls(state_dir, open_inventory(state_dir, read_only=read_only))
         proof = load_proof(state_dir)  # None unless restored (controller/restore.py)
         if not read_only and (state_dir / f"{KEY_STEM}.key").exists():
             keys = ctl.keys()
@@ -144,7 +214,11 @@ class Controller:
         """A token that changes whenever the inventory is written (None: there is none yet).
 
         Cheap (two stats, no connection): a reader compares it with the one it loaded under.
+        A PostgreSQL inventory has no file to stat: its token is new at every call, so a
+        reader polling it reads it again each time.
         """
+        if config.inventory_postgres(Path(state_dir)) is not None:
+            return InventoryStamp((time.monotonic_ns(),))
         return inventory_stamp(Path(state_dir) / INVENTORY)
 
     @property
@@ -404,6 +478,7 @@ class Controller:
         for i, line in enumerate(secrets.done, 1):
             progress(line, i, len(secrets.done))
         report.behind.update({f"secret {k}": v for k, v in secrets.behind.items()})
+        report.repaired.update({f"secret {k}": v for k, v in secrets.repaired.items()})
         return report
 
     def secrets(self) -> list[SecretStatus]:
@@ -490,9 +565,12 @@ class Controller:
         *,
         revoke_old: bool = False,
         probe_after: bool = False,
+        sessions: Sessions | None = None,
     ) -> RotationReport:
         """All-or-nothing rotation of ``ids``; ``revoke_old``: break-glass, the old credential
         revoked at every provider even when a consumer cannot take the new one (locked out).
+        ``sessions``: what becomes of the sessions opened with the old credential (None: each
+        pair's declared choice, else ended; docs/sessions.md).
         ``probe_after`` (an operator's rotation): then a probe of the pairs it moved, stored and
         in the report, so they read working or stale at once, not unknown; a probe that cannot
         run is said in the reason, never undoes it."""
@@ -501,7 +579,7 @@ class Controller:
         ids = self.resolve_pairs(ids)
         self.contact("rotate", lambda: self._ends(ids))
         self._writable("rotate")
-        report = rotate(self, ids, progress, revoke_old=revoke_old)
+        report = rotate(self, ids, progress, revoke_old=revoke_old, sessions=sessions)
         if not probe_after or report.outcome == RotationState.ROLLED_BACK or not report.pairs:
             return report
         try:
@@ -522,14 +600,20 @@ class Controller:
         self._writable("probe")
         return probe(self, chosen, progress)
 
-    def drill(self, ids: Iterable[str], progress: Progress = no_progress) -> list[DrillReport]:
-        """Rotation checked by three logins, per pair."""
+    def drill(
+        self,
+        ids: Iterable[str],
+        progress: Progress = no_progress,
+        sessions: Sessions | None = None,
+    ) -> list[DrillReport]:
+        """Rotation checked by three logins, per pair; ``sessions`` as :meth:`rotate`'s, and
+        the old credential's sessions counted before and after."""
         from meshtui.controller.act.drill import drill
 
         ids = self.resolve_pairs(ids)
         self.contact("drill", lambda: self._ends(ids))
         self._writable("drill")
-        return drill(self, ids, progress)
+        return drill(self, ids, progress, sessions)
 
     @staticmethod
     def write_export(path: Path, body: str) -> None:

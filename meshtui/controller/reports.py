@@ -104,6 +104,24 @@ class PairOutcome:
     previous: int | None = None
     window_ms: float | None = None
     reason: str = ""
+    sessions: int | None = None  # on the old credential when its provider took the new one
+    sessions_left: int | None = None  # of those, open still (0 once ended; drain: all)
+    sessions_ended: bool = False
+
+    def sessions_said(self) -> str:
+        """The old credential's sessions in words ("" when its provider was not asked)."""
+        return sessions_said(self.sessions, self.sessions_left, self.sessions_ended)
+
+
+def sessions_said(found: int | None, left: int | None, ended: bool) -> str:
+    """'2 sessions on the old credential ended' (', 1 still open'), or '… left to drain';
+    empty when nobody counted them."""
+    if found is None:
+        return ""
+    said = f"{found} session{'' if found == 1 else 's'} on the old credential"
+    if not ended:
+        return f"{said} left to drain"
+    return said + " ended" + (f", {left} still open" if left else "")
 
 
 @dataclass(frozen=True)
@@ -198,10 +216,22 @@ class DrillReport:
     window_ms: float | None
     rotation: int | None
     reason: str = ""
+    sessions: str = ""  # what the rotation did to the old credential's sessions ("": not asked)
+    sessions_before: int | None = None  # open on the old credential when the provider took new
+    sessions_after: int | None = None  # of those, open after the rotation
 
     def to_json(self) -> JsonObject:
         """The ``drill --json`` object."""
         return asdict(self)
+
+    def sessions_line(self) -> str:
+        """The old credential's sessions in words ("" when its provider did not say)."""
+        if not self.sessions:
+            return ""
+        before = "-" if self.sessions_before is None else self.sessions_before
+        after = "-" if self.sessions_after is None else self.sessions_after
+        what = "ended" if self.sessions == "end" else "left to drain"
+        return f"sessions on the old credential: {before} before, {after} after ({what})"
 
 
 @dataclass(frozen=True)
@@ -283,7 +313,7 @@ class SecretStatus:
     @property
     def label(self) -> str:
         """``secret app1/gitea smtp_password``: how an alert or a metric names it."""
-        return f"secret {self.module} {self.name}"
+        return f"secret {self.module} {self.name}"  # SECRET_LABEL's prefix
 
     @property
     def node(self) -> str:

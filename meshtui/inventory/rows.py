@@ -47,6 +47,7 @@ class OfferSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     kind: str | None = None
     ca: str | None = None
     tls: bool = True
+    sessions: str | None = None  # a Sessions, when declared on the offer
 
 
 class ConnectionSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -63,6 +64,7 @@ class NeedSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     name: str
     file: str
     connection: ConnectionSpec | None = None
+    sessions: str | None = None  # a Sessions, when declared on the requirement
 
 
 class OwnSecretSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -304,6 +306,9 @@ class DrillEvidence(TypedDict):
     window_ms: float | None
     rotation: int | None
     reason: str
+    sessions: NotRequired[str]
+    sessions_before: NotRequired[int | None]
+    sessions_after: NotRequired[int | None]
 
 
 class DrillRow(TypedDict):
@@ -319,10 +324,18 @@ class DrillRow(TypedDict):
 
 
 RotationItem = TypedDict(
-    "RotationItem", {"pair": str, "from": int, "to": int, "revoke_old": NotRequired[bool]}
+    "RotationItem",
+    {
+        "pair": str,
+        "from": int,
+        "to": int,
+        "revoke_old": NotRequired[bool],
+        "sessions": NotRequired[str],
+    },
 )
 """One pair of a rotation: the generation it leaves and the one it goes to; ``revoke_old``:
-break-glass (a consumer end that cannot take it is locked out, not rolled back)."""
+break-glass (a consumer end that cannot take it is locked out, not rolled back); ``sessions``:
+what becomes of the sessions opened with the old credential (a ``Sessions`` value)."""
 
 
 class RotationStart(TypedDict):

@@ -136,8 +136,8 @@ def test_the_walk_runs_what_each_kind_says_to_run_once() -> None:
     bao = recipe_of("openbao")
     printed = bao.build(bao.default)
     assert "-period=768h" in " ".join(printed.steps)
-    assert any("bao token renew" in line for line in printed.expires)
-    assert "bao token renew" in WALK
+    assert any("auth/token/renew-self" in line for line in printed.expires)
+    assert "auth/token/renew-self" in WALK and "BAO_TOKEN" not in WALK  # never in an environment
 
 
 def _walk_declaration(tmp_path: Path) -> Declaration:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import secrets as random
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 from meshtui import crypto
@@ -74,6 +74,9 @@ class SecretsReport:
 
     done: list[str]
     behind: dict[str, str]
+    repaired: dict[str, str] = field(default_factory=dict)
+    """Secrets whose file was found not as written (changed, gone, another mode, owner or
+    group) and was written again, by label, with what was found: said, never silent."""
 
     @property
     def ok(self) -> bool:
@@ -291,15 +294,23 @@ def converge(ctl: Reach) -> SecretsReport:
     done = _mint_missing(inv, keys, found)
     nodes, modules = inv.nodes(), inv.modules()
     with ctl.agents(timeout=TIMEOUT_S) as agents:
-        look_at_files(inv, agents, found)
+        found_off = look_at_files(inv, agents, found)
         done += _run(inv, agents, found, behind, _Store(nodes, modules, keys))
         done += _run(inv, agents, found, behind, _Deliver(nodes, modules, keys))
+    rows = inv.own_secrets()
+    repaired = {
+        _label(d): f"written again: {found_off[d.key]}"
+        for d in found
+        if d.key in found_off
+        and (row := rows.get(d.key)) is not None
+        and row["file_version"] == row["version"]
+    }
     for d in found:
         if d.pair is None:
             behind[f"{d.module} {d.spec.name}"] = f"{d.module} has no live vault pair"
         # a supplied secret nobody supplied yet waits for an operator, not for a push: status
         # says so (stale, with the command), push does not fail on it
-    return SecretsReport(done, behind)
+    return SecretsReport(done, behind, repaired)
 
 
 def file_problem(held: HeldSecret) -> str | None:
@@ -326,10 +337,13 @@ def held_files(agents: Any, nodes: Sequence[str]) -> dict[str, list[HeldSecret]]
     }
 
 
-def look_at_files(inv: Inventory, agents: Any, found: Sequence[Declared]) -> None:
+def look_at_files(
+    inv: Inventory, agents: Any, found: Sequence[Declared]
+) -> dict[tuple[str, str], str]:
     """Ask each module's node what its own secret files hold now: one recorded as holding its
     version but not as written (changed, gone, another mode, owner or group) is recorded as
-    not holding it, with why, so the deliver step writes it again (status says why meanwhile)."""
+    not holding it, with why, so the deliver step writes it again (status says why meanwhile).
+    Returns what was found, by secret."""
     rows = inv.own_secrets()
     held = {
         d.key: d
@@ -340,8 +354,9 @@ def look_at_files(inv: Inventory, agents: Any, found: Sequence[Declared]) -> Non
         and row["file_version"] == row["version"]
     }
     if not held:
-        return
+        return {}
     updates: list[OwnSecretRow] = []
+    off: dict[tuple[str, str], str] = {}
     for files in held_files(agents, sorted({node_of(d.module) for d in held.values()})).values():
         for h in files:
             d = held.get((h["module"], h["name"]))
@@ -350,6 +365,7 @@ def look_at_files(inv: Inventory, agents: Any, found: Sequence[Declared]) -> Non
             why = file_problem(h)
             if why:
                 updates.append(_row(d, rows[d.key], file_version=None, error=f"file: {why}"))
+                off[d.key] = why
     if updates:
         with inv.transaction("secret-file") as tx:
             tx.put_own_secrets(updates)
@@ -359,6 +375,7 @@ def look_at_files(inv: Inventory, agents: Any, found: Sequence[Declared]) -> Non
                 {"not as written": sorted(f"{u['module']} {u['name']}" for u in updates)},
                 "behind",
             )
+    return off
 
 
 class _Step(Protocol):

@@ -141,10 +141,11 @@ def _moved(old: Mapping[str, object], new: Mapping[str, object]) -> list[str]:
 
 def _offer_spec(o: Offer) -> OfferSpec:
     """A provides entry as stored; the default kind's is {name, port} (``ca`` and ``tls`` are
-    another kind's)."""
+    another kind's), ``sessions`` only when declared."""
+    sessions = None if o.sessions is None else o.sessions.value
     if registry.stored_name(o.kind) is None:
-        return OfferSpec(name=o.name, port=o.port)
-    return OfferSpec(name=o.name, port=o.port, kind=o.kind, ca=o.ca, tls=o.tls)
+        return OfferSpec(name=o.name, port=o.port, sessions=sessions)
+    return OfferSpec(name=o.name, port=o.port, kind=o.kind, ca=o.ca, tls=o.tls, sessions=sessions)
 
 
 def _secret_spec(o: OwnSecret) -> OwnSecretSpec:
@@ -164,10 +165,11 @@ def _secret_spec(o: OwnSecret) -> OwnSecretSpec:
 
 
 def _need_spec(r: Requirement) -> NeedSpec:
-    """A requires entry as stored."""
+    """A requires entry as stored; ``sessions`` only when declared."""
     c = r.connection
     connection = None if c is None else ConnectionSpec(file=c.file, format=c.format, ca=c.ca)
-    return NeedSpec(name=r.name, file=r.file, connection=connection)
+    sessions = None if r.sessions is None else r.sessions.value
+    return NeedSpec(name=r.name, file=r.file, connection=connection, sessions=sessions)
 
 
 def _module_spec(decl: Declaration, module_id: str) -> str:

@@ -28,22 +28,24 @@ import msgspec
 
 from meshtui import crypto
 from meshtui.atomic import read_private
-from meshtui.controller.config import CONFIG_FILE
-from meshtui.controller.core import INVENTORY, own_folder
+from meshtui.controller import config
+from meshtui.controller.core import INVENTORY, has_inventory, open_inventory, own_folder
 from meshtui.controller.keys import KEY_STEM
 from meshtui.controller.records.export import write_new
 from meshtui.controller.records.restored import PROOF_FILE
 from meshtui.errors import BackupError, CryptoError
 from meshtui.freeform import JsonObject
-from meshtui.inventory import Inventory, now
+from meshtui.inventory import now
 
 MAGIC = b"meshtui-backup 1\n"
 FORMAT = 1
 SEQUENCE_FILE = "sequence"  # the controller's (controller.core.SEQUENCE_FILE; core imports us not)
-KEPT_FILES = (f"{KEY_STEM}.key", f"{KEY_STEM}.pub", SEQUENCE_FILE, PROOF_FILE, CONFIG_FILE)
-PUBLIC_FILES = (f"{KEY_STEM}.pub", CONFIG_FILE)
-"""Kept files anyone may read (0644): the public key, and the config naming the controller
-(a restored controller must keep its name: the nodes' policies accept it by that name)."""
+KEPT_FILES = (f"{KEY_STEM}.key", f"{KEY_STEM}.pub", SEQUENCE_FILE, PROOF_FILE, config.CONFIG)
+"""The state folder's files a backup keeps; of ``controller.toml`` only the controller's name
+(a restored controller must keep it: the nodes' policies accept it by that name; where its
+inventory lives is the restore's, not the backup's)."""
+PUBLIC_FILES = (f"{KEY_STEM}.pub",)
+"""Kept files anyone may read (0644)."""
 """The state folder's files a backup carries beside the inventory (the key is required)."""
 MAX_PASSPHRASE = 4096
 
@@ -162,11 +164,16 @@ def take(state_dir: Path, target: Path, passphrase: bytes, params: KdfParams) ->
         target = target / f"meshtui-{stamp}.backup"
     if target.exists() or target.is_symlink():
         raise BackupError(f"{target}: exists already; a backup never replaces a file")
-    if not (state_dir / INVENTORY).exists():
+    if not has_inventory(state_dir):
         raise BackupError(f"{state_dir / INVENTORY}: no inventory to back up")
     files: dict[str, str] = {}
     for name in KEPT_FILES:
         path = state_dir / name
+        if name == config.CONFIG:
+            if path.exists():
+                named = f"name = {config.quoted(config.load(state_dir).name)}\n"
+                files[name] = crypto.b64(named.encode())
+            continue
         try:
             data = read_private(path) if name not in PUBLIC_FILES else path.read_bytes()
         except FileNotFoundError:
@@ -179,7 +186,7 @@ def take(state_dir: Path, target: Path, passphrase: bytes, params: KdfParams) ->
         except OSError as exc:
             raise BackupError(f"{path}: cannot be read for the backup ({exc})") from None
         files[name] = crypto.b64(data)
-    with Inventory.open(state_dir / INVENTORY, read_only=True) as inv:
+    with open_inventory(state_dir, read_only=True) as inv:
         image = inv.image()
     taken_at = now()
     s = image.summary

@@ -30,6 +30,7 @@ from meshtui.controller.reach import FrontDoor
 from meshtui.controller.read import secret_states
 from meshtui.controller.read.heartbeat import HEARTBEAT, Heartbeat
 from meshtui.controller.read.schedule import SPREAD, PairDue, epoch, probe_slot, schedule
+from meshtui.controller.read.secret_states import SECRET_LABEL
 from meshtui.controller.read.status import (
     LOCKED_OUT,
     NOT_PROBED_SINCE,
@@ -306,14 +307,17 @@ class Watch:
             return 0, True, []
         self.looked_at = self.clock()
         when = stamp_now()
+        pairs = [k for k in report.repaired if not k.startswith(SECRET_LABEL)]
         after = (  # what each repaired pair reads now (unknown until its next probe, say)
-            {r.pair: str(r.state) for r in statuses(self.ctl.inventory, list(report.repaired))}
-            if report.repaired
-            else {}
+            {r.pair: str(r.state) for r in statuses(self.ctl.inventory, pairs)} if pairs else {}
         )
+        if len(pairs) < len(report.repaired):  # and each repaired own secret
+            after.update(
+                (s.label, s.state) for s in secret_states.status(self.ctl.inventory, self.clock())
+            )
         repaired = [
-            Alert("repaired", pid, self._state(pid), after.get(pid, self._state(pid)), why, when)
-            for pid, why in sorted(report.repaired.items())
+            Alert("repaired", key, self._state(key), after.get(key, self._state(key)), why, when)
+            for key, why in sorted(report.repaired.items())
         ]
         now = self.clock()  # after the push: backoff counts from when it gave up
         last = self.ctl.inventory.last_event("push")
@@ -589,8 +593,11 @@ class Watch:
         self.secrets_overdue = set(overdue)
         return out
 
-    def _state(self, pid: str) -> str:
-        return str((self.states or {}).get(pid, (State.UNKNOWN, ""))[0])
+    def _state(self, key: str) -> str:
+        """A pair's state, or an own secret's (by its label), as the last fresh read saw it."""
+        if key.startswith(SECRET_LABEL):
+            return (self.secret_states or {}).get(key, (str(State.UNKNOWN), ""))[0]
+        return str((self.states or {}).get(key, (State.UNKNOWN, ""))[0])
 
     def measure_first(self) -> None:
         """Fill the metrics before they are served: every pair's state read and every node

@@ -845,7 +845,7 @@ EXAMPLES = """
 # kind    = "openbao"
 # address = "10.0.0.2"
 # port    = 8200
-# ca      = "/etc/meshtui/openbao-ca.pem"
+# ca      = "/etc/ssl/meshtui/ca.pem"
 
 # Commands: only these exact argv run, as `user` (and `group`: default the user's own), in a
 # new session with no terminal. Name root only for a command that must run as root.

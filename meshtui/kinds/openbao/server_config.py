@@ -103,6 +103,25 @@ def admin_text(address: str, ca: str, token: str) -> str:
     return "".join(f"{k} = {json.dumps(v)}\n" for k, v in fields.items())
 
 
+def token_into_file(url: str, ca: str, admin_file: str) -> str:
+    """The shell that takes a token on its standard input and writes the admin file (0600)
+    around it; it writes nothing when no token came (``bao token create`` failed, the vault
+    sealed), so a failure never leaves an admin file with an empty token."""
+    fields = f'address = "{url}"\\nca = "{ca}"\\ntoken = "%s"\\n'
+    return f'(umask 077; {{ read -r T; [ -n "$T" ]; }} && printf \'{fields}\' "$T" > {admin_file})'
+
+
+def renew_command(url: str, ca: str, admin_file: str) -> str:
+    """One line that renews the admin token read from ``admin_file``: the token goes to curl as
+    a header on its standard input, never on a command line or in the environment; it prints
+    OpenBao's status code, and fails (curl's 22) unless it is 200."""
+    header = 's/^token = "\\(.*\\)"$/X-Vault-Token: \\1/p'
+    return (
+        f"sed -n '{header}' {admin_file} | curl -fsS -o /dev/null -w '%{{http_code}}\\n' "
+        f"--cacert {ca} -H @- -X POST {url}/v1/auth/token/renew-self"
+    )
+
+
 def build(place: ServerPlace) -> ServerConfig:
     """OpenBao's files for ``place`` (see the module docstring)."""
     url = f"https://{place.address}:{place.port}"
@@ -148,17 +167,15 @@ def build(place: ServerPlace) -> ServerConfig:
             f"bao auth enable {APPROLE_MOUNT}",
             f"bao secrets enable -path={KV_MOUNT} -version=2 kv",
             f"bao policy write {policy} {policy_file}",
-            f'bao token create -orphan {token_fields} -field=token | (umask 077; read -r T || [ -n "$T" ]; '
-            f'printf \'address = "{url}"\\nca = "{place.ca}"\\ntoken = "%s"\\n\' "$T" '
-            f"> {place.admin_file})",
+            f"bao token create -orphan {token_fields} -field=token | "
+            + token_into_file(url, place.ca, place.admin_file),
             "bao token revoke -self",
         ),
         expires=(
             f"the admin token: periodic ({ADMIN_PERIOD}), it expires unless renewed within "
-            "each period; renew it weekly from a root cron job or timer, the token read from "
-            f"the admin file: BAO_ADDR={url} BAO_CACERT={place.ca} "
-            f"BAO_TOKEN=$(sed -n 's/^token = \"\\(.*\\)\"$/\\1/p' {place.admin_file}) "
-            "bao token renew",
+            "each period; renew it weekly from a root cron job or timer, the token handed "
+            "from the admin file to curl on its standard input (never an argument or the "
+            f"environment): {renew_command(url, place.ca, place.admin_file)}",
             "an expired token is refused before anything changes and `meshtui doctor` names "
             "it: make a new one as above and write it into the admin file",
             "the server certificate: make a new one with the same CA, then restart openbao",

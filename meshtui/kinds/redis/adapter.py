@@ -346,7 +346,7 @@ def _admin_kwargs(url: str) -> LibraryKwargs:
 class RedisAdapter:
     """One admin session with one Redis, working for one manifest scope."""
 
-    capabilities = Capabilities(batching=True, catching_up=True)
+    capabilities = Capabilities(batching=True, catching_up=True, live_sessions=True)
 
     def describe(self, exc: BaseException) -> str | None:
         """None: Redis's errors keep their own text (the harness shows it with its type)."""
@@ -734,6 +734,29 @@ class RedisAdapter:
         return Done(
             OutcomeName.REMOVED, "its keys are kept" + (f"; {self.note}" if self.note else "")
         )
+
+    # -- sessions ----------------------------------------------------------------------------
+
+    def end_sessions(self, login: str, digest: str) -> int:
+        """CLIENT KILL USER: close every connection authenticated as ``login`` (Redis does not
+        record which of a user's passwords a connection used: asked when the new one is set,
+        every connection of the user authenticated with the old); how many."""
+        del digest
+        self._check(login)
+        try:
+            return int(_command(self.client, "CLIENT", "KILL", "USER", login, "SKIPME", "yes"))
+        except redis.RedisError as exc:
+            raise ProvisionError(f"cannot end the connections of {login}: {_why(exc)}") from None
+
+    def count_sessions(self, login: str, digest: str) -> int:
+        """How many connections are authenticated as ``login`` (CLIENT LIST's ``user=``)."""
+        del digest
+        self._check(login)
+        try:
+            listing = _text(_command(self.client, "CLIENT", "LIST"))
+        except redis.RedisError as exc:
+            raise ProvisionError(f"cannot list the connections of {login}: {_why(exc)}") from None
+        return sum(f" user={login} " in f" {line} " for line in listing.splitlines())
 
 
 def admin_session(url: str, provider: str) -> RedisAdapter:

@@ -3,8 +3,8 @@
 
 The admin reads and writes the ACL (``ACL LIST``, ``GETUSER``, ``SETUSER``, ``DELUSER``,
 ``SAVE``, ``WHOAMI``, ``CAT``), reads two settings (``CONFIG GET aclfile``, ``INFO server``:
-where to persist), may ``CONFIG REWRITE`` a Redis started without an aclfile, and may end a
-login's connections (``CLIENT KILL USER``). It reaches no
+where to persist), may ``CONFIG REWRITE`` a Redis started without an aclfile, and may end or count a
+login's connections (``CLIENT KILL USER``, ``CLIENT LIST``). It reaches no
 key and no channel and cannot ``FLUSHALL``, ``CONFIG SET`` or ``SHUTDOWN``. It can still make
 any user it likes (``ACL SETUSER`` is all-or-nothing in Redis): keep its file as guarded as any
 admin credential. The lab's Redis (``lab.py``) writes these same lines.
@@ -25,10 +25,11 @@ from meshtui.contracts.server_config import (
 
 ADMIN_RULES = (
     "resetkeys resetchannels -@all +acl +config|get +config|rewrite +info +ping +hello +auth "
-    "+client|kill"
+    "+client|kill +client|list"
 )
 """What the provisioner's admin may run: the ACL, reading where Redis persists it, and ending
-a login's connections (``CLIENT KILL USER``, after a leaked password is rotated)."""
+or counting a login's connections (``CLIENT KILL USER`` after a leaked password is rotated,
+``CLIENT LIST`` for the sessions left to drain: addresses and user names, no secret)."""
 
 DEFAULT_USER = "user default off resetkeys resetchannels -@all"
 """``default`` switched off: nobody uses Redis without an ACL user and its password."""

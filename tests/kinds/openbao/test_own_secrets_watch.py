@@ -133,3 +133,32 @@ def test_a_secret_that_stops_working_is_an_alert_and_a_metric(lab: tuple[Path, A
         ctl.secret_rotate("app1/gitea", "session_key")
         Watch(ctl, log=lines.append, metrics=metrics).cycle()
     assert gauge(metrics, "meshtui_secrets", origin="minted", state="stale") == 0
+
+
+def test_a_secret_file_written_again_is_said_by_push_and_alerted_by_watch(
+    lab: tuple[Path, Any],
+) -> None:
+    """A module's own secret file opened to others is put back by the next push, and said:
+    push prints it (never "every end already holds its generation" over a repair) and the
+    watch raises a "repaired" alert naming the secret and what was found, as for a pair."""
+    state, built = lab
+    key = Path(built.folder) / "srv" / "app1" / "gitea" / "session.key"
+    assert cli(state, "push").returncode == 0
+    declared = key.stat().st_mode & 0o777
+    key.chmod(0o644)
+    done = cli(state, "push")
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = [line for line in done.stdout.splitlines() if SESSION.removeprefix("secret ") in line]
+    assert said and "written again" in said[0] and "0644" in said[0], done.stdout
+    assert "already holds its generation" not in done.stdout
+    assert key.stat().st_mode & 0o777 == declared
+    key.chmod(0o644)
+    got: list[Any] = []
+    with Controller.open(state) as ctl:
+        watch = Watch(ctl, notify=got.append, log=lambda _: None, drift_every=0.001)
+        time.sleep(0.01)  # past drift_every: this cycle pushes only to look
+        watch.cycle()
+    repaired = [a for a in got if a.event == "repaired"]
+    assert [a.pair for a in repaired] == [SESSION], got
+    assert "0644" in repaired[0].reason and repaired[0].to == "working", repaired[0]
+    assert key.stat().st_mode & 0o777 == declared

@@ -6,6 +6,8 @@ no module's secret, no other policy, nothing under ``sys/`` beyond what is mount
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+from pathlib import Path
 
 from meshtui.contracts.server_config import TOKEN, ServerConfig
 from meshtui.kinds.openbao import lab as lab_bao
@@ -73,3 +75,37 @@ def test_the_admin_token_is_periodic_and_least_privilege(bao_server: lab_bao.Bao
         ):
             answer = bao.send(method, path, {"policy": "x", "type": "kv"})
             assert answer.status_code == 403, (method, path, answer.status_code)
+
+
+def test_the_printed_renewal_renews_the_admin_token_without_an_argument_or_environment(
+    bao_server: lab_bao.BaoServer,
+) -> None:
+    """The "what expires" line, run by a shell as printed: OpenBao answers 200; with the token
+    in the admin file broken it fails (curl's 22), so a cron job mails its failure."""
+    line = server_config.renew_command(
+        bao_server.url, str(bao_server.ca), str(bao_server.admin_file)
+    )
+    assert line in " ".join(_printed(bao_server).expires)
+    token = read_admin(bao_server.admin_file.read_text())["token"]
+    assert token not in line
+    done = subprocess.run(["sh", "-c", line], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0 and done.stdout.strip() == "200", done.stdout + done.stderr
+    broken = bao_server.admin_file.with_name("broken-admin.toml")
+    broken.write_text(server_config.admin_text(bao_server.url, str(bao_server.ca), "s.nope"))
+    line = server_config.renew_command(bao_server.url, str(bao_server.ca), str(broken))
+    done = subprocess.run(["sh", "-c", line], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 22 and done.stdout.strip() == "403", done.stdout + done.stderr
+
+
+def test_the_printed_token_line_writes_no_admin_file_when_no_token_came(tmp_path: Path) -> None:
+    """``bao token create`` failed (the vault sealed, the login expired): the line's shell gets
+    nothing on its input and writes no admin file, rather than one with ``token = ""``; given a
+    token, it writes the file 0600 around it."""
+    admin = tmp_path / "admin.toml"
+    line = server_config.token_into_file("https://10.0.0.2:8200", "/ca.pem", str(admin))
+    for nothing in ("", "\n"):
+        subprocess.run(["sh", "-c", line], input=nothing, text=True, timeout=10)
+        assert not admin.exists(), repr(nothing)
+    subprocess.run(["sh", "-c", line], input="s.abc", text=True, timeout=10, check=True)
+    assert read_admin(admin.read_text())["token"] == "s.abc"
+    assert admin.stat().st_mode & 0o777 == 0o600
