@@ -166,7 +166,7 @@ def demo_state(root: Path) -> Path:
         for name, kind in registry.KINDS.items()
         for table, port, ca in [tables[name]]
     }
-    decl = lab_mesh._write_declaration(
+    decl, _ = lab_mesh._write_declaration(
         lab, {n: "127.0.0.1" for n in nodes}, lab_mesh.DEFAULT_MESH, raised, provisioner=None
     )
     with Controller.open(state) as ctl:

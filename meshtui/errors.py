@@ -189,6 +189,19 @@ class OffClockError(EnvelopeError):
         self.nonce = nonce
 
 
+class FencedError(WireError):
+    """A delivering request under an epoch below the highest this node accepted: its controller
+    lost its turn (another took the lease since), so the node does nothing it asks."""
+
+    def __init__(self, node: str, controller: str, epoch: int, highest: int) -> None:
+        self.node, self.controller, self.epoch, self.highest = node, controller, epoch, highest
+        super().__init__(
+            f"refused: controller {controller}'s epoch {epoch} is behind epoch {highest} "
+            f"this node ({node}) accepted: another controller leads; nothing was done (this "
+            "controller delivers again once it holds the lease)"
+        )
+
+
 class MessageError(WireError):
     """A request or answer payload does not have its kind's shape; names the field's path."""
 
@@ -199,6 +212,11 @@ class AgentError(MeshtuiError):
     def __init__(self, node: str, reason: str) -> None:
         self.node, self.reason = node, reason
         super().__init__(f"node {node}: {reason}")
+
+
+class FencedOutError(AgentError):
+    """A node refused a delivering request for its epoch (:class:`FencedError` on the node):
+    another controller leads, and this one must stop delivering."""
 
 
 class ChannelError(MeshtuiError, OSError):

@@ -11,6 +11,8 @@ from enum import StrEnum
 from meshtui.kinds.kind import DEFAULT_KIND
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}\Z")
+CONTROLLER_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}\Z")
+"""A controller's name: lower-case letters, digits, ``.``, ``_``, ``-`` (a host name fits)."""
 """Node and module names: they become file names, login stems and path parts, so keep them plain."""
 
 BUILTIN = "builtin"

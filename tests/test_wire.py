@@ -116,10 +116,10 @@ def test_another_version_says_to_update_even_when_its_fields_differ() -> None:
     old = good_body()
     old["v"] = 1
     del old["seq"]  # version 1 had no sequence number
-    with pytest.raises(EnvelopeError, match="message version 1, expected 2 .update meshtui"):
+    with pytest.raises(EnvelopeError, match="message version 1, expected 3 .update meshtui"):
         opened(signed(old))
-    with pytest.raises(EnvelopeError, match="message version 3, expected 2"):
-        opened(signed({**good_body(), "v": 3}))
+    with pytest.raises(EnvelopeError, match="message version 4, expected 3"):
+        opened(signed({**good_body(), "v": 4}))
 
 
 @pytest.mark.parametrize("envelope", [{"body": "e30="}, {"body": 1, "sig": "x"}, [], "x"])
@@ -134,3 +134,33 @@ def test_a_kept_head_is_read_by_its_typed_shape() -> None:
         wire.SignedHead.from_json({**a_head(), "seq": "3"})  # type: ignore[typeddict-item]
     with pytest.raises(ValueError, match=r"at `\$.hash`"):
         wire.SignedHead.from_json({**a_head(), "hash": "AB" * 32})
+
+
+def test_the_key_is_chosen_by_the_bodys_controller_name_and_a_strange_name_is_not_repeated() -> (
+    None
+):
+    asked: list[str | None] = []
+
+    def key_of(name: str | None) -> bytes:
+        asked.append(name)
+        return VERIFY
+
+    msg = wire.open_envelope(
+        signed({**good_body(), "controller": "ctl-a", "epoch": 4}),
+        verify_key=key_of,
+        sender="controller",
+        to="app1",
+    )
+    assert asked == ["ctl-a"] and msg.controller == "ctl-a" and msg.epoch == 4
+    for strange in ["x" * 5000, "CTL", "ctl a", "", 7]:
+        with pytest.raises(EnvelopeError, match="its controller is not a name") as refused:
+            wire.open_envelope(
+                signed({**good_body(), "controller": strange}),
+                verify_key=key_of,
+                sender="controller",
+                to="app1",
+            )
+        assert "xxxxx" not in str(refused.value)
+    assert asked == ["ctl-a"]  # never asked for a key by a name of another shape
+    with pytest.raises(EnvelopeError, match=r"\$\.epoch"):
+        opened(signed({**good_body(), "epoch": -1}))

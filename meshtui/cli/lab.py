@@ -21,7 +21,10 @@ def cmd_lab(args: argparse.Namespace) -> int:
     state = state_dir(args)
     if args.lab_command == "up":
         built = lab.up(
-            state, loopback=True if args.loopback else None, provisioner=args.provisioner
+            state,
+            loopback=True if args.loopback else None,
+            provisioner=args.provisioner,
+            controllers=args.controllers,
         )
         if built.mode == "loopback":
             print(
@@ -34,6 +37,15 @@ def cmd_lab(args: argparse.Namespace) -> int:
                 f"  {node:6} {address:12} agent unix:{built.socket(node)} (pid {built.pids[node]})"
             )
         print(f"declaration: {built.declaration}")
+        if args.controllers > 1:
+            from meshtui.lab import controllers
+
+            others = controllers.names(args.controllers)[1:]
+            folders = [controllers.state_of(built.folder, name) for name in others]
+            print(f"controllers: this state folder and {', '.join(map(str, folders))}")
+            print("  every lab node accepts each by its own key (its policy's [[controllers]])")
+            for folder in folders:
+                print(f"  meshtui --state {folder} declare {built.declaration}")
         print(
             f"next: meshtui --state {state} declare {built.declaration} && meshtui --state {state} push"
         )

@@ -175,7 +175,9 @@ def _mesh(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "names, not in a SQLite file in the state folder",
     )
     s.add_argument(
-        "--name", help="this controller's name in controller.toml (default: the host name)"
+        "--name",
+        help="this controller's name in controller.toml (default: the host name), as each "
+        "node's policy [[controllers]] names it",
     )
     s.set_defaults(func=handler("init"))
 
@@ -312,6 +314,14 @@ def _lab(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--provisioner",
         help="a provisioner command for the database node "
         "(default: built-in; also $MESHTUI_LAB_PROVISIONER); {admin} is replaced by the admin file",
+    )
+    s.add_argument(
+        "--controllers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="raise N controllers (ctl-a here, ctl-b... in lab/controllers/), each its own key, "
+        "every node accepting each (default 1)",
     )
     s.set_defaults(func=handler("lab up"))
     s = group.add_parser("down", help="stop and remove every process and namespace the lab made")

@@ -16,12 +16,14 @@ file.
 from __future__ import annotations
 
 import os
+import re
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from meshtui.atomic import write_private
 from meshtui.errors import InputError
+from meshtui.model import CONTROLLER_NAME_RE
 
 CONFIG = "controller.toml"
 """The settings' file name in a state folder."""
@@ -40,8 +42,16 @@ class ControllerConfig:
 
 
 def default_name() -> str:
-    """This controller's name when none is set: the host name."""
-    return socket.gethostname().split(".")[0] or "controller"
+    """This controller's name when none is set: the host name, made a controller name (lower
+    case, other characters as ``-``; "controller" when it makes none)."""
+    host = socket.gethostname().split(".")[0].lower()
+    text = re.sub(r"[^a-z0-9_.-]", "-", host).strip("-")[:63]
+    return text if CONTROLLER_NAME_RE.match(text) else "controller"
+
+
+def path_of(state_dir: Path) -> Path:
+    """Where a state folder's settings are."""
+    return Path(state_dir) / CONFIG
 
 
 def load(state_dir: Path) -> ControllerConfig:
@@ -60,8 +70,11 @@ def load(state_dir: Path) -> ControllerConfig:
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{path}: not TOML ({exc})") from None
     name = data.get("name", default_name())
-    if not isinstance(name, str) or not name:
-        raise InputError(f'{path}: name must be a non-empty string, e.g. name = "ctl-a"')
+    if not isinstance(name, str) or not CONTROLLER_NAME_RE.match(name):
+        raise InputError(
+            f"{path}: name = {name!r} is not a controller name (1-63 of a-z 0-9 . _ -, "
+            'starting with a letter or digit), e.g. name = "ctl-a"'
+        )
     table = data.get("inventory", {})
     if not isinstance(table, dict):
         raise InputError(f"{path}: [inventory] must be a table")
@@ -88,15 +101,23 @@ def inventory_postgres(state_dir: Path) -> Path | None:
 
 def save(state_dir: Path, config: ControllerConfig) -> Path:
     """Write ``config`` as ``state_dir``'s settings (0600), whole; the file's path."""
-    lines = [f"name = {_quoted(config.name)}"]
+    lines = [f"name = {quoted(config.name)}"]
     if config.postgres is not None:
-        lines += ["", "[inventory]", f"postgres = {_quoted(str(config.postgres))}"]
+        lines += ["", "[inventory]", f"postgres = {quoted(str(config.postgres))}"]
     path = Path(state_dir) / CONFIG
     write_private(path, ("\n".join(lines) + "\n").encode())
     return path
 
 
-def _quoted(text: str) -> str:
+def write_name(state_dir: Path, name: str) -> Path:
+    """Set this controller's name in ``state_dir``'s settings, keeping the rest; the file's
+    path (InputError for a name that is not one)."""
+    if not CONTROLLER_NAME_RE.match(name):
+        raise InputError(f"controller name {name!r} is not allowed (1-63 of a-z 0-9 . _ -)")
+    return save(state_dir, replace(load(state_dir), name=name))
+
+
+def quoted(text: str) -> str:
     """A TOML basic string."""
     escaped = text.replace("\\", "\\\\").replace('"', '\\"')
     if any(ord(c) < 0x20 or c == "\x7f" for c in escaped):

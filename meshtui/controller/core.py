@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from meshtui import crypto
 from meshtui.controller import config
 from meshtui.controller.freshness import InventoryStamp, inventory_stamp
-from meshtui.controller.keys import KEY_STEM, write_keys_once
+from meshtui.controller.keys import KEY_STEM, Keyring, keyring, write_keys_once
 from meshtui.controller.read import detail as detail_mod
 from meshtui.controller.read import schedule as schedule_mod
 from meshtui.controller.read import status as status_mod
@@ -59,6 +59,7 @@ from meshtui.folders import trusted_path, user_name
 from meshtui.inventory import Inventory
 from meshtui.model import PairStatus, RotationState, Sessions, State, node_of
 from meshtui.protocol import wire
+from meshtui.protocol.fence import Fence
 
 if TYPE_CHECKING:  # httpx stays out of the import of core (see controller.client)
     from meshtui.controller.agents.client import Agents
@@ -188,6 +189,8 @@ class Controller:
         self.inventory = inventory
         self._keys: crypto.PrivateKeys | None = None
         self.sequence = wire.Sequence(state_dir / SEQUENCE_FILE)  # numbers every agent request
+        self.fence = Fence(config.load(state_dir).name)
+        """This controller's name and epoch on every request (epoch 0 until a lease sets it)."""
         self.faults: dict[str, Callable[[], None]] = {}  # fault-injection seam for tests
 
     @classmethod
@@ -203,6 +206,7 @@ class Controller:
             if proof is not None and not proof.verifies(keys.public().verify):
                 proof = None  # a restore under a key since replaced: no node could take it
         ctl.inventory.restore_proof = proof
+        ctl.inventory.controller = ctl.fence.controller  # each event names who appended it
         return ctl
 
     @staticmethod
@@ -265,6 +269,7 @@ class Controller:
             timeout=DEFAULT_TIMEOUT_S if timeout is None else timeout,
             sequence=self.sequence,
             head=self.inventory.signed_head,
+            fence=lambda: self.fence,
         )
 
     def _ends(self, ids: Iterable[str], *, consumers_only: bool = False) -> list[str]:
@@ -406,9 +411,8 @@ class Controller:
 
     def verify_chain(self) -> ChainReport:
         """Check the audit chain, and the controller's signature on its head when keys exist."""
-        pub = self.state_dir / f"{KEY_STEM}.pub"
-        key = crypto.load_public(pub, need_seal=False).verify if pub.exists() else None
-        check = self.inventory.verify_chain(key)
+        keys = self.keyring()
+        check = self.inventory.verify_chain(keys.key_of if keys.keys else None)
         return ChainReport(
             ok=check.ok, events=check.events, bad_seq=check.bad_seq, problem=check.problem
         )
@@ -421,10 +425,14 @@ class Controller:
         """
         from meshtui.controller.records.anchors import check_anchors
 
-        pub = self.state_dir / f"{KEY_STEM}.pub"
-        key = crypto.load_public(pub, need_seal=False).verify if pub.exists() else None
+        keys = self.keyring()
         nodes = {n: row for n, row in self.inventory.nodes().items() if row["declared"]}
-        return check_anchors(self.inventory, nodes, key)
+        return check_anchors(self.inventory, nodes, keys.key_of if keys.keys else None)
+
+    def keyring(self) -> Keyring:
+        """The verify keys of this controller and of the others it knows (an audit head is
+        checked with the key of the controller that appended it)."""
+        return keyring(self.state_dir, self.fence.controller)
 
     def doctor(self, progress: Progress = no_progress) -> DoctorReport:
         """The preflight: every node's key, folders, users, reloads, admin files, ports, clocks."""
@@ -695,6 +703,7 @@ class Controller:
                 "outcome",
                 "prev",
                 "hash",
+                "controller",
             ],
         )
         writer.writeheader()

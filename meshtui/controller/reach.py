@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from meshtui.inventory import Inventory
     from meshtui.inventory.rows import NodeRow
     from meshtui.protocol import wire
+    from meshtui.protocol.fence import Fence
 
 
 class Reach(Protocol):
@@ -31,6 +32,9 @@ class Reach(Protocol):
     state_dir: Path
     inventory: Inventory
     sequence: wire.Sequence
+    fence: Fence
+    """This controller's name and its epoch, carried by every request (epoch 0 without a
+    lease; whoever takes the lease sets the epoch it holds)."""
     faults: dict[str, Callable[[], None]]
 
     def keys(self) -> crypto.PrivateKeys:

@@ -1,7 +1,8 @@
 """The audit log's hash chain: each event's link, the signed head, and the walk that checks both.
 
 Every event hashes the one before it, so an edit, a deletion or a reordering breaks the chain at
-a named event; the head (newest number and hash) is signed by the controller key, so a chain
+a named event; the head (newest number and hash) is signed by the key of the controller that
+appended it (each event names its controller, and its hash covers the name), so a chain
 rewritten by someone who can write the file but holds no controller key is caught too. The
 statements that append to the chain and walk it are here; the store calls them under its lock
 and inside its transactions.
@@ -28,9 +29,9 @@ GENESIS = "0" * 64
 """The ``prev`` of the first event."""
 
 CHAINED = ("seq", "at", "operator", "ssh_client", "kind", "pairs", "detail", "outcome")
-"""The columns an event's hash covers."""
+"""The columns an event's hash covers (and ``controller`` when the event names one)."""
 
-COLUMNS = (*CHAINED, "prev", "hash")
+COLUMNS = (*CHAINED, "prev", "hash", "controller")
 """Every column of an audit event, in the table's order."""
 
 _SELECT = f"SELECT {', '.join(COLUMNS)} FROM audit"
@@ -49,6 +50,8 @@ def operator() -> tuple[str, str | None]:
 def event_hash(prev: str, event: Mapping[str, object]) -> str:
     """The chain link: SHA-256 over the previous hash and the event's canonical JSON."""
     body = {k: event[k] for k in CHAINED}
+    if event.get("controller") is not None:  # events before controllers were named hash as then
+        body["controller"] = event["controller"]
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256((prev + canonical).encode()).hexdigest()
 
@@ -63,6 +66,7 @@ def link(
     pairs: Iterable[str],
     detail: Mapping[str, object],
     outcome: str,
+    controller: str | None = None,
 ) -> AuditRecord:
     """The next event after ``last`` (its seq and hash; None for the first), hashed."""
     seq, prev = (last[0] + 1, last[1]) if last else (1, GENESIS)
@@ -77,6 +81,7 @@ def link(
         outcome=outcome,
         prev=prev,
         hash="",
+        controller=controller,
     )
     event["hash"] = event_hash(prev, event)
     return event
@@ -92,12 +97,17 @@ class ChainCheck:
     problem: str = ""
 
 
+KeyOf = Callable[[str | None], bytes | None]
+"""The verify key of a named controller (None: its key is not known here)."""
+
+
 def verify(
-    events: Iterable[AuditRecord], head: HeadRow | None, verify_key: bytes | None
+    events: Iterable[AuditRecord], head: HeadRow | None, verify_key: bytes | KeyOf | None
 ) -> ChainCheck:
     """Walk the stored events (in rowid order); name the first edited, deleted or reordered one.
 
-    With the controller's ``verify_key`` the head must also carry its signature.
+    With ``verify_key`` (the controller's key, or each controller's by name) the head must also
+    carry the signature of the controller that appended it.
     """
     prev, expected_seq, count = GENESIS, 1, 0
     for row in events:
@@ -132,32 +142,51 @@ def verify(
     if head is None and count:
         return ChainCheck(False, count, None, "the chain's head record is missing")
     if head is not None and verify_key is not None:
-        try:
-            if not head["sig"]:
-                raise CryptoError("unsigned")
-            crypto.verify(
-                head_message(head["seq"], head["hash"]),
-                crypto.unb64(head["sig"]),
-                verify_key,
-                "controller",
-            )
-        except (CryptoError, ValueError):
+        signer = head.get("controller")
+        key = verify_key(signer) if callable(verify_key) else verify_key
+        own = verify_key(None) if callable(verify_key) else None
+        # a name this controller does not know may still be its own key under an older name
+        # (the controller was renamed): the signature decides
+        if key is None and not (own is not None and _signed(head, own)):
             return ChainCheck(
                 False,
                 count,
                 head["seq"],
-                "the newest event is not signed by the controller key "
-                "(the log was rewritten, or written without controller keys)",
+                f"the newest event is signed by controller {signer}, whose key this controller "
+                f"does not know (copy that controller's controller.pub to "
+                f"controllers/{signer}.pub in this state folder)",
+            )
+        if key is not None and not _signed(head, key):
+            return ChainCheck(
+                False,
+                count,
+                head["seq"],
+                "the newest event is not signed by the controller key"
+                + (f" of controller {signer}" if signer else "")
+                + " (the log was rewritten, or written without controller keys)",
             )
     return ChainCheck(True, count)
 
 
-StoredEvent = tuple[int, str, str, str | None, str, str, str, str, str, str]
+def _signed(head: HeadRow, key: bytes) -> bool:
+    """Whether ``key`` signed ``head``."""
+    try:
+        if not head["sig"]:
+            return False
+        crypto.verify(
+            head_message(head["seq"], head["hash"]), crypto.unb64(head["sig"]), key, "controller"
+        )
+    except (CryptoError, ValueError):
+        return False
+    return True
+
+
+StoredEvent = tuple[int, str, str, str | None, str, str, str, str, str, str, str | None]
 """One audit row as SQLite returns it, in :data:`COLUMNS` order."""
 
 
 def _record(row: StoredEvent) -> AuditRecord:
-    seq, at, user, ssh, kind, pairs, detail, outcome, prev, digest = row
+    seq, at, user, ssh, kind, pairs, detail, outcome, prev, digest, controller = row
     return AuditRecord(
         seq=seq,
         at=at,
@@ -169,6 +198,7 @@ def _record(row: StoredEvent) -> AuditRecord:
         outcome=outcome,
         prev=prev,
         hash=digest,
+        controller=controller,
     )
 
 
@@ -182,8 +212,10 @@ def append(
     pairs: Iterable[str],
     detail: Mapping[str, object],
     outcome: str,
+    controller: str | None = None,
 ) -> AuditRecord:
-    """Append one event after the newest and move the head (signed when ``signer`` is set).
+    """Append one event after the newest and move the head (signed when ``signer`` is set, by
+    ``controller``, whose name the event and the head carry).
 
     ``actor`` names the operator when it is not a person (``watch``); else the OS user and SSH
     client are recorded. Runs inside the caller's transaction.
@@ -199,6 +231,7 @@ def append(
         pairs=pairs,
         detail=detail,
         outcome=outcome,
+        controller=controller,
     )
     values = cast(Mapping[str, object], event)
     conn.execute(
@@ -207,19 +240,25 @@ def append(
     )
     sig = crypto.b64(signer(head_message(event["seq"], event["hash"]))) if signer else None
     conn.execute(
-        "INSERT INTO audit_head (id, seq, hash, sig) VALUES (1, ?, ?, ?) "
-        "ON CONFLICT(id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, sig = excluded.sig",
-        (event["seq"], event["hash"], sig),
+        "INSERT INTO audit_head (id, seq, hash, sig, controller) VALUES (1, ?, ?, ?, ?) "
+        "ON CONFLICT(id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, "
+        "sig = excluded.sig, controller = excluded.controller",
+        (event["seq"], event["hash"], sig, controller),
     )
     return event
 
 
 def head(conn: sqlite3.Connection) -> HeadRow | None:
     """The chain's head record as stored (None: no event was ever written)."""
-    row = conn.execute("SELECT seq, hash, sig FROM audit_head").fetchone()
+    row = conn.execute("SELECT seq, hash, sig, controller FROM audit_head").fetchone()
     if row is None:
         return None
-    return HeadRow(seq=int(row[0]), hash=str(row[1]), sig=None if row[2] is None else str(row[2]))
+    return HeadRow(
+        seq=int(row[0]),
+        hash=str(row[1]),
+        sig=None if row[2] is None else str(row[2]),
+        controller=None if row[3] is None else str(row[3]),
+    )
 
 
 def signed_head(conn: sqlite3.Connection) -> SignedHead | None:
@@ -227,7 +266,9 @@ def signed_head(conn: sqlite3.Connection) -> SignedHead | None:
     got = head(conn)
     if got is None or not got["sig"]:
         return None
-    return SignedHead(seq=got["seq"], hash=got["hash"], sig=got["sig"])
+    return SignedHead(
+        seq=got["seq"], hash=got["hash"], sig=got["sig"], controller=got["controller"]
+    )
 
 
 def last_seq(conn: sqlite3.Connection) -> int:
@@ -254,7 +295,7 @@ def stored(
     return rows
 
 
-def walk(conn: sqlite3.Connection, verify_key: bytes | None) -> ChainCheck:
+def walk(conn: sqlite3.Connection, verify_key: bytes | KeyOf | None) -> ChainCheck:
     """Read every event in the order it was written (SQLite's rowid; PostgreSQL's tables keep
     none, so their numbers) and the head, and :func:`verify`."""
     order = dialect(conn).audit_order

@@ -255,6 +255,12 @@ def _rotation_modes_v11(db: Executes) -> None:
     )
 
 
+def _audit_controller_v12(db: Executes) -> None:
+    """Which controller wrote each event and signed the head (as SQLite's step 12)."""
+    db.execute(f"ALTER TABLE audit ADD COLUMN controller {T}")
+    db.execute(f"ALTER TABLE audit_head ADD COLUMN controller {T}")
+
+
 PG_MIGRATIONS: list[Callable[[Executes], None]] = [
     _create_v1,
     _signed_head_v2,
@@ -267,5 +273,6 @@ PG_MIGRATIONS: list[Callable[[Executes], None]] = [
     _status_ticks_v9,
     _claims_v10,
     _rotation_modes_v11,
+    _audit_controller_v12,
 ]
 """``PG_MIGRATIONS[i]`` takes a PostgreSQL inventory from version i to i+1; append, never edit."""

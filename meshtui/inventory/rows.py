@@ -403,6 +403,7 @@ class AuditRecord(TypedDict):
     outcome: str
     prev: str
     hash: str
+    controller: str | None  # the controller that wrote it (None: before controllers were named)
 
 
 class EventRow(TypedDict):
@@ -418,6 +419,7 @@ class EventRow(TypedDict):
     outcome: str
     prev: str
     hash: str
+    controller: str | None
 
 
 class HeadRow(TypedDict):
@@ -426,6 +428,7 @@ class HeadRow(TypedDict):
     seq: int
     hash: str
     sig: str | None
+    controller: str | None  # whose key signed it (None: the one controller of old)
 
 
 HeldSealed = tuple[str, bytes | None, bytes | None]

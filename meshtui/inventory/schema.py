@@ -256,6 +256,13 @@ def _rotation_modes_v11(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE policies ADD COLUMN grace REAL NOT NULL DEFAULT 5.0")
 
 
+def _audit_controller_v12(db: sqlite_utils.Database) -> None:
+    """Which controller wrote each event and signed the head (NULL: before controllers were
+    named; one controller then)."""
+    db.execute("ALTER TABLE audit ADD COLUMN controller TEXT")
+    db.execute("ALTER TABLE audit_head ADD COLUMN controller TEXT")
+
+
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _create_v1,
     _signed_head_v2,
@@ -268,6 +275,7 @@ MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _status_ticks_v9,
     _claims_v10,
     _rotation_modes_v11,
+    _audit_controller_v12,
 ]
 """``MIGRATIONS[i]`` takes the schema from version i to i+1; append, never edit."""
 

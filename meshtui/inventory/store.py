@@ -161,6 +161,7 @@ class Transaction:
             at=now(),
             actor=self._inv.actor,
             signer=self._inv.signer,
+            controller=self._inv.controller,
             kind=kind,
             pairs=pairs,
             detail=detail,
@@ -392,7 +393,7 @@ def _drill_evidence(text: str, pair: str) -> DrillEvidence:
 
 def _decoded(row: audit_mod.StoredEvent) -> EventRow:
     """A stored audit event with its ``pairs`` and ``detail`` JSON decoded."""
-    seq, at, user, ssh, kind, pairs, detail, outcome, prev, digest = row
+    seq, at, user, ssh, kind, pairs, detail, outcome, prev, digest, controller = row
     return EventRow(
         seq=seq,
         at=at,
@@ -404,6 +405,7 @@ def _decoded(row: audit_mod.StoredEvent) -> EventRow:
         outcome=outcome,
         prev=prev,
         hash=digest,
+        controller=controller,
     )
 
 
@@ -435,6 +437,7 @@ class Inventory:
             self._engine_errors = (psycopg.Error,)
         self.lock = threading.RLock()
         self.signer: Callable[[bytes], bytes] | None = None  # signs the audit head when set
+        self.controller: str | None = None  # the controller whose events these are (signer's)
         self.actor: str | None = None  # the audit's operator when not a person (``watch``)
         self.restore_proof: RestoreProof | None = None  # shown with the head after a restore
 
@@ -1019,10 +1022,11 @@ class Inventory:
                     out[(mid, offer.name)] = offer.kind
         return out
 
-    def verify_chain(self, verify_key: bytes | None = None) -> ChainCheck:
+    def verify_chain(self, verify_key: bytes | audit_mod.KeyOf | None = None) -> ChainCheck:
         """Walk the audit chain; name the first edited, deleted or reordered event.
 
-        With the controller's ``verify_key`` the head must also carry its signature, so a chain
+        With ``verify_key`` (the controller's, or each controller's by name) the head must also
+        carry the signature of the controller that appended it, so a chain
         rewritten by someone who can write the file but has no controller key is caught.
         """
         with self.lock, self._reading():

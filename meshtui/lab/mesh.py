@@ -17,7 +17,7 @@ import pwd
 import shlex
 import signal
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -35,6 +35,7 @@ from meshtui.host.policy import node_policy
 from meshtui.host.state import identity
 from meshtui.kinds import registry
 from meshtui.kinds.kind import Kind
+from meshtui.lab import controllers as controllers_mod
 from meshtui.lab import foreign, netns, toml_writer
 from meshtui.lab.wait import ended, poll
 
@@ -52,6 +53,7 @@ PROVISIONER_ENV = "MESHTUI_LAB_PROVISIONER"
 @dataclass(frozen=True)
 class Lab:
     """What ``lab up`` built, as recorded in ``<state>/lab/lab.json``."""
+
     folder: Path
     mode: str  # "netns" or "loopback"
     network: str
@@ -134,6 +136,7 @@ def up(
     loopback: bool | None = None,
     provisioner: str | None = None,
     kinds: Mapping[str, bool] | None = None,
+    controllers: int = 1,
 ) -> Lab:
     """Build (or complete) the lab; safe to run twice. Returns what is running.
 
@@ -142,6 +145,8 @@ def up(
     on (True) or off (False) by name; a kind it leaves out is on for the default mesh when this
     machine can run its server. The default kind's server, which every module requires, always
     runs; ``provisioner`` (or $MESHTUI_LAB_PROVISIONER) is its provider's provisioner command.
+    ``controllers``: more than one raises the others beside the state folder's own
+    (:mod:`meshtui.lab.controllers`), every node accepting each by its own key.
     """
     wanted = kinds or {}
     chosen = {
@@ -174,6 +179,7 @@ def up(
         addresses = {n: "127.0.0.1" for n in nodes}
         networks = ("127.0.0.1/32",)
     pub, _ = write_keys_once(state_dir)
+    accepted = controllers_mod.make(state_dir, folder, controllers)
     for node in nodes:
         identity.init(node, folder / "nodes" / node, pub)
     raised: dict[str, tuple[Kind, LabServer, LabProvider]] = {}
@@ -190,12 +196,13 @@ def up(
         )
         raised[kind.name] = (kind, server, server.raise_server(site))
     command = provisioner if provisioner is not None else os.environ.get(PROVISIONER_ENV)
-    decl = _write_declaration(
+    decl, changed = _write_declaration(
         folder,
         addresses,
         mesh,
         raised,
         provisioner=shlex.split(command) if command else None,
+        controllers=accepted,
     )
     _make_credential_folders(folder / "srv", mesh)
     lab = Lab(
@@ -208,8 +215,12 @@ def up(
         datadir=folder / chosen[registry.DEFAULT][1].folder,
     )
     for node in nodes:
-        if not (lab.pids.get(node) and _alive(lab.pids[node]) and agent_answers(lab.socket(node))):
-            lab.pids[node] = _start_agent(lab, node)
+        running = lab.pids.get(node)
+        if running and _alive(running) and node in changed:  # a policy is read at its start
+            _stop_agent(running)
+        elif running and _alive(running) and agent_answers(lab.socket(node)):
+            continue
+        lab.pids[node] = _start_agent(lab, node)
     _save(lab)
     for node in nodes:
         _wait_agent(lab, node)
@@ -246,6 +257,13 @@ def _start_agent(lab: Lab, node: str) -> int:
     return proc.pid
 
 
+def _stop_agent(pid: int) -> None:
+    """Stop one agent (SIGTERM, then SIGKILL after a few seconds)."""
+    os.kill(pid, signal.SIGTERM)
+    if not poll(lambda: not _alive(pid), 10):
+        os.kill(pid, signal.SIGKILL)
+
+
 def _open_log(path: Path) -> BinaryIO:
     """Open an agent's log for appending, 0600 whatever the umask (the lab folder is 0711)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -278,7 +296,9 @@ def _write_declaration(
     raised: Mapping[str, tuple[Kind, LabServer, LabProvider]],
     *,
     provisioner: list[str] | None,
-) -> Path:
+    controllers: Sequence[node_policy.ControllerKey] = (),
+) -> tuple[Path, set[str]]:
+    """The lab's declaration, and the nodes whose policy it changed."""
     srv = folder / "srv"
     tables: list[toml_writer.Table] = [
         (
@@ -315,13 +335,13 @@ def _write_declaration(
         if kind.hands_over
         for entry in _provides(provider)
     }
-    _write_policies(folder, list(addresses), tables, handed)
+    changed = _write_policies(folder, list(addresses), tables, handed, controllers)
     path = folder / "mesh.toml"
     text = toml_writer.document(
         tables, comment="written by meshtui lab up: the lab's nodes, reached over Unix sockets"
     )
     write_private(path, text.encode())
-    return path
+    return path, changed
 
 
 def kind_name(given: object) -> str:
@@ -334,13 +354,16 @@ def _write_policies(
     nodes: list[str],
     tables: list[toml_writer.Table],
     servers: Mapping[str, node_policy.Server],
-) -> None:
+    controllers: Sequence[node_policy.ControllerKey],
+) -> set[str]:
     """Each node's policy: what the lab's declaration asks of it and no more. Credential files
     and provider files only below the node's own folder in ``srv/``, the kinds and admin files
     its providers declare, the lab's ``servers`` (by provision) its modules require whose login
     hands the server the credential (the vault, Redis), and a declared provisioner command run
-    as the agent's own user."""
+    as the agent's own user; the lab's ``controllers`` when it has more than one. The nodes
+    whose policy changed are returned (their agents read it when they start)."""
     me = pwd.getpwuid(os.geteuid()).pw_name
+    changed: set[str] = set()
     for node in nodes:
         kinds: set[str] = set()
         admin: set[str] = set()
@@ -372,6 +395,7 @@ def _write_policies(
         under = str(folder / "srv" / node)
         text = node_policy.render(
             node,
+            controllers=controllers,
             credentials=[node_policy.CredentialRoot(under, groups=frozenset(groups))],
             providers=[node_policy.ProviderRoot(under, frozenset(kinds), frozenset(admin))]
             if kinds
@@ -379,7 +403,11 @@ def _write_policies(
             servers=sorted(sends_to, key=lambda s: s.kind),
             provisioner=commands,
         )
-        node_policy.write(folder / "nodes" / node, text)
+        path = node_policy.path_of(folder / "nodes" / node)
+        if not path.exists() or path.read_text() != text:
+            node_policy.write(folder / "nodes" / node, text)
+            changed.add(node)
+    return changed
 
 
 def _provides(provider: LabProvider) -> list[Mapping[str, toml_writer.Value]]:

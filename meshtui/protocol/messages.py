@@ -593,17 +593,27 @@ class AnchorRequest(TypedDict):
     parameter (no key is needed to ask), answered with a signed :class:`AnchorAnswer`."""
 
 
+class AcceptedController(TypedDict):
+    """A controller a node accepts: its name (None: the pinned key, under any name, when the
+    node's policy names none) and its key's fingerprint."""
+
+    name: str | None
+    fingerprint: str
+
+
 class AnchorAnswer(TypedDict):
     """The audit head this node keeps (None: never shown one), as the controller signed it;
     ``history``: the heads it kept before a restore replaced them (oldest first); ``accepted``:
     the highest request number it accepted (a restored controller numbers past it);
-    ``controller``: the fingerprint of the controller key it pins."""
+    ``controller``: the fingerprint of the controller key it pins; ``controllers``: the
+    controllers it accepts (``doctor`` names a node that does not accept one yet)."""
 
     node: str
     head: HeadJson | None
     history: NotRequired[list[HeadJson]]
     accepted: NotRequired[int]
     controller: NotRequired[str]
+    controllers: NotRequired[list[AcceptedController]]
 
 
 # ---- the strict mirror ----------------------------------------------------------------------

@@ -5,7 +5,10 @@ sender and recipient, carries a timestamp, a fresh nonce and the sender's sequen
 increasing, see :class:`Sequence`), and a reply quotes the nonce of the request it answers, so a
 message cannot be redirected and an answer cannot be passed off as the answer to another request.
 The agent refuses a replay by remembering, on disk, the sequence numbers it accepted
-(:mod:`meshtui.host.state.guard`).
+(:mod:`meshtui.host.state.guard`), each controller's apart. A request also names the controller
+that sent it and carries that controller's epoch (:class:`~meshtui.protocol.fence.Fence`): the
+agent verifies it with that controller's key and refuses a delivering request of an epoch
+below one it accepted.
 Sealed blobs travel base64-encoded; nothing in a message is ever a plaintext credential.
 """
 
@@ -26,8 +29,10 @@ import msgspec
 
 from meshtui import crypto
 from meshtui.errors import EnvelopeError, OffClockError, SignatureError
+from meshtui.model import CONTROLLER_NAME_RE
+from meshtui.protocol.fence import Fence
 
-VERSION = 2  # 2: every body carries "seq"
+VERSION = 3  # 2: every body carries "seq"; 3: a request names its controller and its epoch
 MAX_SKEW_S = 30.0
 CONTROLLER = "controller"
 
@@ -46,6 +51,10 @@ ANCHOR = "anchor"  # the agent's answer to an unsigned read of the audit head it
 SECRET_STORE = "secret-store"  # the vault node: write modules' own secrets (sealed) into KV
 SECRET_FETCH = "secret-fetch"  # a module's node: read its own secrets from the vault, write files
 SECRET_CHECK = "secret-check"  # a module's node: its secret file's and the vault's current digests
+
+DELIVERING = frozenset({DELIVER, PREPARE, WITHDRAW, SECRET_STORE, SECRET_FETCH})
+"""The kinds that change a node (files, manifests, provisioner runs, the vault): refused under
+an epoch below the highest the node accepted (a controller that lost its turn)."""
 
 
 def head_message(seq: int, digest: str) -> bytes:
@@ -78,6 +87,8 @@ class HeadJson(TypedDict):
     hash: Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
     sig: Annotated[str, msgspec.Meta(min_length=1)]  # base64, checked by :meth:`verifies`
     restore: NotRequired[RestoreJson]
+    controller: NotRequired[Annotated[str, msgspec.Meta(max_length=63)]]
+    """The controller that signed it (absent: the one pinned before controllers were named)."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +155,7 @@ class SignedHead:
     hash: str
     sig: str  # base64 Ed25519 signature of :func:`head_message` by the controller key
     restore: RestoreProof | None = None  # the newest restore of the chain it heads, if any
+    controller: str | None = None  # the controller that signed it (whose key verifies it)
 
     def verifies(self, controller_verify_key: bytes) -> bool:
         """True when the controller's key signed exactly this sequence number and hash."""
@@ -163,6 +175,8 @@ class SignedHead:
         out: HeadJson = {"seq": self.seq, "hash": self.hash, "sig": self.sig}
         if self.restore is not None:
             out["restore"] = self.restore.to_json()
+        if self.controller is not None:
+            out["controller"] = self.controller
         return out
 
     @classmethod
@@ -178,7 +192,13 @@ class SignedHead:
             raise ValueError(f"not an audit head: {exc}") from None
         got = head.get("restore")
         restore = RestoreProof(**got) if got is not None else None
-        return cls(seq=head["seq"], hash=head["hash"], sig=head["sig"], restore=restore)
+        return cls(
+            seq=head["seq"],
+            hash=head["hash"],
+            sig=head["sig"],
+            restore=restore,
+            controller=head.get("controller"),
+        )
 
 
 @dataclass(frozen=True)
@@ -196,6 +216,12 @@ class Message:
     (:meth:`meshtui.protocol.messages.Kind.request_of`), so nothing is built that the shape does not hold."""
     reply_to: str | None = None
     head: SignedHead | None = None  # the controller's audit head, shown on a request
+    controller: str | None = None  # the controller that signed a request (None on an answer)
+    epoch: int = 0  # the sending controller's epoch (0: no lease in use)
+
+
+ControllerName = Annotated[str, msgspec.Meta(pattern=CONTROLLER_NAME_RE.pattern)]
+"""A controller's name as a body may carry it (:data:`meshtui.model.CONTROLLER_NAME_RE`)."""
 
 
 class _Envelope(msgspec.Struct, forbid_unknown_fields=True):
@@ -226,11 +252,24 @@ class _Body(msgspec.Struct, forbid_unknown_fields=True):
     payload: msgspec.Raw  # kept as JSON until its kind's shape decodes it
     reply_to: str | None = None
     head: HeadJson | None = None
+    controller: ControllerName | None = None
+    epoch: Annotated[int, msgspec.Meta(ge=0)] = 0
 
+
+class _Signer(msgspec.Struct):
+    """Only the body's controller name, read (unverified) to choose the key that verifies it:
+    a name by its shape, so nothing longer or stranger reaches a refusal's text or a log."""
+
+    controller: ControllerName | None = None
+
+
+KeyOf = Callable[[str | None], bytes]
+"""The verify key of the controller a request names (EnvelopeError when none is accepted)."""
 
 _ENVELOPE = msgspec.json.Decoder(_Envelope)
 _BODY = msgspec.json.Decoder(_Body)
 _VERSION = msgspec.json.Decoder(_Version)
+_SIGNER = msgspec.json.Decoder(_Signer)
 
 
 def wall_clock() -> float:
@@ -312,10 +351,12 @@ def envelope(
     reply_to: str | None = None,
     sequence: Sequence | None = None,
     head: SignedHead | None = None,
+    fence: Fence | None = None,
 ) -> tuple[dict[str, str], str]:
     """Sign a message numbered by ``sequence``; returns the envelope (JSON-ready) and its nonce.
 
     ``head``: the controller's audit head, shown to the agent with the request (no extra trip).
+    ``fence``: a request's sending controller and its epoch (an answer has none).
     """
     nonce = secrets.token_hex(16)
     seq, at = (sequence or PROCESS_SEQUENCE).next()
@@ -332,6 +373,9 @@ def envelope(
     }
     if head is not None:
         body["head"] = head.to_json()
+    if fence is not None:
+        body["controller"] = fence.controller
+        body["epoch"] = fence.epoch
     raw = json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
     return {"body": crypto.b64(raw), "sig": crypto.b64(keys.sign(raw))}, nonce
 
@@ -344,7 +388,7 @@ def seq_of(envelope: Mapping[str, str]) -> int:
 def open_envelope(
     data: bytes | bytearray | Mapping[str, object],
     *,
-    verify_key: bytes,
+    verify_key: bytes | KeyOf,
     sender: str,
     to: str,
     reply_to: str | None = None,
@@ -356,12 +400,23 @@ def open_envelope(
 
     Bounded before anything is built: the envelope is read by its exact type (two base64
     strings), the signature checked over the body's exact bytes, and only then is the body
-    decoded, its payload kept as JSON for its kind's typed shape (:mod:`meshtui.protocol.messages`)."""
+    decoded, its payload kept as JSON for its kind's typed shape (:mod:`meshtui.protocol.messages`).
+
+    ``verify_key``: the sender's key, or (an agent reading a request) the callable that names
+    the key of the controller the body says sent it; the name is read before the signature is
+    checked only to choose the key, and a body whose name and signature disagree is refused."""
     raw, sig = _outer(data)
+    named: str | None = None
+    if callable(verify_key):
+        named = _signer(raw)
+        key = verify_key(named)
+        who = f"controller {named}" if named is not None else sender
+    else:
+        key, who = verify_key, sender
     try:
-        crypto.verify(raw, sig, verify_key, sender)
+        crypto.verify(raw, sig, key, sender)
     except SignatureError as exc:
-        raise EnvelopeError(f"refused: not signed by {sender}'s key") from exc
+        raise EnvelopeError(f"refused: not signed by {who}'s key") from exc
     try:
         body = _BODY.decode(raw)
     except msgspec.ValidationError as exc:
@@ -389,7 +444,11 @@ def open_envelope(
         payload=body.payload,
         reply_to=body.reply_to,
         head=head,
+        controller=body.controller,
+        epoch=body.epoch,
     )
+    if callable(verify_key) and msg.controller != named:  # the same bytes: never, but said
+        raise EnvelopeError("refused: the body names two controllers")
     if msg.sender != sender:
         raise EnvelopeError(f"refused: message says it is from {msg.sender!r}, expected {sender!r}")
     if msg.to != to:
@@ -420,6 +479,18 @@ def _outer(data: bytes | bytearray | Mapping[str, object]) -> tuple[bytes, bytes
         # sent it is not known, and the agent logs its refusals
         raise EnvelopeError("not a meshtui envelope (needs body and sig)") from None
     return outer.body, outer.sig
+
+
+def _signer(raw: bytes) -> str | None:
+    """The controller name an (unverified) body gives; EnvelopeError when it cannot be read."""
+    try:
+        return _SIGNER.decode(raw).controller
+    except msgspec.ValidationError:
+        raise EnvelopeError(
+            "refused: signed body is malformed: its controller is not a name"
+        ) from None
+    except (msgspec.DecodeError, RecursionError):
+        raise EnvelopeError("refused: signed body is malformed: not JSON") from None
 
 
 def _refuse_version(raw: bytes) -> None:

@@ -266,3 +266,23 @@ def test_a_backup_naming_a_path_is_refused_and_nothing_is_written(mesh: Mesh) ->
     res = mesh.run("--state", fresh, "restore", bad, "--passphrase-file", pw)
     assert res.code == 2 and "../escaped" in res.err
     assert not fresh.exists() and not (mesh.root / "deep" / "escaped").exists()
+
+
+def test_a_restored_controller_keeps_its_name_and_its_restore_event_names_it(mesh: Mesh) -> None:
+    """The nodes' policies accept a controller by its name: a restore that forgot the name
+    (controller.toml) would come back as the host name, refused by every node naming ctl-a."""
+    (mesh.state / "controller.toml").write_text('name = "ctl-a"\n')
+    declared(mesh)
+    target = mesh.root / "b"
+    pw = secret_file(mesh.root)
+    assert mesh.cli("backup", target, "--passphrase-file", pw).code == 0
+    fresh = mesh.root / "fresh"
+    res = mesh.run("--state", fresh, "restore", target, "--passphrase-file", pw)
+    assert res.code == 0, res.err
+    assert (fresh / "controller.toml").read_text() == 'name = "ctl-a"\n'
+    with Controller.open(fresh, read_only=True) as ctl:
+        assert ctl.fence.controller == "ctl-a"
+        last = ctl.inventory.last_event("restore")
+        assert last is not None and last["controller"] == "ctl-a"
+        head = ctl.inventory.signed_head()
+        assert head is not None and head.controller == "ctl-a"

@@ -66,6 +66,7 @@ def calls(mesh: CountedMesh) -> dict[str, list[tuple[Callable[[Controller], Any]
         "watch_heartbeat": [(lambda c: c.watch_heartbeat(), None)],
         "verify_chain": [(lambda c: c.verify_chain(), None)],
         "verify_anchors": [(lambda c: c.verify_anchors(), None)],
+        "keyring": [(lambda c: c.keyring(), None)],
         "doctor": [(lambda c: c.doctor(), ALL)],
         "export_events": [(lambda c: c.export_events("json"), None)]
         + [(lambda c: c.export_events("csv"), None)],

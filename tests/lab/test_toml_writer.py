@@ -65,12 +65,13 @@ def test_the_declaration_keeps_awkward_paths(tmp_path: Path) -> None:
     admin = folder / 'admin "file"'
     kind = registry.KINDS[registry.DEFAULT]
     table = provider_table(folder / "srv" / "db1" / "postgres", 5432, admin)
-    path = mesh._write_declaration(
+    path, _ = mesh._write_declaration(
         folder,
         {"db1": "10.213.0.2", "app1": "10.213.0.3"},
         {"app1": ["gitea"]},
         {kind.name: (kind, kind.lab.load(), LabProvider(table, "10.213.0.2", 5432, None))},
         provisioner=["/usr/bin/prov", 'say "{admin}"'],
+        controllers=[],
     )
     doc = tomllib.loads(path.read_text())
     assert doc["nodes"]["db1"]["keys"] == str(folder / "nodes" / "db1" / "node.pub")

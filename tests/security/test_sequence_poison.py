@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from meshtui.controller import config
 from meshtui.controller.agents.client import read_anchor_answer
 from meshtui.host.state.guard import LEDGER
 from tests.fix_agents import Mesh
@@ -37,7 +38,8 @@ def test_a_node_claiming_an_absurd_high_water_mark_does_not_renumber_the_mesh(
     m.stop("db1")
     record = m.nodes["db1"] / LEDGER
     line = json.loads(record.read_text().splitlines()[0])
-    line.update(floor=HUGE, recent=[HUGE])
+    mine = config.load(m.state).name  # the numbers of this controller, and of none named
+    line.update(floor=HUGE, recent=[HUGE], by={mine: {"floor": HUGE, "recent": [HUGE]}})
     record.write_text(json.dumps(line) + "\n")
     m.start("db1")
 

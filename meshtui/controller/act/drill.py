@@ -61,7 +61,11 @@ def drill_one(
         drill=drill_id, pair=pid, file=p["file"], target=target_of(p, plan.nodes, plan.modules)
     )
     client = AgentClient(
-        plan.nodes[node], ctl.keys(), sequence=ctl.sequence, head=ctl.inventory.signed_head
+        plan.nodes[node],
+        ctl.keys(),
+        sequence=ctl.sequence,
+        head=ctl.inventory.signed_head,
+        fence=lambda: ctl.fence,
     )
     steps: list[DrillStep] = []
     report: RotationReport | None = None

@@ -59,6 +59,7 @@ def probe(ctl: Reach, ids: list[str], progress: Progress) -> list[ProbeOutcome]:
             timeout=15.0 + 2 * PROBE_LOGIN_TIMEOUT_S * -(-len(items) // CONCURRENCY),
             sequence=ctl.sequence,
             head=ctl.inventory.signed_head,
+            fence=lambda: ctl.fence,
         )
         try:
             return (

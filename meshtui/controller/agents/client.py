@@ -22,9 +22,10 @@ from typing import TypeVar
 
 from meshtui import crypto
 from meshtui.controller.agents.channel import Answer, Channel, json_body, request_bytes
-from meshtui.errors import AgentError, EnvelopeError, MessageError
+from meshtui.errors import AgentError, EnvelopeError, FencedOutError, MessageError
 from meshtui.inventory.rows import NodeRow
 from meshtui.protocol import messages, wire
+from meshtui.protocol.fence import Fence
 from meshtui.protocol.messages import Kind
 
 Req = TypeVar("Req", bound=Mapping[str, object])
@@ -46,9 +47,14 @@ BUSY_RETRIES = (0.2, 0.5, 1.0, 2.0)
 """Waits before sending again when an agent answered 503 busy (it read nothing of the request)."""
 
 
+FENCED = 409
+"""The status of a node's signed refusal of a delivering request under a lower epoch."""
+
 UNSIGNED_REFUSAL = "refused, unsigned"
 """How a 403 the node did not sign for this request begins: the agent could not authenticate
-it (another controller key pinned there, or the request changed on the way)."""
+it (it does not accept this controller's key, or the request changed on the way). Its own
+words are not shown: a refusal of a request nobody authenticated is never signed (an on-path
+relay could otherwise make a delivered request look refused)."""
 
 UNSIGNED_REFUSALS = {
     413: "the request is larger than the agent reads (16 MiB); deliver fewer pairs at once",
@@ -56,14 +62,19 @@ UNSIGNED_REFUSALS = {
     408: "the agent did not receive the whole request in time",
     400: "the agent could not read the request",
     403: (
-        f"{UNSIGNED_REFUSAL}: the agent could not verify the request (it pins another "
-        "controller key, or the request changed on the way)"
+        f"{UNSIGNED_REFUSAL}: the agent could not verify the request (it does not accept "
+        "this controller: its policy's [[controllers]] do not name it with this key, or it "
+        "pins another controller key; or the request changed on the way; meshtui doctor "
+        "says which)"
     ),
 }
 """What an unsigned refusal (before the agent knew who asked) means, by HTTP status."""
 
 HeadSource = Callable[[], wire.SignedHead | None]
 """Where a client reads the audit head it shows the agent with each request (read per request)."""
+FenceSource = Callable[[], Fence]
+"""Where a client reads the controller's name and epoch each request carries (read per request:
+a lease taken or lost changes the epoch)."""
 
 
 @functools.cache
@@ -115,6 +126,8 @@ class AnchorRead:
     history: list[wire.SignedHead]
     accepted: int | None
     controller: str | None
+    controllers: list[messages.AcceptedController] | None = None
+    """The controllers it accepts (None: an agent that does not say)."""
 
 
 def read_anchor_answer(node: NodeRow, *, timeout: float = STATE_TIMEOUT_S) -> AnchorRead:
@@ -152,6 +165,7 @@ def read_anchor_answer(node: NodeRow, *, timeout: float = STATE_TIMEOUT_S) -> An
             history=[wire.SignedHead.from_json(h) for h in answer.get("history", [])],
             accepted=accepted,
             controller=answer.get("controller"),
+            controllers=answer.get("controllers"),
         )
     except MessageError as exc:
         raise AgentError(name, f"answer refused: {exc}") from None
@@ -218,10 +232,12 @@ class AgentClient:
         timeout: float = DEFAULT_TIMEOUT_S,
         sequence: wire.Sequence | None = None,
         head: HeadSource | None = None,
+        fence: FenceSource | None = None,
     ) -> None:
         self.name: str = node["name"]
         self._sequence = sequence
         self._head = head
+        self._fence = fence
         self.agent: str = node["agent"]
         self._verify_key = crypto.unb64(node["verify_key"], "verify_key")
         self._keys = keys
@@ -258,6 +274,7 @@ class AgentClient:
                 keys=self._keys,
                 sequence=self._sequence,
                 head=self._head() if self._head is not None else None,
+                fence=self._fence() if self._fence is not None else None,
             )
         except OSError as exc:
             where = self._sequence.path if self._sequence else "the sequence file"
@@ -310,6 +327,8 @@ class AgentClient:
         try:
             if resp.status_code != 200 or msg.kind == messages.ERROR.name:
                 refusal = messages.ERROR.answer_of(msg.payload)
+                if resp.status_code == FENCED:  # signed: the node's word, for this request
+                    raise FencedOutError(self.name, refusal["error"])
                 raise AgentError(self.name, refusal["error"])
             if msg.kind != kind.name:
                 raise MessageError(f"the answer is a {msg.kind!r}, not a {kind.name!r}")
@@ -342,9 +361,10 @@ class Agents:
         timeout: float = DEFAULT_TIMEOUT_S,
         sequence: wire.Sequence | None = None,
         head: HeadSource | None = None,
+        fence: FenceSource | None = None,
     ) -> None:
         self._nodes, self._keys, self._timeout = nodes, keys, timeout
-        self._sequence, self._head = sequence, head
+        self._sequence, self._head, self._fence = sequence, head, fence
         self._clients: dict[str, AgentClient] = {}
         self._pool: ThreadPoolExecutor | None = None  # made by the first call to several nodes
 
@@ -368,6 +388,7 @@ class Agents:
                 timeout=self._timeout,
                 sequence=self._sequence,
                 head=self._head,
+                fence=self._fence,
             )
         return self._clients[node]
 

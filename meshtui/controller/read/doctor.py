@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
+from meshtui import crypto
 from meshtui.controller.read.status import overlaps
 from meshtui.controller.reports import Progress
 from meshtui.errors import AgentError
@@ -41,7 +42,8 @@ class Problem:
 
     node: str
     check: str  # key, reach, clock, folder, owner, group, reload, admin-file, admin-rights, port,
-    # policy, file (a credential file), secret-file (a module's own secret file), overlap
+    # policy, file (a credential file), secret-file (a module's own secret file), overlap,
+    # controller
     subject: str
     problem: str
     fix: str
@@ -213,8 +215,10 @@ def refusal(node: str, row: NodeRow, exc: AgentError) -> Problem:
             "key",
             node,
             f"the agent refuses this controller's key ({why})",
-            f"on {node}: meshtui host rekey --controller controller.pub (see README, "
-            '"If the controller\'s key is lost too")',
+            f"when {node}'s policy names controllers ([[controllers]]), add this one there "
+            f"(the 'controller' line for {node} gives the entry); else, on {node}: meshtui "
+            "host rekey --controller controller.pub (see README, \"If the controller's key is "
+            'lost too")',
         )
     if "unknown kind" in why:
         return Problem(
@@ -255,6 +259,27 @@ def pinned_elsewhere(ctl: Reach, node: str, row: NodeRow, exc: AgentError) -> Pr
         f"on {node}, stop its agent and run: meshtui host rekey --state NODE_STATE "
         "--controller controller.pub --yes (after checking the fingerprint), then start it",
     )
+
+
+def controllers_not_accepted(ctl: Reach, nodes: Mapping[str, NodeRow]) -> list[Problem]:
+    """A node that does not accept a controller this one knows (itself, or another in
+    ``controllers/NAME.pub``): named, with the policy entry that would accept it."""
+    from meshtui.controller.keys import keyring
+    from meshtui.controller.read.accepting import not_accepting
+
+    keys = keyring(ctl.state_dir, ctl.fence.controller)
+    return [
+        Problem(
+            gap.node,
+            "controller",
+            gap.name,
+            f"does not accept controller {gap.name} (key {gap.fingerprint}): {gap.accepts}",
+            f'add to {gap.node}\'s policy.toml: [[controllers]] name = "{gap.name}", '
+            f'verify = "{crypto.b64(keys.keys[gap.name])}" (and one for every controller '
+            "it should keep accepting), then restart its agent",
+        )
+        for gap in not_accepting(keys, nodes)
+    ]
 
 
 def provider_files(
@@ -387,6 +412,7 @@ def doctor(ctl: Reach, progress: Progress) -> DoctorReport:
         checked.append(NodeCheck(node, True, round(skew, 3), found["passed"], found["elapsed_ms"]))
     answered = {n.node for n in checked if n.answered}
     problems += open_overlaps(ctl)
+    problems += controllers_not_accepted(ctl, nodes)
     problems += provider_files(ctl, nodes, answered)
     problems += secret_files(ctl, nodes, answered)
     progress("checked", len(asks), len(asks))

@@ -17,6 +17,7 @@ from meshtui.controller.agents.client import AnchorRead, read_anchor_answer
 from meshtui.errors import AgentError
 from meshtui.freeform import JsonObject
 from meshtui.inventory import Inventory
+from meshtui.inventory.audit import KeyOf
 from meshtui.inventory.rows import NodeRow
 from meshtui.protocol import wire
 
@@ -72,7 +73,7 @@ def judge(
     inv: Inventory,
     node: str,
     head: wire.SignedHead | None,
-    key: bytes | None,
+    key: KeyOf | None,
     history: list[wire.SignedHead] | None = None,
 ) -> NodeAnchor:
     """One node's kept head (and the heads it kept before a restore) against the chain."""
@@ -114,16 +115,19 @@ def _told_at_restore(inv: Inventory, node: str, head: wire.SignedHead) -> str | 
 
 
 def _judge(
-    inv: Inventory, node: str, head: wire.SignedHead | None, key: bytes | None
+    inv: Inventory, node: str, head: wire.SignedHead | None, key_of: KeyOf | None
 ) -> NodeAnchor:
-    """One node's kept head against the inventory's chain, as it stands."""
+    """One node's kept head against the inventory's chain, as it stands (its signature checked
+    with the key of the controller that signed it, when that key is known here)."""
     if head is None:
         return NodeAnchor(node, "none", "keeps no audit head yet (never shown one)")
+    key = key_of(head.controller) if key_of is not None else None
     if key is not None and not head.verifies(key):
+        who = f"controller {head.controller}" if head.controller else "the controller"
         return NodeAnchor(
             node,
             "forged",
-            f"keeps a head (event {head.seq}) not signed by the controller key: "
+            f"keeps a head (event {head.seq}) not signed by the key of {who}: "
             "the node's state was tampered with, or it pins another controller",
             head.seq,
         )
@@ -148,7 +152,7 @@ def _judge(
     return NodeAnchor(node, "agrees", f"saw the chain at event {head.seq}; it is there", head.seq)
 
 
-def check_anchors(inv: Inventory, nodes: Mapping[str, NodeRow], key: bytes | None) -> AnchorCheck:
+def check_anchors(inv: Inventory, nodes: Mapping[str, NodeRow], key: KeyOf | None) -> AnchorCheck:
     """Ask every node (in parallel) for its kept head and judge each against ``inv``."""
 
     def ask(name: str) -> NodeAnchor:

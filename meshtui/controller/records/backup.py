@@ -28,6 +28,7 @@ import msgspec
 
 from meshtui import crypto
 from meshtui.atomic import read_private
+from meshtui.controller import config
 from meshtui.controller.core import INVENTORY, has_inventory, open_inventory, own_folder
 from meshtui.controller.keys import KEY_STEM
 from meshtui.controller.records.export import write_new
@@ -39,7 +40,12 @@ from meshtui.inventory import now
 MAGIC = b"meshtui-backup 1\n"
 FORMAT = 1
 SEQUENCE_FILE = "sequence"  # the controller's (controller.core.SEQUENCE_FILE; core imports us not)
-KEPT_FILES = (f"{KEY_STEM}.key", f"{KEY_STEM}.pub", SEQUENCE_FILE, PROOF_FILE)
+KEPT_FILES = (f"{KEY_STEM}.key", f"{KEY_STEM}.pub", SEQUENCE_FILE, PROOF_FILE, config.CONFIG)
+"""The state folder's files a backup keeps; of ``controller.toml`` only the controller's name
+(a restored controller must keep it: the nodes' policies accept it by that name; where its
+inventory lives is the restore's, not the backup's)."""
+PUBLIC_FILES = (f"{KEY_STEM}.pub",)
+"""Kept files anyone may read (0644)."""
 """The state folder's files a backup carries beside the inventory (the key is required)."""
 MAX_PASSPHRASE = 4096
 
@@ -163,8 +169,13 @@ def take(state_dir: Path, target: Path, passphrase: bytes, params: KdfParams) ->
     files: dict[str, str] = {}
     for name in KEPT_FILES:
         path = state_dir / name
+        if name == config.CONFIG:
+            if path.exists():
+                named = f"name = {config.quoted(config.load(state_dir).name)}\n"
+                files[name] = crypto.b64(named.encode())
+            continue
         try:
-            data = read_private(path) if name != f"{KEY_STEM}.pub" else path.read_bytes()
+            data = read_private(path) if name not in PUBLIC_FILES else path.read_bytes()
         except FileNotFoundError:
             if name == f"{KEY_STEM}.key":
                 raise BackupError(

@@ -24,9 +24,16 @@ from pathlib import Path
 from meshtui import crypto
 from meshtui.atomic import sync_folder, write_private
 from meshtui.controller.agents.client import AnchorRead, read_anchor_answer
+from meshtui.controller.config import load as load_config
 from meshtui.controller.core import INVENTORY, own_folder
 from meshtui.controller.keys import KEY_STEM
-from meshtui.controller.records.backup import KEPT_FILES, SEQUENCE_FILE, Payload, open_file
+from meshtui.controller.records.backup import (
+    KEPT_FILES,
+    PUBLIC_FILES,
+    SEQUENCE_FILE,
+    Payload,
+    open_file,
+)
 from meshtui.controller.records.restored import PROOF_FILE, keep_proof
 from meshtui.errors import AgentError, BackupError, InventoryError, KeyFileError
 from meshtui.freeform import JsonObject
@@ -116,7 +123,7 @@ def _write(state_dir: Path, payload: Payload) -> list[Path]:
     own_folder(state_dir)
     for name, text in [(INVENTORY, payload.inventory), *sorted(payload.files.items())]:
         path = state_dir / name
-        mode = 0o644 if name == f"{KEY_STEM}.pub" else 0o600
+        mode = 0o644 if name in PUBLIC_FILES else 0o600
         written.append(path)
         write_private(path, crypto.unb64(text, name), mode=mode)
     sync_folder(state_dir)
@@ -188,6 +195,7 @@ def _record(state_dir: Path, payload: Payload, held: image_mod.ImageSummary) -> 
     keys = crypto.load_private(state_dir / f"{KEY_STEM}.key")
     with Inventory.open(state_dir / INVENTORY) as inv:
         inv.signer = keys.sign
+        inv.controller = load_config(state_dir).name  # the restore event is this controller's
         nodes = _ask(inv)
         sequence = wire.Sequence(state_dir / SEQUENCE_FILE)
         highest = max((n.accepted or 0 for n in nodes), default=0)

@@ -27,10 +27,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from meshtui import crypto, folders
 from meshtui.atomic import write_private
-from meshtui.errors import PolicyFileError, PolicyRefusal, UnknownKindError
+from meshtui.errors import (
+    HostFileError,
+    KeyFileError,
+    PolicyFileError,
+    PolicyRefusal,
+    UnknownKindError,
+)
 from meshtui.freeform import TomlTable
 from meshtui.kinds import registry
+from meshtui.model import CONTROLLER_NAME_RE as CONTROLLER_NAME
 from meshtui.model import is_builtin
 from meshtui.protocol.messages import Target
 
@@ -39,7 +47,7 @@ POLICY_FILE = "policy.toml"
 VERSION = 1
 MAX_POLICY = 1024 * 1024
 _KIND = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
-_TABLES = ("credentials", "providers", "servers", "reload", "provisioner")
+_TABLES = ("controllers", "credentials", "providers", "servers", "reload", "provisioner")
 
 
 def normal(text: str) -> str:
@@ -74,6 +82,24 @@ class Command:
         if self.group is not None:
             lines.append(f"group = {_q(self.group)}")
         return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class ControllerKey:
+    """A controller this node accepts: its name and its verify key (Ed25519)."""
+
+    name: str
+    verify: bytes
+
+    def entry(self) -> str:
+        """This controller as the policy entry that accepts it."""
+        return "\n".join(
+            [
+                "[[controllers]]",
+                f"name = {_q(self.name)}",
+                f"verify = {_q(crypto.b64(self.verify))}",
+            ]
+        )
 
 
 @dataclass(frozen=True)
@@ -185,6 +211,7 @@ class Policy:
 
     path: Path
     node: str
+    controllers: tuple[ControllerKey, ...] = ()
     credentials: tuple[CredentialRoot, ...] = ()
     providers: tuple[ProviderRoot, ...] = ()
     servers: tuple[Server, ...] = ()
@@ -643,6 +670,63 @@ class _Reader:
                 ) from None
         return Command(tuple(argv), user, group)
 
+    def pub(self, key: str, value: object) -> bytes:
+        """The verify key in a controller's .pub file, read only when no other user can change
+        it: through folders nobody else can write, a regular file (not a link) of root's or the
+        agent's user, writable by nobody else."""
+        path = self.file(key, value)
+        fix = "keep the .pub file owned by root or the agent's user, mode 0644, in such folders"
+        try:
+            got = folders.open_folder(Path(path).parent)
+            read = None
+            if got is not None:
+                with got:
+                    read = got.read_with_stat(Path(path).name, limit=4096)
+        except HostFileError as exc:
+            raise self.fail(key, str(exc), fix) from None
+        if read is None:
+            raise self.fail(key, f"{path} does not exist", "copy that controller's .pub there")
+        data, st = read
+        if st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
+            raise self.fail(
+                key,
+                f"{path} can be changed by another user (owner {_user(st.st_uid)}, mode "
+                f"{stat.S_IMODE(st.st_mode):04o})",
+                fix,
+            )
+        try:
+            return crypto.parse_public(
+                data.decode("utf-8", "replace"), path, need_seal=False
+            ).verify
+        except KeyFileError as exc:
+            raise self.fail(key, str(exc), "copy that controller's controller.pub there") from None
+
+    def controller(self, key: str, entry: TomlTable) -> ControllerKey:
+        name = self.text(f"{key}.name", entry.get("name"))
+        if not CONTROLLER_NAME.match(name):
+            raise self.fail(
+                f"{key}.name", f"{name!r} is not a controller name", 'e.g. name = "ctl-a"'
+            )
+        if ("pub" in entry) == ("verify" in entry):
+            raise self.fail(
+                key,
+                "needs exactly one of pub (its .pub file) and verify (its verify key)",
+                'write pub = "/etc/meshtui/ctl-a.pub"',
+            )
+        if "pub" in entry:
+            return ControllerKey(name, self.pub(f"{key}.pub", entry["pub"]))
+        try:
+            verify = crypto.unb64(self.text(f"{key}.verify", entry["verify"]), "verify")
+        except ValueError as exc:
+            raise self.fail(
+                f"{key}.verify", str(exc), "copy it from the controller's .pub"
+            ) from None
+        if len(verify) != 32:
+            raise self.fail(
+                f"{key}.verify", "is not 32 bytes", "copy it from the controller's .pub"
+            )
+        return ControllerKey(name, verify)
+
 
 def _parse(path: Path, node: str, doc: TomlTable) -> Policy:
     r = _Reader(path)
@@ -651,6 +735,12 @@ def _parse(path: Path, node: str, doc: TomlTable) -> Policy:
             raise r.fail(key, "is not a policy key", f"use one of: version, {', '.join(_TABLES)}")
     if doc.get("version", VERSION) != VERSION:
         raise r.fail("version", f"must be {VERSION}", "this meshtui reads policy version 1")
+    controllers: dict[str, ControllerKey] = {}
+    for i, e in enumerate(r.entries(doc, "controllers", ("name", "pub", "verify"))):
+        got = r.controller(f"controllers[{i}]", e)
+        if got.name in controllers:
+            raise r.fail(f"controllers[{i}].name", f"{got.name!r} is named twice", "keep one")
+        controllers[got.name] = got
     credentials = tuple(
         CredentialRoot(
             r.folder(f"credentials[{i}].under", e.get("under")),
@@ -692,6 +782,7 @@ def _parse(path: Path, node: str, doc: TomlTable) -> Policy:
     return Policy(
         path=path,
         node=node,
+        controllers=tuple(controllers.values()),
         credentials=credentials,
         providers=tuple(providers),
         servers=servers,
@@ -715,6 +806,15 @@ version = 1
 """
 
 EXAMPLES = """
+# Controllers this node accepts, each by its name and its own key (`pub`: its .pub file, or
+# `verify`: the verify key from it). With none listed, the node accepts the one controller key
+# it pinned at `meshtui host init` (controller.pub). Once any is listed, exactly these are
+# accepted: list the pinned one too. Retire a controller by deleting its entry (and restarting).
+#
+# [[controllers]]
+# name = "ctl-a"
+# pub  = "/var/lib/meshtui/node/controller.pub"
+
 # Consumer credential files (`requires = [{ ..., file = "..." }]`, and their `connection`
 # files): only strictly below one of these folders, and only for the owners and groups listed
 # with it (a file whose declaration names no owner or group stays the agent's own). An existing
@@ -764,6 +864,7 @@ EXAMPLES = """
 def render(
     node: str,
     *,
+    controllers: Sequence[ControllerKey] = (),
     credentials: Sequence[CredentialRoot] = (),
     providers: Sequence[ProviderRoot] = (),
     servers: Sequence[Server] = (),
@@ -772,6 +873,7 @@ def render(
 ) -> str:
     """A policy file allowing exactly these entries (the lab's and the tests'), commented."""
     parts = [HEADER.format(node=node)]
+    parts += [c.entry() for c in controllers]
     parts += [root.entry() for root in credentials]
     parts += [root.entry() for root in providers]
     parts += [server.entry() for server in servers]

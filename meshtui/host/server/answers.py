@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from starlette.requests import ClientDisconnect
 
-from meshtui.errors import EnvelopeError, MeshtuiError, MessageError, OffClockError
+from meshtui.errors import EnvelopeError, FencedError, MeshtuiError, MessageError, OffClockError
 
 BODY_TIMEOUT_S = 30.0
 """How long a request's body may take to arrive."""
@@ -98,6 +98,8 @@ ANSWERS: tuple[Answer, ...] = (
     # whoever asked (an on-path attacker would relay it as the node's word)
     Answer(Step.OPEN, EnvelopeError, 403, _text, False),
     Answer(Step.TAKE, EnvelopeError, 403, _text),  # the controller's, but used
+    # the controller's, under an epoch another controller's lease has passed
+    Answer(Step.TAKE, FencedError, 409, _text),
     Answer(Step.CHECK, MessageError, 400, lambda e, a: f"{a.node} refused: {e}"),
     Answer(Step.WORK, OSError, 500, _failed),
     Answer(Step.WORK, MeshtuiError, 422, _text),

@@ -3,8 +3,9 @@
 Deliveries (files, manifest, provisioner) are :mod:`meshtui.host.receive.delivery`'s; this module keeps
 the envelope, the routes, and the read-side work: state, withdraw, probe and drill.
 
-Each request is a signed envelope from the pinned controller key; each answer is signed with
-this node's key. Secrets exist only while a request is handled (and, for a drill, in memory
+Each request is a signed envelope from a controller this node accepts, verified with that
+controller's key (:mod:`meshtui.host.policy.controller_keys`: the policy's ``[[controllers]]``,
+else the pinned key); each answer is signed with this node's key. Secrets exist only while a request is handled (and, for a drill, in memory
 for a bounded time); they are never logged, returned or put in an exception.
 """
 
@@ -25,6 +26,7 @@ from meshtui.host import log
 from meshtui.host import probe_runner as probe_mod
 from meshtui.host.module_secrets import OwnSecrets
 from meshtui.host.policy import node_policy as policy_mod
+from meshtui.host.policy.controller_keys import Controllers
 from meshtui.host.receive.delivery import Deliveries
 from meshtui.host.receive.run_provisioner import Provisioner, builtin_provisioner, inspect_provider
 from meshtui.host.server.answers import Asked, Refused, Step, answering
@@ -127,6 +129,12 @@ class Agent:
         (PolicyFileError, and the agent does not start, when it is missing or unsafe)."""
         self.identity = identity
         self.policy = policy or policy_mod.load(identity.state_dir, identity.name)
+        self.controllers = Controllers(
+            identity.name,
+            self.policy.path,
+            identity.controller.verify,
+            {c.name: c.verify for c in self.policy.controllers},
+        )
         self.allow_loopback = allow_loopback
         self.probe_timeout = probe_timeout
         self.holdings = Holdings(identity.state_dir)
@@ -136,7 +144,7 @@ class Agent:
         )
         self.anchor = AuditAnchor(
             identity.state_dir,
-            identity.controller.verify,
+            self.controllers.key_of,
             self.accepted.head,
             self.accepted.history,
         )
@@ -195,14 +203,17 @@ class Agent:
             with answering(Step.OPEN, Asked(me)):
                 msg = wire.open_envelope(
                     envelope,
-                    verify_key=self.identity.controller.verify,
+                    verify_key=self.controllers.key_of,
                     sender=wire.CONTROLLER,
                     to=me,
                 )
             recorded: list[int] = []
             asked = Asked(me, msg.kind, msg.nonce, recorded)
+            # a delivering request's epoch is fenced: below the highest accepted, refused
+            epoch = msg.epoch if msg.kind in wire.DELIVERING else None
             with answering(Step.TAKE, asked):
-                self.accepted.take(msg.seq)  # durably recorded below, before anything is done
+                # durably recorded below, before anything is done
+                self.accepted.take(msg.seq, msg.controller, epoch)
             kinds.append(msg.kind)
             route = self._routes.get(msg.kind)
             if route is None:
@@ -211,7 +222,14 @@ class Agent:
 
             def record(changes: Sequence[Change], ahead: Sequence[int] = ()) -> None:
                 # the audit head goes in the same durable line, before the request is acted on
-                self.accepted.record(msg.seq, changes, head.to_json() if head else None, ahead)
+                self.accepted.record(
+                    msg.seq,
+                    changes,
+                    head.to_json() if head else None,
+                    ahead,
+                    controller=msg.controller,
+                    epoch=epoch or 0,
+                )
                 recorded.append(msg.seq)
 
             with answering(Step.CHECK, asked):
@@ -251,6 +269,9 @@ class Agent:
             "history": [h.to_json() for h in self.anchor.history],
             "accepted": self.accepted.high_water(),
             "controller": self.identity.controller.fingerprint(),
+            "controllers": [
+                {"name": name, "fingerprint": fp} for name, fp in self.controllers.listing()
+            ],
         }
         return 200, self._reply(messages.ANCHOR.name, payload, nonce)
 

@@ -23,8 +23,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from meshtui.atomic import write_private
-from meshtui.errors import WireError
-from meshtui.protocol.wire import SignedHead
+from meshtui.errors import EnvelopeError, WireError
+from meshtui.protocol.wire import KeyOf, SignedHead
 
 ANCHOR = "audit-head.json"
 ADVICE = (
@@ -52,12 +52,19 @@ class AuditAnchor:
     def __init__(
         self,
         state_dir: Path,
-        controller_verify_key: bytes,
+        controller_verify_key: bytes | KeyOf,
         recorded: Mapping[str, object] | None = None,
         history: Iterable[Mapping[str, object]] = (),
     ) -> None:
+        """``controller_verify_key``: the one controller key, or the key of each accepted
+        controller by name (:meth:`meshtui.host.policy.controller_keys.Controllers.key_of`): a head
+        is verified with the key of the controller that signed it."""
         self._path = state_dir / ANCHOR
-        self._key = controller_verify_key
+        self._key_of: KeyOf = (
+            controller_verify_key
+            if callable(controller_verify_key)
+            else _only(controller_verify_key)
+        )
         self._lock = threading.Lock()
         self._copying = threading.Lock()
         self._history: list[SignedHead] = []
@@ -73,10 +80,10 @@ class AuditAnchor:
                 head = SignedHead.from_json(dict(recorded))
             except ValueError as exc:
                 raise WireError(f"the audit head in the guard's record: {exc}: {ADVICE}") from exc
-            if not head.verifies(self._key):
+            if self._signed(head) is False:
                 raise WireError(
-                    "the audit head in the guard's record is not signed by the pinned "
-                    f"controller key: {ADVICE}"
+                    "the audit head in the guard's record is not signed by the key of "
+                    f"controller {head.controller or '(pinned)'}: {ADVICE}"
                 )
             if self._head is None or head.seq > self._head.seq or head.restore is not None:
                 self._head = head  # the record is what a restart trusts (a restored head too)
@@ -92,9 +99,22 @@ class AuditAnchor:
             head = SignedHead.from_json(data)
         except ValueError as exc:
             raise WireError(f"{self._path}: {exc}: {ADVICE}") from exc
-        if not head.verifies(self._key):
-            raise WireError(f"{self._path} is not signed by the pinned controller key: {ADVICE}")
+        if self._signed(head) is False:
+            raise WireError(
+                f"{self._path} is not signed by the key of controller "
+                f"{head.controller or '(pinned)'}: {ADVICE}"
+            )
         return head
+
+    def _signed(self, head: SignedHead) -> bool | None:
+        """Whether the key of the controller ``head`` names signed it; None when this node no
+        longer accepts that controller (a kept head it verified then, from a retired
+        controller, stays: the chain it heads goes on under the others)."""
+        try:
+            key = self._key_of(head.controller)
+        except EnvelopeError:
+            return None
+        return head.verifies(key)
 
     @property
     def head(self) -> SignedHead | None:
@@ -126,9 +146,13 @@ class AuditAnchor:
         if fresh:
             proof = head.restore
             assert proof is not None
-            if proof.seq > head.seq or not proof.verifies(self._key):
+            try:
+                key = self._key_of(head.controller)
+            except EnvelopeError:
                 return False
-        return head.verifies(self._key)
+            if proof.seq > head.seq or not proof.verifies(key):
+                return False
+        return self._signed(head) is True
 
     def keep(self, head: SignedHead) -> None:
         """Keep ``head`` (one :meth:`wants` said yes to, already recorded durably by the guard)
@@ -167,6 +191,11 @@ class AuditAnchor:
             body = json.dumps(head.to_json(), sort_keys=True).encode()
             write_private(self._path, body, durable=False)
             self._copied = _mark(head)
+
+
+def _only(key: bytes) -> KeyOf:
+    """The one key, whatever controller a head names."""
+    return lambda _name: key
 
 
 def _mark(head: SignedHead | None) -> tuple[int, str] | None:

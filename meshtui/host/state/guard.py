@@ -2,11 +2,14 @@
 
 One record beside the node's keys, ``accepted.log``, holds both halves of the replay guard:
 
-- the controller's sequence numbers accepted lately. A number is accepted once, and only if it
-  is above the floor (the newest accepted number minus :data:`WINDOW_US`). The window lets
-  concurrent requests (two controller processes, parallel threads) arrive slightly out of
-  order; it is measured on the controller's own sequence, never against this agent's start
-  time, so a restart locks nobody out.
+- each controller's sequence numbers accepted lately (two controllers' sequences are
+  independent: each has its own floor and numbers). A number is accepted once, and only if it
+  is above its controller's floor (the newest number accepted from it minus
+  :data:`WINDOW_US`). The window lets concurrent requests (two processes of one controller,
+  parallel threads) arrive slightly out of order; it is measured on the controller's own
+  sequence, never against this agent's start time, so a restart locks nobody out.
+- the highest epoch a delivering request was accepted under: a delivering request of a lower
+  epoch is refused (:class:`~meshtui.errors.FencedError`), before a restart as after it.
 - per pair end, the generation of the newest delivery this node accepted. A delivery of an
   older generation is refused unless its signed item says it rolls back from exactly that
   generation.
@@ -37,7 +40,7 @@ from typing import Protocol, TypedDict
 import msgspec
 
 from meshtui.atomic import write_private
-from meshtui.errors import EnvelopeError, WireError
+from meshtui.errors import EnvelopeError, FencedError, WireError
 from meshtui.protocol.messages import ConsumerItem, DeliverRequest, Holding, ManifestEntry
 from meshtui.protocol.wire import MAX_SKEW_S
 
@@ -63,15 +66,27 @@ Change = tuple[str, str, int]
 """(end, pair, generation) a delivery is accepted with."""
 
 
-class Line(TypedDict, total=False):
-    """One line of the record: a snapshot (``floor``, ``recent``, both ends' generations and the
-    kept ``head``) or a request (``s``, with a delivery's ``g`` and a longer ``h``; a prepare's
-    ``r``, the number of the delivery signed ahead, used from then on, with that delivery's
-    ``g``; ``x``: the head a restored chain's head replaced, kept in the snapshot's
-    ``history``)."""
+class Numbers(TypedDict):
+    """One controller's numbers in a snapshot: its floor and the numbers accepted above it."""
 
     floor: int
     recent: list[int]
+
+
+class Line(TypedDict, total=False):
+    """One line of the record: a snapshot (``floor``, ``recent``: the numbers of requests that
+    named no controller; ``by``: each named controller's; both ends' generations, the kept
+    ``head`` and the highest ``epoch``) or a request (``s``, of controller ``c``, with a
+    delivery's ``g``, a longer ``h`` and a higher epoch ``e``; a prepare's ``r``, the number of
+    the delivery signed ahead, used from then on, with that delivery's ``g``; ``x``: the head a
+    restored chain's head replaced, kept in the snapshot's ``history``)."""
+
+    floor: int
+    recent: list[int]
+    by: dict[str, Numbers]
+    epoch: int
+    c: str
+    e: int
     consumer: dict[str, int]
     provider: dict[str, int]
     head: dict[str, object]
@@ -136,6 +151,35 @@ def _old(path: Path) -> Line:
         raise WireError(f"{path} cannot be read ({exc}): {ADVICE}") from exc
 
 
+class _Numbers:
+    """One controller's sequence numbers: the floor, those accepted above it, and those a
+    prepare recorded ahead (not yet taken; taken, and already on disk)."""
+
+    def __init__(self) -> None:
+        self.floor = 0
+        self.recent: set[int] = set()
+        self.ahead: set[int] = set()  # recorded ahead, not yet taken
+        self.written: set[int] = set()  # taken, and recorded ahead
+
+    def prune(self) -> None:
+        if self.recent:
+            self.floor = max(self.floor, max(self.recent) - WINDOW_US)
+        self.recent = {s for s in self.recent if s > self.floor}
+        if len(self.recent) > RECENT_LIMIT:
+            kept = sorted(self.recent)[-RECENT_LIMIT:]
+            self.floor, self.recent = kept[0] - 1, set(kept)
+        if self.ahead or self.written:
+            self.ahead = {s for s in self.ahead if s > self.floor}
+            self.written = {s for s in self.written if s > self.floor}
+
+    def snapshot(self) -> Numbers:
+        return {"floor": self.floor, "recent": sorted(self.recent)}
+
+
+UNNAMED = ""
+"""Where the numbers of requests that named no controller (the version before) are kept."""
+
+
 def _restores(new: Mapping[str, object], kept: Mapping[str, object] | None) -> bool:
     """True when ``new`` heads a restored chain ``kept`` does not (a proof it did not carry)."""
     proof = new.get("restore")
@@ -157,11 +201,10 @@ class Accepted:
         self._path = state_dir / LEDGER
         self._node = node
         self._lock = threading.Lock()
-        self._floor = 0
-        self._recent: set[int] = set()
+        self._numbers: dict[str, _Numbers] = {}
         self._gens: dict[str, dict[str, int]] = {end: {} for end in ENDS}
-        self._ahead: set[int] = set()  # recorded ahead, not yet taken
-        self._written: set[int] = set()  # taken, and recorded ahead
+        self.epoch = 0
+        """The highest epoch a delivering request was accepted under."""
         self.head: dict[str, object] | None = None
         """The newest audit head recorded with a request (:mod:`meshtui.host.state.anchor`)."""
         self.history: list[dict[str, object]] = []
@@ -173,7 +216,8 @@ class Accepted:
             else:
                 for line in lines:
                     self._replay(line)
-            self._prune()
+            for numbers in self._numbers.values():
+                numbers.prune()
         except ValueError as exc:
             raise WireError(f"{self._path}: {exc}: {ADVICE}") from exc
         self._lines = 0
@@ -192,13 +236,29 @@ class Accepted:
             gens = {"consumer": by_end["consumer"], "provider": by_end["provider"]}
         self._replay({"consumer": gens.get("consumer", {}), "provider": gens.get("provider", {})})
 
+    def _of(self, controller: str | None) -> _Numbers:
+        """The numbers of ``controller`` (made empty the first time it is named)."""
+        key = UNNAMED if controller is None else controller
+        numbers = self._numbers.get(key)
+        if numbers is None:
+            numbers = self._numbers[key] = _Numbers()
+        return numbers
+
     def _replay(self, line: Line) -> None:
         """Fold one line (a snapshot or a request) into memory."""
-        self._floor = max(self._floor, line.get("floor", 0))
-        self._recent.update(line.get("recent", []))
+        if "floor" in line or "recent" in line:
+            unnamed = self._of(None)
+            unnamed.floor = max(unnamed.floor, line.get("floor", 0))
+            unnamed.recent.update(line.get("recent", []))
+        for name, kept in line.get("by", {}).items():
+            numbers = self._of(name)
+            numbers.floor = max(numbers.floor, kept["floor"])
+            numbers.recent.update(kept["recent"])
+        numbers = self._of(line.get("c"))
         if "s" in line:
-            self._recent.add(line["s"])
-        self._recent.update(line.get("r", []))  # after a restart, used like any other
+            numbers.recent.add(line["s"])
+        numbers.recent.update(line.get("r", []))  # after a restart, used like any other
+        self.epoch = max(self.epoch, line.get("epoch", 0), line.get("e", 0))
         self._gens["consumer"].update(line.get("consumer", {}))
         self._gens["provider"].update(line.get("provider", {}))
         for end, pair, gen in line.get("g", []):
@@ -212,25 +272,20 @@ class Accepted:
         if head is not None:
             self.head = head
 
-    def _prune(self) -> None:
-        if self._recent:
-            self._floor = max(self._floor, max(self._recent) - WINDOW_US)
-        self._recent = {s for s in self._recent if s > self._floor}
-        if len(self._recent) > RECENT_LIMIT:
-            kept = sorted(self._recent)[-RECENT_LIMIT:]
-            self._floor, self._recent = kept[0] - 1, set(kept)
-        if self._ahead or self._written:
-            self._ahead = {s for s in self._ahead if s > self._floor}
-            self._written = {s for s in self._written if s > self._floor}
-
     def _compact(self) -> None:
         """Rewrite the record as one snapshot line (atomically, durably); append from there."""
+        unnamed = self._numbers.get(UNNAMED, _Numbers())
         snapshot: Line = {
-            "floor": self._floor,
-            "recent": sorted(self._recent),
+            "floor": unnamed.floor,
+            "recent": sorted(unnamed.recent),
             "consumer": self._gens["consumer"],
             "provider": self._gens["provider"],
         }
+        named = {k: n.snapshot() for k, n in self._numbers.items() if k != UNNAMED}
+        if named:
+            snapshot["by"] = named
+        if self.epoch:
+            snapshot["epoch"] = self.epoch
         if self.head is not None:
             snapshot["head"] = self.head
         if self.history:
@@ -272,23 +327,35 @@ class Accepted:
                 self._fd = -1
 
     # ---- sequence numbers -------------------------------------------------------------------
-    def take(self, seq: int) -> None:
-        """Admit ``seq`` once, in memory, or raise EnvelopeError saying why not (a number
-        recorded ahead, :meth:`record`'s ``ahead``, is admitted once though already used)."""
+    def take(
+        self, seq: int, controller: str | None = None, epoch: int | None = None
+    ) -> None:
+        """Admit ``seq`` of ``controller`` once, in memory, or raise EnvelopeError saying why
+        not (a number recorded ahead, :meth:`record`'s ``ahead``, is admitted once though
+        already used). ``epoch``: a delivering request's, refused (FencedError) below the
+        highest accepted, and from now on the highest when above it (durable with
+        :meth:`record`)."""
         with self._lock:
-            if seq in self._ahead:  # recorded ahead: admitted once, its line already on disk
-                self._ahead.discard(seq)
-                self._written.add(seq)
-                return
-            if seq <= self._floor:
-                raise EnvelopeError(
-                    "refused: request is older than the requests this agent already accepted "
-                    "(replayed?)"
-                )
-            if seq in self._recent:
-                raise EnvelopeError("refused: replayed request (sequence number already used)")
-            self._recent.add(seq)
-            self._prune()
+            if epoch is not None and epoch < self.epoch:
+                raise FencedError(self._node, controller or "the controller", epoch, self.epoch)
+            numbers = self._of(controller)
+            if seq in numbers.ahead:  # recorded ahead: admitted once, its line already on disk
+                numbers.ahead.discard(seq)
+                numbers.written.add(seq)
+            else:
+                if seq <= numbers.floor:
+                    raise EnvelopeError(
+                        "refused: request is older than the requests this agent already "
+                        "accepted (replayed?)"
+                    )
+                if seq in numbers.recent:
+                    raise EnvelopeError(
+                        "refused: replayed request (sequence number already used)"
+                    )
+                numbers.recent.add(seq)
+                numbers.prune()
+            if epoch is not None and epoch > self.epoch:
+                self.epoch = epoch
 
     def record(
         self,
@@ -296,10 +363,13 @@ class Accepted:
         changes: Sequence[Change] = (),
         head: Mapping[str, object] | None = None,
         ahead: Sequence[int] = (),
+        controller: str | None = None,
+        epoch: int = 0,
     ) -> None:
-        """Make ``seq`` (with a delivery's accepted generations, and the audit head the request
-        showed when it is to be kept) durable: one line, one fdatasync. OSError when it cannot
-        be written (then nothing of the request is done).
+        """Make ``seq`` of ``controller`` (with a delivery's accepted generations, the audit
+        head the request showed when it is to be kept, and the epoch a delivering request was
+        taken under) durable: one line, one fdatasync. OSError when it cannot be written (then
+        nothing of the request is done).
 
         ``ahead``: numbers of requests the controller signed ahead (a consumer's delivery,
         recorded with its ``prepare``), recorded as used in the same line. When one of them
@@ -307,12 +377,17 @@ class Accepted:
         generations recorded ahead too, no longer audit head), it is not written again.
         """
         with self._lock:
-            if seq in self._written:
-                self._written.discard(seq)
+            numbers = self._of(controller)
+            if seq in numbers.written:
+                numbers.written.discard(seq)
                 if head is None and all(self._gens[e].get(p) == g for e, p, g in changes):
                     return
-            ahead = [s for s in ahead if s > self._floor and s not in self._recent]
+            ahead = [s for s in ahead if s > numbers.floor and s not in numbers.recent]
         line: Line = {"s": seq}
+        if controller is not None:
+            line["c"] = controller
+        if epoch:
+            line["e"] = epoch
         if changes:
             line["g"] = list(changes)
         if head is not None:
@@ -328,8 +403,8 @@ class Accepted:
                 self._compact()
             self._append(data)
             self._lines += 1
-            self._recent.update(ahead)
-            self._ahead.update(ahead)
+            numbers.recent.update(ahead)
+            numbers.ahead.update(ahead)
             for end, pair, gen in changes:
                 self._gens[end][pair] = gen
             if replaced is not None:
@@ -341,7 +416,9 @@ class Accepted:
         """The highest request number accepted (0: none yet): a restored controller numbers
         its requests past it."""
         with self._lock:
-            return max(self._recent, default=self._floor)
+            return max(
+                (max(n.recent, default=n.floor) for n in self._numbers.values()), default=0
+            )
 
     def forget_head(self) -> dict[str, object] | None:
         """Move the kept audit head into the history and keep none (``host rekey``: the next

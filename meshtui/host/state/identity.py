@@ -1,7 +1,8 @@
 """A node's identity: its name, its keys (0600), and the controller key it pinned at init.
 
-``meshtui host init`` writes these once; the agent refuses to start without them, and refuses
-every request not signed by the pinned controller key.
+``meshtui host init`` writes these once; the agent refuses to start without them. It obeys the
+pinned controller key unless its policy names the controllers it accepts
+(:mod:`meshtui.host.policy.controller_keys`).
 """
 
 from __future__ import annotations
