@@ -1,12 +1,11 @@
-"""The controller's own config, ``<state>/controller.toml``: its name, where its inventory
-lives, and the leader lease's numbers. Read once, into typed fields; a bad value is an
-InputError naming the file, the key and what to write instead.
+"""The controller's own config, ``<state>/controller.toml``: its name (and, beside it, the
+tables other parts read). One reader, typed; a missing file is every default.
 
 ```toml
-name = "ctl-a"                              # default: this machine's host name
+name = "ctl-a"   # this controller's name on every request, audit event and node policy
 [inventory]
 postgres = "/etc/meshtui/inventory.conninfo"  # a libpq conninfo file (0600); default: SQLite
-[lease]                                     # seconds; the defaults below
+[lease]          # the leader lease's numbers, in seconds (these are the defaults)
 length_s = 15.0
 renew_s = 5.0
 deadline_s = 10.0
@@ -14,21 +13,29 @@ retry_s = 2.0
 ```
 
 A file with no ``[inventory] postgres`` (nor ``MESHTUI_POSTGRES_FILE``) keeps the inventory in
-SQLite, as before; a ``[lease]`` table then says the operator meant several machines, which
-``status`` and the dashboard say is not so (:attr:`ControllerConfig.alone`).
+SQLite; a ``[lease]`` table there says the operator meant several machines, which ``status``
+and the dashboard say is not so (:attr:`ControllerConfig.alone`).
+
+The name defaults to this machine's host name (made a controller name: lower case, other
+characters as ``-``), so a one-controller mesh needs no file.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import socket
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from meshtui.atomic import write_private
 from meshtui.errors import InputError
+from meshtui.protocol.fence import NAME
 
 CONFIG_FILE = "controller.toml"
+DEFAULT_NAME = "controller"
+"""The name when the host name makes none."""
 POSTGRES_ENV = "MESHTUI_POSTGRES_FILE"
 """An environment variable holding the *path* of the conninfo file (never the conninfo)."""
 
@@ -64,7 +71,7 @@ class LeaseConfig:
 
 @dataclass(frozen=True)
 class ControllerConfig:
-    """What ``controller.toml`` says, with its defaults filled in."""
+    """What ``controller.toml`` says (every field with its default when absent)."""
 
     name: str
     postgres: Path | None = None
@@ -78,6 +85,60 @@ class ControllerConfig:
         return self.lease_declared and self.postgres is None
 
 
+def host_name() -> str:
+    """This machine's host name as a controller name (DEFAULT_NAME when it makes none)."""
+    text = re.sub(r"[^a-z0-9_.-]", "-", socket.gethostname().split(".")[0].lower()).strip("-")
+    text = text[:63]
+    return text if NAME.match(text) else DEFAULT_NAME
+
+
+def path_of(state_dir: Path) -> Path:
+    """Where a state folder's config lives."""
+    return Path(state_dir) / CONFIG_FILE
+
+
+def load(state_dir: Path) -> ControllerConfig:
+    """The config of the controller whose state folder is ``state_dir``; InputError naming the
+    file and the key when it cannot be read."""
+    path = path_of(state_dir)
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        doc = {}
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise InputError(f"{path}: cannot be read ({exc}); fix it or remove it") from None
+    name = doc.get("name")
+    if name is None:
+        name = host_name()
+    if not isinstance(name, str) or not NAME.match(name):
+        raise InputError(
+            f"{path}: name = {name!r} is not a controller name (1-63 of a-z 0-9 . _ -, "
+            'starting with a letter or digit); e.g. name = "ctl-a"'
+        )
+    table = doc.get("lease")
+    return ControllerConfig(
+        name=name,
+        postgres=_postgres(doc, state_dir, str(path)),
+        lease=_lease(table, str(path)),
+        lease_declared=table is not None,
+    )
+
+
+def _postgres(doc: dict[str, object], state_dir: Path, where: str) -> Path | None:
+    """The conninfo file ``[inventory] postgres`` (or ``MESHTUI_POSTGRES_FILE``) names, if any;
+    a relative path is the state folder's."""
+    inventory = doc.get("inventory", {})
+    if not isinstance(inventory, dict):
+        raise InputError(f"{where}: [inventory] must be a table")
+    text = inventory.get("postgres") or os.environ.get(POSTGRES_ENV) or None
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise InputError(f"{where}: inventory.postgres must be the path of a conninfo file")
+    path = Path(text)
+    return path if path.is_absolute() else Path(state_dir) / path
+
+
 def _seconds(table: dict[str, object], key: str, default: float, where: str) -> float:
     value = table.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -85,47 +146,35 @@ def _seconds(table: dict[str, object], key: str, default: float, where: str) -> 
     return float(value)
 
 
-def load(state_dir: Path) -> ControllerConfig:
-    """The config of the controller in ``state_dir`` (defaults when the file is absent)."""
-    path = Path(state_dir) / CONFIG_FILE
-    where = str(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        data = {}
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{where}: cannot be read ({exc})") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"{where}: not valid TOML: {exc}") from exc
-    name = data.get("name", socket.gethostname())
-    if not isinstance(name, str) or not name.strip():
-        raise InputError(f'{where}: name must be a non-empty string (e.g. name = "ctl-a")')
-    inventory = data.get("inventory", {})
-    if not isinstance(inventory, dict):
-        raise InputError(f"{where}: [inventory] must be a table")
-    postgres_text = inventory.get("postgres") or os.environ.get(POSTGRES_ENV) or None
-    if postgres_text is not None and not isinstance(postgres_text, str):
-        raise InputError(f"{where}: inventory.postgres must be the path of a conninfo file")
-    postgres = None
-    if postgres_text:
-        postgres = Path(postgres_text)
-        if not postgres.is_absolute():
-            postgres = Path(state_dir) / postgres
-    table = data.get("lease")
+def _lease(table: object, where: str) -> LeaseConfig:
+    """The ``[lease]`` table's numbers over the defaults, checked."""
     if table is not None and not isinstance(table, dict):
         raise InputError(f"{where}: [lease] must be a table")
-    raw = table or {}
-    unknown = sorted(set(raw) - set(LeaseConfig.__dataclass_fields__))
+    raw: dict[str, object] = table or {}
+    known = LeaseConfig.__dataclass_fields__
+    unknown = sorted(set(raw) - set(known))
     if unknown:
         raise InputError(
-            f"{where}: lease.{unknown[0]} is not a lease setting "
-            f"(known: {', '.join(LeaseConfig.__dataclass_fields__)})"
+            f"{where}: lease.{unknown[0]} is not a lease setting (known: {', '.join(known)})"
         )
     base = LeaseConfig()
-    lease = LeaseConfig(
-        **{k: _seconds(raw, k, getattr(base, k), where) for k in LeaseConfig.__dataclass_fields__}
-    )
+    lease = LeaseConfig(**{k: _seconds(raw, k, getattr(base, k), where) for k in known})
     lease.check(where)
-    return ControllerConfig(
-        name=name.strip(), postgres=postgres, lease=lease, lease_declared=table is not None
-    )
+    return lease
+
+
+def write_name(state_dir: Path, name: str) -> Path:
+    """Write ``name = NAME`` into the config (its top, before any table), keeping the rest of
+    the file; InputError for a name that is not one."""
+    if not NAME.match(name):
+        raise InputError(f"controller name {name!r} is not allowed (1-63 of a-z 0-9 . _ -)")
+    path = path_of(state_dir)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        lines = []
+    top = next((i for i, line in enumerate(lines) if line.lstrip().startswith("[")), len(lines))
+    head = [line for line in lines[:top] if not re.match(r"\s*name\s*=", line)]
+    text = "\n".join([*head, f'name = "{name}"', *lines[top:]]) + "\n"
+    write_private(path, text.encode(), mode=0o644)
+    return path

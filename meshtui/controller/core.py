@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from meshtui import crypto
+from meshtui.controller import config
 from meshtui.controller.freshness import InventoryStamp, inventory_stamp
 from meshtui.controller.keys import KEY_STEM, write_keys_once
 from meshtui.controller.read import detail as detail_mod
@@ -56,6 +57,7 @@ from meshtui.folders import trusted_path, user_name
 from meshtui.inventory import Inventory
 from meshtui.model import PairStatus, RotationState, State, node_of
 from meshtui.protocol import wire
+from meshtui.protocol.fence import Fence
 
 if TYPE_CHECKING:  # httpx stays out of the import of core (see controller.client)
     from meshtui.controller.agents.client import Agents
@@ -63,6 +65,7 @@ if TYPE_CHECKING:  # httpx stays out of the import of core (see controller.clien
     from meshtui.controller.read.doctor import DoctorReport
     from meshtui.controller.records.anchors import AnchorCheck
     from meshtui.controller.reports import SecretDrillReport, SecretStatus
+    from meshtui.controller.turn import Turn
     from meshtui.inventory.rows import EventRow, NodeRow
 
 __all__ = ["INVENTORY", "KEY_STEM", "SEQUENCE_FILE", "Controller", "init_keys"]
@@ -117,6 +120,9 @@ class Controller:
         self.inventory = inventory
         self._keys: crypto.PrivateKeys | None = None
         self.sequence = wire.Sequence(state_dir / SEQUENCE_FILE)  # numbers every agent request
+        self.fence = Fence(config.load(state_dir).name)
+        """This controller's name and epoch on every request (epoch 0 until a lease sets it)."""
+        self.turn: Turn | None = None  # the lease turn it delivers under (PostgreSQL)
         self.faults: dict[str, Callable[[], None]] = {}  # fault-injection seam for tests
 
     @classmethod
@@ -190,7 +196,13 @@ class Controller:
             timeout=DEFAULT_TIMEOUT_S if timeout is None else timeout,
             sequence=self.sequence,
             head=self.inventory.signed_head,
+            check=self._still_holds,
         )
+
+    def _still_holds(self) -> None:
+        """Before each request: LeaseLostError once the turn it delivers under has ended."""
+        if self.turn is not None:
+            self.turn.check()
 
     def _ends(self, ids: Iterable[str], *, consumers_only: bool = False) -> list[str]:
         """The nodes holding an end of the live pairs among ``ids`` (for refusals)."""
@@ -368,7 +380,7 @@ class Controller:
         decl = declaration.load(path)
         from meshtui.controller.lock import delivering
 
-        with delivering(self.state_dir, "declare"):  # never while a rotation delivers
+        with delivering(self, "declare"):  # never while a rotation delivers
             interrupted = self.inventory.open_rotations()
             if interrupted:
                 raise RotationBusyError(
@@ -387,7 +399,7 @@ class Controller:
         from meshtui.controller.lock import delivering
 
         report = push(self, progress)
-        with delivering(self.state_dir, "push (own secrets)"):
+        with delivering(self, "push (own secrets)"):
             versions = read_versions(self)
             secrets = own_secrets.converge(self)
         report.ahead.update({f"secret {k}": v for k, v in versions.ahead.items()})
@@ -411,7 +423,7 @@ class Controller:
         from meshtui.controller.act import own_secrets
         from meshtui.controller.lock import delivering
 
-        with delivering(self.state_dir, "secret put"):
+        with delivering(self, "secret put"):
             version = own_secrets.put(self, module, name, value, supplied_by)
             del value
             own_secrets.converge(self)
@@ -424,7 +436,7 @@ class Controller:
         from meshtui.controller.act import own_secrets
         from meshtui.controller.lock import delivering
 
-        with delivering(self.state_dir, "secret rotate"):
+        with delivering(self, "secret rotate"):
             version = own_secrets.rotate(self, module, name)
             own_secrets.converge(self)
         return version
@@ -463,7 +475,7 @@ class Controller:
         from meshtui.controller.act import own_secrets
         from meshtui.controller.lock import delivering
 
-        with delivering(self.state_dir, "secret drill"):
+        with delivering(self, "secret drill"):
             return own_secrets.drill(self, module, name)
 
     def plan_rotation(self, ids: Iterable[str]) -> RotationPlan:

@@ -16,14 +16,20 @@ acquire and renew, autocommit; the inventory's, inside its transaction, for :fun
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import class_row
 
-from meshtui.errors import LeaseLostError
+from meshtui.contracts.provider_files import read_admin
+from meshtui.errors import InventoryError, LeaseLostError, ProvisionError
+
+T = TypeVar("T")
 
 DELIVER = "deliver"
 """The turn every delivering action takes (push, rotate, drill, secret rotate, recovery)."""
@@ -195,3 +201,69 @@ def check(conn: psycopg.Connection[Any], name: str, holder: str, epoch: int) -> 
     else:
         after = "another process holds it"
     raise LeaseLostError(controller=holder, epoch=epoch, turn=name, after=after)
+
+
+class Leases:
+    """This process's own connection to the lease table (autocommit, apart from the inventory's
+    so a renewal never waits behind a write), opened on first use and again after a failure.
+
+    Every call is bounded: ``connect_timeout`` and ``tcp_user_timeout`` make a server that is
+    gone, or a link that is cut, an InventoryError naming the server (never the password) in
+    seconds, not libpq's minutes."""
+
+    def __init__(self, conninfo: str, *, timeout_s: float = 3.0) -> None:
+        params = conninfo_to_dict(conninfo)
+        hosts = str(params.get("host") or "localhost")
+        self.server = f"{hosts}:{params.get('port') or 5432}/{params.get('dbname') or ''}"
+        params.setdefault("connect_timeout", str(max(1, round(timeout_s))))
+        params.setdefault("tcp_user_timeout", str(int(timeout_s * 1000)))
+        params.setdefault("application_name", "meshtui lease")
+        self._conninfo = make_conninfo("", **params)
+        self._conn: psycopg.Connection[Any] | None = None
+
+    @classmethod
+    def from_file(cls, path: Path, *, timeout_s: float = 3.0) -> Leases:
+        """The lease table of the PostgreSQL the conninfo file ``path`` names."""
+        try:
+            text = read_admin(Path(path))
+        except ProvisionError as exc:
+            raise InventoryError(str(exc).replace("admin file", "conninfo file")) from None
+        try:
+            return cls(text, timeout_s=timeout_s)
+        except psycopg.Error:
+            raise InventoryError(f"{path}: not a libpq conninfo") from None
+
+    def _run(self, call: Callable[[psycopg.Connection[Any]], T]) -> T:
+        try:
+            if self._conn is None or self._conn.closed:
+                self._conn = psycopg.connect(self._conninfo, autocommit=True)
+                ensure_table(self._conn)
+            return call(self._conn)
+        except psycopg.Error as exc:
+            self.close()
+            why = " ".join(str(exc).split()).rsplit("failed: ", 1)[-1] or type(exc).__name__
+            raise InventoryError(f"lease on PostgreSQL {self.server}: {why}") from None
+
+    def acquire(self, name: str, me: Claimant, action: str, length_s: float) -> LeaseRow | None:
+        """:func:`acquire` on this connection."""
+        return self._run(lambda c: acquire(c, name, me, action, length_s))
+
+    def renew(self, name: str, me: Claimant, epoch: int, length_s: float) -> LeaseRow | None:
+        """:func:`renew` on this connection."""
+        return self._run(lambda c: renew(c, name, me, epoch, length_s))
+
+    def release(self, name: str, me: Claimant, epoch: int) -> bool:
+        """:func:`release` on this connection."""
+        return self._run(lambda c: release(c, name, me, epoch))
+
+    def read(self, name: str) -> LeaseRow | None:
+        """:func:`read` on this connection."""
+        return self._run(lambda c: read(c, name))
+
+    def close(self) -> None:
+        """Close the connection (the next call opens another)."""
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            finally:
+                self._conn = None

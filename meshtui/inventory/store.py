@@ -407,6 +407,9 @@ class Inventory:
         self.signer: Callable[[bytes], bytes] | None = None  # signs the audit head when set
         self.actor: str | None = None  # the audit's operator when not a person (``watch``)
         self.restore_proof: RestoreProof | None = None  # shown with the head after a restore
+        self.fence: Callable[[Any], None] | None = None
+        """The lease's check of a delivering write (PostgreSQL: run inside each transaction
+        with its connection, :func:`meshtui.inventory.lease.check`); None when not delivering."""
 
     @classmethod
     def open(cls, path: Path | str, *, read_only: bool = False) -> Inventory:

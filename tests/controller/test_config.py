@@ -46,8 +46,8 @@ def test_a_lease_table_on_sqlite_is_said_to_be_alone(
         ("[lease]\nlength_s = '15s'\n", "lease.length_s must be a number of seconds"),
         ("[lease]\nretry_s = 0\n", "lease.retry_s must be a number of seconds above 0"),
         ("[lease]\nttl = 3\n", "lease.ttl is not a lease setting"),
-        ("name = ''\n", "name must be a non-empty string"),
-        ("name = \n", "not valid TOML"),
+        ("name = ''\n", "is not a controller name"),
+        ("name = \n", "cannot be read"),
     ],
 )
 def test_bad_values_are_refused_naming_file_and_key(tmp_path: Path, text: str, named: str) -> None:

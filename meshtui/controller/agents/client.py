@@ -64,6 +64,8 @@ UNSIGNED_REFUSALS = {
 
 HeadSource = Callable[[], wire.SignedHead | None]
 """Where a client reads the audit head it shows the agent with each request (read per request)."""
+SendCheck = Callable[[], None]
+"""Called before each request is sent; raises to send nothing (a lease turn that ended)."""
 
 
 @functools.cache
@@ -218,10 +220,12 @@ class AgentClient:
         timeout: float = DEFAULT_TIMEOUT_S,
         sequence: wire.Sequence | None = None,
         head: HeadSource | None = None,
+        check: SendCheck | None = None,
     ) -> None:
         self.name: str = node["name"]
         self._sequence = sequence
         self._head = head
+        self._check = check
         self.agent: str = node["agent"]
         self._verify_key = crypto.unb64(node["verify_key"], "verify_key")
         self._keys = keys
@@ -318,6 +322,8 @@ class AgentClient:
             raise AgentError(self.name, f"answer refused: {exc}") from None
 
     def _send(self, signed: SignedRequest, timeout: float) -> Answer:
+        if self._check is not None:
+            self._check()
         request = signed.http if signed.http is not None else self._request(signed)
         resp = self._post(request, timeout)
         for wait in BUSY_RETRIES:
@@ -342,9 +348,10 @@ class Agents:
         timeout: float = DEFAULT_TIMEOUT_S,
         sequence: wire.Sequence | None = None,
         head: HeadSource | None = None,
+        check: SendCheck | None = None,
     ) -> None:
         self._nodes, self._keys, self._timeout = nodes, keys, timeout
-        self._sequence, self._head = sequence, head
+        self._sequence, self._head, self._check = sequence, head, check
         self._clients: dict[str, AgentClient] = {}
         self._pool: ThreadPoolExecutor | None = None  # made by the first call to several nodes
 
@@ -368,6 +375,7 @@ class Agents:
                 timeout=self._timeout,
                 sequence=self._sequence,
                 head=self._head,
+                check=self._check,
             )
         return self._clients[node]
 

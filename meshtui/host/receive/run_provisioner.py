@@ -38,6 +38,7 @@ MAX_REASON = 300
 
 class ProvisionReport(TypedDict):
     """What a provisioner reports to the agent: ok, each login's outcome, or why not."""
+
     ok: bool
     outcomes: list[LoginOutcome]
     error: NotRequired[str]
@@ -132,6 +133,7 @@ def provision(
 
 class CommandOutcome(msgspec.Struct):
     """One login's outcome as a provisioner command reports it (its other fields are dropped)."""
+
     login: str
     outcome: OutcomeName
     reason: str = ""
@@ -139,6 +141,7 @@ class CommandOutcome(msgspec.Struct):
 
 class CommandReport(msgspec.Struct):
     """A provisioner command's JSON report on stdout: each login's outcome, and ``ok``."""
+
     outcomes: list[CommandOutcome]
     ok: bool | None = None
 
