@@ -82,9 +82,9 @@ def test_a_second_process_of_the_same_controller_waits_its_turn_too(
     )
     assert other.try_take()
     try:
-        with Controller.open(folder) as ctl, pytest.raises(RotationBusyError, match="pid 4242"):
-            with lock.delivering(ctl, "rotate"):
-                pass
+        busy = pytest.raises(RotationBusyError, match="pid 4242")
+        with Controller.open(folder) as ctl, busy, lock.delivering(ctl, "rotate"):
+            pass
     finally:
         other.release()
         leases.close()
