@@ -566,6 +566,7 @@ class Controller:
         read-only; InputError when the metrics endpoint cannot listen. Its exit status.
         ``revoke_old_overdue``: an overdue pair is rotated break-glass (docs/rotation.md).
         ``drift_every``: seconds between pushes made only to look at what the servers hold."""
+        from meshtui.controller.turn import watch_turn
         from meshtui.controller.unattended.metrics import Metrics
         from meshtui.controller.unattended.notify import Notifier
         from meshtui.controller.unattended.watch import Watch, log_line
@@ -582,6 +583,7 @@ class Controller:
                 tick=tick,
                 revoke_old_overdue=revoke_old_overdue,
                 drift_every=drift_every,
+                lead=watch_turn(self.state_dir),
             )
             loop.stop = stop
             loop.sleep = stop.wait

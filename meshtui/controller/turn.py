@@ -15,17 +15,31 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from meshtui.controller import config
 from meshtui.controller.config import LeaseConfig
 from meshtui.errors import InventoryError, LeaseLostError, RotationBusyError
 from meshtui.inventory import lease
 from meshtui.inventory.lease import Claimant, LeaseRow, Leases
 
+__all__ = ["Claimant", "LeaseRow", "Turn", "claimant", "watch_turn"]
+
 
 def claimant(controller: str) -> Claimant:
     """This process of controller ``controller`` on this machine."""
     return Claimant(controller, socket.gethostname(), os.getpid())
+
+
+def watch_turn(state_dir: Path) -> Turn | None:
+    """The ``watch`` turn of the controller in ``state_dir`` when its inventory is on
+    PostgreSQL (not yet taken); None on SQLite, where a watch is alone and leads."""
+    settings = config.load(state_dir)
+    if settings.postgres is None:
+        return None
+    leases = Leases.from_file(settings.postgres)
+    return Turn(leases, lease.WATCH, claimant(settings.name), "watch", settings.lease)
 
 
 class Turn:
