@@ -34,6 +34,7 @@ from meshtui.controller.reports import (
     ChainReport,
     DrillReport,
     HostView,
+    Leadership,
     PairDetail,
     ProbeOutcome,
     Progress,
@@ -259,6 +260,34 @@ class Controller:
         """Every pair's policy and when it is due for rotation (``declared_only``: only the
         pairs whose policy was declared, not the default one)."""
         return schedule_mod.schedule(self.inventory, declared_only=declared_only)
+
+    def leadership(self) -> Leadership:
+        """Who leads this inventory's controllers (the leader lease's ``watch`` turn), read in
+        the database's clock; on SQLite, whether the config meant several machines."""
+        settings = config.load(self.state_dir)
+        if settings.postgres is None:
+            return Leadership(shared=False, alone=settings.alone)
+        from meshtui.errors import InventoryError
+        from meshtui.inventory.lease import WATCH, Leases
+
+        try:
+            leases = Leases.from_file(settings.postgres)
+            try:
+                row = leases.read(WATCH)
+            finally:
+                leases.close()
+        except InventoryError as exc:
+            return Leadership(shared=True, problem=str(exc))
+        if row is None:
+            return Leadership(shared=True)
+        return Leadership(
+            shared=True,
+            holder=row.holder,
+            host=row.host,
+            pid=row.pid,
+            epoch=row.epoch,
+            left_s=row.left_s,
+        )
 
     def watch_heartbeat(self) -> Heartbeat | None:
         """What the last ``meshtui watch`` on this state folder wrote, if any."""

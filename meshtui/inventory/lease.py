@@ -97,9 +97,12 @@ class LeaseRow:
 
 
 def ensure_table(conn: psycopg.Connection[Any]) -> None:
-    """Create the lease table when it is not there yet."""
-    with conn.transaction():
-        conn.execute(TABLE)
+    """Create the lease table when it is not there yet (looked for first: a reader on a
+    read-only server or role writes nothing)."""
+    found = conn.execute("SELECT to_regclass('lease') IS NOT NULL").fetchone()
+    if found is None or not found[0]:
+        with conn.transaction():
+            conn.execute(TABLE)
 
 
 def _fetch(conn: psycopg.Connection[Any], query: str, params: dict[str, object]) -> LeaseRow | None:
