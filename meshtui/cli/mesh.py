@@ -44,7 +44,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     with controller(args, read_only=True) as ctl:
         rows = ctl.status(args.pairs or None)
         secrets = ctl.secrets()
-        lead = ctl.leadership().line()
+        lead = ctl.leadership(ctl.state_dir).line()
     if args.json:
         render.print_json(render.status_json(rows, secrets))
         if lead is not None:  # the list stays the list: the lead is said beside it

@@ -261,33 +261,18 @@ class Controller:
         pairs whose policy was declared, not the default one)."""
         return schedule_mod.schedule(self.inventory, declared_only=declared_only)
 
-    def leadership(self) -> Leadership:
-        """Who leads this inventory's controllers (the leader lease's ``watch`` turn), read in
-        the database's clock; on SQLite, whether the config meant several machines."""
-        settings = config.load(self.state_dir)
-        if settings.postgres is None:
+    @staticmethod
+    def leadership(state_dir: Path | str) -> Leadership:
+        """Who leads the controllers of ``state_dir``'s inventory (the leader lease's ``watch``
+        turn), read in the database's clock; on SQLite, whether the config meant several
+        machines (:func:`meshtui.controller.read.leadership.leadership`). Needs no open
+        inventory: the dashboard asks it from a thread of its own."""
+        settings = config.load(Path(state_dir))
+        if settings.postgres is None:  # start-up: psycopg stays out of a SQLite reader
             return Leadership(shared=False, alone=settings.alone)
-        from meshtui.errors import InventoryError
-        from meshtui.inventory.lease import WATCH, Leases
+        from meshtui.controller.read.leadership import leadership
 
-        try:
-            leases = Leases.from_file(settings.postgres)
-            try:
-                row = leases.read(WATCH)
-            finally:
-                leases.close()
-        except InventoryError as exc:
-            return Leadership(shared=True, problem=str(exc))
-        if row is None:
-            return Leadership(shared=True)
-        return Leadership(
-            shared=True,
-            holder=row.holder,
-            host=row.host,
-            pid=row.pid,
-            epoch=row.epoch,
-            left_s=row.left_s,
-        )
+        return leadership(settings.postgres)
 
     def watch_heartbeat(self) -> Heartbeat | None:
         """What the last ``meshtui watch`` on this state folder wrote, if any."""

@@ -49,7 +49,15 @@ from meshtui.model import PairStatus, Verdict
 from meshtui.terminal import require_terminal, shown
 from meshtui.tui import actions
 from meshtui.tui.dashboard import Clock, Dashboard
-from meshtui.tui.events import Job, JobFailed, JobFinished, JobKind, JobProgress, Loaded
+from meshtui.tui.events import (
+    Job,
+    JobFailed,
+    JobFinished,
+    JobKind,
+    JobProgress,
+    LeadRead,
+    Loaded,
+)
 from meshtui.tui.keymap import config_paths, load_keymap
 from meshtui.tui.pairs import PairModel, parse_time, short_age
 from meshtui.tui.palette import MeshCommands
@@ -130,6 +138,7 @@ class MeshApp(App[int]):
         self._status_file: tuple[int, int] | None = None  # the (device, inode) it reads
         self._status_lock = threading.Lock()
         self.watch_line = ""  # "watch running · last cycle 2s ago", or "" without a watch
+        self.lead_line = ""  # "leader ctl-a (...), epoch 4, 12 s left on its lease", or ""
         self._load_seq = 0
         self._applied_seq = 0
         self._heap_frozen = False
@@ -300,8 +309,27 @@ class MeshApp(App[int]):
         self._read_heartbeat()
 
     def _read_heartbeat(self) -> None:
-        """Whether a ``meshtui watch`` runs on this state folder, for the header (a tiny file)."""
-        line = watch_line(Heartbeat.read(self.state_dir), self.clock())
+        """Whether a ``meshtui watch`` runs on this state folder, for the header (a tiny file),
+        and who leads the controllers of a shared inventory (read in a thread: a query)."""
+        state_dir = self.state_dir
+        run_in_background(
+            self,
+            lambda: LeadRead(Controller.leadership(state_dir).line() or ""),
+            name="lead",
+            context="reading who leads",
+            failed=lambda exc: LeadRead(f"leader unknown: {exc}"),
+        )
+        self._show_watch()
+
+    @on(LeadRead)
+    def _lead_read(self, message: LeadRead) -> None:
+        if message.line != self.lead_line:
+            self.lead_line = message.line
+            self._show_watch()
+
+    def _show_watch(self) -> None:
+        parts = (watch_line(Heartbeat.read(self.state_dir), self.clock()), self.lead_line)
+        line = " · ".join(p for p in parts if p)
         if line != self.watch_line:
             self.watch_line = line
             self._refresh_summaries()

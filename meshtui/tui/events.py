@@ -24,6 +24,15 @@ from meshtui.tui.outside import Outside
 from meshtui.tui.pairs import Fresh
 
 
+class LeadRead(Outside):
+    """Who leads the controllers of a shared inventory, as one line ("" when there is nothing
+    to say): the leader lease read off the UI thread (the database may be slow or gone)."""
+
+    def __init__(self, line: str) -> None:
+        super().__init__()
+        self.line = line
+
+
 class Loaded(Outside):
     """A fresh read of every pair's status (already turned into display rows) and the summary.
 

@@ -46,8 +46,7 @@ def test_status_names_the_leader_its_epoch_and_the_seconds_left(
         assert f"leader ctl-a (host {lead.me.host}, pid {lead.me.pid}), epoch 1, " in out
         left = float(out.split("epoch 1, ")[1].split(" s left")[0])
         assert 50 <= left <= 60
-        with Controller.open(folder, read_only=True) as ctl:
-            seen = ctl.leadership()
+        seen = Controller.leadership(folder)
         assert (seen.holder, seen.epoch, seen.shared) == ("ctl-a", 1, True)
     finally:
         lead.release()
