@@ -130,7 +130,7 @@ class Turn:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(self.numbers.length_s)
         row, self.row = self.row, None
-        if row is not None and self.lost_why is None:
+        if row is not None:  # lost by its deadline here, it may still be the server's: end it
             try:
                 self.leases.release(self.name, self.me, row.epoch)
             except InventoryError:
