@@ -115,7 +115,7 @@ class MeshApp(App[int]):
         screen: str | None = None,
         clock: Clock = utc_now,
         keymap_paths: list[Path] | None = None,
-        poll_seconds: float = 2.0,
+        poll_seconds: float = 1.0,
     ) -> None:
         super().__init__()
         self.state_dir = Path(state_dir)
