@@ -545,6 +545,8 @@ def watch_line(beat: Heartbeat | None, now: datetime) -> str:
         when = parse_time(beat.stopped_at or beat.last_cycle_at)
         ago = f" {short_age((now - when).total_seconds())} ago" if when else ""
         return f"watch stopped{ago}"
+    if beat.role == "standby":
+        return "watch standing by" + (f" for {beat.leader}" if beat.leader else "")
     when = parse_time(beat.last_cycle_at)
     if when is None:
         return "watch starting"

@@ -91,6 +91,10 @@ async def test_header_says_whether_a_watch_runs(make_app: Any, built: Built) -> 
         app._read_heartbeat()
         await settle(pilot)
         assert "watch stopped 5m ago" in str(app.screen.query_one("#summary").render())
+        beat(built, role="standby", leader="ctl-a", lease_s=15.0)
+        app._read_heartbeat()
+        await settle(pilot)
+        assert "watch standing by for ctl-a" in str(app.screen.query_one("#summary").render())
 
 
 async def test_pair_screen_names_the_policy_source(make_app: Any, built: Built) -> None:

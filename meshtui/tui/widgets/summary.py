@@ -99,7 +99,7 @@ class SummaryBar(Widget):
             if self.marked:
                 text.append(f" · {self.marked} marked", self._s("warn"))
             if self.watch_text:
-                calm = self.watch_text.startswith(("watch running", "leader "))
+                calm = self.watch_text.startswith(("watch running", "watch standing", "leader "))
                 tone = "good" if calm and "no leader" not in self.watch_text else "warn"
                 text.append(" · ", self._s("muted"))
                 text.append(self.watch_text, self._s(tone))
