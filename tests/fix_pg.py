@@ -14,6 +14,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -122,3 +123,72 @@ def pg_clean(pg: Cluster) -> Iterator[Cluster]:
     reset_cluster(pg)
     yield pg
     reset_cluster(pg)
+
+
+# ---------------------------------------------------------------------------- the inventory
+
+INVENTORY_TEMPLATE = "meshtui_inventory_template"
+"""A database holding an empty inventory at the current schema, copied for each test."""
+
+
+def inventory_database(cluster: Cluster, folder: Path, *, empty: bool = False) -> Path:
+    """A new database of ``cluster`` holding an empty inventory (``empty``: nothing at all),
+    and a 0600 conninfo file naming it in ``folder``: one database per test, copied from a
+    template migrated once (``CREATE DATABASE … TEMPLATE``)."""
+    from meshtui.inventory import Inventory
+
+    admin = cluster.admin_conninfo()
+    with psycopg.connect(admin, autocommit=True) as conn:
+        have = conn.execute(
+            "SELECT 1 FROM pg_database WHERE datname = %s", [INVENTORY_TEMPLATE]
+        ).fetchone()
+        if have is None and not empty:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(INVENTORY_TEMPLATE)))
+            made = folder / "template.conninfo"
+            made.write_text(psycopg.conninfo.make_conninfo(admin, dbname=INVENTORY_TEMPLATE))
+            made.chmod(0o600)
+            Inventory.open(folder / "template.db", postgres=made).close()
+            made.unlink()
+        name = f"inv_{next(_numbers)}_{folder.name.lower()}"[:60]
+        template = "template0" if empty else INVENTORY_TEMPLATE
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                sql.Identifier(name), sql.Identifier(template)
+            )
+        )
+    path = folder / f"{name}.conninfo"
+    path.write_text(psycopg.conninfo.make_conninfo(admin, dbname=name) + "\n")
+    path.chmod(0o600)
+    return path
+
+
+_numbers = iter(range(1, 1 << 30))
+
+ENGINES = ["sqlite", "18", "15"]
+"""The inventory's engines a test runs on: SQLite, and PostgreSQL of each server version."""
+
+
+@dataclass
+class Engine:
+    """One engine's inventory for a test: ``open`` takes what ``Inventory.open`` takes."""
+
+    name: str
+    postgres: Path | None
+
+    def open(self, path: Path, *, read_only: bool = False) -> Any:
+        from meshtui.inventory import Inventory
+
+        return Inventory.open(path, read_only=read_only, postgres=self.postgres)
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Engine:
+    """SQLite, or a fresh database holding an empty inventory on PostgreSQL 18 or 15."""
+    if request.param == "sqlite":
+        return Engine("sqlite", None)
+    clusters: Clusters = request.getfixturevalue("pg_clusters")
+    folder = tmp_path / "pg"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return Engine(
+        f"postgres{request.param}", inventory_database(clusters.get(request.param), folder)
+    )

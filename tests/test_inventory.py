@@ -11,6 +11,7 @@ import sqlite3
 import stat
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlite_utils
@@ -20,10 +21,11 @@ from meshtui.controller.plan import declaration
 from meshtui.controller.plan.declare import declare
 from meshtui.controller.reports import AuditEvent, ChainReport, DrillReport, DrillStep
 from meshtui.errors import InventoryError, ReadOnlyError
-from meshtui.inventory import SCHEMA_VERSION, Inventory, now
+from meshtui.inventory import SCHEMA_VERSION, Inventory, now, pg_connection
 from meshtui.inventory import schema as schema_mod
 from meshtui.inventory.rows import DrillRecord
 from tests.fix_mesh import Mesh, dump_tables, modules
+from tests.fix_pg import Engine
 
 TABLES = {
     "nodes",
@@ -41,6 +43,9 @@ TABLES = {
 
 def sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+SQLITE = Engine("sqlite", None)
 
 
 def raw(path: Path) -> sqlite3.Connection:
@@ -250,9 +255,9 @@ def test_the_operator_is_the_os_user_not_an_environment_variable(
     assert event["operator"] == os_user() != "mallory"
 
 
-def chain(tmp_path: Path, events: int = 5) -> Path:
+def chain(tmp_path: Path, events: int = 5, engine: Engine = SQLITE) -> Path:
     path = tmp_path / "inventory.db"
-    with Inventory.open(path) as inv:
+    with engine.open(path) as inv:
         for i in range(events):
             inv.record("note", [f"p{i}"], {"i": i}, "ok")
         assert inv.verify_chain().ok
@@ -260,16 +265,23 @@ def chain(tmp_path: Path, events: int = 5) -> Path:
     return path
 
 
-def tamper(path: Path, *sql: str) -> None:
-    with contextlib.closing(raw(path)) as conn:
+def raw_of(path: Path, engine: Engine) -> Any:
+    """A connection of its own to the engine's inventory, committing each statement."""
+    if engine.postgres is None:
+        return raw(path)
+    return pg_connection.connect(engine.postgres, read_only=False)
+
+
+def tamper(path: Path, engine: Engine, *sql: str) -> None:
+    with contextlib.closing(raw_of(path, engine)) as conn:
         for statement in sql:
             conn.execute(statement)
 
 
-def swap(path: Path, a: int, b: int) -> None:
+def swap(path: Path, engine: Engine, a: int, b: int) -> None:
     """Swap the contents of two events, each keeping its place (seq)."""
     cols = ["at", "operator", "ssh_client", "kind", "pairs", "detail", "outcome", "prev", "hash"]
-    with contextlib.closing(raw(path)) as conn:
+    with contextlib.closing(raw_of(path, engine)) as conn:
         rows = {
             seq: conn.execute(
                 f"SELECT {', '.join(cols)} FROM audit WHERE seq = ?", [seq]
@@ -286,19 +298,27 @@ def swap(path: Path, a: int, b: int) -> None:
 @pytest.mark.parametrize(
     ("damage", "bad", "problem"),
     [
-        (lambda p: tamper(p, "UPDATE audit SET detail = '{\"i\": 9}' WHERE seq = 3"), 3, "edited"),
-        (lambda p: tamper(p, "UPDATE audit SET operator = 'eve' WHERE seq = 1"), 1, "edited"),
-        (lambda p: tamper(p, "UPDATE audit SET hash = prev WHERE seq = 4"), 4, "edited"),
-        (lambda p: tamper(p, "DELETE FROM audit WHERE seq = 3"), 4, "expected event 3"),
-        (lambda p: tamper(p, "DELETE FROM audit WHERE seq = 1"), 2, "expected event 1"),
-        (lambda p: tamper(p, "DELETE FROM audit WHERE seq = 5"), 5, "newest events were deleted"),
         (
-            lambda p: tamper(p, "DELETE FROM audit WHERE seq >= 4"),
+            lambda p, e: tamper(p, e, "UPDATE audit SET detail = '{\"i\": 9}' WHERE seq = 3"),
+            3,
+            "edited",
+        ),
+        (lambda p, e: tamper(p, e, "UPDATE audit SET operator = 'eve' WHERE seq = 1"), 1, "edited"),
+        (lambda p, e: tamper(p, e, "UPDATE audit SET hash = prev WHERE seq = 4"), 4, "edited"),
+        (lambda p, e: tamper(p, e, "DELETE FROM audit WHERE seq = 3"), 4, "expected event 3"),
+        (lambda p, e: tamper(p, e, "DELETE FROM audit WHERE seq = 1"), 2, "expected event 1"),
+        (
+            lambda p, e: tamper(p, e, "DELETE FROM audit WHERE seq = 5"),
             5,
             "newest events were deleted",
         ),
-        (lambda p: tamper(p, "DELETE FROM audit_head"), None, "head record is missing"),
-        (lambda p: swap(p, 2, 3), 2, "does not link"),
+        (
+            lambda p, e: tamper(p, e, "DELETE FROM audit WHERE seq >= 4"),
+            5,
+            "newest events were deleted",
+        ),
+        (lambda p, e: tamper(p, e, "DELETE FROM audit_head"), None, "head record is missing"),
+        (lambda p, e: swap(p, e, 2, 3), 2, "does not link"),
     ],
     ids=[
         "edited",
@@ -313,26 +333,26 @@ def swap(path: Path, a: int, b: int) -> None:
     ],
 )
 def test_verify_chain_names_the_first_bad_event(
-    tmp_path: Path, damage: object, bad: int | None, problem: str
+    tmp_path: Path, damage: object, bad: int | None, problem: str, engine: Engine
 ) -> None:
-    path = chain(tmp_path)
-    damage(path)  # type: ignore[operator]
-    with Inventory.open(path, read_only=True) as inv:
+    path = chain(tmp_path, engine=engine)
+    damage(path, engine)  # type: ignore[operator]
+    with engine.open(path, read_only=True) as inv:
         check = inv.verify_chain()
     assert not check.ok
     assert check.bad_seq == bad
     assert problem in check.problem
 
 
-def test_an_empty_chain_verifies(tmp_path: Path) -> None:
-    with Inventory.open(tmp_path / "inventory.db") as inv:
+def test_an_empty_chain_verifies(tmp_path: Path, engine: Engine) -> None:
+    with engine.open(tmp_path / "inventory.db") as inv:
         check = inv.verify_chain()
     assert check.ok and check.events == 0
 
 
-def test_events_are_canonical_json(tmp_path: Path) -> None:
-    path = chain(tmp_path, 2)
-    with contextlib.closing(raw(path)) as conn:
+def test_events_are_canonical_json(tmp_path: Path, engine: Engine) -> None:
+    path = chain(tmp_path, 2, engine)
+    with contextlib.closing(raw_of(path, engine)) as conn:
         detail, pairs = conn.execute("SELECT detail, pairs FROM audit WHERE seq = 2").fetchone()
     assert json.loads(detail) == {"i": 1} and json.loads(pairs) == ["p1"]
 
@@ -414,10 +434,13 @@ def test_every_commit_is_on_disk_before_it_returns(tmp_path):
         assert inv._tuples("PRAGMA synchronous") == [(2,)]  # FULL
 
 
-def test_modules_naming_a_key_are_the_declared_ones_whose_spec_holds_it(tmp_path: Path) -> None:
+def test_modules_naming_a_key_are_the_declared_ones_whose_spec_holds_it(
+    tmp_path: Path, engine: Engine
+) -> None:
     """``modules_naming("secrets")`` (status's read of the modules' own secrets) gives what
     reading every module and keeping the declared ones with that key gives: a value that
     is that very word is read and holds no such key, a withdrawn module is left out."""
+
     def secret(name: str) -> dict[str, object]:
         return {"name": name, "file": f"/etc/app/{name}", "supplied": False, "length": 32,
                 "alphabet": "base64url", "reload": [], "owner": None, "group": None,
@@ -429,7 +452,7 @@ def test_modules_naming_a_key_are_the_declared_ones_whose_spec_holds_it(tmp_path
         "app3/old": {"secrets": [secret("gone")]},
         "db1/postgres": {"provides": [{"name": "database", "port": 5432}]},
     }
-    with Inventory.open(tmp_path / "inventory.db") as inv:
+    with engine.open(tmp_path / "inventory.db") as inv:
         with inv.transaction("test") as tx:
             tx.put_modules([{"id": mid, "node": mid.split("/")[0], "name": mid.split("/")[1],
                              "spec": json.dumps(spec), "declared": int(mid != "app3/old")}

@@ -532,6 +532,9 @@ LAZY = {
         "start-up: the dashboard imports the doctor's report shapes; the agents' transport "
         "(httpx) and a module's own secrets load when the doctor runs"
     ),
+    "meshtui/inventory/store.py": (
+        "start-up: the lease (psycopg) loads only when a PostgreSQL write checks it"
+    ),
     "meshtui/tui/app.py": "first paint: each screen but the pairs' loads when it is opened",
     "meshtui/tui/palette.py": "first paint: the palette's commands load the main screen when run",
     "meshtui/tui/screens/main.py": "first paint: a pair's screen loads when one is opened",

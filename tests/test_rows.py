@@ -13,6 +13,7 @@ import pytest
 from meshtui.errors import InventoryError
 from meshtui.inventory import Inventory, rows
 from meshtui.inventory.status_read import STATUS_SQL
+from tests.fix_pg import Engine
 
 ROWS: list[tuple[Any, str, frozenset[str]]] = [
     # (typed row, its table, the table's columns the row leaves out on purpose)
@@ -63,24 +64,25 @@ def test_the_rotation_update_names_only_rotation_columns(columns: dict[str, list
     assert set(get_type_hints(rows.RotationUpdate)) <= set(columns["rotations"])
 
 
-def test_the_status_row_is_read_by_the_status_querys_column_names(tmp_path: Path) -> None:
+def test_the_status_row_is_read_by_the_status_querys_column_names(
+    tmp_path: Path, engine: Engine
+) -> None:
     """status reads its row by name (``row[rows.GENERATION]``): the names are the query's
-    columns, in the query's order, and each name's number is its place."""
-    path = tmp_path / "inventory.db"
-    Inventory.open(path).close()
-    with sqlite3.connect(path) as conn:
-        cursor = conn.execute(STATUS_SQL)
-        names = [d[0] for d in cursor.description]
+    columns, in the query's order, and each name's number is its place, on every engine."""
+    with engine.open(tmp_path / "inventory.db") as inv:
+        names = [d[0] for d in inv._conn.execute(STATUS_SQL).description]
     assert names == list(rows.STATUS_COLUMNS)
     assert len(get_args(rows.StatusRow)) == len(names)
     for number, name in enumerate(names):
         assert getattr(rows, name.upper()) == number, name
 
 
-def test_module_specs_decode_on_demand_as_modules_reads_them(tmp_path: Path) -> None:
+def test_module_specs_decode_on_demand_as_modules_reads_them(
+    tmp_path: Path, engine: Engine
+) -> None:
     """The planner's modules, decoded when asked for and few kept: every module reads as
     ``modules()`` reads it, after the kept ones were dropped too; a missing id is missing."""
-    with Inventory.open(tmp_path / "inventory.db") as inv:
+    with engine.open(tmp_path / "inventory.db") as inv:
         with inv.transaction("test") as tx:
             tx.put_modules([rows.ModuleRecord(id=f"n{i}/m", node=f"n{i}", name="m",
                             spec=f'{{"provides": [], "admin": "/etc/a{i}"}}', declared=1)
@@ -93,7 +95,7 @@ def test_module_specs_decode_on_demand_as_modules_reads_them(tmp_path: Path) -> 
         assert "n0/m" in lazy and "n9/m" not in lazy and lazy.get("n9/m") is None
 
 
-def test_a_stored_spec_is_read_as_its_shape_or_named_as_not(tmp_path: Path) -> None:
+def test_a_stored_spec_is_read_as_its_shape_or_named_as_not(tmp_path: Path, engine: Engine) -> None:
     """A spec stored before pin, secrets and kinds existed reads with their defaults; a spec
     not of the shape declare writes (a provision with no port) is an InventoryError naming
     the module, from every read of it, not a KeyError somewhere in the controller."""
@@ -101,7 +103,7 @@ def test_a_stored_spec_is_read_as_its_shape_or_named_as_not(tmp_path: Path) -> N
         '{"admin": null, "grants": {"database": "/g"}, "provides": [{"name": "database", '
         '"port": 5432}], "provisioner": [], "receives": {"database": "/m"}, "requires": []}'
     )
-    with Inventory.open(tmp_path / "inventory.db") as inv:
+    with engine.open(tmp_path / "inventory.db") as inv:
         with inv.transaction("test") as tx:
             tx.put_modules([rows.ModuleRecord(id="db1/postgres", node="db1", name="postgres",
                                               spec=old, declared=1)])  # fmt: skip

@@ -25,6 +25,9 @@ from meshtui.inventory import SCHEMA_VERSION, Inventory, now
 from meshtui.inventory import schema as schema_mod
 from meshtui.inventory.rows import ID, LOGIN, DeliveryRow, PairRecord, ProbeRecord
 from meshtui.model import State
+from tests.fix_pg import Clusters, Engine, inventory_database
+
+SQLITE = Engine("sqlite", None)
 
 REFERENCE = """
 SELECT p.id, p.provision, p.consumer, p.provider, p.login, p.file, p.generation,
@@ -145,7 +148,8 @@ def step(inv: Inventory, rng: random.Random) -> None:
     deliveries recorded, re-recorded, touched, forgotten or moved, probes added (in and out of
     id order), rewritten or deleted, a pair withdrawn, rotated, changed or added by declare, or
     moved in its table, a rotation begun or ended, a provider's kind changed."""
-    conn = inv._db.conn
+    conn = inv._conn
+    on_sqlite = inv.dialect.name == "sqlite"
     pid, end = rng.choice(PAIRS), rng.choice(ENDS_OF_A_PAIR)
     kind = rng.randrange(17)
     with inv.transaction("test") as tx:
@@ -168,9 +172,11 @@ def step(inv: Inventory, rng: random.Random) -> None:
                 [pid],
             )
             if rng.random() < 0.5:
+                lowest = "(SELECT MIN(id) FROM probes) - 1"  # SQLite numbers a NULL id itself
                 conn.execute(
                     "INSERT INTO probes (id, pair, at, verdict, reason) VALUES "
-                    "((SELECT MIN(id) FROM probes) - 1, ?, 'then', 'refused', 'old')",
+                    f"({lowest if on_sqlite else f'COALESCE({lowest}, 0)'}, ?, 'then', "
+                    "'refused', 'old')",
                     [pid],
                 )
         elif kind == 9:  # declare: a pair's login and file changed, or a pair added
@@ -181,7 +187,9 @@ def step(inv: Inventory, rng: random.Random) -> None:
             tx.put_pairs([changed] if rng.random() < 0.5 else [added])
         elif kind == 10:  # what no caller does: a pair moved in its table (VACUUM may)
             conn.execute(
-                "UPDATE pairs SET rowid = (SELECT MAX(rowid) FROM pairs) + 1 WHERE id = ?",
+                "UPDATE pairs SET rowid = (SELECT MAX(rowid) FROM pairs) + 1 WHERE id = ?"
+                if on_sqlite  # PostgreSQL writes every updated row anew elsewhere
+                else "UPDATE pairs SET port = port WHERE id = ?",
                 [pid],
             )
         elif kind == 7:  # a delivery moved to a pair end that has none
@@ -222,6 +230,7 @@ def walk(
     seed: int,
     broken: str | None = None,
     readers: Collection[str] = READERS,
+    engine: Engine = SQLITE,
 ) -> set[State]:
     """``steps`` random writes to the inventory at ``path``; after each, a reader keeping its
     statuses through the writing connection and one through another connection, and one-shot
@@ -235,16 +244,17 @@ def walk(
     seen: set[State] = set()
     rewrite = status_mod.REWRITE_AFTER
     with (
-        Inventory.open(path) as inv,
-        Inventory.open(path, read_only=True) as other,
+        engine.open(path) as inv,
+        engine.open(path, read_only=True) as other,
         contextlib.ExitStack() as undo,
     ):
         undo.callback(setattr, status_mod, "REWRITE_AFTER", rewrite)
-        conn = inv._db.conn
+        conn = inv._conn
         with inv.transaction("test") as tx:
             tx.put_pairs([pair_record(pid, generation=want(pid)) for pid in PAIRS])
         if broken is not None:
-            conn.execute(f"DROP TRIGGER status_ticks_{broken}")
+            table = "" if engine.postgres is None else f" ON {schema_mod.STATUS_TICKS[broken][1]}"
+            conn.execute(f"DROP TRIGGER status_ticks_{broken}{table}")
         for _ in range(steps):
             step(inv, rng)
             assert kept_ends(conn) == expected_ends(conn)
@@ -268,20 +278,21 @@ def walk(
 
 
 def test_pair_ends_follow_every_write_and_status_reads_what_the_full_join_reads(
-    tmp_path: Path,
+    tmp_path: Path, engine: Engine
 ) -> None:
     """After every kind of write, the kept ends equal the recomputed ones, the status rows equal
     the full join's, row for row, and a reader keeping its statuses between reads (through the
-    writing connection or another one) reads exactly what a reader keeping nothing reads."""
-    seen = walk(tmp_path / "inventory.db", steps=300, seed=13)
+    writing connection or another one) reads exactly what a reader keeping nothing reads, on
+    every engine."""
+    seen = walk(tmp_path / "inventory.db", steps=300, seed=13, engine=engine)
     assert seen == set(State), seen  # the walk went through every state
 
 
-def test_a_kept_read_reads_only_the_pairs_written_since(tmp_path: Path) -> None:
+def test_a_kept_read_reads_only_the_pairs_written_since(tmp_path: Path, engine: Engine) -> None:
     """The kept reader's next read after one probe recorded reads that one pair's row; after
     nothing written, none; after a declare that adds a pair, every pair."""
     path = tmp_path / "inventory.db"
-    with Inventory.open(path) as inv:
+    with engine.open(path) as inv:
         with inv.transaction("test") as tx:
             tx.put_pairs([pair_record(pid) for pid in PAIRS])
         first = inv.status_changes(None)
@@ -312,6 +323,19 @@ def test_a_detector_missing_any_one_write_is_caught(
     image, when any one status tick trigger is missing: each is needed, and the test can fail."""
     with pytest.raises(AssertionError, match=STALE):
         walk(tmp_path / "inventory.db", steps=300, seed=13, broken=trigger, readers=[reader])
+
+
+@pytest.mark.parametrize("trigger", sorted(schema_mod.STATUS_TICKS))
+def test_a_detector_missing_any_one_write_is_caught_on_postgres(
+    tmp_path: Path, pg_clusters: Clusters, trigger: str
+) -> None:
+    """The same on PostgreSQL (18; its one-shot reader keeps no image, so the kept one): each
+    of its status tick triggers is needed."""
+    folder = tmp_path / "pg"
+    folder.mkdir(mode=0o700)
+    engine = Engine("postgres18", inventory_database(pg_clusters.get("18"), folder))
+    with pytest.raises(AssertionError, match=STALE):
+        walk(tmp_path / "inventory.db", 300, 13, broken=trigger, readers=["kept"], engine=engine)
 
 
 def test_every_status_tick_trigger_is_in_the_schema(tmp_path: Path) -> None:

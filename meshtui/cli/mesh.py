@@ -7,6 +7,7 @@ import argparse
 import sys
 import time
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from meshtui.cli import render
@@ -15,9 +16,17 @@ from meshtui.terminal import not_a_terminal, require_terminal
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from meshtui.controller.core import init_keys
+    import os
 
-    pub, created = init_keys(state_dir(args))
+    from meshtui.controller.config import ENV
+    from meshtui.controller.core import init_keys, init_postgres
+
+    folder = state_dir(args)
+    conninfo = args.postgres or (Path(os.environ[ENV]) if os.environ.get(ENV) else None)
+    if conninfo is not None:
+        saved = init_postgres(folder, conninfo, args.name)
+        print(f"inventory on PostgreSQL, named by {conninfo.absolute()} (settings: {saved})")
+    pub, created = init_keys(folder)
     print(
         f"{'wrote' if created else 'kept'} controller keys: {pub} (give this file to meshtui host init)"
     )

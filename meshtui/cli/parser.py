@@ -157,6 +157,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _mesh(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = sub.add_parser("init", help="write the controller's keys")
+    s.add_argument(
+        "--postgres",
+        type=Path,
+        metavar="FILE",
+        help="keep the inventory in the PostgreSQL database this libpq conninfo file (0600) "
+        "names, not in a SQLite file in the state folder",
+    )
+    s.add_argument(
+        "--name", help="this controller's name in controller.toml (default: the host name)"
+    )
     s.set_defaults(func=handler("init"))
 
     s = sub.add_parser("declare", help="load a declaration (TOML)")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from meshtui.errors import HostFileError, ManifestError, ProvisionError
+from meshtui.errors import HostFileError, ManifestError, MeshtuiError, ProvisionError
 from meshtui.folders import Folder, open_folder, user_name
 
 MAX_ADMIN_BYTES = 65536
@@ -50,38 +50,39 @@ def read_manifest(path: Path, limit: int) -> bytes:
     return data or b""
 
 
-def read_admin(path: Path) -> str:
+def read_admin(
+    path: Path, what: str = "admin file", error: type[MeshtuiError] = ProvisionError
+) -> str:
     """The admin conninfo from a private (0600) regular file owned by root or this user, in a
-    checked folder; never from argv or environment. ProvisionError naming the file otherwise."""
+    checked folder; never from argv or environment. ``error`` (ProvisionError) naming the file
+    as ``what`` otherwise (the controller reads its inventory's conninfo file the same way)."""
     me = os.geteuid()
     try:
         folder = open_folder(path.parent, work_in=False)
         if folder is None:
-            raise ProvisionError(f"{path}: admin file cannot be read (No such file or directory)")
+            raise error(f"{path}: {what} cannot be read (No such file or directory)")
         with folder:
             got = folder.read_with_stat(path.name, limit=MAX_ADMIN_BYTES)
     except HostFileError as exc:
-        raise ProvisionError(f"admin file {path}: {exc}") from None
+        raise error(f"{what} {path}: {exc}") from None
     except OSError as exc:
-        raise ProvisionError(f"{path}: admin file cannot be read ({exc.strerror})") from None
+        raise error(f"{path}: {what} cannot be read ({exc.strerror})") from None
     if got is None:
-        raise ProvisionError(
-            f"{path}: admin file is missing or empty (write a libpq conninfo into it)"
-        )
+        raise error(f"{path}: {what} is missing or empty (write a libpq conninfo into it)")
     data, info = got
     if info.st_uid not in (0, me):
-        raise ProvisionError(
-            f"{path}: admin file is owned by {user_name(info.st_uid)}, who could point this "
-            f"provisioner anywhere (chown {user_name(me)} {path})"
+        raise error(
+            f"{path}: {what} is owned by {user_name(info.st_uid)}, who could point meshtui "
+            f"anywhere (chown {user_name(me)} {path})"
         )
     if info.st_mode & 0o077:
-        raise ProvisionError(
-            f"{path}: admin file is readable by others (mode {info.st_mode & 0o777:o}; "
+        raise error(
+            f"{path}: {what} is readable by others (mode {info.st_mode & 0o777:o}; "
             f"chmod 600 {path})"
         )
     text = data.decode("utf-8", "replace").strip()
     if not text:
-        raise ProvisionError(f"{path}: admin file is empty (write a libpq conninfo into it)")
+        raise error(f"{path}: {what} is empty (write a libpq conninfo into it)")
     return text
 
 

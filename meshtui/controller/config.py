@@ -1,43 +1,42 @@
-"""The controller's own config, ``<state>/controller.toml``: its name (and, beside it, the
-tables other parts read). One reader, typed; a missing file is every default.
+"""The controller's own settings, ``<state>/controller.toml``: its name and where its inventory is.
 
 ```toml
-name = "ctl-a"   # this controller's name on every request, audit event and node policy
+name = "ctl-a"                       # default: this machine's host name
+
 [inventory]
-postgres = "/etc/meshtui/inventory.conninfo"  # a libpq conninfo file (0600); default: SQLite
-[lease]          # the leader lease's numbers, in seconds (these are the defaults)
+postgres = "/etc/meshtui/inventory.conninfo"   # absent: the SQLite file in the state folder
+
+[lease]            # the leader lease's numbers, in seconds (these are the defaults)
 length_s = 15.0
 renew_s = 5.0
 deadline_s = 10.0
 retry_s = 2.0
 ```
 
-A file with no ``[inventory] postgres`` (nor ``MESHTUI_POSTGRES_FILE``) keeps the inventory in
-SQLite; a ``[lease]`` table there says the operator meant several machines, which ``status``
-and the dashboard say is not so (:attr:`ControllerConfig.alone`).
+A ``[lease]`` table with the inventory on SQLite says the operator meant several machines,
+which ``status`` and the dashboard say is not so (:attr:`ControllerConfig.alone`).
 
-The name defaults to this machine's host name (made a controller name: lower case, other
-characters as ``-``), so a one-controller mesh needs no file.
+``postgres`` names a libpq conninfo *file* (0600, this user's; relative paths are read from the
+state folder); the environment variable :data:`ENV` naming such a file wins over it, for one
+command. Nothing here ever holds a password. This module is the one reader and writer of the
+file.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import socket
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from meshtui.atomic import write_private
 from meshtui.errors import InputError
-from meshtui.protocol.fence import NAME
 
-CONFIG_FILE = "controller.toml"
-DEFAULT_NAME = "controller"
-"""The name when the host name makes none."""
-POSTGRES_ENV = "MESHTUI_POSTGRES_FILE"
-"""An environment variable holding the *path* of the conninfo file (never the conninfo)."""
+CONFIG = "controller.toml"
+"""The settings' file name in a state folder."""
+
+ENV = "MESHTUI_POSTGRES_FILE"
+"""Names a conninfo file (its path, never its text): this command's inventory is there."""
 
 
 @dataclass(frozen=True)
@@ -71,10 +70,11 @@ class LeaseConfig:
 
 @dataclass(frozen=True)
 class ControllerConfig:
-    """What ``controller.toml`` says (every field with its default when absent)."""
+    """What ``controller.toml`` says (every field has its default when the file is absent)."""
 
     name: str
     postgres: Path | None = None
+    """The conninfo file of a PostgreSQL inventory (None: SQLite in the state folder)."""
     lease: LeaseConfig = field(default_factory=LeaseConfig)
     lease_declared: bool = False  # the file has a [lease] table: meant for several machines
 
@@ -85,58 +85,48 @@ class ControllerConfig:
         return self.lease_declared and self.postgres is None
 
 
-def host_name() -> str:
-    """This machine's host name as a controller name (DEFAULT_NAME when it makes none)."""
-    text = re.sub(r"[^a-z0-9_.-]", "-", socket.gethostname().split(".")[0].lower()).strip("-")
-    text = text[:63]
-    return text if NAME.match(text) else DEFAULT_NAME
-
-
-def path_of(state_dir: Path) -> Path:
-    """Where a state folder's config lives."""
-    return Path(state_dir) / CONFIG_FILE
+def default_name() -> str:
+    """This controller's name when none is set: the host name."""
+    return socket.gethostname().split(".")[0] or "controller"
 
 
 def load(state_dir: Path) -> ControllerConfig:
-    """The config of the controller whose state folder is ``state_dir``; InputError naming the
-    file and the key when it cannot be read."""
-    path = path_of(state_dir)
+    """The settings of ``state_dir``; InputError naming the file and key when one is wrong."""
+    path = Path(state_dir) / CONFIG
     try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        doc = {}
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise InputError(f"{path}: cannot be read ({exc}); fix it or remove it") from None
-    name = doc.get("name")
-    if name is None:
-        name = host_name()
-    if not isinstance(name, str) or not NAME.match(name):
+        return ControllerConfig(name=default_name())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot be read ({exc})") from None
+    import tomllib  # only where the file is: a state folder without one starts without it
+
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{path}: not TOML ({exc})") from None
+    name = data.get("name", default_name())
+    if not isinstance(name, str) or not name:
+        raise InputError(f'{path}: name must be a non-empty string, e.g. name = "ctl-a"')
+    table = data.get("inventory", {})
+    if not isinstance(table, dict):
+        raise InputError(f"{path}: [inventory] must be a table")
+    unknown = sorted(set(table) - {"postgres"})
+    if unknown:
+        raise InputError(f"{path}: [inventory] has no key {unknown[0]!r} (known: postgres)")
+    postgres = table.get("postgres")
+    if postgres is not None and (not isinstance(postgres, str) or not postgres):
         raise InputError(
-            f"{path}: name = {name!r} is not a controller name (1-63 of a-z 0-9 . _ -, "
-            'starting with a letter or digit); e.g. name = "ctl-a"'
+            f"{path}: [inventory] postgres must name a conninfo file, "
+            'e.g. postgres = "/etc/meshtui/inventory.conninfo"'
         )
-    table = doc.get("lease")
+    lease = data.get("lease")
     return ControllerConfig(
         name=name,
-        postgres=_postgres(doc, state_dir, str(path)),
-        lease=_lease(table, str(path)),
-        lease_declared=table is not None,
+        postgres=Path(state_dir, postgres) if postgres else None,
+        lease=_lease(lease, str(path)),
+        lease_declared=lease is not None,
     )
-
-
-def _postgres(doc: dict[str, object], state_dir: Path, where: str) -> Path | None:
-    """The conninfo file ``[inventory] postgres`` (or ``MESHTUI_POSTGRES_FILE``) names, if any;
-    a relative path is the state folder's."""
-    inventory = doc.get("inventory", {})
-    if not isinstance(inventory, dict):
-        raise InputError(f"{where}: [inventory] must be a table")
-    text = inventory.get("postgres") or os.environ.get(POSTGRES_ENV) or None
-    if text is None:
-        return None
-    if not isinstance(text, str):
-        raise InputError(f"{where}: inventory.postgres must be the path of a conninfo file")
-    path = Path(text)
-    return path if path.is_absolute() else Path(state_dir) / path
 
 
 def _seconds(table: dict[str, object], key: str, default: float, where: str) -> float:
@@ -163,18 +153,31 @@ def _lease(table: object, where: str) -> LeaseConfig:
     return lease
 
 
-def write_name(state_dir: Path, name: str) -> Path:
-    """Write ``name = NAME`` into the config (its top, before any table), keeping the rest of
-    the file; InputError for a name that is not one."""
-    if not NAME.match(name):
-        raise InputError(f"controller name {name!r} is not allowed (1-63 of a-z 0-9 . _ -)")
-    path = path_of(state_dir)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        lines = []
-    top = next((i for i, line in enumerate(lines) if line.lstrip().startswith("[")), len(lines))
-    head = [line for line in lines[:top] if not re.match(r"\s*name\s*=", line)]
-    text = "\n".join([*head, f'name = "{name}"', *lines[top:]]) + "\n"
-    write_private(path, text.encode(), mode=0o644)
+def inventory_postgres(state_dir: Path) -> Path | None:
+    """The conninfo file of this command's PostgreSQL inventory: :data:`ENV`'s, else the
+    settings'; None for the SQLite file in the state folder."""
+    named = os.environ.get(ENV)
+    if named:
+        return Path(named).absolute()
+    return load(state_dir).postgres
+
+
+def save(state_dir: Path, config: ControllerConfig) -> Path:
+    """Write ``config`` as ``state_dir``'s settings (0600), whole; the file's path."""
+    lines = [f"name = {_quoted(config.name)}"]
+    if config.postgres is not None:
+        lines += ["", "[inventory]", f"postgres = {_quoted(str(config.postgres))}"]
+    if config.lease_declared:
+        lines += ["", "[lease]"]
+        lines += [f"{k} = {getattr(config.lease, k)}" for k in LeaseConfig.__dataclass_fields__]
+    path = Path(state_dir) / CONFIG
+    write_private(path, ("\n".join(lines) + "\n").encode())
     return path
+
+
+def _quoted(text: str) -> str:
+    """A TOML basic string."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    if any(ord(c) < 0x20 or c == "\x7f" for c in escaped):
+        raise InputError(f"{text!r}: a name or path with control characters")
+    return f'"{escaped}"'

@@ -48,6 +48,7 @@ from meshtui.controller.reports import (
 from meshtui.errors import (
     ForeignStateFolderError,
     InputError,
+    InventoryError,
     MeshtuiError,
     ReadOnlyContactError,
     ReadOnlyError,
@@ -97,6 +98,45 @@ def own_folder(state_dir: Path) -> None:
         )
 
 
+def open_inventory(state_dir: Path, *, read_only: bool = False) -> Inventory:
+    """The state folder's inventory: the SQLite file in it, or the PostgreSQL database its
+    settings (or :data:`~meshtui.controller.config.ENV`) name."""
+    postgres = config.inventory_postgres(state_dir)
+    return Inventory.open(state_dir / INVENTORY, read_only=read_only, postgres=postgres)
+
+
+def has_inventory(state_dir: Path) -> bool:
+    """True when the state folder has an inventory to open (on PostgreSQL: one is named)."""
+    return (state_dir / INVENTORY).exists() or config.inventory_postgres(state_dir) is not None
+
+
+def init_postgres(state_dir: Path, conninfo: Path, name: str | None) -> Path:
+    """Put ``state_dir``'s inventory on the PostgreSQL database ``conninfo`` names: the file
+    checked, the settings written, the schema created (or migrated, or a newer one refused).
+    A state folder holding a SQLite inventory is refused: its history would be left behind."""
+    from meshtui.inventory.pg_connection import read_conninfo
+
+    conninfo = Path(conninfo).absolute()
+    read_conninfo(conninfo)  # private, this user's, a conninfo: refused before anything is written
+    trusted_path(state_dir, create=0o700)
+    own_folder(state_dir)
+    if (state_dir / INVENTORY).exists():
+        raise InventoryError(
+            f"{state_dir / INVENTORY}: this state folder's inventory is a SQLite file; "
+            "init --postgres makes a new one, it does not move this one (nothing was changed)"
+        )
+    old = config.load(state_dir)
+    saved = config.save(
+        state_dir, config.ControllerConfig(name=name or old.name, postgres=conninfo)
+    )
+    try:
+        Inventory.open(state_dir / INVENTORY, postgres=conninfo).close()
+    except BaseException:
+        config.save(state_dir, old)  # the folder keeps pointing where it did
+        raise
+    return saved
+
+
 def init_keys(state_dir: Path) -> tuple[Path, bool]:
     """Write the controller's keys once; the .pub path and whether they were made now.
 
@@ -106,8 +146,8 @@ def init_keys(state_dir: Path) -> tuple[Path, bool]:
     trusted_path(state_dir, create=0o700)  # made here, so no link planted meanwhile is followed
     own_folder(state_dir)
     pub, made = write_keys_once(state_dir)
-    if made is not None and (state_dir / INVENTORY).exists():
-        with Inventory.open(state_dir / INVENTORY) as inv:
+    if made is not None and has_inventory(state_dir):
+        with open_inventory(state_dir) as inv:
             inv.signer = made.sign
             inv.record("init", [], {"fingerprint": made.public().fingerprint()}, "ok")
     return pub, made is not None
@@ -131,7 +171,7 @@ class Controller:
         """Open the controller on a state folder (the inventory is created when writable)."""
         state_dir = Path(state_dir)
         own_folder(state_dir)
-        ctl = cls(state_dir, Inventory.open(state_dir / INVENTORY, read_only=read_only))
+        ctl = cls(state_dir, open_inventory(state_dir, read_only=read_only))
         proof = load_proof(state_dir)  # None unless restored (controller/restore.py)
         if not read_only and (state_dir / f"{KEY_STEM}.key").exists():
             keys = ctl.keys()
@@ -267,12 +307,12 @@ class Controller:
         turn), read in the database's clock; on SQLite, whether the config meant several
         machines (:func:`meshtui.controller.read.leadership.leadership`). Needs no open
         inventory: the dashboard asks it from a thread of its own."""
-        settings = config.load(Path(state_dir))
-        if settings.postgres is None:  # start-up: psycopg stays out of a SQLite reader
-            return Leadership(shared=False, alone=settings.alone)
+        postgres = config.inventory_postgres(Path(state_dir))
+        if postgres is None:  # start-up: psycopg stays out of a SQLite reader
+            return Leadership(shared=False, alone=config.load(Path(state_dir)).alone)
         from meshtui.controller.read.leadership import leadership
 
-        return leadership(settings.postgres)
+        return leadership(postgres)
 
     def watch_heartbeat(self) -> Heartbeat | None:
         """What the last ``meshtui watch`` on this state folder wrote, if any."""

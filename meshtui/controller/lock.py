@@ -77,14 +77,15 @@ def delivering(ctl: Reach, action: str) -> Iterator[None]:
     """Hold the turn to deliver (the state folder's lock on SQLite, the ``deliver`` lease on
     PostgreSQL), or raise RotationBusyError naming the holder."""
     settings = config.load(ctl.state_dir)
-    if settings.postgres is None:
+    postgres = config.inventory_postgres(ctl.state_dir)
+    if postgres is None:
         with _flock(ctl.state_dir, action):
             yield
         return
     from meshtui.controller.turn import Turn, claimant
     from meshtui.inventory.lease import DELIVER, Leases
 
-    leases = Leases.from_file(settings.postgres)
+    leases = Leases.from_file(postgres)
     label = f"{WHO} {action}" if WHO else action
     turn = Turn(leases, DELIVER, claimant(settings.name), label, settings.lease)
     try:

@@ -16,12 +16,11 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from meshtui.controller import config
 from meshtui.controller.config import LeaseConfig
 from meshtui.errors import InventoryError, LeaseLostError, RotationBusyError
-from meshtui.inventory import lease
+from meshtui.inventory import Transaction, lease
 from meshtui.inventory.lease import Claimant, LeaseRow, Leases
 
 __all__ = ["Claimant", "LeaseRow", "Turn", "claimant", "watch_turn"]
@@ -35,10 +34,11 @@ def claimant(controller: str) -> Claimant:
 def watch_turn(state_dir: Path) -> Turn | None:
     """The ``watch`` turn of the controller in ``state_dir`` when its inventory is on
     PostgreSQL (not yet taken); None on SQLite, where a watch is alone and leads."""
-    settings = config.load(state_dir)
-    if settings.postgres is None:
+    postgres = config.inventory_postgres(state_dir)
+    if postgres is None:
         return None
-    leases = Leases.from_file(settings.postgres)
+    settings = config.load(state_dir)
+    leases = Leases.from_file(postgres)
     return Turn(leases, lease.WATCH, claimant(settings.name), "watch", settings.lease)
 
 
@@ -87,6 +87,9 @@ class Turn:
             target=self._renewing, name=f"meshtui lease {self.name}", daemon=True
         )
         self._thread.start()
+        threading.Thread(
+            target=self._watching, name=f"meshtui lease {self.name} deadline", daemon=True
+        ).start()
         return True
 
     def take(self, action: str) -> None:
@@ -118,11 +121,11 @@ class Turn:
                 after=self.lost_why or "it was not taken",
             )
 
-    def fence(self, conn: Any) -> None:
-        """Inside a delivering write's transaction (the inventory's connection ``conn``): the
-        holding still holds by the server's clock, and the row stays locked until it commits."""
+    def fence(self, tx: Transaction) -> None:
+        """Inside a delivering write's transaction ``tx``: the holding still holds by the
+        server's clock, and the row stays locked until it commits."""
         self.check()
-        lease.check(conn, self.name, self.me.controller, self.epoch)
+        tx.check_lease(self.name, self.me.controller, self.epoch)
 
     def release(self) -> None:
         """Stop renewing and end the holding now, so the next taker need not wait it out."""
@@ -143,6 +146,14 @@ class Turn:
         self._stop.set()
         if self.on_lost is not None:
             self.on_lost(why)
+
+    def _watching(self) -> None:
+        """Notice the deadline when it passes, even while a renewal waits on a cut link, so
+        whoever listens (:attr:`on_lost`) hears it then and not when the renewal gives up."""
+        tick = max(0.05, min(0.5, self.numbers.deadline_s / 10))
+        while not self._stop.wait(tick):
+            if not self.holds():
+                return
 
     def _renewing(self) -> None:
         wait = self.numbers.renew_s

@@ -20,6 +20,7 @@ from typing import cast
 
 from meshtui import crypto
 from meshtui.errors import CryptoError
+from meshtui.inventory.engine import dialect
 from meshtui.inventory.rows import AuditRecord, HeadRow
 from meshtui.protocol.wire import SignedHead, head_message
 
@@ -247,13 +248,15 @@ def stored(
     where, params = ("WHERE kind = ?", [kind]) if kind is not None else ("", [])
     sql = f"{_SELECT} {where} ORDER BY seq DESC LIMIT ?"
     rows: list[StoredEvent] = conn.execute(
-        sql, [*params, -1 if limit is None else limit]
+        sql, [*params, dialect(conn).no_limit if limit is None else limit]
     ).fetchall()
     rows.reverse()
     return rows
 
 
 def walk(conn: sqlite3.Connection, verify_key: bytes | None) -> ChainCheck:
-    """Read every event in the order it was written (rowid) and the head, and :func:`verify`."""
-    events = (_record(row) for row in conn.execute(f"{_SELECT} ORDER BY rowid"))
+    """Read every event in the order it was written (SQLite's rowid; PostgreSQL's tables keep
+    none, so their numbers) and the head, and :func:`verify`."""
+    order = dialect(conn).audit_order
+    events = (_record(row) for row in conn.execute(f"{_SELECT} ORDER BY {order}"))
     return verify(events, head(conn), verify_key)

@@ -26,8 +26,8 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import class_row
 
-from meshtui.contracts.provider_files import read_admin
-from meshtui.errors import InventoryError, LeaseLostError, ProvisionError
+from meshtui.errors import InventoryError, LeaseLostError
+from meshtui.inventory import pg_connection
 
 T = TypeVar("T")
 
@@ -216,8 +216,7 @@ class Leases:
 
     def __init__(self, conninfo: str, *, timeout_s: float = 3.0) -> None:
         params = conninfo_to_dict(conninfo)
-        hosts = str(params.get("host") or "localhost")
-        self.server = f"{hosts}:{params.get('port') or 5432}/{params.get('dbname') or ''}"
+        self.server = pg_connection.server_name(conninfo)
         params.setdefault("connect_timeout", str(max(1, round(timeout_s))))
         params.setdefault("tcp_user_timeout", str(int(timeout_s * 1000)))
         params.setdefault("application_name", "meshtui lease")
@@ -226,11 +225,9 @@ class Leases:
 
     @classmethod
     def from_file(cls, path: Path, *, timeout_s: float = 3.0) -> Leases:
-        """The lease table of the PostgreSQL the conninfo file ``path`` names."""
-        try:
-            text = read_admin(Path(path))
-        except ProvisionError as exc:
-            raise InventoryError(str(exc).replace("admin file", "conninfo file")) from None
+        """The lease table of the PostgreSQL the conninfo file ``path`` names (read and checked
+        as the inventory's own, :func:`meshtui.inventory.pg_connection.read_conninfo`)."""
+        text = pg_connection.read_conninfo(Path(path))
         try:
             return cls(text, timeout_s=timeout_s)
         except psycopg.Error:
@@ -244,7 +241,7 @@ class Leases:
             return call(self._conn)
         except psycopg.Error as exc:
             self.close()
-            why = " ".join(str(exc).split()).rsplit("failed: ", 1)[-1] or type(exc).__name__
+            why = pg_connection.reason(exc)
             raise InventoryError(f"lease on PostgreSQL {self.server}: {why}") from None
 
     def acquire(self, name: str, me: Claimant, action: str, length_s: float) -> LeaseRow | None:

@@ -19,6 +19,7 @@ import operator
 import sqlite3
 from collections.abc import Collection, Sequence
 
+from meshtui.inventory.engine import dialect
 from meshtui.inventory.rows import StatusChanges, StatusMark, StatusRow
 
 STATUS_SQL = """
@@ -45,11 +46,10 @@ MARK_SQL = "SELECT c.epoch, s.stamp, c.tick FROM status_clock c, pairs_stamp s"
 TICKED_COUNT_SQL = "SELECT count(*) FROM status_ticks WHERE tick > ?"
 
 CHANGED_SQL = (
-    STATUS_SQL
-    + "WHERE p.id IN (SELECT pair FROM status_ticks WHERE tick > ?"
-    + " UNION SELECT value FROM json_each(?))"
+    STATUS_SQL + "WHERE p.id IN (SELECT pair FROM status_ticks WHERE tick > ? UNION {named})"
 )
-"""The pairs ticked since a mark and those named (a JSON array), through the tick index."""
+"""The pairs ticked since a mark and those named (a JSON array, read as the engine's
+:attr:`~meshtui.inventory.engine.Dialect.json_values`), through the tick index."""
 
 FEW_CHANGED = 64
 MOST_CHANGED = 4
@@ -76,7 +76,7 @@ def named(
     many (the id index walked, so the first screenful reads only its rows)."""
     sql = STATUS_SQL
     if ids is not None:
-        sql += "WHERE p.id IN (SELECT value FROM json_each(?)) "
+        sql += f"WHERE p.id IN ({dialect(conn).json_values}) "
     sql += "ORDER BY p.id"
     if limit is not None:
         sql += f" LIMIT {max(0, int(limit))}"
@@ -90,7 +90,7 @@ def changes(
     it and those in ``also``: the mark and the rows read in one transaction (one snapshot)."""
     began = not conn.in_transaction
     if began:
-        conn.execute("BEGIN")
+        conn.execute(dialect(conn).begin_read)
     try:
         mark = StatusMark(*conn.execute(MARK_SQL).fetchone())
         if (
@@ -104,7 +104,8 @@ def changes(
             if not changed:
                 return StatusChanges(mark, False, [])
             if changed <= FEW_CHANGED or changed * MOST_CHANGED <= _count(conn):
-                rows = conn.execute(CHANGED_SQL, [since.tick, json.dumps(sorted(also))])
+                sql = CHANGED_SQL.format(named=dialect(conn).json_values)
+                rows = conn.execute(sql, [since.tick, json.dumps(sorted(also))])
                 return StatusChanges(mark, False, rows.fetchall())
         return StatusChanges(mark if began else None, True, every(conn))
     finally:

@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any, cast
 from meshtui.errors import InventoryError, ReadOnlyError
 from meshtui.inventory import audit as audit_mod
 from meshtui.inventory import image as image_mod
-from meshtui.inventory import schema, status_read
+from meshtui.inventory import pg_connection, pg_schema, schema, status_read
 from meshtui.inventory.audit import ChainCheck
+from meshtui.inventory.engine import SQLITE, Dialect, dialect
 from meshtui.inventory.rows import (
     AuditRecord,
     ClaimRecord,
@@ -150,6 +151,17 @@ class Transaction:
         self._inv = inv
         self._conn = inv._conn
 
+    # ---- the lease -------------------------------------------------------------------------
+    def check_lease(self, turn: str, holder: str, epoch: int) -> None:
+        """On PostgreSQL: the holding (``holder``, ``epoch``) of ``turn`` still holds, its row
+        locked until this transaction ends (:func:`meshtui.inventory.lease.check`);
+        LeaseLostError otherwise. SQLite has no lease: nothing to check."""
+        raw = getattr(self._conn, "raw", None)
+        if raw is not None:
+            from meshtui.inventory import lease
+
+            lease.check(raw, turn, holder, epoch)
+
     # ---- audit ----------------------------------------------------------------------------
     def audit(
         self, kind: str, pairs: Iterable[str], detail: Mapping[str, object], outcome: str
@@ -272,10 +284,11 @@ class Transaction:
         """Journal a rotation before anything is sent; returns its number. ``state``: where it
         starts (a rotation about to deliver journals itself as delivering, in one commit)."""
         cur = self._conn.execute(
-            "INSERT INTO rotations (started_at, state, items, owner_pid) VALUES (?, ?, ?, ?)",
-            (now(), state, _compact(items), owner_pid),
+            "INSERT INTO rotations (started_at, state, items, owner_pid) VALUES (?, ?, ?, ?) "
+            "RETURNING id",
+            (now(), str(state), _compact(items), owner_pid),
         )
-        return int(cast(int, cur.lastrowid))
+        return int(cur.fetchone()[0])
 
     def update_rotation(self, rotation: int, fields: RotationUpdate) -> None:
         """Record a rotation's progress (state, owner, reason, end)."""
@@ -333,6 +346,10 @@ class Transaction:
     def put_own_secrets(self, rows: Sequence[OwnSecretRow]) -> None:
         """Insert or replace the state of modules' own secrets."""
         _upsert(self._conn, "own_secrets", rows, "module", "name")
+
+
+def _server(conn: object) -> str:
+    return str(getattr(conn, "server", "?"))
 
 
 def _compact(data: object) -> str:
@@ -394,27 +411,50 @@ def _decoded(row: audit_mod.StoredEvent) -> EventRow:
     )
 
 
-class Inventory:
-    """One inventory file. Use :meth:`open`; every write goes through :meth:`transaction`."""
+FenceCheck = Callable[["Transaction"], None]
+"""Run first inside a delivering write's transaction: raises when its controller lost its turn
+(the lease's check; see :meth:`Inventory.transaction`)."""
 
-    def __init__(self, path: Path, conn: sqlite3.Connection, *, read_only: bool) -> None:
+
+class Inventory:
+    """One inventory: a SQLite file, or a PostgreSQL database named by a conninfo file. Use
+    :meth:`open`; every write goes through :meth:`transaction`."""
+
+    def __init__(
+        self, path: Path, conn: sqlite3.Connection | pg_connection.PgConnection, *, read_only: bool
+    ) -> None:
         self.path = path
         self.read_only = read_only
-        self._conn = conn
-        # as sqlite_utils.Database sets it for the migrations: one behaviour whether one ran or not
-        conn.execute("PRAGMA recursive_triggers = on")
+        self._conn = cast(sqlite3.Connection, conn)  # a PgConnection answers the same calls
+        self.dialect: Dialect = dialect(conn)
+        self.where = str(path) if self.dialect is SQLITE else f"PostgreSQL {_server(conn)}"
+        """What messages name: the file, or the server (``host:port/dbname``, no password)."""
+        self._engine_errors: tuple[type[Exception], ...] = ()
+        if self.dialect is SQLITE:
+            # as sqlite_utils.Database sets it for the migrations: one behaviour either way
+            conn.execute("PRAGMA recursive_triggers = on")
+        else:
+            import psycopg
+
+            self._engine_errors = (psycopg.Error,)
         self.lock = threading.RLock()
         self.signer: Callable[[bytes], bytes] | None = None  # signs the audit head when set
         self.actor: str | None = None  # the audit's operator when not a person (``watch``)
         self.restore_proof: RestoreProof | None = None  # shown with the head after a restore
-        self.fence: Callable[[Any], None] | None = None
-        """The lease's check of a delivering write (PostgreSQL: run inside each transaction
-        with its connection, :func:`meshtui.inventory.lease.check`); None when not delivering."""
+        self.fence: FenceCheck | None = None
+        """The lease's check of every write while this controller delivers (set by the
+        controller's turn; :meth:`transaction` runs it when given none); None otherwise."""
 
     @classmethod
-    def open(cls, path: Path | str, *, read_only: bool = False) -> Inventory:
-        """Open (and when writable, create and migrate) the inventory at ``path``."""
+    def open(
+        cls, path: Path | str, *, read_only: bool = False, postgres: Path | None = None
+    ) -> Inventory:
+        """Open (and when writable, create and migrate) the inventory at ``path``, or, with
+        ``postgres`` (a conninfo file), the PostgreSQL database it names (``path`` then only
+        names where the state folder's own files are)."""
         path = Path(path)
+        if postgres is not None:
+            return cls._open_postgres(path, postgres, read_only=read_only)
         if read_only and not path.exists():
             raise InventoryError(f"{path}: no inventory here (run meshtui declare first)")
         image_mod.check_file(path)  # a truncated or overwritten file: said before SQLite writes
@@ -454,6 +494,25 @@ class Inventory:
             raise
         return inv
 
+    @classmethod
+    def _open_postgres(cls, path: Path, conninfo: Path, *, read_only: bool) -> Inventory:
+        conn = pg_connection.connect(conninfo, read_only=read_only)
+        try:
+            inv = cls(path, conn, read_only=read_only)
+            if read_only:
+                inv._check_version()
+            else:
+                inv._migrate()
+        except BaseException as exc:
+            conn.close()
+            if isinstance(exc, pg_connection.engine_errors()):
+                raise InventoryError(
+                    f"inventory on PostgreSQL {conn.server}: cannot open it "
+                    f"({pg_connection.reason(exc)})"
+                ) from None
+            raise
+        return inv
+
     @functools.cached_property
     def _db(self) -> sqlite_utils.Database:
         """The connection as sqlite_utils sees it, for the migrations (imported only then)."""
@@ -474,12 +533,17 @@ class Inventory:
     # ---- schema -------------------------------------------------------------------------
     def version(self) -> int:
         """The schema version the file is at (0 for a new file)."""
+        if self.dialect is not SQLITE:
+            if not self._conn.execute(pg_schema.HAS_VERSION).fetchone()[0]:
+                return 0
+            row = self._conn.execute(pg_schema.READ_VERSION).fetchone()
+            return int(row[0]) if row else 0
         return int(self._conn.execute("PRAGMA user_version").fetchone()[0])
 
     def data_version(self) -> int:
         """A number that changes whenever another connection commits (an idle check is cheap)."""
-        with self.lock:
-            return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+        with self.lock, self._reading():
+            return int(self._conn.execute(self.dialect.data_version).fetchone()[0])
 
     def _check_version(self) -> None:
         found = self.version()
@@ -487,25 +551,41 @@ class Inventory:
             raise self._newer(found)
         if found != schema.SCHEMA_VERSION:
             raise InventoryError(
-                f"{self.path}: schema version {found}, this meshtui reads "
+                f"{self.where}: schema version {found}, this meshtui reads "
                 f"{schema.SCHEMA_VERSION} (open it once without --read-only to migrate it)"
             )
 
     def _newer(self, found: int) -> InventoryError:
         return InventoryError(
-            f"{self.path}: schema version {found} is newer than this meshtui "
+            f"{self.where}: schema version {found} is newer than this meshtui "
             f"(which reads {schema.SCHEMA_VERSION}); upgrade meshtui"
         )
 
     def _migrate(self) -> None:
         with self.lock, self._conn:
-            self._conn.execute("BEGIN IMMEDIATE")
+            self._conn.execute(self.dialect.begin_write)
+            if self.dialect is not SQLITE:
+                self._migrate_postgres()
+                return
             found = self.version()
             if found > schema.SCHEMA_VERSION:
                 raise self._newer(found)
             for step in schema.MIGRATIONS[found:]:
                 step(self._db)
             self._conn.execute(f"PRAGMA user_version = {int(schema.SCHEMA_VERSION)}")
+
+    def _migrate_postgres(self) -> None:
+        """PostgreSQL's steps to :data:`~meshtui.inventory.schema.SCHEMA_VERSION`, in the
+        transaction (and under the writer lock) :meth:`_migrate` began: all or none."""
+        found = self.version()
+        if found > schema.SCHEMA_VERSION:
+            raise self._newer(found)
+        if found == schema.SCHEMA_VERSION:
+            return
+        self._conn.execute(pg_schema.VERSION_TABLE)
+        for step in pg_schema.PG_MIGRATIONS[found:]:
+            step(self._conn)
+        self._conn.execute(pg_schema.WRITE_VERSION, [schema.SCHEMA_VERSION])
 
     # ---- writes -------------------------------------------------------------------------
     def require_writable(self, action: str) -> None:
@@ -514,14 +594,25 @@ class Inventory:
             raise ReadOnlyError(action)
 
     @contextmanager
-    def transaction(self, action: str) -> Iterator[Transaction]:
-        """One atomic write; refused up front when read-only, SQLite errors made clear."""
+    def transaction(self, action: str, fence: FenceCheck | None = None) -> Iterator[Transaction]:
+        """One atomic write; refused up front when read-only, the engine's errors made clear.
+
+        It waits for every other writer (SQLite's ``BEGIN IMMEDIATE``; on PostgreSQL the
+        writer lock of :data:`~meshtui.inventory.engine.POSTGRES`). ``fence``, when given, runs
+        first inside it and raises when the writer lost its turn: nothing is written then.
+        """
         self.require_writable(action)
+        fence = fence if fence is not None else self.fence
         with self.lock:
             try:
                 with self._conn:
-                    self._conn.execute("BEGIN IMMEDIATE")
-                    yield Transaction(self)
+                    self._conn.execute(self.dialect.begin_write)
+                    tx = Transaction(self)
+                    if fence is not None:
+                        fence(tx)
+                    yield tx
+            except self._engine_errors as exc:
+                raise pg_connection.failed(self.where, action, exc) from None
             except sqlite3.OperationalError as exc:
                 if "readonly" in str(exc):
                     raise ReadOnlyError(action) from exc
@@ -565,9 +656,12 @@ class Inventory:
     @contextmanager
     def _reading(self) -> Iterator[None]:
         """A read whose pages turn out damaged raises the damaged-inventory error (names the
-        file, points to restore) instead of SQLite's bare message."""
+        file, points to restore) instead of SQLite's bare message; a PostgreSQL read that fails
+        names the server."""
         try:
             yield
+        except self._engine_errors as exc:
+            raise pg_connection.failed(self.where, "reading", exc) from None
         except sqlite3.DatabaseError as exc:
             if image_mod.is_damage(exc):
                 raise image_mod.damaged(self.path, str(exc)) from exc
@@ -576,6 +670,11 @@ class Inventory:
     def image(self) -> image_mod.Image:
         """A consistent image of the whole file (SQLite's online backup, safe while another
         process writes) and what it holds: what ``meshtui backup`` saves."""
+        if self.dialect is not SQLITE:
+            raise InventoryError(
+                f"{self.where}: meshtui backup saves a SQLite inventory; back up a PostgreSQL "
+                "inventory with pg_dump beside the state folder (docs/inventory-postgres.md)"
+            )
         with self.lock, self._reading():
             return image_mod.take(self._conn, self.path)
 
@@ -620,7 +719,9 @@ class Inventory:
         was 80 ms of it)."""
         return _decoded_modules(
             self._query(
-                "SELECT * FROM modules WHERE declared AND instr(spec, ?) ORDER BY id",
+                "SELECT * FROM modules WHERE declared <> 0 AND "
+                + self.dialect.contains.format("spec")
+                + " > 0 ORDER BY id",
                 [json.dumps(key)],
             )
         )
@@ -824,7 +925,8 @@ class Inventory:
     def rotations(self, limit: int | None = 100) -> list[RotationRow]:
         """Recent rotations (all when ``limit`` is None), newest first."""
         rows = self._query(
-            "SELECT * FROM rotations ORDER BY id DESC LIMIT ?", [-1 if limit is None else limit]
+            "SELECT * FROM rotations ORDER BY id DESC LIMIT ?",
+            [self.dialect.no_limit if limit is None else limit],
         )
         for r in rows:
             r["items"] = json.loads(r["items"])

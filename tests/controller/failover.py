@@ -26,20 +26,30 @@ def lease_table(numbers: dict[str, float]) -> str:
     return "[lease]\n" + "".join(f"{k} = {v}\n" for k, v in numbers.items())
 
 
-def controller_folder(base: Path, name: str, conninfo: str, numbers: dict[str, float]) -> Path:
-    """A state folder for controller ``name``: its keys (``init``) and a config naming the
-    PostgreSQL (a 0600 conninfo file of its own) and the lease's numbers."""
+def controller_folder(
+    base: Path,
+    name: str,
+    conninfo: str,
+    numbers: dict[str, float],
+    namespace: str | None = None,
+) -> Path:
+    """A state folder for controller ``name``: its keys (``init``, inside ``namespace`` when
+    PostgreSQL is reached from there) and a config naming the PostgreSQL (a 0600 conninfo file
+    of its own) and the lease's numbers."""
     folder = base / name
     folder.mkdir(mode=0o700)
     write_private(folder / "inventory.conninfo", (conninfo + "\n").encode())
     (folder / "controller.toml").write_text(
         f'name = "{name}"\n[inventory]\npostgres = "inventory.conninfo"\n' + lease_table(numbers)
     )
-    subprocess.run(
-        [sys.executable, "-m", "meshtui.cli", "--state", str(folder), "init"],
-        check=True,
+    argv = [sys.executable, "-m", "meshtui.cli", "--state", str(folder), "init"]
+    done = subprocess.run(
+        netns.exec_argv(namespace, argv) if namespace else argv,
         capture_output=True,
+        text=True,
+        check=False,
     )
+    assert done.returncode == 0, done.stderr
     return folder
 
 

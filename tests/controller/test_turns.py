@@ -146,3 +146,29 @@ def test_a_held_turn_is_renewed_past_its_length(conninfo_file: Path) -> None:
     assert Turn(others, lease.WATCH, claimant("ctl-b"), "watch", numbers).try_take()
     others.close()
     leases.close()
+
+
+def test_a_write_under_a_turn_taken_over_is_refused_by_the_shared_inventory(
+    two, conninfo_file: Path
+) -> None:
+    """The fence inside the inventory's own transaction: the server says the turn moved on
+    (its lease ran out and another took it), so the old holder's write lands nowhere."""
+    a, b = two
+    with lock.delivering(a, "push"):
+        a.inventory.record("fenced-ok", [], {}, "ok")  # while it holds: written
+        info = psycopg.conninfo.make_conninfo(conninfo_file.read_text().strip())
+        with psycopg.connect(info, autocommit=True) as conn:  # its lease runs out (a pause)
+            conn.execute(
+                "UPDATE lease SET expires_at = clock_timestamp() WHERE name = %s", (lease.DELIVER,)
+            )
+        leases = Leases.from_file(conninfo_file)
+        newer = Turn(leases, lease.DELIVER, claimant("ctl-b"), "push", LeaseConfig())
+        assert newer.try_take() and newer.epoch == a.fence.epoch + 1
+        try:
+            with pytest.raises(LeaseLostError, match="controller ctl-b .* took it over"):
+                a.inventory.record("fenced-stale", [], {}, "ok")
+        finally:
+            newer.release()
+            leases.close()
+    kinds = [e.kind for e in b.events()]
+    assert "fenced-ok" in kinds and "fenced-stale" not in kinds

@@ -29,12 +29,12 @@ import msgspec
 
 from meshtui import crypto
 from meshtui.atomic import read_private
-from meshtui.controller.core import INVENTORY, own_folder
+from meshtui.controller.core import INVENTORY, has_inventory, open_inventory, own_folder
 from meshtui.controller.keys import KEY_STEM
 from meshtui.controller.records.export import write_new
 from meshtui.controller.records.restored import PROOF_FILE
 from meshtui.errors import BackupError, CryptoError
-from meshtui.inventory import Inventory, now
+from meshtui.inventory import now
 
 MAGIC = b"meshtui-backup 1\n"
 FORMAT = 1
@@ -158,7 +158,7 @@ def take(state_dir: Path, target: Path, passphrase: bytes, params: KdfParams) ->
         target = target / f"meshtui-{stamp}.backup"
     if target.exists() or target.is_symlink():
         raise BackupError(f"{target}: exists already; a backup never replaces a file")
-    if not (state_dir / INVENTORY).exists():
+    if not has_inventory(state_dir):
         raise BackupError(f"{state_dir / INVENTORY}: no inventory to back up")
     files: dict[str, str] = {}
     for name in KEPT_FILES:
@@ -175,7 +175,7 @@ def take(state_dir: Path, target: Path, passphrase: bytes, params: KdfParams) ->
         except OSError as exc:
             raise BackupError(f"{path}: cannot be read for the backup ({exc})") from None
         files[name] = crypto.b64(data)
-    with Inventory.open(state_dir / INVENTORY, read_only=True) as inv:
+    with open_inventory(state_dir, read_only=True) as inv:
         image = inv.image()
     taken_at = now()
     s = image.summary

@@ -1,0 +1,177 @@
+"""The inventory on PostgreSQL beside SQLite, in one run: the same mesh in two state folders,
+one per engine, measured in turn, and the ratio PostgreSQL / SQLite of each figure.
+
+No agents: the figures are the inventory's own share, which is where the engines differ (the
+agents' round trips and the provider's work are the same for both).
+
+- declare of ``--pairs`` pairs into an empty inventory, and recording every end delivered
+  (the inventory's writes of the first push), once each;
+- status at ``--pairs`` pairs, first read after a change (one delivery recorded): the kept
+  reader (``watch``) and the one-shot reader reading every pair (the CLI without its image);
+- the inventory's part of rotating one pair: the reads a rotation's planner makes of that
+  pair, then its transactions in order (generation minted and journaled with its audit event;
+  both ends recorded; the pair moved to the new generation, the rotation closed, audited).
+
+PostgreSQL is the embedded wheel's (18), started here on a Unix socket of this machine.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_inventory_engines.py [--pairs 10000]
+    [--nodes 100] [--repeat 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+from bench_scale import declaration  # noqa: E402  (one copy)
+
+from meshtui.controller.config import ControllerConfig, save
+from meshtui.controller.core import Controller, init_keys
+from meshtui.controller.read import status as status_mod
+from meshtui.host.state import identity
+from meshtui.inventory.rows import DeliveryRow, GenerationRow
+from meshtui.inventory.store import now
+from meshtui.model import RotationState
+from tests.fix_pg import start_cluster
+
+
+def _ms(runs: list[float]) -> float:
+    return statistics.median(runs) * 1000.0
+
+
+def _delivered(ctl: Controller) -> None:
+    stamp = now()
+    rows = [
+        DeliveryRow(pair=p["id"], end=end, generation=p["generation"], digest=None,
+                    since=stamp, attempted_at=stamp, error=None)
+        for p in ctl.inventory.pairs()
+        for end in ("provider", "consumer")
+    ]  # fmt: skip
+    with ctl.inventory.transaction("bench") as tx:
+        tx.put_deliveries(rows)
+
+
+def _touched(ctl: Controller, pid: str, generation: int) -> None:
+    stamp = now()
+    with ctl.inventory.transaction("bench") as tx:
+        tx.put_deliveries([DeliveryRow(pair=pid, end="consumer", generation=generation,
+                                       digest=None, since=stamp, attempted_at=stamp, error=None)])  # fmt: skip
+
+
+def _rotate_one(ctl: Controller, pid: str) -> None:
+    """The inventory's part of rotating ``pid``, in rotate's order."""
+    inv = ctl.inventory
+    (pair,) = inv.pairs([pid])
+    inv.module_specs([pair["consumer"], pair["provider"]])
+    inv.held_generations([pid])
+    inv.held_ends([pid])
+    inv.minted([pid])
+    new = pair["generation"] + 1
+    items = [{"pair": pid, "from": pair["generation"], "to": new}]
+    stamp = now()
+    with inv.transaction("rotate") as tx:
+        tx.add_generations([GenerationRow(pair=pid, generation=new, consumer_sealed=b"c" * 120,
+                                          provider_sealed=b"p" * 120, digest="d" * 64,
+                                          created_at=stamp, discarded_at=None)])  # fmt: skip
+        rid = tx.journal_rotation(items, os.getpid(), RotationState.DELIVERING)  # type: ignore[arg-type]
+        tx.audit("rotate", [pid], {"rotation": rid, "state": "delivering"}, "started")
+    with inv.transaction("rotate") as tx:
+        tx.put_deliveries([
+            DeliveryRow(pair=pid, end=end, generation=new, digest="d" * 64, since=stamp,
+                        attempted_at=stamp, error=None)
+            for end in ("provider", "consumer")
+        ])  # fmt: skip
+    with inv.transaction("rotate") as tx:
+        tx.set_generation(pid, new, stamp)
+        tx.update_rotation(rid, {"state": RotationState.DONE, "finished_at": now()})
+        tx.audit("rotate", [pid], {"rotation": rid}, "ok")
+
+
+def measure(ctl: Controller, decl: Path, repeat: int) -> dict[str, float]:
+    out: dict[str, float] = {}
+    t0 = time.perf_counter()
+    ctl.declare(decl)
+    out["declare (every pair new)"] = (time.perf_counter() - t0) * 1000
+    t0 = time.perf_counter()
+    _delivered(ctl)
+    out["record every end delivered"] = (time.perf_counter() - t0) * 1000
+    first = ctl.inventory.pairs()[0]
+    pid = first["id"]
+    ctl.status(keep=True)
+    readers: dict[str, Callable[[], object]] = {
+        "status, kept reader (watch)": lambda: ctl.status(keep=True),
+        "status, every pair read (one-shot)": lambda: status_mod.statuses(ctl.inventory),
+    }
+    for label, read in readers.items():
+        runs = []
+        for _ in range(repeat):
+            _touched(ctl, pid, first["generation"])
+            t0 = time.perf_counter()
+            read()
+            runs.append(time.perf_counter() - t0)
+        out[label] = _ms(runs)
+    runs = []
+    for _ in range(2 + repeat):
+        t0 = time.perf_counter()
+        _rotate_one(ctl, pid)
+        runs.append(time.perf_counter() - t0)
+    out["rotate one pair (the inventory's part)"] = _ms(runs[2:])
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--pairs", type=int, default=10000)
+    ap.add_argument("--nodes", type=int, default=100)
+    ap.add_argument("--providers", type=int, default=4)
+    ap.add_argument("--repeat", type=int, default=15)
+    args = ap.parse_args(argv)
+    base = Path(tempfile.mkdtemp(prefix="meshtui-benchengines-"))
+    cluster, cluster_base = start_cluster("18")
+    try:
+        conninfo = base / "inventory.conninfo"
+        with psycopg.connect(cluster.admin_conninfo(), autocommit=True) as conn:
+            conn.execute("CREATE DATABASE bench_inventory")
+        conninfo.write_text(
+            psycopg.conninfo.make_conninfo(cluster.admin_conninfo(), dbname="bench_inventory")
+        )
+        conninfo.chmod(0o600)
+        results: dict[str, dict[str, float]] = {}
+        for engine in ("sqlite", "postgres"):
+            root = base / engine
+            state = root / "state"
+            pub, _ = init_keys(state)
+            if engine == "postgres":
+                save(state, ControllerConfig(name="bench", postgres=conninfo))
+            decl = declaration(root, 5432, base / "admin.conninfo", args.nodes, args.providers,
+                               args.pairs)  # fmt: skip
+            for line in decl.read_text().splitlines():
+                if line.startswith("[nodes."):
+                    name = line[len("[nodes.") : -1]
+                    identity.init(name, root / "nodes" / name, pub)
+            with Controller.open(state) as ctl:
+                assert ctl.inventory.dialect.name == engine, ctl.inventory.dialect
+                results[engine] = measure(ctl, decl, args.repeat)
+        print(f"{args.pairs} pairs, {args.nodes} nodes; p50 of {args.repeat} where repeated; "
+              f"load {os.getloadavg()[0]:.2f}")  # fmt: skip
+        print(f"  {'':<42}{'SQLite ms':>11}{'PG 18 ms':>11}{'PG/SQLite':>11}")
+        for label, lite in results["sqlite"].items():
+            pg = results["postgres"][label]
+            print(f"  {label:<42}{lite:>11.1f}{pg:>11.1f}{pg / lite:>10.2f}x")
+    finally:
+        cluster.stop()
+        shutil.rmtree(cluster_base, ignore_errors=True)
+        shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,235 @@
+"""The inventory's connection to PostgreSQL: read from a checked conninfo file, bounded in time,
+refused when the server cannot take writes, and shaped like ``sqlite3``'s so the store runs
+each statement on either engine.
+
+The conninfo file is read as the provisioner reads its admin file (private, owned by this user
+or root, through checked folders, never a link another user controls). Its password appears in
+no message: the server is named as ``host:port/dbname`` only. ``connect_timeout`` is set
+(:data:`CONNECT_TIMEOUT` unless the file says otherwise), so an unreachable server fails in
+seconds rather than libpq's minutes per host. ``psycopg`` is imported here and only when a
+PostgreSQL inventory is opened.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from meshtui.contracts.provider_files import read_admin
+from meshtui.errors import InventoryError
+from meshtui.inventory.engine import POSTGRES, Dialect
+
+if TYPE_CHECKING:
+    import psycopg
+
+CONNECT_TIMEOUT = 5
+"""Seconds libpq waits for each connection attempt, unless the conninfo file names its own."""
+
+LOCK_TIMEOUT_MS = 10000
+"""How long a write waits for another writer (SQLite's busy timeout is the same 10 s)."""
+
+
+def read_conninfo(path: Path) -> str:
+    """The conninfo in ``path``, checked as the provisioner's admin file; InventoryError naming
+    the file otherwise (its text never)."""
+    return read_admin(Path(path), "inventory conninfo file", InventoryError)
+
+
+def server_name(conninfo: str) -> str:
+    """``host:port/dbname`` of a conninfo (several hosts: each, comma-separated); no password."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        params = conninfo_to_dict(conninfo)
+    except Exception:  # a malformed conninfo: its text may hold the password, so none of it
+        return "(unreadable conninfo)"
+    hosts = str(params.get("host") or params.get("hostaddr") or "localhost").split(",")
+    ports = str(params.get("port") or "5432").split(",")
+    ports = ports * len(hosts) if len(ports) == 1 else ports
+    db = params.get("dbname") or params.get("user") or ""
+    return ",".join(f"{h}:{p}" for h, p in zip(hosts, ports, strict=False)) + f"/{db}"
+
+
+def reason(exc: BaseException) -> str:
+    """libpq's message in one line, without what it repeats of the conninfo."""
+    text = " ".join(str(exc).split())
+    if "failed: " in text:
+        text = text.split("failed: ", 1)[1]
+    return text or type(exc).__name__
+
+
+def connect(path: Path, *, read_only: bool) -> PgConnection:
+    """A connection to the inventory's PostgreSQL named by the conninfo file ``path``.
+
+    InventoryError naming the server (never the password) when it cannot be reached, refuses
+    the login, or cannot take writes (:func:`check`); ``read_only``: every transaction of this
+    session is read-only.
+    """
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    text = read_conninfo(path)
+    server = server_name(text)
+    try:
+        params = conninfo_to_dict(text)
+    except psycopg.Error:
+        raise InventoryError(
+            f"{path}: not a libpq conninfo (write key=value pairs or a postgresql:// URI)"
+        ) from None
+    params.setdefault("connect_timeout", str(CONNECT_TIMEOUT))
+    params.setdefault("application_name", "meshtui")
+    try:
+        raw = psycopg.connect(make_conninfo("", **params), autocommit=True)
+    except psycopg.Error as exc:
+        raise InventoryError(
+            f"inventory on PostgreSQL {server}: cannot connect ({reason(exc)}); "
+            f"nothing was sent to any node (conninfo file {path})"
+        ) from None
+    try:
+        _as_sqlite_stores(raw)
+        check(raw, server)
+        raw.execute(f"SET lock_timeout = {LOCK_TIMEOUT_MS}")
+        if read_only:
+            raw.execute("SET default_transaction_read_only = on")
+    except BaseException:
+        raw.close()
+        raise
+    return PgConnection(raw, server)
+
+
+def check(conn: psycopg.Connection[Any], server: str) -> None:
+    """InventoryError unless ``conn`` answers and can take writes: a hot standby (or a server
+    read-only by default) is refused even for a read, whose answer may be behind the primary's
+    (psycopg's own checks do not notice a primary that became a read-only standby)."""
+    import psycopg
+
+    try:
+        row = conn.execute("SHOW transaction_read_only").fetchone()
+    except psycopg.Error as exc:
+        raise InventoryError(
+            f"inventory on PostgreSQL {server}: the server does not answer ({reason(exc)})"
+        ) from None
+    if row is not None and row[0] == "on":
+        raise InventoryError(
+            f"inventory on PostgreSQL {server}: the server is read-only (a hot standby, or "
+            "default_transaction_read_only); point the conninfo file at the primary, or add "
+            "target_session_attrs=read-write with every host; nothing was sent to any node"
+        )
+
+
+def _as_sqlite_stores(conn: psycopg.Connection[Any]) -> None:
+    """Values written as ``sqlite3`` writes them: a bool as 0 or 1 (the flag columns are
+    integers on both engines), a str or int enum as its value (psycopg's default is its name)."""
+    import enum
+
+    from psycopg.types.numeric import Int8Dumper
+    from psycopg.types.string import StrDumper
+
+    class BoolAsInt(Int8Dumper):
+        def dump(self, obj: Any) -> bytes:
+            return b"1" if obj else b"0"
+
+    conn.adapters.register_dumper(bool, BoolAsInt)
+    conn.adapters.register_dumper(enum.StrEnum, StrDumper)
+    conn.adapters.register_dumper(enum.IntEnum, Int8Dumper)
+
+
+@functools.lru_cache(maxsize=512)
+def _placeholders(sql: str) -> str:
+    """``sql`` with SQLite's ``?`` placeholders as psycopg's ``%s`` (a literal ``%`` doubled)."""
+    return sql.replace("%", "%%").replace("?", "%s")
+
+
+class PgConnection:
+    """A psycopg connection answering the calls the store makes of a ``sqlite3`` connection:
+    ``execute``/``executemany`` with ``?`` placeholders, ``in_transaction``, ``rollback``, and
+    ``with conn:`` committing (or rolling back) the transaction the store began."""
+
+    dialect: Dialect = POSTGRES
+
+    def __init__(self, raw: psycopg.Connection[Any], server: str) -> None:
+        self.raw = raw
+        self.server = server
+
+    def execute(self, sql: str, params: Sequence[object] | None = None) -> psycopg.Cursor[Any]:
+        if params:
+            return self.raw.execute(_placeholders(sql), list(params))
+        return self.raw.execute(sql)  # type: ignore[arg-type,unused-ignore]  # the store's text
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[object]]) -> None:
+        rows = list(rows)
+        if rows:
+            with self.raw.cursor() as cur:
+                cur.executemany(_placeholders(sql), rows)
+
+    @property
+    def in_transaction(self) -> bool:
+        from psycopg.pq import TransactionStatus
+
+        return self.raw.info.transaction_status != TransactionStatus.IDLE
+
+    def commit(self) -> None:
+        if self.in_transaction:
+            self.raw.execute("COMMIT")
+
+    def rollback(self) -> None:
+        if self.in_transaction and not self.raw.closed:
+            self.raw.execute("ROLLBACK")
+
+    def close(self) -> None:
+        self.raw.close()
+
+    def __enter__(self) -> PgConnection:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if kind is None:
+            self.commit()
+        else:
+            try:
+                self.rollback()
+            except Exception:  # the connection is gone: the server rolled back
+                pass
+
+
+def engine_errors() -> tuple[type[Exception], ...]:
+    """The errors a PostgreSQL statement raises."""
+    import psycopg
+
+    return (psycopg.Error,)
+
+
+def failed(where: str, action: str, exc: BaseException) -> InventoryError:
+    """The one line a failed PostgreSQL statement becomes: names the server and what to do."""
+    import psycopg
+    from psycopg import errors
+
+    why = reason(exc)
+    if isinstance(exc, errors.ReadOnlySqlTransaction):
+        return InventoryError(
+            f"{where}: {action} failed: the server is read-only (a hot standby?); point the "
+            "conninfo file at the primary; nothing was written"
+        )
+    if isinstance(exc, errors.LockNotAvailable):
+        return InventoryError(
+            f"{where}: {action} waited {LOCK_TIMEOUT_MS // 1000} s for another writer of the "
+            "inventory and gave up; nothing was written (try again)"
+        )
+    if isinstance(exc, psycopg.IntegrityError):
+        return InventoryError(
+            f"{where}: {action} conflicts with what is stored ({why}); nothing was written "
+            "(run meshtui push, then try again)"
+        )
+    if isinstance(exc, psycopg.OperationalError):
+        return InventoryError(
+            f"{where}: {action} failed: the server cannot be reached ({why}); nothing was written"
+        )
+    return InventoryError(f"{where}: {action} failed: {why}")

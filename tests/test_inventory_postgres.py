@@ -1,0 +1,360 @@
+"""The inventory on PostgreSQL, chosen by the state folder's settings, the ``init --postgres``
+option or ``MESHTUI_POSTGRES_FILE``: the schema made, migrated and a newer one refused; the
+conninfo file checked and its password never shown; every fault one clear line naming the
+server within seconds; and the audit chain one linear chain with two processes appending at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from meshtui.controller import config
+from meshtui.inventory import SCHEMA_VERSION, Inventory, pg_schema
+from meshtui.inventory import schema as schema_mod
+from tests.fix_pg import Clusters, free_port, inventory_database, start_cluster
+
+SECRET = "hunter2-never-shown"
+
+
+def cli(
+    state: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``meshtui --state STATE ARGS…`` in a fresh process."""
+    return subprocess.run(
+        [sys.executable, "-m", "meshtui.cli", "--state", str(state), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.fixture
+def conninfo(pg_clusters: Clusters, tmp_path: Path) -> Path:
+    """A conninfo file naming a new, empty database of the PostgreSQL 18 cluster."""
+    folder = tmp_path / "pg"
+    folder.mkdir(mode=0o700)
+    return inventory_database(pg_clusters.get("18"), folder, empty=True)
+
+
+def text_of(path: Path) -> str:
+    return path.read_text().strip()
+
+
+def database(path: Path) -> psycopg.Connection:
+    return psycopg.connect(text_of(path), autocommit=True)
+
+
+def write_conninfo(path: Path, text: str) -> Path:
+    path.write_text(text + "\n")
+    path.chmod(0o600)
+    return path
+
+
+def one_clear_line(done: subprocess.CompletedProcess[str], *names: str) -> str:
+    """The command failed with exit 1 and one line on stderr naming each of ``names``, never
+    the password."""
+    assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr
+    for name in names:
+        assert name in lines[0], (name, lines[0])
+    assert SECRET not in done.stderr + done.stdout
+    return lines[0]
+
+
+def test_init_postgres_makes_the_schema_and_every_later_command_reads_it(
+    conninfo: Path, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    done = cli(state, "init", "--postgres", str(conninfo), "--name", "ctl-a")
+    assert done.returncode == 0, done.stderr
+    settings = config.load(state)
+    assert settings == config.ControllerConfig(name="ctl-a", postgres=conninfo.absolute())
+    assert (state / config.CONFIG).stat().st_mode & 0o777 == 0o600
+    assert not (state / "inventory.db").exists()
+    with database(conninfo) as conn:
+        assert conn.execute(pg_schema.READ_VERSION).fetchone() == (SCHEMA_VERSION,)
+        (events,) = conn.execute("SELECT count(*) FROM audit").fetchone()
+    assert cli(state, "status").returncode == 0
+    verify = cli(state, "audit", "--verify")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    with database(conninfo) as conn:  # the commands wrote there: none to a SQLite file
+        assert conn.execute("SELECT count(*) FROM audit").fetchone()[0] >= events
+    assert not (state / "inventory.db").exists()
+
+
+def test_the_environment_names_the_file_for_one_command(conninfo: Path, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    env = {config.ENV: str(conninfo)}
+    assert cli(state, "init", env=env).returncode == 0
+    assert config.load(state).postgres == conninfo.absolute()
+    with database(conninfo) as conn:
+        assert conn.execute(pg_schema.READ_VERSION).fetchone() == (SCHEMA_VERSION,)
+
+
+def test_the_postgres_schema_has_every_sqlite_table_and_column(
+    conninfo: Path, tmp_path: Path
+) -> None:
+    """One version, two engines: the same tables with the same columns, step for step."""
+    assert len(pg_schema.PG_MIGRATIONS) == len(schema_mod.MIGRATIONS) == SCHEMA_VERSION
+    Inventory.open(tmp_path / "inventory.db").close()
+    import sqlite3
+
+    lite = sqlite3.connect(tmp_path / "inventory.db")
+    tables = [
+        r[0]
+        for r in lite.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        )
+    ]
+    want = {t: [r[1] for r in lite.execute(f'PRAGMA table_info("{t}")')] for t in tables}
+    Inventory.open(tmp_path / "x.db", postgres=conninfo).close()
+    with database(conninfo) as conn:
+        got = {
+            t: [
+                r[0]
+                for r in conn.execute(
+                    "SELECT column_name FROM information_schema.columns "
+                    "WHERE table_schema = 'public' AND table_name = %s ORDER BY ordinal_position",
+                    [t],
+                )
+            ]
+            for t in want
+        }
+    assert got == want
+
+
+def test_a_newer_schema_is_refused_naming_both_versions(conninfo: Path, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    assert cli(state, "init", "--postgres", str(conninfo)).returncode == 0
+    with database(conninfo) as conn:
+        conn.execute("UPDATE meshtui_schema SET version = %s", [SCHEMA_VERSION + 1])
+    for args in (["status"], ["push"], ["--read-only", "status"]):
+        done = cli(state, *args)
+        line = one_clear_line(done, f"schema version {SCHEMA_VERSION + 1}", str(SCHEMA_VERSION))
+        assert "PostgreSQL" in line
+
+
+def test_a_conninfo_file_others_can_read_is_refused_naming_it(
+    conninfo: Path, tmp_path: Path
+) -> None:
+    leaky = write_conninfo(tmp_path / "leaky.conninfo", f"{text_of(conninfo)} password={SECRET}")
+    leaky.chmod(0o644)
+    state = tmp_path / "state"
+    done = cli(state, "init", "--postgres", str(leaky))
+    line = one_clear_line(done, str(leaky), "chmod 600")
+    assert "readable by others" in line
+    assert not (state / config.CONFIG).exists()
+
+
+def test_a_conninfo_file_through_a_link_is_refused(conninfo: Path, tmp_path: Path) -> None:
+    link = tmp_path / "link.conninfo"
+    link.symlink_to(conninfo)
+    done = cli(tmp_path / "state", "init", "--postgres", str(link))
+    assert done.returncode == 1 and str(link) in done.stderr, done.stderr
+
+
+def test_a_sqlite_state_folder_is_not_switched_over(conninfo: Path, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    assert cli(state, "init").returncode == 0
+    Inventory.open(state / "inventory.db").close()
+    done = cli(state, "init", "--postgres", str(conninfo))
+    one_clear_line(done, "inventory.db", "SQLite")
+    assert config.load(state).postgres is None
+
+
+@pytest.fixture
+def initialised(conninfo: Path, tmp_path: Path) -> Path:
+    """A state folder whose inventory is on PostgreSQL; its conninfo file may be rewritten."""
+    state = tmp_path / "state"
+    mine = write_conninfo(tmp_path / "mine.conninfo", text_of(conninfo))
+    assert cli(state, "init", "--postgres", str(mine)).returncode == 0
+    return state
+
+
+def failing(state: Path, *names: str) -> None:
+    """Every command fails in seconds with one line naming ``names``."""
+    for args in (["status"], ["push"], ["audit", "--verify"], ["--read-only", "status"]):
+        began = time.monotonic()
+        done = cli(state, *args)
+        assert time.monotonic() - began < 15, args
+        one_clear_line(done, *names)
+
+
+def test_an_unreachable_server_is_one_line_naming_it(initialised: Path, tmp_path: Path) -> None:
+    port = free_port()
+    write_conninfo(
+        tmp_path / "mine.conninfo",
+        f"host=127.0.0.1 port={port} dbname=inventory user=meshtui password={SECRET}",
+    )
+    failing(initialised, f"127.0.0.1:{port}/inventory", "cannot connect")
+
+
+def test_a_server_that_never_answers_times_out_in_seconds(
+    initialised: Path, tmp_path: Path
+) -> None:
+    """A listener that accepts the connection and never says a word: connect_timeout ends it."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        port = silent.getsockname()[1]
+        write_conninfo(
+            tmp_path / "mine.conninfo",
+            f"host=127.0.0.1 port={port} dbname=inventory user=meshtui password={SECRET}",
+        )
+        began = time.monotonic()
+        done = cli(initialised, "status")
+        assert time.monotonic() - began < 12
+        one_clear_line(done, f"127.0.0.1:{port}/inventory", "cannot connect")
+
+
+def test_a_wrong_password_is_one_line_naming_the_server(
+    initialised: Path, tmp_path: Path, conninfo: Path, pg_clusters: Clusters
+) -> None:
+    cluster = pg_clusters.get("18")
+    dbname = psycopg.conninfo.conninfo_to_dict(text_of(conninfo))["dbname"]
+    with database(conninfo) as conn:
+        conn.execute("DROP ROLE IF EXISTS meshtui_ctl")
+        conn.execute("CREATE ROLE meshtui_ctl LOGIN PASSWORD 'the-right-one'")
+    write_conninfo(
+        tmp_path / "mine.conninfo",
+        f"host=127.0.0.1 port={cluster.port} dbname={dbname} user=meshtui_ctl password={SECRET}",
+    )
+    failing(initialised, f"127.0.0.1:{cluster.port}/{dbname}", "password authentication failed")
+
+
+def test_a_read_only_server_is_refused_naming_it(initialised: Path, conninfo: Path) -> None:
+    dbname = psycopg.conninfo.conninfo_to_dict(text_of(conninfo))["dbname"]
+    with database(conninfo) as conn:
+        conn.execute(
+            sql.SQL("ALTER DATABASE {} SET default_transaction_read_only = on").format(
+                sql.Identifier(str(dbname))
+            )
+        )
+    failing(initialised, f"/{dbname}", "read-only")
+
+
+APPENDER = """
+import sys
+from pathlib import Path
+from meshtui.controller.core import Controller
+
+state, writer, count = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+Path(sys.argv[4]).touch()
+while not Path(sys.argv[5]).exists():  # both start appending at once
+    pass
+with Controller.open(state) as ctl:
+    for i in range(count):
+        ctl.inventory.record("test", [], {"writer": writer, "i": i}, "ok")
+"""
+
+
+def test_two_processes_appending_at_once_keep_one_linear_signed_chain(
+    initialised: Path, tmp_path: Path, conninfo: Path
+) -> None:
+    """Two controller processes append hundreds of events each to one PostgreSQL inventory at
+    once: no number is skipped or used twice, each writer's events are all there in its order,
+    and ``audit --verify`` passes (the chain and its signed head)."""
+    count = 300
+    go = tmp_path / "go"
+    writers = []
+    for name in ("a", "b"):
+        ready = tmp_path / f"ready-{name}"
+        cmd = [
+            sys.executable,
+            "-c",
+            APPENDER,
+            str(initialised),
+            name,
+            str(count),
+            str(ready),
+            str(go),
+        ]
+        writers.append((subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True), ready))
+    while not all(ready.exists() for _, ready in writers):
+        time.sleep(0.01)
+    go.touch()
+    for proc, _ in writers:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+    with database(conninfo) as conn:
+        rows = conn.execute("SELECT seq, detail FROM audit ORDER BY seq").fetchall()
+        head = conn.execute("SELECT seq FROM audit_head").fetchone()
+    seqs = [seq for seq, _ in rows]
+    assert seqs == list(range(1, len(rows) + 1))
+    assert head == (seqs[-1],)
+    mine = {"a": [], "b": []}
+    for _, detail in rows:
+        if '"writer"' in detail:
+            found = json.loads(detail)
+            mine[found["writer"]].append(found["i"])
+    assert mine == {"a": list(range(count)), "b": list(range(count))}
+    interleaved = [json.loads(d).get("writer") for _, d in rows if '"writer"' in d]
+    assert any(x != y for x, y in zip(interleaved, interleaved[1:], strict=False))  # at once
+    done = cli(initialised, "audit", "--verify")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.fixture
+def standby(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """A primary of its own with an inventory database, and a real hot standby of it
+    (``pg_basebackup -R``): conninfo files naming the database on each."""
+    primary, base = start_cluster("18")
+    folder = tmp_path / "pg"
+    folder.mkdir(mode=0o700)
+    copy = base / "standby"
+    try:
+        on_primary = inventory_database(primary, folder)
+        primary.set_hba([
+            "local all postgres peer map=admin",
+            "local replication postgres peer map=admin",
+        ])  # fmt: skip
+        copy.mkdir(mode=0o700)
+        if primary.system_user is not None:
+            shutil.chown(copy, primary.system_user, primary.system_user)
+        bins = primary.binaries
+        done = primary._run([str(bins / "pg_basebackup"), "-D", str(copy), "-R", "-X", "stream",
+                             "-h", str(primary.socket_dir), "-p", str(primary.port),
+                             "-U", "postgres", "--no-sync", "-c", "fast"])  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        port = free_port()
+        done = primary._run([str(bins / "pg_ctl"), "-D", str(copy), "-w", "-t", "60",
+                             "-l", str(copy / "log"), "-o", f"-p {port} -k {copy}", "start"])  # fmt: skip
+        assert done.returncode == 0, done.stderr + done.stdout
+        dbname = psycopg.conninfo.conninfo_to_dict(text_of(on_primary))["dbname"]
+        on_standby = write_conninfo(
+            folder / "standby.conninfo",
+            f"host={copy} port={port} user=postgres dbname={dbname}",
+        )
+        with psycopg.connect(text_of(on_standby)) as conn:  # a standby indeed
+            assert conn.execute("SELECT pg_is_in_recovery()").fetchone() == (True,)
+        yield on_primary, on_standby
+    finally:
+        primary._run([str(primary.binaries / "pg_ctl"), "-D", str(copy), "-m", "immediate", "stop"])
+        primary.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_hot_standby_is_refused_naming_it(standby: tuple[Path, Path], tmp_path: Path) -> None:
+    """A conninfo naming a real streaming standby: every command refuses it, one line."""
+    on_primary, on_standby = standby
+    state = tmp_path / "state"
+    mine = write_conninfo(tmp_path / "mine.conninfo", text_of(on_primary))
+    assert cli(state, "init", "--postgres", str(mine)).returncode == 0
+    write_conninfo(mine, text_of(on_standby))
+    params = psycopg.conninfo.conninfo_to_dict(text_of(on_standby))
+    failing(state, f"{params['host']}:{params['port']}/{params['dbname']}", "read-only")
