@@ -1,5 +1,6 @@
 """A turn this process holds in the leader lease (:mod:`meshtui.inventory.lease`), kept renewed
-by a thread of its own, and given up by this process at the renew deadline.
+by a thread of its own, and given up by this process at the renew deadline (watched by another,
+so it is noticed on time even while a renewal waits on a cut link).
 
 The deadline is counted on this machine's monotonic clock from the moment the last successful
 renewal was *sent*: the server set the lease's end ``length_s`` after it received that
@@ -87,6 +88,9 @@ class Turn:
             target=self._renewing, name=f"meshtui lease {self.name}", daemon=True
         )
         self._thread.start()
+        threading.Thread(
+            target=self._watching, name=f"meshtui lease {self.name} deadline", daemon=True
+        ).start()
         return True
 
     def take(self, action: str) -> None:
@@ -143,6 +147,14 @@ class Turn:
         self._stop.set()
         if self.on_lost is not None:
             self.on_lost(why)
+
+    def _watching(self) -> None:
+        """Notice the deadline when it passes, even while a renewal waits on a cut link, so
+        whoever listens (:attr:`on_lost`) hears it then and not when the renewal gives up."""
+        tick = max(0.05, min(0.5, self.numbers.deadline_s / 10))
+        while not self._stop.wait(tick):
+            if not self.holds():
+                return
 
     def _renewing(self) -> None:
         wait = self.numbers.renew_s

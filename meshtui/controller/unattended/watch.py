@@ -124,6 +124,8 @@ class Watch:
     ) -> None:
         self.ctl = ctl
         self.lead = lead  # the leader lease's watch turn (PostgreSQL); None: alone, it leads
+        if lead is not None:  # said at once, even while the loop waits on a cut link
+            lead.on_lost = self._lost_lead
         self.role = "standby" if lead is not None else "leader"
         self.leader_row: turn_mod.LeaseRow | None = None  # who leads, when it stands by
         self.lease_error: str | None = None
@@ -298,6 +300,13 @@ class Watch:
         self.leader_row = other
         self._stand_by()
         return False
+
+    def _lost_lead(self, why: str) -> None:
+        """The lead ended (its renew deadline passed, or another took it): from the renewing
+        thread, so ``watch.json`` and ``/metrics`` say standby even while a step still waits."""
+        if self.role == "leader":
+            self.log(f"no longer leading: {why}; standing by")
+        self._stand_by()
 
     def _stand_by(self) -> None:
         self.role = "standby"
