@@ -1,5 +1,6 @@
 """A turn this process holds in the leader lease (:mod:`meshtui.inventory.lease`), kept renewed
-by a thread of its own, and given up by this process at the renew deadline.
+by a thread of its own, and given up by this process at the renew deadline (watched by another,
+so it is noticed on time even while a renewal waits on a cut link).
 
 The deadline is counted on this machine's monotonic clock from the moment the last successful
 renewal was *sent*: the server set the lease's end ``length_s`` after it received that
