@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from meshtui import crypto
 from meshtui.controller import config
-from meshtui.controller.freshness import InventoryStamp, inventory_stamp
+from meshtui.controller.freshness import InventoryStamp, inventory_stamp, shared_stamp
 from meshtui.controller.keys import KEY_STEM, write_keys_once
 from meshtui.controller.read import detail as detail_mod
 from meshtui.controller.read import schedule as schedule_mod
@@ -185,8 +185,12 @@ class Controller:
     def inventory_stamp(state_dir: Path | str) -> InventoryStamp | None:
         """A token that changes whenever the inventory is written (None: there is none yet).
 
-        Cheap (two stats, no connection): a reader compares it with the one it loaded under.
-        """
+        Cheap (two stats, no connection; on PostgreSQL one small query on a kept connection,
+        InventoryError when the server cannot answer): a reader compares it with the one it
+        loaded under."""
+        postgres = config.inventory_postgres(Path(state_dir))
+        if postgres is not None:
+            return shared_stamp(Path(state_dir) / INVENTORY, postgres)
         return inventory_stamp(Path(state_dir) / INVENTORY)
 
     @property

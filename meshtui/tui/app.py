@@ -57,6 +57,7 @@ from meshtui.tui.events import (
     JobProgress,
     LeadRead,
     Loaded,
+    Looked,
 )
 from meshtui.tui.keymap import config_paths, load_keymap
 from meshtui.tui.pairs import PairModel, parse_time, short_age
@@ -242,10 +243,13 @@ class MeshApp(App[int]):
         """Every pair's status through one read-only controller kept open between loads: it
         keeps what it made and next reads and makes only the pairs written since, by any
         process (controller/status.py). Opened again when the inventory is another file (a
-        restore into this folder)."""
+        restore into this folder); a shared inventory on PostgreSQL has no file."""
         with self._status_lock:
-            st = os.stat(self.state_dir / INVENTORY)
-            file = (st.st_dev, st.st_ino)
+            try:
+                st = os.stat(self.state_dir / INVENTORY)
+                file: tuple[int, int] | None = (st.st_dev, st.st_ino)
+            except FileNotFoundError:
+                file = None
             if self._status_reader is None or file != self._status_file:
                 self._close_status_reader()
                 self._status_reader = self.open_controller(reader=True)
@@ -303,10 +307,23 @@ class MeshApp(App[int]):
             self._heap_frozen = False
 
     def _poll(self) -> None:
-        """Reload when the inventory file changed (another process, or our own job)."""
-        if self._stamp is not None and Controller.inventory_stamp(self.state_dir) != self._stamp:
-            self.reload()
+        """Reload when the inventory changed (another process or controller, or our own job):
+        looked at off the UI thread, since on PostgreSQL the look is a query."""
+        if self._stamp is not None:
+            state_dir = self.state_dir
+            run_in_background(
+                self,
+                lambda: Looked(Controller.inventory_stamp(state_dir)),
+                name="look",
+                context="looking for changes",
+                failed=lambda exc: Looked(None),
+            )
         self._read_heartbeat()
+
+    @on(Looked)
+    def _looked(self, message: Looked) -> None:
+        if message.stamp is not None and self._stamp is not None and message.stamp != self._stamp:
+            self.reload()
 
     def _read_heartbeat(self) -> None:
         """Whether a ``meshtui watch`` runs on this state folder, for the header (a tiny file),
