@@ -13,7 +13,7 @@ PostgreSQL inventory is opened.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -97,7 +97,7 @@ def connect(path: Path, *, read_only: bool) -> PgConnection:
     except BaseException:
         raw.close()
         raise
-    return PgConnection(raw, server)
+    return PgConnection(raw, server, reopen=lambda: connect(path, read_only=read_only).raw)
 
 
 def check(conn: psycopg.Connection[Any], server: str) -> None:
@@ -150,16 +150,35 @@ class PgConnection:
 
     dialect: Dialect = POSTGRES
 
-    def __init__(self, raw: psycopg.Connection[Any], server: str) -> None:
+    def __init__(
+        self,
+        raw: psycopg.Connection[Any],
+        server: str,
+        reopen: Callable[[], psycopg.Connection[Any]] | None = None,
+    ) -> None:
         self.raw = raw
         self.server = server
+        self._reopen = reopen
+        self._began = False  # a transaction this wrapper began and has not ended
+
+    def _live(self) -> None:
+        """Between transactions, a session the server ended (it restarted, or was failed
+        over) is opened again; inside one, its loss stays an error (nothing half-done)."""
+        if self._began or self._reopen is None:
+            return
+        if self.raw.closed or self.raw.broken:
+            self.raw = self._reopen()
 
     def execute(self, sql: str, params: Sequence[object] | None = None) -> psycopg.Cursor[Any]:
+        self._live()
+        if sql.lstrip()[:5].upper() == "BEGIN":
+            self._began = True
         if params:
             return self.raw.execute(_placeholders(sql), list(params))
         return self.raw.execute(sql)  # type: ignore[arg-type,unused-ignore]  # the store's text
 
     def executemany(self, sql: str, rows: Iterable[Sequence[object]]) -> None:
+        self._live()
         rows = list(rows)
         if rows:
             with self.raw.cursor() as cur:
@@ -172,12 +191,18 @@ class PgConnection:
         return self.raw.info.transaction_status != TransactionStatus.IDLE
 
     def commit(self) -> None:
-        if self.in_transaction:
-            self.raw.execute("COMMIT")
+        try:
+            if self.in_transaction:
+                self.raw.execute("COMMIT")
+        finally:
+            self._began = False
 
     def rollback(self) -> None:
-        if self.in_transaction and not self.raw.closed:
-            self.raw.execute("ROLLBACK")
+        try:
+            if self.in_transaction and not self.raw.closed:
+                self.raw.execute("ROLLBACK")
+        finally:
+            self._began = False
 
     def close(self) -> None:
         self.raw.close()
