@@ -159,6 +159,7 @@ async def test_header_names_the_leader_of_a_shared_inventory(
     conninfo = psycopg.conninfo.make_conninfo(pg_clean.admin_conninfo(), dbname="shared")
     write_private(built.state / "pg.conninfo", conninfo.encode())
     config.write_text('name = "ctl-b"\n[inventory]\npostgres = "pg.conninfo"\n[lease]\n')
+    Controller.open(built.state).close()  # the shared inventory made (empty)
     leases = Leases(conninfo)
     lead = Turn(leases, lease.WATCH, claimant("ctl-a"), "watch", LeaseConfig(length_s=60))
     assert lead.try_take()
