@@ -145,6 +145,26 @@ class RotationState(StrEnum):
     LOCKED_OUT = "locked out"  # break-glass: new at every provider, some consumer not yet
 
 
+class Sessions(StrEnum):
+    """What a rotation does to the sessions (connections, tokens) opened with the old
+    credential, which a changed password alone ends on none of the servers (docs/sessions.md).
+
+    ``end``: ended when the provider takes the new credential (the default: a rotation after a
+    leak must shut the intruder out, not only refuse its next login). ``drain``: left to end
+    on their own, counted in the rotation's report and the pair's status."""
+
+    END = "end"
+    DRAIN = "drain"
+
+
+DEFAULT_SESSIONS = Sessions.END
+"""What a rotation does to old sessions when neither the command nor the declaration says."""
+
+SESSIONS_UNSETTLED = "its sessions on the old credential could not be"
+"""How a provisioner's note begins when it was asked to end or count a login's sessions on the
+old credential and could not (the login holds the new one all the same)."""
+
+
 DEFAULT_PROBE_EVERY_S = 300.0
 """Without a policy pairs are still probed, every five minutes; they are never rotated."""
 
@@ -257,6 +277,7 @@ class Offer:
     kind: str = DEFAULT_KIND  # a registered kind's name (meshtui.kinds.registry)
     ca: str | None = None
     tls: bool = True
+    sessions: Sessions | None = None  # its pairs' old sessions in a rotation (None: default)
 
 
 @dataclass(frozen=True)
@@ -283,6 +304,7 @@ class Requirement:
     mode: str = DEFAULT_MODE  # its mode, as declared ("0640")
     policy: PolicySettings = field(default_factory=lambda: PolicySettings())
     connection: ConnectionFile | None = None  # login, host, port... for the app, no secret
+    sessions: Sessions | None = None  # its pair's old sessions in a rotation (None: offer's)
 
 
 VAULT_PROVISION = "secret"

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from meshtui.errors import MeshtuiError
+from meshtui.freeform import LibraryKwargs
 
 RUN_ENV = "MESHTUI_RUN"
 """The test run a process was started under (``meshtui.lab.runs``): kept in every child's
@@ -73,7 +74,7 @@ def command(argv: Sequence[str], user: OsUser | None, *, netns: str | None = Non
     return prefix + cmd
 
 
-def _no_terminal(kwargs: dict[str, Any]) -> None:
+def _no_terminal(kwargs: LibraryKwargs) -> None:
     """Refuse a standard stream that is a terminal: the child could type into it."""
     for key in ("stdin", "stdout", "stderr"):
         stream: int | IO[Any] | None = kwargs.get(key)
@@ -84,7 +85,7 @@ def _no_terminal(kwargs: dict[str, Any]) -> None:
             raise RunAsError(f"a child of another user may not be given a terminal as {key}")
 
 
-def _options(user: OsUser | None, netns: str | None, kwargs: dict[str, Any]) -> dict[str, Any]:
+def _options(user: OsUser | None, netns: str | None, kwargs: LibraryKwargs) -> LibraryKwargs:
     taken = [k for k in _OURS if k in kwargs]
     if taken:
         raise RunAsError(f"{', '.join(taken)} are set by meshtui.runas, not by its callers")

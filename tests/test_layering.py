@@ -2,7 +2,7 @@
 
 The floors, bottom up:
 
-- the core (:data:`CORE`): ``model``, ``errors``, ``crypto``, ``atomic``, ``folders``,
+- the core (:data:`CORE`): ``model``, ``errors``, ``freeform``, ``crypto``, ``atomic``, ``folders``,
   ``terminal`` (outside text made safe to print), ``runas`` (the one way to start a program as
   another user), and the kinds' registry (``kinds/kind.py``, ``kinds/registry.py``, each kind
   package's ``__init__.py`` and its ``values`` check, e.g. ``kinds/redis/acl.py``): the words, the
@@ -82,6 +82,7 @@ def imports(path: Path) -> set[str]:
 CORE = (
     "meshtui.model",
     "meshtui.errors",
+    "meshtui.freeform",
     "meshtui.crypto",
     "meshtui.atomic",
     "meshtui.folders",

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from meshtui.cli import render
 from meshtui.cli.context import EXIT_FAILED, EXIT_INPUT, EXIT_OK, controller, progress_printer
 from meshtui.errors import InputError, ReadOnlyError
-from meshtui.model import State, Verdict
+from meshtui.model import Sessions, State, Verdict
 
 if TYPE_CHECKING:
     from meshtui.controller.core import Controller
@@ -65,7 +65,11 @@ def cmd_rotate(args: argparse.Namespace) -> int:
                 print("cancelled; nothing was changed")
                 return EXIT_OK
         report = ctl.rotate(
-            ids, progress_printer(args), revoke_old=args.revoke_old, probe_after=True
+            ids,
+            progress_printer(args),
+            revoke_old=args.revoke_old,
+            probe_after=True,
+            sessions=Sessions(args.sessions) if args.sessions else None,
         )
         after = ctl.status([o.pair for o in report.probes]) if report.probes else []
     if args.json:
@@ -102,7 +106,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 def cmd_drill(args: argparse.Namespace) -> int:
     with controller(args) as ctl:
-        reports = ctl.drill(args.pairs, progress_printer(args))
+        asked = Sessions(args.sessions) if args.sessions else None
+        reports = ctl.drill(args.pairs, progress_printer(args), asked)
     if args.json:
         render.print_json([r.to_json() for r in reports])
     else:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from meshtui.cli import render
 from meshtui.cli.context import EXIT_FAILED, EXIT_OK, state_dir
 from meshtui.kinds import registry
 from meshtui.terminal import require_terminal
+
+if TYPE_CHECKING:
+    from meshtui.lab.mesh import LabStatus
 
 
 def cmd_lab(args: argparse.Namespace) -> int:
@@ -53,7 +56,7 @@ def cmd_lab(args: argparse.Namespace) -> int:
     return EXIT_OK if lab_ok(info) else EXIT_FAILED
 
 
-def lab_ok(info: dict[str, Any]) -> bool:
+def lab_ok(info: LabStatus) -> bool:
     """Whether ``lab status`` is all up: every server the lab raised (one key per kind, None
     for a kind it has none of; the default kind's server is always there), and every agent."""
     return bool(

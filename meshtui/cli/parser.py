@@ -13,6 +13,7 @@ from pathlib import Path
 
 from meshtui.cli import VERSION, secret
 from meshtui.kinds import registry
+from meshtui.model import Sessions
 
 HANDLERS: dict[str, str] = {
     "": "mesh:cmd_dashboard",  # no command: the dashboard,
@@ -35,6 +36,8 @@ HANDLERS: dict[str, str] = {
     "provision": "provision:cmd_provision",
     "watch": "watch:cmd_watch",
     "doctor": "doctor:cmd_doctor",
+    "kind list": "kind:cmd_kind_list",
+    "kind config": "kind:cmd_kind_config",
     "backup": "recovery:cmd_backup",
     "restore": "recovery:cmd_restore",
 }
@@ -107,6 +110,11 @@ EXIT_TABLE: tuple[tuple[str, str, str], ...] = (
     ),
     ("lab up, lab status", "every lab server is up", "one is not"),
     ("lab down, demo", "done", "it could not be done"),
+    (
+        "kind list, kind config",
+        "printed / written",
+        "--out: a file is there already, or cannot be written",
+    ),
     ("backup, restore", "written / restored", "it could not be done"),
     ("secret status", "every own secret is working", "any is not"),
     (
@@ -250,6 +258,13 @@ def _actions(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="break-glass: revoke the old credential even if a consumer cannot take the new "
         "one (it is locked out until a later push); see docs/rotation.md",
     )
+    s.add_argument(
+        "--sessions",
+        choices=[c.value for c in Sessions],
+        help="what becomes of the sessions and tokens opened with the old credential: ended "
+        "at once (end), or left to drain and counted (drain); default: each pair's declared "
+        "sessions, else end. See docs/sessions.md",
+    )
     s.add_argument("--yes", action="store_true", help="do not ask")
     s.add_argument("--json", action="store_true", help="print the outcome as JSON")
     s.set_defaults(func=handler("rotate"))
@@ -261,6 +276,12 @@ def _actions(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.set_defaults(func=handler("probe"))
     s = sub.add_parser("drill", help="rotation + three logins, with the window")
     s.add_argument("pairs", nargs="+", metavar="PAIR", help="the pairs to drill")
+    s.add_argument(
+        "--sessions",
+        choices=[c.value for c in Sessions],
+        help="as rotate's: end or drain the sessions on the old credential (the drill counts "
+        "them before and after); default: each pair's declared sessions, else end",
+    )
     s.add_argument("--json", action="store_true", help="print each step as JSON")
     s.set_defaults(func=handler("drill"))
 
@@ -367,6 +388,54 @@ def _doctor(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.set_defaults(func=handler("doctor"))
 
 
+def _kind(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    group = sub.add_parser(
+        "kind", help="the kinds of provider, and each one's server configuration"
+    ).add_subparsers(dest="kind_command", metavar="COMMAND", required=True)
+    s = group.add_parser("list", help="every kind: its title, usual port and what a login is")
+    s.add_argument("--json", action="store_true", help="print the list as JSON")
+    s.set_defaults(func=handler("kind list"))
+    with_config = [k.name for k in registry.KINDS.values() if k.server_config is not None]
+    s = group.add_parser(
+        "config",
+        help="a kind's server configuration for the mesh: TLS, the provisioner's "
+        "least-privilege admin, what expires",
+        description="Print each file a real server of KIND needs (a heading, why, its text), "
+        "the commands to run once and what expires; the lab's servers are written by the same "
+        "code. No secret is ever printed: a file needing one holds a placeholder "
+        "(<ADMIN-PASSWORD>, <ADMIN-TOKEN>, ...) and says how to make it and where it goes.",
+    )
+    s.add_argument("kind", choices=with_config, help="the kind (meshtui kind list)")
+    s.add_argument("--address", help="the server's private address (its certificate names it)")
+    s.add_argument("--port", type=int, help="the port consumers reach (default: the kind's)")
+    s.add_argument("--tls-cert", metavar="FILE", help="the server's certificate on its node")
+    s.add_argument("--tls-key", metavar="FILE", help="the server's private key on its node")
+    s.add_argument("--ca", metavar="FILE", help="the CA that signed it, on every node")
+    s.add_argument("--conf", metavar="DIR", help="the folder of the server's configuration")
+    s.add_argument("--data", metavar="DIR", help="the folder of the server's data")
+    s.add_argument(
+        "--admin", metavar="NAME", help="the provisioner's admin (role, ACL user, policy, identity)"
+    )
+    s.add_argument("--admin-file", metavar="FILE", help="the declaration's admin file on the node")
+    s.add_argument(
+        "--network",
+        action="append",
+        metavar="CIDR",
+        help="where consumers connect from (repeat for several; PostgreSQL's pg_hba.conf)",
+    )
+    s.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="write the files into DIR (made 0700 if missing), each with its mode; "
+        "refuses when any is there already",
+    )
+    s.add_argument(
+        "--json", action="store_true", help="print the files, steps and expiries as JSON"
+    )
+    s.set_defaults(func=handler("kind config"))
+
+
 def _recovery(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     phrase = "a file holding the passphrase, only its owner may read it (chmod 600); "
     s = sub.add_parser(
@@ -400,6 +469,7 @@ GROUPS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], Non
     _provision,
     _watch,
     _doctor,
+    _kind,
     _recovery,
     secret.add_commands,
 ]

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         SecretDrillReport,
         SecretStatus,
     )
+    from meshtui.lab.mesh import LabStatus
 
 
 def print_json(data: Any) -> None:
@@ -220,6 +221,8 @@ def rotation_plan(plan: RotationPlan) -> None:
 def rotated(report: RotationReport) -> None:
     for o in report.pairs:
         window = f" window {o.window_ms:.1f} ms" if o.window_ms is not None else ""
+        said = o.sessions_said()
+        window += f"; {said}" if said else ""
         print(f"{report.outcome:11} {o.pair} g{o.previous}->g{o.generation}{window} {o.reason}")
     if report.reason:
         print(f"reason: {report.reason}")
@@ -240,11 +243,13 @@ def drilled(reports: Sequence[DrillReport]) -> None:
             print(f"  [{mark}] {s.name:10} expected {s.expected:8} got {s.verdict:8} {lat}")
         if r.window_ms is not None:
             print(f"  window {r.window_ms:.1f} ms (rotation {r.rotation})")
+        if r.sessions:
+            print(f"  {r.sessions_line()}")
         if r.reason:
             print(f"  {r.reason}")
 
 
-def lab_status(info: dict[str, Any]) -> None:
+def lab_status(info: LabStatus) -> None:
     if not info["up"]:
         print("no lab is up")
         return

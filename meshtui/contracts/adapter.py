@@ -79,6 +79,8 @@ class Capabilities:
     (``inspect_only``). ``deciding``: :class:`Deciding` (``create`` looks first).
     ``limited``: :class:`Limited` (``limits``). ``catching_up``: :class:`CatchingUp`
     (``catch_up``).
+    ``live_sessions``: :class:`LiveSessions` (``end_sessions``, ``count_sessions``): the
+    software keeps sessions (connections, tokens) that outlive a credential's change.
     """
 
     batching: bool = False
@@ -86,6 +88,7 @@ class Capabilities:
     deciding: bool = False
     limited: bool = False
     catching_up: bool = False
+    live_sessions: bool = False
 
 
 @dataclass(frozen=True)
@@ -175,6 +178,26 @@ class CatchingUp(Protocol):
 
     def catch_up(self) -> None:
         """Mark this run to finish what an earlier one could not; called by reconcile only."""
+        ...
+
+
+@runtime_checkable
+class LiveSessions(Protocol):
+    """An adapter whose software keeps sessions opened with a credential after that credential
+    is changed or removed (a PostgreSQL backend, a Redis connection, an OpenBao token).
+
+    Which sessions are "on the old credential": where the software records which credential
+    opened a session (OpenBao: each token carries its secret_id's digest), those not opened
+    with ``digest``; where it does not (PostgreSQL, Redis), every session of the login, since
+    the caller asks at the moment the new credential is applied, when no session can hold it
+    yet. The adapter's own admin session is never counted nor ended."""
+
+    def end_sessions(self, login: str, digest: str) -> int:
+        """End the login's sessions on a credential other than ``digest``'s; how many."""
+        ...
+
+    def count_sessions(self, login: str, digest: str) -> int:
+        """How many of the login's sessions are on a credential other than ``digest``'s."""
         ...
 
 

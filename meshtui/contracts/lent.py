@@ -10,7 +10,7 @@ anew and the call made again, or not kept after the run).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar, cast
 
 from meshtui.contracts.adapter import (
     Adapter,
@@ -18,6 +18,7 @@ from meshtui.contracts.adapter import (
     Capabilities,
     Done,
     Held,
+    LiveSessions,
     Narrowing,
     Wanted,
 )
@@ -71,3 +72,11 @@ class Lent(Generic[A]):
     def remove(self, login: str) -> Done:
         """See :meth:`~meshtui.contracts.adapter.Adapter.remove`."""
         return self._use(lambda a: a.remove(login))
+
+    def end_sessions(self, login: str, digest: str) -> int:
+        """See :meth:`~meshtui.contracts.adapter.LiveSessions.end_sessions`."""
+        return self._use(lambda a: cast(LiveSessions, a).end_sessions(login, digest))
+
+    def count_sessions(self, login: str, digest: str) -> int:
+        """See :meth:`~meshtui.contracts.adapter.LiveSessions.count_sessions`."""
+        return self._use(lambda a: cast(LiveSessions, a).count_sessions(login, digest))

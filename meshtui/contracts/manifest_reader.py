@@ -36,6 +36,7 @@ from typing import Any
 
 from meshtui.contracts.provider_files import read_manifest
 from meshtui.errors import ManifestError, UnknownKindError
+from meshtui.freeform import JsonObject
 from meshtui.kinds import registry
 from meshtui.kinds.kind import DEFAULT_KIND
 from meshtui.model import NAME_RE, plain_address
@@ -86,7 +87,7 @@ class Manifest:
         return self.path.parent / consumer.secret
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def _no_duplicates(pairs: list[tuple[str, object]]) -> JsonObject:
     out = dict(pairs)
     if len(out) != len(pairs):
         seen: set[str] = set()
@@ -108,7 +109,7 @@ class _Reader:
         self.source, self.where = source, where
         if not isinstance(obj, dict):
             self.fail("", "must be a JSON object")
-        self.obj: dict[str, Any] = obj
+        self.obj: JsonObject = obj
 
     def fail(self, key: str, problem: str) -> None:
         path = ".".join(p for p in (self.where, key) if p)

@@ -57,7 +57,7 @@ from meshtui.errors import (
 )
 from meshtui.folders import trusted_path, user_name
 from meshtui.inventory import Inventory
-from meshtui.model import PairStatus, RotationState, State, node_of
+from meshtui.model import PairStatus, RotationState, Sessions, State, node_of
 from meshtui.protocol import wire
 from meshtui.protocol.fence import Fence
 
@@ -551,9 +551,12 @@ class Controller:
         *,
         revoke_old: bool = False,
         probe_after: bool = False,
+        sessions: Sessions | None = None,
     ) -> RotationReport:
         """All-or-nothing rotation of ``ids``; ``revoke_old``: break-glass, the old credential
         revoked at every provider even when a consumer cannot take the new one (locked out).
+        ``sessions``: what becomes of the sessions opened with the old credential (None: each
+        pair's declared choice, else ended; docs/sessions.md).
         ``probe_after`` (an operator's rotation): then a probe of the pairs it moved, stored and
         in the report, so they read working or stale at once, not unknown; a probe that cannot
         run is said in the reason, never undoes it."""
@@ -562,7 +565,7 @@ class Controller:
         ids = self.resolve_pairs(ids)
         self.contact("rotate", lambda: self._ends(ids))
         self._writable("rotate")
-        report = rotate(self, ids, progress, revoke_old=revoke_old)
+        report = rotate(self, ids, progress, revoke_old=revoke_old, sessions=sessions)
         if not probe_after or report.outcome == RotationState.ROLLED_BACK or not report.pairs:
             return report
         try:
@@ -583,14 +586,20 @@ class Controller:
         self._writable("probe")
         return probe(self, chosen, progress)
 
-    def drill(self, ids: Iterable[str], progress: Progress = no_progress) -> list[DrillReport]:
-        """Rotation checked by three logins, per pair."""
+    def drill(
+        self,
+        ids: Iterable[str],
+        progress: Progress = no_progress,
+        sessions: Sessions | None = None,
+    ) -> list[DrillReport]:
+        """Rotation checked by three logins, per pair; ``sessions`` as :meth:`rotate`'s, and
+        the old credential's sessions counted before and after."""
         from meshtui.controller.act.drill import drill
 
         ids = self.resolve_pairs(ids)
         self.contact("drill", lambda: self._ends(ids))
         self._writable("drill")
-        return drill(self, ids, progress)
+        return drill(self, ids, progress, sessions)
 
     @staticmethod
     def write_export(path: Path, body: str) -> None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, NamedTuple, TypeGuard
+from typing import NamedTuple, TypeGuard
 
+from meshtui.freeform import JsonObject
 from meshtui.model import PairStatus, RotationState, State, node_of
 
 Progress = Callable[[str, int, int], None]
@@ -103,6 +104,24 @@ class PairOutcome:
     previous: int | None = None
     window_ms: float | None = None
     reason: str = ""
+    sessions: int | None = None  # on the old credential when its provider took the new one
+    sessions_left: int | None = None  # of those, open still (0 once ended; drain: all)
+    sessions_ended: bool = False
+
+    def sessions_said(self) -> str:
+        """The old credential's sessions in words ("" when its provider was not asked)."""
+        return sessions_said(self.sessions, self.sessions_left, self.sessions_ended)
+
+
+def sessions_said(found: int | None, left: int | None, ended: bool) -> str:
+    """'2 sessions on the old credential ended' (', 1 still open'), or '… left to drain';
+    empty when nobody counted them."""
+    if found is None:
+        return ""
+    said = f"{found} session{'' if found == 1 else 's'} on the old credential"
+    if not ended:
+        return f"{said} left to drain"
+    return said + " ended" + (f", {left} still open" if left else "")
 
 
 @dataclass(frozen=True)
@@ -125,7 +144,7 @@ class RotationReport:
         """True when the rotation finished all-new and every consumer's reload worked."""
         return self.done and all(p.ok for p in self.pairs)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The ``rotate --json`` object."""
         return asdict(self)
 
@@ -155,7 +174,7 @@ class PushReport:
         """True when nobody is behind (or unreachable)."""
         return not self.behind
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The ``push --json`` object."""
         return asdict(self)
 
@@ -197,10 +216,22 @@ class DrillReport:
     window_ms: float | None
     rotation: int | None
     reason: str = ""
+    sessions: str = ""  # what the rotation did to the old credential's sessions ("": not asked)
+    sessions_before: int | None = None  # open on the old credential when the provider took new
+    sessions_after: int | None = None  # of those, open after the rotation
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The ``drill --json`` object."""
         return asdict(self)
+
+    def sessions_line(self) -> str:
+        """The old credential's sessions in words ("" when its provider did not say)."""
+        if not self.sessions:
+            return ""
+        before = "-" if self.sessions_before is None else self.sessions_before
+        after = "-" if self.sessions_after is None else self.sessions_after
+        what = "ended" if self.sessions == "end" else "left to drain"
+        return f"sessions on the old credential: {before} before, {after} after ({what})"
 
 
 @dataclass(frozen=True)
@@ -289,7 +320,7 @@ class SecretStatus:
         """The module's node, where its file is."""
         return node_of(self.module)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The ``secret status --json`` object (and, under its vault pair, ``status --json``'s):
         who holds the secret (the module's file, the vault's path), the versions, never a
         value."""
@@ -323,7 +354,7 @@ class SecretDrillReport:
     checks: list[SecretDrillCheck]
     reason: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return asdict(self)
 
 

@@ -6,19 +6,21 @@ indexing by name, and mypy checks every key and its type. JSON columns are decod
 out (``values``, ``reload``, ``spec``, ``items``, ``evidence``, ``pairs``, ``detail``); the
 ``*Record`` shapes are what a write takes, columns as stored.
 
-A module's ``spec`` is the one column decoded into msgspec Structs (:class:`ModuleSpec`,
-:func:`decode_spec`): it is nested, read field by field across the controller, and checked
-once, here, against the shape declare writes.
+A module's ``spec`` is the one column held as msgspec Structs (:class:`ModuleSpec`): declare
+builds one and stores it with :func:`encode_spec`, every read decodes it with
+:func:`decode_spec`, checked once, here, against that same shape.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Any, Final, NotRequired, TypedDict
+from typing import Final, NotRequired, TypedDict
 
 import msgspec
 
 from meshtui.errors import InventoryError
+from meshtui.freeform import JsonObject
 
 Provision = tuple[str, str]
 """(provider module, provision name): one manifest on one provider node."""
@@ -36,7 +38,7 @@ class NodeRow(TypedDict):
     updated_at: str
 
 
-class OfferSpec(msgspec.Struct, frozen=True, kw_only=True):
+class OfferSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """One provision a module offers, in its stored spec: ``kind``, ``ca`` and ``tls`` are
     stored only for a kind other than the default."""
 
@@ -45,9 +47,10 @@ class OfferSpec(msgspec.Struct, frozen=True, kw_only=True):
     kind: str | None = None
     ca: str | None = None
     tls: bool = True
+    sessions: str | None = None  # a Sessions, when declared on the offer
 
 
-class ConnectionSpec(msgspec.Struct, frozen=True, kw_only=True):
+class ConnectionSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Where a consumer's connection file goes, and its format (``env``, ``json``, ``dsn``)."""
 
     file: str
@@ -55,15 +58,16 @@ class ConnectionSpec(msgspec.Struct, frozen=True, kw_only=True):
     ca: str | None = None
 
 
-class NeedSpec(msgspec.Struct, frozen=True, kw_only=True):
+class NeedSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """One provision a module requires, the file it wants it in, and its connection file."""
 
     name: str
     file: str
     connection: ConnectionSpec | None = None
+    sessions: str | None = None  # a Sessions, when declared on the requirement
 
 
-class OwnSecretSpec(msgspec.Struct, frozen=True, kw_only=True):
+class OwnSecretSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """One of a module's own secrets, in its stored spec: minted or supplied, and its file."""
 
     name: str
@@ -96,7 +100,7 @@ class OwnSecretRow(TypedDict):
     updated_at: str
 
 
-class ModuleSpec(msgspec.Struct, frozen=True, kw_only=True):
+class ModuleSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A module's declared spec, decoded once from the canonical JSON it is stored as
     (:func:`decode_spec`); a key an older spec lacks reads as its default."""
 
@@ -111,6 +115,31 @@ class ModuleSpec(msgspec.Struct, frozen=True, kw_only=True):
 
 
 _SPEC_DECODER = msgspec.json.Decoder(ModuleSpec)
+
+_sorted_json = json.JSONEncoder(sort_keys=True).encode
+"""``json.dumps(x, sort_keys=True)`` without building an encoder per call."""
+
+_ALWAYS_STORED = ("admin", "grants", "provides", "provisioner", "receives", "requires")
+"""ModuleSpec keys stored even at their default, as the first specs were. Every other key of the
+spec shapes is left out at its default (``omit_defaults``): a key added later with a default
+leaves every spec stored before it byte for byte as it was, so declare finds it unchanged."""
+
+
+def encode_spec(spec: ModuleSpec) -> str:
+    """``spec`` as stored: canonical JSON (sorted keys, ``json``'s separators), byte for byte
+    what declare has always written, so declaring the same module again compares equal.
+
+    Defaults are left out but for :data:`_ALWAYS_STORED`, and an offer of a kind other than
+    the default writes ``kind``, ``ca`` and ``tls`` together (``ca`` null, ``tls`` true too)."""
+    stored = msgspec.to_builtins(spec)
+    for key in _ALWAYS_STORED:
+        if key not in stored:
+            stored[key] = msgspec.to_builtins(getattr(spec, key))
+    for offer, written in zip(spec.provides, stored["provides"], strict=True):
+        if offer.kind is not None:
+            written.update(ca=offer.ca, tls=offer.tls)
+    text: str = _sorted_json(stored)
+    return text
 
 
 def decode_spec(module: str, text: str | bytes) -> ModuleSpec:
@@ -277,6 +306,9 @@ class DrillEvidence(TypedDict):
     window_ms: float | None
     rotation: int | None
     reason: str
+    sessions: NotRequired[str]
+    sessions_before: NotRequired[int | None]
+    sessions_after: NotRequired[int | None]
 
 
 class DrillRow(TypedDict):
@@ -292,10 +324,18 @@ class DrillRow(TypedDict):
 
 
 RotationItem = TypedDict(
-    "RotationItem", {"pair": str, "from": int, "to": int, "revoke_old": NotRequired[bool]}
+    "RotationItem",
+    {
+        "pair": str,
+        "from": int,
+        "to": int,
+        "revoke_old": NotRequired[bool],
+        "sessions": NotRequired[str],
+    },
 )
 """One pair of a rotation: the generation it leaves and the one it goes to; ``revoke_old``:
-break-glass (a consumer end that cannot take it is locked out, not rolled back)."""
+break-glass (a consumer end that cannot take it is locked out, not rolled back); ``sessions``:
+what becomes of the sessions opened with the old credential (a ``Sessions`` value)."""
 
 
 class RotationStart(TypedDict):
@@ -369,7 +409,7 @@ class EventRow(TypedDict):
     ssh_client: str | None
     kind: str
     pairs: list[str]
-    detail: dict[str, Any]  # open: each kind of event records its own detail
+    detail: JsonObject  # each kind of event records its own detail
     outcome: str
     prev: str
     hash: str

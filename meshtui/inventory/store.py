@@ -391,6 +391,9 @@ def _drill_evidence(text: str, pair: str) -> DrillEvidence:
         window_ms=_number(data.get("window_ms")),
         rotation=_whole(data.get("rotation")),
         reason=str(data.get("reason") or ""),
+        sessions=str(data.get("sessions")) if data.get("sessions") in ("end", "drain") else "",
+        sessions_before=_whole(data.get("sessions_before")),
+        sessions_after=_whole(data.get("sessions_after")),
     )
 
 

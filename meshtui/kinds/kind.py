@@ -118,7 +118,11 @@ class Kind:
     * ``lab``: the kind's :class:`~meshtui.contracts.lab_server.LabServer` (its ``lab.py``'s
       ``LAB``), which raises a real server of this kind for the lab and the demo;
     * ``own_secrets``: optional, the kind stores modules' own secrets (a vault): an
-      :class:`~meshtui.contracts.vault_store.OwnSecretStore`, the agent's only way to it.
+      :class:`~meshtui.contracts.vault_store.OwnSecretStore`, the agent's only way to it;
+    * ``server_config``: optional, a :class:`~meshtui.contracts.server_config.ServerRecipe`:
+      the files a real server of this kind needs for the mesh (TLS, the provisioner's
+      least-privilege admin, what expires), which ``meshtui kind config`` prints and the
+      kind's ``lab.py`` writes its lab server's files with.
 
     ``finish_name``: the name of the report line of ``finish`` (PostgreSQL: ``pg_hba.conf``);
     the controller records a pinned provider end whose line failed as not confined.
@@ -160,6 +164,7 @@ class Kind:
     connection: ConnectionOf | None = None
     hands_over: bool = False
     own_secrets: Ref | None = None
+    server_config: Ref | None = None
 
     def refs(self) -> dict[str, Ref]:
         """Every lazy reference this kind declares, by field name (for the registry's test)."""
@@ -171,5 +176,6 @@ class Kind:
             "finish": self.finish,
             "doctor": self.doctor,
             "own_secrets": self.own_secrets,
+            "server_config": self.server_config,
         }
         return {k: v for k, v in named.items() if v is not None}

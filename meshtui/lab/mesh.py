@@ -30,6 +30,7 @@ from meshtui.contracts.lab_server import LabConsumer, LabProvider, LabServer, La
 from meshtui.controller.keys import write_keys_once
 from meshtui.errors import LabError
 from meshtui.folders import trusted_path
+from meshtui.freeform import LibraryKwargs
 from meshtui.host.policy import node_policy
 from meshtui.host.state import identity
 from meshtui.kinds import registry
@@ -233,7 +234,7 @@ def _start_agent(lab: Lab, node: str) -> int:
     if lab.mode == "loopback":
         argv.append("--allow-loopback")
     log = _open_log(lab.folder / f"{node}.agent.log")
-    kwargs: dict[str, Any] = {
+    kwargs: LibraryKwargs = {
         "stdout": log,
         "stderr": log,
         "cwd": "/",
@@ -439,7 +440,12 @@ def down(
     return done
 
 
-def status(state_dir: Path) -> dict[str, Any]:
+LabStatus = dict[str, Any]  # open: a key per registered kind beside the fixed ones
+"""``lab status --json``: up, mode, network, declaration, agents (by node: pid, alive, answers,
+address) and each kind's server by its name (running, or None: this lab has none of it)."""
+
+
+def status(state_dir: Path) -> LabStatus:
     """What is up: mode, namespaces, agents, and each kind's server by kind name (None when the
     lab has none of it)."""
     lab = load(state_dir.resolve())

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from meshtui.errors import LabError
+from meshtui.freeform import ForeignJson
 from meshtui.lab.wait import poll
 from meshtui.runas import RUN_ENV
 
@@ -114,7 +115,7 @@ def _ip(*args: str, netns: str | None = None, check: bool = True) -> str:
     return _run(argv, check=check).stdout
 
 
-def _ip_json(*args: str, netns: str | None = None) -> list[dict[str, Any]]:
+def _ip_json(*args: str, netns: str | None = None) -> list[ForeignJson]:
     out = _ip("-j", *args, netns=netns)
     if not out.strip():
         return []

@@ -46,7 +46,7 @@ from typing import (
 import msgspec
 
 from meshtui.errors import MessageError
-from meshtui.model import Drift, End, OutcomeName, Verdict
+from meshtui.model import Drift, End, OutcomeName, Sessions, Verdict
 from meshtui.protocol import wire
 from meshtui.protocol.wire import HeadJson
 
@@ -238,6 +238,7 @@ class ProviderSet(TypedDict):
     kind: NotRequired[str]  # the provider's kind when it is not PostgreSQL (redis)
     base: NotRequired[ManifestBase]
     removed: NotRequired[list[str]]
+    sessions: NotRequired[dict[str, Sessions]]  # a rotation's logins: their old sessions' fate
 
 
 class ConnectionItem(TypedDict):
@@ -280,6 +281,9 @@ class LoginOutcome(TypedDict):
     reason: str
     node: NotRequired[str]
     module: NotRequired[str]
+    sessions: NotRequired[int]  # on the old credential when the new one was applied
+    sessions_left: NotRequired[int]  # of those, still open after (ended, or left to drain)
+    sessions_ended: NotRequired[bool]
 
 
 class ProviderOutcome(TypedDict):

@@ -11,6 +11,8 @@ reconciles on a change and every ``drift_every`` seconds. A run reads each secre
 after the adapter's inspect, and drops it once its login is made true; nothing long-lived holds
 one. A delta's run (``only``) on an adapter whose ``create`` looks before it writes
 (:class:`~meshtui.contracts.adapter.Deciding`) inspects only the logins the delta removes.
+A rotation's run names what becomes of each rotated login's sessions on the old credential
+(``sessions``): ended or counted once the login holds the new one (:func:`_settle`).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 from meshtui.contracts.adapter import (
     Adapter,
@@ -37,6 +39,7 @@ from meshtui.contracts.adapter import (
     Finish,
     Held,
     Limited,
+    LiveSessions,
     Narrowing,
     Refused,
     Scope,
@@ -54,8 +57,9 @@ from meshtui.contracts.manifest_reader import (
 from meshtui.contracts.provider_files import SecretFiles, read_admin
 from meshtui.crypto import secret_digest
 from meshtui.errors import ManifestError, MeshtuiError, ProvisionError, UnsafeLoginError
+from meshtui.freeform import JsonObject
 from meshtui.kinds import registry
-from meshtui.model import SUCCESS, Drift, OutcomeName
+from meshtui.model import APPLIED, SESSIONS_UNSETTLED, SUCCESS, Drift, OutcomeName, Sessions
 
 MAX_SECRET_BYTES = 4096
 PARALLEL_FROM = 16  # below this many writes one session is as quick as two
@@ -71,6 +75,9 @@ class Outcome:
     module: str
     outcome: OutcomeName
     reason: str = ""
+    sessions: int | None = None  # on the old credential when the new one was applied
+    sessions_left: int | None = None  # of those, still open once ended (or left to drain)
+    sessions_ended: bool = False
 
     @property
     def ok(self) -> bool:
@@ -97,7 +104,7 @@ class Report:
             out[item.outcome] = out.get(item.outcome, 0) + 1
         return out
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         """A JSON-ready dict (``--json``)."""
         return {
             "provision": self.provision,
@@ -113,6 +120,7 @@ class Report:
                     "module": o.module,
                     "outcome": o.outcome,
                     "reason": o.reason,
+                    **_sessions_fields(o),
                 }
                 for o in self.outcomes
             ],
@@ -136,6 +144,17 @@ class Report:
             line = f"  {item.outcome:<12} {item.login:<40} {who}"
             out.append(line + (f"  ({item.reason})" if item.reason else ""))
         return out
+
+
+def _sessions_fields(outcome: Outcome) -> dict[str, object]:
+    """An outcome's sessions, for a report's JSON: absent when the run was asked nothing."""
+    if outcome.sessions is None:
+        return {}
+    return {
+        "sessions": outcome.sessions,
+        "sessions_left": outcome.sessions_left,
+        "sessions_ended": outcome.sessions_ended,
+    }
 
 
 def read_admin_file(path: Path) -> str:
@@ -331,6 +350,7 @@ def reconcile(
     kept: KeptSessions | None = None,
     only: frozenset[str] | None = None,
     scoped: bytes | None = None,
+    sessions: Mapping[str, Sessions] | None = None,
 ) -> Report:
     """Make the provider's software match the manifest once; see the module docstring.
 
@@ -342,6 +362,8 @@ def reconcile(
     reconciled whole, and the delta's own outcomes are kept in the report.
     ``scoped`` (with ``only``): the manifest's text cut to those logins by whoever just wrote
     the file (the host agent), validated here instead of the file being read and cut again.
+    ``sessions``: a rotation's logins, each with what becomes of its sessions on the old
+    credential once it holds the new one (:func:`_settle`).
 
     Raises ManifestError (nothing touched) for a broken manifest and ProvisionError when the
     admin file or the server cannot be used. Every other problem is an outcome in the Report.
@@ -365,7 +387,7 @@ def reconcile(
     scope = Scope(provider=manifest.provider, provision=manifest.provision)
     with secret_files(manifest) as secrets:
         ordered, limits = _reconcile(
-            manifest, conninfo, scope, secrets, factory, workers or _workers(), only
+            manifest, conninfo, scope, secrets, factory, workers or _workers(), only, sessions
         )
     done = _finish(manifest, conninfo, ordered, only)  # PostgreSQL: the pin block of pg_hba.conf
     if isinstance(done, Whole):  # the delta's logins are made true; now every login and the pin
@@ -435,6 +457,7 @@ def _reconcile(
     factory: AdapterFactory,
     workers: int,
     only: frozenset[str] | None = None,
+    sessions: Mapping[str, Sessions] | None = None,
 ) -> tuple[tuple[Outcome, ...], tuple[str, ...]]:
     """Every consumer's outcome and every removal, and what the admin cannot do.
 
@@ -476,12 +499,72 @@ def _reconcile(
             del secret
         outcomes.update(_apply_all(factory, adapter, conninfo, scope, todo, workers))
         todo.clear()
+        if sessions:
+            _settle(adapter, manifest, outcomes, sessions)
         for login in sorted(held):
             if held[login].ours and login not in wanted:
                 removed.append(_remove(adapter, held[login]))
         if adapter.capabilities.catching_up:  # optional: redo an earlier failed save
             cast(CatchingUp, adapter).catch_up()
     return tuple(outcomes[c.login] for c in manifest.consumers) + tuple(removed), limits
+
+
+def _settle(
+    adapter: Adapter,
+    manifest: Manifest,
+    outcomes: dict[str, Outcome],
+    sessions: Mapping[str, Sessions],
+) -> None:
+    """End (``end``) or count (``drain``) the sessions still on an old credential of each
+    rotated login that now holds its new one, into its outcome. A login not made true keeps
+    its sessions: its old credential is still the one it holds. A kind whose software keeps
+    no session (S3: every request signed alone) has nothing to end, and says so. A failure to
+    end or count leaves the outcome as it was, its note saying so, and ``sessions`` unset."""
+    live = adapter.capabilities.live_sessions
+    for consumer in manifest.consumers:
+        choice = sessions.get(consumer.login)
+        done = outcomes.get(consumer.login)
+        if choice is None or done is None or done.outcome not in APPLIED:
+            continue
+        if not live:
+            outcomes[consumer.login] = _with_sessions(done, 0, 0, choice)
+            continue
+        login, digest, kept = consumer.login, consumer.digest, cast(LiveSessions, adapter)
+        try:
+            if choice == Sessions.END:  # counted again after: the report says what is left
+                ended = kept.end_sessions(login, digest)
+                left = kept.count_sessions(login, digest)
+            else:
+                ended, left = 0, kept.count_sessions(login, digest)
+        except Exception as exc:  # the login holds the new credential: rolling it back for
+            # this would leave the old one accepted, so the failure is said, not the outcome's
+            verb = "ended" if choice == Sessions.END else "counted"
+            why = f"{SESSIONS_UNSETTLED} {verb}: {_reason(exc, adapter)}"
+            outcomes[consumer.login] = dataclasses.replace(done, reason=_joined(done.reason, why))
+            continue
+        outcomes[login] = _with_sessions(done, ended + left, left, choice)
+
+
+def _with_sessions(done: Outcome, found: int, left: int, choice: Sessions) -> Outcome:
+    """``done`` with its sessions: ``found`` on the old credential, ``left`` open after."""
+    plural = "session" if found == 1 else "sessions"
+    if choice == Sessions.DRAIN:
+        said = f"{found} {plural} on the old credential left to drain"
+    else:
+        said = f"{found - left} {plural} on the old credential ended" + (
+            f", {left} still open" if left else ""
+        )
+    return dataclasses.replace(
+        done,
+        reason=_joined(done.reason, said),
+        sessions=found,
+        sessions_left=left,
+        sessions_ended=choice == Sessions.END,
+    )
+
+
+def _joined(first: str, then: str) -> str:
+    return f"{first}; {then}" if first else then
 
 
 def _safe(manifest: Manifest) -> tuple[list[Consumer], list[tuple[Consumer, str]]]:

@@ -8,6 +8,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from meshtui import crypto
@@ -19,6 +20,8 @@ from meshtui.controller.read.status_image import IMAGE
 from meshtui.errors import UnsealError
 from meshtui.host.state import identity
 from meshtui.inventory import Inventory, Transaction
+from meshtui.inventory.rows import ModuleSpec, decode_spec, encode_spec
+from meshtui.model import ConnectionFile, Declaration, Module, Offer, OwnSecret, Requirement
 from tests.fix_mesh import Mesh, MeshFactory, consumer, modules
 
 EIGHT = [
@@ -369,3 +372,67 @@ def test_pairs_written_in_chunks_are_all_there_and_a_failure_after_some_writes_n
         conn = inv._db.conn
         gens = conn.execute("SELECT pair, generation FROM generations ORDER BY pair").fetchall()
         assert gens == [(pid(m), 1) for m in sorted(EIGHT, key=pid)]
+
+
+STORED_SPECS = {
+    # each module's spec exactly as declare stored it before the spec was built as a ModuleSpec
+    "db1/postgres": '{"admin": "/etc/a.conninfo", "grants": {"database": "/g"}, "pin": true, '
+    '"provides": [{"name": "database", "port": 5432}], "provisioner": ["builtin:postgres"], '
+    '"receives": {"database": "/m"}, "requires": []}',
+    "cache1/redis": '{"admin": null, "grants": {}, "provides": [{"ca": null, "kind": "redis", '
+    '"name": "cache", "port": 6379, "tls": true}, {"ca": "/ca.pem", "kind": "redis", "name": '
+    '"plain", "port": 6380, "tls": false}], "provisioner": ["builtin:postgres"], "receives": {}, '
+    '"requires": []}',
+    "app1/gitea": '{"admin": null, "grants": {}, "provides": [], "provisioner": '
+    '["builtin:postgres"], "receives": {}, "requires": [{"file": "/c/db", "name": "database"}, '
+    '{"connection": {"file": "/c/conn.env", "format": "env"}, "file": "/c/cache", "name": '
+    '"cache"}, {"connection": {"ca": "/ca.pem", "file": "/c/conn.json", "format": "json"}, '
+    '"file": "/c/plain", "name": "plain"}], "secrets": [{"alphabet": "urlsafe", "file": '
+    '"/s/session", "group": null, "length": 32, "mode": "0600", "name": "session", "owner": '
+    'null, "reload": ["systemctl", "reload", "gitea"], "supplied": false}, {"alphabet": '
+    '"urlsafe", "file": "/s/token", "group": "git", "length": 32, "max_age": 86400.0, "mode": '
+    '"0640", "name": "token", "owner": "git", "reload": [], "supplied": true}, {"alphabet": '
+    '"urlsafe", "file": "/s/jwt", "group": null, "length": 32, "max_age": 3600.0, "mode": "0600", '
+    '"name": "jwt", "owner": null, "reload": [], "supplied": true}]}',
+}
+
+
+def test_a_module_spec_is_stored_byte_for_byte_as_inventories_already_hold_it() -> None:
+    """Every optional part of a spec (pin, another kind's offers, connection files, own secrets
+    with and without max_age) is written as already stored specs hold it, so declaring an
+    unchanged module over an existing inventory compares equal and writes nothing; and a stored
+    spec decoded and encoded again is the same bytes."""
+    secrets = (
+        OwnSecret("session", "/s/session", reload=("systemctl", "reload", "gitea")),
+        OwnSecret("token", "/s/token", supplied=True, owner="git", group="git", mode="0640",
+                  max_age=86400.0),
+        OwnSecret("jwt", "/s/jwt", supplied=True, max_age=3600.0),
+    )  # fmt: skip
+    requires = (
+        Requirement("database", "/c/db"),
+        Requirement("cache", "/c/cache", connection=ConnectionFile("/c/conn.env", "env")),
+        Requirement("plain", "/c/plain", connection=ConnectionFile("/c/conn.json", "json",
+                                                                   ca="/ca.pem")),
+    )  # fmt: skip
+    mods = {
+        "db1/postgres": Module(node="db1", name="postgres", provides=(Offer("database", 5432),),
+                               receives={"database": "/m"}, grants={"database": "/g"},
+                               admin="/etc/a.conninfo", pin=True),
+        "cache1/redis": Module(node="cache1", name="redis", provides=(
+            Offer("cache", 6379, kind="redis"),
+            Offer("plain", 6380, kind="redis", ca="/ca.pem", tls=False),
+        )),
+        "app1/gitea": Module(node="app1", name="gitea", requires=requires, secrets=secrets),
+    }  # fmt: skip
+    decl = Declaration(source="x.toml", nodes={}, modules=mods, pairs=())
+    for mid, stored in STORED_SPECS.items():
+        assert declare_mod._module_spec(decl, mid) == stored, mid
+        assert encode_spec(decode_spec(mid, stored)) == stored, mid
+        later = _SpecWithALaterKey(**msgspec.structs.asdict(decode_spec(mid, stored)))
+        assert encode_spec(later) == stored, mid  # a key added later, at its default: left out
+
+
+class _SpecWithALaterKey(ModuleSpec, frozen=True, kw_only=True, omit_defaults=True):
+    """A spec shape grown by a key with a default, as a later change to the spec adds one."""
+
+    later: list[str] = []

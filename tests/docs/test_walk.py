@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from meshtui.contracts.server_config import PLACEHOLDERS
 from meshtui.errors import PolicyRefusal
 from meshtui.model import Declaration
 
@@ -83,33 +84,60 @@ def _block(language: str, holding: str) -> str:
     return found[0]
 
 
-def test_the_walks_openbao_policy_is_the_provisioners_policy() -> None:
-    from meshtui.kinds.openbao.lab import PROVISIONER_POLICY
-
-    assert _block("hcl", "auth/approle/role") == PROVISIONER_POLICY
-
-
-def test_the_walks_redis_conf_has_every_line_the_lab_runs_with() -> None:
-    lab_only = {"dir", "logfile", "pidfile", "daemonize", "save", "appendonly", "loglevel"}
-    source = (ROOT / "meshtui" / "kinds" / "redis" / "lab.py").read_text()
-    lab = set(re.findall(r'^\s+f?"([a-z-]+) [^"]*",$', source, flags=re.M)) - lab_only
-    walk = {line.split()[0] for line in _block("sh", "tls-port 6379").splitlines() if line}
-    assert lab and lab <= walk, sorted(lab - walk)
+def _outs() -> dict[str, str]:
+    """Each ``--out`` folder of the walk and the kind whose configuration was written there."""
+    found = re.findall(r"^meshtui kind config (\S+) --out (\S+)", WALK, flags=re.M)
+    # each written once: a second --out into the same folder is refused
+    assert len({folder for _, folder in found}) == len(found), found
+    return {folder: kind for kind, folder in found}
 
 
-def test_the_walks_weed_server_has_every_flag_the_lab_runs_with(tmp_path: Path) -> None:
-    from meshtui.kinds.seaweedfs import lab
+def test_the_walk_takes_every_kinds_server_configuration_from_meshtui() -> None:
+    """No server's configuration is pasted: each comes from ``meshtui kind config``."""
+    from meshtui.kinds import registry
 
-    lab_only = {"-master.volumeSizeLimitMB", "-volume.preStopSeconds"}
-    ports = lab.Ports(9333, 8080, 8888, 8333)
-    argv = lab.WeedServer(tmp_path, "10.0.0.2", ports, None).argv()[1:]
-    flags = {word.split("=", 1)[0] for word in argv} - lab_only
-    unit = _block("ini", "weed server")
-    assert flags <= set(re.findall(r"(?<=\s)(-[A-Za-z0-9.]+|server)(?==|\s)", unit)), flags
-    for role in ("master", "volume", "filer", "s3", "client"):
-        assert f"[grpc.{role}]" in WALK, role
-    for flag, port in (("master", 9333), ("volume", 8080), ("filer", 8888), ("s3", 8333)):
-        assert f"-{flag}.port={port} -{flag}.port.grpc={port + 10000}" in unit, flag
+    assert sorted(set(_outs().values())) == sorted(registry.KINDS)
+    for pasted in ('path "auth/approle/role"', "tls-port 6379", "-s3.port=8333", "[grpc.master]",
+                   "CREATE ROLE", "~* &* +@all"):  # fmt: skip
+        assert pasted not in WALK, pasted
+
+
+def test_every_file_the_walk_installs_is_printed_and_goes_where_its_heading_says() -> None:
+    from meshtui.cli.kind import recipe_of
+
+    used = 0
+    for folder, kind in _outs().items():
+        recipe = recipe_of(kind)
+        config = recipe.build(recipe.default)
+        printed = {f.name: f for f in config.files}
+        for name, rest in re.findall(rf"{re.escape(folder)}/([\w.-]+)(.*)$", WALK, flags=re.M):
+            assert name in printed, (kind, name)
+            used += 1
+            dest = rest.split()[0] if rest.split() else ""
+            if dest.startswith("/") and not dest.startswith(folder):
+                assert dest == printed[name].path, (kind, name, dest)
+        for name, item in printed.items():  # every file of it is used, or made by a step
+            if any(item.path in step for step in config.steps if "token create" in step):
+                continue
+            assert f"{folder}/{name}" in WALK, (kind, name)
+            if item.secret:  # a placeholder: the walk fills it without argv
+                holder = next(p for p in PLACEHOLDERS if p in item.text)
+                assert holder in WALK or "$EDITOR" in WALK, (kind, name)
+    assert used >= 12
+
+
+def test_the_walk_runs_what_each_kind_says_to_run_once() -> None:
+    from meshtui.cli.kind import recipe_of
+
+    for kind in ("redis",):
+        recipe = recipe_of(kind)
+        for step in recipe.build(recipe.default).steps:
+            assert step in WALK, (kind, step)
+    bao = recipe_of("openbao")
+    printed = bao.build(bao.default)
+    assert "-period=768h" in " ".join(printed.steps)
+    assert any("auth/token/renew-self" in line for line in printed.expires)
+    assert "auth/token/renew-self" in WALK and "BAO_TOKEN" not in WALK  # never in an environment
 
 
 def _walk_declaration(tmp_path: Path) -> Declaration:

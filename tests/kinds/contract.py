@@ -22,6 +22,7 @@ from meshtui.crypto import secret_digest
 from meshtui.host.probe_runner import probe_one
 from meshtui.kinds import registry
 from meshtui.kinds.kind import Kind
+from meshtui.model import Sessions
 from meshtui.provisioner.harness import Report, reconcile
 
 
@@ -153,10 +154,11 @@ class Provider:
             doc["kind"] = name
         return doc
 
-    def reconcile(self) -> Report:
+    def reconcile(self, sessions: Mapping[str, Sessions] | None = None) -> Report:
+        """One run of the built-in provisioner; ``sessions``: as a rotation's run names them."""
         self.serial += 1
         self.manifest.write_text(json.dumps(self.document()))
-        return reconcile(self.manifest, self.server.admin)
+        return reconcile(self.manifest, self.server.admin, sessions=sessions)
 
     def password(self, node: str, module: str) -> str:
         entry = self.consumers[f"{node}/{module}"]

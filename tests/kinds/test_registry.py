@@ -43,6 +43,8 @@ def declared_and_implemented(adapter: type) -> tuple[Capabilities, Capabilities]
         deciding=bool(getattr(adapter, "create_decides", False)),
         limited=hasattr(adapter, "limits"),
         catching_up=callable(getattr(adapter, "catch_up", None)),
+        live_sessions=callable(getattr(adapter, "end_sessions", None))
+        and callable(getattr(adapter, "count_sessions", None)),
     )
     return adapter.capabilities, has  # type: ignore[attr-defined]
 

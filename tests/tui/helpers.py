@@ -86,6 +86,7 @@ class FakeActions:
     unresolved: dict[str, str] = field(default_factory=dict)
     fail_with: BaseException | None = None
     drill_ok: bool = True
+    drill_sessions: tuple[str, int | None, int | None] = ("", None, None)
 
     def plan(self, ctl: Controller, ids: list[str]) -> RotationPlan:
         self.calls.append(("plan", tuple(ids)))
@@ -144,6 +145,9 @@ class FakeActions:
                 window_ms=41.5,
                 rotation=9,
                 reason="old worked before, new works after, old is refused after",
+                sessions=self.drill_sessions[0],
+                sessions_before=self.drill_sessions[1],
+                sessions_after=self.drill_sessions[2],
             )
             for p in ids
         ]

@@ -133,7 +133,7 @@ async def test_palette_rotates_a_providers_pairs(make_app: Any, fake: FakeAction
 async def test_drill_shows_the_three_logins_as_a_checklist(
     make_app: Any, fake: FakeActions
 ) -> None:
-    fake.drill_ok = False
+    fake.drill_ok, fake.drill_sessions = False, ("end", 2, 1)
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
@@ -149,6 +149,8 @@ async def test_drill_shows_the_three_logins_as_a_checklist(
         for line in ("✓ old before", "✓ new after", "✗ old after"):
             assert line in text
         assert "expected refused" in text and "got accepted" in text
+        # a session the rotation was to end, open still: a failure of its own line
+        assert "✗ sessions on the old credential: 2 before, 1 after (ended)" in text, text
         assert "0 passed, 1 FAILED" in app.toast_text()
 
 

@@ -82,7 +82,10 @@ async def test_push_probe_rotate_and_drill_from_the_keyboard(mesh: Any) -> None:
         assert rotation.pairs[0].generation == 2 and rotation.pairs[0].window_ms is not None
         assert "done" in app.toast_text()
         # the pair's outcome came as progress, before the job ended, and the log shows it
-        outcome = f"{GITEA}: generation 1->2, window {rotation.pairs[0].window_ms:.1f} ms"
+        outcome = (
+            f"{GITEA}: generation 1->2, window {rotation.pairs[0].window_ms:.1f} ms"
+            "; 0 sessions on the old credential ended"  # the dashboard's rotation: the default
+        )
         assert outcome in progress_before_end(messages)
         assert isinstance(app.screen, JobScreen)
         assert any(line.endswith(outcome) for line in app.screen.query_one(Log).lines)
@@ -105,6 +108,10 @@ async def test_push_probe_rotate_and_drill_from_the_keyboard(mesh: Any) -> None:
         assert isinstance(app.screen, JobScreen)
         (check,) = app.screen.query(DrillChecklist)
         assert "✓ PASSED" in str(check.render())
+        # the old credential's sessions, counted by its provider before and after they ended
+        assert "· sessions on the old credential: 0 before, 0 after (ended)" in str(
+            check.render()
+        ), str(check.render())
         assert [s.name for s in report.steps] == ["old before", "new after", "old after"]
 
 

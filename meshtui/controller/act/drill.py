@@ -14,11 +14,17 @@ from meshtui.controller.act.recording import as_json, probe_row
 from meshtui.controller.act.rotate import rotate
 from meshtui.controller.agents.client import AgentClient
 from meshtui.controller.plan.planner import Planner, target_of
-from meshtui.controller.reports import DrillReport, DrillStep, Progress, RotationReport
+from meshtui.controller.reports import (
+    DrillReport,
+    DrillStep,
+    PairOutcome,
+    Progress,
+    RotationReport,
+)
 from meshtui.errors import AgentError, MeshtuiError
 from meshtui.inventory import now
 from meshtui.inventory.rows import DrillRecord
-from meshtui.model import Verdict, node_of
+from meshtui.model import Sessions, Verdict, node_of
 from meshtui.protocol import messages
 from meshtui.protocol.messages import DrillRequest, ProbeReport
 
@@ -40,8 +46,13 @@ def _step(name: str, expected: str, login: ProbeReport | None, missing: str) -> 
     )
 
 
-def drill_one(ctl: Reach, pid: str, progress: Progress) -> DrillReport:
-    """Drill one pair; always returns a report (failures are in it, not raised)."""
+def drill_one(
+    ctl: Reach, pid: str, progress: Progress, sessions: Sessions | None = None
+) -> DrillReport:
+    """Drill one pair; always returns a report (failures are in it, not raised). ``sessions``:
+    the rotation's choice for the old credential's sessions (None: the pair's declared one);
+    the report says how many were open on it before and after, and a drill whose rotation was
+    to end them fails while one is open still."""
     plan = Planner(ctl.inventory, focus=[pid])
     p = plan.pairs[pid]
     node = node_of(p["consumer"])
@@ -63,7 +74,7 @@ def drill_one(ctl: Reach, pid: str, progress: Progress) -> DrillReport:
         if steps[0].ok:
             progress(f"{pid}: rotating", 1, 3)
             try:
-                report = rotate(ctl, [pid], lambda *_: None)
+                report = rotate(ctl, [pid], lambda *_: None, sessions=sessions)
             except MeshtuiError as exc:
                 reason = f"rotation not done: {exc}"
             progress(f"{pid}: new and old credential after", 2, 3)
@@ -83,9 +94,27 @@ def drill_one(ctl: Reach, pid: str, progress: Progress) -> DrillReport:
     if not reason and steps and not steps[0].ok:
         reason = "the current credential did not log in before the rotation; nothing was rotated"
     window = report.pairs[0].window_ms if report is not None and report.done else None
-    ok = len(steps) == 3 and all(s.ok for s in steps) and report is not None and report.ok
+    moved = report.pairs[0] if report is not None and report.pairs else None
+    choice, before, after = _sessions_seen(moved)
+    lingering = choice == Sessions.END and after != 0
+    ok = (
+        len(steps) == 3
+        and all(s.ok for s in steps)
+        and report is not None
+        and report.ok
+        and not lingering
+    )
     if ok:
         reason = "old worked before, new works after, old is refused after"
+        if choice == Sessions.END:
+            reason += f"; {before} session{'' if before == 1 else 's'} on it ended"
+        elif choice == Sessions.DRAIN:
+            reason += f" to new logins; {after} session{'' if after == 1 else 's'} on it drain"
+    elif lingering and not reason:
+        reason = (
+            f"{after} session{'' if after == 1 else 's'} on the old credential still open "
+            "after the rotation ended them"
+        )
     result = DrillReport(
         pair=pid,
         ok=ok,
@@ -93,6 +122,9 @@ def drill_one(ctl: Reach, pid: str, progress: Progress) -> DrillReport:
         window_ms=window,
         rotation=report.rotation if report else None,
         reason=reason,
+        sessions=choice,
+        sessions_before=before,
+        sessions_after=after,
     )
     with ctl.inventory.transaction("drill") as tx:
         if new_login is not None and report is not None and report.done:
@@ -116,6 +148,7 @@ def drill_one(ctl: Reach, pid: str, progress: Progress) -> DrillReport:
                 "window_ms": window,
                 "rotation": result.rotation,
                 "steps": {s.name: s.verdict for s in steps},
+                "sessions": {"choice": choice, "before": before, "after": after},
             },
             "ok" if ok else "failed",
         )
@@ -123,6 +156,17 @@ def drill_one(ctl: Reach, pid: str, progress: Progress) -> DrillReport:
     return result
 
 
-def drill(ctl: Reach, ids: list[str], progress: Progress) -> list[DrillReport]:
+def drill(
+    ctl: Reach, ids: list[str], progress: Progress, sessions: Sessions | None = None
+) -> list[DrillReport]:
     """Drill each pair in turn."""
-    return [drill_one(ctl, pid, progress) for pid in ids]
+    return [drill_one(ctl, pid, progress, sessions) for pid in ids]
+
+
+def _sessions_seen(moved: PairOutcome | None) -> tuple[str, int | None, int | None]:
+    """What the rotation did to the old credential's sessions: the choice ("" when its
+    provider did not say), how many were open on it before, and how many after."""
+    if moved is None or moved.sessions is None:
+        return "", None, None
+    choice = Sessions.END if moved.sessions_ended else Sessions.DRAIN
+    return choice.value, moved.sessions, moved.sessions_left

@@ -41,6 +41,7 @@ from meshtui.controller.read.schedule import PairDue, epoch, spread_offset
 from meshtui.controller.read.secret_states import OUTSIDE, Declared, declared
 from meshtui.controller.reports import SecretDrillCheck, SecretDrillReport
 from meshtui.errors import InputError, MeshtuiError
+from meshtui.freeform import JsonObject
 from meshtui.inventory import Inventory, now
 from meshtui.inventory.rows import ModuleRow, NodeRow, OwnSecretRow, PairRow
 from meshtui.model import ALPHABETS, VAULT_PROVISION, node_of
@@ -78,7 +79,7 @@ class SecretsReport:
     def ok(self) -> bool:
         return not self.behind
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return asdict(self)
 
 

@@ -47,6 +47,18 @@ EndRow = tuple[str, End, int | None, str | None, str | None]
 """(pair, end, generation held or None to keep, digest, error) for the deliveries table."""
 
 
+@dataclass(frozen=True)
+class SessionsSettled:
+    """What became of a rotated pair's sessions on the old credential at its provider: how
+    many were open when it took the new one (None: not ended nor counted, ``note`` says why),
+    how many of them are open still (0 once ended; all of them, left to drain)."""
+
+    count: int | None
+    ended: bool
+    left: int | None = None
+    note: str = ""
+
+
 @dataclass
 class Delivered:
     """What one delivery round achieved, per pair and end."""
@@ -59,6 +71,8 @@ class Delivered:
     pending: list[EndRow] = field(default_factory=list)  # answers not yet recorded
     bases: dict[Provision, str | None] = field(default_factory=dict)
     """Per provision delivered: the consumer set its manifest now holds (None: not known)."""
+    sessions: dict[str, SessionsSettled] = field(default_factory=dict)
+    """Per rotated pair whose provider was asked: its sessions on the old credential."""
 
     def flush(self, inv: Inventory) -> None:
         """Record the answers gathered so far in the deliveries table (and the bases)."""

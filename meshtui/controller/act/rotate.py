@@ -19,11 +19,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from meshtui.controller.act import sending
 from meshtui.controller.act.ahead import Ahead
-from meshtui.controller.act.recording import Delivered
+from meshtui.controller.act.recording import Delivered, SessionsSettled
 from meshtui.controller.act.sending import (
     begin_providers,
     node_batches,
@@ -36,12 +36,19 @@ from meshtui.controller.lock import delivering
 from meshtui.controller.plan.declare import nodes_from_inventory, seal_generation
 from meshtui.controller.plan.planner import Planner
 from meshtui.controller.plan.resolve import ask_state, asking_state
+from meshtui.controller.plan.sessions import journaled, session_choices
 from meshtui.controller.read.status import LOCKED_OUT
-from meshtui.controller.reports import PairOutcome, Progress, RotationPlan, RotationReport
+from meshtui.controller.reports import (
+    PairOutcome,
+    Progress,
+    RotationPlan,
+    RotationReport,
+    sessions_said,
+)
 from meshtui.errors import AgentError, InputError, NotResolvedError
 from meshtui.inventory import Inventory, now
 from meshtui.inventory.rows import GenerationRow, PairRow, RotationItem, RotationStart
-from meshtui.model import RotationState, node_of, split_pair_id
+from meshtui.model import RotationState, Sessions, node_of, split_pair_id
 from meshtui.protocol.messages import ConsumerItem, DeliverAnswer, ProviderSet
 
 if TYPE_CHECKING:
@@ -80,7 +87,12 @@ def plan(ctl: Reach, ids: list[str]) -> RotationPlan:
 
 
 def rotate(
-    ctl: Reach, ids: list[str], progress: Progress, *, revoke_old: bool = False
+    ctl: Reach,
+    ids: list[str],
+    progress: Progress,
+    *,
+    revoke_old: bool = False,
+    sessions: Sessions | None = None,
 ) -> RotationReport:
     """Rotate ``ids`` all-or-nothing; NotResolvedError (nothing kept or sent) when a node is down.
 
@@ -93,6 +105,9 @@ def rotate(
     ``revoke_old``: break-glass (the module docstring): a consumer end that cannot take the new
     credential, or whose node does not answer, is locked out instead of stopping or rolling
     back the rotation; only the providers' nodes must answer.
+
+    ``sessions``: what becomes of the sessions opened with the old credential (ended, or left
+    to drain and counted), for every pair; None: each pair's declared choice, else ``end``.
     """
     inv = ctl.inventory
     rows = inv.pairs(ids)
@@ -109,7 +124,9 @@ def rotate(
             rows = inv.pairs(ids)  # a recovered rotation moved generations: start from those
         progress("resolving every affected node (minting meanwhile, in memory)", 0, 4)
         answers = asking_state(agents, list(affected_nodes(rows)), listing=False)
-        minted = mint(ctl, rows, revoke_old=revoke_old)  # in memory: dropped unless all resolve
+        choices = session_choices(inv, rows, sessions)
+        # in memory: dropped unless all resolve
+        minted = mint(ctl, rows, revoke_old=revoke_old, sessions=choices)
         # break-glass needs the providers alone: a consumer's node that does not answer is
         # locked out like one that cannot take the credential
         needed = {node_of(p["provider"]) for p in rows} if revoke_old else None
@@ -149,11 +166,13 @@ def mint(
     *,
     revoke_old: bool = False,
     held: Mapping[str, int] | None = None,
+    sessions: Mapping[str, Sessions] | None = None,
 ) -> Minted:
     """Mint and seal every pair's next generation; nothing is stored. ``revoke_old`` is
     journaled on each item, so a recovered rotation keeps it. ``held``: pair -> the highest
     generation one of its ends holds, when above the inventory's (an end ahead): the next is
-    minted above it, since an agent never goes back."""
+    minted above it, since an agent never goes back. ``sessions``: each pair's choice for
+    its old sessions, journaled on its item like ``revoke_old``."""
     inv = ctl.inventory
     model_nodes = nodes_from_inventory(inv.nodes())
     taken = inv.minted(p["id"] for p in rows)
@@ -175,6 +194,8 @@ def mint(
         item: RotationItem = {"pair": p["id"], "from": p["generation"], "to": new}
         if revoke_old:
             item["revoke_old"] = True
+        if sessions and p["id"] in sessions:
+            item["sessions"] = sessions[p["id"]].value
         items.append(item)
     return Minted(gens, items)
 
@@ -223,6 +244,8 @@ def payloads(
     or may not have landed), so it is sent whole. ``fresh``: generations not stored yet;
     ``rows``: the items' pairs as just read."""
     plan = Planner(inv, focus=[i["pair"] for i in items], fresh=fresh or (), rows=rows)
+    if key == "to":  # forward, each provider ends or counts the old credential's sessions
+        plan.sessions = journaled(items)
     targets = {i["pair"]: i[key] for i in items}
     providers = {(plan.pairs[pid]["provider"], plan.pairs[pid]["provision"]) for pid in targets}
     consumers = plan.consumer_items(targets, targets)
@@ -376,6 +399,8 @@ def _deliver_batches(
     going: _Going | None = None  # the batch on its way while the next one is built
     for batch in node_batches(targets, lambda pid: node_of(ends[pid][2])):
         plan = Planner(inv, focus=batch)
+        if forward:
+            plan.sessions = journaled(items)
         part = {pid: targets[pid] for pid in batch}
         keys = {(ends[pid][2], ends[pid][0]) for pid in batch}
         sets = plan.provider_deltas(keys, part) if forward else plan.provider_sets(keys, part)
@@ -511,6 +536,11 @@ def _finish(
     detail: dict[str, object] = {}
     if any(i.get("revoke_old") for i in items):
         detail["locked_out"] = locked
+    if result.sessions:
+        detail["sessions"] = {
+            pid: {"count": s.count, "left": s.left, "ended": s.ended}
+            for pid, s in sorted(result.sessions.items())
+        }
     answers = result.staged(inv)
     with inv.transaction("rotate") as tx:
         if answers is not None:
@@ -537,6 +567,7 @@ def _finish(
         took = f"window {window:.1f} ms" if window is not None else "window not measured"
         failed = locked.get(i["pair"]) or result.errors.get(i["pair"])  # or its reload failed
         took += f"; {failed}" if failed else ""
+        took += _sessions_said(result.sessions.get(i["pair"]))
         progress(f"{i['pair']}: generation {i['from']}->{i['to']}, {took}", n, len(items))
     failures = sorted({why for pid, why in result.errors.items() if pid in windows})
     if locked:
@@ -557,11 +588,26 @@ def _finish(
                 previous=i["from"],
                 window_ms=windows[i["pair"]],
                 reason=locked.get(i["pair"]) or result.errors.get(i["pair"], ""),
+                **_sessions_fields(result.sessions.get(i["pair"])),
             )
             for i in items
         ],
         reason=reason,
     )
+
+
+def _sessions_said(done: SessionsSettled | None) -> str:
+    """A rotation line's word on the old credential's sessions (nothing when none was asked,
+    or when they could not be settled: the error says so)."""
+    said = sessions_said(done.count, done.left, done.ended) if done is not None else ""
+    return f"; {said}" if said else ""
+
+
+def _sessions_fields(done: SessionsSettled | None) -> dict[str, Any]:
+    """A pair's outcome fields for its old sessions (none when none were asked about)."""
+    if done is None:
+        return {}
+    return {"sessions": done.count, "sessions_left": done.left, "sessions_ended": done.ended}
 
 
 def locked_out_reason(item: RotationItem, why: str) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from meshtui.controller.act.own_secrets import TIMEOUT_S, _reach, _row, sealed_digest_key
 from meshtui.controller.read.secret_states import OUTSIDE, Declared, declared
@@ -25,7 +25,12 @@ from meshtui.errors import MeshtuiError
 from meshtui.inventory import Inventory
 from meshtui.inventory.rows import OwnSecretRow
 from meshtui.model import node_of
-from meshtui.protocol.messages import SECRET_CHECK, SecretChecked, SecretCheckItem
+from meshtui.protocol.messages import (
+    SECRET_CHECK,
+    SecretChecked,
+    SecretCheckItem,
+    SecretCheckRequest,
+)
 
 if TYPE_CHECKING:
     from meshtui.controller.reach import Reach
@@ -70,7 +75,7 @@ def read_versions(ctl: Reach) -> VersionsReport:
     by_node: dict[str, list[Declared]] = {}
     for d in stored:
         by_node.setdefault(node_of(d.module), []).append(d)
-    requests: dict[str, Any] = {}
+    requests: dict[str, SecretCheckRequest] = {}
     for node, found in by_node.items():
         items: list[SecretCheckItem] = []
         for d in found:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from meshtui.controller.act.recording import PIN_FAILED, Delivered, EndRow
+from meshtui.controller.act.recording import PIN_FAILED, Delivered, EndRow, SessionsSettled
 from meshtui.controller.agents.client import (
     DELIVER_TIMEOUT_S,
     Agents,
@@ -21,12 +21,13 @@ from meshtui.inventory.rows import (
     Provision,
 )
 from meshtui.kinds import registry
-from meshtui.model import APPLIED, End
+from meshtui.model import APPLIED, SESSIONS_UNSETTLED, End, Sessions
 from meshtui.protocol import messages
 from meshtui.protocol.messages import (
     ConsumerItem,
     DeliverAnswer,
     DeliverRequest,
+    LoginOutcome,
     ProviderOutcome,
     ProviderSet,
 )
@@ -65,6 +66,25 @@ def node_batches(
         by_node.setdefault(node(pid), []).append(pid)
     sizes = {name: len(its) for name, its in by_node.items()}
     return [[pid for name in names for pid in by_node[name]] for names in batches(sizes, limit)]
+
+
+def settled(choice: Sessions, outcome: LoginOutcome) -> SessionsSettled:
+    """What a provider's answer says of a rotated login's old sessions (asked ``choice``): a
+    declared provisioner command, or a failure to end them, leaves them unsettled."""
+    count = outcome.get("sessions")
+    if count is not None:
+        left = outcome.get("sessions_left", count)
+        return SessionsSettled(count, bool(outcome.get("sessions_ended")), left)
+    said = outcome["reason"]
+    note = said[said.index(SESSIONS_UNSETTLED) :] if SESSIONS_UNSETTLED in said else ""
+    verb = "ended" if choice == Sessions.END else "counted"
+    return SessionsSettled(
+        None,
+        False,
+        note=note
+        or f"its sessions on the old credential were not {verb} (the provider's provisioner "
+        "does not say; a declared command is not asked)",
+    )
 
 
 def send_providers(
@@ -134,6 +154,11 @@ def send_providers(
                 if got is not None and o is not None and o["outcome"] in APPLIED:
                     result.provider_ok[pid] = True
                     result.applied_at[pid] = float(got.get("applied_at", 0.0))
+                    if c["as"] in spec.get("sessions", {}):
+                        choice = spec["sessions"][c["as"]]
+                        done = result.sessions[pid] = settled(choice, o)
+                        if done.count is None and choice == Sessions.END:  # the intruder's in
+                            result.fail(pid, f"provider {spec['provider']}: {done.note}")
                     if unpinned is not None:  # the password is set; the login is not confined
                         result.fail(pid, f"provider {spec['provider']}: {unpinned}")
                     rows.append((pid, End.PROVIDER, c["generation"], c["digest"], unpinned))

@@ -16,6 +16,7 @@ from typing import Any
 from meshtui import crypto
 from meshtui.controller.plan.naming import derive_login
 from meshtui.errors import DeclarationError, KeyFileError, UnknownKindError
+from meshtui.freeform import TomlTable
 from meshtui.kinds import registry
 from meshtui.kinds.kind import Kind, ValuesError
 from meshtui.model import (
@@ -36,6 +37,7 @@ from meshtui.model import (
     Pair,
     PolicySettings,
     Requirement,
+    Sessions,
     effective_policy,
     file_mode,
     format_duration,
@@ -61,9 +63,10 @@ REQUIRE_KEYS = {
     "group",
     "mode",
     "connection",
+    "sessions",
 }
 CONNECTION_KEYS = {"file", "format", "ca"}
-PROVIDE_KEYS = {"name", "port", "kind", "ca", "tls"}
+PROVIDE_KEYS = {"name", "port", "kind", "ca", "tls", "sessions"}
 POLICY_KEYS = {"rotate_every", "probe_every"}
 """Allowed in [policy], on a provider module (all its pairs) and on a requires entry."""
 _TWICE = re.compile(r"Cannot declare \((?P<key>.*)\) twice (?P<where>\(at line \d+, column \d+\))")
@@ -79,7 +82,7 @@ class _Reader:
     def fail(self, key: str, problem: str, fix: str = "") -> DeclarationError:
         return DeclarationError(str(self.path), key, problem, fix)
 
-    def table(self, data: Any, key: str) -> dict[str, Any]:
+    def table(self, data: Any, key: str) -> TomlTable:
         if not isinstance(data, dict):
             raise self.fail(key, "must be a table", f"write it as [{key}] or {{ ... }}")
         return data
@@ -456,7 +459,22 @@ def _offer(r: _Reader, i: int, item: Any, where: str) -> Offer:
         kind=kind.name,
         ca=ca,
         tls=tls,
+        sessions=_sessions(r, item, at),
     )
+
+
+def _sessions(r: _Reader, item: Mapping[str, Any], at: str) -> Sessions | None:
+    """An offer's or a requirement's ``sessions`` (None: not said at this level)."""
+    if "sessions" not in item:
+        return None
+    value = item["sessions"]
+    if value not in tuple(Sessions):
+        raise r.fail(
+            f"{at}.sessions",
+            f"{value!r} is not what a rotation can do to the old credential's sessions",
+            " or ".join(f'sessions = "{s.value}"' for s in Sessions),
+        )
+    return Sessions(value)
 
 
 def _requirement(r: _Reader, i: int, item: Any, where: str) -> Requirement:
@@ -480,6 +498,7 @@ def _requirement(r: _Reader, i: int, item: Any, where: str) -> Requirement:
         mode=mode,
         policy=_policy(r, item, at),
         connection=_connection(r, item, at, file) if "connection" in item else None,
+        sessions=_sessions(r, item, at),
     )
 
 

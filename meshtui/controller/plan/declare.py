@@ -9,21 +9,28 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from meshtui import crypto
 from meshtui.controller.reports import NOT_AS_DECLARED
 from meshtui.errors import DeclarationError
+from meshtui.freeform import JsonObject
 from meshtui.inventory import Inventory, Transaction, now
 from meshtui.inventory.rows import (
     ClaimRecord,
+    ConnectionSpec,
     GenerationRow,
     ModuleRecord,
+    ModuleSpec,
+    NeedSpec,
     NodeRow,
+    OfferSpec,
+    OwnSecretSpec,
     PairFields,
     PairRecord,
     PolicyRecord,
     decode_spec,
+    encode_spec,
 )
 from meshtui.kinds import registry
 from meshtui.kinds.kind import Kind, owns_nothing
@@ -51,7 +58,7 @@ class DeclareResult:
             self.new or self.reissued or self.changed or self.withdrawn or self.nodes_changed
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The ``declare --json`` object."""
         return {
             k: getattr(self, k)
@@ -132,56 +139,52 @@ def _moved(old: Mapping[str, object], new: Mapping[str, object]) -> list[str]:
     return [END_WORDS.get(k, k) for k in new if old[k] != new[k]]
 
 
-def _offer_spec(o: Offer) -> dict[str, object]:
-    """A provides entry as stored; the default kind's stays {name, port} (older specs unchanged)."""
-    spec: dict[str, object] = {"name": o.name, "port": o.port}
-    if registry.stored_name(o.kind) is not None:
-        spec.update(kind=o.kind, ca=o.ca, tls=o.tls)
-    return spec
+def _offer_spec(o: Offer) -> OfferSpec:
+    """A provides entry as stored; the default kind's is {name, port} (``ca`` and ``tls`` are
+    another kind's), ``sessions`` only when declared."""
+    sessions = None if o.sessions is None else o.sessions.value
+    if registry.stored_name(o.kind) is None:
+        return OfferSpec(name=o.name, port=o.port, sessions=sessions)
+    return OfferSpec(name=o.name, port=o.port, kind=o.kind, ca=o.ca, tls=o.tls, sessions=sessions)
 
 
-def _secret_spec(o: OwnSecret) -> dict[str, object]:
+def _secret_spec(o: OwnSecret) -> OwnSecretSpec:
     """One of a module's own secrets as stored in its spec."""
-    spec: dict[str, object] = {
-        "name": o.name,
-        "file": o.file,
-        "supplied": o.supplied,
-        "length": o.length,
-        "alphabet": o.alphabet,
-        "reload": list(o.reload),
-        "owner": o.owner,
-        "group": o.group,
-        "mode": o.mode,
-    }
-    if o.max_age is not None:  # only when declared: a spec without it is unchanged
-        spec["max_age"] = o.max_age
-    return spec
+    return OwnSecretSpec(
+        name=o.name,
+        file=o.file,
+        supplied=o.supplied,
+        length=o.length,
+        alphabet=o.alphabet,
+        reload=list(o.reload),
+        owner=o.owner,
+        group=o.group,
+        mode=o.mode,
+        max_age=o.max_age,
+    )
 
 
-def _need_spec(r: Requirement) -> dict[str, object]:
-    """A requires entry as stored; ``connection`` only when declared (older specs unchanged)."""
-    spec: dict[str, object] = {"name": r.name, "file": r.file}
-    if r.connection is not None:
-        connection = {"file": r.connection.file, "format": r.connection.format}
-        if r.connection.ca is not None:
-            connection["ca"] = r.connection.ca
-        spec["connection"] = connection
-    return spec
+def _need_spec(r: Requirement) -> NeedSpec:
+    """A requires entry as stored; ``sessions`` only when declared."""
+    c = r.connection
+    connection = None if c is None else ConnectionSpec(file=c.file, format=c.format, ca=c.ca)
+    sessions = None if r.sessions is None else r.sessions.value
+    return NeedSpec(name=r.name, file=r.file, connection=connection, sessions=sessions)
 
 
 def _module_spec(decl: Declaration, module_id: str) -> str:
     m = decl.modules[module_id]
-    spec = {
-        "provides": [_offer_spec(o) for o in m.provides],
-        "receives": dict(m.receives),
-        "grants": dict(m.grants),
-        "admin": m.admin,
-        "provisioner": list(m.provisioner),
-        "requires": [_need_spec(r) for r in m.requires],
-        **({"pin": True} if m.pin else {}),  # absent when false: older specs stay equal
-        **({"secrets": [_secret_spec(o) for o in m.secrets]} if m.secrets else {}),
-    }
-    return _sorted_json(spec)
+    spec = ModuleSpec(
+        provides=[_offer_spec(o) for o in m.provides],
+        receives=dict(m.receives),
+        grants=dict(m.grants),
+        admin=m.admin,
+        provisioner=list(m.provisioner),
+        requires=[_need_spec(r) for r in m.requires],
+        pin=m.pin,
+        secrets=[_secret_spec(o) for o in m.secrets],
+    )
+    return encode_spec(spec)
 
 
 WRITE_CHUNK = 500
@@ -204,7 +207,7 @@ def declare(inv: Inventory, decl: Declaration) -> DeclareResult:
 def _declare(inv: Inventory, tx: Transaction, decl: Declaration) -> DeclareResult:
     result = DeclareResult()
     old_nodes = inv.nodes()
-    # specs compared as stored (canonical JSON written by _module_spec), not decoded
+    # specs compared as stored (canonical JSON, encode_spec), not decoded
     old_modules = inv.module_records()
     old_pairs = inv.pair_records()
     stamp = now()

@@ -32,7 +32,7 @@ from meshtui.inventory.rows import (
 )
 from meshtui.kinds import registry
 from meshtui.kinds.kind import ConnectionFacts
-from meshtui.model import End, node_of
+from meshtui.model import End, Sessions, node_of
 from meshtui.protocol import messages
 from meshtui.protocol.messages import (
     ConnectionItem,
@@ -133,6 +133,9 @@ class Planner:
         self._rotation_of: dict[tuple[str, int], int] | None = None  # read when first needed
         self._sealed: dict[tuple[str, int], HeldSealed] | None = None
         self._sealed_read: set[str] = set()  # a focused planner's pairs whose blobs were read
+        self.sessions: Mapping[str, Sessions] = {}
+        """A rotation's pairs, each with what becomes of its sessions on the old credential
+        once its provider holds the new one: asked of the provider in every set built."""
         self._fresh = {(g["pair"], g["generation"]): g for g in fresh}
         for pair, generation in self._fresh:
             self.minted.setdefault(pair, []).append(generation)
@@ -241,6 +244,9 @@ class Planner:
         }
         if kind is not None and registry.stored_name(kind) is not None:
             delivery["kind"] = kind
+        asked = {c["as"]: self.sessions[c["pair"]] for c in consumers if c["pair"] in self.sessions}
+        if asked:
+            delivery["sessions"] = asked
         return delivery
 
     def provider_sets(

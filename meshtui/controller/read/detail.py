@@ -33,6 +33,9 @@ def drill_report(row: DrillRow) -> DrillReport:
         window_ms=row["window_ms"],
         rotation=row["rotation"],
         reason=evidence["reason"],
+        sessions=evidence.get("sessions", ""),
+        sessions_before=evidence.get("sessions_before"),
+        sessions_after=evidence.get("sessions_after"),
     )
 
 

@@ -14,10 +14,11 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from meshtui.controller.reports import Progress
 from meshtui.errors import AgentError
+from meshtui.freeform import JsonObject
 from meshtui.inventory.rows import ModuleRow, NodeRow, PairRow
 from meshtui.kinds import registry
 from meshtui.model import End, is_builtin, node_of
@@ -79,7 +80,7 @@ class DoctorReport:
             elapsed_ms=self.elapsed_ms,
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The report as plain JSON (``doctor --json``)."""
         return {
             "ok": self.ok,

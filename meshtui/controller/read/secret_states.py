@@ -58,6 +58,12 @@ def _since(stamp: str | None) -> float | None:
         return None
 
 
+def _version(held: int | None) -> str:
+    """``version 3``, or ``no version`` where nothing was read (not ``none``, which reads as a
+    value)."""
+    return f"version {held}" if held else "no version"
+
+
 def status(inv: Inventory, at: float | None = None) -> list[SecretStatus]:
     """Every declared own secret: the version the vault and the module's file hold, and why;
     a supplied one held longer than its ``max_age`` at ``at`` (now) is overdue."""
@@ -87,7 +93,7 @@ def status(inv: Inventory, at: float | None = None) -> list[SecretStatus]:
             state, reason = "working", f"version {version} in the vault and in the file"
         else:
             state = "stale"
-            held = f"the vault holds {vault_v or 'none'}, the file {file_v or 'none'}"
+            held = f"the vault holds {_version(vault_v)}, the file {_version(file_v)}"
             reason = f"wants version {version}; {held}" + (f"; {error}" if error else "")
         max_age = d.spec.max_age
         since = _since(row["supplied_at"]) if row and row["version"] else None

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from meshtui.controller.agents.client import AnchorRead, read_anchor_answer
 from meshtui.errors import AgentError
+from meshtui.freeform import JsonObject
 from meshtui.inventory import Inventory
 from meshtui.inventory.rows import NodeRow
 from meshtui.protocol import wire
@@ -59,7 +59,7 @@ class AnchorCheck:
         """The nodes that answered."""
         return [n.node for n in self.nodes if n.verdict != "unreachable"]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The check as plain JSON."""
         return {
             "ok": self.ok,

@@ -23,7 +23,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
@@ -34,6 +33,7 @@ from meshtui.controller.keys import KEY_STEM
 from meshtui.controller.records.export import write_new
 from meshtui.controller.records.restored import PROOF_FILE
 from meshtui.errors import BackupError, CryptoError
+from meshtui.freeform import JsonObject
 from meshtui.inventory import now
 
 MAGIC = b"meshtui-backup 1\n"
@@ -105,7 +105,7 @@ class BackupSummary:
     files: list[str] = field(default_factory=list)
     kdf: dict[str, int | str] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The summary as plain JSON."""
         return asdict(self)
 

@@ -20,7 +20,6 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from meshtui import crypto
 from meshtui.atomic import sync_folder, write_private
@@ -30,6 +29,7 @@ from meshtui.controller.keys import KEY_STEM
 from meshtui.controller.records.backup import KEPT_FILES, SEQUENCE_FILE, Payload, open_file
 from meshtui.controller.records.restored import PROOF_FILE, keep_proof
 from meshtui.errors import AgentError, BackupError, InventoryError, KeyFileError
+from meshtui.freeform import JsonObject
 from meshtui.inventory import Inventory
 from meshtui.inventory import image as image_mod
 from meshtui.protocol import wire
@@ -64,7 +64,7 @@ class RestoreReport:
     nodes: list[NodeSeen] = field(default_factory=list)
     sequence: int = 0  # every request from now on is numbered past this
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The report as plain JSON."""
         return asdict(self)
 

@@ -389,9 +389,9 @@ class Watch:
         ]
         now = self.clock()  # after the push: backoff counts from when it gave up
         last = self.ctl.inventory.last_event("push")
-        down = last["detail"].get("unreachable", []) if last else []
+        down = last["detail"].get("unreachable") if last else None
         for node in self.ctl.inventory.nodes():
-            if node in down:
+            if isinstance(down, list) and node in down:
                 self._node_down(node, now)
             else:
                 self._node_up(node)

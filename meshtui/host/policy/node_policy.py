@@ -26,10 +26,10 @@ import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from meshtui.atomic import write_private
 from meshtui.errors import PolicyFileError, PolicyRefusal, UnknownKindError
+from meshtui.freeform import TomlTable
 from meshtui.kinds import registry
 from meshtui.model import is_builtin
 from meshtui.protocol.messages import Target
@@ -545,7 +545,7 @@ class _Reader:
     def fail(self, key: str, problem: str, fix: str) -> PolicyFileError:
         return PolicyFileError(str(self.path), key, problem, fix)
 
-    def table(self, key: str, value: object, known: Sequence[str]) -> dict[str, Any]:
+    def table(self, key: str, value: object, known: Sequence[str]) -> TomlTable:
         if not isinstance(value, dict):
             raise self.fail(key, "must be a table", f"write it as [[{key.split('[')[0]}]]")
         for k in value:
@@ -555,7 +555,7 @@ class _Reader:
                 )
         return value
 
-    def entries(self, doc: dict[str, Any], name: str, known: Sequence[str]) -> list[dict[str, Any]]:
+    def entries(self, doc: TomlTable, name: str, known: Sequence[str]) -> list[TomlTable]:
         value = doc.get(name, [])
         if not isinstance(value, list):
             raise self.fail(name, "must be a list of tables", f"write each as [[{name}]]")
@@ -607,7 +607,7 @@ class _Reader:
             )
         return value
 
-    def command(self, key: str, entry: dict[str, Any]) -> Command:
+    def command(self, key: str, entry: TomlTable) -> Command:
         argv = entry.get("argv")
         if (
             not isinstance(argv, list)
@@ -644,7 +644,7 @@ class _Reader:
         return Command(tuple(argv), user, group)
 
 
-def _parse(path: Path, node: str, doc: dict[str, Any]) -> Policy:
+def _parse(path: Path, node: str, doc: TomlTable) -> Policy:
     r = _Reader(path)
     for key in doc:
         if key not in ("version", *_TABLES):
@@ -745,7 +745,7 @@ EXAMPLES = """
 # kind    = "openbao"
 # address = "10.0.0.2"
 # port    = 8200
-# ca      = "/etc/meshtui/openbao-ca.pem"
+# ca      = "/etc/ssl/meshtui/ca.pem"
 
 # Commands: only these exact argv run, as `user` (and `group`: default the user's own), in a
 # new session with no terminal. Name root only for a command that must run as root.

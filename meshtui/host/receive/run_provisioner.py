@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import re
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
@@ -23,9 +23,9 @@ from meshtui.host.policy import commands
 from meshtui.host.policy.node_policy import Command
 from meshtui.host.policy.paths import node_path
 from meshtui.kinds import registry
-from meshtui.model import BUILTIN_ARGV, OutcomeName, is_builtin
+from meshtui.model import BUILTIN_ARGV, OutcomeName, Sessions, is_builtin
 from meshtui.protocol.messages import Inspection, InspectSpec, LoginOutcome, ProviderSet
-from meshtui.provisioner.harness import inspect, reconcile
+from meshtui.provisioner.harness import Outcome, inspect, reconcile
 from meshtui.runas import RunAsError
 
 if TYPE_CHECKING:
@@ -50,30 +50,39 @@ when it names any: a delta's), and report each login's outcome."""
 
 
 def builtin_provisioner(
-    manifest: Path, admin: Path, only: frozenset[str] | None = None, scoped: bytes | None = None
+    manifest: Path,
+    admin: Path,
+    only: frozenset[str] | None = None,
+    scoped: bytes | None = None,
+    sessions: Mapping[str, Sessions] | None = None,
 ) -> ProvisionReport:
     """Run the built-in provisioner in-process; its outcomes. ``scoped``: the manifest just
     written, cut to the logins ``only`` names (given, the file is not read back and cut again).
+    ``sessions``: a rotation's logins and what becomes of their sessions on the old credential.
 
     Admin sessions are kept warm between deliveries by a kind that keeps them (``Kind.kept``;
     PostgreSQL's :mod:`meshtui.kinds.postgres.warm` checks each and reads its settings again
     before it is used). ``only``: a delta's logins,
     applied and read back alone (the rest of the manifest is as the last delivery left it).
     """
-    report = reconcile(manifest, admin, kept=_kept_sessions, only=only, scoped=scoped)
-    return {
-        "ok": report.ok,
-        "outcomes": [
-            {
-                "login": o.login,
-                "outcome": o.outcome,
-                "reason": o.reason,
-                "node": o.node,
-                "module": o.module,
-            }
-            for o in report.outcomes
-        ],
+    report = reconcile(
+        manifest, admin, kept=_kept_sessions, only=only, scoped=scoped, sessions=sessions
+    )
+    return {"ok": report.ok, "outcomes": [_login_outcome(o) for o in report.outcomes]}
+
+
+def _login_outcome(o: Outcome) -> LoginOutcome:
+    out: LoginOutcome = {
+        "login": o.login,
+        "outcome": o.outcome,
+        "reason": o.reason,
+        "node": o.node,
+        "module": o.module,
     }
+    if o.sessions is not None:
+        out["sessions"], out["sessions_ended"] = o.sessions, o.sessions_ended
+        out["sessions_left"] = o.sessions if o.sessions_left is None else o.sessions_left
+    return out
 
 
 @functools.cache
@@ -99,8 +108,9 @@ def provision(
     """Apply the manifest just written: ``builtin`` unless the set declares a command (which is
     handed the whole manifest file, a delta's or not), run as the node's policy allows
     (``command``: the policy's entry for that exact argv; without one it does not run).
-    ``scoped`` goes to this module's :func:`builtin_provisioner` only (another ``builtin``, a
-    test's seam, reads the file)."""
+    ``scoped`` and the set's ``sessions`` go to this module's :func:`builtin_provisioner` only
+    (another ``builtin``, a test's seam, reads the file; a declared command is not asked to
+    end sessions, so its outcomes say nothing of them)."""
     argv = spec["provisioner"] or list(BUILTIN_ARGV)
     admin = spec["admin"] or ""
     if is_builtin(argv):
@@ -111,8 +121,10 @@ def provision(
                 "error": "no admin conninfo file declared for the provisioner",
             }
         try:
-            if builtin is builtin_provisioner and scoped is not None:
-                return builtin_provisioner(manifest, Path(admin), only, scoped)
+            if builtin is builtin_provisioner:
+                return builtin_provisioner(
+                    manifest, Path(admin), only, scoped, spec.get("sessions")
+                )
             return builtin(manifest, Path(admin), only)
         except MeshtuiError as exc:
             return {"ok": False, "outcomes": [], "error": str(exc)}

@@ -33,4 +33,5 @@ KIND = Kind(
     tls=True,
     hands_over=True,
     workers=1,  # one session: what inspect read is create's to use, no second read
+    server_config=Ref("meshtui.kinds.openbao.server_config", "RECIPE"),
 )

@@ -31,14 +31,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
 
 from meshtui.contracts.adapter import Capabilities, Done, Held, Refused, Scope, Wanted
 from meshtui.crypto import secret_digest
 from meshtui.errors import ProvisionError, UnsafeLoginError
+from meshtui.freeform import ForeignJson
 from meshtui.kinds.kind import ValuesError
 from meshtui.kinds.openbao.client import APPROLE_MOUNT, KV_MOUNT, Bao, BaoError, read_admin
 from meshtui.kinds.openbao.values import check_values
@@ -55,7 +55,7 @@ TOKEN_TTL_S = 300
 TOKEN_MAX_TTL_S = 900
 DIGEST_KEY = "meshtui_digest"
 _LOGIN = re.compile(r"[a-z0-9_]{1,63}")
-ROLE_SETTINGS: dict[str, Any] = {
+ROLE_SETTINGS: ForeignJson = {
     "bind_secret_id": True,
     "secret_id_num_uses": 0,
     "secret_id_ttl": 0,
@@ -113,7 +113,7 @@ class Seen:
 
     login: str
     policy: str | None = None
-    role: dict[str, Any] | None = None
+    role: ForeignJson | None = None
     role_id: str | None = None
     accessors: list[str] = field(default_factory=list)
     digest: str | None = None  # the one secret_id's metadata digest
@@ -123,7 +123,7 @@ class OpenBaoAdapter:
     """One session with one OpenBao, working for one manifest scope."""
 
     create_decides = True
-    capabilities = Capabilities(batching=True, narrowing=True, deciding=True)
+    capabilities = Capabilities(batching=True, narrowing=True, deciding=True, live_sessions=True)
 
     def describe(self, exc: BaseException) -> str | None:
         """None: OpenBao's refusals reach the harness as meshtui's own errors already."""
@@ -478,9 +478,28 @@ class OpenBaoAdapter:
 
     def revoke_tokens(self, login: str) -> int:
         """Revoke every live token the login's role issued (found by accessor); how many."""
+        return self._revoke(accessor for accessor, _ in self._tokens(login))
+
+    # -- sessions ------------------------------------------------------------------------------
+
+    def end_sessions(self, login: str, digest: str) -> int:
+        """Revoke, by accessor, every live token the login's role issued from a secret_id
+        other than the one of ``digest``: each token carries the metadata of the secret_id it
+        was issued from (the digest meshtui set on it), so the new secret_id's tokens stay."""
+        return self._revoke(a for a, meta in self._tokens(login) if meta.get(DIGEST_KEY) != digest)
+
+    def count_sessions(self, login: str, digest: str) -> int:
+        """How many live tokens the login's role issued from a secret_id other than the one of
+        ``digest`` (see :meth:`end_sessions`)."""
+        return sum(1 for _, meta in self._tokens(login) if meta.get(DIGEST_KEY) != digest)
+
+    def _tokens(self, login: str) -> Iterator[tuple[str, Mapping[str, object]]]:
+        """Each live token the login's role issued through AppRole login: its accessor and
+        its metadata (OpenBao lists accessors only; each is looked up)."""
+        if not _LOGIN.fullmatch(login):
+            raise UnsafeLoginError(f"login {login!r} is not a meshtui login")
         name = role_name(login)
         login_path = f"auth/{self.approle}/login"
-        count = 0
         for accessor in self.bao.keys("auth/token/accessors"):
             info = self.bao.data(
                 "POST", "auth/token/lookup-accessor", {"accessor": accessor}, missing_ok=True
@@ -489,10 +508,15 @@ class OpenBaoAdapter:
                 continue
             meta = info.get("meta") or {}
             if meta.get("role_name") == name and str(info.get("path", "")).startswith(login_path):
-                try:
-                    self.bao.call("POST", "auth/token/revoke-accessor", {"accessor": accessor})
-                except BaoError as exc:
-                    if exc.status != 400:  # 400: it expired meanwhile
-                        raise
-                count += 1
+                yield accessor, meta
+
+    def _revoke(self, accessors: Iterable[str]) -> int:
+        count = 0
+        for accessor in list(accessors):  # listed first: revoking while listing skips some
+            try:
+                self.bao.call("POST", "auth/token/revoke-accessor", {"accessor": accessor})
+            except BaoError as exc:
+                if exc.status != 400:  # 400: it expired meanwhile
+                    raise
+            count += 1
         return count

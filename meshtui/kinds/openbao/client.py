@@ -18,14 +18,14 @@ import httpx
 
 from meshtui import cafile
 from meshtui.errors import ProvisionError
+from meshtui.freeform import ForeignJson
+from meshtui.kinds.openbao.server_config import APPROLE_MOUNT as APPROLE_MOUNT
 from meshtui.model import KV_MOUNT as KV_MOUNT  # its home is the core (status names it)
 
 TIMEOUT_S = 10.0
 KEEPALIVE_S = 5.0
 """How long an idle connection is kept for the session's next request (httpx's default)."""
 SEALED = 503
-APPROLE_MOUNT = "approle"
-"""Where AppRole is enabled: the provisioner writes roles there, probes and modules log in."""
 REFUSED_TEXT = "invalid role or secret ID"
 """What OpenBao answers (400) to an AppRole login whose role_id or secret_id it does not hold."""
 
@@ -142,7 +142,7 @@ class Bao:
         token: str | None = None,
         secrets: Sequence[str] = (),
         missing_ok: bool = False,
-    ) -> dict[str, Any] | None:
+    ) -> ForeignJson | None:
         """The JSON body of a success (None for 204, or for 404 when ``missing_ok``); else
         BaoError naming the request, the status and what OpenBao said."""
         response = self.send(method, path, body, token=token, secrets=secrets)

@@ -30,9 +30,10 @@ NEEDED: dict[str, tuple[str, ...]] = {
 """Each path the built-in provisioner (and the own-secret writes) use, and what it needs there."""
 
 FIX = (
-    "write the policy meshtui_provisioner (its text is PROVISIONER_POLICY in "
-    "meshtui/kinds/openbao/lab.py) and give the admin file a token of it "
-    "(bao token create -orphan -policy=meshtui_provisioner)"
+    "make a new admin token with the lines `meshtui kind config openbao` prints (its policy "
+    "meshtui_provisioner, then bao token create -orphan -policy=meshtui_provisioner "
+    "-period=768h … written straight into the admin file), logged in with a root or operator "
+    "token; renew it weekly so it never expires (docs: A real mesh of every kind, step 6)"
 )
 
 

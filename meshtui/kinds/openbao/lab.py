@@ -4,17 +4,15 @@
 
 * ``tls/``: a lab CA and a server certificate for the listening address (``openssl``, made
   once; the key readable by the server user alone);
-* ``bao.hcl``: the server's configuration (strings quoted as JSON, which HCL reads): raft
-  storage in ``data/`` at its production timing (``performance_multiplier = 1``: the default
-  5 has a lone node wait 5 to 10 s before it elects itself, at every start), a TLS listener on
-  the node's private address, a Unix-socket listener in ``run/`` for the lab itself, and the
-  file audit device declared here (OpenBao 2.7 refuses to enable one over the API), writing
-  ``audit/audit.log``;
+* ``bao.hcl``: the server's configuration, the blocks ``meshtui kind config openbao`` prints
+  (:mod:`meshtui.kinds.openbao.server_config`: raft storage in ``data/``, a TLS listener on the
+  node's private address, the file audit device writing ``audit/audit.log``) and a Unix-socket
+  listener in ``run/`` for the lab itself;
 * ``data/``, ``audit/``, ``run/``: the server user's own folders (0700);
 * ``secrets/`` (root, 0700): ``init.json``, the unseal key and root token from ``sys/init``
   (0600, never printed), and ``admin.toml``, the provisioner's admin file: the address, the CA
-  and a token whose policy (``meshtui-provisioner``, :data:`PROVISIONER_POLICY`) allows only
-  what the provisioner does, never the root token.
+  and a periodic token whose policy (``meshtui_provisioner``, :data:`PROVISIONER_POLICY`)
+  allows only what the provisioner does, never the root token (both from ``server_config``).
 
 As root the server runs as the dedicated system user ``meshtui_bao`` (no groups, started by
 :mod:`meshtui.runas`: a session of its own, no controlling terminal), inside the provider node's network namespace when one is given;
@@ -49,8 +47,17 @@ from meshtui.contracts.lab_server import (
     LabServer,
     LabSite,
 )
+from meshtui.contracts.server_config import ServerPlace
 from meshtui.errors import LabError, ProvisionError
 from meshtui.kinds.openbao.client import APPROLE_MOUNT, KV_MOUNT, Bao
+from meshtui.kinds.openbao.server_config import (
+    PROVISIONER_POLICY,
+    PROVISIONER_POLICY_NAME,
+    TOKEN_FIELDS,
+    admin_text,
+    hcl_string,
+    server_blocks,
+)
 from meshtui.lab import toml_writer
 from meshtui.lab.accounts import check_path_open, ensure_system_user
 from meshtui.lab.certificates import make_certificates
@@ -59,30 +66,8 @@ from meshtui.lab.wait import ended, poll
 
 SERVER_USER = "meshtui_bao"
 PORT = 8200
-PROVISIONER_POLICY_NAME = "meshtui_provisioner"
 START_S = 60.0
-ADMIN_TTL = "768h"
 _ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C", "HOME": "/nonexistent"}
-
-PROVISIONER_POLICY = f"""\
-# meshtui's provisioner: AppRole roles and ACL policies named meshtui-*, the accessors of the
-# tokens they issued (to revoke them on removal), and reading what is mounted (to say what is
-# missing). No secret's value is readable with this token.
-path "auth/{APPROLE_MOUNT}/role" {{ capabilities = ["list"] }}
-path "auth/{APPROLE_MOUNT}/role/meshtui-*" {{
-  capabilities = ["create", "read", "update", "delete", "list"]
-}}
-path "sys/policies/acl" {{ capabilities = ["list"] }}
-path "sys/policies/acl/meshtui-*" {{ capabilities = ["create", "read", "update", "delete"] }}
-path "auth/token/accessors" {{ capabilities = ["list", "sudo"] }}
-path "auth/token/lookup-accessor" {{ capabilities = ["update"] }}
-path "auth/token/revoke-accessor" {{ capabilities = ["update"] }}
-path "sys/auth" {{ capabilities = ["read"] }}
-path "sys/mounts/{KV_MOUNT}" {{ capabilities = ["read"] }}
-# a module's own secrets: the vault node's agent writes them (never reads a value back)
-path "{KV_MOUNT}/data/*" {{ capabilities = ["create", "update"] }}
-path "{KV_MOUNT}/metadata/*" {{ capabilities = ["read", "create", "update"] }}
-"""
 
 
 def find_bao() -> str:
@@ -313,33 +298,19 @@ class BaoServer:
             )
             if self.admin_file.exists():
                 return
-            made = bao.call(
-                "POST",
-                "auth/token/create-orphan",
-                {
-                    "policies": [PROVISIONER_POLICY_NAME],
-                    "ttl": ADMIN_TTL,
-                    "display_name": "meshtui_provisioner",
-                    "renewable": True,
-                },
-            )
+            made = bao.call("POST", "auth/token/create-orphan", dict(TOKEN_FIELDS))
         assert made is not None
         token = str(made["auth"]["client_token"])
         write_private(self.admin_file, admin_text(self.url, str(self.ca), token).encode())
         del made, token
 
 
-def admin_text(address: str, ca: str, token: str) -> str:
-    """The provisioner's admin file: TOML naming the address, the CA and the token."""
-    fields = {"address": address, "ca": ca, "token": token}
-    return "".join(f"{toml_writer.key(k)} = {toml_writer.string(v)}\n" for k, v in fields.items())
-
-
 def _hcl_string(text: str) -> str:
-    """``text`` as an HCL string (JSON's quoting); refused if HCL could read more into it."""
-    if "${" in text or "%{" in text or any(ord(c) < 32 for c in text):
-        raise LabError(f"{text!r} cannot go into OpenBao's configuration; use a plainer path")
-    return json.dumps(text)
+    """``text`` as an HCL string; LabError if HCL could read more into it."""
+    try:
+        return hcl_string(text)
+    except ValueError as exc:
+        raise LabError(str(exc)) from None
 
 
 def create(folder: Path, *, address: str, port: int, cluster_port: int | None = None) -> BaoServer:
@@ -361,34 +332,27 @@ def create(folder: Path, *, address: str, port: int, cluster_port: int | None = 
     secrets = folder / "secrets"
     secrets.mkdir(mode=0o700, exist_ok=True)
     secrets.chmod(0o700)
-    q = _hcl_string
-    config = f"""\
-storage "raft" {{
-  path    = {q(str(folder / "data"))}
-  node_id = "meshtui-lab"
-  performance_multiplier = 1
-}}
-listener "tcp" {{
-  address         = {q(f"{address}:{port}")}
-  cluster_address = {q(f"{address}:{server.cluster_port}")}
-  tls_cert_file   = {q(str(tls / "server.pem"))}
-  tls_key_file    = {q(str(tls / "server.key"))}
-  tls_min_version = "tls12"
-}}
+    place = ServerPlace(
+        address=address,
+        port=port,
+        cert=str(tls / "server.pem"),
+        key=str(tls / "server.key"),
+        ca=str(server.ca),
+        conf=str(folder),
+        data=str(folder / "data"),
+        admin=PROVISIONER_POLICY_NAME,
+        admin_file=str(server.admin_file),
+    )
+    try:
+        config = server_blocks(place, cluster_port=server.cluster_port, node_id="meshtui-lab")
+    except ValueError as exc:
+        raise LabError(str(exc)) from None
+    config += f"""\
 listener "unix" {{
-  address     = {q(str(server.socket))}
+  address     = {_hcl_string(str(server.socket))}
   tls_disable = true
 }}
-audit "file" "meshtui" {{
-  options {{
-    file_path = {q(str(server.audit_log))}
-    mode      = "0600"
-  }}
-}}
-api_addr     = {q(server.url)}
-cluster_addr = {q(f"https://{address}:{server.cluster_port}")}
-ui           = false
-log_level    = "info"
+log_level = "info"
 """
     write_private(server.config, config.encode(), mode=0o644)
     write_private(

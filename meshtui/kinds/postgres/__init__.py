@@ -20,6 +20,13 @@ def _dbname(values: Mapping[str, str]) -> str:
     return values.get("database") or "postgres"
 
 
+ADMIN_EXAMPLE = (
+    "host=10.0.0.2 dbname=postgres user=meshtui_admin password=… sslmode=verify-full "
+    "sslrootcert=/etc/ssl/meshtui/ca.pem (meshtui kind config postgres prints it)"
+)
+"""One admin file's text with no real secret: the least-privilege admin over verified TLS that
+``meshtui kind config postgres`` makes, never a superuser over the socket."""
+
 FINISH_NAME = "pg_hba.conf"
 """The report line of the kind's after-run step (:func:`meshtui.kinds.postgres.hba.finish`)."""
 
@@ -30,7 +37,7 @@ KIND = Kind(
     login_word="role",
     admin_word="admin conninfo",
     admin_fix='set admin = "/path/admin.conninfo" (a 0600 file)',
-    admin_example="host=/run/postgresql user=postgres dbname=postgres",
+    admin_example=ADMIN_EXAMPLE,
     adapter=Ref("meshtui.kinds.postgres.adapter", "PostgresAdapter"),
     kept=Ref("meshtui.kinds.postgres.warm", "WarmSessions"),
     finish=Ref("meshtui.kinds.postgres.hba", "finish"),
@@ -40,4 +47,5 @@ KIND = Kind(
     lab=Ref("meshtui.kinds.postgres.lab", "LAB"),
     dbname=_dbname,
     connection=connection,
+    server_config=Ref("meshtui.kinds.postgres.server_config", "RECIPE"),
 )

@@ -58,11 +58,21 @@ from meshtui.kinds.postgres.catalog import (
 from meshtui.kinds.postgres.create import _Creating
 from meshtui.model import OutcomeName
 
+_END_SESSIONS = (
+    "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity"
+    " WHERE usename = %s AND pid <> pg_backend_pid()"
+)
+_COUNT_SESSIONS = (
+    "SELECT count(*) FROM pg_stat_activity WHERE usename = %s AND pid <> pg_backend_pid()"
+)
+
 
 class PostgresAdapter(_Creating):
     """One admin session with one PostgreSQL, working for one manifest scope."""
 
-    capabilities = Capabilities(batching=True, narrowing=True, deciding=True, limited=True)
+    capabilities = Capabilities(
+        batching=True, narrowing=True, deciding=True, limited=True, live_sessions=True
+    )
 
     def describe(self, exc: BaseException) -> str | None:
         """PostgreSQL's own primary message for a psycopg error (None for any other)."""
@@ -120,6 +130,27 @@ class PostgresAdapter(_Creating):
                 f"locked (NOLOGIN, no password), not dropped: {_error_text(exc)}",
             )
         return Done(OutcomeName.REMOVED, "its objects are kept by " + keeper if keeper else "")
+
+    # -- sessions ----------------------------------------------------------------------------
+
+    def end_sessions(self, login: str, digest: str) -> int:
+        """End every backend of ``login`` but this session's own, and wait until each is gone
+        (PostgreSQL does not record which password opened a backend: asked when the new one is
+        set, every backend of the login was opened with the old)."""
+        del digest
+        check_name(login)
+        self._act_as(login)  # an admin that is not a superuser may signal its roles' backends
+        rows = self.conn.execute(_END_SESSIONS, [login]).fetchall()
+        if not all(r[0] for r in rows):
+            raise ProvisionError(f"sessions of {login} did not end within 5 s")
+        return len(rows)
+
+    def count_sessions(self, login: str, digest: str) -> int:
+        """How many backends ``login`` has open (this session's own aside)."""
+        del digest
+        check_name(login)
+        row = self.conn.execute(_COUNT_SESSIONS, [login]).fetchone()
+        return int(row[0]) if row else 0
 
     def _terminate(self, login: str) -> None:
         """End every session of ``login`` and wait until they are gone."""

@@ -13,6 +13,7 @@ from psycopg.conninfo import make_conninfo
 
 from meshtui.contracts.provider_files import read_admin
 from meshtui.errors import MeshtuiError
+from meshtui.kinds.postgres import ADMIN_EXAMPLE
 from meshtui.protocol.messages import CheckProvider
 
 
@@ -30,7 +31,7 @@ def admin_rights(item: CheckProvider, path: Path, timeout: float) -> list[tuple[
         return [
             (
                 f"admin file {path} is not a valid libpq conninfo (its text is not shown)",
-                "write e.g. host=/run/postgresql user=postgres dbname=postgres",
+                f"write e.g. {ADMIN_EXAMPLE}",
             )
         ]
     try:

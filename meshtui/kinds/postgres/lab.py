@@ -48,6 +48,7 @@ from meshtui.contracts.lab_server import (
     Value,
 )
 from meshtui.errors import LabError
+from meshtui.freeform import JsonObject
 from meshtui.lab.accounts import check_path_open as _check_path_open
 from meshtui.lab.accounts import ensure_system_user as _ensure_system_user
 from meshtui.lab.foreign import ForeignDir, open_dir
@@ -309,7 +310,7 @@ class Cluster:
                 gid=pw.pw_gid if pw else None,
             )
 
-    def _meta(self, hba_networks: tuple[str, ...]) -> dict[str, Any]:
+    def _meta(self, hba_networks: tuple[str, ...]) -> JsonObject:
         return {
             "port": self.port,
             "listen": list(self.listen),

@@ -33,6 +33,7 @@ from meshtui.contracts.probe_types import (
     mark_loopback,
     scrub,
 )
+from meshtui.freeform import LibraryKwargs
 from meshtui.model import Verdict
 
 SCRAM = "scram-sha-256"
@@ -135,9 +136,9 @@ def _route(t: ProbeTarget, options: ProbeOptions) -> _Route | LoginResult:
     return _Route(found.address, found.loopback)
 
 
-def _params(t: ProbeTarget, options: ProbeOptions, route: _Route) -> dict[str, Any]:
+def _params(t: ProbeTarget, options: ProbeOptions, route: _Route) -> LibraryKwargs:
     """psycopg's connect keywords, the password aside."""
-    params: dict[str, Any] = {
+    params: LibraryKwargs = {
         "host": t.host,
         "port": t.port,
         "user": t.user,

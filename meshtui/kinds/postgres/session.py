@@ -11,6 +11,7 @@ from psycopg.errors import Diagnostic
 
 from meshtui.contracts.adapter import Scope
 from meshtui.errors import ProvisionError
+from meshtui.kinds.postgres import ADMIN_EXAMPLE
 from meshtui.kinds.postgres.catalog import (
     _INSPECT,
     _MANY_ROLES,
@@ -144,7 +145,7 @@ class _Session:
             # libpq quotes pieces of the text it cannot parse, and the text may hold a password
             raise ProvisionError(
                 "the admin file is not a valid libpq conninfo (its text is not shown); "
-                "write e.g. host=/run/postgresql user=postgres dbname=postgres"
+                f"write e.g. {ADMIN_EXAMPLE}"
             ) from None
         try:
             return psycopg.connect(full, autocommit=True, connect_timeout=10)

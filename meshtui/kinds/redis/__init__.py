@@ -29,4 +29,5 @@ KIND = Kind(
     hands_over=True,
     workers=1,  # one Redis thread serves every session: a second only adds contention
     connection=connection,
+    server_config=Ref("meshtui.kinds.redis.server_config", "RECIPE"),
 )

@@ -50,6 +50,7 @@ from redis.retry import Retry
 from meshtui.contracts.adapter import Capabilities, Change, Done, Held, Refused, Scope, Wanted
 from meshtui.crypto import secret_digest
 from meshtui.errors import ProvisionError, UnsafeLoginError
+from meshtui.freeform import ForeignJson, LibraryKwargs
 from meshtui.kinds.kind import ValuesError
 from meshtui.kinds.redis.acl import Rules, name_problem, rules_for
 from meshtui.kinds.redis.private import only_ca
@@ -189,7 +190,7 @@ def canonical_commands(text: str) -> str:
     return " ".join(tokens[:tail] + singles)
 
 
-def _pairs(reply: Sequence[Any]) -> dict[str, Any]:
+def _pairs(reply: Sequence[Any]) -> ForeignJson:
     return {str(reply[i]): reply[i + 1] for i in range(0, len(reply) - 1, 2)}
 
 
@@ -311,7 +312,7 @@ def _why(exc: BaseException) -> str:
     return _HASH_ARG.sub("#…", text)[:300]
 
 
-def _admin_kwargs(url: str) -> dict[str, Any]:
+def _admin_kwargs(url: str) -> LibraryKwargs:
     """redis-py connection arguments from the admin URL; the URL's text is never shown."""
     if not url.startswith(("redis://", "rediss://", "unix://")):
         raise ProvisionError(
@@ -320,7 +321,7 @@ def _admin_kwargs(url: str) -> dict[str, Any]:
             "unix://ADMIN:PASSWORD@/run/redis/redis.sock"
         )
     try:
-        kwargs: dict[str, Any] = dict(parse_url(url))  # type: ignore[no-untyped-call]
+        kwargs: LibraryKwargs = dict(parse_url(url))  # type: ignore[no-untyped-call]
     except ValueError:
         raise ProvisionError(
             "the admin file is not a valid Redis URL (its text is not shown)"
@@ -345,7 +346,7 @@ def _admin_kwargs(url: str) -> dict[str, Any]:
 class RedisAdapter:
     """One admin session with one Redis, working for one manifest scope."""
 
-    capabilities = Capabilities(batching=True, catching_up=True)
+    capabilities = Capabilities(batching=True, catching_up=True, live_sessions=True)
 
     def describe(self, exc: BaseException) -> str | None:
         """None: Redis's errors keep their own text (the harness shows it with its type)."""
@@ -733,6 +734,29 @@ class RedisAdapter:
         return Done(
             OutcomeName.REMOVED, "its keys are kept" + (f"; {self.note}" if self.note else "")
         )
+
+    # -- sessions ----------------------------------------------------------------------------
+
+    def end_sessions(self, login: str, digest: str) -> int:
+        """CLIENT KILL USER: close every connection authenticated as ``login`` (Redis does not
+        record which of a user's passwords a connection used: asked when the new one is set,
+        every connection of the user authenticated with the old); how many."""
+        del digest
+        self._check(login)
+        try:
+            return int(_command(self.client, "CLIENT", "KILL", "USER", login, "SKIPME", "yes"))
+        except redis.RedisError as exc:
+            raise ProvisionError(f"cannot end the connections of {login}: {_why(exc)}") from None
+
+    def count_sessions(self, login: str, digest: str) -> int:
+        """How many connections are authenticated as ``login`` (CLIENT LIST's ``user=``)."""
+        del digest
+        self._check(login)
+        try:
+            listing = _text(_command(self.client, "CLIENT", "LIST"))
+        except redis.RedisError as exc:
+            raise ProvisionError(f"cannot list the connections of {login}: {_why(exc)}") from None
+        return sum(f" user={login} " in f" {line} " for line in listing.splitlines())
 
 
 def admin_session(url: str, provider: str) -> RedisAdapter:

@@ -12,9 +12,10 @@ import redis
 from meshtui.contracts.provider_files import read_admin
 from meshtui.errors import MeshtuiError
 from meshtui.kinds.redis.adapter import admin_session
+from meshtui.kinds.redis.server_config import ADMIN_RULES
 from meshtui.protocol.messages import CheckProvider
 
-GRANT = "ACL SETUSER {user} on ~* &* +@all (and the same line in the aclfile)"
+GRANT = "ACL SETUSER {user} on " + ADMIN_RULES + " (and the same line in the aclfile)"
 
 
 def _user_of(url: str) -> str | None:

@@ -1,11 +1,13 @@
 """The lab's Redis: Debian's ``redis-server`` with TLS (a lab CA), an aclfile and no open door.
 
 ``create`` writes, in a folder of its own (0700): a lab CA and a server certificate for the
-listening address (``openssl``, keys 0600, made once), an aclfile holding only an admin ACL user
-(``meshtui-admin``, password minted here, kept as its SHA-256) and ``default`` switched off,
-and a ``redis.conf`` with ``protected-mode yes``, TLS only (``port 0``), no RDB or AOF. The
-admin URL (``rediss://`` with the CA) goes to a 0600 file: that is the provisioner's admin
-file. As root the server runs as a system user of its own (:data:`SERVER_USER`, like the lab's
+listening address (``openssl``, keys 0600, made once), an aclfile with ``default`` switched off,
+the provisioner's admin ACL user (``meshtui-admin``, allowed the ACL alone) and a lab user with
+every right (the tests' own, ``lab.url``), passwords minted here and kept as their SHA-256, and a
+``redis.conf`` with ``protected-mode yes``, TLS only (``port 0``), no RDB or AOF. Its TLS lines,
+the aclfile's lines and the admin URL come from :mod:`meshtui.kinds.redis.server_config`, what
+``meshtui kind config redis`` prints. The admin URL (``rediss://`` with the CA) goes to a 0600
+file: that is the provisioner's admin file. As root the server runs as a system user of its own (:data:`SERVER_USER`, like the lab's
 PostgreSQL), started through :mod:`meshtui.runas` (its own session, no terminal): it may read
 its configuration, certificate and key (group-readable, owned by root) and write only in
 ``data/`` (the aclfile, its log and pid file), which root reads as hostile ground
@@ -15,6 +17,7 @@ signals it. Without root it runs as the caller.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import secrets
@@ -23,8 +26,6 @@ import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-from urllib.parse import quote
 
 from meshtui import runas
 from meshtui.atomic import write_private
@@ -36,7 +37,10 @@ from meshtui.contracts.lab_server import (
     LabServer,
     LabSite,
 )
+from meshtui.contracts.server_config import ServerPlace
 from meshtui.errors import LabError
+from meshtui.freeform import LibraryKwargs
+from meshtui.kinds.redis import server_config
 from meshtui.lab import toml_writer
 from meshtui.lab.accounts import check_path_open, ensure_system_user
 from meshtui.lab.certificates import make_certificates
@@ -44,7 +48,10 @@ from meshtui.lab.foreign import ForeignDir
 from meshtui.lab.netns import free_port
 from meshtui.lab.wait import ended, poll
 
-ADMIN_USER = "meshtui-admin"
+ADMIN_USER = server_config.DEFAULT.admin
+LAB_USER = "meshtui-lab"
+"""An ACL user with every right, for the lab's and the tests' own use (its URL in ``lab.url``);
+the provisioner's admin is :data:`ADMIN_USER`, allowed the ACL alone."""
 SERVER_USER = "meshtui_redis"
 DATA = "data"
 _LOG_SCAN = 256 << 10  # the start of a lab Redis's log is a few KiB
@@ -103,6 +110,11 @@ class RedisServer:
         return self.folder / "admin.url"
 
     @property
+    def lab_file(self) -> Path:
+        """The lab's own URL, as :data:`LAB_USER` (0600): tests flush and configure with it."""
+        return self.folder / "lab.url"
+
+    @property
     def pidfile(self) -> Path:
         """Where the running server's pid is kept."""
         return self.data / "redis.pid"
@@ -158,7 +170,7 @@ class RedisServer:
         if self.running():
             return
         argv = [find_server(), str(self.folder / "redis.conf")]
-        kwargs: dict[str, Any] = {
+        kwargs: LibraryKwargs = {
             "stdin": subprocess.DEVNULL,
             "stdout": subprocess.DEVNULL,
             "stderr": subprocess.DEVNULL,
@@ -186,6 +198,10 @@ class RedisServer:
         ended(pid)
 
 
+def _sha256(password: str) -> str:
+    return hashlib.sha256(password.encode()).hexdigest()
+
+
 def create(folder: Path, *, address: str, port: int) -> RedisServer:
     """Write the lab Redis's files into ``folder`` (once); see the module docstring."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -204,35 +220,41 @@ def create(folder: Path, *, address: str, port: int) -> RedisServer:
         os.chown(server.data, owner, pw.pw_gid if pw is not None else -1)
     except FileExistsError:
         pass
+    place = ServerPlace(
+        address=address,
+        port=port,
+        cert=str(server.folder / "server.pem"),
+        key=str(server.folder / "server.key"),
+        ca=str(server.ca),
+        conf=str(server.folder),
+        data=str(server.data),
+        admin=ADMIN_USER,
+        admin_file=str(server.admin_file),
+    )
     with ForeignDir(server.data, owner=owner) as data:
-        if data.mode_of("users.acl") is None or not server.admin_file.exists():
-            password = secrets.token_urlsafe(32)
-            digest = hashlib.sha256(password.encode()).hexdigest()
+        if (
+            data.mode_of("users.acl") is None
+            or not server.admin_file.exists()
+            or not server.lab_file.exists()
+        ):
+            password, lab_password = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
             data.write(
                 "users.acl",
                 (
-                    "user default off resetkeys resetchannels -@all\n"
-                    f"user {ADMIN_USER} on #{digest} ~* &* +@all\n"
+                    f"{server_config.DEFAULT_USER}\n"
+                    f"{server_config.acl_line(ADMIN_USER, _sha256(password))}\n"
+                    f"user {LAB_USER} on #{_sha256(lab_password)} ~* &* +@all\n"
                 ).encode(),
                 uid=pw.pw_uid if pw is not None else None,
                 gid=pw.pw_gid if pw is not None else None,
             )
-            url = (
-                f"rediss://{ADMIN_USER}:{quote(password, safe='')}@{address}:{port}/0"
-                f"?ssl_ca_certs={quote(str(server.ca), safe='/')}"
-            )
-            write_private(server.admin_file, url.encode())
-            del password, url
+            write_private(server.admin_file, server_config.admin_url(place, password).encode())
+            lab_place = dataclasses.replace(place, admin=LAB_USER)
+            url = server_config.admin_url(lab_place, lab_password)
+            write_private(server.lab_file, url.encode())
+            del password, lab_password, url
     conf = [
-        f"bind {address}",
-        "protected-mode yes",
-        "port 0",
-        f"tls-port {port}",
-        f"tls-cert-file {server.folder / 'server.pem'}",
-        f"tls-key-file {server.folder / 'server.key'}",
-        f"tls-ca-cert-file {server.ca}",
-        "tls-auth-clients no",
-        f"aclfile {server.aclfile}",
+        *server_config.conf_lines(place, str(server.aclfile)),
         f"dir {server.data}",
         f"logfile {server.log}",
         f"pidfile {server.pidfile}",

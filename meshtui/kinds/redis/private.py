@@ -28,6 +28,7 @@ from redis._parsers import _RESP2Parser
 from redis.connection import SSLConnection
 
 from meshtui import cafile
+from meshtui.freeform import LibraryKwargs
 
 PINNED_REDIS_PY = "8.1.0"
 """The redis-py version these internals were checked against."""
@@ -71,7 +72,7 @@ class ContextTLSConnection(SSLConnection):
         return self._mesh_context.wrap_socket(sock, server_hostname=self.host)
 
 
-def only_ca(kwargs: dict[str, Any]) -> dict[str, Any]:
+def only_ca(kwargs: LibraryKwargs) -> LibraryKwargs:
     """Connection arguments parsed from a ``rediss://`` URL whose only TLS option is
     ``ssl_ca_certs``, switched to a context trusting that CA alone; others unchanged."""
     tls = {k for k in kwargs if k.startswith("ssl_")}

@@ -48,6 +48,7 @@ from meshtui.contracts.probe_types import (
     control_password,
     scrub,
 )
+from meshtui.freeform import LibraryKwargs
 from meshtui.kinds.redis.private import (
     ContextTLSConnection,
     NoAuth,
@@ -58,7 +59,7 @@ from meshtui.kinds.redis.private import (
 )
 from meshtui.model import Verdict
 
-_NO_LIB_INFO: dict[str, Any] = (
+_NO_LIB_INFO: LibraryKwargs = (
     {"driver_info": None}
     if importlib.util.find_spec("redis.driver_info") is not None
     else {"lib_name": None, "lib_version": None}  # redis-py before 7
@@ -132,7 +133,7 @@ def login(
     if isinstance(found, NotRun):
         return _result(Verdict.UNKNOWN, found.reason, None, loopback=found.loopback)
     loopback = found.loopback
-    common: dict[str, Any] = {
+    common: LibraryKwargs = {
         "host": found.address,
         "port": port,
         "socket_timeout": timeout,
@@ -262,7 +263,7 @@ def probe(
     expect_client_addr: str | None = None,
 ) -> ProbeResult:
     """AUTH with the held credential; if accepted, again with a random wrong one (the control)."""
-    kwargs: dict[str, Any] = {
+    kwargs: LibraryKwargs = {
         "ca": ca,
         "tls": tls,
         "timeout": timeout,

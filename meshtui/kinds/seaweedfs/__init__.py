@@ -35,4 +35,5 @@ KIND = Kind(
     owns=owned_buckets,
     takes_over=taken_over,
     connection=connection,
+    server_config=Ref("meshtui.kinds.seaweedfs.server_config", "RECIPE"),
 )

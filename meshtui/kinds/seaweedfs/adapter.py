@@ -47,6 +47,7 @@ from meshtui.contracts.adapter import (
 )
 from meshtui.crypto import secret_digest
 from meshtui.errors import ProvisionError
+from meshtui.freeform import ForeignJson
 from meshtui.kinds.kind import ValuesError
 from meshtui.kinds.seaweedfs.shell import Conversation, Session, errors, find_weed
 from meshtui.kinds.seaweedfs.values import RIGHTS, Grant, grant_for
@@ -137,7 +138,7 @@ class SeaweedAdapter:
             self.admin.master, self.admin.filer, self.admin.config, self.admin.weed or find_weed()
         )
         self._shell: Conversation | None = None
-        self._looked: list[dict[str, Any]] | None = None  # inspect's read, used once by create
+        self._looked: list[ForeignJson] | None = None  # inspect's read, used once by create
         self._buckets: frozenset[str] = frozenset()  # the buckets there were at the last read
         self._indexed: (
             tuple[Sequence[Mapping[str, Any]], dict[str, Mapping[str, Any]], dict[str, set[str]]]
@@ -152,7 +153,7 @@ class SeaweedAdapter:
             self._shell = Conversation(self.session)
         return self._shell
 
-    def _identities(self) -> list[dict[str, Any]]:
+    def _identities(self) -> list[ForeignJson]:
         """Every identity the store holds (private: each with its secret key)."""
         data, self._buckets = self._conversation().export()
         found = data.get("identities") or []

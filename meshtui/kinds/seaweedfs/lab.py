@@ -41,8 +41,10 @@ from meshtui.contracts.lab_server import (
     LabServer,
     LabSite,
 )
+from meshtui.contracts.server_config import ServerPlace
 from meshtui.errors import LabError
-from meshtui.kinds.seaweedfs import KIND
+from meshtui.kinds.seaweedfs import KIND, server_config
+from meshtui.kinds.seaweedfs.server_config import Ports
 from meshtui.kinds.seaweedfs.shell import find_weed
 from meshtui.lab import toml_writer
 from meshtui.lab.accounts import check_path_open, ensure_system_user
@@ -50,13 +52,13 @@ from meshtui.lab.certificates import authority, certificate
 from meshtui.lab.wait import ended, poll
 
 SERVER_USER = "meshtui-weed"
-ADMIN_IDENTITY = "meshtui-admin"
+ADMIN_IDENTITY = server_config.DEFAULT.admin
 PROVISION = "objects"
 START_S = 60.0
 STOP_S = 40.0
 VOLUME_MB = 32
 VOLUMES = 64
-_GRPC = 10000  # weed's own rule: a service's gRPC port is its HTTP port + 10000
+_GRPC = server_config.GRPC
 
 
 _ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}
@@ -69,16 +71,6 @@ def available() -> bool:
     except Exception:
         return False
     return shutil.which("openssl") is not None
-
-
-@dataclass(frozen=True)
-class Ports:
-    """The HTTP ports (gRPC: each + 10000); all but ``s3`` on the namespace's loopback."""
-
-    master: int
-    volume: int
-    filer: int
-    s3: int
 
 
 @dataclass(frozen=True)
@@ -147,39 +139,28 @@ class WeedServer:
                     seen.add(int(fields[1].rsplit(":", 1)[1], 16))
         return want <= seen
 
+    @property
+    def place(self) -> ServerPlace:
+        """Where its files are, as :mod:`~meshtui.kinds.seaweedfs.server_config` takes them."""
+        return ServerPlace(
+            address=self.address,
+            port=self.ports.s3,
+            cert=str(self.conf / "s3.pem"),
+            key=str(self.conf / "s3.key"),
+            ca=str(self.ca),
+            conf=str(self.conf),
+            data=str(self.data),
+            admin=ADMIN_IDENTITY,
+            admin_file=str(self.admin_file),
+        )
+
     def argv(self) -> list[str]:
-        """``weed server`` with every listener placed (see the module docstring)."""
-        p, data = self.ports, self.data
-        return [
-            find_weed(),
-            "server",
-            f"-dir={data}",
-            "-ip=127.0.0.1",
-            "-ip.bind=127.0.0.1",
-            f"-master.port={p.master}",
-            f"-master.port.grpc={p.master + _GRPC}",
-            "-master.telemetry=false",
-            f"-master.volumeSizeLimitMB={VOLUME_MB}",
-            f"-volume.port={p.volume}",
-            f"-volume.port.grpc={p.volume + _GRPC}",
-            f"-volume.max={VOLUMES}",
-            "-volume.preStopSeconds=0",
-            "-filer",
-            "-filer.disableHttp",
-            f"-filer.port={p.filer}",
-            f"-filer.port.grpc={p.filer + _GRPC}",
-            f"-filer.localSocket={data / 'filer.sock'}",
-            "-s3",
-            f"-s3.ip.bind={self.address}",
-            f"-s3.port={p.s3}",
-            f"-s3.port.grpc={p.s3 + _GRPC}",
-            f"-s3.cert.file={self.conf / 's3.pem'}",
-            f"-s3.key.file={self.conf / 's3.key'}",
-            f"-s3.config={self.conf / 'identities.json'}",
-            f"-s3.localSocket={data / 's3.sock'}",
-            "-s3.port.iceberg=0",
-            "-s3.port.lance=0",
-        ]
+        """``weed server`` as ``meshtui kind config seaweedfs`` prints it, with the lab's small
+        volumes and no wait before a stop."""
+        lab_only = (f"-master.volumeSizeLimitMB={VOLUME_MB}", "-volume.preStopSeconds=0")
+        return server_config.argv(
+            find_weed(), self.place, self.ports, volumes=VOLUMES, extra=lab_only
+        )
 
     def start(self, netns: str | None = None) -> None:
         """Start weed (inside ``netns`` when given) and wait until it listens."""
@@ -243,14 +224,6 @@ class WeedServer:
                     os.unlink(path)
 
 
-def _security_toml(conf: Path) -> str:
-    """weed's gRPC mutual TLS: every server and client with one certificate of its own CA."""
-    pair = f'cert = "{conf / "grpc.pem"}"\nkey = "{conf / "grpc.key"}"\n'
-    parts = [f'[grpc]\nca = "{conf / "grpc-ca.pem"}"\n']
-    parts += [f"[grpc.{role}]\n{pair}" for role in ("master", "volume", "filer", "s3", "client")]
-    return "\n".join(parts)
-
-
 def create(folder: Path, *, address: str, ports: Ports, user: str | None = None) -> WeedServer:
     """Write the lab SeaweedFS's files into ``folder`` (once); see the module docstring.
 
@@ -274,16 +247,12 @@ def create(folder: Path, *, address: str, ports: Ports, user: str | None = None)
         os.replace(folder / "s3.key", conf / "s3.key")
     authority(conf, "grpc-ca", "meshtui lab weed gRPC CA")
     certificate(conf, "grpc", "grpc-ca", "IP:127.0.0.1", "serverAuth,clientAuth")
-    write_private(conf / "security.toml", _security_toml(conf).encode())
+    write_private(conf / "security.toml", server_config.security_toml(str(conf)).encode())
     identities = conf / "identities.json"
     if not identities.exists():
-        admin = {
-            "name": ADMIN_IDENTITY,
-            "credentials": [{"accessKey": ADMIN_IDENTITY, "secretKey": secrets.token_urlsafe(32)}],
-            "actions": ["Admin", "Read", "Write", "List", "Tagging"],
-        }
-        write_private(identities, json.dumps({"identities": [admin]}).encode())
-        del admin
+        text = server_config.identities(ADMIN_IDENTITY, secrets.token_urlsafe(32))
+        write_private(identities, text.encode())
+        del text
     if pw is not None:  # weed reads conf/ through its group; root alone writes it
         os.chown(conf, 0, pw.pw_gid)
         for name in (
@@ -301,11 +270,7 @@ def create(folder: Path, *, address: str, ports: Ports, user: str | None = None)
         data.mkdir(mode=0o700)
         if pw is not None:
             os.chown(data, pw.pw_uid, pw.pw_gid)
-    admin_file = (
-        f'backend = "seaweedfs"\nmaster = "127.0.0.1:{ports.master}.{ports.master + _GRPC}"\n'
-        f'filer = "127.0.0.1:{ports.filer}.{ports.filer + _GRPC}"\nconfig = "{conf}"\n'
-        f'admin = "{ADMIN_IDENTITY}"\n'
-    )
+    admin_file = server_config.admin_text(ports, str(conf), ADMIN_IDENTITY)
     write_private(server.admin_file, admin_file.encode())
     record = {"address": address, "ports": asdict(ports), "user": server.user}
     write_private(folder / "weed.json", json.dumps(record).encode())

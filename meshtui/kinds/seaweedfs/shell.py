@@ -25,10 +25,10 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from meshtui import runas
 from meshtui.errors import ProvisionError
+from meshtui.freeform import ForeignJson
 
 TIMEOUT_S = 120.0
 """Longest a shell session may take (a thousand identities take a few seconds)."""
@@ -109,7 +109,7 @@ class Session:
             raise ShellError(f"weed shell could not be run: {exc.strerror}") from None
         return proc
 
-    def export(self) -> tuple[dict[str, Any], frozenset[str]]:
+    def export(self) -> tuple[ForeignJson, frozenset[str]]:
         """The whole IAM configuration (``s3.iam.export``), parsed and private like its text,
         and the names of the buckets there are (``s3.bucket.list``, in the same session)."""
         return parse_export(self.run(EXPORT), self.master)
@@ -119,7 +119,7 @@ EXPORT = ("s3.bucket.list", "s3.iam.export")
 """The commands whose output :func:`parse_export` reads."""
 
 
-def parse_export(out: str, master: str) -> tuple[dict[str, Any], frozenset[str]]:
+def parse_export(out: str, master: str) -> tuple[ForeignJson, frozenset[str]]:
     """The IAM configuration and the bucket names from :data:`EXPORT`'s output; ShellError
     (naming the shell's error lines, never its output) when it holds no configuration."""
     start = out.find("{")
@@ -200,7 +200,7 @@ class Conversation:
         why = "ended" if not readers else f"did not answer in {TIMEOUT_S:.0f} s"
         raise ShellError(f"weed shell at {self.session.master} {why}: {said or 'no error line'}")
 
-    def export(self) -> tuple[dict[str, Any], frozenset[str]]:
+    def export(self) -> tuple[ForeignJson, frozenset[str]]:
         """:meth:`Session.export` in this shell."""
         return parse_export(self.ask(EXPORT), self.session.master)
 

@@ -1,4 +1,5 @@
-"""A drill as a checklist: the three logins, what each should do, what it did, and how fast.
+"""A drill as a checklist: the three logins, what each should do, what it did, and how fast,
+then the sessions open on the old credential before and after the rotation.
 
 A drill proves a rotation: the old credential logs in before, the new one after, and the old
 one is refused after. Each line says expected and actual in words, with ✓ or ✗, so the verdict
@@ -45,6 +46,12 @@ def drill_text(report: DrillReport, *, when: str = "") -> Text:
         )
         if step.reason and not step.ok:
             text.append(f"  {step.reason}", "dim")
+    if report.sessions:
+        lingering = report.sessions == "end" and report.sessions_after != 0
+        text.append("\n   ")
+        text.append(
+            ("✗ " if lingering else "· ") + report.sessions_line(), "red" if lingering else ""
+        )
     if report.reason:
         text.append(f"\n   {report.reason}", "dim")
     return text

@@ -155,6 +155,8 @@ def test_a_rotation_killed_between_vault_and_file_converges(lab: tuple[Path, Any
         and row["vault_version"] == version
         and row["file_version"] == version - 1
     )
+    held = f"the vault holds version {version}, the file version {version - 1}"
+    assert held in row["reason"], row["reason"]
     assert key.read_text() == old
     login = login_of(state, "app1/gitea")
     assert kv_value(state, login, "session_key") != old  # the new version is in the vault

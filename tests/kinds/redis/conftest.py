@@ -44,7 +44,8 @@ def admin_url(server: lab_redis.RedisServer) -> str:
 
 
 def admin_client(server: lab_redis.RedisServer) -> redis.Redis:
-    return redis.Redis.from_url(admin_url(server), decode_responses=True, protocol=2)
+    """A client of the lab user, with every right (the provisioner's admin has the ACL alone)."""
+    return redis.Redis.from_url(server.lab_file.read_text(), decode_responses=True, protocol=2)
 
 
 def client_as(server: lab_redis.RedisServer, login: str, password: str) -> redis.Redis:
@@ -134,7 +135,7 @@ def reset_server(server: lab_redis.RedisServer) -> None:
     """Every user but default and the admin deleted, every key flushed, logs emptied."""
     with admin_client(server) as admin:
         for user in admin.acl_users():
-            if user not in ("default", lab_redis.ADMIN_USER):
+            if user not in ("default", lab_redis.ADMIN_USER, lab_redis.LAB_USER):
                 admin.acl_deluser(user)
         admin.flushall()
         admin.acl_log_reset()

@@ -52,7 +52,7 @@ class RedisServer:
         return str(self.server.ca)
 
     def _admin(self) -> redis.Redis:
-        url = self.server.admin_file.read_text()
+        url = self.server.lab_file.read_text()  # the lab user: every right (flush, config)
         return redis.Redis.from_url(url, decode_responses=True, protocol=2)
 
     def _as(self, login: str, password: str) -> redis.Redis:
@@ -78,7 +78,7 @@ class RedisServer:
     def reset(self) -> None:
         with self._admin() as admin:
             for user in admin.acl_users():
-                if user not in ("default", lab_redis.ADMIN_USER):
+                if user not in ("default", lab_redis.ADMIN_USER, lab_redis.LAB_USER):
                     admin.acl_deluser(user)
             admin.flushall()
             admin.acl_log_reset()

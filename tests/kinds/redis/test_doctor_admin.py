@@ -59,7 +59,7 @@ def test_an_admin_without_acl_rights_gets_a_grant(
         write_private(path, url_for(redis_server, "weak-admin", password).encode())
         ((problem, fix),) = check(path)
         assert "weak-admin" in problem or "NOPERM" in problem, problem
-        assert fix.startswith("ACL SETUSER ") and "+@all" in fix
+        assert fix.startswith("ACL SETUSER ") and "+acl" in fix
     finally:
         with admin_client(redis_server) as admin:
             admin.execute_command("ACL", "DELUSER", "weak-admin")

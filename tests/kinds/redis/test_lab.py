@@ -39,7 +39,7 @@ def test_the_lab_redis_is_locked_down(lab: tuple[Path, Any]) -> None:
         and f"bind {built.addresses['db1']}" in conf
     )
     assert "user default off" in server.aclfile.read_text()
-    for name in ("ca.key", "admin.url"):
+    for name in ("ca.key", "admin.url", "lab.url"):
         assert (server.folder / name).stat().st_mode & 0o777 == 0o600, name
     assert server.aclfile.stat().st_mode & 0o777 == 0o600
     key = (server.folder / "server.key").stat()  # its own user reads it through its group

@@ -189,7 +189,8 @@ def test_missing_secret_waits_and_bad_names_are_refused(rmesh: RMesh) -> None:
         "bad_app4_x": "refused",
     }, report.lines()
     with rmesh.redis() as admin:
-        assert sorted(admin.acl_users()) == sorted(["default", lab_redis.ADMIN_USER])
+        users = ["default", lab_redis.ADMIN_USER, lab_redis.LAB_USER]
+        assert sorted(admin.acl_users()) == sorted(users)
 
 
 def test_persisted_across_a_restart(rmesh: RMesh) -> None:

@@ -11,6 +11,7 @@ import pytest
 from meshtui.contracts.adapter import Scope
 from meshtui.kinds.postgres.adapter import PostgresAdapter
 from meshtui.kinds.postgres.catalog import held_name
+from meshtui.model import Sessions
 from tests.provisioner.conftest import PROVIDER, Mesh, outcomes, server_version
 
 ADMIN_PASSWORD = "managed-admin-pw-1"
@@ -153,3 +154,26 @@ def test_a_second_admin_on_the_same_server(mesh: Mesh) -> None:
     else:
         assert only.outcome == "updated"
         assert mesh.can_login("gitea_app1_x", mesh.password("app1", "gitea"))
+
+
+def test_managed_admin_ends_a_rotated_logins_old_sessions(managed: Mesh) -> None:
+    """A CREATEROLE admin may signal only its roles' backends: it acts as the login's owner
+    first, as removal does, and ends them (not the admin's own session, not another login's)."""
+    mesh = managed
+    mesh.add("app1", "gitea", database="gitea")
+    mesh.add("app2", "wiki", database="wiki")
+    mesh.reconcile()
+    old = mesh.password("app1", "gitea")
+    session = mesh.connect_as("gitea_app1_x", old, "gitea")
+    bystander = mesh.connect_as("wiki_app2_x", mesh.password("app2", "wiki"), "wiki")
+    try:
+        mesh.rotate("app1", "gitea")
+        report = mesh.reconcile(sessions={"gitea_app1_x": Sessions.END})
+        (done,) = [o for o in report.outcomes if o.login == "gitea_app1_x"]
+        assert (done.outcome, done.sessions, done.sessions_left) == ("updated", 1, 0), done
+        with pytest.raises(psycopg.OperationalError):
+            session.execute("SELECT 1")
+        bystander.execute("SELECT 1")  # another login's session lives
+    finally:
+        session.close()
+        bystander.close()

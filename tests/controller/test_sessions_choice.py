@@ -1,0 +1,50 @@
+"""What a rotation does to each pair's old sessions: ``rotate --sessions`` first, else the
+requirement's ``sessions``, else its provider's offer's, else ``end``; and a declaration that
+names anything else is refused with the key and the fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from meshtui.controller.core import Controller
+from meshtui.controller.plan.sessions import session_choices
+from meshtui.errors import DeclarationError
+from meshtui.model import Sessions
+from tests.fix_mesh import Mesh, modules
+
+GITEA = "database:app1/gitea->db1/postgres"
+WIKI = "database:app1/wiki->db1/postgres"
+OTHER = "database:app2/gitea->db1/postgres"
+
+
+def _declared(mesh: Mesh, offer: str | None, wiki: str | None) -> dict[str, Sessions]:
+    spec = mesh.spec(modules(["app1/gitea", "app1/wiki", "app2/gitea"]))
+    if offer is not None:
+        spec["modules"]["db1/postgres"]["provides"][0]["sessions"] = offer
+    if wiki is not None:
+        spec["modules"]["app1/wiki"]["requires"][0]["sessions"] = wiki
+    with Controller.open(mesh.state) as ctl:
+        ctl.declare(mesh.write(spec))
+        return session_choices(ctl.inventory, ctl.inventory.pairs())
+
+
+def test_a_leak_is_the_default_every_old_session_ends(mesh: Mesh) -> None:
+    assert set(_declared(mesh, None, None).values()) == {Sessions.END}
+
+
+def test_the_requirement_says_before_its_provider_and_the_command_before_both(
+    mesh: Mesh,
+) -> None:
+    chosen = _declared(mesh, "drain", "end")
+    assert chosen == {GITEA: Sessions.DRAIN, WIKI: Sessions.END, OTHER: Sessions.DRAIN}
+    with Controller.open(mesh.state) as ctl:
+        asked = session_choices(ctl.inventory, ctl.inventory.pairs(), Sessions.END)
+    assert set(asked.values()) == {Sessions.END}
+
+
+@pytest.mark.parametrize("where", ["offer", "requirement"])
+def test_a_choice_that_is_not_one_is_refused_naming_the_key(mesh: Mesh, where: str) -> None:
+    with pytest.raises(DeclarationError) as caught:
+        _declared(mesh, "kill" if where == "offer" else None, "kill" if where != "offer" else None)
+    text = str(caught.value)
+    assert ".sessions" in text and '"end"' in text and '"drain"' in text, text
