@@ -462,3 +462,29 @@ def test_modules_naming_a_key_are_the_declared_ones_whose_spec_holds_it(
         assert list(named) == ["app1/gitea", "app2/wiki"]
         assert named == {m: every[m] for m in named}
         assert [m for m, r in every.items() if r["spec"].secrets] == ["app1/gitea"]
+
+
+def test_a_fence_runs_first_inside_the_write_and_one_that_fails_writes_nothing(
+    tmp_path: Path, engine: Engine
+) -> None:
+    """``transaction(action, fence=…)``: the fence runs inside the transaction, before the
+    caller's writes; when it raises (the writer lost its turn), nothing is written."""
+    seen: list[str] = []
+
+    def holds(tx: object) -> None:
+        seen.append("fence")
+
+    def lost(tx: object) -> None:
+        raise InventoryError("ctl-a's turn is over")
+
+    with engine.open(tmp_path / "inventory.db") as inv:
+        with inv.transaction("test", fence=holds) as tx:
+            seen.append("write")
+            tx.audit("note", [], {}, "ok")
+        assert seen == ["fence", "write"] and inv.last_seq() == 1
+        with (
+            pytest.raises(InventoryError, match="turn is over"),
+            inv.transaction("test", fence=lost) as tx,
+        ):
+            tx.audit("note", [], {}, "ok")
+        assert inv.last_seq() == 1 and inv.verify_chain().ok

@@ -6,8 +6,9 @@ server within seconds; and the audit chain one linear chain with two processes a
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
+import random
 import shutil
 import socket
 import subprocess
@@ -15,6 +16,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -23,23 +25,10 @@ from psycopg import sql
 from meshtui.controller import config
 from meshtui.inventory import SCHEMA_VERSION, Inventory, pg_schema
 from meshtui.inventory import schema as schema_mod
+from tests.fix_lab import cli
 from tests.fix_pg import Clusters, free_port, inventory_database, start_cluster
 
 SECRET = "hunter2-never-shown"
-
-
-def cli(
-    state: Path, *args: str, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """``meshtui --state STATE ARGS…`` in a fresh process."""
-    return subprocess.run(
-        [sys.executable, "-m", "meshtui.cli", "--state", str(state), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, **(env or {})},
-    )
 
 
 @pytest.fixture
@@ -97,10 +86,12 @@ def test_init_postgres_makes_the_schema_and_every_later_command_reads_it(
     assert not (state / "inventory.db").exists()
 
 
-def test_the_environment_names_the_file_for_one_command(conninfo: Path, tmp_path: Path) -> None:
+def test_the_environment_names_the_file_for_one_command(
+    conninfo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     state = tmp_path / "state"
-    env = {config.ENV: str(conninfo)}
-    assert cli(state, "init", env=env).returncode == 0
+    monkeypatch.setenv(config.ENV, str(conninfo))
+    assert cli(state, "init").returncode == 0
     assert config.load(state).postgres == conninfo.absolute()
     with database(conninfo) as conn:
         assert conn.execute(pg_schema.READ_VERSION).fetchone() == (SCHEMA_VERSION,)
@@ -358,3 +349,185 @@ def test_a_hot_standby_is_refused_naming_it(standby: tuple[Path, Path], tmp_path
     write_conninfo(mine, text_of(on_standby))
     params = psycopg.conninfo.conninfo_to_dict(text_of(on_standby))
     failing(state, f"{params['host']}:{params['port']}/{params['dbname']}", "read-only")
+
+
+BASE_TABLES_ORDER = {
+    "audit": "seq", "audit_head": "id", "claims": "provider, claim", "deliveries": 'pair, "end"',
+    "drills": "id", "generations": "pair, generation", "modules": "id", "nodes": "name",
+    "own_secrets": "module, name", "pair_ends": "pair", "pairs": "id", "policies": "pair",
+    "probes": "id", "provider_bases": "provider, provision", "rotations": "id",
+}  # fmt: skip
+"""Every table a move copies (and ``pair_ends``, which the triggers make), in a fixed order."""
+
+
+def filled(state: Path, probes: int) -> None:
+    """A SQLite inventory with pairs, deliveries, ``probes`` probes, a rotation and signed
+    events, written as the controller writes them."""
+    from meshtui.controller.core import Controller
+    from tests.test_status_read import PAIRS, delivery, pair_record, probe
+
+    rng = random.Random(5)
+    with Controller.open(state) as ctl:
+        inv = ctl.inventory
+        with inv.transaction("test") as tx:
+            tx.put_pairs([pair_record(pid) for pid in PAIRS])
+            tx.put_deliveries(
+                [delivery(pid, end, rng) for pid in PAIRS for end in ("consumer", "provider")]
+            )
+            tx.add_probes([probe(rng.choice(PAIRS), rng) for _ in range(probes)])
+            rid = tx.journal_rotation([{"pair": PAIRS[0], "from": 1, "to": 2}], owner_pid=1)
+            tx.audit("rotate", [PAIRS[0]], {"rotation": rid}, "started")
+        for i in range(20):
+            inv.record("note", [], {"i": i}, "ok")
+
+
+def dump(conn: Any) -> dict[str, list[tuple[Any, ...]]]:
+    return {
+        t: [tuple(r) for r in conn.execute(f'SELECT * FROM "{t}" ORDER BY {o}').fetchall()]
+        for t, o in BASE_TABLES_ORDER.items()
+    }
+
+
+def test_a_sqlite_inventory_moves_whole_into_an_empty_postgres_one(
+    conninfo: Path, tmp_path: Path
+) -> None:
+    """Every row of every table, the chain verifying with the controller key, the numbering
+    going on after the highest; a second move into the now full target is refused."""
+    import sqlite3
+
+    state = tmp_path / "state"
+    assert cli(state, "init").returncode == 0
+    filled(state, probes=200)
+    with contextlib.closing(sqlite3.connect(state / "inventory.db")) as lite:
+        before = dump(lite)
+    done = cli(state, "move-inventory", "--to-postgres", str(conninfo))
+    assert done.returncode == 0, done.stderr
+    assert config.load(state).postgres == conninfo.absolute()
+    assert not (state / "inventory.db").exists() and (state / "inventory.db.moved").exists()
+    with database(conninfo) as conn:
+        after = dump(conn)
+    assert after == before
+    verify = cli(state, "audit", "--verify")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    from meshtui.controller.core import Controller
+
+    with Controller.open(state) as ctl:  # numbering goes on past the copied rows
+        with ctl.inventory.transaction("test") as tx:
+            rid = tx.journal_rotation([], owner_pid=1)
+        assert rid == max(r[0] for r in before["rotations"]) + 1
+    other = tmp_path / "other"
+    assert cli(other, "init").returncode == 0
+    filled(other, probes=5)
+    refused = cli(other, "move-inventory", "--to-postgres", str(conninfo))
+    one_clear_line(refused, "not empty", "nothing was copied")
+    assert config.load(other).postgres is None and (other / "inventory.db").exists()
+
+
+def test_a_move_killed_midway_leaves_the_target_empty_and_the_folder_on_sqlite(
+    conninfo: Path, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    assert cli(state, "init").returncode == 0
+    filled(state, probes=15000)
+    dbname = psycopg.conninfo.conninfo_to_dict(text_of(conninfo))["dbname"]
+    cmd = [sys.executable, "-m", "meshtui.cli", "--state", str(state), "move-inventory",
+           "--to-postgres", str(conninfo)]  # fmt: skip
+    mover = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    watcher = database(conninfo)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # the copy is under way: rows are going in
+            (copying,) = watcher.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s "
+                "AND query LIKE 'INSERT INTO \"probes\"%%'",
+                [dbname],
+            ).fetchone()
+            if copying:
+                break
+            assert mover.poll() is None, "the move ended before it was seen copying"
+            time.sleep(0.01)
+        mover.kill()
+        mover.wait()
+        time.sleep(0.5)  # the server notices the client gone and rolls back
+        for table in BASE_TABLES_ORDER:
+            assert watcher.execute(f'SELECT count(*) FROM "{table}"').fetchone() == (0,), table
+    finally:
+        watcher.close()
+    assert config.load(state).postgres is None and (state / "inventory.db").exists()
+    done = cli(state, "move-inventory", "--to-postgres", str(conninfo))
+    assert done.returncode == 0, done.stderr
+    assert cli(state, "audit", "--verify").returncode == 0
+
+
+def test_backup_of_a_postgres_inventory_names_the_pg_dump_way(
+    initialised: Path, tmp_path: Path
+) -> None:
+    phrase = write_conninfo(tmp_path / "phrase", "correct horse battery staple")
+    done = cli(initialised, "backup", str(tmp_path / "b.backup"), "--passphrase-file", str(phrase))
+    one_clear_line(done, "pg_dump", "PostgreSQL")
+    assert not (tmp_path / "b.backup").exists()
+
+
+def test_the_pg_dump_way_restores_an_inventory_that_verifies(
+    initialised: Path, tmp_path: Path, pg_clusters: Clusters
+) -> None:
+    """The manual's backup of a PostgreSQL inventory: ``pg_dump`` of the database beside the
+    state folder's key files; ``pg_restore`` into a new database and a state folder holding
+    those files, whose settings name it: the chain verifies with the controller key, the
+    pairs are all there."""
+    cluster = pg_clusters.get("18")
+    filled(initialised, probes=50)
+    source = config.load(initialised).postgres
+    assert source is not None
+    dump_file = tmp_path / "inventory.dump"
+    bins = cluster.binaries
+    done = subprocess.run([str(bins / "pg_dump"), "--format=custom", "--file", str(dump_file),
+                           "--dbname", text_of(source)], capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    folder = tmp_path / "restored-pg"
+    folder.mkdir(mode=0o700)
+    target = inventory_database(cluster, folder, empty=True)
+    done = subprocess.run([str(bins / "pg_restore"), "--no-owner", "--exit-on-error",
+                           "--dbname", text_of(target), str(dump_file)],
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    restored = tmp_path / "restored"
+    restored.mkdir(mode=0o700)
+    for name in ("controller.key", "controller.pub", "sequence"):
+        if (initialised / name).exists():
+            shutil.copy2(initialised / name, restored / name)
+    config.save(restored, config.ControllerConfig(name="ctl-a", postgres=target))
+    verify = cli(restored, "audit", "--verify")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    with database(source) as a, database(target) as b:
+        assert dump(a) == dump(b)
+
+
+def test_a_server_restarted_between_writes_is_reconnected_and_said_while_down(
+    tmp_path: Path,
+) -> None:
+    """An open inventory (``watch`` holds one for days) whose server restarts: a write while
+    it is down fails in seconds with one line naming it, and the next write after it is back
+    goes through on a new connection, the chain still one."""
+    from meshtui.errors import InventoryError
+
+    cluster, base = start_cluster("18")
+    folder = tmp_path / "pg"
+    folder.mkdir(mode=0o700)
+    try:
+        with Inventory.open(
+            tmp_path / "inventory.db", postgres=inventory_database(cluster, folder)
+        ) as inv:
+            inv.record("note", [], {"i": 1}, "ok")
+            cluster.stop()
+            began = time.monotonic()
+            with pytest.raises(InventoryError, match=f"PostgreSQL .*:{cluster.port}/"):
+                inv.record("note", [], {"i": 2}, "ok")
+            assert time.monotonic() - began < 10
+            cluster.start()
+            inv.record("note", [], {"i": 3}, "ok")
+            assert [e["detail"]["i"] for e in inv.events()] == [1, 3]
+            assert inv.verify_chain().ok
+    finally:
+        cluster.stop()
+        shutil.rmtree(base, ignore_errors=True)

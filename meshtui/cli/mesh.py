@@ -33,6 +33,18 @@ def cmd_init(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_move_inventory(args: argparse.Namespace) -> int:
+    from meshtui.controller.core import MOVED, move_to_postgres
+
+    folder = state_dir(args)
+    saved = move_to_postgres(folder, args.to_postgres)
+    print(
+        f"inventory moved to PostgreSQL, named by {args.to_postgres.absolute()} (settings: "
+        f"{saved}); the SQLite file is kept as {folder / MOVED} and no longer read"
+    )
+    return EXIT_OK
+
+
 def cmd_declare(args: argparse.Namespace) -> int:
     with controller(args) as ctl:
         result = ctl.declare(args.file)

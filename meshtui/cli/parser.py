@@ -40,6 +40,7 @@ HANDLERS: dict[str, str] = {
     "kind config": "kind:cmd_kind_config",
     "backup": "recovery:cmd_backup",
     "restore": "recovery:cmd_restore",
+    "move-inventory": "mesh:cmd_move_inventory",
 }
 """Each command's handler as ``"module:function"`` in ``meshtui.cli``, imported only when the
 command runs. Why: the handler modules import the controller, the agent (Starlette, uvicorn),
@@ -116,6 +117,7 @@ EXIT_TABLE: tuple[tuple[str, str, str], ...] = (
         "--out: a file is there already, or cannot be written",
     ),
     ("backup, restore", "written / restored", "it could not be done"),
+    ("move-inventory", "moved, the state folder reads PostgreSQL", "nothing was moved"),
     ("secret status", "every own secret is working", "any is not"),
     (
         "secret put, secret rotate",
@@ -176,6 +178,18 @@ def _mesh(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--name", help="this controller's name in controller.toml (default: the host name)"
     )
     s.set_defaults(func=handler("init"))
+
+    s = sub.add_parser(
+        "move-inventory", help="move this state folder's SQLite inventory into PostgreSQL"
+    )
+    s.add_argument(
+        "--to-postgres",
+        type=Path,
+        metavar="FILE",
+        required=True,
+        help="a libpq conninfo file (0600) naming an empty database",
+    )
+    s.set_defaults(func=handler("move-inventory"))
 
     s = sub.add_parser("declare", help="load a declaration (TOML)")
     s.add_argument("file", type=Path, help="the declaration (TOML)")

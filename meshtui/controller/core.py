@@ -137,6 +137,35 @@ def init_postgres(state_dir: Path, conninfo: Path, name: str | None) -> Path:
     return saved
 
 
+MOVED = f"{INVENTORY}.moved"
+"""The SQLite file's name once its inventory moved to PostgreSQL (kept, no longer read)."""
+
+
+def move_to_postgres(state_dir: Path, conninfo: Path) -> Path:
+    """Move the state folder's SQLite inventory into the empty PostgreSQL database ``conninfo``
+    names, then point the folder's settings there and set the file aside (:data:`MOVED`).
+
+    The copy is one PostgreSQL transaction: interrupted, the target is as empty as it was and
+    the folder still reads its SQLite file. Interrupted after the copy's commit, a second run
+    finds the same inventory there and only finishes the switch. Stop ``watch`` first: a
+    process holding the SQLite inventory open goes on writing it. The settings' path."""
+    from meshtui.inventory.move import to_postgres
+    from meshtui.inventory.pg_connection import read_conninfo
+
+    conninfo = Path(conninfo).absolute()
+    read_conninfo(conninfo)
+    own_folder(state_dir)
+    source = state_dir / INVENTORY
+    if config.inventory_postgres(state_dir) is not None:
+        raise InventoryError(f"{state_dir}: its inventory is on PostgreSQL already")
+    if not source.exists():
+        raise InventoryError(f"{source}: no SQLite inventory to move")
+    to_postgres(source, conninfo)
+    saved = config.save(state_dir, replace(config.load(state_dir), postgres=conninfo))
+    os.replace(source, state_dir / MOVED)
+    return saved
+
+
 def init_keys(state_dir: Path) -> tuple[Path, bool]:
     """Write the controller's keys once; the .pub path and whether they were made now.
 

@@ -81,23 +81,28 @@ def connect(path: Path, *, read_only: bool) -> PgConnection:
         ) from None
     params.setdefault("connect_timeout", str(CONNECT_TIMEOUT))
     params.setdefault("application_name", "meshtui")
-    try:
-        raw = psycopg.connect(make_conninfo("", **params), autocommit=True)
-    except psycopg.Error as exc:
-        raise InventoryError(
-            f"inventory on PostgreSQL {server}: cannot connect ({reason(exc)}); "
-            f"nothing was sent to any node (conninfo file {path})"
-        ) from None
-    try:
-        _as_sqlite_stores(raw)
-        check(raw, server)
-        raw.execute(f"SET lock_timeout = {LOCK_TIMEOUT_MS}")
-        if read_only:
-            raw.execute("SET default_transaction_read_only = on")
-    except BaseException:
-        raw.close()
-        raise
-    return PgConnection(raw, server, reopen=lambda: connect(path, read_only=read_only).raw)
+    conninfo = make_conninfo("", **params)
+
+    def opened() -> psycopg.Connection[Any]:
+        try:
+            raw = psycopg.connect(conninfo, autocommit=True)
+        except psycopg.Error as exc:
+            raise InventoryError(
+                f"inventory on PostgreSQL {server}: cannot connect ({reason(exc)}); "
+                f"nothing was sent to any node (conninfo file {path})"
+            ) from None
+        try:
+            _as_sqlite_stores(raw)
+            check(raw, server)
+            raw.execute(f"SET lock_timeout = {LOCK_TIMEOUT_MS}")
+            if read_only:
+                raw.execute("SET default_transaction_read_only = on")
+        except BaseException:
+            raw.close()
+            raise
+        return raw
+
+    return PgConnection(opened(), server, opened)
 
 
 def check(conn: psycopg.Connection[Any], server: str) -> None:
@@ -159,26 +164,35 @@ class PgConnection:
         self.raw = raw
         self.server = server
         self._reopen = reopen
-        self._began = False  # a transaction this wrapper began and has not ended
-
-    def _live(self) -> None:
-        """Between transactions, a session the server ended (it restarted, or was failed
-        over) is opened again; inside one, its loss stays an error (nothing half-done)."""
-        if self._began or self._reopen is None:
-            return
-        if self.raw.closed or self.raw.broken:
-            self.raw = self._reopen()
 
     def execute(self, sql: str, params: Sequence[object] | None = None) -> psycopg.Cursor[Any]:
-        self._live()
-        if sql.lstrip()[:5].upper() == "BEGIN":
-            self._began = True
+        """Run one statement; a connection found broken between transactions (the server
+        restarted, the link was cut and is back) is opened anew, once, and the statement sent
+        again: nothing of a transaction is lost then, since none was open."""
+        import psycopg
+
+        idle = self._fresh_if_broken()
+        try:
+            return self._execute(sql, params)
+        except psycopg.OperationalError:
+            if not (idle and self.raw.broken and self._reopen is not None):
+                raise
+            self.raw = self._reopen()
+            return self._execute(sql, params)
+
+    def _execute(self, sql: str, params: Sequence[object] | None) -> psycopg.Cursor[Any]:
         if params:
             return self.raw.execute(_placeholders(sql), list(params))
         return self.raw.execute(sql)  # type: ignore[arg-type,unused-ignore]  # the store's text
 
+    def _fresh_if_broken(self) -> bool:
+        """Open anew a connection that broke (its transaction is gone with it); True when no
+        transaction is open now."""
+        if self.raw.broken and self._reopen is not None:
+            self.raw = self._reopen()
+        return not self.in_transaction
+
     def executemany(self, sql: str, rows: Iterable[Sequence[object]]) -> None:
-        self._live()
         rows = list(rows)
         if rows:
             with self.raw.cursor() as cur:
@@ -191,18 +205,12 @@ class PgConnection:
         return self.raw.info.transaction_status != TransactionStatus.IDLE
 
     def commit(self) -> None:
-        try:
-            if self.in_transaction:
-                self.raw.execute("COMMIT")
-        finally:
-            self._began = False
+        if self.in_transaction:
+            self.raw.execute("COMMIT")
 
     def rollback(self) -> None:
-        try:
-            if self.in_transaction and not self.raw.closed:
-                self.raw.execute("ROLLBACK")
-        finally:
-            self._began = False
+        if self.in_transaction and not self.raw.closed:
+            self.raw.execute("ROLLBACK")
 
     def close(self) -> None:
         self.raw.close()

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from meshtui.inventory.schema import STATIC_PAIR_COLUMNS, STATUS_TICKS
+from meshtui.inventory.schema import PAIR_ENDS_FILL, STATIC_PAIR_COLUMNS, STATUS_TICKS, gone, held
 
 
 class Executes(Protocol):
@@ -43,6 +43,19 @@ WRITE_VERSION = (
     "INSERT INTO meshtui_schema (id, version) VALUES (1, ?) "
     "ON CONFLICT (id) DO UPDATE SET version = excluded.version"
 )
+
+
+def once_per_transaction(flag: str, statement: str) -> str:
+    """PL/pgSQL running ``statement`` only at the first call in a transaction (``flag``, a
+    setting local to the transaction, remembers it). A singleton row updated at every row
+    written makes PostgreSQL keep every version of it until the commit, each update walking
+    them all (10,000 pairs declared took minutes); once per transaction the readers see the
+    same, since none sees a transaction before its commit."""
+    return f"""
+        IF current_setting('meshtui.{flag}', true) IS DISTINCT FROM 'done' THEN
+            {statement}
+            PERFORM set_config('meshtui.{flag}', 'done', true);
+        END IF;"""
 
 
 def _run(db: Executes, *statements: str) -> None:
@@ -117,46 +130,15 @@ def _provider_bases_v5(db: Executes) -> None:
     )
 
 
-ENDS = {
-    "consumer": {"consumer_generation": "generation", "consumer_error": "error"},
-    "provider": {
-        "provider_generation": "generation",
-        "provider_error": "error",
-        "provider_attempted_at": "attempted_at",
-    },
-}
-"""``pair_ends``' columns for each end, and the ``deliveries`` column each is read from."""
-
-
 def _pair_ends_v6(db: Executes) -> None:
     """``pair_ends`` kept by triggers on ``deliveries`` and ``probes``, as on SQLite."""
-
-    def held(end: str) -> str:
-        cols = ENDS[end]
-        return (
-            f"INSERT INTO pair_ends (pair, {', '.join(cols)}) "
-            f"VALUES (NEW.pair, {', '.join('NEW.' + c for c in cols.values())}) "
-            "ON CONFLICT (pair) DO UPDATE SET "
-            + ", ".join(f"{c} = excluded.{c}" for c in cols)
-            + ";"
-        )
-
-    def gone(end: str) -> str:
-        return (
-            f"UPDATE pair_ends SET {', '.join(c + ' = NULL' for c in ENDS[end])} "
-            f"WHERE pair = OLD.pair AND OLD.\"end\" = '{end}';"
-        )
 
     _run(
         db,
         f"CREATE TABLE pair_ends (pair {T} PRIMARY KEY, consumer_generation BIGINT, "
         f"consumer_error {T}, provider_generation BIGINT, provider_error {T}, "
         f"provider_attempted_at {T}, probe BIGINT)",
-        """INSERT INTO pair_ends SELECT k.pair, c.generation, c.error, v.generation, v.error,
-            v.attempted_at, (SELECT MAX(id) FROM probes WHERE pair = k.pair)
-        FROM (SELECT pair FROM deliveries UNION SELECT pair FROM probes) k
-        LEFT JOIN deliveries c ON c.pair = k.pair AND c."end" = 'consumer'
-        LEFT JOIN deliveries v ON v.pair = k.pair AND v."end" = 'provider'""",
+        PAIR_ENDS_FILL,
         f"""CREATE FUNCTION pair_ends_delivered() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
             IF TG_OP = 'UPDATE' AND (OLD.pair IS DISTINCT FROM NEW.pair
@@ -204,7 +186,8 @@ def _own_secrets_v7(db: Executes) -> None:
 
 
 def _pairs_stamp_v8(db: Executes) -> None:
-    """A new random stamp whenever a pair is added or deleted or a static column written."""
+    """A new random stamp whenever a pair is added or deleted or a static column written (once
+    per transaction: :func:`once_per_transaction`)."""
     static = ", ".join(STATIC_PAIR_COLUMNS)
     each = "FOR EACH STATEMENT EXECUTE FUNCTION pairs_stamp_drawn()"
     _run(
@@ -212,7 +195,10 @@ def _pairs_stamp_v8(db: Executes) -> None:
         "CREATE TABLE pairs_stamp (id INTEGER PRIMARY KEY CHECK (id = 1), stamp BIGINT NOT NULL)",
         f"INSERT INTO pairs_stamp (id, stamp) VALUES (1, {RANDOM})",
         f"""CREATE FUNCTION pairs_stamp_drawn() RETURNS trigger LANGUAGE plpgsql AS $$
-        BEGIN UPDATE pairs_stamp SET stamp = {RANDOM}; RETURN NULL; END $$""",
+        BEGIN
+            {once_per_transaction("stamped", f"UPDATE pairs_stamp SET stamp = {RANDOM};")}
+            RETURN NULL;
+        END $$""",
         f"CREATE TRIGGER pairs_stamp_added AFTER INSERT ON pairs {each}",
         f"CREATE TRIGGER pairs_stamp_deleted AFTER DELETE ON pairs {each}",
         f"CREATE TRIGGER pairs_stamp_changed AFTER UPDATE OF {static} ON pairs {each}",
@@ -221,7 +207,8 @@ def _pairs_stamp_v8(db: Executes) -> None:
 
 def _status_ticks_v9(db: Executes) -> None:
     """The status clock and each pair's tick, set by one trigger per :data:`STATUS_TICKS`
-    entry (the pair it ticks: ``NEW.id``, ``NEW.pair`` or ``OLD.pair``)."""
+    entry (the pair it ticks: ``NEW.id``, ``NEW.pair`` or ``OLD.pair``). The clock moves once
+    per transaction (:func:`once_per_transaction`): every pair it writes gets that one tick."""
     statements = [
         "CREATE TABLE status_clock (id INTEGER PRIMARY KEY CHECK (id = 1), "
         "epoch BIGINT NOT NULL, tick BIGINT NOT NULL)",
@@ -237,7 +224,7 @@ def _status_ticks_v9(db: Executes) -> None:
             statements.append(
                 f"""CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$
                 BEGIN
-                    UPDATE status_clock SET tick = tick + 1;
+                    {once_per_transaction("ticked", "UPDATE status_clock SET tick = tick + 1;")}
                     INSERT INTO status_ticks (pair, tick)
                     VALUES ({pair}, (SELECT tick FROM status_clock))
                     ON CONFLICT (pair) DO UPDATE SET tick = excluded.tick;

@@ -85,47 +85,55 @@ def _provider_bases_v5(db: sqlite_utils.Database) -> None:
     )
 
 
+PAIR_ENDS = {
+    "consumer": {"consumer_generation": "generation", "consumer_error": "error"},
+    "provider": {
+        "provider_generation": "generation",
+        "provider_error": "error",
+        "provider_attempted_at": "attempted_at",
+    },
+}
+"""``pair_ends``' columns for each end, and the ``deliveries`` column each is read from."""
+
+
+PAIR_ENDS_FILL = """INSERT INTO pair_ends SELECT k.pair, c.generation, c.error, v.generation, v.error,
+    v.attempted_at, (SELECT MAX(id) FROM probes WHERE pair = k.pair)
+FROM (SELECT pair FROM deliveries UNION SELECT pair FROM probes) k
+LEFT JOIN deliveries c ON c.pair = k.pair AND c."end" = 'consumer'
+LEFT JOIN deliveries v ON v.pair = k.pair AND v."end" = 'provider'"""
+"""``pair_ends`` filled from what ``deliveries`` and ``probes`` already hold."""
+
+
+def held(end: str) -> str:
+    """The statement a trigger runs to put NEW's ``end`` into its pair's ``pair_ends`` row."""
+    cols = PAIR_ENDS[end]
+    return (
+        f"INSERT INTO pair_ends (pair, {', '.join(cols)}) "
+        f"VALUES (NEW.pair, {', '.join('NEW.' + c for c in cols.values())}) "
+        "ON CONFLICT (pair) DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in cols) + ";"
+    )
+
+
+def gone(end: str) -> str:
+    """The statement a trigger runs to take OLD's ``end`` out of its pair's row."""
+    return (
+        f"UPDATE pair_ends SET {', '.join(c + ' = NULL' for c in PAIR_ENDS[end])} "
+        f"WHERE pair = OLD.pair AND OLD.\"end\" = '{end}';"
+    )
+
+
 def _pair_ends_v6(db: sqlite_utils.Database) -> None:
     """One row per pair with what status reads of its two ends (generation, error; the
     provider's last attempt) and the id of its newest probe, kept by triggers in the very
     statement that writes a delivery or a probe, so status finds a pair's ends and newest probe
     with one lookup instead of three searches; filled from what is already stored."""
-    ends = {
-        "consumer": {"consumer_generation": "generation", "consumer_error": "error"},
-        "provider": {
-            "provider_generation": "generation",
-            "provider_error": "error",
-            "provider_attempted_at": "attempted_at",
-        },
-    }
-
-    def held(end: str) -> str:  # NEW's end into its pair's row
-        cols = ends[end]
-        return (
-            f"INSERT INTO pair_ends (pair, {', '.join(cols)}) "
-            f"VALUES (NEW.pair, {', '.join('NEW.' + c for c in cols.values())}) "
-            "ON CONFLICT (pair) DO UPDATE SET "
-            + ", ".join(f"{c} = excluded.{c}" for c in cols)
-            + ";"
-        )
-
-    def gone(end: str) -> str:  # OLD's end out of its pair's row
-        return (
-            f"UPDATE pair_ends SET {', '.join(c + ' = NULL' for c in ends[end])} "
-            f"WHERE pair = OLD.pair AND OLD.\"end\" = '{end}';"
-        )
-
     statements = [
         "CREATE TABLE pair_ends (pair TEXT PRIMARY KEY, consumer_generation INTEGER, "
         "consumer_error TEXT, provider_generation INTEGER, provider_error TEXT, "
         "provider_attempted_at TEXT, probe INTEGER)",
-        """INSERT INTO pair_ends SELECT k.pair, c.generation, c.error, v.generation, v.error,
-            v.attempted_at, (SELECT MAX(id) FROM probes WHERE pair = k.pair)
-        FROM (SELECT pair FROM deliveries UNION SELECT pair FROM probes) k
-        LEFT JOIN deliveries c ON c.pair = k.pair AND c."end" = 'consumer'
-        LEFT JOIN deliveries v ON v.pair = k.pair AND v."end" = 'provider'""",
+        PAIR_ENDS_FILL,
     ]
-    for end in ends:  # one trigger per end and event: each row runs one statement
+    for end in PAIR_ENDS:  # one trigger per end and event: each row runs one statement
         statements += [
             f"CREATE TRIGGER pair_ends_{end}_delivered AFTER INSERT ON deliveries "
             f"WHEN NEW.\"end\" = '{end}' BEGIN {held(end)} END",

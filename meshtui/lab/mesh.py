@@ -52,7 +52,6 @@ PROVISIONER_ENV = "MESHTUI_LAB_PROVISIONER"
 @dataclass(frozen=True)
 class Lab:
     """What ``lab up`` built, as recorded in ``<state>/lab/lab.json``."""
-
     folder: Path
     mode: str  # "netns" or "loopback"
     network: str

@@ -38,7 +38,6 @@ MAX_REASON = 300
 
 class ProvisionReport(TypedDict):
     """What a provisioner reports to the agent: ok, each login's outcome, or why not."""
-
     ok: bool
     outcomes: list[LoginOutcome]
     error: NotRequired[str]
@@ -145,7 +144,6 @@ def provision(
 
 class CommandOutcome(msgspec.Struct):
     """One login's outcome as a provisioner command reports it (its other fields are dropped)."""
-
     login: str
     outcome: OutcomeName
     reason: str = ""
@@ -153,7 +151,6 @@ class CommandOutcome(msgspec.Struct):
 
 class CommandReport(msgspec.Struct):
     """A provisioner command's JSON report on stdout: each login's outcome, and ``ok``."""
-
     outcomes: list[CommandOutcome]
     ok: bool | None = None
 
