@@ -18,7 +18,7 @@ DB = "meshtui_turn_lost"
 
 
 def share_lease(state: Path, pg) -> None:
-    """Point the controller at a PostgreSQL for its lease (controller.toml)."""
+    """Point the controller at a PostgreSQL for its lease (and its inventory, controller.toml)."""
     with psycopg.connect(pg.admin_conninfo(), autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DB)))
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DB)))
@@ -31,6 +31,9 @@ def share_lease(state: Path, pg) -> None:
 
 def test_a_turn_lost_mid_rotation_sends_nothing_more(mesh, pg) -> None:  # noqa: F811
     share_lease(mesh.state, pg)
+    with mesh.controller() as ctl:  # on PostgreSQL: the inventory there, declared and delivered
+        ctl.declare(mesh.decl)
+        assert ctl.push().ok
     old = mesh.secret("srv/app1/gitea/db.password")
     login = login_of(mesh, GITEA)
     with mesh.controller() as ctl:
