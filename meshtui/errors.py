@@ -27,7 +27,8 @@
     ├── PolicyRefusal            a delivered item the node's policy does not allow (that end only)
     ├── RotationError            a rotation could not start or finish
     │   ├── NotResolvedError     an affected node did not answer or prove its identity
-    │   └── RotationBusyError    a push, rotation or drill already holds the state folder
+    │   ├── RotationBusyError    a push, rotation or drill already holds the state folder
+    │   └── LeaseLostError       this controller's turn (lease, epoch) ended before its write
     ├── ManifestError            a manifest (mesh.json) that cannot be read or is invalid
     ├── ProvisionError           the provisioner could not reconcile
     │   └── UnsafeLoginError     a login the provisioner refuses to create (too long, NUL, ...)
@@ -268,6 +269,18 @@ class NotResolvedError(RotationError):
 
 class RotationBusyError(RotationError):
     """A push, rotation or drill already delivers from this state folder (or one was interrupted)."""
+
+
+class LeaseLostError(RotationError):
+    """This controller's turn ended (its lease ran out or another controller took it over)
+    before a delivering write: the write is refused and the action stops before its next send."""
+
+    def __init__(self, *, controller: str, epoch: int, turn: str, after: str) -> None:
+        self.controller, self.epoch, self.turn = controller, epoch, turn
+        super().__init__(
+            f"controller {controller} no longer holds the {turn} turn (epoch {epoch}): {after}; "
+            "nothing more is written or sent by it (run the action again)"
+        )
 
 
 class ManifestError(MeshtuiError):

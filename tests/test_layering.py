@@ -130,7 +130,7 @@ the controller's top: ``reports``, ``lock``, ``freshness``, ``keys``, ``reach``,
 which need its state folder's names (a pair's detail reads a module's own secrets through their
 one module until they become a feature package of their own)."""
 
-CONTROLLER_LEAVES = ("reports", "lock", "freshness", "keys", "reach", "config")
+CONTROLLER_LEAVES = ("reports", "lock", "freshness", "keys", "reach", "config", "turn")
 
 HOST_ROOMS = {
     "policy": (),
@@ -529,9 +529,15 @@ LAZY = {
         "start-up: `status` uses the front door but never acts: the actions, the agents' "
         "transport (httpx), the doctor, the records and the unattended loop load when called"
     ),
+    "meshtui/controller/lock.py": (
+        "start-up: the lease (psycopg) loads only for a controller whose inventory is PostgreSQL"
+    ),
     "meshtui/controller/read/doctor.py": (
         "start-up: the dashboard imports the doctor's report shapes; the agents' transport "
         "(httpx) and a module's own secrets load when the doctor runs"
+    ),
+    "meshtui/inventory/store.py": (
+        "start-up: the lease (psycopg) loads only when a PostgreSQL write checks it"
     ),
     "meshtui/tui/app.py": "first paint: each screen but the pairs' loads when it is opened",
     "meshtui/tui/palette.py": "first paint: the palette's commands load the main screen when run",

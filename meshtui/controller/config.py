@@ -5,7 +5,16 @@ name = "ctl-a"                       # default: this machine's host name
 
 [inventory]
 postgres = "/etc/meshtui/inventory.conninfo"   # absent: the SQLite file in the state folder
+
+[lease]            # the leader lease's numbers, in seconds (these are the defaults)
+length_s = 15.0
+renew_s = 5.0
+deadline_s = 10.0
+retry_s = 2.0
 ```
+
+A ``[lease]`` table with the inventory on SQLite says the operator meant several machines,
+which ``status`` and the dashboard say is not so (:attr:`ControllerConfig.alone`).
 
 ``postgres`` names a libpq conninfo *file* (0600, this user's; relative paths are read from the
 state folder); the environment variable :data:`ENV` naming such a file wins over it, for one
@@ -18,7 +27,7 @@ from __future__ import annotations
 import os
 import re
 import socket
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from meshtui.atomic import write_private
@@ -33,12 +42,49 @@ ENV = "MESHTUI_POSTGRES_FILE"
 
 
 @dataclass(frozen=True)
+class LeaseConfig:
+    """The leader lease's numbers, in seconds.
+
+    The defaults sit between the two references an operator knows: Vault's (and OpenBao's)
+    PostgreSQL HA lock (TTL 15 s, renewed every 5 s, retried every 1 s) and Kubernetes'
+    leader election (lease 15 s, renew deadline 10 s, retry every 2 s). A holder that has not
+    renewed within ``deadline_s`` stops acting, ``length_s - deadline_s`` before anyone else may
+    take over, so two controllers never believe they lead at once.
+    """
+
+    length_s: float = 15.0
+    renew_s: float = 5.0
+    deadline_s: float = 10.0
+    retry_s: float = 2.0
+
+    def check(self, where: str) -> None:
+        """InputError naming ``where`` unless 0 < renew < deadline < length and retry > 0."""
+        for key in ("length_s", "renew_s", "deadline_s", "retry_s"):
+            if getattr(self, key) <= 0:
+                raise InputError(f"{where}: lease.{key} must be a number of seconds above 0")
+        if not self.renew_s < self.deadline_s < self.length_s:
+            raise InputError(
+                f"{where}: [lease] needs renew_s < deadline_s < length_s (got {self.renew_s}, "
+                f"{self.deadline_s}, {self.length_s}): a holder must stop acting before its "
+                "lease can be taken over, and renew before it must stop"
+            )
+
+
+@dataclass(frozen=True)
 class ControllerConfig:
     """What ``controller.toml`` says (every field has its default when the file is absent)."""
 
     name: str
     postgres: Path | None = None
     """The conninfo file of a PostgreSQL inventory (None: SQLite in the state folder)."""
+    lease: LeaseConfig = field(default_factory=LeaseConfig)
+    lease_declared: bool = False  # the file has a [lease] table: meant for several machines
+
+    @property
+    def alone(self) -> bool:
+        """Configured for several machines (a ``[lease]`` table) but on SQLite, where no other
+        controller can share the inventory: said, never silent."""
+        return self.lease_declared and self.postgres is None
 
 
 def default_name() -> str:
@@ -87,7 +133,37 @@ def load(state_dir: Path) -> ControllerConfig:
             f"{path}: [inventory] postgres must name a conninfo file, "
             'e.g. postgres = "/etc/meshtui/inventory.conninfo"'
         )
-    return ControllerConfig(name=name, postgres=Path(state_dir, postgres) if postgres else None)
+    lease = data.get("lease")
+    return ControllerConfig(
+        name=name,
+        postgres=Path(state_dir, postgres) if postgres else None,
+        lease=_lease(lease, str(path)),
+        lease_declared=lease is not None,
+    )
+
+
+def _seconds(table: dict[str, object], key: str, default: float, where: str) -> float:
+    value = table.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InputError(f"{where}: lease.{key} must be a number of seconds, not {value!r}")
+    return float(value)
+
+
+def _lease(table: object, where: str) -> LeaseConfig:
+    """The ``[lease]`` table's numbers over the defaults, checked."""
+    if table is not None and not isinstance(table, dict):
+        raise InputError(f"{where}: [lease] must be a table")
+    raw: dict[str, object] = table or {}
+    known = LeaseConfig.__dataclass_fields__
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        raise InputError(
+            f"{where}: lease.{unknown[0]} is not a lease setting (known: {', '.join(known)})"
+        )
+    base = LeaseConfig()
+    lease = LeaseConfig(**{k: _seconds(raw, k, getattr(base, k), where) for k in known})
+    lease.check(where)
+    return lease
 
 
 def inventory_postgres(state_dir: Path) -> Path | None:
@@ -104,6 +180,9 @@ def save(state_dir: Path, config: ControllerConfig) -> Path:
     lines = [f"name = {quoted(config.name)}"]
     if config.postgres is not None:
         lines += ["", "[inventory]", f"postgres = {quoted(str(config.postgres))}"]
+    if config.lease_declared:
+        lines += ["", "[lease]"]
+        lines += [f"{k} = {getattr(config.lease, k)}" for k in LeaseConfig.__dataclass_fields__]
     path = Path(state_dir) / CONFIG
     write_private(path, ("\n".join(lines) + "\n").encode())
     return path

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from meshtui import crypto
 from meshtui.controller import config
-from meshtui.controller.freshness import InventoryStamp, inventory_stamp
+from meshtui.controller.freshness import InventoryStamp, inventory_stamp, shared_stamp
 from meshtui.controller.keys import KEY_STEM, Keyring, keyring, write_keys_once
 from meshtui.controller.read import detail as detail_mod
 from meshtui.controller.read import schedule as schedule_mod
@@ -35,6 +34,7 @@ from meshtui.controller.reports import (
     ChainReport,
     DrillReport,
     HostView,
+    Leadership,
     PairDetail,
     ProbeOutcome,
     Progress,
@@ -67,6 +67,7 @@ if TYPE_CHECKING:  # httpx stays out of the import of core (see controller.clien
     from meshtui.controller.read.doctor import DoctorReport
     from meshtui.controller.records.anchors import AnchorCheck
     from meshtui.controller.reports import SecretDrillReport, SecretStatus
+    from meshtui.controller.turn import Turn
     from meshtui.inventory.rows import EventRow, NodeRow
 
 __all__ = ["INVENTORY", "KEY_STEM", "SEQUENCE_FILE", "Controller", "init_keys"]
@@ -191,6 +192,7 @@ class Controller:
         self.sequence = wire.Sequence(state_dir / SEQUENCE_FILE)  # numbers every agent request
         self.fence = Fence(config.load(state_dir).name)
         """This controller's name and epoch on every request (epoch 0 until a lease sets it)."""
+        self.turn: Turn | None = None  # the lease turn it delivers under (PostgreSQL)
         self.faults: dict[str, Callable[[], None]] = {}  # fault-injection seam for tests
 
     @classmethod
@@ -213,12 +215,12 @@ class Controller:
     def inventory_stamp(state_dir: Path | str) -> InventoryStamp | None:
         """A token that changes whenever the inventory is written (None: there is none yet).
 
-        Cheap (two stats, no connection): a reader compares it with the one it loaded under.
-        A PostgreSQL inventory has no file to stat: its token is new at every call, so a
-        reader polling it reads it again each time.
-        """
-        if config.inventory_postgres(Path(state_dir)) is not None:
-            return InventoryStamp((time.monotonic_ns(),))
+        Cheap (two stats, no connection; on PostgreSQL one small query on a kept connection,
+        InventoryError when the server cannot answer): a reader compares it with the one it
+        loaded under."""
+        postgres = config.inventory_postgres(Path(state_dir))
+        if postgres is not None:
+            return shared_stamp(Path(state_dir) / INVENTORY, postgres)
         return inventory_stamp(Path(state_dir) / INVENTORY)
 
     @property
@@ -270,7 +272,13 @@ class Controller:
             sequence=self.sequence,
             head=self.inventory.signed_head,
             fence=lambda: self.fence,
+            check=self._still_holds,
         )
+
+    def _still_holds(self) -> None:
+        """Before each request: LeaseLostError once the turn it delivers under has ended."""
+        if self.turn is not None:
+            self.turn.check()
 
     def _ends(self, ids: Iterable[str], *, consumers_only: bool = False) -> list[str]:
         """The nodes holding an end of the live pairs among ``ids`` (for refusals)."""
@@ -327,6 +335,19 @@ class Controller:
         """Every pair's policy and when it is due for rotation (``declared_only``: only the
         pairs whose policy was declared, not the default one)."""
         return schedule_mod.schedule(self.inventory, declared_only=declared_only)
+
+    @staticmethod
+    def leadership(state_dir: Path | str) -> Leadership:
+        """Who leads the controllers of ``state_dir``'s inventory (the leader lease's ``watch``
+        turn), read in the database's clock; on SQLite, whether the config meant several
+        machines (:func:`meshtui.controller.read.leadership.leadership`). Needs no open
+        inventory: the dashboard asks it from a thread of its own."""
+        postgres = config.inventory_postgres(Path(state_dir))
+        if postgres is None:  # start-up: psycopg stays out of a SQLite reader
+            return Leadership(shared=False, alone=config.load(Path(state_dir)).alone)
+        from meshtui.controller.read.leadership import leadership
+
+        return leadership(postgres)
 
     def watch_heartbeat(self) -> Heartbeat | None:
         """What the last ``meshtui watch`` on this state folder wrote, if any."""
@@ -451,7 +472,7 @@ class Controller:
         decl = declaration.load(path)
         from meshtui.controller.lock import delivering
 
-        with delivering(self.state_dir, "declare"):  # never while a rotation delivers
+        with delivering(self, "declare"):  # never while a rotation delivers
             interrupted = self.inventory.open_rotations()
             if interrupted:
                 raise RotationBusyError(
@@ -470,7 +491,7 @@ class Controller:
         from meshtui.controller.lock import delivering
 
         report = push(self, progress)
-        with delivering(self.state_dir, "push (own secrets)"):
+        with delivering(self, "push (own secrets)"):
             versions = read_versions(self)
             secrets = own_secrets.converge(self)
         report.ahead.update({f"secret {k}": v for k, v in versions.ahead.items()})
@@ -495,7 +516,7 @@ class Controller:
         from meshtui.controller.act import own_secrets
         from meshtui.controller.lock import delivering
 
-        with delivering(self.state_dir, "secret put"):
+        with delivering(self, "secret put"):
             version = own_secrets.put(self, module, name, value, supplied_by)
             del value
             own_secrets.converge(self)
@@ -508,7 +529,7 @@ class Controller:
         from meshtui.controller.act import own_secrets
         from meshtui.controller.lock import delivering
 
-        with delivering(self.state_dir, "secret rotate"):
+        with delivering(self, "secret rotate"):
             version = own_secrets.rotate(self, module, name)
             own_secrets.converge(self)
         return version
@@ -547,7 +568,7 @@ class Controller:
         from meshtui.controller.act import own_secrets
         from meshtui.controller.lock import delivering
 
-        with delivering(self.state_dir, "secret drill"):
+        with delivering(self, "secret drill"):
             return own_secrets.drill(self, module, name)
 
     def plan_rotation(self, ids: Iterable[str]) -> RotationPlan:
@@ -647,6 +668,7 @@ class Controller:
         read-only; InputError when the metrics endpoint cannot listen. Its exit status.
         ``revoke_old_overdue``: an overdue pair is rotated break-glass (docs/rotation.md).
         ``drift_every``: seconds between pushes made only to look at what the servers hold."""
+        from meshtui.controller.turn import watch_turn
         from meshtui.controller.unattended.metrics import Metrics
         from meshtui.controller.unattended.notify import Notifier
         from meshtui.controller.unattended.watch import Watch, log_line
@@ -663,6 +685,7 @@ class Controller:
                 tick=tick,
                 revoke_old_overdue=revoke_old_overdue,
                 drift_every=drift_every,
+                lead=watch_turn(self.state_dir),
             )
             loop.stop = stop
             loop.sleep = stop.wait

@@ -1,7 +1,11 @@
-"""One delivering action at a time per state folder (push, rotate, drill, recovery).
+"""One delivering action at a time (push, rotate, drill, recovery): per state folder on SQLite,
+across every controller of one inventory on PostgreSQL.
 
-An advisory ``flock`` on ``<state>/deliver.lock``: the kernel drops it when the process dies, so
-a controller killed mid-rotation never leaves a lock behind, only a journal to recover.
+On SQLite, an advisory ``flock`` on ``<state>/deliver.lock``: the kernel drops it when the
+process dies, so a controller killed mid-rotation never leaves a lock behind, only a journal to
+recover. On PostgreSQL (the controller's config names a conninfo file), the ``deliver`` turn
+of the leader lease (:mod:`meshtui.controller.turn`): its epoch goes on every request and into
+every write's fence, and the holder stops before its next send once its renew deadline passed.
 """
 
 from __future__ import annotations
@@ -12,8 +16,14 @@ import pwd
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from meshtui.controller import config
 from meshtui.errors import InventoryError, RotationBusyError
+from meshtui.protocol.fence import Fence
+
+if TYPE_CHECKING:
+    from meshtui.controller.reach import Reach
 
 LOCK_FILE = "deliver.lock"
 WHO: str | None = None
@@ -63,7 +73,35 @@ def holder(state_dir: Path) -> str | None:
 
 
 @contextmanager
-def delivering(state_dir: Path, action: str) -> Iterator[None]:
+def delivering(ctl: Reach, action: str) -> Iterator[None]:
+    """Hold the turn to deliver (the state folder's lock on SQLite, the ``deliver`` lease on
+    PostgreSQL), or raise RotationBusyError naming the holder."""
+    settings = config.load(ctl.state_dir)
+    postgres = config.inventory_postgres(ctl.state_dir)
+    if postgres is None:
+        with _flock(ctl.state_dir, action):
+            yield
+        return
+    from meshtui.controller.turn import Turn, claimant
+    from meshtui.inventory.lease import DELIVER, Leases
+
+    leases = Leases.from_file(postgres)
+    label = f"{WHO} {action}" if WHO else action
+    turn = Turn(leases, DELIVER, claimant(settings.name), label, settings.lease)
+    try:
+        turn.take(action)
+        ctl.fence, ctl.turn = Fence(settings.name, turn.epoch), turn
+        ctl.inventory.fence = turn.fence
+        yield
+    finally:
+        ctl.fence, ctl.turn = Fence(settings.name), None
+        ctl.inventory.fence = None
+        turn.release()
+        leases.close()
+
+
+@contextmanager
+def _flock(state_dir: Path, action: str) -> Iterator[None]:
     """Hold the state folder's delivery lock, or raise RotationBusyError naming the holder."""
     state_dir.mkdir(parents=True, exist_ok=True)
     path = state_dir / LOCK_FILE

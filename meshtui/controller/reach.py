@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         RotationReport,
         SecretStatus,
     )
+    from meshtui.controller.turn import Turn
     from meshtui.inventory import Inventory
     from meshtui.inventory.rows import NodeRow
     from meshtui.protocol import wire
@@ -35,6 +36,8 @@ class Reach(Protocol):
     fence: Fence
     """This controller's name and its epoch, carried by every request (epoch 0 without a
     lease; whoever takes the lease sets the epoch it holds)."""
+    turn: Turn | None
+    """The lease turn this controller delivers under (PostgreSQL), checked before each send."""
     faults: dict[str, Callable[[], None]]
 
     def keys(self) -> crypto.PrivateKeys:

@@ -474,3 +474,44 @@ def not_working(rows: Iterable[PairStatus], secrets: Iterable[SecretStatus] = ()
         if s.state != State.WORKING
     ]
     return out
+
+
+@dataclass(frozen=True)
+class Leadership:
+    """Who leads the controllers of this inventory (the leader lease's ``watch`` turn), for
+    ``status`` and the dashboard: the holder, its epoch and the seconds left on its lease by
+    the database's clock; or why there is no one to show."""
+
+    shared: bool  # the inventory is on PostgreSQL, shared by several controllers
+    holder: str | None = None
+    host: str | None = None
+    pid: int | None = None
+    epoch: int = 0
+    left_s: float | None = None  # <= 0: ran out, nobody leads until a standby takes it
+    alone: bool = False  # configured for several machines ([lease]) but on SQLite
+    problem: str | None = None  # the lease could not be read (the server named, no password)
+
+    def line(self) -> str | None:
+        """One line about the lead, or None when there is nothing to say (SQLite, alone by
+        choice)."""
+        if self.alone:
+            return (
+                "HA off: controller.toml has a [lease] table but this inventory is SQLite on "
+                "this machine; no other controller shares it (point [inventory] postgres at a "
+                "conninfo file to share one)"
+            )
+        if not self.shared:
+            return None
+        if self.problem is not None:
+            return f"leader unknown: {self.problem}"
+        if self.holder is None or self.left_s is None:
+            return "no leader: no watch has taken the lead yet"
+        if self.left_s <= 0:
+            return (
+                f"no leader: {self.holder}'s lease (epoch {self.epoch}) ran out "
+                f"{-self.left_s:.0f} s ago; a standby watch takes over at its next try"
+            )
+        return (
+            f"leader {self.holder} (host {self.host}, pid {self.pid}), epoch {self.epoch}, "
+            f"{self.left_s:.0f} s left on its lease"
+        )

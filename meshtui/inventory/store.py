@@ -151,6 +151,17 @@ class Transaction:
         self._inv = inv
         self._conn = inv._conn
 
+    # ---- the lease -------------------------------------------------------------------------
+    def check_lease(self, turn: str, holder: str, epoch: int) -> None:
+        """On PostgreSQL: the holding (``holder``, ``epoch``) of ``turn`` still holds, its row
+        locked until this transaction ends (:func:`meshtui.inventory.lease.check`);
+        LeaseLostError otherwise. SQLite has no lease: nothing to check."""
+        raw = getattr(self._conn, "raw", None)
+        if raw is not None:
+            from meshtui.inventory import lease
+
+            lease.check(raw, turn, holder, epoch)
+
     # ---- audit ----------------------------------------------------------------------------
     def audit(
         self, kind: str, pairs: Iterable[str], detail: Mapping[str, object], outcome: str
@@ -440,6 +451,9 @@ class Inventory:
         self.controller: str | None = None  # the controller whose events these are (signer's)
         self.actor: str | None = None  # the audit's operator when not a person (``watch``)
         self.restore_proof: RestoreProof | None = None  # shown with the head after a restore
+        self.fence: FenceCheck | None = None
+        """The lease's check of every write while this controller delivers (set by the
+        controller's turn; :meth:`transaction` runs it when given none); None otherwise."""
 
     @classmethod
     def open(
@@ -598,6 +612,7 @@ class Inventory:
         first inside it and raises when the writer lost its turn: nothing is written then.
         """
         self.require_writable(action)
+        fence = fence if fence is not None else self.fence
         with self.lock:
             try:
                 with self._conn:

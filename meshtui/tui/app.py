@@ -49,7 +49,16 @@ from meshtui.model import PairStatus, Verdict
 from meshtui.terminal import require_terminal, shown
 from meshtui.tui import actions
 from meshtui.tui.dashboard import Clock, Dashboard
-from meshtui.tui.events import Job, JobFailed, JobFinished, JobKind, JobProgress, Loaded
+from meshtui.tui.events import (
+    Job,
+    JobFailed,
+    JobFinished,
+    JobKind,
+    JobProgress,
+    LeadRead,
+    Loaded,
+    Looked,
+)
 from meshtui.tui.keymap import config_paths, load_keymap
 from meshtui.tui.pairs import PairModel, parse_time, short_age
 from meshtui.tui.palette import MeshCommands
@@ -107,7 +116,7 @@ class MeshApp(App[int]):
         screen: str | None = None,
         clock: Clock = utc_now,
         keymap_paths: list[Path] | None = None,
-        poll_seconds: float = 2.0,
+        poll_seconds: float = 1.0,
     ) -> None:
         super().__init__()
         self.state_dir = Path(state_dir)
@@ -130,6 +139,7 @@ class MeshApp(App[int]):
         self._status_file: tuple[int, int] | None = None  # the (device, inode) it reads
         self._status_lock = threading.Lock()
         self.watch_line = ""  # "watch running · last cycle 2s ago", or "" without a watch
+        self.lead_line = ""  # "leader ctl-a (...), epoch 4, 12 s left on its lease", or ""
         self._load_seq = 0
         self._applied_seq = 0
         self._heap_frozen = False
@@ -233,10 +243,13 @@ class MeshApp(App[int]):
         """Every pair's status through one read-only controller kept open between loads: it
         keeps what it made and next reads and makes only the pairs written since, by any
         process (controller/status.py). Opened again when the inventory is another file (a
-        restore into this folder)."""
+        restore into this folder); a shared inventory on PostgreSQL has no file."""
         with self._status_lock:
-            st = os.stat(self.state_dir / INVENTORY)
-            file = (st.st_dev, st.st_ino)
+            try:
+                st = os.stat(self.state_dir / INVENTORY)
+                file: tuple[int, int] | None = (st.st_dev, st.st_ino)
+            except FileNotFoundError:
+                file = None
             if self._status_reader is None or file != self._status_file:
                 self._close_status_reader()
                 self._status_reader = self.open_controller(reader=True)
@@ -294,14 +307,46 @@ class MeshApp(App[int]):
             self._heap_frozen = False
 
     def _poll(self) -> None:
-        """Reload when the inventory file changed (another process, or our own job)."""
-        if self._stamp is not None and Controller.inventory_stamp(self.state_dir) != self._stamp:
-            self.reload()
+        """Reload when the inventory changed (another process or controller, or our own job):
+        looked at off the UI thread, since on PostgreSQL the look is a query."""
+        if self._stamp is not None:
+            state_dir = self.state_dir
+            run_in_background(
+                self,
+                lambda: Looked(Controller.inventory_stamp(state_dir)),
+                name="look",
+                context="looking for changes",
+                failed=lambda exc: Looked(None),
+            )
         self._read_heartbeat()
 
+    @on(Looked)
+    def _looked(self, message: Looked) -> None:
+        if message.stamp is not None and self._stamp is not None and message.stamp != self._stamp:
+            self.reload()
+
     def _read_heartbeat(self) -> None:
-        """Whether a ``meshtui watch`` runs on this state folder, for the header (a tiny file)."""
-        line = watch_line(Heartbeat.read(self.state_dir), self.clock())
+        """Whether a ``meshtui watch`` runs on this state folder, for the header (a tiny file),
+        and who leads the controllers of a shared inventory (read in a thread: a query)."""
+        state_dir = self.state_dir
+        run_in_background(
+            self,
+            lambda: LeadRead(Controller.leadership(state_dir).line() or ""),
+            name="lead",
+            context="reading who leads",
+            failed=lambda exc: LeadRead(f"leader unknown: {exc}"),
+        )
+        self._show_watch()
+
+    @on(LeadRead)
+    def _lead_read(self, message: LeadRead) -> None:
+        if message.line != self.lead_line:
+            self.lead_line = message.line
+            self._show_watch()
+
+    def _show_watch(self) -> None:
+        parts = (watch_line(Heartbeat.read(self.state_dir), self.clock()), self.lead_line)
+        line = " · ".join(p for p in parts if p)
         if line != self.watch_line:
             self.watch_line = line
             self._refresh_summaries()
@@ -517,6 +562,8 @@ def watch_line(beat: Heartbeat | None, now: datetime) -> str:
         when = parse_time(beat.stopped_at or beat.last_cycle_at)
         ago = f" {short_age((now - when).total_seconds())} ago" if when else ""
         return f"watch stopped{ago}"
+    if beat.role == "standby":
+        return "watch standing by" + (f" for {beat.leader}" if beat.leader else "")
     when = parse_time(beat.last_cycle_at)
     if when is None:
         return "watch starting"

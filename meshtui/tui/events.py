@@ -24,6 +24,24 @@ from meshtui.tui.outside import Outside
 from meshtui.tui.pairs import Fresh
 
 
+class Looked(Outside):
+    """The inventory's stamp now (a poll's look, off the UI thread: on PostgreSQL it is a
+    query), or None when it could not be read."""
+
+    def __init__(self, stamp: object | None) -> None:
+        super().__init__()
+        self.stamp = stamp
+
+
+class LeadRead(Outside):
+    """Who leads the controllers of a shared inventory, as one line ("" when there is nothing
+    to say): the leader lease read off the UI thread (the database may be slow or gone)."""
+
+    def __init__(self, line: str) -> None:
+        super().__init__()
+        self.line = line
+
+
 class Loaded(Outside):
     """A fresh read of every pair's status (already turned into display rows) and the summary.
 

@@ -64,6 +64,7 @@ def calls(mesh: CountedMesh) -> dict[str, list[tuple[Callable[[Controller], Any]
         "events": [(lambda c: c.events(), None), (lambda c: c.events(2), None)],
         "schedule": [(lambda c: c.schedule(), None)],
         "watch_heartbeat": [(lambda c: c.watch_heartbeat(), None)],
+        "leadership": [(lambda c: c.leadership(mesh.state), None)],
         "verify_chain": [(lambda c: c.verify_chain(), None)],
         "verify_anchors": [(lambda c: c.verify_anchors(), None)],
         "keyring": [(lambda c: c.keyring(), None)],

@@ -207,7 +207,12 @@ def test_two_rotations_never_run_at_once(mesh):
     from meshtui.controller.lock import delivering
     from meshtui.errors import RotationBusyError
 
-    with delivering(mesh.state, "test"), mesh.controller() as ctl, pytest.raises(RotationBusyError):
+    with (
+        mesh.controller() as other,
+        delivering(other, "test"),
+        mesh.controller() as ctl,
+        pytest.raises(RotationBusyError),
+    ):
         ctl.rotate([GITEA])
 
 

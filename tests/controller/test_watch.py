@@ -194,14 +194,14 @@ def test_due_rotations_are_spread_and_rotate_due_rotates_only_those(mesh):
 def test_watch_waits_for_an_operators_lock_and_says_so(mesh):
     with_policy(mesh, 'rotate_every = "1h"')
     lines: list[str] = []
-    with mesh.controller() as ctl, delivering(mesh.state, "rotate"):
+    with mesh.controller() as other, mesh.controller() as ctl, delivering(other, "rotate"):
         report = Watch(ctl, clock=lambda: time.time() + 7200, log=lines.append).cycle()
         assert report.rotated == [] and report.waited_for and "rotate" in report.waited_for
     assert any("waiting to rotate" in line and f"pid {os.getpid()}" in line for line in lines)
     assert {r for r in states(mesh).values()} <= {"working", "unknown"}
     # and an operator who finds the watch holding the lock is told it is the watch
     lock.WHO = "watch"
-    with delivering(mesh.state, "rotate"):
+    with mesh.controller() as other, delivering(other, "rotate"):
         result = mesh.cli("rotate", "--yes", GITEA)
     assert result.returncode == 1 and "watch rotate" in result.stderr
 

@@ -91,6 +91,10 @@ async def test_header_says_whether_a_watch_runs(make_app: Any, built: Built) -> 
         app._read_heartbeat()
         await settle(pilot)
         assert "watch stopped 5m ago" in str(app.screen.query_one("#summary").render())
+        beat(built, role="standby", leader="ctl-a", lease_s=15.0)
+        app._read_heartbeat()
+        await settle(pilot)
+        assert "watch standing by for ctl-a" in str(app.screen.query_one("#summary").render())
 
 
 async def test_pair_screen_names_the_policy_source(make_app: Any, built: Built) -> None:
@@ -123,3 +127,54 @@ async def test_dashboard_starts_after_a_watch_ran(make_app: Any, built: Built, s
         main = app.screen_stack[0]
         assert isinstance(main, MainScreen)
         assert "watch stopped" in str(main.query_one("#summary").render())
+
+
+async def test_header_names_the_leader_of_a_shared_inventory(
+    make_app: Any, built: Built, pg_clean: Any
+) -> None:
+    """A shared inventory's leader, its epoch and the seconds left on its lease (the database's
+    clock); and a controller meant for several machines but alone on SQLite says so."""
+    import psycopg
+    from psycopg import sql
+
+    from meshtui.atomic import write_private
+    from meshtui.controller.config import LeaseConfig
+    from meshtui.controller.turn import Turn, claimant
+    from meshtui.inventory import lease
+    from meshtui.inventory.lease import Leases
+
+    config = built.state / "controller.toml"
+    config.write_text('name = "ctl-b"\n[lease]\nlength_s = 15\n')
+    app = make_app()
+    async with app.run_test(size=(220, 40)) as pilot:
+        await settle(pilot)
+        await pilot.pause(0.3)
+        app._read_heartbeat()
+        await settle(pilot)
+        await pilot.pause(0.3)
+        assert "HA off" in str(app.screen.query_one("#summary").render())
+
+    with psycopg.connect(pg_clean.admin_conninfo(), autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier("shared")))
+    conninfo = psycopg.conninfo.make_conninfo(pg_clean.admin_conninfo(), dbname="shared")
+    write_private(built.state / "pg.conninfo", conninfo.encode())
+    config.write_text('name = "ctl-b"\n[inventory]\npostgres = "pg.conninfo"\n[lease]\n')
+    Controller.open(built.state).close()  # the shared inventory made (empty)
+    leases = Leases(conninfo)
+    lead = Turn(leases, lease.WATCH, claimant("ctl-a"), "watch", LeaseConfig(length_s=60))
+    assert lead.try_take()
+    try:
+        app = make_app()
+        async with app.run_test(size=(220, 40)) as pilot:
+            for _ in range(20):
+                app._read_heartbeat()
+                await settle(pilot)
+                await pilot.pause(0.1)
+                summary = str(app.screen.query_one("#summary").render())
+                if "leader" in summary:
+                    break
+            assert "leader ctl-a (host " in summary and ", epoch 1, " in summary
+            assert " s left on its lease" in summary
+    finally:
+        lead.release()
+        leases.close()

@@ -61,7 +61,7 @@ UNVERIFIED_HINT = (
 def push(ctl: Reach, progress: Progress) -> PushReport:
     """Converge every end; the report names who is still behind."""
     with (
-        delivering(ctl.state_dir, "push"),
+        delivering(ctl, "push"),
         ctl.agents() as agents,
     ):
         recover(ctl, agents, progress)

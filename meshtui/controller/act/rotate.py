@@ -126,7 +126,7 @@ def rotate(
     if not rows:
         raise InputError("nothing to rotate")
     with (
-        delivering(ctl.state_dir, "rotate"),
+        delivering(ctl, "rotate"),
         ctl.agents() as agents,
     ):
         if recover(ctl, agents, progress):

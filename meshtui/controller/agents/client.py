@@ -75,6 +75,8 @@ HeadSource = Callable[[], wire.SignedHead | None]
 FenceSource = Callable[[], Fence]
 """Where a client reads the controller's name and epoch each request carries (read per request:
 a lease taken or lost changes the epoch)."""
+SendCheck = Callable[[], None]
+"""Called before each request is sent; raises to send nothing (a lease turn that ended)."""
 
 
 @functools.cache
@@ -233,11 +235,13 @@ class AgentClient:
         sequence: wire.Sequence | None = None,
         head: HeadSource | None = None,
         fence: FenceSource | None = None,
+        check: SendCheck | None = None,
     ) -> None:
         self.name: str = node["name"]
         self._sequence = sequence
         self._head = head
         self._fence = fence
+        self._check = check
         self.agent: str = node["agent"]
         self._verify_key = crypto.unb64(node["verify_key"], "verify_key")
         self._keys = keys
@@ -337,6 +341,8 @@ class AgentClient:
             raise AgentError(self.name, f"answer refused: {exc}") from None
 
     def _send(self, signed: SignedRequest, timeout: float) -> Answer:
+        if self._check is not None:
+            self._check()
         request = signed.http if signed.http is not None else self._request(signed)
         resp = self._post(request, timeout)
         for wait in BUSY_RETRIES:
@@ -362,9 +368,11 @@ class Agents:
         sequence: wire.Sequence | None = None,
         head: HeadSource | None = None,
         fence: FenceSource | None = None,
+        check: SendCheck | None = None,
     ) -> None:
         self._nodes, self._keys, self._timeout = nodes, keys, timeout
         self._sequence, self._head, self._fence = sequence, head, fence
+        self._check = check
         self._clients: dict[str, AgentClient] = {}
         self._pool: ThreadPoolExecutor | None = None  # made by the first call to several nodes
 
@@ -389,6 +397,7 @@ class Agents:
                 sequence=self._sequence,
                 head=self._head,
                 fence=self._fence,
+                check=self._check,
             )
         return self._clients[node]
 

@@ -1,5 +1,6 @@
 """The watch's heartbeat: ``<state>/watch.json``, rewritten every cycle, so the dashboard and
-an operator can tell whether a watch runs and when it last finished a cycle.
+an operator can tell whether a watch runs, when it last finished a cycle, and whether it leads
+(``"role": "leader"``) or stands by (``"standby"``) for another controller's watch.
 
 It holds a pid and timestamps only (0644: a read-only dashboard of another user may read it).
 """
@@ -26,6 +27,9 @@ class Heartbeat:
     last_ok_at: str | None
     cycles: int
     stopped_at: str | None = None
+    role: str | None = None  # "leader" or "standby"
+    lease_s: float | None = None  # the leader lease's length (None on SQLite: no lease)
+    leader: str | None = None  # who leads, as the lease row says (a standby's)
 
     @classmethod
     def read(cls, state_dir: Path) -> Heartbeat | None:

@@ -115,6 +115,12 @@ class Metrics:
             ["node"],
             registry=r,
         )
+        self.leader = Gauge(
+            "meshtui_watch_leader",
+            "1 while this watch leads (it alone acts), 0 while it stands by",
+            registry=r,
+        )
+        self.leader.set(1)  # a watch on SQLite is alone: it leads
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()

@@ -5,7 +5,10 @@ whose vault pair's policy says so (each as ``secret rotate``), raises alerts and
 metrics.
 
 Every act goes through the controller's own actions, so it takes the same delivery lock, keeps
-rotations all-or-nothing and lands in the audit chain, with ``watch`` as the operator. A node
+rotations all-or-nothing and lands in the audit chain, with ``watch`` as the operator. On a
+PostgreSQL inventory several watches run, one per machine, and only the one holding the
+``watch`` turn of the leader lease acts; the others stand by, trying every ``retry_s``, and
+the one that takes the turn after the leader is gone begins with the journal's recovery. A node
 that does not answer is retried with backoff and never rotated around: its pairs keep their
 old credential and become overdue. The clock and the sleep are parameters (a seam), so tests
 run second-scale policies without sleeping for real.
@@ -24,6 +27,7 @@ from dataclasses import dataclass, field
 
 from meshtui.atomic import write_private
 from meshtui.controller import lock
+from meshtui.controller import turn as turn_mod
 from meshtui.controller.act import own_secrets
 from meshtui.controller.plan.resolve import resolve_nodes
 from meshtui.controller.reach import FrontDoor
@@ -40,7 +44,7 @@ from meshtui.controller.read.status import (
 from meshtui.controller.reports import SecretStatus
 from meshtui.controller.unattended.metrics import CycleView, Metrics
 from meshtui.controller.unattended.notify import Alert
-from meshtui.errors import MeshtuiError, NotResolvedError, RotationBusyError
+from meshtui.errors import InventoryError, MeshtuiError, NotResolvedError, RotationBusyError
 from meshtui.inventory import now as stamp_now
 from meshtui.model import (
     DEFAULT_PROBE_EVERY_S,
@@ -117,8 +121,15 @@ class Watch:
         seed: int | None = None,
         revoke_old_overdue: bool = False,
         drift_every: float = DRIFT_EVERY_S,
+        lead: turn_mod.Turn | None = None,
     ) -> None:
         self.ctl = ctl
+        self.lead = lead  # the leader lease's watch turn (PostgreSQL); None: alone, it leads
+        if lead is not None:  # said at once, even while the loop waits on a cut link
+            lead.on_lost = self._lost_lead
+        self.role = "standby" if lead is not None else "leader"
+        self.leader_row: turn_mod.LeaseRow | None = None  # who leads, when it stands by
+        self.lease_error: str | None = None
         self.drift_every = drift_every  # 0: never push only to look
         self.revoke_old_overdue = revoke_old_overdue  # break-glass for overdue pairs (opt-in)
         self.notify = notify
@@ -158,6 +169,9 @@ class Watch:
         try:
             while not self.stop.is_set():
                 began = self.clock()
+                if not self.leads():
+                    self.sleep(max(0.0, self._retry_s() - (self.clock() - began)))
+                    continue
                 try:
                     self.cycle()
                 except MeshtuiError as exc:  # a failed step is retried next cycle, never fatal
@@ -168,6 +182,8 @@ class Watch:
                     break
                 self.sleep(max(0.0, self.tick - (self.clock() - began)))
         finally:
+            if self.lead is not None:
+                self.lead.release()  # a standby takes over now, not when the lease runs out
             self._beat(stopped=True)
             self.ctl.inventory.record("watch-stop", [], {"cycles": self.cycles}, "ok")
             self.log(f"stopped after {self.cycles} cycles")
@@ -184,23 +200,23 @@ class Watch:
         rotated: list[str] = []
         failed: list[str] = []
         alerts: list[Alert] = []
-        if not self.stop.is_set() and self._needs_push(rows, now) and self.push_backoff.ready(now):
+        if not self._halted() and self._needs_push(rows, now) and self.push_backoff.ready(now):
             acted = True
             pushed, push_ok, repaired = self._push()
             alerts += repaired
             ok = ok and push_ok
             rows, plan, _ = self._read(force=True)  # a recovered rotation moved generations
-        if not self.stop.is_set():
+        if not self._halted():
             count, probe_ok = self._probe(rows, plan)
             probed, acted, ok = count, acted or count > 0, ok and probe_ok
-        if not self.stop.is_set():
+        if not self._halted():
             rotated, failed, more = self._rotate(plan)
             alerts += more
             acted = acted or bool(rotated or failed)
             ok = ok and not failed
         secrets_rotated: list[str] = []
         secrets_failed: list[str] = []
-        if not self.stop.is_set():
+        if not self._halted():
             secrets_rotated, secrets_failed, more = self._rotate_secrets(plan)
             alerts += more
             acted = acted or bool(secrets_rotated or secrets_failed)
@@ -249,6 +265,62 @@ class Watch:
             waited_for=self.waiting,
             ok=ok,
         )
+
+    # ---- leading ----------------------------------------------------------------------
+    def leads(self) -> bool:
+        """True when this watch may act: it is alone (SQLite), or it holds the ``watch`` turn
+        (taking it when it is free or ran out). A standby says once who leads."""
+        lead = self.lead
+        if lead is None or lead.holds():
+            return True
+        if self.role == "leader":
+            self.log(f"no longer leading: {lead.lost_why or 'the turn ended'}; standing by")
+            self._stand_by()
+        try:
+            took = lead.try_take()
+        except InventoryError as exc:
+            if self.lease_error != str(exc):
+                self.log(f"cannot reach the leader lease: {exc}; standing by")
+            self.lease_error = str(exc)
+            self._stand_by()
+            return False
+        self.lease_error = None
+        if took:
+            self.role = "leader"
+            self.leader_row = None
+            self.log(f"leading (epoch {lead.epoch}, lease {lead.numbers.length_s:g} s)")
+            if self.metrics is not None:
+                self.metrics.leader.set(1)
+            return True
+        other = lead.other
+        if other is not None and (
+            self.leader_row is None
+            or (self.leader_row.holder, self.leader_row.epoch) != (other.holder, other.epoch)
+        ):
+            self.log(f"standing by: {other.who()} leads")
+        self.leader_row = other
+        self._stand_by()
+        return False
+
+    def _lost_lead(self, why: str) -> None:
+        """The lead ended (its renew deadline passed, or another took it): from the renewing
+        thread, so ``watch.json`` and ``/metrics`` say standby even while a step still waits."""
+        if self.role == "leader":
+            self.log(f"no longer leading: {why}; standing by")
+        self._stand_by()
+
+    def _stand_by(self) -> None:
+        self.role = "standby"
+        if self.metrics is not None:
+            self.metrics.leader.set(0)
+        self._beat()
+
+    def _retry_s(self) -> float:
+        return self.lead.numbers.retry_s if self.lead is not None else self.tick
+
+    def _halted(self) -> bool:
+        """True when the cycle must stop where it is: asked to, or the lead was lost."""
+        return self.stop.is_set() or (self.lead is not None and not self.lead.holds())
 
     def _read(self, *, force: bool) -> tuple[list[PairStatus], list[PairDue], bool]:
         """Every pair's status and schedule, read again only when the inventory changed (another
@@ -406,7 +478,7 @@ class Watch:
         alerts: list[Alert] = []
         for (provider, revoke_old), ids in sorted(by_provider.items()):
             for i in range(0, len(ids), ROTATE_BATCH):
-                if self.stop.is_set() or not self._lock_free("rotate"):
+                if self._halted() or not self._lock_free("rotate"):
                     return rotated, failed, alerts
                 batch = ids[i : i + ROTATE_BATCH]
                 done, why, locked = self._rotate_batch(provider, batch, revoke_old)
@@ -445,7 +517,7 @@ class Watch:
                 for n in (node_of(s.module), node_of(s.vault))
             ):
                 continue
-            if self.stop.is_set() or not self._lock_free("rotate a secret"):
+            if self._halted() or not self._lock_free("rotate a secret"):
                 break
             try:
                 version = self.ctl.secret_rotate(s.module, s.name)
@@ -626,7 +698,7 @@ class Watch:
         """Ask each node no push or probe has heard from yet (a node holding only providers
         is not probed from), so ``meshtui_node_up`` names every node from the first scrape."""
         unheard = [n for n in self.ctl.inventory.nodes() if n not in self.nodes_up]
-        if not unheard or self.stop.is_set():
+        if not unheard or self._halted():
             return
         for res in resolve_nodes(self.ctl, unheard):
             if res.ok:
@@ -658,6 +730,9 @@ class Watch:
             last_ok_at=self.last_ok_at,
             cycles=self.cycles,
             stopped_at=stamp_now() if stopped else None,
+            role=self.role,
+            lease_s=self.lead.numbers.length_s if self.lead is not None else None,
+            leader=self.leader_row.holder if self.leader_row is not None else None,
         )
         try:
             write_private(

@@ -144,7 +144,6 @@ def provision(
 
 class CommandOutcome(msgspec.Struct):
     """One login's outcome as a provisioner command reports it (its other fields are dropped)."""
-
     login: str
     outcome: OutcomeName
     reason: str = ""
@@ -152,7 +151,6 @@ class CommandOutcome(msgspec.Struct):
 
 class CommandReport(msgspec.Struct):
     """A provisioner command's JSON report on stdout: each login's outcome, and ``ok``."""
-
     outcomes: list[CommandOutcome]
     ok: bool | None = None
 

@@ -99,7 +99,8 @@ class SummaryBar(Widget):
             if self.marked:
                 text.append(f" · {self.marked} marked", self._s("warn"))
             if self.watch_text:
-                tone = "good" if self.watch_text.startswith("watch running") else "warn"
+                calm = self.watch_text.startswith(("watch running", "watch standing", "leader "))
+                tone = "good" if calm and "no leader" not in self.watch_text else "warn"
                 text.append(" · ", self._s("muted"))
                 text.append(self.watch_text, self._s(tone))
         return text

@@ -1,0 +1,173 @@
+"""A turn this process holds in the leader lease (:mod:`meshtui.inventory.lease`), kept renewed
+by a thread of its own, and given up by this process at the renew deadline (watched by another,
+so it is noticed on time even while a renewal waits on a cut link).
+
+The deadline is counted on this machine's monotonic clock from the moment the last successful
+renewal was *sent*: the server set the lease's end ``length_s`` after it received that
+statement, so stopping ``deadline_s`` (< ``length_s``) after sending it stops before anyone
+else can take the turn, whatever the two machines' wall clocks say. A renewal that fails is
+retried every ``retry_s``; a renewal the server refuses (the turn was taken) ends it at once.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from meshtui.controller import config
+from meshtui.controller.config import LeaseConfig
+from meshtui.errors import InventoryError, LeaseLostError, RotationBusyError
+from meshtui.inventory import Transaction, lease
+from meshtui.inventory.lease import Claimant, LeaseRow, Leases
+
+__all__ = ["Claimant", "LeaseRow", "Turn", "claimant", "watch_turn"]
+
+
+def claimant(controller: str) -> Claimant:
+    """This process of controller ``controller`` on this machine."""
+    return Claimant(controller, socket.gethostname(), os.getpid())
+
+
+def watch_turn(state_dir: Path) -> Turn | None:
+    """The ``watch`` turn of the controller in ``state_dir`` when its inventory is on
+    PostgreSQL (not yet taken); None on SQLite, where a watch is alone and leads."""
+    postgres = config.inventory_postgres(state_dir)
+    if postgres is None:
+        return None
+    settings = config.load(state_dir)
+    leases = Leases.from_file(postgres)
+    return Turn(leases, lease.WATCH, claimant(settings.name), "watch", settings.lease)
+
+
+class Turn:
+    """One turn (``deliver`` or ``watch``) for one process: :meth:`try_take` it, then it is
+    renewed until :meth:`release` or until it is lost; :meth:`check` says which."""
+
+    def __init__(
+        self,
+        leases: Leases,
+        name: str,
+        me: Claimant,
+        action: str,
+        numbers: LeaseConfig,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        on_lost: Callable[[str], None] | None = None,
+    ) -> None:
+        self.leases, self.name, self.me, self.action = leases, name, me, action
+        self.numbers = numbers
+        self.clock = clock
+        self.on_lost = on_lost
+        self.row: LeaseRow | None = None  # this process's holding, while it holds
+        self.other: LeaseRow | None = None  # who held the turn when taking it failed
+        self.renewed_at = 0.0  # when the last successful acquire or renewal was sent
+        self.lost_why: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def epoch(self) -> int:
+        """The holding's epoch (0 when this process does not hold the turn)."""
+        return self.row.epoch if self.row is not None else 0
+
+    def try_take(self) -> bool:
+        """Take the turn when it is free or ran out; False (and :attr:`other` says who holds it)
+        otherwise. InventoryError when the server cannot be asked."""
+        sent = self.clock()
+        got = self.leases.acquire(self.name, self.me, self.action, self.numbers.length_s)
+        if got is None:
+            self.other = self.leases.read(self.name)
+            return False
+        self.row, self.other, self.renewed_at, self.lost_why = got, None, sent, None
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self._renewing, name=f"meshtui lease {self.name}", daemon=True
+        )
+        self._thread.start()
+        threading.Thread(
+            target=self._watching, name=f"meshtui lease {self.name} deadline", daemon=True
+        ).start()
+        return True
+
+    def take(self, action: str) -> None:
+        """Take the turn to ``action``, or RotationBusyError naming who holds it."""
+        if self.try_take():
+            return
+        who = self.other.who() if self.other is not None else "another controller"
+        raise RotationBusyError(
+            f"cannot {action}: a push, rotation or drill is already running ({who}); "
+            "wait for it to finish"
+        )
+
+    def holds(self) -> bool:
+        """True while this process holds the turn and its renew deadline has not passed."""
+        if self.row is None or self.lost_why is not None:
+            return False
+        if self.clock() - self.renewed_at >= self.numbers.deadline_s:
+            self._lose(f"not renewed within its {self.numbers.deadline_s:g} s deadline")
+            return False
+        return True
+
+    def check(self) -> None:
+        """LeaseLostError unless this process still holds the turn (called before each send)."""
+        if not self.holds():
+            raise LeaseLostError(
+                controller=self.me.controller,
+                epoch=self.epoch,
+                turn=self.name,
+                after=self.lost_why or "it was not taken",
+            )
+
+    def fence(self, tx: Transaction) -> None:
+        """Inside a delivering write's transaction ``tx``: the holding still holds by the
+        server's clock, and the row stays locked until it commits."""
+        self.check()
+        tx.check_lease(self.name, self.me.controller, self.epoch)
+
+    def release(self) -> None:
+        """Stop renewing and end the holding now, so the next taker need not wait it out."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(self.numbers.length_s)
+        row, self.row = self.row, None
+        if row is not None:  # lost by its deadline here, it may still be the server's: end it
+            try:
+                self.leases.release(self.name, self.me, row.epoch)
+            except InventoryError:
+                pass  # it runs out by itself
+
+    def _lose(self, why: str) -> None:
+        if self.lost_why is not None:
+            return
+        self.lost_why = why
+        self._stop.set()
+        if self.on_lost is not None:
+            self.on_lost(why)
+
+    def _watching(self) -> None:
+        """Notice the deadline when it passes, even while a renewal waits on a cut link, so
+        whoever listens (:attr:`on_lost`) hears it then and not when the renewal gives up."""
+        tick = max(0.05, min(0.5, self.numbers.deadline_s / 10))
+        while not self._stop.wait(tick):
+            if not self.holds():
+                return
+
+    def _renewing(self) -> None:
+        wait = self.numbers.renew_s
+        while not self._stop.wait(wait):
+            if not self.holds():
+                return
+            sent = self.clock()
+            try:
+                got = self.leases.renew(self.name, self.me, self.epoch, self.numbers.length_s)
+            except InventoryError:
+                wait = self.numbers.retry_s  # retried until the deadline passes
+                continue
+            if got is None:
+                self._lose("the server says it is no longer this process's")
+                return
+            self.row, self.renewed_at, wait = got, sent, self.numbers.renew_s

@@ -1,0 +1,269 @@
+"""The leader lease: one row per turn (``deliver``, ``watch``) in PostgreSQL, with an epoch,
+read and written only in the database's clock.
+
+Acquire and renew are each one statement evaluated by the server (``clock_timestamp()``, the
+server's clock at that moment; never a controller's clock, which may be wrong or paused). A
+row whose ``expires_at`` has passed may be taken by anyone, and taking it adds one to its
+epoch, so every holding has an epoch no earlier holding had: the agents keep the highest they
+accepted and refuse a lower one. :func:`check` runs inside a delivering write's own
+transaction and locks the row ``FOR SHARE``: a takeover's ``UPDATE`` then waits until that
+write commits, so no write of a holder lands after another took its place (``FOR KEY SHARE``
+would not make it wait).
+
+Every statement of the lease is here; a caller passes a psycopg connection (its own for
+acquire and renew, autocommit; the inventory's, inside its transaction, for :func:`check`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.rows import class_row
+
+from meshtui.errors import InventoryError, LeaseLostError
+from meshtui.inventory import pg_connection
+
+T = TypeVar("T")
+
+DELIVER = "deliver"
+"""The turn every delivering action takes (push, rotate, drill, secret rotate, recovery)."""
+WATCH = "watch"
+"""The turn of the leading ``meshtui watch``: held for as long as it leads."""
+
+TABLE = """
+CREATE TABLE IF NOT EXISTS lease (
+    name text PRIMARY KEY,
+    holder text NOT NULL,
+    host text NOT NULL,
+    pid integer NOT NULL,
+    action text NOT NULL,
+    since timestamptz NOT NULL,
+    epoch bigint NOT NULL,
+    expires_at timestamptz NOT NULL
+)
+"""
+"""The lease table (the PostgreSQL schema's; created by :func:`ensure_table` until the
+inventory's migrations hold it)."""
+
+_COLUMNS = (
+    "name, holder, host, pid, action, since, epoch, expires_at, "
+    "extract(epoch FROM expires_at - clock_timestamp())::float8 AS left_s"
+)
+
+
+@dataclass(frozen=True)
+class Claimant:
+    """Who asks for a turn: the controller's name, and the process on its machine."""
+
+    controller: str
+    host: str
+    pid: int
+
+
+@dataclass(frozen=True)
+class LeaseRow:
+    """A turn's row as the server sees it now: who holds it, since when, its epoch, and the
+    seconds left on it by the server's clock (0 or less: expired, anyone may take it)."""
+
+    name: str
+    holder: str
+    host: str
+    pid: int
+    action: str
+    since: datetime
+    epoch: int
+    expires_at: datetime
+    left_s: float
+
+    @property
+    def live(self) -> bool:
+        """True while the holder's lease has not run out."""
+        return self.left_s > 0
+
+    def who(self) -> str:
+        """The holder in one phrase: ``controller ctl-a (host a1, pid 12: rotate, since …,
+        epoch 4)``, as a busy message or ``status`` names it."""
+        since = self.since.isoformat(timespec="seconds")
+        return (
+            f"controller {self.holder} (host {self.host}, pid {self.pid}: {self.action}, "
+            f"since {since}, epoch {self.epoch})"
+        )
+
+
+def ensure_table(conn: psycopg.Connection[Any]) -> None:
+    """Create the lease table when it is not there yet (looked for first: a reader on a
+    read-only server or role writes nothing)."""
+    found = conn.execute("SELECT to_regclass('lease') IS NOT NULL").fetchone()
+    if found is None or not found[0]:
+        with conn.transaction():
+            conn.execute(TABLE)
+
+
+def _fetch(conn: psycopg.Connection[Any], query: str, params: dict[str, object]) -> LeaseRow | None:
+    with conn.cursor(row_factory=class_row(LeaseRow)) as cur:
+        cur.execute(query.format(columns=_COLUMNS), params)
+        return cur.fetchone()
+
+
+def acquire(
+    conn: psycopg.Connection[Any], name: str, me: Claimant, action: str, length_s: float
+) -> LeaseRow | None:
+    """Take the turn ``name`` for ``length_s`` seconds when it is free or its lease has run out
+    (the epoch one higher than the last holding's; 1 for the first); None when another holds it.
+
+    One statement: two claimants at once both reach the row, one takes it, and the other sees
+    the new holder's lease and takes nothing. A holder of ``name`` that asks again (a new
+    holding of the same controller) also gets a new epoch, only once its lease ran out.
+    """
+    return _fetch(
+        conn,
+        "INSERT INTO lease AS l (name, holder, host, pid, action, since, epoch, expires_at) "
+        "VALUES (%(name)s, %(holder)s, %(host)s, %(pid)s, %(action)s, clock_timestamp(), 1, "
+        "clock_timestamp() + make_interval(secs => %(length)s)) "
+        "ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, host = excluded.host, "
+        "pid = excluded.pid, action = excluded.action, since = clock_timestamp(), "
+        "epoch = l.epoch + 1, expires_at = excluded.expires_at "
+        "WHERE l.expires_at <= clock_timestamp() "
+        "RETURNING {columns}",
+        {
+            "name": name,
+            "holder": me.controller,
+            "host": me.host,
+            "pid": me.pid,
+            "action": action,
+            "length": length_s,
+        },
+    )
+
+
+def renew(
+    conn: psycopg.Connection[Any], name: str, me: Claimant, epoch: int, length_s: float
+) -> LeaseRow | None:
+    """Push the holding's end ``length_s`` seconds past the server's now, while it still holds
+    (same holder, process and epoch, not yet run out); None when it no longer does."""
+    return _fetch(
+        conn,
+        "UPDATE lease SET expires_at = clock_timestamp() + make_interval(secs => %(length)s) "
+        "WHERE name = %(name)s AND holder = %(holder)s AND host = %(host)s AND pid = %(pid)s "
+        "AND epoch = %(epoch)s AND expires_at > clock_timestamp() "
+        "RETURNING {columns}",
+        {
+            "name": name,
+            "holder": me.controller,
+            "host": me.host,
+            "pid": me.pid,
+            "epoch": epoch,
+            "length": length_s,
+        },
+    )
+
+
+def release(conn: psycopg.Connection[Any], name: str, me: Claimant, epoch: int) -> bool:
+    """End the holding now (the row stays, run out, naming its last holder and epoch); False
+    when it had already ended or was taken."""
+    return (
+        _fetch(
+            conn,
+            "UPDATE lease SET expires_at = clock_timestamp() "
+            "WHERE name = %(name)s AND holder = %(holder)s AND host = %(host)s AND pid = %(pid)s "
+            "AND epoch = %(epoch)s AND expires_at > clock_timestamp() "
+            "RETURNING {columns}",
+            {"name": name, "holder": me.controller, "host": me.host, "pid": me.pid, "epoch": epoch},
+        )
+        is not None
+    )
+
+
+def read(conn: psycopg.Connection[Any], name: str) -> LeaseRow | None:
+    """The turn's row now (None: nobody ever took it)."""
+    return _fetch(conn, "SELECT {columns} FROM lease WHERE name = %(name)s", {"name": name})
+
+
+def check(conn: psycopg.Connection[Any], name: str, holder: str, epoch: int) -> None:
+    """Inside the caller's transaction: the holding (``holder``, ``epoch``) of ``name`` still
+    holds, and the row is locked ``FOR SHARE`` until that transaction ends, so a takeover waits
+    for its commit. LeaseLostError naming who holds the turn now when it does not."""
+    held = conn.execute(
+        "SELECT epoch FROM lease WHERE name = %(name)s AND holder = %(holder)s "
+        "AND epoch = %(epoch)s AND expires_at > clock_timestamp() FOR SHARE",
+        {"name": name, "holder": holder, "epoch": epoch},
+    ).fetchone()
+    if held is not None:
+        return
+    now = read(conn, name)
+    if now is None or not now.live:
+        after = "its lease ran out"
+    elif now.epoch != epoch:
+        after = f"{now.who()} took it over"
+    else:
+        after = "another process holds it"
+    raise LeaseLostError(controller=holder, epoch=epoch, turn=name, after=after)
+
+
+class Leases:
+    """This process's own connection to the lease table (autocommit, apart from the inventory's
+    so a renewal never waits behind a write), opened on first use and again after a failure.
+
+    Every call is bounded: ``connect_timeout`` and ``tcp_user_timeout`` make a server that is
+    gone, or a link that is cut, an InventoryError naming the server (never the password) in
+    seconds, not libpq's minutes."""
+
+    def __init__(self, conninfo: str, *, timeout_s: float = 3.0) -> None:
+        params = conninfo_to_dict(conninfo)
+        self.server = pg_connection.server_name(conninfo)
+        params.setdefault("connect_timeout", str(max(1, round(timeout_s))))
+        params.setdefault("tcp_user_timeout", str(int(timeout_s * 1000)))
+        params.setdefault("application_name", "meshtui lease")
+        self._conninfo = make_conninfo("", **params)
+        self._conn: psycopg.Connection[Any] | None = None
+
+    @classmethod
+    def from_file(cls, path: Path, *, timeout_s: float = 3.0) -> Leases:
+        """The lease table of the PostgreSQL the conninfo file ``path`` names (read and checked
+        as the inventory's own, :func:`meshtui.inventory.pg_connection.read_conninfo`)."""
+        text = pg_connection.read_conninfo(Path(path))
+        try:
+            return cls(text, timeout_s=timeout_s)
+        except psycopg.Error:
+            raise InventoryError(f"{path}: not a libpq conninfo") from None
+
+    def _run(self, call: Callable[[psycopg.Connection[Any]], T]) -> T:
+        try:
+            if self._conn is None or self._conn.closed:
+                self._conn = psycopg.connect(self._conninfo, autocommit=True)
+                ensure_table(self._conn)
+            return call(self._conn)
+        except psycopg.Error as exc:
+            self.close()
+            why = pg_connection.reason(exc)
+            raise InventoryError(f"lease on PostgreSQL {self.server}: {why}") from None
+
+    def acquire(self, name: str, me: Claimant, action: str, length_s: float) -> LeaseRow | None:
+        """:func:`acquire` on this connection."""
+        return self._run(lambda c: acquire(c, name, me, action, length_s))
+
+    def renew(self, name: str, me: Claimant, epoch: int, length_s: float) -> LeaseRow | None:
+        """:func:`renew` on this connection."""
+        return self._run(lambda c: renew(c, name, me, epoch, length_s))
+
+    def release(self, name: str, me: Claimant, epoch: int) -> bool:
+        """:func:`release` on this connection."""
+        return self._run(lambda c: release(c, name, me, epoch))
+
+    def read(self, name: str) -> LeaseRow | None:
+        """:func:`read` on this connection."""
+        return self._run(lambda c: read(c, name))
+
+    def close(self) -> None:
+        """Close the connection (the next call opens another)."""
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            finally:
+                self._conn = None

@@ -1,0 +1,174 @@
+"""Delivering actions take turns across controllers of one PostgreSQL: the second is told who
+holds the turn, the holder's epoch is on its fence, and a holder stops at its renew deadline."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from meshtui.atomic import write_private
+from meshtui.controller import lock
+from meshtui.controller.config import LeaseConfig
+from meshtui.controller.core import Controller
+from meshtui.controller.turn import Turn, claimant
+from meshtui.errors import LeaseLostError, RotationBusyError
+from meshtui.inventory import lease
+from meshtui.inventory.lease import Leases
+from meshtui.kinds.postgres.lab import Cluster
+
+DB = "meshtui_turns"
+
+
+@pytest.fixture
+def conninfo_file(pg_clean: Cluster, tmp_path: Path) -> Path:
+    """A database of its own on the session's cluster, named by a 0600 conninfo file."""
+    with psycopg.connect(pg_clean.admin_conninfo(), autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DB)))
+    info = psycopg.conninfo.make_conninfo(pg_clean.admin_conninfo(), dbname=DB)
+    path = tmp_path / "inventory.conninfo"
+    write_private(path, (info + "\n").encode())
+    return path
+
+
+def state(tmp_path: Path, name: str, conninfo: Path, lease_table: str = "") -> Path:
+    folder = tmp_path / name
+    folder.mkdir(mode=0o700)
+    (folder / "controller.toml").write_text(
+        f'name = "{name}"\n[inventory]\npostgres = "{conninfo}"\n{lease_table}'
+    )
+    return folder
+
+
+@pytest.fixture
+def two(tmp_path: Path, conninfo_file: Path) -> Iterator[tuple[Controller, Controller]]:
+    with (
+        Controller.open(state(tmp_path, "ctl-a", conninfo_file)) as a,
+        Controller.open(state(tmp_path, "ctl-b", conninfo_file)) as b,
+    ):
+        yield a, b
+
+
+def test_the_second_controller_is_told_who_delivers_and_takes_the_next_epoch(two) -> None:
+    a, b = two
+    with lock.delivering(a, "rotate"):
+        assert a.fence.controller == "ctl-a" and a.fence.epoch >= 1
+        held = a.fence.epoch
+        assert a.turn is not None and a.inventory.fence is not None
+        with pytest.raises(RotationBusyError) as exc, lock.delivering(b, "push"):
+            pass
+        told = str(exc.value)
+        assert "cannot push" in told
+        assert f"controller ctl-a (host {socket.gethostname()}, pid {os.getpid()}: rotate" in told
+        assert f"epoch {held})" in told and "since " in told
+        assert b.fence.epoch == 0
+    assert a.fence.epoch == 0 and a.turn is None and a.inventory.fence is None  # released
+    with lock.delivering(b, "push"):
+        assert b.fence.epoch == held + 1
+
+
+def test_a_second_process_of_the_same_controller_waits_its_turn_too(
+    tmp_path: Path, conninfo_file: Path
+) -> None:
+    folder = state(tmp_path, "ctl-a", conninfo_file)
+    leases = Leases.from_file(conninfo_file)
+    other = Turn(
+        leases, lease.DELIVER, lease.Claimant("ctl-a", "elsewhere", 4242), "push", LeaseConfig()
+    )
+    assert other.try_take()
+    try:
+        busy = pytest.raises(RotationBusyError, match="pid 4242")
+        with Controller.open(folder) as ctl, busy, lock.delivering(ctl, "rotate"):
+            pass
+    finally:
+        other.release()
+        leases.close()
+
+
+def test_a_holder_past_its_renew_deadline_stops_before_anyone_may_take_over(
+    conninfo_file: Path,
+) -> None:
+    """The renew deadline on this machine's clock ends the turn here while the server still
+    counts it held: nobody else can take it yet, and this process sends and writes nothing."""
+    now = [100.0]
+    lost: list[str] = []
+    numbers = LeaseConfig(length_s=30, renew_s=10, deadline_s=20, retry_s=1)
+    leases, others = Leases.from_file(conninfo_file), Leases.from_file(conninfo_file)
+    mine = Turn(
+        leases, lease.DELIVER, claimant("ctl-a"), "push", numbers, clock=lambda: now[0],
+        on_lost=lost.append,
+    )  # fmt: skip
+    try:
+        assert mine.try_take()
+        now[0] += 19.9
+        mine.check()  # within the deadline
+        now[0] += 0.2  # a pause (GC, SIGSTOP) carried it past the deadline
+        with pytest.raises(LeaseLostError, match=r"ctl-a no longer holds the deliver turn"):
+            mine.check()
+        assert lost and "20 s deadline" in lost[0]
+        row = others.read(lease.DELIVER)
+        assert row is not None and row.live and row.holder == "ctl-a"  # the server still holds it
+        assert not Turn(others, lease.DELIVER, claimant("ctl-b"), "push", numbers).try_take()
+        with (
+            pytest.raises(LeaseLostError),
+            psycopg.connect(
+                psycopg.conninfo.make_conninfo(conninfo_file.read_text().strip())
+            ) as conn,
+            conn.transaction(),
+        ):
+            mine.fence(conn)  # a write fenced by a lost turn is refused before the server is asked
+    finally:
+        mine.release()
+        leases.close()
+        others.close()
+
+
+def test_a_held_turn_is_renewed_past_its_length(conninfo_file: Path) -> None:
+    import time
+
+    numbers = LeaseConfig(length_s=1.5, renew_s=0.3, deadline_s=1.0, retry_s=0.2)
+    leases, others = Leases.from_file(conninfo_file), Leases.from_file(conninfo_file)
+    mine = Turn(leases, lease.WATCH, claimant("ctl-a"), "watch", numbers)
+    try:
+        assert mine.try_take()
+        first = mine.epoch
+        time.sleep(3.0)
+        mine.check()
+        assert mine.epoch == first
+        assert not Turn(others, lease.WATCH, claimant("ctl-b"), "watch", numbers).try_take()
+    finally:
+        mine.release()
+    assert Turn(others, lease.WATCH, claimant("ctl-b"), "watch", numbers).try_take()
+    others.close()
+    leases.close()
+
+
+def test_a_write_under_a_turn_taken_over_is_refused_by_the_shared_inventory(
+    two, conninfo_file: Path
+) -> None:
+    """The fence inside the inventory's own transaction: the server says the turn moved on
+    (its lease ran out and another took it), so the old holder's write lands nowhere."""
+    a, b = two
+    with lock.delivering(a, "push"):
+        a.inventory.record("fenced-ok", [], {}, "ok")  # while it holds: written
+        info = psycopg.conninfo.make_conninfo(conninfo_file.read_text().strip())
+        with psycopg.connect(info, autocommit=True) as conn:  # its lease runs out (a pause)
+            conn.execute(
+                "UPDATE lease SET expires_at = clock_timestamp() WHERE name = %s", (lease.DELIVER,)
+            )
+        leases = Leases.from_file(conninfo_file)
+        newer = Turn(leases, lease.DELIVER, claimant("ctl-b"), "push", LeaseConfig())
+        assert newer.try_take() and newer.epoch == a.fence.epoch + 1
+        try:
+            with pytest.raises(LeaseLostError, match="controller ctl-b .* took it over"):
+                a.inventory.record("fenced-stale", [], {}, "ok")
+        finally:
+            newer.release()
+            leases.close()
+    kinds = [e.kind for e in b.events()]
+    assert "fenced-ok" in kinds and "fenced-stale" not in kinds
