@@ -48,3 +48,22 @@ def test_a_choice_that_is_not_one_is_refused_naming_the_key(mesh: Mesh, where: s
         _declared(mesh, "kill" if where == "offer" else None, "kill" if where != "offer" else None)
     text = str(caught.value)
     assert ".sessions" in text and '"end"' in text and '"drain"' in text, text
+
+
+def test_a_declared_provisioner_command_is_asked_only_when_someone_chose(mesh: Mesh) -> None:
+    """A provider whose provisioner is a declared command cannot be asked to end sessions: the
+    default leaves its pairs unasked (no rotation of theirs fails for a choice nobody made),
+    while a declared or commanded choice is still asked (and fails there, truthfully)."""
+    spec = mesh.spec(modules(["app1/gitea", "app1/wiki"]))
+    spec["modules"]["db1/postgres"]["provisioner"] = ["/usr/local/bin/provision-mydb"]
+    with Controller.open(mesh.state) as ctl:
+        ctl.declare(mesh.write(spec))
+        pairs = ctl.inventory.pairs()
+        assert session_choices(ctl.inventory, pairs) == {}
+        assert set(session_choices(ctl.inventory, pairs, Sessions.END).values()) == {
+            Sessions.END
+        }
+    spec["modules"]["app1/wiki"]["requires"][0]["sessions"] = "end"
+    with Controller.open(mesh.state) as ctl:
+        ctl.declare(mesh.write(spec))
+        assert session_choices(ctl.inventory, ctl.inventory.pairs()) == {WIKI: Sessions.END}

@@ -1,6 +1,11 @@
 """What a rotation does to each pair's sessions on the old credential: the command's choice,
 else the pair's requirement's ``sessions``, else its provider's offer's, else the default
-(:data:`~meshtui.model.DEFAULT_SESSIONS`, ``end``; docs/sessions.md)."""
+(:data:`~meshtui.model.DEFAULT_SESSIONS`, ``end``; docs/sessions.md).
+
+The default asks only a built-in provisioner: a provider whose provisioner is a declared
+command cannot be asked to end a login's sessions (the manifest has no word for it), so a pair
+there is asked only when the command or the declaration chose, and its rotation then fails
+truthfully rather than every rotation of such a provider failing for a choice nobody made."""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ from collections.abc import Iterable, Mapping
 
 from meshtui.inventory import Inventory
 from meshtui.inventory.rows import PairRow, RotationItem
-from meshtui.model import DEFAULT_SESSIONS, Sessions
+from meshtui.model import DEFAULT_SESSIONS, Sessions, is_builtin
 
 
 def session_choices(
@@ -27,7 +32,10 @@ def session_choices(
             (n.sessions for n in needs if (n.name, n.file) == (p["provision"], p["file"])), None
         )
         offer = next((o.sessions for o in offers if o.name == p["provision"] and o.sessions), None)
-        out[p["id"]] = Sessions(need or offer or DEFAULT_SESSIONS)
+        if need or offer:
+            out[p["id"]] = Sessions(need or offer)
+        elif p["provider"] in specs and is_builtin(specs[p["provider"]]["spec"].provisioner):
+            out[p["id"]] = DEFAULT_SESSIONS
     return out
 
 
