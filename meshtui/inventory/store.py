@@ -64,6 +64,10 @@ from meshtui.protocol.wire import RestoreProof, SignedHead
 if TYPE_CHECKING:  # imported when a migration runs: a read never pays for it (~80 ms)
     import sqlite_utils
 
+RawRow = dict[str, Any]  # open: a row as the engine returns it, before it is cast to its row
+"""A row by column name as either engine returns it, before it is cast to its TypedDict in
+:mod:`meshtui.inventory.rows` (the schema gives each column its type; no caller sees this)."""
+
 CHUNK = 500
 """Ids per ``IN (...)``: stays under SQLite's variable limit."""
 
@@ -90,7 +94,7 @@ def _connect_read_only(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(uri + "?mode=ro&immutable=1", uri=True, check_same_thread=False)
 
 
-def _decoded_modules(rows: Iterable[dict[str, Any]]) -> dict[str, ModuleRow]:
+def _decoded_modules(rows: Iterable[RawRow]) -> dict[str, ModuleRow]:
     """Modules' rows by id, each spec decoded from its stored JSON."""
     out: dict[str, ModuleRow] = {}
     for r in rows:
@@ -647,7 +651,7 @@ class Inventory:
             return tx.audit(kind, pairs, detail, outcome)
 
     # ---- reads --------------------------------------------------------------------------
-    def _query(self, sql: str, params: Sequence[object] = ()) -> list[dict[str, Any]]:
+    def _query(self, sql: str, params: Sequence[object] = ()) -> list[RawRow]:
         """Rows as plain dicts, for the typed reads below to cast (open: any table's
         columns; no row leaves the store in this shape)."""
         with self.lock, self._reading():
@@ -693,10 +697,10 @@ class Inventory:
         rows = cast(list[NodeRow], self._query("SELECT * FROM nodes ORDER BY name"))
         return {r["name"]: r for r in rows}
 
-    def _where_in(self, sql: str, column: str, values: Iterable[str]) -> list[dict[str, Any]]:
+    def _where_in(self, sql: str, column: str, values: Iterable[str]) -> list[RawRow]:
         """``sql`` (a SELECT without WHERE) for the rows whose ``column`` is one of ``values``,
         in chunks that stay under SQLite's parameter limit."""
-        rows: list[dict[str, Any]] = []
+        rows: list[RawRow] = []
         for chunk in _chunks(values):
             rows += self._query(f"{sql} WHERE {column} IN ({_marks(len(chunk))})", chunk)
         return rows

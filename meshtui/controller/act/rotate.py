@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal, TypedDict
 
 from meshtui.controller.act import sending
 from meshtui.controller.act.ahead import Ahead
@@ -634,7 +634,15 @@ def _sessions_said(done: SessionsSettled | None) -> str:
     return f"; {said}" if said else ""
 
 
-def _sessions_fields(done: SessionsSettled | None) -> dict[str, Any]:
+class SessionsFields(TypedDict, total=False):
+    """:class:`PairOutcome`'s fields for the old credential's sessions, as keywords."""
+
+    sessions: int | None
+    sessions_left: int | None
+    sessions_ended: bool
+
+
+def _sessions_fields(done: SessionsSettled | None) -> SessionsFields:
     """A pair's outcome fields for its old sessions (none when none were asked about)."""
     if done is None:
         return {}

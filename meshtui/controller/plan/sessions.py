@@ -32,8 +32,9 @@ def session_choices(
             (n.sessions for n in needs if (n.name, n.file) == (p["provision"], p["file"])), None
         )
         offer = next((o.sessions for o in offers if o.name == p["provision"] and o.sessions), None)
-        if need or offer:
-            out[p["id"]] = Sessions(need or offer)
+        chosen = need or offer
+        if chosen:
+            out[p["id"]] = Sessions(chosen)
         elif p["provider"] in specs and is_builtin(specs[p["provider"]]["spec"].provisioner):
             out[p["id"]] = DEFAULT_SESSIONS
     return out
