@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from psycopg import sql
 from meshtui.controller import config
 from meshtui.inventory import SCHEMA_VERSION, Inventory, pg_schema
 from meshtui.inventory import schema as schema_mod
+from meshtui.kinds.postgres.lab import Cluster
 from tests.fix_lab import cli
 from tests.fix_pg import Clusters, free_port, inventory_database, start_cluster
 
@@ -300,11 +302,29 @@ def test_two_processes_appending_at_once_keep_one_linear_signed_chain(
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-@pytest.fixture
-def standby(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+@dataclass
+class Replicated:
+    """A primary and its streaming standby, with a conninfo file naming the inventory on each."""
+
+    on_primary: Path
+    on_standby: Path
+    primary: Cluster
+    standby_dir: Path
+
+    def promote(self) -> None:
+        """Make the standby the primary (``pg_ctl promote``, waiting until it takes writes)."""
+        bins = self.primary.binaries
+        done = self.primary._run([str(bins / "pg_ctl"), "-D", str(self.standby_dir), "-w",
+                                  "-t", "60", "promote"])  # fmt: skip
+        assert done.returncode == 0, done.stderr + done.stdout
+
+
+@pytest.fixture(params=["18", "15"])
+def standby(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Replicated]:
     """A primary of its own with an inventory database, and a real hot standby of it
-    (``pg_basebackup -R``): conninfo files naming the database on each."""
-    primary, base = start_cluster("18")
+    (``pg_basebackup -R``), on each server version: conninfo files naming the database on
+    each."""
+    primary, base = start_cluster(request.param)
     folder = tmp_path / "pg"
     folder.mkdir(mode=0o700)
     copy = base / "standby"
@@ -333,22 +353,72 @@ def standby(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
         )
         with psycopg.connect(text_of(on_standby)) as conn:  # a standby indeed
             assert conn.execute("SELECT pg_is_in_recovery()").fetchone() == (True,)
-        yield on_primary, on_standby
+        yield Replicated(on_primary, on_standby, primary, copy)
     finally:
         primary._run([str(primary.binaries / "pg_ctl"), "-D", str(copy), "-m", "immediate", "stop"])
         primary.stop()
         shutil.rmtree(base, ignore_errors=True)
 
 
-def test_a_hot_standby_is_refused_naming_it(standby: tuple[Path, Path], tmp_path: Path) -> None:
+def test_a_hot_standby_is_refused_naming_it(standby: Replicated, tmp_path: Path) -> None:
     """A conninfo naming a real streaming standby: every command refuses it, one line."""
-    on_primary, on_standby = standby
+    on_primary, on_standby = standby.on_primary, standby.on_standby
     state = tmp_path / "state"
     mine = write_conninfo(tmp_path / "mine.conninfo", text_of(on_primary))
     assert cli(state, "init", "--postgres", str(mine)).returncode == 0
     write_conninfo(mine, text_of(on_standby))
     params = psycopg.conninfo.conninfo_to_dict(text_of(on_standby))
     failing(state, f"{params['host']}:{params['port']}/{params['dbname']}", "read-only")
+
+
+FAILOVER_TIMEOUT = 3
+"""The conninfo's ``connect_timeout`` in the failover test: a switch costs at most this per
+host named (a host that refuses at once, as a stopped one does, costs nothing)."""
+
+
+def test_several_hosts_with_read_write_carry_on_against_the_promoted_standby(
+    standby: Replicated, tmp_path: Path
+) -> None:
+    """A conninfo naming the primary and its standby with ``target_session_attrs=read-write``:
+    the primary stopped, a write in between fails in seconds naming both hosts; the standby
+    promoted, the controller kept open (as ``watch`` keeps one) reads and writes on it within
+    ``connect_timeout`` × hosts, and a new command (status, audit --verify) runs there too."""
+    from meshtui.controller.core import Controller
+    from meshtui.errors import InventoryError
+
+    first = psycopg.conninfo.conninfo_to_dict(text_of(standby.on_primary))
+    second = psycopg.conninfo.conninfo_to_dict(text_of(standby.on_standby))
+    both = psycopg.conninfo.make_conninfo(
+        "",
+        host=f"{first['host']},{second['host']}",
+        port=f"{first['port']},{second['port']}",
+        user="postgres",
+        dbname=first["dbname"],
+        target_session_attrs="read-write",
+        connect_timeout=str(FAILOVER_TIMEOUT),
+    )
+    state = tmp_path / "state"
+    mine = write_conninfo(tmp_path / "mine.conninfo", both)
+    assert cli(state, "init", "--postgres", str(mine)).returncode == 0
+    with Controller.open(state) as ctl:
+        ctl.inventory.record("note", [], {"i": 1}, "ok")
+        standby.primary.stop()
+        began = time.monotonic()
+        with pytest.raises(InventoryError, match=f"{first['port']}.*{second['port']}"):
+            ctl.inventory.record("note", [], {"i": 2}, "ok")  # no primary anywhere
+        assert time.monotonic() - began < 2 * FAILOVER_TIMEOUT + 2
+        standby.promote()
+        began = time.monotonic()
+        ctl.inventory.record("note", [], {"i": 3}, "ok")
+        assert ctl.status() == []
+        assert time.monotonic() - began <= 2 * FAILOVER_TIMEOUT
+        notes = [e["detail"]["i"] for e in ctl.inventory.events() if e["kind"] == "note"]
+        assert notes == [1, 3]
+    with database(standby.on_standby) as conn:  # the new primary holds them
+        assert conn.execute("SELECT pg_is_in_recovery()").fetchone() == (False,)
+    for args in (["status"], ["audit", "--verify"]):
+        done = cli(state, *args)
+        assert done.returncode == 0, (args, done.stdout, done.stderr)
 
 
 BASE_TABLES_ORDER = {
