@@ -33,12 +33,18 @@ from tests.fix_pg import Clusters, free_port, inventory_database, start_cluster
 SECRET = "hunter2-never-shown"
 
 
+@pytest.fixture(params=["18", "15"])
+def server(request: pytest.FixtureRequest, pg_clusters: Clusters) -> Cluster:
+    """The session's PostgreSQL cluster of each server version (embedded 18, Debian's 15)."""
+    return pg_clusters.get(request.param)
+
+
 @pytest.fixture
-def conninfo(pg_clusters: Clusters, tmp_path: Path) -> Path:
-    """A conninfo file naming a new, empty database of the PostgreSQL 18 cluster."""
+def conninfo(server: Cluster, tmp_path: Path) -> Path:
+    """A conninfo file naming a new, empty database of the server."""
     folder = tmp_path / "pg"
     folder.mkdir(mode=0o700)
-    return inventory_database(pg_clusters.get("18"), folder, empty=True)
+    return inventory_database(server, folder, empty=True)
 
 
 def text_of(path: Path) -> str:
@@ -216,9 +222,9 @@ def test_a_server_that_never_answers_times_out_in_seconds(
 
 
 def test_a_wrong_password_is_one_line_naming_the_server(
-    initialised: Path, tmp_path: Path, conninfo: Path, pg_clusters: Clusters
+    initialised: Path, tmp_path: Path, conninfo: Path, server: Cluster
 ) -> None:
-    cluster = pg_clusters.get("18")
+    cluster = server
     dbname = psycopg.conninfo.conninfo_to_dict(text_of(conninfo))["dbname"]
     with database(conninfo) as conn:
         conn.execute("DROP ROLE IF EXISTS meshtui_ctl")
@@ -539,13 +545,13 @@ def test_backup_of_a_postgres_inventory_names_the_pg_dump_way(
 
 
 def test_the_pg_dump_way_restores_an_inventory_that_verifies(
-    initialised: Path, tmp_path: Path, pg_clusters: Clusters
+    initialised: Path, tmp_path: Path, server: Cluster
 ) -> None:
     """The manual's backup of a PostgreSQL inventory: ``pg_dump`` of the database beside the
     state folder's key files; ``pg_restore`` into a new database and a state folder holding
     those files, whose settings name it: the chain verifies with the controller key, the
     pairs are all there."""
-    cluster = pg_clusters.get("18")
+    cluster = server
     filled(initialised, probes=50)
     source = config.load(initialised).postgres
     assert source is not None
@@ -573,15 +579,16 @@ def test_the_pg_dump_way_restores_an_inventory_that_verifies(
         assert dump(a) == dump(b)
 
 
+@pytest.mark.parametrize("version", ["18", "15"])
 def test_a_server_restarted_between_writes_is_reconnected_and_said_while_down(
-    tmp_path: Path,
+    tmp_path: Path, version: str
 ) -> None:
     """An open inventory (``watch`` holds one for days) whose server restarts: a write while
     it is down fails in seconds with one line naming it, and the next write after it is back
     goes through on a new connection, the chain still one."""
     from meshtui.errors import InventoryError
 
-    cluster, base = start_cluster("18")
+    cluster, base = start_cluster(version)
     folder = tmp_path / "pg"
     folder.mkdir(mode=0o700)
     try:
