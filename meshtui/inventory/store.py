@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, cast
 from meshtui.errors import InventoryError, ReadOnlyError
 from meshtui.inventory import audit as audit_mod
 from meshtui.inventory import image as image_mod
-from meshtui.inventory import pg_connection, pg_schema, schema, status_read
+from meshtui.inventory import pg_connection, pg_pool, pg_schema, schema, status_read
 from meshtui.inventory.audit import ChainCheck
 from meshtui.inventory.engine import SQLITE, Dialect, dialect
 from meshtui.inventory.rows import (
@@ -485,7 +485,10 @@ class Inventory:
 
     @classmethod
     def _open_postgres(cls, path: Path, conninfo: Path, *, read_only: bool) -> Inventory:
-        conn = pg_connection.connect(conninfo, read_only=read_only)
+        if pg_pool.sharing():
+            conn = pg_pool.checkout(conninfo, read_only=read_only)
+        else:
+            conn = pg_connection.connect(conninfo, read_only=read_only)
         try:
             inv = cls(path, conn, read_only=read_only)
             if read_only:
