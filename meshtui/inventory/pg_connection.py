@@ -122,9 +122,13 @@ def opened(found: Settings, *, read_only: bool) -> psycopg.Connection[Any]:
 
 def prepare(raw: psycopg.Connection[Any], *, read_only: bool) -> None:
     """A new session made ready for the store: values written as ``sqlite3`` writes them, a
-    bounded wait for other writers, and (``read_only``) every transaction read-only."""
+    bounded wait for other writers, no JIT compilation, and (``read_only``) every transaction
+    read-only. JIT pays off for long analytic queries only: the inventory's are short, and a
+    planner without statistics (a new database) estimated the kept status read high enough
+    to compile it, a second per statement."""
     _as_sqlite_stores(raw)
     raw.execute(f"SET lock_timeout = {LOCK_TIMEOUT_MS}")
+    raw.execute("SET jit = off")
     if read_only:
         raw.execute("SET default_transaction_read_only = on")
 
