@@ -236,8 +236,11 @@ class MeshApp(App[int]):
         process (controller/status.py). Opened again when the inventory is another file (a
         restore into this folder)."""
         with self._status_lock:
-            st = os.stat(self.state_dir / INVENTORY)
-            file = (st.st_dev, st.st_ino)
+            try:
+                st = os.stat(self.state_dir / INVENTORY)
+                file: tuple[int, int] | None = (st.st_dev, st.st_ino)
+            except FileNotFoundError:  # an inventory on PostgreSQL: no file to be replaced
+                file = None
             if self._status_reader is None or file != self._status_file:
                 self._close_status_reader()
                 self._status_reader = self.open_controller(reader=True)
