@@ -4,7 +4,6 @@ at the next checkout with one line naming it, then taken back once it takes writ
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -16,21 +15,15 @@ import pytest
 from meshtui.errors import InventoryError
 from meshtui.inventory import Inventory, pg_pool
 from meshtui.kinds.postgres.lab import Cluster
-from tests.fix_pg import inventory_database, start_cluster
+from tests.fix_pg import inventory_database
 
 TIMEOUT = 2
 """The conninfo's ``connect_timeout``: one host, so a checkout gives up after this."""
 
 
-@pytest.fixture(params=["18", "15"])
-def server(request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    """A cluster of its own (its settings are changed under the pool), of each version."""
-    cluster, base = start_cluster(request.param)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-        shutil.rmtree(base, ignore_errors=True)
+@pytest.fixture
+def server(own_pg: Cluster) -> Cluster:
+    return own_pg
 
 
 @pytest.fixture

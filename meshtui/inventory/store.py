@@ -990,11 +990,13 @@ class Inventory:
 
     def provider_kinds(self) -> dict[tuple[str, str], str]:
         """(provider module, provision) -> kind, for the providers of pairs that are not
-        PostgreSQL (only modules some pair names as its provider are read)."""
+        PostgreSQL (only modules some pair names as its provider are read: a lookup in the
+        provider index per module that names a kind, not a pass over every pair, since every
+        kept status read asks)."""
         out: dict[tuple[str, str], str] = {}
         rows = self._tuples(
-            "SELECT id, spec FROM modules WHERE id IN (SELECT provider FROM pairs) "
-            "AND spec LIKE '%\"kind\"%'"
+            "SELECT m.id, m.spec FROM modules m WHERE m.spec LIKE '%\"kind\"%' "
+            "AND EXISTS (SELECT 1 FROM pairs p WHERE p.provider = m.id)"
         )
         for mid, spec in rows:
             for offer in decode_spec(mid, spec).provides:

@@ -5,8 +5,6 @@ again once the server is back."""
 from __future__ import annotations
 
 import contextlib
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,22 +13,16 @@ from textual.worker import WorkerFailed
 from meshtui.controller.core import Controller
 from meshtui.kinds.postgres.lab import Cluster
 from tests.fix_lab import cli
-from tests.fix_pg import inventory_database, start_cluster
+from tests.fix_pg import inventory_database
 from tests.test_status_read import PAIRS, pair_record
 from tests.tui.helpers import RecordingApp, settle
 
 SECRET = "hunter2-never-shown"
 
 
-@pytest.fixture(params=["18", "15"])
-def server(request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    """A cluster of its own (the test stops and starts it), of each version."""
-    cluster, base = start_cluster(request.param)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-        shutil.rmtree(base, ignore_errors=True)
+@pytest.fixture
+def server(own_pg: Cluster) -> Cluster:
+    return own_pg
 
 
 @pytest.fixture
