@@ -96,6 +96,18 @@ def pg_admin_file(pg: Cluster, tmp_path: Path) -> Path:
     return pg.write_admin_file(tmp_path / "admin.conninfo")
 
 
+@pytest.fixture(params=["18", "15"])
+def own_pg(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """A started cluster of the test's own (it may stop, start or reconfigure it), of each
+    server version, removed after."""
+    cluster, base = start_cluster(request.param)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def reset_cluster(cluster: Cluster) -> None:
     """Drop every database and role a test made, leaving the cluster as initdb left it."""
     with psycopg.connect(cluster.admin_conninfo(), autocommit=True) as conn:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,18 +26,25 @@ from psycopg import sql
 from meshtui.controller import config
 from meshtui.inventory import SCHEMA_VERSION, Inventory, pg_schema
 from meshtui.inventory import schema as schema_mod
+from meshtui.kinds.postgres.lab import Cluster
 from tests.fix_lab import cli
 from tests.fix_pg import Clusters, free_port, inventory_database, start_cluster
 
 SECRET = "hunter2-never-shown"
 
 
+@pytest.fixture(params=["18", "15"])
+def server(request: pytest.FixtureRequest, pg_clusters: Clusters) -> Cluster:
+    """The session's PostgreSQL cluster of each server version (embedded 18, Debian's 15)."""
+    return pg_clusters.get(request.param)
+
+
 @pytest.fixture
-def conninfo(pg_clusters: Clusters, tmp_path: Path) -> Path:
-    """A conninfo file naming a new, empty database of the PostgreSQL 18 cluster."""
+def conninfo(server: Cluster, tmp_path: Path) -> Path:
+    """A conninfo file naming a new, empty database of the server."""
     folder = tmp_path / "pg"
     folder.mkdir(mode=0o700)
-    return inventory_database(pg_clusters.get("18"), folder, empty=True)
+    return inventory_database(server, folder, empty=True)
 
 
 def text_of(path: Path) -> str:
@@ -214,9 +222,9 @@ def test_a_server_that_never_answers_times_out_in_seconds(
 
 
 def test_a_wrong_password_is_one_line_naming_the_server(
-    initialised: Path, tmp_path: Path, conninfo: Path, pg_clusters: Clusters
+    initialised: Path, tmp_path: Path, conninfo: Path, server: Cluster
 ) -> None:
-    cluster = pg_clusters.get("18")
+    cluster = server
     dbname = psycopg.conninfo.conninfo_to_dict(text_of(conninfo))["dbname"]
     with database(conninfo) as conn:
         conn.execute("DROP ROLE IF EXISTS meshtui_ctl")
@@ -300,11 +308,29 @@ def test_two_processes_appending_at_once_keep_one_linear_signed_chain(
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-@pytest.fixture
-def standby(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+@dataclass
+class Replicated:
+    """A primary and its streaming standby, with a conninfo file naming the inventory on each."""
+
+    on_primary: Path
+    on_standby: Path
+    primary: Cluster
+    standby_dir: Path
+
+    def promote(self) -> None:
+        """Make the standby the primary (``pg_ctl promote``, waiting until it takes writes)."""
+        bins = self.primary.binaries
+        done = self.primary._run([str(bins / "pg_ctl"), "-D", str(self.standby_dir), "-w",
+                                  "-t", "60", "promote"])  # fmt: skip
+        assert done.returncode == 0, done.stderr + done.stdout
+
+
+@pytest.fixture(params=["18", "15"])
+def standby(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Replicated]:
     """A primary of its own with an inventory database, and a real hot standby of it
-    (``pg_basebackup -R``): conninfo files naming the database on each."""
-    primary, base = start_cluster("18")
+    (``pg_basebackup -R``), on each server version: conninfo files naming the database on
+    each."""
+    primary, base = start_cluster(request.param)
     folder = tmp_path / "pg"
     folder.mkdir(mode=0o700)
     copy = base / "standby"
@@ -333,22 +359,72 @@ def standby(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
         )
         with psycopg.connect(text_of(on_standby)) as conn:  # a standby indeed
             assert conn.execute("SELECT pg_is_in_recovery()").fetchone() == (True,)
-        yield on_primary, on_standby
+        yield Replicated(on_primary, on_standby, primary, copy)
     finally:
         primary._run([str(primary.binaries / "pg_ctl"), "-D", str(copy), "-m", "immediate", "stop"])
         primary.stop()
         shutil.rmtree(base, ignore_errors=True)
 
 
-def test_a_hot_standby_is_refused_naming_it(standby: tuple[Path, Path], tmp_path: Path) -> None:
+def test_a_hot_standby_is_refused_naming_it(standby: Replicated, tmp_path: Path) -> None:
     """A conninfo naming a real streaming standby: every command refuses it, one line."""
-    on_primary, on_standby = standby
+    on_primary, on_standby = standby.on_primary, standby.on_standby
     state = tmp_path / "state"
     mine = write_conninfo(tmp_path / "mine.conninfo", text_of(on_primary))
     assert cli(state, "init", "--postgres", str(mine)).returncode == 0
     write_conninfo(mine, text_of(on_standby))
     params = psycopg.conninfo.conninfo_to_dict(text_of(on_standby))
     failing(state, f"{params['host']}:{params['port']}/{params['dbname']}", "read-only")
+
+
+FAILOVER_TIMEOUT = 3
+"""The conninfo's ``connect_timeout`` in the failover test: a switch costs at most this per
+host named (a host that refuses at once, as a stopped one does, costs nothing)."""
+
+
+def test_several_hosts_with_read_write_carry_on_against_the_promoted_standby(
+    standby: Replicated, tmp_path: Path
+) -> None:
+    """A conninfo naming the primary and its standby with ``target_session_attrs=read-write``:
+    the primary stopped, a write in between fails in seconds naming both hosts; the standby
+    promoted, the controller kept open (as ``watch`` keeps one) reads and writes on it within
+    ``connect_timeout`` × hosts, and a new command (status, audit --verify) runs there too."""
+    from meshtui.controller.core import Controller
+    from meshtui.errors import InventoryError
+
+    first = psycopg.conninfo.conninfo_to_dict(text_of(standby.on_primary))
+    second = psycopg.conninfo.conninfo_to_dict(text_of(standby.on_standby))
+    both = psycopg.conninfo.make_conninfo(
+        "",
+        host=f"{first['host']},{second['host']}",
+        port=f"{first['port']},{second['port']}",
+        user="postgres",
+        dbname=first["dbname"],
+        target_session_attrs="read-write",
+        connect_timeout=str(FAILOVER_TIMEOUT),
+    )
+    state = tmp_path / "state"
+    mine = write_conninfo(tmp_path / "mine.conninfo", both)
+    assert cli(state, "init", "--postgres", str(mine)).returncode == 0
+    with Controller.open(state) as ctl:
+        ctl.inventory.record("note", [], {"i": 1}, "ok")
+        standby.primary.stop()
+        began = time.monotonic()
+        with pytest.raises(InventoryError, match=f"{first['port']}.*{second['port']}"):
+            ctl.inventory.record("note", [], {"i": 2}, "ok")  # no primary anywhere
+        assert time.monotonic() - began < 2 * FAILOVER_TIMEOUT + 2
+        standby.promote()
+        began = time.monotonic()
+        ctl.inventory.record("note", [], {"i": 3}, "ok")
+        assert ctl.status() == []
+        assert time.monotonic() - began <= 2 * FAILOVER_TIMEOUT
+        notes = [e["detail"]["i"] for e in ctl.inventory.events() if e["kind"] == "note"]
+        assert notes == [1, 3]
+    with database(standby.on_standby) as conn:  # the new primary holds them
+        assert conn.execute("SELECT pg_is_in_recovery()").fetchone() == (False,)
+    for args in (["status"], ["audit", "--verify"]):
+        done = cli(state, *args)
+        assert done.returncode == 0, (args, done.stdout, done.stderr)
 
 
 BASE_TABLES_ORDER = {
@@ -469,13 +545,13 @@ def test_backup_of_a_postgres_inventory_names_the_pg_dump_way(
 
 
 def test_the_pg_dump_way_restores_an_inventory_that_verifies(
-    initialised: Path, tmp_path: Path, pg_clusters: Clusters
+    initialised: Path, tmp_path: Path, server: Cluster
 ) -> None:
     """The manual's backup of a PostgreSQL inventory: ``pg_dump`` of the database beside the
     state folder's key files; ``pg_restore`` into a new database and a state folder holding
     those files, whose settings name it: the chain verifies with the controller key, the
     pairs are all there."""
-    cluster = pg_clusters.get("18")
+    cluster = server
     filled(initialised, probes=50)
     source = config.load(initialised).postgres
     assert source is not None
@@ -503,15 +579,16 @@ def test_the_pg_dump_way_restores_an_inventory_that_verifies(
         assert dump(a) == dump(b)
 
 
+@pytest.mark.parametrize("version", ["18", "15"])
 def test_a_server_restarted_between_writes_is_reconnected_and_said_while_down(
-    tmp_path: Path,
+    tmp_path: Path, version: str
 ) -> None:
     """An open inventory (``watch`` holds one for days) whose server restarts: a write while
     it is down fails in seconds with one line naming it, and the next write after it is back
     goes through on a new connection, the chain still one."""
     from meshtui.errors import InventoryError
 
-    cluster, base = start_cluster("18")
+    cluster, base = start_cluster(version)
     folder = tmp_path / "pg"
     folder.mkdir(mode=0o700)
     try:

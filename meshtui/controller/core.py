@@ -56,7 +56,7 @@ from meshtui.errors import (
     UnknownPairError,
 )
 from meshtui.folders import trusted_path, user_name
-from meshtui.inventory import Inventory
+from meshtui.inventory import Inventory, pg_pool
 from meshtui.model import PairStatus, RotationState, Sessions, State, node_of
 from meshtui.protocol import wire
 from meshtui.protocol.fence import Fence
@@ -103,6 +103,16 @@ def open_inventory(state_dir: Path, *, read_only: bool = False) -> Inventory:
     settings (or :data:`~meshtui.controller.config.ENV`) name."""
     postgres = config.inventory_postgres(state_dir)
     return Inventory.open(state_dir / INVENTORY, read_only=read_only, postgres=postgres)
+
+
+def share_inventory_connections(share: bool) -> None:
+    """``share``: this process opens the inventory again and again from several threads (the
+    dashboard): a PostgreSQL inventory's sessions come from one checked pool from now on
+    (:mod:`meshtui.inventory.pg_pool`); False closes the pools. Nothing changes for SQLite."""
+    if share:
+        pg_pool.share()
+    else:
+        pg_pool.close()
 
 
 def has_inventory(state_dir: Path) -> bool:

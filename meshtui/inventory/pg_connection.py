@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -61,13 +62,21 @@ def reason(exc: BaseException) -> str:
     return text or type(exc).__name__
 
 
-def connect(path: Path, *, read_only: bool) -> PgConnection:
-    """A connection to the inventory's PostgreSQL named by the conninfo file ``path``.
+@dataclass(frozen=True)
+class Settings:
+    """What a connection to the inventory is opened with, read from the conninfo file."""
 
-    InventoryError naming the server (never the password) when it cannot be reached, refuses
-    the login, or cannot take writes (:func:`check`); ``read_only``: every transaction of this
-    session is read-only.
-    """
+    path: Path
+    conninfo: str
+    """The file's conninfo with ``connect_timeout`` and ``application_name`` set."""
+    server: str
+    """``host:port/dbname`` of each host, for messages (no password)."""
+    patience: float
+    """Seconds finding a server may take at most: ``connect_timeout`` × the hosts named."""
+
+
+def settings(path: Path) -> Settings:
+    """The conninfo file ``path`` read and checked; InventoryError naming it otherwise."""
     import psycopg
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
@@ -81,43 +90,89 @@ def connect(path: Path, *, read_only: bool) -> PgConnection:
         ) from None
     params.setdefault("connect_timeout", str(CONNECT_TIMEOUT))
     params.setdefault("application_name", "meshtui")
-    conninfo = make_conninfo("", **params)
+    try:
+        timeout = max(1.0, float(str(params["connect_timeout"])))
+    except ValueError:
+        raise InventoryError(
+            f"{path}: connect_timeout is not a number of seconds (write connect_timeout=5)"
+        ) from None
+    hosts = len(str(params.get("host") or params.get("hostaddr") or "").split(","))
+    return Settings(Path(path), make_conninfo("", **params), server, timeout * hosts)
 
-    def opened() -> psycopg.Connection[Any]:
-        try:
-            raw = psycopg.connect(conninfo, autocommit=True)
-        except psycopg.Error as exc:
-            raise InventoryError(
-                f"inventory on PostgreSQL {server}: cannot connect ({reason(exc)}); "
-                f"nothing was sent to any node (conninfo file {path})"
-            ) from None
-        try:
-            _as_sqlite_stores(raw)
-            check(raw, server)
-            raw.execute(f"SET lock_timeout = {LOCK_TIMEOUT_MS}")
-            if read_only:
-                raw.execute("SET default_transaction_read_only = on")
-        except BaseException:
-            raw.close()
-            raise
-        return raw
 
-    return PgConnection(opened(), server, opened)
+def opened(found: Settings, *, read_only: bool) -> psycopg.Connection[Any]:
+    """A new connection as :func:`connect` describes it (not wrapped)."""
+    import psycopg
+
+    try:
+        raw = psycopg.connect(found.conninfo, autocommit=True)
+    except psycopg.Error as exc:
+        raise InventoryError(
+            f"inventory on PostgreSQL {found.server}: cannot connect ({reason(exc)}); "
+            f"nothing was sent to any node (conninfo file {found.path})"
+        ) from None
+    try:
+        prepare(raw, read_only=read_only)
+        check(raw, found.server)
+    except BaseException:
+        raw.close()
+        raise
+    return raw
+
+
+def prepare(raw: psycopg.Connection[Any], *, read_only: bool) -> None:
+    """A new session made ready for the store: values written as ``sqlite3`` writes them, a
+    bounded wait for other writers, no JIT compilation, and (``read_only``) every transaction
+    read-only. JIT pays off for long analytic queries only: the inventory's are short, and a
+    planner without statistics (a new database) estimated the kept status read high enough
+    to compile it, a second per statement."""
+    _as_sqlite_stores(raw)
+    raw.execute(f"SET lock_timeout = {LOCK_TIMEOUT_MS}")
+    raw.execute("SET jit = off")
+    if read_only:
+        raw.execute("SET default_transaction_read_only = on")
+
+
+def connect(path: Path, *, read_only: bool) -> PgConnection:
+    """A connection of its own to the inventory's PostgreSQL named by the conninfo file
+    ``path`` (one-shot commands; a process whose threads each open the inventory checks one
+    out of a pool instead, :mod:`~meshtui.inventory.pg_pool`).
+
+    InventoryError naming the server (never the password) when it cannot be reached, refuses
+    the login, or cannot take writes (:func:`check`); ``read_only``: every transaction of this
+    session is read-only.
+    """
+    found = settings(path)
+    return PgConnection(
+        opened(found, read_only=read_only),
+        found.server,
+        functools.partial(opened, found, read_only=read_only),
+    )
+
+
+READ_ONLY_SQL = (
+    "SELECT pg_is_in_recovery() OR (SELECT reset_val = 'on' FROM pg_settings"
+    " WHERE name = 'default_transaction_read_only')"
+)
+"""True when the server cannot take this session's writes: a standby, or read-only by default
+(the server's, the database's or the role's; not a ``SET`` of the session's own)."""
 
 
 def check(conn: psycopg.Connection[Any], server: str) -> None:
     """InventoryError unless ``conn`` answers and can take writes: a hot standby (or a server
     read-only by default) is refused even for a read, whose answer may be behind the primary's
-    (psycopg's own checks do not notice a primary that became a read-only standby)."""
+    (psycopg's own checks do not notice a primary that became a read-only standby). A session
+    this process made read-only itself (:func:`prepare`) is judged by the server's default,
+    which a reload (``ALTER SYSTEM``) changes under an open session too."""
     import psycopg
 
     try:
-        row = conn.execute("SHOW transaction_read_only").fetchone()
+        row = conn.execute(READ_ONLY_SQL).fetchone()
     except psycopg.Error as exc:
         raise InventoryError(
             f"inventory on PostgreSQL {server}: the server does not answer ({reason(exc)})"
         ) from None
-    if row is not None and row[0] == "on":
+    if row is not None and row[0]:
         raise InventoryError(
             f"inventory on PostgreSQL {server}: the server is read-only (a hot standby, or "
             "default_transaction_read_only); point the conninfo file at the primary, or add "
@@ -160,10 +215,13 @@ class PgConnection:
         raw: psycopg.Connection[Any],
         server: str,
         reopen: Callable[[], psycopg.Connection[Any]] | None = None,
+        release: Callable[[psycopg.Connection[Any]], None] | None = None,
     ) -> None:
         self.raw = raw
         self.server = server
         self._reopen = reopen
+        self._release = release
+        """What gives a connection back (to its pool); None: it is closed."""
 
     def execute(self, sql: str, params: Sequence[object] | None = None) -> psycopg.Cursor[Any]:
         """Run one statement; a connection found broken between transactions (the server
@@ -177,7 +235,7 @@ class PgConnection:
         except psycopg.OperationalError:
             if not (idle and self.raw.broken and self._reopen is not None):
                 raise
-            self.raw = self._reopen()
+            self._replace()
             return self._execute(sql, params)
 
     def _execute(self, sql: str, params: Sequence[object] | None) -> psycopg.Cursor[Any]:
@@ -189,8 +247,20 @@ class PgConnection:
         """Open anew a connection that broke (its transaction is gone with it); True when no
         transaction is open now."""
         if self.raw.broken and self._reopen is not None:
-            self.raw = self._reopen()
+            self._replace()
         return not self.in_transaction
+
+    def _replace(self) -> None:
+        """A new connection in place of the broken one, which is given back (or closed)."""
+        assert self._reopen is not None
+        broken, self.raw = self.raw, self._reopen()
+        self._give_back(broken)
+
+    def _give_back(self, raw: psycopg.Connection[Any]) -> None:
+        if self._release is not None:
+            self._release(raw)
+        else:
+            raw.close()
 
     def executemany(self, sql: str, rows: Iterable[Sequence[object]]) -> None:
         rows = list(rows)
@@ -213,7 +283,7 @@ class PgConnection:
             self.raw.execute("ROLLBACK")
 
     def close(self) -> None:
-        self.raw.close()
+        self._give_back(self.raw)
 
     def __enter__(self) -> PgConnection:
         return self

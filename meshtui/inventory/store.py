@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, cast
 from meshtui.errors import InventoryError, ReadOnlyError
 from meshtui.inventory import audit as audit_mod
 from meshtui.inventory import image as image_mod
-from meshtui.inventory import pg_connection, pg_schema, schema, status_read
+from meshtui.inventory import pg_connection, pg_pool, pg_schema, schema, status_read
 from meshtui.inventory.audit import ChainCheck
 from meshtui.inventory.engine import SQLITE, Dialect, dialect
 from meshtui.inventory.rows import (
@@ -510,7 +510,10 @@ class Inventory:
 
     @classmethod
     def _open_postgres(cls, path: Path, conninfo: Path, *, read_only: bool) -> Inventory:
-        conn = pg_connection.connect(conninfo, read_only=read_only)
+        if pg_pool.sharing():
+            conn = pg_pool.checkout(conninfo, read_only=read_only)
+        else:
+            conn = pg_connection.connect(conninfo, read_only=read_only)
         try:
             inv = cls(path, conn, read_only=read_only)
             if read_only:
@@ -1029,11 +1032,13 @@ class Inventory:
 
     def provider_kinds(self) -> dict[tuple[str, str], str]:
         """(provider module, provision) -> kind, for the providers of pairs that are not
-        PostgreSQL (only modules some pair names as its provider are read)."""
+        PostgreSQL (only modules some pair names as its provider are read: a lookup in the
+        provider index per module that names a kind, not a pass over every pair, since every
+        kept status read asks)."""
         out: dict[tuple[str, str], str] = {}
         rows = self._tuples(
-            "SELECT id, spec FROM modules WHERE id IN (SELECT provider FROM pairs) "
-            "AND spec LIKE '%\"kind\"%'"
+            "SELECT m.id, m.spec FROM modules m WHERE m.spec LIKE '%\"kind\"%' "
+            "AND EXISTS (SELECT 1 FROM pairs p WHERE p.provider = m.id)"
         )
         for mid, spec in rows:
             for offer in decode_spec(mid, spec).provides:

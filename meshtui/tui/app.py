@@ -30,7 +30,7 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.worker import Worker, WorkerState
 
-from meshtui.controller.core import INVENTORY, Controller
+from meshtui.controller.core import INVENTORY, Controller, share_inventory_connections
 from meshtui.controller.freshness import InventoryStamp
 from meshtui.controller.read.heartbeat import Heartbeat
 from meshtui.controller.reports import (
@@ -160,6 +160,7 @@ class MeshApp(App[int]):
         return MainScreen()
 
     def on_load(self) -> None:
+        share_inventory_connections(True)  # every worker opens the inventory: pool its sessions
         # start reading the inventory before the screen is built: the read overlaps startup
         self.reload()
 
@@ -248,7 +249,7 @@ class MeshApp(App[int]):
             try:
                 st = os.stat(self.state_dir / INVENTORY)
                 file: tuple[int, int] | None = (st.st_dev, st.st_ino)
-            except FileNotFoundError:
+            except FileNotFoundError:  # an inventory on PostgreSQL: no file to be replaced
                 file = None
             if self._status_reader is None or file != self._status_file:
                 self._close_status_reader()
@@ -302,6 +303,7 @@ class MeshApp(App[int]):
     def on_unmount(self) -> None:
         with self._status_lock:
             self._close_status_reader()
+        share_inventory_connections(False)
         if self._heap_frozen:
             gc.unfreeze()  # what this app leaves behind becomes collectable again
             self._heap_frozen = False
