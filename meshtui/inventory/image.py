@@ -16,6 +16,7 @@ from pathlib import Path
 
 from meshtui.errors import DamagedInventoryError, InventoryError
 from meshtui.inventory import audit as audit_mod
+from meshtui.inventory.audit import KeyOf
 from meshtui.inventory import schema
 
 MAGIC = b"SQLite format 3\x00"
@@ -139,9 +140,10 @@ def summarise(conn: sqlite3.Connection) -> ImageSummary:
     )
 
 
-def check(data: bytes, verify_key: bytes, source: str) -> ImageSummary:
+def check(data: bytes, verify_key: bytes | KeyOf, source: str) -> ImageSummary:
     """Read an image in memory (nothing is written): a whole SQLite database of a schema this
-    meshtui reads, whose audit chain verifies and whose head ``verify_key`` signed.
+    meshtui reads, whose audit chain verifies and whose head ``verify_key`` signed (or, by name,
+    the key of the controller that signed it).
     InventoryError naming ``source`` and the problem otherwise."""
     memory = sqlite3.connect(":memory:")
     try:
@@ -161,8 +163,8 @@ def check(data: bytes, verify_key: bytes, source: str) -> ImageSummary:
         chain = audit_mod.walk(memory, verify_key)
         if not chain.ok:
             raise InventoryError(
-                f"{source}: the audit chain inside does not verify with the controller key "
-                f"inside (event {chain.bad_seq}: {chain.problem})"
+                f"{source}: the audit chain inside does not verify with the controller keys "
+                f"known (event {chain.bad_seq}: {chain.problem})"
             )
         return summarise(memory)
     finally:
