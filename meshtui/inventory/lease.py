@@ -206,19 +206,35 @@ def check(conn: psycopg.Connection[Any], name: str, holder: str, epoch: int) -> 
     raise LeaseLostError(controller=holder, epoch=epoch, turn=name, after=after)
 
 
+def link_settings(timeout_s: float) -> dict[str, str]:
+    """libpq settings that end a connection whose link is cut within about ``timeout_s``:
+    ``tcp_user_timeout`` for data the server never acknowledges, and keepalives probing an
+    idle connection (one waiting for an answer whose question was acknowledged) every second
+    after ``timeout_s`` of silence, where the system's default waits two hours."""
+    seconds = max(1, round(timeout_s))
+    return {
+        "tcp_user_timeout": str(int(timeout_s * 1000)),
+        "keepalives": "1",
+        "keepalives_idle": str(seconds),
+        "keepalives_interval": "1",
+        "keepalives_count": str(seconds),
+    }
+
+
 class Leases:
     """This process's own connection to the lease table (autocommit, apart from the inventory's
     so a renewal never waits behind a write), opened on first use and again after a failure.
 
-    Every call is bounded: ``connect_timeout`` and ``tcp_user_timeout`` make a server that is
-    gone, or a link that is cut, an InventoryError naming the server (never the password) in
-    seconds, not libpq's minutes."""
+    Every call is bounded: ``connect_timeout``, ``tcp_user_timeout`` and keepalives
+    (:func:`link_settings`) make a server that is gone, or a link that is cut, an InventoryError
+    naming the server (never the password) in seconds, not libpq's minutes or TCP's hours."""
 
     def __init__(self, conninfo: str, *, timeout_s: float = 3.0) -> None:
         params = conninfo_to_dict(conninfo)
         self.server = pg_connection.server_name(conninfo)
         params.setdefault("connect_timeout", str(max(1, round(timeout_s))))
-        params.setdefault("tcp_user_timeout", str(int(timeout_s * 1000)))
+        for key, value in link_settings(timeout_s).items():
+            params.setdefault(key, value)
         params.setdefault("application_name", "meshtui lease")
         self._conninfo = make_conninfo("", **params)
         self._conn: psycopg.Connection[Any] | None = None
