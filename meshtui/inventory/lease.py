@@ -48,8 +48,13 @@ CREATE TABLE IF NOT EXISTS lease (
     expires_at timestamptz NOT NULL
 )
 """
-"""The lease table (the PostgreSQL schema's; created by :func:`ensure_table` until the
-inventory's migrations hold it)."""
+"""The lease table, made by :func:`ensure_table` on first use rather than by a schema step: the
+two engines' migrations are one numbered list (a step exists on both), and SQLite has no
+lease; a step of its own would make every older controller refuse both engines' inventories
+for a table only PostgreSQL uses."""
+
+TABLE_LOCK = 0x6D657368_6C656173  # "meshleas": the advisory lock the table's creators take
+"""One number no other lock of the inventory's database uses."""
 
 _COLUMNS = (
     "name, holder, host, pid, action, since, epoch, expires_at, "
@@ -98,10 +103,12 @@ class LeaseRow:
 
 def ensure_table(conn: psycopg.Connection[Any]) -> None:
     """Create the lease table when it is not there yet (looked for first: a reader on a
-    read-only server or role writes nothing)."""
+    read-only server or role writes nothing). Creators take turns on a transaction lock:
+    ``CREATE TABLE IF NOT EXISTS`` alone lets two at once collide in the catalog."""
     found = conn.execute("SELECT to_regclass('lease') IS NOT NULL").fetchone()
     if found is None or not found[0]:
         with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", [TABLE_LOCK])
             conn.execute(TABLE)
 
 
