@@ -16,7 +16,6 @@ from pathlib import Path
 
 from meshtui.errors import DamagedInventoryError, InventoryError
 from meshtui.inventory import audit as audit_mod
-from meshtui.inventory.audit import KeyOf
 from meshtui.inventory import schema
 
 MAGIC = b"SQLite format 3\x00"
@@ -140,7 +139,7 @@ def summarise(conn: sqlite3.Connection) -> ImageSummary:
     )
 
 
-def check(data: bytes, verify_key: bytes | KeyOf, source: str) -> ImageSummary:
+def check(data: bytes, verify_key: bytes | audit_mod.KeyOf, source: str) -> ImageSummary:
     """Read an image in memory (nothing is written): a whole SQLite database of a schema this
     meshtui reads, whose audit chain verifies and whose head ``verify_key`` signed (or, by name,
     the key of the controller that signed it).

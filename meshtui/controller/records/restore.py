@@ -39,6 +39,7 @@ from meshtui.errors import AgentError, BackupError, InventoryError, KeyFileError
 from meshtui.freeform import JsonObject
 from meshtui.inventory import Inventory
 from meshtui.inventory import image as image_mod
+from meshtui.inventory.audit import KeyOf
 from meshtui.protocol import wire
 
 RESTORE = "restore"
@@ -104,7 +105,7 @@ def _only_peers(state_dir: Path) -> bool:
     return all(p.suffix == ".pub" and p.is_file() and not p.is_symlink() for p in peers.iterdir())
 
 
-def _key_of(state_dir: Path, own: bytes) -> image_mod.KeyOf:
+def _key_of(state_dir: Path, own: bytes) -> KeyOf:
     """The verify key of each controller the restored one knows: its own (the backup's key)
     and the others' in ``state_dir``'s ``controllers/``; None for one it does not know."""
     try:
