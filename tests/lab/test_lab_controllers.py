@@ -6,8 +6,10 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import stat
 import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +19,7 @@ from meshtui.controller.core import Controller
 from meshtui.lab import controllers, shared_inventory
 from meshtui.protocol import messages
 from tests.controller.failover import Watches
+from tests.docs.examples import command_lines
 from tests.fix_lab import cli, running_lab
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -115,3 +118,25 @@ def test_a_state_folder_on_its_own_sqlite_inventory_is_refused_before_anything_i
     assert str(state / "inventory.db") in done.stderr and "move-inventory" in done.stderr
     assert not (state / "lab" / shared_inventory.CONNINFO).exists()
     assert not (state / "lab" / "nodes").exists()
+
+
+WALK = Path(__file__).parents[2] / "docs" / "several-controllers.md"
+
+
+def test_the_walk_in_the_lab_runs_as_written(lab):
+    """docs/several-controllers.md's lab walk, its folder ``/tmp/lab`` this lab's: every
+    ``meshtui`` command of its blocks but ``lab`` (the fixture's) and ``watch`` (the watch test's)
+    exits 0 against the two controllers."""
+    state, _built = lab
+    page = WALK.read_text()
+    walk = page[page.index("## The walk in the lab") : page.index("## Restoring")]
+    blocks = re.findall(r"^```sh\n(.*?)^```", walk, flags=re.M | re.S)
+    ran = 0
+    for block in blocks:
+        for argv in command_lines(block.replace("/tmp/lab", str(state))):
+            if argv[argv.index("--state") + 2] in ("lab", "watch"):
+                continue
+            done = cli(Path(argv[argv.index("--state") + 1]), *argv[2:])
+            assert done.returncode == 0, f"meshtui {' '.join(argv)}: {done.stdout}{done.stderr}"
+            ran += 1
+    assert ran >= 5
