@@ -21,7 +21,9 @@ from psycopg.conninfo import make_conninfo
 
 from meshtui.atomic import write_private
 from meshtui.contracts.lab_server import LabServer, LabSite
-from meshtui.controller import config
+from meshtui.controller.config import load as load_config
+from meshtui.controller.config import path_of as config_path
+from meshtui.controller.config import save as save_config
 from meshtui.errors import LabError
 from meshtui.kinds import registry
 from meshtui.lab import controllers
@@ -43,16 +45,16 @@ def share(state_dir: Path, lab_folder: Path, others: Sequence[Path]) -> Path:
     if named is None:
         _raise_own(lab_folder, conninfo)
     for folder in (state_dir, *others):
-        settings = config.load(folder)
+        settings = load_config(folder)
         if settings.postgres != conninfo:
-            config.save(folder, replace(settings, postgres=conninfo))
+            save_config(folder, replace(settings, postgres=conninfo))
     return conninfo
 
 
 def check(state_dir: Path, lab_folder: Path, others: Sequence[Path]) -> Path | None:
     """LabError unless every controller's state folder can share the lab's inventory (checked
     before anything is raised); the conninfo file ``state_dir`` already names, if any."""
-    named = config.load(state_dir).postgres
+    named = load_config(state_dir).postgres
     conninfo = named if named is not None else lab_folder / CONNINFO
     for folder in (state_dir, *others):
         _check_free(folder, conninfo)
@@ -60,10 +62,10 @@ def check(state_dir: Path, lab_folder: Path, others: Sequence[Path]) -> Path | N
 
 
 def _check_free(folder: Path, conninfo: Path) -> None:
-    settings = config.load(folder)
+    settings = load_config(folder)
     if settings.postgres is not None and settings.postgres != conninfo:
         raise LabError(
-            f"{config.path_of(folder)}: its inventory is the PostgreSQL {settings.postgres} "
+            f"{config_path(folder)}: its inventory is the PostgreSQL {settings.postgres} "
             f"names, not the lab's shared one ({conninfo}); the lab's controllers share the "
             f"inventory of the lab's own state folder: remove [inventory] there, or lab up "
             "without --controllers"
@@ -123,6 +125,6 @@ def stop(state_dir: Path, lab_folder: Path, *, purge: bool) -> list[str]:
     if purge:
         conninfo = lab_folder / CONNINFO
         for folder in (state_dir, *sorted((lab_folder / controllers.FOLDER).glob("*"))):
-            if config.path_of(folder).exists() and config.load(folder).postgres == conninfo:
-                config.save(folder, replace(config.load(folder), postgres=None))
+            if config_path(folder).exists() and load_config(folder).postgres == conninfo:
+                save_config(folder, replace(load_config(folder), postgres=None))
     return done

@@ -58,16 +58,6 @@ def test_the_second_controller_has_its_own_keys_and_every_node_accepts_both(lab)
     assert cli(b, "status").returncode == 0
 
 
-def test_lab_up_again_keeps_both_controllers_keys(lab):
-    state, built = lab
-    b = controllers.state_of(built.folder, "ctl-b")
-    before = (b / "controller.pub").read_text()
-    done = cli(state, "lab", "up", "--controllers", "2")
-    assert done.returncode == 0, done.stderr
-    assert (b / "controller.pub").read_text() == before
-    assert "lab/controllers/ctl-b" in done.stdout
-
-
 def test_both_controllers_share_one_postgresql_inventory_and_one_watch_leads(lab):
     state, built = lab
     b = controllers.state_of(built.folder, "ctl-b")
@@ -140,3 +130,14 @@ def test_the_walk_in_the_lab_runs_as_written(lab):
             assert done.returncode == 0, f"meshtui {' '.join(argv)}: {done.stdout}{done.stderr}"
             ran += 1
     assert ran >= 5
+
+
+def test_lab_up_again_keeps_both_controllers_keys(lab):
+    """Last: ``lab up`` again writes the lab's declaration for the default mesh."""
+    state, built = lab
+    b = controllers.state_of(built.folder, "ctl-b")
+    before = (b / "controller.pub").read_text()
+    done = cli(state, "lab", "up", "--controllers", "2")
+    assert done.returncode == 0, done.stderr
+    assert (b / "controller.pub").read_text() == before
+    assert "lab/controllers/ctl-b" in done.stdout
