@@ -8,6 +8,7 @@ import io
 import json
 import re
 import stat
+import time
 import tomllib
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from meshtui import crypto
 from meshtui.controller import config
 from meshtui.controller.core import Controller
 from meshtui.lab import controllers, shared_inventory
+from meshtui.lab import mesh as lab_mesh
 from meshtui.protocol import messages
 from tests.controller.failover import Watches
 from tests.docs.examples import command_lines
@@ -141,3 +143,17 @@ def test_lab_up_again_keeps_both_controllers_keys(lab):
     assert done.returncode == 0, done.stderr
     assert (b / "controller.pub").read_text() == before
     assert "lab/controllers/ctl-b" in done.stdout
+
+
+def test_lab_down_stops_the_inventory_and_purge_points_the_folder_back_at_sqlite(lab):
+    """Last of all (it takes the lab down; the fixture's own teardown then finds it gone)."""
+    state, built = lab
+    b = controllers.state_of(built.folder, "ctl-b")
+    down = cli(state, "lab", "down")
+    assert down.returncode == 0 and "inventory PostgreSQL" in down.stdout, down.stdout
+    began = time.monotonic()
+    shown = cli(b, "status")
+    assert shown.returncode == 1 and "inventory on PostgreSQL" in shown.stderr, shown.stderr
+    assert time.monotonic() - began < 20
+    lab_mesh.down(state, purge=True)
+    assert config.load(state).postgres is None and not built.folder.exists()
