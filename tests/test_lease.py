@@ -179,3 +179,32 @@ def test_an_expired_holding_fails_the_check_even_before_anyone_takes_over(two: A
     time.sleep(0.4)
     with pytest.raises(LeaseLostError, match="its lease ran out"), a.transaction():
         lease.check(a, lease.DELIVER, "ctl-a", held.epoch)
+
+
+def test_controllers_starting_together_on_a_new_database_make_the_lease_table_once(
+    conninfo: str,
+) -> None:
+    """The table is made on first use: eight processes' first calls at one instant all
+    succeed (``CREATE TABLE IF NOT EXISTS`` alone lets all but one fail on the catalog)."""
+    for _ in range(5):
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            conn.execute("DROP TABLE IF EXISTS lease")
+        start = threading.Barrier(8)
+        failed: list[BaseException] = []
+
+        def first_use(
+            start: threading.Barrier = start, failed: list[BaseException] = failed
+        ) -> None:
+            with psycopg.connect(conninfo, autocommit=True) as conn:
+                start.wait()
+                try:
+                    lease.ensure_table(conn)
+                except psycopg.Error as exc:
+                    failed.append(exc)
+
+        threads = [threading.Thread(target=first_use) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert failed == []

@@ -44,6 +44,9 @@ def cmd_lab(args: argparse.Namespace) -> int:
             folders = [controllers.state_of(built.folder, name) for name in others]
             print(f"controllers: this state folder and {', '.join(map(str, folders))}")
             print("  every lab node accepts each by its own key (its policy's [[controllers]])")
+            from meshtui.controller.config import load as load_config
+
+            print(f"  one inventory for all, on PostgreSQL: conninfo {load_config(state).postgres}")
             for folder in folders:
                 print(f"  meshtui --state {folder} declare {built.declaration}")
         print(

@@ -26,6 +26,10 @@ def cmd_init(args: argparse.Namespace) -> int:
     if conninfo is not None:
         saved = init_postgres(folder, conninfo, args.name)
         print(f"inventory on PostgreSQL, named by {conninfo.absolute()} (settings: {saved})")
+    elif args.name:
+        from meshtui.controller.config import write_name
+
+        print(f"this controller is {args.name} (settings: {write_name(folder, args.name)})")
     pub, created = init_keys(folder)
     print(
         f"{'wrote' if created else 'kept'} controller keys: {pub} (give this file to meshtui host init)"

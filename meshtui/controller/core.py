@@ -738,6 +738,7 @@ class Controller:
                 "hash",
                 "controller",
             ],
+            lineterminator="\n",  # a lone \r would reach the terminal as the text \x0d
         )
         writer.writeheader()
         for r in rows:

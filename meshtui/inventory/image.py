@@ -139,9 +139,10 @@ def summarise(conn: sqlite3.Connection) -> ImageSummary:
     )
 
 
-def check(data: bytes, verify_key: bytes, source: str) -> ImageSummary:
+def check(data: bytes, verify_key: bytes | audit_mod.KeyOf, source: str) -> ImageSummary:
     """Read an image in memory (nothing is written): a whole SQLite database of a schema this
-    meshtui reads, whose audit chain verifies and whose head ``verify_key`` signed.
+    meshtui reads, whose audit chain verifies and whose head ``verify_key`` signed (or, by name,
+    the key of the controller that signed it).
     InventoryError naming ``source`` and the problem otherwise."""
     memory = sqlite3.connect(":memory:")
     try:
@@ -161,8 +162,8 @@ def check(data: bytes, verify_key: bytes, source: str) -> ImageSummary:
         chain = audit_mod.walk(memory, verify_key)
         if not chain.ok:
             raise InventoryError(
-                f"{source}: the audit chain inside does not verify with the controller key "
-                f"inside (event {chain.bad_seq}: {chain.problem})"
+                f"{source}: the audit chain inside does not verify with the controller keys "
+                f"known (event {chain.bad_seq}: {chain.problem})"
             )
         return summarise(memory)
     finally:

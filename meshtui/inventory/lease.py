@@ -48,8 +48,13 @@ CREATE TABLE IF NOT EXISTS lease (
     expires_at timestamptz NOT NULL
 )
 """
-"""The lease table (the PostgreSQL schema's; created by :func:`ensure_table` until the
-inventory's migrations hold it)."""
+"""The lease table, made by :func:`ensure_table` on first use rather than by a schema step: the
+two engines' migrations are one numbered list (a step exists on both), and SQLite has no
+lease; a step of its own would make every older controller refuse both engines' inventories
+for a table only PostgreSQL uses."""
+
+TABLE_LOCK = 0x6D657368_6C656173  # "meshleas": the advisory lock the table's creators take
+"""One number no other lock of the inventory's database uses."""
 
 _COLUMNS = (
     "name, holder, host, pid, action, since, epoch, expires_at, "
@@ -98,10 +103,12 @@ class LeaseRow:
 
 def ensure_table(conn: psycopg.Connection[Any]) -> None:
     """Create the lease table when it is not there yet (looked for first: a reader on a
-    read-only server or role writes nothing)."""
+    read-only server or role writes nothing). Creators take turns on a transaction lock:
+    ``CREATE TABLE IF NOT EXISTS`` alone lets two at once collide in the catalog."""
     found = conn.execute("SELECT to_regclass('lease') IS NOT NULL").fetchone()
     if found is None or not found[0]:
         with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", [TABLE_LOCK])
             conn.execute(TABLE)
 
 
@@ -206,19 +213,35 @@ def check(conn: psycopg.Connection[Any], name: str, holder: str, epoch: int) -> 
     raise LeaseLostError(controller=holder, epoch=epoch, turn=name, after=after)
 
 
+def link_settings(timeout_s: float) -> dict[str, str]:
+    """libpq settings that end a connection whose link is cut within about ``timeout_s``:
+    ``tcp_user_timeout`` for data the server never acknowledges, and keepalives probing an
+    idle connection (one waiting for an answer whose question was acknowledged) every second
+    after ``timeout_s`` of silence, where the system's default waits two hours."""
+    seconds = max(1, round(timeout_s))
+    return {
+        "tcp_user_timeout": str(int(timeout_s * 1000)),
+        "keepalives": "1",
+        "keepalives_idle": str(seconds),
+        "keepalives_interval": "1",
+        "keepalives_count": str(seconds),
+    }
+
+
 class Leases:
     """This process's own connection to the lease table (autocommit, apart from the inventory's
     so a renewal never waits behind a write), opened on first use and again after a failure.
 
-    Every call is bounded: ``connect_timeout`` and ``tcp_user_timeout`` make a server that is
-    gone, or a link that is cut, an InventoryError naming the server (never the password) in
-    seconds, not libpq's minutes."""
+    Every call is bounded: ``connect_timeout``, ``tcp_user_timeout`` and keepalives
+    (:func:`link_settings`) make a server that is gone, or a link that is cut, an InventoryError
+    naming the server (never the password) in seconds, not libpq's minutes or TCP's hours."""
 
     def __init__(self, conninfo: str, *, timeout_s: float = 3.0) -> None:
         params = conninfo_to_dict(conninfo)
         self.server = pg_connection.server_name(conninfo)
         params.setdefault("connect_timeout", str(max(1, round(timeout_s))))
-        params.setdefault("tcp_user_timeout", str(int(timeout_s * 1000)))
+        for key, value in link_settings(timeout_s).items():
+            params.setdefault(key, value)
         params.setdefault("application_name", "meshtui lease")
         self._conninfo = make_conninfo("", **params)
         self._conn: psycopg.Connection[Any] | None = None

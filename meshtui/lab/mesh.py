@@ -36,7 +36,7 @@ from meshtui.host.state import identity
 from meshtui.kinds import registry
 from meshtui.kinds.kind import Kind
 from meshtui.lab import controllers as controllers_mod
-from meshtui.lab import foreign, netns, toml_writer
+from meshtui.lab import foreign, netns, shared_inventory, toml_writer
 from meshtui.lab.wait import ended, poll
 
 LAB = "lab"
@@ -162,6 +162,9 @@ def up(
     folder = state_dir / LAB
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o711)
+    others = [controllers_mod.state_of(folder, n) for n in controllers_mod.names(controllers)[1:]]
+    if others:  # one inventory for all of them, on PostgreSQL: refused before anything is raised
+        shared_inventory.check(state_dir, folder, others)
     use_netns = netns.available() if loopback is None else not loopback
     if use_netns and os.geteuid() != 0:
         raise LabError("network namespaces need root; run as root or pass --loopback")
@@ -180,6 +183,8 @@ def up(
         networks = ("127.0.0.1/32",)
     pub, _ = write_keys_once(state_dir)
     accepted = controllers_mod.make(state_dir, folder, controllers)
+    if others:
+        shared_inventory.share(state_dir, folder, others)
     for node in nodes:
         identity.init(node, folder / "nodes" / node, pub)
     raised: dict[str, tuple[Kind, LabServer, LabProvider]] = {}
@@ -454,6 +459,7 @@ def down(
     for kind, server in last:  # the mesh's database last
         if server.stop(folder / server.folder, purge=purge, say=say):
             done.append(f"stopped {kind.title}")
+    done += shared_inventory.stop(state_dir, folder, purge=purge)
     name = lab_name(state_dir)
     if os.geteuid() == 0 and netns.exists(name):
         netns.destroy(name)

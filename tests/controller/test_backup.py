@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import threading
 from pathlib import Path
@@ -286,3 +287,35 @@ def test_a_restored_controller_keeps_its_name_and_its_restore_event_names_it(mes
         assert last is not None and last["controller"] == "ctl-a"
         head = ctl.inventory.signed_head()
         assert head is not None and head.controller == "ctl-a"
+
+
+def test_restore_accepts_a_head_another_known_controller_signed_and_names_an_unknown_one(
+    mesh: Mesh,
+) -> None:
+    """ctl-a and ctl-b write one inventory (one file, two state folders, each its own key);
+    ctl-b appends last. Restoring ctl-a's backup verifies that head with ctl-b's key from the
+    target's ``controllers/``; without it the restore is refused naming ctl-b."""
+    declared(mesh)
+    assert mesh.cli("init", "--name", "ctl-a").code == 0
+    b = mesh.root / "ctl-b"
+    b.mkdir(mode=0o700)
+    assert mesh.run("--state", b, "init", "--name", "ctl-b").code == 0
+    os.link(mesh.state / "inventory.db", b / "inventory.db")
+    spec = mesh.write(mesh.spec(modules(["app1/gitea"])))
+    res = mesh.run("--state", b, "declare", spec)
+    assert res.code == 0, res.err
+    target, pw = mesh.root / "b.backup", secret_file(mesh.root)
+    assert mesh.cli("backup", target, "--passphrase-file", pw).code == 0
+
+    unknown = mesh.root / "unknown"
+    res = mesh.run("--state", unknown, "restore", target, "--passphrase-file", pw)
+    assert res.code != 0 and "ctl-b" in res.err and "controllers/ctl-b.pub" in res.err, res.err
+    assert listing(unknown) == []
+
+    known = mesh.root / "known"
+    (known / "controllers").mkdir(parents=True, mode=0o700)
+    shutil.copy2(b / "controller.pub", known / "controllers" / "ctl-b.pub")
+    res = mesh.run("--state", known, "restore", target, "--passphrase-file", pw)
+    assert res.code == 0, res.err
+    res = mesh.run("--state", known, "audit", "--verify")
+    assert res.code == 0, res.out + res.err

@@ -5,8 +5,13 @@ Real processes, a real PostgreSQL, a real network namespace."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -98,12 +103,10 @@ def test_a_standby_says_so_on_metrics(pg_clean: Cluster, tmp_path: Path, watches
     assert leader_gauge(pb) == 1.0
 
 
-@pytest.mark.root
-def test_a_leader_cut_from_postgresql_stands_down_and_a_standby_takes_over(
-    tmp_path: Path, watches: Watches
-) -> None:
-    """PostgreSQL and each controller in a namespace of its own; the leader's link is taken
-    down: it stops at its renew deadline, and the other leads within two lease lengths."""
+@contextmanager
+def postgresql_in_a_namespace(nodes: list[str]) -> Iterator[tuple[netns.Network, str]]:
+    """PostgreSQL in a namespace of its own and ``nodes`` beside it, one bridge between them
+    (take a node's link down to cut it); the network and a password conninfo reaching it."""
     if not netns.available():
         pytest.skip("network namespaces are not usable here")
     from meshtui.kinds.postgres.lab import create_cluster
@@ -112,8 +115,8 @@ def test_a_leader_cut_from_postgresql_stands_down_and_a_standby_takes_over(
 
     name = netns_prefix("l")
     netns.destroy(name)
-    net = netns.create(name, ["pg", "ctla", "ctlb"], subnet="10.214.0.0/24")
-    base = Path(__import__("tempfile").mkdtemp(prefix="meshtui-pgl-"))
+    net = netns.create(name, ["pg", *nodes], subnet="10.214.0.0/24")
+    base = Path(tempfile.mkdtemp(prefix="meshtui-pgl-"))
     base.chmod(0o711)
     cluster = create_cluster(
         base / "data",
@@ -132,25 +135,83 @@ def test_a_leader_cut_from_postgresql_stands_down_and_a_standby_takes_over(
             host=net.address("pg"), port=cluster.port, user="meshtui", password=password,
             dbname="inventory",
         )  # fmt: skip
-        a = controller_folder(tmp_path, "ctl-a", conninfo, LEASE, net.namespace("ctla"))
-        b = controller_folder(tmp_path, "ctl-b", conninfo, LEASE, net.namespace("ctlb"))
-        wa = watches.start("ctl-a", a, namespace=net.namespace("ctla"))
-        watches.wait_roles(30)
-        wb = watches.start("ctl-b", b, namespace=net.namespace("ctlb"))
-        watches.wait_roles(30)
-        assert wa.role() == "leader" and wb.role() == "standby"
-        netns._ip("link", "set", "v-ctla", "down", netns=net.bridge_namespace)  # the cut
-        _, took = watches.takeover([wb], BOUND + 5)
-        assert took <= BOUND, f"took {took:.1f} s, more than two lease lengths ({BOUND} s)"
-        # the cut leader stood down by itself (its renew deadline) before the other took over
-        assert wa.role() == "standby"
-        stood_down = said_at(wa.log, "no longer leading")
-        assert stood_down < said_at(wb.log, "leading (epoch 2"), "two leaders at once"
+        yield net, conninfo
     finally:
-        watches.stop_all()
         cluster.stop()
         netns.destroy(name)
-        __import__("shutil").rmtree(base, ignore_errors=True)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def cut(net: netns.Network, node: str) -> None:
+    """Take ``node``'s link to the bridge down: its packets go nowhere, nothing is refused."""
+    netns._ip("link", "set", f"v-{node}", "down", netns=net.bridge_namespace)
+
+
+@pytest.mark.root
+def test_a_leader_cut_from_postgresql_stands_down_and_a_standby_takes_over(
+    tmp_path: Path, watches: Watches
+) -> None:
+    """PostgreSQL and each controller in a namespace of its own; the leader's link is taken
+    down: it stops at its renew deadline, and the other leads within two lease lengths."""
+    with postgresql_in_a_namespace(["ctla", "ctlb"]) as (net, conninfo):
+        try:
+            a = controller_folder(tmp_path, "ctl-a", conninfo, LEASE, net.namespace("ctla"))
+            b = controller_folder(tmp_path, "ctl-b", conninfo, LEASE, net.namespace("ctlb"))
+            wa = watches.start("ctl-a", a, namespace=net.namespace("ctla"))
+            watches.wait_roles(30)
+            wb = watches.start("ctl-b", b, namespace=net.namespace("ctlb"))
+            watches.wait_roles(30)
+            assert wa.role() == "leader" and wb.role() == "standby"
+            cut(net, "ctla")
+            _, took = watches.takeover([wb], BOUND + 5)
+            assert took <= BOUND, f"took {took:.1f} s, more than two lease lengths ({BOUND} s)"
+            # the cut leader stood down by itself (its renew deadline) before the other took over
+            assert wa.role() == "standby"
+            stood_down = said_at(wa.log, "no longer leading")
+            assert stood_down < said_at(wb.log, "leading (epoch 2"), "two leaders at once"
+        finally:
+            watches.stop_all()
+
+
+WAITING = """
+import sys, time
+from meshtui.errors import InventoryError
+from meshtui.inventory.lease import Leases
+leases = Leases(sys.stdin.readline().strip())  # never on a command line
+leases.read("watch")  # connected
+print("asking", flush=True)
+began = time.monotonic()
+try:
+    leases._run(lambda c: c.execute("SELECT pg_sleep(120)"))
+except InventoryError as exc:
+    print(f"failed after {time.monotonic() - began:.1f} s: {exc}", flush=True)
+"""
+
+
+@pytest.mark.root
+def test_a_lease_connection_cut_while_it_waits_for_an_answer_fails_in_seconds() -> None:
+    """A question the server acknowledged, then the link cut: nothing is left unacknowledged
+    for ``tcp_user_timeout`` to notice, only keepalives do; without them the connection waits
+    for TCP's two hours."""
+    with postgresql_in_a_namespace(["ctla"]) as (net, conninfo):
+        argv = netns.exec_argv(net.namespace("ctla"), [sys.executable, "-c", WAITING])
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=Path.cwd()
+        )
+        try:
+            assert proc.stdin is not None
+            proc.stdin.write(conninfo + "\n")
+            proc.stdin.close()
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "asking"
+            time.sleep(1.0)  # the query is on the server, acknowledged
+            cut(net, "ctla")
+            out = proc.stdout.read() if proc.wait(timeout=30) is not None else ""
+        finally:
+            proc.kill()
+            proc.wait()
+        assert out.startswith("failed after"), out
+        assert float(out.split()[2]) <= 15, out
+        assert "lease on PostgreSQL" in out and "password" not in out
 
 
 def test_after_postgresql_restarts_exactly_one_leads(

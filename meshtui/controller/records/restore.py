@@ -26,7 +26,7 @@ from meshtui.atomic import sync_folder, write_private
 from meshtui.controller.agents.client import AnchorRead, read_anchor_answer
 from meshtui.controller.config import load as load_config
 from meshtui.controller.core import INVENTORY, own_folder
-from meshtui.controller.keys import KEY_STEM
+from meshtui.controller.keys import KEY_STEM, PEERS, keyring
 from meshtui.controller.records.backup import (
     KEPT_FILES,
     PUBLIC_FILES,
@@ -39,6 +39,7 @@ from meshtui.errors import AgentError, BackupError, InventoryError, KeyFileError
 from meshtui.freeform import JsonObject
 from meshtui.inventory import Inventory
 from meshtui.inventory import image as image_mod
+from meshtui.inventory.audit import KeyOf
 from meshtui.protocol import wire
 
 RESTORE = "restore"
@@ -85,13 +86,33 @@ def refuse_unless_empty(state_dir: Path) -> None:
     own_folder(state_dir)
     if not state_dir.is_dir():
         raise BackupError(f"{state_dir} is not a folder; restore into an empty folder")
-    found = sorted(os.listdir(state_dir))
+    found = sorted(set(os.listdir(state_dir)) - ({PEERS} if _only_peers(state_dir) else set()))
     if found:
         shown = ", ".join(found[:8]) + (f" and {len(found) - 8} more" if len(found) > 8 else "")
         raise BackupError(
             f"{state_dir} is not empty (it holds {shown}); a restore never mixes with what is "
             "there: restore into a new, empty folder (--state NEW_FOLDER)"
         )
+
+
+def _only_peers(state_dir: Path) -> bool:
+    """Whether ``state_dir`` holds a real ``controllers/`` folder of public keys only (the
+    other controllers' ``NAME.pub``, put there before a restore so that an audit head another
+    controller signed verifies)."""
+    peers = state_dir / PEERS
+    if peers.is_symlink() or not peers.is_dir():
+        return False
+    return all(p.suffix == ".pub" and p.is_file() and not p.is_symlink() for p in peers.iterdir())
+
+
+def _key_of(state_dir: Path, own: bytes) -> KeyOf:
+    """The verify key of each controller the restored one knows: its own (the backup's key)
+    and the others' in ``state_dir``'s ``controllers/``; None for one it does not know."""
+    try:
+        peers = keyring(state_dir, "").keys
+    except KeyFileError as exc:
+        raise BackupError(str(exc)) from None
+    return lambda name: own if name is None else peers.get(name)
 
 
 def _verify_key(payload: Payload, source: str) -> bytes:
@@ -167,7 +188,7 @@ def restore(state_dir: Path, backup: Path, passphrase: bytes) -> RestoreReport:
     key = _verify_key(payload, str(backup))
     try:
         data = crypto.unb64(payload.inventory, "inventory")
-        held = image_mod.check(data, key, str(backup))
+        held = image_mod.check(data, _key_of(state_dir, key), str(backup))
     except (ValueError, InventoryError) as exc:
         raise BackupError(str(exc)) from None
     created = not state_dir.exists()
