@@ -608,3 +608,21 @@ def test_a_server_restarted_between_writes_is_reconnected_and_said_while_down(
     finally:
         cluster.stop()
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_the_inventory_connection_ends_on_a_cut_link_in_seconds(tmp_path: Path) -> None:
+    """Without TCP's own limits a query whose link is cut after the server acknowledged it
+    waits two hours: the inventory's connection sets ``tcp_user_timeout`` and keepalives from
+    its ``connect_timeout`` (as the lease's does), unless the file says otherwise."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    from meshtui.inventory import pg_connection
+
+    conninfo = tmp_path / "inventory.conninfo"
+    conninfo.write_text("host=10.0.0.9 dbname=meshtui user=meshtui connect_timeout=4\n")
+    conninfo.chmod(0o600)
+    params = conninfo_to_dict(pg_connection.settings(conninfo).conninfo)
+    assert params["tcp_user_timeout"] == "4000" and params["keepalives"] == "1"
+    assert params["keepalives_idle"] == "4" and params["keepalives_interval"] == "1"
+    conninfo.write_text("host=10.0.0.9 dbname=meshtui keepalives_idle=30\n")
+    assert conninfo_to_dict(pg_connection.settings(conninfo).conninfo)["keepalives_idle"] == "30"

@@ -28,6 +28,7 @@ from psycopg.rows import class_row
 
 from meshtui.errors import InventoryError, LeaseLostError
 from meshtui.inventory import pg_connection
+from meshtui.inventory.pg_connection import link_settings
 
 T = TypeVar("T")
 
@@ -211,21 +212,6 @@ def check(conn: psycopg.Connection[Any], name: str, holder: str, epoch: int) -> 
     else:
         after = "another process holds it"
     raise LeaseLostError(controller=holder, epoch=epoch, turn=name, after=after)
-
-
-def link_settings(timeout_s: float) -> dict[str, str]:
-    """libpq settings that end a connection whose link is cut within about ``timeout_s``:
-    ``tcp_user_timeout`` for data the server never acknowledges, and keepalives probing an
-    idle connection (one waiting for an answer whose question was acknowledged) every second
-    after ``timeout_s`` of silence, where the system's default waits two hours."""
-    seconds = max(1, round(timeout_s))
-    return {
-        "tcp_user_timeout": str(int(timeout_s * 1000)),
-        "keepalives": "1",
-        "keepalives_idle": str(seconds),
-        "keepalives_interval": "1",
-        "keepalives_count": str(seconds),
-    }
 
 
 class Leases:

@@ -68,11 +68,27 @@ class Settings:
 
     path: Path
     conninfo: str
-    """The file's conninfo with ``connect_timeout`` and ``application_name`` set."""
+    """The file's conninfo with ``connect_timeout``, ``application_name`` and the cut-link
+    limits (:func:`link_settings`) set where it names none."""
     server: str
     """``host:port/dbname`` of each host, for messages (no password)."""
     patience: float
     """Seconds finding a server may take at most: ``connect_timeout`` × the hosts named."""
+
+
+def link_settings(timeout_s: float) -> dict[str, str]:
+    """libpq settings that end a connection whose link is cut within about ``timeout_s``:
+    ``tcp_user_timeout`` for data the server never acknowledges, and keepalives probing an
+    idle connection (one waiting for an answer whose question was acknowledged) every second
+    after ``timeout_s`` of silence, where the system's default waits two hours."""
+    seconds = max(1, round(timeout_s))
+    return {
+        "tcp_user_timeout": str(int(timeout_s * 1000)),
+        "keepalives": "1",
+        "keepalives_idle": str(seconds),
+        "keepalives_interval": "1",
+        "keepalives_count": str(seconds),
+    }
 
 
 def settings(path: Path) -> Settings:
@@ -96,6 +112,8 @@ def settings(path: Path) -> Settings:
         raise InventoryError(
             f"{path}: connect_timeout is not a number of seconds (write connect_timeout=5)"
         ) from None
+    for key, value in link_settings(timeout).items():  # a cut link ends in seconds, not hours
+        params.setdefault(key, value)
     hosts = len(str(params.get("host") or params.get("hostaddr") or "").split(","))
     return Settings(Path(path), make_conninfo("", **params), server, timeout * hosts)
 
