@@ -224,7 +224,7 @@ def test_a_consumer_that_cannot_take_the_new_leaves_the_old_alone_accepted(
         RotationState.CONVERGING,
     ), report
     assert report.pairs[0].generation == row["generation"]
-    assert tries > 20 and refused == 0, (tries, refused)  # the old was accepted throughout
+    assert tries >= 10 and refused == 0, (tries, refused)  # the old was accepted throughout
     with Controller.open(state) as ctl:
         assert ctl.push().ok
         events = [e for e in ctl.inventory.events(limit=20) if e["kind"] == "rotate"]
