@@ -24,11 +24,14 @@ ManifestLine = TypedDict(
         "secret": str,
         "digest": str,
         "keep": NotRequired[bool],
+        "alt": NotRequired[str],
     },
 )
 """One consumer as the provisioner reads it: its login, where it connects from, its values, and
 its secret file (relative to the manifest) with the digest that file must match. ``keep``: an
-overlap rotation's first step: the login accepts this secret and keeps the one it holds now."""
+overlap rotation's first step: the login accepts this secret and keeps the one it holds now.
+``alt``: an alternating pair's current login (``"a"`` or ``"b"``; ``as`` is then its owner,
+see :class:`meshtui.contracts.adapter.Alternating`)."""
 
 
 class ManifestBody(TypedDict):
