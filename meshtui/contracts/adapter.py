@@ -10,6 +10,7 @@ its package (meshtui/kinds/<kind>/adapter.py) and is named by its ``Kind.adapter
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
@@ -227,17 +228,17 @@ ALTERNATES = ("a", "b")
 
 def alternate_login(owner: str, alt: str) -> str:
     """The login ``alt`` (``"a"`` or ``"b"``) of the pair whose owner is ``owner``: the owner's
-    name and ``_a``/``_b``, the owner's readable part shortened (its hash kept) when the two
-    would pass 63 bytes, so the two stay distinct, derived and valid wherever the owner is."""
+    name and ``_a``/``_b``; when that would pass 63 bytes, the owner's name cut and a hash of
+    it whole, so two owners never share an alternate and no name is ever truncated."""
     if alt not in ALTERNATES:
         raise UnsafeLoginError(f"{alt!r} names no alternate login (a or b)")
     name = f"{owner}_{alt}"
     if len(name.encode("utf-8")) <= MAX_NAME_BYTES:
         return name
-    head, _, tail = owner.rpartition("_")  # a derived login ends with its hash
-    keep = MAX_NAME_BYTES - len(tail.encode("utf-8")) - len(f"__{alt}")
-    cut = head.encode("utf-8")[: max(keep, 0)].decode("utf-8", "ignore").rstrip("_") or "x"
-    return check_name(f"{cut}_{tail}_{alt}")
+    digest = hashlib.blake2b(owner.encode("utf-8"), digest_size=4).hexdigest()
+    room = MAX_NAME_BYTES - len(digest) - len(alt) - 2
+    head = owner.encode("utf-8")[:room].decode("utf-8", "ignore").rstrip("_") or "x"
+    return f"{head}_{digest}_{alt}"
 
 
 @runtime_checkable
