@@ -505,7 +505,12 @@ def _reconcile(
                 outcomes[consumer.login] = _outcome(consumer, OutcomeName.WAITING, secret)
             elif have is not None and not have.ours:
                 outcomes[consumer.login] = _outcome(consumer, OutcomeName.REFUSED, have.note)
-            elif have is not None and have.digest == consumer.digest and have.in_place:
+            elif (
+                have is not None
+                and have.digest == consumer.digest
+                and have.in_place
+                and not consumer.alt  # the owner's state says nothing of its alternates
+            ):
                 outcomes[consumer.login] = _outcome(consumer, OutcomeName.UNCHANGED)
             else:
                 todo.append((consumer, secret))

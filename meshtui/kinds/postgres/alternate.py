@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from psycopg import sql
 
 from meshtui.contracts.adapter import ALTERNATES, Done, Refused, alternate_login, check_name
+from meshtui.crypto import secret_digest
 from meshtui.kinds.postgres.catalog import Record, _refusal, _Role
 from meshtui.kinds.postgres.create import _Creating
 from meshtui.model import OutcomeName
@@ -36,11 +37,14 @@ class _Alternates(_Creating):
         """Make ``alternate_login(owner, alt)`` hold ``password``, acting as ``owner`` (made a
         NOLOGIN role of ours if missing; a login of ours from before the pair alternated is
         taken as it is, with what it owns); without ``keep``, every other login of the pair
-        is left NOLOGIN with no password. A retried call writes nothing."""
+        is left NOLOGIN with no password, but one that holds this very credential (a login
+        from before the pair alternated, given ``alt`` with no new credential: the consumer
+        may still log in with it until the next overlap). A retried call writes nothing."""
         check_name(owner)
         login = alternate_login(owner, alt)
         other = alternate_login(owner, ALTERNATES[1 - ALTERNATES.index(alt)])
         database = self._wanted_database(values)
+        digest = secret_digest(password.encode("utf-8"))
         held = self._role(owner)
         if held is None:
             self._prepare()
@@ -63,7 +67,9 @@ class _Alternates(_Creating):
         if not keep:
             for name in (other, owner):
                 role = self._role(name)
-                if role is not None and self._lock(name, role, owner):
+                if role is None or _holds(role, digest):
+                    continue  # the same credential is not another one: nothing to retire
+                if self._lock(name, role, owner):
                     notes.append(f"{name} can no longer log in")
                     changed = True
         if not changed:
@@ -131,3 +137,9 @@ class _Alternates(_Creating):
             and role.record.login == owner
             and self._in_scope(role.record)
         )
+
+
+def _holds(role: _Role, digest: str) -> bool:
+    """``role`` logs in with the credential of ``digest``, as its record proves."""
+    record = role.record
+    return role.can_login and role.same_txn and record is not None and record.digest == digest

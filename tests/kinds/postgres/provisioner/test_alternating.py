@@ -172,3 +172,20 @@ def test_a_createrole_admin_alternates_too(mesh: Mesh) -> None:
     mesh.drop("app1", "gitea")
     assert outcomes(mesh.reconcile()) == {OWNER: "removed"}
     assert not {OWNER, A, B} & set(mesh.authid())
+
+
+def test_a_line_that_names_an_alternate_with_the_same_credential_refuses_no_login(
+    mesh: Mesh,
+) -> None:
+    """A swap pair's line given ``alt`` before any overlap (the same secret): the alternate
+    takes the credential the consumer holds and the owner keeps it until the next overlap
+    retires it, so the consumer's login (still the owner's name) is never refused."""
+    mesh.add("app1", "gitea", login=OWNER)
+    mesh.reconcile()
+    old = mesh.password("app1", "gitea")
+    _step(mesh, "a", keep=False, rotate=False)
+    assert mesh.can_login(OWNER, old) and mesh.can_login(A, old)
+    _step(mesh, "b", keep=True, rotate=True)
+    _step(mesh, "b", keep=False, rotate=False)
+    assert not mesh.can_login(OWNER, old) and not mesh.can_login(A, old)
+    assert mesh.can_login(B, mesh.password("app1", "gitea"))
