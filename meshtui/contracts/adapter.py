@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from meshtui.errors import ProvisionError, UnsafeLoginError
 from meshtui.model import OutcomeName
+from meshtui.protocol.manifest import ALTERNATES
 
 if TYPE_CHECKING:
     from meshtui.contracts.manifest_reader import Manifest
@@ -220,10 +221,6 @@ class Overlapping(Protocol):
         values made true as ``create`` would); raises Refused if not ours. Run again, it keeps
         the same two: never a third."""
         ...
-
-
-ALTERNATES = ("a", "b")
-"""The two logins of an alternating pair, as its manifest line's ``alt`` names them."""
 
 
 def alternate_login(owner: str, alt: str) -> str:

@@ -34,14 +34,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from meshtui.contracts.adapter import ALTERNATES
 from meshtui.contracts.provider_files import read_manifest
 from meshtui.errors import ManifestError, UnknownKindError
 from meshtui.freeform import JsonObject
 from meshtui.kinds import registry
 from meshtui.kinds.kind import DEFAULT_KIND
 from meshtui.model import NAME_RE, plain_address
-from meshtui.protocol.manifest import VERSION
+from meshtui.protocol.manifest import ALTERNATES, VERSION
 
 MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 _DIGEST = re.compile(r"blake2b:[0-9a-f]{64}")

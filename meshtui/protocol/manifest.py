@@ -13,6 +13,9 @@ from typing import NotRequired, TypedDict
 VERSION = 1
 """The manifest version this meshtui writes and reads."""
 
+ALTERNATES = ("a", "b")
+"""The two logins of an alternating pair, as a line's ``alt`` names them."""
+
 ManifestLine = TypedDict(
     "ManifestLine",
     {

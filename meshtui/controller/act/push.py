@@ -30,7 +30,7 @@ from meshtui.controller.agents.client import STATE_TIMEOUT_S, Agents, by_pair, m
 from meshtui.controller.lock import delivering
 from meshtui.controller.plan.claims import own_inspections
 from meshtui.controller.plan.claims import record as record_claims
-from meshtui.controller.plan.planner import Planner, target_of
+from meshtui.controller.plan.planner import Planner
 from meshtui.controller.plan.resolve import ask_state
 from meshtui.controller.read import status as status_mod
 from meshtui.controller.reports import Claim, PairOutcome, Progress, PushReport, Resolution
@@ -513,7 +513,7 @@ def revoke(ctl: Reach, agents: Agents, plan: Planner, pids: list[str]) -> list[P
     for pid in pids:
         p = plan.pairs[pid]
         by_node.setdefault(node_of(p["consumer"]), []).append(
-            WithdrawItem(pair=pid, file=p["file"], target=target_of(p, plan.nodes, plan.modules))
+            WithdrawItem(pair=pid, file=p["file"], target=plan.target(pid))
         )
     if not by_node:
         return []

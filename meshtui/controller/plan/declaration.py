@@ -514,10 +514,11 @@ def _duration(r: _Reader, item: Mapping[str, Any], key: str, at: str, example: s
 
 
 def _can_overlap(r: _Reader, kind: Kind, at: str) -> None:
-    """Refuse ``rotation = "overlap"`` for a kind whose login holds one credential only."""
-    if not registry.can_overlap(kind):
+    """Refuse ``rotation = "overlap"`` for a kind whose login holds one credential only and
+    that cannot alternate between two logins either."""
+    if not registry.rotates_by_overlap(kind):
         able = " or ".join(
-            f'kind = "{k.name}"' for k in registry.KINDS.values() if registry.can_overlap(k)
+            f'kind = "{k.name}"' for k in registry.KINDS.values() if registry.rotates_by_overlap(k)
         )
         raise r.fail(
             at,

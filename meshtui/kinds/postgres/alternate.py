@@ -19,11 +19,12 @@ from collections.abc import Mapping
 
 from psycopg import sql
 
-from meshtui.contracts.adapter import ALTERNATES, Done, Refused, alternate_login, check_name
+from meshtui.contracts.adapter import Done, Refused, alternate_login, check_name
 from meshtui.crypto import secret_digest
 from meshtui.kinds.postgres.catalog import Record, _refusal, _Role
 from meshtui.kinds.postgres.create import _Creating
 from meshtui.model import OutcomeName
+from meshtui.protocol.manifest import ALTERNATES
 
 _CONFIG = "SELECT rolconfig, pg_has_role(%s, %s, 'MEMBER') FROM pg_roles WHERE rolname = %s"
 

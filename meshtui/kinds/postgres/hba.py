@@ -49,11 +49,12 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from meshtui.atomic import Access, write_at
-from meshtui.contracts.adapter import ALTERNATES, Finished, Whole, alternate_login
+from meshtui.contracts.adapter import Finished, Whole, alternate_login
 from meshtui.contracts.manifest_reader import Consumer, Manifest
 from meshtui.errors import ProvisionError
 from meshtui.kinds.postgres import FINISH_NAME, verified
 from meshtui.model import APPLIED, KEEP_PINNED, OutcomeName, plain_address
+from meshtui.protocol.manifest import ALTERNATES
 
 BEGIN = "# meshtui pin begin "
 END = "# meshtui pin end "
