@@ -21,9 +21,8 @@ NEEDLE = 'file = "srv/app1/gitea/db.password" }'
 OFFER = 'provides = [{ name = "database", port = '
 
 
-@pytest.fixture
-def mesh(mesh_with_agents: Any, pg: Any, pg_clean: Any, pg_admin_file: Path) -> Any:
-    made = mesh_with_agents(consumers={"app1": ["gitea"]}, port=pg.port, admin=pg_admin_file)
+def _overlap(made: Any) -> None:
+    """Declare the mesh's pair an overlap with a json connection file, and push."""
     text = made.decl.read_text()
     text = text.replace(
         NEEDLE,
@@ -36,7 +35,21 @@ def mesh(mesh_with_agents: Any, pg: Any, pg_clean: Any, pg_admin_file: Path) -> 
     with made.controller() as ctl:
         ctl.declare(made.decl)
         assert ctl.push().ok
+
+
+@pytest.fixture
+def swapped(mesh_with_agents: Any, pg: Any, pg_clean: Any, pg_admin_file: Path) -> Any:
+    """The mesh with its pair declared a swap and pushed."""
+    made = mesh_with_agents(consumers={"app1": ["gitea"]}, port=pg.port, admin=pg_admin_file)
+    with made.controller() as ctl:
+        assert ctl.push().ok
     return made
+
+
+@pytest.fixture
+def mesh(swapped: Any) -> Any:
+    _overlap(swapped)
+    return swapped
 
 
 def _files(mesh: Any) -> tuple[str, str, dict[str, str]]:
@@ -127,3 +140,29 @@ def test_a_controller_killed_mid_overlap_ends_on_one_login(
     with mesh.controller() as ctl:
         (drilled,) = ctl.drill([GITEA])  # a second login still open would fail its last step
     assert drilled.ok, (drilled.reason, drilled.steps)
+
+
+def test_a_swap_pair_declared_overlap_moves_to_its_first_login_with_no_refusal(
+    swapped: Any, pg: Any
+) -> None:
+    """The push after the declaration gives the provider the alternate before the consumer's
+    connection file names it; the pair's login, now its owner, keeps what it made."""
+    with swapped.controller() as ctl:
+        owner = ctl.inventory.pairs([GITEA])[0]["login"]
+    password = (swapped.root / "srv/app1/gitea/db.password").read_text()
+    with psycopg.connect(
+        host="127.0.0.1", port=pg.port, dbname="gitea_app1", user=owner, password=password
+    ) as conn:
+        conn.execute("CREATE TABLE issues AS SELECT 7 AS id")
+    _overlap(swapped)
+    login, password, facts = _files(swapped)
+    assert login != owner
+    with _connect(facts, login, password) as conn:
+        assert conn.execute("SELECT id FROM issues").fetchone() == (7,)
+    with swapped.controller() as ctl:
+        report = ctl.rotate([GITEA])
+    assert report.ok and report.pairs[0].old_after == "refused", report
+    new_login, new_password, facts = _files(swapped)
+    assert _refused(facts, owner, password) and _refused(facts, login, password)
+    with _connect(facts, new_login, new_password) as conn:
+        assert conn.execute("SELECT id FROM issues").fetchone() == (7,)

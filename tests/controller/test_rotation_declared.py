@@ -69,9 +69,24 @@ def test_overlap_for_a_kind_that_holds_one_credential_is_refused_naming_it(
 def test_postgres_rotates_by_overlap_with_two_alternating_logins(mesh: Mesh) -> None:
     pg = provider()
     pg["provides"][0]["rotation"] = "overlap"
+    app = consumer("app1/gitea")
+    app["requires"][0]["connection"] = {"file": "/srv/app1/gitea/db.env", "format": "env"}
     assert registry.can_alternate(registry.kind_of("postgres"))
-    modes = _declared(mesh, {"db1/postgres": pg, "app1/gitea": consumer("app1/gitea")})
+    modes = _declared(mesh, {"db1/postgres": pg, "app1/gitea": app})
     assert [m.rotation for m in modes.values()] == [OVERLAP]
+
+
+def test_an_alternating_overlap_pair_without_a_connection_file_is_refused(mesh: Mesh) -> None:
+    """Its login changes at every rotation: an app that does not read it from the connection
+    file would be refused after the first one."""
+    pg = provider()
+    pg["provides"][0]["rotation"] = "overlap"
+    path = mesh.write(mesh.spec({"db1/postgres": pg, "app1/gitea": consumer("app1/gitea")}))
+    with pytest.raises(DeclarationError) as caught:
+        declaration.load(path)
+    text = str(caught.value)
+    assert 'modules."app1/gitea".requires[0].connection' in text, text
+    assert "alternates between two roles" in text and 'rotation = "swap"' in text, text
 
 
 @pytest.mark.parametrize(

@@ -393,11 +393,15 @@ class Push:
         return held is None or held != (want["file"], digest)
 
     def behind(self, pid: str, end: End) -> bool:
-        """The end must be sent: short of its generation, its connection file differs, or a
-        reload or a pin failed (it holds the credential, not all it should)."""
+        """The end must be sent: short of its generation, its connection file differs (both
+        ends of an alternating pair: the file names a login the provider makes), or a reload or
+        a pin failed (it holds the credential, not all it should)."""
         if self.short(pid, end):
             return True
-        if end is End.CONSUMER and self.connection_differs(pid):
+        if self.connection_differs(pid) and (
+            end is End.CONSUMER
+            or self.planner.alternate(pid, self.planner.pairs[pid]["generation"])
+        ):  # an alternating pair's new login is the provider's to make before the consumer's
             return True
         d = self.deliveries.get((pid, end.value))
         return d is not None and str(d[3] or "").startswith(KEPT_FAILURES)

@@ -528,6 +528,20 @@ def _can_overlap(r: _Reader, kind: Kind, at: str) -> None:
         )
 
 
+def _holds_one_login(r: _Reader, kind: Kind, at: str) -> None:
+    """Refuse an overlap pair of a kind that alternates between two logins (PostgreSQL) when
+    its requirement declares no connection file: the login changes at every rotation, and the
+    connection file is where the consumer's app reads it."""
+    if registry.can_alternate(kind) and not registry.can_overlap(kind):
+        raise r.fail(
+            f"{at}.connection",
+            f"a {kind.title} pair rotated by overlap alternates between two "
+            f"{kind.login_word}s, so its app must read the {kind.login_word} from a "
+            "connection file",
+            'connection = { file = "/etc/app/db.env", format = "env" } (or rotation = "swap")',
+        )
+
+
 def _requirement(r: _Reader, i: int, item: Any, where: str) -> Requirement:
     at = f"{where}.requires[{i}]"
     item = r.table(item, at)
@@ -754,6 +768,8 @@ def _pairs(
                 )
             if req.rotation == OVERLAP:
                 _can_overlap(r, kind, f"{at}.rotation")
+            if (req.rotation or offer.rotation) == OVERLAP and req.connection is None:
+                _holds_one_login(r, kind, at)
             policy = effective_policy(top, provider.policy, req.policy)
             if policy.rotate_every is not None and policy.probe_every > policy.rotate_every:
                 raise r.fail(
