@@ -189,3 +189,17 @@ def test_a_line_that_names_an_alternate_with_the_same_credential_refuses_no_logi
     _step(mesh, "b", keep=False, rotate=False)
     assert not mesh.can_login(OWNER, old) and not mesh.can_login(A, old)
     assert mesh.can_login(B, mesh.password("app1", "gitea"))
+
+
+def test_a_first_step_over_an_open_overlap_is_refused_and_changes_nothing(mesh: Mesh) -> None:
+    """Both logins log in (an overlap not closed): a next first step onto the login still in
+    use would change the password its consumer may hold; it is refused, nothing changed."""
+    mesh.add("app1", "gitea", login=OWNER)
+    _step(mesh, "a", keep=False, rotate=False)
+    first = mesh.password("app1", "gitea")
+    _step(mesh, "b", keep=True, rotate=True)
+    second = mesh.password("app1", "gitea")
+    roles = mesh.authid()
+    assert _step(mesh, "a", keep=True, rotate=True) == {OWNER: "refused"}
+    assert mesh.authid() == roles
+    assert mesh.can_login(A, first) and mesh.can_login(B, second)
