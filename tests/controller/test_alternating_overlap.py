@@ -14,6 +14,7 @@ import pytest
 
 from meshtui.contracts.adapter import alternate_login
 from meshtui.controller.plan.alternation import next_generation
+from meshtui.errors import DeclarationError
 from meshtui.model import RotationState, State
 
 GITEA = "database:app1/gitea->db1/postgres"
@@ -166,3 +167,16 @@ def test_a_swap_pair_declared_overlap_moves_to_its_first_login_with_no_refusal(
     assert _refused(facts, owner, password) and _refused(facts, login, password)
     with _connect(facts, new_login, new_password) as conn:
         assert conn.execute("SELECT id FROM issues").fetchone() == (7,)
+
+
+def test_an_alternating_pair_declared_a_swap_again_is_refused(mesh: Any) -> None:
+    """A swap of the owner would leave the login the consumer holds accepting the old
+    credential: refused, naming the requirement, and nothing stored."""
+    text = mesh.decl.read_text()
+    mesh.decl.write_text(text.replace(', rotation = "overlap", grace = "5s"', ""))
+    with mesh.controller() as ctl:
+        with pytest.raises(DeclarationError) as caught:
+            ctl.declare(mesh.decl)
+        assert ctl.inventory.rotation_modes([GITEA])[GITEA].rotation == "overlap"
+    said = str(caught.value)
+    assert 'modules."app1/gitea".requires[0].rotation' in said and "go back to swap" in said
