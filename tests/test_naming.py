@@ -104,3 +104,41 @@ def test_a_module_starting_with_a_digit_still_gives_an_identifier() -> None:
 @pytest.mark.parametrize("bad", ["Gitea", "1abc", "a" * 64, "a-b", "a;drop", "é", ""])
 def test_is_safe_login_refuses_what_the_mesh_would_not_derive(bad: str) -> None:
     assert not is_safe_login(bad)
+
+
+@pytest.mark.parametrize(
+    ("node", "module"),
+    [("app1", "gitea"), ("n" * 40, "m" * 40), ("app1", "wiki-ÄÖ" * 9)],
+)
+def test_an_alternating_pairs_two_logins_are_distinct_valid_and_kept_under_63_bytes(
+    node: str, module: str
+) -> None:
+    """Both alternates of a derived login fit PostgreSQL's 63 bytes, differ from each other and
+    from the owner, and two owners never share one."""
+    from meshtui.contracts.adapter import alternate_login
+
+    owner = derive_login(node, module)
+    a, b = alternate_login(owner, "a"), alternate_login(owner, "b")
+    assert len({owner, a, b}) == 3
+    for login in (a, b):
+        assert is_safe_login(login), login
+    other = derive_login(node, module + "x")
+    assert alternate_login(other, "a") != a
+    assert alternate_login(owner[:-1] + "0", "a") != a
+
+
+def test_an_owner_of_63_bytes_still_has_two_alternates() -> None:
+    from meshtui.contracts.adapter import alternate_login
+
+    owner = "m" * 63
+    a, b = alternate_login(owner, "a"), alternate_login(owner, "b")
+    assert a != b and len(a) <= 63 and len(b) <= 63
+    assert alternate_login("m" * 62 + "n", "a") != a
+
+
+def test_an_alternate_other_than_a_or_b_is_refused() -> None:
+    from meshtui.contracts.adapter import alternate_login
+    from meshtui.errors import UnsafeLoginError
+
+    with pytest.raises(UnsafeLoginError, match="names no alternate"):
+        alternate_login("gitea_app1_12ab34", "c")

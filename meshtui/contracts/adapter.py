@@ -10,12 +10,14 @@ its package (meshtui/kinds/<kind>/adapter.py) and is named by its ``Kind.adapter
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from meshtui.errors import ProvisionError, UnsafeLoginError
 from meshtui.model import OutcomeName
+from meshtui.protocol.manifest import ALTERNATES
 
 if TYPE_CHECKING:
     from meshtui.contracts.manifest_reader import Manifest
@@ -83,6 +85,9 @@ class Capabilities:
     software keeps sessions (connections, tokens) that outlive a credential's change.
     ``overlapping``: :class:`Overlapping` (``create_keeping``): one login can
     hold two credentials at once, so a pair may be declared ``rotation = "overlap"``.
+    ``alternating``: :class:`Alternating` (``create_alternate``): a login holds one
+    credential (a PostgreSQL role), so an overlap alternates between two logins of one owner;
+    a pair may be declared ``rotation = "overlap"`` too.
     """
 
     batching: bool = False
@@ -92,6 +97,7 @@ class Capabilities:
     catching_up: bool = False
     live_sessions: bool = False
     overlapping: bool = False
+    alternating: bool = False
 
 
 @dataclass(frozen=True)
@@ -214,6 +220,48 @@ class Overlapping(Protocol):
         """Make ``login`` accept ``password`` as well as the one credential it holds now (its
         values made true as ``create`` would); raises Refused if not ours. Run again, it keeps
         the same two: never a third."""
+        ...
+
+
+def alternate_login(owner: str, alt: str) -> str:
+    """The login ``alt`` (``"a"`` or ``"b"``) of the pair whose owner is ``owner``: the owner's
+    name and ``_a``/``_b``; when that would pass 63 bytes, the owner's name cut and a hash of
+    it whole, so two owners never share an alternate and no name is ever truncated."""
+    if alt not in ALTERNATES:
+        raise UnsafeLoginError(f"{alt!r} names no alternate login (a or b)")
+    name = f"{owner}_{alt}"
+    if len(name.encode("utf-8")) <= MAX_NAME_BYTES:
+        return name
+    digest = hashlib.blake2b(owner.encode("utf-8"), digest_size=4).hexdigest()
+    room = MAX_NAME_BYTES - len(digest) - len(alt) - 2
+    head = owner.encode("utf-8")[:room].decode("utf-8", "ignore").rstrip("_") or "x"
+    return f"{head}_{digest}_{alt}"
+
+
+@runtime_checkable
+class Alternating(Protocol):
+    """An adapter whose login holds one credential, so an overlap rotation alternates between
+    two logins of one pair (AWS's "alternating users").
+
+    The manifest line names the pair's owner (``as``, the login the controller derived; it
+    owns the pair's objects and holds no credential) and which alternate is current (``alt``,
+    ``"a"`` or ``"b"``: :func:`alternate_login`). The controller mints each overlap
+    generation for the other alternate, so the consumer's connection file (which carries the
+    login) changes with each rotation. With ``keep`` (an overlap's first step) the current
+    alternate accepts the new credential and nothing else changes, so the login the consumer
+    still holds keeps working; without, every other login of the pair (the other alternate,
+    and the owner itself when it still logs in from before the pair alternated) is left with
+    no credential and cannot log in. Both alternates act as the owner (what either creates
+    belongs to the owner), so the consumer's data outlives the switch. ``remove`` of the owner
+    removes the three; ``end_sessions``/``count_sessions`` of the owner (``LiveSessions``)
+    mean the sessions of every login of the pair but the one holding ``digest``."""
+
+    def create_alternate(
+        self, owner: str, alt: str, password: str, values: Mapping[str, str], keep: bool
+    ) -> Done:
+        """Make ``owner``'s alternate ``alt`` hold ``password`` (its values made true as
+        ``create`` would); with ``keep``, leave the pair's other logins as they are, else take
+        their credentials away. Refused if not ours. Run again, it changes nothing."""
         ...
 
 

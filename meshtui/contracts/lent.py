@@ -14,6 +14,7 @@ from typing import Generic, Protocol, TypeVar, cast
 
 from meshtui.contracts.adapter import (
     Adapter,
+    Alternating,
     Batching,
     Capabilities,
     Done,
@@ -70,6 +71,15 @@ class Lent(Generic[A]):
         """See :meth:`~meshtui.contracts.adapter.Overlapping.create_keeping` (called only when
         the lent adapter's capabilities say ``overlapping``)."""
         return self._use(lambda a: cast(Overlapping, a).create_keeping(login, password, values))
+
+    def create_alternate(
+        self, owner: str, alt: str, password: str, values: Mapping[str, str], keep: bool
+    ) -> Done:
+        """See :meth:`~meshtui.contracts.adapter.Alternating.create_alternate` (called only
+        when the lent adapter's capabilities say ``alternating``)."""
+        return self._use(
+            lambda a: cast(Alternating, a).create_alternate(owner, alt, password, values, keep)
+        )
 
     def create_many(self, batch: Sequence[Wanted]) -> dict[str, Done | Exception]:
         """See :meth:`~meshtui.contracts.adapter.Batching.create_many`."""

@@ -40,10 +40,11 @@ from meshtui.freeform import JsonObject
 from meshtui.kinds import registry
 from meshtui.kinds.kind import DEFAULT_KIND
 from meshtui.model import NAME_RE, plain_address
-from meshtui.protocol.manifest import VERSION
+from meshtui.protocol.manifest import ALTERNATES, VERSION
 
 MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 _DIGEST = re.compile(r"blake2b:[0-9a-f]{64}")
+_ALTS = ("", *ALTERNATES)  # absent, or the alternate a line names
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class Consumer:
     secret: str
     digest: str
     keep: bool = False  # an overlap's first step: the login keeps its credential beside this
+    alt: str = ""  # an alternating pair's current login ("a"/"b"); ``login`` is its owner
 
     @property
     def name(self) -> str:
@@ -185,9 +187,20 @@ def _consumer(source: str, index: int, obj: Any) -> Consumer:
             and _secret_ok(secret)
             and (not at or plain_address(at))
             and type(obj.get("keep", False)) is bool
+            and obj.get("alt", "") in _ALTS
         ):
             keep = obj.get("keep", False) is True
-            return Consumer(login, node, module, at, MappingProxyType(values), secret, digest, keep)
+            return Consumer(
+                login,
+                node,
+                module,
+                at,
+                MappingProxyType(values),
+                secret,
+                digest,
+                keep,
+                obj.get("alt", ""),
+            )
     return _consumer_checked(source, index, obj)
 
 
@@ -206,6 +219,9 @@ def _consumer_checked(source: str, index: int, obj: Any) -> Consumer:
     at = reader.text("at", required=False, allow_empty=True)
     if at and not plain_address(at):
         reader.fail("at", f"{at!r} is not an IP address (an IPv6 scope id is not taken)")
+    alt = reader.get("alt", str, required=False) or ""
+    if alt not in _ALTS:
+        reader.fail("alt", f'{alt!r} names no alternate login ("a" or "b")')
     return Consumer(
         login=login,
         node=reader.text("node"),
@@ -215,6 +231,7 @@ def _consumer_checked(source: str, index: int, obj: Any) -> Consumer:
         secret=_secret_name(reader, reader.text("secret")),
         digest=digest,
         keep=reader.get("keep", bool, required=False) is True,
+        alt=alt,
     )
 
 

@@ -91,6 +91,18 @@ def can_overlap(kind: Kind) -> bool:
     return bool(kind.adapter.load().capabilities.overlapping)
 
 
+def can_alternate(kind: Kind) -> bool:
+    """Whether ``kind``'s adapter overlaps by two logins of one owner, its login holding one
+    credential (its ``capabilities.alternating``, PostgreSQL's)."""
+    return bool(kind.adapter.load().capabilities.alternating)
+
+
+def rotates_by_overlap(kind: Kind) -> bool:
+    """Whether a pair of ``kind`` may be declared ``rotation = "overlap"``: its login holds
+    two credentials at once, or it alternates between two logins (:func:`can_alternate`)."""
+    return can_overlap(kind) or can_alternate(kind)
+
+
 def own_secret_kinds() -> tuple[Kind, ...]:
     """The kinds that store modules' own secrets (their ``own_secrets`` declared)."""
     return tuple(k for k in KINDS.values() if k.own_secrets is not None)

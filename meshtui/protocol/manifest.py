@@ -13,6 +13,9 @@ from typing import NotRequired, TypedDict
 VERSION = 1
 """The manifest version this meshtui writes and reads."""
 
+ALTERNATES = ("a", "b")
+"""The two logins of an alternating pair, as a line's ``alt`` names them."""
+
 ManifestLine = TypedDict(
     "ManifestLine",
     {
@@ -24,11 +27,14 @@ ManifestLine = TypedDict(
         "secret": str,
         "digest": str,
         "keep": NotRequired[bool],
+        "alt": NotRequired[str],
     },
 )
 """One consumer as the provisioner reads it: its login, where it connects from, its values, and
 its secret file (relative to the manifest) with the digest that file must match. ``keep``: an
-overlap rotation's first step: the login accepts this secret and keeps the one it holds now."""
+overlap rotation's first step: the login accepts this secret and keeps the one it holds now.
+``alt``: an alternating pair's current login (``"a"`` or ``"b"``; ``as`` is then its owner,
+see :class:`meshtui.contracts.adapter.Alternating`)."""
 
 
 class ManifestBody(TypedDict):

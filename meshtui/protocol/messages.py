@@ -209,6 +209,7 @@ ManifestEntry = TypedDict(
         "sealed": str,
         "rollback": NotRequired[Rollback],
         "keep": NotRequired[bool],
+        "alt": NotRequired[str],
     },
 )
 """One consumer in a provider's manifest: its login (``as``), where it connects from, its

@@ -33,6 +33,7 @@ from typing import cast
 from meshtui.contracts.adapter import (
     Adapter,
     AdapterFactory,
+    Alternating,
     Batching,
     CatchingUp,
     Done,
@@ -192,9 +193,15 @@ def _outcome(consumer: Consumer, name: OutcomeName, reason: str = "") -> Outcome
 def _apply(adapter: Adapter, consumer: Consumer, secret: bytes) -> Outcome:
     """Create-or-make-true one consumer with its secret (read once, by :func:`_reconcile`)."""
     try:
-        if consumer.keep and adapter.capabilities.overlapping:
+        if consumer.alt:
+            if not adapter.capabilities.alternating:
+                raise Refused(f"this kind has no alternate logins (alt = {consumer.alt!r})")
+            done: Done = cast(Alternating, adapter).create_alternate(
+                consumer.login, consumer.alt, _password(secret), consumer.values, consumer.keep
+            )
+        elif consumer.keep and adapter.capabilities.overlapping:
             keeping = cast(Overlapping, adapter)
-            done: Done = keeping.create_keeping(consumer.login, _password(secret), consumer.values)
+            done = keeping.create_keeping(consumer.login, _password(secret), consumer.values)
         else:
             done = adapter.create(consumer.login, _password(secret), consumer.values)
     except (Refused, UnsafeLoginError) as exc:
@@ -274,8 +281,8 @@ def _apply_all(
     transaction, verifiers computed on every core; or one Redis pipeline); else, with many, over
     ``workers`` sessions so the server uses every core."""
     if len(todo) >= BATCH_FROM and first.capabilities.batching:
-        kept = {c.login: _apply(first, c, secret) for c, secret in todo if c.keep}
-        return {**_apply_batch(first, [t for t in todo if not t[0].keep]), **kept}
+        kept = {c.login: _apply(first, c, secret) for c, secret in todo if c.keep or c.alt}
+        return {**_apply_batch(first, [t for t in todo if not (t[0].keep or t[0].alt)]), **kept}
     if workers <= 1 or len(todo) < PARALLEL_FROM:
         return {c.login: _apply(first, c, secret) for c, secret in todo}
     lock = threading.Lock()
@@ -498,7 +505,12 @@ def _reconcile(
                 outcomes[consumer.login] = _outcome(consumer, OutcomeName.WAITING, secret)
             elif have is not None and not have.ours:
                 outcomes[consumer.login] = _outcome(consumer, OutcomeName.REFUSED, have.note)
-            elif have is not None and have.digest == consumer.digest and have.in_place:
+            elif (
+                have is not None
+                and have.digest == consumer.digest
+                and have.in_place
+                and not consumer.alt  # the owner's state says nothing of its alternates
+            ):
                 outcomes[consumer.login] = _outcome(consumer, OutcomeName.UNCHANGED)
             else:
                 todo.append((consumer, secret))

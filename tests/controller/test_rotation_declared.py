@@ -1,6 +1,6 @@
 """A pair's rotation as declared: ``rotation = "overlap"`` and its ``grace`` per offer or per
 requirement, stored for ``rotate``; refused, naming the kind, where the kind's login holds one
-credential only."""
+credential only and cannot alternate between two logins."""
 
 from __future__ import annotations
 
@@ -50,18 +50,43 @@ def test_overlap_on_the_offer_reaches_each_pair_and_a_requirement_overrides_it(
 def test_overlap_for_a_kind_that_holds_one_credential_is_refused_naming_it(
     mesh: Mesh, where: str
 ) -> None:
-    pg = provider()
-    app = consumer("app1/gitea")
-    (pg["provides"][0] if where == "offer" else app["requires"][0])["rotation"] = "overlap"
-    assert not registry.can_overlap(registry.kind_of("postgres"))
-    path = mesh.write(mesh.spec({"db1/postgres": pg, "app1/gitea": app}))
+    s3 = provider("db1/seaweedfs", "objects", 8333)
+    s3["provides"][0].update(kind="seaweedfs", tls=False)
+    app = consumer("app1/gitea", "objects")
+    app["requires"][0]["values"] = {}
+    (s3["provides"][0] if where == "offer" else app["requires"][0])["rotation"] = "overlap"
+    assert not registry.rotates_by_overlap(registry.kind_of("seaweedfs"))
+    path = mesh.write(mesh.spec({"db1/seaweedfs": s3, "app1/gitea": app}))
     with pytest.raises(DeclarationError) as caught:
         declaration.load(path)
     text = str(caught.value)
     key = "provides[0].rotation" if where == "offer" else "requires[0].rotation"
     assert str(path) in text and key in text, text
-    assert "PostgreSQL" in text and "postgres cannot rotate by overlap" in text, text
-    assert 'rotation = "swap"' in text
+    assert "seaweedfs cannot rotate by overlap" in text, text
+    assert 'rotation = "swap"' in text and 'kind = "postgres"' in text, text
+
+
+def test_postgres_rotates_by_overlap_with_two_alternating_logins(mesh: Mesh) -> None:
+    pg = provider()
+    pg["provides"][0]["rotation"] = "overlap"
+    app = consumer("app1/gitea")
+    app["requires"][0]["connection"] = {"file": "/srv/app1/gitea/db.env", "format": "env"}
+    assert registry.can_alternate(registry.kind_of("postgres"))
+    modes = _declared(mesh, {"db1/postgres": pg, "app1/gitea": app})
+    assert [m.rotation for m in modes.values()] == [OVERLAP]
+
+
+def test_an_alternating_overlap_pair_without_a_connection_file_is_refused(mesh: Mesh) -> None:
+    """Its login changes at every rotation: an app that does not read it from the connection
+    file would be refused after the first one."""
+    pg = provider()
+    pg["provides"][0]["rotation"] = "overlap"
+    path = mesh.write(mesh.spec({"db1/postgres": pg, "app1/gitea": consumer("app1/gitea")}))
+    with pytest.raises(DeclarationError) as caught:
+        declaration.load(path)
+    text = str(caught.value)
+    assert 'modules."app1/gitea".requires[0].connection' in text, text
+    assert "alternates between two roles" in text and 'rotation = "swap"' in text, text
 
 
 @pytest.mark.parametrize(

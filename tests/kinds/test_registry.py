@@ -46,6 +46,7 @@ def declared_and_implemented(adapter: type) -> tuple[Capabilities, Capabilities]
         live_sessions=callable(getattr(adapter, "end_sessions", None))
         and callable(getattr(adapter, "count_sessions", None)),
         overlapping=callable(getattr(adapter, "create_keeping", None)),
+        alternating=callable(getattr(adapter, "create_alternate", None)),
     )
     return adapter.capabilities, has  # type: ignore[attr-defined]
 

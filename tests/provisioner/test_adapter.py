@@ -106,3 +106,20 @@ def test_harness_drives_any_adapter(mesh: Mesh, tmp_path: Path) -> None:
         "cache_app2_x": "removed",
     }
     assert "someone_else" in MemoryAdapter.users  # not ours: never removed
+
+
+def test_a_line_naming_an_alternate_is_refused_by_a_kind_without_alternates(
+    mesh: Mesh,
+) -> None:
+    """A login that holds several credentials (or one) has no alternates: a line naming one
+    is that consumer's refusal, not a plain create of the owner's name."""
+    MemoryAdapter.users = {}
+    mesh.add("app1", "cache")["alt"] = "b"
+    mesh.write()
+    report = reconcile(mesh.manifest, mesh.admin, factory=MemoryAdapter)
+    (only,) = report.outcomes
+    assert (only.outcome, only.reason) == (
+        "refused",
+        "this kind has no alternate logins (alt = 'b')",
+    )
+    assert MemoryAdapter.users == {}

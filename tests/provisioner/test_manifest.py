@@ -186,6 +186,7 @@ def test_the_agents_writer_and_the_provisioners_reader_share_one_shape() -> None
         "secret": secret_name("app2", "wiki"),
         "digest": DIGEST,
         "keep": True,
+        "alt": "b",
     }
     body: ManifestBody = {
         "version": VERSION,
@@ -217,6 +218,40 @@ def test_the_agents_writer_and_the_provisioners_reader_share_one_shape() -> None
         "secret": consumer.secret,
         "digest": consumer.digest,
         "keep": consumer.keep,
+        "alt": consumer.alt,
     }
     assert read_top == {k: v for k, v in body.items() if k != "consumers"}
     assert read_line == line
+
+
+@pytest.mark.parametrize("alt", ["c", "", 1, "A"])
+def test_a_line_naming_no_alternate_is_refused_naming_its_key(tmp_path: Path, alt: object) -> None:
+    """``alt`` is "a" or "b" (an alternating pair's current login) or absent: anything else is
+    the key named, not a line read as if it held a login of its own."""
+    from meshtui.host.receive.manifest_writer import manifest_text
+
+    body = {
+        "version": 1,
+        "provision": "database",
+        "provider": "db1/postgres",
+        "serial": 1,
+        "pin": True,
+        "consumers": [
+            {
+                "as": "gitea_app1_12ab34",
+                "node": "app1",
+                "module": "gitea",
+                "at": "10.0.0.3",
+                "values": {},
+                "secret": "app1.gitea.secret",
+                "digest": DIGEST,
+                "alt": alt,
+            }
+        ],
+    }
+    data = manifest_text(body)  # type: ignore[arg-type]
+    if alt == "":
+        assert parse_manifest(data, tmp_path / "mesh.json").consumers[0].alt == ""
+        return
+    with pytest.raises(ManifestError, match=r"consumers\[0\]\.alt"):
+        parse_manifest(data, tmp_path / "mesh.json")

@@ -1,7 +1,7 @@
 """``meshtui drill``: a rotation checked by three logins from the consumer's node.
 
-The old credential logs in before; the pair is rotated; the new credential logs in after and
-the old one is refused. The old credential lives only in the consumer agent's memory for the
+The old credential logs in before; the pair is rotated; the new credential logs in after (as
+the login now holding it: an alternating pair's other login) and the old one is refused. The old credential lives only in the consumer agent's memory for the
 drill. The evidence (each login's verdict and timing, the window) is stored and shown.
 """
 
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from meshtui.controller.act.overlap import rotate_declared
 from meshtui.controller.act.recording import as_json, probe_row
 from meshtui.controller.agents.client import AgentClient
-from meshtui.controller.plan.planner import Planner, target_of
+from meshtui.controller.plan.planner import Planner
 from meshtui.controller.reports import (
     DrillReport,
     DrillStep,
@@ -26,10 +26,19 @@ from meshtui.inventory import now
 from meshtui.inventory.rows import DrillRecord
 from meshtui.model import OVERLAP, SWAP, Sessions, Verdict, node_of
 from meshtui.protocol import messages
-from meshtui.protocol.messages import DrillRequest, ProbeReport
+from meshtui.protocol.messages import DrillRequest, ProbeItem, ProbeReport, ProbeRequest
 
 if TYPE_CHECKING:
     from meshtui.controller.reach import Reach
+
+
+def _new_login(ctl: Reach, client: AgentClient, pid: str) -> ProbeReport | None:
+    """A login from the consumer's node with what its file holds now, as the login that holds
+    the pair's generation now (an alternating pair's new login is not the old one's)."""
+    plan = Planner(ctl.inventory, focus=[pid])
+    item = ProbeItem(pair=pid, file=plan.pairs[pid]["file"], **plan.target(pid))
+    answer = client.call(messages.PROBE, ProbeRequest(targets=[item]))
+    return next((got["result"] for got in answer["results"] if got["pair"] == pid), None)
 
 
 def _step(name: str, expected: str, login: ProbeReport | None, missing: str) -> DrillStep:
@@ -57,9 +66,7 @@ def drill_one(
     p = plan.pairs[pid]
     node = node_of(p["consumer"])
     drill_id = secrets.token_hex(8)
-    request = DrillRequest(
-        drill=drill_id, pair=pid, file=p["file"], target=target_of(p, plan.nodes, plan.modules)
-    )
+    request = DrillRequest(drill=drill_id, pair=pid, file=p["file"], target=plan.target(pid))
     client = AgentClient(
         plan.nodes[node],
         ctl.keys(),
@@ -85,6 +92,8 @@ def drill_one(
         checked = client.call(messages.DRILL_CHECK, request)  # the agent forgets the old one
         if steps[0].ok:
             new_login = checked["new"]
+            if plan.alternate(pid, p["generation"]):  # the new is another login's
+                new_login = _new_login(ctl, client, pid)
             steps.append(_step("new after", Verdict.ACCEPTED, new_login, "no credential file"))
             steps.append(
                 _step("old after", Verdict.REFUSED, checked["old"], checked["error"] or "")

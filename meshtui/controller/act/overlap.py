@@ -24,7 +24,7 @@ from meshtui.controller.act.recording import Delivered
 from meshtui.controller.act.rotate import _finish, fault, roll_back, roll_back_overlap, rotate
 from meshtui.controller.act.sending import send_consumers, send_providers
 from meshtui.controller.agents.client import Agents
-from meshtui.controller.plan.planner import Planner, target_of
+from meshtui.controller.plan.planner import Planner
 from meshtui.controller.plan.sessions import journaled
 from meshtui.controller.reports import PairOutcome, Progress, RotationReport
 from meshtui.errors import AgentError
@@ -75,7 +75,7 @@ def _requests(plan: Planner, pids: list[str], drill: str) -> dict[str, DrillRequ
             drill=f"{drill}-{pid}",
             pair=pid,
             file=p["file"],
-            target=target_of(p, plan.nodes, plan.modules),
+            target=plan.target(pid),
         )
     return out
 
@@ -127,16 +127,22 @@ def _check_old(agents: Agents, plan: Planner, asks: Mapping[str, DrillRequest]) 
 
 
 def _probe_new(
-    agents: Agents, plan: Planner, pids: list[str], grace: float, refused: dict[str, int]
+    agents: Agents,
+    plan: Planner,
+    targets: Mapping[str, int],
+    grace: float,
+    refused: dict[str, int],
 ) -> dict[str, str]:
-    """Probe each pair from its consumer's node with the credential it holds (the new one) until
+    """Probe each pair from its consumer's node with the credential it holds (the new one, as
+    the login that holds it: an alternating pair's new alternate) until
     every one is accepted or ``grace`` is over; pair -> why not, for each never accepted.
     ``refused``: counts, by pair, the logins the server refused meanwhile."""
+    pids = list(targets)
     by_node: dict[str, list[ProbeItem]] = {}
     for pid in pids:
         p = plan.pairs[pid]
         by_node.setdefault(node_of(p["consumer"]), []).append(
-            ProbeItem(pair=pid, file=p["file"], **target_of(p, plan.nodes, plan.modules))
+            ProbeItem(pair=pid, file=p["file"], **plan.target(pid, targets[pid]))
         )
     left = {pid: "not probed" for pid in pids}
     deadline = time.monotonic() + grace
@@ -230,7 +236,7 @@ def execute_overlap(
 
     progress("overlap: a login with the new credential from the consumer's node", 3, 6)
     refused = {pid: 0 for pid in pids}
-    failed = _probe_new(agents, plan, pids, grace, refused)
+    failed = _probe_new(agents, plan, targets, grace, refused)
     if failed:
         added.flush(inv)
         return roll_back_overlap(ctl, agents, rotation, failed, progress)

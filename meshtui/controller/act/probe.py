@@ -15,7 +15,7 @@ from meshtui.controller.act.recording import files_unlike, probe_row
 from meshtui.controller.agents.client import AgentClient
 from meshtui.controller.plan.claims import asked_only
 from meshtui.controller.plan.claims import record as record_claims
-from meshtui.controller.plan.planner import Planner, target_of
+from meshtui.controller.plan.planner import Planner
 from meshtui.controller.plan.resolve import ask_state
 from meshtui.controller.read.secret_states import declared
 from meshtui.controller.reports import Claim, ProbeOutcome, Progress
@@ -41,7 +41,7 @@ def probe(ctl: Reach, ids: list[str], progress: Progress) -> list[ProbeOutcome]:
     for pid in live:
         p = plan.pairs[pid]
         by_node.setdefault(node_of(p["consumer"]), []).append(
-            ProbeItem(pair=pid, file=p["file"], **target_of(p, plan.nodes, plan.modules))
+            ProbeItem(pair=pid, file=p["file"], **plan.target(pid))
         )
     gen_of = inv.generation_by_digest()
     unlike: dict[str, tuple[int, str, list[str]]] = {}  # files not as written: push repairs

@@ -30,7 +30,7 @@ from meshtui.controller.agents.client import STATE_TIMEOUT_S, Agents, by_pair, m
 from meshtui.controller.lock import delivering
 from meshtui.controller.plan.claims import own_inspections
 from meshtui.controller.plan.claims import record as record_claims
-from meshtui.controller.plan.planner import Planner, target_of
+from meshtui.controller.plan.planner import Planner
 from meshtui.controller.plan.resolve import ask_state
 from meshtui.controller.read import status as status_mod
 from meshtui.controller.reports import Claim, PairOutcome, Progress, PushReport, Resolution
@@ -393,11 +393,15 @@ class Push:
         return held is None or held != (want["file"], digest)
 
     def behind(self, pid: str, end: End) -> bool:
-        """The end must be sent: short of its generation, its connection file differs, or a
-        reload or a pin failed (it holds the credential, not all it should)."""
+        """The end must be sent: short of its generation, its connection file differs (both
+        ends of an alternating pair: the file names a login the provider makes), or a reload or
+        a pin failed (it holds the credential, not all it should)."""
         if self.short(pid, end):
             return True
-        if end is End.CONSUMER and self.connection_differs(pid):
+        if self.connection_differs(pid) and (
+            end is End.CONSUMER
+            or self.planner.alternate(pid, self.planner.pairs[pid]["generation"])
+        ):  # an alternating pair's new login is the provider's to make before the consumer's
             return True
         d = self.deliveries.get((pid, end.value))
         return d is not None and str(d[3] or "").startswith(KEPT_FAILURES)
@@ -513,7 +517,7 @@ def revoke(ctl: Reach, agents: Agents, plan: Planner, pids: list[str]) -> list[P
     for pid in pids:
         p = plan.pairs[pid]
         by_node.setdefault(node_of(p["consumer"]), []).append(
-            WithdrawItem(pair=pid, file=p["file"], target=target_of(p, plan.nodes, plan.modules))
+            WithdrawItem(pair=pid, file=p["file"], target=plan.target(pid))
         )
     if not by_node:
         return []

@@ -33,6 +33,7 @@ from meshtui.controller.act.sending import (
 )
 from meshtui.controller.agents.client import Agents, SignedRequest
 from meshtui.controller.lock import delivering
+from meshtui.controller.plan.alternation import alternating, next_generation
 from meshtui.controller.plan.declare import nodes_from_inventory, seal_generation
 from meshtui.controller.plan.planner import Planner
 from meshtui.controller.plan.resolve import ask_state, asking_state
@@ -194,12 +195,16 @@ def mint(
     model_nodes = nodes_from_inventory(inv.nodes())
     taken = inv.minted(p["id"] for p in rows)
     above = held or {}
+    alternates = alternating(inv, rows, inv.module_specs({p["provider"] for p in rows}))
     gens: list[GenerationRow] = []
     items: list[RotationItem] = []
     for p in rows:
-        new = max(p["generation"], above.get(p["id"], p["generation"])) + 1
-        while new in taken.get(p["id"], ()):  # a rolled-back attempt keeps its number
-            new += 1
+        new = next_generation(  # a rolled-back attempt keeps its number
+            p["generation"],
+            above.get(p["id"], p["generation"]),
+            taken.get(p["id"], ()),
+            p["id"] in alternates,
+        )
         gens.append(
             seal_generation(
                 p["id"],

@@ -514,16 +514,31 @@ def _duration(r: _Reader, item: Mapping[str, Any], key: str, at: str, example: s
 
 
 def _can_overlap(r: _Reader, kind: Kind, at: str) -> None:
-    """Refuse ``rotation = "overlap"`` for a kind whose login holds one credential only."""
-    if not registry.can_overlap(kind):
+    """Refuse ``rotation = "overlap"`` for a kind whose login holds one credential only and
+    that cannot alternate between two logins either."""
+    if not registry.rotates_by_overlap(kind):
         able = " or ".join(
-            f'kind = "{k.name}"' for k in registry.KINDS.values() if registry.can_overlap(k)
+            f'kind = "{k.name}"' for k in registry.KINDS.values() if registry.rotates_by_overlap(k)
         )
         raise r.fail(
             at,
             f"a {kind.title} {kind.login_word} cannot hold two credentials at once, so "
             f"{kind.name} cannot rotate by overlap",
             f'rotation = "{SWAP}" (or leave it out)' + (f"; overlap is for {able}" if able else ""),
+        )
+
+
+def _holds_one_login(r: _Reader, kind: Kind, at: str) -> None:
+    """Refuse an overlap pair of a kind that alternates between two logins (PostgreSQL) when
+    its requirement declares no connection file: the login changes at every rotation, and the
+    connection file is where the consumer's app reads it."""
+    if registry.can_alternate(kind) and not registry.can_overlap(kind):
+        raise r.fail(
+            f"{at}.connection",
+            f"a {kind.title} pair rotated by overlap alternates between two "
+            f"{kind.login_word}s, so its app must read the {kind.login_word} from a "
+            "connection file",
+            'connection = { file = "/etc/app/db.env", format = "env" } (or rotation = "swap")',
         )
 
 
@@ -753,6 +768,8 @@ def _pairs(
                 )
             if req.rotation == OVERLAP:
                 _can_overlap(r, kind, f"{at}.rotation")
+            if (req.rotation or offer.rotation) == OVERLAP and req.connection is None:
+                _holds_one_login(r, kind, at)
             policy = effective_policy(top, provider.policy, req.policy)
             if policy.rotate_every is not None and policy.probe_every > policy.rotate_every:
                 raise r.fail(

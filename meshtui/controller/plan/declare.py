@@ -34,7 +34,16 @@ from meshtui.inventory.rows import (
 )
 from meshtui.kinds import registry
 from meshtui.kinds.kind import Kind, owns_nothing
-from meshtui.model import Declaration, End, Node, Offer, OwnSecret, Pair, Requirement
+from meshtui.model import (
+    OVERLAP,
+    Declaration,
+    End,
+    Node,
+    Offer,
+    OwnSecret,
+    Pair,
+    Requirement,
+)
 
 _sorted_json = json.JSONEncoder(sort_keys=True).encode
 """``json.dumps(x, sort_keys=True)`` without building an encoder per call (10,000 pairs)."""
@@ -244,6 +253,7 @@ def _declare(inv: Inventory, tx: Transaction, decl: Declaration) -> DeclareResul
     gone_modules = [m for m, r in old_modules.items() if m not in decl.modules and r["declared"]]
 
     claim_rows = _claims(inv, decl, old_modules, old_pairs, stamp)
+    _refuse_way_back(inv, decl, old_pairs)
     pair_rows: list[PairRecord] = []
     gen_rows: list[GenerationRow] = []
     # what a live pair's ends hold that the declaration changed: the next push delivers it
@@ -402,6 +412,30 @@ def _claims(
                 ClaimRecord(provider=p.provider, claim=claim, module=p.consumer, since=stamp)
             )
     return rows
+
+
+def _refuse_way_back(inv: Inventory, decl: Declaration, old_pairs: Mapping[str, object]) -> None:
+    """DeclarationError for a pair that alternated between two logins (an overlap on
+    PostgreSQL) declared a swap again: its consumer holds one of the two logins, which a swap
+    of the pair's own login would leave accepting the old credential."""
+    back = [p for p in decl.pairs if p.id in old_pairs and p.rotation.rotation != OVERLAP]
+    was = inv.rotation_modes([p.id for p in back]) if back else {}
+    for p in back:
+        offer = next(o for o in decl.modules[p.provider].provides if o.name == p.provision)
+        kind = registry.kind_of(offer.kind)
+        if was[p.id].rotation == OVERLAP and registry.can_alternate(kind):
+            index = next(
+                i
+                for i, r in enumerate(decl.modules[p.consumer].requires)
+                if r.name == p.provision and r.source in (None, p.provider)
+            )
+            raise DeclarationError(
+                decl.source,
+                f'modules."{p.consumer}".requires[{index}].rotation',
+                f"rotates by overlap on two alternating {kind.login_word}s; a {kind.title} "
+                f"pair cannot go back to swap yet",
+                'keep rotation = "overlap", or withdraw the pair and declare it again',
+            )
 
 
 def _refuse_inherited(decl: Declaration, p: Pair, claim: str, holder: str) -> NoReturn:

@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple, TypeVar
 
 from meshtui import crypto
+from meshtui.contracts.adapter import alternate_login
+from meshtui.controller.plan.alternation import alternate, alternating
 from meshtui.controller.plan.connection_file import render
 from meshtui.errors import InventoryError
 from meshtui.inventory import Inventory
@@ -63,15 +65,19 @@ def offer_of(pair: PairRow, modules: Mapping[str, ModuleRow] | None) -> OfferSpe
 
 
 def target_of(
-    pair: PairRow, nodes: Mapping[str, NodeRow], modules: Mapping[str, ModuleRow] | None = None
+    pair: PairRow,
+    nodes: Mapping[str, NodeRow],
+    modules: Mapping[str, ModuleRow] | None = None,
+    login: str | None = None,
 ) -> Target:
-    """Where a probe of ``pair`` logs in: the provider node's private address, port and kind."""
+    """Where a probe of ``pair`` logs in: the provider node's private address, port and kind;
+    ``login``: an alternating pair's alternate (:meth:`Planner.target`), else its login."""
     offer = offer_of(pair, modules)
     kind = registry.kind_of(offer.kind if offer is not None else None)
     target: Target = {
         "host": nodes[node_of(pair["provider"])]["address"],
         "port": pair["port"],
-        "login": pair["login"],
+        "login": pair["login"] if login is None else login,
         "dbname": kind.dbname(pair["values"]),
     }
     if offer is not None and registry.stored_name(kind.name) is not None:
@@ -131,6 +137,8 @@ class Planner:
         self.expected_bases: dict[Provision, str] = {}
         """Per delta built: the base its provision's manifest holds once the delta applied."""
         self._rotation_of: dict[tuple[str, int], int] | None = None  # read when first needed
+        self._alternating: set[str] = set()  # of the pairs in _asked: those that alternate
+        self._asked: set[str] = set()
         self._sealed: dict[tuple[str, int], HeldSealed] | None = None
         self._sealed_read: set[str] = set()  # a focused planner's pairs whose blobs were read
         self.sessions: Mapping[str, Sessions] = {}
@@ -202,6 +210,23 @@ class Planner:
             raise InventoryError(f"{pair}: generation {generation} is not held sealed any more")
         return Sealed(row[0], row[1], row[2])
 
+    def alternate(self, pid: str, generation: int) -> str:
+        """The alternate login (``"a"``/``"b"``) that holds ``generation`` of ``pid`` when the
+        pair alternates (:mod:`meshtui.controller.plan.alternation`), else ""."""
+        if pid not in self._asked:
+            unknown = [p for q, p in self.pairs.items() if q not in self._asked]
+            self._alternating |= alternating(self.inv, unknown, self.modules)
+            self._asked |= {p["id"] for p in unknown}
+        return alternate(generation) if pid in self._alternating else ""
+
+    def target(self, pid: str, generation: int | None = None) -> Target:
+        """Where a probe of ``pid`` logs in with ``generation`` (default: the pair's): for an
+        alternating pair, as that generation's alternate login."""
+        p = self.pairs[pid]
+        alt = self.alternate(pid, p["generation"] if generation is None else generation)
+        login = alternate_login(p["login"], alt) if alt else None
+        return target_of(p, self.nodes, self.modules, login)
+
     def _entry(self, p: PairRow, gen: int) -> ManifestEntry:
         row = self.sealed(p["id"], gen)
         cnode = node_of(p["consumer"])
@@ -216,6 +241,9 @@ class Planner:
             "digest": row.digest,
             "sealed": crypto.b64(row.provider),
         }
+        alt = self.alternate(p["id"], gen)
+        if alt:
+            entry["alt"] = alt
         return self._with_rollback(entry)
 
     def _live(self, provider: str, provision: str) -> list[PairRow]:
@@ -345,14 +373,15 @@ class Planner:
                     )
                 )
             )
-            connection = self.connection(pid)
+            connection = self.connection(pid, gen)
             if connection is not None:
                 out[node][-1]["connection"] = connection
         return out
 
-    def connection(self, pid: str) -> ConnectionItem | None:
+    def connection(self, pid: str, generation: int | None = None) -> ConnectionItem | None:
         """The connection file a pair's ``requires`` entry declares, with its text (the
-        provider's kind says what it holds), or None when it declares none."""
+        provider's kind says what it holds; the login the consumer holds with ``generation``,
+        default the pair's), or None when it declares none."""
         p = self.pairs[pid]
         consumer = self.modules.get(p["consumer"])
         need = next(
@@ -366,12 +395,12 @@ class Planner:
         if need is None or need.connection is None:
             return None
         spec = need.connection
-        target = target_of(p, self.nodes, self.modules)
+        target = self.target(pid, generation)
         kind = registry.kind_of(target.get("kind"))
         if kind.connection is None:
             return None
         facts = ConnectionFacts(
-            login=p["login"],
+            login=target["login"],
             host=target["host"],
             port=target["port"],
             values=p["values"],

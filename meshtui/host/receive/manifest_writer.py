@@ -293,6 +293,8 @@ def _line(c: ManifestEntry, rel: str) -> ManifestLine:
     }
     if c.get("keep"):
         line["keep"] = True
+    if c.get("alt"):
+        line["alt"] = c["alt"]
     return line
 
 

@@ -48,6 +48,7 @@ from psycopg import sql
 
 from meshtui.contracts.adapter import Capabilities, Done, Refused, check_name
 from meshtui.errors import ProvisionError
+from meshtui.kinds.postgres.alternate import _Alternates
 from meshtui.kinds.postgres.catalog import (
     _DEPENDENT_DATABASES,
     _OWNS_ANYTHING,
@@ -55,7 +56,6 @@ from meshtui.kinds.postgres.catalog import (
     _error_text,
     held_name,
 )
-from meshtui.kinds.postgres.create import _Creating
 from meshtui.model import OutcomeName
 
 _END_SESSIONS = (
@@ -63,15 +63,20 @@ _END_SESSIONS = (
     " WHERE usename = %s AND pid <> pg_backend_pid()"
 )
 _COUNT_SESSIONS = (
-    "SELECT count(*) FROM pg_stat_activity WHERE usename = %s AND pid <> pg_backend_pid()"
+    "SELECT count(*) FROM pg_stat_activity WHERE usename = ANY(%s) AND pid <> pg_backend_pid()"
 )
 
 
-class PostgresAdapter(_Creating):
+class PostgresAdapter(_Alternates):
     """One admin session with one PostgreSQL, working for one manifest scope."""
 
     capabilities = Capabilities(
-        batching=True, narrowing=True, deciding=True, limited=True, live_sessions=True
+        batching=True,
+        narrowing=True,
+        deciding=True,
+        limited=True,
+        live_sessions=True,
+        alternating=True,
     )
 
     def describe(self, exc: BaseException) -> str | None:
@@ -101,6 +106,8 @@ class PostgresAdapter(_Creating):
             with self.conn.transaction():
                 self._exec(sql.SQL("ALTER ROLE {} NOLOGIN PASSWORD NULL").format(ident))
         try:
+            for alternate in self._alternates_of(login):  # what they own goes to the owner
+                self._drop_alternate(alternate, login)
             self._act_as(login)
             self._terminate(login)
             if self.conn.execute(_OWNS_ANYTHING, {"oid": role.oid}).fetchone() == (True,):
@@ -131,25 +138,42 @@ class PostgresAdapter(_Creating):
             )
         return Done(OutcomeName.REMOVED, "its objects are kept by " + keeper if keeper else "")
 
+    def _drop_alternate(self, name: str, owner: str) -> None:
+        """Lock, disconnect and drop an alternate login of ``owner``, what it owns (a session
+        that reset its role) handed to ``owner`` first."""
+        role = self._role(name)
+        if role is None:
+            return
+        self._lock(name, role, owner)
+        self._act_as(name)
+        self._terminate(name)
+        self._reassign_everywhere(name, owner, role.oid)
+        self.conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+        self._acting_as.discard(name)
+
     # -- sessions ----------------------------------------------------------------------------
 
     def end_sessions(self, login: str, digest: str) -> int:
         """End every backend of ``login`` but this session's own, and wait until each is gone
         (PostgreSQL does not record which password opened a backend: asked when the new one is
-        set, every backend of the login was opened with the old)."""
-        del digest
+        set, every backend of the login was opened with the old). For an alternating pair's
+        owner: the backends of its every login but the one that logs in with ``digest``."""
         check_name(login)
-        self._act_as(login)  # an admin that is not a superuser may signal its roles' backends
-        rows = self.conn.execute(_END_SESSIONS, [login]).fetchall()
-        if not all(r[0] for r in rows):
-            raise ProvisionError(f"sessions of {login} did not end within 5 s")
-        return len(rows)
+        ended = 0
+        for name in self._pair_logins(login, digest):  # an alternating pair's retired login
+            self._act_as(name)  # an admin that is not a superuser may signal its roles' backends
+            rows = self.conn.execute(_END_SESSIONS, [name]).fetchall()
+            if not all(r[0] for r in rows):
+                raise ProvisionError(f"sessions of {name} did not end within 5 s")
+            ended += len(rows)
+        return ended
 
     def count_sessions(self, login: str, digest: str) -> int:
-        """How many backends ``login`` has open (this session's own aside)."""
-        del digest
+        """How many backends ``login`` has open (this session's own aside); for an alternating
+        pair's owner, those of its logins as :meth:`end_sessions` names them."""
         check_name(login)
-        row = self.conn.execute(_COUNT_SESSIONS, [login]).fetchone()
+        names = self._pair_logins(login, digest)
+        row = self.conn.execute(_COUNT_SESSIONS, [names]).fetchone()
         return int(row[0]) if row else 0
 
     def _terminate(self, login: str) -> None:

@@ -49,11 +49,12 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from meshtui.atomic import Access, write_at
-from meshtui.contracts.adapter import Finished, Whole
-from meshtui.contracts.manifest_reader import Manifest
+from meshtui.contracts.adapter import Finished, Whole, alternate_login
+from meshtui.contracts.manifest_reader import Consumer, Manifest
 from meshtui.errors import ProvisionError
 from meshtui.kinds.postgres import FINISH_NAME, verified
 from meshtui.model import APPLIED, KEEP_PINNED, OutcomeName, plain_address
+from meshtui.protocol.manifest import ALTERNATES
 
 BEGIN = "# meshtui pin begin "
 END = "# meshtui pin end "
@@ -245,6 +246,18 @@ def check_pin(login: str, address: str) -> str:
     return ""
 
 
+def pin_logins(consumer: Consumer) -> tuple[str, ...]:
+    """The logins a consumer's line pins: its login, and an alternating pair's two alternates
+    beside its owner (the owner logs in until the pair's first alternation is done)."""
+    if not consumer.alt:
+        return (consumer.login,)
+    return (consumer.login, *_alternates(consumer.login))
+
+
+def _alternates(owner: str) -> tuple[str, ...]:
+    return tuple(alternate_login(owner, alt) for alt in ALTERNATES)
+
+
 def wanted(
     manifest: Manifest, outcomes: Mapping[str, str], before: Mapping[str, str]
 ) -> dict[str, str]:
@@ -256,9 +269,10 @@ def wanted(
     out: dict[str, str] = {}
     for consumer in manifest.consumers:
         outcome = outcomes.get(consumer.login, "")
-        if outcome in APPLIED or (outcome in KEEP_PINNED and consumer.login in before):
-            out[consumer.login] = consumer.at
-    asked = {c.login for c in manifest.consumers}
+        for login in pin_logins(consumer):
+            if outcome in APPLIED or (outcome in KEEP_PINNED and login in before):
+                out[login] = consumer.at
+    asked = {login for c in manifest.consumers for login in pin_logins(c)}
     for login, address in before.items():
         if login not in asked and outcomes.get(login, "") in KEEP_PINNED:
             out[login] = address
@@ -726,9 +740,11 @@ def _pin_delta(
             if known is None:
                 return None
         settled = known.settled[scope]
-        before = {login: settled.at[login] for login in only if login in settled.at}
+        logins = only | {n for c in manifest.consumers if c.login in only for n in pin_logins(c)}
+        logins |= {n for o in only for n in _alternates(o) if n in settled.at}  # withdrawn
+        before = {login: settled.at[login] for login in logins if login in settled.at}
         now = wanted(manifest, outcomes, before)
-        changes = {login: now.get(login) for login in only if now.get(login) != before.get(login)}
+        changes = {login: now.get(login) for login in logins if now.get(login) != before.get(login)}
         if not changes:
             return PinResult(changed=False)  # a rotation: no address moved, nothing to do
         problems = [p for p in (check_pin(k, a) for k, a in changes.items() if a is not None) if p]

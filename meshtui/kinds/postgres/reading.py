@@ -104,6 +104,8 @@ class _Reading(_Session):
                 out[name] = Held(name, ours=False, note=_foreign(marked, record))
                 continue
             if record is not None and record.what == "login":
+                if record.login is not None and name not in wanted:
+                    continue  # an alternate login: its owner, the pair's login, answers for it
                 if not self._in_scope(record):
                     out[name] = Held(name, ours=False, note=_foreign(marked, record))
                     continue
@@ -142,9 +144,14 @@ class _Reading(_Session):
         record = Record.read(comment)
         return record is not None and record.what == "database"
 
+    _alternate_owner: str | None = None
+    """While an alternate login is written: its owner, named in the alternate's record."""
+
     def _record_text(self, digest: str) -> str:
-        """The COMMENT of a login of ours: JSON, keys sorted, so its layout never varies."""
-        return Record("login", self.scope.provider, self.scope.provision, digest).text()
+        """The COMMENT of a login of ours: JSON, keys sorted, so its layout never varies (an
+        alternate's names its owner)."""
+        owner = self._alternate_owner
+        return Record("login", self.scope.provider, self.scope.provision, digest, owner).text()
 
     def _record_tail(self) -> str:
         """What follows the digest in :meth:`_record_text`."""

@@ -1,0 +1,182 @@
+"""A PostgreSQL pair declared ``rotation = "overlap"`` alternates between two logins of one
+owner: each rotation moves the consumer's connection file to the other login, its data stays
+usable, and the retired login is refused. Real agents, real PostgreSQL; the app's side logs in
+only with what the consumer's two files hold."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from meshtui.contracts.adapter import alternate_login
+from meshtui.controller.plan.alternation import next_generation
+from meshtui.errors import DeclarationError
+from meshtui.model import RotationState, State
+
+GITEA = "database:app1/gitea->db1/postgres"
+NEEDLE = 'file = "srv/app1/gitea/db.password" }'
+OFFER = 'provides = [{ name = "database", port = '
+
+
+def _overlap(made: Any) -> None:
+    """Declare the mesh's pair an overlap with a json connection file, and push."""
+    text = made.decl.read_text()
+    text = text.replace(
+        NEEDLE,
+        NEEDLE[:-1] + ', connection = { file = "srv/app1/gitea/db.conn", format = "json" } }',
+    )
+    start = text.index(OFFER) + len(OFFER)
+    end = text.index(" }]", start)
+    text = text[:end] + ', rotation = "overlap", grace = "5s"' + text[end:]
+    made.decl.write_text(text)
+    with made.controller() as ctl:
+        ctl.declare(made.decl)
+        assert ctl.push().ok
+
+
+@pytest.fixture
+def swapped(mesh_with_agents: Any, pg: Any, pg_clean: Any, pg_admin_file: Path) -> Any:
+    """The mesh with its pair declared a swap and pushed."""
+    made = mesh_with_agents(consumers={"app1": ["gitea"]}, port=pg.port, admin=pg_admin_file)
+    with made.controller() as ctl:
+        assert ctl.push().ok
+    return made
+
+
+@pytest.fixture
+def mesh(swapped: Any) -> Any:
+    _overlap(swapped)
+    return swapped
+
+
+def _files(mesh: Any) -> tuple[str, str, dict[str, str]]:
+    """The login and password the consumer's files hold now, and the connection facts."""
+    facts = json.loads((mesh.root / "srv/app1/gitea/db.conn").read_text())
+    password = Path(facts["password_file"]).read_text()
+    return facts["user"], password, facts
+
+
+def _connect(facts: dict[str, str], login: str, password: str) -> psycopg.Connection[Any]:
+    return psycopg.connect(
+        host=facts["host"], port=facts["port"], dbname=facts["dbname"], user=login,
+        password=password, connect_timeout=5,
+    )  # fmt: skip
+
+
+def _refused(facts: dict[str, str], login: str, password: str) -> bool:
+    try:
+        _connect(facts, login, password).close()
+    except psycopg.OperationalError as exc:
+        assert "password authentication failed" in str(exc), exc
+        return True
+    return False
+
+
+def test_the_next_generation_of_an_alternating_pair_is_held_by_the_other_login() -> None:
+    assert next_generation(4, 4, (), alternates=False) == 5
+    assert next_generation(4, 4, (5,), alternates=False) == 6
+    assert next_generation(4, 4, (5,), alternates=True) == 7  # 6 would be the same login
+    assert next_generation(3, 6, (), alternates=True) == 8  # an end ahead, and the other login
+
+
+def test_each_overlap_moves_the_consumer_to_the_other_login_with_its_data(mesh: Any) -> None:
+    with mesh.controller() as ctl:
+        owner = ctl.inventory.pairs([GITEA])[0]["login"]
+        generation = ctl.inventory.pairs([GITEA])[0]["generation"]
+    login, password, facts = _files(mesh)
+    assert login == alternate_login(owner, "ab"[generation % 2])
+    with _connect(facts, login, password) as conn:
+        conn.execute("CREATE TABLE issues AS SELECT 7 AS id")
+    for rows in (1, 2):
+        with mesh.controller() as ctl:
+            report = ctl.rotate([GITEA])
+        assert report.ok, report
+        (pair,) = report.pairs
+        assert pair.old_after == "refused" and pair.both_accepted_ms is not None
+        new_login, new_password, facts = _files(mesh)
+        assert new_login != login and new_login.startswith(owner)
+        assert _refused(facts, login, password)  # the retired login, its old password
+        with _connect(facts, new_login, new_password) as conn:
+            assert conn.execute("SELECT count(*) FROM issues").fetchone() == (rows,)
+            conn.execute("INSERT INTO issues VALUES (8)")
+        login, password = new_login, new_password
+    with mesh.controller() as ctl:
+        (drilled,) = ctl.drill([GITEA])
+        (row,) = ctl.status([GITEA])
+    assert drilled.ok, (drilled.reason, drilled.steps)
+    assert row.state == State.WORKING, row
+
+
+@pytest.mark.parametrize(
+    ("point", "moves"),
+    [("overlap:both-accepted", False), ("overlap:removing-old", True)],
+)
+def test_a_controller_killed_mid_overlap_ends_on_one_login(
+    mesh: Any, point: str, moves: bool
+) -> None:
+    login, password, facts = _files(mesh)
+
+    def die() -> None:
+        raise KeyboardInterrupt(point)
+
+    with mesh.controller() as ctl:
+        ctl.faults = {point: die}
+        with pytest.raises(KeyboardInterrupt):
+            ctl.rotate([GITEA])
+        (open_one,) = ctl.inventory.open_rotations()
+        assert open_one["state"] in (RotationState.BOTH_ACCEPTED, RotationState.REMOVING_OLD)
+    with mesh.controller() as ctl:
+        assert ctl.push().ok
+        assert not ctl.inventory.open_rotations()
+    now_login, now_password, facts = _files(mesh)
+    assert (now_login != login) is moves
+    with _connect(facts, now_login, now_password) as conn:
+        assert conn.execute("SELECT current_user").fetchone() is not None
+    if moves:
+        assert _refused(facts, login, password)
+    with mesh.controller() as ctl:
+        (drilled,) = ctl.drill([GITEA])  # a second login still open would fail its last step
+    assert drilled.ok, (drilled.reason, drilled.steps)
+
+
+def test_a_swap_pair_declared_overlap_moves_to_its_first_login_with_no_refusal(
+    swapped: Any, pg: Any
+) -> None:
+    """The push after the declaration gives the provider the alternate before the consumer's
+    connection file names it; the pair's login, now its owner, keeps what it made."""
+    with swapped.controller() as ctl:
+        owner = ctl.inventory.pairs([GITEA])[0]["login"]
+    password = (swapped.root / "srv/app1/gitea/db.password").read_text()
+    with psycopg.connect(
+        host="127.0.0.1", port=pg.port, dbname="gitea_app1", user=owner, password=password
+    ) as conn:
+        conn.execute("CREATE TABLE issues AS SELECT 7 AS id")
+    _overlap(swapped)
+    login, password, facts = _files(swapped)
+    assert login != owner
+    with _connect(facts, login, password) as conn:
+        assert conn.execute("SELECT id FROM issues").fetchone() == (7,)
+    with swapped.controller() as ctl:
+        report = ctl.rotate([GITEA])
+    assert report.ok and report.pairs[0].old_after == "refused", report
+    new_login, new_password, facts = _files(swapped)
+    assert _refused(facts, owner, password) and _refused(facts, login, password)
+    with _connect(facts, new_login, new_password) as conn:
+        assert conn.execute("SELECT id FROM issues").fetchone() == (7,)
+
+
+def test_an_alternating_pair_declared_a_swap_again_is_refused(mesh: Any) -> None:
+    """A swap of the owner would leave the login the consumer holds accepting the old
+    credential: refused, naming the requirement, and nothing stored."""
+    text = mesh.decl.read_text()
+    mesh.decl.write_text(text.replace(', rotation = "overlap", grace = "5s"', ""))
+    with mesh.controller() as ctl:
+        with pytest.raises(DeclarationError) as caught:
+            ctl.declare(mesh.decl)
+        assert ctl.inventory.rotation_modes([GITEA])[GITEA].rotation == "overlap"
+    said = str(caught.value)
+    assert 'modules."app1/gitea".requires[0].rotation' in said and "go back to swap" in said
