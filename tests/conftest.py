@@ -1,5 +1,7 @@
 """Shared fixtures: each family lives in its own plugin module."""
 
+import pytest
+
 pytest_plugins = [
     "tests.fix_run",
     "tests.fix_pg",
@@ -7,9 +9,6 @@ pytest_plugins = [
     "tests.fix_mesh",
     "tests.fix_agents",
 ]
-
-
-import pytest  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from meshtui import terminal
+from meshtui.controller.reports import SECRET_LABEL
 from meshtui.kinds import registry
 from meshtui.model import PairStatus, format_duration
 
@@ -195,7 +196,7 @@ def pushed(report: PushReport) -> None:
         print(f"{'delivered' if o.ok else 'FAILED':9} {o.pair} g{o.generation} {o.reason}")
     for o in report.withdrawn:
         print(f"{'revoked' if o.ok else 'NOT REVOKED':9} {o.pair} {o.reason}")
-    secrets_again = {k: v for k, v in report.repaired.items() if k.startswith("secret ")}
+    secrets_again = {k: v for k, v in report.repaired.items() if k.startswith(SECRET_LABEL)}
     for key, why in sorted(secrets_again.items()):
         print(f"{'delivered':9} {key} {why}")
     if not (report.delivered or report.withdrawn or report.ahead or secrets_again):

@@ -30,6 +30,7 @@ from meshtui.controller.read.heartbeat import Heartbeat
 from meshtui.controller.read.schedule import PairDue
 from meshtui.controller.records.restored import load_proof
 from meshtui.controller.reports import (
+    SECRET_LABEL,
     AuditEvent,
     ChainReport,
     DrillReport,
@@ -504,12 +505,12 @@ class Controller:
         with delivering(self, "push (own secrets)"):
             versions = read_versions(self)
             secrets = own_secrets.converge(self)
-        report.ahead.update({f"secret {k}": v for k, v in versions.ahead.items()})
-        report.behind.update({f"secret {k}": v for k, v in versions.outside.items()})
+        report.ahead.update({f"{SECRET_LABEL}{k}": v for k, v in versions.ahead.items()})
+        report.behind.update({f"{SECRET_LABEL}{k}": v for k, v in versions.outside.items()})
         for i, line in enumerate(secrets.done, 1):
             progress(line, i, len(secrets.done))
-        report.behind.update({f"secret {k}": v for k, v in secrets.behind.items()})
-        report.repaired.update({f"secret {k}": v for k, v in secrets.repaired.items()})
+        report.behind.update({f"{SECRET_LABEL}{k}": v for k, v in secrets.behind.items()})
+        report.repaired.update({f"{SECRET_LABEL}{k}": v for k, v in secrets.repaired.items()})
         return report
 
     def secrets(self) -> list[SecretStatus]:

@@ -294,6 +294,11 @@ class DrillRecord:
     report: DrillReport
 
 
+SECRET_LABEL = "secret "
+"""How an own secret's label begins (``secret app1/gitea smtp_password``) where pairs and
+secrets share one list: an alert's subject, a push report's keys."""
+
+
 @dataclass(frozen=True)
 class SecretStatus:
     """Where one of a module's own secrets stands; never its value."""
@@ -319,7 +324,7 @@ class SecretStatus:
     @property
     def label(self) -> str:
         """``secret app1/gitea smtp_password``: how an alert or a metric names it."""
-        return f"secret {self.module} {self.name}"  # SECRET_LABEL's prefix
+        return f"{SECRET_LABEL}{self.module} {self.name}"
 
     @property
     def node(self) -> str:

@@ -297,7 +297,7 @@ def converge(ctl: Reach) -> SecretsReport:
         found_off = look_at_files(inv, agents, found)
         done += _run(inv, agents, found, behind, _Store(nodes, modules, keys))
         done += _run(inv, agents, found, behind, _Deliver(nodes, modules, keys))
-    rows = inv.own_secrets()
+    rows = inv.own_secrets() if found_off else {}  # read again only after a file was off
     repaired = {
         _label(d): f"written again: {found_off[d.key]}"
         for d in found

@@ -58,11 +58,6 @@ def _since(stamp: str | None) -> float | None:
         return None
 
 
-SECRET_LABEL = "secret "
-"""How an own secret's label begins (``secret app1/gitea smtp_password``) where pairs and
-secrets share one list: an alert's subject, a push report's keys."""
-
-
 def _version(held: int | None) -> str:
     """``version 3``, or ``no version`` where nothing was read (not ``none``, which reads as a
     value)."""

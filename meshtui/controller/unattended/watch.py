@@ -34,14 +34,13 @@ from meshtui.controller.reach import FrontDoor
 from meshtui.controller.read import secret_states
 from meshtui.controller.read.heartbeat import HEARTBEAT, Heartbeat
 from meshtui.controller.read.schedule import SPREAD, PairDue, epoch, probe_slot, schedule
-from meshtui.controller.read.secret_states import SECRET_LABEL
 from meshtui.controller.read.status import (
     LOCKED_OUT,
     NOT_PROBED_SINCE,
     PROBE_UNDECIDED,
     statuses,
 )
-from meshtui.controller.reports import SecretStatus
+from meshtui.controller.reports import SECRET_LABEL, SecretStatus
 from meshtui.controller.unattended.metrics import CycleView, Metrics
 from meshtui.controller.unattended.notify import Alert
 from meshtui.errors import InventoryError, MeshtuiError, NotResolvedError, RotationBusyError
