@@ -169,10 +169,16 @@ def _lease(table: object, where: str) -> LeaseConfig:
 def inventory_postgres(state_dir: Path) -> Path | None:
     """The conninfo file of this command's PostgreSQL inventory: :data:`ENV`'s, else the
     settings'; None for the SQLite file in the state folder."""
+    return postgres_of(None if os.environ.get(ENV) else load(state_dir))
+
+
+def postgres_of(settings: ControllerConfig | None) -> Path | None:
+    """:func:`inventory_postgres` for settings already read (None: not read, :data:`ENV` names
+    the file): a caller that needs both reads the file once."""
     named = os.environ.get(ENV)
     if named:
         return Path(named).absolute()
-    return load(state_dir).postgres
+    return settings.postgres if settings is not None else None
 
 
 def save(state_dir: Path, config: ControllerConfig) -> Path:

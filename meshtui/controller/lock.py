@@ -77,7 +77,7 @@ def delivering(ctl: Reach, action: str) -> Iterator[None]:
     """Hold the turn to deliver (the state folder's lock on SQLite, the ``deliver`` lease on
     PostgreSQL), or raise RotationBusyError naming the holder."""
     settings = config.load(ctl.state_dir)
-    postgres = config.inventory_postgres(ctl.state_dir)
+    postgres = config.postgres_of(settings)
     if postgres is None:
         with _flock(ctl.state_dir, action):
             yield
