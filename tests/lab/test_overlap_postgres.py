@@ -53,7 +53,8 @@ tries = refusals = straddled = 0
 while not os.path.exists(stop):
     facts, password = read()
     if refused(facts, password):
-        again = read()  # the agent writes the password file, then the connection file
+        time.sleep(0.02)  # as an app retries: the agent writes the password file, then the
+        again = read()  # connection file, and a read between the two is refused
         if again != (facts, password):
             straddled += 1  # read between the two: the pair read again, as an app should
             facts, password = again
