@@ -194,12 +194,24 @@ class FencedError(WireError):
     """A delivering request under an epoch below the highest this node accepted: its controller
     lost its turn (another took the lease since), so the node does nothing it asks."""
 
-    def __init__(self, node: str, controller: str, epoch: int, highest: int) -> None:
+    def __init__(
+        self, node: str, controller: str, epoch: int, highest: int, by: str | None = None
+    ) -> None:
         self.node, self.controller, self.epoch, self.highest = node, controller, epoch, highest
+        if epoch < highest:
+            why = (
+                f"controller {controller}'s epoch {epoch} is behind epoch {highest} this node "
+                f"({node}) accepted: another controller leads"
+            )
+        else:  # one epoch, two holders: the lease's database lost a holding (a switch)
+            why = (
+                f"controller {controller}'s epoch {epoch} was already taken on this node "
+                f"({node}) by controller {by}: the lease's database does not know that holding "
+                "(a switch to a standby that had not received it?)"
+            )
         super().__init__(
-            f"refused: controller {controller}'s epoch {epoch} is behind epoch {highest} "
-            f"this node ({node}) accepted: another controller leads; nothing was done (this "
-            "controller delivers again once it holds the lease)"
+            f"refused: {why}; nothing was done (this controller delivers again once it holds "
+            "the lease under a higher epoch)"
         )
 
 
@@ -217,7 +229,12 @@ class AgentError(MeshtuiError):
 
 class FencedOutError(AgentError):
     """A node refused a delivering request for its epoch (:class:`FencedError` on the node):
-    another controller leads, and this one must stop delivering."""
+    another controller leads, and this one must stop delivering; ``highest``: the epoch the
+    node holds, when it said."""
+
+    def __init__(self, node: str, reason: str, highest: int | None = None) -> None:
+        super().__init__(node, reason)
+        self.highest = highest
 
 
 class ChannelError(MeshtuiError, OSError):

@@ -427,6 +427,61 @@ def test_several_hosts_with_read_write_carry_on_against_the_promoted_standby(
         assert done.returncode == 0, (args, done.stdout, done.stderr)
 
 
+def test_a_holding_the_standby_never_received_gives_its_epoch_again_and_is_raised_past(
+    standby: Replicated,
+) -> None:
+    """The lease across a real switch: the standby stops receiving (its ``primary_conninfo``
+    emptied), a holding is taken on the primary, the primary dies and the standby is promoted.
+    The next taker there gets the lost holding's epoch again (why nodes keep whose an epoch is);
+    the lost holding is not trusted (its check and renewal fail); the new holder raises its
+    epoch past the one a node reports and holds on."""
+    from meshtui.errors import LeaseLostError
+    from meshtui.inventory import lease
+
+    a, b = lease.Claimant("ctl-a", "a1", 1), lease.Claimant("ctl-b", "b1", 2)
+    with database(standby.on_primary) as conn:
+        conn.autocommit = True
+        lease.ensure_table(conn)
+        first = lease.acquire(conn, lease.DELIVER, a, "push", 30)
+        assert first is not None
+        assert lease.release(conn, lease.DELIVER, a, first.epoch)
+        lsn = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+    with database(standby.on_standby) as conn:  # the release is there; then no more
+        conn.autocommit = True
+        for _ in range(200):
+            if conn.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", lsn).fetchone()[0]:
+                break
+            time.sleep(0.05)
+        conn.execute("ALTER SYSTEM SET primary_conninfo = ''")
+        conn.execute("SELECT pg_reload_conf()")
+        for _ in range(200):
+            if conn.execute("SELECT count(*) FROM pg_stat_wal_receiver").fetchone() == (0,):
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the standby kept receiving")
+    with database(standby.on_primary) as conn:
+        conn.autocommit = True
+        lost = lease.acquire(conn, lease.DELIVER, a, "rotate", 30)
+        assert lost is not None and lost.epoch == first.epoch + 1
+    standby.primary.stop()
+    standby.promote()
+    with database(standby.on_standby) as conn:
+        conn.autocommit = True
+        assert lease.renew(conn, lease.DELIVER, a, lost.epoch, 30) is None  # not trusted
+        with pytest.raises(LeaseLostError), conn.transaction():
+            lease.check(conn, lease.DELIVER, "ctl-a", lost.epoch)
+        taken = lease.acquire(conn, lease.DELIVER, b, "push", 30)
+        assert taken is not None and taken.epoch == lost.epoch  # the same number again
+        raised = lease.raise_epoch(conn, lease.DELIVER, b, taken.epoch, lost.epoch + 1)
+        assert raised is not None and raised.epoch == lost.epoch + 1 and raised.holder == "ctl-b"
+        assert lease.raise_epoch(conn, lease.DELIVER, a, lost.epoch, lost.epoch + 9) is None
+        with conn.transaction():
+            lease.check(conn, lease.DELIVER, "ctl-b", raised.epoch)
+        renewed = lease.renew(conn, lease.DELIVER, b, raised.epoch, 30)
+        assert renewed is not None and renewed.epoch == raised.epoch
+
+
 BASE_TABLES_ORDER = {
     "audit": "seq", "audit_head": "id", "claims": "provider, claim", "deliveries": 'pair, "end"',
     "drills": "id", "generations": "pair, generation", "modules": "id", "nodes": "name",

@@ -284,12 +284,19 @@ class Controller:
             head=self.inventory.signed_head,
             fence=lambda: self.fence,
             check=self._still_holds,
+            fenced=self._fenced,
         )
 
     def _still_holds(self) -> None:
         """Before each request: LeaseLostError once the turn it delivers under has ended."""
         if self.turn is not None:
             self.turn.check()
+
+    def _fenced(self, node: str, highest: int) -> None:
+        """A node holds an epoch at or past this holding's: raise the holding's epoch past it
+        when the lease is still this process's (the next requests carry it), or lose the turn."""
+        if self.turn is not None and self.turn.raise_past(node, highest):
+            self.fence = Fence(self.fence.controller, self.turn.epoch)
 
     def _ends(self, ids: Iterable[str], *, consumers_only: bool = False) -> list[str]:
         """The nodes holding an end of the live pairs among ``ids`` (for refusals)."""

@@ -94,10 +94,25 @@ def delivering(ctl: Reach, action: str) -> Iterator[None]:
         ctl.inventory.fence = turn.fence
         yield
     finally:
-        ctl.fence, ctl.turn = Fence(settings.name), None
-        ctl.inventory.fence = None
-        turn.release()
-        leases.close()
+        try:
+            if turn.raised and turn.holds():  # said in the audit, under the raised epoch
+                ctl.inventory.record(
+                    "lease-epoch-raised",
+                    [],
+                    {
+                        "turn": DELIVER,
+                        "raised": [
+                            {"node": node, "node_epoch": held, "epoch": ours}
+                            for node, held, ours in turn.raised
+                        ],
+                    },
+                    "ok",
+                )
+        finally:
+            ctl.fence, ctl.turn = Fence(settings.name), None
+            ctl.inventory.fence = None
+            turn.release()
+            leases.close()
 
 
 @contextmanager

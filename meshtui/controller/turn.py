@@ -66,6 +66,9 @@ class Turn:
         self.other: LeaseRow | None = None  # who held the turn when taking it failed
         self.renewed_at = 0.0  # when the last successful acquire or renewal was sent
         self.lost_why: str | None = None
+        self.raised: list[tuple[str, int, int]] = []
+        """Each raise of this holding's epoch: the node that held the epoch, its epoch, ours."""
+        self._writing = threading.Lock()  # a renewal and a raise never cross
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -128,6 +131,27 @@ class Turn:
         self.check()
         tx.check_lease(self.name, self.me.controller, self.epoch)
 
+    def raise_past(self, node: str, highest: int) -> bool:
+        """``node`` holds epoch ``highest`` at or past this holding's: raise ours to one above
+        it while the lease is still ours (True), or lose the turn (False). The database's row
+        is the lease's truth, but a node that accepted an epoch the database lost (a switch to
+        a standby that had not received it) knows one more."""
+        with self._writing:
+            if self.row is None or self.lost_why is not None:
+                return False
+            if self.row.epoch > highest:
+                return True  # raised already, for another node
+            try:
+                got = self.leases.raise_epoch(self.name, self.me, self.row.epoch, highest + 1)
+            except InventoryError:
+                return False  # the renewal settles whether the turn is still ours
+            if got is None:
+                self._lose("the server says it is no longer this process's")
+                return False
+            self.raised.append((node, highest, got.epoch))
+            self.row = got
+            return True
+
     def release(self) -> None:
         """Stop renewing and end the holding now, so the next taker need not wait it out."""
         self._stop.set()
@@ -161,13 +185,14 @@ class Turn:
         while not self._stop.wait(wait):
             if not self.holds():
                 return
-            sent = self.clock()
-            try:
-                got = self.leases.renew(self.name, self.me, self.epoch, self.numbers.length_s)
-            except InventoryError:
-                wait = self.numbers.retry_s  # retried until the deadline passes
-                continue
-            if got is None:
-                self._lose("the server says it is no longer this process's")
-                return
-            self.row, self.renewed_at, wait = got, sent, self.numbers.renew_s
+            with self._writing:
+                sent = self.clock()
+                try:
+                    got = self.leases.renew(self.name, self.me, self.epoch, self.numbers.length_s)
+                except InventoryError:
+                    wait = self.numbers.retry_s  # retried until the deadline passes
+                    continue
+                if got is None:
+                    self._lose("the server says it is no longer this process's")
+                    return
+                self.row, self.renewed_at, wait = got, sent, self.numbers.renew_s

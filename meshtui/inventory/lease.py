@@ -172,6 +172,30 @@ def renew(
     )
 
 
+def raise_epoch(
+    conn: psycopg.Connection[Any], name: str, me: Claimant, epoch: int, to: int
+) -> LeaseRow | None:
+    """Give the holding (``me``, ``epoch``) of ``name`` the epoch ``to`` while it still holds;
+    None when it no longer does. A node that accepted ``to - 1`` from a holding this database
+    lost (a switch to a standby that had not received it) refuses this one's epoch until then:
+    only the row's live holder can raise it, so no two holdings share one."""
+    return _fetch(
+        conn,
+        "UPDATE lease SET epoch = greatest(epoch, %(to)s) "
+        "WHERE name = %(name)s AND holder = %(holder)s AND host = %(host)s AND pid = %(pid)s "
+        "AND epoch = %(epoch)s AND expires_at > clock_timestamp() "
+        "RETURNING {columns}",
+        {
+            "name": name,
+            "holder": me.controller,
+            "host": me.host,
+            "pid": me.pid,
+            "epoch": epoch,
+            "to": to,
+        },
+    )
+
+
 def release(conn: psycopg.Connection[Any], name: str, me: Claimant, epoch: int) -> bool:
     """End the holding now (the row stays, run out, naming its last holder and epoch); False
     when it had already ended or was taken."""
@@ -260,6 +284,10 @@ class Leases:
     def renew(self, name: str, me: Claimant, epoch: int, length_s: float) -> LeaseRow | None:
         """:func:`renew` on this connection."""
         return self._run(lambda c: renew(c, name, me, epoch, length_s))
+
+    def raise_epoch(self, name: str, me: Claimant, epoch: int, to: int) -> LeaseRow | None:
+        """:func:`raise_epoch` on this connection."""
+        return self._run(lambda c: raise_epoch(c, name, me, epoch, to))
 
     def release(self, name: str, me: Claimant, epoch: int) -> bool:
         """:func:`release` on this connection."""

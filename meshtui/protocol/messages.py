@@ -96,9 +96,11 @@ class ProbeReport(TypedDict):
 
 
 class ErrorAnswer(TypedDict):
-    """The payload of every refusal (reply kind ``error``)."""
+    """The payload of every refusal (reply kind ``error``): its text, and for a request fenced
+    by its epoch the highest epoch the node holds."""
 
     error: str
+    highest: NotRequired[int]
 
 
 # ---- state ----------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import pytest
 
 from meshtui import crypto
 from meshtui.controller.agents.client import AgentClient
-from meshtui.errors import AgentError
+from meshtui.errors import AgentError, FencedOutError
 from meshtui.host.policy import node_policy
 from meshtui.protocol import messages, wire
 from meshtui.protocol.fence import Fence
@@ -176,10 +176,33 @@ def test_a_delivering_request_under_a_lower_epoch_is_refused_signed_also_after_a
     again = client(mesh, keys_a(mesh), Fence("ctl-a", 4))
     with pytest.raises(AgentError, match="epoch 4 is behind epoch 5"):
         again.call(messages.WITHDRAW, WITHDRAW_NOTHING)
-    same = client(mesh, keys_a(mesh), Fence("ctl-a", 5))
-    assert same.call(messages.WITHDRAW, WITHDRAW_NOTHING) == {"consumer": []}
+    past = client(mesh, keys_a(mesh), Fence("ctl-a", 6))
+    assert past.call(messages.WITHDRAW, WITHDRAW_NOTHING) == {"consumer": []}
     guard = (mesh.nodes[NODE] / "accepted.log").stat()
     assert guard.st_mode & 0o777 == 0o600
+
+
+def test_an_epoch_another_controller_reached_first_is_refused_also_after_a_restart(mesh):
+    """Two holdings never share an epoch: after a switch of the lease's database to a standby
+    that had not received the last holding, the next taker gets that holding's epoch again;
+    the node, which accepted it from the lost holder, refuses it from anyone else and says the
+    epoch it holds, so the new holder can raise its own past it."""
+    first = client(mesh, keys_a(mesh), Fence("ctl-b", 5))
+    assert first.call(messages.WITHDRAW, WITHDRAW_NOTHING) == {"consumer": []}
+    for restarted in (False, True):
+        if restarted:
+            mesh.start(NODE)
+        same = client(mesh, keys_a(mesh), Fence("ctl-a", 5))
+        with pytest.raises(FencedOutError) as refused:
+            same.call(messages.WITHDRAW, WITHDRAW_NOTHING)
+        assert refused.value.highest == 5
+        assert "controller ctl-a's epoch 5 was already taken on this node (app1) by " \
+            "controller ctl-b" in str(refused.value)  # fmt: skip
+        assert first.call(messages.WITHDRAW, WITHDRAW_NOTHING) == {"consumer": []}  # its own
+    past = client(mesh, keys_a(mesh), Fence("ctl-a", 6))
+    assert past.call(messages.WITHDRAW, WITHDRAW_NOTHING) == {"consumer": []}
+    with pytest.raises(FencedOutError, match="epoch 5 is behind epoch 6"):
+        first.call(messages.WITHDRAW, WITHDRAW_NOTHING)
 
 
 def test_epoch_0_meshes_are_never_refused_among_themselves(mesh):

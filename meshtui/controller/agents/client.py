@@ -77,6 +77,9 @@ FenceSource = Callable[[], Fence]
 a lease taken or lost changes the epoch)."""
 SendCheck = Callable[[], None]
 """Called before each request is sent; raises to send nothing (a lease turn that ended)."""
+FencedHook = Callable[[str, int], None]
+"""Told of a node that refused a request for its epoch: the node, and the highest epoch it
+holds (the lease's holder raises its own epoch past it: :meth:`meshtui.controller.turn.Turn.raise_past`)."""
 
 
 @functools.cache
@@ -236,12 +239,14 @@ class AgentClient:
         head: HeadSource | None = None,
         fence: FenceSource | None = None,
         check: SendCheck | None = None,
+        fenced: FencedHook | None = None,
     ) -> None:
         self.name: str = node["name"]
         self._sequence = sequence
         self._head = head
         self._fence = fence
         self._check = check
+        self._fenced = fenced
         self.agent: str = node["agent"]
         self._verify_key = crypto.unb64(node["verify_key"], "verify_key")
         self._keys = keys
@@ -332,7 +337,10 @@ class AgentClient:
             if resp.status_code != 200 or msg.kind == messages.ERROR.name:
                 refusal = messages.ERROR.answer_of(msg.payload)
                 if resp.status_code == FENCED:  # signed: the node's word, for this request
-                    raise FencedOutError(self.name, refusal["error"])
+                    highest = refusal.get("highest")
+                    if highest is not None and self._fenced is not None:
+                        self._fenced(self.name, highest)
+                    raise FencedOutError(self.name, refusal["error"], highest)
                 raise AgentError(self.name, refusal["error"])
             if msg.kind != kind.name:
                 raise MessageError(f"the answer is a {msg.kind!r}, not a {kind.name!r}")
@@ -369,10 +377,11 @@ class Agents:
         head: HeadSource | None = None,
         fence: FenceSource | None = None,
         check: SendCheck | None = None,
+        fenced: FencedHook | None = None,
     ) -> None:
         self._nodes, self._keys, self._timeout = nodes, keys, timeout
         self._sequence, self._head, self._fence = sequence, head, fence
-        self._check = check
+        self._check, self._fenced = check, fenced
         self._clients: dict[str, AgentClient] = {}
         self._pool: ThreadPoolExecutor | None = None  # made by the first call to several nodes
 
@@ -398,6 +407,7 @@ class Agents:
                 head=self._head,
                 fence=self._fence,
                 check=self._check,
+                fenced=self._fenced,
             )
         return self._clients[node]
 

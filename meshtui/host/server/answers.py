@@ -11,7 +11,7 @@ goes on.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -52,9 +52,14 @@ class Refused(Exception):
     """An answer that is not the work's: its status and error text; ``nonce`` is the one the
     signed answer quotes (None: answered unsigned)."""
 
-    def __init__(self, status: int, error: str, nonce: str | None) -> None:
+    def __init__(
+        self, status: int, error: str, nonce: str | None, fields: Mapping[str, int] | None = None
+    ) -> None:
         super().__init__(error)
         self.status, self.error, self.nonce = status, error, nonce
+        self.fields: Mapping[str, int] = fields or {}
+        """What the answer says beside its text, for the controller to act on (a fenced
+        request's ``highest`` epoch)."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,7 @@ class Answer:
     status: int
     says: Callable[[BaseException, Asked], str]
     signed: bool = True
+    fields: Callable[[BaseException], Mapping[str, int]] | None = None
 
 
 def _text(exc: BaseException, asked: Asked) -> str:
@@ -80,6 +86,10 @@ def _failed(exc: BaseException, asked: Asked) -> str:
         else f"{asked.node} cannot record the request"
     )
     return f"{what}: {exc.strerror if isinstance(exc, OSError) else exc}"
+
+
+def _highest(exc: BaseException) -> Mapping[str, int]:
+    return {"highest": exc.highest} if isinstance(exc, FencedError) else {}
 
 
 ANSWERS: tuple[Answer, ...] = (
@@ -99,7 +109,7 @@ ANSWERS: tuple[Answer, ...] = (
     Answer(Step.OPEN, EnvelopeError, 403, _text, False),
     Answer(Step.TAKE, EnvelopeError, 403, _text),  # the controller's, but used
     # the controller's, under an epoch another controller's lease has passed
-    Answer(Step.TAKE, FencedError, 409, _text),
+    Answer(Step.TAKE, FencedError, 409, _text, fields=_highest),
     Answer(Step.CHECK, MessageError, 400, lambda e, a: f"{a.node} refused: {e}"),
     Answer(Step.WORK, OSError, 500, _failed),
     Answer(Step.WORK, MeshtuiError, 422, _text),
@@ -125,5 +135,6 @@ def answering(step: Step, asked: Asked | None = None) -> Iterator[None]:
         for row in ANSWERS:
             if row.step is step and isinstance(exc, row.raised):
                 nonce = _nonce(exc, known) if row.signed else None
-                raise Refused(row.status, row.says(exc, known), nonce) from None
+                fields = row.fields(exc) if row.fields is not None else None
+                raise Refused(row.status, row.says(exc, known), nonce, fields) from None
         raise

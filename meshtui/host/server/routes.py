@@ -246,9 +246,10 @@ class Agent:
                     self.anchor.take(head)
                     kept.append(True)
         except Refused as refused:
-            error = {"error": refused.error}
+            error: dict[str, object] = {"error": refused.error}
             if refused.nonce is None:
-                return refused.status, error
+                return refused.status, {"error": refused.error}
+            error.update(refused.fields)  # signed: the node's word the controller acts on
             return refused.status, self._reply("error", error, refused.nonce)
         return 200, self._reply(msg.kind, payload, msg.nonce)
 

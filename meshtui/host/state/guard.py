@@ -76,8 +76,8 @@ class Numbers(TypedDict):
 class Line(TypedDict, total=False):
     """One line of the record: a snapshot (``floor``, ``recent``: the numbers of requests that
     named no controller; ``by``: each named controller's; both ends' generations, the kept
-    ``head`` and the highest ``epoch``) or a request (``s``, of controller ``c``, with a
-    delivery's ``g``, a longer ``h`` and a higher epoch ``e``; a prepare's ``r``, the number of
+    ``head``, the highest ``epoch`` and ``epoch_by``, the controller whose request reached it)
+    or a request (``s``, of controller ``c``, with a delivery's ``g``, a longer ``h`` and a higher epoch ``e``; a prepare's ``r``, the number of
     the delivery signed ahead, used from then on, with that delivery's ``g``; ``x``: the head a
     restored chain's head replaced, kept in the snapshot's ``history``)."""
 
@@ -85,6 +85,7 @@ class Line(TypedDict, total=False):
     recent: list[int]
     by: dict[str, Numbers]
     epoch: int
+    epoch_by: str
     c: str
     e: int
     consumer: dict[str, int]
@@ -205,6 +206,9 @@ class Accepted:
         self._gens: dict[str, dict[str, int]] = {end: {} for end in ENDS}
         self.epoch = 0
         """The highest epoch a delivering request was accepted under."""
+        self.epoch_by: str | None = None
+        """The controller whose request first reached :attr:`epoch`: the epoch is its holding's,
+        and the same number from another controller is refused (two holdings never share one)."""
         self.head: dict[str, object] | None = None
         """The newest audit head recorded with a request (:mod:`meshtui.host.state.anchor`)."""
         self.history: list[dict[str, object]] = []
@@ -258,7 +262,12 @@ class Accepted:
         if "s" in line:
             numbers.recent.add(line["s"])
         numbers.recent.update(line.get("r", []))  # after a restart, used like any other
-        self.epoch = max(self.epoch, line.get("epoch", 0), line.get("e", 0))
+        for epoch, by in (
+            (line.get("epoch", 0), line.get("epoch_by")),
+            (line.get("e", 0), line.get("c")),
+        ):
+            if epoch > self.epoch:
+                self.epoch, self.epoch_by = epoch, by
         self._gens["consumer"].update(line.get("consumer", {}))
         self._gens["provider"].update(line.get("provider", {}))
         for end, pair, gen in line.get("g", []):
@@ -286,6 +295,8 @@ class Accepted:
             snapshot["by"] = named
         if self.epoch:
             snapshot["epoch"] = self.epoch
+            if self.epoch_by is not None:
+                snapshot["epoch_by"] = self.epoch_by
         if self.head is not None:
             snapshot["head"] = self.head
         if self.history:
@@ -327,17 +338,23 @@ class Accepted:
                 self._fd = -1
 
     # ---- sequence numbers -------------------------------------------------------------------
-    def take(
-        self, seq: int, controller: str | None = None, epoch: int | None = None
-    ) -> None:
+    def take(self, seq: int, controller: str | None = None, epoch: int | None = None) -> None:
         """Admit ``seq`` of ``controller`` once, in memory, or raise EnvelopeError saying why
         not (a number recorded ahead, :meth:`record`'s ``ahead``, is admitted once though
         already used). ``epoch``: a delivering request's, refused (FencedError) below the
         highest accepted, and from now on the highest when above it (durable with
         :meth:`record`)."""
         with self._lock:
-            if epoch is not None and epoch < self.epoch:
-                raise FencedError(self._node, controller or "the controller", epoch, self.epoch)
+            if epoch is not None and (
+                epoch < self.epoch
+                or (
+                    epoch == self.epoch > 0
+                    and None not in (self.epoch_by, controller)
+                    and controller != self.epoch_by
+                )
+            ):
+                who = controller or "the controller"
+                raise FencedError(self._node, who, epoch, self.epoch, self.epoch_by)
             numbers = self._of(controller)
             if seq in numbers.ahead:  # recorded ahead: admitted once, its line already on disk
                 numbers.ahead.discard(seq)
@@ -349,13 +366,11 @@ class Accepted:
                         "accepted (replayed?)"
                     )
                 if seq in numbers.recent:
-                    raise EnvelopeError(
-                        "refused: replayed request (sequence number already used)"
-                    )
+                    raise EnvelopeError("refused: replayed request (sequence number already used)")
                 numbers.recent.add(seq)
                 numbers.prune()
             if epoch is not None and epoch > self.epoch:
-                self.epoch = epoch
+                self.epoch, self.epoch_by = epoch, controller
 
     def record(
         self,
@@ -416,9 +431,7 @@ class Accepted:
         """The highest request number accepted (0: none yet): a restored controller numbers
         its requests past it."""
         with self._lock:
-            return max(
-                (max(n.recent, default=n.floor) for n in self._numbers.values()), default=0
-            )
+            return max((max(n.recent, default=n.floor) for n in self._numbers.values()), default=0)
 
     def forget_head(self) -> dict[str, object] | None:
         """Move the kept audit head into the history and keep none (``host rekey``: the next

@@ -1,0 +1,81 @@
+"""The lease's database switched to a standby that had not received the last holding: the next
+taker gets that holding's epoch again. Real agents and a real PostgreSQL lease: the nodes that
+accepted the lost holding refuse the new one's equal epoch, the new holder raises its epoch past
+the one they hold (said in the audit) and delivers, and the lost holder stays fenced."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from meshtui import crypto
+from meshtui.controller.agents.client import AgentClient
+from meshtui.errors import FencedOutError
+from meshtui.protocol import messages, wire
+from meshtui.protocol.fence import Fence
+from tests.controller.test_rotate import GITEA, can_login, login_of, mesh  # noqa: F401
+from tests.controller.test_turn_lost import DB, share_lease
+
+CREDENTIAL = "srv/app1/gitea/db.password"
+NOTHING: messages.WithdrawRequest = {"consumer": []}
+
+
+def _lease_epoch(pg) -> int:
+    info = psycopg.conninfo.make_conninfo(pg.admin_conninfo(), dbname=DB)
+    with psycopg.connect(info) as conn:
+        row = conn.execute(sql.SQL("SELECT epoch FROM lease WHERE name = 'deliver'")).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.mark.parametrize(
+    ("ahead", "said"),
+    [(0, "epoch {next} was already taken on this node"), (2, "epoch {next} is behind epoch")],
+)
+def test_an_epoch_the_switch_lost_is_raised_past_and_its_lost_holder_stays_fenced(
+    mesh,  # noqa: F811
+    pg,
+    ahead: int,
+    said: str,
+) -> None:
+    """``ahead``: how many more holdings than one the switch lost (the lost holder's epoch is
+    that many past the next taker's): one command meets the refusal, the next delivers."""
+    share_lease(mesh.state, pg)
+    with mesh.controller() as ctl:
+        ctl.declare(mesh.decl)
+        assert ctl.push().ok
+        rows = ctl.inventory.nodes()
+    following = _lease_epoch(pg) + 1  # the epoch the next holding takes
+    lost = following + ahead
+    keys = crypto.load_private(mesh.state / "controller.key")
+    holders = {  # the lost holding: it delivered under that epoch, then the database lost it
+        node: AgentClient(rows[node], keys, sequence=wire.Sequence(), fence=lambda: Fence("ctl-z", lost))
+        for node in mesh.nodes
+    }  # fmt: skip
+    for client in holders.values():
+        assert client.call(messages.WITHDRAW, NOTHING) == NOTHING
+
+    first = mesh.cli("rotate", "--yes", GITEA)  # refused where the lost holding was: rolled back
+    out = first.stdout + first.stderr
+    assert said.format(next=following) in out, out
+    with mesh.controller(read_only=True) as ctl:
+        (event,) = [e for e in ctl.inventory.events() if e["kind"] == "lease-epoch-raised"]
+    raised = event["detail"]["raised"]
+    assert {r["node_epoch"] for r in raised} == {lost}
+    assert all(r["epoch"] == lost + 1 for r in raised), raised
+
+    again = mesh.cli("rotate", "--yes", GITEA)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert can_login(pg, login_of(mesh, GITEA), mesh.secret(CREDENTIAL), "gitea_app1") is True
+    assert _lease_epoch(pg) > lost + 1
+    for node in ("app1", "db1"):  # the lost holder, woken: behind where the pair's ends are
+        client = holders[node]
+        try:
+            client.call(messages.WITHDRAW, NOTHING)
+        except FencedOutError as refused:
+            assert refused.highest is not None and refused.highest > lost, node
+        else:
+            raise AssertionError(f"{node} accepted the lost holding's epoch {lost}")
+    verified = mesh.cli("audit", "--verify")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
