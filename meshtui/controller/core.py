@@ -497,14 +497,19 @@ class Controller:
         self.contact("push", lambda: list(self.inventory.nodes()))
         self._writable("push")
         from meshtui.controller.act import own_secrets
+        from meshtui.controller.act.digest_keys import OWN_SECRETS, DigestKeyError
         from meshtui.controller.act.push import push
         from meshtui.controller.act.secret_versions import read_versions
         from meshtui.controller.lock import delivering
 
         report = push(self, progress)
         with delivering(self, "push (own secrets)"):
-            versions = read_versions(self)
-            secrets = own_secrets.converge(self)
+            try:
+                versions = read_versions(self)
+                secrets = own_secrets.converge(self)
+            except DigestKeyError as exc:  # the pairs were pushed: said beside them, not lost
+                report.behind[OWN_SECRETS] = str(exc)
+                return report
         report.ahead.update({f"{SECRET_LABEL}{k}": v for k, v in versions.ahead.items()})
         report.behind.update({f"{SECRET_LABEL}{k}": v for k, v in versions.outside.items()})
         for i, line in enumerate(secrets.done, 1):
