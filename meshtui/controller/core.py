@@ -47,6 +47,7 @@ from meshtui.controller.reports import (
     no_progress,
 )
 from meshtui.errors import (
+    DigestKeyError,
     ForeignStateFolderError,
     InputError,
     InventoryError,
@@ -497,7 +498,7 @@ class Controller:
         self.contact("push", lambda: list(self.inventory.nodes()))
         self._writable("push")
         from meshtui.controller.act import own_secrets
-        from meshtui.controller.act.digest_keys import OWN_SECRETS, DigestKeyError
+        from meshtui.controller.act.digest_keys import OWN_SECRETS
         from meshtui.controller.act.push import push
         from meshtui.controller.act.secret_versions import read_versions
         from meshtui.controller.lock import delivering
@@ -537,6 +538,15 @@ class Controller:
             del value
             own_secrets.converge(self)
         return version
+
+    def share_digest_key(self, names: list[str] | None = None) -> list[str]:
+        """Seal the mesh's digest key to the controllers ``names`` (default: every controller
+        this one knows that has no copy); the names it was sealed to. Refused, naming what to
+        run, when this controller holds no copy itself."""
+        self._writable("secret share-key")
+        from meshtui.controller.act import digest_keys
+
+        return digest_keys.share(self, digest_keys.open_key(self, make=True), names)
 
     def secret_rotate(self, module: str, name: str) -> int:
         """Mint the next version of a minted secret and deliver it (vault, then file)."""

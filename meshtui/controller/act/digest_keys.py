@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from meshtui import crypto
 from meshtui.controller.keys import PEERS, Keyring, keyring
-from meshtui.errors import MeshtuiError
+from meshtui.errors import DigestKeyError, MeshtuiError
 from meshtui.inventory import Inventory, now
 from meshtui.inventory.rows import DigestKeyRow, OwnSecretRow
 
@@ -35,11 +35,6 @@ KEY_BYTES = 32
 
 OWN_SECRETS = "own secrets"
 """Where a push that could not open the mesh's digest key says so, beside the pairs it pushed."""
-
-
-class DigestKeyError(MeshtuiError):
-    """This controller cannot open the mesh's digest key (it holds no copy, or its copy does
-    not verify or open): the message names the controller and what to run."""
 
 
 def context(module: str, name: str) -> bytes:
@@ -110,7 +105,7 @@ def _open(ctl: Reach, row: DigestKeyRow, ring: Keyring) -> MeshKey:
         raise DigestKeyError(
             f"controller {me}: its copy of the mesh's digest key in the inventory is not one "
             f"a known controller sealed to it ({exc}); nothing was digested with it. Have a "
-            f"controller that holds the key share it again: meshtui digest-key share {me}"
+            f"controller that holds the key share it again: meshtui secret share-key {me}"
         ) from None
     if len(root) != KEY_BYTES:
         raise DigestKeyError(f"controller {me}: its copy of the mesh's digest key is malformed")
@@ -127,7 +122,7 @@ def missing(ctl: Reach, held: dict[str, DigestKeyRow]) -> DigestKeyError:
         f"module's own secrets are digested with it, and {me} would read every one as written "
         f"outside meshtui. On a controller that holds it, with {me}'s controller.pub as "
         f"controllers/{me}.pub in its state folder, run meshtui push (it shares the key) or "
-        f"meshtui digest-key share {me}"
+        f"meshtui secret share-key {me}"
     )
 
 
