@@ -178,11 +178,6 @@ def _make(ctl: Reach) -> MeshKey | None:
     return MeshKey(root)
 
 
-def lacking(held: dict[str, DigestKeyRow], ring: Keyring) -> list[str]:
-    """The controllers this one knows (itself and ``controllers/``) that hold no copy."""
-    return sorted(name for name in ring.keys if name not in held)
-
-
 def share(ctl: Reach, key: MeshKey, names: list[str] | None = None) -> list[str]:
     """Seal the mesh's digest key to every controller this one knows that has no copy (or to
     ``names``, which must be known: KeyFileError-like DigestKeyError otherwise); audited, one
@@ -190,7 +185,7 @@ def share(ctl: Reach, key: MeshKey, names: list[str] | None = None) -> list[str]
     inv: Inventory = ctl.inventory
     ring = keyring(ctl.state_dir, ctl.fence.controller)
     held = inv.digest_keys()
-    wanted = lacking(held, ring) if names is None else names
+    wanted = ring.besides(held) if names is None else names
     rows: list[DigestKeyRow] = []
     for name in wanted:
         verify_key = ring.keys.get(name)

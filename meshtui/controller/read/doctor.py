@@ -286,7 +286,6 @@ def digest_key_lacking(ctl: Reach) -> list[Problem]:
     """Each controller this one knows (itself, or ``controllers/NAME.pub``) that holds no copy
     of the mesh's digest key, once some controller holds it: it would read every own secret as
     written outside meshtui."""
-    from meshtui.controller.act.digest_keys import lacking
     from meshtui.controller.keys import keyring
 
     held = ctl.inventory.digest_keys()
@@ -301,7 +300,7 @@ def digest_key_lacking(ctl: Reach) -> list[Problem]:
             f"{', '.join(sorted(held))}): it cannot digest a module's own secrets",
             f"on {', '.join(sorted(held))}: meshtui push, or meshtui secret share-key {name}",
         )
-        for name in lacking(held, keyring(ctl.state_dir, ctl.fence.controller))
+        for name in keyring(ctl.state_dir, ctl.fence.controller).besides(held)
     ]
 
 
