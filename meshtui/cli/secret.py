@@ -79,7 +79,9 @@ def cmd_secret_drill(args: argparse.Namespace) -> int:
 
 def cmd_secret_share_key(args: argparse.Namespace) -> int:
     with controller(args) as ctl:
-        shared = ctl.share_digest_key(args.controllers or None)
+        shared = ctl.share_digest_key(args.controllers or None, anew=args.anew)
+    if args.anew:
+        print("a new mesh digest key was made; put or rotate each own secret stale after it")
     if shared:
         print(f"the mesh's digest key is now sealed to {', '.join(shared)}")
     else:
@@ -126,5 +128,11 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     s.add_argument(
         "controllers", metavar="CONTROLLER", nargs="*", help="a controller's name (default: all)"
+    )
+    s.add_argument(
+        "--anew",
+        action="store_true",
+        help="first make a new key in place of one no controller can open any more (its "
+        "secrets then read stale until put or rotated)",
     )
     s.set_defaults(func=cmd_secret_share_key)

@@ -539,14 +539,18 @@ class Controller:
             own_secrets.converge(self)
         return version
 
-    def share_digest_key(self, names: list[str] | None = None) -> list[str]:
+    def share_digest_key(self, names: list[str] | None = None, *, anew: bool = False) -> list[str]:
         """Seal the mesh's digest key to the controllers ``names`` (default: every controller
         this one knows that has no copy); the names it was sealed to. Refused, naming what to
-        run, when this controller holds no copy itself."""
+        run, when this controller holds no copy itself. ``anew``: a new key replaces the old
+        one first (:func:`~meshtui.controller.act.digest_keys.make_anew`)."""
         self._writable("secret share-key")
         from meshtui.controller.act import digest_keys
+        from meshtui.controller.lock import delivering
 
-        return digest_keys.share(self, digest_keys.open_key(self, make=True), names)
+        with delivering(self, "secret share-key"):  # one writer of the key at a time
+            key = digest_keys.make_anew(self) if anew else digest_keys.open_key(self, make=True)
+            return digest_keys.share(self, key, names)
 
     def secret_rotate(self, module: str, name: str) -> int:
         """Mint the next version of a minted secret and deliver it (vault, then file)."""

@@ -358,6 +358,12 @@ class Transaction:
         so two controllers never both make one)."""
         return self._conn.execute("SELECT 1 FROM digest_keys LIMIT 1").fetchone() is not None
 
+    def drop_digest_keys(self) -> None:
+        """Forget every copy of the mesh's digest key, and each secret's earlier key boxed
+        under it (a new key is made in the same transaction)."""
+        self._conn.execute("DELETE FROM digest_keys")
+        self._conn.execute("UPDATE own_secrets SET digest_key = NULL WHERE digest_key IS NOT NULL")
+
     def put_digest_keys(self, rows: Sequence[DigestKeyRow]) -> None:
         """Keep the mesh's digest key sealed to each of these controllers."""
         _upsert(self._conn, "digest_keys", rows, "controller")

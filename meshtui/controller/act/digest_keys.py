@@ -105,7 +105,9 @@ def _open(ctl: Reach, row: DigestKeyRow, ring: Keyring) -> MeshKey:
         raise DigestKeyError(
             f"controller {me}: its copy of the mesh's digest key in the inventory is not one "
             f"a known controller sealed to it ({exc}); nothing was digested with it. Have a "
-            f"controller that holds the key share it again: meshtui secret share-key {me}"
+            f"controller that holds the key share it again: meshtui secret share-key {me} "
+            "(when none can, this one's key having been made anew: meshtui secret share-key "
+            "--anew here)"
         ) from None
     if len(root) != KEY_BYTES:
         raise DigestKeyError(f"controller {me}: its copy of the mesh's digest key is malformed")
@@ -148,9 +150,10 @@ def open_key(ctl: Reach, *, make: bool) -> MeshKey:
     return made
 
 
-def _make(ctl: Reach) -> MeshKey | None:
+def _make(ctl: Reach, *, anew: bool = False) -> MeshKey | None:
     """Make the mesh's digest key, sealed to this controller, keeping each keyed digest made
-    before by the key this controller derived for it; None when another made one first."""
+    before by the key this controller derived for it; None when another made one first.
+    ``anew``: every copy of the old one is dropped first (see :func:`make_anew`)."""
     inv: Inventory = ctl.inventory
     keys = ctl.keys()
     root = random.token_bytes(KEY_BYTES)
@@ -158,24 +161,30 @@ def _make(ctl: Reach) -> MeshKey | None:
     kept: list[OwnSecretRow] = []
     for (module, name), row in inv.own_secrets().items():
         digest = row["digest"] or ""
-        if digest.startswith(crypto.KEYED_PREFIX) and not row.get("digest_key"):
+        if not anew and digest.startswith(crypto.KEYED_PREFIX) and not row.get("digest_key"):
             earlier = keys.digest_key(context(module, name))
-            kept.append(
-                {**row, "digest_key": crypto.box_seal(root, earlier, context(module, name))}
-            )
+            boxed = crypto.box_seal(root, earlier, context(module, name))
+            kept.append({**row, "digest_key": boxed})
     with inv.transaction("digest-key-made") as tx:
-        if tx.has_digest_key():
+        if anew:
+            tx.drop_digest_keys()
+        elif tx.has_digest_key():
             return None
         tx.put_digest_keys([mine])
         if kept:
             tx.put_own_secrets(kept)
-        tx.audit(
-            "digest-key-made",
-            [],
-            {"controller": ctl.fence.controller, "earlier_keys_kept": len(kept)},
-            "ok",
-        )
+        detail = {"controller": ctl.fence.controller, "earlier_keys_kept": len(kept)}
+        tx.audit("digest-key-made", [], {**detail, "anew": anew}, "ok")
     return MeshKey(root)
+
+
+def make_anew(ctl: Reach) -> MeshKey:
+    """A new mesh digest key in place of one no controller can open any more (the only holder's
+    key was lost and made anew): every copy of the old one is dropped, and each own secret's
+    version digested with it reads as written outside meshtui until it is put or rotated."""
+    made = _make(ctl, anew=True)
+    assert made is not None  # anew never yields to another's key
+    return made
 
 
 def share(ctl: Reach, key: MeshKey, names: list[str] | None = None) -> list[str]:

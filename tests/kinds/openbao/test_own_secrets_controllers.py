@@ -159,19 +159,25 @@ def test_digests_made_before_the_mesh_had_a_key_still_match(
             tx._conn.execute("DELETE FROM digest_keys")
             tx._conn.execute("UPDATE own_secrets SET digest_key = NULL")
         monkeypatch.setattr(own_secrets, "mesh_key", lambda ctl: Derived(ctl.keys()))
-        a.secret_rotate(MODULE, NAME)  # stored and delivered as before: its own derived key
+        minted = [(s.module, s.name) for s in a.secrets() if s.origin == "minted" and s.version]
+        for module, name in minted:  # stored and delivered as before: its own derived key
+            a.secret_rotate(module, name)
         monkeypatch.undo()
-        legacy = a.inventory.own_secrets()[SECRET]
-    assert legacy["file_version"] == legacy["version"] and not legacy["digest_key"]
+        before = a.inventory.own_secrets()
+    assert SECRET in minted and len(minted) > 1
+    for made in minted:
+        assert before[made]["file_version"] == before[made]["version"]
+        assert not before[made]["digest_key"]
 
     said = ran(cli(state, "push"))  # the first push after: the mesh's key is made
     assert "outside meshtui" not in said
     in_place(lab, state)
     with Controller.open(state) as a:
-        kept = a.inventory.own_secrets()[SECRET]
+        after = a.inventory.own_secrets()
         held = a.inventory.digest_keys()
         events = [e["kind"] for e in a.inventory.events()]
-    assert kept["digest"] == legacy["digest"] and kept["digest_key"]
+    for made in minted:
+        assert after[made]["digest"] == before[made]["digest"] and after[made]["digest_key"]
     assert {"ctl-a", "ctl-b"} <= set(held) and "digest-key-made" in events
     said = ran(cli(b, "push"))
     assert "outside meshtui" not in said
