@@ -488,9 +488,8 @@ def test_a_sqlite_inventory_moves_whole_into_an_empty_postgres_one(
     assert after == before
     verify = cli(state, "audit", "--verify")
     assert verify.returncode == 0, verify.stdout + verify.stderr
-    from meshtui.controller.core import Controller
-
     from meshtui.controller.act import digest_keys
+    from meshtui.controller.core import Controller
 
     assert len(before["digest_keys"]) == 1
     with Controller.open(state) as ctl:  # numbering goes on past the copied rows

@@ -90,3 +90,25 @@ def test_sharing_to_a_controller_not_known_here_is_refused_naming_the_file(mesh:
     res = mesh.cli("secret", "share-key", "ctl-q")
     assert res.code == 1 and "controller ctl-q is not known here" in res.err, res.out + res.err
     assert "controllers/ctl-q.pub" in res.err
+
+
+def test_a_controller_whose_key_was_made_anew_is_refused_until_a_new_digest_key(
+    mesh: Mesh,
+) -> None:
+    """The only holder lost its key: its copy no longer opens, it says so and what to run, and
+    ``share-key --anew`` makes a new mesh digest key (audited), never silently."""
+    declared(mesh)
+    with Controller.open(mesh.state) as ctl:
+        digest_keys.open_key(ctl, make=True)
+    before = a_key(mesh.state)
+    crypto.write_keys(mesh.state, "controller", crypto.PrivateKeys.generate(node=False))
+    with pytest.raises(DigestKeyError) as refused:
+        a_key(mesh.state)
+    assert "is not one a known controller sealed to it" in str(refused.value)
+    assert "meshtui secret share-key --anew" in str(refused.value)
+    res = mesh.cli("secret", "share-key", "--anew")
+    assert res.code == 0 and "a new mesh digest key was made" in res.out, res.out + res.err
+    assert a_key(mesh.state) != before
+    with Controller.open(mesh.state) as ctl:
+        made = ctl.inventory.last_event("digest-key-made")
+    assert made is not None and made["detail"]["anew"] is True

@@ -64,9 +64,9 @@ class MeshKey:
                 return crypto.box_open(self._root, bytes(boxed), context(module, name))
             except MeshtuiError as exc:
                 raise DigestKeyError(
-                    f"{module} secret {name}: its digest key does not open with the mesh's "
-                    f"digest key ({exc}); run meshtui secret rotate {module} {name} (or secret "
-                    "put) to make a version with the mesh's key"
+                    f"{module} secret {name}: the key its digests were made with before the "
+                    f"mesh had a digest key does not open ({exc}); its record in the inventory "
+                    "was changed: restore the inventory from a backup (nothing was digested)"
                 ) from None
         return crypto.derive_digest_key(self._root, context(module, name))
 

@@ -99,13 +99,11 @@ class SealedKey(TypedDict, total=False):
     digest_key: str
 
 
-def sealed_digest_key(
-    mesh: MeshKey, row: OwnSecretRow, node: NodeRow, digest: str | None = None
-) -> SealedKey:
-    """The ``digest_key`` field of a request about ``row``'s secret whose ``digest`` (its
-    row's by default) is keyed: its key sealed to ``node``, for that request alone (none for a
-    digest made before they were keyed, which the node compares in its own form)."""
-    if not (digest or row["digest"] or "").startswith(crypto.KEYED_PREFIX):
+def sealed_digest_key(mesh: MeshKey, row: OwnSecretRow, node: NodeRow) -> SealedKey:
+    """The ``digest_key`` field of a request about ``row``'s secret when its digest is keyed:
+    its key sealed to ``node``, for that request alone (none for a digest made before they
+    were keyed, which the node compares in its own form)."""
+    if not (row["digest"] or "").startswith(crypto.KEYED_PREFIX):
         return {}
     key = mesh.of(row, row["module"], row["name"])
     return {"digest_key": crypto.b64(crypto.seal(key, crypto.unb64(node["seal_key"], "seal key")))}
