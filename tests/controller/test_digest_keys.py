@@ -6,7 +6,6 @@ tests/kinds/openbao/test_own_secrets_controllers.py.)"""
 
 from __future__ import annotations
 
-import os
 import secrets
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from meshtui.controller.core import Controller
 from meshtui.controller.keys import add_peer
 from meshtui.controller.read.doctor import digest_key_lacking
 from meshtui.errors import DigestKeyError, UnsealError
-from tests.controller.test_backup import declared, secret_file
+from tests.controller.test_backup import declared, secret_file, two_controllers
 from tests.fix_mesh import Mesh
 
 
@@ -54,12 +53,7 @@ def test_a_backup_and_its_restore_carry_the_sealed_copy(mesh: Mesh) -> None:
 
 def test_a_second_controller_is_refused_until_a_holder_shares_the_key(mesh: Mesh) -> None:
     """ctl-a and ctl-b on one inventory (one file, two state folders, each its own key)."""
-    declared(mesh)
-    assert mesh.cli("init", "--name", "ctl-a").code == 0
-    b = mesh.root / "ctl-b"
-    b.mkdir(mode=0o700)
-    assert mesh.run("--state", b, "init", "--name", "ctl-b").code == 0
-    os.link(mesh.state / "inventory.db", b / "inventory.db")
+    b = two_controllers(mesh)
     with Controller.open(mesh.state) as a:
         digest_keys.open_key(a, make=True)
     with Controller.open(b) as ctl, pytest.raises(DigestKeyError) as refused:
