@@ -172,10 +172,21 @@ class PrivateKeys:
 
     def digest_key(self, context: bytes) -> bytes:
         """A 32-byte key for :func:`keyed_digest`, derived from the signing key and ``context``:
-        the controller makes the same key again for the same context, and it never rests
+        the holder makes the same key again for the same context, and it never rests
         anywhere in the clear (nodes receive it sealed, for one request)."""
-        seed = bytes(self._signing)
-        return hashlib.blake2b(context, digest_size=32, key=seed, person=DIGEST_KEY_PERSON).digest()
+        return derive_digest_key(bytes(self._signing), context)
+
+    def unseal_as_signer(self, blob: bytes) -> bytes:
+        """Open what :func:`seal_to_verify_key` sealed to this party's verify key (the signing
+        key's X25519 form); UnsealError, never saying what was inside, when it does not open."""
+        import nacl.exceptions
+        import nacl.public
+
+        unsealing = self._signing.to_curve25519_private_key()
+        try:
+            return bytes(nacl.public.SealedBox(unsealing).decrypt(blob))
+        except (nacl.exceptions.CryptoError, ValueError, TypeError) as exc:
+            raise UnsealError("sealed blob does not open with this controller's key") from exc
 
     def to_toml(self) -> str:
         """The private key file text (0600 only)."""
@@ -225,6 +236,27 @@ def seal(secret: bytes, seal_key: bytes) -> bytes:
     import nacl.public
 
     return bytes(nacl.public.SealedBox(nacl.public.PublicKey(seal_key)).encrypt(secret))
+
+
+def seal_to_verify_key(secret: bytes, verify_key: bytes) -> bytes:
+    """Seal ``secret`` to a party that has only an Ed25519 key (a controller): to that key's
+    X25519 form, which libsodium derives from it; :meth:`PrivateKeys.unseal_as_signer` opens
+    it. ValueError when ``verify_key`` is not a valid Ed25519 key."""
+    import nacl.exceptions
+    import nacl.public
+    import nacl.signing
+
+    try:
+        public = nacl.signing.VerifyKey(verify_key).to_curve25519_public_key()
+    except (nacl.exceptions.CryptoError, ValueError, TypeError) as exc:
+        raise ValueError("not a valid Ed25519 verify key") from exc
+    return bytes(nacl.public.SealedBox(public).encrypt(secret))
+
+
+def derive_digest_key(root: bytes, context: bytes) -> bytes:
+    """The 32-byte key for :func:`keyed_digest` that ``root`` (a 32-byte secret) derives for
+    ``context``: one root gives every secret its own key, the same each time."""
+    return hashlib.blake2b(context, digest_size=32, key=root, person=DIGEST_KEY_PERSON).digest()
 
 
 def verify(body: bytes, signature: bytes, verify_key: bytes, who: str) -> None:

@@ -173,6 +173,12 @@ class SignatureError(CryptoError):
     """A signature did not verify against the expected key."""
 
 
+class DigestKeyError(CryptoError):
+    """This controller cannot open the mesh's digest key (it holds no copy, or its copy does
+    not verify or open): the message names the controller and what to run; nothing was
+    digested with another key instead."""
+
+
 class WireError(MeshtuiError):
     """A controller/agent message was refused."""
 

@@ -484,6 +484,7 @@ def test_a_holding_the_standby_never_received_gives_its_epoch_again_and_is_raise
 
 BASE_TABLES_ORDER = {
     "audit": "seq", "audit_head": "id", "claims": "provider, claim", "deliveries": 'pair, "end"',
+    "digest_keys": "controller",
     "drills": "id", "generations": "pair, generation", "modules": "id", "nodes": "name",
     "own_secrets": "module, name", "pair_ends": "pair", "pairs": "id", "policies": "pair",
     "probes": "id", "provider_bases": "provider, provision", "rotations": "id",
@@ -492,8 +493,9 @@ BASE_TABLES_ORDER = {
 
 
 def filled(state: Path, probes: int) -> None:
-    """A SQLite inventory with pairs, deliveries, ``probes`` probes, a rotation and signed
-    events, written as the controller writes them."""
+    """A SQLite inventory with pairs, deliveries, ``probes`` probes, a rotation, signed events
+    and the mesh's digest key, written as the controller writes them."""
+    from meshtui.controller.act import digest_keys
     from meshtui.controller.core import Controller
     from tests.test_status_read import PAIRS, delivery, pair_record, probe
 
@@ -510,6 +512,7 @@ def filled(state: Path, probes: int) -> None:
             tx.audit("rotate", [PAIRS[0]], {"rotation": rid}, "started")
         for i in range(20):
             inv.record("note", [], {"i": i}, "ok")
+        digest_keys.open_key(ctl, make=True)
 
 
 def dump(conn: Any) -> dict[str, list[tuple[Any, ...]]]:
@@ -540,12 +543,15 @@ def test_a_sqlite_inventory_moves_whole_into_an_empty_postgres_one(
     assert after == before
     verify = cli(state, "audit", "--verify")
     assert verify.returncode == 0, verify.stdout + verify.stderr
+    from meshtui.controller.act import digest_keys
     from meshtui.controller.core import Controller
 
+    assert len(before["digest_keys"]) == 1
     with Controller.open(state) as ctl:  # numbering goes on past the copied rows
         with ctl.inventory.transaction("test") as tx:
             rid = tx.journal_rotation([], owner_pid=1)
         assert rid == max(r[0] for r in before["rotations"]) + 1
+        digest_keys.open_key(ctl, make=False)  # its sealed copy moved with it, and opens
     other = tmp_path / "other"
     assert cli(other, "init").returncode == 0
     filled(other, probes=5)

@@ -125,6 +125,7 @@ EXIT_TABLE: tuple[tuple[str, str, str], ...] = (
         "it is not (yet)",
     ),
     ("secret drill", "passed", "failed"),
+    ("secret share-key", "sealed, or every controller holds it", "this controller holds no copy"),
 )
 """Each command, when it exits 0 and when 1 (2 is always bad input): docs/exit-codes.md's
 table, word for word (a test holds them together), and the end of ``meshtui --help``."""

@@ -1,5 +1,5 @@
 """The commands for a module's own secrets: ``secret status``, ``secret put``, ``secret rotate``,
-``secret drill``.
+``secret drill``, ``secret share-key``.
 
 ``secret put MODULE NAME`` reads the value from a no-echo prompt on a terminal, or from stdin
 when it is not one; never from argv or the environment. It is sealed to the vault's node at
@@ -77,6 +77,18 @@ def cmd_secret_drill(args: argparse.Namespace) -> int:
     return EXIT_OK if report.ok else EXIT_FAILED
 
 
+def cmd_secret_share_key(args: argparse.Namespace) -> int:
+    with controller(args) as ctl:
+        shared = ctl.share_digest_key(args.controllers or None, anew=args.anew)
+    if args.anew:
+        print("a new mesh digest key was made; put or rotate each own secret stale after it")
+    if shared:
+        print(f"the mesh's digest key is now sealed to {', '.join(shared)}")
+    else:
+        print("every controller this one knows holds the mesh's digest key already")
+    return EXIT_OK
+
+
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``meshtui secret status|put|rotate``."""
     group = sub.add_parser("secret", help="a module's own secrets, kept in its vault")
@@ -107,3 +119,20 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     s.add_argument("name", metavar="NAME", help="the secret's name in its secrets entry")
     s.add_argument("--json", action="store_true", help="print each check as JSON")
     s.set_defaults(func=cmd_secret_drill)
+    s = words.add_parser(
+        "share-key",
+        help="seal the mesh's digest key to controllers that have no copy (push does it too)",
+        description="Seal the mesh's digest key (what a module's own secrets are digested "
+        "with) to each named controller, or to every controller this one knows "
+        "(controllers/NAME.pub) that has no copy; a push does the same.",
+    )
+    s.add_argument(
+        "controllers", metavar="CONTROLLER", nargs="*", help="a controller's name (default: all)"
+    )
+    s.add_argument(
+        "--anew",
+        action="store_true",
+        help="first make a new key in place of one no controller can open any more (its "
+        "secrets then read stale until put or rotated)",
+    )
+    s.set_defaults(func=cmd_secret_share_key)

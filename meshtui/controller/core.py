@@ -47,6 +47,7 @@ from meshtui.controller.reports import (
     no_progress,
 )
 from meshtui.errors import (
+    DigestKeyError,
     ForeignStateFolderError,
     InputError,
     InventoryError,
@@ -504,14 +505,19 @@ class Controller:
         self.contact("push", lambda: list(self.inventory.nodes()))
         self._writable("push")
         from meshtui.controller.act import own_secrets
+        from meshtui.controller.act.digest_keys import OWN_SECRETS
         from meshtui.controller.act.push import push
         from meshtui.controller.act.secret_versions import read_versions
         from meshtui.controller.lock import delivering
 
         report = push(self, progress)
         with delivering(self, "push (own secrets)"):
-            versions = read_versions(self)
-            secrets = own_secrets.converge(self)
+            try:
+                versions = read_versions(self)
+                secrets = own_secrets.converge(self)
+            except DigestKeyError as exc:  # the pairs were pushed: said beside them, not lost
+                report.behind[OWN_SECRETS] = str(exc)
+                return report
         report.ahead.update({f"{SECRET_LABEL}{k}": v for k, v in versions.ahead.items()})
         report.behind.update({f"{SECRET_LABEL}{k}": v for k, v in versions.outside.items()})
         for i, line in enumerate(secrets.done, 1):
@@ -539,6 +545,19 @@ class Controller:
             del value
             own_secrets.converge(self)
         return version
+
+    def share_digest_key(self, names: list[str] | None = None, *, anew: bool = False) -> list[str]:
+        """Seal the mesh's digest key to the controllers ``names`` (default: every controller
+        this one knows that has no copy); the names it was sealed to. Refused, naming what to
+        run, when this controller holds no copy itself. ``anew``: a new key replaces the old
+        one first (:func:`~meshtui.controller.act.digest_keys.make_anew`)."""
+        self._writable("secret share-key")
+        from meshtui.controller.act import digest_keys
+        from meshtui.controller.lock import delivering
+
+        with delivering(self, "secret share-key"):  # one writer of the key at a time
+            key = digest_keys.make_anew(self) if anew else digest_keys.open_key(self, make=True)
+            return digest_keys.share(self, key, names)
 
     def secret_rotate(self, module: str, name: str) -> int:
         """Mint the next version of a minted secret and deliver it (vault, then file)."""

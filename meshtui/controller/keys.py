@@ -9,6 +9,7 @@ with its key."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +52,11 @@ class Keyring:
         """The key of controller ``name`` (None: this one's, an event of before names); None
         when it is not known."""
         return self.keys.get(self.own if name is None else name)
+
+    def besides(self, names: Iterable[str]) -> list[str]:
+        """The controllers known here that are not among ``names``, sorted."""
+        skip = set(names)
+        return sorted(name for name in self.keys if name not in skip)
 
 
 def keyring(state_dir: Path, own: str) -> Keyring:

@@ -261,6 +261,17 @@ def _audit_controller_v12(db: Executes) -> None:
     db.execute(f"ALTER TABLE audit_head ADD COLUMN controller {T}")
 
 
+def _digest_keys_v13(db: Executes) -> None:
+    """The mesh's digest key sealed to each controller, and each own secret's earlier key (as
+    SQLite's step 13)."""
+    _run(
+        db,
+        f"CREATE TABLE digest_keys (controller {T} PRIMARY KEY, sealed BYTEA NOT NULL, "
+        f"sealed_by {T} NOT NULL, sig {T} NOT NULL, at {T} NOT NULL)",
+        "ALTER TABLE own_secrets ADD COLUMN digest_key BYTEA",
+    )
+
+
 PG_MIGRATIONS: list[Callable[[Executes], None]] = [
     _create_v1,
     _signed_head_v2,
@@ -274,5 +285,6 @@ PG_MIGRATIONS: list[Callable[[Executes], None]] = [
     _claims_v10,
     _rotation_modes_v11,
     _audit_controller_v12,
+    _digest_keys_v13,
 ]
 """``PG_MIGRATIONS[i]`` takes a PostgreSQL inventory from version i to i+1; append, never edit."""

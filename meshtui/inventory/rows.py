@@ -98,6 +98,21 @@ class OwnSecretRow(TypedDict):
     supplied_at: str | None  # when ``version`` was sealed: supplied (by supplied_by) or minted
     error: str | None
     updated_at: str
+    digest_key: bytes | None
+    """The key this secret's digests are made with when they were made before the mesh had a
+    digest key, boxed under the mesh's key; None: derived from the mesh's key."""
+
+
+class DigestKeyRow(TypedDict):
+    """The mesh's digest key as one controller holds it: sealed to its key, never in plain;
+    signed (``sig``, over :func:`meshtui.controller.act.digest_keys.signed_text`) by the
+    controller that sealed it."""
+
+    controller: str
+    sealed: bytes
+    sealed_by: str
+    sig: str
+    at: str
 
 
 class ModuleSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -263,6 +263,18 @@ def _audit_controller_v12(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE audit_head ADD COLUMN controller TEXT")
 
 
+def _digest_keys_v13(db: sqlite_utils.Database) -> None:
+    """The mesh's digest key (the root of every own secret's digest key), one row per controller
+    that holds it: sealed to that controller's key, signed by the controller that sealed it; and
+    per own secret, the key its digests were made with before the mesh had one (boxed under the
+    mesh's key; NULL: derived from it)."""
+    db.execute(
+        "CREATE TABLE digest_keys (controller TEXT PRIMARY KEY, sealed BLOB NOT NULL, "
+        "sealed_by TEXT NOT NULL, sig TEXT NOT NULL, at TEXT NOT NULL)"
+    )
+    db.execute("ALTER TABLE own_secrets ADD COLUMN digest_key BLOB")
+
+
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _create_v1,
     _signed_head_v2,
@@ -276,6 +288,7 @@ MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _claims_v10,
     _rotation_modes_v11,
     _audit_controller_v12,
+    _digest_keys_v13,
 ]
 """``MIGRATIONS[i]`` takes the schema from version i to i+1; append, never edit."""
 

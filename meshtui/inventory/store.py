@@ -30,6 +30,7 @@ from meshtui.inventory.rows import (
     AuditRecord,
     ClaimRecord,
     DeliveryRow,
+    DigestKeyRow,
     DrillEvidence,
     DrillRecord,
     DrillRow,
@@ -351,6 +352,21 @@ class Transaction:
     def put_own_secrets(self, rows: Sequence[OwnSecretRow]) -> None:
         """Insert or replace the state of modules' own secrets."""
         _upsert(self._conn, "own_secrets", rows, "module", "name")
+
+    def has_digest_key(self) -> bool:
+        """Whether any controller holds the mesh's digest key (read under this writer's lock,
+        so two controllers never both make one)."""
+        return self._conn.execute("SELECT 1 FROM digest_keys LIMIT 1").fetchone() is not None
+
+    def drop_digest_keys(self) -> None:
+        """Forget every copy of the mesh's digest key, and each secret's earlier key boxed
+        under it (a new key is made in the same transaction)."""
+        self._conn.execute("DELETE FROM digest_keys")
+        self._conn.execute("UPDATE own_secrets SET digest_key = NULL WHERE digest_key IS NOT NULL")
+
+    def put_digest_keys(self, rows: Sequence[DigestKeyRow]) -> None:
+        """Keep the mesh's digest key sealed to each of these controllers."""
+        _upsert(self._conn, "digest_keys", rows, "controller")
 
 
 def _server(conn: object) -> str:
@@ -1024,6 +1040,11 @@ class Inventory:
         """The stored hash of audit event ``seq`` (None when there is no such event)."""
         with self.lock, self._reading():
             return audit_mod.hash_at(self._conn, seq)
+
+    def digest_keys(self) -> dict[str, DigestKeyRow]:
+        """The mesh's digest key as each controller holds it (sealed), by controller."""
+        rows = self._query("SELECT * FROM digest_keys ORDER BY controller")
+        return {r["controller"]: cast(DigestKeyRow, r) for r in rows}
 
     def own_secrets(self) -> dict[tuple[str, str], OwnSecretRow]:
         """Every own secret's state, by (module, name)."""

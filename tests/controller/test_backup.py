@@ -289,18 +289,25 @@ def test_a_restored_controller_keeps_its_name_and_its_restore_event_names_it(mes
         assert head is not None and head.controller == "ctl-a"
 
 
-def test_restore_accepts_a_head_another_known_controller_signed_and_names_an_unknown_one(
-    mesh: Mesh,
-) -> None:
-    """ctl-a and ctl-b write one inventory (one file, two state folders, each its own key);
-    ctl-b appends last. Restoring ctl-a's backup verifies that head with ctl-b's key from the
-    target's ``controllers/``; without it the restore is refused naming ctl-b."""
+def two_controllers(mesh: Mesh) -> Path:
+    """Declare, name this state folder's controller ctl-a and make ctl-b's state folder on
+    the same inventory file (two state folders, each its own key); ctl-b's folder."""
     declared(mesh)
     assert mesh.cli("init", "--name", "ctl-a").code == 0
     b = mesh.root / "ctl-b"
     b.mkdir(mode=0o700)
     assert mesh.run("--state", b, "init", "--name", "ctl-b").code == 0
     os.link(mesh.state / "inventory.db", b / "inventory.db")
+    return b
+
+
+def test_restore_accepts_a_head_another_known_controller_signed_and_names_an_unknown_one(
+    mesh: Mesh,
+) -> None:
+    """ctl-a and ctl-b write one inventory (one file, two state folders, each its own key);
+    ctl-b appends last. Restoring ctl-a's backup verifies that head with ctl-b's key from the
+    target's ``controllers/``; without it the restore is refused naming ctl-b."""
+    b = two_controllers(mesh)
     spec = mesh.write(mesh.spec(modules(["app1/gitea"])))
     res = mesh.run("--state", b, "declare", spec)
     assert res.code == 0, res.err

@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 from meshtui import crypto
+from meshtui.controller.act.digest_keys import MeshKey, open_key, share
 from meshtui.controller.plan.planner import offer_of
 from meshtui.controller.read.schedule import PairDue, epoch, spread_offset
 from meshtui.controller.read.secret_states import OUTSIDE, Declared, declared
@@ -92,28 +93,29 @@ def mint_text(length: int, alphabet: str) -> bytes:
     return "".join(random.choice(chars) for _ in range(length)).encode("ascii")
 
 
-def digest_key(keys: crypto.PrivateKeys, module: str, name: str) -> bytes:
-    """The key of a module's own secret's keyed digest: derived from the controller's key, the
-    same for every version of that secret (so a drill compares versions), never stored."""
-    return keys.digest_key(f"own-secret\0{module}\0{name}".encode())
-
-
 class SealedKey(TypedDict, total=False):
     """The ``digest_key`` field every request about an own secret may carry."""
 
     digest_key: str
 
 
-def sealed_digest_key(
-    keys: crypto.PrivateKeys, module: str, name: str, digest: str, node: NodeRow
-) -> SealedKey:
-    """The ``digest_key`` field of a request about a secret whose digest is keyed: its key
-    sealed to ``node``, for that request alone (none for a digest made before they were keyed,
-    which the node compares in its own form)."""
-    if not digest.startswith(crypto.KEYED_PREFIX):
+def sealed_digest_key(mesh: MeshKey, row: OwnSecretRow, node: NodeRow) -> SealedKey:
+    """The ``digest_key`` field of a request about ``row``'s secret when its digest is keyed:
+    its key sealed to ``node``, for that request alone (none for a digest made before they
+    were keyed, which the node compares in its own form)."""
+    if not (row["digest"] or "").startswith(crypto.KEYED_PREFIX):
         return {}
-    key = crypto.seal(digest_key(keys, module, name), crypto.unb64(node["seal_key"], "seal key"))
-    return {"digest_key": crypto.b64(key)}
+    key = mesh.of(row, row["module"], row["name"])
+    return {"digest_key": crypto.b64(crypto.seal(key, crypto.unb64(node["seal_key"], "seal key")))}
+
+
+def mesh_key(ctl: Reach) -> MeshKey:
+    """This controller's copy of the mesh's digest key (made when no controller holds one
+    yet), after sealing it to every controller it knows that has none: what every writing
+    action on own secrets digests with."""
+    key = open_key(ctl, make=True)
+    share(ctl, key)
+    return key
 
 
 def _sealed(value: bytes, vault_node: NodeRow, key: bytes) -> tuple[bytes, str]:
@@ -140,6 +142,7 @@ def _row(d: Declared, old: OwnSecretRow | None, **fields: Any) -> OwnSecretRow:
             "supplied_at": None,
             "error": None,
             "updated_at": now(),
+            "digest_key": None,
         }
     )
     base.update(fields)  # type: ignore[typeddict-item]
@@ -149,7 +152,7 @@ def _row(d: Declared, old: OwnSecretRow | None, **fields: Any) -> OwnSecretRow:
 
 def _new_version(
     inv: Inventory,
-    keys: crypto.PrivateKeys,
+    mesh: MeshKey,
     d: Declared,
     value: bytes,
     *,
@@ -164,8 +167,8 @@ def _new_version(
         )
     nodes = inv.nodes()
     vault_node = nodes[node_of(d.pair["provider"])]
-    sealed, digest = _sealed(value, vault_node, digest_key(keys, d.module, d.spec.name))
     old = inv.own_secrets().get(d.key)
+    sealed, digest = _sealed(value, vault_node, mesh.of(old, d.module, d.spec.name))
     version = (old["version"] if old else 0) + 1
     # supplied_at: when this version was sealed, by an operator (supplied_by) or minted here;
     # the watch's rotation policy counts a minted secret's age from it
@@ -182,7 +185,7 @@ def _new_version(
     return version
 
 
-def _mint_missing(inv: Inventory, keys: crypto.PrivateKeys, found: Sequence[Declared]) -> list[str]:
+def _mint_missing(inv: Inventory, mesh: MeshKey, found: Sequence[Declared]) -> list[str]:
     rows = inv.own_secrets()
     done = []
     for d in found:
@@ -190,7 +193,7 @@ def _mint_missing(inv: Inventory, keys: crypto.PrivateKeys, found: Sequence[Decl
         if d.spec.supplied or d.pair is None or (old is not None and old["version"] > 0):
             continue
         value = mint_text(d.spec.length, d.spec.alphabet)
-        version = _new_version(inv, keys, d, value, event="secret-mint")
+        version = _new_version(inv, mesh, d, value, event="secret-mint")
         del value
         done.append(f"{d.module} {d.spec.name}: minted version {version}")
     return done
@@ -205,7 +208,7 @@ def rotate(ctl: Reach, module: str, name: str) -> int:
             f"meshtui secret put {module} {name}"
         )
     value = mint_text(d.spec.length, d.spec.alphabet)
-    version = _new_version(ctl.inventory, ctl.keys(), d, value, event="secret-rotate")
+    version = _new_version(ctl.inventory, mesh_key(ctl), d, value, event="secret-rotate")
     del value
     return version
 
@@ -225,7 +228,7 @@ def put(ctl: Reach, module: str, name: str, value: bytes, supplied_by: str) -> i
     except UnicodeDecodeError:
         raise InputError(f"{module} secret {name}: the value is not UTF-8 text") from None
     return _new_version(
-        ctl.inventory, ctl.keys(), d, value, event="secret-put", supplied_by=supplied_by
+        ctl.inventory, mesh_key(ctl), d, value, event="secret-put", supplied_by=supplied_by
     )
 
 
@@ -290,13 +293,13 @@ def converge(ctl: Reach) -> SecretsReport:
     behind: dict[str, str] = {}
     if not found:
         return SecretsReport([], behind)
-    keys = ctl.keys()
-    done = _mint_missing(inv, keys, found)
+    mesh = mesh_key(ctl)
+    done = _mint_missing(inv, mesh, found)
     nodes, modules = inv.nodes(), inv.modules()
     with ctl.agents(timeout=TIMEOUT_S) as agents:
         found_off = look_at_files(inv, agents, found)
-        done += _run(inv, agents, found, behind, _Store(nodes, modules, keys))
-        done += _run(inv, agents, found, behind, _Deliver(nodes, modules, keys))
+        done += _run(inv, agents, found, behind, _Store(nodes, modules, mesh))
+        done += _run(inv, agents, found, behind, _Deliver(nodes, modules, mesh))
     rows = inv.own_secrets() if found_off else {}  # read again only after a file was off
     repaired = {
         _label(d): f"written again: {found_off[d.key]}"
@@ -453,15 +456,12 @@ def _label(d: Declared) -> str:
 
 class _Sealing:
     """What both steps build their items from: the nodes (the keys a digest's key is sealed
-    to), the modules, and the controller's keys (the digest keys are derived from them)."""
+    to), the modules, and the mesh's digest key (each secret's digest key comes from it)."""
 
     def __init__(
-        self,
-        nodes: Mapping[str, NodeRow],
-        modules: Mapping[str, ModuleRow],
-        keys: crypto.PrivateKeys,
+        self, nodes: Mapping[str, NodeRow], modules: Mapping[str, ModuleRow], mesh: MeshKey
     ) -> None:
-        self.nodes, self.modules, self.keys = nodes, modules, keys
+        self.nodes, self.modules, self.mesh = nodes, modules, mesh
 
 
 class _Store(_Sealing):
@@ -482,10 +482,7 @@ class _Store(_Sealing):
             "version": row["version"],
             "digest": str(row["digest"]),
             "sealed": crypto.b64(row["sealed"]),
-            **sealed_digest_key(
-                self.keys, d.module, d.spec.name, str(row["digest"]),
-                self.nodes[node_of(pair["provider"])],
-            ),
+            **sealed_digest_key(self.mesh, row, self.nodes[node_of(pair["provider"])]),
         }  # fmt: skip
         return pair["provider"], item
 
@@ -559,10 +556,7 @@ class _Deliver(_Sealing):
             "group": spec.group,
             "mode": spec.mode,
             "reload": list(spec.reload),
-            **sealed_digest_key(
-                self.keys, d.module, spec.name, str(row["digest"]),
-                self.nodes[node_of(d.module)],
-            ),
+            **sealed_digest_key(self.mesh, row, self.nodes[node_of(d.module)]),
         }  # fmt: skip
         return node_of(d.module), item
 
@@ -635,6 +629,7 @@ def drill(ctl: Reach, module: str, name: str) -> SecretDrillReport:
         )
     if d.pair is None:
         raise InputError(f"{module} has no live vault pair; declare its {VAULT_PROVISION!r}")
+    mesh = mesh_key(ctl)
     row = inv.own_secrets().get(d.key)
     if row is None or not row["version"] or row["file_version"] != row["version"]:
         raise InputError(
@@ -654,7 +649,7 @@ def drill(ctl: Reach, module: str, name: str) -> SecretDrillReport:
         "name": name,
         **_reach(d.pair, nodes, inv.modules()),
         "file": d.spec.file,
-        **sealed_digest_key(ctl.keys(), module, name, old_digest, nodes[node]),
+        **sealed_digest_key(mesh, row, nodes[node]),
     }
     checks: list[SecretDrillCheck] = []
     new_version: int | None = None
@@ -679,11 +674,9 @@ def drill(ctl: Reach, module: str, name: str) -> SecretDrillReport:
         if held:
             new_version = rotate(ctl, module, name)
             converge(ctl)
-            new_digest = str(inv.own_secrets()[d.key]["digest"])
-            item = {
-                **item,
-                **sealed_digest_key(ctl.keys(), module, name, new_digest, nodes[node]),
-            }
+            new_row = inv.own_secrets()[d.key]
+            new_digest = str(new_row["digest"])
+            item = {**item, **sealed_digest_key(mesh, new_row, nodes[node])}
             after = look()
             seen = after["error"] or f"KV version {after['kv_version']}"
             checks += [

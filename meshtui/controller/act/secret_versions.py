@@ -19,7 +19,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from meshtui.controller.act.own_secrets import TIMEOUT_S, _reach, _row, sealed_digest_key
+from meshtui.controller.act.own_secrets import (
+    TIMEOUT_S,
+    _reach,
+    _row,
+    mesh_key,
+    sealed_digest_key,
+)
 from meshtui.controller.read.secret_states import OUTSIDE, Declared, declared
 from meshtui.errors import MeshtuiError
 from meshtui.inventory import Inventory
@@ -71,7 +77,8 @@ def read_versions(ctl: Reach) -> VersionsReport:
     report = VersionsReport()
     if not stored:
         return report
-    keys, nodes, modules = ctl.keys(), inv.nodes(), inv.modules()
+    mesh = mesh_key(ctl)  # made now, on the first run after an upgrade: rows read again after
+    rows, nodes, modules = inv.own_secrets(), inv.nodes(), inv.modules()
     by_node: dict[str, list[Declared]] = {}
     for d in stored:
         by_node.setdefault(node_of(d.module), []).append(d)
@@ -85,9 +92,7 @@ def read_versions(ctl: Reach) -> VersionsReport:
                 "name": d.spec.name,
                 **_reach(d.pair, nodes, modules),
                 "file": d.spec.file,
-                **sealed_digest_key(
-                    keys, d.module, d.spec.name, str(rows[d.key]["digest"]), nodes[node]
-                ),
+                **sealed_digest_key(mesh, rows[d.key], nodes[node]),
             })  # fmt: skip
         requests[node] = {"items": items}
     with ctl.agents(timeout=TIMEOUT_S) as agents:

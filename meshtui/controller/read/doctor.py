@@ -282,6 +282,28 @@ def controllers_not_accepted(ctl: Reach, nodes: Mapping[str, NodeRow]) -> list[P
     ]
 
 
+def digest_key_lacking(ctl: Reach) -> list[Problem]:
+    """Each controller this one knows (itself, or ``controllers/NAME.pub``) that holds no copy
+    of the mesh's digest key, once some controller holds it: it would read every own secret as
+    written outside meshtui."""
+    from meshtui.controller.keys import keyring
+
+    held = ctl.inventory.digest_keys()
+    if not held:
+        return []
+    return [
+        Problem(
+            "inventory",
+            "digest-key",
+            name,
+            f"controller {name} holds no copy of the mesh's digest key (held by "
+            f"{', '.join(sorted(held))}): it cannot digest a module's own secrets",
+            f"on {', '.join(sorted(held))}: meshtui push, or meshtui secret share-key {name}",
+        )
+        for name in keyring(ctl.state_dir, ctl.fence.controller).besides(held)
+    ]
+
+
 def provider_files(
     ctl: Reach, agents_for: Mapping[str, NodeRow], answered: set[str]
 ) -> list[Problem]:
@@ -413,6 +435,7 @@ def doctor(ctl: Reach, progress: Progress) -> DoctorReport:
     answered = {n.node for n in checked if n.answered}
     problems += open_overlaps(ctl)
     problems += controllers_not_accepted(ctl, nodes)
+    problems += digest_key_lacking(ctl)
     problems += provider_files(ctl, nodes, answered)
     problems += secret_files(ctl, nodes, answered)
     progress("checked", len(asks), len(asks))
