@@ -13,7 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from meshtui.inventory.schema import PAIR_ENDS_FILL, STATIC_PAIR_COLUMNS, STATUS_TICKS, gone, held
+from meshtui.inventory.schema import (
+    DRAIN_TICKS,
+    PAIR_ENDS_FILL,
+    STATIC_PAIR_COLUMNS,
+    STATUS_TICKS,
+    gone,
+    held,
+)
 
 
 class Executes(Protocol):
@@ -261,6 +268,23 @@ def _audit_controller_v12(db: Executes) -> None:
     db.execute(f"ALTER TABLE audit_head ADD COLUMN controller {T}")
 
 
+def _drains_v13(db: Executes) -> None:
+    """Sessions left to drain, per pair (as SQLite's step 13), ticking their pair's status
+    through the functions step 9 made."""
+    statements = [
+        f"CREATE TABLE drains (pair {T} PRIMARY KEY, rotation BIGINT NOT NULL, "
+        f"mark {T} NOT NULL, until {T} NOT NULL, sessions BIGINT NOT NULL, "
+        f"counted_at {T} NOT NULL)"
+    ]
+    for name, (event, pair) in DRAIN_TICKS.items():
+        function = "status_tick_" + pair.lower().replace(".", "_")
+        statements.append(
+            f"CREATE TRIGGER status_ticks_{name} AFTER {event} ON drains FOR EACH ROW "
+            f"EXECUTE FUNCTION {function}()"
+        )
+    _run(db, *statements)
+
+
 PG_MIGRATIONS: list[Callable[[Executes], None]] = [
     _create_v1,
     _signed_head_v2,
@@ -274,5 +298,6 @@ PG_MIGRATIONS: list[Callable[[Executes], None]] = [
     _claims_v10,
     _rotation_modes_v11,
     _audit_controller_v12,
+    _drains_v13,
 ]
 """``PG_MIGRATIONS[i]`` takes a PostgreSQL inventory from version i to i+1; append, never edit."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from meshtui import crypto
+from meshtui.controller.act import drain
 from meshtui.controller.act.catchup import settle
 from meshtui.controller.act.recording import (
     KEPT_FAILURES,
@@ -74,6 +75,7 @@ def push(ctl: Reach, progress: Progress) -> PushReport:
         run.deliver_providers()
         run.deliver_consumers()
         run.revoke_withdrawn()
+        drain.check(ctl, agents)  # sessions left to drain: counted, or ended once overdue
         return run.record()
 
 

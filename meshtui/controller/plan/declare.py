@@ -152,11 +152,19 @@ def _moved(old: Mapping[str, object], new: Mapping[str, object]) -> list[str]:
 
 def _offer_spec(o: Offer) -> OfferSpec:
     """A provides entry as stored; the default kind's is {name, port} (``ca`` and ``tls`` are
-    another kind's), ``sessions`` only when declared."""
+    another kind's), ``sessions`` and ``drain`` only when declared."""
     sessions = None if o.sessions is None else o.sessions.value
     if registry.stored_name(o.kind) is None:
-        return OfferSpec(name=o.name, port=o.port, sessions=sessions)
-    return OfferSpec(name=o.name, port=o.port, kind=o.kind, ca=o.ca, tls=o.tls, sessions=sessions)
+        return OfferSpec(name=o.name, port=o.port, sessions=sessions, drain=o.drain)
+    return OfferSpec(
+        name=o.name,
+        port=o.port,
+        kind=o.kind,
+        ca=o.ca,
+        tls=o.tls,
+        sessions=sessions,
+        drain=o.drain,
+    )
 
 
 def _secret_spec(o: OwnSecret) -> OwnSecretSpec:
@@ -176,11 +184,13 @@ def _secret_spec(o: OwnSecret) -> OwnSecretSpec:
 
 
 def _need_spec(r: Requirement) -> NeedSpec:
-    """A requires entry as stored; ``sessions`` only when declared."""
+    """A requires entry as stored; ``sessions`` and ``drain`` only when declared."""
     c = r.connection
     connection = None if c is None else ConnectionSpec(file=c.file, format=c.format, ca=c.ca)
     sessions = None if r.sessions is None else r.sessions.value
-    return NeedSpec(name=r.name, file=r.file, connection=connection, sessions=sessions)
+    return NeedSpec(
+        name=r.name, file=r.file, connection=connection, sessions=sessions, drain=r.drain
+    )
 
 
 def _module_spec(decl: Declaration, module_id: str) -> str:

@@ -499,15 +499,22 @@ class OpenBaoAdapter:
 
     # -- sessions ------------------------------------------------------------------------------
 
-    def end_sessions(self, login: str, digest: str) -> int:
+    def mark_sessions(self, login: str) -> str:
+        """No mark: a token's metadata names the secret_id it was issued from."""
+        del login
+        return ""
+
+    def end_sessions(self, login: str, digest: str, before: str | None = None) -> int:
         """Revoke, by accessor, every live token the login's role issued from a secret_id
         other than the one of ``digest``: each token carries the metadata of the secret_id it
         was issued from (the digest meshtui set on it), so the new secret_id's tokens stay."""
+        del before
         return self._revoke(a for a, meta in self._tokens(login) if meta.get(DIGEST_KEY) != digest)
 
-    def count_sessions(self, login: str, digest: str) -> int:
+    def count_sessions(self, login: str, digest: str, before: str | None = None) -> int:
         """How many live tokens the login's role issued from a secret_id other than the one of
         ``digest`` (see :meth:`end_sessions`)."""
+        del before
         return sum(1 for _, meta in self._tokens(login) if meta.get(DIGEST_KEY) != digest)
 
     def _tokens(self, login: str) -> Iterator[tuple[str, Mapping[str, object]]]:
