@@ -816,17 +816,16 @@ class RedisAdapter:
         return [cid for cid, user in self._clients(login) if user == login and cid <= mark]
 
     def _clients(self, login: str) -> list[tuple[int, str]]:
-        """Every connection's (id, user), this session's own aside (CLIENT LIST)."""
+        """Every connection's (id, user) (CLIENT LIST; this session's own is the admin's)."""
         self._check(login)
         try:
             listing = _text(_command(self.client, "CLIENT", "LIST"))
-            me = int(_command(self.client, "CLIENT", "ID"))
         except redis.RedisError as exc:
             raise ProvisionError(f"cannot list the connections of {login}: {_why(exc)}") from None
         out: list[tuple[int, str]] = []
         for line in listing.splitlines():
             fields = dict(f.split("=", 1) for f in line.split(" ") if "=" in f)
-            if fields.get("id", "").isdigit() and int(fields["id"]) != me:
+            if fields.get("id", "").isdigit():
                 out.append((int(fields["id"]), fields.get("user", "")))
         return out
 
