@@ -79,6 +79,8 @@ class Resolution:
     pairs: list[str] = field(default_factory=list)
     claims: tuple[Claim, ...] = ()
     """What the node's answer said of ends that are not its own (not believed)."""
+    admin_refused: bool = False
+    """It answered, but a provider's provisioner there cannot work with its admin file."""
 
 
 @dataclass(frozen=True)

@@ -112,6 +112,7 @@ class InspectSpec(TypedDict):
     receives: str
     admin: str | None
     provisioner: list[str] | None
+    admin_only: NotRequired[bool]  # only whether the admin file opens a session: no login read
 
 
 class StateRequest(TypedDict):

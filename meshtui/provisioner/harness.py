@@ -682,6 +682,21 @@ def inspect(
     return tuple(found[c.login] for c in manifest.consumers)
 
 
+def check_admin(manifest_path: Path, admin_file: Path) -> None:
+    """Read-only: whether the admin file opens a session with the provider's software (an
+    expired token, a changed admin password), reading no login; raises ProvisionError (or
+    ManifestError) naming what is wrong, as :func:`reconcile` would before changing anything."""
+    manifest = load_manifest(Path(manifest_path))
+    factory = adapter_for(manifest)
+    conninfo = read_admin_file(Path(admin_file))
+    scope = Scope(provider=manifest.provider, provision=manifest.provision)
+    with _opened(factory, conninfo, scope) as adapter:
+        try:
+            adapter.inspect({})
+        except Exception as exc:
+            raise _unread(adapter, exc, manifest.kind) from None
+
+
 def _finding(consumer: Consumer, verdict: Drift, reason: str = "") -> Finding:
     return Finding(consumer.login, consumer.node, consumer.module, verdict, reason)
 

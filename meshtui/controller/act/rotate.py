@@ -37,7 +37,7 @@ from meshtui.controller.lock import delivering
 from meshtui.controller.plan.alternation import alternating, next_generation
 from meshtui.controller.plan.declare import nodes_from_inventory, seal_generation
 from meshtui.controller.plan.planner import Planner
-from meshtui.controller.plan.resolve import ask_state, asking_state
+from meshtui.controller.plan.resolve import admin_checks, ask_state, asking_state
 from meshtui.controller.plan.sessions import drain_limits, journaled, session_choices
 from meshtui.controller.read.status import LOCKED_OUT
 from meshtui.controller.reports import (
@@ -47,7 +47,7 @@ from meshtui.controller.reports import (
     RotationReport,
     sessions_said,
 )
-from meshtui.errors import AgentError, InputError, NotResolvedError
+from meshtui.errors import AgentError, InputError, NotResolvedError, ProviderRefusedError
 from meshtui.inventory import Inventory, now
 from meshtui.inventory.rows import GenerationRow, PairRow, RotationItem, RotationStart
 from meshtui.model import OVERLAP, RotationMode, RotationState, Sessions, node_of, split_pair_id
@@ -134,7 +134,8 @@ def rotate(
         if recover(ctl, agents, progress):
             rows = inv.pairs(ids)  # a recovered rotation moved generations: start from those
         progress("resolving every affected node (minting meanwhile, in memory)", 0, 4)
-        answers = asking_state(agents, list(affected_nodes(rows)), listing=False)
+        admins = admin_checks(rows, inv.module_specs({p["provider"] for p in rows}))
+        answers = asking_state(agents, list(affected_nodes(rows)), listing=False, admins=admins)
         choices = session_choices(inv, rows, sessions)
         # in memory: dropped unless all resolve
         drains = drain_limits(inv, rows, choices)
@@ -155,6 +156,8 @@ def rotate(
         }
         if failed:
             inv.record("rotate", ids, {"refused": failed}, "not resolved")
+            if all(r.admin_refused for r in resolutions if r.node in failed):
+                raise ProviderRefusedError(failed)
             raise NotResolvedError(failed)
         progress("every node answered: journaling", 1, 4)
         rotation = store(ctl, minted, RotationState.DELIVERING)

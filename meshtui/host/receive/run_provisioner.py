@@ -11,7 +11,7 @@ import functools
 import re
 import subprocess
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import TYPE_CHECKING, NotRequired, TypedDict
@@ -25,7 +25,7 @@ from meshtui.host.policy.paths import node_path
 from meshtui.kinds import registry
 from meshtui.model import BUILTIN_ARGV, OutcomeName, Sessions, is_builtin
 from meshtui.protocol.messages import Inspection, InspectSpec, LoginOutcome, ProviderSet
-from meshtui.provisioner.harness import Outcome, inspect, reconcile
+from meshtui.provisioner.harness import Finding, Outcome, check_admin, inspect, reconcile
 from meshtui.runas import RunAsError
 
 if TYPE_CHECKING:
@@ -246,7 +246,10 @@ def inspect_provider(spec: InspectSpec) -> Inspection:
         out["error"] = str(exc)
         return out
     pool = ThreadPoolExecutor(max_workers=1)
-    future = pool.submit(inspect, manifest, admin_path)
+    if spec.get("admin_only"):  # a rotation asking first: does the admin file still work
+        future: Future[tuple[Finding, ...] | None] = pool.submit(check_admin, manifest, admin_path)
+    else:
+        future = pool.submit(inspect, manifest, admin_path)
     pool.shutdown(wait=False)  # a hung server must not hold up the answer
     try:
         found = future.result(timeout=INSPECT_TIMEOUT_S)
@@ -258,5 +261,7 @@ def inspect_provider(spec: InspectSpec) -> Inspection:
         out["error"] = text[0] if text else type(exc).__name__
         return out
     out["ok"] = True
-    out["logins"] = [{"login": f.login, "verdict": f.verdict, "reason": f.reason} for f in found]
+    out["logins"] = [
+        {"login": f.login, "verdict": f.verdict, "reason": f.reason} for f in found or ()
+    ]
     return out
