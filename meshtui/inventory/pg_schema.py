@@ -13,14 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from meshtui.inventory.schema import (
-    DRAIN_TICKS,
-    PAIR_ENDS_FILL,
-    STATIC_PAIR_COLUMNS,
-    STATUS_TICKS,
-    gone,
-    held,
-)
+from meshtui.inventory.schema import PAIR_ENDS_FILL, STATIC_PAIR_COLUMNS, STATUS_TICKS, gone, held
 
 
 class Executes(Protocol):
@@ -269,20 +262,12 @@ def _audit_controller_v12(db: Executes) -> None:
 
 
 def _drains_v13(db: Executes) -> None:
-    """Sessions left to drain, per pair (as SQLite's step 13), ticking their pair's status
-    through the functions step 9 made."""
-    statements = [
+    """Sessions left to drain, per pair (as SQLite's step 13)."""
+    db.execute(
         f"CREATE TABLE drains (pair {T} PRIMARY KEY, rotation BIGINT NOT NULL, "
         f"mark {T} NOT NULL, until {T} NOT NULL, sessions BIGINT NOT NULL, "
         f"counted_at {T} NOT NULL)"
-    ]
-    for name, (event, pair) in DRAIN_TICKS.items():
-        function = "status_tick_" + pair.lower().replace(".", "_")
-        statements.append(
-            f"CREATE TRIGGER status_ticks_{name} AFTER {event} ON drains FOR EACH ROW "
-            f"EXECUTE FUNCTION {function}()"
-        )
-    _run(db, *statements)
+    )
 
 
 PG_MIGRATIONS: list[Callable[[Executes], None]] = [

@@ -263,33 +263,15 @@ def _audit_controller_v12(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE audit_head ADD COLUMN controller TEXT")
 
 
-DRAIN_TICKS: dict[str, tuple[str, str]] = {
-    "drain_set": ("INSERT", "NEW.pair"),
-    "drain_counted": ("UPDATE", "NEW.pair"),
-    "drain_over": ("DELETE", "OLD.pair"),
-}
-"""The writes of ``drains`` that tick their pair's status (as :data:`STATUS_TICKS`)."""
-
-
 def _drains_v13(db: sqlite_utils.Database) -> None:
     """Each pair's sessions on an old credential left to drain (:class:`DrainRecord`): push
     and watch count them and end them once ``until`` is past, after a controller's restart
-    too; status shows the count."""
-    tick = (
-        "UPDATE status_clock SET tick = tick + 1; "
-        "INSERT INTO status_ticks (pair, tick) VALUES ({pair}, (SELECT tick FROM status_clock)) "
-        "ON CONFLICT (pair) DO UPDATE SET tick = excluded.tick;"
-    )
+    too. No status row is read from it (``status`` reads it beside them), so it ticks none."""
     db.execute(
         "CREATE TABLE drains (pair TEXT PRIMARY KEY, rotation INTEGER NOT NULL, "
         "mark TEXT NOT NULL, until TEXT NOT NULL, sessions INTEGER NOT NULL, "
         "counted_at TEXT NOT NULL)"
     )
-    for name, (event, pair) in DRAIN_TICKS.items():
-        db.execute(
-            f"CREATE TRIGGER status_ticks_{name} AFTER {event} ON drains "
-            f"BEGIN {tick.format(pair=pair)} END"
-        )
 
 
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
