@@ -120,8 +120,21 @@ class Seen:
     digest: str | None = None  # the one secret_id's metadata digest
 
 
+TOKEN_SCAN_LIMIT = 5000
+"""The most live tokens the provisioner looks up one by one to find a login's. OpenBao lists
+tokens by accessor only, server-wide, with no filter by role or secret_id, and each must be
+looked up to learn whose it is; past this many, a count or an end is refused rather than
+taking minutes, and the tokens live out their TTL (15 minutes at most) as under ``drain``."""
+
+
+class TooManyTokens(ProvisionError):
+    """More live tokens in OpenBao than :data:`TOKEN_SCAN_LIMIT`: none looked up."""
+
+
 class OpenBaoAdapter:
     """One session with one OpenBao, working for one manifest scope."""
+
+    token_scan_limit = TOKEN_SCAN_LIMIT
 
     create_decides = True
     capabilities = Capabilities(
@@ -483,9 +496,15 @@ class OpenBaoAdapter:
             raise Refused(f"{foreign or 'not provably made by meshtui'}; left alone")
         if seen.role is not None:
             self.bao.call("DELETE", self._role_path(login))
-        revoked = self.revoke_tokens(login)
+        try:
+            revoked = self.revoke_tokens(login)
+        except TooManyTokens as exc:  # the role is gone: its tokens expire within their TTL
+            revoked, said = 0, f"{exc}"
+        else:
+            said = (
+                f"{revoked} token{'s' if revoked != 1 else ''} it issued revoked" if revoked else ""
+            )
         self.bao.call("DELETE", f"sys/policies/acl/{role_name(login)}")
-        said = f"{revoked} token{'s' if revoked != 1 else ''} it issued revoked" if revoked else ""
         return Done(
             OutcomeName.REMOVED,
             "; ".join(
@@ -519,12 +538,20 @@ class OpenBaoAdapter:
 
     def _tokens(self, login: str) -> Iterator[tuple[str, Mapping[str, object]]]:
         """Each live token the login's role issued through AppRole login: its accessor and
-        its metadata (OpenBao lists accessors only; each is looked up)."""
+        its metadata (OpenBao lists accessors only; each is looked up). TooManyTokens, before
+        any lookup, past :attr:`token_scan_limit` live tokens."""
         if not _LOGIN.fullmatch(login):
             raise UnsafeLoginError(f"login {login!r} is not a meshtui login")
         name = role_name(login)
         login_path = f"auth/{self.approle}/login"
-        for accessor in self.bao.keys("auth/token/accessors"):
+        accessors = self.bao.keys("auth/token/accessors")
+        if len(accessors) > self.token_scan_limit:
+            raise TooManyTokens(
+                f"OpenBao holds {len(accessors)} live tokens, more than the "
+                f"{self.token_scan_limit} meshtui looks up one by one to find those of {login}: "
+                "none was looked up, and its tokens live out their TTL (15 minutes at most)"
+            )
+        for accessor in accessors:
             info = self.bao.data(
                 "POST", "auth/token/lookup-accessor", {"accessor": accessor}, missing_ok=True
             )
