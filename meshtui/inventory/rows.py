@@ -388,7 +388,7 @@ class PolicyRecord(TypedDict):
 class DrainRecord(TypedDict):
     """A pair's sessions on an old credential left to drain: the rotation that left them, the
     provider's mark that tells them from later sessions, when they are ended at the latest,
-    and how many were open when last counted (and when)."""
+    how many were open at the last count, and when its provider was last asked."""
 
     pair: str
     rotation: int

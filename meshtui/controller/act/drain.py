@@ -73,7 +73,8 @@ def _after(stamp: str, seconds: float) -> str:
 @dataclass
 class Checked:
     """What a check of the drains did: pairs whose sessions were ended (and how many), pairs
-    still draining (how many remain), and pairs whose provider could not say (why)."""
+    still draining (how many remain), and pairs whose provider could not say (why: their
+    count stays as it was, ``counted_at`` says when they were last asked)."""
 
     ended: dict[str, int] = field(default_factory=dict)
     draining: dict[str, int] = field(default_factory=dict)
@@ -81,12 +82,14 @@ class Checked:
 
 
 def due(inv: Inventory, at: float) -> bool:
-    """Whether a drain is over, or was counted longer ago than :data:`DRAIN_COUNT_EVERY_S`."""
-    return any(
-        datetime.fromisoformat(d["until"]).timestamp() <= at
-        or datetime.fromisoformat(d["counted_at"]).timestamp() + DRAIN_COUNT_EVERY_S <= at
-        for d in inv.drains().values()
-    )
+    """Whether a drain is over and not asked since, or was asked longer ago than
+    :data:`DRAIN_COUNT_EVERY_S` (a provider that could not answer is asked again then)."""
+    for d in inv.drains().values():
+        asked = datetime.fromisoformat(d["counted_at"]).timestamp()
+        until = datetime.fromisoformat(d["until"]).timestamp()
+        if (until <= at and asked < until) or asked + DRAIN_COUNT_EVERY_S <= at:
+            return True
+    return False
 
 
 def check(ctl: Reach, agents: Agents) -> Checked:
@@ -113,9 +116,10 @@ def check(ctl: Reach, agents: Agents) -> Checked:
     counted: list[DrainRecord] = []
     for pid in live:
         done = got.sessions.get(pid)
-        if done is None or done.count is None:
+        if done is None or done.count is None:  # asked again in a minute; the count stays
             why = done.note if done is not None else got.errors.get(pid, "no answer")
             out.failed[pid] = why
+            counted.append({**held[pid], "counted_at": stamp})
             continue
         if pid in over:
             out.ended[pid] = done.count - (done.left or 0)
