@@ -113,6 +113,7 @@ class InspectSpec(TypedDict):
     admin: str | None
     provisioner: list[str] | None
     admin_only: NotRequired[bool]  # only whether the admin file opens a session: no login read
+    kind: NotRequired[str]  # with admin_only: the provider's kind when it is not PostgreSQL
 
 
 class StateRequest(TypedDict):

@@ -682,19 +682,19 @@ def inspect(
     return tuple(found[c.login] for c in manifest.consumers)
 
 
-def check_admin(manifest_path: Path, admin_file: Path) -> None:
-    """Read-only: whether the admin file opens a session with the provider's software (an
-    expired token, a changed admin password), reading no login; raises ProvisionError (or
-    ManifestError) naming what is wrong, as :func:`reconcile` would before changing anything."""
-    manifest = load_manifest(Path(manifest_path))
-    factory = adapter_for(manifest)
+def check_admin(kind: str | None, admin_file: Path, provider: str, provision: str) -> None:
+    """Read-only: whether the admin file opens a session with the provider's software of
+    ``kind`` (an expired token, a changed admin password), reading no login and no manifest;
+    raises ProvisionError naming what is wrong, as :func:`reconcile` would before changing
+    anything."""
+    factory: AdapterFactory = registry.kind_of(kind).adapter.load()
     conninfo = read_admin_file(Path(admin_file))
-    scope = Scope(provider=manifest.provider, provision=manifest.provision)
+    scope = Scope(provider=provider, provision=provision)
     with _opened(factory, conninfo, scope) as adapter:
         try:
             adapter.inspect({})
         except Exception as exc:
-            raise _unread(adapter, exc, manifest.kind) from None
+            raise _unread(adapter, exc, kind) from None
 
 
 def _finding(consumer: Consumer, verdict: Drift, reason: str = "") -> Finding:

@@ -73,6 +73,9 @@ def admin_checks(
             "provisioner": spec.provisioner,
             "admin_only": True,
         }
+        kind = next((o.kind for o in spec.provides if o.name == p["provision"]), None)
+        if kind is not None:
+            key["kind"] = kind
         wanted = out.setdefault(node_of(p["provider"]), [])
         if key not in wanted:
             wanted.append(key)

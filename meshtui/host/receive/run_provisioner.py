@@ -247,7 +247,9 @@ def inspect_provider(spec: InspectSpec) -> Inspection:
         return out
     pool = ThreadPoolExecutor(max_workers=1)
     if spec.get("admin_only"):  # a rotation asking first: does the admin file still work
-        future: Future[tuple[Finding, ...] | None] = pool.submit(check_admin, manifest, admin_path)
+        future: Future[tuple[Finding, ...] | None] = pool.submit(
+            check_admin, spec.get("kind"), admin_path, spec["provider"], spec["provision"]
+        )
     else:
         future = pool.submit(inspect, manifest, admin_path)
     pool.shutdown(wait=False)  # a hung server must not hold up the answer
