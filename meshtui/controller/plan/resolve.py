@@ -13,7 +13,7 @@ from meshtui.controller.agents.client import STATE_TIMEOUT_S, Agents
 from meshtui.controller.plan.claims import own_holdings
 from meshtui.controller.reports import Resolution
 from meshtui.errors import AgentError
-from meshtui.inventory.rows import ModuleRow, PairRow
+from meshtui.inventory.rows import ModuleRow, ModuleSpec, PairRow
 from meshtui.model import is_builtin, node_of
 from meshtui.protocol import messages
 from meshtui.protocol.messages import Holding, InspectSpec, StateAnswer, StateRequest
@@ -53,6 +53,17 @@ def asking_state(
     return lambda: _resolved(pending())
 
 
+def inspection(p: PairRow, spec: ModuleSpec) -> InspectSpec:
+    """What a provider node is asked to inspect for pair ``p`` (its provider's ``spec``)."""
+    return {
+        "provider": p["provider"],
+        "provision": p["provision"],
+        "receives": spec.receives[p["provision"]],
+        "admin": spec.admin,
+        "provisioner": spec.provisioner,
+    }
+
+
 def admin_checks(
     rows: list[PairRow], specs: Mapping[str, ModuleRow]
 ) -> dict[str, list[InspectSpec]]:
@@ -65,14 +76,8 @@ def admin_checks(
         spec = specs[p["provider"]]["spec"] if p["provider"] in specs else None
         if spec is None or not is_builtin(spec.provisioner):
             continue
-        key: InspectSpec = {
-            "provider": p["provider"],
-            "provision": p["provision"],
-            "receives": spec.receives[p["provision"]],
-            "admin": spec.admin,
-            "provisioner": spec.provisioner,
-            "admin_only": True,
-        }
+        key = inspection(p, spec)
+        key["admin_only"] = True
         kind = next((o.kind for o in spec.provides if o.name == p["provision"]), None)
         if kind is not None:
             key["kind"] = kind
