@@ -35,6 +35,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from meshtui.contracts.adapter import Capabilities, Done, Held, Refused, Scope, Wanted
 from meshtui.crypto import secret_digest
@@ -127,6 +128,13 @@ looked up to learn whose it is; past this many, a count or an end is refused rat
 taking minutes, and the tokens live out their TTL (15 minutes at most) as under ``drain``."""
 
 
+class _Token(NamedTuple):
+    """A live token as its lookup said: the path it was issued at and its metadata."""
+
+    path: str
+    meta: Mapping[str, object]
+
+
 class TooManyTokens(ProvisionError):
     """More live tokens in OpenBao than :data:`TOKEN_SCAN_LIMIT`: none looked up."""
 
@@ -161,6 +169,10 @@ class OpenBaoAdapter:
             fields["address"], ca=fields["ca"], token=fields["token"], keepalive=KEEPALIVE_S
         )
         self._seen: dict[str, Seen] = {}
+        self._looked_up: dict[str, _Token | None] = {}
+        """Each live token's lookup (None: gone) by accessor, from the last listing: a token's
+        role, path and metadata never change, so a run that counts or ends the sessions of
+        many logins looks each token up once."""
         try:
             self._preflight()
         except BaseException:
@@ -551,15 +563,23 @@ class OpenBaoAdapter:
                 f"{self.token_scan_limit} meshtui looks up one by one to find those of {login}: "
                 "none was looked up, and its tokens live out their TTL (15 minutes at most)"
             )
+        known, self._looked_up = self._looked_up, {}
         for accessor in accessors:
-            info = self.bao.data(
-                "POST", "auth/token/lookup-accessor", {"accessor": accessor}, missing_ok=True
-            )
-            if not info:
+            info = known[accessor] if accessor in known else self._lookup(accessor)
+            self._looked_up[accessor] = info
+            if info is None:
                 continue
-            meta = info.get("meta") or {}
-            if meta.get("role_name") == name and str(info.get("path", "")).startswith(login_path):
-                yield accessor, meta
+            if info.meta.get("role_name") == name and info.path.startswith(login_path):
+                yield accessor, info.meta
+
+    def _lookup(self, accessor: str) -> _Token | None:
+        """What OpenBao says of one token: its path and metadata (None: gone)."""
+        info = self.bao.data(
+            "POST", "auth/token/lookup-accessor", {"accessor": accessor}, missing_ok=True
+        )
+        if not info:
+            return None
+        return _Token(str(info.get("path", "")), dict(info.get("meta") or {}))
 
     def _revoke(self, accessors: Iterable[str]) -> int:
         count = 0

@@ -4,6 +4,7 @@ with their tokens revoked, never touching what meshtui did not make."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -255,3 +256,30 @@ def test_past_the_token_scan_limit_sessions_are_not_looked_up_and_the_run_says_s
     assert said[0] == "removed" and "live out their TTL" in said[1], said
     with Bao(bmesh.server.url, ca=str(bmesh.server.ca)) as bao:  # not revoked: they expire
         assert bao.send("GET", "auth/token/lookup-self", token=tokens[0]).status_code == 200
+
+
+def test_a_run_looks_each_token_up_once_for_all_its_logins(
+    bmesh: BMesh, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ending and counting the sessions of several logins in one run scans the server's
+    tokens once, not once per login and step (each lookup is a request)."""
+    for module in ("gitea", "wiki", "grafana"):
+        bmesh.add("app1", module)
+    bmesh.reconcile()
+    logins = [bmesh.login_of("app1", m) for m in ("gitea", "wiki", "grafana")]
+    for module in ("gitea", "wiki", "grafana"):
+        bmesh.token("app1", module)
+    with bmesh.root() as bao:
+        live = len(bao.keys("auth/token/accessors"))
+    looked: list[str] = []
+    data = Bao.data
+
+    def counted(self: Bao, method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+        if path == "auth/token/lookup-accessor":
+            looked.append(path)
+        return data(self, method, path, *args, **kwargs)
+
+    monkeypatch.setattr(Bao, "data", counted)
+    report = reconcile(bmesh.manifest, bmesh.admin, sessions=dict.fromkeys(logins, Sessions.END))
+    assert all(o.sessions == 0 for o in report.outcomes), report.lines()
+    assert 0 < len(looked) <= live, (len(looked), live)
