@@ -290,6 +290,20 @@ class NotResolvedError(RotationError):
         )
 
 
+class ProviderRefusedError(NotResolvedError):
+    """A rotated pair's provider's provisioner cannot work with its admin file (an expired
+    token, a changed admin password): asked before anything is minted, so nothing changed."""
+
+    def __init__(self, reasons: dict[str, str]) -> None:
+        RotationError.__init__(
+            self,
+            "not rotated, nothing was minted or sent: "
+            + "; ".join(f"{who}: {why}" for who, why in sorted(reasons.items()))
+            + " (fix the provider's admin file as it says, then rotate again)",
+        )
+        self.reasons = dict(reasons)
+
+
 class RotationBusyError(RotationError):
     """A push, rotation or drill already delivers from this state folder (or one was interrupted)."""
 

@@ -165,6 +165,11 @@ class Sessions(StrEnum):
 DEFAULT_SESSIONS = Sessions.END
 """What a rotation does to old sessions when neither the command nor the declaration says."""
 
+DEFAULT_DRAIN_S = 900.0
+"""How long sessions left to drain stay open at most when the declaration names no ``drain``:
+15 minutes, the longest an OpenBao token a meshtui role issues lives, so every kind's drain
+ends within the same bound (docs/sessions.md)."""
+
 SESSIONS_UNSETTLED = "its sessions on the old credential could not be"
 """How a provisioner's note begins when it was asked to end or count a login's sessions on the
 old credential and could not (the login holds the new one all the same)."""
@@ -316,6 +321,7 @@ class Offer:
     sessions: Sessions | None = None  # its pairs' old sessions in a rotation (None: default)
     rotation: str | None = None  # as declared on the offer (None: not set here)
     grace: float | None = None
+    drain: float | None = None  # seconds its pairs' old sessions may drain (None: default)
 
 
 @dataclass(frozen=True)
@@ -345,6 +351,7 @@ class Requirement:
     sessions: Sessions | None = None  # its pair's old sessions in a rotation (None: offer's)
     rotation: str | None = None  # as declared on the requirement (None: the offer's)
     grace: float | None = None
+    drain: float | None = None  # seconds its old sessions may drain (None: the offer's)
 
 
 VAULT_PROVISION = "secret"

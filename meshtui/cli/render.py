@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from meshtui.controller.reports import (
         AuditEvent,
         ChainReport,
+        Draining,
         DrillReport,
         ProbeOutcome,
         PushReport,
@@ -76,15 +77,23 @@ def _by_pair(secrets: Sequence[SecretStatus]) -> dict[str, list[SecretStatus]]:
     return out
 
 
-def statuses(rows: Sequence[PairStatus], secrets: Sequence[SecretStatus] = ()) -> None:
-    """Every pair, who holds it, and under a vault pair its module's own secrets."""
+def statuses(
+    rows: Sequence[PairStatus],
+    secrets: Sequence[SecretStatus] = (),
+    draining: Mapping[str, Draining] | None = None,
+) -> None:
+    """Every pair, who holds it, its sessions left to drain, and under a vault pair its
+    module's own secrets."""
     under = _by_pair(secrets)
+    draining = draining or {}
     for r in rows:
         gens = f"g{r.generation} c{r.consumer_generation or '-'} p{r.provider_generation or '-'}"
         print(f"{r.state:8} {r.pair}  login={r.login} {gens}  {r.reason}")
         print(
             f"         holders: {r.consumer} file {r.consumer_file}; {r.provider} login {r.login}"
         )
+        if r.pair in draining:
+            print(f"         {draining[r.pair].line()}")
         for s in under.get(r.pair, []):
             print(f"         secret {s.name} ({s.origin}) {s.state}: {s.reason}")
             print(f"           holders: {s.module} file {s.file}; {s.vault} at {s.path}")
@@ -93,13 +102,18 @@ def statuses(rows: Sequence[PairStatus], secrets: Sequence[SecretStatus] = ()) -
 
 
 def status_json(
-    rows: Sequence[PairStatus], secrets: Sequence[SecretStatus] = ()
+    rows: Sequence[PairStatus],
+    secrets: Sequence[SecretStatus] = (),
+    draining: Mapping[str, Draining] | None = None,
 ) -> list[dict[str, object]]:
-    """``status --json``: each pair's object, a vault pair's with its module's own secrets."""
+    """``status --json``: each pair's object with its sessions left to drain (``draining``,
+    null when none), a vault pair's with its module's own secrets."""
     under = _by_pair(secrets)
+    draining = draining or {}
     out = []
     for r in rows:
         obj = r.to_json()
+        obj["draining"] = draining[r.pair].to_json() if r.pair in draining else None
         if r.pair in under:
             obj["secrets"] = [s.to_json() for s in under[r.pair]]
         out.append(obj)

@@ -199,14 +199,26 @@ class LiveSessions(Protocol):
     opened a session (OpenBao: each token carries its secret_id's digest), those not opened
     with ``digest``; where it does not (PostgreSQL, Redis), every session of the login, since
     the caller asks at the moment the new credential is applied, when no session can hold it
-    yet. The adapter's own admin session is never counted nor ended."""
+    yet. The adapter's own admin session is never counted nor ended.
 
-    def end_sessions(self, login: str, digest: str) -> int:
-        """End the login's sessions on a credential other than ``digest``'s; how many."""
+    Sessions left to drain are counted and ended later, when the login's new sessions are on
+    the new credential: ``before`` (a :meth:`mark_sessions` taken when the new credential was
+    applied) then keeps to the sessions opened before it, where the software cannot tell the
+    credentials apart (PostgreSQL: a backend's start; Redis: a connection's id)."""
+
+    def mark_sessions(self, login: str) -> str:
+        """A mark, in the server's own terms, that tells the login's sessions open now from
+        any opened later ("" where ``digest`` alone tells them apart)."""
         ...
 
-    def count_sessions(self, login: str, digest: str) -> int:
-        """How many of the login's sessions are on a credential other than ``digest``'s."""
+    def end_sessions(self, login: str, digest: str, before: str | None = None) -> int:
+        """End the login's sessions on a credential other than ``digest``'s (with ``before``,
+        those opened before that mark); how many."""
+        ...
+
+    def count_sessions(self, login: str, digest: str, before: str | None = None) -> int:
+        """How many of the login's sessions are on a credential other than ``digest``'s (with
+        ``before``, of those opened before that mark)."""
         ...
 
 

@@ -89,10 +89,14 @@ class Lent(Generic[A]):
         """See :meth:`~meshtui.contracts.adapter.Adapter.remove`."""
         return self._use(lambda a: a.remove(login))
 
-    def end_sessions(self, login: str, digest: str) -> int:
-        """See :meth:`~meshtui.contracts.adapter.LiveSessions.end_sessions`."""
-        return self._use(lambda a: cast(LiveSessions, a).end_sessions(login, digest))
+    def mark_sessions(self, login: str) -> str:
+        """See :meth:`~meshtui.contracts.adapter.LiveSessions.mark_sessions`."""
+        return self._use(lambda a: cast(LiveSessions, a).mark_sessions(login))
 
-    def count_sessions(self, login: str, digest: str) -> int:
+    def end_sessions(self, login: str, digest: str, before: str | None = None) -> int:
+        """See :meth:`~meshtui.contracts.adapter.LiveSessions.end_sessions`."""
+        return self._use(lambda a: cast(LiveSessions, a).end_sessions(login, digest, before))
+
+    def count_sessions(self, login: str, digest: str, before: str | None = None) -> int:
         """See :meth:`~meshtui.contracts.adapter.LiveSessions.count_sessions`."""
-        return self._use(lambda a: cast(LiveSessions, a).count_sessions(login, digest))
+        return self._use(lambda a: cast(LiveSessions, a).count_sessions(login, digest, before))

@@ -68,7 +68,7 @@ if TYPE_CHECKING:  # httpx stays out of the import of core (see controller.clien
     from meshtui.controller.plan.declare import DeclareResult
     from meshtui.controller.read.doctor import DoctorReport
     from meshtui.controller.records.anchors import AnchorCheck
-    from meshtui.controller.reports import SecretDrillReport, SecretStatus
+    from meshtui.controller.reports import Draining, SecretDrillReport, SecretStatus
     from meshtui.controller.turn import Turn
     from meshtui.inventory.rows import EventRow, NodeRow
 
@@ -328,6 +328,11 @@ class Controller:
         return status_mod.statuses(
             self.inventory, ids, limit=limit, keep=keep, image=self.state_dir
         )
+
+    def draining(self, ids: Iterable[str] | None = None) -> dict[str, Draining]:
+        """Each pair (of ``ids``, or every one) whose sessions on an old credential are left to
+        drain: how many remain at the last count, and when they end at the latest."""
+        return status_mod.draining(self.inventory, ids)
 
     def summary(
         self, rows: list[PairStatus] | None = None, secrets: Sequence[SecretStatus] = ()

@@ -79,6 +79,8 @@ class Resolution:
     pairs: list[str] = field(default_factory=list)
     claims: tuple[Claim, ...] = ()
     """What the node's answer said of ends that are not its own (not believed)."""
+    admin_refused: bool = False
+    """It answered, but a provider's provisioner there cannot work with its admin file."""
 
 
 @dataclass(frozen=True)
@@ -300,6 +302,29 @@ secrets share one list: an alert's subject, a push report's keys."""
 
 
 @dataclass(frozen=True)
+class Draining:
+    """A pair's sessions on an old credential left to drain: how many were open when last
+    counted (and when), and when they are ended at the latest (docs/sessions.md)."""
+
+    pair: str
+    sessions: int
+    until: str
+    counted_at: str
+
+    def line(self) -> str:
+        """``draining: 2 sessions on the old credential (counted ...), ended at ... at the latest``."""
+        plural = "session" if self.sessions == 1 else "sessions"
+        return (
+            f"draining: {self.sessions} {plural} on the old credential (counted "
+            f"{self.counted_at}), ended at {self.until} at the latest"
+        )
+
+    def to_json(self) -> dict[str, object]:
+        """The ``draining`` object of the pair's ``status --json``."""
+        return {"sessions": self.sessions, "until": self.until, "counted_at": self.counted_at}
+
+
+@dataclass(frozen=True)
 class SecretStatus:
     """Where one of a module's own secrets stands; never its value."""
 
@@ -383,6 +408,7 @@ class PairDetail:
     rotations: list[RotationView]
     secrets: list[SecretStatus] = field(default_factory=list)  # a vault pair's module's own
     rotation: RotationMode = field(default_factory=RotationMode)  # as declared
+    draining: Draining | None = None  # its sessions on an old credential left to drain
 
 
 class AuditEvent(NamedTuple):

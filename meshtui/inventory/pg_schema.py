@@ -272,6 +272,15 @@ def _digest_keys_v13(db: Executes) -> None:
     )
 
 
+def _drains_v14(db: Executes) -> None:
+    """Sessions left to drain, per pair (as SQLite's step 14)."""
+    db.execute(
+        f"CREATE TABLE drains (pair {T} PRIMARY KEY, rotation BIGINT NOT NULL, "
+        f"mark {T} NOT NULL, until {T} NOT NULL, sessions BIGINT NOT NULL, "
+        f"counted_at {T} NOT NULL)"
+    )
+
+
 PG_MIGRATIONS: list[Callable[[Executes], None]] = [
     _create_v1,
     _signed_head_v2,
@@ -286,5 +295,6 @@ PG_MIGRATIONS: list[Callable[[Executes], None]] = [
     _rotation_modes_v11,
     _audit_controller_v12,
     _digest_keys_v13,
+    _drains_v14,
 ]
 """``PG_MIGRATIONS[i]`` takes a PostgreSQL inventory from version i to i+1; append, never edit."""

@@ -48,6 +48,7 @@ class OfferSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     ca: str | None = None
     tls: bool = True
     sessions: str | None = None  # a Sessions, when declared on the offer
+    drain: float | None = None  # seconds old sessions may drain, when declared on the offer
 
 
 class ConnectionSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -65,6 +66,7 @@ class NeedSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     file: str
     connection: ConnectionSpec | None = None
     sessions: str | None = None  # a Sessions, when declared on the requirement
+    drain: float | None = None  # seconds old sessions may drain, when declared on it
 
 
 class OwnSecretSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -349,11 +351,13 @@ RotationItem = TypedDict(
         "to": int,
         "revoke_old": NotRequired[bool],
         "sessions": NotRequired[str],
+        "drain_s": NotRequired[float],
     },
 )
 """One pair of a rotation: the generation it leaves and the one it goes to; ``revoke_old``:
 break-glass (a consumer end that cannot take it is locked out, not rolled back); ``sessions``:
-what becomes of the sessions opened with the old credential (a ``Sessions`` value)."""
+what becomes of the sessions opened with the old credential (a ``Sessions`` value); ``drain_s``:
+how long they may stay open at most, when left to drain."""
 
 
 class RotationStart(TypedDict):
@@ -394,6 +398,19 @@ class PolicyRecord(TypedDict):
     probe_source: str
     rotation: str  # "swap" or "overlap" (meshtui.model.ROTATIONS)
     grace: float
+
+
+class DrainRecord(TypedDict):
+    """A pair's sessions on an old credential left to drain: the rotation that left them, the
+    provider's mark that tells them from later sessions, when they are ended at the latest,
+    how many were open at the last count, and when its provider was last asked."""
+
+    pair: str
+    rotation: int
+    mark: str
+    until: str
+    sessions: int
+    counted_at: str
 
 
 class ClaimRecord(TypedDict):

@@ -275,6 +275,17 @@ def _digest_keys_v13(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE own_secrets ADD COLUMN digest_key BLOB")
 
 
+def _drains_v14(db: sqlite_utils.Database) -> None:
+    """Each pair's sessions on an old credential left to drain (:class:`DrainRecord`): push
+    and watch count them and end them once ``until`` is past, after a controller's restart
+    too. No status row is read from it (``status`` reads it beside them), so it ticks none."""
+    db.execute(
+        "CREATE TABLE drains (pair TEXT PRIMARY KEY, rotation INTEGER NOT NULL, "
+        "mark TEXT NOT NULL, until TEXT NOT NULL, sessions INTEGER NOT NULL, "
+        "counted_at TEXT NOT NULL)"
+    )
+
+
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _create_v1,
     _signed_head_v2,
@@ -289,6 +300,7 @@ MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _rotation_modes_v11,
     _audit_controller_v12,
     _digest_keys_v13,
+    _drains_v14,
 ]
 """``MIGRATIONS[i]`` takes the schema from version i to i+1; append, never edit."""
 

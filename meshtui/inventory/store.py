@@ -31,6 +31,7 @@ from meshtui.inventory.rows import (
     ClaimRecord,
     DeliveryRow,
     DigestKeyRow,
+    DrainRecord,
     DrillEvidence,
     DrillRecord,
     DrillRow,
@@ -260,6 +261,14 @@ class Transaction:
     def put_claims(self, rows: Sequence[ClaimRecord]) -> None:
         """Record whose each claim at a provider is now."""
         _upsert(self._conn, "claims", rows, "provider", "claim")
+
+    def put_drains(self, rows: Sequence[DrainRecord]) -> None:
+        """Record (or count again) pairs' sessions left to drain."""
+        _upsert(self._conn, "drains", rows, "pair")
+
+    def forget_drains(self, pairs: Iterable[str]) -> None:
+        """Pairs whose sessions left to drain are gone (ended, closed, or the pair withdrawn)."""
+        self._conn.executemany("DELETE FROM drains WHERE pair = ?", [(p,) for p in pairs])
 
     # ---- generations and rotations --------------------------------------------------------
     def add_generations(self, rows: Sequence[GenerationRow]) -> None:
@@ -858,6 +867,23 @@ class Inventory:
             ):
                 out[pid] = RotationMode(rotation, grace)
         return out
+
+    def drains(self) -> dict[str, DrainRecord]:
+        """Every pair's sessions left to drain, by pair."""
+        rows = self._tuples(
+            "SELECT pair, rotation, mark, until, sessions, counted_at FROM drains ORDER BY pair"
+        )
+        return {
+            pair: DrainRecord(
+                pair=pair,
+                rotation=rotation,
+                mark=mark,
+                until=until,
+                sessions=sessions,
+                counted_at=counted_at,
+            )
+            for pair, rotation, mark, until, sessions, counted_at in rows
+        }
 
     def claims(self) -> dict[tuple[str, str], ClaimRecord]:
         """Every recorded claim by (provider, claim): whose it is, or was last."""

@@ -114,6 +114,8 @@ class InspectSpec(TypedDict):
     receives: str
     admin: str | None
     provisioner: list[str] | None
+    admin_only: NotRequired[bool]  # only whether the admin file opens a session: no login read
+    kind: NotRequired[str]  # with admin_only: the provider's kind when it is not PostgreSQL
 
 
 class StateRequest(TypedDict):
@@ -245,6 +247,7 @@ class ProviderSet(TypedDict):
     base: NotRequired[ManifestBase]
     removed: NotRequired[list[str]]
     sessions: NotRequired[dict[str, Sessions]]  # a rotation's logins: their old sessions' fate
+    drained: NotRequired[dict[str, str]]  # logins whose drain is checked: their marks
 
 
 class ConnectionItem(TypedDict):
@@ -290,6 +293,7 @@ class LoginOutcome(TypedDict):
     sessions: NotRequired[int]  # on the old credential when the new one was applied
     sessions_left: NotRequired[int]  # of those, still open after (ended, or left to drain)
     sessions_ended: NotRequired[bool]
+    sessions_mark: NotRequired[str]  # left to drain: tells their sessions from later ones
 
 
 class ProviderOutcome(TypedDict):

@@ -80,6 +80,7 @@ class Outcome:
     sessions: int | None = None  # on the old credential when the new one was applied
     sessions_left: int | None = None  # of those, still open once ended (or left to drain)
     sessions_ended: bool = False
+    sessions_mark: str | None = None  # left to drain: tells their sessions from later ones
 
     @property
     def ok(self) -> bool:
@@ -156,6 +157,7 @@ def _sessions_fields(outcome: Outcome) -> dict[str, object]:
         "sessions": outcome.sessions,
         "sessions_left": outcome.sessions_left,
         "sessions_ended": outcome.sessions_ended,
+        **({"sessions_mark": outcome.sessions_mark} if outcome.sessions_mark else {}),
     }
 
 
@@ -364,6 +366,7 @@ def reconcile(
     only: frozenset[str] | None = None,
     scoped: bytes | None = None,
     sessions: Mapping[str, Sessions] | None = None,
+    marks: Mapping[str, str] | None = None,
 ) -> Report:
     """Make the provider's software match the manifest once; see the module docstring.
 
@@ -376,7 +379,9 @@ def reconcile(
     ``scoped`` (with ``only``): the manifest's text cut to those logins by whoever just wrote
     the file (the host agent), validated here instead of the file being read and cut again.
     ``sessions``: a rotation's logins, each with what becomes of its sessions on the old
-    credential once it holds the new one (:func:`_settle`).
+    credential once it holds the new one (:func:`_settle`). ``marks``: of those, the logins
+    whose sessions were left to drain by an earlier rotation, each with the mark taken then:
+    only the sessions opened before it are counted or ended.
 
     Raises ManifestError (nothing touched) for a broken manifest and ProvisionError when the
     admin file or the server cannot be used. Every other problem is an outcome in the Report.
@@ -400,7 +405,15 @@ def reconcile(
     scope = Scope(provider=manifest.provider, provision=manifest.provision)
     with secret_files(manifest) as secrets:
         ordered, limits = _reconcile(
-            manifest, conninfo, scope, secrets, factory, workers or _workers(), only, sessions
+            manifest,
+            conninfo,
+            scope,
+            secrets,
+            factory,
+            workers or _workers(),
+            only,
+            sessions,
+            marks,
         )
     done = _finish(manifest, conninfo, ordered, only)  # PostgreSQL: the pin block of pg_hba.conf
     if isinstance(done, Whole):  # the delta's logins are made true; now every login and the pin
@@ -471,6 +484,7 @@ def _reconcile(
     workers: int,
     only: frozenset[str] | None = None,
     sessions: Mapping[str, Sessions] | None = None,
+    marks: Mapping[str, str] | None = None,
 ) -> tuple[tuple[Outcome, ...], tuple[str, ...]]:
     """Every consumer's outcome and every removal, and what the admin cannot do.
 
@@ -518,7 +532,7 @@ def _reconcile(
         outcomes.update(_apply_all(factory, adapter, conninfo, scope, todo, workers))
         todo.clear()
         if sessions:
-            _settle(adapter, manifest, outcomes, sessions)
+            _settle(adapter, manifest, outcomes, sessions, marks or {})
         for login in sorted(held):
             if held[login].ours and login not in wanted:
                 removed.append(_remove(adapter, held[login]))
@@ -532,12 +546,15 @@ def _settle(
     manifest: Manifest,
     outcomes: dict[str, Outcome],
     sessions: Mapping[str, Sessions],
+    marks: Mapping[str, str],
 ) -> None:
     """End (``end``) or count (``drain``) the sessions still on an old credential of each
     rotated login that now holds its new one, into its outcome. A login not made true keeps
     its sessions: its old credential is still the one it holds. A kind whose software keeps
     no session (S3: every request signed alone) has nothing to end, and says so. A failure to
-    end or count leaves the outcome as it was, its note saying so, and ``sessions`` unset."""
+    end or count leaves the outcome as it was, its note saying so, and ``sessions`` unset.
+    A login in ``marks`` (a drain checked later) keeps to its sessions opened before its
+    mark; one left to drain now gets a mark in its outcome for that later check."""
     live = adapter.capabilities.live_sessions
     for consumer in manifest.consumers:
         choice = sessions.get(consumer.login)
@@ -548,19 +565,23 @@ def _settle(
             outcomes[consumer.login] = _with_sessions(done, 0, 0, choice)
             continue
         login, digest, kept = consumer.login, consumer.digest, cast(LiveSessions, adapter)
+        before, mark = marks.get(login), None
         try:
             if choice == Sessions.END:  # counted again after: the report says what is left
-                ended = kept.end_sessions(login, digest)
-                left = kept.count_sessions(login, digest)
+                ended = kept.end_sessions(login, digest, before)
+                left = kept.count_sessions(login, digest, before)
             else:
-                ended, left = 0, kept.count_sessions(login, digest)
+                ended, left = 0, kept.count_sessions(login, digest, before)
+                mark = before if before is not None else kept.mark_sessions(login)
         except Exception as exc:  # the login holds the new credential: rolling it back for
             # this would leave the old one accepted, so the failure is said, not the outcome's
             verb = "ended" if choice == Sessions.END else "counted"
             why = f"{SESSIONS_UNSETTLED} {verb}: {_reason(exc, adapter)}"
             outcomes[consumer.login] = dataclasses.replace(done, reason=_joined(done.reason, why))
             continue
-        outcomes[login] = _with_sessions(done, ended + left, left, choice)
+        outcomes[login] = dataclasses.replace(
+            _with_sessions(done, ended + left, left, choice), sessions_mark=mark
+        )
 
 
 def _with_sessions(done: Outcome, found: int, left: int, choice: Sessions) -> Outcome:
@@ -659,6 +680,21 @@ def inspect(
     for consumer in ready:
         found[consumer.login] = _compare(consumer, held.get(consumer.login))
     return tuple(found[c.login] for c in manifest.consumers)
+
+
+def check_admin(kind: str | None, admin_file: Path, provider: str, provision: str) -> None:
+    """Read-only: whether the admin file opens a session with the provider's software of
+    ``kind`` (an expired token, a changed admin password), reading no login and no manifest;
+    raises ProvisionError naming what is wrong, as :func:`reconcile` would before changing
+    anything."""
+    factory: AdapterFactory = registry.kind_of(kind).adapter.load()
+    conninfo = read_admin_file(Path(admin_file))
+    scope = Scope(provider=provider, provision=provision)
+    with _opened(factory, conninfo, scope) as adapter:
+        try:
+            adapter.inspect({})
+        except Exception as exc:
+            raise _unread(adapter, exc, kind) from None
 
 
 def _finding(consumer: Consumer, verdict: Drift, reason: str = "") -> Finding:

@@ -180,3 +180,22 @@ def test_an_alternating_pair_declared_a_swap_again_is_refused(mesh: Any) -> None
         assert ctl.inventory.rotation_modes([GITEA])[GITEA].rotation == "overlap"
     said = str(caught.value)
     assert 'modules."app1/gitea".requires[0].rotation' in said and "go back to swap" in said
+    with mesh.controller() as ctl:
+        (row,) = ctl.inventory.pairs([GITEA])
+    owner = row["login"]
+    assert f"pair {GITEA}" in said, said
+    assert alternate_login(owner, "a") in said and alternate_login(owner, "b") in said, said
+    assert 'keep rotation = "overlap"' in said and "withdraw the pair" in said, said
+
+
+def test_an_alternating_pair_whose_offer_says_swap_names_the_offer(mesh: Any) -> None:
+    """The swap said on the provider's offer: the error names that key, where it was said."""
+    text = mesh.decl.read_text()
+    mesh.decl.write_text(text.replace('rotation = "overlap"', 'rotation = "swap"'))
+    with mesh.controller() as ctl:
+        with pytest.raises(DeclarationError) as caught:
+            ctl.declare(mesh.decl)
+        assert ctl.inventory.rotation_modes([GITEA])[GITEA].rotation == "overlap"
+    said = str(caught.value)
+    assert 'modules."db1/postgres".provides[0].rotation' in said, said
+    assert f"pair {GITEA}" in said and "go back to swap" in said, said

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from meshtui.controller.core import Controller
-from meshtui.controller.plan.sessions import session_choices
+from meshtui.controller.plan.sessions import drain_limits, session_choices
 from meshtui.errors import DeclarationError
-from meshtui.model import Sessions
+from meshtui.model import DEFAULT_DRAIN_S, Sessions
 from tests.fix_mesh import Mesh, modules
 
 GITEA = "database:app1/gitea->db1/postgres"
@@ -60,10 +60,42 @@ def test_a_declared_provisioner_command_is_asked_only_when_someone_chose(mesh: M
         ctl.declare(mesh.write(spec))
         pairs = ctl.inventory.pairs()
         assert session_choices(ctl.inventory, pairs) == {}
-        assert set(session_choices(ctl.inventory, pairs, Sessions.END).values()) == {
-            Sessions.END
-        }
+        assert set(session_choices(ctl.inventory, pairs, Sessions.END).values()) == {Sessions.END}
     spec["modules"]["app1/wiki"]["requires"][0]["sessions"] = "end"
     with Controller.open(mesh.state) as ctl:
         ctl.declare(mesh.write(spec))
         assert session_choices(ctl.inventory, ctl.inventory.pairs()) == {WIKI: Sessions.END}
+
+
+def test_a_drain_lasts_as_the_requirement_says_else_its_offer_else_the_default(
+    mesh: Mesh,
+) -> None:
+    spec = mesh.spec(modules(["app1/gitea", "app1/wiki", "app2/gitea"]))
+    spec["modules"]["db1/postgres"]["provides"][0]["drain"] = "10m"
+    spec["modules"]["app1/wiki"]["requires"][0]["drain"] = "30s"
+    with Controller.open(mesh.state) as ctl:
+        ctl.declare(mesh.write(spec))
+        pairs = ctl.inventory.pairs()
+        drained = {p["id"]: Sessions.DRAIN for p in pairs}
+        assert drain_limits(ctl.inventory, pairs, drained) == {
+            GITEA: 600.0,
+            WIKI: 30.0,
+            OTHER: 600.0,
+        }
+        ended = {GITEA: Sessions.END, WIKI: Sessions.DRAIN}  # only what drains has a limit
+        assert drain_limits(ctl.inventory, pairs, ended) == {WIKI: 30.0}
+    del spec["modules"]["db1/postgres"]["provides"][0]["drain"]
+    with Controller.open(mesh.state) as ctl:
+        ctl.declare(mesh.write(spec))
+        limits = drain_limits(ctl.inventory, ctl.inventory.pairs(), drained)
+    assert limits[GITEA] == DEFAULT_DRAIN_S and limits[WIKI] == 30.0
+
+
+@pytest.mark.parametrize("said", ["soon", "0s", 10])
+def test_a_drain_that_is_not_a_duration_is_refused_naming_the_key(mesh: Mesh, said: object) -> None:
+    spec = mesh.spec(modules(["app1/gitea"]))
+    spec["modules"]["app1/gitea"]["requires"][0]["drain"] = said
+    with pytest.raises(DeclarationError) as caught, Controller.open(mesh.state) as ctl:
+        ctl.declare(mesh.write(spec))
+    text = str(caught.value)
+    assert "requires[0].drain" in text and 'drain = "10m"' in text, text

@@ -154,11 +154,16 @@ class Provider:
             doc["kind"] = name
         return doc
 
-    def reconcile(self, sessions: Mapping[str, Sessions] | None = None) -> Report:
-        """One run of the built-in provisioner; ``sessions``: as a rotation's run names them."""
+    def reconcile(
+        self,
+        sessions: Mapping[str, Sessions] | None = None,
+        marks: Mapping[str, str] | None = None,
+    ) -> Report:
+        """One run of the built-in provisioner; ``sessions``: as a rotation's run names them;
+        ``marks``: as a later check of sessions left to drain names them."""
         self.serial += 1
         self.manifest.write_text(json.dumps(self.document()))
-        return reconcile(self.manifest, self.server.admin, sessions=sessions)
+        return reconcile(self.manifest, self.server.admin, sessions=sessions, marks=marks)
 
     def password(self, node: str, module: str) -> str:
         entry = self.consumers[f"{node}/{module}"]

@@ -76,3 +76,35 @@ def test_a_rotation_ends_or_counts_the_old_credentials_sessions(
     finally:
         server.close_session(session)
         server.close_session(bystander)
+
+
+def test_sessions_left_to_drain_are_told_from_later_ones_and_ended_when_asked(
+    provider: Provider, server: Server
+) -> None:
+    """The mark a drain's rotation takes keeps its later count and its end to the sessions
+    opened with the old credential: one the consumer opened with the new since is neither
+    counted nor ended, on a server that cannot tell the passwords apart too."""
+    if not _keeps_sessions(server):
+        pytest.skip(f"{server.kind.name} keeps no session: nothing drains")
+    login = provider.add("app1", "gitea")
+    provider.reconcile()
+    old = server.open_session(login, provider.password("app1", "gitea"))
+    provider.rotate("app1", "gitea")
+    (done,) = provider.reconcile({login: Sessions.DRAIN}).outcomes
+    assert (done.sessions, done.sessions_left) == (1, 1), done.reason
+    assert done.sessions_mark is not None, "a drain's rotation took no mark"
+    marks = {login: done.sessions_mark}
+    fresh = server.open_session(login, provider.password("app1", "gitea"))
+    try:
+        (counted,) = provider.reconcile({login: Sessions.DRAIN}, marks).outcomes
+        assert counted.outcome == "unchanged"
+        assert counted.sessions == 1, "the session on the new credential was counted as old"
+        assert counted.sessions_mark == done.sessions_mark
+        assert server.session_alive(old)
+        (ended,) = provider.reconcile({login: Sessions.END}, marks).outcomes
+        assert (ended.sessions, ended.sessions_left, ended.sessions_ended) == (1, 0, True)
+        assert not server.session_alive(old), "the drained session outlived its drain"
+        assert server.session_alive(fresh), "the session on the new credential was ended"
+    finally:
+        server.close_session(fresh)
+        server.close_session(old)

@@ -9,6 +9,7 @@ import ctypes
 import json
 import os
 import ssl
+import time
 import tomllib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -228,6 +229,58 @@ def test_a_drill_counts_the_old_credentials_sessions_before_and_after(
         assert stored.sessions_line() == report.sessions_line() != ""
     finally:
         session.close()
+        node.close()
+
+
+def test_sessions_left_to_drain_are_counted_then_ended_when_the_drain_is_over(
+    lab: tuple[Path, lab_mesh.Lab],
+) -> None:
+    """``drain = "4s"``: after the rotation the old sessions still work and status counts
+    them; a session the consumer opens with the new credential is not one of them; once the
+    drain is over, a push from a fresh process (a controller restarted meanwhile) ends the
+    old ones and leaves the new."""
+    state, built = lab
+    declared = tomllib.loads(built.declaration.read_text())
+    for need in declared["modules"]["app1/gitea"]["requires"]:
+        need["drain"] = "4s"
+    draining = built.declaration.with_name("drain-4s.toml")
+    draining.write_text(to_toml(declared))
+    with Controller.open(state) as ctl:
+        ctl.declare(draining)
+    node, old = _sessions(lab)
+    fresh: list[Session] = []
+    try:
+        pairs = _rotate(state, "drain")
+        rows = {r["pair"]: r for r in json.loads(cli(state, "status", "--json").stdout)}
+        for s in old:
+            assert s.alive(), f"{s.pair}: drain ended a session"
+            counted = rows[s.pair]["draining"]
+            assert counted is not None, f"{s.pair}: status does not show the drain"
+            assert counted["sessions"] == pairs[s.pair]["sessions_left"] >= 1, (counted, pairs)
+        shown = cli(state, "status", PG).stdout
+        assert "on the old credential" in shown and "draining:" in shown, shown
+        fresh = [Session(node, state, pair, built.addresses["db1"]) for pair in PAIRS]
+        counted_again = cli(state, "push")  # before the drain is over: counted, not ended
+        assert counted_again.returncode == 0, counted_again.stdout + counted_again.stderr
+        rows = {r["pair"]: r for r in json.loads(cli(state, "status", "--json").stdout)}
+        for s in old:
+            assert s.alive(), f"{s.pair}: a push ended a session before its drain was over"
+            assert rows[s.pair]["draining"]["sessions"] == pairs[s.pair]["sessions_left"], rows
+        time.sleep(4.5)
+        pushed = cli(state, "push")
+        assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+        for s in old:
+            assert not s.alive(), f"{s.pair}: a session outlived its drain"
+        for s in fresh:
+            assert s.alive(), f"{s.pair}: the end of a drain ended a session on the new one"
+        rows = {r["pair"]: r for r in json.loads(cli(state, "status", "--json").stdout)}
+        assert {p: rows[p]["draining"] for p in PAIRS} == dict.fromkeys(PAIRS), rows
+        with Controller.open(state) as ctl:
+            (event,) = [e for e in ctl.events() if e.kind == "drain"][-1:]
+        assert set(event.pairs) == set(PAIRS), event
+    finally:
+        for s in old + fresh:
+            s.close()
         node.close()
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from meshtui import crypto
+from meshtui.controller.act import drain
 from meshtui.controller.act.catchup import settle
 from meshtui.controller.act.recording import (
     KEPT_FAILURES,
@@ -31,7 +32,7 @@ from meshtui.controller.lock import delivering
 from meshtui.controller.plan.claims import own_inspections
 from meshtui.controller.plan.claims import record as record_claims
 from meshtui.controller.plan.planner import Planner
-from meshtui.controller.plan.resolve import ask_state
+from meshtui.controller.plan.resolve import ask_state, inspection
 from meshtui.controller.read import status as status_mod
 from meshtui.controller.reports import Claim, PairOutcome, Progress, PushReport, Resolution
 from meshtui.errors import AgentError
@@ -74,6 +75,7 @@ def push(ctl: Reach, progress: Progress) -> PushReport:
         run.deliver_providers()
         run.deliver_consumers()
         run.revoke_withdrawn()
+        drain.check(ctl, agents)  # sessions left to drain: counted, or ended once overdue
         return run.record()
 
 
@@ -449,14 +451,7 @@ def _drift(
         ):
             continue
         by_login[(p["provider"], p["provision"], p["login"])] = p["id"]
-        spec = plan.modules[p["provider"]]["spec"]
-        key: InspectSpec = {
-            "provider": p["provider"],
-            "provision": p["provision"],
-            "receives": spec.receives[p["provision"]],
-            "admin": spec.admin,
-            "provisioner": spec.provisioner,
-        }
+        key = inspection(p, plan.modules[p["provider"]]["spec"])
         wanted = specs.setdefault(node_of(p["provider"]), [])
         if key not in wanted:
             wanted.append(key)

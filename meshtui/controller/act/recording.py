@@ -57,6 +57,7 @@ class SessionsSettled:
     ended: bool
     left: int | None = None
     note: str = ""
+    mark: str | None = None  # left to drain: the provider's mark of the sessions open then
 
 
 @dataclass

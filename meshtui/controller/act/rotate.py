@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Literal, TypedDict
 
 from meshtui.controller.act import sending
 from meshtui.controller.act.ahead import Ahead
+from meshtui.controller.act.drain import begun
 from meshtui.controller.act.recording import Delivered, SessionsSettled
 from meshtui.controller.act.sending import (
     begin_providers,
@@ -36,8 +37,8 @@ from meshtui.controller.lock import delivering
 from meshtui.controller.plan.alternation import alternating, next_generation
 from meshtui.controller.plan.declare import nodes_from_inventory, seal_generation
 from meshtui.controller.plan.planner import Planner
-from meshtui.controller.plan.resolve import ask_state, asking_state
-from meshtui.controller.plan.sessions import journaled, session_choices
+from meshtui.controller.plan.resolve import admin_checks, ask_state, asking_state
+from meshtui.controller.plan.sessions import drain_limits, journaled, session_choices
 from meshtui.controller.read.status import LOCKED_OUT
 from meshtui.controller.reports import (
     PairOutcome,
@@ -46,7 +47,7 @@ from meshtui.controller.reports import (
     RotationReport,
     sessions_said,
 )
-from meshtui.errors import AgentError, InputError, NotResolvedError
+from meshtui.errors import AgentError, InputError, NotResolvedError, ProviderRefusedError
 from meshtui.inventory import Inventory, now
 from meshtui.inventory.rows import GenerationRow, PairRow, RotationItem, RotationStart
 from meshtui.model import OVERLAP, RotationMode, RotationState, Sessions, node_of, split_pair_id
@@ -133,10 +134,12 @@ def rotate(
         if recover(ctl, agents, progress):
             rows = inv.pairs(ids)  # a recovered rotation moved generations: start from those
         progress("resolving every affected node (minting meanwhile, in memory)", 0, 4)
-        answers = asking_state(agents, list(affected_nodes(rows)), listing=False)
+        admins = admin_checks(rows, inv.module_specs({p["provider"] for p in rows}))
+        answers = asking_state(agents, list(affected_nodes(rows)), listing=False, admins=admins)
         choices = session_choices(inv, rows, sessions)
         # in memory: dropped unless all resolve
-        minted = mint(ctl, rows, revoke_old=revoke_old, sessions=choices)
+        drains = drain_limits(inv, rows, choices)
+        minted = mint(ctl, rows, revoke_old=revoke_old, sessions=choices, drains=drains)
         # break-glass needs the providers alone: a consumer's node that does not answer is
         # locked out like one that cannot take the credential
         needed = {node_of(p["provider"]) for p in rows} if revoke_old else None
@@ -153,6 +156,8 @@ def rotate(
         }
         if failed:
             inv.record("rotate", ids, {"refused": failed}, "not resolved")
+            if all(r.admin_refused for r in resolutions if r.node in failed):
+                raise ProviderRefusedError(failed)
             raise NotResolvedError(failed)
         progress("every node answered: journaling", 1, 4)
         rotation = store(ctl, minted, RotationState.DELIVERING)
@@ -185,12 +190,14 @@ def mint(
     revoke_old: bool = False,
     held: Mapping[str, int] | None = None,
     sessions: Mapping[str, Sessions] | None = None,
+    drains: Mapping[str, float] | None = None,
 ) -> Minted:
     """Mint and seal every pair's next generation; nothing is stored. ``revoke_old`` is
     journaled on each item, so a recovered rotation keeps it. ``held``: pair -> the highest
     generation one of its ends holds, when above the inventory's (an end ahead): the next is
     minted above it, since an agent never goes back. ``sessions``: each pair's choice for
-    its old sessions, journaled on its item like ``revoke_old``."""
+    its old sessions, journaled on its item like ``revoke_old``; ``drains``: how long those left
+    to drain may stay open (seconds), journaled the same way."""
     inv = ctl.inventory
     model_nodes = nodes_from_inventory(inv.nodes())
     taken = inv.minted(p["id"] for p in rows)
@@ -218,6 +225,8 @@ def mint(
             item["revoke_old"] = True
         if sessions and p["id"] in sessions:
             item["sessions"] = sessions[p["id"]].value
+        if drains and p["id"] in drains:
+            item["drain_s"] = drains[p["id"]]
         items.append(item)
     return Minted(gens, items)
 
@@ -577,10 +586,13 @@ def _finish(
             pid: {"count": s.count, "left": s.left, "ended": s.ended}
             for pid, s in sorted(result.sessions.items())
         }
+    draining, drained = begun(inv, rotation["id"], items, result.sessions, stamp)
     answers = result.staged(inv)
     with inv.transaction("rotate") as tx:
         if answers is not None:
             answers(tx)
+        tx.forget_drains(drained)
+        tx.put_drains(draining)
         for i in items:
             tx.set_generation(i["pair"], i["to"], stamp)
             tx.discard_generation(i["pair"], i["from"], stamp)

@@ -74,7 +74,8 @@ def settled(choice: Sessions, outcome: LoginOutcome) -> SessionsSettled:
     count = outcome.get("sessions")
     if count is not None:
         left = outcome.get("sessions_left", count)
-        return SessionsSettled(count, bool(outcome.get("sessions_ended")), left)
+        ended = bool(outcome.get("sessions_ended"))
+        return SessionsSettled(count, ended, left, mark=outcome.get("sessions_mark"))
     said = outcome["reason"]
     note = said[said.index(SESSIONS_UNSETTLED) :] if SESSIONS_UNSETTLED in said else ""
     verb = "ended" if choice == Sessions.END else "counted"

@@ -69,11 +69,12 @@ REQUIRE_KEYS = {
     "mode",
     "connection",
     "sessions",
+    "drain",
     "rotation",
     "grace",
 }
 CONNECTION_KEYS = {"file", "format", "ca"}
-PROVIDE_KEYS = {"name", "port", "kind", "ca", "tls", "sessions", "rotation", "grace"}
+PROVIDE_KEYS = {"name", "port", "kind", "ca", "tls", "sessions", "drain", "rotation", "grace"}
 POLICY_KEYS = {"rotate_every", "probe_every"}
 """Allowed in [policy], on a provider module (all its pairs) and on a requires entry."""
 _TWICE = re.compile(r"Cannot declare \((?P<key>.*)\) twice (?P<where>\(at line \d+, column \d+\))")
@@ -472,6 +473,7 @@ def _offer(r: _Reader, i: int, item: Any, where: str) -> Offer:
         sessions=_sessions(r, item, at),
         rotation=rotation,
         grace=grace,
+        drain=_drain(r, item, at),
     )
 
 
@@ -487,6 +489,17 @@ def _sessions(r: _Reader, item: Mapping[str, Any], at: str) -> Sessions | None:
             " or ".join(f'sessions = "{s.value}"' for s in Sessions),
         )
     return Sessions(value)
+
+
+def _drain(r: _Reader, item: Mapping[str, Any], at: str) -> float | None:
+    """An offer's or a requirement's ``drain``: how long sessions left to drain stay open at
+    most (None: not said at this level)."""
+    if "drain" not in item:
+        return None
+    seconds = _duration(r, item, "drain", at, 'drain = "10m"')
+    if seconds <= 0:
+        raise r.fail(f"{at}.drain", "must be longer than 0", 'drain = "10m"')
+    return seconds
 
 
 def _rotation(r: _Reader, item: Mapping[str, Any], at: str) -> tuple[str | None, float | None]:
@@ -567,6 +580,7 @@ def _requirement(r: _Reader, i: int, item: Any, where: str) -> Requirement:
         sessions=_sessions(r, item, at),
         rotation=rotation,
         grace=grace,
+        drain=_drain(r, item, at),
     )
 
 

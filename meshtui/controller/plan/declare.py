@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import NoReturn
 
 from meshtui import crypto
+from meshtui.contracts.adapter import alternate_login
 from meshtui.controller.reports import NOT_AS_DECLARED
 from meshtui.errors import DeclarationError
 from meshtui.freeform import JsonObject
@@ -44,6 +45,7 @@ from meshtui.model import (
     Pair,
     Requirement,
 )
+from meshtui.protocol.manifest import ALTERNATES
 
 _sorted_json = json.JSONEncoder(sort_keys=True).encode
 """``json.dumps(x, sort_keys=True)`` without building an encoder per call (10,000 pairs)."""
@@ -152,11 +154,19 @@ def _moved(old: Mapping[str, object], new: Mapping[str, object]) -> list[str]:
 
 def _offer_spec(o: Offer) -> OfferSpec:
     """A provides entry as stored; the default kind's is {name, port} (``ca`` and ``tls`` are
-    another kind's), ``sessions`` only when declared."""
+    another kind's), ``sessions`` and ``drain`` only when declared."""
     sessions = None if o.sessions is None else o.sessions.value
     if registry.stored_name(o.kind) is None:
-        return OfferSpec(name=o.name, port=o.port, sessions=sessions)
-    return OfferSpec(name=o.name, port=o.port, kind=o.kind, ca=o.ca, tls=o.tls, sessions=sessions)
+        return OfferSpec(name=o.name, port=o.port, sessions=sessions, drain=o.drain)
+    return OfferSpec(
+        name=o.name,
+        port=o.port,
+        kind=o.kind,
+        ca=o.ca,
+        tls=o.tls,
+        sessions=sessions,
+        drain=o.drain,
+    )
 
 
 def _secret_spec(o: OwnSecret) -> OwnSecretSpec:
@@ -176,11 +186,13 @@ def _secret_spec(o: OwnSecret) -> OwnSecretSpec:
 
 
 def _need_spec(r: Requirement) -> NeedSpec:
-    """A requires entry as stored; ``sessions`` only when declared."""
+    """A requires entry as stored; ``sessions`` and ``drain`` only when declared."""
     c = r.connection
     connection = None if c is None else ConnectionSpec(file=c.file, format=c.format, ca=c.ca)
     sessions = None if r.sessions is None else r.sessions.value
-    return NeedSpec(name=r.name, file=r.file, connection=connection, sessions=sessions)
+    return NeedSpec(
+        name=r.name, file=r.file, connection=connection, sessions=sessions, drain=r.drain
+    )
 
 
 def _module_spec(decl: Declaration, module_id: str) -> str:
@@ -417,25 +429,39 @@ def _claims(
 def _refuse_way_back(inv: Inventory, decl: Declaration, old_pairs: Mapping[str, object]) -> None:
     """DeclarationError for a pair that alternated between two logins (an overlap on
     PostgreSQL) declared a swap again: its consumer holds one of the two logins, which a swap
-    of the pair's own login would leave accepting the old credential."""
+    of the pair's own login would leave accepting the old credential. The error names the
+    pair, its logins, and the key that made it a swap (its requirement's ``rotation``, else
+    its offer's)."""
     back = [p for p in decl.pairs if p.id in old_pairs and p.rotation.rotation != OVERLAP]
     was = inv.rotation_modes([p.id for p in back]) if back else {}
     for p in back:
-        offer = next(o for o in decl.modules[p.provider].provides if o.name == p.provision)
+        offers = decl.modules[p.provider].provides
+        at, offer = next((i, o) for i, o in enumerate(offers) if o.name == p.provision)
         kind = registry.kind_of(offer.kind)
-        if was[p.id].rotation == OVERLAP and registry.can_alternate(kind):
-            index = next(
-                i
-                for i, r in enumerate(decl.modules[p.consumer].requires)
-                if r.name == p.provision and r.source in (None, p.provider)
-            )
-            raise DeclarationError(
-                decl.source,
-                f'modules."{p.consumer}".requires[{index}].rotation',
-                f"rotates by overlap on two alternating {kind.login_word}s; a {kind.title} "
-                f"pair cannot go back to swap yet",
-                'keep rotation = "overlap", or withdraw the pair and declare it again',
-            )
+        if was[p.id].rotation != OVERLAP or not registry.can_alternate(kind):
+            continue
+        index, need = next(
+            (i, r)
+            for i, r in enumerate(decl.modules[p.consumer].requires)
+            if r.name == p.provision and r.source in (None, p.provider)
+        )
+        key = (
+            f'modules."{p.consumer}".requires[{index}].rotation'
+            if need.rotation is not None or offer.rotation is None
+            else f'modules."{p.provider}".provides[{at}].rotation'
+        )
+        logins = ", ".join(alternate_login(p.login, alt) for alt in ALTERNATES)
+        raise DeclarationError(
+            decl.source,
+            key,
+            f"pair {p.id} rotates by overlap on two alternating {kind.login_word}s ({logins}, "
+            f"both acting as {p.login}); a {kind.title} pair cannot go back to swap: a swap of "
+            f"{p.login} would leave the {kind.login_word} its consumer holds accepting the old "
+            "credential",
+            f'keep rotation = "overlap" for this pair (set it on its requirement); to have one '
+            f"{kind.login_word} again, withdraw the pair (what {p.login} owns is kept, as a "
+            "removed login's is) and declare it anew",
+        )
 
 
 def _refuse_inherited(decl: Declaration, p: Pair, claim: str, holder: str) -> NoReturn:

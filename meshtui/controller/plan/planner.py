@@ -144,6 +144,9 @@ class Planner:
         self.sessions: Mapping[str, Sessions] = {}
         """A rotation's pairs, each with what becomes of its sessions on the old credential
         once its provider holds the new one: asked of the provider in every set built."""
+        self.drained: Mapping[str, str] = {}
+        """Pairs whose sessions left to drain are checked (counted, or ended when the drain is
+        over), each with the mark its provider gave when they began to drain."""
         self._fresh = {(g["pair"], g["generation"]): g for g in fresh}
         for pair, generation in self._fresh:
             self.minted.setdefault(pair, []).append(generation)
@@ -275,6 +278,9 @@ class Planner:
         asked = {c["as"]: self.sessions[c["pair"]] for c in consumers if c["pair"] in self.sessions}
         if asked:
             delivery["sessions"] = asked
+        marks = {c["as"]: self.drained[c["pair"]] for c in consumers if c["pair"] in self.drained}
+        if marks:
+            delivery["drained"] = marks
         return delivery
 
     def provider_sets(

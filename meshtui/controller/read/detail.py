@@ -101,6 +101,7 @@ def pair_detail(inv: Inventory, pid: str) -> PairDetail:
         rotations=rotations,
         secrets=_secrets(inv, pid) if row["provision"] == VAULT_PROVISION else [],
         rotation=inv.rotation_modes([pid])[pid],
+        draining=status_mod.draining(inv, [pid]).get(pid),
     )
 
 

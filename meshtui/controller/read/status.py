@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from meshtui.controller.read import status_image
-from meshtui.controller.reports import NOT_AS_DECLARED
+from meshtui.controller.reports import NOT_AS_DECLARED, Draining
 from meshtui.inventory import Inventory
 from meshtui.inventory.rows import (  # StatusRow's columns by name
     CLIENT_ADDR,
@@ -292,6 +292,17 @@ def overlaps(inv: Inventory) -> dict[str, str]:
         for r in inv.open_rotations()
         if r["state"] in OVERLAP_STATES
         for i in r["items"]
+    }
+
+
+def draining(inv: Inventory, ids: Iterable[str] | None = None) -> dict[str, Draining]:
+    """Each pair (of ``ids``, or every one) whose sessions on an old credential are left to
+    drain: how many remain at the last count, and when they are ended at the latest."""
+    wanted = None if ids is None else set(ids)
+    return {
+        pid: Draining(pid, d["sessions"], d["until"], d["counted_at"])
+        for pid, d in inv.drains().items()
+        if wanted is None or pid in wanted
     }
 
 

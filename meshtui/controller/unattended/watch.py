@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from meshtui.atomic import write_private
 from meshtui.controller import lock
 from meshtui.controller import turn as turn_mod
-from meshtui.controller.act import own_secrets
+from meshtui.controller.act import drain, own_secrets
 from meshtui.controller.plan.resolve import resolve_nodes
 from meshtui.controller.reach import FrontDoor
 from meshtui.controller.read import secret_states
@@ -356,6 +356,8 @@ class Watch:
             return True
         if self.secrets_behind:
             return True
+        if drain.due(self.ctl.inventory, self.clock()):
+            return True  # sessions left to drain: counted again, or ended once overdue
         return any(
             r.state is State.STALE
             and not r.withdrawn

@@ -11,7 +11,7 @@ import functools
 import re
 import subprocess
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import TYPE_CHECKING, NotRequired, TypedDict
@@ -25,7 +25,7 @@ from meshtui.host.policy.paths import node_path
 from meshtui.kinds import registry
 from meshtui.model import BUILTIN_ARGV, OutcomeName, Sessions, is_builtin
 from meshtui.protocol.messages import Inspection, InspectSpec, LoginOutcome, ProviderSet
-from meshtui.provisioner.harness import Outcome, inspect, reconcile
+from meshtui.provisioner.harness import Finding, Outcome, check_admin, inspect, reconcile
 from meshtui.runas import RunAsError
 
 if TYPE_CHECKING:
@@ -38,6 +38,7 @@ MAX_REASON = 300
 
 class ProvisionReport(TypedDict):
     """What a provisioner reports to the agent: ok, each login's outcome, or why not."""
+
     ok: bool
     outcomes: list[LoginOutcome]
     error: NotRequired[str]
@@ -54,10 +55,12 @@ def builtin_provisioner(
     only: frozenset[str] | None = None,
     scoped: bytes | None = None,
     sessions: Mapping[str, Sessions] | None = None,
+    marks: Mapping[str, str] | None = None,
 ) -> ProvisionReport:
     """Run the built-in provisioner in-process; its outcomes. ``scoped``: the manifest just
     written, cut to the logins ``only`` names (given, the file is not read back and cut again).
-    ``sessions``: a rotation's logins and what becomes of their sessions on the old credential.
+    ``sessions``: a rotation's logins and what becomes of their sessions on the old credential;
+    ``marks``: those whose drain is checked, each with its mark (``ProviderSet.drained``).
 
     Admin sessions are kept warm between deliveries by a kind that keeps them (``Kind.kept``;
     PostgreSQL's :mod:`meshtui.kinds.postgres.warm` checks each and reads its settings again
@@ -65,7 +68,13 @@ def builtin_provisioner(
     applied and read back alone (the rest of the manifest is as the last delivery left it).
     """
     report = reconcile(
-        manifest, admin, kept=_kept_sessions, only=only, scoped=scoped, sessions=sessions
+        manifest,
+        admin,
+        kept=_kept_sessions,
+        only=only,
+        scoped=scoped,
+        sessions=sessions,
+        marks=marks,
     )
     return {"ok": report.ok, "outcomes": [_login_outcome(o) for o in report.outcomes]}
 
@@ -81,6 +90,8 @@ def _login_outcome(o: Outcome) -> LoginOutcome:
     if o.sessions is not None:
         out["sessions"], out["sessions_ended"] = o.sessions, o.sessions_ended
         out["sessions_left"] = o.sessions if o.sessions_left is None else o.sessions_left
+        if o.sessions_mark is not None:
+            out["sessions_mark"] = o.sessions_mark
     return out
 
 
@@ -122,7 +133,7 @@ def provision(
         try:
             if builtin is builtin_provisioner:
                 return builtin_provisioner(
-                    manifest, Path(admin), only, scoped, spec.get("sessions")
+                    manifest, Path(admin), only, scoped, spec.get("sessions"), spec.get("drained")
                 )
             return builtin(manifest, Path(admin), only)
         except MeshtuiError as exc:
@@ -144,6 +155,7 @@ def provision(
 
 class CommandOutcome(msgspec.Struct):
     """One login's outcome as a provisioner command reports it (its other fields are dropped)."""
+
     login: str
     outcome: OutcomeName
     reason: str = ""
@@ -151,6 +163,7 @@ class CommandOutcome(msgspec.Struct):
 
 class CommandReport(msgspec.Struct):
     """A provisioner command's JSON report on stdout: each login's outcome, and ``ok``."""
+
     outcomes: list[CommandOutcome]
     ok: bool | None = None
 
@@ -233,7 +246,12 @@ def inspect_provider(spec: InspectSpec) -> Inspection:
         out["error"] = str(exc)
         return out
     pool = ThreadPoolExecutor(max_workers=1)
-    future = pool.submit(inspect, manifest, admin_path)
+    if spec.get("admin_only"):  # a rotation asking first: does the admin file still work
+        future: Future[tuple[Finding, ...] | None] = pool.submit(
+            check_admin, spec.get("kind"), admin_path, spec["provider"], spec["provision"]
+        )
+    else:
+        future = pool.submit(inspect, manifest, admin_path)
     pool.shutdown(wait=False)  # a hung server must not hold up the answer
     try:
         found = future.result(timeout=INSPECT_TIMEOUT_S)
@@ -245,5 +263,7 @@ def inspect_provider(spec: InspectSpec) -> Inspection:
         out["error"] = text[0] if text else type(exc).__name__
         return out
     out["ok"] = True
-    out["logins"] = [{"login": f.login, "verdict": f.verdict, "reason": f.reason} for f in found]
+    out["logins"] = [
+        {"login": f.login, "verdict": f.verdict, "reason": f.reason} for f in found or ()
+    ]
     return out

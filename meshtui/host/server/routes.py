@@ -303,7 +303,8 @@ class Agent:
         """Who this is and what it holds, by digest; checks each consumer file still matches.
 
         Asked with ``inspect`` (provider manifests), it also answers what each provider's server
-        holds, from the provisioner's read-only inspection (:func:`inspect_provider`).
+        holds, from the provisioner's read-only inspection (:func:`inspect_provider`); with
+        ``holdings`` False (a rotation resolving it), only whether each admin file works.
         """
         who: StateAnswer = {
             "node": self.identity.name,
@@ -312,6 +313,8 @@ class Agent:
         if payload.get("secrets"):  # its modules' own secret files, as they are
             who["secrets"] = self.own_secrets.examined()
         if payload.get("holdings") is False:  # only who this is (a rotation resolving it)
+            if "inspect" in payload:  # and whether its providers' admin files still work
+                who["inspected"] = [self._inspect(spec) for spec in payload["inspect"]]
             return who
         held = self.holdings.listing()  # the agent's own record
         with folders.Ancestors() as ancestors:

@@ -35,6 +35,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from meshtui.contracts.adapter import Capabilities, Done, Held, Refused, Scope, Wanted
 from meshtui.crypto import secret_digest
@@ -120,8 +121,28 @@ class Seen:
     digest: str | None = None  # the one secret_id's metadata digest
 
 
+TOKEN_SCAN_LIMIT = 5000
+"""The most live tokens the provisioner looks up one by one to find a login's. OpenBao lists
+tokens by accessor only, server-wide, with no filter by role or secret_id, and each must be
+looked up to learn whose it is; past this many, a count or an end is refused rather than
+taking minutes, and the tokens live out their TTL (15 minutes at most) as under ``drain``."""
+
+
+class _Token(NamedTuple):
+    """A live token as its lookup said: the path it was issued at and its metadata."""
+
+    path: str
+    meta: Mapping[str, object]
+
+
+class TooManyTokens(ProvisionError):
+    """More live tokens in OpenBao than :data:`TOKEN_SCAN_LIMIT`: none looked up."""
+
+
 class OpenBaoAdapter:
     """One session with one OpenBao, working for one manifest scope."""
+
+    token_scan_limit = TOKEN_SCAN_LIMIT
 
     create_decides = True
     capabilities = Capabilities(
@@ -148,6 +169,10 @@ class OpenBaoAdapter:
             fields["address"], ca=fields["ca"], token=fields["token"], keepalive=KEEPALIVE_S
         )
         self._seen: dict[str, Seen] = {}
+        self._looked_up: dict[str, _Token | None] = {}
+        """Each live token's lookup (None: gone) by accessor, from the last listing: a token's
+        role, path and metadata never change, so a run that counts or ends the sessions of
+        many logins looks each token up once."""
         try:
             self._preflight()
         except BaseException:
@@ -483,9 +508,15 @@ class OpenBaoAdapter:
             raise Refused(f"{foreign or 'not provably made by meshtui'}; left alone")
         if seen.role is not None:
             self.bao.call("DELETE", self._role_path(login))
-        revoked = self.revoke_tokens(login)
+        try:
+            revoked = self.revoke_tokens(login)
+        except TooManyTokens as exc:  # the role is gone: its tokens expire within their TTL
+            revoked, said = 0, f"{exc}"
+        else:
+            said = (
+                f"{revoked} token{'s' if revoked != 1 else ''} it issued revoked" if revoked else ""
+            )
         self.bao.call("DELETE", f"sys/policies/acl/{role_name(login)}")
-        said = f"{revoked} token{'s' if revoked != 1 else ''} it issued revoked" if revoked else ""
         return Done(
             OutcomeName.REMOVED,
             "; ".join(
@@ -499,33 +530,56 @@ class OpenBaoAdapter:
 
     # -- sessions ------------------------------------------------------------------------------
 
-    def end_sessions(self, login: str, digest: str) -> int:
+    def mark_sessions(self, login: str) -> str:
+        """No mark: a token's metadata names the secret_id it was issued from."""
+        del login
+        return ""
+
+    def end_sessions(self, login: str, digest: str, before: str | None = None) -> int:
         """Revoke, by accessor, every live token the login's role issued from a secret_id
         other than the one of ``digest``: each token carries the metadata of the secret_id it
         was issued from (the digest meshtui set on it), so the new secret_id's tokens stay."""
+        del before
         return self._revoke(a for a, meta in self._tokens(login) if meta.get(DIGEST_KEY) != digest)
 
-    def count_sessions(self, login: str, digest: str) -> int:
+    def count_sessions(self, login: str, digest: str, before: str | None = None) -> int:
         """How many live tokens the login's role issued from a secret_id other than the one of
         ``digest`` (see :meth:`end_sessions`)."""
+        del before
         return sum(1 for _, meta in self._tokens(login) if meta.get(DIGEST_KEY) != digest)
 
     def _tokens(self, login: str) -> Iterator[tuple[str, Mapping[str, object]]]:
         """Each live token the login's role issued through AppRole login: its accessor and
-        its metadata (OpenBao lists accessors only; each is looked up)."""
+        its metadata (OpenBao lists accessors only; each is looked up). TooManyTokens, before
+        any lookup, past :attr:`token_scan_limit` live tokens."""
         if not _LOGIN.fullmatch(login):
             raise UnsafeLoginError(f"login {login!r} is not a meshtui login")
         name = role_name(login)
         login_path = f"auth/{self.approle}/login"
-        for accessor in self.bao.keys("auth/token/accessors"):
-            info = self.bao.data(
-                "POST", "auth/token/lookup-accessor", {"accessor": accessor}, missing_ok=True
+        accessors = self.bao.keys("auth/token/accessors")
+        if len(accessors) > self.token_scan_limit:
+            raise TooManyTokens(
+                f"OpenBao holds {len(accessors)} live tokens, more than the "
+                f"{self.token_scan_limit} meshtui looks up one by one to find those of {login}: "
+                "none was looked up, and its tokens live out their TTL (15 minutes at most)"
             )
-            if not info:
+        known, self._looked_up = self._looked_up, {}
+        for accessor in accessors:
+            info = known[accessor] if accessor in known else self._lookup(accessor)
+            self._looked_up[accessor] = info
+            if info is None:
                 continue
-            meta = info.get("meta") or {}
-            if meta.get("role_name") == name and str(info.get("path", "")).startswith(login_path):
-                yield accessor, meta
+            if info.meta.get("role_name") == name and info.path.startswith(login_path):
+                yield accessor, info.meta
+
+    def _lookup(self, accessor: str) -> _Token | None:
+        """What OpenBao says of one token: its path and metadata (None: gone)."""
+        info = self.bao.data(
+            "POST", "auth/token/lookup-accessor", {"accessor": accessor}, missing_ok=True
+        )
+        if not info:
+            return None
+        return _Token(str(info.get("path", "")), dict(info.get("meta") or {}))
 
     def _revoke(self, accessors: Iterable[str]) -> int:
         count = 0

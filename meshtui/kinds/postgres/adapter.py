@@ -58,12 +58,14 @@ from meshtui.kinds.postgres.catalog import (
 )
 from meshtui.model import OutcomeName
 
+_BEFORE = " AND (%(before)s::timestamptz IS NULL OR backend_start < %(before)s::timestamptz)"
 _END_SESSIONS = (
     "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity"
-    " WHERE usename = %s AND pid <> pg_backend_pid()"
+    " WHERE usename = %(login)s AND pid <> pg_backend_pid()" + _BEFORE
 )
 _COUNT_SESSIONS = (
-    "SELECT count(*) FROM pg_stat_activity WHERE usename = ANY(%s) AND pid <> pg_backend_pid()"
+    "SELECT count(*) FROM pg_stat_activity WHERE usename = ANY(%(logins)s)"
+    " AND pid <> pg_backend_pid()" + _BEFORE
 )
 
 
@@ -153,27 +155,37 @@ class PostgresAdapter(_Alternates):
 
     # -- sessions ----------------------------------------------------------------------------
 
-    def end_sessions(self, login: str, digest: str) -> int:
-        """End every backend of ``login`` but this session's own, and wait until each is gone
-        (PostgreSQL does not record which password opened a backend: asked when the new one is
-        set, every backend of the login was opened with the old). For an alternating pair's
-        owner: the backends of its every login but the one that logs in with ``digest``."""
+    def mark_sessions(self, login: str) -> str:
+        """The server's clock now: a backend started before it was opened with the credential
+        the login held until now (``backend_start``)."""
+        check_name(login)
+        row = self.conn.execute("SELECT clock_timestamp()::text").fetchone()
+        return str(row[0]) if row else ""
+
+    def end_sessions(self, login: str, digest: str, before: str | None = None) -> int:
+        """End every backend of ``login`` but this session's own (with ``before``, those started
+        before that mark), and wait until each is gone (PostgreSQL does not record which
+        password opened a backend: asked when the new one is set, every backend of the login
+        was opened with the old). For an alternating pair's owner: the backends of its every
+        login but the one that logs in with ``digest``."""
         check_name(login)
         ended = 0
         for name in self._pair_logins(login, digest):  # an alternating pair's retired login
             self._act_as(name)  # an admin that is not a superuser may signal its roles' backends
-            rows = self.conn.execute(_END_SESSIONS, [name]).fetchall()
+            asked = {"login": name, "before": before or None}
+            rows = self.conn.execute(_END_SESSIONS, asked).fetchall()
             if not all(r[0] for r in rows):
                 raise ProvisionError(f"sessions of {name} did not end within 5 s")
             ended += len(rows)
         return ended
 
-    def count_sessions(self, login: str, digest: str) -> int:
-        """How many backends ``login`` has open (this session's own aside); for an alternating
-        pair's owner, those of its logins as :meth:`end_sessions` names them."""
+    def count_sessions(self, login: str, digest: str, before: str | None = None) -> int:
+        """How many backends ``login`` has open (this session's own aside; with ``before``,
+        those started before it); for an alternating pair's owner, those of its logins as
+        :meth:`end_sessions` names them."""
         check_name(login)
-        names = self._pair_logins(login, digest)
-        row = self.conn.execute(_COUNT_SESSIONS, [names]).fetchone()
+        asked = {"logins": self._pair_logins(login, digest), "before": before or None}
+        row = self.conn.execute(_COUNT_SESSIONS, asked).fetchone()
         return int(row[0]) if row else 0
 
     def _terminate(self, login: str) -> None:

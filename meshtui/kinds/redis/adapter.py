@@ -774,26 +774,60 @@ class RedisAdapter:
 
     # -- sessions ----------------------------------------------------------------------------
 
-    def end_sessions(self, login: str, digest: str) -> int:
+    def mark_sessions(self, login: str) -> str:
+        """The newest connection's id now: Redis numbers connections in the order they are
+        accepted, so one of the login's with an id up to it was open before this moment."""
+        return str(max((cid for cid, _ in self._clients(login)), default=0))
+
+    def end_sessions(self, login: str, digest: str, before: str | None = None) -> int:
         """CLIENT KILL USER: close every connection authenticated as ``login`` (Redis does not
         record which of a user's passwords a connection used: asked when the new one is set,
-        every connection of the user authenticated with the old); how many."""
+        every connection of the user authenticated with the old); how many. With ``before``,
+        only those numbered up to that mark, each by its id."""
         del digest
         self._check(login)
         try:
-            return int(_command(self.client, "CLIENT", "KILL", "USER", login, "SKIPME", "yes"))
+            if not before:
+                return int(_command(self.client, "CLIENT", "KILL", "USER", login, "SKIPME", "yes"))
+            ended = 0
+            for cid in self._old_clients(login, before):
+                try:
+                    ended += int(_command(self.client, "CLIENT", "KILL", "ID", str(cid)))
+                except redis.ResponseError:  # it closed since it was listed
+                    continue
+            return ended
         except redis.RedisError as exc:
             raise ProvisionError(f"cannot end the connections of {login}: {_why(exc)}") from None
 
-    def count_sessions(self, login: str, digest: str) -> int:
-        """How many connections are authenticated as ``login`` (CLIENT LIST's ``user=``)."""
+    def count_sessions(self, login: str, digest: str, before: str | None = None) -> int:
+        """How many connections are authenticated as ``login`` (CLIENT LIST's ``user=``); with
+        ``before``, of those numbered up to that mark."""
         del digest
+        self._check(login)
+        if before:
+            return len(self._old_clients(login, before))
+        return sum(1 for _, user in self._clients(login) if user == login)
+
+    def _old_clients(self, login: str, before: str) -> list[int]:
+        """The ids of ``login``'s connections numbered up to the mark ``before``."""
+        if not before.isdigit():
+            raise ProvisionError(f"{before!r} is not a mark of Redis connections")
+        mark = int(before)
+        return [cid for cid, user in self._clients(login) if user == login and cid <= mark]
+
+    def _clients(self, login: str) -> list[tuple[int, str]]:
+        """Every connection's (id, user) (CLIENT LIST; this session's own is the admin's)."""
         self._check(login)
         try:
             listing = _text(_command(self.client, "CLIENT", "LIST"))
         except redis.RedisError as exc:
             raise ProvisionError(f"cannot list the connections of {login}: {_why(exc)}") from None
-        return sum(f" user={login} " in f" {line} " for line in listing.splitlines())
+        out: list[tuple[int, str]] = []
+        for line in listing.splitlines():
+            fields = dict(f.split("=", 1) for f in line.split(" ") if "=" in f)
+            if fields.get("id", "").isdigit():
+                out.append((int(fields["id"]), fields.get("user", "")))
+        return out
 
 
 def admin_session(url: str, provider: str) -> RedisAdapter:

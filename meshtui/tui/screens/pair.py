@@ -131,6 +131,9 @@ def holders_text(st: PairStatus, detail: PairDetail | None) -> Text:
     if detail is not None:
         text.append("\nrotation  ", "bold")
         text.append(rotation_words(detail.rotation))
+        if detail.draining is not None:
+            text.append("\nsessions  ", "bold")
+            text.append(detail.draining.line())
         if detail.values:
             text.append("\nvalues    ", "bold")
             text.append(", ".join(f"{k}={v}" for k, v in sorted(detail.values.items())))

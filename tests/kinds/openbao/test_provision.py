@@ -4,12 +4,15 @@ with their tokens revoked, never touching what meshtui did not make."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from meshtui.errors import ProvisionError
+from meshtui.kinds.openbao.adapter import OpenBaoAdapter
 from meshtui.kinds.openbao.client import APPROLE_MOUNT, KV_MOUNT, Bao
 from meshtui.kinds.openbao.lab import admin_text
+from meshtui.model import Sessions
 from meshtui.provisioner.harness import reconcile
 from tests.kinds.openbao.conftest import BMesh, outcomes
 
@@ -226,3 +229,57 @@ def test_a_sealed_vault_changes_nothing_and_says_so(bmesh: BMesh) -> None:
         bmesh.server.start()
     assert bmesh.accessors("app1", "gitea") == before
     assert not bmesh.refused("app1", "gitea", old)
+
+
+def test_past_the_token_scan_limit_sessions_are_not_looked_up_and_the_run_says_so(
+    bmesh: BMesh, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OpenBao lists tokens server-wide only, each looked up to learn whose it is: past the
+    scan limit a count (or an end) is refused by name before any lookup, and a removal still
+    removes, saying its tokens live out their TTL."""
+    bmesh.add("app1", "gitea")
+    bmesh.reconcile()
+    gitea = bmesh.login_of("app1", "gitea")
+    tokens = [bmesh.token("app1", "gitea") for _ in range(2)]
+    counted = reconcile(bmesh.manifest, bmesh.admin, sessions={gitea: Sessions.DRAIN})
+    assert {o.login: o.sessions for o in counted.outcomes}[gitea] == 0  # both on the current
+    monkeypatch.setattr(OpenBaoAdapter, "token_scan_limit", 1)
+    for choice in Sessions:
+        report = reconcile(bmesh.manifest, bmesh.admin, sessions={gitea: choice})
+        (done,) = report.outcomes
+        assert done.outcome == "unchanged" and done.sessions is None, report.lines()
+        assert "its sessions on the old credential could not be" in done.reason, done.reason
+        assert "live tokens, more than the 1 meshtui looks up" in done.reason, done.reason
+    bmesh.drop("app1", "gitea")
+    removed = bmesh.reconcile()
+    said = {o.login: (o.outcome, o.reason) for o in removed.outcomes}[gitea]
+    assert said[0] == "removed" and "live out their TTL" in said[1], said
+    with Bao(bmesh.server.url, ca=str(bmesh.server.ca)) as bao:  # not revoked: they expire
+        assert bao.send("GET", "auth/token/lookup-self", token=tokens[0]).status_code == 200
+
+
+def test_a_run_looks_each_token_up_once_for_all_its_logins(
+    bmesh: BMesh, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ending and counting the sessions of several logins in one run scans the server's
+    tokens once, not once per login and step (each lookup is a request)."""
+    for module in ("gitea", "wiki", "grafana"):
+        bmesh.add("app1", module)
+    bmesh.reconcile()
+    logins = [bmesh.login_of("app1", m) for m in ("gitea", "wiki", "grafana")]
+    for module in ("gitea", "wiki", "grafana"):
+        bmesh.token("app1", module)
+    with bmesh.root() as bao:
+        live = len(bao.keys("auth/token/accessors"))
+    looked: list[str] = []
+    data = Bao.data
+
+    def counted(self: Bao, method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+        if path == "auth/token/lookup-accessor":
+            looked.append(path)
+        return data(self, method, path, *args, **kwargs)
+
+    monkeypatch.setattr(Bao, "data", counted)
+    report = reconcile(bmesh.manifest, bmesh.admin, sessions=dict.fromkeys(logins, Sessions.END))
+    assert all(o.sessions == 0 for o in report.outcomes), report.lines()
+    assert 0 < len(looked) <= live, (len(looked), live)
