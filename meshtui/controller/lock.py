@@ -82,12 +82,19 @@ def delivering(ctl: Reach, action: str) -> Iterator[None]:
         with _flock(ctl.state_dir, action):
             yield
         return
-    from meshtui.controller.turn import Turn, claimant
+    from meshtui.controller.turn import TAKEN_FILE, Turn, claimant
     from meshtui.inventory.lease import DELIVER, Leases
 
     leases = Leases.from_file(postgres)
     label = f"{WHO} {action}" if WHO else action
-    turn = Turn(leases, DELIVER, claimant(settings.name), label, settings.lease)
+    turn = Turn(
+        leases,
+        DELIVER,
+        claimant(settings.name),
+        label,
+        settings.lease,
+        taken=ctl.state_dir / TAKEN_FILE,
+    )
     try:
         turn.take(action)
         ctl.fence, ctl.turn = Fence(settings.name, turn.epoch), turn

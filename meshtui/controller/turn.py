@@ -7,10 +7,17 @@ renewal was *sent*: the server set the lease's end ``length_s`` after it receive
 statement, so stopping ``deadline_s`` (< ``length_s``) after sending it stops before anyone
 else can take the turn, whatever the two machines' wall clocks say. A renewal that fails is
 retried every ``retry_s``; a renewal the server refuses (the turn was taken) ends it at once.
+
+The processes of one controller on one machine also keep, in its state folder, the highest
+epoch one of them took (:data:`TAKEN_FILE`): a node tells holdings apart by their controller's
+name only, so a process given an epoch another process of its controller took (the lease's
+database lost that holding in a switch) raises its own past it before it sends anything.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import socket
 import threading
@@ -24,7 +31,30 @@ from meshtui.errors import InventoryError, LeaseLostError, RotationBusyError
 from meshtui.inventory import Transaction, lease
 from meshtui.inventory.lease import Claimant, LeaseRow, Leases
 
-__all__ = ["Claimant", "LeaseRow", "Turn", "claimant", "watch_turn"]
+__all__ = ["TAKEN_FILE", "Claimant", "LeaseRow", "Turn", "claimant", "note_taken", "watch_turn"]
+
+TAKEN_FILE = "deliver.epoch"
+"""In a controller's state folder: the highest ``deliver`` epoch a process of it took."""
+OWN = "this controller"
+"""Where a raise found the epoch when a process of this controller took it (not a node)."""
+
+
+def note_taken(path: Path, epoch: int) -> int:
+    """Record in ``path`` (0600, under ``flock``, fsynced) that a process of this controller
+    took ``epoch``; return the highest one taken before. OSError when it cannot."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            before = int(os.pread(fd, 32, 0).split()[0])
+        except (ValueError, IndexError):
+            before = 0  # a new (or unreadable) file
+        if epoch > before:
+            os.pwrite(fd, f"{epoch:020d}\n".encode(), 0)
+            os.fsync(fd)
+        return before
+    finally:
+        os.close(fd)  # releases the flock
 
 
 def claimant(controller: str) -> Claimant:
@@ -57,8 +87,11 @@ class Turn:
         *,
         clock: Callable[[], float] = time.monotonic,
         on_lost: Callable[[str], None] | None = None,
+        taken: Path | None = None,
     ) -> None:
         self.leases, self.name, self.me, self.action = leases, name, me, action
+        self.taken = taken
+        """The file of the epochs this controller's processes took (:func:`note_taken`)."""
         self.numbers = numbers
         self.clock = clock
         self.on_lost = on_lost
@@ -87,6 +120,12 @@ class Turn:
             return False
         self.row, self.other, self.renewed_at, self.lost_why = got, None, sent, None
         self._stop.clear()
+        if self.taken is not None:
+            try:
+                self._past_own(self.taken, got.epoch)
+            except BaseException:
+                self.release()
+                raise
         self._thread = threading.Thread(
             target=self._renewing, name=f"meshtui lease {self.name}", daemon=True
         )
@@ -129,7 +168,7 @@ class Turn:
         """Inside a delivering write's transaction ``tx``: the holding still holds by the
         server's clock, and the row stays locked until it commits."""
         self.check()
-        tx.check_lease(self.name, self.me.controller, self.epoch)
+        tx.check_lease(self.name, self.me, self.epoch)
 
     def raise_past(self, node: str, highest: int) -> bool:
         """``node`` holds epoch ``highest`` at or past this holding's: raise ours to one above
@@ -150,7 +189,27 @@ class Turn:
                 return False
             self.raised.append((node, highest, got.epoch))
             self.row = got
+            if self.taken is not None:  # unrecorded, a later repeat of it is only seen by nodes
+                with contextlib.suppress(OSError):
+                    note_taken(self.taken, got.epoch)
             return True
+
+    def _past_own(self, taken: Path, epoch: int) -> None:
+        """Raise the holding's epoch past the highest a process of this controller took (kept
+        in ``taken``) when ``epoch`` is not above it; InventoryError (nothing sent yet) when
+        that cannot be done."""
+        try:
+            before = note_taken(taken, epoch)
+        except OSError as exc:
+            raise InventoryError(
+                f"{taken}: cannot record the epoch taken ({exc.strerror}); nothing was sent"
+            ) from None
+        if before >= epoch and not self.raise_past(OWN, before):
+            raise InventoryError(
+                f"epoch {epoch} of the {self.name} turn was taken before by a process of "
+                f"controller {self.me.controller} ({taken}) and could not be raised past "
+                "it; nothing was sent: run the command again"
+            )
 
     def release(self) -> None:
         """Stop renewing and end the holding now, so the next taker need not wait it out."""

@@ -217,25 +217,24 @@ def read(conn: psycopg.Connection[Any], name: str) -> LeaseRow | None:
     return _fetch(conn, "SELECT {columns} FROM lease WHERE name = %(name)s", {"name": name})
 
 
-def check(conn: psycopg.Connection[Any], name: str, holder: str, epoch: int) -> None:
-    """Inside the caller's transaction: the holding (``holder``, ``epoch``) of ``name`` still
+def check(conn: psycopg.Connection[Any], name: str, me: Claimant, epoch: int) -> None:
+    """Inside the caller's transaction: the holding (``me``, ``epoch``) of ``name`` still
     holds, and the row is locked ``FOR SHARE`` until that transaction ends, so a takeover waits
-    for its commit. LeaseLostError naming who holds the turn now when it does not."""
+    for its commit. LeaseLostError naming who holds the turn now when it does not.
+
+    The process is part of the holding: after a switch to a standby that had not received a
+    holding, another process of the same controller can be given its epoch again."""
     held = conn.execute(
         "SELECT epoch FROM lease WHERE name = %(name)s AND holder = %(holder)s "
+        "AND host = %(host)s AND pid = %(pid)s "
         "AND epoch = %(epoch)s AND expires_at > clock_timestamp() FOR SHARE",
-        {"name": name, "holder": holder, "epoch": epoch},
+        {"name": name, "holder": me.controller, "host": me.host, "pid": me.pid, "epoch": epoch},
     ).fetchone()
     if held is not None:
         return
     now = read(conn, name)
-    if now is None or not now.live:
-        after = "its lease ran out"
-    elif now.epoch != epoch:
-        after = f"{now.who()} took it over"
-    else:
-        after = "another process holds it"
-    raise LeaseLostError(controller=holder, epoch=epoch, turn=name, after=after)
+    after = f"{now.who()} took it over" if now is not None and now.live else "its lease ran out"
+    raise LeaseLostError(controller=me.controller, epoch=epoch, turn=name, after=after)
 
 
 class Leases:
