@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from meshtui import crypto
+from meshtui.atomic import write_private
 from meshtui.controller.agents.client import AgentClient
 from meshtui.errors import AgentError, FencedOutError
 from meshtui.host.policy import node_policy
@@ -215,3 +216,24 @@ def test_the_highest_epoch_is_kept_in_the_record_beside_the_sequence_numbers(mes
     client(mesh, keys_a(mesh), Fence("ctl-a", 7)).call(messages.WITHDRAW, WITHDRAW_NOTHING)
     record = Path(mesh.nodes[NODE] / "accepted.log").read_text()
     assert '"e":7' in record.replace(" ", "")
+
+
+def test_an_epoch_kept_without_whose_it_is_goes_to_the_first_controller_to_show_it(mesh):
+    """A guard compacted before nodes kept whose their highest epoch is holds the epoch alone
+    (an upgrade): the first controller to show that epoch takes it, and the same epoch from
+    another is refused, also after a restart."""
+    mesh.stop(NODE)
+    old = {"floor": 0, "recent": [], "consumer": {}, "provider": {}, "epoch": 5}
+    write_private(mesh.nodes[NODE] / "accepted.log", (json.dumps(old) + "\n").encode())
+    mesh.start(NODE)
+    first = client(mesh, keys_a(mesh), Fence("ctl-a", 5))
+    assert first.call(messages.WITHDRAW, WITHDRAW_NOTHING) == {"consumer": []}
+    for restarted in (False, True):
+        if restarted:
+            mesh.start(NODE)
+        other = client(mesh, keys_a(mesh), Fence("ctl-b", 5))
+        with pytest.raises(
+            FencedOutError, match="already taken on this node .* by controller ctl-a"
+        ):
+            other.call(messages.WITHDRAW, WITHDRAW_NOTHING)
+        assert first.call(messages.WITHDRAW, WITHDRAW_NOTHING) == {"consumer": []}

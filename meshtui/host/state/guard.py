@@ -266,7 +266,7 @@ class Accepted:
             (line.get("epoch", 0), line.get("epoch_by")),
             (line.get("e", 0), line.get("c")),
         ):
-            if epoch > self.epoch:
+            if epoch > self.epoch or self._unclaimed(epoch):
                 self.epoch, self.epoch_by = epoch, by
         self._gens["consumer"].update(line.get("consumer", {}))
         self._gens["provider"].update(line.get("provider", {}))
@@ -337,6 +337,11 @@ class Accepted:
                 os.close(self._fd)
                 self._fd = -1
 
+    def _unclaimed(self, epoch: int) -> bool:
+        """True when ``epoch`` is the highest but nobody is known to hold it (kept by a guard
+        from before nodes kept whose it is): the first controller to show it takes it."""
+        return epoch == self.epoch > 0 and self.epoch_by is None
+
     # ---- sequence numbers -------------------------------------------------------------------
     def take(self, seq: int, controller: str | None = None, epoch: int | None = None) -> None:
         """Admit ``seq`` of ``controller`` once, in memory, or raise EnvelopeError saying why
@@ -369,7 +374,7 @@ class Accepted:
                     raise EnvelopeError("refused: replayed request (sequence number already used)")
                 numbers.recent.add(seq)
                 numbers.prune()
-            if epoch is not None and epoch > self.epoch:
+            if epoch is not None and (epoch > self.epoch or self._unclaimed(epoch)):
                 self.epoch, self.epoch_by = epoch, controller
 
     def record(
