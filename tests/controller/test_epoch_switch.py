@@ -79,3 +79,34 @@ def test_an_epoch_the_switch_lost_is_raised_past_and_its_lost_holder_stays_fence
             raise AssertionError(f"{node} accepted the lost holding's epoch {lost}")
     verified = mesh.cli("audit", "--verify")
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_a_request_signed_before_a_raise_is_signed_again_under_the_raised_epoch(
+    mesh,  # noqa: F811
+    pg,
+) -> None:
+    """A rotation signs its consumers' deliveries ahead. A raise meanwhile (another node held
+    a lost holding's epoch) must not leave them under the old epoch: a node the raised epoch
+    reached first would refuse this holder's own request, and the holder would raise again."""
+    from meshtui.controller import lock
+
+    share_lease(mesh.state, pg)
+    with mesh.controller() as ctl:
+        ctl.declare(mesh.decl)
+        assert ctl.push().ok
+        rows = ctl.inventory.nodes()
+    following = _lease_epoch(pg) + 1
+    keys = crypto.load_private(mesh.state / "controller.key")
+    lost = AgentClient(
+        rows["db1"], keys, sequence=wire.Sequence(), fence=lambda: Fence("ctl-z", following)
+    )
+    assert lost.call(messages.WITHDRAW, NOTHING) == NOTHING
+    with mesh.controller() as ctl, lock.delivering(ctl, "rotate"), ctl.agents() as agents:
+        assert ctl.fence.epoch == following and ctl.turn is not None
+        ahead = agents.client("app1").sign(messages.WITHDRAW, NOTHING)
+        with pytest.raises(FencedOutError):  # db1 holds the lost holding's equal epoch
+            agents.client("db1").call(messages.WITHDRAW, NOTHING)
+        assert ctl.fence.epoch == following + 1
+        assert agents.client("app1").call(messages.WITHDRAW, NOTHING) == NOTHING
+        assert agents.client("app1").call(messages.WITHDRAW, NOTHING, signed=ahead) == NOTHING
+        assert [ours for _, _, ours in ctl.turn.raised] == [following + 1]
