@@ -15,6 +15,7 @@ import os
 import pwd
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -95,6 +96,7 @@ def delivering(ctl: Reach, action: str) -> Iterator[None]:
         settings.lease,
         taken=ctl.state_dir / TAKEN_FILE,
     )
+    turn.raised_before = _last_raise(ctl)
     try:
         turn.take(action)
         ctl.fence, ctl.turn = Fence(settings.name, turn.epoch), turn
@@ -108,6 +110,7 @@ def delivering(ctl: Reach, action: str) -> Iterator[None]:
                     [],
                     {
                         "turn": DELIVER,
+                        "at": turn.raised_at,
                         "raised": [
                             {"node": node, "node_epoch": held, "epoch": ours}
                             for node, held, ours in turn.raised
@@ -120,6 +123,21 @@ def delivering(ctl: Reach, action: str) -> Iterator[None]:
             ctl.inventory.fence = None
             turn.release()
             leases.close()
+
+
+def _last_raise(ctl: Reach) -> float | None:
+    """When a holding of this inventory last raised its epoch (its ``lease-epoch-raised``
+    event says), or None when none did."""
+    event = ctl.inventory.last_event("lease-epoch-raised")
+    if event is None:
+        return None
+    at = event["detail"].get("at")
+    if isinstance(at, int | float):
+        return float(at)
+    try:  # recorded without its own time: the event's, a little later than the raise
+        return datetime.fromisoformat(event["at"]).timestamp()
+    except ValueError:
+        return None
 
 
 @contextmanager

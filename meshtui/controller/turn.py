@@ -23,6 +23,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 from meshtui.controller import config
@@ -101,6 +102,11 @@ class Turn:
         self.lost_why: str | None = None
         self.raised: list[tuple[str, int, int]] = []
         """Each raise of this holding's epoch: the node that held the epoch, its epoch, ours."""
+        self.raised_at: float | None = None
+        """When (this machine's wall clock) this holding first raised its epoch."""
+        self.raised_before: float | None = None
+        """When a holding of this inventory last raised its epoch before this one (its audit
+        says), None when none did: :meth:`foreign` compares a node's epoch with it."""
         self._writing = threading.Lock()  # a renewal and a raise never cross
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -170,6 +176,31 @@ class Turn:
         self.check()
         tx.check_lease(self.name, self.me, self.epoch)
 
+    def foreign(self, node: str, highest: int, at: float | None) -> str | None:
+        """Why ``node``'s epoch ``highest`` is not raised past, or None when it may be.
+
+        A switch loses holdings taken before it, so before the first raise past them. A node
+        that accepted ``highest`` (at ``at``, its clock) after the newest raise of this
+        inventory saw a holding that began after it and that this database does not know: a
+        lease on another database. Raising past it would let the two leases deliver by turns."""
+        if self.row is not None and self.row.epoch > highest:
+            return None  # nothing to raise past
+        last = max((t for t in (self.raised_before, self.raised_at) if t is not None), default=None)
+        if at is None or last is None or at <= last:
+            return None
+
+        def when(t: float) -> str:
+            return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds")
+
+        return (
+            f"not raised past: {node} accepted epoch {highest} at {when(at)}, after this "
+            f"inventory last raised its epoch ({when(last)}), so a controller holds a lease "
+            "this database does not know: are two controllers on two databases? Check each "
+            "controller.toml's [inventory] conninfo; meshtui audit --verify names the nodes "
+            "whose audit head this inventory does not hold. (A second switch that lost "
+            "holdings reads the same: the next commands catch up.)"
+        )
+
     def raise_past(self, node: str, highest: int) -> bool:
         """``node`` holds epoch ``highest`` at or past this holding's: raise ours to one above
         it while the lease is still ours (True), or lose the turn (False). The database's row
@@ -188,6 +219,8 @@ class Turn:
                 self._lose("the server says it is no longer this process's")
                 return False
             self.raised.append((node, highest, got.epoch))
+            if self.raised_at is None:
+                self.raised_at = time.time()
             self.row = got
             if self.taken is not None:  # unrecorded, a later repeat of it is only seen by nodes
                 with contextlib.suppress(OSError):

@@ -110,3 +110,45 @@ def test_a_request_signed_before_a_raise_is_signed_again_under_the_raised_epoch(
         assert agents.client("app1").call(messages.WITHDRAW, NOTHING) == NOTHING
         assert agents.client("app1").call(messages.WITHDRAW, NOTHING, signed=ahead) == NOTHING
         assert [ours for _, _, ours in ctl.turn.raised] == [following + 1]
+
+
+def test_a_holding_delivered_after_this_inventory_raised_past_it_is_not_raised_past_again(
+    mesh,  # noqa: F811
+    pg,
+) -> None:
+    """Two controllers on two databases (a failover gone wrong: one still on the old primary)
+    each hold a lease the other's database does not know. Raising past the other's epoch
+    once repairs a switch; the other delivering under a higher epoch again after that is no
+    holding a switch lost: raising past it again would let both deliver by turns. The nodes
+    keep fencing this one, and the refusal says why."""
+    share_lease(mesh.state, pg)
+    with mesh.controller() as ctl:
+        ctl.declare(mesh.decl)
+        assert ctl.push().ok
+        rows = ctl.inventory.nodes()
+    keys = crypto.load_private(mesh.state / "controller.key")
+    other = [_lease_epoch(pg) + 1]  # the other database's lease, as its holder signs it
+    holders = {
+        node: AgentClient(rows[node], keys, sequence=wire.Sequence(), fence=lambda: Fence("ctl-z", other[0]))
+        for node in mesh.nodes
+    }  # fmt: skip
+    for client in holders.values():
+        assert client.call(messages.WITHDRAW, NOTHING) == NOTHING
+    first = mesh.cli("rotate", "--yes", GITEA)  # meets it: raised past it once
+    assert first.returncode != 0
+    with mesh.controller(read_only=True) as ctl:
+        (event,) = [e for e in ctl.inventory.events() if e["kind"] == "lease-epoch-raised"]
+    ours = max(r["epoch"] for r in event["detail"]["raised"])
+
+    other[0] = ours + 3  # the other raised past ours on its database, and delivers again
+    for client in holders.values():
+        assert client.call(messages.WITHDRAW, NOTHING) == NOTHING
+    for _ in range(2):
+        again = mesh.cli("rotate", "--yes", GITEA)
+        out = again.stdout + again.stderr
+        assert again.returncode != 0, out
+        assert "a lease this database does not know" in out, out
+    with mesh.controller(read_only=True) as ctl:
+        raised = [e for e in ctl.inventory.events() if e["kind"] == "lease-epoch-raised"]
+    assert len(raised) == 1
+    assert _lease_epoch(pg) < other[0]

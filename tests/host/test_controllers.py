@@ -237,3 +237,24 @@ def test_an_epoch_kept_without_whose_it_is_goes_to_the_first_controller_to_show_
         ):
             other.call(messages.WITHDRAW, WITHDRAW_NOTHING)
         assert first.call(messages.WITHDRAW, WITHDRAW_NOTHING) == {"consumer": []}
+
+
+def test_a_refusal_for_the_epoch_says_when_the_node_first_accepted_it_also_after_a_restart(mesh):
+    """A holder raises past an epoch a switch lost, never past one accepted after its own
+    database last raised: the refusal says when, by the node's clock, kept across a restart."""
+    before = time.time()
+    first = client(mesh, keys_a(mesh), Fence("ctl-b", 5))
+    for _ in range(3):  # later requests under the epoch do not move it
+        assert first.call(messages.WITHDRAW, WITHDRAW_NOTHING) == {"consumer": []}
+    after = time.time()
+    told: list[float] = []
+    for restarted in (False, True):
+        if restarted:
+            mesh.start(NODE)
+        resp = post(mesh, signed(keys_a(mesh), Fence("ctl-a", 4), wire.WITHDRAW, WITHDRAW_NOTHING))
+        assert resp.status_code == 409
+        payload = json.loads(crypto.unb64(resp.json()["body"]))["payload"]
+        assert payload["highest"] == 5
+        told.append(payload["at"])
+    assert before <= told[0] <= after
+    assert told[1] == told[0]

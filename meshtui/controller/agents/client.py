@@ -77,9 +77,11 @@ FenceSource = Callable[[], Fence]
 a lease taken or lost changes the epoch)."""
 SendCheck = Callable[[], None]
 """Called before each request is sent; raises to send nothing (a lease turn that ended)."""
-FencedHook = Callable[[str, int], None]
-"""Told of a node that refused a request for its epoch: the node, and the highest epoch it
-holds (the lease's holder raises its own epoch past it: :meth:`meshtui.controller.turn.Turn.raise_past`)."""
+FencedHook = Callable[[str, int, float | None], str | None]
+"""Told of a node that refused a request for its epoch: the node, the highest epoch it holds
+and when it first accepted it (the lease's holder raises its own epoch past it:
+:meth:`meshtui.controller.turn.Turn.raise_past`); returns what the refusal should add (why
+it was not raised past), or None."""
 
 
 @functools.cache
@@ -344,10 +346,11 @@ class AgentClient:
             if resp.status_code != 200 or msg.kind == messages.ERROR.name:
                 refusal = messages.ERROR.answer_of(msg.payload)
                 if resp.status_code == FENCED:  # signed: the node's word, for this request
-                    highest = refusal.get("highest")
+                    highest, said = refusal.get("highest"), refusal["error"]
                     if highest is not None and self._fenced is not None:
-                        self._fenced(self.name, highest)
-                    raise FencedOutError(self.name, refusal["error"], highest)
+                        added = self._fenced(self.name, highest, refusal.get("at"))
+                        said = f"{said}; {added}" if added else said
+                    raise FencedOutError(self.name, said, highest)
                 raise AgentError(self.name, refusal["error"])
             if msg.kind != kind.name:
                 raise MessageError(f"the answer is a {msg.kind!r}, not a {kind.name!r}")
