@@ -96,7 +96,7 @@ def delivering(ctl: Reach, action: str) -> Iterator[None]:
         settings.lease,
         taken=ctl.state_dir / TAKEN_FILE,
     )
-    turn.raised_before = _last_raise(ctl)
+    turn.last_raise = lambda: _last_raise(ctl)
     try:
         turn.take(action)
         ctl.fence, ctl.turn = Fence(settings.name, turn.epoch), turn

@@ -104,9 +104,10 @@ class Turn:
         """Each raise of this holding's epoch: the node that held the epoch, its epoch, ours."""
         self.raised_at: float | None = None
         """When (this machine's wall clock) this holding first raised its epoch."""
-        self.raised_before: float | None = None
-        """When a holding of this inventory last raised its epoch before this one (its audit
-        says), None when none did: :meth:`foreign` compares a node's epoch with it."""
+        self.last_raise: Callable[[], float | None] = lambda: None
+        """When a holding of this inventory last raised its epoch (its audit says; None: none
+        did), asked by :meth:`foreign` only when a node refuses (a read of the audit)."""
+        self._earlier: list[float | None] = []  # last_raise's answer, once asked
         self._writing = threading.Lock()  # a renewal and a raise never cross
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -185,8 +186,12 @@ class Turn:
         lease on another database. Raising past it would let the two leases deliver by turns."""
         if self.row is not None and self.row.epoch > highest:
             return None  # nothing to raise past
-        last = max((t for t in (self.raised_before, self.raised_at) if t is not None), default=None)
-        if at is None or last is None or at <= last:
+        if at is None:
+            return None
+        if not self._earlier:
+            self._earlier.append(self.last_raise())
+        last = max((t for t in (*self._earlier, self.raised_at) if t is not None), default=None)
+        if last is None or at <= last:
             return None
 
         def when(t: float) -> str:
