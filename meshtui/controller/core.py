@@ -295,10 +295,10 @@ class Controller:
     def _fenced(self, node: str, highest: int, at: float | None) -> str | None:
         """A node holds an epoch at or past this holding's: raise the holding's epoch past it
         when the lease is still this process's (the next requests carry it), or lose the turn;
-        or say why not (:meth:`meshtui.controller.turn.Turn.foreign`)."""
+        or say why not (:meth:`meshtui.controller.turn.Turn.why_not_past`)."""
         if self.turn is None:
             return None
-        why = self.turn.foreign(node, highest, at)
+        why = self.turn.why_not_past(node, highest, at)
         if why is None and self.turn.raise_past(node, highest):
             self.fence = Fence(self.fence.controller, self.turn.epoch)
         return why

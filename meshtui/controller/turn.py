@@ -31,6 +31,7 @@ from meshtui.controller.config import LeaseConfig
 from meshtui.errors import InventoryError, LeaseLostError, RotationBusyError
 from meshtui.inventory import Transaction, lease
 from meshtui.inventory.lease import Claimant, LeaseRow, Leases
+from meshtui.protocol.fence import EPOCH_MAX
 
 __all__ = ["TAKEN_FILE", "Claimant", "LeaseRow", "Turn", "claimant", "note_taken", "watch_turn"]
 
@@ -106,7 +107,7 @@ class Turn:
         """When (this machine's wall clock) this holding first raised its epoch."""
         self.last_raise: Callable[[], float | None] = lambda: None
         """When a holding of this inventory last raised its epoch (its audit says; None: none
-        did), asked by :meth:`foreign` only when a node refuses (a read of the audit)."""
+        did), asked by :meth:`why_not_past` only when a node refuses (a read of the audit)."""
         self._earlier: list[float | None] = []  # last_raise's answer, once asked
         self._writing = threading.Lock()  # a renewal and a raise never cross
         self._stop = threading.Event()
@@ -177,15 +178,22 @@ class Turn:
         self.check()
         tx.check_lease(self.name, self.me, self.epoch)
 
-    def foreign(self, node: str, highest: int, at: float | None) -> str | None:
+    def why_not_past(self, node: str, highest: int, at: float | None) -> str | None:
         """Why ``node``'s epoch ``highest`` is not raised past, or None when it may be.
 
-        A switch loses holdings taken before it, so before the first raise past them. A node
+        Beyond :data:`EPOCH_MAX` no lease gave it. A switch loses holdings taken before it,
+        so before the first raise past them. A node
         that accepted ``highest`` (at ``at``, its clock) after the newest raise of this
         inventory saw a holding that began after it and that this database does not know: a
         lease on another database. Raising past it would let the two leases deliver by turns."""
         if self.row is not None and self.row.epoch > highest:
             return None  # nothing to raise past
+        if highest >= EPOCH_MAX:
+            return (
+                f"not raised past: {node} says it accepted epoch {highest}, beyond any epoch a "
+                f"lease gives ({EPOCH_MAX} at most): its record of accepted requests "
+                "(accepted.log) was changed on that node; check the node"
+            )
         if at is None:
             return None
         if not self._earlier:

@@ -5,6 +5,8 @@ the one they hold (said in the audit) and delivers, and the lost holder stays fe
 
 from __future__ import annotations
 
+import json
+
 import psycopg
 import pytest
 from psycopg import sql
@@ -152,3 +154,30 @@ def test_a_holding_delivered_after_this_inventory_raised_past_it_is_not_raised_p
         raised = [e for e in ctl.inventory.events() if e["kind"] == "lease-epoch-raised"]
     assert len(raised) == 1
     assert _lease_epoch(pg) < other[0]
+
+
+def test_a_node_claiming_an_epoch_beyond_any_real_one_is_not_raised_past(
+    mesh,  # noqa: F811
+    pg,
+) -> None:
+    """Root on one node can make its agent say any epoch (its guard is its own file). A
+    node speaks only for its own ends: raising the lease to the epoch it claims would let it
+    end every controller's turns (the next taking overflows the lease's bigint)."""
+    from meshtui.atomic import write_private
+    from meshtui.controller import lock
+
+    share_lease(mesh.state, pg)
+    with mesh.controller() as ctl:
+        ctl.declare(mesh.decl)
+        assert ctl.push().ok
+    mesh.stop("db1")
+    tampered = {"floor": 0, "recent": [], "consumer": {}, "provider": {}, "epoch": 2**63 - 2}
+    write_private(mesh.nodes["db1"] / "accepted.log", (json.dumps(tampered) + "\n").encode())
+    mesh.start("db1")
+
+    refused = mesh.cli("rotate", "--yes", GITEA)
+    out = refused.stdout + refused.stderr
+    assert refused.returncode != 0 and "beyond any epoch a lease gives" in out, out
+    assert _lease_epoch(pg) < 2**53
+    with mesh.controller() as ctl, lock.delivering(ctl, "push"):  # the turn is still taken
+        assert 0 < ctl.fence.epoch < 2**53
