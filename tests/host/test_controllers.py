@@ -258,3 +258,21 @@ def test_a_refusal_for_the_epoch_says_when_the_node_first_accepted_it_also_after
         told.append(payload["at"])
     assert before <= told[0] <= after
     assert told[1] == told[0]
+
+
+def test_whose_epoch_and_when_survive_a_compaction_of_the_record(tmp_path, monkeypatch):
+    from meshtui.errors import FencedError
+    from meshtui.host.state import guard
+
+    monkeypatch.setattr(guard, "COMPACT_EVERY", 3)
+    accepted = guard.Accepted(tmp_path, NODE, [])
+    for seq in range(1, 9):
+        accepted.take(seq, "ctl-b", 5)
+        accepted.record(seq, (), controller="ctl-b", epoch=5)
+    at = accepted.epoch_at
+    accepted.close()
+    assert len((tmp_path / "accepted.log").read_text().splitlines()) < 8  # compacted
+    again = guard.Accepted(tmp_path, NODE, [])
+    assert (again.epoch, again.epoch_by, again.epoch_at) == (5, "ctl-b", at)
+    with pytest.raises(FencedError, match="already taken on this node"):
+        again.take(100, "ctl-a", 5)
