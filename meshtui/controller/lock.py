@@ -25,6 +25,8 @@ from meshtui.protocol.fence import Fence
 
 if TYPE_CHECKING:
     from meshtui.controller.reach import Reach
+    from meshtui.controller.turn import Raise
+    from meshtui.inventory.lease import Leases
 
 LOCK_FILE = "deliver.lock"
 WHO: str | None = None
@@ -111,6 +113,7 @@ def delivering(ctl: Reach, action: str) -> Iterator[None]:
                     {
                         "turn": DELIVER,
                         "at": turn.raised_at,
+                        "timeline": _timeline(leases),
                         "raised": [
                             {"node": node, "node_epoch": held, "epoch": ours}
                             for node, held, ours in turn.raised
@@ -125,18 +128,29 @@ def delivering(ctl: Reach, action: str) -> Iterator[None]:
             leases.close()
 
 
-def _last_raise(ctl: Reach) -> float | None:
-    """When a holding of this inventory last raised its epoch (its ``lease-epoch-raised``
-    event says), or None when none did."""
+def _last_raise(ctl: Reach) -> Raise | None:
+    """When a holding of this inventory last raised its epoch, and on which timeline (its
+    ``lease-epoch-raised`` event says), or None when none did."""
+    from meshtui.controller.turn import Raise
+
     event = ctl.inventory.last_event("lease-epoch-raised")
     if event is None:
         return None
-    at = event["detail"].get("at")
+    at, timeline = event["detail"].get("at"), event["detail"].get("timeline")
+    timeline = timeline if isinstance(timeline, int) else None
     if isinstance(at, int | float):
-        return float(at)
+        return Raise(float(at), timeline)
     try:  # recorded without its own time: the event's, a little later than the raise
-        return datetime.fromisoformat(event["at"]).timestamp()
+        return Raise(datetime.fromisoformat(event["at"]).timestamp(), timeline)
     except ValueError:
+        return None
+
+
+def _timeline(leases: Leases) -> int | None:
+    """The lease server's timeline now, or None when it cannot be asked."""
+    try:
+        return leases.timeline()
+    except InventoryError:
         return None
 
 

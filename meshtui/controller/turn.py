@@ -23,6 +23,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -33,12 +34,30 @@ from meshtui.inventory import Transaction, lease
 from meshtui.inventory.lease import Claimant, LeaseRow, Leases
 from meshtui.protocol.fence import EPOCH_MAX
 
-__all__ = ["TAKEN_FILE", "Claimant", "LeaseRow", "Turn", "claimant", "note_taken", "watch_turn"]
+__all__ = [
+    "TAKEN_FILE",
+    "Claimant",
+    "LeaseRow",
+    "Raise",
+    "Turn",
+    "claimant",
+    "note_taken",
+    "watch_turn",
+]
 
 TAKEN_FILE = "deliver.epoch"
 """In a controller's state folder: the highest ``deliver`` epoch a process of it took."""
 OWN = "this controller"
 """Where a raise found the epoch when a process of this controller took it (not a node)."""
+
+
+@dataclass(frozen=True)
+class Raise:
+    """An earlier raise of this inventory's epoch: when (the raiser's clock), and on which
+    timeline of the server (None: not known)."""
+
+    at: float
+    timeline: int | None
 
 
 def note_taken(path: Path, epoch: int) -> int:
@@ -105,10 +124,11 @@ class Turn:
         """Each raise of this holding's epoch: the node that held the epoch, its epoch, ours."""
         self.raised_at: float | None = None
         """When (this machine's wall clock) this holding first raised its epoch."""
-        self.last_raise: Callable[[], float | None] = lambda: None
-        """When a holding of this inventory last raised its epoch (its audit says; None: none
-        did), asked by :meth:`why_not_past` only when a node refuses (a read of the audit)."""
-        self._earlier: list[float | None] = []  # last_raise's answer, once asked
+        self.last_raise: Callable[[], Raise | None] = lambda: None
+        """When a holding of this inventory last raised its epoch, and on which timeline of
+        the server (its audit says; None: none did), asked by :meth:`why_not_past` only when
+        a node refuses (a read of the audit)."""
+        self._earlier: list[float] = []  # when an earlier raise counts, once asked
         self._writing = threading.Lock()  # a renewal and a raise never cross
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -197,9 +217,9 @@ class Turn:
         if at is None:
             return None
         if not self._earlier:
-            self._earlier.append(self.last_raise())
-        last = max((t for t in (*self._earlier, self.raised_at) if t is not None), default=None)
-        if last is None or at <= last:
+            self._earlier.append(self._earlier_raise())
+        last = max(self._earlier[0], self.raised_at or 0.0)
+        if not last or at <= last:
             return None
 
         def when(t: float) -> str:
@@ -213,6 +233,22 @@ class Turn:
             "whose audit head this inventory does not hold. (A second switch that lost "
             "holdings reads the same: the next commands catch up.)"
         )
+
+    def _earlier_raise(self) -> float:
+        """When an earlier holding raised its epoch on the server's timeline of now (0: none
+        did). A raise on an earlier timeline was before a promotion since, which may have lost
+        holdings again: those nodes' epochs are raised past once more."""
+        earlier = self.last_raise()
+        if earlier is None:
+            return 0.0
+        if earlier.timeline is not None:
+            try:
+                now = self.leases.timeline()
+            except InventoryError:
+                now = None
+            if now is not None and now != earlier.timeline:
+                return 0.0
+        return earlier.at
 
     def raise_past(self, node: str, highest: int) -> bool:
         """``node`` holds epoch ``highest`` at or past this holding's: raise ours to one above

@@ -196,6 +196,16 @@ def raise_epoch(
     )
 
 
+def timeline(conn: psycopg.Connection[Any]) -> int | None:
+    """The server's WAL timeline (a standby's promotion starts a new one: the only switch that
+    can lose holdings), read from its current WAL file's name; None when it cannot say."""
+    try:
+        row = conn.execute("SELECT substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)").fetchone()
+    except psycopg.Error:
+        return None
+    return int(row[0], 16) if row is not None and row[0] else None
+
+
 def release(conn: psycopg.Connection[Any], name: str, me: Claimant, epoch: int) -> bool:
     """End the holding now (the row stays, run out, naming its last holder and epoch); False
     when it had already ended or was taken."""
@@ -287,6 +297,10 @@ class Leases:
     def raise_epoch(self, name: str, me: Claimant, epoch: int, to: int) -> LeaseRow | None:
         """:func:`raise_epoch` on this connection."""
         return self._run(lambda c: raise_epoch(c, name, me, epoch, to))
+
+    def timeline(self) -> int | None:
+        """:func:`timeline` on this connection."""
+        return self._run(timeline)
 
     def release(self, name: str, me: Claimant, epoch: int) -> bool:
         """:func:`release` on this connection."""

@@ -245,3 +245,31 @@ def test_a_process_given_an_epoch_another_process_of_its_controller_took_raises_
     with Controller.open(folder) as ctl:
         (raised,) = [e for e in ctl.events() if e.kind == "lease-epoch-raised"]
     assert raised.detail["raised"][0]["node_epoch"] == held
+
+
+def test_a_raise_on_an_earlier_timeline_does_not_stop_the_next_switchs(conninfo_file: Path) -> None:
+    """A node's epoch accepted after this inventory's last raise is a lease this database does
+    not know, unless the server was promoted since (a new timeline): a second switch may have
+    lost holdings again, and they are raised past like the first's."""
+    import time
+
+    from meshtui.controller.turn import Raise
+
+    leases = Leases.from_file(conninfo_file)
+    mine = Turn(leases, lease.DELIVER, claimant("ctl-a"), "push", LeaseConfig())
+    try:
+        assert mine.try_take()
+        now = leases.timeline()
+        assert now is not None
+        earlier = time.time() - 3600
+        mine.last_raise = lambda: Raise(earlier, now)
+        said = mine.why_not_past("app1", mine.epoch, time.time())
+        assert said is not None and "a lease this database does not know" in said
+        assert mine.why_not_past("app1", mine.epoch, earlier - 1) is None  # before that raise
+        again = Turn(leases, lease.DELIVER, claimant("ctl-a"), "push", LeaseConfig())
+        again.row = mine.row
+        again.last_raise = lambda: Raise(earlier, now - 1)  # raised before a promotion
+        assert again.why_not_past("app1", mine.epoch, time.time()) is None
+    finally:
+        mine.release()
+        leases.close()
