@@ -371,9 +371,7 @@ class Accepted:
                 )
             ):
                 who = controller or "the controller"
-                raise FencedError(
-                    self._node, who, epoch, self.epoch, self.epoch_by, self.epoch_at
-                )
+                raise FencedError(self._node, who, epoch, self.epoch, self.epoch_by, self.epoch_at)
             numbers = self._of(controller)
             if seq in numbers.ahead:  # recorded ahead: admitted once, its line already on disk
                 numbers.ahead.discard(seq)
