@@ -201,9 +201,17 @@ class FencedError(WireError):
     lost its turn (another took the lease since), so the node does nothing it asks."""
 
     def __init__(
-        self, node: str, controller: str, epoch: int, highest: int, by: str | None = None
+        self,
+        node: str,
+        controller: str,
+        epoch: int,
+        highest: int,
+        by: str | None = None,
+        at: float | None = None,
     ) -> None:
         self.node, self.controller, self.epoch, self.highest = node, controller, epoch, highest
+        self.at = at
+        """When this node first accepted ``highest`` (its clock; None: it does not know)."""
         if epoch < highest:
             why = (
                 f"controller {controller}'s epoch {epoch} is behind epoch {highest} this node "

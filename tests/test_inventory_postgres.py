@@ -444,6 +444,8 @@ def test_a_holding_the_standby_never_received_gives_its_epoch_again_and_is_raise
         lease.ensure_table(conn)
         first = lease.acquire(conn, lease.DELIVER, a, "push", 30)
         assert first is not None
+        before = lease.timeline(conn)
+        assert before is not None
         assert lease.release(conn, lease.DELIVER, a, first.epoch)
         lsn = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
     with database(standby.on_standby) as conn:  # the release is there; then no more
@@ -469,15 +471,17 @@ def test_a_holding_the_standby_never_received_gives_its_epoch_again_and_is_raise
     with database(standby.on_standby) as conn:
         conn.autocommit = True
         assert lease.renew(conn, lease.DELIVER, a, lost.epoch, 30) is None  # not trusted
+        after = lease.timeline(conn)  # the promotion: a new timeline, which a raise records
+        assert after is not None and after > before
         with pytest.raises(LeaseLostError), conn.transaction():
-            lease.check(conn, lease.DELIVER, "ctl-a", lost.epoch)
+            lease.check(conn, lease.DELIVER, a, lost.epoch)
         taken = lease.acquire(conn, lease.DELIVER, b, "push", 30)
         assert taken is not None and taken.epoch == lost.epoch  # the same number again
         raised = lease.raise_epoch(conn, lease.DELIVER, b, taken.epoch, lost.epoch + 1)
         assert raised is not None and raised.epoch == lost.epoch + 1 and raised.holder == "ctl-b"
         assert lease.raise_epoch(conn, lease.DELIVER, a, lost.epoch, lost.epoch + 9) is None
         with conn.transaction():
-            lease.check(conn, lease.DELIVER, "ctl-b", raised.epoch)
+            lease.check(conn, lease.DELIVER, b, raised.epoch)
         renewed = lease.renew(conn, lease.DELIVER, b, raised.epoch, 30)
         assert renewed is not None and renewed.epoch == raised.epoch
 

@@ -145,7 +145,7 @@ def test_a_takeover_waits_for_a_fenced_writes_commit_and_a_stale_write_is_refuse
     assert held is not None
     with psycopg.connect(conninfo) as writer:  # the inventory's connection of controller A
         with writer.transaction():
-            lease.check(writer, lease.DELIVER, "ctl-a", held.epoch)  # holds: row locked FOR SHARE
+            lease.check(writer, lease.DELIVER, A, held.epoch)  # holds: row locked FOR SHARE
             writer.execute("INSERT INTO written VALUES ('ctl-a', %s)", (held.epoch,))
             time.sleep(1.0)  # the lease runs out while the write is still open
             taken: list[lease.LeaseRow | None] = []
@@ -165,7 +165,7 @@ def test_a_takeover_waits_for_a_fenced_writes_commit_and_a_stale_write_is_refuse
         lost = pytest.raises(LeaseLostError, match=r"ctl-a no longer holds the deliver turn")
         with lost as exc, writer.transaction():
             writer.execute("INSERT INTO written VALUES ('stale', %s)", (held.epoch,))
-            lease.check(writer, lease.DELIVER, "ctl-a", held.epoch)
+            lease.check(writer, lease.DELIVER, A, held.epoch)
         assert "controller ctl-b (host host-b" in str(exc.value)
         assert exc.value.epoch == held.epoch
         rows = writer.execute("SELECT by FROM written ORDER BY by").fetchall()
@@ -178,7 +178,7 @@ def test_an_expired_holding_fails_the_check_even_before_anyone_takes_over(two: A
     assert held is not None
     time.sleep(0.4)
     with pytest.raises(LeaseLostError, match="its lease ran out"), a.transaction():
-        lease.check(a, lease.DELIVER, "ctl-a", held.epoch)
+        lease.check(a, lease.DELIVER, A, held.epoch)
 
 
 def test_controllers_starting_together_on_a_new_database_make_the_lease_table_once(

@@ -293,11 +293,16 @@ class Controller:
         if self.turn is not None:
             self.turn.check()
 
-    def _fenced(self, node: str, highest: int) -> None:
+    def _fenced(self, node: str, highest: int, at: float | None) -> str | None:
         """A node holds an epoch at or past this holding's: raise the holding's epoch past it
-        when the lease is still this process's (the next requests carry it), or lose the turn."""
-        if self.turn is not None and self.turn.raise_past(node, highest):
+        when the lease is still this process's (the next requests carry it), or lose the turn;
+        or say why not (:meth:`meshtui.controller.turn.Turn.why_not_past`)."""
+        if self.turn is None:
+            return None
+        why = self.turn.why_not_past(node, highest, at)
+        if why is None and self.turn.raise_past(node, highest):
             self.fence = Fence(self.fence.controller, self.turn.epoch)
+        return why
 
     def _ends(self, ids: Iterable[str], *, consumers_only: bool = False) -> list[str]:
         """The nodes holding an end of the live pairs among ``ids`` (for refusals)."""

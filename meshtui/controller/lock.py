@@ -15,6 +15,7 @@ import os
 import pwd
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,8 @@ from meshtui.protocol.fence import Fence
 
 if TYPE_CHECKING:
     from meshtui.controller.reach import Reach
+    from meshtui.controller.turn import Raise
+    from meshtui.inventory.lease import Leases
 
 LOCK_FILE = "deliver.lock"
 WHO: str | None = None
@@ -82,12 +85,20 @@ def delivering(ctl: Reach, action: str) -> Iterator[None]:
         with _flock(ctl.state_dir, action):
             yield
         return
-    from meshtui.controller.turn import Turn, claimant
+    from meshtui.controller.turn import TAKEN_FILE, Turn, claimant
     from meshtui.inventory.lease import DELIVER, Leases
 
     leases = Leases.from_file(postgres)
     label = f"{WHO} {action}" if WHO else action
-    turn = Turn(leases, DELIVER, claimant(settings.name), label, settings.lease)
+    turn = Turn(
+        leases,
+        DELIVER,
+        claimant(settings.name),
+        label,
+        settings.lease,
+        taken=ctl.state_dir / TAKEN_FILE,
+    )
+    turn.last_raise = lambda: _last_raise(ctl)
     try:
         turn.take(action)
         ctl.fence, ctl.turn = Fence(settings.name, turn.epoch), turn
@@ -101,6 +112,8 @@ def delivering(ctl: Reach, action: str) -> Iterator[None]:
                     [],
                     {
                         "turn": DELIVER,
+                        "at": turn.raised_at,
+                        "timeline": _timeline(leases),
                         "raised": [
                             {"node": node, "node_epoch": held, "epoch": ours}
                             for node, held, ours in turn.raised
@@ -113,6 +126,32 @@ def delivering(ctl: Reach, action: str) -> Iterator[None]:
             ctl.inventory.fence = None
             turn.release()
             leases.close()
+
+
+def _last_raise(ctl: Reach) -> Raise | None:
+    """When a holding of this inventory last raised its epoch, and on which timeline (its
+    ``lease-epoch-raised`` event says), or None when none did."""
+    from meshtui.controller.turn import Raise
+
+    event = ctl.inventory.last_event("lease-epoch-raised")
+    if event is None:
+        return None
+    at, timeline = event["detail"].get("at"), event["detail"].get("timeline")
+    timeline = timeline if isinstance(timeline, int) else None
+    if isinstance(at, int | float):
+        return Raise(float(at), timeline)
+    try:  # recorded without its own time: the event's, a little later than the raise
+        return Raise(datetime.fromisoformat(event["at"]).timestamp(), timeline)
+    except ValueError:
+        return None
+
+
+def _timeline(leases: Leases) -> int | None:
+    """The lease server's timeline now, or None when it cannot be asked."""
+    try:
+        return leases.timeline()
+    except InventoryError:
+        return None
 
 
 @contextmanager

@@ -7,15 +7,24 @@ renewal was *sent*: the server set the lease's end ``length_s`` after it receive
 statement, so stopping ``deadline_s`` (< ``length_s``) after sending it stops before anyone
 else can take the turn, whatever the two machines' wall clocks say. A renewal that fails is
 retried every ``retry_s``; a renewal the server refuses (the turn was taken) ends it at once.
+
+The processes of one controller on one machine also keep, in its state folder, the highest
+epoch one of them took (:data:`TAKEN_FILE`): a node tells holdings apart by their controller's
+name only, so a process given an epoch another process of its controller took (the lease's
+database lost that holding in a switch) raises its own past it before it sends anything.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from meshtui.controller import config
@@ -23,8 +32,50 @@ from meshtui.controller.config import LeaseConfig
 from meshtui.errors import InventoryError, LeaseLostError, RotationBusyError
 from meshtui.inventory import Transaction, lease
 from meshtui.inventory.lease import Claimant, LeaseRow, Leases
+from meshtui.protocol.fence import EPOCH_MAX
 
-__all__ = ["Claimant", "LeaseRow", "Turn", "claimant", "watch_turn"]
+__all__ = [
+    "TAKEN_FILE",
+    "Claimant",
+    "LeaseRow",
+    "Raise",
+    "Turn",
+    "claimant",
+    "note_taken",
+    "watch_turn",
+]
+
+TAKEN_FILE = "deliver.epoch"
+"""In a controller's state folder: the highest ``deliver`` epoch a process of it took."""
+OWN = "this controller"
+"""Where a raise found the epoch when a process of this controller took it (not a node)."""
+
+
+@dataclass(frozen=True)
+class Raise:
+    """An earlier raise of this inventory's epoch: when (the raiser's clock), and on which
+    timeline of the server (None: not known)."""
+
+    at: float
+    timeline: int | None
+
+
+def note_taken(path: Path, epoch: int) -> int:
+    """Record in ``path`` (0600, under ``flock``, fsynced) that a process of this controller
+    took ``epoch``; return the highest one taken before. OSError when it cannot."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            before = int(os.pread(fd, 32, 0).split()[0])
+        except (ValueError, IndexError):
+            before = 0  # a new (or unreadable) file
+        if epoch > before:
+            os.pwrite(fd, f"{epoch:020d}\n".encode(), 0)
+            os.fsync(fd)
+        return before
+    finally:
+        os.close(fd)  # releases the flock
 
 
 def claimant(controller: str) -> Claimant:
@@ -57,8 +108,11 @@ class Turn:
         *,
         clock: Callable[[], float] = time.monotonic,
         on_lost: Callable[[str], None] | None = None,
+        taken: Path | None = None,
     ) -> None:
         self.leases, self.name, self.me, self.action = leases, name, me, action
+        self.taken = taken
+        """The file of the epochs this controller's processes took (:func:`note_taken`)."""
         self.numbers = numbers
         self.clock = clock
         self.on_lost = on_lost
@@ -68,6 +122,13 @@ class Turn:
         self.lost_why: str | None = None
         self.raised: list[tuple[str, int, int]] = []
         """Each raise of this holding's epoch: the node that held the epoch, its epoch, ours."""
+        self.raised_at: float | None = None
+        """When (this machine's wall clock) this holding first raised its epoch."""
+        self.last_raise: Callable[[], Raise | None] = lambda: None
+        """When a holding of this inventory last raised its epoch, and on which timeline of
+        the server (its audit says; None: none did), asked by :meth:`why_not_past` only when
+        a node refuses (a read of the audit)."""
+        self._earlier: list[float] = []  # when an earlier raise counts, once asked
         self._writing = threading.Lock()  # a renewal and a raise never cross
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -87,6 +148,12 @@ class Turn:
             return False
         self.row, self.other, self.renewed_at, self.lost_why = got, None, sent, None
         self._stop.clear()
+        if self.taken is not None:
+            try:
+                self._past_own(self.taken, got.epoch)
+            except BaseException:
+                self.release()
+                raise
         self._thread = threading.Thread(
             target=self._renewing, name=f"meshtui lease {self.name}", daemon=True
         )
@@ -129,7 +196,59 @@ class Turn:
         """Inside a delivering write's transaction ``tx``: the holding still holds by the
         server's clock, and the row stays locked until it commits."""
         self.check()
-        tx.check_lease(self.name, self.me.controller, self.epoch)
+        tx.check_lease(self.name, self.me, self.epoch)
+
+    def why_not_past(self, node: str, highest: int, at: float | None) -> str | None:
+        """Why ``node``'s epoch ``highest`` is not raised past, or None when it may be.
+
+        Beyond :data:`EPOCH_MAX` no lease gave it. A switch loses holdings taken before it,
+        so before the first raise past them. A node
+        that accepted ``highest`` (at ``at``, its clock) after the newest raise of this
+        inventory saw a holding that began after it and that this database does not know: a
+        lease on another database. Raising past it would let the two leases deliver by turns."""
+        if self.row is not None and self.row.epoch > highest:
+            return None  # nothing to raise past
+        if highest >= EPOCH_MAX:
+            return (
+                f"not raised past: {node} says it accepted epoch {highest}, beyond any epoch a "
+                f"lease gives ({EPOCH_MAX} at most): its record of accepted requests "
+                "(accepted.log) was changed on that node; check the node"
+            )
+        if at is None:
+            return None
+        if not self._earlier:
+            self._earlier.append(self._earlier_raise())
+        last = max(self._earlier[0], self.raised_at or 0.0)
+        if not last or at <= last:
+            return None
+
+        def when(t: float) -> str:
+            return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds")
+
+        return (
+            f"not raised past: {node} accepted epoch {highest} at {when(at)}, after this "
+            f"inventory last raised its epoch ({when(last)}), so a controller holds a lease "
+            "this database does not know: are two controllers on two databases? Check each "
+            "controller.toml's [inventory] conninfo; meshtui audit --verify names the nodes "
+            "whose audit head this inventory does not hold. (A second switch that lost "
+            "holdings reads the same: the next commands catch up.)"
+        )
+
+    def _earlier_raise(self) -> float:
+        """When an earlier holding raised its epoch on the server's timeline of now (0: none
+        did). A raise on an earlier timeline was before a promotion since, which may have lost
+        holdings again: those nodes' epochs are raised past once more."""
+        earlier = self.last_raise()
+        if earlier is None:
+            return 0.0
+        if earlier.timeline is not None:
+            try:
+                now = self.leases.timeline()
+            except InventoryError:
+                now = None
+            if now is not None and now != earlier.timeline:
+                return 0.0
+        return earlier.at
 
     def raise_past(self, node: str, highest: int) -> bool:
         """``node`` holds epoch ``highest`` at or past this holding's: raise ours to one above
@@ -149,8 +268,30 @@ class Turn:
                 self._lose("the server says it is no longer this process's")
                 return False
             self.raised.append((node, highest, got.epoch))
+            if self.raised_at is None:
+                self.raised_at = time.time()
             self.row = got
+            if self.taken is not None:  # unrecorded, a later repeat of it is only seen by nodes
+                with contextlib.suppress(OSError):
+                    note_taken(self.taken, got.epoch)
             return True
+
+    def _past_own(self, taken: Path, epoch: int) -> None:
+        """Raise the holding's epoch past the highest a process of this controller took (kept
+        in ``taken``) when ``epoch`` is not above it; InventoryError (nothing sent yet) when
+        that cannot be done."""
+        try:
+            before = note_taken(taken, epoch)
+        except OSError as exc:
+            raise InventoryError(
+                f"{taken}: cannot record the epoch taken ({exc.strerror}); nothing was sent"
+            ) from None
+        if before >= epoch and not self.raise_past(OWN, before):
+            raise InventoryError(
+                f"epoch {epoch} of the {self.name} turn was taken before by a process of "
+                f"controller {self.me.controller} ({taken}) and could not be raised past "
+                "it; nothing was sent: run the command again"
+            )
 
     def release(self) -> None:
         """Stop renewing and end the holding now, so the next taker need not wait it out."""

@@ -196,6 +196,16 @@ def raise_epoch(
     )
 
 
+def timeline(conn: psycopg.Connection[Any]) -> int | None:
+    """The server's WAL timeline (a standby's promotion starts a new one: the only switch that
+    can lose holdings), read from its current WAL file's name; None when it cannot say."""
+    try:
+        row = conn.execute("SELECT substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)").fetchone()
+    except psycopg.Error:
+        return None
+    return int(row[0], 16) if row is not None and row[0] else None
+
+
 def release(conn: psycopg.Connection[Any], name: str, me: Claimant, epoch: int) -> bool:
     """End the holding now (the row stays, run out, naming its last holder and epoch); False
     when it had already ended or was taken."""
@@ -217,25 +227,24 @@ def read(conn: psycopg.Connection[Any], name: str) -> LeaseRow | None:
     return _fetch(conn, "SELECT {columns} FROM lease WHERE name = %(name)s", {"name": name})
 
 
-def check(conn: psycopg.Connection[Any], name: str, holder: str, epoch: int) -> None:
-    """Inside the caller's transaction: the holding (``holder``, ``epoch``) of ``name`` still
+def check(conn: psycopg.Connection[Any], name: str, me: Claimant, epoch: int) -> None:
+    """Inside the caller's transaction: the holding (``me``, ``epoch``) of ``name`` still
     holds, and the row is locked ``FOR SHARE`` until that transaction ends, so a takeover waits
-    for its commit. LeaseLostError naming who holds the turn now when it does not."""
+    for its commit. LeaseLostError naming who holds the turn now when it does not.
+
+    The process is part of the holding: after a switch to a standby that had not received a
+    holding, another process of the same controller can be given its epoch again."""
     held = conn.execute(
         "SELECT epoch FROM lease WHERE name = %(name)s AND holder = %(holder)s "
+        "AND host = %(host)s AND pid = %(pid)s "
         "AND epoch = %(epoch)s AND expires_at > clock_timestamp() FOR SHARE",
-        {"name": name, "holder": holder, "epoch": epoch},
+        {"name": name, "holder": me.controller, "host": me.host, "pid": me.pid, "epoch": epoch},
     ).fetchone()
     if held is not None:
         return
     now = read(conn, name)
-    if now is None or not now.live:
-        after = "its lease ran out"
-    elif now.epoch != epoch:
-        after = f"{now.who()} took it over"
-    else:
-        after = "another process holds it"
-    raise LeaseLostError(controller=holder, epoch=epoch, turn=name, after=after)
+    after = f"{now.who()} took it over" if now is not None and now.live else "its lease ran out"
+    raise LeaseLostError(controller=me.controller, epoch=epoch, turn=name, after=after)
 
 
 class Leases:
@@ -288,6 +297,10 @@ class Leases:
     def raise_epoch(self, name: str, me: Claimant, epoch: int, to: int) -> LeaseRow | None:
         """:func:`raise_epoch` on this connection."""
         return self._run(lambda c: raise_epoch(c, name, me, epoch, to))
+
+    def timeline(self) -> int | None:
+        """:func:`timeline` on this connection."""
+        return self._run(timeline)
 
     def release(self, name: str, me: Claimant, epoch: int) -> bool:
         """:func:`release` on this connection."""

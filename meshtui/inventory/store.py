@@ -66,6 +66,8 @@ from meshtui.protocol.wire import RestoreProof, SignedHead
 if TYPE_CHECKING:  # imported when a migration runs: a read never pays for it (~80 ms)
     import sqlite_utils
 
+    from meshtui.inventory.lease import Claimant
+
 RawRow = dict[str, Any]  # open: a row as the engine returns it, before it is cast to its row
 """A row by column name as either engine returns it, before it is cast to its TypedDict in
 :mod:`meshtui.inventory.rows` (the schema gives each column its type; no caller sees this)."""
@@ -158,7 +160,7 @@ class Transaction:
         self._conn = inv._conn
 
     # ---- the lease -------------------------------------------------------------------------
-    def check_lease(self, turn: str, holder: str, epoch: int) -> None:
+    def check_lease(self, turn: str, holder: Claimant, epoch: int) -> None:
         """On PostgreSQL: the holding (``holder``, ``epoch``) of ``turn`` still holds, its row
         locked until this transaction ends (:func:`meshtui.inventory.lease.check`);
         LeaseLostError otherwise. SQLite has no lease: nothing to check."""

@@ -12,6 +12,11 @@ from dataclasses import dataclass
 
 from meshtui.model import CONTROLLER_NAME_RE as NAME
 
+EPOCH_MAX = 2**53 - 1
+"""No lease gives an epoch above this (one per holding: beyond any count of them), far below
+PostgreSQL's ``bigint``: a node saying it accepted a higher one is not believed (its guard is
+its own file), so no node can raise a lease to where its next taking overflows."""
+
 
 @dataclass(frozen=True)
 class Fence:

@@ -97,10 +97,12 @@ class ProbeReport(TypedDict):
 
 class ErrorAnswer(TypedDict):
     """The payload of every refusal (reply kind ``error``): its text, and for a request fenced
-    by its epoch the highest epoch the node holds."""
+    by its epoch the highest epoch the node holds and when it first accepted it (``at``, the
+    node's clock, when it knows)."""
 
     error: str
     highest: NotRequired[int]
+    at: NotRequired[float]
 
 
 # ---- state ----------------------------------------------------------------------------------

@@ -172,3 +172,104 @@ def test_a_write_under_a_turn_taken_over_is_refused_by_the_shared_inventory(
             leases.close()
     kinds = [e.kind for e in b.events()]
     assert "fenced-ok" in kinds and "fenced-stale" not in kinds
+
+
+def _switch_lost(conninfo_file: Path, epoch: int) -> None:
+    """The lease's database switched to a standby that had not received the holding under
+    ``epoch``: its row is the holding before, ended."""
+    info = psycopg.conninfo.make_conninfo(conninfo_file.read_text().strip())
+    with psycopg.connect(info, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE lease SET epoch = %s, pid = 1, expires_at = clock_timestamp() WHERE name = %s",
+            (epoch - 1, lease.DELIVER),
+        )
+
+
+def test_a_lost_holdings_write_is_refused_when_another_process_of_its_controller_repeats_its_epoch(
+    two, conninfo_file: Path
+) -> None:
+    """Two processes of one controller (its watch and an operator's command): the database
+    lost the first one's holding in a switch and gave the second its epoch again. The lease's
+    row names the process holding it; a write of the first lands nowhere."""
+    a, b = two
+    with lock.delivering(a, "push"):
+        held = a.fence.epoch
+        _switch_lost(conninfo_file, held)
+        leases = Leases.from_file(conninfo_file)
+        again = Turn(
+            leases, lease.DELIVER, lease.Claimant("ctl-a", "elsewhere", 4242), "push",
+            LeaseConfig(),
+        )  # fmt: skip
+        assert again.try_take() and again.epoch == held
+        try:
+            with pytest.raises(LeaseLostError, match="pid 4242"):
+                a.inventory.record("fenced-stale", [], {}, "ok")
+        finally:
+            again.release()
+            leases.close()
+    assert "fenced-stale" not in [e.kind for e in b.events()]
+
+
+SECOND_PROCESS = """
+import sys
+from meshtui.controller import lock
+from meshtui.controller.core import Controller
+
+with Controller.open(sys.argv[1]) as ctl, lock.delivering(ctl, "push"):
+    print(ctl.fence.epoch, flush=True)
+"""
+
+
+def test_a_process_given_an_epoch_another_process_of_its_controller_took_raises_past_it(
+    tmp_path: Path, conninfo_file: Path
+) -> None:
+    """A node tells holdings apart by their controller's name: two processes of one controller
+    given one epoch (a switch lost the first's holding) would both be accepted. The second
+    finds the epoch among those its controller took, and raises its own past it before it
+    sends anything (said in the audit)."""
+    import subprocess
+    import sys
+
+    folder = state(tmp_path, "ctl-a", conninfo_file)
+    with Controller.open(folder) as ctl, lock.delivering(ctl, "push"):
+        held = ctl.fence.epoch
+        _switch_lost(conninfo_file, held)
+        second = subprocess.run(
+            [sys.executable, "-c", SECOND_PROCESS, str(folder)],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert second.returncode == 0, second.stderr
+        assert int(second.stdout) > held
+        with pytest.raises(LeaseLostError):  # the lost holding writes nothing either
+            ctl.inventory.record("fenced-stale", [], {}, "ok")
+    with Controller.open(folder) as ctl:
+        (raised,) = [e for e in ctl.events() if e.kind == "lease-epoch-raised"]
+    assert raised.detail["raised"][0]["node_epoch"] == held
+
+
+def test_a_raise_on_an_earlier_timeline_does_not_stop_the_next_switchs(conninfo_file: Path) -> None:
+    """A node's epoch accepted after this inventory's last raise is a lease this database does
+    not know, unless the server was promoted since (a new timeline): a second switch may have
+    lost holdings again, and they are raised past like the first's."""
+    import time
+
+    from meshtui.controller.turn import Raise
+
+    leases = Leases.from_file(conninfo_file)
+    mine = Turn(leases, lease.DELIVER, claimant("ctl-a"), "push", LeaseConfig())
+    try:
+        assert mine.try_take()
+        now = leases.timeline()
+        assert now is not None
+        earlier = time.time() - 3600
+        mine.last_raise = lambda: Raise(earlier, now)
+        said = mine.why_not_past("app1", mine.epoch, time.time())
+        assert said is not None and "a lease this database does not know" in said
+        assert mine.why_not_past("app1", mine.epoch, earlier - 1) is None  # before that raise
+        again = Turn(leases, lease.DELIVER, claimant("ctl-a"), "push", LeaseConfig())
+        again.row = mine.row
+        again.last_raise = lambda: Raise(earlier, now - 1)  # raised before a promotion
+        assert again.why_not_past("app1", mine.epoch, time.time()) is None
+    finally:
+        mine.release()
+        leases.close()

@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from meshtui import crypto
+from meshtui.atomic import write_private
 from meshtui.controller.agents.client import AgentClient
 from meshtui.errors import AgentError, FencedOutError
 from meshtui.host.policy import node_policy
@@ -215,3 +216,63 @@ def test_the_highest_epoch_is_kept_in_the_record_beside_the_sequence_numbers(mes
     client(mesh, keys_a(mesh), Fence("ctl-a", 7)).call(messages.WITHDRAW, WITHDRAW_NOTHING)
     record = Path(mesh.nodes[NODE] / "accepted.log").read_text()
     assert '"e":7' in record.replace(" ", "")
+
+
+def test_an_epoch_kept_without_whose_it_is_goes_to_the_first_controller_to_show_it(mesh):
+    """A guard compacted before nodes kept whose their highest epoch is holds the epoch alone
+    (an upgrade): the first controller to show that epoch takes it, and the same epoch from
+    another is refused, also after a restart."""
+    mesh.stop(NODE)
+    old = {"floor": 0, "recent": [], "consumer": {}, "provider": {}, "epoch": 5}
+    write_private(mesh.nodes[NODE] / "accepted.log", (json.dumps(old) + "\n").encode())
+    mesh.start(NODE)
+    first = client(mesh, keys_a(mesh), Fence("ctl-a", 5))
+    assert first.call(messages.WITHDRAW, WITHDRAW_NOTHING) == {"consumer": []}
+    for restarted in (False, True):
+        if restarted:
+            mesh.start(NODE)
+        other = client(mesh, keys_a(mesh), Fence("ctl-b", 5))
+        with pytest.raises(
+            FencedOutError, match="already taken on this node .* by controller ctl-a"
+        ):
+            other.call(messages.WITHDRAW, WITHDRAW_NOTHING)
+        assert first.call(messages.WITHDRAW, WITHDRAW_NOTHING) == {"consumer": []}
+
+
+def test_a_refusal_for_the_epoch_says_when_the_node_first_accepted_it_also_after_a_restart(mesh):
+    """A holder raises past an epoch a switch lost, never past one accepted after its own
+    database last raised: the refusal says when, by the node's clock, kept across a restart."""
+    before = time.time()
+    first = client(mesh, keys_a(mesh), Fence("ctl-b", 5))
+    for _ in range(3):  # later requests under the epoch do not move it
+        assert first.call(messages.WITHDRAW, WITHDRAW_NOTHING) == {"consumer": []}
+    after = time.time()
+    told: list[float] = []
+    for restarted in (False, True):
+        if restarted:
+            mesh.start(NODE)
+        resp = post(mesh, signed(keys_a(mesh), Fence("ctl-a", 4), wire.WITHDRAW, WITHDRAW_NOTHING))
+        assert resp.status_code == 409
+        payload = json.loads(crypto.unb64(resp.json()["body"]))["payload"]
+        assert payload["highest"] == 5
+        told.append(payload["at"])
+    assert before <= told[0] <= after
+    assert told[1] == told[0]
+
+
+def test_whose_epoch_and_when_survive_a_compaction_of_the_record(tmp_path, monkeypatch):
+    from meshtui.errors import FencedError
+    from meshtui.host.state import guard
+
+    monkeypatch.setattr(guard, "COMPACT_EVERY", 3)
+    accepted = guard.Accepted(tmp_path, NODE, [])
+    for seq in range(1, 9):
+        accepted.take(seq, "ctl-b", 5)
+        accepted.record(seq, (), controller="ctl-b", epoch=5)
+    at = accepted.epoch_at
+    accepted.close()
+    assert len((tmp_path / "accepted.log").read_text().splitlines()) < 8  # compacted
+    again = guard.Accepted(tmp_path, NODE, [])
+    assert (again.epoch, again.epoch_by, again.epoch_at) == (5, "ctl-b", at)
+    with pytest.raises(FencedError, match="already taken on this node"):
+        again.take(100, "ctl-a", 5)

@@ -77,9 +77,11 @@ FenceSource = Callable[[], Fence]
 a lease taken or lost changes the epoch)."""
 SendCheck = Callable[[], None]
 """Called before each request is sent; raises to send nothing (a lease turn that ended)."""
-FencedHook = Callable[[str, int], None]
-"""Told of a node that refused a request for its epoch: the node, and the highest epoch it
-holds (the lease's holder raises its own epoch past it: :meth:`meshtui.controller.turn.Turn.raise_past`)."""
+FencedHook = Callable[[str, int, float | None], str | None]
+"""Told of a node that refused a request for its epoch: the node, the highest epoch it holds
+and when it first accepted it (the lease's holder raises its own epoch past it:
+:meth:`meshtui.controller.turn.Turn.raise_past`); returns what the refusal should add (why
+it was not raised past), or None."""
 
 
 @functools.cache
@@ -219,11 +221,15 @@ class SignedRequest:
     seq: int
     signed_at: float
     http: bytes | None = None
+    fence: Fence | None = None
+    """The controller and epoch it was signed under."""
 
-    def fits(self, kind: str, payload: Mapping[str, object]) -> bool:
-        """True when this is ``payload`` of ``kind``, signed recently enough to send."""
+    def fits(self, kind: str, payload: Mapping[str, object], fence: Fence | None) -> bool:
+        """True when this is ``payload`` of ``kind``, signed recently enough to send, under
+        ``fence`` (the epoch now: a raise since, and it would carry one this holding left)."""
         fresh = time.monotonic() - self.signed_at < SIGNED_FRESH_S
-        return fresh and kind == self.kind and payload == self.payload
+        same = kind == self.kind and payload == self.payload and fence == self.fence
+        return fresh and same
 
 
 class AgentClient:
@@ -274,6 +280,7 @@ class AgentClient:
 
     def _signed(self, kind: Kind[Req, Ans], payload: Req) -> SignedRequest:
         """The request numbered and signed now."""
+        fence = self._fence() if self._fence is not None else None
         try:
             env, nonce = wire.envelope(
                 kind.name,
@@ -283,14 +290,15 @@ class AgentClient:
                 keys=self._keys,
                 sequence=self._sequence,
                 head=self._head() if self._head is not None else None,
-                fence=self._fence() if self._fence is not None else None,
+                fence=fence,
             )
         except OSError as exc:
             where = self._sequence.path if self._sequence else "the sequence file"
             raise AgentError(
                 self.name, f"cannot number the request in {where}: {exc.strerror}"
             ) from exc
-        return SignedRequest(kind.name, payload, env, nonce, wire.seq_of(env), time.monotonic())
+        seq = wire.seq_of(env)
+        return SignedRequest(kind.name, payload, env, nonce, seq, time.monotonic(), fence=fence)
 
     def call(
         self,
@@ -305,7 +313,8 @@ class AgentClient:
         ``signed``: this request as signed ahead; used when it is still fresh and the same
         payload, else the request is signed now.
         """
-        ahead = signed is not None and signed.fits(kind.name, payload)
+        fence = self._fence() if self._fence is not None else None
+        ahead = signed is not None and signed.fits(kind.name, payload, fence)
         if signed is None or not ahead:
             signed = self._signed(kind, payload)
         wait = self._timeout if timeout is None else timeout
@@ -337,10 +346,11 @@ class AgentClient:
             if resp.status_code != 200 or msg.kind == messages.ERROR.name:
                 refusal = messages.ERROR.answer_of(msg.payload)
                 if resp.status_code == FENCED:  # signed: the node's word, for this request
-                    highest = refusal.get("highest")
+                    highest, said = refusal.get("highest"), refusal["error"]
                     if highest is not None and self._fenced is not None:
-                        self._fenced(self.name, highest)
-                    raise FencedOutError(self.name, refusal["error"], highest)
+                        added = self._fenced(self.name, highest, refusal.get("at"))
+                        said = f"{said}; {added}" if added else said
+                    raise FencedOutError(self.name, said, highest)
                 raise AgentError(self.name, refusal["error"])
             if msg.kind != kind.name:
                 raise MessageError(f"the answer is a {msg.kind!r}, not a {kind.name!r}")

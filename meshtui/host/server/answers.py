@@ -53,13 +53,13 @@ class Refused(Exception):
     signed answer quotes (None: answered unsigned)."""
 
     def __init__(
-        self, status: int, error: str, nonce: str | None, fields: Mapping[str, int] | None = None
+        self, status: int, error: str, nonce: str | None, fields: Mapping[str, float] | None = None
     ) -> None:
         super().__init__(error)
         self.status, self.error, self.nonce = status, error, nonce
-        self.fields: Mapping[str, int] = fields or {}
+        self.fields: Mapping[str, float] = fields or {}
         """What the answer says beside its text, for the controller to act on (a fenced
-        request's ``highest`` epoch)."""
+        request's ``highest`` epoch, and ``at``, when the node first accepted it)."""
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class Answer:
     status: int
     says: Callable[[BaseException, Asked], str]
     signed: bool = True
-    fields: Callable[[BaseException], Mapping[str, int]] | None = None
+    fields: Callable[[BaseException], Mapping[str, float]] | None = None
 
 
 def _text(exc: BaseException, asked: Asked) -> str:
@@ -88,8 +88,10 @@ def _failed(exc: BaseException, asked: Asked) -> str:
     return f"{what}: {exc.strerror if isinstance(exc, OSError) else exc}"
 
 
-def _highest(exc: BaseException) -> Mapping[str, int]:
-    return {"highest": exc.highest} if isinstance(exc, FencedError) else {}
+def _highest(exc: BaseException) -> Mapping[str, float]:
+    if not isinstance(exc, FencedError):
+        return {}
+    return {"highest": exc.highest} if exc.at is None else {"highest": exc.highest, "at": exc.at}
 
 
 ANSWERS: tuple[Answer, ...] = (

@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,7 +77,8 @@ class Numbers(TypedDict):
 class Line(TypedDict, total=False):
     """One line of the record: a snapshot (``floor``, ``recent``: the numbers of requests that
     named no controller; ``by``: each named controller's; both ends' generations, the kept
-    ``head``, the highest ``epoch`` and ``epoch_by``, the controller whose request reached it)
+    ``head``, the highest ``epoch``, ``epoch_by``, the controller whose request reached it, and
+    ``epoch_at``, when: this node's clock)
     or a request (``s``, of controller ``c``, with a delivery's ``g``, a longer ``h`` and a higher epoch ``e``; a prepare's ``r``, the number of
     the delivery signed ahead, used from then on, with that delivery's ``g``; ``x``: the head a
     restored chain's head replaced, kept in the snapshot's ``history``)."""
@@ -86,6 +88,8 @@ class Line(TypedDict, total=False):
     by: dict[str, Numbers]
     epoch: int
     epoch_by: str
+    epoch_at: float
+    t: float
     c: str
     e: int
     consumer: dict[str, int]
@@ -207,6 +211,12 @@ class Accepted:
         self.epoch = 0
         """The highest epoch a delivering request was accepted under."""
         self.epoch_by: str | None = None
+        self.epoch_at: float | None = None
+        """When (this node's wall clock) a request first reached :attr:`epoch` (None: before
+        nodes kept it). A refusal says it: a holder raises past an epoch a switch lost, never
+        past one a node accepted after that holder's database last raised its own (another
+        database's lease)."""
+        self._at_unwritten = False  # epoch_at not yet in a line of the record
         """The controller whose request first reached :attr:`epoch`: the epoch is its holding's,
         and the same number from another controller is refused (two holdings never share one)."""
         self.head: dict[str, object] | None = None
@@ -262,12 +272,12 @@ class Accepted:
         if "s" in line:
             numbers.recent.add(line["s"])
         numbers.recent.update(line.get("r", []))  # after a restart, used like any other
-        for epoch, by in (
-            (line.get("epoch", 0), line.get("epoch_by")),
-            (line.get("e", 0), line.get("c")),
+        for epoch, by, at in (
+            (line.get("epoch", 0), line.get("epoch_by"), line.get("epoch_at")),
+            (line.get("e", 0), line.get("c"), line.get("t")),
         ):
-            if epoch > self.epoch:
-                self.epoch, self.epoch_by = epoch, by
+            if epoch > self.epoch or self._unclaimed(epoch):
+                self.epoch, self.epoch_by, self.epoch_at = epoch, by, at
         self._gens["consumer"].update(line.get("consumer", {}))
         self._gens["provider"].update(line.get("provider", {}))
         for end, pair, gen in line.get("g", []):
@@ -297,6 +307,8 @@ class Accepted:
             snapshot["epoch"] = self.epoch
             if self.epoch_by is not None:
                 snapshot["epoch_by"] = self.epoch_by
+            if self.epoch_at is not None:
+                snapshot["epoch_at"] = self.epoch_at
         if self.head is not None:
             snapshot["head"] = self.head
         if self.history:
@@ -337,6 +349,11 @@ class Accepted:
                 os.close(self._fd)
                 self._fd = -1
 
+    def _unclaimed(self, epoch: int) -> bool:
+        """True when ``epoch`` is the highest but nobody is known to hold it (kept by a guard
+        from before nodes kept whose it is): the first controller to show it takes it."""
+        return epoch == self.epoch > 0 and self.epoch_by is None
+
     # ---- sequence numbers -------------------------------------------------------------------
     def take(self, seq: int, controller: str | None = None, epoch: int | None = None) -> None:
         """Admit ``seq`` of ``controller`` once, in memory, or raise EnvelopeError saying why
@@ -354,7 +371,7 @@ class Accepted:
                 )
             ):
                 who = controller or "the controller"
-                raise FencedError(self._node, who, epoch, self.epoch, self.epoch_by)
+                raise FencedError(self._node, who, epoch, self.epoch, self.epoch_by, self.epoch_at)
             numbers = self._of(controller)
             if seq in numbers.ahead:  # recorded ahead: admitted once, its line already on disk
                 numbers.ahead.discard(seq)
@@ -369,8 +386,9 @@ class Accepted:
                     raise EnvelopeError("refused: replayed request (sequence number already used)")
                 numbers.recent.add(seq)
                 numbers.prune()
-            if epoch is not None and epoch > self.epoch:
-                self.epoch, self.epoch_by = epoch, controller
+            if epoch is not None and (epoch > self.epoch or self._unclaimed(epoch)):
+                self.epoch, self.epoch_by, self.epoch_at = epoch, controller, time.time()
+                self._at_unwritten = True
 
     def record(
         self,
@@ -410,6 +428,9 @@ class Accepted:
         if ahead:
             line["r"] = ahead
         with self._lock:
+            if epoch and epoch == self.epoch and self._at_unwritten and self.epoch_at is not None:
+                line["t"] = self.epoch_at  # the first line under the epoch says when
+                self._at_unwritten = False
             replaced = self.head if head is not None and _restores(head, self.head) else None
             if replaced is not None:
                 line["x"] = replaced  # the restored chain's head replaces it: kept as history
