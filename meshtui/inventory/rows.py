@@ -65,6 +65,7 @@ class NeedSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     file: str
     connection: ConnectionSpec | None = None
     sessions: str | None = None  # a Sessions, when declared on the requirement
+    format: str = "password"  # the credential file's format (meshtui.credential_unit)
 
 
 class OwnSecretSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

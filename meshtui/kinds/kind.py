@@ -136,6 +136,8 @@ class Kind:
     consumer takes from whoever held them before; ``declare`` refuses any other claim another
     module held.
     ``connection``: what a consumer's connection file holds (None: the kind writes none).
+    ``units``: the credential file formats holding the login with the password that a
+    consumer of this kind may declare (``format``, :mod:`meshtui.credential_unit`).
     ``hands_over``: whether a login gives the server the credential itself (a password sent,
     as Redis's AUTH and an AppRole login do; not a proof of it, as SCRAM and SigV4 are): the
     agent then sends it only to a server its node policy lists (``[[servers]]``).
@@ -162,6 +164,7 @@ class Kind:
     owns: Callable[[str, Mapping[str, str]], tuple[str, ...]] = owns_nothing
     takes_over: Callable[[str, Mapping[str, str]], tuple[str, ...]] = owns_nothing
     connection: ConnectionOf | None = None
+    units: tuple[str, ...] = ()
     hands_over: bool = False
     own_secrets: Ref | None = None
     server_config: Ref | None = None

@@ -70,23 +70,49 @@ def test_postgres_rotates_by_overlap_with_two_alternating_logins(mesh: Mesh) -> 
     pg = provider()
     pg["provides"][0]["rotation"] = "overlap"
     app = consumer("app1/gitea")
-    app["requires"][0]["connection"] = {"file": "/srv/app1/gitea/db.env", "format": "env"}
+    app["requires"][0]["format"] = "pg_service"
     assert registry.can_alternate(registry.kind_of("postgres"))
     modes = _declared(mesh, {"db1/postgres": pg, "app1/gitea": app})
     assert [m.rotation for m in modes.values()] == [OVERLAP]
 
 
-def test_an_alternating_overlap_pair_without_a_connection_file_is_refused(mesh: Mesh) -> None:
-    """Its login changes at every rotation: an app that does not read it from the connection
-    file would be refused after the first one."""
+@pytest.mark.parametrize("connection", [False, True])
+def test_an_alternating_overlap_pair_whose_file_holds_the_password_alone_is_refused(
+    mesh: Mesh, connection: bool
+) -> None:
+    """Its login changes at every rotation: an app reading it from another file (its
+    connection file) and the password from this one can hold one of each and be refused."""
     pg = provider()
     pg["provides"][0]["rotation"] = "overlap"
-    path = mesh.write(mesh.spec({"db1/postgres": pg, "app1/gitea": consumer("app1/gitea")}))
+    app = consumer("app1/gitea")
+    if connection:
+        app["requires"][0]["connection"] = {"file": "/srv/app1/gitea/db.env", "format": "env"}
+    path = mesh.write(mesh.spec({"db1/postgres": pg, "app1/gitea": app}))
     with pytest.raises(DeclarationError) as caught:
         declaration.load(path)
     text = str(caught.value)
-    assert 'modules."app1/gitea".requires[0].connection' in text, text
-    assert "alternates between two roles" in text and 'rotation = "swap"' in text, text
+    assert 'modules."app1/gitea".requires[0].format' in text, text
+    assert "alternates between two roles" in text and "from one file" in text, text
+    assert 'format = "pg_service"' in text and 'rotation = "swap"' in text, text
+
+
+@pytest.mark.parametrize(
+    ("shape", "said"),
+    [
+        ("ini", "'ini' is not a credential file format"),
+        ("aws", "'aws' is not a credential file format for a PostgreSQL"),
+    ],
+)
+def test_a_credential_file_format_the_kind_does_not_write_is_refused(
+    mesh: Mesh, shape: str, said: str
+) -> None:
+    app = consumer("app1/gitea")
+    app["requires"][0]["format"] = shape
+    path = mesh.write(mesh.spec({"db1/postgres": provider(), "app1/gitea": app}))
+    with pytest.raises(DeclarationError) as caught:
+        declaration.load(path)
+    text = str(caught.value)
+    assert 'modules."app1/gitea".requires[0].format' in text and said in text, text
 
 
 @pytest.mark.parametrize(

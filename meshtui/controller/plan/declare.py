@@ -180,7 +180,9 @@ def _need_spec(r: Requirement) -> NeedSpec:
     c = r.connection
     connection = None if c is None else ConnectionSpec(file=c.file, format=c.format, ca=c.ca)
     sessions = None if r.sessions is None else r.sessions.value
-    return NeedSpec(name=r.name, file=r.file, connection=connection, sessions=sessions)
+    return NeedSpec(
+        name=r.name, file=r.file, connection=connection, sessions=sessions, format=r.format
+    )
 
 
 def _module_spec(decl: Declaration, module_id: str) -> str:

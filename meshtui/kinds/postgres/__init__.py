@@ -47,5 +47,6 @@ KIND = Kind(
     lab=Ref("meshtui.kinds.postgres.lab", "LAB"),
     dbname=_dbname,
     connection=connection,
+    units=("pg_service",),
     server_config=Ref("meshtui.kinds.postgres.server_config", "RECIPE"),
 )

@@ -35,5 +35,6 @@ KIND = Kind(
     owns=owned_buckets,
     takes_over=taken_over,
     connection=connection,
+    units=("aws",),
     server_config=Ref("meshtui.kinds.seaweedfs.server_config", "RECIPE"),
 )
