@@ -7,7 +7,7 @@ retired login is refused at the end; a controller killed between two steps leave
 one login once push recovers the journal.
 
 The app also reads the file itself once per connection and records each login and password
-it held together: a login with another rotation's password (a *straddled* read, what an app
+it held together: a password beside another rotation's login (a *straddled* read, what an app
 reading the login and the password from two files meets) counts apart, and must not happen."""
 
 from __future__ import annotations
@@ -92,8 +92,8 @@ def _count(
     state: Path, built: Any, unit: Path, tmp: Path, act: Callable[[], Any], rounds: int = 1
 ) -> tuple[int, int, int, list[Any]]:
     """Run ``act`` ``rounds`` times while the app reconnects: its connections, its refusals,
-    its straddled reads (a login and a password the file never held together between two
-    acts) and what each act returned."""
+    its straddled reads (a password read beside a login other than its own: each password
+    is one generation's, held by one login) and what each act returned."""
     stop = tmp / "stop"
     with Controller.open(state, read_only=True) as ctl:
         consumer = ctl.inventory.pairs([GITEA])[0]["consumer"]
@@ -117,7 +117,11 @@ def _count(
     print(err[-3000:])
     first, *seen = out.splitlines()
     tries, refused = map(int, first.split())
-    straddled = {tuple(line.split()) for line in seen} - held
+    read = {(user, digest) for user, digest in (line.split() for line in seen)}
+    logins_of: dict[str, set[str]] = {}
+    for user, digest in read | held:
+        logins_of.setdefault(digest, set()).add(user)
+    straddled = {(u, d) for u, d in read if len(logins_of[d]) > 1}  # one password, two logins
     print(f"{tries} connections, {refused} refused, {len(straddled)} straddled reads")
     return tries, refused, len(straddled), results
 
