@@ -538,9 +538,9 @@ def _holds_one_login(r: _Reader, kind: Kind, at: str) -> None:
     if registry.can_alternate(kind) and not registry.can_overlap(kind) and kind.units:
         raise r.fail(
             f"{at}.format",
-            f"a {kind.title} pair rotated by overlap alternates between two "
-            f"{kind.login_word}s, so its app must read the {kind.login_word} and the "
-            "password from one file written at once, or it can hold one of each and be refused",
+            f"a {kind.title} pair rotated by overlap alternates between two logins, so its "
+            "app must read the login and the password from one file written at once, or it "
+            "can hold one of each and be refused",
             f'format = "{kind.units[0]}" (see docs/rotation-overlap.md; or rotation = "swap")',
         )
 

@@ -81,7 +81,7 @@ def target_of(
         "host": nodes[node_of(pair["provider"])]["address"],
         "port": pair["port"],
         "login": pair["login"] if login is None else login,
-        "dbname": kind.dbname(pair["values"]),
+        "dbname": kind.dbname(pair["login"], pair["values"]),
     }
     if offer is not None and registry.stored_name(kind.name) is not None:
         target["kind"], target["ca"] = kind.name, offer.ca
@@ -414,6 +414,7 @@ class Planner:
             ca=(need.connection.ca if need.connection else None) or target.get("ca"),
             tls=bool(target.get("tls", kind.tls)),
             password_file=p["file"],
+            owner=p["login"],
         )
         return need, kind.connection(facts)
 

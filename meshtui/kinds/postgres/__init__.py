@@ -15,7 +15,7 @@ from meshtui.kinds.kind import Kind, Ref
 from meshtui.kinds.postgres.connection import connection
 
 
-def _dbname(values: Mapping[str, str]) -> str:
+def _dbname(login: str, values: Mapping[str, str]) -> str:
     """A probe logs in to the consumer's own database, else the server's ``postgres``."""
     return values.get("database") or "postgres"
 
