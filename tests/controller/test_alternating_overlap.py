@@ -6,6 +6,8 @@ only with what the consumer's two files hold."""
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +123,14 @@ def test_each_overlap_moves_the_consumer_to_the_other_login_with_its_data(mesh: 
         (row,) = ctl.status([GITEA])
     assert drilled.ok, (drilled.reason, drilled.steps)
     assert row.state == State.WORKING, row
+    psql = shutil.which("psql")
+    if psql is not None:  # the manual's example: psql takes both from the one file
+        said = subprocess.run(
+            [psql, "service=meshtui", "-AtXc", "SELECT session_user"],
+            env={"PGSERVICEFILE": str(mesh.root / "srv/app1/gitea/db.password")},
+            capture_output=True, text=True, timeout=30, check=True,
+        )  # fmt: skip
+        assert said.stdout.strip() == _files(mesh)[0]  # the drill moved it again
 
 
 @pytest.mark.parametrize(

@@ -13,9 +13,12 @@ identity with ``s3.configure``, a rotated one by replacing its secret key in pla
 (rights widened, a second key, disabled) repaired in place; then the configuration is read
 again and a write counts only when the identity reads back exactly as wanted. The read, the
 write and the read-back are exchanges with one ``weed shell`` kept open for the run (a shell
-takes a third of a second to start; a rotation used to start three). A removal deletes
-the identity and keeps its buckets and their objects, and is held back ("drop pending") when it
-would leave the store with no identity at all: SeaweedFS then turns authentication off.
+takes a third of a second to start; a rotation used to start three). An overlap pair
+(``Alternating``) keeps one identity, named as its login, whose access keys alternate between
+``<login>_a`` and ``<login>_b``: the new key added beside the old, then the old deleted. A
+removal deletes the identity and keeps its buckets and their objects, and is held back ("drop
+pending") when it would leave the store with no identity at all: SeaweedFS then turns
+authentication off.
 
 The admin file (TOML, 0600) says where the store is; no secret is in it::
 
