@@ -1,10 +1,13 @@
 """An overlap rotation beside a swap of the same pair: what the missing window costs.
 
 One lab (``meshtui lab up``'s builder in real namespaces, root: an overlap logs in from the
-consumer's node twice), one kind at a time (Redis, OpenBao); its ``app1/gitea`` pair is rotated
-``--repeat`` times as a swap and as an overlap, in alternating turns after a warm-up of each, so a
-moment of noise on this shared machine falls on both. Between turns the pair is declared again
-with or without ``rotation = "overlap"`` (untimed). Timed: ``Controller.rotate`` of the pair, the
+consumer's node twice), one kind at a time (Redis, OpenBao, SeaweedFS); its ``app1/gitea`` pair is
+rotated ``--repeat`` times as a swap and as an overlap, in alternating turns after a warm-up of
+each, so a moment of noise on this shared machine falls on both. Between turns the pair is
+declared again with or without ``rotation = "overlap"`` (untimed). A pair of a kind that
+alternates between two logins cannot go back to swap, so SeaweedFS rotates two pairs of one
+store instead: ``app1/grafana`` as an overlap (its credential file the AWS credentials file),
+``app2/wiki`` as a swap. Timed: ``Controller.rotate`` of the pair, the
 CLI's code path. An overlap does more: a login from the consumer's node before (the old), the
 provider twice (add, remove), a login with the new and one with the old after.
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import statistics
 import tempfile
@@ -28,7 +32,23 @@ from pathlib import Path
 from meshtui.controller.core import Controller
 from meshtui.lab import mesh as lab_mesh
 
-PROVISIONS = {"redis": "cache", "openbao": "secret"}
+PROVISIONS = {"redis": "cache", "openbao": "secret", "seaweedfs": "objects"}
+ALTERNATING = {"seaweedfs": ("objects:app2/wiki->db1/s3", "objects:app1/grafana->db1/s3")}
+"""A kind whose overlap pair cannot be a swap again: its (swap pair, overlap pair)."""
+
+
+def _declarations(kind: str, text: str) -> tuple[str, str]:
+    """The swap and the overlap declarations' texts."""
+    if kind not in ALTERNATING:
+        needle = f'kind = "{kind}"'
+        return text, text.replace(needle, f'{needle}, rotation = "overlap"', 1)
+    overlap, found = re.subn(
+        r'(file = "[^"]*/srv/app1/grafana/s3\.secret") }',
+        r'\1, rotation = "overlap", format = "aws" }',
+        text,
+    )
+    assert found == 1, text
+    return overlap, overlap
 
 
 def run(kind: str, repeat: int) -> None:
@@ -36,12 +56,12 @@ def run(kind: str, repeat: int) -> None:
     folder.chmod(0o711)
     try:
         built = lab_mesh.up(folder, kinds={k: k == kind for k in ("redis", "openbao", "seaweedfs")})
-        swap = built.declaration
-        text = swap.read_text()
-        needle = f'kind = "{kind}"'
-        overlap = folder / "overlap.toml"
-        overlap.write_text(text.replace(needle, f'{needle}, rotation = "overlap"', 1))
-        pair = f"{PROVISIONS[kind]}:app1/gitea->db1/{kind}"
+        swap, overlap = folder / "swap.toml", folder / "overlap.toml"
+        swap_text, overlap_text = _declarations(kind, built.declaration.read_text())
+        swap.write_text(swap_text)
+        overlap.write_text(overlap_text)
+        gitea = f"{PROVISIONS[kind]}:app1/gitea->db1/{kind}"
+        pairs = dict(zip(("swap", "overlap"), ALTERNATING.get(kind, (gitea, gitea)), strict=True))
         times: dict[str, list[float]] = {"swap": [], "overlap": []}
         spans: list[float] = []
         with Controller.open(folder) as ctl:
@@ -51,7 +71,7 @@ def run(kind: str, repeat: int) -> None:
                 for how, declaration in (("swap", swap), ("overlap", overlap)):
                     ctl.declare(declaration)
                     started = time.perf_counter()
-                    report = ctl.rotate([pair])
+                    report = ctl.rotate([pairs[how]])
                     took = (time.perf_counter() - started) * 1000
                     assert report.ok, report
                     if turn:  # the first turn warms up
@@ -59,7 +79,7 @@ def run(kind: str, repeat: int) -> None:
                         if how == "overlap" and report.pairs[0].both_accepted_ms is not None:
                             spans.append(report.pairs[0].both_accepted_ms)
         p50 = {how: statistics.median(t) for how, t in times.items()}
-        print(f"{kind}: {repeat} rotations of {pair} each")
+        print(f"{kind}: {repeat} rotations of {' and '.join(sorted(set(pairs.values())))} each")
         for how, t in times.items():
             print(f"  {how:<8} p50 {p50[how]:7.1f} ms  max {max(t):7.1f} ms")
         print(f"  overlap / swap (p50): {p50['overlap'] / p50['swap']:.2f}x")
