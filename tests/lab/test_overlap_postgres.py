@@ -14,10 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import re
-import subprocess
-import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,8 +21,8 @@ from typing import Any
 import pytest
 
 from meshtui.controller.core import Controller
-from meshtui.model import node_of
 from tests.fix_lab import running_lab
+from tests.lab.overlap_app import Counted, declare_overlap, run_app
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -66,18 +62,13 @@ for user, digest in sorted(seen):
 def lab() -> Iterator[tuple[Path, Any, Path]]:
     kinds = {k: False for k in ("redis", "openbao", "seaweedfs")}
     with running_lab("meshtui-overlap-postgres-", kinds=kinds) as (state, built):
-        text = built.declaration.read_text()
-        text, needs = re.subn(  # the pair alone: the lab's other consumers have no
-            r'(file = "[^"]*/srv/app1/gitea/db\.password") }',  # credential unit
+        declare_overlap(
+            state,
+            built,
+            r'(file = "[^"]*/srv/app1/gitea/db\.password") }',
             r'\1, rotation = "overlap", format = "pg_service" }',
-            text,
         )
-        assert needs == 1, text
-        overlapped = state / "overlap.toml"
-        overlapped.write_text(text)
         with Controller.open(state) as ctl:
-            ctl.declare(overlapped)
-            assert ctl.push().ok
             row = ctl.inventory.pairs([GITEA])[0]
         yield state, built, Path(row["file"])
 
@@ -88,46 +79,12 @@ def _held(unit: Path) -> tuple[str, str]:
     return fields["user"], hashlib.sha256(fields["password"].encode()).hexdigest()
 
 
-def _count(
-    state: Path, built: Any, unit: Path, tmp: Path, act: Callable[[], Any], rounds: int = 1
-) -> tuple[int, int, int, list[Any]]:
-    """Run ``act`` ``rounds`` times while the app reconnects: its connections, its refusals,
-    its straddled reads (a password read beside a login other than its own: each password
-    is one generation's, held by one login) and what each act returned."""
-    stop = tmp / "stop"
-    with Controller.open(state, read_only=True) as ctl:
-        consumer = ctl.inventory.pairs([GITEA])[0]["consumer"]
-    proc = subprocess.Popen(
-        ["ip", "netns", "exec", built.namespace(node_of(consumer)), sys.executable, "-c", APP,
-         str(unit), str(stop)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    held = {_held(unit)}
-    results = []
-    time.sleep(1.0)
-    try:
-        for _ in range(rounds):
-            results.append(act())
-            held.add(_held(unit))
-        time.sleep(0.5)
-    finally:
-        stop.touch()
-        out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err
-    print(err[-3000:])
-    first, *seen = out.splitlines()
-    tries, refused = map(int, first.split())
-    read = {(user, digest) for user, digest in (line.split() for line in seen)}
-    logins_of: dict[str, set[str]] = {}
-    for user, digest in read | held:
-        logins_of.setdefault(digest, set()).add(user)
-    straddled = {(u, d) for u, d in read if len(logins_of[d]) > 1}  # one password, two logins
-    print(f"{tries} connections, {refused} refused, {len(straddled)} straddled reads")
-    return tries, refused, len(straddled), results
+def _count(state: Path, built: Any, unit: Path, act: Callable[[], Any], rounds: int = 1) -> Counted:
+    return run_app(state, built, GITEA, APP, [str(unit)], lambda: _held(unit), act, rounds)
 
 
 def test_overlaps_move_the_app_to_the_other_login_with_no_refusal_and_no_straddle(
-    lab: tuple[Path, Any, Path], tmp_path: Path
+    lab: tuple[Path, Any, Path],
 ) -> None:
     state, built, unit = lab
     logins = [_held(unit)[0]]
@@ -138,21 +95,20 @@ def test_overlaps_move_the_app_to_the_other_login_with_no_refusal_and_no_straddl
         logins.append(_held(unit)[0])
         return report
 
-    tries, refused, straddled, reports = _count(state, built, unit, tmp_path, rotate, rounds=5)
-    for report in reports:
+    counted = _count(state, built, unit, rotate, rounds=5)
+    for report in counted.results:
         assert report.ok, report
         (pair,) = report.pairs
         assert pair.old_after == "refused", pair
     assert all(a != b for a, b in itertools.pairwise(logins)), logins  # the other login each time
-    print(f"postgres overlap x5: {tries} connections, {refused} refused, {straddled} straddled")
-    assert tries > 100 and refused == 0 and straddled == 0, (tries, refused, straddled)
+    assert counted.tries > 100 and counted.refused == 0 and counted.straddled == 0, counted
 
 
 @pytest.mark.parametrize(
     ("point", "moves"), [("overlap:consumer-holds-new", False), ("overlap:removing-old", True)]
 )
 def test_a_controller_killed_mid_overlap_ends_on_one_login(
-    lab: tuple[Path, Any, Path], tmp_path: Path, point: str, moves: bool
+    lab: tuple[Path, Any, Path], point: str, moves: bool
 ) -> None:
     state, built, unit = lab
     before = _held(unit)
@@ -169,9 +125,9 @@ def test_a_controller_killed_mid_overlap_ends_on_one_login(
             assert ctl.push().ok
             assert not ctl.inventory.open_rotations()
 
-    tries, refused, straddled, _ = _count(state, built, unit, tmp_path, killed_then_pushed)
+    counted = _count(state, built, unit, killed_then_pushed)
     assert (_held(unit) != before) is moves
-    assert tries > 20 and refused == 0 and straddled == 0, (tries, refused, straddled)
+    assert counted.tries > 20 and counted.refused == 0 and counted.straddled == 0, counted
     with Controller.open(state) as ctl:
         (drilled,) = ctl.drill([GITEA])
     assert drilled.ok, (drilled.reason, drilled.steps)

@@ -13,10 +13,6 @@ import configparser
 import hashlib
 import itertools
 import json
-import re
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,8 +20,8 @@ from typing import Any
 import pytest
 
 from meshtui.controller.core import Controller
-from meshtui.model import node_of
 from tests.fix_lab import running_lab
+from tests.lab.overlap_app import declare_overlap, run_app
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -69,21 +65,15 @@ for key, digest in sorted(seen):
 def lab() -> Iterator[tuple[Path, Any, Path, Path]]:
     kinds = {k: False for k in ("redis", "openbao")}
     with running_lab("meshtui-overlap-seaweedfs-", kinds=kinds) as (state, built):
-        text = built.declaration.read_text()
-        text, needs = re.subn(  # the pair alone, its credentials file and its endpoint
+        declare_overlap(  # the pair alone, its credentials file and its endpoint
+            state,
+            built,
             r'(file = "([^"]*/srv/app1/grafana/)s3\.secret") }',
             r'\1, rotation = "overlap", format = "aws", '
             r'connection = { file = "\2s3.json", format = "json" } }',
-            text,
         )
-        assert needs == 1, text
-        overlapped = state / "overlap.toml"
-        overlapped.write_text(text)
         with Controller.open(state) as ctl:
-            ctl.declare(overlapped)
-            assert ctl.push().ok
-            row = ctl.inventory.pairs([GRAFANA])[0]
-        unit = Path(row["file"])
+            unit = Path(ctl.inventory.pairs([GRAFANA])[0]["file"])
         yield state, built, unit, unit.with_name("s3.json")
 
 
@@ -97,51 +87,28 @@ def _held(unit: Path) -> tuple[str, str]:
 
 
 def test_overlaps_move_the_app_to_the_other_access_key_with_no_refusal_and_no_straddle(
-    lab: tuple[Path, Any, Path, Path], tmp_path: Path
+    lab: tuple[Path, Any, Path, Path],
 ) -> None:
     state, built, unit, conn = lab
     assert json.loads(conn.read_text())["access_key"] == _held(unit)[0]
-    stop = tmp_path / "stop"
-    with Controller.open(state, read_only=True) as ctl:
-        consumer = ctl.inventory.pairs([GRAFANA])[0]["consumer"]
-    proc = subprocess.Popen(
-        ["ip", "netns", "exec", built.namespace(node_of(consumer)), sys.executable, "-c", APP,
-         str(unit), str(conn), str(stop)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    held = {_held(unit)}
     keys = [_held(unit)[0]]
-    reports = []
-    time.sleep(2.0)
-    try:
-        for _ in range(3):
-            with Controller.open(state) as ctl:
-                started = time.time()
-                reports.append(ctl.rotate([GRAFANA]))
-                print(f"rotation {started:.3f} -> {time.time():.3f}: {_held(unit)[0]}")
-            held.add(_held(unit))
-            keys.append(_held(unit)[0])
-        time.sleep(1.0)
-    finally:
-        stop.touch()
-        out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err[-3000:]
-    print(err[-3000:])
-    first, *lines = out.splitlines()
-    tries, refused = map(int, first.split())
-    read = {(key, digest) for key, digest in (line.split() for line in lines)}
-    keys_of: dict[str, set[str]] = {}
-    for key, digest in read | held:
-        keys_of.setdefault(digest, set()).add(key)
-    straddled = {(k, d) for k, d in read if len(keys_of[d]) > 1}  # one secret, two keys
-    print(f"seaweedfs overlap x3: {tries} clients, {refused} refused, {len(straddled)} straddled")
-    for report in reports:
+
+    def rotate() -> Any:
+        with Controller.open(state) as ctl:
+            report = ctl.rotate([GRAFANA])
+        keys.append(_held(unit)[0])
+        return report
+
+    counted = run_app(
+        state, built, GRAFANA, APP, [str(unit), str(conn)], lambda: _held(unit), rotate, 3
+    )
+    for report in counted.results:
         assert report.ok, report
         (pair,) = report.pairs
         assert pair.old_after == "refused", pair
     assert all(a != b for a, b in itertools.pairwise(keys)), keys  # the other key each time
     assert json.loads(conn.read_text())["access_key"] == keys[-1]
-    assert tries > 20 and refused == 0 and not straddled, (tries, refused, straddled)
+    assert counted.tries > 20 and counted.refused == 0 and counted.straddled == 0, counted
     with Controller.open(state) as ctl:
         (drilled,) = ctl.drill([GRAFANA])
     assert drilled.ok, (drilled.reason, drilled.steps)
