@@ -123,6 +123,9 @@ def test_each_overlap_moves_the_consumer_to_the_other_login_with_its_data(mesh: 
         (row,) = ctl.status([GITEA])
     assert drilled.ok, (drilled.reason, drilled.steps)
     assert row.state == State.WORKING, row
+    with mesh.controller() as ctl:  # the unit is a credential meshtui delivered, 0600
+        files = [x for x in ctl.doctor().problems if x.check == "file"]
+    assert files == [], files
     psql = shutil.which("psql")
     if psql is not None:  # the manual's example: psql takes both from the one file
         said = subprocess.run(
