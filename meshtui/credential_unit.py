@@ -56,8 +56,12 @@ def _line_value(key: str, value: str) -> str:
 
 
 def render(shape: str, fields: Mapping[str, str], password: bytes) -> bytes:
-    """The unit's bytes: its section, ``fields``, then the password, ending in a newline."""
-    secret = password.decode("utf-8")
+    """The unit's bytes: its section, ``fields``, then the password, ending in a newline;
+    ValueError naming the line that cannot be written (never a byte of the password)."""
+    try:
+        secret = password.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError("the password is not UTF-8 text") from None
     sep = _SEPARATOR[shape]
     lines = [f"[{_SECTION[shape]}]"]
     lines += [f"{k}{sep}{_line_value(k, v)}" for k, v in fields.items()]

@@ -56,10 +56,24 @@ def test_an_aws_unit_is_a_shared_credentials_file_boto3_reads() -> None:
     assert password_of("aws", data) == b"Secret/Key+1"
 
 
-@pytest.mark.parametrize("password", [b"two\nlines", b" spaced", b""])
-def test_a_password_a_line_cannot_hold_is_refused_not_cut(password: bytes) -> None:
-    with pytest.raises(ValueError, match="the password cannot be written on one line"):
+@pytest.mark.parametrize(
+    ("password", "said"),
+    [
+        (b"two\nlines", "the password cannot be written on one line"),
+        (b" spaced", "the password cannot be written on one line"),
+        (b"", "the password cannot be written on one line"),
+        (b"\xff\xfe-secret", "the password is not UTF-8 text"),
+    ],
+)
+def test_a_password_a_line_cannot_hold_is_refused_not_cut(password: bytes, said: str) -> None:
+    with pytest.raises(ValueError) as caught:
         render("pg_service", {"user": "u"}, password)
+    assert str(caught.value) == said and caught.value.__cause__ is None  # no byte of it said
+
+
+def test_a_line_that_would_add_a_line_is_refused_naming_its_key() -> None:
+    with pytest.raises(ValueError, match="^dbname cannot be written"):
+        render("pg_service", {"dbname": "x\npassword=guess"}, b"pw")
 
 
 def test_a_file_of_the_password_alone_is_its_password() -> None:
