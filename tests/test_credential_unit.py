@@ -59,9 +59,9 @@ def test_an_aws_unit_is_a_shared_credentials_file_boto3_reads() -> None:
 @pytest.mark.parametrize(
     ("password", "said"),
     [
-        (b"two\nlines", "the password cannot be written on one line"),
-        (b" spaced", "the password cannot be written on one line"),
-        (b"", "the password cannot be written on one line"),
+        (b"two\nlines", "the password cannot be written on one line of a credential file"),
+        (b" spaced", "the password cannot be written on one line of a credential file"),
+        (b"", "the password cannot be written on one line of a credential file"),
         (b"\xff\xfe-secret", "the password is not UTF-8 text"),
     ],
 )
