@@ -418,7 +418,7 @@ def _claims(
 
 def _refuse_way_back(inv: Inventory, decl: Declaration, old_pairs: Mapping[str, object]) -> None:
     """DeclarationError for a pair that alternated between two logins (an overlap on
-    PostgreSQL) declared a swap again: its consumer holds one of the two logins, which a swap
+    PostgreSQL or SeaweedFS) declared a swap again: its consumer holds one of the two logins, which a swap
     of the pair's own login would leave accepting the old credential."""
     back = [p for p in decl.pairs if p.id in old_pairs and p.rotation.rotation != OVERLAP]
     was = inv.rotation_modes([p.id for p in back]) if back else {}
@@ -434,7 +434,7 @@ def _refuse_way_back(inv: Inventory, decl: Declaration, old_pairs: Mapping[str, 
             raise DeclarationError(
                 decl.source,
                 f'modules."{p.consumer}".requires[{index}].rotation',
-                f"rotates by overlap on two alternating {kind.login_word}s; a {kind.title} "
+                f"rotates by overlap on two alternating logins; a {kind.title} "
                 f"pair cannot go back to swap yet",
                 'keep rotation = "overlap", or withdraw the pair and declare it again',
             )
