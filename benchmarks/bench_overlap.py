@@ -1,13 +1,15 @@
 """An overlap rotation beside a swap of the same pair: what the missing window costs.
 
 One lab (``meshtui lab up``'s builder in real namespaces, root: an overlap logs in from the
-consumer's node twice), one kind at a time (Redis, OpenBao, PostgreSQL); its ``app1/gitea``
-pair is rotated ``--repeat`` times as a swap and as an overlap, in alternating turns after a
-warm-up of each, so a moment of noise on this shared machine falls on both. Between turns the
-pair is declared again with or without ``rotation = "overlap"`` (untimed). PostgreSQL's
-overlap alternates two logins and a pair that alternated cannot go back to a swap, so there
-``app1/gitea`` (overlap, with its connection file) is timed beside ``app1/grafana``, a swap
-pair of the same consumer node and server, both declared once. Timed: ``Controller.rotate`` of the pair, the
+consumer's node twice), one kind at a time (Redis, OpenBao, PostgreSQL, SeaweedFS); its
+``app1/gitea`` pair is rotated ``--repeat`` times as a swap and as an overlap, in alternating
+turns after a warm-up of each, so a moment of noise on this shared machine falls on both.
+Between turns the pair is declared again with or without ``rotation = "overlap"`` (untimed). A
+pair of a kind that alternates between two logins cannot go back to swap, so PostgreSQL and
+SeaweedFS rotate two pairs of one server instead, both declared once: PostgreSQL's
+``app1/gitea`` as an overlap (its credential file a libpq service file) beside
+``app1/grafana`` as a swap; SeaweedFS's ``app1/grafana`` as an overlap (its credential file the
+AWS credentials file) beside ``app2/wiki`` as a swap. Timed: ``Controller.rotate`` of the pair, the
 CLI's code path. An overlap does more: a login from the consumer's node before (the old), the
 provider twice (add, remove), a login with the new and one with the old after.
 
@@ -32,23 +34,28 @@ from pathlib import Path
 from meshtui.controller.core import Controller
 from meshtui.lab import mesh as lab_mesh
 
-PROVISIONS = {"redis": "cache", "openbao": "secret", "postgres": "database"}
-SWAPPED_BESIDE = {"postgres": "database:app1/grafana->db1/postgres"}
-"""A kind whose overlap pair cannot go back to swap: the swap pair timed beside it."""
+PROVISIONS = {"redis": "cache", "openbao": "secret", "postgres": "database", "seaweedfs": "objects"}
+ALTERNATING = {
+    "postgres": ("database:app1/grafana->db1/postgres", "database:app1/gitea->db1/postgres"),
+    "seaweedfs": ("objects:app2/wiki->db1/s3", "objects:app1/grafana->db1/s3"),
+}
+"""A kind whose overlap pair cannot be a swap again: its (swap pair, overlap pair)."""
+UNITS = {
+    "postgres": (r'(file = "[^"]*/srv/app1/gitea/db\.password") }', "pg_service"),
+    "seaweedfs": (r'(file = "[^"]*/srv/app1/grafana/s3\.secret") }', "aws"),
+}
+"""The overlap pair's requirement in the lab's declaration, and its credential file's format."""
 
 
-def _overlap_text(kind: str, text: str) -> str:
-    """The lab's declaration with the kind's ``app1/gitea`` pair declared an overlap."""
-    if kind != "postgres":
+def _declarations(kind: str, text: str) -> tuple[str, str]:
+    """The swap and the overlap declarations' texts."""
+    if kind not in ALTERNATING:
         needle = f'kind = "{kind}"'
-        return text.replace(needle, f'{needle}, rotation = "overlap"', 1)
-    text, found = re.subn(  # PostgreSQL's overlap changes the login: a connection file says it
-        r'(file = "([^"]*/srv/app1/gitea/)db\.password") }',
-        r'\1, rotation = "overlap", connection = { file = "\2db.conn", format = "json" } }',
-        text,
-    )
+        return text, text.replace(needle, f'{needle}, rotation = "overlap"', 1)
+    needle, unit = UNITS[kind]
+    overlap, found = re.subn(needle, rf'\1, rotation = "overlap", format = "{unit}" }}', text)
     assert found == 1, text
-    return text
+    return overlap, overlap
 
 
 def run(kind: str, repeat: int) -> None:
@@ -56,23 +63,22 @@ def run(kind: str, repeat: int) -> None:
     folder.chmod(0o711)
     try:
         built = lab_mesh.up(folder, kinds={k: k == kind for k in ("redis", "openbao", "seaweedfs")})
-        overlap = folder / "overlap.toml"
-        overlap.write_text(_overlap_text(kind, built.declaration.read_text()))
-        pair = f"{PROVISIONS[kind]}:app1/gitea->db1/{kind}"
-        beside = SWAPPED_BESIDE.get(kind)  # declared once, its swap pair beside it
-        swap = overlap if beside else built.declaration
-        turns = (("swap", swap, beside or pair), ("overlap", overlap, pair))
+        swap, overlap = folder / "swap.toml", folder / "overlap.toml"
+        swap_text, overlap_text = _declarations(kind, built.declaration.read_text())
+        swap.write_text(swap_text)
+        overlap.write_text(overlap_text)
+        gitea = f"{PROVISIONS[kind]}:app1/gitea->db1/{kind}"
+        pairs = dict(zip(("swap", "overlap"), ALTERNATING.get(kind, (gitea, gitea)), strict=True))
         times: dict[str, list[float]] = {"swap": [], "overlap": []}
         spans: list[float] = []
         with Controller.open(folder) as ctl:
             ctl.declare(swap)
             assert ctl.push().ok
             for turn in range(repeat + 1):
-                for how, declaration, rotated in turns:
-                    if not beside:
-                        ctl.declare(declaration)
+                for how, declaration in (("swap", swap), ("overlap", overlap)):
+                    ctl.declare(declaration)
                     started = time.perf_counter()
-                    report = ctl.rotate([rotated])
+                    report = ctl.rotate([pairs[how]])
                     took = (time.perf_counter() - started) * 1000
                     assert report.ok, report
                     if turn:  # the first turn warms up
@@ -80,9 +86,7 @@ def run(kind: str, repeat: int) -> None:
                         if how == "overlap" and report.pairs[0].both_accepted_ms is not None:
                             spans.append(report.pairs[0].both_accepted_ms)
         p50 = {how: statistics.median(t) for how, t in times.items()}
-        print(
-            f"{kind}: {repeat} rotations of {pair} each" + (f" (swap: {beside})" if beside else "")
-        )
+        print(f"{kind}: {repeat} rotations of {' and '.join(sorted(set(pairs.values())))} each")
         for how, t in times.items():
             print(f"  {how:<8} p50 {p50[how]:7.1f} ms  max {max(t):7.1f} ms")
         print(f"  overlap / swap (p50): {p50['overlap'] / p50['swap']:.2f}x")

@@ -348,6 +348,7 @@ class Requirement:
     mode: str = DEFAULT_MODE  # its mode, as declared ("0640")
     policy: PolicySettings = field(default_factory=lambda: PolicySettings())
     connection: ConnectionFile | None = None  # login, host, port... for the app, no secret
+    format: str = "password"  # the file's format: the password alone, or a unit with the login
     sessions: Sessions | None = None  # its pair's old sessions in a rotation (None: offer's)
     rotation: str | None = None  # as declared on the requirement (None: the offer's)
     grace: float | None = None

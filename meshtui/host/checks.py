@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
+from meshtui.credential_unit import held_password
 from meshtui.crypto import secret_digest
 from meshtui.errors import HostFileError, PolicyRefusal
 from meshtui.host import credential_files as files
@@ -244,7 +245,8 @@ def held_file(item: CheckConsumer) -> Found:
     found = [
         finding("file", item["pair"], f"credential file {path} is {u}", fix) for u in held.unlike
     ]
-    if "digests" in item and secret_digest(held.data) not in item["digests"]:
+    password = held_password(item.get("unit"), held.data)
+    if "digests" in item and (password is None or secret_digest(password) not in item["digests"]):
         found.append(
             finding(
                 "file",

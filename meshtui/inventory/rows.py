@@ -67,6 +67,7 @@ class NeedSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     connection: ConnectionSpec | None = None
     sessions: str | None = None  # a Sessions, when declared on the requirement
     drain: float | None = None  # seconds old sessions may drain, when declared on it
+    format: str = "password"  # the credential file's format (meshtui.credential_unit)
 
 
 class OwnSecretSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

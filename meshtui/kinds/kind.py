@@ -52,6 +52,7 @@ class ConnectionFacts:
     ca: str | None  # the CA that signed the server's certificate (None: not declared)
     tls: bool
     password_file: str  # the credential file (the password itself is never in these facts)
+    owner: str = ""  # the pair's login when ``login`` is one of its alternates
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,8 @@ class Kind:
     ``finish_name``: the name of the report line of ``finish`` (PostgreSQL: ``pg_hba.conf``);
     the controller records a pinned provider end whose line failed as not confined.
     ``workers``: how many sessions the provisioner uses at most for one run (None: its default).
-    ``dbname``: what a probe of a consumer with these ``values`` names as its database.
+    ``dbname``: ``dbname(login, values)``, what a probe of a consumer with this login (the
+    pair's, an alternating pair's owner) and these ``values`` names as its database.
     ``owns``: ``owns(login, values)``, what a consumer claims at its provider for itself alone
     (an object store's buckets); ``declare`` refuses a second consumer of one provider that
     claims the same. Each claim is recorded in the inventory with the consumer that made it,
@@ -136,6 +138,8 @@ class Kind:
     consumer takes from whoever held them before; ``declare`` refuses any other claim another
     module held.
     ``connection``: what a consumer's connection file holds (None: the kind writes none).
+    ``units``: the credential file formats holding the login with the password that a
+    consumer of this kind may declare (``format``, :mod:`meshtui.credential_unit`).
     ``hands_over``: whether a login gives the server the credential itself (a password sent,
     as Redis's AUTH and an AppRole login do; not a proof of it, as SCRAM and SigV4 are): the
     agent then sends it only to a server its node policy lists (``[[servers]]``).
@@ -158,10 +162,11 @@ class Kind:
     doctor: Ref | None = None
     workers: int | None = None
     finish_name: str = "pin"
-    dbname: Callable[[Mapping[str, str]], str] = lambda values: ""
+    dbname: Callable[[str, Mapping[str, str]], str] = lambda login, values: ""
     owns: Callable[[str, Mapping[str, str]], tuple[str, ...]] = owns_nothing
     takes_over: Callable[[str, Mapping[str, str]], tuple[str, ...]] = owns_nothing
     connection: ConnectionOf | None = None
+    units: tuple[str, ...] = ()
     hands_over: bool = False
     own_secrets: Ref | None = None
     server_config: Ref | None = None

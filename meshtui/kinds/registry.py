@@ -93,7 +93,7 @@ def can_overlap(kind: Kind) -> bool:
 
 def can_alternate(kind: Kind) -> bool:
     """Whether ``kind``'s adapter overlaps by two logins of one owner, its login holding one
-    credential (its ``capabilities.alternating``, PostgreSQL's)."""
+    credential (its ``capabilities.alternating``: PostgreSQL's roles, SeaweedFS's access keys)."""
     return bool(kind.adapter.load().capabilities.alternating)
 
 

@@ -145,6 +145,8 @@ class EndRecord(TypedDict):
     connection: NotRequired[str]  # a consumer's connection file, as last written
     manifest: NotRequired[str]  # a provider's manifest, as last written
     connection_digest: NotRequired[str]  # the digest of the text written there
+    unit: NotRequired[str]  # a consumer's credential file format when it holds the login too
+    unit_digest: NotRequired[str]  # the digest of that unit's format and lines but the password
 
 
 class Holding(EndRecord):
@@ -259,6 +261,14 @@ class ConnectionItem(TypedDict):
     text: str
 
 
+class UnitItem(TypedDict):
+    """A credential file holding the login with the password (meshtui.credential_unit): its
+    format and its lines but the password, which the agent adds."""
+
+    format: str
+    fields: dict[str, str]
+
+
 class ConsumerItem(TypedDict):
     """One consumer credential, sealed to the consumer's node, and where to write it (with its
     connection file, when the ``requires`` entry declares one)."""
@@ -275,6 +285,7 @@ class ConsumerItem(TypedDict):
     sealed: str
     rollback: NotRequired[Rollback]
     connection: NotRequired[ConnectionItem]
+    unit: NotRequired[UnitItem]  # the credential file is a unit of this format, not the password
 
 
 class DeliverRequest(TypedDict):
@@ -533,6 +544,7 @@ class CheckConsumer(TypedDict):
     server: NotRequired[CheckServer]  # where its credential is sent, for such a kind
     mode: NotRequired[str]  # the credential file's declared mode
     digests: NotRequired[list[str]]  # the digests of every generation meshtui delivered
+    unit: NotRequired[str]  # the credential file's format, when it holds the login too
 
 
 class CheckProvision(TypedDict):

@@ -6,6 +6,8 @@ only with what the consumer's two files hold."""
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +25,13 @@ OFFER = 'provides = [{ name = "database", port = '
 
 
 def _overlap(made: Any) -> None:
-    """Declare the mesh's pair an overlap with a json connection file, and push."""
+    """Declare the mesh's pair an overlap whose credential file is a libpq service file (the
+    login with the password) beside a json connection file, and push."""
     text = made.decl.read_text()
     text = text.replace(
         NEEDLE,
-        NEEDLE[:-1] + ', connection = { file = "srv/app1/gitea/db.conn", format = "json" } }',
+        NEEDLE[:-1] + ', format = "pg_service", '
+        'connection = { file = "srv/app1/gitea/db.conn", format = "json" } }',
     )
     start = text.index(OFFER) + len(OFFER)
     end = text.index(" }]", start)
@@ -54,10 +58,20 @@ def mesh(swapped: Any) -> Any:
 
 
 def _files(mesh: Any) -> tuple[str, str, dict[str, str]]:
-    """The login and password the consumer's files hold now, and the connection facts."""
+    """The login and password the consumer's credential file holds now, read once, and the
+    connection facts; libpq reading the same file (``service=meshtui``) logs in as that login
+    (the connection file names it too)."""
+    unit = mesh.root / "srv/app1/gitea/db.password"
+    lines = unit.read_text().splitlines()
+    assert lines[0] == "[meshtui]", lines[0]
+    held = dict(line.split("=", 1) for line in lines[1:])
     facts = json.loads((mesh.root / "srv/app1/gitea/db.conn").read_text())
-    password = Path(facts["password_file"]).read_text()
-    return facts["user"], password, facts
+    assert facts["user"] == held["user"]
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("PGSERVICEFILE", str(unit))
+        with psycopg.connect("service=meshtui", connect_timeout=5) as conn:
+            assert conn.execute("SELECT session_user").fetchone() == (held["user"],)
+    return held["user"], held["password"], facts
 
 
 def _connect(facts: dict[str, str], login: str, password: str) -> psycopg.Connection[Any]:
@@ -109,6 +123,17 @@ def test_each_overlap_moves_the_consumer_to_the_other_login_with_its_data(mesh: 
         (row,) = ctl.status([GITEA])
     assert drilled.ok, (drilled.reason, drilled.steps)
     assert row.state == State.WORKING, row
+    with mesh.controller() as ctl:  # the unit is a credential meshtui delivered, 0600
+        files = [x for x in ctl.doctor().problems if x.check == "file"]
+    assert files == [], files
+    psql = shutil.which("psql")
+    if psql is not None:  # the manual's example: psql takes both from the one file
+        said = subprocess.run(
+            [psql, "service=meshtui", "-AtXc", "SELECT session_user"],
+            env={"PGSERVICEFILE": str(mesh.root / "srv/app1/gitea/db.password")},
+            capture_output=True, text=True, timeout=30, check=True,
+        )  # fmt: skip
+        assert said.stdout.strip() == _files(mesh)[0]  # the drill moved it again
 
 
 @pytest.mark.parametrize(
@@ -150,7 +175,7 @@ def test_a_swap_pair_declared_overlap_moves_to_its_first_login_with_no_refusal(
     connection file names it; the pair's login, now its owner, keeps what it made."""
     with swapped.controller() as ctl:
         owner = ctl.inventory.pairs([GITEA])[0]["login"]
-    password = (swapped.root / "srv/app1/gitea/db.password").read_text()
+    password = (swapped.root / "srv/app1/gitea/db.password").read_text()  # the password alone
     with psycopg.connect(
         host="127.0.0.1", port=pg.port, dbname="gitea_app1", user=owner, password=password
     ) as conn:

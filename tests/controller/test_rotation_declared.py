@@ -47,46 +47,75 @@ def test_overlap_on_the_offer_reaches_each_pair_and_a_requirement_overrides_it(
 
 
 @pytest.mark.parametrize("where", ["offer", "requirement"])
-def test_overlap_for_a_kind_that_holds_one_credential_is_refused_naming_it(
+def test_a_seaweedfs_overlap_needs_its_access_key_and_secret_in_one_file(
     mesh: Mesh, where: str
 ) -> None:
+    """Its access key alternates between two of the identity's keys: an app reading the key
+    from the connection file and the secret from the credential file could hold one of each."""
     s3 = provider("db1/seaweedfs", "objects", 8333)
     s3["provides"][0].update(kind="seaweedfs", tls=False)
     app = consumer("app1/gitea", "objects")
     app["requires"][0]["values"] = {}
     (s3["provides"][0] if where == "offer" else app["requires"][0])["rotation"] = "overlap"
-    assert not registry.rotates_by_overlap(registry.kind_of("seaweedfs"))
+    assert registry.can_alternate(registry.kind_of("seaweedfs"))
     path = mesh.write(mesh.spec({"db1/seaweedfs": s3, "app1/gitea": app}))
     with pytest.raises(DeclarationError) as caught:
         declaration.load(path)
     text = str(caught.value)
-    key = "provides[0].rotation" if where == "offer" else "requires[0].rotation"
-    assert str(path) in text and key in text, text
-    assert "seaweedfs cannot rotate by overlap" in text, text
-    assert 'rotation = "swap"' in text and 'kind = "postgres"' in text, text
+    assert str(path) in text and 'modules."app1/gitea".requires[0].format' in text, text
+    assert 'format = "aws"' in text and 'rotation = "swap"' in text, text
+    app["requires"][0]["format"] = "aws"
+    modes = _declared(mesh, {"db1/seaweedfs": s3, "app1/gitea": app})
+    assert [m.rotation for m in modes.values()] == [OVERLAP]
 
 
 def test_postgres_rotates_by_overlap_with_two_alternating_logins(mesh: Mesh) -> None:
     pg = provider()
     pg["provides"][0]["rotation"] = "overlap"
     app = consumer("app1/gitea")
-    app["requires"][0]["connection"] = {"file": "/srv/app1/gitea/db.env", "format": "env"}
+    app["requires"][0]["format"] = "pg_service"
     assert registry.can_alternate(registry.kind_of("postgres"))
     modes = _declared(mesh, {"db1/postgres": pg, "app1/gitea": app})
     assert [m.rotation for m in modes.values()] == [OVERLAP]
 
 
-def test_an_alternating_overlap_pair_without_a_connection_file_is_refused(mesh: Mesh) -> None:
-    """Its login changes at every rotation: an app that does not read it from the connection
-    file would be refused after the first one."""
+@pytest.mark.parametrize("connection", [False, True])
+def test_an_alternating_overlap_pair_whose_file_holds_the_password_alone_is_refused(
+    mesh: Mesh, connection: bool
+) -> None:
+    """Its login changes at every rotation: an app reading it from another file (its
+    connection file) and the password from this one can hold one of each and be refused."""
     pg = provider()
     pg["provides"][0]["rotation"] = "overlap"
-    path = mesh.write(mesh.spec({"db1/postgres": pg, "app1/gitea": consumer("app1/gitea")}))
+    app = consumer("app1/gitea")
+    if connection:
+        app["requires"][0]["connection"] = {"file": "/srv/app1/gitea/db.env", "format": "env"}
+    path = mesh.write(mesh.spec({"db1/postgres": pg, "app1/gitea": app}))
     with pytest.raises(DeclarationError) as caught:
         declaration.load(path)
     text = str(caught.value)
-    assert 'modules."app1/gitea".requires[0].connection' in text, text
-    assert "alternates between two roles" in text and 'rotation = "swap"' in text, text
+    assert 'modules."app1/gitea".requires[0].format' in text, text
+    assert "alternates between two logins" in text and "from one file" in text, text
+    assert 'format = "pg_service"' in text and 'rotation = "swap"' in text, text
+
+
+@pytest.mark.parametrize(
+    ("shape", "said"),
+    [
+        ("ini", "'ini' is not a credential file format"),
+        ("aws", "'aws' is not a credential file format for a PostgreSQL"),
+    ],
+)
+def test_a_credential_file_format_the_kind_does_not_write_is_refused(
+    mesh: Mesh, shape: str, said: str
+) -> None:
+    app = consumer("app1/gitea")
+    app["requires"][0]["format"] = shape
+    path = mesh.write(mesh.spec({"db1/postgres": provider(), "app1/gitea": app}))
+    with pytest.raises(DeclarationError) as caught:
+        declaration.load(path)
+    text = str(caught.value)
+    assert 'modules."app1/gitea".requires[0].format' in text and said in text, text
 
 
 @pytest.mark.parametrize(

@@ -177,16 +177,23 @@ class Provider:
         return self.server.can_login(login, password or self.password(node, module))
 
     def probe(
-        self, login: str, password: str, values: Mapping[str, str] | None = None
+        self,
+        login: str,
+        password: str,
+        values: Mapping[str, str] | None = None,
+        owner: str | None = None,
     ) -> ProbeResult:
-        """The kind's probe (through meshtui.host.probe_runner, as an agent runs it), on loopback."""
+        """The kind's probe (through meshtui.host.probe_runner, as an agent runs it), on
+        loopback; ``owner``: the pair's login when ``login`` is one of its alternates."""
         server = self.server
         target = ProbeTarget(
             host=server.host,
             port=server.port,
             user=login,
             password=password,
-            dbname=server.kind.dbname(values if values is not None else server.values(login)),
+            dbname=server.kind.dbname(
+                owner or login, values if values is not None else server.values(owner or login)
+            ),
             kind=server.kind.name,
             ca=server.ca,
             tls=server.tls,

@@ -35,6 +35,7 @@ from meshtui.controller.plan.planner import Planner
 from meshtui.controller.plan.resolve import ask_state, inspection
 from meshtui.controller.read import status as status_mod
 from meshtui.controller.reports import Claim, PairOutcome, Progress, PushReport, Resolution
+from meshtui.credential_unit import unit_digest
 from meshtui.errors import AgentError
 from meshtui.inventory import Inventory, now
 from meshtui.inventory.rows import HeldEnd, PairRow, ProbeRecord, Provision
@@ -113,6 +114,8 @@ class Push:
     held_by_provider: set[str] = field(default_factory=set)
     held_by_consumer: set[str] = field(default_factory=set)
     held_connection: dict[str, Connection] = field(default_factory=dict)
+    held_unit: dict[str, str | None] = field(default_factory=dict)
+    """pair -> the unit its consumer's agent last wrote (format and lines but the password)."""
     planner: Planner = field(init=False)
     """The whole mesh, read once the answers are recorded (and any end ahead rotated past)."""
     drift: dict[str, str] = field(default_factory=dict)
@@ -174,6 +177,12 @@ class Push:
         }
         self.held_connection = {
             h["pair"]: (h.get("connection"), h.get("connection_digest"))
+            for hs in holdings.values()
+            for h in hs
+            if h["end"] == End.CONSUMER
+        }
+        self.held_unit = {
+            h["pair"]: h.get("unit_digest")
             for hs in holdings.values()
             for h in hs
             if h["end"] == End.CONSUMER
@@ -386,7 +395,13 @@ class Push:
         return d is None or d[0] != self.planner.pairs[pid]["generation"]
 
     def connection_differs(self, pid: str) -> bool:
-        """The declared connection file is not what the consumer's agent last wrote."""
+        """The declared connection file, or the credential file's lines but the password, are
+        not what the consumer's agent last wrote."""
+        unit = self.planner.unit(pid)
+        if pid in self.held_unit and self.held_unit[pid] != (
+            None if unit is None else unit_digest(unit["format"], unit["fields"])
+        ):
+            return True
         want = self.planner.connection(pid)
         if want is None:
             return False

@@ -15,6 +15,7 @@ from typing import Any
 
 from meshtui import crypto
 from meshtui.controller.plan.naming import derive_login
+from meshtui.credential_unit import PASSWORD, UNIT_FORMATS
 from meshtui.errors import DeclarationError, KeyFileError, UnknownKindError
 from meshtui.freeform import TomlTable
 from meshtui.kinds import registry
@@ -72,6 +73,7 @@ REQUIRE_KEYS = {
     "drain",
     "rotation",
     "grace",
+    "format",
 }
 CONNECTION_KEYS = {"file", "format", "ca"}
 PROVIDE_KEYS = {"name", "port", "kind", "ca", "tls", "sessions", "drain", "rotation", "grace"}
@@ -543,16 +545,29 @@ def _can_overlap(r: _Reader, kind: Kind, at: str) -> None:
 
 def _holds_one_login(r: _Reader, kind: Kind, at: str) -> None:
     """Refuse an overlap pair of a kind that alternates between two logins (PostgreSQL) when
-    its requirement declares no connection file: the login changes at every rotation, and the
-    connection file is where the consumer's app reads it."""
-    if registry.can_alternate(kind) and not registry.can_overlap(kind):
+    its credential file holds the password alone: the login changes at every rotation, and an
+    app that reads it from another file can read one rotation's login with the other's
+    password between the agent's two writes, and be refused."""
+    if registry.can_alternate(kind) and not registry.can_overlap(kind) and kind.units:
         raise r.fail(
-            f"{at}.connection",
-            f"a {kind.title} pair rotated by overlap alternates between two "
-            f"{kind.login_word}s, so its app must read the {kind.login_word} from a "
-            "connection file",
-            'connection = { file = "/etc/app/db.env", format = "env" } (or rotation = "swap")',
+            f"{at}.format",
+            f"a {kind.title} pair rotated by overlap alternates between two logins, so its "
+            "app must read the login and the password from one file written at once, or it "
+            "can hold one of each and be refused",
+            f'format = "{kind.units[0]}" (see docs/rotation-overlap.md; or rotation = "swap")',
         )
+
+
+def _file_format(r: _Reader, kind: Kind, req: Requirement, at: str) -> None:
+    """Refuse a credential file format the provider's kind does not write."""
+    if req.format == PASSWORD or req.format in kind.units:
+        return
+    able = " or ".join(f'"{u}"' for u in (PASSWORD, *kind.units))
+    raise r.fail(
+        f"{at}.format",
+        f"{req.format!r} is not a credential file format for a {kind.title}",
+        f"write format = {able}",
+    )
 
 
 def _requirement(r: _Reader, i: int, item: Any, where: str) -> Requirement:
@@ -581,7 +596,20 @@ def _requirement(r: _Reader, i: int, item: Any, where: str) -> Requirement:
         rotation=rotation,
         grace=grace,
         drain=_drain(r, item, at),
+        format=_format(r, item, at),
     )
+
+
+def _format(r: _Reader, item: Mapping[str, Any], at: str) -> str:
+    """The credential file's ``format``: the password alone, or a unit holding the login."""
+    shape = r.string(item, "format", at) if "format" in item else PASSWORD
+    if shape != PASSWORD and shape not in UNIT_FORMATS:
+        raise r.fail(
+            f"{at}.format",
+            f"{shape!r} is not a credential file format",
+            "write format = " + " or ".join(f'"{f}"' for f in (PASSWORD, *UNIT_FORMATS)),
+        )
+    return shape
 
 
 def _file_spec(
@@ -782,7 +810,8 @@ def _pairs(
                 )
             if req.rotation == OVERLAP:
                 _can_overlap(r, kind, f"{at}.rotation")
-            if (req.rotation or offer.rotation) == OVERLAP and req.connection is None:
+            _file_format(r, kind, req, at)
+            if (req.rotation or offer.rotation) == OVERLAP and req.format == PASSWORD:
                 _holds_one_login(r, kind, at)
             policy = effective_policy(top, provider.policy, req.policy)
             if policy.rotate_every is not None and policy.probe_every > policy.rotate_every:

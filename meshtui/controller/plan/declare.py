@@ -191,7 +191,12 @@ def _need_spec(r: Requirement) -> NeedSpec:
     connection = None if c is None else ConnectionSpec(file=c.file, format=c.format, ca=c.ca)
     sessions = None if r.sessions is None else r.sessions.value
     return NeedSpec(
-        name=r.name, file=r.file, connection=connection, sessions=sessions, drain=r.drain
+        name=r.name,
+        file=r.file,
+        connection=connection,
+        sessions=sessions,
+        drain=r.drain,
+        format=r.format,
     )
 
 
@@ -428,7 +433,7 @@ def _claims(
 
 def _refuse_way_back(inv: Inventory, decl: Declaration, old_pairs: Mapping[str, object]) -> None:
     """DeclarationError for a pair that alternated between two logins (an overlap on
-    PostgreSQL) declared a swap again: its consumer holds one of the two logins, which a swap
+    PostgreSQL or SeaweedFS) declared a swap again: its consumer holds one of the two logins, which a swap
     of the pair's own login would leave accepting the old credential. The error names the
     pair, its logins, and the key that made it a swap (its requirement's ``rotation``, else
     its offer's)."""

@@ -21,19 +21,21 @@ from meshtui import crypto
 from meshtui.contracts.adapter import alternate_login
 from meshtui.controller.plan.alternation import alternate, alternating
 from meshtui.controller.plan.connection_file import render
+from meshtui.credential_unit import PASSWORD, unit_fields
 from meshtui.errors import InventoryError
 from meshtui.inventory import Inventory
 from meshtui.inventory.rows import (
     GenerationRow,
     HeldSealed,
     ModuleRow,
+    NeedSpec,
     NodeRow,
     OfferSpec,
     PairRow,
     Provision,
 )
 from meshtui.kinds import registry
-from meshtui.kinds.kind import ConnectionFacts
+from meshtui.kinds.kind import Connection, ConnectionFacts
 from meshtui.model import End, Sessions, node_of
 from meshtui.protocol import messages
 from meshtui.protocol.messages import (
@@ -43,6 +45,7 @@ from meshtui.protocol.messages import (
     ProviderSet,
     Rollback,
     Target,
+    UnitItem,
 )
 
 Targets = Mapping[str, int]
@@ -78,7 +81,7 @@ def target_of(
         "host": nodes[node_of(pair["provider"])]["address"],
         "port": pair["port"],
         "login": pair["login"] if login is None else login,
-        "dbname": kind.dbname(pair["values"]),
+        "dbname": kind.dbname(pair["login"], pair["values"]),
     }
     if offer is not None and registry.stored_name(kind.name) is not None:
         target["kind"], target["ca"] = kind.name, offer.ca
@@ -382,12 +385,17 @@ class Planner:
             connection = self.connection(pid, gen)
             if connection is not None:
                 out[node][-1]["connection"] = connection
+            unit = self.unit(pid, gen)
+            if unit is not None:
+                out[node][-1]["unit"] = unit
         return out
 
-    def connection(self, pid: str, generation: int | None = None) -> ConnectionItem | None:
-        """The connection file a pair's ``requires`` entry declares, with its text (the
-        provider's kind says what it holds; the login the consumer holds with ``generation``,
-        default the pair's), or None when it declares none."""
+    def _connection_of(
+        self, pid: str, generation: int | None
+    ) -> tuple[NeedSpec, Connection] | None:
+        """A pair's ``requires`` entry and its kind's connection facts for the login the
+        consumer holds with ``generation`` (default the pair's); None when its kind writes
+        none."""
         p = self.pairs[pid]
         consumer = self.modules.get(p["consumer"])
         need = next(
@@ -398,9 +406,8 @@ class Planner:
             ),
             None,
         )
-        if need is None or need.connection is None:
+        if need is None:
             return None
-        spec = need.connection
         target = self.target(pid, generation)
         kind = registry.kind_of(target.get("kind"))
         if kind.connection is None:
@@ -410,9 +417,30 @@ class Planner:
             host=target["host"],
             port=target["port"],
             values=p["values"],
-            ca=spec.ca or target.get("ca"),
+            ca=(need.connection.ca if need.connection else None) or target.get("ca"),
             tls=bool(target.get("tls", kind.tls)),
             password_file=p["file"],
+            owner=p["login"],
         )
-        text = render(kind.connection(facts), spec.format).decode("utf-8")
+        return need, kind.connection(facts)
+
+    def connection(self, pid: str, generation: int | None = None) -> ConnectionItem | None:
+        """The connection file a pair's ``requires`` entry declares, with its text (the
+        provider's kind says what it holds; the login the consumer holds with ``generation``,
+        default the pair's), or None when it declares none."""
+        found = self._connection_of(pid, generation)
+        if found is None or found[0].connection is None:
+            return None
+        spec = found[0].connection
+        text = render(found[1], spec.format).decode("utf-8")
         return ConnectionItem(file=spec.file, text=text)
+
+    def unit(self, pid: str, generation: int | None = None) -> UnitItem | None:
+        """The lines but the password of a pair's credential file when its ``requires`` entry
+        declares a format holding the login too (:mod:`meshtui.credential_unit`), for the
+        login the consumer holds with ``generation``; None for a password alone."""
+        found = self._connection_of(pid, generation)
+        if found is None or found[0].format == PASSWORD:
+            return None
+        shape = found[0].format
+        return UnitItem(format=shape, fields=unit_fields(shape, found[1]))

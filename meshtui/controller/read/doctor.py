@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from meshtui import crypto
 from meshtui.controller.read.status import overlaps
 from meshtui.controller.reports import Progress
+from meshtui.credential_unit import PASSWORD
 from meshtui.errors import AgentError
 from meshtui.freeform import JsonObject
 from meshtui.inventory.rows import ModuleRow, NodeRow, PairRow
@@ -124,6 +125,8 @@ def requests(
             same = need.name == p["provision"] and need.file == p["file"]
             if same and need.connection is not None:  # where its file goes, for the policy
                 end["connection"] = need.connection.file
+            if same and need.format != PASSWORD:  # the password is one line of it
+                end["unit"] = need.format
         provider_node = nodes.get(node_of(p["provider"]))
         provider = modules.get(p["provider"])
         offers = provider["spec"].provides if provider else []

@@ -10,10 +10,12 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from meshtui import crypto
+from meshtui.credential_unit import render, unchanged, unit_digest
 from meshtui.errors import CryptoError, HostFileError, PolicyRefusal
 from meshtui.host import credential_files as files
 from meshtui.host import log
@@ -166,7 +168,7 @@ class Deliveries:
         return {"consumer": [self._prepare(c, refused) for c in items]}
 
     def _prepare(self, item: ConsumerItem, refused: dict[str, str]) -> PreparedOutcome:
-        pair, digest = item["pair"], item["digest"]
+        pair = item["pair"]
         done: PreparedOutcome = {"pair": pair, "ok": False}
         why = refused.get(f"consumer:{pair}")
         try:
@@ -176,9 +178,7 @@ class Deliveries:
                 raise ValueError(f"{pair}: not prepared, {PREPARED_LIMIT} are already")
             path, _, _ = self._consumer_file(item)
             want = files.resolve_access(item["owner"], item["group"], item["mode"])
-            unnamed = files.prepare_credential(
-                path, want, lambda: self.unseal(item["sealed"], digest, pair)
-            )
+            unnamed = files.prepare_credential(path, want, self._content(item))
         except (ValueError, HostFileError, CryptoError, PolicyRefusal) as exc:
             done["error"] = str(exc)
             return done
@@ -213,9 +213,10 @@ class Deliveries:
                 path,
                 want,
                 digest,
-                lambda: self.unseal(item["sealed"], digest, pair),
+                self._content(item),
                 prepared,
                 ours=lambda data: held_file == str(path) or crypto.is_minted(data),
+                digest_of=_digest_of(item),
             )
         except HostFileError as exc:
             out["error"] = f"{where}: {exc}"
@@ -238,6 +239,10 @@ class Deliveries:
             "group": want.group,
             "mode": want.mode,
         }
+        if "unit" in item:  # the login and the password in one file: its format, its lines
+            unit = item["unit"]
+            record["unit"] = unit["format"]
+            record["unit_digest"] = unit_digest(unit["format"], unit["fields"])
         if "connection" in item:
             try:  # what the app needs besides the password, with the credential's access
                 record["connection"], record["connection_digest"] = self._connection(
@@ -257,6 +262,26 @@ class Deliveries:
             if out["reload"] != "ok":
                 log.say(f"{pair}: reload {' '.join(reload.argv)} {out['reload']}")
         return out
+
+    def _content(self, item: ConsumerItem) -> Callable[[], bytes]:
+        """What ``item``'s credential file holds, made when it is written: the password it
+        unseals, alone or as a unit's line (:mod:`meshtui.credential_unit`)."""
+        pair, digest = item["pair"], item["digest"]
+        if "unit" not in item:
+            return lambda: self.unseal(item["sealed"], digest, pair)
+        unit = item["unit"]
+
+        def content() -> bytes:
+            try:
+                return render(
+                    unit["format"], unit["fields"], self.unseal(item["sealed"], digest, pair)
+                )
+            except (KeyError, ValueError) as exc:
+                raise HostFileError(
+                    f"{pair}: cannot write its {unit['format']} file: {exc}"
+                ) from None
+
+        return content
 
     def _forget_moved(self, pair: str, now: Held) -> None:
         """The files this agent wrote for ``pair`` at paths the declaration moved away from
@@ -405,6 +430,20 @@ def provider_ask(spec: ProviderSet) -> ProviderAsk:
         spec["admin"],
         spec["provisioner"],
     )
+
+
+def _digest_of(item: ConsumerItem) -> Callable[[bytes], str]:
+    """How a credential file already there is compared with ``item``: the digest of the
+    password it holds, and for a unit only when all its other lines are ``item``'s too."""
+    if "unit" not in item:
+        return crypto.secret_digest
+    unit = item["unit"]
+
+    def digest_of(data: bytes) -> str:
+        password = unchanged(unit["format"], unit["fields"], data)
+        return crypto.secret_digest(password) if password is not None else ""
+
+    return digest_of
 
 
 def run_reload(command: Command) -> str:

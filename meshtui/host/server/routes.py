@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
 from meshtui import crypto, folders
+from meshtui.credential_unit import held_password
 from meshtui.errors import HostFileError
 from meshtui.host import checks as checks_mod
 from meshtui.host import credential_files as files
@@ -360,8 +361,7 @@ class Agent:
         for item in payload["consumer"]:
             pair = item["pair"]
             res: WithdrawOutcome = {"pair": pair, "removed": False, "probe": None}
-            path = self._held_file(pair, item["file"])
-            secret, error = files.read_credential(path) if path is not None else (None, None)
+            path, secret, error = self._held_password(pair, item["file"])
             if error:
                 res["error"] = error  # not ours to delete: a FIFO, a link, another's folder
             if secret is not None and path is not None:
@@ -384,6 +384,17 @@ class Agent:
             self.holdings.update(End.CONSUMER, {pair: None})
             results.append(res)
         return {"consumer": results}
+
+    def _held_password(self, pair: str, named: str) -> tuple[Path | None, bytes | None, str | None]:
+        """The credential file this node wrote for ``pair`` (None unless it matches
+        ``named``), the password it holds (a unit's password line) and why it cannot be read."""
+        path = self._held_file(pair, named)
+        if path is None:
+            return None, None, None
+        data, error = files.read_credential(path)
+        held = self.holdings.get(End.CONSUMER, pair)
+        shape = held.get("unit") if held is not None else None
+        return path, held_password(shape, data) if data is not None else None, error
 
     def _held_file(self, pair: str, named: str) -> Path | None:
         """The credential file this node wrote for ``pair``; None unless it matches ``named``."""
@@ -443,8 +454,7 @@ class Agent:
 
     def drill_hold(self, payload: DrillRequest) -> DrillHoldAnswer:
         """Log in with the current credential and keep it in memory for the drill's third login."""
-        path = self._held_file(payload["pair"], payload["file"])
-        secret, error = files.read_credential(path) if path is not None else (None, None)
+        _, secret, error = self._held_password(payload["pair"], payload["file"])
         if secret is None:
             return {
                 "result": None,
@@ -459,8 +469,7 @@ class Agent:
         """Log in with the new credential, then with the held old one; forget the old one."""
         with self._drill_lock:
             held = self._drills.pop(payload["drill"], None)
-        path = self._held_file(payload["pair"], payload["file"])
-        secret, _ = files.read_credential(path) if path is not None else (None, None)
+        _, secret, _ = self._held_password(payload["pair"], payload["file"])
         pair, target = payload["pair"], payload["target"]
         new = self._target_login(pair, target, secret, control=False) if secret else None
         old = self._target_login(pair, target, held[0], control=False) if held else None

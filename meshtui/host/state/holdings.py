@@ -13,6 +13,7 @@ from typing import cast
 import msgspec
 
 from meshtui import crypto
+from meshtui.credential_unit import held_password
 from meshtui.atomic import write_private
 from meshtui.folders import Ancestors
 from meshtui.host import credential_files as files
@@ -147,7 +148,7 @@ def examine(
     ``present`` (its file holds the digest), ``error`` (why it cannot be read), ``unlike`` (how
     its or its connection file's mode, owner or group differ from what was written), and the
     connection file's digest dropped when its text changed. The credential file as read, with
-    all of ``unlike``. A provider's secret file (0600, the agent's) is looked at the same way
+    all of ``unlike`` (its password alone, when it is a unit holding the login too). A provider's secret file (0600, the agent's) is looked at the same way
     (None: a provider holding recorded before its file was), and its manifest's mode and
     owner (``manifests``: what was found of each manifest already, by path)."""
     if h["end"] != End.CONSUMER:
@@ -171,7 +172,8 @@ def examine(
     access = want if isinstance(want, files.FileAccess) else None
     path = h.get("file", "")
     found = files.read_held(Path(path), access, ancestors)
-    h["present"] = found.data is not None and crypto.secret_digest(found.data) == h["digest"]
+    password = held_password(h.get("unit"), found.data) if found.data is not None else None
+    h["present"] = password is not None and crypto.secret_digest(password) == h["digest"]
     if found.error:
         h["error"] = found.error
     unlike = [f"{path} {u}" for u in found.unlike] if found.data is not None else []
@@ -185,4 +187,4 @@ def examine(
             unlike += [f"{h['connection']} {u}" for u in conn.unlike]
     if unlike:
         h["unlike"] = unlike
-    return files.HeldFile(found.data, found.error, tuple(unlike))
+    return files.HeldFile(password, found.error, tuple(unlike))

@@ -15,7 +15,7 @@ from meshtui.kinds.kind import Kind, Ref
 from meshtui.kinds.postgres.connection import connection
 
 
-def _dbname(values: Mapping[str, str]) -> str:
+def _dbname(login: str, values: Mapping[str, str]) -> str:
     """A probe logs in to the consumer's own database, else the server's ``postgres``."""
     return values.get("database") or "postgres"
 
@@ -47,5 +47,6 @@ KIND = Kind(
     lab=Ref("meshtui.kinds.postgres.lab", "LAB"),
     dbname=_dbname,
     connection=connection,
+    units=("pg_service",),
     server_config=Ref("meshtui.kinds.postgres.server_config", "RECIPE"),
 )

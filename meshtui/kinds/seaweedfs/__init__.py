@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from meshtui.kinds.kind import Kind, Ref
 from meshtui.kinds.seaweedfs.connection import connection
-from meshtui.kinds.seaweedfs.values import check_values, first_bucket, owned_buckets, taken_over
+from meshtui.kinds.seaweedfs.values import check_values, owned_buckets, probed_bucket, taken_over
 
 KIND = Kind(
     name="seaweedfs",
@@ -31,9 +31,10 @@ KIND = Kind(
     check_values=check_values,
     tls=True,
     workers=1,  # one weed shell at a time: each is a process and reads the whole configuration
-    dbname=first_bucket,
+    dbname=probed_bucket,
     owns=owned_buckets,
     takes_over=taken_over,
     connection=connection,
+    units=("aws",),
     server_config=Ref("meshtui.kinds.seaweedfs.server_config", "RECIPE"),
 )

@@ -13,9 +13,12 @@ identity with ``s3.configure``, a rotated one by replacing its secret key in pla
 (rights widened, a second key, disabled) repaired in place; then the configuration is read
 again and a write counts only when the identity reads back exactly as wanted. The read, the
 write and the read-back are exchanges with one ``weed shell`` kept open for the run (a shell
-takes a third of a second to start; a rotation used to start three). A removal deletes
-the identity and keeps its buckets and their objects, and is held back ("drop pending") when it
-would leave the store with no identity at all: SeaweedFS then turns authentication off.
+takes a third of a second to start; a rotation used to start three). An overlap pair
+(``Alternating``) keeps one identity, named as its login, whose access keys alternate between
+``<login>_a`` and ``<login>_b``: the new key added beside the old, then the old deleted. A
+removal deletes the identity and keeps its buckets and their objects, and is held back ("drop
+pending") when it would leave the store with no identity at all: SeaweedFS then turns
+authentication off.
 
 The admin file (TOML, 0600) says where the store is; no secret is in it::
 
@@ -43,6 +46,7 @@ from meshtui.contracts.adapter import (
     Refused,
     Scope,
     Wanted,
+    alternate_login,
     check_name,
 )
 from meshtui.crypto import secret_digest
@@ -124,7 +128,7 @@ class SeaweedAdapter:
     started at its first exchange)."""
 
     create_decides = True  # create reads the configuration first (see adapter.Deciding)
-    capabilities = Capabilities(batching=True, deciding=True)
+    capabilities = Capabilities(batching=True, deciding=True, alternating=True)
 
     def describe(self, exc: BaseException) -> str | None:
         """None: the shell's failures reach the harness as meshtui's own errors already."""
@@ -293,36 +297,89 @@ class SeaweedAdapter:
     def _commands(self, item: Wanted, grant: Grant, have: Mapping[str, Any] | None) -> list[str]:
         """The shell commands that make ``item`` true from what the store holds (``have``)."""
         login = item.login
-        buckets = ",".join(grant.buckets)
-        commands: list[str] = []
         if have is None:
-            rights = ",".join(RIGHTS[r] for r in grant.rights)
-            return commands + [
-                f"s3.configure -user={login} -access_key={login} -secret_key={item.password} "
-                f"-buckets={buckets} -actions={rights} "
-                f"-account_display_name={self.marker} -apply"
-            ]
-        commands.append(
+            return [self._new(login, login, item.password, grant)]
+        commands = [
             f"s3.configure -user={login} -access_key={login} -secret_key={item.password} -apply"
-        )
+        ]
         for key, _secret in _credentials(have):
             if key != login:
                 commands.append(f"s3.configure -user={login} -access_key={key} -delete -apply")
-        held = frozenset(str(a) for a in have.get("actions") or [])
-        for missing in sorted(grant.actions() - held):
-            action, _, bucket = missing.partition(":")
-            commands.append(
-                f"s3.configure -user={login} -buckets={bucket} -actions={action} -apply"
+        return commands + _repairs(login, grant, have)
+
+    def _new(self, login: str, key: str, password: str, grant: Grant) -> str:
+        """The command making identity ``login`` with the access key ``key``, its rights, ours."""
+        rights = ",".join(RIGHTS[r] for r in grant.rights)
+        return (
+            f"s3.configure -user={login} -access_key={key} -secret_key={password} "
+            f"-buckets={','.join(grant.buckets)} -actions={rights} "
+            f"-account_display_name={self.marker} -apply"
+        )
+
+    def create_alternate(
+        self, owner: str, alt: str, password: str, values: Mapping[str, str], keep: bool
+    ) -> Done:
+        """Make identity ``owner`` hold the access key ``alternate_login(owner, alt)`` with
+        ``password`` as its secret key (the identity made if missing, its rights repaired);
+        with ``keep`` its other keys stay (an overlap's first step), else every other key is
+        deleted but one holding this very secret (a key from before the pair alternated,
+        which its consumer may still hold). A retried call writes nothing."""
+        identities = self._looked if self._looked is not None else self._identities()
+        self._looked = None
+        grant = self._check(Wanted(owner, password, values), identities)
+        key = alternate_login(owner, alt)
+        taken = sorted(self._index(identities)[1].get(key, set()) - {owner})
+        if taken:
+            raise Refused(f"access key {key} is already identity {taken[0]}'s")
+        have = next((i for i in identities if i["name"] == owner), None)
+        held = dict(_credentials(have)) if have is not None else {}
+        if keep and held.get(key, password) != password:
+            raise Refused(
+                f"access key {key} of {owner} still holds another secret: an overlap of "
+                f"{owner} is open (its last step has not run); nothing was changed"
             )
-        for extra in sorted(held - grant.actions()):
-            action, _, bucket = extra.partition(":")
-            where = f" -buckets={bucket}" if bucket else ""
-            commands.append(f"s3.configure -user={login}{where} -actions={action} -delete -apply")
-        for policy in have.get("policyNames") or []:
-            commands.append(f"s3.policy.detach -user={login} -policy={policy}")
-        if have.get("disabled"):
-            commands.append(f"s3.user.enable -name={login}")
-        return commands
+        drop = [] if keep else sorted(k for k, v in held.items() if k != key and v != password)
+        commands = _alternate_commands(owner, key, password, grant, have, drop)
+        if have is None:
+            made = [f"s3.bucket.create -name {b}" for b in grant.buckets if b not in self._buckets]
+            commands = [*made, self._new(owner, key, password, grant)]
+        if not commands:
+            return Done(OutcomeName.UNCHANGED)
+        try:
+            out = self._conversation().ask(commands, [password])
+            after = next((i for i in self._identities() if i["name"] == owner), None)
+        finally:
+            commands.clear()
+        said = errors(out, [password])
+        del out
+        got = self._alternate_back(owner, key, password, grant, keep, after)
+        if isinstance(got, ProvisionError):
+            raise ProvisionError(f"{got} (weed shell said: {said})") if said else got
+        notes = [f"access key {key}", *(f"access key {k} deleted" for k in drop), got]
+        return Done(OutcomeName.CREATED if have is None else OutcomeName.UPDATED, "; ".join(notes))
+
+    def _alternate_back(
+        self,
+        owner: str,
+        key: str,
+        password: str,
+        grant: Grant,
+        keep: bool,
+        identity: Mapping[str, Any] | None,
+    ) -> str | ProvisionError:
+        """Its rights in words when the store holds ``owner`` as :meth:`create_alternate`
+        wrote it, else why not (no secret)."""
+        if identity is None or not self._ours(identity):
+            return ProvisionError(f"identity {owner} does not read back as meshtui's")
+        held = dict(_credentials(identity))
+        if held.get(key) != password:
+            return ProvisionError(f"identity {owner} does not read back with access key {key}")
+        if not keep and any(v != password for v in held.values()):
+            return ProvisionError(f"identity {owner} still holds another access key")
+        if not self._held(owner, identity, grant).in_place:
+            got = ", ".join(sorted(str(a) for a in identity.get("actions") or [])) or "none"
+            return ProvisionError(f"identity {owner} reads back with the rights {got}")
+        return f"rights {' '.join(grant.rights)} on {' '.join(grant.buckets)}"
 
     def _read_back(
         self,
@@ -384,3 +441,42 @@ def _grant(login: str, values: Mapping[str, str]) -> Grant | None:
         return grant_for(login, values)
     except ValuesError:
         return None
+
+
+def _alternate_commands(
+    owner: str,
+    key: str,
+    password: str,
+    grant: Grant,
+    have: Mapping[str, Any] | None,
+    drop: Sequence[str],
+) -> list[str]:
+    """What makes an existing identity ``owner`` hold ``key`` with ``password``, without the
+    keys of ``drop``, with its rights (nothing when it does already)."""
+    if have is None:
+        return []
+    held = dict(_credentials(have))
+    commands = [] if held.get(key) == password else [
+        f"s3.configure -user={owner} -access_key={key} -secret_key={password} -apply"
+    ]  # fmt: skip
+    commands += [f"s3.configure -user={owner} -access_key={k} -delete -apply" for k in drop]
+    return commands + _repairs(owner, grant, have)
+
+
+def _repairs(login: str, grant: Grant, have: Mapping[str, Any]) -> list[str]:
+    """The commands that bring identity ``login``'s rights back to ``grant``: missing actions
+    added, others removed, policies detached, the identity enabled."""
+    commands: list[str] = []
+    held = frozenset(str(a) for a in have.get("actions") or [])
+    for missing in sorted(grant.actions() - held):
+        action, _, bucket = missing.partition(":")
+        commands.append(f"s3.configure -user={login} -buckets={bucket} -actions={action} -apply")
+    for extra in sorted(held - grant.actions()):
+        action, _, bucket = extra.partition(":")
+        where = f" -buckets={bucket}" if bucket else ""
+        commands.append(f"s3.configure -user={login}{where} -actions={action} -delete -apply")
+    for policy in have.get("policyNames") or []:
+        commands.append(f"s3.policy.detach -user={login} -policy={policy}")
+    if have.get("disabled"):
+        commands.append(f"s3.user.enable -name={login}")
+    return commands

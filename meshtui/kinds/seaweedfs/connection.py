@@ -14,7 +14,7 @@ def connection(facts: ConnectionFacts) -> Connection:
     host = f"[{facts.host}]" if ":" in facts.host else facts.host
     endpoint = f"{'https' if facts.tls else 'http'}://{host}:{facts.port}"
     try:
-        buckets = grant_for(facts.login, facts.values).buckets
+        buckets = grant_for(facts.owner or facts.login, facts.values).buckets
     except ValuesError:
         buckets = ()
     fields = {"access_key": facts.login, "endpoint": endpoint, "region": REGION}

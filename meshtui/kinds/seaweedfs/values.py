@@ -126,9 +126,14 @@ def taken_over(login: str, values: Mapping[str, str]) -> tuple[str, ...]:
 
 
 def first_bucket(values: Mapping[str, str]) -> str:
-    """The bucket a probe lists: the consumer's first named bucket; "" for the default one,
-    which the probe derives from the login (:func:`default_bucket`)."""
+    """The consumer's first named bucket; "" for the default one (:func:`default_bucket`)."""
     if values.get("bucket"):
         return values["bucket"]
     named = values.get("buckets", "").split()
     return named[0] if named else ""
+
+
+def probed_bucket(login: str, values: Mapping[str, str]) -> str:
+    """The bucket a probe lists: the consumer's first named bucket, else the default one of
+    the pair's login (an alternating pair's owner: its access keys are not its name)."""
+    return first_bucket(values) or default_bucket(login)
