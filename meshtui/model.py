@@ -249,6 +249,19 @@ class RotationMode:
     rotation: str = SWAP
     grace: float = DEFAULT_GRACE_S
 
+    @property
+    def settle(self) -> float:
+        """How long the credential a consumer's file named a moment ago stays accepted after
+        the file changed (:data:`SETTLE_S`, never past the grace)."""
+        return min(SETTLE_S, self.grace)
+
+
+SETTLE_S = 1.0
+"""An overlap removes the credential a consumer's file stopped naming (the old one going
+forward, the new one on a rollback) no sooner than this after the file changed: an app that
+read the file just before it changed, and is slow to log in (a loaded machine, a client that
+builds a session first), still logs in with what it read."""
+
 
 @dataclass(frozen=True)
 class Policy:

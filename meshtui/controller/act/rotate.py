@@ -17,6 +17,7 @@ old credential stays revoked, the pair moves to the new generation, and that con
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, TypedDict
@@ -711,9 +712,13 @@ def roll_back_overlap(
 ) -> RotationReport:
     """:func:`roll_back` of an overlap: its consumers are given the old credential first, while
     their providers still accept both, so a consumer that held the new is refused at no moment;
-    then both ends as any rollback (the providers' new removed)."""
+    then, once the settle is over (:attr:`~meshtui.model.RotationMode.settle`: an app that read
+    the new a moment before still logs in with it), both ends as any rollback (the providers'
+    new removed)."""
     back = payloads(ctl.inventory, rotation["items"], "from")
     send_consumers(agents, ctl.inventory, back.consumers, Delivered(), record=False)
+    modes = ctl.inventory.rotation_modes([i["pair"] for i in rotation["items"]])
+    time.sleep(max((m.settle for m in modes.values()), default=0.0))
     return roll_back(ctl, agents, rotation, errors, progress)
 
 
