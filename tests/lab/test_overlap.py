@@ -35,12 +35,13 @@ RECONNECT = r"""
 import os, sys, time
 from meshtui.contracts.probe_types import ProbeOptions, ProbeTarget
 from meshtui.host.probe_runner import probe_one
-file, host, port, ca, login, kind, dbname, stop = sys.argv[1:9]
+file, host, port, ca, login, kind, dbname, lag, stop = sys.argv[1:10]
 options = ProbeOptions(timeout=2.0, control=False)
 tries = refused = 0
 seen = {}
 while not os.path.exists(stop):
     password = open(file).read().strip()
+    time.sleep(float(lag))  # between reading the file and logging in
     target = ProbeTarget(host=host, port=int(port), user=login, password=password,
                          dbname=dbname, kind=kind, ca=ca or None, tls=bool(ca))
     verdict = str(probe_one(target, options).login.verdict)
@@ -88,7 +89,9 @@ def lab(request: pytest.FixtureRequest) -> Iterator[Lab]:
         )
 
 
-def _reconnecting(state: Path, built: Any, pair: str, stop: Path) -> subprocess.Popen[str]:
+def _reconnecting(
+    state: Path, built: Any, pair: str, stop: Path, lag: float = 0.0
+) -> subprocess.Popen[str]:
     """A client in the consumer's namespace: the kind's own probe (its real client library), a
     new connection every ~1 ms with what the credential file holds at that instant."""
     with Controller.open(state, read_only=True) as ctl:
@@ -99,14 +102,16 @@ def _reconnecting(state: Path, built: Any, pair: str, stop: Path) -> subprocess.
         ["ip", "netns", "exec", built.namespace(node_of(row["consumer"])), sys.executable,
          "-c", RECONNECT, row["file"], target["host"], str(target["port"]),
          target.get("ca") or "", target["login"], target.get("kind") or "postgres",
-         target["dbname"], str(stop)],
+         target["dbname"], str(lag), str(stop)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
 
 
-def _count(state: Path, built: Any, pair: str, tmp: Path, act: Any) -> tuple[int, int, Any]:
+def _count(
+    state: Path, built: Any, pair: str, tmp: Path, act: Any, lag: float = 0.0
+) -> tuple[int, int, Any]:
     stop = tmp / "stop"
-    proc = _reconnecting(state, built, pair, stop)
+    proc = _reconnecting(state, built, pair, stop, lag)
     try:
         ready(stop, proc)
         result = act()
@@ -143,6 +148,22 @@ def test_an_overlap_refuses_no_connection_and_the_old_is_refused_after(
     assert pair.old_after == "refused", pair
     print(f"overlap: {tries} connections, {refused} refused")
     assert tries >= 5 and refused == 0, (tries, refused)  # connecting throughout (see ready)
+
+
+def test_an_app_slow_to_log_in_after_reading_its_file_is_never_refused(
+    lab: Lab, tmp_path: Path
+) -> None:
+    """An app that logs in 0.4 s after reading its credential file (a loaded machine, a client
+    that builds a session first), through three overlap rotations: what it read a moment before
+    the file changed is still accepted when it logs in (the settle)."""
+    state, built, gitea = lab.state, lab.built, lab.gitea
+
+    def rotations() -> list[Any]:
+        return [_rotate(state, gitea, "overlap:both-accepted") for _ in range(3)]
+
+    tries, refused, reports = _count(state, built, gitea, tmp_path, rotations, lag=0.4)
+    assert all(r.ok for r in reports), reports
+    assert tries >= 5 and refused == 0, (tries, refused)
 
 
 def test_the_drill_of_an_overlap_pair_passes(lab: Lab) -> None:
