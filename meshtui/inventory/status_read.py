@@ -18,9 +18,13 @@ import json
 import operator
 import sqlite3
 from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING, cast
 
 from meshtui.inventory.engine import POSTGRES, dialect
 from meshtui.inventory.rows import StatusChanges, StatusMark, StatusRow
+
+if TYPE_CHECKING:
+    from meshtui.inventory.pg_connection import PgConnection
 
 STATUS_SQL = """
 SELECT p.id, p.provision, p.consumer, p.provider, p.login, p.file, p.generation, p.created_at,
@@ -57,14 +61,17 @@ WITH m AS ({MARK_SQL}),
      n AS (SELECT count(*) AS n FROM ch)
 SELECT m.epoch, m.stamp, m.tick, n.n, r.*
 FROM m CROSS JOIN n
-LEFT JOIN LATERAL ({STATUS_SQL.replace("FROM pairs p", "FROM ch JOIN pairs p ON p.id = ch.pair")}
+LEFT JOIN LATERAL (SELECT r1.* FROM ch CROSS JOIN LATERAL ({STATUS_SQL} WHERE p.id = ch.pair
+                                                             OFFSET 0) r1
                    WHERE m.epoch = ? AND m.stamp = ? AND m.tick >= ? AND n.n <= ?) r ON true
 """
 """PostgreSQL's kept read in one statement (one round trip, one snapshot): the mark, how many
 pairs changed since the reader's mark (with those named), and, while that mark holds and at
 most :data:`FEW_CHANGED` changed, their rows; one row of the mark alone (its status columns
 empty) otherwise. Every statement a reader waits for is a round trip to the server, where
-SQLite answers in microseconds: the five of the general path cost more than the rows."""
+SQLite answers in microseconds: the five of the general path cost more than the rows. Each
+changed pair is one lookup (``OFFSET 0`` keeps the planner from joining the changed set, whose
+size it cannot know, to every pair by a hash: a scan of the whole table)."""
 
 FEW_CHANGED = 64
 MOST_CHANGED = 4
@@ -140,7 +147,7 @@ def _at_once(
     decides then)."""
     sql = AT_ONCE_SQL.format(named=dialect(conn).json_values)
     params = [since.tick, json.dumps(sorted(also)), since.epoch, since.stamp, since.tick]
-    found = conn.execute(sql, [*params, FEW_CHANGED]).fetchall()
+    found = cast("PgConnection", conn).read_generic(sql, [*params, FEW_CHANGED])
     epoch, stamp, tick, changed = found[0][:4]
     mark = StatusMark(epoch, stamp, tick)
     if (since.epoch, since.stamp) != (epoch, stamp) or since.tick > tick or changed > FEW_CHANGED:

@@ -154,6 +154,12 @@ class Transaction:
     def __init__(self, inv: Inventory) -> None:
         self._inv = inv
         self._conn = inv._conn
+        self._newest: Callable[[], Sequence[Any] | None] | None = None
+        """The audit chain's newest (seq, hash) in this transaction, when known without a
+        read of its own: on PostgreSQL sent with the transaction's first statements (its answer
+        comes with the first one waited for), then the event this transaction appended."""
+        if inv.dialect is not SQLITE:
+            self._newest = self._conn.execute(audit_mod.NEWEST_SQL).fetchone
 
     # ---- the lease -------------------------------------------------------------------------
     def check_lease(self, turn: str, holder: str, epoch: int) -> None:
@@ -171,7 +177,7 @@ class Transaction:
         self, kind: str, pairs: Iterable[str], detail: Mapping[str, object], outcome: str
     ) -> AuditRecord:
         """Append one event to the chain and move its (signed) head."""
-        return audit_mod.append(
+        event = audit_mod.append(
             self._conn,
             at=now(),
             actor=self._inv.actor,
@@ -181,7 +187,11 @@ class Transaction:
             pairs=pairs,
             detail=detail,
             outcome=outcome,
+            newest=self._newest,
         )
+        if self._newest is not None:  # under the writer lock: no other writer appended since
+            self._newest = functools.partial(_newest_of, event)
+        return event
 
     # ---- declare --------------------------------------------------------------------------
     def put_nodes(self, rows: Sequence[NodeRow]) -> None:
@@ -351,6 +361,10 @@ class Transaction:
     def put_own_secrets(self, rows: Sequence[OwnSecretRow]) -> None:
         """Insert or replace the state of modules' own secrets."""
         _upsert(self._conn, "own_secrets", rows, "module", "name")
+
+
+def _newest_of(event: AuditRecord) -> tuple[int, str]:
+    return event["seq"], event["hash"]
 
 
 def _server(conn: object) -> str:
@@ -622,8 +636,7 @@ class Inventory:
         fence = fence if fence is not None else self.fence
         with self.lock:
             try:
-                with self._conn:
-                    self._conn.execute(self.dialect.begin_write)
+                with self._writing():
                     tx = Transaction(self)
                     if fence is not None:
                         fence(tx)
@@ -646,6 +659,19 @@ class Inventory:
                     raise image_mod.damaged(self.path, str(exc)) from exc
                 raise InventoryError(f"{self.path}: {action} failed: {exc}") from exc
 
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """A write transaction begun, committed at the end, rolled back on an error: SQLite's
+        own, or PostgreSQL's pipelined one (:meth:`~meshtui.inventory.pg_connection.
+        PgConnection.writing`)."""
+        if self.dialect is SQLITE:
+            with self._conn:
+                self._conn.execute(self.dialect.begin_write)
+                yield
+        else:
+            with cast(pg_connection.PgConnection, self._conn).writing():
+                yield
+
     def record(
         self, kind: str, pairs: Iterable[str], detail: Mapping[str, object], outcome: str
     ) -> AuditRecord:
@@ -659,12 +685,13 @@ class Inventory:
         columns; no row leaves the store in this shape)."""
         with self.lock, self._reading():
             cursor = self._conn.execute(sql, list(params))
+            rows = cursor.fetchall()  # first: a pipelined write describes its rows once read
             keys = [d[0] for d in cursor.description]
             if len(set(keys)) != len(keys):  # a join naming a column twice: as sqlite_utils does
                 from sqlite_utils.utils import dedupe_keys
 
                 keys = dedupe_keys(keys)
-            return [dict(zip(keys, row, strict=True)) for row in cursor]
+            return [dict(zip(keys, row, strict=True)) for row in rows]
 
     def _tuples(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         with self.lock, self._reading():
@@ -1032,15 +1059,14 @@ class Inventory:
 
     def provider_kinds(self) -> dict[tuple[str, str], str]:
         """(provider module, provision) -> kind, for the providers of pairs that are not
-        PostgreSQL (only modules some pair names as its provider are read: a lookup in the
-        provider index per module that names a kind, not a pass over every pair, since every
-        kept status read asks)."""
+        PostgreSQL. Only the modules some pair names as its provider are read, found by a walk
+        of the provider index that skips from one provider to the next (a lookup per provider,
+        not a pass over every pair or module, since every kept status read asks)."""
         out: dict[tuple[str, str], str] = {}
-        rows = self._tuples(
-            "SELECT m.id, m.spec FROM modules m WHERE m.spec LIKE '%\"kind\"%' "
-            "AND EXISTS (SELECT 1 FROM pairs p WHERE p.provider = m.id)"
-        )
+        rows = self._tuples(PROVIDER_SPECS_SQL)
         for mid, spec in rows:
+            if spec is None:
+                continue
             for offer in decode_spec(mid, spec).provides:
                 if offer.kind:
                     out[(mid, offer.name)] = offer.kind
@@ -1088,6 +1114,22 @@ class ModuleSpecs(Mapping[str, ModuleRow]):
     def __len__(self) -> int:
         return len(self._raw)
 
+
+PROVIDER_SPECS_SQL = """
+WITH RECURSIVE providers(id) AS (
+    SELECT min(provider) FROM pairs
+    UNION ALL
+    SELECT (SELECT min(provider) FROM pairs WHERE provider > providers.id)
+    FROM providers WHERE providers.id IS NOT NULL
+)
+SELECT providers.id,
+       (SELECT m.spec FROM modules m WHERE m.id = providers.id AND m.spec LIKE '%"kind"%')
+FROM providers WHERE providers.id IS NOT NULL
+"""
+"""Each provider module and its stored spec when that names a kind (NULL otherwise): the
+distinct providers of the pairs walked through their index one ``min(provider) > previous`` at
+a time, then each one's module row looked up (a subquery per provider, so neither engine's
+planner scans every module's spec instead)."""
 
 SCHEDULE_SQL = """
 SELECT p.id, p.provider, p.consumer, p.withdrawn_at, COALESCE(p.rotated_at, p.created_at),
