@@ -257,24 +257,29 @@ class PgConnection:
             self._replace()
             return self._execute(sql, params)
 
-    def read_generic(self, sql: str, params: Sequence[object]) -> list[tuple[Any, ...]]:
-        """The rows of one read, sent prepared and planned once for every parameter (a generic
-        plan), with its transaction, in one round trip. For a statement whose planning costs
-        more than its run (the kept status read: planned in ~0.5 ms, run in ~0.2 ms), which
-        PostgreSQL would otherwise plan anew at every run, finding its generic plan's estimate
-        no better than a custom one's."""
+    def reads_generic(
+        self, reads: Sequence[tuple[str, Sequence[object]]]
+    ) -> list[list[tuple[Any, ...]]]:
+        """The rows of each read, in one read-only transaction (one snapshot) and one round
+        trip, each sent prepared and planned once for every parameter (a generic plan). For
+        reads whose planning costs more than their run (the kept status read: planned in
+        ~0.5 ms, run in ~0.2 ms), which PostgreSQL would otherwise plan anew at every run,
+        finding its generic plan's estimate no better than a custom one's."""
         import psycopg
 
-        self._fresh_if_broken()
+        self._open_if_closed()
         if self.in_transaction:  # inside the caller's transaction: its snapshot, as it is
-            return self._execute(sql, params).fetchall()
+            return [self._execute(sql, params).fetchall() for sql, params in reads]
         try:
             with self.raw.pipeline():
                 self.raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 self.raw.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-                cur = self.raw.execute(_placeholders(sql), list(params), prepare=True)
+                cursors = [
+                    self.raw.execute(_placeholders(sql), list(params), prepare=True)
+                    for sql, params in reads
+                ]
                 self.raw.execute("COMMIT")
-            return cur.fetchall()
+            return [cur.fetchall() for cur in cursors]
         except psycopg.Error:
             self.rollback()
             raise

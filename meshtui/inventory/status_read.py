@@ -147,12 +147,50 @@ def _at_once(
     decides then)."""
     sql = AT_ONCE_SQL.format(named=dialect(conn).json_values)
     params = [since.tick, json.dumps(sorted(also)), since.epoch, since.stamp, since.tick]
-    found = cast("PgConnection", conn).read_generic(sql, [*params, FEW_CHANGED])
-    epoch, stamp, tick, changed = found[0][:4]
+    (found,) = cast("PgConnection", conn).reads_generic([(sql, [*params, FEW_CHANGED])])
+    return _changes_of(since, found)
+
+
+def _changes_of(since: StatusMark, found: Sequence[Sequence[object]]) -> StatusChanges | None:
+    """:data:`AT_ONCE_SQL`'s rows as the changes since ``since``, or None (see
+    :func:`_at_once`)."""
+    epoch, stamp, tick, changed = cast("tuple[int, int, int, int]", found[0][:4])
     mark = StatusMark(epoch, stamp, tick)
     if (since.epoch, since.stamp) != (epoch, stamp) or since.tick > tick or changed > FEW_CHANGED:
         return None
-    return StatusChanges(mark, False, [row[4:] for row in found if row[4] is not None])
+    rows = [cast(StatusRow, tuple(row[4:])) for row in found if row[4] is not None]
+    return StatusChanges(mark, False, rows)
+
+
+ROTATION_COLUMNS = (
+    "id", "started_at", "finished_at", "state", "items", "outcome", "reason", "owner_pid"
+)  # fmt: skip
+"""A rotation's row: :class:`~meshtui.inventory.rows.RotationRow`'s keys."""
+
+OPEN_ROTATIONS_SQL = (
+    f"SELECT {', '.join(ROTATION_COLUMNS)} FROM rotations WHERE finished_at IS NULL ORDER BY id"
+)
+
+ROTATING_PAIRS = """
+UNION SELECT CAST(json_array_elements(CAST(items AS json)) ->> 'pair' AS text) COLLATE "C"
+FROM rotations WHERE finished_at IS NULL"""
+"""PostgreSQL: the pairs of every open rotation, added to those a kept read reads again (a
+rotation begun or ended changes its pairs' state; the reader cannot yet know which did)."""
+
+
+def kept_at_once(
+    conn: sqlite3.Connection, since: StatusMark, also: Collection[str], kinds_sql: str
+) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]], StatusChanges | None]:
+    """PostgreSQL's kept read in one round trip and one snapshot: the open rotations' rows
+    (:data:`OPEN_ROTATIONS_SQL`), the provider specs (``kinds_sql``) and :func:`_at_once`'s
+    changes since ``since`` with ``also`` and every pair of an open rotation (None when the
+    mark no longer holds or too many changed)."""
+    sql = AT_ONCE_SQL.format(named=dialect(conn).json_values + ROTATING_PAIRS)
+    params = [since.tick, json.dumps(sorted(also)), since.epoch, since.stamp, since.tick]
+    rotations, kinds, found = cast("PgConnection", conn).reads_generic(
+        [(OPEN_ROTATIONS_SQL, []), (kinds_sql, []), (sql, [*params, FEW_CHANGED])]
+    )
+    return rotations, kinds, _changes_of(since, found)
 
 
 def _count(conn: sqlite3.Connection) -> int:

@@ -39,6 +39,7 @@ from meshtui.inventory.rows import (
     GenerationRow,
     HeldEnd,
     HeldSealed,
+    KeptStatus,
     ModuleRecord,
     ModuleRow,
     NodeRow,
@@ -361,6 +362,25 @@ class Transaction:
     def put_own_secrets(self, rows: Sequence[OwnSecretRow]) -> None:
         """Insert or replace the state of modules' own secrets."""
         _upsert(self._conn, "own_secrets", rows, "module", "name")
+
+
+def _rotation_rows(rows: list[RawRow]) -> list[RotationRow]:
+    """Rotations' rows with their items decoded."""
+    for r in rows:
+        r["items"] = json.loads(r["items"])
+    return cast(list[RotationRow], rows)
+
+
+def _kinds_of(rows: Iterable[Sequence[Any]]) -> dict[tuple[str, str], str]:
+    """(provider module, provision) -> kind, from :data:`PROVIDER_SPECS_SQL`'s rows."""
+    out: dict[tuple[str, str], str] = {}
+    for mid, spec in rows:
+        if spec is None:
+            continue
+        for offer in decode_spec(mid, spec).provides:
+            if offer.kind:
+                out[(mid, offer.name)] = offer.kind
+    return out
 
 
 def _newest_of(event: AuditRecord) -> tuple[int, str]:
@@ -977,10 +997,7 @@ class Inventory:
 
     def open_rotations(self) -> list[RotationRow]:
         """Rotations journaled but not finished (a controller may have died mid-way)."""
-        rows = self._query("SELECT * FROM rotations WHERE finished_at IS NULL ORDER BY id")
-        for r in rows:
-            r["items"] = json.loads(r["items"])
-        return cast(list[RotationRow], rows)
+        return _rotation_rows(self._query(status_read.OPEN_ROTATIONS_SQL))
 
     def rotations(self, limit: int | None = 100) -> list[RotationRow]:
         """Recent rotations (all when ``limit`` is None), newest first."""
@@ -1062,15 +1079,27 @@ class Inventory:
         PostgreSQL. Only the modules some pair names as its provider are read, found by a walk
         of the provider index that skips from one provider to the next (a lookup per provider,
         not a pass over every pair or module, since every kept status read asks)."""
-        out: dict[tuple[str, str], str] = {}
-        rows = self._tuples(PROVIDER_SPECS_SQL)
-        for mid, spec in rows:
-            if spec is None:
-                continue
-            for offer in decode_spec(mid, spec).provides:
-                if offer.kind:
-                    out[(mid, offer.name)] = offer.kind
-        return out
+        return _kinds_of(self._tuples(PROVIDER_SPECS_SQL))
+
+    def status_kept(self, since: StatusMark | None, before: Mapping[str, int]) -> KeptStatus:
+        """What a keeping status reader reads each time (:class:`~meshtui.inventory.rows.
+        KeptStatus`): the open rotations, the provider kinds, and the pairs changed since its
+        mark ``since`` with those whose open rotation (``before``: pair -> rotation, as it last
+        read them) began, ended or changed. On PostgreSQL one round trip (it reads the pairs of
+        every rotation open before or now again: the same statuses); otherwise one read each."""
+        with self.lock, self._reading():
+            if since is not None and self.dialect is not SQLITE and not self._conn.in_transaction:
+                rotations, kinds, changes = status_read.kept_at_once(
+                    self._conn, since, before.keys(), PROVIDER_SPECS_SQL
+                )
+                keys = status_read.ROTATION_COLUMNS
+                raw = [dict(zip(keys, row, strict=True)) for row in rotations]
+                return KeptStatus(_rotation_rows(raw), _kinds_of(kinds), changes)
+        rotations_now = self.open_rotations()
+        now_ = {i["pair"]: r["id"] for r in rotations_now for i in r["items"]}
+        moved = {p for p in before.keys() | now_.keys() if before.get(p) != now_.get(p)}
+        changes_ = self.status_changes(since, moved) if since is not None else None
+        return KeptStatus(rotations_now, self.provider_kinds(), changes_)
 
     def verify_chain(self, verify_key: bytes | audit_mod.KeyOf | None = None) -> ChainCheck:
         """Walk the audit chain; name the first edited, deleted or reordered event.
