@@ -14,8 +14,14 @@ agents' round trips and the provider's work are the same for both).
 
 PostgreSQL is the embedded wheel's (18), started here on a Unix socket of this machine.
 
+``--push N``: besides, a push of N new pairs to real agents on each engine in turn (the lab's
+agents and provisioner as ``bench_scale.py`` raises them: every node's agent served by one
+helper process, the providers on a PostgreSQL of their own, a fresh one per engine): declare,
+then ``meshtui push`` timed in a fresh process, as an operator runs it. Minutes per engine at
+10,000 pairs.
+
     PYTHONPATH=. .venv/bin/python benchmarks/bench_inventory_engines.py [--pairs 10000]
-    [--nodes 100] [--repeat 15]
+    [--nodes 100] [--repeat 15] [--push N]
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
-from bench_scale import declaration  # noqa: E402  (one copy)
+from bench_rotate import stop_cluster  # noqa: E402  (one copy)
+from bench_scale import declaration, fresh, start_fleet  # noqa: E402  (one copy)
 
 from meshtui.controller.config import ControllerConfig, save
 from meshtui.controller.core import Controller, init_keys
@@ -39,8 +46,9 @@ from meshtui.controller.read import status as status_mod
 from meshtui.host.state import identity
 from meshtui.inventory.rows import DeliveryRow, GenerationRow
 from meshtui.inventory.store import now
+from meshtui.kinds.postgres.lab import create_cluster
 from meshtui.model import RotationState
-from tests.fix_pg import start_cluster
+from tests.fix_pg import free_port, start_cluster
 
 
 def _ms(runs: list[float]) -> float:
@@ -129,12 +137,45 @@ def measure(ctl: Controller, decl: Path, repeat: int) -> dict[str, float]:
     return out
 
 
+def pushed(inventory: Path | None, nodes: int, providers: int, pairs: int) -> float:
+    """Seconds ``meshtui push`` of ``pairs`` new pairs took with real agents, the inventory on
+    SQLite or (``inventory``: its conninfo file, an empty database) on PostgreSQL."""
+    base = Path(tempfile.mkdtemp(prefix="meshtui-benchpush-"))
+    base.chmod(0o711)
+    cluster = create_cluster(base / "data", port=free_port())
+    fleet = None
+    try:
+        cluster.start()
+        admin = cluster.write_admin_file(base / "admin.conninfo")
+        root = base / "mesh"
+        (root / "run").mkdir(parents=True)
+        root.chmod(0o711)
+        state = root / "state"
+        pub, _ = init_keys(state)
+        if inventory is not None:
+            save(state, ControllerConfig(name="bench", postgres=inventory))
+        decl = declaration(root, cluster.port, admin, nodes, providers, pairs)
+        fleet = start_fleet(base, root, decl, admin, pub, nodes)
+        rows: list[tuple[str, float, str]] = []
+        fresh(state, "declare", rows, decl)
+        fresh(state, "push", rows)
+        return rows[-1][1]
+    finally:
+        if fleet is not None:
+            fleet.terminate()
+            fleet.wait(30)
+        stop_cluster(cluster)
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pairs", type=int, default=10000)
     ap.add_argument("--nodes", type=int, default=100)
     ap.add_argument("--providers", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--push", type=int, default=0, metavar="N",
+                    help="also push N new pairs to real agents on each engine")  # fmt: skip
     args = ap.parse_args(argv)
     base = Path(tempfile.mkdtemp(prefix="meshtui-benchengines-"))
     cluster, cluster_base = start_cluster("18")
@@ -163,6 +204,18 @@ def main(argv: list[str] | None = None) -> int:
             with Controller.open(state) as ctl:
                 assert ctl.inventory.dialect.name == engine, ctl.inventory.dialect
                 results[engine] = measure(ctl, decl, args.repeat)
+        if args.push:
+            with psycopg.connect(cluster.admin_conninfo(), autocommit=True) as conn:
+                conn.execute("CREATE DATABASE bench_push")
+            pushing = base / "push.conninfo"
+            pushing.write_text(
+                psycopg.conninfo.make_conninfo(cluster.admin_conninfo(), dbname="bench_push")
+            )
+            pushing.chmod(0o600)
+            label = f"push {args.push} new pairs, real agents"
+            for engine, inventory in (("sqlite", None), ("postgres", pushing)):
+                took = pushed(inventory, args.nodes, args.providers, args.push)
+                results[engine][label] = took * 1000
         print(f"{args.pairs} pairs, {args.nodes} nodes; p50 of {args.repeat} where repeated; "
               f"load {os.getloadavg()[0]:.2f}")  # fmt: skip
         print(f"  {'':<42}{'SQLite ms':>11}{'PG 18 ms':>11}{'PG/SQLite':>11}")
