@@ -37,8 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
-from bench_rotate import stop_cluster  # noqa: E402  (one copy)
-from bench_scale import declaration, fresh, start_fleet  # noqa: E402  (one copy)
+from bench_scale import declaration, fresh, raised  # noqa: E402  (one copy)
 
 from meshtui.controller.config import ControllerConfig, save
 from meshtui.controller.core import Controller, init_keys
@@ -46,9 +45,8 @@ from meshtui.controller.read import status as status_mod
 from meshtui.host.state import identity
 from meshtui.inventory.rows import DeliveryRow, GenerationRow
 from meshtui.inventory.store import now
-from meshtui.kinds.postgres.lab import create_cluster
 from meshtui.model import RotationState
-from tests.fix_pg import free_port, start_cluster
+from tests.fix_pg import start_cluster
 
 
 def _ms(runs: list[float]) -> float:
@@ -140,32 +138,11 @@ def measure(ctl: Controller, decl: Path, repeat: int) -> dict[str, float]:
 def pushed(inventory: Path | None, nodes: int, providers: int, pairs: int) -> float:
     """Seconds ``meshtui push`` of ``pairs`` new pairs took with real agents, the inventory on
     SQLite or (``inventory``: its conninfo file, an empty database) on PostgreSQL."""
-    base = Path(tempfile.mkdtemp(prefix="meshtui-benchpush-"))
-    base.chmod(0o711)
-    cluster = create_cluster(base / "data", port=free_port())
-    fleet = None
-    try:
-        cluster.start()
-        admin = cluster.write_admin_file(base / "admin.conninfo")
-        root = base / "mesh"
-        (root / "run").mkdir(parents=True)
-        root.chmod(0o711)
-        state = root / "state"
-        pub, _ = init_keys(state)
-        if inventory is not None:
-            save(state, ControllerConfig(name="bench", postgres=inventory))
-        decl = declaration(root, cluster.port, admin, nodes, providers, pairs)
-        fleet = start_fleet(base, root, decl, admin, pub, nodes)
+    with raised("meshtui-benchpush-", nodes, providers, pairs, inventory=inventory) as mesh:
         rows: list[tuple[str, float, str]] = []
-        fresh(state, "declare", rows, decl)
-        fresh(state, "push", rows)
+        fresh(mesh.state, "declare", rows, mesh.decl)
+        fresh(mesh.state, "push", rows)
         return rows[-1][1]
-    finally:
-        if fleet is not None:
-            fleet.terminate()
-            fleet.wait(30)
-        stop_cluster(cluster)
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
