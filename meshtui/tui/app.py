@@ -338,7 +338,10 @@ class MeshApp(App[int]):
         once rather than at its next poll (which stays, for a feed that is reconnecting). A
         thread of its own, not a worker: it runs as long as the app, and tests wait for every
         worker to finish."""
-        feed = Controller.change_feed(self.state_dir)
+        try:
+            feed = Controller.change_feed(self.state_dir)
+        except MeshtuiError:  # the conninfo file unreadable: the loads say so, the poll stays
+            return
         if feed is None:
             return
         stop = self._feed_stop
