@@ -290,8 +290,8 @@ class PgConnection:
         POSTGRES`'s ``begin_write``), its statements sent without waiting for each answer
         (psycopg's pipeline mode): only a statement whose rows the writer reads waits, and the
         ``NOTIFY`` of :data:`~meshtui.inventory.engine.CHANGED_CHANNEL` and the ``COMMIT`` go
-        with whatever is still unsent. A rotation's three transactions took sixteen round
-        trips to the server one statement at a time, five so. Committed when the block ends,
+        with whatever is still unsent: a rotation's three transactions make five round trips
+        to the server, where one statement at a time made sixteen. Committed when the block ends,
         rolled back when it raises (what was sent is undone with the transaction)."""
         self._open_if_closed()
         try:
