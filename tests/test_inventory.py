@@ -510,8 +510,9 @@ def test_provider_kinds_are_read_from_every_provider_of_a_pair_and_only_those(
         spec = encode_spec(ModuleSpec(provides=list(offers)))
         return {"id": mid, "node": node, "name": name, "spec": spec, "declared": 1}
 
-    cache, store = OfferSpec(name="cache", port=6379, kind="redis"), OfferSpec(
-        name="files", port=8333, kind="s3"
+    cache, store = (
+        OfferSpec(name="cache", port=6379, kind="redis"),
+        OfferSpec(name="files", port=8333, kind="s3"),
     )
     plain = OfferSpec(name="database", port=5432)
     with engine.open(tmp_path / "inventory.db") as inv:
