@@ -550,8 +550,8 @@ class StatusChanges:
 class KeptStatus:
     """What a keeping status reader reads at once: the open rotations, the provider kinds
     (:meth:`~meshtui.inventory.store.Inventory.provider_kinds`) and the pairs changed since its
-    mark (None: the mark no longer holds, or too many changed; read :class:`StatusChanges`
-    from no mark then)."""
+    mark (None: not read with them, or the mark no longer holds, or too many changed; read
+    :class:`StatusChanges` next then)."""
 
     rotations: list[RotationRow]
     kinds: dict[tuple[str, str], str]

@@ -1085,8 +1085,10 @@ class Inventory:
         """What a keeping status reader reads each time (:class:`~meshtui.inventory.rows.
         KeptStatus`): the open rotations, the provider kinds, and the pairs changed since its
         mark ``since`` with those whose open rotation (``before``: pair -> rotation, as it last
-        read them) began, ended or changed. On PostgreSQL one round trip (it reads the pairs of
-        every rotation open before or now again: the same statuses); otherwise one read each."""
+        read them) began, ended or changed (it reads the pairs of every rotation open before or
+        now again: the same statuses), all in one round trip on PostgreSQL. Otherwise (SQLite,
+        or no mark) the rotations and kinds, one read each, and no changes: the reader reads
+        them next with :meth:`status_changes`."""
         with self.lock, self._reading():
             if since is not None and self.dialect is not SQLITE and not self._conn.in_transaction:
                 rotations, kinds, changes = status_read.kept_at_once(
@@ -1095,11 +1097,7 @@ class Inventory:
                 keys = status_read.ROTATION_COLUMNS
                 raw = [dict(zip(keys, row, strict=True)) for row in rotations]
                 return KeptStatus(_rotation_rows(raw), _kinds_of(kinds), changes)
-        rotations_now = self.open_rotations()
-        now_ = {i["pair"]: r["id"] for r in rotations_now for i in r["items"]}
-        moved = {p for p in before.keys() | now_.keys() if before.get(p) != now_.get(p)}
-        changes_ = self.status_changes(since, moved) if since is not None else None
-        return KeptStatus(rotations_now, self.provider_kinds(), changes_)
+        return KeptStatus(self.open_rotations(), self.provider_kinds(), None)
 
     def verify_chain(self, verify_key: bytes | audit_mod.KeyOf | None = None) -> ChainCheck:
         """Walk the audit chain; name the first edited, deleted or reordered event.

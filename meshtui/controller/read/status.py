@@ -354,7 +354,7 @@ def _brought_up(inv: Inventory, kept: _Kept | None) -> _Read:
     since its mark read and made again, or every pair read and made when there is nothing kept
     or it no longer holds (see :func:`~meshtui.inventory.status_read.changes`)."""
     since = None if kept is None else kept.mark
-    found = inv.status_kept(since, {} if kept is None else kept.rotating)  # one round trip
+    found = inv.status_kept(since, {} if kept is None else kept.rotating)  # PostgreSQL: one trip
     rotating, kinds = _rotating_of(found.rotations), found.kinds
     if kept is not None and kept.kinds != kinds:
         kept = since = None  # a provider's kind changed: every status again
