@@ -383,6 +383,16 @@ def _kinds_of(rows: Iterable[Sequence[Any]]) -> dict[tuple[str, str], str]:
     return out
 
 
+def _column_names(cursor: Any) -> list[str]:
+    """The names of a read's columns. psycopg's ``description`` makes an object per column at
+    every call (16 columns: ~50 µs, a third of a read of one pair); its result's names are
+    read directly instead."""
+    result = getattr(cursor, "pgresult", None)
+    if result is None:
+        return [d[0] for d in cursor.description]
+    return [bytes(result.fname(i) or b"").decode() for i in range(result.nfields)]
+
+
 def _newest_of(event: AuditRecord) -> tuple[int, str]:
     return event["seq"], event["hash"]
 
@@ -706,7 +716,7 @@ class Inventory:
         with self.lock, self._reading():
             cursor = self._conn.execute(sql, list(params))
             rows = cursor.fetchall()  # first: a pipelined write describes its rows once read
-            keys = [d[0] for d in cursor.description]
+            keys = _column_names(cursor)
             if len(set(keys)) != len(keys):  # a join naming a column twice: as sqlite_utils does
                 from sqlite_utils.utils import dedupe_keys
 
