@@ -14,8 +14,19 @@ agents' round trips and the provider's work are the same for both).
 
 PostgreSQL is the embedded wheel's (18), started here on a Unix socket of this machine.
 
+``--no-fsync``: both engines commit without waiting for the disk (SQLite's ``synchronous =
+OFF``, PostgreSQL's ``synchronous_commit = off``), to see the inventory's own work and round
+trips apart from the disk's flushes, which on a shared machine vary more than the rest. A
+diagnosis only: neither engine runs so in service.
+
+``--push N``: besides, a push of N new pairs to real agents on each engine in turn (the lab's
+agents and provisioner as ``bench_scale.py`` raises them: every node's agent served by one
+helper process, the providers on a PostgreSQL of their own, a fresh one per engine): declare,
+then ``meshtui push`` timed in a fresh process, as an operator runs it. Minutes per engine at
+10,000 pairs.
+
     PYTHONPATH=. .venv/bin/python benchmarks/bench_inventory_engines.py [--pairs 10000]
-    [--nodes 100] [--repeat 15]
+    [--nodes 100] [--repeat 15] [--no-fsync] [--push N]
 """
 
 from __future__ import annotations
@@ -31,7 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
-from bench_scale import declaration  # noqa: E402  (one copy)
+from bench_scale import declaration, fresh, raised  # noqa: E402  (one copy)
 
 from meshtui.controller.config import ControllerConfig, save
 from meshtui.controller.core import Controller, init_keys
@@ -103,8 +114,8 @@ def measure(ctl: Controller, decl: Path, repeat: int) -> dict[str, float]:
     t0 = time.perf_counter()
     _delivered(ctl)
     out["record every end delivered"] = (time.perf_counter() - t0) * 1000
-    if ctl.inventory.dialect.name == "postgres":  # the statistics autovacuum keeps, made now
-        ctl.inventory._conn.execute("ANALYZE")
+    if ctl.inventory.dialect.name == "postgres":  # what autovacuum does, done now: not
+        ctl.inventory._conn.execute("VACUUM ANALYZE")  # in the middle of the measurements
     first = ctl.inventory.pairs()[0]
     pid = first["id"]
     ctl.status(keep=True)
@@ -129,17 +140,33 @@ def measure(ctl: Controller, decl: Path, repeat: int) -> dict[str, float]:
     return out
 
 
+def pushed(inventory: Path | None, nodes: int, providers: int, pairs: int) -> float:
+    """Seconds ``meshtui push`` of ``pairs`` new pairs took with real agents, the inventory on
+    SQLite or (``inventory``: its conninfo file, an empty database) on PostgreSQL."""
+    with raised("meshtui-benchpush-", nodes, providers, pairs, inventory=inventory) as mesh:
+        rows: list[tuple[str, float, str]] = []
+        fresh(mesh.state, "declare", rows, mesh.decl)
+        fresh(mesh.state, "push", rows)
+        return rows[-1][1]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pairs", type=int, default=10000)
     ap.add_argument("--nodes", type=int, default=100)
     ap.add_argument("--providers", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--no-fsync", action="store_true",
+                    help="commit without waiting for the disk, on both engines (a diagnosis)")  # fmt: skip
+    ap.add_argument("--push", type=int, default=0, metavar="N",
+                    help="also push N new pairs to real agents on each engine")  # fmt: skip
     args = ap.parse_args(argv)
     base = Path(tempfile.mkdtemp(prefix="meshtui-benchengines-"))
     cluster, cluster_base = start_cluster("18")
     try:
         cluster.set_config(autovacuum="on")  # as a server in service runs (the tests' is off)
+        if args.no_fsync:
+            cluster.set_config(synchronous_commit="off")
         conninfo = base / "inventory.conninfo"
         with psycopg.connect(cluster.admin_conninfo(), autocommit=True) as conn:
             conn.execute("CREATE DATABASE bench_inventory")
@@ -162,9 +189,24 @@ def main(argv: list[str] | None = None) -> int:
                     identity.init(name, root / "nodes" / name, pub)
             with Controller.open(state) as ctl:
                 assert ctl.inventory.dialect.name == engine, ctl.inventory.dialect
+                if args.no_fsync and engine == "sqlite":
+                    ctl.inventory._conn.execute("PRAGMA synchronous = OFF")
                 results[engine] = measure(ctl, decl, args.repeat)
+        if args.push:
+            with psycopg.connect(cluster.admin_conninfo(), autocommit=True) as conn:
+                conn.execute("CREATE DATABASE bench_push")
+            pushing = base / "push.conninfo"
+            pushing.write_text(
+                psycopg.conninfo.make_conninfo(cluster.admin_conninfo(), dbname="bench_push")
+            )
+            pushing.chmod(0o600)
+            label = f"push {args.push} new pairs, real agents"
+            for engine, inventory in (("sqlite", None), ("postgres", pushing)):
+                took = pushed(inventory, args.nodes, args.providers, args.push)
+                results[engine][label] = took * 1000
         print(f"{args.pairs} pairs, {args.nodes} nodes; p50 of {args.repeat} where repeated; "
-              f"load {os.getloadavg()[0]:.2f}")  # fmt: skip
+              f"load {os.getloadavg()[0]:.2f}"
+              f"{'; no fsync (a diagnosis)' if args.no_fsync else ''}")  # fmt: skip
         print(f"  {'':<42}{'SQLite ms':>11}{'PG 18 ms':>11}{'PG/SQLite':>11}")
         for label, lite in results["sqlite"].items():
             pg = results["postgres"][label]

@@ -54,6 +54,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
@@ -61,6 +64,7 @@ from bench_rotate import QUIET, lab, p50_ms, pg_create_all, stop_cluster  # noqa
 from psycopg import sql
 
 from meshtui.controller.agents.client import Agents
+from meshtui.controller.config import ControllerConfig, save
 from meshtui.controller.core import Controller, init_keys
 from meshtui.controller.plan.resolve import ask_state
 from meshtui.controller.read import status as status_mod
@@ -194,6 +198,50 @@ def start_fleet(
     return fleet
 
 
+@dataclass(frozen=True)
+class Raised:
+    """A mesh :func:`raised`: its folder, the providers' PostgreSQL, the controller's state
+    folder and the declaration (not declared yet)."""
+
+    base: Path
+    cluster: Cluster
+    state: Path
+    decl: Path
+
+
+@contextmanager
+def raised(
+    prefix: str, nodes: int, providers: int, pairs: int, pin: bool = False,
+    inventory: Path | None = None,
+) -> Iterator[Raised]:  # fmt: skip
+    """A mesh of real agents (:func:`start_fleet`) and a PostgreSQL for its providers, in a
+    new folder; ``inventory``: the controller's inventory on the PostgreSQL that conninfo file
+    names (an empty database) instead of SQLite. Everything stopped and removed after."""
+    base = Path(tempfile.mkdtemp(prefix=prefix))
+    base.chmod(0o711)
+    cluster = create_cluster(base / "data", port=free_port())
+    fleet: subprocess.Popen[bytes] | None = None
+    try:
+        cluster.start()
+        admin = cluster.write_admin_file(base / "admin.conninfo")
+        root = base / "mesh"
+        (root / "run").mkdir(parents=True)
+        root.chmod(0o711)
+        state = root / "state"
+        pub, _ = init_keys(state)
+        if inventory is not None:
+            save(state, ControllerConfig(name="bench", postgres=inventory))
+        decl = declaration(root, cluster.port, admin, nodes, providers, pairs, pin)
+        fleet = start_fleet(base, root, decl, admin, pub, nodes)
+        yield Raised(base, cluster, state, decl)
+    finally:
+        if fleet is not None:
+            fleet.terminate()
+            fleet.wait(30)
+        stop_cluster(cluster)
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def run(
     nodes: int,
     providers: int,
@@ -206,21 +254,9 @@ def run(
     trace: bool = False,
     beside_old: bool = False,
 ) -> list[tuple[str, float, str]]:
-    base = Path(tempfile.mkdtemp(prefix="meshtui-benchscale-"))
-    base.chmod(0o711)
-    cluster = create_cluster(base / "data", port=free_port())
-    fleet: subprocess.Popen[bytes] | None = None
     rows: list[tuple[str, float, str]] = []
-    try:
-        cluster.start()
-        admin = cluster.write_admin_file(base / "admin.conninfo")
-        root = base / "mesh"
-        (root / "run").mkdir(parents=True)
-        root.chmod(0o711)
-        state = root / "state"
-        pub, _ = init_keys(state)
-        decl = declaration(root, cluster.port, admin, nodes, providers, pairs, pin)
-        fleet = start_fleet(base, root, decl, admin, pub, nodes)
+    with raised("meshtui-benchscale-", nodes, providers, pairs, pin) as mesh:
+        base, cluster, state, decl = mesh.base, mesh.cluster, mesh.state, mesh.decl
         print(
             f"{nodes} nodes ({providers} providers{', pin = true' if pin else ''}), {pairs} pairs;"
             f" load {os.getloadavg()[0]:.1f}"
@@ -268,12 +304,6 @@ def run(
         rows.append(("controller peak RSS (MiB)", peak / 1000, ""))
         print(f"  controller peak RSS {peak:.0f} MiB; load {os.getloadavg()[0]:.1f}")
         return rows
-    finally:
-        if fleet is not None:
-            fleet.terminate()
-            fleet.wait(30)
-        stop_cluster(cluster)
-        shutil.rmtree(base, ignore_errors=True)
 
 
 ROTATE_GOAL = 1.3

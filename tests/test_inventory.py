@@ -494,3 +494,36 @@ def test_a_fence_runs_first_inside_the_write_and_one_that_fails_writes_nothing(
         ):
             tx.audit("note", [], {}, "ok")
         assert inv.last_seq() == 1 and inv.verify_chain().ok
+
+
+def test_provider_kinds_are_read_from_every_provider_of_a_pair_and_only_those(
+    tmp_path: Path, engine: Engine
+) -> None:
+    """Each provider some pair names gives the kind its spec declares for each provision; a
+    module no pair names as its provider gives none, whatever it declares (the providers are
+    found by a walk of the provider index, not a scan of every module)."""
+    from meshtui.inventory.rows import ModuleSpec, OfferSpec, encode_spec
+    from tests.test_status_read import pair_record
+
+    def module(mid: str, *offers: OfferSpec) -> Any:
+        node, name = mid.split("/")
+        spec = encode_spec(ModuleSpec(provides=list(offers)))
+        return {"id": mid, "node": node, "name": name, "spec": spec, "declared": 1}
+
+    cache, store = (
+        OfferSpec(name="cache", port=6379, kind="redis"),
+        OfferSpec(name="files", port=8333, kind="s3"),
+    )
+    plain = OfferSpec(name="database", port=5432)
+    with engine.open(tmp_path / "inventory.db") as inv:
+        with inv.transaction("test") as tx:
+            tx.put_modules([module("r1/redis", cache), module("s1/seaweed", store, plain),
+                            module("db1/postgres", plain), module("idle/redis", cache),
+                            module("app1/web")])  # fmt: skip
+            rows = []
+            for i, provider in enumerate(["r1/redis", "s1/seaweed", "db1/postgres", "r1/redis"]):
+                row = pair_record(f"database:app{i}/web->{provider}")
+                rows.append({**row, "provider": provider})
+            tx.put_pairs(rows)  # type: ignore[arg-type]
+        assert inv.provider_kinds() == {("r1/redis", "cache"): "redis",
+                                        ("s1/seaweed", "files"): "s3"}  # fmt: skip

@@ -21,7 +21,12 @@ from typing import TYPE_CHECKING
 
 from meshtui import crypto
 from meshtui.controller import config
-from meshtui.controller.freshness import InventoryStamp, inventory_stamp, shared_stamp
+from meshtui.controller.freshness import (
+    InventoryStamp,
+    change_feed,
+    inventory_stamp,
+    shared_stamp,
+)
 from meshtui.controller.keys import KEY_STEM, Keyring, keyring, write_keys_once
 from meshtui.controller.read import detail as detail_mod
 from meshtui.controller.read import schedule as schedule_mod
@@ -59,6 +64,7 @@ from meshtui.errors import (
 )
 from meshtui.folders import trusted_path, user_name
 from meshtui.inventory import Inventory, pg_pool
+from meshtui.inventory.pg_feed import ChangeFeed
 from meshtui.model import PairStatus, RotationState, Sessions, State, node_of
 from meshtui.protocol import wire
 from meshtui.protocol.fence import Fence
@@ -234,6 +240,13 @@ class Controller:
         if postgres is not None:
             return shared_stamp(Path(state_dir) / INVENTORY, postgres)
         return inventory_stamp(Path(state_dir) / INVENTORY)
+
+    @staticmethod
+    def change_feed(state_dir: Path | str) -> ChangeFeed | None:
+        """What wakes a reader of ``state_dir``'s inventory at every commit to it, any
+        controller's (a shared inventory on PostgreSQL); None for a SQLite inventory, whose
+        readers compare :meth:`inventory_stamp` now and then."""
+        return change_feed(config.inventory_postgres(Path(state_dir)))
 
     @property
     def read_only(self) -> bool:

@@ -3,7 +3,8 @@
 The dashboard polls this every second to reload after another process (or its own job)
 wrote; a stat of the database file and its write-ahead log is far cheaper than a query. A
 shared inventory on PostgreSQL has no file: there it is one small query on a kept read-only
-connection (:func:`shared_stamp`), another controller's commit included.
+connection (:func:`shared_stamp`), another controller's commit included, and besides the poll
+a feed (:func:`change_feed`) wakes the reader at every commit, any controller's, at once.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from meshtui.errors import InventoryError
 from meshtui.inventory import Inventory
+from meshtui.inventory.pg_feed import ChangeFeed
 
 
 @dataclass(frozen=True)
@@ -58,3 +60,9 @@ def shared_stamp(state_path: Path, conninfo_file: Path) -> InventoryStamp:
             _KEPT.pop(conninfo_file, None)
             inv.close()
             raise
+
+
+def change_feed(conninfo_file: Path | None) -> ChangeFeed | None:
+    """A feed of the commits to the shared inventory ``conninfo_file`` names (None: a SQLite
+    inventory, whose readers keep to its stamp); it listens from its first wait on."""
+    return None if conninfo_file is None else ChangeFeed(conninfo_file)

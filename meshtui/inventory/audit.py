@@ -15,9 +15,9 @@ import json
 import os
 import pwd
 import sqlite3
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 from meshtui import crypto
 from meshtui.errors import CryptoError
@@ -202,6 +202,10 @@ def _record(row: StoredEvent) -> AuditRecord:
     )
 
 
+NEWEST_SQL = "SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1"
+"""The newest event's number and hash: what the next one links to."""
+
+
 def append(
     conn: sqlite3.Connection,
     *,
@@ -213,14 +217,17 @@ def append(
     detail: Mapping[str, object],
     outcome: str,
     controller: str | None = None,
+    newest: Callable[[], Sequence[Any] | None] | None = None,
 ) -> AuditRecord:
     """Append one event after the newest and move the head (signed when ``signer`` is set, by
     ``controller``, whose name the event and the head carry).
 
     ``actor`` names the operator when it is not a person (``watch``); else the OS user and SSH
-    client are recorded. Runs inside the caller's transaction.
+    client are recorded. Runs inside the caller's transaction. ``newest``: the newest event's
+    (seq, hash) as :data:`NEWEST_SQL` reads it in this transaction, when the caller has it
+    (sent ahead, or the event it appended last); read here otherwise.
     """
-    last = conn.execute("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1").fetchone()
+    last = newest() if newest is not None else conn.execute(NEWEST_SQL).fetchone()
     user, ssh = operator() if actor is None else (actor, None)
     event = link(
         (int(last[0]), str(last[1])) if last else None,

@@ -59,12 +59,22 @@ SQLITE = Dialect(
 WRITER_LOCK = 0x6D657368  # "mesh"
 """The advisory lock every PostgreSQL write transaction takes first (see :data:`POSTGRES`)."""
 
+BEGIN_WRITE_STATEMENTS = (
+    "BEGIN ISOLATION LEVEL READ COMMITTED",
+    f"SELECT pg_advisory_xact_lock({WRITER_LOCK})",
+)
+"""PostgreSQL's ``begin_write`` one statement at a time, as a pipelined write sends it."""
+
+CHANGED_CHANNEL = "meshtui_inventory"
+"""What every PostgreSQL write transaction notifies at its commit (``NOTIFY``), so a reader
+listening there (an open dashboard on any controller) reads again at once instead of polling."""
+
 POSTGRES = Dialect(
     name="postgres",
     # SQLite's BEGIN IMMEDIATE: one writer at a time, each seeing every earlier commit. The lock
     # is the transaction's (released at COMMIT or ROLLBACK, or when the connection dies), and
     # READ COMMITTED takes each statement's snapshot after it was granted.
-    begin_write=f"BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock({WRITER_LOCK})",
+    begin_write="; ".join(BEGIN_WRITE_STATEMENTS),
     begin_read="BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
     json_values="SELECT json_array_elements_text(CAST(? AS json)) AS value",
     no_limit=None,

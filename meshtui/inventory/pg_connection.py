@@ -13,7 +13,8 @@ PostgreSQL inventory is opened.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from meshtui.contracts.provider_files import read_admin
 from meshtui.errors import InventoryError
-from meshtui.inventory.engine import POSTGRES, Dialect
+from meshtui.inventory.engine import BEGIN_WRITE_STATEMENTS, CHANGED_CHANNEL, POSTGRES, Dialect
 
 if TYPE_CHECKING:
     import psycopg
@@ -255,6 +256,74 @@ class PgConnection:
                 raise
             self._replace()
             return self._execute(sql, params)
+
+    def reads_generic(
+        self, reads: Sequence[tuple[str, Sequence[object]]]
+    ) -> list[list[tuple[Any, ...]]]:
+        """The rows of each read, in one read-only transaction (one snapshot) and one round
+        trip, each sent prepared and planned once for every parameter (a generic plan). For
+        reads whose planning costs more than their run (the kept status read: planned in
+        ~0.5 ms, run in ~0.2 ms), which PostgreSQL would otherwise plan anew at every run,
+        finding its generic plan's estimate no better than a custom one's."""
+        import psycopg
+
+        self._open_if_closed()
+        if self.in_transaction:  # inside the caller's transaction: its snapshot, as it is
+            return [self._execute(sql, params).fetchall() for sql, params in reads]
+        try:
+            with self.raw.pipeline():
+                self.raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                self.raw.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+                cursors = [
+                    self.raw.execute(_placeholders(sql), list(params), prepare=True)
+                    for sql, params in reads
+                ]
+                self.raw.execute("COMMIT")
+            return [cur.fetchall() for cur in cursors]
+        except psycopg.Error:
+            self.rollback()
+            raise
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        """One write transaction (the writer lock first, as :data:`~meshtui.inventory.engine.
+        POSTGRES`'s ``begin_write``), its statements sent without waiting for each answer
+        (psycopg's pipeline mode): only a statement whose rows the writer reads waits, and the
+        ``NOTIFY`` of :data:`~meshtui.inventory.engine.CHANGED_CHANNEL` and the ``COMMIT`` go
+        with whatever is still unsent: a rotation's three transactions make five round trips
+        to the server, where one statement at a time made sixteen. Committed when the block ends,
+        rolled back when it raises (what was sent is undone with the transaction)."""
+        self._open_if_closed()
+        try:
+            with self.raw.pipeline():
+                for statement in BEGIN_WRITE_STATEMENTS:
+                    self.raw.execute(statement)  # type: ignore[arg-type,unused-ignore]  # ours
+                yield
+                self.raw.execute(f"NOTIFY {CHANGED_CHANNEL}")  # type: ignore[arg-type,unused-ignore]
+                self.raw.execute("COMMIT")
+        except BaseException:
+            try:
+                self.rollback()
+            except Exception:  # the connection is gone: the server rolled back
+                pass
+            raise
+
+    def _open_if_closed(self) -> None:
+        """Open anew, before a pipelined write, a connection the server closed while it was
+        idle (a restart; a link cut and back): a pipeline learns that only at its first
+        answer, after the writer's own work began, too late to send it again. The server's
+        goodbye (or the end of the stream) makes the idle socket readable: looked at without
+        waiting, and only then one statement sent the way :meth:`execute` sends it."""
+        import select
+
+        if self._reopen is None or not self._fresh_if_broken():
+            return
+        try:
+            ready = bool(select.select([self.raw.fileno()], [], [], 0)[0])
+        except (OSError, ValueError):
+            ready = True
+        if ready:
+            self.execute("SELECT 1")
 
     def _execute(self, sql: str, params: Sequence[object] | None) -> psycopg.Cursor[Any]:
         if params:

@@ -579,6 +579,18 @@ class StatusChanges:
     rows: list[StatusRow]
 
 
+@dataclass(frozen=True)
+class KeptStatus:
+    """What a keeping status reader reads at once: the open rotations, the provider kinds
+    (:meth:`~meshtui.inventory.store.Inventory.provider_kinds`) and the pairs changed since its
+    mark (None: not read with them, or the mark no longer holds, or too many changed; read
+    :class:`StatusChanges` next then)."""
+
+    rotations: list[RotationRow]
+    kinds: dict[tuple[str, str], str]
+    changes: StatusChanges | None
+
+
 ScheduleRow = tuple[
     str, str, str, str | None, str, float | None, float | None, str | None, str | None
 ]

@@ -18,9 +18,13 @@ import json
 import operator
 import sqlite3
 from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING, cast
 
 from meshtui.inventory.engine import POSTGRES, dialect
 from meshtui.inventory.rows import StatusChanges, StatusMark, StatusRow
+
+if TYPE_CHECKING:
+    from meshtui.inventory.pg_connection import PgConnection
 
 STATUS_SQL = """
 SELECT p.id, p.provision, p.consumer, p.provider, p.login, p.file, p.generation, p.created_at,
@@ -57,14 +61,17 @@ WITH m AS ({MARK_SQL}),
      n AS (SELECT count(*) AS n FROM ch)
 SELECT m.epoch, m.stamp, m.tick, n.n, r.*
 FROM m CROSS JOIN n
-LEFT JOIN LATERAL ({STATUS_SQL.replace("FROM pairs p", "FROM ch JOIN pairs p ON p.id = ch.pair")}
+LEFT JOIN LATERAL (SELECT r1.* FROM ch CROSS JOIN LATERAL ({STATUS_SQL} WHERE p.id = ch.pair
+                                                             OFFSET 0) r1
                    WHERE m.epoch = ? AND m.stamp = ? AND m.tick >= ? AND n.n <= ?) r ON true
 """
 """PostgreSQL's kept read in one statement (one round trip, one snapshot): the mark, how many
 pairs changed since the reader's mark (with those named), and, while that mark holds and at
 most :data:`FEW_CHANGED` changed, their rows; one row of the mark alone (its status columns
 empty) otherwise. Every statement a reader waits for is a round trip to the server, where
-SQLite answers in microseconds: the five of the general path cost more than the rows."""
+SQLite answers in microseconds: the five of the general path cost more than the rows. Each
+changed pair is one lookup (``OFFSET 0`` keeps the planner from joining the changed set, whose
+size it cannot know, to every pair by a hash: a scan of the whole table)."""
 
 FEW_CHANGED = 64
 MOST_CHANGED = 4
@@ -140,12 +147,50 @@ def _at_once(
     decides then)."""
     sql = AT_ONCE_SQL.format(named=dialect(conn).json_values)
     params = [since.tick, json.dumps(sorted(also)), since.epoch, since.stamp, since.tick]
-    found = conn.execute(sql, [*params, FEW_CHANGED]).fetchall()
-    epoch, stamp, tick, changed = found[0][:4]
+    (found,) = cast("PgConnection", conn).reads_generic([(sql, [*params, FEW_CHANGED])])
+    return _changes_of(since, found)
+
+
+def _changes_of(since: StatusMark, found: Sequence[Sequence[object]]) -> StatusChanges | None:
+    """:data:`AT_ONCE_SQL`'s rows as the changes since ``since``, or None (see
+    :func:`_at_once`)."""
+    epoch, stamp, tick, changed = cast("tuple[int, int, int, int]", found[0][:4])
     mark = StatusMark(epoch, stamp, tick)
     if (since.epoch, since.stamp) != (epoch, stamp) or since.tick > tick or changed > FEW_CHANGED:
         return None
-    return StatusChanges(mark, False, [row[4:] for row in found if row[4] is not None])
+    rows = [cast(StatusRow, tuple(row[4:])) for row in found if row[4] is not None]
+    return StatusChanges(mark, False, rows)
+
+
+ROTATION_COLUMNS = (
+    "id", "started_at", "finished_at", "state", "items", "outcome", "reason", "owner_pid"
+)  # fmt: skip
+"""A rotation's row: :class:`~meshtui.inventory.rows.RotationRow`'s keys."""
+
+OPEN_ROTATIONS_SQL = (
+    f"SELECT {', '.join(ROTATION_COLUMNS)} FROM rotations WHERE finished_at IS NULL ORDER BY id"
+)
+
+ROTATING_PAIRS = """
+UNION SELECT CAST(json_array_elements(CAST(items AS json)) ->> 'pair' AS text) COLLATE "C"
+FROM rotations WHERE finished_at IS NULL"""
+"""PostgreSQL: the pairs of every open rotation, added to those a kept read reads again (a
+rotation begun or ended changes its pairs' state; the reader cannot yet know which did)."""
+
+
+def kept_at_once(
+    conn: sqlite3.Connection, since: StatusMark, also: Collection[str], kinds_sql: str
+) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]], StatusChanges | None]:
+    """PostgreSQL's kept read in one round trip and one snapshot: the open rotations' rows
+    (:data:`OPEN_ROTATIONS_SQL`), the provider specs (``kinds_sql``) and :func:`_at_once`'s
+    changes since ``since`` with ``also`` and every pair of an open rotation (None when the
+    mark no longer holds or too many changed)."""
+    sql = AT_ONCE_SQL.format(named=dialect(conn).json_values + ROTATING_PAIRS)
+    params = [since.tick, json.dumps(sorted(also)), since.epoch, since.stamp, since.tick]
+    rotations, kinds, found = cast("PgConnection", conn).reads_generic(
+        [(OPEN_ROTATIONS_SQL, []), (kinds_sql, []), (sql, [*params, FEW_CHANGED])]
+    )
+    return rotations, kinds, _changes_of(since, found)
 
 
 def _count(conn: sqlite3.Connection) -> int:

@@ -41,6 +41,7 @@ from meshtui.inventory.rows import (
     GenerationRow,
     HeldEnd,
     HeldSealed,
+    KeptStatus,
     ModuleRecord,
     ModuleRow,
     NodeRow,
@@ -158,6 +159,12 @@ class Transaction:
     def __init__(self, inv: Inventory) -> None:
         self._inv = inv
         self._conn = inv._conn
+        self._newest: Callable[[], Sequence[Any] | None] | None = None
+        """The audit chain's newest (seq, hash) in this transaction, when known without a
+        read of its own: on PostgreSQL sent with the transaction's first statements (its answer
+        comes with the first one waited for), then the event this transaction appended."""
+        if inv.dialect is not SQLITE:
+            self._newest = self._conn.execute(audit_mod.NEWEST_SQL).fetchone
 
     # ---- the lease -------------------------------------------------------------------------
     def check_lease(self, turn: str, holder: Claimant, epoch: int) -> None:
@@ -175,7 +182,7 @@ class Transaction:
         self, kind: str, pairs: Iterable[str], detail: Mapping[str, object], outcome: str
     ) -> AuditRecord:
         """Append one event to the chain and move its (signed) head."""
-        return audit_mod.append(
+        event = audit_mod.append(
             self._conn,
             at=now(),
             actor=self._inv.actor,
@@ -185,7 +192,11 @@ class Transaction:
             pairs=pairs,
             detail=detail,
             outcome=outcome,
+            newest=self._newest,
         )
+        if self._newest is not None:  # under the writer lock: no other writer appended since
+            self._newest = functools.partial(_newest_of, event)
+        return event
 
     # ---- declare --------------------------------------------------------------------------
     def put_nodes(self, rows: Sequence[NodeRow]) -> None:
@@ -378,6 +389,39 @@ class Transaction:
     def put_digest_keys(self, rows: Sequence[DigestKeyRow]) -> None:
         """Keep the mesh's digest key sealed to each of these controllers."""
         _upsert(self._conn, "digest_keys", rows, "controller")
+
+
+def _rotation_rows(rows: list[RawRow]) -> list[RotationRow]:
+    """Rotations' rows with their items decoded."""
+    for r in rows:
+        r["items"] = json.loads(r["items"])
+    return cast(list[RotationRow], rows)
+
+
+def _kinds_of(rows: Iterable[Sequence[Any]]) -> dict[tuple[str, str], str]:
+    """(provider module, provision) -> kind, from :data:`PROVIDER_SPECS_SQL`'s rows."""
+    out: dict[tuple[str, str], str] = {}
+    for mid, spec in rows:
+        if spec is None:
+            continue
+        for offer in decode_spec(mid, spec).provides:
+            if offer.kind:
+                out[(mid, offer.name)] = offer.kind
+    return out
+
+
+def _column_names(cursor: Any) -> list[str]:
+    """The names of a read's columns. psycopg's ``description`` makes an object per column at
+    every call (16 columns: ~50 µs, a third of a read of one pair); its result's names are
+    read directly instead."""
+    result = getattr(cursor, "pgresult", None)
+    if result is None:
+        return [d[0] for d in cursor.description]
+    return [bytes(result.fname(i) or b"").decode() for i in range(result.nfields)]
+
+
+def _newest_of(event: AuditRecord) -> tuple[int, str]:
+    return event["seq"], event["hash"]
 
 
 def _server(conn: object) -> str:
@@ -649,8 +693,7 @@ class Inventory:
         fence = fence if fence is not None else self.fence
         with self.lock:
             try:
-                with self._conn:
-                    self._conn.execute(self.dialect.begin_write)
+                with self._writing():
                     tx = Transaction(self)
                     if fence is not None:
                         fence(tx)
@@ -673,6 +716,19 @@ class Inventory:
                     raise image_mod.damaged(self.path, str(exc)) from exc
                 raise InventoryError(f"{self.path}: {action} failed: {exc}") from exc
 
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """A write transaction begun, committed at the end, rolled back on an error: SQLite's
+        own, or PostgreSQL's pipelined one (:meth:`~meshtui.inventory.pg_connection.
+        PgConnection.writing`)."""
+        if self.dialect is SQLITE:
+            with self._conn:
+                self._conn.execute(self.dialect.begin_write)
+                yield
+        else:
+            with cast(pg_connection.PgConnection, self._conn).writing():
+                yield
+
     def record(
         self, kind: str, pairs: Iterable[str], detail: Mapping[str, object], outcome: str
     ) -> AuditRecord:
@@ -686,12 +742,13 @@ class Inventory:
         columns; no row leaves the store in this shape)."""
         with self.lock, self._reading():
             cursor = self._conn.execute(sql, list(params))
-            keys = [d[0] for d in cursor.description]
+            rows = cursor.fetchall()  # first: a pipelined write describes its rows once read
+            keys = _column_names(cursor)
             if len(set(keys)) != len(keys):  # a join naming a column twice: as sqlite_utils does
                 from sqlite_utils.utils import dedupe_keys
 
                 keys = dedupe_keys(keys)
-            return [dict(zip(keys, row, strict=True)) for row in cursor]
+            return [dict(zip(keys, row, strict=True)) for row in rows]
 
     def _tuples(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         with self.lock, self._reading():
@@ -994,10 +1051,7 @@ class Inventory:
 
     def open_rotations(self) -> list[RotationRow]:
         """Rotations journaled but not finished (a controller may have died mid-way)."""
-        rows = self._query("SELECT * FROM rotations WHERE finished_at IS NULL ORDER BY id")
-        for r in rows:
-            r["items"] = json.loads(r["items"])
-        return cast(list[RotationRow], rows)
+        return _rotation_rows(self._query(status_read.OPEN_ROTATIONS_SQL))
 
     def rotations(self, limit: int | None = 100) -> list[RotationRow]:
         """Recent rotations (all when ``limit`` is None), newest first."""
@@ -1081,19 +1135,28 @@ class Inventory:
 
     def provider_kinds(self) -> dict[tuple[str, str], str]:
         """(provider module, provision) -> kind, for the providers of pairs that are not
-        PostgreSQL (only modules some pair names as its provider are read: a lookup in the
-        provider index per module that names a kind, not a pass over every pair, since every
-        kept status read asks)."""
-        out: dict[tuple[str, str], str] = {}
-        rows = self._tuples(
-            "SELECT m.id, m.spec FROM modules m WHERE m.spec LIKE '%\"kind\"%' "
-            "AND EXISTS (SELECT 1 FROM pairs p WHERE p.provider = m.id)"
-        )
-        for mid, spec in rows:
-            for offer in decode_spec(mid, spec).provides:
-                if offer.kind:
-                    out[(mid, offer.name)] = offer.kind
-        return out
+        PostgreSQL. Only the modules some pair names as its provider are read, found by a walk
+        of the provider index that skips from one provider to the next (a lookup per provider,
+        not a pass over every pair or module, since every kept status read asks)."""
+        return _kinds_of(self._tuples(PROVIDER_SPECS_SQL))
+
+    def status_kept(self, since: StatusMark | None, before: Mapping[str, int]) -> KeptStatus:
+        """What a keeping status reader reads each time (:class:`~meshtui.inventory.rows.
+        KeptStatus`): the open rotations, the provider kinds, and the pairs changed since its
+        mark ``since`` with those whose open rotation (``before``: pair -> rotation, as it last
+        read them) began, ended or changed (it reads the pairs of every rotation open before or
+        now again: the same statuses), all in one round trip on PostgreSQL. Otherwise (SQLite,
+        or no mark) the rotations and kinds, one read each, and no changes: the reader reads
+        them next with :meth:`status_changes`."""
+        with self.lock, self._reading():
+            if since is not None and self.dialect is not SQLITE and not self._conn.in_transaction:
+                rotations, kinds, changes = status_read.kept_at_once(
+                    self._conn, since, before.keys(), PROVIDER_SPECS_SQL
+                )
+                keys = status_read.ROTATION_COLUMNS
+                raw = [dict(zip(keys, row, strict=True)) for row in rotations]
+                return KeptStatus(_rotation_rows(raw), _kinds_of(kinds), changes)
+        return KeptStatus(self.open_rotations(), self.provider_kinds(), None)
 
     def verify_chain(self, verify_key: bytes | audit_mod.KeyOf | None = None) -> ChainCheck:
         """Walk the audit chain; name the first edited, deleted or reordered event.
@@ -1137,6 +1200,22 @@ class ModuleSpecs(Mapping[str, ModuleRow]):
     def __len__(self) -> int:
         return len(self._raw)
 
+
+PROVIDER_SPECS_SQL = """
+WITH RECURSIVE providers(id) AS (
+    SELECT min(provider) FROM pairs
+    UNION ALL
+    SELECT (SELECT min(provider) FROM pairs WHERE provider > providers.id)
+    FROM providers WHERE providers.id IS NOT NULL
+)
+SELECT providers.id,
+       (SELECT m.spec FROM modules m WHERE m.id = providers.id AND m.spec LIKE '%"kind"%')
+FROM providers WHERE providers.id IS NOT NULL
+"""
+"""Each provider module and its stored spec when that names a kind (NULL otherwise): the
+distinct providers of the pairs walked through their index one ``min(provider) > previous`` at
+a time, then each one's module row looked up (a subquery per provider, so neither engine's
+planner scans every module's spec instead)."""
 
 SCHEDULE_SQL = """
 SELECT p.id, p.provider, p.consumer, p.withdrawn_at, COALESCE(p.rotated_at, p.created_at),

@@ -58,6 +58,7 @@ from meshtui.tui.events import (
     LeadRead,
     Loaded,
     Looked,
+    Notified,
 )
 from meshtui.tui.keymap import config_paths, load_keymap
 from meshtui.tui.pairs import PairModel, parse_time, short_age
@@ -75,6 +76,9 @@ says it is still reading and actions wait."""
 
 PAGE_WAIT = 1.0
 """At most this many seconds the whole read waits for the first screenful to be drawn."""
+
+FEED_WAIT = 0.5
+"""Seconds the change feed's worker waits at a time: how soon it notices the app closing."""
 
 PROGRESS_PERIOD = 0.05
 """Seconds between two redraws of a job's progress. A rotation reports one line per pair, all
@@ -145,6 +149,8 @@ class MeshApp(App[int]):
         self._heap_frozen = False
         self._progress_timer: Timer | None = None
         self._progress_drawn = 0.0
+        self._feed_stop = threading.Event()  # set when the app ends: the feed's thread stops
+        self._feed_thread: threading.Thread | None = None
         keymap = load_keymap(
             keymap_paths if keymap_paths is not None else config_paths(self.state_dir)
         )
@@ -176,6 +182,7 @@ class MeshApp(App[int]):
             self.action_hosts()
         if self.poll_seconds > 0:
             self.set_interval(self.poll_seconds, self._poll)
+        self._follow_feed()
 
     def open_controller(self, *, reader: bool = False) -> Controller:
         """A fresh controller for one worker; readers always open the inventory read-only.
@@ -301,6 +308,9 @@ class MeshApp(App[int]):
         self._heap_frozen = True
 
     def on_unmount(self) -> None:
+        self._feed_stop.set()
+        if self._feed_thread is not None:
+            self._feed_thread.join(FEED_WAIT * 4)
         with self._status_lock:
             self._close_status_reader()
         share_inventory_connections(False)
@@ -321,6 +331,34 @@ class MeshApp(App[int]):
                 failed=lambda exc: Looked(None),
             )
         self._read_heartbeat()
+
+    def _follow_feed(self) -> None:
+        """On a shared inventory (PostgreSQL), a thread that waits on its change feed and
+        posts :class:`Notified` at every commit, any controller's, so the dashboard reloads at
+        once rather than at its next poll (which stays, for a feed that is reconnecting). A
+        thread of its own, not a worker: it runs as long as the app, and tests wait for every
+        worker to finish."""
+        try:
+            feed = Controller.change_feed(self.state_dir)
+        except MeshtuiError:  # the conninfo file unreadable: the loads say so, the poll stays
+            return
+        if feed is None:
+            return
+        stop = self._feed_stop
+
+        def follow() -> None:
+            with feed:
+                while not stop.is_set():
+                    if feed.wait(FEED_WAIT) and not stop.is_set():
+                        self.post_message(Notified())
+
+        self._feed_thread = threading.Thread(target=follow, name="meshtui-feed", daemon=True)
+        self._feed_thread.start()
+
+    @on(Notified)
+    def _notified(self, message: Notified) -> None:
+        if self._stamp is not None:
+            self.reload()
 
     @on(Looked)
     def _looked(self, message: Looked) -> None:

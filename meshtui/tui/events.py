@@ -33,6 +33,10 @@ class Looked(Outside):
         self.stamp = stamp
 
 
+class Notified(Outside):
+    """A controller committed a write to the shared inventory (the feed woke): read again."""
+
+
 class LeadRead(Outside):
     """Who leads the controllers of a shared inventory, as one line ("" when there is nothing
     to say): the leader lease read off the UI thread (the database may be slow or gone)."""

@@ -1,15 +1,18 @@
 """An open dashboard on a PostgreSQL inventory: it shows the pairs, stays up when the server
 becomes unreachable and says so (naming the server, never the password), and shows the pairs
-again once the server is back."""
+again once the server is back; another controller's write shows on it within a second,
+woken by the inventory's change feed rather than a poll."""
 
 from __future__ import annotations
 
 import contextlib
+import time
 from pathlib import Path
 
 import pytest
 from textual.worker import WorkerFailed
 
+from meshtui.controller import config
 from meshtui.controller.core import Controller
 from meshtui.kinds.postgres.lab import Cluster
 from tests.fix_lab import cli
@@ -65,3 +68,24 @@ async def test_the_dashboard_stays_up_while_postgres_is_away_and_recovers(
         await settle(pilot)
         assert not [msg for msg, sev in app.toasts if sev == "error"], app.toast_text()
         assert len(app.model.rows) == len(PAIRS)
+
+
+async def test_another_controllers_write_shows_on_the_open_dashboard_within_a_second(
+    state: Path, tmp_path: Path
+) -> None:
+    conninfo = config.inventory_postgres(state)
+    other = tmp_path / "ctl-b"
+    done = cli(other, "init", "--postgres", str(conninfo), "--name", "ctl-b")
+    assert done.returncode == 0, done.stderr
+    app = RecordingApp(state, read_only=True)  # no poll: only the feed can wake it
+    async with app.run_test(size=(140, 36)) as pilot:
+        await settle(pilot)
+        assert len(app.model.rows) == len(PAIRS), app.toast_text()
+        await pilot.pause(0.5)  # the feed's thread listening
+        with Controller.open(other) as ctl_b, ctl_b.inventory.transaction("declare") as tx:
+            tx.put_pairs([pair_record("database:late/svc->db1/postgres")])
+        committed = time.monotonic()
+        while len(app.model.rows) == len(PAIRS):
+            assert time.monotonic() - committed < 5, "the dashboard never showed ctl-b's pair"
+            await pilot.pause(0.02)
+        assert time.monotonic() - committed < 1.0

@@ -43,6 +43,7 @@ from meshtui.inventory.rows import (  # StatusRow's columns by name
     USED_PASSWORD,
     VERDICT,
     WITHDRAWN_AT,
+    RotationRow,
     StatusMark,
     StatusRow,
 )
@@ -278,7 +279,12 @@ def statuses(
 
 def _rotating(inv: Inventory) -> dict[str, int]:
     """Each pair in an open (interrupted or running) rotation -> that rotation's number."""
-    return {i["pair"]: r["id"] for r in inv.open_rotations() for i in r["items"]}
+    return _rotating_of(inv.open_rotations())
+
+
+def _rotating_of(rotations: Iterable[RotationRow]) -> dict[str, int]:
+    """Each pair in one of ``rotations`` -> that rotation's number."""
+    return {i["pair"]: r["id"] for r in rotations for i in r["items"]}
 
 
 def overlaps(inv: Inventory) -> dict[str, str]:
@@ -358,11 +364,14 @@ def _brought_up(inv: Inventory, kept: _Kept | None) -> _Read:
     """Every pair's status: ``kept`` (what a reader made before) with only the pairs changed
     since its mark read and made again, or every pair read and made when there is nothing kept
     or it no longer holds (see :func:`~meshtui.inventory.status_read.changes`)."""
-    rotating, kinds = _rotating(inv), inv.provider_kinds()
-    if kept is not None and kept.kinds != kinds:
-        kept = None  # a provider's kind changed: every status again
     since = None if kept is None else kept.mark
-    read = inv.status_changes(since, () if kept is None else _moved(kept.rotating, rotating))
+    found = inv.status_kept(since, {} if kept is None else kept.rotating)  # PostgreSQL: one trip
+    rotating, kinds = _rotating_of(found.rotations), found.kinds
+    if kept is not None and kept.kinds != kinds:
+        kept = since = None  # a provider's kind changed: every status again
+    read = found.changes if since is not None else None
+    if read is None:
+        read = inv.status_changes(since, () if kept is None else _moved(kept.rotating, rotating))
     fresh = _statuses(read.rows, rotating, kinds, inv)
     places = None
     if read.whole or kept is None:
