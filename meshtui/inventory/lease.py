@@ -150,6 +150,25 @@ def acquire(
     )
 
 
+_HELD = (
+    "WHERE name = %(name)s AND holder = %(holder)s AND host = %(host)s AND pid = %(pid)s "
+    "AND epoch = %(epoch)s AND expires_at > clock_timestamp()"
+)
+"""The row of one live holding: its turn, its holder's process and its epoch, not run out."""
+
+
+def _holding(name: str, me: Claimant, epoch: int, **more: object) -> dict[str, object]:
+    """The parameters of :data:`_HELD`, and ``more``."""
+    return {
+        "name": name,
+        "holder": me.controller,
+        "host": me.host,
+        "pid": me.pid,
+        "epoch": epoch,
+        **more,
+    }
+
+
 def renew(
     conn: psycopg.Connection[Any], name: str, me: Claimant, epoch: int, length_s: float
 ) -> LeaseRow | None:
@@ -158,17 +177,8 @@ def renew(
     return _fetch(
         conn,
         "UPDATE lease SET expires_at = clock_timestamp() + make_interval(secs => %(length)s) "
-        "WHERE name = %(name)s AND holder = %(holder)s AND host = %(host)s AND pid = %(pid)s "
-        "AND epoch = %(epoch)s AND expires_at > clock_timestamp() "
-        "RETURNING {columns}",
-        {
-            "name": name,
-            "holder": me.controller,
-            "host": me.host,
-            "pid": me.pid,
-            "epoch": epoch,
-            "length": length_s,
-        },
+        f"{_HELD} RETURNING {{columns}}",
+        _holding(name, me, epoch, length=length_s),
     )
 
 
@@ -181,18 +191,8 @@ def raise_epoch(
     only the row's live holder can raise it, so no two holdings share one."""
     return _fetch(
         conn,
-        "UPDATE lease SET epoch = greatest(epoch, %(to)s) "
-        "WHERE name = %(name)s AND holder = %(holder)s AND host = %(host)s AND pid = %(pid)s "
-        "AND epoch = %(epoch)s AND expires_at > clock_timestamp() "
-        "RETURNING {columns}",
-        {
-            "name": name,
-            "holder": me.controller,
-            "host": me.host,
-            "pid": me.pid,
-            "epoch": epoch,
-            "to": to,
-        },
+        f"UPDATE lease SET epoch = greatest(epoch, %(to)s) {_HELD} RETURNING {{columns}}",
+        _holding(name, me, epoch, to=to),
     )
 
 
@@ -212,11 +212,8 @@ def release(conn: psycopg.Connection[Any], name: str, me: Claimant, epoch: int) 
     return (
         _fetch(
             conn,
-            "UPDATE lease SET expires_at = clock_timestamp() "
-            "WHERE name = %(name)s AND holder = %(holder)s AND host = %(host)s AND pid = %(pid)s "
-            "AND epoch = %(epoch)s AND expires_at > clock_timestamp() "
-            "RETURNING {columns}",
-            {"name": name, "holder": me.controller, "host": me.host, "pid": me.pid, "epoch": epoch},
+            f"UPDATE lease SET expires_at = clock_timestamp() {_HELD} RETURNING {{columns}}",
+            _holding(name, me, epoch),
         )
         is not None
     )
@@ -235,10 +232,8 @@ def check(conn: psycopg.Connection[Any], name: str, me: Claimant, epoch: int) ->
     The process is part of the holding: after a switch to a standby that had not received a
     holding, another process of the same controller can be given its epoch again."""
     held = conn.execute(
-        "SELECT epoch FROM lease WHERE name = %(name)s AND holder = %(holder)s "
-        "AND host = %(host)s AND pid = %(pid)s "
-        "AND epoch = %(epoch)s AND expires_at > clock_timestamp() FOR SHARE",
-        {"name": name, "holder": me.controller, "host": me.host, "pid": me.pid, "epoch": epoch},
+        f"SELECT epoch FROM lease {_HELD} FOR SHARE",
+        _holding(name, me, epoch),
     ).fetchone()
     if held is not None:
         return
