@@ -276,6 +276,16 @@ class Alternating(Protocol):
         their credentials away. Refused if not ours. Run again, it changes nothing."""
         ...
 
+    def inspect_alternates(
+        self, wanted: Mapping[str, tuple[str, Mapping[str, str]]]
+    ) -> Mapping[str, Held]:
+        """Read-only, the inspection of alternating pairs: for each owner of ``wanted`` (owner
+        -> its current alternate and its values), the owner's Held as :meth:`inspect` would
+        give it, but with the digest of the credential the current alternate logs in with
+        (None when it cannot log in). The owner itself holds no credential: compared alone, a
+        pair that alternates would read as changed outside meshtui at every inspection."""
+        ...
+
 
 AdapterFactory = Callable[[str, Scope], Adapter]
 """Opens an adapter from the admin connection text and the manifest's scope."""

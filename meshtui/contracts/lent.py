@@ -81,6 +81,13 @@ class Lent(Generic[A]):
             lambda a: cast(Alternating, a).create_alternate(owner, alt, password, values, keep)
         )
 
+    def inspect_alternates(
+        self, wanted: Mapping[str, tuple[str, Mapping[str, str]]]
+    ) -> Mapping[str, Held]:
+        """See :meth:`~meshtui.contracts.adapter.Alternating.inspect_alternates` (called only
+        when the lent adapter's capabilities say ``alternating``)."""
+        return self._use(lambda a: cast(Alternating, a).inspect_alternates(wanted))
+
     def create_many(self, batch: Sequence[Wanted]) -> dict[str, Done | Exception]:
         """See :meth:`~meshtui.contracts.adapter.Batching.create_many`."""
         return self._use(lambda a: a.create_many(batch))

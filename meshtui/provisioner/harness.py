@@ -672,9 +672,12 @@ def inspect(
         c.login: _finding(c, Drift.REFUSED if refused else Drift.WAITING, why)
         for c, refused, why in held_back
     }
+    alternating = {c.login: (c.alt, c.values) for c in ready if c.alt}
     with _opened(factory, conninfo, scope) as adapter:
         try:
-            held = adapter.inspect({c.login: c.values for c in ready})
+            held = dict(adapter.inspect({c.login: c.values for c in ready}))
+            if alternating and adapter.capabilities.alternating:  # the owner holds no
+                held.update(cast(Alternating, adapter).inspect_alternates(alternating))  # secret
         except Exception as exc:
             raise _unread(adapter, exc, manifest.kind) from None
     for consumer in ready:

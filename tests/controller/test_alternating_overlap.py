@@ -224,3 +224,20 @@ def test_an_alternating_pair_whose_offer_says_swap_names_the_offer(mesh: Any) ->
     said = str(caught.value)
     assert 'modules."db1/postgres".provides[0].rotation' in said, said
     assert f"pair {GITEA}" in said and "go back to swap" in said, said
+
+
+@pytest.mark.parametrize("rotations", [0, 1, 2])
+def test_a_push_of_an_alternating_pair_with_nothing_changed_finds_no_drift(
+    mesh: Any, rotations: int
+) -> None:
+    """Pushed again with nothing changed, before and after rotations (each login in turn): no
+    end is re-applied and no drift is recorded."""
+    with mesh.controller() as ctl:
+        for _ in range(rotations):
+            assert ctl.rotate([GITEA]).ok
+        for _ in range(2):
+            report = ctl.push()
+            assert report.ok, report
+            assert not report.repaired and not report.delivered, report
+        events = [e for e in ctl.inventory.events() if e["kind"] == "push"]
+    assert not any(e["detail"].get("changed_outside") for e in events), events[-1]

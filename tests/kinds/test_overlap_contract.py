@@ -10,11 +10,14 @@ meets the same contract with the new credential held by the other login (the man
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from meshtui.contracts.adapter import alternate_login
 from meshtui.contracts.probe_types import Verdict
 from meshtui.kinds import registry
+from meshtui.provisioner.harness import inspect
 
 from .contract import Provider, Server, outcomes
 
@@ -189,3 +192,25 @@ def test_a_pair_that_was_a_swap_keeps_its_login_until_the_first_overlap_closes(
     assert _accepted(
         provider, owner, alternate_login(owner, "a"), provider.password("app1", "gitea")
     )
+
+
+def test_an_alternating_pair_inspects_as_matching_on_either_login(alternating: Provider) -> None:
+    """The read-only inspection (push's drift check) of an alternating pair answers with its
+    current alternate's credential: matches after each rotation, on either login, and changed
+    once that alternate's credential is taken away outside meshtui."""
+    provider = alternating
+    owner = provider.add("app1", "gitea")
+
+    def verdict() -> str:
+        provider.serial += 1
+        provider.manifest.write_text(json.dumps(provider.document()))
+        (found,) = inspect(provider.manifest, provider.server.admin)
+        assert found.login == owner
+        return str(found.verdict)
+
+    for alt in ("a", "b", "a"):
+        _alternate_step(provider, alt, keep=True, rotate=True)
+        _alternate_step(provider, alt, keep=False, rotate=False)
+        assert verdict() == "matches", alt
+    provider.rotate("app1", "gitea")  # the secret file holds another credential than the server
+    assert verdict() == "changed"

@@ -16,10 +16,11 @@ for a login to remove.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from psycopg import sql
 
-from meshtui.contracts.adapter import Done, Refused, alternate_login, check_name
+from meshtui.contracts.adapter import Done, Held, Refused, alternate_login, check_name
 from meshtui.crypto import secret_digest
 from meshtui.kinds.postgres.catalog import Record, _refusal, _Role
 from meshtui.kinds.postgres.create import _Creating
@@ -84,6 +85,37 @@ class _Alternates(_Creating):
             return Done(OutcomeName.UNCHANGED)
         outcome = done.outcome if done.outcome != OutcomeName.UNCHANGED else OutcomeName.UPDATED
         return Done(outcome, "; ".join(notes))
+
+    def inspect_alternates(
+        self, wanted: Mapping[str, tuple[str, Mapping[str, str]]]
+    ) -> dict[str, Held]:
+        """See :meth:`~meshtui.contracts.adapter.Alternating.inspect_alternates`: the owners
+        read as :meth:`inspect_only` reads them (ours, their database in place), each with the
+        digest its current alternate holds intact (it logs in, and its password and record
+        were written by one transaction); two reads."""
+        owners = {owner: values for owner, (_alt, values) in wanted.items()}
+        held = self.inspect_only(owners, frozenset(owners))
+        current = {alternate_login(owner, alt): owner for owner, (alt, _v) in wanted.items()}
+        roles = self._roles(sorted(current))
+        out: dict[str, Held] = {}
+        for owner, have in held.items():
+            if not have.ours:
+                out[owner] = have
+                continue
+            login = alternate_login(owner, wanted[owner][0])
+            role = roles.get(login)
+            record = role.record if role is not None else None
+            intact = (
+                role is not None
+                and role.can_login
+                and role.same_txn
+                and record is not None
+                and record.login == owner
+                and self._in_scope(record)
+            )
+            digest = record.digest if intact and record is not None else None
+            out[owner] = replace(have, digest=digest if isinstance(digest, str) else None)
+        return out
 
     def _act_as_owner(self, login: str, owner: str) -> bool:
         """Make ``login`` a member of ``owner`` whose sessions start as ``owner``; whether

@@ -223,6 +223,32 @@ class SeaweedAdapter:
                 held[identity["name"]] = self._held(identity["name"], identity, None)
         return held
 
+    def inspect_alternates(
+        self, wanted: Mapping[str, tuple[str, Mapping[str, str]]]
+    ) -> Mapping[str, Held]:
+        """See :meth:`~meshtui.contracts.adapter.Alternating.inspect_alternates`: identity
+        ``owner`` holding exactly one access key, its current alternate's, with its rights in
+        place; read-only, from one export."""
+        identities = self._identities()
+        self._looked = identities
+        by_name = {i["name"]: i for i in identities}
+        held: dict[str, Held] = {}
+        for owner, (alt, values) in wanted.items():
+            identity = by_name.get(owner)
+            if identity is None:
+                continue
+            if not self._ours(identity):
+                why = self._conflict(owner, identities) or f"identity {owner} is not meshtui's"
+                held[owner] = Held(login=owner, ours=False, note=why)
+                continue
+            have = self._held(owner, identity, _grant(owner, values))
+            creds = _credentials(identity)
+            key = alternate_login(owner, alt)
+            exact = len(creds) == 1 and creds[0][0] == key and not identity.get("disabled")
+            digest = secret_digest(creds[0][1].encode()) if exact else None
+            held[owner] = Held(login=owner, ours=True, digest=digest, in_place=have.in_place)
+        return held
+
     # -- writing -------------------------------------------------------------------------------
 
     def create(self, login: str, password: str, values: Mapping[str, str]) -> Done:
