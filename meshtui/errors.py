@@ -324,7 +324,9 @@ class LeaseLostError(RotationError):
         self.controller, self.epoch, self.turn = controller, epoch, turn
         super().__init__(
             f"controller {controller} no longer holds the {turn} turn (epoch {epoch}): {after}; "
-            "nothing more is written or sent by it (run the action again)"
+            "nothing more is written or sent by it; a rotation it journaled is finished or "
+            "rolled back by the next holder (meshtui status and meshtui audit say which): run "
+            "the action again only once they show it was not done"
         )
 
 

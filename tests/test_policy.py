@@ -47,6 +47,12 @@ def test_bad_durations_are_refused(text: str) -> None:
         parse_duration(text)
 
 
+@pytest.mark.parametrize("text", ["0s", "0d", "00m"])
+def test_a_duration_of_nothing_is_refused_as_such(text: str) -> None:
+    with pytest.raises(ValueError, match="not a duration longer than 0"):
+        parse_duration(text)
+
+
 def test_no_policy_means_no_rotation_and_default_probe(mesh: Mesh) -> None:
     for policy in policies(mesh, spec(mesh)).values():
         assert policy == Policy(None, DEFAULT_PROBE_EVERY_S)

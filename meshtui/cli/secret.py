@@ -84,6 +84,8 @@ def cmd_secret_share_key(args: argparse.Namespace) -> int:
         print("a new mesh digest key was made; put or rotate each own secret stale after it")
     if shared:
         print(f"the mesh's digest key is now sealed to {', '.join(shared)}")
+    elif args.controllers:
+        print(f"{', '.join(args.controllers)} hold the mesh's digest key already; nothing changed")
     else:
         print("every controller this one knows holds the mesh's digest key already")
     return EXIT_OK

@@ -143,6 +143,8 @@ class Kind:
     ``hands_over``: whether a login gives the server the credential itself (a password sent,
     as Redis's AUTH and an AppRole login do; not a proof of it, as SCRAM and SigV4 are): the
     agent then sends it only to a server its node policy lists (``[[servers]]``).
+    ``alternate_word``: what an alternate of an alternating pair is to the server (PostgreSQL's
+    ``"role"``, SeaweedFS's ``"access key"``; empty: its ``login_word``).
     """
 
     name: str
@@ -168,6 +170,7 @@ class Kind:
     connection: ConnectionOf | None = None
     units: tuple[str, ...] = ()
     hands_over: bool = False
+    alternate_word: str = ""
     own_secrets: Ref | None = None
     server_config: Ref | None = None
 

@@ -77,6 +77,11 @@ def test_a_second_controller_is_refused_until_a_holder_shares_the_key(mesh: Mesh
         shared = a.inventory.last_event("digest-key-shared")
     assert shared is not None and shared["detail"]["controllers"] == ["ctl-b"]
     assert shared["controller"] == "ctl-a"
+    again = mesh.cli("secret", "share-key", "ctl-b")  # named again: its copy is sound
+    assert again.code == 0 and "hold the mesh's digest key already" in again.out, again.out
+    with Controller.open(mesh.state) as a:
+        events = [e for e in a.inventory.events() if e["kind"] == "digest-key-shared"]
+    assert len(events) == 1, events
 
 
 def test_sharing_to_a_controller_not_known_here_is_refused_naming_the_file(mesh: Mesh) -> None:

@@ -187,9 +187,30 @@ def make_anew(ctl: Reach) -> MeshKey:
     return made
 
 
+def _sound(row: DigestKeyRow | None, name: str, verify_key: bytes, ring: Keyring) -> bool:
+    """Whether ``row`` is ``name``'s copy as a known controller sealed it (its signature over
+    ``name``, its key and the sealed bytes verifies): sharing to it again would change nothing."""
+    if row is None:
+        return False
+    sealer = ring.key_of(row["sealed_by"])
+    if sealer is None:
+        return False
+    try:
+        crypto.verify(
+            signed_text(name, verify_key, bytes(row["sealed"])),
+            crypto.unb64(row["sig"], "signature"),
+            sealer,
+            f"controller {row['sealed_by']}",
+        )
+    except (MeshtuiError, ValueError):
+        return False
+    return True
+
+
 def share(ctl: Reach, key: MeshKey, names: list[str] | None = None) -> list[str]:
     """Seal the mesh's digest key to every controller this one knows that has no copy (or to
-    ``names``, which must be known: KeyFileError-like DigestKeyError otherwise); audited, one
+    ``names``, which must be known: KeyFileError-like DigestKeyError otherwise; one whose copy
+    is sound already is left as it is); audited, one
     ``digest-key-shared`` event naming them. The controllers it was sealed to."""
     inv: Inventory = ctl.inventory
     ring = keyring(ctl.state_dir, ctl.fence.controller)
@@ -203,6 +224,8 @@ def share(ctl: Reach, key: MeshKey, names: list[str] | None = None) -> list[str]
                 f"controller {name} is not known here: put its controller.pub as "
                 f"{ctl.state_dir / PEERS / (name + '.pub')} first"
             )
+        if names is not None and _sound(held.get(name), name, verify_key, ring):
+            continue  # named again: its copy is there, sealed by a known controller
         rows.append(_row(ctl, key._root, name, verify_key))
     if not rows:
         return []

@@ -123,12 +123,14 @@ def drill_one(
     )
     if ok:
         reason = "old worked before, new works after, old is refused after"
+        if choice == Sessions.DRAIN:
+            reason += " to new logins"
         if both is not None:
             reason += f"; both accepted for {both:.1f} ms, {refused or 0} logins refused"
         if choice == Sessions.END:
             reason += f"; {before} session{'' if before == 1 else 's'} on it ended"
         elif choice == Sessions.DRAIN:
-            reason += f" to new logins; {after} session{'' if after == 1 else 's'} on it drain"
+            reason += f"; {after} session{'' if after == 1 else 's'} on it left to drain"
     elif lingering and not reason:
         reason = (
             f"{after} session{'' if after == 1 else 's'} on the old credential still open "

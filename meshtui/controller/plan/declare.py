@@ -456,16 +456,16 @@ def _refuse_way_back(inv: Inventory, decl: Declaration, old_pairs: Mapping[str, 
             else f'modules."{p.provider}".provides[{at}].rotation'
         )
         logins = ", ".join(alternate_login(p.login, alt) for alt in ALTERNATES)
+        word = kind.alternate_word or kind.login_word
         raise DeclarationError(
             decl.source,
             key,
-            f"pair {p.id} rotates by overlap on two alternating {kind.login_word}s ({logins}, "
-            f"both acting as {p.login}); a {kind.title} pair cannot go back to swap: a swap of "
-            f"{p.login} would leave the {kind.login_word} its consumer holds accepting the old "
-            "credential",
-            f'keep rotation = "overlap" for this pair (set it on its requirement); to have one '
-            f"{kind.login_word} again, withdraw the pair (what {p.login} owns is kept, as a "
-            "removed login's is) and declare it anew",
+            f"pair {p.id} rotates by overlap on two alternating {word}s of {p.login} "
+            f"({logins}); a {kind.title} pair cannot go back to swap: a swap of {p.login} "
+            f"would leave the {word} its consumer holds accepting the old credential",
+            'keep rotation = "overlap" for this pair (set it on its requirement); to have one '
+            "credential again, withdraw the pair (what it owns is kept, as a removed login's "
+            "is) and declare it anew",
         )
 
 

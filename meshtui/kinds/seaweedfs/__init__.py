@@ -21,6 +21,7 @@ KIND = Kind(
     title="SeaweedFS",
     port=8333,
     login_word="S3 identity",
+    alternate_word="access key",
     admin_word="object store admin file",
     admin_fix='set admin = "/path/admin.toml" (a 0600 file naming the master and the filer)',
     admin_example='master = "127.0.0.1:9333"  filer = "127.0.0.1:8888"  admin = "meshtui-admin"',
