@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from meshtui.cli import render
 from meshtui.controller.read import status as status_mod
 from meshtui.controller.read import status_image
 from meshtui.controller.read.status import statuses
@@ -106,7 +107,7 @@ def test_an_image_written_by_one_process_is_read_by_another(
     assert [r.whole for r in reads] == [False] and len(reads[0].rows) == 1
     assert got == statuses(inv)
     printed = json.loads(subprocess.run(cli, check=True, capture_output=True).stdout)
-    assert printed == json.loads(json.dumps([st.to_json() for st in statuses(inv)]))
+    assert printed == json.loads(json.dumps(render.status_json(statuses(inv))))
 
 
 def test_a_stale_image_is_brought_up_to_date(
