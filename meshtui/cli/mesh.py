@@ -70,13 +70,14 @@ def cmd_status(args: argparse.Namespace) -> int:
         rows = ctl.status(args.pairs or None)
         secrets = ctl.secrets()
         draining = ctl.draining([r.pair for r in rows] if args.pairs else None)
+        rotations = ctl.rotations(rows)
         lead = ctl.leadership(ctl.state_dir).line()
     if args.json:
-        render.print_json(render.status_json(rows, secrets, draining))
+        render.print_json(render.status_json(rows, secrets, draining, rotations))
         if lead is not None:  # the list stays the list: the lead is said beside it
             print(lead, file=sys.stderr)
     else:
-        render.statuses(rows, secrets, draining)
+        render.statuses(rows, secrets, draining, rotations)
         if lead is not None:
             print(lead)
     if getattr(args, "check", False):  # a monitor's check: 0 only when everything works

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         DrillReport,
         ProbeOutcome,
         PushReport,
+        Rotating,
         RotationPlan,
         RotationReport,
         SecretDrillReport,
@@ -81,17 +82,21 @@ def statuses(
     rows: Sequence[PairStatus],
     secrets: Sequence[SecretStatus] = (),
     draining: Mapping[str, Draining] | None = None,
+    rotations: Mapping[str, Rotating] | None = None,
 ) -> None:
-    """Every pair, who holds it, its sessions left to drain, and under a vault pair its
-    module's own secrets."""
+    """Every pair, who holds it, how an overlap pair rotates, its sessions left to drain, and
+    under a vault pair its module's own secrets."""
     under = _by_pair(secrets)
     draining = draining or {}
+    rotations = rotations or {}
     for r in rows:
         gens = f"g{r.generation} c{r.consumer_generation or '-'} p{r.provider_generation or '-'}"
         print(f"{r.state:8} {r.pair}  login={r.login} {gens}  {r.reason}")
         print(
             f"         holders: {r.consumer} file {r.consumer_file}; {r.provider} login {r.login}"
         )
+        if r.pair in rotations:
+            print(f"         {rotations[r.pair].line()}")
         if r.pair in draining:
             print(f"         {draining[r.pair].line()}")
         for s in under.get(r.pair, []):
@@ -105,15 +110,19 @@ def status_json(
     rows: Sequence[PairStatus],
     secrets: Sequence[SecretStatus] = (),
     draining: Mapping[str, Draining] | None = None,
+    rotations: Mapping[str, Rotating] | None = None,
 ) -> list[dict[str, object]]:
     """``status --json``: each pair's object with its sessions left to drain (``draining``,
-    null when none), a vault pair's with its module's own secrets."""
+    null when none), how it rotates (``rotation``: an overlap pair's grace and the login its
+    consumer holds; null for a swap), a vault pair's with its module's own secrets."""
     under = _by_pair(secrets)
     draining = draining or {}
+    rotations = rotations or {}
     out = []
     for r in rows:
         obj = r.to_json()
         obj["draining"] = draining[r.pair].to_json() if r.pair in draining else None
+        obj["rotation"] = rotations[r.pair].to_json() if r.pair in rotations else None
         if r.pair in under:
             obj["secrets"] = [s.to_json() for s in under[r.pair]]
         out.append(obj)

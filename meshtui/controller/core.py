@@ -74,7 +74,7 @@ if TYPE_CHECKING:  # httpx stays out of the import of core (see controller.clien
     from meshtui.controller.plan.declare import DeclareResult
     from meshtui.controller.read.doctor import DoctorReport
     from meshtui.controller.records.anchors import AnchorCheck
-    from meshtui.controller.reports import Draining, SecretDrillReport, SecretStatus
+    from meshtui.controller.reports import Draining, Rotating, SecretDrillReport, SecretStatus
     from meshtui.controller.turn import Turn
     from meshtui.inventory.rows import EventRow, NodeRow
 
@@ -351,6 +351,11 @@ class Controller:
         """Each pair (of ``ids``, or every one) whose sessions on an old credential are left to
         drain: how many remain at the last count, and when they end at the latest."""
         return status_mod.draining(self.inventory, ids)
+
+    def rotations(self, rows: Sequence[PairStatus]) -> dict[str, Rotating]:
+        """Each pair of ``rows`` that overlaps: its grace, and for one that alternates between
+        two logins the login its consumer's file names now (``status`` says it)."""
+        return status_mod.rotations(self.inventory, rows)
 
     def summary(
         self, rows: list[PairStatus] | None = None, secrets: Sequence[SecretStatus] = ()

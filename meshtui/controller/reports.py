@@ -7,7 +7,15 @@ from dataclasses import asdict, dataclass, field
 from typing import NamedTuple, TypeGuard
 
 from meshtui.freeform import JsonObject
-from meshtui.model import SWAP, PairStatus, RotationMode, RotationState, State, node_of
+from meshtui.model import (
+    SWAP,
+    PairStatus,
+    RotationMode,
+    RotationState,
+    State,
+    format_duration,
+    node_of,
+)
 
 Progress = Callable[[str, int, int], None]
 """``progress(message, done, total)``: called from the worker doing the action, never blocks."""
@@ -322,6 +330,26 @@ class Draining:
     def to_json(self) -> dict[str, object]:
         """The ``draining`` object of the pair's ``status --json``."""
         return {"sessions": self.sessions, "until": self.until, "counted_at": self.counted_at}
+
+
+@dataclass(frozen=True)
+class Rotating:
+    """How a pair is rotated as declared: ``swap`` or ``overlap`` with its grace, and for a pair
+    that alternates between two logins, the one its consumer's file names now (``holds``)."""
+
+    pair: str
+    rotation: str
+    grace: float
+    holds: str | None = None
+
+    def line(self) -> str:
+        """``rotation: overlap (grace 5s); the consumer logs in as gitea_app1_x_b``."""
+        said = f"rotation: {self.rotation} (grace {format_duration(self.grace)})"
+        return said + (f"; the consumer logs in as {self.holds}" if self.holds else "")
+
+    def to_json(self) -> dict[str, object]:
+        """The ``rotation`` object of the pair's ``status --json``."""
+        return {"rotation": self.rotation, "grace_s": self.grace, "holds": self.holds}
 
 
 @dataclass(frozen=True)

@@ -241,3 +241,17 @@ def test_a_push_of_an_alternating_pair_with_nothing_changed_finds_no_drift(
             assert not report.repaired and not report.delivered, report
         events = [e for e in ctl.inventory.events() if e["kind"] == "push"]
     assert not any(e["detail"].get("changed_outside") for e in events), events[-1]
+
+
+def test_status_says_the_overlap_and_the_login_the_consumer_holds(mesh: Any) -> None:
+    """``status --json`` and ``status`` name an alternating pair's rotation, its grace and the
+    login its consumer's file names now, after each rotation."""
+    for _ in range(2):
+        with mesh.controller() as ctl:
+            assert ctl.rotate([GITEA]).ok
+        held, _password, _facts = _files(mesh)
+        done = mesh.cli("status", "--json", GITEA)
+        (row,) = json.loads(done.stdout)
+        assert row["rotation"] == {"rotation": "overlap", "grace_s": 5.0, "holds": held}, row
+        text = mesh.cli("status", GITEA).stdout
+        assert f"rotation: overlap (grace 5s); the consumer logs in as {held}" in text, text

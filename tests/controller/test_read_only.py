@@ -84,6 +84,7 @@ def calls(mesh: CountedMesh) -> dict[str, list[tuple[Callable[[Controller], Any]
         "parse_listen": [(lambda c: c.parse_listen("127.0.0.1:9713"), None)],
         "secrets": [(lambda c: c.secrets(), None)],
         "draining": [(lambda c: c.draining(), None)],
+        "rotations": [(lambda c: c.rotations(c.status()), None)],
         "change_feed": [(lambda c: c.change_feed(mesh.state), None)],
         "share_digest_key": [(lambda c: c.share_digest_key(), "")],
         "secret_put": [(lambda c: c.secret_put("app1/gitea", "smtp", b"x", "test"), "")],

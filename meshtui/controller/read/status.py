@@ -15,8 +15,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from meshtui.contracts.adapter import alternate_login
+from meshtui.controller.plan.alternation import alternate
 from meshtui.controller.read import status_image
-from meshtui.controller.reports import NOT_AS_DECLARED, Draining
+from meshtui.controller.reports import NOT_AS_DECLARED, Draining, Rotating
 from meshtui.inventory import Inventory
 from meshtui.inventory.rows import (  # StatusRow's columns by name
     CLIENT_ADDR,
@@ -48,7 +50,7 @@ from meshtui.inventory.rows import (  # StatusRow's columns by name
     StatusRow,
 )
 from meshtui.kinds import registry
-from meshtui.model import OVERLAP_OPEN, OVERLAP_STATES, End, PairStatus, State, Verdict
+from meshtui.model import OVERLAP, OVERLAP_OPEN, OVERLAP_STATES, End, PairStatus, State, Verdict
 
 PROBE_REFUSED = "probe refused: "
 PROBE_UNDECIDED = "probe could not decide: "
@@ -310,6 +312,24 @@ def draining(inv: Inventory, ids: Iterable[str] | None = None) -> dict[str, Drai
         for pid, d in inv.drains().items()
         if wanted is None or pid in wanted
     }
+
+
+def rotations(inv: Inventory, rows: Iterable[PairStatus]) -> dict[str, Rotating]:
+    """How each pair of ``rows`` that overlaps is rotated as declared, and for one that
+    alternates between two logins the login its consumer's file names now (the alternate of
+    the generation the consumer holds)."""
+    wanted = {r.pair: r for r in rows if not r.withdrawn}
+    modes = inv.rotation_modes(list(wanted)) if wanted else {}
+    out: dict[str, Rotating] = {}
+    for pid, mode in modes.items():
+        if mode.rotation != OVERLAP:
+            continue
+        r = wanted[pid]
+        holds = None
+        if r.kind and registry.can_alternate(registry.kind_of(r.kind)) and r.consumer_generation:
+            holds = alternate_login(r.login, alternate(r.consumer_generation))
+        out[pid] = Rotating(pid, mode.rotation, mode.grace, holds)
+    return out
 
 
 REWRITE_AFTER = 64
