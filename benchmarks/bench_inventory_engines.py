@@ -12,7 +12,8 @@ agents' round trips and the provider's work are the same for both).
   reader (``watch``) and the one-shot reader reading every pair (the CLI without its image);
 - the inventory's part of rotating one pair: the reads a rotation's planner makes of that
   pair, then its transactions in order (generation minted and journaled with its audit event;
-  both ends recorded; the pair moved to the new generation, the rotation closed, audited).
+  both ends recorded; the pair moved to the new generation, the rotation closed, audited),
+  and each of these four parts on its own.
 
 PostgreSQL is the embedded wheel's (18), started here on a Unix socket of this machine.
 
@@ -34,6 +35,7 @@ then ``meshtui push`` timed in a fresh process, as an operator runs it. Minutes 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import shutil
 import statistics
@@ -81,14 +83,25 @@ def _touched(ctl: Controller, pid: str, generation: int) -> None:
                                        digest=None, since=stamp, attempted_at=stamp, error=None)])  # fmt: skip
 
 
-def _rotate_one(ctl: Controller, pid: str) -> None:
-    """The inventory's part of rotating ``pid``, in rotate's order."""
+STAGES = (
+    "its planner's five reads",
+    "generation minted, journaled, audited",
+    "both ends recorded",
+    "moved to it, rotation closed, audited",
+)
+"""A rotation's parts, each timed on its own (:func:`_rotate_one`)."""
+
+
+def _rotate_one(ctl: Controller, pid: str, lap: Callable[[], None] = lambda: None) -> None:
+    """The inventory's part of rotating ``pid``, in rotate's order; ``lap`` is called at the
+    end of each of :data:`STAGES`."""
     inv = ctl.inventory
     (pair,) = inv.pairs([pid])
     inv.module_specs([pair["consumer"], pair["provider"]])
     inv.held_generations([pid])
     inv.held_ends([pid])
     inv.minted([pid])
+    lap()
     new = pair["generation"] + 1
     items = [{"pair": pid, "from": pair["generation"], "to": new}]
     stamp = now()
@@ -98,16 +111,19 @@ def _rotate_one(ctl: Controller, pid: str) -> None:
                                           created_at=stamp, discarded_at=None)])  # fmt: skip
         rid = tx.journal_rotation(items, os.getpid(), RotationState.DELIVERING)  # type: ignore[arg-type]
         tx.audit("rotate", [pid], {"rotation": rid, "state": "delivering"}, "started")
+    lap()
     with inv.transaction("rotate") as tx:
         tx.put_deliveries([
             DeliveryRow(pair=pid, end=end, generation=new, digest="d" * 64, since=stamp,
                         attempted_at=stamp, error=None)
             for end in ("provider", "consumer")
         ])  # fmt: skip
+    lap()
     with inv.transaction("rotate") as tx:
         tx.set_generation(pid, new, stamp)
         tx.update_rotation(rid, {"state": RotationState.DONE, "finished_at": now()})
         tx.audit("rotate", [pid], {"rotation": rid}, "ok")
+    lap()
 
 
 def prepared(ctl: Controller, decl: Path) -> dict[str, float]:
@@ -141,9 +157,11 @@ def repeated(ctls: dict[str, Controller], repeat: int) -> dict[str, dict[str, li
         return run
 
     def rotation(engine: str) -> float:
-        t0 = time.perf_counter()
-        _rotate_one(ctls[engine], first[engine]["id"])
-        return time.perf_counter() - t0
+        laps = [time.perf_counter()]
+        _rotate_one(ctls[engine], first[engine]["id"], lambda: laps.append(time.perf_counter()))
+        for stage, (start, end) in zip(STAGES, itertools.pairwise(laps), strict=True):
+            parts[engine][f"  {stage}"].append(end - start)
+        return laps[-1] - laps[0]
 
     figures: dict[str, Callable[[str], float]] = {
         "status, kept reader (watch)": after_change(lambda ctl: ctl.status(keep=True)),
@@ -153,13 +171,18 @@ def repeated(ctls: dict[str, Controller], repeat: int) -> dict[str, dict[str, li
         "rotate one pair (the inventory's part)": rotation,
     }
     runs: dict[str, dict[str, list[float]]] = {e: defaultdict(list) for e in ctls}
+    parts: dict[str, dict[str, list[float]]] = {e: defaultdict(list) for e in ctls}
     engines = list(ctls)
     for label, figure in figures.items():
         for engine in engines:  # a warm-up run each, not counted
             figure(engine)
+        for stages in parts.values():
+            stages.clear()
         for i in range(repeat):
             for engine in engines if i % 2 == 0 else engines[::-1]:
                 runs[engine][label].append(figure(engine))
+    for engine, stages in parts.items():
+        runs[engine].update(stages)
     return runs
 
 
