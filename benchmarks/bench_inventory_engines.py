@@ -1,5 +1,7 @@
 """The inventory on PostgreSQL beside SQLite, in one run: the same mesh in two state folders,
-one per engine, measured in turn, and the ratio PostgreSQL / SQLite of each figure.
+one per engine, both open at once, and the ratio PostgreSQL / SQLite of each figure: the
+repeated figures are measured run by run on one engine then the other (which goes first
+alternates), so the machine's load falls on both alike, and given as p50 and min.
 
 No agents: the figures are the inventory's own share, which is where the engines differ (the
 agents' round trips and the provider's work are the same for both).
@@ -10,7 +12,8 @@ agents' round trips and the provider's work are the same for both).
   reader (``watch``) and the one-shot reader reading every pair (the CLI without its image);
 - the inventory's part of rotating one pair: the reads a rotation's planner makes of that
   pair, then its transactions in order (generation minted and journaled with its audit event;
-  both ends recorded; the pair moved to the new generation, the rotation closed, audited).
+  both ends recorded; the pair moved to the new generation, the rotation closed, audited),
+  and each of these four parts on its own.
 
 PostgreSQL is the embedded wheel's (18), started here on a Unix socket of this machine.
 
@@ -32,13 +35,16 @@ then ``meshtui push`` timed in a fresh process, as an operator runs it. Minutes 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import shutil
 import statistics
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 
 import psycopg
@@ -77,14 +83,25 @@ def _touched(ctl: Controller, pid: str, generation: int) -> None:
                                        digest=None, since=stamp, attempted_at=stamp, error=None)])  # fmt: skip
 
 
-def _rotate_one(ctl: Controller, pid: str) -> None:
-    """The inventory's part of rotating ``pid``, in rotate's order."""
+STAGES = (
+    "its planner's five reads",
+    "generation minted, journaled, audited",
+    "both ends recorded",
+    "moved to it, rotation closed, audited",
+)
+"""A rotation's parts, each timed on its own (:func:`_rotate_one`)."""
+
+
+def _rotate_one(ctl: Controller, pid: str, lap: Callable[[], None] = lambda: None) -> None:
+    """The inventory's part of rotating ``pid``, in rotate's order; ``lap`` is called at the
+    end of each of :data:`STAGES`."""
     inv = ctl.inventory
     (pair,) = inv.pairs([pid])
     inv.module_specs([pair["consumer"], pair["provider"]])
     inv.held_generations([pid])
     inv.held_ends([pid])
     inv.minted([pid])
+    lap()
     new = pair["generation"] + 1
     items = [{"pair": pid, "from": pair["generation"], "to": new}]
     stamp = now()
@@ -94,19 +111,24 @@ def _rotate_one(ctl: Controller, pid: str) -> None:
                                           created_at=stamp, discarded_at=None)])  # fmt: skip
         rid = tx.journal_rotation(items, os.getpid(), RotationState.DELIVERING)  # type: ignore[arg-type]
         tx.audit("rotate", [pid], {"rotation": rid, "state": "delivering"}, "started")
+    lap()
     with inv.transaction("rotate") as tx:
         tx.put_deliveries([
             DeliveryRow(pair=pid, end=end, generation=new, digest="d" * 64, since=stamp,
                         attempted_at=stamp, error=None)
             for end in ("provider", "consumer")
         ])  # fmt: skip
+    lap()
     with inv.transaction("rotate") as tx:
         tx.set_generation(pid, new, stamp)
         tx.update_rotation(rid, {"state": RotationState.DONE, "finished_at": now()})
         tx.audit("rotate", [pid], {"rotation": rid}, "ok")
+    lap()
 
 
-def measure(ctl: Controller, decl: Path, repeat: int) -> dict[str, float]:
+def prepared(ctl: Controller, decl: Path) -> dict[str, float]:
+    """Declare every pair and record every end delivered (once each, ms); then, on
+    PostgreSQL, what autovacuum does done now, not in the middle of the measurements."""
     out: dict[str, float] = {}
     t0 = time.perf_counter()
     ctl.declare(decl)
@@ -114,30 +136,54 @@ def measure(ctl: Controller, decl: Path, repeat: int) -> dict[str, float]:
     t0 = time.perf_counter()
     _delivered(ctl)
     out["record every end delivered"] = (time.perf_counter() - t0) * 1000
-    if ctl.inventory.dialect.name == "postgres":  # what autovacuum does, done now: not
-        ctl.inventory._conn.execute("VACUUM ANALYZE")  # in the middle of the measurements
-    first = ctl.inventory.pairs()[0]
-    pid = first["id"]
+    if ctl.inventory.dialect.name == "postgres":
+        ctl.inventory._conn.execute("VACUUM ANALYZE")
     ctl.status(keep=True)
-    readers: dict[str, Callable[[], object]] = {
-        "status, kept reader (watch)": lambda: ctl.status(keep=True),
-        "status, every pair read (one-shot)": lambda: status_mod.statuses(ctl.inventory),
-    }
-    for label, read in readers.items():
-        runs = []
-        for _ in range(repeat):
-            _touched(ctl, pid, first["generation"])
-            t0 = time.perf_counter()
-            read()
-            runs.append(time.perf_counter() - t0)
-        out[label] = _ms(runs)
-    runs = []
-    for _ in range(2 + repeat):
-        t0 = time.perf_counter()
-        _rotate_one(ctl, pid)
-        runs.append(time.perf_counter() - t0)
-    out["rotate one pair (the inventory's part)"] = _ms(runs[2:])
     return out
+
+
+def repeated(ctls: dict[str, Controller], repeat: int) -> dict[str, dict[str, list[float]]]:
+    """Each repeated figure's runs (seconds) per engine, the engines interleaved run by run
+    (which goes first alternates), so a change of the machine's load falls on both alike."""
+    first = {engine: ctl.inventory.pairs()[0] for engine, ctl in ctls.items()}
+
+    def after_change(read: Callable[[Controller], object]) -> Callable[[str], float]:
+        def run(engine: str) -> float:
+            _touched(ctls[engine], first[engine]["id"], first[engine]["generation"])
+            t0 = time.perf_counter()
+            read(ctls[engine])
+            return time.perf_counter() - t0
+
+        return run
+
+    def rotation(engine: str) -> float:
+        laps = [time.perf_counter()]
+        _rotate_one(ctls[engine], first[engine]["id"], lambda: laps.append(time.perf_counter()))
+        for stage, (start, end) in zip(STAGES, itertools.pairwise(laps), strict=True):
+            parts[engine][f"  {stage}"].append(end - start)
+        return laps[-1] - laps[0]
+
+    figures: dict[str, Callable[[str], float]] = {
+        "status, kept reader (watch)": after_change(lambda ctl: ctl.status(keep=True)),
+        "status, every pair read (one-shot)": after_change(
+            lambda ctl: status_mod.statuses(ctl.inventory)
+        ),
+        "rotate one pair (the inventory's part)": rotation,
+    }
+    runs: dict[str, dict[str, list[float]]] = {e: defaultdict(list) for e in ctls}
+    parts: dict[str, dict[str, list[float]]] = {e: defaultdict(list) for e in ctls}
+    engines = list(ctls)
+    for label, figure in figures.items():
+        for engine in engines:  # a warm-up run each, not counted
+            figure(engine)
+        for stages in parts.values():
+            stages.clear()
+        for i in range(repeat):
+            for engine in engines if i % 2 == 0 else engines[::-1]:
+                runs[engine][label].append(figure(engine))
+    for engine, stages in parts.items():
+        runs[engine].update(stages)
+    return runs
 
 
 def pushed(inventory: Path | None, nodes: int, providers: int, pairs: int) -> float:
@@ -175,23 +221,31 @@ def main(argv: list[str] | None = None) -> int:
         )
         conninfo.chmod(0o600)
         results: dict[str, dict[str, float]] = {}
-        for engine in ("sqlite", "postgres"):
-            root = base / engine
-            state = root / "state"
-            pub, _ = init_keys(state)
-            if engine == "postgres":
-                save(state, ControllerConfig(name="bench", postgres=conninfo))
-            decl = declaration(root, 5432, base / "admin.conninfo", args.nodes, args.providers,
-                               args.pairs)  # fmt: skip
-            for line in decl.read_text().splitlines():
-                if line.startswith("[nodes."):
-                    name = line[len("[nodes.") : -1]
-                    identity.init(name, root / "nodes" / name, pub)
-            with Controller.open(state) as ctl:
+        ctls: dict[str, Controller] = {}
+        with ExitStack() as opened:
+            for engine in ("sqlite", "postgres"):
+                root = base / engine
+                state = root / "state"
+                pub, _ = init_keys(state)
+                if engine == "postgres":
+                    save(state, ControllerConfig(name="bench", postgres=conninfo))
+                decl = declaration(root, 5432, base / "admin.conninfo", args.nodes,
+                                   args.providers, args.pairs)  # fmt: skip
+                for line in decl.read_text().splitlines():
+                    if line.startswith("[nodes."):
+                        name = line[len("[nodes.") : -1]
+                        identity.init(name, root / "nodes" / name, pub)
+                ctl = opened.enter_context(Controller.open(state))
                 assert ctl.inventory.dialect.name == engine, ctl.inventory.dialect
                 if args.no_fsync and engine == "sqlite":
                     ctl.inventory._conn.execute("PRAGMA synchronous = OFF")
-                results[engine] = measure(ctl, decl, args.repeat)
+                ctls[engine] = ctl
+                results[engine] = prepared(ctl, decl)
+            low: dict[str, dict[str, float]] = {engine: {} for engine in ctls}
+            for engine, figures in repeated(ctls, args.repeat).items():
+                for label, took in figures.items():
+                    results[engine][label] = _ms(took)
+                    low[engine][label] = min(took) * 1000.0
         if args.push:
             with psycopg.connect(cluster.admin_conninfo(), autocommit=True) as conn:
                 conn.execute("CREATE DATABASE bench_push")
@@ -204,13 +258,18 @@ def main(argv: list[str] | None = None) -> int:
             for engine, inventory in (("sqlite", None), ("postgres", pushing)):
                 took = pushed(inventory, args.nodes, args.providers, args.push)
                 results[engine][label] = took * 1000
-        print(f"{args.pairs} pairs, {args.nodes} nodes; p50 of {args.repeat} where repeated; "
-              f"load {os.getloadavg()[0]:.2f}"
+        print(f"{args.pairs} pairs, {args.nodes} nodes; p50 (and min) of {args.repeat} where "
+              f"repeated, the engines interleaved; load {os.getloadavg()[0]:.2f}"
               f"{'; no fsync (a diagnosis)' if args.no_fsync else ''}")  # fmt: skip
-        print(f"  {'':<42}{'SQLite ms':>11}{'PG 18 ms':>11}{'PG/SQLite':>11}")
+        print(f"  {'':<42}{'SQLite ms':>11}{'PG 18 ms':>11}{'PG/SQLite':>11}"
+              f"{'min SQLite':>12}{'min PG':>9}{'min ratio':>11}")  # fmt: skip
         for label, lite in results["sqlite"].items():
             pg = results["postgres"][label]
-            print(f"  {label:<42}{lite:>11.1f}{pg:>11.1f}{pg / lite:>10.2f}x")
+            line = f"  {label:<42}{lite:>11.2f}{pg:>11.2f}{pg / lite:>10.2f}x"
+            if label in low["sqlite"]:
+                lo, hi = low["sqlite"][label], low["postgres"][label]
+                line += f"{lo:>12.2f}{hi:>9.2f}{hi / lo:>10.2f}x"
+            print(line)
     finally:
         cluster.stop()
         shutil.rmtree(cluster_base, ignore_errors=True)
