@@ -28,8 +28,13 @@ helper process, the providers on a PostgreSQL of their own, a fresh one per engi
 then ``meshtui push`` timed in a fresh process, as an operator runs it. Minutes per engine at
 10,000 pairs.
 
+``--rotate R``: besides, a whole rotation of one pair with real agents (as ``--push`` raises
+them, ``--rotate-pairs`` pairs pushed first), ``Controller.rotate`` as the CLI calls it, ``R``
+times on each engine, the two meshes raised at once and the engines interleaved: the
+inventory's share beside what the agents and the provider do, as an operator waits for it.
+
     PYTHONPATH=. .venv/bin/python benchmarks/bench_inventory_engines.py [--pairs 10000]
-    [--nodes 100] [--repeat 15] [--no-fsync] [--push N]
+    [--nodes 100] [--repeat 15] [--no-fsync] [--push N] [--rotate R [--rotate-pairs 1000]]
 """
 
 from __future__ import annotations
@@ -196,6 +201,37 @@ def pushed(inventory: Path | None, nodes: int, providers: int, pairs: int) -> fl
         return rows[-1][1]
 
 
+def rotated(
+    conninfo: Path, nodes: int, providers: int, pairs: int, repeat: int
+) -> dict[str, list[float]]:
+    """Seconds each whole rotation of one pair took with real agents, by engine: both meshes
+    raised and pushed first, then rotated in turns (which engine goes first alternates)."""
+    took: dict[str, list[float]] = {"sqlite": [], "postgres": []}
+    with ExitStack() as stack:
+        ctls: dict[str, Controller] = {}
+        for engine, inventory in (("sqlite", None), ("postgres", conninfo)):
+            mesh = stack.enter_context(
+                raised(
+                    f"meshtui-benchrotate-{engine}-", nodes, providers, pairs, inventory=inventory
+                )
+            )
+            ctl = stack.enter_context(Controller.open(mesh.state))
+            ctl.declare(mesh.decl)
+            assert ctl.push().ok
+            ctls[engine] = ctl
+        pid = sorted(p["id"] for p in ctls["sqlite"].inventory.pairs())[0]
+        for turn in range(repeat + 1):
+            order = ("sqlite", "postgres") if turn % 2 else ("postgres", "sqlite")
+            for engine in order:
+                started = time.perf_counter()
+                report = ctls[engine].rotate([pid])
+                elapsed = time.perf_counter() - started
+                assert report.ok, report
+                if turn:  # the first turn warms up
+                    took[engine].append(elapsed)
+    return took
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pairs", type=int, default=10000)
@@ -206,6 +242,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="commit without waiting for the disk, on both engines (a diagnosis)")  # fmt: skip
     ap.add_argument("--push", type=int, default=0, metavar="N",
                     help="also push N new pairs to real agents on each engine")  # fmt: skip
+    ap.add_argument("--rotate", type=int, default=0, metavar="R",
+                    help="also rotate one pair R times with real agents on each engine")  # fmt: skip
+    ap.add_argument("--rotate-pairs", type=int, default=1000, metavar="N",
+                    help="the pairs of the mesh --rotate raises (default 1000)")  # fmt: skip
     args = ap.parse_args(argv)
     base = Path(tempfile.mkdtemp(prefix="meshtui-benchengines-"))
     cluster, cluster_base = start_cluster("18")
@@ -258,6 +298,20 @@ def main(argv: list[str] | None = None) -> int:
             for engine, inventory in (("sqlite", None), ("postgres", pushing)):
                 took = pushed(inventory, args.nodes, args.providers, args.push)
                 results[engine][label] = took * 1000
+        if args.rotate:
+            with psycopg.connect(cluster.admin_conninfo(), autocommit=True) as conn:
+                conn.execute("CREATE DATABASE bench_rotate")
+            rotating = base / "rotate.conninfo"
+            rotating.write_text(
+                psycopg.conninfo.make_conninfo(cluster.admin_conninfo(), dbname="bench_rotate")
+            )
+            rotating.chmod(0o600)
+            label = f"rotate one pair, real agents ({args.rotate_pairs})"
+            for engine, runs in rotated(
+                rotating, args.nodes, args.providers, args.rotate_pairs, args.rotate
+            ).items():
+                results[engine][label] = _ms(runs)
+                low[engine][label] = min(runs) * 1000.0
         print(f"{args.pairs} pairs, {args.nodes} nodes; p50 (and min) of {args.repeat} where "
               f"repeated, the engines interleaved; load {os.getloadavg()[0]:.2f}"
               f"{'; no fsync (a diagnosis)' if args.no_fsync else ''}")  # fmt: skip
