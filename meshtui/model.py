@@ -186,7 +186,7 @@ def parse_duration(text: str) -> float:
     """``"90d"``, ``"12h"``, ``"5m"``, ``"30s"`` -> seconds; ValueError saying what is allowed."""
     found = _DURATION_RE.match(text)
     if found is None and re.fullmatch(r"0+[smhd]", text):
-        raise ValueError(f"{text!r} is not a duration longer than 0: write one, like \"30s\"")
+        raise ValueError(f'{text!r} is not a duration longer than 0: write one, like "30s"')
     if found is None:
         raise ValueError(
             f"{text!r} is not a duration: write a whole number and one unit, "

@@ -50,6 +50,7 @@ _ALTS = ("", *ALTERNATES)  # absent, or the alternate a line names
 @dataclass(frozen=True)
 class Consumer:
     """One consumer the provider must accept: its login, where its secret is, what it asked for."""
+
     login: str
     node: str
     module: str
@@ -69,6 +70,7 @@ class Consumer:
 @dataclass(frozen=True)
 class Manifest:
     """A valid manifest; ``consumers`` may be empty (nobody is asked for)."""
+
     path: Path
     version: int
     provision: str
@@ -105,6 +107,7 @@ def _no_constant(name: str) -> Any:
 
 class _Reader:
     """Typed access to one JSON object, raising ManifestError that names the file and key."""
+
     def __init__(self, source: str, where: str, obj: Any) -> None:
         self.source, self.where = source, where
         if not isinstance(obj, dict):

@@ -41,6 +41,7 @@ REFUSED_AS_OLDER = ("older than the requests this agent already accepted", "repl
 @dataclass(frozen=True)
 class AheadEnd:
     """One end holding a generation the inventory does not know, at or above its own."""
+
     pair: str
     end: str
     node: str
