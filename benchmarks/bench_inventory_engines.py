@@ -54,6 +54,7 @@ from pathlib import Path
 
 import psycopg
 from bench_scale import declaration, fresh, raised  # noqa: E402  (one copy)
+from psycopg import sql
 
 from meshtui.controller.config import ControllerConfig, save
 from meshtui.controller.core import Controller, init_keys
@@ -61,6 +62,7 @@ from meshtui.controller.read import status as status_mod
 from meshtui.host.state import identity
 from meshtui.inventory.rows import DeliveryRow, GenerationRow
 from meshtui.inventory.store import now
+from meshtui.kinds.postgres.lab import Cluster
 from meshtui.model import RotationState
 from tests.fix_pg import start_cluster
 
@@ -232,6 +234,18 @@ def rotated(
     return took
 
 
+def _database(cluster: Cluster, base: Path, name: str) -> Path:
+    """A new database ``bench_<name>`` on ``cluster`` and its conninfo file (0600) in ``base``."""
+    with psycopg.connect(cluster.admin_conninfo(), autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(f"bench_{name}")))
+    path = base / f"{name}.conninfo"
+    path.write_text(
+        psycopg.conninfo.make_conninfo(cluster.admin_conninfo(), dbname=f"bench_{name}")
+    )
+    path.chmod(0o600)
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pairs", type=int, default=10000)
@@ -253,13 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         cluster.set_config(autovacuum="on")  # as a server in service runs (the tests' is off)
         if args.no_fsync:
             cluster.set_config(synchronous_commit="off")
-        conninfo = base / "inventory.conninfo"
-        with psycopg.connect(cluster.admin_conninfo(), autocommit=True) as conn:
-            conn.execute("CREATE DATABASE bench_inventory")
-        conninfo.write_text(
-            psycopg.conninfo.make_conninfo(cluster.admin_conninfo(), dbname="bench_inventory")
-        )
-        conninfo.chmod(0o600)
+        conninfo = _database(cluster, base, "inventory")
         results: dict[str, dict[str, float]] = {}
         ctls: dict[str, Controller] = {}
         with ExitStack() as opened:
@@ -287,25 +295,13 @@ def main(argv: list[str] | None = None) -> int:
                     results[engine][label] = _ms(took)
                     low[engine][label] = min(took) * 1000.0
         if args.push:
-            with psycopg.connect(cluster.admin_conninfo(), autocommit=True) as conn:
-                conn.execute("CREATE DATABASE bench_push")
-            pushing = base / "push.conninfo"
-            pushing.write_text(
-                psycopg.conninfo.make_conninfo(cluster.admin_conninfo(), dbname="bench_push")
-            )
-            pushing.chmod(0o600)
+            pushing = _database(cluster, base, "push")
             label = f"push {args.push} new pairs, real agents"
             for engine, inventory in (("sqlite", None), ("postgres", pushing)):
                 took = pushed(inventory, args.nodes, args.providers, args.push)
                 results[engine][label] = took * 1000
         if args.rotate:
-            with psycopg.connect(cluster.admin_conninfo(), autocommit=True) as conn:
-                conn.execute("CREATE DATABASE bench_rotate")
-            rotating = base / "rotate.conninfo"
-            rotating.write_text(
-                psycopg.conninfo.make_conninfo(cluster.admin_conninfo(), dbname="bench_rotate")
-            )
-            rotating.chmod(0o600)
+            rotating = _database(cluster, base, "rotate")
             label = f"rotate one pair, real agents ({args.rotate_pairs})"
             for engine, runs in rotated(
                 rotating, args.nodes, args.providers, args.rotate_pairs, args.rotate
