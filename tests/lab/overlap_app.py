@@ -43,7 +43,8 @@ def ready(stop: Path, proc: subprocess.Popen[str], within_s: float = 60.0) -> No
     deadline = time.monotonic() + within_s
     while not marker.exists():
         if proc.poll() is not None:
-            raise AssertionError(f"the app ended before its first connection: {proc.returncode}")
+            said = proc.stderr.read()[-3000:] if proc.stderr is not None else ""
+            raise AssertionError(f"the app ended before its first connection: {said}")
         if time.monotonic() > deadline:
             raise AssertionError(f"the app made no connection within {within_s:g} s")
         time.sleep(0.05)

@@ -229,8 +229,10 @@ def test_a_consumer_that_cannot_take_the_new_leaves_the_old_alone_accepted(
     aside = file.with_name(file.name + ".aside")
 
     def unwritable() -> None:  # the consumer's file becomes a link: its agent will not write it
-        file.rename(aside)
-        file.symlink_to(aside)
+        os.link(file, aside)  # the same file under another name, then a link replaces the name
+        link = file.with_name(file.name + ".link")  # at once: the app never finds it missing
+        link.symlink_to(aside)
+        os.replace(link, file)
 
     def rotate() -> Any:
         with Controller.open(state) as ctl:
