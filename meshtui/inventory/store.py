@@ -927,6 +927,14 @@ class Inventory:
                 out[pid] = RotationMode(rotation, grace)
         return out
 
+    def overlapping(self) -> dict[str, RotationMode]:
+        """Every pair declared ``rotation = "overlap"``, with its mode: one read of the few,
+        for ``status``, which must not look up every pair's mode to find them."""
+        rows = self._tuples(
+            "SELECT pair, rotation, grace FROM policies WHERE rotation = ?", [OVERLAP]
+        )
+        return {pid: RotationMode(rotation, grace) for pid, rotation, grace in rows}
+
     def drains(self) -> dict[str, DrainRecord]:
         """Every pair's sessions left to drain, by pair."""
         rows = self._tuples(

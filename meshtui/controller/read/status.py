@@ -50,7 +50,7 @@ from meshtui.inventory.rows import (  # StatusRow's columns by name
     StatusRow,
 )
 from meshtui.kinds import registry
-from meshtui.model import OVERLAP, OVERLAP_OPEN, OVERLAP_STATES, End, PairStatus, State, Verdict
+from meshtui.model import OVERLAP_OPEN, OVERLAP_STATES, End, PairStatus, State, Verdict
 
 PROBE_REFUSED = "probe refused: "
 PROBE_UNDECIDED = "probe could not decide: "
@@ -319,12 +319,11 @@ def rotations(inv: Inventory, rows: Iterable[PairStatus]) -> dict[str, Rotating]
     alternates between two logins the login its consumer's file names now (the alternate of
     the generation the consumer holds)."""
     wanted = {r.pair: r for r in rows if not r.withdrawn}
-    modes = inv.rotation_modes(list(wanted)) if wanted else {}
     out: dict[str, Rotating] = {}
-    for pid, mode in modes.items():
-        if mode.rotation != OVERLAP:
+    for pid, mode in inv.overlapping().items():
+        r = wanted.get(pid)
+        if r is None:
             continue
-        r = wanted[pid]
         holds = None
         if r.kind and registry.can_alternate(registry.kind_of(r.kind)) and r.consumer_generation:
             holds = alternate_login(r.login, alternate(r.consumer_generation))
