@@ -28,13 +28,18 @@ helper process, the providers on a PostgreSQL of their own, a fresh one per engi
 then ``meshtui push`` timed in a fresh process, as an operator runs it. Minutes per engine at
 10,000 pairs.
 
+``--cli R``: besides, ``meshtui status --json`` as an operator runs it, a whole process,
+at ``--pairs`` pairs, after one delivery was recorded (the first read after a change, through
+the status image the warm-up run left), ``R`` times per engine, interleaved.
+
 ``--rotate R``: besides, a whole rotation of one pair with real agents (as ``--push`` raises
 them, ``--rotate-pairs`` pairs pushed first), ``Controller.rotate`` as the CLI calls it, ``R``
 times on each engine, the two meshes raised at once and the engines interleaved: the
 inventory's share beside what the agents and the provider do, as an operator waits for it.
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_inventory_engines.py [--pairs 10000]
-    [--nodes 100] [--repeat 15] [--no-fsync] [--push N] [--rotate R [--rotate-pairs 1000]]
+    [--nodes 100] [--repeat 15] [--no-fsync] [--push N] [--cli R]
+    [--rotate R [--rotate-pairs 1000]]
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ import itertools
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -193,6 +199,33 @@ def repeated(ctls: dict[str, Controller], repeat: int) -> dict[str, dict[str, li
     return runs
 
 
+def status_processes(
+    ctls: dict[str, Controller], states: dict[str, Path], repeat: int
+) -> dict[str, list[float]]:
+    """Seconds each ``meshtui status --json`` took as a whole process, by engine, each run
+    after one delivery recorded (a warm-up run first on each, not counted: it leaves the
+    status image the next reads start from); the engines interleaved."""
+    script = Path(sys.executable).parent / "meshtui"
+    # as an installed meshtui runs: from bytecode (the warm-up writes it where it is stale)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    first = {engine: ctl.inventory.pairs()[0] for engine, ctl in ctls.items()}
+    took: dict[str, list[float]] = {engine: [] for engine in ctls}
+    engines = list(ctls)
+    for turn in range(repeat + 1):
+        for engine in engines if turn % 2 == 0 else engines[::-1]:
+            _touched(ctls[engine], first[engine]["id"], first[engine]["generation"])
+            started = time.perf_counter()
+            subprocess.run(
+                [str(script), "--state", str(states[engine]), "status", "--json"],
+                check=True,
+                stdout=subprocess.DEVNULL,
+                env=env,
+            )
+            if turn:
+                took[engine].append(time.perf_counter() - started)
+    return took
+
+
 def pushed(inventory: Path | None, nodes: int, providers: int, pairs: int) -> float:
     """Seconds ``meshtui push`` of ``pairs`` new pairs took with real agents, the inventory on
     SQLite or (``inventory``: its conninfo file, an empty database) on PostgreSQL."""
@@ -256,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="commit without waiting for the disk, on both engines (a diagnosis)")  # fmt: skip
     ap.add_argument("--push", type=int, default=0, metavar="N",
                     help="also push N new pairs to real agents on each engine")  # fmt: skip
+    ap.add_argument("--cli", type=int, default=0, metavar="R",
+                    help="also run meshtui status --json R times per engine, whole processes")  # fmt: skip
     ap.add_argument("--rotate", type=int, default=0, metavar="R",
                     help="also rotate one pair R times with real agents on each engine")  # fmt: skip
     ap.add_argument("--rotate-pairs", type=int, default=1000, metavar="N",
@@ -270,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         conninfo = _database(cluster, base, "inventory")
         results: dict[str, dict[str, float]] = {}
         ctls: dict[str, Controller] = {}
+        states: dict[str, Path] = {}
         with ExitStack() as opened:
             for engine in ("sqlite", "postgres"):
                 root = base / engine
@@ -287,11 +323,16 @@ def main(argv: list[str] | None = None) -> int:
                 assert ctl.inventory.dialect.name == engine, ctl.inventory.dialect
                 if args.no_fsync and engine == "sqlite":
                     ctl.inventory._conn.execute("PRAGMA synchronous = OFF")
-                ctls[engine] = ctl
+                ctls[engine], states[engine] = ctl, state
                 results[engine] = prepared(ctl, decl)
             low: dict[str, dict[str, float]] = {engine: {} for engine in ctls}
             for engine, figures in repeated(ctls, args.repeat).items():
                 for label, took in figures.items():
+                    results[engine][label] = _ms(took)
+                    low[engine][label] = min(took) * 1000.0
+            if args.cli:
+                label = "meshtui status --json, whole process"
+                for engine, took in status_processes(ctls, states, args.cli).items():
                     results[engine][label] = _ms(took)
                     low[engine][label] = min(took) * 1000.0
         if args.push:

@@ -76,6 +76,7 @@ if TYPE_CHECKING:  # httpx stays out of the import of core (see controller.clien
     from meshtui.controller.records.anchors import AnchorCheck
     from meshtui.controller.reports import Draining, Rotating, SecretDrillReport, SecretStatus
     from meshtui.controller.turn import Turn
+    from meshtui.inventory.lease import Leases
     from meshtui.inventory.rows import EventRow, NodeRow
 
 __all__ = ["INVENTORY", "KEY_STEM", "SEQUENCE_FILE", "Controller", "init_keys"]
@@ -212,6 +213,8 @@ class Controller:
         """This controller's name and epoch on every request (epoch 0 until a lease sets it)."""
         self.turn: Turn | None = None  # the lease turn it delivers under (PostgreSQL)
         self.faults: dict[str, Callable[[], None]] = {}  # fault-injection seam for tests
+        self._leases: tuple[str, Leases] | None = None  # (conninfo, its kept connection)
+        self._leases_lock = threading.Lock()
 
     @classmethod
     def open(cls, state_dir: Path | str, *, read_only: bool = False) -> Controller:
@@ -254,8 +257,31 @@ class Controller:
         return self.inventory.read_only
 
     def close(self) -> None:
-        """Close the inventory."""
+        """Close the inventory, and the lease connection when one was kept."""
+        with self._leases_lock:
+            kept, self._leases = self._leases, None
+        if kept is not None:
+            kept[1].close()
         self.inventory.close()
+
+    def leases(self, conninfo_file: Path) -> Leases:
+        """The connection to the lease table of the PostgreSQL ``conninfo_file`` names, kept
+        from one delivering action to the next (a new one per action cost several times the
+        rotation's own writes); read and checked at each call, and opened anew when the file
+        names another server or the server ended it."""
+        from meshtui.inventory import pg_connection
+        from meshtui.inventory.lease import Leases
+
+        text = pg_connection.read_conninfo(conninfo_file)
+        with self._leases_lock:
+            kept = self._leases
+            if kept is not None and kept[0] == text:
+                return kept[1]
+            made = Leases.from_text(conninfo_file, text)
+            self._leases = (text, made)
+        if kept is not None:
+            kept[1].close()
+        return made
 
     def __enter__(self) -> Controller:
         return self

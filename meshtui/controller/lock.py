@@ -86,9 +86,9 @@ def delivering(ctl: Reach, action: str) -> Iterator[None]:
             yield
         return
     from meshtui.controller.turn import TAKEN_FILE, Turn, claimant
-    from meshtui.inventory.lease import DELIVER, Leases
+    from meshtui.inventory.lease import DELIVER
 
-    leases = Leases.from_file(postgres)
+    leases = ctl.leases(postgres)
     label = f"{WHO} {action}" if WHO else action
     turn = Turn(
         leases,
@@ -125,7 +125,6 @@ def delivering(ctl: Reach, action: str) -> Iterator[None]:
             ctl.fence, ctl.turn = Fence(settings.name), None
             ctl.inventory.fence = None
             turn.release()
-            leases.close()
 
 
 def _last_raise(ctl: Reach) -> Raise | None:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     )
     from meshtui.controller.turn import Turn
     from meshtui.inventory import Inventory
+    from meshtui.inventory.lease import Leases
     from meshtui.inventory.rows import NodeRow
     from meshtui.protocol import wire
     from meshtui.protocol.fence import Fence
@@ -48,6 +49,10 @@ class Reach(Protocol):
         self, *, timeout: float | None = None, nodes: Mapping[str, NodeRow] | None = None
     ) -> Agents:
         """Signed clients for the nodes (all by default)."""
+        ...
+
+    def leases(self, conninfo_file: Path) -> Leases:
+        """The lease table's connection, kept between this controller's delivering actions."""
         ...
 
 

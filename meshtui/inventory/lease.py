@@ -16,6 +16,7 @@ acquire and renew, autocommit; the inventory's, inside its transaction, for :fun
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -242,6 +243,20 @@ def check(conn: psycopg.Connection[Any], name: str, me: Claimant, epoch: int) ->
     raise LeaseLostError(controller=me.controller, epoch=epoch, turn=name, after=after)
 
 
+def _gone(conn: psycopg.Connection[Any]) -> bool:
+    """True when a kept connection can no longer be used: closed, broken, or idle with
+    something to read (the server's goodbye, or the end of the stream after a restart), looked
+    at without waiting. It is opened anew then, before a statement is sent that would fail."""
+    import select
+
+    if conn.closed or conn.broken:
+        return True
+    try:
+        return bool(select.select([conn.fileno()], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True
+
+
 class Leases:
     """This process's own connection to the lease table (autocommit, apart from the inventory's
     so a renewal never waits behind a write), opened on first use and again after a failure.
@@ -259,20 +274,32 @@ class Leases:
         params.setdefault("application_name", "meshtui lease")
         self._conninfo = make_conninfo("", **params)
         self._conn: psycopg.Connection[Any] | None = None
+        self._lock = threading.Lock()
 
     @classmethod
     def from_file(cls, path: Path, *, timeout_s: float = 3.0) -> Leases:
         """The lease table of the PostgreSQL the conninfo file ``path`` names (read and checked
         as the inventory's own, :func:`meshtui.inventory.pg_connection.read_conninfo`)."""
-        text = pg_connection.read_conninfo(Path(path))
+        return cls.from_text(path, pg_connection.read_conninfo(Path(path)), timeout_s=timeout_s)
+
+    @classmethod
+    def from_text(cls, path: Path, text: str, *, timeout_s: float = 3.0) -> Leases:
+        """The lease table of the PostgreSQL the conninfo ``text`` (read from ``path``, named
+        in an error) names."""
         try:
             return cls(text, timeout_s=timeout_s)
         except psycopg.Error:
             raise InventoryError(f"{path}: not a libpq conninfo") from None
 
     def _run(self, call: Callable[[psycopg.Connection[Any]], T]) -> T:
+        with self._lock:  # one call at a time: the check below must not see another's answer
+            return self._run_alone(call)
+
+    def _run_alone(self, call: Callable[[psycopg.Connection[Any]], T]) -> T:
         try:
-            if self._conn is None or self._conn.closed:
+            if self._conn is not None and _gone(self._conn):
+                self.close()  # the server ended it while it was idle: a restart, a cut link
+            if self._conn is None:
                 self._conn = psycopg.connect(self._conninfo, autocommit=True)
                 ensure_table(self._conn)
             return call(self._conn)

@@ -569,6 +569,19 @@ class StatusMark:
 
 
 @dataclass(frozen=True)
+class Identity:
+    """Which inventory this is, for what is kept beside it (the status image) to be refused by
+    any other: a SQLite file's device and inode, or a PostgreSQL database's server (a digest of
+    ``host:port/dbname``) and oid; and who owns it (the file's, or the state folder's, owner
+    and group)."""
+
+    uid: int
+    gid: int
+    device: int
+    inode: int
+
+
+@dataclass(frozen=True)
 class StatusChanges:
     """A status read since a :class:`StatusMark`: every pair, sorted by id (``whole``), or only
     the pairs written since the mark and those asked for again, in no order; ``mark``: where

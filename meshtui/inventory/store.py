@@ -14,6 +14,7 @@ import json
 import os
 import sqlite3
 import threading
+import zlib
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -41,6 +42,7 @@ from meshtui.inventory.rows import (
     GenerationRow,
     HeldEnd,
     HeldSealed,
+    Identity,
     KeptStatus,
     ModuleRecord,
     ModuleRow,
@@ -527,6 +529,7 @@ class Inventory:
         self.actor: str | None = None  # the audit's operator when not a person (``watch``)
         self.restore_proof: RestoreProof | None = None  # shown with the head after a restore
         self.fence: FenceCheck | None = None
+        self._database_oid: int | None = None  # PostgreSQL: read once, by identity()
         """The lease's check of every write while this controller delivers (set by the
         controller's turn; :meth:`transaction` runs it when given none); None otherwise."""
 
@@ -611,6 +614,22 @@ class Inventory:
     def close(self) -> None:
         """Close the connection."""
         self._conn.close()
+
+    def identity(self) -> Identity | None:
+        """Which inventory this is (:class:`~meshtui.inventory.rows.Identity`); None when the
+        file is gone. A PostgreSQL database is known by its server and its oid (a database
+        restored from a dump is another), read once."""
+        try:
+            st = os.stat(self.path if self.dialect is SQLITE else self.path.parent)
+        except OSError:
+            return None
+        if self.dialect is SQLITE:
+            return Identity(st.st_uid, st.st_gid, st.st_dev, st.st_ino)
+        if self._database_oid is None:
+            (row,) = self._tuples(DATABASE_OID_SQL)
+            self._database_oid = int(row[0])
+        server = zlib.crc32(self.where.encode())
+        return Identity(st.st_uid, st.st_gid, server, self._database_oid)
 
     def __enter__(self) -> Inventory:
         return self
@@ -1208,6 +1227,9 @@ class ModuleSpecs(Mapping[str, ModuleRow]):
     def __len__(self) -> int:
         return len(self._raw)
 
+
+DATABASE_OID_SQL = "SELECT oid FROM pg_database WHERE datname = current_database()"
+"""PostgreSQL: this database's number on its server (a dump restored is given another)."""
 
 PROVIDER_SPECS_SQL = """
 WITH RECURSIVE providers(id) AS (

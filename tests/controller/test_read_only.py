@@ -14,10 +14,12 @@ import inspect
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from meshtui.atomic import write_private
 from meshtui.controller.act import drill as drill_mod
 from meshtui.controller.act import probe as probe_mod
 from meshtui.controller.act import push as push_mod
@@ -44,6 +46,15 @@ ALL = "app1, app2, db1"
 @pytest.fixture
 def mesh() -> Iterator[CountedMesh]:
     yield from counted_mesh()
+
+
+def conninfo_file(root: Path) -> Path:
+    """A private conninfo file naming a server nobody runs (``leases`` reads it, connects
+    only when a turn is taken)."""
+    path = root / "leases.conninfo"
+    if not path.exists():
+        write_private(path, b"host=/nonexistent dbname=meshtui\n")
+    return path
 
 
 def calls(mesh: CountedMesh) -> dict[str, list[tuple[Callable[[Controller], Any], str | None]]]:
@@ -86,6 +97,7 @@ def calls(mesh: CountedMesh) -> dict[str, list[tuple[Callable[[Controller], Any]
         "draining": [(lambda c: c.draining(), None)],
         "rotations": [(lambda c: c.rotations(c.status()), None)],
         "change_feed": [(lambda c: c.change_feed(mesh.state), None)],
+        "leases": [(lambda c: c.leases(conninfo_file(mesh.root)).server, None)],
         "share_digest_key": [(lambda c: c.share_digest_key(), "")],
         "secret_put": [(lambda c: c.secret_put("app1/gitea", "smtp", b"x", "test"), "")],
         "secret_rotate": [(lambda c: c.secret_rotate("app1/gitea", "session_key"), "")],

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from meshtui.atomic import write_private
 from meshtui.cli import render
 from meshtui.controller.read import status as status_mod
 from meshtui.controller.read import status_image
@@ -29,6 +30,7 @@ from meshtui.controller.read.status import statuses
 from meshtui.inventory import Inventory, now
 from meshtui.inventory.rows import StatusChanges, StatusMark
 from meshtui.model import State
+from tests.fix_pg import Engine, inventory_database
 from tests.test_status_read import PAIRS, pair_record, probe, want
 
 LIE = "a lie the image was given"
@@ -196,7 +198,7 @@ def test_a_damaged_image_is_read_whole_and_written_again(
     got = statuses(inv, image=tmp_path)
     assert not believed(got) and got == statuses(inv)
     assert reads[0].whole
-    assert status_image.read(tmp_path, inv.path) is not None  # written again, good
+    assert status_image.read(tmp_path, inv.identity()) is not None  # written again, good
 
 
 @pytest.mark.parametrize("how", ["readable by others", "another owner"])
@@ -308,7 +310,7 @@ def test_a_fifo_at_the_image_path_never_blocks(inv: Inventory, tmp_path: Path) -
                           text=True, timeout=30, check=True)  # fmt: skip
     assert done.stdout.strip() == str(len(PAIRS))
     assert stat.S_ISREG(os.lstat(tmp_path / status_image.IMAGE).st_mode)
-    assert status_image.read(tmp_path, inv.path) is not None
+    assert status_image.read(tmp_path, inv.identity()) is not None
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="runs a reader as another user (root only)")
@@ -366,7 +368,7 @@ def test_root_gives_the_image_the_inventorys_owner(tmp_path: Path) -> None:
         statuses(inv, image=tmp_path)
         st = os.stat(tmp_path / status_image.IMAGE)
         assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (65534, 65534, 0o600)
-        assert status_image.read(tmp_path, inv.path) is not None
+        assert status_image.read(tmp_path, inv.identity()) is not None
 
 
 def test_the_images_columns_are_a_status_rows_fields() -> None:
@@ -402,3 +404,79 @@ def test_a_keeping_reader_starts_from_the_image_and_leaves_one(
         del reads[:]
         assert statuses(inv, image=tmp_path) == statuses(inv)
         assert reads[0].rows == []  # the one-shot reader had nothing left to read
+
+
+def filled(inv: Inventory) -> Inventory:
+    """``inv`` holding the walk's pairs, every end delivered (as :func:`made`)."""
+    with inv.transaction("test") as tx:
+        tx.put_pairs([pair_record(pid, generation=want(pid)) for pid in PAIRS])
+        tx.put_deliveries(
+            [
+                {"pair": pid, "end": end, "generation": want(pid), "digest": None,
+                 "since": now(), "attempted_at": now(), "error": None}
+                for pid in PAIRS for end in ("consumer", "provider")
+            ]
+        )  # fmt: skip
+    return inv
+
+
+def brought_up(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every read a one-shot reader brought up to date from now on (a spy: each runs)."""
+    seen: list[Any] = []
+    real = status_mod._brought_up
+
+    def spy(inv: Inventory, kept: Any) -> Any:
+        got = real(inv, kept)
+        seen.append((kept is not None, got.whole, got.made))
+        return got
+
+    monkeypatch.setattr(status_mod, "_brought_up", spy)
+    return seen
+
+
+def test_a_one_shot_reader_starts_from_the_image_on_either_engine(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CLI's ``status`` (one-shot, through the image) makes only the pair written since the
+    last read, on PostgreSQL as on SQLite (an image kept beside a PostgreSQL inventory used
+    to be refused as of no inventory file, so every ``meshtui status`` read every pair)."""
+    seen = brought_up(monkeypatch)
+    with filled(engine.open(tmp_path / "inventory.db")) as inv:
+        statuses(inv, image=tmp_path)
+        assert (tmp_path / status_image.IMAGE).exists()
+        with inv.transaction("test") as tx:
+            tx.add_probes([probe(PAIRS[2], random.Random(4))])
+        got = statuses(inv, image=tmp_path)
+        assert got == statuses(inv)
+    assert seen[:2] == [(False, True, len(PAIRS)), (True, False, 1)]
+
+
+def test_an_image_of_another_postgres_database_is_not_used(pg_clean: Any, tmp_path: Path) -> None:
+    """A copy of the inventory's database (a dump restored, ``CREATE DATABASE … TEMPLATE``)
+    has the same epoch, stamp and tick as the image was made at: only the database tells them
+    apart, and the image made from the first is not used for the copy."""
+    import psycopg
+    from psycopg import sql
+
+    first = inventory_database(pg_clean, tmp_path)
+    with filled(Inventory.open(tmp_path / "inventory.db", postgres=first)) as inv:
+        statuses(inv, image=tmp_path)
+    plant(tmp_path, lied(image_json(tmp_path)))
+    with Inventory.open(tmp_path / "inventory.db", postgres=first) as inv:
+        assert believed(statuses(inv, image=tmp_path))  # the lie shows: the image is used
+    plant(tmp_path, lied(image_json(tmp_path)))
+    admin = pg_clean.admin_conninfo()
+    source = psycopg.conninfo.conninfo_to_dict(first.read_text().strip())["dbname"]
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                sql.Identifier(f"{source}_copy"), sql.Identifier(str(source))
+            )
+        )
+    copy = tmp_path / "copy.conninfo"
+    write_private(
+        copy, (psycopg.conninfo.make_conninfo(admin, dbname=f"{source}_copy") + "\n").encode()
+    )
+    with Inventory.open(tmp_path / "inventory.db", postgres=copy) as inv:
+        got = statuses(inv, image=tmp_path)
+        assert not believed(got) and got == statuses(inv)

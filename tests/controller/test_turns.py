@@ -273,3 +273,37 @@ def test_a_raise_on_an_earlier_timeline_does_not_stop_the_next_switchs(conninfo_
     finally:
         mine.release()
         leases.close()
+
+
+def _lease_sessions(conninfo_file: Path) -> set[int]:
+    """The server processes of the connections the lease table's users opened."""
+    info = psycopg.conninfo.make_conninfo(conninfo_file.read_text().strip())
+    with psycopg.connect(info, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = 'meshtui lease'"
+        ).fetchall()
+    return {row[0] for row in rows}
+
+
+def test_one_lease_connection_serves_every_action_and_is_opened_again_after_a_restart(
+    pg_clean: Cluster, tmp_path: Path, conninfo_file: Path
+) -> None:
+    """A controller keeps its connection to the lease table from one delivering action to the
+    next (opening one per action cost more than a rotation's writes); when the server ended it
+    meanwhile, the next action opens another instead of failing."""
+    with Controller.open(state(tmp_path, "ctl-a", conninfo_file)) as ctl:
+        with lock.delivering(ctl, "rotate"):
+            first = ctl.fence.epoch
+        kept = _lease_sessions(conninfo_file)
+        assert len(kept) == 1
+        for _ in range(3):
+            with lock.delivering(ctl, "rotate"):
+                assert ctl.fence.epoch > first
+        assert _lease_sessions(conninfo_file) == kept  # the same session, not one per action
+        pg_clean.stop()
+        pg_clean.start()
+        with lock.delivering(ctl, "push"):
+            assert ctl.fence.epoch > first
+        again = _lease_sessions(conninfo_file)
+        assert len(again) == 1 and again != kept
+    assert _lease_sessions(conninfo_file) == set()  # closed with the controller

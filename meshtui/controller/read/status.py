@@ -365,7 +365,7 @@ def _through_image(inv: Inventory, kept: _Kept | None, image: Path | None) -> _R
     folder ``image`` (when it holds); the image written again when that read every pair or
     made more than :data:`REWRITE_AFTER` statuses."""
     if kept is None and image is not None:
-        found = status_image.read(image, inv.path)
+        found = status_image.read(image, inv.identity())
         if found is not None:
             kept = _Kept(found.mark, found.rotating, found.kinds, found.rows)
     read = _brought_up(inv, kept)
@@ -373,7 +373,7 @@ def _through_image(inv: Inventory, kept: _Kept | None, image: Path | None) -> _R
         done = read.kept
         status_image.write(
             image,
-            inv.path,
+            inv.identity(),
             status_image.StatusImage(done.mark, done.rotating, done.kinds, done.out),
         )
     return read

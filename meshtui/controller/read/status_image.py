@@ -13,8 +13,9 @@ depends on the time of the read).
 The image is trusted only when every doubt is ruled out, else it is not used (the reader reads
 every pair, as it would without one): a regular file (never a link followed, never a FIFO
 blocked on), owned by the inventory's owner and readable by nobody else, of this format and
-made by this very code (a digest of the modules that make a status), for this inventory file
-(its device and inode: a restored or re-created inventory is another file). It is written
+made by this very code (a digest of the modules that make a status), for this inventory (a
+SQLite file's device and inode, a PostgreSQL database's server and oid: a restored or re-created
+inventory is another). It is written
 atomically (:mod:`meshtui.atomic`, 0600, given the inventory's owner) only by a process that
 may (the inventory's owner, or root), without fsync (a cache: a crash leaves the old image or
 none, which the checks above refuse); any failure to write (a read-only folder or mount) is
@@ -36,7 +37,7 @@ from pathlib import Path
 import msgspec
 
 from meshtui import atomic
-from meshtui.inventory.rows import StatusMark
+from meshtui.inventory.rows import Identity, StatusMark
 from meshtui.model import PairStatus, State
 
 IMAGE = "status-image.json"
@@ -129,12 +130,13 @@ def code_digest() -> str:
     return h.hexdigest()
 
 
-def read(folder: Path, inventory: Path) -> StatusImage | None:
-    """The image in ``folder`` made for the inventory file at ``inventory``, or None on any
-    doubt (none there, not a regular file, another owner, readable by others, too large,
-    unreadable, another format, other code, another inventory file)."""
+def read(folder: Path, inv: Identity | None) -> StatusImage | None:
+    """The image in ``folder`` made for the inventory ``inv`` is, or None on any doubt (no
+    inventory, none there, not a regular file, another owner, readable by others, too large,
+    unreadable, another format, other code, another inventory)."""
+    if inv is None:
+        return None
     try:
-        inv = os.stat(inventory)
         fd = os.open(
             folder / IMAGE,
             os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC,
@@ -145,7 +147,7 @@ def read(folder: Path, inventory: Path) -> StatusImage | None:
         st = os.fstat(fd)
         if (
             not stat.S_ISREG(st.st_mode)
-            or st.st_uid != inv.st_uid
+            or st.st_uid != inv.uid
             or st.st_mode & 0o077
             or st.st_size > MAX_BYTES
         ):
@@ -162,8 +164,8 @@ def read(folder: Path, inventory: Path) -> StatusImage | None:
     if (got.format, got.code, got.device, got.inode) != (
         FORMAT,
         code_digest(),
-        inv.st_dev,
-        inv.st_ino,
+        inv.device,
+        inv.inode,
     ):
         return None
     columns = [getattr(got.rows, name) for name in FIELDS]
@@ -176,22 +178,23 @@ def read(folder: Path, inventory: Path) -> StatusImage | None:
     return StatusImage(got.mark, got.rotating, kinds, rows)
 
 
-def write(folder: Path, inventory: Path, image: StatusImage) -> bool:
-    """Replace the image in ``folder`` with ``image`` (read from the inventory file at
-    ``inventory``), when this process may: the inventory's owner, or root (then the file is
-    given the inventory's owner and group). False when it did not or could not (no error: a
-    reader that cannot write is still a complete reader)."""
+def write(folder: Path, inv: Identity | None, image: StatusImage) -> bool:
+    """Replace the image in ``folder`` with ``image`` (read from the inventory ``inv`` is),
+    when this process may: the inventory's owner, or root (then the file is given the
+    inventory's owner and group). False when it did not or could not (no error: a reader that
+    cannot write is still a complete reader)."""
+    if inv is None:
+        return False
     try:
-        inv = os.stat(inventory)
         me = os.geteuid()
-        if me not in (0, inv.st_uid):
+        if me not in (0, inv.uid):
             return False
         data = msgspec.json.encode(
             ImageFile(
                 FORMAT,
                 code_digest(),
-                inv.st_dev,
-                inv.st_ino,
+                inv.device,
+                inv.inode,
                 image.mark,
                 image.rotating,
                 [
@@ -201,7 +204,7 @@ def write(folder: Path, inventory: Path, image: StatusImage) -> bool:
                 StatusColumns(*(list(map(attrgetter(name), image.rows)) for name in FIELDS)),
             )
         )
-        access = atomic.Access(0o600, *((inv.st_uid, inv.st_gid) if me == 0 else (-1, -1)))
+        access = atomic.Access(0o600, *((inv.uid, inv.gid) if me == 0 else (-1, -1)))
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             atomic.write_at(fd, IMAGE, data, access=access, durable=False)
