@@ -301,3 +301,15 @@ def test_status_and_audit_work_on_a_read_only_filesystem(mesh: Mesh) -> None:
     assert res.returncode == 1, res.stderr
     assert "Traceback" not in res.stderr and "read-only" in res.stderr, res.stderr
     assert sha(mesh.inventory) == before
+
+
+def test_the_commands_name_the_labs_own_inventory_as_the_lab_does() -> None:
+    """The hint after a failed open knows the lab's inventory by the names the lab gives it
+    (kept apart so that no command imports the lab)."""
+    from meshtui.cli import context
+    from meshtui.lab import shared_inventory
+
+    assert (context.LAB_CONNINFO, context.LAB_SERVER) == (
+        shared_inventory.CONNINFO,
+        shared_inventory.FOLDER,
+    )

@@ -9,12 +9,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from meshtui.errors import StateFolderError
+from meshtui.errors import InventoryError, StateFolderError
 
 if TYPE_CHECKING:  # the agent's commands never load the controller
     from meshtui.controller.core import Controller
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
+
+LAB_CONNINFO, LAB_SERVER = "inventory.conninfo", "inventory"
+"""The lab's own inventory's conninfo file and server folder, in the lab's folder (as
+:mod:`meshtui.lab.shared_inventory` names them; the lab stays out of every command's import)."""
 
 
 def state_dir(args: argparse.Namespace) -> Path:
@@ -31,7 +35,33 @@ def controller(args: argparse.Namespace, *, read_only: bool = False) -> Controll
     if not read_only and not (folder / f"{KEY_STEM}.key").exists():
         # opening would create an inventory in a folder no agent trusts (./state by default)
         raise StateFolderError(str(folder.absolute()))
-    return Controller.open(folder, read_only=read_only)
+    try:
+        return Controller.open(folder, read_only=read_only)
+    except InventoryError as exc:
+        hint = _lab_inventory_hint(folder)
+        if hint is None:
+            raise
+        raise InventoryError(f"{exc}; {hint}") from None
+
+
+def _lab_inventory_hint(folder: Path) -> str | None:
+    """What to run when the inventory that could not be opened is the one a lab raised
+    itself (``lab up --controllers N``): a ``lab up`` starts it again. None otherwise."""
+    from meshtui.controller import config
+
+    try:
+        named = config.inventory_postgres(folder)
+    except Exception:  # unreadable settings: the open's own error says enough
+        return None
+    if named is None or named.name != LAB_CONNINFO:
+        return None
+    lab = named.parent
+    if not (lab / LAB_SERVER).is_dir():
+        return None
+    return (
+        f"it is the lab's own inventory PostgreSQL ({lab / LAB_SERVER}): "
+        f"meshtui --state {lab.parent} lab up starts it again"
+    )
 
 
 def progress_printer(args: argparse.Namespace) -> Callable[[str, int, int], None]:

@@ -2,7 +2,8 @@
 by a thread of its own, and given up by this process at the renew deadline (watched by another,
 so it is noticed on time even while a renewal waits on a cut link).
 
-The deadline is counted on this machine's monotonic clock from the moment the last successful
+The deadline is counted on this machine's boot clock (:func:`since_boot`: monotonic, and
+counting a suspend, which the monotonic clock does not) from the moment the last successful
 renewal was *sent*: the server set the lease's end ``length_s`` after it received that
 statement, so stopping ``deadline_s`` (< ``length_s``) after sending it stops before anyone
 else can take the turn, whatever the two machines' wall clocks say. A renewal that fails is
@@ -42,6 +43,7 @@ __all__ = [
     "Turn",
     "claimant",
     "note_taken",
+    "since_boot",
     "watch_turn",
 ]
 
@@ -58,6 +60,17 @@ class Raise:
 
     at: float
     timeline: int | None
+
+
+def since_boot() -> float:
+    """Seconds on the clock the renew deadline is counted on: ``CLOCK_BOOTTIME`` where there is
+    one (Linux), which goes on counting while the machine is suspended, so a holder woken from
+    a suspend longer than its deadline knows it lost the turn; the monotonic clock elsewhere
+    (it stops then)."""
+    boottime = getattr(time, "CLOCK_BOOTTIME", None)
+    if boottime is None:
+        return time.monotonic()
+    return time.clock_gettime(boottime)
 
 
 def note_taken(path: Path, epoch: int) -> int:
@@ -106,7 +119,7 @@ class Turn:
         action: str,
         numbers: LeaseConfig,
         *,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] | None = None,
         on_lost: Callable[[str], None] | None = None,
         taken: Path | None = None,
     ) -> None:
@@ -114,7 +127,7 @@ class Turn:
         self.taken = taken
         """The file of the epochs this controller's processes took (:func:`note_taken`)."""
         self.numbers = numbers
-        self.clock = clock
+        self.clock = since_boot if clock is None else clock
         self.on_lost = on_lost
         self.row: LeaseRow | None = None  # this process's holding, while it holds
         self.other: LeaseRow | None = None  # who held the turn when taking it failed

@@ -183,7 +183,7 @@ def up(
         networks = ("127.0.0.1/32",)
     pub, _ = write_keys_once(state_dir)
     accepted = controllers_mod.make(state_dir, folder, controllers)
-    if others:
+    if others or shared_inventory.names_own(state_dir, folder):
         shared_inventory.share(state_dir, folder, others)
     for node in nodes:
         identity.init(node, folder / "nodes" / node, pub)

@@ -42,13 +42,19 @@ def share(state_dir: Path, lab_folder: Path, others: Sequence[Path]) -> Path:
     (a SQLite file, or another PostgreSQL) is refused before anything is raised or written."""
     named = check(state_dir, lab_folder, others)
     conninfo = named if named is not None else lab_folder / CONNINFO
-    if named is None:
+    if conninfo == lab_folder / CONNINFO:  # the lab's own: raised, or started again after down
         _raise_own(lab_folder, conninfo)
     for folder in (state_dir, *others):
         settings = load_config(folder)
         if settings.postgres != conninfo:
             save_config(folder, replace(settings, postgres=conninfo))
     return conninfo
+
+
+def names_own(state_dir: Path, lab_folder: Path) -> bool:
+    """True when the state folder's inventory is the one the lab raised itself (a ``lab up
+    --controllers N`` before), which every later ``lab up`` starts again."""
+    return load_config(state_dir).postgres == lab_folder / CONNINFO
 
 
 def check(state_dir: Path, lab_folder: Path, others: Sequence[Path]) -> Path | None:

@@ -16,7 +16,7 @@ from meshtui.atomic import write_private
 from meshtui.controller import lock
 from meshtui.controller.config import LeaseConfig
 from meshtui.controller.core import Controller
-from meshtui.controller.turn import Turn, claimant
+from meshtui.controller.turn import Turn, claimant, since_boot
 from meshtui.errors import LeaseLostError, RotationBusyError
 from meshtui.inventory import lease
 from meshtui.inventory.lease import Leases
@@ -307,3 +307,24 @@ def test_one_lease_connection_serves_every_action_and_is_opened_again_after_a_re
         again = _lease_sessions(conninfo_file)
         assert len(again) == 1 and again != kept
     assert _lease_sessions(conninfo_file) == set()  # closed with the controller
+
+
+def test_the_renew_deadline_is_counted_on_a_clock_that_counts_a_suspend(
+    conninfo_file: Path,
+) -> None:
+    """A holder woken from a suspend longer than its deadline must know it lost the turn: the
+    monotonic clock stops while the machine is suspended, the boot clock does not, and a turn
+    counts its deadline on the boot clock unless told otherwise."""
+    import time
+
+    boot = getattr(time, "CLOCK_BOOTTIME", None)
+    if boot is None:
+        pytest.skip("no CLOCK_BOOTTIME on this system")
+    turn = Turn(Leases.from_file(conninfo_file), lease.DELIVER, claimant("ctl-a"), "push",
+                LeaseConfig())  # fmt: skip
+    before = time.clock_gettime(boot)
+    read = turn.clock()
+    after = time.clock_gettime(boot)
+    assert before <= read <= after
+    # on a machine never suspended the two clocks read alike: which one it is, said outright
+    assert turn.clock is since_boot

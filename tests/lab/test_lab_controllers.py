@@ -155,5 +155,10 @@ def test_lab_down_stops_the_inventory_and_purge_points_the_folder_back_at_sqlite
     shown = cli(b, "status")
     assert shown.returncode == 1 and "inventory on PostgreSQL" in shown.stderr, shown.stderr
     assert time.monotonic() - began < 20
+    assert f"meshtui --state {state} lab up starts it again" in shown.stderr, shown.stderr
+    lab_mesh.up(state, kinds=ONLY_POSTGRES, mesh={"app1": ["gitea"]})  # without --controllers
+    for folder in (state, b):
+        again = cli(folder, "status")
+        assert again.returncode == 0, again.stderr  # the lab's own inventory started again
     lab_mesh.down(state, purge=True)
     assert config.load(state).postgres is None and not built.folder.exists()
