@@ -38,7 +38,11 @@ LIE = "a lie the image was given"
 
 def made(folder: Path) -> Inventory:
     """A fresh inventory in ``folder`` holding the walk's pairs, every end delivered."""
-    inv = Inventory.open(folder / "inventory.db")
+    return filled(Inventory.open(folder / "inventory.db"))
+
+
+def filled(inv: Inventory) -> Inventory:
+    """``inv`` holding the walk's pairs, every end delivered."""
     with inv.transaction("test") as tx:
         tx.put_pairs([pair_record(pid, generation=want(pid)) for pid in PAIRS])
         tx.put_deliveries(
@@ -404,20 +408,6 @@ def test_a_keeping_reader_starts_from_the_image_and_leaves_one(
         del reads[:]
         assert statuses(inv, image=tmp_path) == statuses(inv)
         assert reads[0].rows == []  # the one-shot reader had nothing left to read
-
-
-def filled(inv: Inventory) -> Inventory:
-    """``inv`` holding the walk's pairs, every end delivered (as :func:`made`)."""
-    with inv.transaction("test") as tx:
-        tx.put_pairs([pair_record(pid, generation=want(pid)) for pid in PAIRS])
-        tx.put_deliveries(
-            [
-                {"pair": pid, "end": end, "generation": want(pid), "digest": None,
-                 "since": now(), "attempted_at": now(), "error": None}
-                for pid in PAIRS for end in ("consumer", "provider")
-            ]
-        )  # fmt: skip
-    return inv
 
 
 def brought_up(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
