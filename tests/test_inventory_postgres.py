@@ -317,6 +317,43 @@ class Replicated:
     primary: Cluster
     standby_dir: Path
 
+    def both(self, **more: str) -> str:
+        """A conninfo naming the inventory on the primary, then on the standby, as
+        ``postgres`` (``more``: further settings, such as ``target_session_attrs``)."""
+        first = psycopg.conninfo.conninfo_to_dict(text_of(self.on_primary))
+        second = psycopg.conninfo.conninfo_to_dict(text_of(self.on_standby))
+        return psycopg.conninfo.make_conninfo(
+            "",
+            host=f"{first['host']},{second['host']}",
+            port=f"{first['port']},{second['port']}",
+            user="postgres",
+            dbname=first["dbname"],
+            **more,
+        )
+
+    def cut_off(self) -> None:
+        """Wait until the standby replayed all the primary wrote so far, then stop it
+        receiving (its ``primary_conninfo`` emptied): what the primary writes next is lost
+        when the standby is promoted."""
+        with database(self.on_primary) as conn:
+            lsn = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+        with database(self.on_standby) as conn:
+            conn.autocommit = True
+            for _ in range(200):
+                if conn.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", lsn).fetchone()[0]:
+                    break
+                time.sleep(0.05)
+            else:
+                pytest.fail("the standby did not catch up")
+            conn.execute("ALTER SYSTEM SET primary_conninfo = ''")
+            conn.execute("SELECT pg_reload_conf()")
+            for _ in range(200):
+                if conn.execute("SELECT count(*) FROM pg_stat_wal_receiver").fetchone() == (0,):
+                    break
+                time.sleep(0.05)
+            else:
+                pytest.fail("the standby kept receiving")
+
     def promote(self) -> None:
         """Make the standby the primary (``pg_ctl promote``, waiting until it takes writes)."""
         bins = self.primary.binaries
@@ -394,15 +431,7 @@ def test_several_hosts_with_read_write_carry_on_against_the_promoted_standby(
 
     first = psycopg.conninfo.conninfo_to_dict(text_of(standby.on_primary))
     second = psycopg.conninfo.conninfo_to_dict(text_of(standby.on_standby))
-    both = psycopg.conninfo.make_conninfo(
-        "",
-        host=f"{first['host']},{second['host']}",
-        port=f"{first['port']},{second['port']}",
-        user="postgres",
-        dbname=first["dbname"],
-        target_session_attrs="read-write",
-        connect_timeout=str(FAILOVER_TIMEOUT),
-    )
+    both = standby.both(target_session_attrs="read-write", connect_timeout=str(FAILOVER_TIMEOUT))
     state = tmp_path / "state"
     mine = write_conninfo(tmp_path / "mine.conninfo", both)
     assert cli(state, "init", "--postgres", str(mine)).returncode == 0
@@ -447,21 +476,7 @@ def test_a_holding_the_standby_never_received_gives_its_epoch_again_and_is_raise
         before = lease.timeline(conn)
         assert before is not None
         assert lease.release(conn, lease.DELIVER, a, first.epoch)
-        lsn = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
-    with database(standby.on_standby) as conn:  # the release is there; then no more
-        conn.autocommit = True
-        for _ in range(200):
-            if conn.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", lsn).fetchone()[0]:
-                break
-            time.sleep(0.05)
-        conn.execute("ALTER SYSTEM SET primary_conninfo = ''")
-        conn.execute("SELECT pg_reload_conf()")
-        for _ in range(200):
-            if conn.execute("SELECT count(*) FROM pg_stat_wal_receiver").fetchone() == (0,):
-                break
-            time.sleep(0.05)
-        else:
-            pytest.fail("the standby kept receiving")
+    standby.cut_off()  # the release is there; then no more
     with database(standby.on_primary) as conn:
         conn.autocommit = True
         lost = lease.acquire(conn, lease.DELIVER, a, "rotate", 30)

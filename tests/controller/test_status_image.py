@@ -31,6 +31,7 @@ from meshtui.inventory import Inventory, now
 from meshtui.inventory.rows import StatusChanges, StatusMark
 from meshtui.model import State
 from tests.fix_pg import Engine, inventory_database
+from tests.test_inventory_postgres import Replicated, standby, write_conninfo  # noqa: F401
 from tests.test_status_read import PAIRS, pair_record, probe, want
 
 LIE = "a lie the image was given"
@@ -480,3 +481,62 @@ def test_an_image_of_another_postgres_database_is_not_used(pg_clean: Any, tmp_pa
     with Inventory.open(tmp_path / "inventory.db", postgres=copy) as inv:
         got = statuses(inv, image=tmp_path)
         assert not believed(got) and got == statuses(inv)
+
+
+def _probed(conninfo: Path, folder: Path, pid: str) -> tuple[list[Any], list[Any]]:
+    """One probe of ``pid`` written (a status tick) on the inventory ``conninfo`` names, then
+    the statuses a one-shot reader makes there through the image in ``folder``, and those of
+    a read of every pair."""
+    with Inventory.open(folder / "inventory.db", postgres=conninfo) as inv:
+        with inv.transaction("test") as tx:
+            tx.add_probes([probe(pid, random.Random(7))])
+        return statuses(inv, image=folder), statuses(inv)
+
+
+def test_an_image_of_what_a_promoted_standby_never_received_is_not_used(
+    standby: Replicated,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """The inventory's primary dies and its standby, which had not received the last write,
+    is promoted (one conninfo naming both, ``target_session_attrs=read-write``): same server
+    name, same database oid, same epoch and stamp, and the next write brings its tick back to
+    the image's. The image made on the lost primary holds what the promoted standby does not:
+    it is not used there."""
+    conninfo = write_conninfo(tmp_path / "both.conninfo",
+                              standby.both(target_session_attrs="read-write"))  # fmt: skip
+    filled(Inventory.open(tmp_path / "inventory.db", postgres=conninfo)).close()
+    standby.cut_off()
+    _probed(conninfo, tmp_path, PAIRS[2])  # the write the standby never gets, and the image
+    plant(tmp_path, lied(image_json(tmp_path)))
+    standby.primary.stop()
+    standby.promote()
+    got, truth = _probed(conninfo, tmp_path, PAIRS[3])  # on the promoted standby
+    assert not believed(got) and got == truth
+
+
+def test_an_image_of_a_database_recreated_with_its_oid_is_not_used(
+    pg_clean: Any, tmp_path: Path
+) -> None:
+    """The inventory's database dropped and made again from an earlier copy of it, with the
+    same oid (``CREATE DATABASE … OID``, as a restore that gives it back its number): the
+    same server, oid, epoch and stamp, and the next write brings its tick back to the image's.
+    The image made before holds what the database no longer does: it is not used."""
+    import psycopg
+    from psycopg import sql
+
+    first = inventory_database(pg_clean, tmp_path)
+    filled(Inventory.open(tmp_path / "inventory.db", postgres=first)).close()
+    name = str(psycopg.conninfo.conninfo_to_dict(first.read_text().strip())["dbname"])
+    with psycopg.connect(pg_clean.admin_conninfo(), autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+            sql.Identifier(f"{name}_earlier"), sql.Identifier(name)))  # fmt: skip
+    _probed(first, tmp_path, PAIRS[2])  # the write the earlier copy lacks, and the image
+    plant(tmp_path, lied(image_json(tmp_path)))
+    with psycopg.connect(pg_clean.admin_conninfo(), autocommit=True) as conn:
+        found = conn.execute("SELECT oid FROM pg_database WHERE datname = %s", [name]).fetchone()
+        assert found is not None
+        conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE DATABASE {} OID {} TEMPLATE {}").format(
+            sql.Identifier(name), sql.Literal(found[0]), sql.Identifier(f"{name}_earlier")))  # fmt: skip
+    got, truth = _probed(first, tmp_path, PAIRS[3])
+    assert not believed(got) and got == truth
