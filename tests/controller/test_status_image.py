@@ -514,6 +514,28 @@ def test_an_image_of_what_a_promoted_standby_never_received_is_not_used(
     assert not believed(got) and got == truth
 
 
+def test_a_keeping_reader_reads_every_pair_again_on_the_promoted_standby(
+    standby: Replicated,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A reader that keeps its statuses (``watch``) across the same switch, its connection
+    opened anew on the promoted standby: what it kept from the lost primary is not brought up
+    to date there (the clock caught up with its mark through another write), it reads every
+    pair again."""
+    conninfo = write_conninfo(tmp_path / "both.conninfo",
+                              standby.both(target_session_attrs="read-write"))  # fmt: skip
+    with filled(Inventory.open(tmp_path / "inventory.db", postgres=conninfo)) as inv:
+        standby.cut_off()
+        with inv.transaction("test") as tx:
+            tx.add_probes([probe(PAIRS[2], random.Random(7))])  # never received
+        statuses(inv, keep=True)
+        standby.primary.stop()
+        standby.promote()
+        with inv.transaction("test") as tx:  # on the promoted standby
+            tx.add_probes([probe(PAIRS[3], random.Random(7))])
+        assert statuses(inv, keep=True) == statuses(inv)
+
+
 def test_an_image_of_a_database_recreated_with_its_oid_is_not_used(
     pg_clean: Any, tmp_path: Path
 ) -> None:
