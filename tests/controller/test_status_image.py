@@ -31,7 +31,12 @@ from meshtui.inventory import Inventory, now
 from meshtui.inventory.rows import StatusChanges, StatusMark
 from meshtui.model import State
 from tests.fix_pg import Engine, inventory_database
-from tests.test_inventory_postgres import Replicated, standby, write_conninfo  # noqa: F401
+from tests.test_inventory_postgres import (  # noqa: F401
+    Replicated,
+    standby,
+    text_of,
+    write_conninfo,
+)
 from tests.test_status_read import PAIRS, pair_record, probe, want
 
 LIE = "a lie the image was given"
@@ -562,3 +567,60 @@ def test_an_image_of_a_database_recreated_with_its_oid_is_not_used(
             sql.Identifier(name), sql.Literal(found[0]), sql.Identifier(f"{name}_earlier")))  # fmt: skip
     got, truth = _probed(first, tmp_path, PAIRS[3])
     assert not believed(got) and got == truth
+
+
+IDENTITY_PARTS = (
+    "SELECT d.oid, d.xmin::text, c.epoch, s.stamp FROM pg_database d, status_clock c, "
+    "pairs_stamp s WHERE d.datname = current_database()"
+)
+"""What tells two databases apart short of their cluster: oid, catalog row, status epoch, stamp."""
+
+
+def _first_database(cluster: Any, folder: Path) -> Path:
+    """The first database made on ``cluster`` (its number the first a new cluster gives), and
+    a conninfo file naming it in ``folder``."""
+    import psycopg
+
+    with psycopg.connect(cluster.admin_conninfo(), autocommit=True) as conn:
+        conn.execute("CREATE DATABASE inventory")
+    return write_conninfo(folder / "inventory.conninfo",
+                          psycopg.conninfo.make_conninfo(cluster.admin_conninfo(),
+                                                         dbname="inventory"))  # fmt: skip
+
+
+def test_an_image_of_a_server_made_anew_under_its_name_is_not_used(tmp_path: Path) -> None:
+    """The inventory's server made anew where it was (same socket and port), its database
+    made the same way (the same oid, the same catalog row) and a dump of it restored: same
+    server name, oid, epoch and stamp, and the next write brings its tick back to the image's.
+    The image made on the old server holds the write the dump lacks: it is not used."""
+    import psycopg
+
+    from meshtui.kinds.postgres.lab import create_cluster
+    from tests.fix_pg import BINARIES, start_cluster
+
+    old, base = start_cluster("15")
+    try:
+        conninfo = _first_database(old, tmp_path)
+        filled(Inventory.open(tmp_path / "inventory.db", postgres=conninfo)).close()
+        done = old._run([str(old.binaries / "pg_dump"), "-h", str(old.socket_dir), "-p", str(old.port),
+                         "-U", "postgres", "--inserts", "-d", "inventory"])  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        dumped = [line for line in done.stdout.splitlines() if not line.startswith("\\")]
+        _probed(conninfo, tmp_path, PAIRS[2])  # the write the dump lacks, and the image
+        plant(tmp_path, lied(image_json(tmp_path)))
+        with psycopg.connect(text_of(conninfo)) as conn:
+            before = conn.execute(IDENTITY_PARTS).fetchone()
+        old.stop()
+        shutil.rmtree(old.datadir)
+        new = create_cluster(old.datadir, port=old.port, bindir=BINARIES["15"])
+        new.start()
+        assert _first_database(new, tmp_path) == conninfo
+        with psycopg.connect(text_of(conninfo), autocommit=True) as conn:
+            conn.execute("\n".join(dumped))
+        with psycopg.connect(text_of(conninfo)) as conn:
+            assert conn.execute(IDENTITY_PARTS).fetchone() == before  # only the cluster differs
+        got, truth = _probed(conninfo, tmp_path, PAIRS[3])
+        assert not believed(got) and got == truth
+    finally:
+        old.stop()  # the new server, in the same folder
+        shutil.rmtree(base, ignore_errors=True)
