@@ -203,6 +203,25 @@ def test_an_unreachable_server_is_one_line_naming_it(initialised: Path, tmp_path
     failing(initialised, f"127.0.0.1:{port}/inventory", "cannot connect")
 
 
+def test_an_inventory_named_as_the_labs_but_not_the_labs_gets_no_lab_hint(
+    conninfo: Path, tmp_path: Path
+) -> None:
+    """A conninfo file called ``inventory.conninfo`` beside an ``inventory`` folder, as the
+    lab names its own, but in no lab's folder (``/etc/meshtui``): when its server cannot be
+    reached the line names the server, and never tells the operator to run ``lab up`` on the
+    folder above it (which would raise a lab there)."""
+    etc = tmp_path / "etc" / "meshtui"
+    (etc / "inventory").mkdir(parents=True)
+    mine = write_conninfo(etc / "inventory.conninfo", text_of(conninfo))
+    state = tmp_path / "state"
+    assert cli(state, "init", "--postgres", str(mine)).returncode == 0
+    port = free_port()
+    write_conninfo(mine, f"host=127.0.0.1 port={port} dbname=inventory user=meshtui")
+    done = cli(state, "status")
+    assert done.returncode == 1 and f"127.0.0.1:{port}/inventory" in done.stderr, done.stderr
+    assert "lab up" not in done.stderr, done.stderr
+
+
 def test_a_server_that_never_answers_times_out_in_seconds(
     initialised: Path, tmp_path: Path
 ) -> None:
