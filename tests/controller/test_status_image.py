@@ -624,3 +624,25 @@ def test_an_image_of_a_server_made_anew_under_its_name_is_not_used(tmp_path: Pat
     finally:
         old.stop()  # the new server, in the same folder
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.parametrize("refused", [1, 2])
+def test_a_server_that_refuses_to_say_its_history_still_reads_status(
+    pg_clean: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, refused: int
+) -> None:
+    """A server that refuses the functions naming its cluster and timeline (a role denied
+    them, a server with no WAL of its own) is known by its database's row alone, and the image
+    is still used from one session to the next; one that refuses even that gets a history of
+    its own per session: the image is never used, and every status is still right."""
+    from meshtui.inventory import pg_connection
+
+    seen = brought_up(monkeypatch)
+    monkeypatch.setattr(pg_connection, "HISTORY_SQL", "SELECT meshtui_refused()")
+    if refused == 2:
+        monkeypatch.setattr(pg_connection, "CATALOG_HISTORY_SQL", "SELECT meshtui_refused()")
+    conninfo = inventory_database(pg_clean, tmp_path)
+    filled(Inventory.open(tmp_path / "inventory.db", postgres=conninfo)).close()
+    for pid in PAIRS[:2]:
+        got, truth = _probed(conninfo, tmp_path, pid)
+        assert got == truth
+    assert seen[1][:2] == (True, refused == 2)  # the second session: the image, held or not
