@@ -179,7 +179,11 @@ def _changes_of(
     (see :func:`_at_once`)."""
     epoch, stamp, tick, changed = cast("tuple[int, int, int, int]", found[0][:4])
     mark = _of_session(conn, StatusMark(epoch, stamp, tick))
-    if (since.epoch, since.stamp) != (epoch, stamp) or since.tick > tick or changed > FEW_CHANGED:
+    if (
+        (since.epoch, since.stamp) != (mark.epoch, stamp)
+        or since.tick > tick
+        or changed > FEW_CHANGED
+    ):
         return None
     rows = [cast(StatusRow, tuple(row[4:])) for row in found if row[4] is not None]
     return StatusChanges(mark, False, rows)

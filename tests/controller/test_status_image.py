@@ -646,3 +646,27 @@ def test_a_server_that_refuses_to_say_its_history_still_reads_status(
         got, truth = _probed(conninfo, tmp_path, pid)
         assert got == truth
     assert seen[1][:2] == (True, refused == 2)  # the second session: the image, held or not
+
+
+def _one_statement(inv: Inventory, folder: Path, pid: str, reads: list[Any], keep: bool) -> None:
+    """A probe of ``pid`` written, then a read through what is kept (in memory with ``keep``,
+    else the image in ``folder``): right, and nothing read apart from the one statement."""
+    with inv.transaction("test") as tx:
+        tx.add_probes([probe(pid, random.Random(3))])
+    del reads[:]
+    assert statuses(inv, keep=keep, image=folder) == statuses(inv)
+    assert reads == [], reads
+
+
+def test_a_keeping_reader_on_postgres_brings_its_status_up_in_one_statement(
+    pg_clean: Any, tmp_path: Path, reads: list[StatusChanges]
+) -> None:
+    """The history mixed into the mark is taken out again for the server's own comparison: a
+    read after a write is the one-statement read (not the mark and the changes read apart),
+    for a keeping reader on its session and for a one-shot reader of the image on a new one."""
+    conninfo = inventory_database(pg_clean, tmp_path)
+    with filled(Inventory.open(tmp_path / "inventory.db", postgres=conninfo)) as inv:
+        statuses(inv, keep=True, image=tmp_path)  # every pair read, kept, and the image
+        _one_statement(inv, tmp_path, PAIRS[2], reads, keep=True)
+    with Inventory.open(tmp_path / "inventory.db", postgres=conninfo) as inv:
+        _one_statement(inv, tmp_path, PAIRS[3], reads, keep=False)
