@@ -307,9 +307,13 @@ def test_the_commands_name_the_labs_own_inventory_as_the_lab_does() -> None:
     """The hint after a failed open knows the lab's inventory by the names the lab gives it
     (kept apart so that no command imports the lab)."""
     from meshtui.cli import context
-    from meshtui.lab import shared_inventory
+    from meshtui.lab import mesh, shared_inventory
 
-    assert (context.LAB_CONNINFO, context.LAB_SERVER) == (
+    assert (context.LAB_FOLDER, context.LAB_CONNINFO, context.LAB_SERVER) == (
+        mesh.LAB,
         shared_inventory.CONNINFO,
         shared_inventory.FOLDER,
+    )
+    assert shared_inventory._site(Path("/lab")).folder == Path(
+        "/lab", context.LAB_SERVER, context.LAB_DATA
     )

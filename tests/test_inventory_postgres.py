@@ -203,6 +203,25 @@ def test_an_unreachable_server_is_one_line_naming_it(initialised: Path, tmp_path
     failing(initialised, f"127.0.0.1:{port}/inventory", "cannot connect")
 
 
+def test_an_inventory_named_as_the_labs_but_not_the_labs_gets_no_lab_hint(
+    conninfo: Path, tmp_path: Path
+) -> None:
+    """A conninfo file called ``inventory.conninfo`` beside an ``inventory`` folder, as the
+    lab names its own, but in no lab's folder (``/etc/meshtui``): when its server cannot be
+    reached the line names the server, and never tells the operator to run ``lab up`` on the
+    folder above it (which would raise a lab there)."""
+    etc = tmp_path / "etc" / "meshtui"
+    (etc / "inventory").mkdir(parents=True)
+    mine = write_conninfo(etc / "inventory.conninfo", text_of(conninfo))
+    state = tmp_path / "state"
+    assert cli(state, "init", "--postgres", str(mine)).returncode == 0
+    port = free_port()
+    write_conninfo(mine, f"host=127.0.0.1 port={port} dbname=inventory user=meshtui")
+    done = cli(state, "status")
+    assert done.returncode == 1 and f"127.0.0.1:{port}/inventory" in done.stderr, done.stderr
+    assert "lab up" not in done.stderr, done.stderr
+
+
 def test_a_server_that_never_answers_times_out_in_seconds(
     initialised: Path, tmp_path: Path
 ) -> None:
@@ -317,6 +336,43 @@ class Replicated:
     primary: Cluster
     standby_dir: Path
 
+    def both(self, **more: str) -> str:
+        """A conninfo naming the inventory on the primary, then on the standby, as
+        ``postgres`` (``more``: further settings, such as ``target_session_attrs``)."""
+        first = psycopg.conninfo.conninfo_to_dict(text_of(self.on_primary))
+        second = psycopg.conninfo.conninfo_to_dict(text_of(self.on_standby))
+        return psycopg.conninfo.make_conninfo(
+            "",
+            host=f"{first['host']},{second['host']}",
+            port=f"{first['port']},{second['port']}",
+            user="postgres",
+            dbname=first["dbname"],
+            **more,
+        )
+
+    def cut_off(self) -> None:
+        """Wait until the standby replayed all the primary wrote so far, then stop it
+        receiving (its ``primary_conninfo`` emptied): what the primary writes next is lost
+        when the standby is promoted."""
+        with database(self.on_primary) as conn:
+            lsn = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+        with database(self.on_standby) as conn:
+            conn.autocommit = True
+            for _ in range(200):
+                if conn.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", lsn).fetchone()[0]:
+                    break
+                time.sleep(0.05)
+            else:
+                pytest.fail("the standby did not catch up")
+            conn.execute("ALTER SYSTEM SET primary_conninfo = ''")
+            conn.execute("SELECT pg_reload_conf()")
+            for _ in range(200):
+                if conn.execute("SELECT count(*) FROM pg_stat_wal_receiver").fetchone() == (0,):
+                    break
+                time.sleep(0.05)
+            else:
+                pytest.fail("the standby kept receiving")
+
     def promote(self) -> None:
         """Make the standby the primary (``pg_ctl promote``, waiting until it takes writes)."""
         bins = self.primary.binaries
@@ -394,15 +450,7 @@ def test_several_hosts_with_read_write_carry_on_against_the_promoted_standby(
 
     first = psycopg.conninfo.conninfo_to_dict(text_of(standby.on_primary))
     second = psycopg.conninfo.conninfo_to_dict(text_of(standby.on_standby))
-    both = psycopg.conninfo.make_conninfo(
-        "",
-        host=f"{first['host']},{second['host']}",
-        port=f"{first['port']},{second['port']}",
-        user="postgres",
-        dbname=first["dbname"],
-        target_session_attrs="read-write",
-        connect_timeout=str(FAILOVER_TIMEOUT),
-    )
+    both = standby.both(target_session_attrs="read-write", connect_timeout=str(FAILOVER_TIMEOUT))
     state = tmp_path / "state"
     mine = write_conninfo(tmp_path / "mine.conninfo", both)
     assert cli(state, "init", "--postgres", str(mine)).returncode == 0
@@ -447,21 +495,7 @@ def test_a_holding_the_standby_never_received_gives_its_epoch_again_and_is_raise
         before = lease.timeline(conn)
         assert before is not None
         assert lease.release(conn, lease.DELIVER, a, first.epoch)
-        lsn = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
-    with database(standby.on_standby) as conn:  # the release is there; then no more
-        conn.autocommit = True
-        for _ in range(200):
-            if conn.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", lsn).fetchone()[0]:
-                break
-            time.sleep(0.05)
-        conn.execute("ALTER SYSTEM SET primary_conninfo = ''")
-        conn.execute("SELECT pg_reload_conf()")
-        for _ in range(200):
-            if conn.execute("SELECT count(*) FROM pg_stat_wal_receiver").fetchone() == (0,):
-                break
-            time.sleep(0.05)
-        else:
-            pytest.fail("the standby kept receiving")
+    standby.cut_off()  # the release is there; then no more
     with database(standby.on_primary) as conn:
         conn.autocommit = True
         lost = lease.acquire(conn, lease.DELIVER, a, "rotate", 30)

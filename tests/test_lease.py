@@ -208,3 +208,37 @@ def test_controllers_starting_together_on_a_new_database_make_the_lease_table_on
         for t in threads:
             t.join()
         assert failed == []
+
+
+@pytest.mark.parametrize("own_pg", ["18"], indirect=True)
+def test_a_kept_connection_to_a_primary_made_read_only_goes_on_to_the_new_primary(
+    own_pg: Cluster, pg_clean: Cluster
+) -> None:
+    """The lease's connection is kept from one delivering action to the next. The server it
+    was kept on is made read-only (``default_transaction_read_only``, as a switchover fences
+    the old primary) while the conninfo names the new one after it with
+    ``target_session_attrs=read-write``: the next turn is taken on the new primary, as a
+    connection opened for it would be, rather than the action failing on the old one."""
+    for cluster in (own_pg, pg_clean):
+        with psycopg.connect(cluster.admin_conninfo(), autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DB)))
+    both = psycopg.conninfo.make_conninfo(
+        host=f"{own_pg.socket_dir},{pg_clean.socket_dir}",
+        port=f"{own_pg.port},{pg_clean.port}",
+        user="postgres",
+        dbname=DB,
+        target_session_attrs="read-write",
+    )
+    leases = lease.Leases(both)
+    try:
+        first = leases.acquire(lease.DELIVER, A, "push", 30)
+        assert first is not None and leases.release(lease.DELIVER, A, first.epoch)
+        own_pg.set_config(default_transaction_read_only=True)
+        taken = leases.acquire(lease.DELIVER, A, "rotate", 30)
+        assert taken is not None and taken.epoch == 1  # the new primary's first holding
+        info = psycopg.conninfo.make_conninfo(pg_clean.admin_conninfo(), dbname=DB)
+        with psycopg.connect(info) as conn:
+            row = lease.read(conn, lease.DELIVER)
+        assert row is not None and (row.holder, row.action, row.epoch) == ("ctl-a", "rotate", 1)
+    finally:
+        leases.close()

@@ -16,9 +16,10 @@ if TYPE_CHECKING:  # the agent's commands never load the controller
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
 
-LAB_CONNINFO, LAB_SERVER = "inventory.conninfo", "inventory"
-"""The lab's own inventory's conninfo file and server folder, in the lab's folder (as
-:mod:`meshtui.lab.shared_inventory` names them; the lab stays out of every command's import)."""
+LAB_FOLDER, LAB_CONNINFO, LAB_SERVER, LAB_DATA = "lab", "inventory.conninfo", "inventory", "pg"
+"""The lab's folder in its state folder, and in it the lab's own inventory's conninfo file and
+server folder, its data folder in that (as :mod:`meshtui.lab.mesh` and
+:mod:`meshtui.lab.shared_inventory` name them; the lab stays out of every command's import)."""
 
 
 def state_dir(args: argparse.Namespace) -> Path:
@@ -55,8 +56,8 @@ def _lab_inventory_hint(folder: Path) -> str | None:
         return None
     if named is None or named.name != LAB_CONNINFO:
         return None
-    lab = named.parent
-    if not (lab / LAB_SERVER).is_dir():
+    lab = named.parent  # a file so named elsewhere (/etc/meshtui) is no lab's: no lab up there
+    if lab.name != LAB_FOLDER or not (lab / LAB_SERVER / LAB_DATA).is_dir():
         return None
     return (
         f"it is the lab's own inventory PostgreSQL ({lab / LAB_SERVER}): "

@@ -300,13 +300,25 @@ class Leases:
             if self._conn is not None and _gone(self._conn):
                 self.close()  # the server ended it while it was idle: a restart, a cut link
             if self._conn is None:
-                self._conn = psycopg.connect(self._conninfo, autocommit=True)
-                ensure_table(self._conn)
-            return call(self._conn)
+                return call(self._opened())
+            try:
+                return call(self._conn)
+            except psycopg.errors.ReadOnlySqlTransaction:
+                # a kept session whose server became read-only since (a switchover fencing
+                # the old primary): nothing was done there; asked again where the conninfo
+                # finds a server that takes writes, as a session opened now would be
+                self.close()
+                return call(self._opened())
         except psycopg.Error as exc:
             self.close()
             why = pg_connection.reason(exc)
             raise InventoryError(f"lease on PostgreSQL {self.server}: {why}") from None
+
+    def _opened(self) -> psycopg.Connection[Any]:
+        """A new session, kept for the next calls, with the lease table there."""
+        self._conn = psycopg.connect(self._conninfo, autocommit=True)
+        ensure_table(self._conn)
+        return self._conn
 
     def acquire(self, name: str, me: Claimant, action: str, length_s: float) -> LeaseRow | None:
         """:func:`acquire` on this connection."""

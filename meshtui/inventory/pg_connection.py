@@ -13,6 +13,9 @@ PostgreSQL inventory is opened.
 from __future__ import annotations
 
 import functools
+import hashlib
+import secrets
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -141,15 +144,67 @@ def opened(found: Settings, *, read_only: bool) -> psycopg.Connection[Any]:
 
 def prepare(raw: psycopg.Connection[Any], *, read_only: bool) -> None:
     """A new session made ready for the store: values written as ``sqlite3`` writes them, a
-    bounded wait for other writers, no JIT compilation, and (``read_only``) every transaction
-    read-only. JIT pays off for long analytic queries only: the inventory's are short, and a
-    planner without statistics (a new database) estimated the kept status read high enough
-    to compile it, a second per statement."""
+    bounded wait for other writers, no JIT compilation, (``read_only``) every transaction
+    read-only, and its :func:`history` learnt. JIT pays off for long analytic queries only:
+    the inventory's are short, and a planner without statistics (a new database) estimated the
+    kept status read high enough to compile it, a second per statement."""
     _as_sqlite_stores(raw)
     raw.execute(f"SET lock_timeout = {LOCK_TIMEOUT_MS}")
     raw.execute("SET jit = off")
     if read_only:
         raw.execute("SET default_transaction_read_only = on")
+    _learn_history(raw)
+
+
+HISTORY_SQL = (
+    "SELECT concat_ws(':', s.system_identifier, substr(pg_walfile_name(pg_current_wal_lsn()), "
+    "1, 8), d.oid, d.xmin) FROM pg_database d, pg_control_system() s "
+    "WHERE d.datname = current_database()"
+)
+"""Where in its database's history a session is: the cluster (its system identifier; a new
+``initdb``, a dump restored into it, is another), the WAL timeline (a standby's promotion or a
+point-in-time recovery starts a new one, and may lack what the old one wrote last) and the
+database (its oid, and its catalog row's xmin: a database made again, even given the same oid,
+is another). None of them changes under an open session: a primary's timeline changes only
+through a restart, a session on a standby is refused (:func:`check`), a dropped database ends
+its sessions."""
+
+CATALOG_HISTORY_SQL = (
+    "SELECT concat_ws(':', d.oid, d.xmin) FROM pg_database d WHERE d.datname = current_database()"
+)
+"""What of :data:`HISTORY_SQL` a server that refuses its functions still tells (one without a
+WAL of its own to name, or a role denied them)."""
+
+_histories: weakref.WeakKeyDictionary[psycopg.Connection[Any], int] = weakref.WeakKeyDictionary()
+
+
+def _learn_history(raw: psycopg.Connection[Any]) -> None:
+    """Read and keep the new session ``raw``'s :func:`history` (autocommit, nothing open: a
+    refused statement leaves nothing behind)."""
+    import psycopg
+
+    for sql in (HISTORY_SQL, CATALOG_HISTORY_SQL):
+        try:
+            row = raw.execute(sql).fetchone()  # type: ignore[arg-type,unused-ignore]  # ours
+        except psycopg.Error:
+            continue
+        if row is not None and row[0]:
+            digest = hashlib.blake2b(str(row[0]).encode(), digest_size=8).digest()
+            _histories[raw] = int.from_bytes(digest) >> 1
+            return
+    _histories[raw] = secrets.randbits(63)
+
+
+def history(raw: psycopg.Connection[Any]) -> int:
+    """A number (63 bits) for where in its database's history the session ``raw`` is
+    (:data:`HISTORY_SQL`): the status read mixes it into its mark, so a status kept (in memory,
+    or the status image) is never brought up to date on another history of the database, whose
+    clock may have ticked past the mark through other writes. A session whose history could
+    not be read has a number of its own, equal to no other's."""
+    found = _histories.get(raw)
+    if found is None:
+        found = _histories.setdefault(raw, secrets.randbits(63))
+    return found
 
 
 def connect(path: Path, *, read_only: bool) -> PgConnection:
@@ -256,6 +311,11 @@ class PgConnection:
                 raise
             self._replace()
             return self._execute(sql, params)
+
+    @property
+    def history(self) -> int:
+        """:func:`history` of the session in use now."""
+        return history(self.raw)
 
     def reads_generic(
         self, reads: Sequence[tuple[str, Sequence[object]]]

@@ -7,9 +7,14 @@ asks for the pairs the schema's status clock ticked since (``status_ticks``, set
 the statement that writes a pair, a delivery or a probe, in whichever process), an index range:
 one delivery recorded, one pair read. A pair added or deleted, or a static column written (the
 pairs' stamp), another file (the epoch), a clock behind the mark, or a read inside a write
-transaction (what it sees may yet be rolled back) reads every pair again. Not seen: an older
-image of this same file copied over it in place, then written past the mark before the next
-read (no meshtui command writes a file in place: restore fills an empty folder).
+transaction (what it sees may yet be rolled back) reads every pair again. On PostgreSQL the
+mark also names where in the database's history the session read it
+(:func:`~meshtui.inventory.pg_connection.history`): a promoted standby that lacks the old
+primary's last writes, a point-in-time recovery, a restore into a new cluster or a database made
+again from a copy (even given its oid back) is another history, whose clock may tick past the
+mark through other writes. Not seen: an older image of this same SQLite file copied over it in
+place, then written past the mark before the next read (no meshtui command writes a file in
+place: restore fills an empty folder).
 """
 
 from __future__ import annotations
@@ -118,7 +123,7 @@ def changes(
     if began:
         conn.execute(dialect(conn).begin_read)
     try:
-        mark = StatusMark(*conn.execute(MARK_SQL).fetchone())
+        mark = _of_session(conn, StatusMark(*conn.execute(MARK_SQL).fetchone()))
         if (
             began
             and since is not None
@@ -146,17 +151,39 @@ def _at_once(
     the mark no longer holds or more than :data:`FEW_CHANGED` changed (the general path
     decides then)."""
     sql = AT_ONCE_SQL.format(named=dialect(conn).json_values)
-    params = [since.tick, json.dumps(sorted(also)), since.epoch, since.stamp, since.tick]
+    params = [since.tick, json.dumps(sorted(also)), *_asked(conn, since)]
     (found,) = cast("PgConnection", conn).reads_generic([(sql, [*params, FEW_CHANGED])])
-    return _changes_of(since, found)
+    return _changes_of(since, found, conn)
 
 
-def _changes_of(since: StatusMark, found: Sequence[Sequence[object]]) -> StatusChanges | None:
-    """:data:`AT_ONCE_SQL`'s rows as the changes since ``since``, or None (see
-    :func:`_at_once`)."""
+def _of_session(conn: sqlite3.Connection, mark: StatusMark) -> StatusMark:
+    """``mark`` as read on ``conn``, its epoch mixed with where in the database's history the
+    session is (PostgreSQL: :func:`~meshtui.inventory.pg_connection.history`), so that a mark
+    read on another history (a promoted standby that lacks the old primary's last writes, a
+    restore, a database made again) never holds, whatever its clock says since."""
+    if dialect(conn) is not POSTGRES:
+        return mark
+    return StatusMark(mark.epoch ^ cast("PgConnection", conn).history, mark.stamp, mark.tick)
+
+
+def _asked(conn: sqlite3.Connection, since: StatusMark) -> list[int]:
+    """The epoch, stamp and tick :data:`AT_ONCE_SQL` compares with the database's mark:
+    ``since`` with this session's history taken out of its epoch (:func:`_of_session`)."""
+    return [_of_session(conn, since).epoch, since.stamp, since.tick]
+
+
+def _changes_of(
+    since: StatusMark, found: Sequence[Sequence[object]], conn: sqlite3.Connection
+) -> StatusChanges | None:
+    """:data:`AT_ONCE_SQL`'s rows (read on ``conn``) as the changes since ``since``, or None
+    (see :func:`_at_once`)."""
     epoch, stamp, tick, changed = cast("tuple[int, int, int, int]", found[0][:4])
-    mark = StatusMark(epoch, stamp, tick)
-    if (since.epoch, since.stamp) != (epoch, stamp) or since.tick > tick or changed > FEW_CHANGED:
+    mark = _of_session(conn, StatusMark(epoch, stamp, tick))
+    if (
+        (since.epoch, since.stamp) != (mark.epoch, stamp)
+        or since.tick > tick
+        or changed > FEW_CHANGED
+    ):
         return None
     rows = [cast(StatusRow, tuple(row[4:])) for row in found if row[4] is not None]
     return StatusChanges(mark, False, rows)
@@ -186,11 +213,11 @@ def kept_at_once(
     changes since ``since`` with ``also`` and every pair of an open rotation (None when the
     mark no longer holds or too many changed)."""
     sql = AT_ONCE_SQL.format(named=dialect(conn).json_values + ROTATING_PAIRS)
-    params = [since.tick, json.dumps(sorted(also)), since.epoch, since.stamp, since.tick]
+    params = [since.tick, json.dumps(sorted(also)), *_asked(conn, since)]
     rotations, kinds, found = cast("PgConnection", conn).reads_generic(
         [(OPEN_ROTATIONS_SQL, []), (kinds_sql, []), (sql, [*params, FEW_CHANGED])]
     )
-    return rotations, kinds, _changes_of(since, found)
+    return rotations, kinds, _changes_of(since, found, conn)
 
 
 def _count(conn: sqlite3.Connection) -> int:

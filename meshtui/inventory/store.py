@@ -617,8 +617,10 @@ class Inventory:
 
     def identity(self) -> Identity | None:
         """Which inventory this is (:class:`~meshtui.inventory.rows.Identity`); None when the
-        file is gone. A PostgreSQL database is known by its server and its oid (a database
-        restored from a dump is another), read once."""
+        file is gone. A PostgreSQL database is known by its server and its oid, read once;
+        a copy given the same oid (a restore into a new cluster, a promoted standby) is told
+        apart by the status mark, which names the session's history
+        (:func:`~meshtui.inventory.pg_connection.history`)."""
         try:
             st = os.stat(self.path if self.dialect is SQLITE else self.path.parent)
         except OSError:

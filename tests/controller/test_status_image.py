@@ -31,6 +31,12 @@ from meshtui.inventory import Inventory, now
 from meshtui.inventory.rows import StatusChanges, StatusMark
 from meshtui.model import State
 from tests.fix_pg import Engine, inventory_database
+from tests.test_inventory_postgres import (  # noqa: F401
+    Replicated,
+    standby,
+    text_of,
+    write_conninfo,
+)
 from tests.test_status_read import PAIRS, pair_record, probe, want
 
 LIE = "a lie the image was given"
@@ -470,3 +476,187 @@ def test_an_image_of_another_postgres_database_is_not_used(pg_clean: Any, tmp_pa
     with Inventory.open(tmp_path / "inventory.db", postgres=copy) as inv:
         got = statuses(inv, image=tmp_path)
         assert not believed(got) and got == statuses(inv)
+
+
+def _probed(conninfo: Path, folder: Path, pid: str) -> tuple[list[Any], list[Any]]:
+    """One probe of ``pid`` written (a status tick) on the inventory ``conninfo`` names, then
+    the statuses a one-shot reader makes there through the image in ``folder``, and those of
+    a read of every pair."""
+    with Inventory.open(folder / "inventory.db", postgres=conninfo) as inv:
+        with inv.transaction("test") as tx:
+            tx.add_probes([probe(pid, random.Random(7))])
+        return statuses(inv, image=folder), statuses(inv)
+
+
+def test_an_image_of_what_a_promoted_standby_never_received_is_not_used(
+    standby: Replicated,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """The inventory's primary dies and its standby, which had not received the last write,
+    is promoted (one conninfo naming both, ``target_session_attrs=read-write``): same server
+    name, same database oid, same epoch and stamp, and the next write brings its tick back to
+    the image's. The image made on the lost primary holds what the promoted standby does not:
+    it is not used there."""
+    conninfo = write_conninfo(tmp_path / "both.conninfo",
+                              standby.both(target_session_attrs="read-write"))  # fmt: skip
+    filled(Inventory.open(tmp_path / "inventory.db", postgres=conninfo)).close()
+    standby.cut_off()
+    _probed(conninfo, tmp_path, PAIRS[2])  # the write the standby never gets, and the image
+    plant(tmp_path, lied(image_json(tmp_path)))
+    standby.primary.stop()
+    standby.promote()
+    got, truth = _probed(conninfo, tmp_path, PAIRS[3])  # on the promoted standby
+    assert not believed(got) and got == truth
+
+
+def test_a_keeping_reader_reads_every_pair_again_on_the_promoted_standby(
+    standby: Replicated,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A reader that keeps its statuses (``watch``) across the same switch, its connection
+    opened anew on the promoted standby: what it kept from the lost primary is not brought up
+    to date there (the clock caught up with its mark through another write), it reads every
+    pair again."""
+    conninfo = write_conninfo(tmp_path / "both.conninfo",
+                              standby.both(target_session_attrs="read-write"))  # fmt: skip
+    with filled(Inventory.open(tmp_path / "inventory.db", postgres=conninfo)) as inv:
+        standby.cut_off()
+        with inv.transaction("test") as tx:
+            tx.add_probes([probe(PAIRS[2], random.Random(7))])  # never received
+        statuses(inv, keep=True)
+        standby.primary.stop()
+        standby.promote()
+        with inv.transaction("test") as tx:  # on the promoted standby
+            tx.add_probes([probe(PAIRS[3], random.Random(7))])
+        assert statuses(inv, keep=True) == statuses(inv)
+
+
+def test_an_image_of_a_database_recreated_with_its_oid_is_not_used(
+    pg_clean: Any, tmp_path: Path
+) -> None:
+    """The inventory's database dropped and made again from an earlier copy of it, with the
+    same oid (``CREATE DATABASE … OID``, as a restore that gives it back its number): the
+    same server, oid, epoch and stamp, and the next write brings its tick back to the image's.
+    The image made before holds what the database no longer does: it is not used."""
+    import psycopg
+    from psycopg import sql
+
+    first = inventory_database(pg_clean, tmp_path)
+    filled(Inventory.open(tmp_path / "inventory.db", postgres=first)).close()
+    name = str(psycopg.conninfo.conninfo_to_dict(first.read_text().strip())["dbname"])
+    with psycopg.connect(pg_clean.admin_conninfo(), autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+            sql.Identifier(f"{name}_earlier"), sql.Identifier(name)))  # fmt: skip
+    _probed(first, tmp_path, PAIRS[2])  # the write the earlier copy lacks, and the image
+    plant(tmp_path, lied(image_json(tmp_path)))
+    with psycopg.connect(pg_clean.admin_conninfo(), autocommit=True) as conn:
+        found = conn.execute("SELECT oid FROM pg_database WHERE datname = %s", [name]).fetchone()
+        assert found is not None
+        conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE DATABASE {} OID {} TEMPLATE {}").format(
+            sql.Identifier(name), sql.Literal(found[0]), sql.Identifier(f"{name}_earlier")))  # fmt: skip
+    got, truth = _probed(first, tmp_path, PAIRS[3])
+    assert not believed(got) and got == truth
+
+
+IDENTITY_PARTS = (
+    "SELECT d.oid, d.xmin::text, c.epoch, s.stamp FROM pg_database d, status_clock c, "
+    "pairs_stamp s WHERE d.datname = current_database()"
+)
+"""What tells two databases apart short of their cluster: oid, catalog row, status epoch, stamp."""
+
+
+def _first_database(cluster: Any, folder: Path) -> Path:
+    """The first database made on ``cluster`` (its number the first a new cluster gives), and
+    a conninfo file naming it in ``folder``."""
+    import psycopg
+
+    with psycopg.connect(cluster.admin_conninfo(), autocommit=True) as conn:
+        conn.execute("CREATE DATABASE inventory")
+    return write_conninfo(folder / "inventory.conninfo",
+                          psycopg.conninfo.make_conninfo(cluster.admin_conninfo(),
+                                                         dbname="inventory"))  # fmt: skip
+
+
+def test_an_image_of_a_server_made_anew_under_its_name_is_not_used(tmp_path: Path) -> None:
+    """The inventory's server made anew where it was (same socket and port), its database
+    made the same way (the same oid, the same catalog row) and a dump of it restored: same
+    server name, oid, epoch and stamp, and the next write brings its tick back to the image's.
+    The image made on the old server holds the write the dump lacks: it is not used."""
+    import psycopg
+
+    from meshtui.kinds.postgres.lab import create_cluster
+    from tests.fix_pg import BINARIES, start_cluster
+
+    old, base = start_cluster("15")
+    try:
+        conninfo = _first_database(old, tmp_path)
+        filled(Inventory.open(tmp_path / "inventory.db", postgres=conninfo)).close()
+        done = old._run([str(old.binaries / "pg_dump"), "-h", str(old.socket_dir), "-p", str(old.port),
+                         "-U", "postgres", "--inserts", "-d", "inventory"])  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        dumped = [line for line in done.stdout.splitlines() if not line.startswith("\\")]
+        _probed(conninfo, tmp_path, PAIRS[2])  # the write the dump lacks, and the image
+        plant(tmp_path, lied(image_json(tmp_path)))
+        with psycopg.connect(text_of(conninfo)) as conn:
+            before = conn.execute(IDENTITY_PARTS).fetchone()
+        old.stop()
+        shutil.rmtree(old.datadir)
+        new = create_cluster(old.datadir, port=old.port, bindir=BINARIES["15"])
+        new.start()
+        assert _first_database(new, tmp_path) == conninfo
+        with psycopg.connect(text_of(conninfo), autocommit=True) as conn:
+            conn.execute("\n".join(dumped))
+        with psycopg.connect(text_of(conninfo)) as conn:
+            assert conn.execute(IDENTITY_PARTS).fetchone() == before  # only the cluster differs
+        got, truth = _probed(conninfo, tmp_path, PAIRS[3])
+        assert not believed(got) and got == truth
+    finally:
+        old.stop()  # the new server, in the same folder
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.parametrize("refused", [1, 2])
+def test_a_server_that_refuses_to_say_its_history_still_reads_status(
+    pg_clean: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, refused: int
+) -> None:
+    """A server that refuses the functions naming its cluster and timeline (a role denied
+    them, a server with no WAL of its own) is known by its database's row alone, and the image
+    is still used from one session to the next; one that refuses even that gets a history of
+    its own per session: the image is never used, and every status is still right."""
+    from meshtui.inventory import pg_connection
+
+    seen = brought_up(monkeypatch)
+    monkeypatch.setattr(pg_connection, "HISTORY_SQL", "SELECT meshtui_refused()")
+    if refused == 2:
+        monkeypatch.setattr(pg_connection, "CATALOG_HISTORY_SQL", "SELECT meshtui_refused()")
+    conninfo = inventory_database(pg_clean, tmp_path)
+    filled(Inventory.open(tmp_path / "inventory.db", postgres=conninfo)).close()
+    for pid in PAIRS[:2]:
+        got, truth = _probed(conninfo, tmp_path, pid)
+        assert got == truth
+    assert seen[1][:2] == (True, refused == 2)  # the second session: the image, held or not
+
+
+def _one_statement(inv: Inventory, folder: Path, pid: str, reads: list[Any], keep: bool) -> None:
+    """A probe of ``pid`` written, then a read through what is kept (in memory with ``keep``,
+    else the image in ``folder``): right, and nothing read apart from the one statement."""
+    with inv.transaction("test") as tx:
+        tx.add_probes([probe(pid, random.Random(3))])
+    del reads[:]
+    assert statuses(inv, keep=keep, image=folder) == statuses(inv)
+    assert reads == [], reads
+
+
+def test_a_keeping_reader_on_postgres_brings_its_status_up_in_one_statement(
+    pg_clean: Any, tmp_path: Path, reads: list[StatusChanges]
+) -> None:
+    """The history mixed into the mark is taken out again for the server's own comparison: a
+    read after a write is the one-statement read (not the mark and the changes read apart),
+    for a keeping reader on its session and for a one-shot reader of the image on a new one."""
+    conninfo = inventory_database(pg_clean, tmp_path)
+    with filled(Inventory.open(tmp_path / "inventory.db", postgres=conninfo)) as inv:
+        statuses(inv, keep=True, image=tmp_path)  # every pair read, kept, and the image
+        _one_statement(inv, tmp_path, PAIRS[2], reads, keep=True)
+    with Inventory.open(tmp_path / "inventory.db", postgres=conninfo) as inv:
+        _one_statement(inv, tmp_path, PAIRS[3], reads, keep=False)

@@ -15,7 +15,8 @@ every pair, as it would without one): a regular file (never a link followed, nev
 blocked on), owned by the inventory's owner and readable by nobody else, of this format and
 made by this very code (a digest of the modules that make a status), for this inventory (a
 SQLite file's device and inode, a PostgreSQL database's server and oid: a restored or re-created
-inventory is another). It is written
+inventory is another; on PostgreSQL its mark names the database's history too, see
+:mod:`meshtui.inventory.status_read`). It is written
 atomically (:mod:`meshtui.atomic`, 0600, given the inventory's owner) only by a process that
 may (the inventory's owner, or root), without fsync (a cache: a crash leaves the old image or
 none, which the checks above refuse); any failure to write (a read-only folder or mount) is
