@@ -32,6 +32,17 @@ def state_of(lab_folder: Path, name: str) -> Path:
     return lab_folder / FOLDER / name
 
 
+def raised(lab_folder: Path) -> int:
+    """How many controllers the lab in ``lab_folder`` was raised with: its own, and each of
+    ctl-b, ctl-c... whose state folder is there (kept by ``lab down``, removed by ``--purge``)."""
+    count = 1
+    for name in names(MAX)[1:]:
+        if not config_path(state_of(lab_folder, name)).exists():
+            break
+        count += 1
+    return count
+
+
 def make(state_dir: Path, lab_folder: Path, count: int) -> list[ControllerKey]:
     """Name the first controller (``state_dir``'s, unless its controller.toml names it), make
     the others' state folders and keys, give each the others' public keys; every controller as

@@ -61,6 +61,7 @@ class Lab:
     pids: dict[str, int]
     declaration: Path
     datadir: Path
+    controllers: int = 1  # ctl-a, and ctl-b... in lab/controllers/ (meshtui.lab.controllers)
 
     def namespace(self, node: str) -> str | None:
         """The node's namespace (None in loopback mode)."""
@@ -109,6 +110,7 @@ def load(state_dir: Path) -> Lab | None:
         pids={k: int(v) for k, v in data["pids"].items()},
         declaration=Path(data["declaration"]),
         datadir=Path(data["datadir"]),
+        controllers=int(data.get("controllers", 1)),
     )
 
 
@@ -120,6 +122,7 @@ def _save(lab: Lab) -> None:
         "pids": lab.pids,
         "declaration": str(lab.declaration),
         "datadir": str(lab.datadir),
+        "controllers": lab.controllers,
     }
     write_private(lab.folder / "lab.json", json.dumps(data, indent=1).encode())
 
@@ -136,7 +139,7 @@ def up(
     loopback: bool | None = None,
     provisioner: str | None = None,
     kinds: Mapping[str, bool] | None = None,
-    controllers: int = 1,
+    controllers: int | None = None,
 ) -> Lab:
     """Build (or complete) the lab; safe to run twice. Returns what is running.
 
@@ -146,7 +149,9 @@ def up(
     machine can run its server. The default kind's server, which every module requires, always
     runs; ``provisioner`` (or $MESHTUI_LAB_PROVISIONER) is its provider's provisioner command.
     ``controllers``: more than one raises the others beside the state folder's own
-    (:mod:`meshtui.lab.controllers`), every node accepting each by its own key.
+    (:mod:`meshtui.lab.controllers`), every node accepting each by its own key; None keeps
+    those the lab was raised with (a ``lab up`` after ``lab down``: every node still accepts
+    each, and keeps the audit head one of them signed).
     """
     wanted = kinds or {}
     chosen = {
@@ -162,6 +167,8 @@ def up(
     folder = state_dir / LAB
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o711)
+    if controllers is None:
+        controllers = controllers_mod.raised(folder)
     others = [controllers_mod.state_of(folder, n) for n in controllers_mod.names(controllers)[1:]]
     if others:  # one inventory for all of them, on PostgreSQL: refused before anything is raised
         shared_inventory.check(state_dir, folder, others)
@@ -218,6 +225,7 @@ def up(
         pids=dict(previous.pids) if previous else {},
         declaration=decl,
         datadir=folder / chosen[registry.DEFAULT][1].folder,
+        controllers=controllers,
     )
     for node in nodes:
         running = lab.pids.get(node)
