@@ -473,6 +473,7 @@ def down(
         netns.destroy(name)
         done.append(f"removed namespaces {name}-*")
     if purge and folder.exists():
+        done += controllers_mod.forget(state_dir, folder)
         # the data directory inside is the server user's: never follow what it left there
         foreign.remove_tree(folder)
         done.append(f"removed {folder}")

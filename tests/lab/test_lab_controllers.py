@@ -167,5 +167,7 @@ def test_lab_down_stops_the_inventory_and_purge_points_the_folder_back_at_sqlite
         assert again.returncode == 0, again.stderr  # the lab's own inventory started again
         reached = cli(folder, "probe")
         assert reached.returncode == 0, f"{folder}: {reached.stdout}{reached.stderr}"
+    assert (state / "controllers" / "ctl-b.pub").exists()
     lab_mesh.down(state, purge=True)
     assert config.load(state).postgres is None and not built.folder.exists()
+    assert not (state / "controllers" / "ctl-b.pub").exists()  # doctor asks for no ctl-b now
