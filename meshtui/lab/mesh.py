@@ -47,6 +47,8 @@ DEFAULT_MESH: dict[str, list[str]] = {
 }
 PROVIDER_NODE = "db1"
 AGENT_START_S = 20.0
+AGENT_LOG_LINES = 8
+"""How much of an agent's log a failed start shows."""
 PROVISIONER_ENV = "MESHTUI_LAB_PROVISIONER"
 
 
@@ -289,8 +291,13 @@ def _wait_agent(lab: Lab, node: str) -> None:
     sock, pid = lab.socket(node), lab.pids[node]
     if poll(lambda: agent_answers(sock), AGENT_START_S, unless=lambda: not _alive(pid)):
         return
-    tail = (lab.folder / f"{node}.agent.log").read_text(errors="replace")[-800:]
-    raise LabError(f"the agent of {node} did not start; its log ends:\n{tail}")
+    log = (lab.folder / f"{node}.agent.log").read_text(errors="replace")
+    tail = "\n".join(log.splitlines()[-AGENT_LOG_LINES:])  # whole lines: its last says why
+    raise LabError(
+        f"the agent of {node} did not start; its log ends:\n{tail}\n"
+        f"the rest of the lab is up: fix what the log's last line names and run "
+        f"meshtui --state {lab.folder.parent} lab up again, or lab down to take it down"
+    )
 
 
 def _make_credential_folders(srv: Path, mesh: dict[str, list[str]]) -> None:

@@ -17,6 +17,7 @@ import pytest
 from meshtui import crypto
 from meshtui.controller import config
 from meshtui.controller.core import Controller
+from meshtui.errors import LabError
 from meshtui.lab import controllers, shared_inventory
 from meshtui.lab import mesh as lab_mesh
 from meshtui.protocol import messages
@@ -160,6 +161,13 @@ def test_lab_down_stops_the_inventory_and_purge_points_the_folder_back_at_sqlite
     assert shown.returncode == 1 and "inventory on PostgreSQL" in shown.stderr, shown.stderr
     assert time.monotonic() - began < 20
     assert f"meshtui --state {state} lab up starts it again" in shown.stderr, shown.stderr
+    with pytest.raises(LabError) as refused:  # one controller: no node accepts ctl-b now
+        lab_mesh.up(state, kinds=ONLY_POSTGRES, mesh={"app1": ["gitea"]}, controllers=1)
+    said = str(refused.value)
+    assert "not signed by the key of controller ctl-b" in said, said  # the head ctl-b signed
+    tail = said.split("its log ends:\n", 1)[1].split("\nthe rest of the lab is up", 1)[0]
+    assert all(line.startswith(("20", "meshtui")) for line in tail.splitlines()), tail
+    assert f"meshtui --state {state} lab up again, or lab down" in said, said
     again_up = lab_mesh.up(state, kinds=ONLY_POSTGRES, mesh={"app1": ["gitea"]})  # no --controllers
     assert again_up.controllers == 2  # the ones it was raised with: every node accepts both
     for folder in (state, b):
