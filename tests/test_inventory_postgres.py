@@ -725,3 +725,14 @@ def test_the_inventory_connection_ends_on_a_cut_link_in_seconds(tmp_path: Path) 
     assert params["keepalives_idle"] == "4" and params["keepalives_interval"] == "1"
     conninfo.write_text("host=10.0.0.9 dbname=meshtui keepalives_idle=30\n")
     assert conninfo_to_dict(pg_connection.settings(conninfo).conninfo)["keepalives_idle"] == "30"
+
+
+def test_a_server_not_running_is_one_line_whose_parts_stay_apart(tmp_path: Path) -> None:
+    """libpq's two lines (the failure, then "Is the server running …") read as two, not as
+    one sentence run together, when a command prints them on one line."""
+    from meshtui.inventory import pg_connection
+
+    with pytest.raises(psycopg.OperationalError) as failed:
+        psycopg.connect(f"host={tmp_path} port={free_port()} dbname=x connect_timeout=2")
+    said = pg_connection.reason(failed.value)
+    assert "\n" not in said and "directory; Is the server running" in said, said

@@ -37,10 +37,10 @@ def cmd_lab(args: argparse.Namespace) -> int:
                 f"  {node:6} {address:12} agent unix:{built.socket(node)} (pid {built.pids[node]})"
             )
         print(f"declaration: {built.declaration}")
-        if args.controllers > 1:
+        if built.controllers > 1:
             from meshtui.lab import controllers
 
-            others = controllers.names(args.controllers)[1:]
+            others = controllers.names(built.controllers)[1:]
             folders = [controllers.state_of(built.folder, name) for name in others]
             print(f"controllers: this state folder and {', '.join(map(str, folders))}")
             print("  every lab node accepts each by its own key (its policy's [[controllers]])")
@@ -48,7 +48,7 @@ def cmd_lab(args: argparse.Namespace) -> int:
 
             print(f"  one inventory for all, on PostgreSQL: conninfo {load_config(state).postgres}")
             for folder in folders:
-                print(f"  meshtui --state {folder} declare {built.declaration}")
+                print(f"  each sees what the others do: meshtui --state {folder} status")
         print(
             f"next: meshtui --state {state} declare {built.declaration} && meshtui --state {state} push"
         )
@@ -60,7 +60,8 @@ def cmd_lab(args: argparse.Namespace) -> int:
             print(line)
         return EXIT_OK
     if args.lab_command == "down":
-        for line in lab.down(state, purge=args.purge) or ["nothing was running"]:
+        done = lab.down(state, purge=args.purge, waiting=say_waiting)
+        for line in done or ["nothing was running"]:
             print(line)
         return EXIT_OK
     info = lab.status(state)
@@ -69,6 +70,12 @@ def cmd_lab(args: argparse.Namespace) -> int:
     else:
         render.lab_status(info)
     return EXIT_OK if lab_ok(info) else EXIT_FAILED
+
+
+def say_waiting(line: str) -> None:
+    """What ``lab down`` waits for, on stderr as it goes: a teardown silent for the many
+    seconds SeaweedFS takes to stop looks hung, and invites a Ctrl-C in the middle of it."""
+    print(line, file=sys.stderr, flush=True)
 
 
 def lab_ok(info: LabStatus) -> bool:
@@ -116,5 +123,5 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 f"the lab is still up; meshtui --state {state} lab down removes it", file=sys.stderr
             )
         else:
-            for line in lab.down(state, waiting=lambda w: print(w, file=sys.stderr, flush=True)):
+            for line in lab.down(state, waiting=say_waiting):
                 print(line, file=sys.stderr)

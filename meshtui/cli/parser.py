@@ -319,10 +319,10 @@ def _lab(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.add_argument(
         "--controllers",
         type=int,
-        default=1,
+        default=None,
         metavar="N",
         help="raise N controllers (ctl-a here, ctl-b... in lab/controllers/), each its own key, "
-        "every node accepting each (default 1)",
+        "every node accepting each (default: those this lab was raised with, else 1)",
     )
     s.set_defaults(func=handler("lab up"))
     s = group.add_parser("down", help="stop and remove every process and namespace the lab made")

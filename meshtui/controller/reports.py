@@ -568,7 +568,8 @@ class Leadership:
         if self.left_s <= 0:
             return (
                 f"no leader: {self.holder}'s lease (epoch {self.epoch}) ran out "
-                f"{-self.left_s:.0f} s ago; a standby watch takes over at its next try"
+                f"{-self.left_s:.0f} s ago; a standby watch, if one runs, takes over at its next "
+                "try (none runs? start meshtui watch on a controller)"
             )
         return (
             f"leader {self.holder} (host {self.host}, pid {self.pid}), epoch {self.epoch}, "

@@ -59,8 +59,10 @@ def server_name(conninfo: str) -> str:
 
 
 def reason(exc: BaseException) -> str:
-    """libpq's message in one line, without what it repeats of the conninfo."""
-    text = " ".join(str(exc).split())
+    """libpq's message in one line, without what it repeats of the conninfo; its lines
+    (the failure, then libpq's hint) kept apart by a semicolon."""
+    lines = (" ".join(line.split()) for line in str(exc).splitlines())
+    text = "; ".join(line for line in lines if line)
     if "failed: " in text:
         text = text.split("failed: ", 1)[1]
     return text or type(exc).__name__

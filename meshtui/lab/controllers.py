@@ -11,7 +11,7 @@ from meshtui import crypto
 from meshtui.controller.config import load as load_config
 from meshtui.controller.config import path_of as config_path
 from meshtui.controller.config import write_name
-from meshtui.controller.keys import KEY_STEM, add_peer, write_keys_once
+from meshtui.controller.keys import KEY_STEM, PEERS, add_peer, write_keys_once
 from meshtui.errors import LabError
 from meshtui.host.policy.node_policy import ControllerKey
 
@@ -30,6 +30,17 @@ def names(count: int) -> list[str]:
 def state_of(lab_folder: Path, name: str) -> Path:
     """The state folder of the lab's controller ``name`` (not the first: that is the lab's own)."""
     return lab_folder / FOLDER / name
+
+
+def raised(lab_folder: Path) -> int:
+    """How many controllers the lab in ``lab_folder`` was raised with: its own, and each of
+    ctl-b, ctl-c... whose state folder is there (kept by ``lab down``, removed by ``--purge``)."""
+    count = 1
+    for name in names(MAX)[1:]:
+        if not config_path(state_of(lab_folder, name)).exists():
+            break
+        count += 1
+    return count
 
 
 def make(state_dir: Path, lab_folder: Path, count: int) -> list[ControllerKey]:
@@ -56,3 +67,21 @@ def make(state_dir: Path, lab_folder: Path, count: int) -> list[ControllerKey]:
         ControllerKey(name, crypto.load_public(folder / f"{KEY_STEM}.pub", need_seal=False).verify)
         for name, folder in folders.items()
     ]
+
+
+def forget(state_dir: Path, lab_folder: Path) -> list[str]:
+    """Before ``lab down --purge`` deletes the lab's other controllers: the state folder's own
+    copy of each one's public key (``controllers/NAME.pub``, which :func:`make` put there), so
+    that ``doctor`` on a later lab does not ask every node to accept a controller that is gone.
+    A copy that is not that controller's key (put there by the operator) is left."""
+    done = []
+    for folder in sorted((lab_folder / FOLDER).glob("ctl-*")):
+        kept = state_dir / PEERS / f"{folder.name}.pub"
+        try:
+            if kept.read_bytes() != (folder / f"{KEY_STEM}.pub").read_bytes():
+                continue
+        except OSError:
+            continue
+        kept.unlink()
+        done.append(f"forgot controller {folder.name} (removed {kept})")
+    return done

@@ -47,6 +47,8 @@ DEFAULT_MESH: dict[str, list[str]] = {
 }
 PROVIDER_NODE = "db1"
 AGENT_START_S = 20.0
+AGENT_LOG_LINES = 8
+"""How much of an agent's log a failed start shows."""
 PROVISIONER_ENV = "MESHTUI_LAB_PROVISIONER"
 
 
@@ -61,6 +63,7 @@ class Lab:
     pids: dict[str, int]
     declaration: Path
     datadir: Path
+    controllers: int = 1  # ctl-a, and ctl-b... in lab/controllers/ (meshtui.lab.controllers)
 
     def namespace(self, node: str) -> str | None:
         """The node's namespace (None in loopback mode)."""
@@ -109,6 +112,7 @@ def load(state_dir: Path) -> Lab | None:
         pids={k: int(v) for k, v in data["pids"].items()},
         declaration=Path(data["declaration"]),
         datadir=Path(data["datadir"]),
+        controllers=int(data.get("controllers", 1)),
     )
 
 
@@ -120,6 +124,7 @@ def _save(lab: Lab) -> None:
         "pids": lab.pids,
         "declaration": str(lab.declaration),
         "datadir": str(lab.datadir),
+        "controllers": lab.controllers,
     }
     write_private(lab.folder / "lab.json", json.dumps(data, indent=1).encode())
 
@@ -136,7 +141,7 @@ def up(
     loopback: bool | None = None,
     provisioner: str | None = None,
     kinds: Mapping[str, bool] | None = None,
-    controllers: int = 1,
+    controllers: int | None = None,
 ) -> Lab:
     """Build (or complete) the lab; safe to run twice. Returns what is running.
 
@@ -146,7 +151,9 @@ def up(
     machine can run its server. The default kind's server, which every module requires, always
     runs; ``provisioner`` (or $MESHTUI_LAB_PROVISIONER) is its provider's provisioner command.
     ``controllers``: more than one raises the others beside the state folder's own
-    (:mod:`meshtui.lab.controllers`), every node accepting each by its own key.
+    (:mod:`meshtui.lab.controllers`), every node accepting each by its own key; None keeps
+    those the lab was raised with (a ``lab up`` after ``lab down``: every node still accepts
+    each, and keeps the audit head one of them signed).
     """
     wanted = kinds or {}
     chosen = {
@@ -162,6 +169,8 @@ def up(
     folder = state_dir / LAB
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o711)
+    if controllers is None:
+        controllers = controllers_mod.raised(folder)
     others = [controllers_mod.state_of(folder, n) for n in controllers_mod.names(controllers)[1:]]
     if others:  # one inventory for all of them, on PostgreSQL: refused before anything is raised
         shared_inventory.check(state_dir, folder, others)
@@ -218,6 +227,7 @@ def up(
         pids=dict(previous.pids) if previous else {},
         declaration=decl,
         datadir=folder / chosen[registry.DEFAULT][1].folder,
+        controllers=controllers,
     )
     for node in nodes:
         running = lab.pids.get(node)
@@ -281,8 +291,13 @@ def _wait_agent(lab: Lab, node: str) -> None:
     sock, pid = lab.socket(node), lab.pids[node]
     if poll(lambda: agent_answers(sock), AGENT_START_S, unless=lambda: not _alive(pid)):
         return
-    tail = (lab.folder / f"{node}.agent.log").read_text(errors="replace")[-800:]
-    raise LabError(f"the agent of {node} did not start; its log ends:\n{tail}")
+    log = (lab.folder / f"{node}.agent.log").read_text(errors="replace")
+    tail = "\n".join(log.splitlines()[-AGENT_LOG_LINES:])  # whole lines: its last says why
+    raise LabError(
+        f"the agent of {node} did not start; its log ends:\n{tail}\n"
+        f"the rest of the lab is up: fix what the log's last line names and run "
+        f"meshtui --state {lab.folder.parent} lab up again, or lab down to take it down"
+    )
 
 
 def _make_credential_folders(srv: Path, mesh: dict[str, list[str]]) -> None:
@@ -465,6 +480,7 @@ def down(
         netns.destroy(name)
         done.append(f"removed namespaces {name}-*")
     if purge and folder.exists():
+        done += controllers_mod.forget(state_dir, folder)
         # the data directory inside is the server user's: never follow what it left there
         foreign.remove_tree(folder)
         done.append(f"removed {folder}")

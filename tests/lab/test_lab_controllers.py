@@ -17,6 +17,7 @@ import pytest
 from meshtui import crypto
 from meshtui.controller import config
 from meshtui.controller.core import Controller
+from meshtui.errors import LabError
 from meshtui.lab import controllers, shared_inventory
 from meshtui.lab import mesh as lab_mesh
 from meshtui.protocol import messages
@@ -143,22 +144,38 @@ def test_lab_up_again_keeps_both_controllers_keys(lab):
     assert done.returncode == 0, done.stderr
     assert (b / "controller.pub").read_text() == before
     assert "lab/controllers/ctl-b" in done.stdout
+    assert f"meshtui --state {b} status" in done.stdout  # it sees the one inventory: no declare
 
 
 def test_lab_down_stops_the_inventory_and_purge_points_the_folder_back_at_sqlite(lab):
     """Last of all (it takes the lab down; the fixture's own teardown then finds it gone)."""
     state, built = lab
     b = controllers.state_of(built.folder, "ctl-b")
+    rotated = cli(b, "rotate", "--all", "--yes")  # every node keeps an audit head ctl-b signed
+    assert rotated.returncode == 0, rotated.stdout + rotated.stderr
     down = cli(state, "lab", "down")
     assert down.returncode == 0 and "inventory PostgreSQL" in down.stdout, down.stdout
+    assert "stopping the agents ..." in down.stderr, down.stderr  # said as it goes
     began = time.monotonic()
     shown = cli(b, "status")
     assert shown.returncode == 1 and "inventory on PostgreSQL" in shown.stderr, shown.stderr
     assert time.monotonic() - began < 20
     assert f"meshtui --state {state} lab up starts it again" in shown.stderr, shown.stderr
-    lab_mesh.up(state, kinds=ONLY_POSTGRES, mesh={"app1": ["gitea"]})  # without --controllers
+    with pytest.raises(LabError) as refused:  # one controller: no node accepts ctl-b now
+        lab_mesh.up(state, kinds=ONLY_POSTGRES, mesh={"app1": ["gitea"]}, controllers=1)
+    said = str(refused.value)
+    assert "not signed by the key of controller ctl-b" in said, said  # the head ctl-b signed
+    tail = said.split("its log ends:\n", 1)[1].split("\nthe rest of the lab is up", 1)[0]
+    assert all(line.startswith(("20", "meshtui")) for line in tail.splitlines()), tail
+    assert f"meshtui --state {state} lab up again, or lab down" in said, said
+    again_up = lab_mesh.up(state, kinds=ONLY_POSTGRES, mesh={"app1": ["gitea"]})  # no --controllers
+    assert again_up.controllers == 2  # the ones it was raised with: every node accepts both
     for folder in (state, b):
         again = cli(folder, "status")
         assert again.returncode == 0, again.stderr  # the lab's own inventory started again
+        reached = cli(folder, "probe")
+        assert reached.returncode == 0, f"{folder}: {reached.stdout}{reached.stderr}"
+    assert (state / "controllers" / "ctl-b.pub").exists()
     lab_mesh.down(state, purge=True)
     assert config.load(state).postgres is None and not built.folder.exists()
+    assert not (state / "controllers" / "ctl-b.pub").exists()  # doctor asks for no ctl-b now
