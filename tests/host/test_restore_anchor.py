@@ -8,7 +8,10 @@ import hashlib
 import json
 from pathlib import Path
 
+import pytest
+
 from meshtui import crypto
+from meshtui.errors import WireError
 from meshtui.host.state.anchor import AuditAnchor
 from meshtui.host.state.guard import Accepted
 from meshtui.protocol import wire
@@ -97,3 +100,21 @@ def test_the_readable_copy_follows_a_restored_head(tmp_path: Path) -> None:
     node.anchor.copy()
     copied = wire.SignedHead.from_json(json.loads((tmp_path / "audit-head.json").read_text()))
     assert copied.seq == 5 and copied.restore == restored
+
+
+def test_a_kept_head_of_a_retired_controller_on_a_pinned_node_says_how_to_keep_it(
+    tmp_path: Path,
+) -> None:
+    """A node whose policy names no controller checks every head against its one pinned key: a
+    head kept from a controller since retired (ctl-b) stops the agent, and the refusal says
+    to name the controllers that stay (the named case keeps such a head), not only to delete
+    it."""
+    h = digest(7)
+    by_b = wire.SignedHead(7, h, crypto.b64(OTHER.sign(wire.head_message(7, h))), None, "ctl-b")
+    (tmp_path / "audit-head.json").write_text(json.dumps(by_b.to_json()))
+    with pytest.raises(WireError) as refused:
+        AuditAnchor(tmp_path, KEY.public().verify)
+    said = str(refused.value)
+    assert "not signed by the key of controller ctl-b" in said, said
+    assert "if controller ctl-b was retired, name the controllers that stay" in said, said
+    assert AuditAnchor(tmp_path, lambda name: OTHER.public().verify).head == by_b

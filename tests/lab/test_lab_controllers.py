@@ -165,6 +165,7 @@ def test_lab_down_stops_the_inventory_and_purge_points_the_folder_back_at_sqlite
         lab_mesh.up(state, kinds=ONLY_POSTGRES, mesh={"app1": ["gitea"]}, controllers=1)
     said = str(refused.value)
     assert "not signed by the key of controller ctl-b" in said, said  # the head ctl-b signed
+    assert "if controller ctl-b was retired, name the controllers that stay" in said, said
     tail = said.split("its log ends:\n", 1)[1].split("\nthe rest of the lab is up", 1)[0]
     assert all(line.startswith(("20", "meshtui")) for line in tail.splitlines()), tail
     assert f"meshtui --state {state} lab up again, or lab down" in said, said

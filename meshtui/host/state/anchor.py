@@ -35,6 +35,19 @@ ADVICE = (
 _NONCE = re.compile(r"[0-9a-f]{32,64}")
 
 
+def _unsigned_advice(head: SignedHead) -> str:
+    """What to do about a kept head the key of the controller it names does not verify: when
+    it names one, that controller may have been retired from a node whose policy now names no
+    controller (it then checks every head against its one pinned key)."""
+    if head.controller is None:
+        return ADVICE
+    return (
+        f"if controller {head.controller} was retired, name the controllers that stay in this "
+        "node's policy ([[controllers]]; a node that names them keeps a head a retired one "
+        f"signed) and restart the agent; otherwise {ADVICE}"
+    )
+
+
 def is_nonce(text: str) -> bool:
     """True for a nonce as the controller makes them (hex, 32 to 64 characters)."""
     return bool(_NONCE.fullmatch(text))
@@ -83,7 +96,7 @@ class AuditAnchor:
             if self._signed(head) is False:
                 raise WireError(
                     "the audit head in the guard's record is not signed by the key of "
-                    f"controller {head.controller or '(pinned)'}: {ADVICE}"
+                    f"controller {head.controller or '(pinned)'}: {_unsigned_advice(head)}"
                 )
             if self._head is None or head.seq > self._head.seq or head.restore is not None:
                 self._head = head  # the record is what a restart trusts (a restored head too)
@@ -102,7 +115,7 @@ class AuditAnchor:
         if self._signed(head) is False:
             raise WireError(
                 f"{self._path} is not signed by the key of controller "
-                f"{head.controller or '(pinned)'}: {ADVICE}"
+                f"{head.controller or '(pinned)'}: {_unsigned_advice(head)}"
             )
         return head
 
