@@ -21,7 +21,7 @@ import pytest
 
 from meshtui.controller.core import Controller
 from meshtui.lab import mesh as lab_mesh
-from meshtui.lab import netns
+from meshtui.lab import netns, runs
 
 
 def skip_without_netns() -> None:
@@ -40,6 +40,7 @@ def running_lab(
     skip_without_netns()
     state = Path(tempfile.mkdtemp(prefix=prefix))
     state.chmod(0o711)  # the PostgreSQL user must be able to enter it
+    runs.mark_folder(state)  # an interrupted run's sweep removes it
     try:
         built = lab_mesh.up(state, **up)
         with Controller.open(state) as ctl:

@@ -21,6 +21,7 @@ import pytest
 from psycopg import sql
 
 from meshtui.kinds.postgres.lab import Cluster, create_cluster
+from meshtui.lab import runs
 
 
 def free_port() -> int:
@@ -42,6 +43,7 @@ def start_cluster(version: str, **settings: str) -> tuple[Cluster, Path]:
     # cannot enter; a folder of our own under /tmp, opened for traversal only, can be.
     base = Path(tempfile.mkdtemp(prefix=f"meshtui-pg{version}-"))
     base.chmod(0o711)
+    runs.mark_folder(base)  # an interrupted run's sweep removes it
     try:
         cluster = create_cluster(base / "data", port=free_port(), bindir=BINARIES[version])
         cluster.start()

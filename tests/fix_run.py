@@ -4,7 +4,9 @@ The run's controlling process (not an xdist worker) first removes what a run kil
 (``kill -9``) left behind, then marks itself as a run (:mod:`meshtui.lab.runs`): every process
 the suite starts, in whatever session, carries the mark, and so does every network it builds.
 On SIGTERM or SIGINT it kills every process and removes every network of its own run before it
-ends by that signal; fixtures do not get to tear down, so their temporary folders stay.
+ends by that signal, and every temporary folder its fixtures marked as the run's
+(:func:`meshtui.lab.runs.mark_folder`: a server's data, a lab's state), which they do not get to
+remove themselves.
 """
 
 from __future__ import annotations

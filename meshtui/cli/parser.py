@@ -330,7 +330,8 @@ def _lab(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.set_defaults(func=handler("lab down"))
     s = group.add_parser(
         "sweep",
-        help="kill every process and remove every namespace a killed test run left behind",
+        help="kill every process, remove every namespace and temporary folder a killed test run "
+        "left behind",
     )
     s.set_defaults(func=handler("lab sweep"))
     s = group.add_parser("status", help="what is up: agents, PostgreSQL, Redis")

@@ -6,14 +6,19 @@ inherits the variable — :mod:`meshtui.runas` keeps it even in a server's own e
 a network built under it carries it as its bridge's alias (:func:`meshtui.lab.netns.create`).
 :func:`sweep` removes the processes and networks of the runs it is asked about: a run's own
 when it is interrupted, and those of runs whose owner is gone (``kill -9``) at the next run's
-start or by ``meshtui lab sweep``. Nothing without the mark is touched: an operator's servers,
-a lab brought up outside a run, another live run.
+start or by ``meshtui lab sweep``. A run's temporary folders (a server's data, a lab's state)
+carry the mark too, in a file of their own (:func:`mark_folder`), and go with the rest: an
+interrupted run's fixtures never get to remove them. Nothing without the mark is touched: an
+operator's servers, a lab brought up outside a run, another live run.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import stat
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -150,11 +155,54 @@ def _signal(pid: int, sig: int) -> None:
         pass
 
 
+FOLDER_MARK = ".meshtui-run"
+"""In a run's temporary folder: the mark of the run that made it (:func:`mark_folder`)."""
+FOLDER_PREFIX = "meshtui-"
+"""What the name of every temporary folder a run marks begins with, in the system's temp folder."""
+
+
+def mark_folder(folder: Path) -> None:
+    """Mark ``folder`` (a temporary folder in the system's temp folder, named
+    :data:`FOLDER_PREFIX`…) as this process's run's, so a sweep of that run removes it; nothing
+    outside a run."""
+    run = current()
+    if run is not None:
+        (folder / FOLDER_MARK).write_text(run.mark)
+
+
+def marked_folders(chosen: Callable[[Run], bool]) -> dict[Path, Run]:
+    """Every temporary folder a ``chosen`` run marked: a real folder (never a link) in the
+    system's temp folder, this user's, its mark a regular file."""
+    found: dict[Path, Run] = {}
+    me = os.geteuid()
+    for folder in Path(tempfile.gettempdir()).glob(f"{FOLDER_PREFIX}*"):
+        try:
+            st = folder.lstat()
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != me:
+                continue
+            fd = os.open(folder / FOLDER_MARK, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                continue
+            run = Run.parse(os.read(fd, 64).decode("ascii", "replace").strip())
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        if run is not None and chosen(run):
+            found[folder] = run
+    return found
+
+
 def sweep(chosen: Callable[[Run], bool]) -> list[str]:
-    """Kill every process and remove every network of the ``chosen`` runs; what was done.
+    """Kill every process, remove every network and every temporary folder of the ``chosen``
+    runs; what was done.
 
     Processes are stopped first, all of them, then killed, round after round until none is
-    left: a worker in the middle of starting a server cannot start another once stopped.
+    left: a worker in the middle of starting a server cannot start another once stopped. The
+    folders go last, once nothing runs in them.
     """
     done: list[str] = []
     for _ in range(20):
@@ -171,6 +219,9 @@ def sweep(chosen: Callable[[Run], bool]) -> list[str]:
     for name, run in sorted(marked_networks(chosen).items()):
         netns.destroy(name)
         done.append(f"removed namespaces {name}-* of run {run.mark}")
+    for folder, run in sorted(marked_folders(chosen).items()):
+        shutil.rmtree(folder, ignore_errors=True)
+        done.append(f"removed {folder} of run {run.mark}")
     return done
 
 

@@ -58,6 +58,7 @@ def _running(tmp_path: Path, *, with_lab: bool) -> tuple[subprocess.Popen[bytes]
     facts: dict[str, Any] = json.loads(ready.read_text())
     assert facts["run"] != os.environ.get(RUN_ENV)  # the run marked itself, not as ours
     assert facts["pids"] and all(_alive(p) for p in facts["pids"])
+    assert facts["folders"] and all(Path(f).is_dir() for f in facts["folders"])
     assert all(ns in _namespaces() for ns in facts["namespaces"])
     return proc, facts
 
@@ -84,6 +85,7 @@ def _nothing_left(facts: dict[str, Any]) -> None:
     assert [p for p in facts["pids"] if _alive(p)] == []
     assert sorted(set(facts["namespaces"]) & _namespaces()) == []
     assert _marked(facts["run"]) == []
+    assert [f for f in facts["folders"] if Path(f).exists()] == []  # the servers' data too
 
 
 @pytest.mark.parametrize(
