@@ -45,15 +45,22 @@ class Ports:
     s3: int
 
 
+LOG_TO_STDERR = "-logtostderr"
+"""weed's own flag (before its command): its log to standard error only, never to files in the
+system's temp folder (``weed.HOST.USER.log.LEVEL.*``, one set per process)."""
+
+
 def argv(
     weed: str, place: ServerPlace, ports: Ports, *, volumes: int, extra: tuple[str, ...] = ()
 ) -> list[str]:
     """``weed server`` with every listener placed: S3 over TLS on ``place.address``, the rest
     on loopback; its certificate, key and identity file in ``place.conf``, its data and local
-    sockets in ``place.data``."""
+    sockets in ``place.data``; its log on its standard error only (weed otherwise leaves log
+    files in the system's temp folder)."""
     p, data, conf = ports, place.data, place.conf
     return [
         weed,
+        LOG_TO_STDERR,
         "server",
         f"-dir={data}",
         "-ip=127.0.0.1",

@@ -29,6 +29,7 @@ from pathlib import Path
 from meshtui import runas
 from meshtui.errors import ProvisionError
 from meshtui.freeform import ForeignJson
+from meshtui.kinds.seaweedfs.server_config import LOG_TO_STDERR
 
 TIMEOUT_S = 120.0
 """Longest a shell session may take (a thousand identities take a few seconds)."""
@@ -97,7 +98,13 @@ class Session:
         env.update({k: os.environ[k] for k in _ENV_KEEP if k in os.environ})
         try:  # as we are, in a session of its own (meshtui.runas)
             proc: subprocess.Popen[bytes] = runas.spawn(
-                [self.weed, "shell", f"-master={self.master}", f"-filer={self.filer}"],
+                [
+                    self.weed,
+                    LOG_TO_STDERR,
+                    "shell",
+                    f"-master={self.master}",
+                    f"-filer={self.filer}",
+                ],
                 None,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,

@@ -348,7 +348,7 @@ def _counting_weed(store: Store, folder: Path) -> tuple[Path, Path]:
     (a seam: every command still goes to the real store); the admin file and the log."""
     log = folder / "weed-starts.log"
     wrapper = folder / "weed"
-    wrapper.write_text(f'#!/bin/sh\necho "$1" >> {log}\nexec {lab.find_weed()} "$@"\n')
+    wrapper.write_text(f'#!/bin/sh\necho "$1 $2" >> {log}\nexec {lab.find_weed()} "$@"\n')
     wrapper.chmod(0o755)
     admin = folder / "admin.toml"
     admin.write_text(store.server.admin_file.read_text() + f'weed = "{wrapper}"\n')
@@ -365,12 +365,13 @@ def test_a_run_keeps_one_weed_shell_for_its_read_write_and_read_back(
     admin, log = _counting_weed(store, tmp_path)
     gitea = s3mesh.add("app1", "gitea")
     assert outcomes(s3mesh.reconcile(admin)) == {gitea["as"]: "created"}
-    assert log.read_text().split() == ["shell"]
+    # one shell, its log on its stderr (never log files of its own in /tmp)
+    assert log.read_text().split() == ["-logtostderr", "shell"]
     log.unlink()
     old = s3mesh.rotate("app1", "gitea")
     rotated = s3mesh.reconcile(admin)
     assert rotated[gitea["as"]][0] == "updated", rotated
-    assert log.read_text().split() == ["shell"]
+    assert log.read_text().split() == ["-logtostderr", "shell"]
     bucket = gitea["as"].replace("_", "-")
     new = store.probe("app1", gitea["as"], s3mesh.password("app1", "gitea"), bucket)
     assert new["verdict"] == "accepted", new
