@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from meshtui.kinds.seaweedfs import lab
+from meshtui.kinds.seaweedfs.server_config import LOG_TO_STDERR
 from meshtui.lab import netns as lab_netns
 from tests.fix_manifest import ManifestFolder
 
@@ -49,7 +50,7 @@ class Store:
         """weed shell inside db1's namespace (private output: it may hold secret keys)."""
         p = self.server.ports
         done = subprocess.run(
-            ["ip", "netns", "exec", self.ns("db1"), lab.find_weed(), "shell",
+            ["ip", "netns", "exec", self.ns("db1"), lab.find_weed(), LOG_TO_STDERR, "shell",
              f"-master=127.0.0.1:{p.master}.{p.master + 10000}",
              f"-filer=127.0.0.1:{p.filer}.{p.filer + 10000}"],
             input="".join(c + "\n" for c in commands).encode(),
