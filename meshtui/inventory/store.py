@@ -529,9 +529,9 @@ class Inventory:
         self.actor: str | None = None  # the audit's operator when not a person (``watch``)
         self.restore_proof: RestoreProof | None = None  # shown with the head after a restore
         self.fence: FenceCheck | None = None
-        self._database_oid: int | None = None  # PostgreSQL: read once, by identity()
         """The lease's check of every write while this controller delivers (set by the
         controller's turn; :meth:`transaction` runs it when given none); None otherwise."""
+        self._database_oid: int | None = None  # PostgreSQL: read once, by identity()
 
     @classmethod
     def open(
